@@ -1,0 +1,101 @@
+#include "capture/pcap_file.h"
+
+#include <pcap/pcap.h>
+
+#include <utility>
+
+namespace uroce::capture {
+
+PcapReader::PcapReader(pcap* p) : p_(p), link_type_(pcap_datalink(p)) {
+  nanosecond_ = pcap_get_tstamp_precision(p) == PCAP_TSTAMP_PRECISION_NANO;
+}
+
+Result<PcapReader, std::string> PcapReader::open(const std::string& path) {
+  char err[PCAP_ERRBUF_SIZE] = {};
+  pcap* p = pcap_open_offline_with_tstamp_precision(path.c_str(), PCAP_TSTAMP_PRECISION_NANO, err);
+  if (p == nullptr) return Err{std::string(err)};
+  return PcapReader(p);
+}
+
+PcapReader::PcapReader(PcapReader&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)),
+      link_type_(o.link_type_),
+      count_(o.count_),
+      nanosecond_(o.nanosecond_) {}
+
+PcapReader& PcapReader::operator=(PcapReader&& o) noexcept {
+  if (this != &o) {
+    if (p_ != nullptr) pcap_close(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    link_type_ = o.link_type_;
+    count_ = o.count_;
+    nanosecond_ = o.nanosecond_;
+  }
+  return *this;
+}
+
+PcapReader::~PcapReader() {
+  if (p_ != nullptr) pcap_close(p_);
+}
+
+Result<bool, std::string> PcapReader::next(PcapRecord& rec) {
+  pcap_pkthdr* hdr = nullptr;
+  const u_char* data = nullptr;
+  const int rc = pcap_next_ex(p_, &hdr, &data);
+  if (rc == PCAP_ERROR_BREAK) return false;
+  if (rc != 1) return Err{std::string(pcap_geterr(p_))};
+  rec.index = ++count_;
+  const std::int64_t frac = hdr->ts.tv_usec;
+  rec.ts_ns = std::int64_t{hdr->ts.tv_sec} * 1'000'000'000 + (nanosecond_ ? frac : frac * 1000);
+  rec.data = as_bytes(data, hdr->caplen);
+  rec.orig_len = hdr->len;
+  return true;
+}
+
+Result<PcapWriter, std::string> PcapWriter::open(const std::string& path, int link_type) {
+  pcap* p = pcap_open_dead_with_tstamp_precision(link_type, 262144, PCAP_TSTAMP_PRECISION_NANO);
+  if (p == nullptr) return Err{std::string("pcap_open_dead failed")};
+  pcap_dumper* d = pcap_dump_open(p, path.c_str());
+  if (d == nullptr) {
+    std::string err = pcap_geterr(p);
+    pcap_close(p);
+    return Err{path + ": " + err};
+  }
+  return PcapWriter(p, d);
+}
+
+PcapWriter::PcapWriter(PcapWriter&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)), d_(std::exchange(o.d_, nullptr)) {}
+
+PcapWriter& PcapWriter::operator=(PcapWriter&& o) noexcept {
+  if (this != &o) {
+    close();
+    p_ = std::exchange(o.p_, nullptr);
+    d_ = std::exchange(o.d_, nullptr);
+  }
+  return *this;
+}
+
+PcapWriter::~PcapWriter() { close(); }
+
+void PcapWriter::close() {
+  if (d_ != nullptr) pcap_dump_close(d_);
+  if (p_ != nullptr) pcap_close(p_);
+  d_ = nullptr;
+  p_ = nullptr;
+}
+
+void PcapWriter::write(ConstBytes frame, std::int64_t ts_ns) {
+  pcap_pkthdr hdr{};
+  hdr.ts.tv_sec = static_cast<time_t>(ts_ns / 1'000'000'000);
+  hdr.ts.tv_usec = static_cast<suseconds_t>(ts_ns % 1'000'000'000);  // nanoseconds: see open()
+  hdr.caplen = static_cast<bpf_u_int32>(frame.size());
+  hdr.len = hdr.caplen;
+  pcap_dump(reinterpret_cast<u_char*>(d_), &hdr, reinterpret_cast<const u_char*>(frame.data()));
+}
+
+void PcapWriter::flush() {
+  if (d_ != nullptr) pcap_dump_flush(d_);
+}
+
+}  // namespace uroce::capture

@@ -1,0 +1,64 @@
+// Reading and writing packet captures with libpcap: pcap and pcapng in, pcap (microsecond or
+// nanosecond timestamps) out, readable by Wireshark and `uroce pcap check`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/bytes.h"
+#include "base/result.h"
+
+struct pcap;
+struct pcap_dumper;
+
+namespace uroce::capture {
+
+struct PcapRecord {
+  std::uint64_t index = 0;  // 1-based, as Wireshark numbers frames
+  std::int64_t ts_ns = 0;
+  ConstBytes data;          // the captured bytes; valid until the next call to next()
+  std::uint32_t orig_len = 0;
+};
+
+class PcapReader {
+ public:
+  static Result<PcapReader, std::string> open(const std::string& path);
+  PcapReader(PcapReader&& o) noexcept;
+  PcapReader& operator=(PcapReader&& o) noexcept;
+  PcapReader(const PcapReader&) = delete;
+  PcapReader& operator=(const PcapReader&) = delete;
+  ~PcapReader();
+
+  int link_type() const { return link_type_; }
+  // Reads the next record: true with `rec` filled, false at the end, or an error message.
+  Result<bool, std::string> next(PcapRecord& rec);
+
+ private:
+  explicit PcapReader(pcap* p);
+  pcap* p_ = nullptr;
+  int link_type_ = 0;
+  std::uint64_t count_ = 0;
+  bool nanosecond_ = false;
+};
+
+class PcapWriter {
+ public:
+  // link_type: a LINKTYPE_* value (1 = Ethernet, 101 = raw IP).
+  static Result<PcapWriter, std::string> open(const std::string& path, int link_type = 1);
+  PcapWriter(PcapWriter&& o) noexcept;
+  PcapWriter& operator=(PcapWriter&& o) noexcept;
+  PcapWriter(const PcapWriter&) = delete;
+  PcapWriter& operator=(const PcapWriter&) = delete;
+  ~PcapWriter();
+
+  void write(ConstBytes frame, std::int64_t ts_ns);
+  void flush();
+
+ private:
+  PcapWriter(pcap* p, pcap_dumper* d) : p_(p), d_(d) {}
+  void close();
+  pcap* p_ = nullptr;
+  pcap_dumper* d_ = nullptr;
+};
+
+}  // namespace uroce::capture

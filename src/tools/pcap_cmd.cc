@@ -1,0 +1,234 @@
+#include "tools/pcap_cmd.h"
+
+#include <arpa/inet.h>
+
+#include <cinttypes>
+#include <map>
+#include <string_view>
+
+#include "capture/pcap_file.h"
+#include "wire/aeth.h"
+#include "wire/builder.h"
+#include "wire/icrc.h"
+#include "wire/packet.h"
+
+namespace uroce::tools {
+
+namespace {
+
+using wire::DropReason;
+using wire::ExtHeader;
+
+std::string format_ip(const wire::IpAddress& a) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  inet_ntop(a.v6 ? AF_INET6 : AF_INET, a.bytes.data(), buf, sizeof buf);
+  return buf;
+}
+
+std::string format_endpoint(const wire::IpAddress& a, std::uint16_t port) {
+  return a.v6 ? "[" + format_ip(a) + "]:" + std::to_string(port)
+              : format_ip(a) + ":" + std::to_string(port);
+}
+
+struct FileStats {
+  std::uint64_t frames = 0;
+  std::uint64_t roce = 0;  // valid RoCEv2 packets
+  std::uint64_t invalid = 0;
+  std::uint64_t not_roce = 0;
+  std::uint64_t cut = 0;  // cut by the capture's snaplen: cannot be verified
+  std::map<std::uint8_t, std::uint64_t> per_opcode;
+
+  void add(const FileStats& o) {
+    frames += o.frames;
+    roce += o.roce;
+    invalid += o.invalid;
+    not_roce += o.not_roce;
+    cut += o.cut;
+    for (const auto& [op, n] : o.per_opcode) per_opcode[op] += n;
+  }
+  bool bad() const { return invalid != 0 || cut != 0; }
+};
+
+void print_stats(std::FILE* out, const char* label, const FileStats& s) {
+  std::fprintf(out,
+               "%s: %" PRIu64 " frames, %" PRIu64 " valid RoCEv2, %" PRIu64 " invalid, %" PRIu64
+               " other traffic",
+               label, s.frames, s.roce, s.invalid, s.not_roce);
+  if (s.cut != 0) std::fprintf(out, ", %" PRIu64 " cut by snaplen (unverifiable)", s.cut);
+  std::fprintf(out, "\n");
+  for (const auto& [op, n] : s.per_opcode) {
+    const auto name = wire::opcode_info(op)->name;
+    std::fprintf(out, "  0x%02x %-36.*s %10" PRIu64 "\n", unsigned{op},
+                 static_cast<int>(name.size()), name.data(), n);
+  }
+}
+
+// Opens a capture and checks that uroce can decode its link type.
+Result<capture::PcapReader, std::string> open_capture(const std::string& file) {
+  auto reader = capture::PcapReader::open(file);
+  if (!reader.ok()) return Err{file + ": " + reader.error()};
+  if (!wire::link_type_supported(reader->link_type())) {
+    return Err{file + ": unsupported link type " + std::to_string(reader->link_type()) +
+               " (Ethernet, Linux cooked v1/v2 and raw IP are supported)"};
+  }
+  return reader;
+}
+
+wire::LinkType link_of(int dlt) {
+  if (dlt == 12 || dlt == 14) return wire::LinkType::kRaw;
+  return static_cast<wire::LinkType>(dlt);
+}
+
+}  // namespace
+
+int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE* err) {
+  FileStats total;
+  bool file_error = false;
+  for (const auto& file : files) {
+    auto reader = open_capture(file);
+    if (!reader.ok()) {
+      std::fprintf(err, "uroce pcap check: %s\n", reader.error().c_str());
+      file_error = true;
+      continue;
+    }
+    const wire::LinkType link = link_of(reader->link_type());
+    FileStats stats;
+    capture::PcapRecord rec;
+    while (true) {
+      auto more = reader->next(rec);
+      if (!more.ok()) {
+        std::fprintf(err, "uroce pcap check: %s: read error after frame %" PRIu64 ": %s\n",
+                     file.c_str(), stats.frames, more.error().c_str());
+        file_error = true;
+        break;
+      }
+      if (!more.value()) break;
+      ++stats.frames;
+      if (rec.data.size() < rec.orig_len) {
+        ++stats.cut;
+        std::fprintf(out, "%s: frame %" PRIu64 ": cut by the capture (%zu of %u bytes): not verified\n",
+                     file.c_str(), rec.index, rec.data.size(), rec.orig_len);
+        continue;
+      }
+      auto frame = wire::parse_frame(link, rec.data);
+      if (frame.ok()) {
+        ++stats.roce;
+        ++stats.per_opcode[frame->roce.bth().opcode()];
+        continue;
+      }
+      if (wire::is_not_roce(frame.error())) {
+        ++stats.not_roce;
+        continue;
+      }
+      ++stats.invalid;
+      const auto text = wire::drop_reason_text(frame.error());
+      const auto name = wire::drop_reason_name(frame.error());
+      std::fprintf(out, "%s: frame %" PRIu64 ": invalid: %.*s (%.*s)\n", file.c_str(), rec.index,
+                   static_cast<int>(name.size()), name.data(), static_cast<int>(text.size()),
+                   text.data());
+    }
+    print_stats(out, file.c_str(), stats);
+    total.add(stats);
+  }
+  if (files.size() > 1) print_stats(out, "total", total);
+  if (file_error) return kExitFileError;
+  return total.bad() ? kExitInvalidPackets : kExitOk;
+}
+
+namespace {
+
+void dump_roce(std::FILE* out, const wire::Frame& f) {
+  const wire::RocePacket& p = f.roce;
+  const wire::Bth bth = p.bth().decode();
+  std::fprintf(out,
+               "  BTH  %.*s (0x%02x) QPN 0x%06x PSN %u AckReq %d SE %d M %d Pad %u TVer %u "
+               "P_Key 0x%04x FECN %d BECN %d\n",
+               static_cast<int>(p.op->name.size()), p.op->name.data(), unsigned{bth.opcode},
+               bth.dest_qpn, bth.psn, bth.ack_req, bth.solicited, bth.mig_req,
+               unsigned{bth.pad_count}, unsigned{bth.tver}, unsigned{bth.pkey}, bth.fecn,
+               bth.becn);
+  const wire::TransportHeaders h = wire::decode_headers(p);
+  if (p.op->has(ExtHeader::kDeth)) {
+    std::fprintf(out, "  DETH Q_Key 0x%08x SrcQP 0x%06x\n", h.deth.qkey, h.deth.src_qpn);
+  }
+  if (p.op->has(ExtHeader::kReth)) {
+    std::fprintf(out, "  RETH VA 0x%016" PRIx64 " R_Key 0x%08x DMA length %u\n", h.reth.va,
+                 h.reth.rkey, h.reth.dma_length);
+  }
+  if (p.op->has(ExtHeader::kAtomicEth)) {
+    std::fprintf(out,
+                 "  AtomicETH VA 0x%016" PRIx64 " R_Key 0x%08x SwapAdd 0x%016" PRIx64
+                 " Compare 0x%016" PRIx64 "\n",
+                 h.atomic_eth.va, h.atomic_eth.rkey, h.atomic_eth.swap_add, h.atomic_eth.compare);
+  }
+  if (p.op->has(ExtHeader::kAeth)) {
+    std::fprintf(out, "  AETH syndrome 0x%02x %s MSN %u\n", unsigned{h.aeth.syndrome},
+                 wire::describe_syndrome(h.aeth.syndrome).c_str(), h.aeth.msn);
+  }
+  if (p.op->has(ExtHeader::kAtomicAckEth)) {
+    std::fprintf(out, "  AtomicAckETH OrigRemDt 0x%016" PRIx64 "\n", h.atomic_ack_orig);
+  }
+  if (p.op->has(ExtHeader::kImmDt)) std::fprintf(out, "  ImmDt 0x%08x\n", h.imm_data);
+  if (p.op->has(ExtHeader::kIeth)) std::fprintf(out, "  IETH R_Key 0x%08x\n", h.ieth_rkey);
+  if (p.op->is(wire::kFlagCnp)) std::fprintf(out, "  CNP (congestion notification)\n");
+  std::fprintf(out, "  payload %zu bytes, pad %u\n", p.payload.size(), unsigned{p.pad});
+}
+
+}  // namespace
+
+int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
+  auto reader = open_capture(file);
+  if (!reader.ok()) {
+    std::fprintf(err, "uroce pcap dump: %s\n", reader.error().c_str());
+    return kExitFileError;
+  }
+  const wire::LinkType link = link_of(reader->link_type());
+  bool any_invalid = false;
+  capture::PcapRecord rec;
+  while (true) {
+    auto more = reader->next(rec);
+    if (!more.ok()) {
+      std::fprintf(err, "uroce pcap dump: %s: %s\n", file.c_str(), more.error().c_str());
+      return kExitFileError;
+    }
+    if (!more.value()) break;
+    std::fprintf(out, "#%" PRIu64 " t=%" PRId64 ".%09" PRId64 " len %u", rec.index,
+                 rec.ts_ns / 1'000'000'000, rec.ts_ns % 1'000'000'000, rec.orig_len);
+    auto frame = wire::parse_frame(link, rec.data, wire::FrameOptions{.verify_icrc = false});
+    if (!frame.ok()) {
+      if (wire::is_not_roce(frame.error())) {
+        std::fprintf(out, " not RoCEv2\n");
+      } else {
+        any_invalid = true;
+        const auto name = wire::drop_reason_name(frame.error());
+        std::fprintf(out, " INVALID: %.*s\n", static_cast<int>(name.size()), name.data());
+      }
+      continue;
+    }
+    const wire::Frame& f = frame.value();
+    const auto& src = f.v6 ? f.ipv6.src : f.ipv4.src;
+    const auto& dst = f.v6 ? f.ipv6.dst : f.ipv4.dst;
+    std::fprintf(out, " %s -> %s\n", format_endpoint(src, f.udp.src_port).c_str(),
+                 format_endpoint(dst, f.udp.dst_port).c_str());
+    if (f.v6) {
+      std::fprintf(out, "  IPv6 tclass 0x%02x flow 0x%05x hlim %u\n",
+                   unsigned{f.ipv6.traffic_class}, f.ipv6.flow_label, unsigned{f.ipv6.hop_limit});
+    } else {
+      std::fprintf(out, "  IPv4 tos 0x%02x ttl %u id 0x%04x%s\n", unsigned{f.ipv4.tos},
+                   unsigned{f.ipv4.ttl}, unsigned{f.ipv4.identification},
+                   f.ipv4.dont_fragment ? " DF" : "");
+    }
+    dump_roce(out, f);
+    const std::size_t n = f.roce.bytes.size() - wire::kIcrcBytes;
+    const std::uint32_t expected = wire::icrc_compute(f.ip_udp, f.roce.bytes.first(n));
+    if (expected == f.roce.icrc()) {
+      std::fprintf(out, "  ICRC 0x%08x ok\n", f.roce.icrc());
+    } else {
+      any_invalid = true;
+      std::fprintf(out, "  ICRC 0x%08x BAD (expected 0x%08x)\n", f.roce.icrc(), expected);
+    }
+  }
+  return any_invalid ? kExitInvalidPackets : kExitOk;
+}
+
+}  // namespace uroce::tools

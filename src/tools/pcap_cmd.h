@@ -1,0 +1,26 @@
+// `uroce pcap check` and `uroce pcap dump`: capture verification and decoding, as library
+// functions so that tests run them in-process. Output goes to the given streams.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace uroce::tools {
+
+// Exit codes of the pcap commands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInvalidPackets = 1;
+inline constexpr int kExitFileError = 2;
+
+// Decodes every RoCEv2 packet of each file, verifies its ICRC and structure, prints per-opcode
+// counts and each invalid packet with its reason. Returns kExitInvalidPackets if any packet is
+// invalid, kExitFileError if a file cannot be read, else kExitOk.
+int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE* err);
+
+// Prints a per-packet decode of every frame: addresses, opcode, every header field, the AETH
+// syndrome decoded, and the ICRC status. Returns kExitInvalidPackets if any RoCEv2 packet was
+// invalid, kExitFileError if the file cannot be read.
+int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err);
+
+}  // namespace uroce::tools

@@ -1,0 +1,43 @@
+// RoCEv2 invariant CRC (IBTA RoCEv2 annex A17.8; rxe's rxe_icrc.c).
+//
+// ICRC = CRC-32 (reflected IEEE 802.3 polynomial, as zlib) over
+//   8 bytes of 0xff (the absent LRH) | IP header | UDP header | BTH | extension headers | payload
+//   | pad,
+// with the variant fields set to all-ones first: IPv4 TOS, TTL and header checksum; IPv6 traffic
+// class, flow label and hop limit; the UDP checksum; BTH byte 4 (FECN, BECN, reserved). It is
+// stored on the wire least-significant byte first.
+//
+// `ip_udp` is always the IP header (20 bytes for IPv4, which uroce requires without options, or 40
+// for IPv6; the version is read from the first nibble) immediately followed by the 8-byte UDP
+// header. Nothing here allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "base/bytes.h"
+
+namespace uroce::wire {
+
+// Plain CRC-32 as zlib's crc32(): pass 0 to start, the previous result to continue.
+std::uint32_t crc32(std::uint32_t crc, ConstBytes data);
+
+// Incremental ICRC, for packets whose payload is gathered from several buffers.
+class IcrcAccumulator {
+ public:
+  // Feeds the masked pseudo-LRH, IP and UDP headers, and the masked BTH (the first 12 bytes of
+  // `bth_onward`) followed by the rest of `bth_onward`.
+  IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward);
+  void update(ConstBytes data) { crc_ = crc32(crc_, data); }
+  std::uint32_t value() const { return crc_; }
+
+ private:
+  std::uint32_t crc_;
+};
+
+// ICRC of a packet; `roce` runs from the BTH to the end of the pad (the ICRC itself excluded).
+std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);
+
+// True when the last 4 bytes of `roce_with_icrc` hold the ICRC of what precedes them.
+bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc);
+
+}  // namespace uroce::wire

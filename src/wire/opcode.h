@@ -1,0 +1,187 @@
+// The opcode table: every RoCEv2 base transport opcode, its name, transport, extension headers,
+// semantic flags and computed header offsets, all derived from opcodes.def (the one list).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace uroce::wire {
+
+enum class Transport : std::uint8_t { kRc, kUc, kUd, kCnp };
+
+std::string_view transport_name(Transport t);
+
+enum class Opcode : std::uint8_t {
+#define UROCE_OPCODE(e, v, name, tr, hdrs, flags) e = v,
+#include "wire/opcodes.def"
+#undef UROCE_OPCODE
+};
+
+// Extension headers, in the order they appear after the BTH (IBTA 9.2, figure 35; the CNP's 16
+// reserved bytes are treated as a header so that a CNP carries no payload).
+enum class ExtHeader : std::uint8_t {
+  kDeth,
+  kReth,
+  kAtomicEth,
+  kAeth,
+  kAtomicAckEth,
+  kImmDt,
+  kIeth,
+  kCnpReserved,
+};
+inline constexpr std::size_t kExtHeaderCount = 8;
+
+inline constexpr std::size_t kBthBytes = 12;
+inline constexpr std::size_t kIcrcBytes = 4;
+inline constexpr std::array<std::uint8_t, kExtHeaderCount> kExtHeaderBytes = {
+    8,   // DETH
+    16,  // RETH
+    28,  // AtomicETH
+    4,   // AETH
+    8,   // AtomicAckETH
+    4,   // ImmDt
+    4,   // IETH
+    16,  // CNP reserved
+};
+
+std::string_view ext_header_name(ExtHeader h);
+
+// Semantic flags of an opcode.
+enum OpcodeFlag : std::uint32_t {
+  kFlagRequest = 1u << 0,   // sent by a requester
+  kFlagResponse = 1u << 1,  // sent by a responder (ACK, READ response, atomic ACK)
+  kFlagSend = 1u << 2,
+  kFlagWrite = 1u << 3,
+  kFlagRead = 1u << 4,
+  kFlagAtomic = 1u << 5,
+  kFlagAck = 1u << 6,
+  kFlagFirst = 1u << 7,    // first packet of a message (Only = First | Last)
+  kFlagMiddle = 1u << 8,   // middle packet of a message
+  kFlagLast = 1u << 9,     // last packet of a message
+  kFlagPayload = 1u << 10, // may carry payload
+  kFlagRecvWqe = 1u << 11, // consumes a receive WQE at the responder
+  kFlagComplete = 1u << 12, // completes a receive WQE at the responder
+  kFlagImm = 1u << 13,
+  kFlagInvalidate = 1u << 14,
+  kFlagCnp = 1u << 15,
+};
+
+struct OpcodeInfo {
+  bool valid = false;
+  std::uint8_t value = 0;
+  std::string_view name;
+  Transport transport = Transport::kRc;
+  std::uint8_t ext_headers = 0;  // bit i set: ExtHeader(i) present
+  std::uint32_t flags = 0;
+  // Byte offset of each present extension header from the start of the BTH (0 when absent).
+  std::array<std::uint8_t, kExtHeaderCount> offset{};
+  std::uint8_t header_bytes = 0;  // BTH plus all extension headers
+
+  constexpr bool has(ExtHeader h) const {
+    return (ext_headers >> static_cast<unsigned>(h)) & 1u;
+  }
+  constexpr std::size_t offset_of(ExtHeader h) const { return offset[static_cast<unsigned>(h)]; }
+  constexpr bool is(std::uint32_t flag) const { return (flags & flag) == flag; }
+  Opcode opcode() const { return static_cast<Opcode>(value); }
+};
+
+namespace detail {
+
+constexpr std::uint8_t ext_bit(ExtHeader h) {
+  return static_cast<std::uint8_t>(1u << static_cast<unsigned>(h));
+}
+
+constexpr OpcodeInfo make_opcode_info(std::uint8_t value, std::string_view name, Transport t,
+                                      std::uint8_t headers, std::uint32_t flags) {
+  OpcodeInfo info;
+  info.valid = true;
+  info.value = value;
+  info.name = name;
+  info.transport = t;
+  info.ext_headers = headers;
+  info.flags = flags;
+  std::size_t off = kBthBytes;
+  for (std::size_t i = 0; i < kExtHeaderCount; ++i) {
+    if ((headers >> i) & 1u) {
+      info.offset[i] = static_cast<std::uint8_t>(off);
+      off += kExtHeaderBytes[i];
+    }
+  }
+  info.header_bytes = static_cast<std::uint8_t>(off);
+  return info;
+}
+
+constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
+  std::array<OpcodeInfo, 256> table{};
+  constexpr auto RC = Transport::kRc;
+  constexpr auto UC = Transport::kUc;
+  constexpr auto UD = Transport::kUd;
+  constexpr auto CNP = Transport::kCnp;
+  constexpr std::uint8_t H_DETH = ext_bit(ExtHeader::kDeth);
+  constexpr std::uint8_t H_RETH = ext_bit(ExtHeader::kReth);
+  constexpr std::uint8_t H_ATMETH = ext_bit(ExtHeader::kAtomicEth);
+  constexpr std::uint8_t H_AETH = ext_bit(ExtHeader::kAeth);
+  constexpr std::uint8_t H_ATMACKETH = ext_bit(ExtHeader::kAtomicAckEth);
+  constexpr std::uint8_t H_IMMDT = ext_bit(ExtHeader::kImmDt);
+  constexpr std::uint8_t H_IETH = ext_bit(ExtHeader::kIeth);
+  constexpr std::uint8_t H_CNPRSVD = ext_bit(ExtHeader::kCnpReserved);
+  constexpr std::uint32_t F_REQ = kFlagRequest, F_RESP = kFlagResponse, F_SEND = kFlagSend,
+                          F_WRITE = kFlagWrite, F_READ = kFlagRead, F_ATOMIC = kFlagAtomic,
+                          F_ACK = kFlagAck, F_FIRST = kFlagFirst, F_MIDDLE = kFlagMiddle,
+                          F_LAST = kFlagLast, F_PAYLOAD = kFlagPayload, F_RWR = kFlagRecvWqe,
+                          F_COMP = kFlagComplete, F_IMM = kFlagImm, F_INV = kFlagInvalidate,
+                          F_CNP = kFlagCnp;
+#define UROCE_OPCODE(e, v, name, tr, hdrs, flags) \
+  table[v] = make_opcode_info(v, name, tr, static_cast<std::uint8_t>(hdrs), flags);
+#include "wire/opcodes.def"
+#undef UROCE_OPCODE
+  return table;
+}
+
+}  // namespace detail
+
+inline constexpr std::array<OpcodeInfo, 256> kOpcodeTable = detail::make_opcode_table();
+
+// The table entry for a raw opcode byte, or nullptr when uroce does not know it.
+constexpr const OpcodeInfo* opcode_info(std::uint8_t value) {
+  const OpcodeInfo& info = kOpcodeTable[value];
+  return info.valid ? &info : nullptr;
+}
+constexpr const OpcodeInfo& opcode_info(Opcode op) {
+  return kOpcodeTable[static_cast<std::uint8_t>(op)];
+}
+
+// Every known opcode, in table order (for tests and tools that iterate).
+inline constexpr std::array<Opcode, 0
+#define UROCE_OPCODE(e, v, name, tr, hdrs, flags) +1
+#include "wire/opcodes.def"
+#undef UROCE_OPCODE
+                            >
+    kAllOpcodes = {
+#define UROCE_OPCODE(e, v, name, tr, hdrs, flags) Opcode::e,
+#include "wire/opcodes.def"
+#undef UROCE_OPCODE
+};
+
+// Layout pinned to the spec (IBTA 9.2; RoCEv2 annex A17.9.3 for the CNP).
+static_assert(opcode_info(Opcode::kRcSendOnly).header_bytes == 12);
+static_assert(opcode_info(Opcode::kRcRdmaWriteOnlyImm).offset_of(ExtHeader::kReth) == 12);
+static_assert(opcode_info(Opcode::kRcRdmaWriteOnlyImm).offset_of(ExtHeader::kImmDt) == 28);
+static_assert(opcode_info(Opcode::kRcRdmaWriteOnlyImm).header_bytes == 32);
+static_assert(opcode_info(Opcode::kRcRdmaReadRequest).header_bytes == 28);
+static_assert(opcode_info(Opcode::kRcRdmaReadResponseFirst).header_bytes == 16);
+static_assert(opcode_info(Opcode::kRcRdmaReadResponseMiddle).header_bytes == 12);
+static_assert(opcode_info(Opcode::kRcAtomicAcknowledge).offset_of(ExtHeader::kAeth) == 12);
+static_assert(opcode_info(Opcode::kRcAtomicAcknowledge).offset_of(ExtHeader::kAtomicAckEth) == 16);
+static_assert(opcode_info(Opcode::kRcAtomicAcknowledge).header_bytes == 24);
+static_assert(opcode_info(Opcode::kRcCompareSwap).header_bytes == 40);
+static_assert(opcode_info(Opcode::kRcSendOnlyInv).offset_of(ExtHeader::kIeth) == 12);
+static_assert(opcode_info(Opcode::kUdSendOnlyImm).offset_of(ExtHeader::kDeth) == 12);
+static_assert(opcode_info(Opcode::kUdSendOnlyImm).offset_of(ExtHeader::kImmDt) == 20);
+static_assert(opcode_info(Opcode::kUdSendOnlyImm).header_bytes == 24);
+static_assert(opcode_info(Opcode::kCnp).header_bytes == 28);
+static_assert(kAllOpcodes.size() == 38);
+
+}  // namespace uroce::wire
