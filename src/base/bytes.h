@@ -38,13 +38,14 @@ inline std::uint16_t load_be16(ConstBytes b, std::size_t off) {
 
 inline std::uint32_t load_be24(ConstBytes b, std::size_t off) {
   UROCE_ASSERT(off + 3 <= b.size());
-  return (static_cast<std::uint32_t>(b[off]) << 16) | (static_cast<std::uint32_t>(b[off + 1]) << 8) |
-         static_cast<std::uint32_t>(b[off + 2]);
+  return (static_cast<std::uint32_t>(b[off]) << 16) |
+         (static_cast<std::uint32_t>(b[off + 1]) << 8) | static_cast<std::uint32_t>(b[off + 2]);
 }
 
 inline std::uint32_t load_be32(ConstBytes b, std::size_t off) {
   UROCE_ASSERT(off + 4 <= b.size());
-  return (static_cast<std::uint32_t>(b[off]) << 24) | (static_cast<std::uint32_t>(b[off + 1]) << 16) |
+  return (static_cast<std::uint32_t>(b[off]) << 24) |
+         (static_cast<std::uint32_t>(b[off + 1]) << 16) |
          (static_cast<std::uint32_t>(b[off + 2]) << 8) | static_cast<std::uint32_t>(b[off + 3]);
 }
 

@@ -16,7 +16,7 @@ namespace uroce::capture {
 struct PcapRecord {
   std::uint64_t index = 0;  // 1-based, as Wireshark numbers frames
   std::int64_t ts_ns = 0;
-  ConstBytes data;          // the captured bytes; valid until the next call to next()
+  ConstBytes data;  // the captured bytes; valid until the next call to next()
   std::uint32_t orig_len = 0;
 };
 

@@ -106,7 +106,8 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
       ++stats.frames;
       if (rec.data.size() < rec.orig_len) {
         ++stats.cut;
-        std::fprintf(out, "%s: frame %" PRIu64 ": cut by the capture (%zu of %u bytes): not verified\n",
+        std::fprintf(out,
+                     "%s: frame %" PRIu64 ": cut by the capture (%zu of %u bytes): not verified\n",
                      file.c_str(), rec.index, rec.data.size(), rec.orig_len);
         continue;
       }
@@ -145,8 +146,7 @@ void dump_roce(std::FILE* out, const wire::Frame& f) {
                "P_Key 0x%04x FECN %d BECN %d\n",
                static_cast<int>(p.op->name.size()), p.op->name.data(), unsigned{bth.opcode},
                bth.dest_qpn, bth.psn, bth.ack_req, bth.solicited, bth.mig_req,
-               unsigned{bth.pad_count}, unsigned{bth.tver}, unsigned{bth.pkey}, bth.fecn,
-               bth.becn);
+               unsigned{bth.pad_count}, unsigned{bth.tver}, unsigned{bth.pkey}, bth.fecn, bth.becn);
   const wire::TransportHeaders h = wire::decode_headers(p);
   if (p.op->has(ExtHeader::kDeth)) {
     std::fprintf(out, "  DETH Q_Key 0x%08x SrcQP 0x%06x\n", h.deth.qkey, h.deth.src_qpn);

@@ -17,10 +17,10 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> check_files;
   CLI::App* check = pcap->add_subcommand(
-      "check",
-      "Verify the ICRC and structure of every RoCEv2 packet; exit 1 if any is invalid");
-  check->add_option("files", check_files, "pcap or pcapng files")->required()->check(
-      CLI::ExistingFile);
+      "check", "Verify the ICRC and structure of every RoCEv2 packet; exit 1 if any is invalid");
+  check->add_option("files", check_files, "pcap or pcapng files")
+      ->required()
+      ->check(CLI::ExistingFile);
 
   std::string dump_file;
   CLI::App* dump = pcap->add_subcommand("dump", "Decode every packet of a capture");

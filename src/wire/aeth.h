@@ -54,14 +54,15 @@ constexpr std::uint8_t make_nak_syndrome(NakCode code) {
 
 // RNR NAK timer codes to microseconds (IBTA table 45). Code 0 is the longest, 655.36 ms.
 inline constexpr std::array<std::uint32_t, 32> kRnrTimerUs = {
-    655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,    320,
-    480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240,  15360,
+    655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+    480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
     20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 constexpr std::uint32_t rnr_timer_us(std::uint8_t code) { return kRnrTimerUs[code & 0x1fu]; }
 
 std::string_view nak_code_name(std::uint8_t value);
-// Human-readable syndrome: "ACK credits=31", "RNR NAK timer=12 (0.64 ms)", "NAK PSN sequence error".
+// Human-readable syndrome: "ACK credits=31", "RNR NAK timer=12 (0.64 ms)", "NAK PSN sequence
+// error".
 std::string describe_syndrome(std::uint8_t syndrome);
 
 }  // namespace uroce::wire

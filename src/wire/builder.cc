@@ -68,7 +68,8 @@ std::size_t write_outer(MutBytes out, const OuterHeaders& o, std::size_t roce_by
   UROCE_CHECK(out.size() >= total);
   std::size_t off = 0;
   if (o.ethernet) {
-    encode_ethernet(out, Ethernet{o.dst_mac, o.src_mac, o.dst.v6 ? kEtherTypeIpv6 : kEtherTypeIpv4});
+    encode_ethernet(out,
+                    Ethernet{o.dst_mac, o.src_mac, o.dst.v6 ? kEtherTypeIpv6 : kEtherTypeIpv4});
     off = kEthernetBytes;
   }
   const std::size_t udp_len = kUdpBytes + roce_bytes;

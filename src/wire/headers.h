@@ -24,11 +24,7 @@ class HeaderRef {
   ConstBytes bytes() const { return {b_, N}; }
 
  protected:
-  MutBytes mut() const
-    requires kMutable
-  {
-    return {b_, N};
-  }
+  MutBytes mut() const requires kMutable { return {b_, N}; }
 
  private:
   Byte* b_;
@@ -37,9 +33,9 @@ class HeaderRef {
 // ---- BTH (12 bytes) -------------------------------------------------------------------------
 struct Bth {
   std::uint8_t opcode = 0;
-  bool solicited = false;     // SE
-  bool mig_req = false;       // M
-  std::uint8_t pad_count = 0; // PadCnt, 0..3
+  bool solicited = false;      // SE
+  bool mig_req = false;        // M
+  std::uint8_t pad_count = 0;  // PadCnt, 0..3
   std::uint8_t tver = 0;
   std::uint16_t pkey = 0xffff;
   bool fecn = false;
@@ -70,69 +66,29 @@ class BasicBthRef : public HeaderRef<Byte, 12> {
   std::uint32_t psn() const { return load_be24(this->bytes(), 9); }
 
   Bth decode() const {
-    return Bth{opcode(), solicited(), mig_req(), pad_count(), tver(), pkey(),
-               fecn(),   becn(),      dest_qpn(), ack_req(),  psn()};
+    return Bth{opcode(), solicited(), mig_req(),  pad_count(), tver(), pkey(),
+               fecn(),   becn(),      dest_qpn(), ack_req(),   psn()};
   }
 
-  void set_opcode(std::uint8_t v) const
-    requires kMutable
-  {
-    store_u8(this->mut(), 0, v);
-  }
-  void set_solicited(bool v) const
-    requires kMutable
-  {
-    store_bits8(this->mut(), 1, 7, 1, v);
-  }
-  void set_mig_req(bool v) const
-    requires kMutable
-  {
-    store_bits8(this->mut(), 1, 6, 1, v);
-  }
-  void set_pad_count(std::uint8_t v) const
-    requires kMutable
-  {
+  void set_opcode(std::uint8_t v) const requires kMutable { store_u8(this->mut(), 0, v); }
+  void set_solicited(bool v) const requires kMutable { store_bits8(this->mut(), 1, 7, 1, v); }
+  void set_mig_req(bool v) const requires kMutable { store_bits8(this->mut(), 1, 6, 1, v); }
+  void set_pad_count(std::uint8_t v) const requires kMutable {
     store_bits8(this->mut(), 1, 4, 2, v);
   }
-  void set_tver(std::uint8_t v) const
-    requires kMutable
-  {
-    store_bits8(this->mut(), 1, 0, 4, v);
-  }
-  void set_pkey(std::uint16_t v) const
-    requires kMutable
-  {
-    store_be16(this->mut(), 2, v);
-  }
-  void set_fecn(bool v) const
-    requires kMutable
-  {
-    store_bits8(this->mut(), 4, 7, 1, v);
-  }
-  void set_becn(bool v) const
-    requires kMutable
-  {
-    store_bits8(this->mut(), 4, 6, 1, v);
-  }
-  void set_dest_qpn(std::uint32_t v) const
-    requires kMutable
-  {
+  void set_tver(std::uint8_t v) const requires kMutable { store_bits8(this->mut(), 1, 0, 4, v); }
+  void set_pkey(std::uint16_t v) const requires kMutable { store_be16(this->mut(), 2, v); }
+  void set_fecn(bool v) const requires kMutable { store_bits8(this->mut(), 4, 7, 1, v); }
+  void set_becn(bool v) const requires kMutable { store_bits8(this->mut(), 4, 6, 1, v); }
+  void set_dest_qpn(std::uint32_t v) const requires kMutable {
     store_be24(this->mut(), 5, v & 0xffffffu);
   }
-  void set_ack_req(bool v) const
-    requires kMutable
-  {
-    store_bits8(this->mut(), 8, 7, 1, v);
-  }
-  void set_psn(std::uint32_t v) const
-    requires kMutable
-  {
+  void set_ack_req(bool v) const requires kMutable { store_bits8(this->mut(), 8, 7, 1, v); }
+  void set_psn(std::uint32_t v) const requires kMutable {
     store_be24(this->mut(), 9, v & 0xffffffu);
   }
   // Writes every field; reserved bits become zero.
-  void encode(const Bth& h) const
-    requires kMutable
-  {
+  void encode(const Bth& h) const requires kMutable {
     store_u8(this->mut(), 0, h.opcode);
     store_u8(this->mut(), 1,
              static_cast<std::uint8_t>((unsigned{h.solicited} << 7) | (unsigned{h.mig_req} << 6) |
@@ -167,9 +123,7 @@ class BasicRethRef : public HeaderRef<Byte, 16> {
   std::uint32_t rkey() const { return load_be32(this->bytes(), 8); }
   std::uint32_t dma_length() const { return load_be32(this->bytes(), 12); }
   Reth decode() const { return Reth{va(), rkey(), dma_length()}; }
-  void encode(const Reth& h) const
-    requires kMutable
-  {
+  void encode(const Reth& h) const requires kMutable {
     store_be64(this->mut(), 0, h.va);
     store_be32(this->mut(), 8, h.rkey);
     store_be32(this->mut(), 12, h.dma_length);
@@ -195,9 +149,7 @@ class BasicAethRef : public HeaderRef<Byte, 4> {
   std::uint8_t syndrome() const { return load_u8(this->bytes(), 0); }
   std::uint32_t msn() const { return load_be24(this->bytes(), 1); }
   Aeth decode() const { return Aeth{syndrome(), msn()}; }
-  void encode(const Aeth& h) const
-    requires kMutable
-  {
+  void encode(const Aeth& h) const requires kMutable {
     store_u8(this->mut(), 0, h.syndrome);
     store_be24(this->mut(), 1, h.msn & 0xffffffu);
   }
@@ -226,9 +178,7 @@ class BasicAtomicEthRef : public HeaderRef<Byte, 28> {
   std::uint64_t swap_add() const { return load_be64(this->bytes(), 12); }
   std::uint64_t compare() const { return load_be64(this->bytes(), 20); }
   AtomicEth decode() const { return AtomicEth{va(), rkey(), swap_add(), compare()}; }
-  void encode(const AtomicEth& h) const
-    requires kMutable
-  {
+  void encode(const AtomicEth& h) const requires kMutable {
     store_be64(this->mut(), 0, h.va);
     store_be32(this->mut(), 8, h.rkey);
     store_be64(this->mut(), 12, h.swap_add);
@@ -247,11 +197,7 @@ class BasicAtomicAckEthRef : public HeaderRef<Byte, 8> {
   using Base::Base;
   using Base::kMutable;
   std::uint64_t orig() const { return load_be64(this->bytes(), 0); }
-  void set_orig(std::uint64_t v) const
-    requires kMutable
-  {
-    store_be64(this->mut(), 0, v);
-  }
+  void set_orig(std::uint64_t v) const requires kMutable { store_be64(this->mut(), 0, v); }
 };
 using AtomicAckEthView = BasicAtomicAckEthRef<const std::byte>;
 using AtomicAckEthMut = BasicAtomicAckEthRef<std::byte>;
@@ -273,9 +219,7 @@ class BasicDethRef : public HeaderRef<Byte, 8> {
   std::uint32_t qkey() const { return load_be32(this->bytes(), 0); }
   std::uint32_t src_qpn() const { return load_be24(this->bytes(), 5); }
   Deth decode() const { return Deth{qkey(), src_qpn()}; }
-  void encode(const Deth& h) const
-    requires kMutable
-  {
+  void encode(const Deth& h) const requires kMutable {
     store_be32(this->mut(), 0, h.qkey);
     store_u8(this->mut(), 4, 0);
     store_be24(this->mut(), 5, h.src_qpn & 0xffffffu);
@@ -293,15 +237,11 @@ class BasicWord32Ref : public HeaderRef<Byte, 4> {
   using Base::Base;
   using Base::kMutable;
   std::uint32_t value() const { return load_be32(this->bytes(), 0); }
-  void set_value(std::uint32_t v) const
-    requires kMutable
-  {
-    store_be32(this->mut(), 0, v);
-  }
+  void set_value(std::uint32_t v) const requires kMutable { store_be32(this->mut(), 0, v); }
 };
 using ImmDtView = BasicWord32Ref<const std::byte>;  // immediate data, as the sender's host wrote it
 using ImmDtMut = BasicWord32Ref<std::byte>;
-using IethView = BasicWord32Ref<const std::byte>;   // R_Key to invalidate
+using IethView = BasicWord32Ref<const std::byte>;  // R_Key to invalidate
 using IethMut = BasicWord32Ref<std::byte>;
 
 }  // namespace uroce::wire

@@ -40,8 +40,8 @@ IcrcAccumulator::IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward) {
     buf[3] = kOnes;
     buf[7] = kOnes;  // hop limit
   } else {
-    buf[1] = kOnes;  // TOS (DSCP and ECN)
-    buf[8] = kOnes;  // TTL
+    buf[1] = kOnes;   // TOS (DSCP and ECN)
+    buf[8] = kOnes;   // TTL
     buf[10] = kOnes;  // header checksum
     buf[11] = kOnes;
   }

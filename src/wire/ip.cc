@@ -1,6 +1,5 @@
 #include "wire/ip.h"
 
-
 namespace uroce::wire {
 
 namespace {

@@ -57,12 +57,12 @@ enum OpcodeFlag : std::uint32_t {
   kFlagRead = 1u << 4,
   kFlagAtomic = 1u << 5,
   kFlagAck = 1u << 6,
-  kFlagFirst = 1u << 7,    // first packet of a message (Only = First | Last)
-  kFlagMiddle = 1u << 8,   // middle packet of a message
-  kFlagLast = 1u << 9,     // last packet of a message
-  kFlagPayload = 1u << 10, // may carry payload
-  kFlagRecvWqe = 1u << 11, // consumes a receive WQE at the responder
-  kFlagComplete = 1u << 12, // completes a receive WQE at the responder
+  kFlagFirst = 1u << 7,      // first packet of a message (Only = First | Last)
+  kFlagMiddle = 1u << 8,     // middle packet of a message
+  kFlagLast = 1u << 9,       // last packet of a message
+  kFlagPayload = 1u << 10,   // may carry payload
+  kFlagRecvWqe = 1u << 11,   // consumes a receive WQE at the responder
+  kFlagComplete = 1u << 12,  // completes a receive WQE at the responder
   kFlagImm = 1u << 13,
   kFlagInvalidate = 1u << 14,
   kFlagCnp = 1u << 15,
@@ -79,9 +79,7 @@ struct OpcodeInfo {
   std::array<std::uint8_t, kExtHeaderCount> offset{};
   std::uint8_t header_bytes = 0;  // BTH plus all extension headers
 
-  constexpr bool has(ExtHeader h) const {
-    return (ext_headers >> static_cast<unsigned>(h)) & 1u;
-  }
+  constexpr bool has(ExtHeader h) const { return (ext_headers >> static_cast<unsigned>(h)) & 1u; }
   constexpr std::size_t offset_of(ExtHeader h) const { return offset[static_cast<unsigned>(h)]; }
   constexpr bool is(std::uint32_t flag) const { return (flags & flag) == flag; }
   Opcode opcode() const { return static_cast<Opcode>(value); }

@@ -85,12 +85,12 @@ struct FrameOptions {
 
 struct Frame {
   bool has_ethernet = false;
-  Ethernet ethernet;       // when has_ethernet
+  Ethernet ethernet;  // when has_ethernet
   bool v6 = false;
-  Ipv4 ipv4;               // when !v6
-  Ipv6 ipv6;               // when v6
+  Ipv4 ipv4;  // when !v6
+  Ipv6 ipv6;  // when v6
   Udp udp;
-  ConstBytes ip_udp;       // the IP header followed by the UDP header, as ICRC input
+  ConstBytes ip_udp;  // the IP header followed by the UDP header, as ICRC input
   RocePacket roce;
   bool icrc_checked = false;
 };
