@@ -6,7 +6,17 @@
 
 namespace uroce::capture {
 
-PcapReader::PcapReader(pcap* p) : p_(p), link_type_(pcap_datalink(p)) {
+namespace {
+
+// libpcap's API speaks DLT_* values, files and uroce speak LINKTYPE_* values; they differ only
+// for raw IP here (DLT_RAW is 12 or 14 depending on the platform, LINKTYPE_RAW is 101).
+constexpr int kLinkTypeRaw = 101;
+int to_linktype(int dlt) { return dlt == DLT_RAW ? kLinkTypeRaw : dlt; }
+int to_dlt(int linktype) { return linktype == kLinkTypeRaw ? DLT_RAW : linktype; }
+
+}  // namespace
+
+PcapReader::PcapReader(pcap* p) : p_(p), link_type_(to_linktype(pcap_datalink(p))) {
   nanosecond_ = pcap_get_tstamp_precision(p) == PCAP_TSTAMP_PRECISION_NANO;
 }
 
@@ -53,7 +63,8 @@ Result<bool, std::string> PcapReader::next(PcapRecord& rec) {
 }
 
 Result<PcapWriter, std::string> PcapWriter::open(const std::string& path, int link_type) {
-  pcap* p = pcap_open_dead_with_tstamp_precision(link_type, 262144, PCAP_TSTAMP_PRECISION_NANO);
+  pcap* p =
+      pcap_open_dead_with_tstamp_precision(to_dlt(link_type), 262144, PCAP_TSTAMP_PRECISION_NANO);
   if (p == nullptr) return Err{std::string("pcap_open_dead failed")};
   pcap_dumper* d = pcap_dump_open(p, path.c_str());
   if (d == nullptr) {
@@ -85,12 +96,12 @@ void PcapWriter::close() {
   p_ = nullptr;
 }
 
-void PcapWriter::write(ConstBytes frame, std::int64_t ts_ns) {
+void PcapWriter::write(ConstBytes frame, std::int64_t ts_ns, std::uint32_t orig_len) {
   pcap_pkthdr hdr{};
   hdr.ts.tv_sec = static_cast<time_t>(ts_ns / 1'000'000'000);
   hdr.ts.tv_usec = static_cast<suseconds_t>(ts_ns % 1'000'000'000);  // nanoseconds: see open()
   hdr.caplen = static_cast<bpf_u_int32>(frame.size());
-  hdr.len = hdr.caplen;
+  hdr.len = orig_len != 0 ? orig_len : hdr.caplen;
   pcap_dump(reinterpret_cast<u_char*>(d_), &hdr, reinterpret_cast<const u_char*>(frame.data()));
 }
 

@@ -51,7 +51,9 @@ class PcapWriter {
   PcapWriter& operator=(const PcapWriter&) = delete;
   ~PcapWriter();
 
-  void write(ConstBytes frame, std::int64_t ts_ns);
+  // Appends a record. `orig_len` is the frame's length on the wire when `frame` holds only its
+  // first bytes (a snaplen cut); 0 means the whole frame.
+  void write(ConstBytes frame, std::int64_t ts_ns, std::uint32_t orig_len = 0);
   void flush();
 
  private:

@@ -1,0 +1,152 @@
+#include "wire/icrc.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "support/golden.h"
+#include "wire/builder.h"
+#include "wire/packet.h"
+
+namespace uroce::wire {
+namespace {
+
+using test::from_hex;
+
+// An independent, deliberately naive ICRC written from roce-facts.md: bitwise CRC-32 over a
+// masked copy of the whole pseudo-packet.
+std::uint32_t reference_icrc(ConstBytes ip_udp, ConstBytes roce_no_icrc) {
+  std::vector<std::uint8_t> m(8, 0xff);
+  for (std::byte b : ip_udp) m.push_back(static_cast<std::uint8_t>(b));
+  const bool v6 = (m[8] >> 4) == 6;
+  const std::size_t ip = 8;
+  const std::size_t udp = ip + (v6 ? 40 : 20);
+  if (v6) {
+    m[ip] |= 0x0f;
+    m[ip + 1] = m[ip + 2] = m[ip + 3] = 0xff;
+    m[ip + 7] = 0xff;
+  } else {
+    m[ip + 1] = 0xff;
+    m[ip + 8] = 0xff;
+    m[ip + 10] = m[ip + 11] = 0xff;
+  }
+  m[udp + 6] = m[udp + 7] = 0xff;
+  const std::size_t bth = m.size();
+  for (std::byte b : roce_no_icrc) m.push_back(static_cast<std::uint8_t>(b));
+  m[bth + 4] = 0xff;
+  std::uint32_t crc = 0xffffffff;
+  for (std::uint8_t byte : m) {
+    crc ^= byte;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+TEST(Crc32, StandardCheckValues) {
+  const std::string s = "123456789";
+  EXPECT_EQ(crc32(0, as_bytes(s.data(), s.size())), 0xcbf43926u);
+  const std::vector<std::byte> ones(8, std::byte{0xff});
+  // rxe starts its raw CRC at 0xdebb20e3: the register after eight 0xff bytes.
+  EXPECT_EQ(~crc32(0, ones), 0xdebb20e3u);
+  // Continuation equals one pass.
+  EXPECT_EQ(crc32(crc32(0, as_bytes(s.data(), 4)), as_bytes(s.data() + 4, 5)), 0xcbf43926u);
+}
+
+// The ConnectX-4 Lx CNP captured on real hardware (roce-facts.md).
+TEST(Icrc, HardwareCnpVector) {
+  const auto frame = from_hex(
+      "e41d2dab2bc2 7cfe90643b32 0800"
+      "45c2003c718c40004011 9161 0a001101 0a001201"
+      "0000 12b7 0028 0000"
+      "81 00 ffff 40 000118 00000000"
+      "00000000000000000000000000000000"
+      "82fd002a");
+  auto f = parse_frame(LinkType::kEthernet, frame);
+  ASSERT_TRUE(f.ok()) << drop_reason_name(f.error());
+  EXPECT_TRUE(f->icrc_checked);
+  EXPECT_EQ(f->roce.icrc(), 0x2a00fd82u);
+  EXPECT_EQ(f->roce.op->opcode(), Opcode::kCnp);
+  EXPECT_TRUE(f->roce.bth().becn());
+  EXPECT_EQ(f->roce.bth().dest_qpn(), 0x118u);
+  EXPECT_EQ(f->udp.src_port, 0);  // receivers must not validate the source port
+  EXPECT_EQ(f->ipv4.tos & 3, 2);  // ECT(0): masked, so any value verifies
+  const auto roce = f->roce.bytes;
+  EXPECT_EQ(reference_icrc(f->ip_udp, roce.first(roce.size() - 4)), 0x2a00fd82u);
+}
+
+TEST(Icrc, MatchesTheReferenceOnEveryGoldenPacket) {
+  std::size_t n = 0;
+  for (const auto& fr : test::load_all_golden()) {
+    auto f = parse_frame(LinkType::kEthernet, fr.view(), FrameOptions{.verify_icrc = false});
+    ASSERT_TRUE(f.ok()) << fr.file << " #" << fr.index;
+    const auto roce = f->roce.bytes;
+    const auto body = roce.first(roce.size() - 4);
+    ASSERT_EQ(icrc_compute(f->ip_udp, body), reference_icrc(f->ip_udp, body))
+        << fr.file << " #" << fr.index;
+    ASSERT_EQ(icrc_compute(f->ip_udp, body), f->roce.icrc()) << fr.file << " #" << fr.index;
+    ++n;
+  }
+  EXPECT_GT(n, 6000u);
+}
+
+TEST(Icrc, Ipv6AndIpv4BuiltPacketsMatchTheReference) {
+  std::mt19937 rng(20261129);  // seeded: reproducible
+  for (int iter = 0; iter < 200; ++iter) {
+    OuterHeaders o;
+    const bool v6 = iter % 2 == 1;
+    o.src.v6 = o.dst.v6 = v6;
+    for (auto& b : o.src.bytes) b = static_cast<std::uint8_t>(rng());
+    for (auto& b : o.dst.bytes) b = static_cast<std::uint8_t>(rng());
+    o.traffic_class = static_cast<std::uint8_t>(rng());
+    o.ttl = static_cast<std::uint8_t>(rng());
+    o.flow_label = rng() & 0xfffff;
+    o.src_port = static_cast<std::uint16_t>(rng());
+    o.ipv4_id = static_cast<std::uint16_t>(rng());
+    TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcRdmaWriteOnlyImm);
+    h.bth.dest_qpn = rng() & 0xffffff;
+    h.bth.psn = rng() & 0xffffff;
+    h.bth.fecn = rng() & 1;
+    h.reth = Reth{rng(), static_cast<std::uint32_t>(rng()), static_cast<std::uint32_t>(rng())};
+    h.imm_data = static_cast<std::uint32_t>(rng());
+    std::vector<std::byte> payload(rng() % 4097);
+    for (auto& b : payload) b = static_cast<std::byte>(rng());
+    std::vector<std::byte> frame(8192);
+    frame.resize(build_frame(frame, o, h, payload));
+    auto f = parse_frame(LinkType::kEthernet, frame, FrameOptions{.verify_icrc = false});
+    ASSERT_TRUE(f.ok()) << drop_reason_name(f.error());
+    ASSERT_EQ(f->v6, v6);
+    const auto body = f->roce.bytes.first(f->roce.bytes.size() - 4);
+    ASSERT_EQ(f->roce.icrc(), reference_icrc(f->ip_udp, body)) << "iteration " << iter;
+    EXPECT_TRUE(icrc_verify(f->ip_udp, f->roce.bytes));
+  }
+}
+
+TEST(Icrc, AccumulatorOverGatheredPiecesEqualsOnePass) {
+  OuterHeaders o;
+  o.src = IpAddress::v4(0x0a000001);
+  o.dst = IpAddress::v4(0x0a000002);
+  TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcSendOnly);
+  std::vector<std::byte> payload(1000);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7);
+  std::vector<std::byte> frame(2048);
+  frame.resize(build_frame(frame, o, h, payload));
+  const ConstBytes ip_udp = ConstBytes(frame).subspan(14, 28);
+  const ConstBytes roce = ConstBytes(frame).subspan(42);
+  IcrcAccumulator acc(ip_udp, roce.first(12));
+  acc.update(roce.subspan(12, 300));
+  acc.update(roce.subspan(312, 0));
+  acc.update(roce.subspan(312, 700));
+  EXPECT_EQ(acc.value(), load_le32(roce, roce.size() - 4));
+}
+
+TEST(Icrc, VerifyRejectsTooShortInput) {
+  const std::vector<std::byte> ip_udp(28, std::byte{0x45});
+  const std::vector<std::byte> tiny(15);
+  EXPECT_FALSE(icrc_verify(ip_udp, tiny));
+}
+
+}  // namespace
+}  // namespace uroce::wire
