@@ -26,8 +26,13 @@ std::string format_ip(const wire::IpAddress& a) {
 }
 
 std::string format_endpoint(const wire::IpAddress& a, std::uint16_t port) {
-  return a.v6 ? "[" + format_ip(a) + "]:" + std::to_string(port)
-              : format_ip(a) + ":" + std::to_string(port);
+  // Appended piece by piece: `"[" + std::string` trips GCC 12's false -Wrestrict at -O3
+  // (GCC bug 105651), which -Werror turns into a failed Release build.
+  std::string out = a.v6 ? "[" : "";
+  out += format_ip(a);
+  out += a.v6 ? "]:" : ":";
+  out += std::to_string(port);
+  return out;
 }
 
 struct FileStats {

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Tests for scripts/check-core-purity and scripts/check-format: each is run on small trees made
+in a temporary directory, with and without planted problems, and must pass or fail as expected.
+
+Run one test with `check_scripts_test.py CorePurityTest.test_planted_violations`; ctest
+registers each test separately (tests/scripts/CMakeLists.txt).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+REPO = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
+PURITY = os.path.join(REPO, "scripts", "check-core-purity")
+FORMAT = os.path.join(REPO, "scripts", "check-format")
+
+
+def write_tree(root, files):
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(text).lstrip("\n"))
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def reported_locations(stdout):
+    """The set of `path:line` that the purity checker reported."""
+    return {m.group(1) for m in re.finditer(r"^(\S+:\d+): ", stdout, re.MULTILINE)}
+
+
+class TreeTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="uroce-scripts-test-")
+        self.addCleanup(shutil.rmtree, self.root)
+
+
+class CorePurityTest(TreeTest):
+    def purity(self):
+        return run([PURITY, self.root])
+
+    def test_clean_tree_passes(self):
+        write_tree(self.root, {
+            "src/wire/psn.h": """
+                #pragma once
+                #include <cstdint>
+                #include <span>
+                inline uint32_t psn_add(uint32_t psn, uint32_t n) { return (psn + n) & 0xffffff; }
+                """,
+            "src/wire/psn.cc": '#include "wire/psn.h"\n',
+        })
+        result = self.purity()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("2 files in src/wire", result.stdout)
+
+    def test_planted_violations(self):
+        write_tree(self.root, {
+            "src/wire/bad.cc": """
+                #include <cstdint>
+                #include <thread>
+                #include <chrono>
+                #include <sys/socket.h>
+                #include <netinet/in.h>
+                #include <atomic>
+                #include <random>
+                // A clean line between violations.
+                void f() {
+                  auto t0 = std::chrono::steady_clock::now();
+                  struct timespec ts;
+                  clock_gettime(CLOCK_MONOTONIC, &ts);
+                  std::random_device rd;
+                  int r = rand();
+                  srand(7);
+                  long s = time(nullptr);
+                  unsigned long long c = __rdtsc();
+                  std::thread worker([] {});
+                  pthread_create(nullptr, nullptr, nullptr, nullptr);
+                  int fd = ::socket(2, 1, 0);
+                  gettimeofday(nullptr, nullptr);
+                  getrandom(nullptr, 0, 0);
+                  std::mt19937 rng(42);
+                }
+                """,
+            "src/cc/dcqcn.cc": """
+                #include <cstdint>
+                #include <ctime>
+                long ticks() { return std::clock(); }
+                """,
+            "src/transport/qp.h": """
+                #pragma once
+                #include <mutex>
+                """,
+            "src/verbs/mr.cc": """
+                #include <cstddef>
+                void g() { std::this_thread::yield(); }
+                """,
+        })
+        result = self.purity()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        expected = {f"src/wire/bad.cc:{n}" for n in (2, 3, 4, 5, 6, 10, 12, 13, 14, 15, 16, 17,
+                                                     18, 19, 20, 21, 22)}
+        expected |= {"src/cc/dcqcn.cc:2", "src/cc/dcqcn.cc:3", "src/transport/qp.h:2", "src/verbs/mr.cc:2"}
+        self.assertEqual(reported_locations(result.stdout), expected, result.stdout)
+        # Each line names what was found.
+        for needle in ("src/wire/bad.cc:2: includes <thread>",
+                       "src/wire/bad.cc:3: includes <chrono>",
+                       "src/wire/bad.cc:4: includes <sys/socket.h>",
+                       "src/wire/bad.cc:6: includes <atomic>",
+                       "src/wire/bad.cc:10: steady_clock",
+                       "src/wire/bad.cc:12: clock_gettime",
+                       "src/wire/bad.cc:13: random_device",
+                       "src/wire/bad.cc:14: rand()",
+                       "src/wire/bad.cc:15: srand()",
+                       "src/wire/bad.cc:16: time()",
+                       "src/wire/bad.cc:17: __rdtsc",
+                       "src/wire/bad.cc:18: std::thread",
+                       "src/wire/bad.cc:19: pthread_create",
+                       "src/wire/bad.cc:20: socket()",
+                       "src/wire/bad.cc:21: gettimeofday",
+                       "src/wire/bad.cc:22: getrandom",
+                       "src/cc/dcqcn.cc:2: includes <ctime>",
+                       "src/cc/dcqcn.cc:3: clock()",
+                       "src/transport/qp.h:2: includes <mutex>",
+                       "src/verbs/mr.cc:2: std::this_thread"):
+            self.assertIn(needle, result.stdout)
+
+    def test_comments_strings_members_and_declarations_do_not_trigger(self):
+        write_tree(self.root, {
+            "src/transport/timers.h": r'''
+                #pragma once
+                #include <cstdint>
+                #include <random>  // seeded engines only; no <chrono> here
+                // std::thread, time(nullptr) and steady_clock::now() are the engine's job.
+                /* rand(); #include <thread>
+                   clock_gettime(CLOCK_MONOTONIC, &ts); */
+                struct Instant { int64_t ns; };
+                struct Timer {
+                  Instant time() const;
+                  int random() const;
+                };
+                inline const char* kWhy = "socket() and time() are not called here";
+                inline const char* kRaw = R"x(std::random_device rd; time(0))x";
+                inline constexpr int64_t kAckTimeoutNs = 1'000'000;
+                inline char kQuote = '\'';
+                inline int64_t handle_timeout(const Timer& t, std::mt19937& rng) {
+                  return t.time().ns + t.random() + static_cast<int64_t>(rng());
+                }
+                ''',
+        })
+        result = self.purity()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_headers_included_from_outside_the_core_are_checked(self):
+        write_tree(self.root, {
+            "src/wire/packet.h": """
+                #pragma once
+                #include "base/bytes.h"
+                #include "base/clock.h"
+                """,
+            "src/base/bytes.h": "#pragma once\n#include <cstddef>\n",
+            "src/base/clock.h": """
+                #pragma once
+                #include <chrono>
+                inline long now_ns() {
+                  return std::chrono::steady_clock::now().time_since_epoch().count();
+                }
+                """,
+            # Not included by the core: base may use threads.
+            "src/base/pool.cc": "#include <thread>\n",
+        })
+        result = self.purity()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout),
+                         {"src/base/clock.h:2", "src/base/clock.h:4"}, result.stdout)
+        self.assertIn("(included from src/wire/packet.h:3)", result.stdout)
+
+    def test_root_without_core_is_an_error(self):
+        write_tree(self.root, {"src/base/bytes.h": "#pragma once\n"})
+        result = self.purity()
+        self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+
+
+@unittest.skipIf(shutil.which("git") is None, "git is not installed")
+class CheckFormatTest(TreeTest):
+    def setUp(self):
+        super().setUp()
+        shutil.copy(os.path.join(REPO, ".clang-format"), self.root)
+        write_tree(self.root, {
+            "src/wire/good.cc": "int answer() { return 42; }\n",
+            "tests/wire/good_test.cc": "int main() { return 0; }\n",
+        })
+
+    def git_add_all(self):
+        result = run(["git", "-C", self.root, "add", "-A"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_formatted_tree_passes(self):
+        run(["git", "init", "-q", self.root])
+        self.git_add_all()
+        result = run([FORMAT, self.root])
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("2 files", result.stdout)
+
+    def test_unformatted_tracked_file_fails_and_is_named(self):
+        run(["git", "init", "-q", self.root])
+        write_tree(self.root, {"src/wire/bad.h": "int  f( ){return 1;}\n"})
+        self.git_add_all()
+        result = run([FORMAT, self.root])
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("src/wire/bad.h: not formatted", result.stdout)
+        self.assertNotIn("good.cc: not formatted", result.stdout)
+
+    def test_untracked_files_are_ignored(self):
+        run(["git", "init", "-q", self.root])
+        self.git_add_all()
+        write_tree(self.root, {"src/wire/scratch.cc": "int  f( ){return 1;}\n"})
+        result = run([FORMAT, self.root])
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv, verbosity=2)
