@@ -18,13 +18,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> check_files;
   CLI::App* check = pcap->add_subcommand(
       "check", "Verify the ICRC and structure of every RoCEv2 packet; exit 1 if any is invalid");
-  check->add_option("files", check_files, "pcap or pcapng files")
-      ->required()
-      ->check(CLI::ExistingFile);
+  // Unreadable files are reported by the command itself (exit 2), not as usage errors.
+  check->add_option("files", check_files, "pcap or pcapng files")->required();
 
   std::string dump_file;
   CLI::App* dump = pcap->add_subcommand("dump", "Decode every packet of a capture");
-  dump->add_option("file", dump_file, "pcap or pcapng file")->required()->check(CLI::ExistingFile);
+  dump->add_option("file", dump_file, "pcap or pcapng file")->required();
 
   try {
     app.parse(argc, argv);
