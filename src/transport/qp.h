@@ -1,0 +1,330 @@
+// A queue pair's transport: the requester, completer and responder of RC, UC and UD as RoCEv2
+// carries them (IBTA vol. 1 chapter 9; rxe's req.c, comp.c and resp.c), sans-I/O.
+//
+//   inputs                                   outputs (polled)
+//   modify(attr, mask)                       poll_transmit(now, TxPacket&)  packets to send
+//   post_send(SendRequest) / post_recv(...)  poll_timeout()                 next deadline
+//   handle_packet(now, RocePacket, info)     completions -> CompletionSink, events -> EventSink
+//   handle_timeout(now)
+//
+// The QP reads no clock: `now` comes with every input. It makes no system call and allocates
+// only at construction (queues are sized by the QP's capabilities).
+//
+// State machine (IBTA 10.3.1; verbs/ checks which transitions and attribute masks are legal):
+//
+//   RESET -> INIT -> RTR -> RTS <-> SQD
+//     ^                      |
+//     +---- any state -> ERR (flushes)     RTS -> SQE (UC/UD send error) -> RTS
+//
+// Memory is reached only through MemoryResolver, on every access.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/ring.h"
+#include "base/time.h"
+#include "cc/congestion_control.h"
+#include "transport/interfaces.h"
+#include "transport/recv_queue.h"
+#include "uroce/types.h"
+#include "wire/builder.h"
+#include "wire/ip.h"
+#include "wire/packet.h"
+
+namespace uroce::transport {
+
+// Limits (the kernel's Soft-RoCE values, roce-facts.md).
+inline constexpr std::uint32_t kMaxQpWr = 16384;
+inline constexpr std::uint32_t kMaxSge = 32;
+inline constexpr std::uint32_t kMaxInlineData = 400;
+inline constexpr std::uint32_t kMaxRdAtomic = 128;
+inline constexpr std::uint64_t kMaxMessageBytes = 1ull << 31;
+// rxe: at most 128 unacknowledged PSNs, AckReq at least every 64 packets.
+inline constexpr std::uint32_t kMaxUnackedPsns = 128;
+inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
+// The GRH area at the start of a UD receive buffer.
+inline constexpr std::uint32_t kGrhBytes = 40;
+
+// The resolved path of a connected QP or of a UD address handle.
+struct AddressVector {
+  wire::IpAddress dst;
+  std::uint8_t traffic_class = 0;
+  std::uint8_t hop_limit = 64;
+  std::uint32_t flow_label = 0;
+  std::uint16_t udp_sport = 0xc000;
+  bool operator==(const AddressVector&) const = default;
+};
+
+// A send work request as the transport takes it (verbs resolved the AH of a UD request).
+struct SendRequest {
+  std::uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  std::uint32_t send_flags = 0;
+  std::span<const Sge> sges;      // gathered at transmit time (unless inline)
+  std::uint32_t imm_data = 0;     // ImmDt value, or the rkey to invalidate (SEND with Inv)
+  std::uint64_t remote_addr = 0;  // RDMA and atomics
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;  // atomics
+  std::uint64_t swap = 0;
+  const AddressVector* ud_av = nullptr;  // UD: destination (copied at post)
+  std::uint32_t remote_qpn = 0;          // UD
+  std::uint32_t remote_qkey = 0;         // UD; high bit set: use the QP's Q_Key
+};
+
+// What the receiver learnt from the outer headers of a packet.
+struct PacketInfo {
+  wire::IpAddress src;
+  std::uint16_t src_port = 0;
+  std::uint8_t ecn = 0;  // IP ECN bits (3 = CE)
+  ConstBytes ip_header;  // for a UD receive's GRH area (20 or 40 bytes; may be empty)
+};
+
+// A packet to transmit: transport headers built, payload gathered by reference (zero copy; the
+// spans stay valid until the next call into the QP). The engine adds the outer headers, pad
+// and ICRC.
+struct TxPacket {
+  static constexpr std::size_t kMaxHeaderBytes = 48;
+  static constexpr std::size_t kMaxPieces = kMaxSge;
+  AddressVector av;
+  std::array<std::byte, kMaxHeaderBytes> header{};
+  std::uint32_t header_bytes = 0;
+  std::array<ConstBytes, kMaxPieces> pieces{};
+  std::uint32_t num_pieces = 0;
+  std::uint32_t payload_bytes = 0;
+  ConstBytes header_span() const { return ConstBytes(header).first(header_bytes); }
+  std::span<const ConstBytes> payload() const { return std::span(pieces).first(num_pieces); }
+};
+
+// Counters of one QP (shown by `uroce stats`, in the spirit of rdma statistic).
+struct QpCounters {
+  std::uint64_t packets_sent = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t packets_received = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t retransmitted_packets = 0;
+  std::uint64_t timeouts = 0;
+  std::uint64_t rnr_naks_received = 0;
+  std::uint64_t rnr_naks_sent = 0;
+  std::uint64_t seq_naks_received = 0;
+  std::uint64_t seq_naks_sent = 0;
+  std::uint64_t other_naks_received = 0;
+  std::uint64_t other_naks_sent = 0;
+  std::uint64_t duplicate_requests = 0;
+  std::uint64_t out_of_sequence = 0;
+  std::uint64_t dropped = 0;  // packets a QP ignored: wrong state, wrong transport, stale response
+  std::uint64_t qkey_violations = 0;
+  std::uint64_t ud_no_wqe_drops = 0;
+};
+
+struct QpEnv {
+  MemoryResolver* memory = nullptr;
+  CompletionSink* send_cq = nullptr;
+  CompletionSink* recv_cq = nullptr;
+  RecvQueue* rq = nullptr;  // the QP's own RQ or its SRQ
+  bool rq_is_srq = false;
+  EventSink* events = nullptr;
+  cc::CongestionControl* cc = nullptr;
+  std::uint32_t pd = 0;
+  std::uint32_t port_mtu_bytes = 1024;  // UD messages are limited by the port MTU
+};
+
+class Qp {
+ public:
+  Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env);
+  Qp(const Qp&) = delete;
+  Qp& operator=(const Qp&) = delete;
+
+  std::uint32_t qpn() const { return qpn_; }
+  QpType type() const { return type_; }
+  QpState state() const { return state_; }
+  const QpAttr& attr() const { return attr_; }
+  const QpCap& cap() const { return cap_; }
+  const QpCounters& counters() const { return counters_; }
+  const AddressVector& path() const { return path_; }
+
+  // Applies attributes; verbs validated the transition and mask. `path` is the resolved form of
+  // attr.ah_attr when mask has kQpAv. Moving to ERR flushes; to RESET clears all state.
+  void modify(const QpAttr& attr, std::uint32_t mask, const AddressVector& path);
+
+  // Errc::kInvalidArgument for a bad request or state, kNoMemory when the send queue is full.
+  Errc post_send(const SendRequest& wr);
+  // For a QP with its own RQ: posts to it (flushed at once in ERR).
+  Errc post_recv(std::uint64_t wr_id, std::span<const Sge> sges);
+
+  void handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
+  void handle_timeout(Instant now);
+  bool poll_transmit(Instant now, TxPacket& out);
+  // The earliest time handle_timeout() or poll_transmit() has work (never() when idle).
+  Instant poll_timeout() const;
+  // True when poll_transmit() would give a packet now (ignoring congestion-control pacing).
+  bool has_transmit_work() const;
+
+  // Testing hook: number of send WQEs not yet completed.
+  std::uint32_t outstanding_send_wqes() const { return sq_count_; }
+
+ private:
+  // ---- send queue ----
+  enum class WqeState : std::uint8_t { kPosted, kSending, kPending, kDone };
+  struct SendWqe {
+    std::uint64_t wr_id = 0;
+    WrOpcode opcode = WrOpcode::kSend;
+    std::uint32_t send_flags = 0;
+    std::uint32_t imm_data = 0;
+    std::uint64_t remote_addr = 0;
+    std::uint32_t rkey = 0;
+    std::uint64_t compare_add = 0;
+    std::uint64_t swap = 0;
+    AddressVector ud_av;
+    std::uint32_t remote_qpn = 0;
+    std::uint32_t remote_qkey = 0;
+    std::uint32_t num_sge = 0;
+    bool is_inline = false;
+    std::uint64_t length = 0;  // total message bytes
+    WqeState state = WqeState::kPosted;
+    std::uint32_t first_psn = 0;
+    std::uint32_t last_psn = 0;
+    std::uint64_t sent_bytes = 0;  // bytes already packetized (resume point)
+    std::uint64_t read_bytes = 0;  // RDMA READ: bytes of response placed
+  };
+  SendWqe& sq_at(std::uint32_t i) { return sq_[i % sq_.size()]; }
+  const SendWqe& sq_at(std::uint32_t i) const { return sq_[i % sq_.size()]; }
+  std::span<Sge> sges_of(std::uint32_t index);
+  std::span<std::byte> inline_of(std::uint32_t index);
+  bool is_read_or_atomic(const SendWqe& w) const;
+  std::uint32_t packets_of(const SendWqe& w) const;
+
+  // ---- requester (requester.cc) ----
+  bool poll_request(Instant now, TxPacket& out);
+  void build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out);
+  bool gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
+              TxPacket& out);
+  void retry_from(std::uint32_t psn);
+  void complete_unreliable_sends();
+
+  // ---- completer (completer.cc) ----
+  void handle_response(Instant now, const wire::RocePacket& pkt);
+  void complete_send(std::uint32_t index, WcStatus status);
+  void complete_acked_through(std::uint32_t psn);
+  bool scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,
+                             ConstBytes data);
+  void fail_oldest(WcStatus status);
+  void note_progress(Instant now);
+  void handle_retry_timeout(Instant now);
+
+  // ---- responder (responder.cc) ----
+  void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
+  void handle_rc_request(const wire::RocePacket& pkt);
+  void handle_uc_request(const wire::RocePacket& pkt);
+  void handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info);
+  void handle_duplicate(const wire::RocePacket& pkt);
+  bool poll_response(TxPacket& out);
+  enum class RespStatus : std::uint8_t;
+  RespStatus execute_request(const wire::RocePacket& pkt);
+  bool take_recv_wqe();
+  bool scatter_recv(std::uint64_t offset, ConstBytes data);
+  void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
+                     std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp);
+  void queue_ack(std::uint8_t syndrome, std::uint32_t psn);
+  void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn);
+
+  // ---- state ----
+  void enter_error();
+  void flush();
+  void reset_state();
+  void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
+                 bool ack_req, bool solicited, std::uint32_t payload_bytes);
+  Duration ack_timeout() const;
+
+  std::uint32_t qpn_;
+  QpType type_;
+  QpCap cap_;
+  QpEnv env_;
+  QpState state_ = QpState::kReset;
+  QpAttr attr_;
+  AddressVector path_;
+  std::uint32_t mtu_bytes_ = 1024;
+  QpCounters counters_;
+
+  // Send queue ring: [sq_tail_, sq_tail_ + sq_count_) are posted and not yet completed.
+  std::vector<SendWqe> sq_;
+  std::vector<Sge> sq_sges_;
+  std::vector<std::byte> sq_inline_;
+  std::uint32_t sq_tail_ = 0;
+  std::uint32_t sq_count_ = 0;
+
+  // Requester.
+  struct Requester {
+    std::uint32_t next_wqe = 0;  // ring index of the WQE being sent / to send next
+    std::uint32_t psn = 0;       // next PSN to send
+    std::uint32_t noack_packets = 0;
+    std::uint32_t rd_atomic_inflight = 0;
+    Instant rnr_resume = Instant::never();  // waiting out an RNR NAK until then
+    bool draining_done_event = false;
+  } req_;
+
+  // Completer.
+  struct Completer {
+    std::uint32_t psn = 0;  // oldest PSN not yet acknowledged
+    std::uint32_t retry_cnt = 0;
+    std::uint32_t rnr_retry = 0;
+    Instant deadline = Instant::never();  // local ACK timeout
+    std::uint32_t read_psn = 0;           // next expected READ response PSN
+  } comp_;
+
+  // Responder.
+  enum class MsgKind : std::uint8_t { kNone, kSend, kWrite };
+  struct Responder {
+    std::uint32_t psn = 0;  // expected PSN (ePSN)
+    std::uint32_t msn = 0;
+    bool nak_sent = false;                // one NAK per out-of-sequence run
+    MsgKind in_message = MsgKind::kNone;  // inside a multi-packet SEND or WRITE
+    bool uc_drop_until_first = false;
+    // Current receive WQE (taken at the first packet of a SEND / WRITE with immediate).
+    bool has_wqe = false;
+    std::uint64_t wqe_id = 0;
+    std::array<Sge, kMaxSge> wqe_sges{};
+    std::uint32_t wqe_num_sge = 0;
+    std::uint64_t recv_offset = 0;
+    // Current RDMA WRITE.
+    std::uint64_t write_va = 0;
+    std::uint32_t write_rkey = 0;
+    std::uint64_t write_resid = 0;
+    std::uint64_t write_length = 0;
+    bool goto_error = false;
+  } resp_;
+
+  // READ and atomic responder resources (max_dest_rd_atomic of them, reused oldest first).
+  struct RdAtomicResource {
+    bool valid = false;
+    bool is_read = false;
+    std::uint32_t first_psn = 0;
+    std::uint32_t last_psn = 0;
+    std::uint64_t va = 0;
+    std::uint32_t rkey = 0;
+    std::uint64_t length = 0;
+    std::uint64_t orig = 0;  // atomic: the value before the operation
+    std::uint32_t msn = 0;
+  };
+  std::vector<RdAtomicResource> resources_;
+  std::uint32_t next_resource_ = 0;
+
+  // Responses waiting to be sent, in PSN order.
+  struct Response {
+    enum class Kind : std::uint8_t { kAck, kRead, kAtomic } kind = Kind::kAck;
+    std::uint8_t syndrome = 0;
+    std::uint32_t psn = 0;  // ACK: acknowledged PSN; READ: next response PSN
+    std::uint32_t msn = 0;
+    std::uint32_t resource = 0;  // READ / atomic
+    std::uint64_t offset = 0;    // READ: bytes already sent
+    std::uint64_t va = 0;        // READ: where this (possibly replayed) response starts
+    std::uint64_t length = 0;
+    std::uint32_t rkey = 0;
+  };
+  BoundedRing<Response> responses_;  // 2 * max_dest_rd_atomic + 4: see qp.cc
+};
+
+}  // namespace uroce::transport
