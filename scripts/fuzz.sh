@@ -60,5 +60,5 @@ if ((status != 0)); then
   exit 1
 fi
 grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "${work}/fuzz.log" || true
-grep -E '^#[0-9]+ +DONE' "${work}/fuzz.log" || true
+grep -E '^#[0-9]+[[:space:]]+DONE' "${work}/fuzz.log" || true
 echo "fuzz: OK, no finding"
