@@ -23,6 +23,14 @@ void Qp::note_progress(Instant now) {
   env_.cc->on_ack(now);
 }
 
+bool Qp::start_retry(std::uint32_t psn) {
+  if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return false;
+  comp_.retry_started = true;
+  comp_.retry_psn = psn;
+  retry_from(psn);
+  return true;
+}
+
 void Qp::complete_acked_through(std::uint32_t psn) {
   // Completes the SEND/WRITE WQEs whose last PSN is before `psn`.
   while (sq_count_ > 0) {
@@ -75,7 +83,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
   if (wire::psn_lt(w.last_psn, psn)) {
     // A READ or atomic ends before this response: its own response was lost. Go back to it.
     ++counters_.out_of_sequence;
-    retry_from(comp_.psn);
+    start_retry(comp_.psn);
     return;
   }
   const Opcode op = pkt.op->opcode();
@@ -105,12 +113,13 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
           case wire::NakCode::kPsnSequenceError:
             ++counters_.seq_naks_received;
             comp_.psn = psn;
+            if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return;
             if (comp_.retry_cnt == 0) {
               fail_wqe(index, WcStatus::kRetryExcErr);
               return;
             }
             if (comp_.retry_cnt != 7) --comp_.retry_cnt;
-            retry_from(psn);
+            start_retry(psn);
             comp_.deadline = now + ack_timeout();
             return;
           case wire::NakCode::kInvalidRequest:
@@ -229,6 +238,8 @@ void Qp::handle_retry_timeout(Instant now) {
     return;
   }
   if (comp_.retry_cnt != 7) --comp_.retry_cnt;
+  comp_.retry_started = true;
+  comp_.retry_psn = comp_.psn;
   retry_from(comp_.psn);
   comp_.deadline = now + ack_timeout();
 }

@@ -215,6 +215,7 @@ class Qp {
   void fail_wqe(std::uint32_t index, WcStatus status);
   void note_progress(Instant now);
   void handle_retry_timeout(Instant now);
+  bool start_retry(std::uint32_t psn);
 
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
@@ -277,6 +278,10 @@ class Qp {
     std::uint32_t rnr_retry = 0;
     Instant deadline = Instant::never();  // local ACK timeout
     bool read_stream_open = false;        // inside First..Last of READ responses
+    // A go-back-N started by a NAK or a lost response is not started again by the responses to
+    // packets sent before it, until the completer moves past `retry_psn` (rxe: started_retry).
+    bool retry_started = false;
+    std::uint32_t retry_psn = 0;
   } comp_;
 
   // Responder.
