@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "wire/packet.h"
+#include "wire/psn.h"
 
 namespace uroce::test {
 
@@ -188,6 +189,92 @@ void Pair::run(Duration limit) {
     b.qp->handle_timeout(now);
   }
   UROCE_CHECK(false && "Pair::run did not settle");
+}
+
+}  // namespace uroce::test
+
+namespace uroce::test {
+
+Solo::Solo(QpType type, std::uint32_t mtu, std::uint32_t sq_psn, std::uint32_t rq_psn,
+           const QpCap& cap)
+    : e(0x11, type, wire::IpAddress::v4(0x0a000001), cap) {
+  const Mtu m = mtu == 256    ? Mtu::k256
+                : mtu == 512  ? Mtu::k512
+                : mtu == 2048 ? Mtu::k2048
+                : mtu == 4096 ? Mtu::k4096
+                              : Mtu::k1024;
+  QpAttr attr;
+  attr.path_mtu = m;
+  attr.sq_psn = sq_psn;
+  attr.rq_psn = rq_psn;
+  attr.dest_qp_num = kPeerQpn;
+  attr.qkey = 0x11111111;
+  attr.qp_access_flags =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  transport::AddressVector av;
+  av.dst = peer;
+  attr.qp_state = QpState::kInit;
+  e.qp->modify(attr, kQpState | kQpQkey | kQpAccessFlags, av);
+  attr.qp_state = QpState::kRtr;
+  e.qp->modify(attr, kQpState | kQpPathMtu | kQpRqPsn | kQpDestQpn | kQpAv, av);
+  attr.qp_state = QpState::kRts;
+  e.qp->modify(attr, kQpState | kQpSqPsn, av);
+  set(14, 7, 7, 12, 4);
+}
+
+void Solo::set(std::uint8_t timeout, std::uint8_t retry_cnt, std::uint8_t rnr_retry,
+               std::uint8_t min_rnr_timer, std::uint8_t max_rd_atomic) {
+  QpAttr attr;
+  attr.timeout = timeout;
+  attr.retry_cnt = retry_cnt;
+  attr.rnr_retry = rnr_retry;
+  attr.min_rnr_timer = min_rnr_timer;
+  attr.max_rd_atomic = max_rd_atomic;
+  attr.max_dest_rd_atomic = max_rd_atomic;
+  e.qp->modify(attr,
+               kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMinRnrTimer | kQpMaxQpRdAtomic |
+                   kQpMaxDestRdAtomic,
+               e.qp->path());
+}
+
+void Solo::feed(wire::TransportHeaders h, ConstBytes payload) {
+  h.bth.dest_qpn = e.qp->qpn();
+  const auto frame = craft(peer, e.ip, h, payload);
+  auto f = wire::parse_frame(wire::LinkType::kEthernet, frame);
+  UROCE_CHECK(f.ok());
+  transport::PacketInfo info;
+  info.src = peer;
+  info.ip_header = f->ip_udp.first(20);
+  e.qp->handle_packet(now, f->roce, info);
+}
+
+void Solo::feed(wire::Opcode op, std::uint32_t psn, ConstBytes payload, bool ack_req) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(op);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.bth.ack_req = ack_req;
+  feed(h, payload);
+}
+
+std::vector<Solo::Sent> Solo::drain() {
+  std::vector<Sent> out;
+  transport::TxPacket tx;
+  for (int n = 0; n < 100000 && e.qp->poll_transmit(now, tx); ++n) {
+    std::vector<std::byte> roce(tx.header_span().begin(), tx.header_span().end());
+    std::vector<std::byte> payload;
+    for (ConstBytes piece : tx.payload()) payload.insert(payload.end(), piece.begin(), piece.end());
+    roce.insert(roce.end(), payload.begin(), payload.end());
+    roce.resize(roce.size() + wire::pad_for(payload.size()) + wire::kIcrcBytes);
+    auto pkt = wire::parse_roce(roce);
+    UROCE_CHECK(pkt.ok());
+    Sent s;
+    s.h = wire::decode_headers(pkt.value());
+    s.op = pkt->op;
+    s.payload = payload;
+    s.av = tx.av;
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 }  // namespace uroce::test

@@ -124,3 +124,41 @@ std::vector<std::byte> craft(const wire::IpAddress& src, const wire::IpAddress& 
                              const wire::TransportHeaders& h, ConstBytes payload);
 
 }  // namespace uroce::test
+
+namespace uroce::test {
+
+// One QP in RTS, fed crafted packets from a fictitious peer; its output is decoded.
+class Solo {
+ public:
+  struct Sent {
+    wire::TransportHeaders h;
+    const wire::OpcodeInfo* op = nullptr;
+    std::vector<std::byte> payload;
+    transport::AddressVector av;
+  };
+  static constexpr std::uint32_t kPeerQpn = 0x12;
+
+  explicit Solo(QpType type, std::uint32_t mtu = 1024, std::uint32_t sq_psn = 0x1000,
+                std::uint32_t rq_psn = 0x5000, const QpCap& cap = Endpoint::default_cap());
+
+  Endpoint e;
+  wire::IpAddress peer = wire::IpAddress::v4(0x0a000002);
+  Instant now = Instant::from_ns(1'000'000);
+
+  // Sets retry parameters, timers and atomics limits (RC defaults as ibv_rc_pingpong uses).
+  void set(std::uint8_t timeout, std::uint8_t retry_cnt, std::uint8_t rnr_retry,
+           std::uint8_t min_rnr_timer = 12, std::uint8_t max_rd_atomic = 4);
+  // Feeds one packet built from `h` (its opcode, PSN ...) with `payload`; the destination QPN
+  // is filled in.
+  void feed(wire::TransportHeaders h, ConstBytes payload = {});
+  void feed(wire::Opcode op, std::uint32_t psn, ConstBytes payload = {}, bool ack_req = true);
+  // Everything the QP transmits now.
+  std::vector<Sent> drain();
+  void advance(Duration d) {
+    now = now + d;
+    e.qp->handle_timeout(now);
+  }
+  std::uint64_t va(std::size_t off) const { return e.addr() + off; }
+};
+
+}  // namespace uroce::test
