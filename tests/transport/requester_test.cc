@@ -1,0 +1,1441 @@
+// The requester and completer of RC (and the UC/UD requester), one QP fed crafted responses with
+// explicit time: what it sends (opcodes, PSNs, AckReq, RETH/AtomicETH, payload bytes), how
+// ACKs, NAKs, READ responses and atomic ACKs complete its WQEs, and its timers.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "wire/aeth.h"
+#include "wire/opcode.h"
+#include "wire/psn.h"
+
+namespace uroce::test {
+namespace {
+
+using transport::SendRequest;
+using wire::NakCode;
+using wire::Opcode;
+using Strings = std::vector<std::string>;
+
+constexpr std::uint32_t kPsn = 0x1000;  // Solo's first send PSN
+constexpr std::uint64_t kRemoteVa = 0x7f00'0000'1000;
+constexpr std::uint32_t kRkey = 0xabcd;
+
+// Local ACK timeout 4.096 us * 2^timeout.
+Duration ack_timeout(std::uint8_t timeout) { return Duration::ns(std::int64_t{4096} << timeout); }
+
+std::string hex(std::uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%x", v);
+  return b;
+}
+
+// "RC SEND First 1000 A SE": opcode name, PSN, AckReq, solicited event.
+std::string describe(const Solo::Sent& p) {
+  std::string s = std::string(p.op->name) + " " + hex(p.h.bth.psn);
+  if (p.h.bth.ack_req) s += " A";
+  if (p.h.bth.solicited) s += " SE";
+  return s;
+}
+
+Strings describe(const std::vector<Solo::Sent>& ps) {
+  Strings out;
+  for (const auto& p : ps) out.push_back(describe(p));
+  return out;
+}
+
+std::string pkt(Opcode op, std::uint32_t psn, bool ack_req = false, bool se = false) {
+  std::string s = std::string(wire::opcode_info(op).name) + " " + hex(psn & wire::kPsnMask);
+  if (ack_req) s += " A";
+  if (se) s += " SE";
+  return s;
+}
+
+std::string st(WcStatus s) { return wc_status_name(s); }
+
+Strings statuses(const CqCollector& cq) {
+  Strings out;
+  for (const Wc& wc : cq.wcs) out.push_back(st(wc.status));
+  return out;
+}
+
+std::vector<std::uint64_t> wr_ids(const CqCollector& cq) {
+  std::vector<std::uint64_t> out;
+  for (const Wc& wc : cq.wcs) out.push_back(wc.wr_id);
+  return out;
+}
+
+std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(seed + i * 13 + (i >> 8));
+  return v;
+}
+
+void fill(Endpoint& e, std::size_t off, std::size_t n, std::uint8_t seed) {
+  const auto p = pattern(n, seed);
+  std::copy(p.begin(), p.end(), e.buf.begin() + static_cast<std::ptrdiff_t>(off));
+}
+
+std::vector<std::byte> slice(const Endpoint& e, std::size_t off, std::size_t n) {
+  const auto b = e.buf.begin() + static_cast<std::ptrdiff_t>(off);
+  return {b, b + static_cast<std::ptrdiff_t>(n)};
+}
+
+Sge sge(const Endpoint& e, std::size_t off, std::uint32_t len) {
+  return Sge{e.addr() + off, len, e.key};
+}
+
+// A request on the local buffer; RDMA and atomics target kRemoteVa with kRkey.
+SendRequest rq(std::uint64_t id, WrOpcode op, std::span<const Sge> sges,
+               std::uint32_t flags = kSendSignaled) {
+  SendRequest r;
+  r.wr_id = id;
+  r.opcode = op;
+  r.send_flags = flags;
+  r.sges = sges;
+  r.remote_addr = kRemoteVa;
+  r.rkey = kRkey;
+  return r;
+}
+
+SendRequest rq(std::uint64_t id, WrOpcode op, const Sge& s, std::uint32_t flags = kSendSignaled) {
+  return rq(id, op, std::span<const Sge>(&s, 1), flags);
+}
+
+// Responses from the fictitious peer.
+void aeth_packet(Solo& s, Opcode op, std::uint32_t psn, std::uint8_t syndrome,
+                 ConstBytes payload = {}) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(op);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.aeth.syndrome = syndrome;
+  h.aeth.msn = 1;
+  s.feed(h, payload);
+}
+void ack(Solo& s, std::uint32_t psn) {
+  aeth_packet(s, Opcode::kRcAcknowledge, psn, wire::make_ack_syndrome());
+}
+void nak(Solo& s, std::uint32_t psn, NakCode code) {
+  aeth_packet(s, Opcode::kRcAcknowledge, psn, wire::make_nak_syndrome(code));
+}
+void rnr_nak(Solo& s, std::uint32_t psn, std::uint8_t timer_code) {
+  aeth_packet(s, Opcode::kRcAcknowledge, psn, wire::make_rnr_nak_syndrome(timer_code));
+}
+void read_response(Solo& s, Opcode op, std::uint32_t psn, ConstBytes payload) {
+  aeth_packet(s, op, psn, wire::make_ack_syndrome(), payload);
+}
+void atomic_ack(Solo& s, std::uint32_t psn, std::uint64_t orig) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcAtomicAcknowledge);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.aeth.syndrome = wire::make_ack_syndrome();
+  h.atomic_ack_orig = orig;
+  s.feed(h);
+}
+
+ConstBytes part(const std::vector<std::byte>& v, std::size_t off, std::size_t n) {
+  return ConstBytes(v).subspan(off, n);
+}
+
+std::vector<std::byte> vec(ConstBytes b) { return {b.begin(), b.end()}; }
+
+void to_state(Endpoint& e, QpState state) {
+  QpAttr attr;
+  attr.qp_state = state;
+  e.qp->modify(attr, kQpState, e.qp->path());
+}
+
+// ---- segmentation and headers ---------------------------------------------------------------
+
+TEST(Requester, SendIsSegmentedByThePathMtu) {
+  for (std::uint32_t mtu : {256u, 512u, 1024u, 2048u, 4096u}) {
+    for (std::uint32_t len : {1u, mtu - 1, mtu, mtu + 1, 2 * mtu, 3 * mtu + 5}) {
+      SCOPED_TRACE("mtu " + std::to_string(mtu) + " len " + std::to_string(len));
+      Solo s(QpType::kRc, mtu);
+      fill(s.e, 0, len, 7);
+      ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, len))), Errc::kOk);
+      const auto out = s.drain();
+      const std::uint32_t n = (len + mtu - 1) / mtu;
+      ASSERT_EQ(out.size(), n);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        SCOPED_TRACE("packet " + std::to_string(i));
+        const Opcode op = n == 1       ? Opcode::kRcSendOnly
+                          : i == 0     ? Opcode::kRcSendFirst
+                          : i + 1 == n ? Opcode::kRcSendLast
+                                       : Opcode::kRcSendMiddle;
+        EXPECT_EQ(describe(out[i]), pkt(op, kPsn + i, i + 1 == n));
+        EXPECT_EQ(out[i].h.bth.dest_qpn, Solo::kPeerQpn);
+        EXPECT_EQ(out[i].h.bth.pkey, 0xffff);
+        const std::uint32_t bytes = std::min(mtu, len - i * mtu);
+        EXPECT_EQ(out[i].payload, slice(s.e, std::size_t{i} * mtu, bytes));
+        EXPECT_EQ(out[i].h.bth.pad_count, (4 - bytes % 4) % 4);
+        EXPECT_EQ(out[i].h.reth, wire::Reth{});
+        EXPECT_EQ(out[i].av.dst, s.peer);
+      }
+      EXPECT_TRUE(s.e.scq.wcs.empty());
+      ack(s, kPsn + n - 1);
+      ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+      EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+      EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kSend);
+      EXPECT_EQ(s.e.scq.wcs[0].wr_id, 1u);
+      EXPECT_EQ(s.e.scq.wcs[0].qp_num, 0x11u);
+    }
+  }
+}
+
+TEST(Requester, WriteCarriesRethOnlyOnFirstAndOnlyWithTheTotalLength) {
+  for (std::uint32_t mtu : {256u, 512u, 1024u, 2048u, 4096u}) {
+    for (std::uint32_t len : {1u, mtu, mtu + 1, 3 * mtu + 5}) {
+      SCOPED_TRACE("mtu " + std::to_string(mtu) + " len " + std::to_string(len));
+      Solo s(QpType::kRc, mtu);
+      fill(s.e, 64, len, 3);
+      ASSERT_EQ(s.e.qp->post_send(rq(9, WrOpcode::kRdmaWrite, sge(s.e, 64, len))), Errc::kOk);
+      const auto out = s.drain();
+      const std::uint32_t n = (len + mtu - 1) / mtu;
+      ASSERT_EQ(out.size(), n);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        SCOPED_TRACE("packet " + std::to_string(i));
+        const Opcode op = n == 1       ? Opcode::kRcRdmaWriteOnly
+                          : i == 0     ? Opcode::kRcRdmaWriteFirst
+                          : i + 1 == n ? Opcode::kRcRdmaWriteLast
+                                       : Opcode::kRcRdmaWriteMiddle;
+        EXPECT_EQ(describe(out[i]), pkt(op, kPsn + i, i + 1 == n));
+        EXPECT_EQ(out[i].h.reth, i == 0 ? (wire::Reth{kRemoteVa, kRkey, len}) : wire::Reth{});
+        EXPECT_EQ(out[i].payload,
+                  slice(s.e, 64 + std::size_t{i} * mtu, std::min(mtu, len - i * mtu)));
+      }
+      ack(s, kPsn + n - 1);
+      ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+      EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaWrite);
+      EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+    }
+  }
+}
+
+TEST(Requester, ImmediateInvalidateAndSolicitedRideOnTheLastPacket) {
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 600, 1);
+  const Sge big = sge(s.e, 0, 600);
+  const Sge small = sge(s.e, 0, 100);
+  SendRequest r = rq(1, WrOpcode::kSendWithImm, big, kSendSignaled | kSendSolicited);
+  r.imm_data = 0x01020304;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  r = rq(2, WrOpcode::kRdmaWriteWithImm, big, kSendSignaled | kSendSolicited);
+  r.imm_data = 0x0a0b0c0d;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  r = rq(3, WrOpcode::kRdmaWriteWithImm, small);
+  r.imm_data = 0x11223344;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  r = rq(4, WrOpcode::kSendWithInv, big);
+  r.imm_data = 0x4321;  // the rkey to invalidate
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  r = rq(5, WrOpcode::kSendWithInv, small, kSendSignaled | kSendSolicited);
+  r.imm_data = 0x8765;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(6, WrOpcode::kSend, small, kSendSignaled | kSendSolicited)),
+            Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(7, WrOpcode::kSendWithImm, small)), Errc::kOk);
+
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{
+                               pkt(Opcode::kRcSendFirst, 0x1000),
+                               pkt(Opcode::kRcSendMiddle, 0x1001),
+                               pkt(Opcode::kRcSendLastImm, 0x1002, true, true),
+                               pkt(Opcode::kRcRdmaWriteFirst, 0x1003),
+                               pkt(Opcode::kRcRdmaWriteMiddle, 0x1004),
+                               pkt(Opcode::kRcRdmaWriteLastImm, 0x1005, true, true),
+                               pkt(Opcode::kRcRdmaWriteOnlyImm, 0x1006, true),
+                               pkt(Opcode::kRcSendFirst, 0x1007),
+                               pkt(Opcode::kRcSendMiddle, 0x1008),
+                               pkt(Opcode::kRcSendLastInv, 0x1009, true),
+                               pkt(Opcode::kRcSendOnlyInv, 0x100a, true, true),
+                               pkt(Opcode::kRcSendOnly, 0x100b, true, true),
+                               pkt(Opcode::kRcSendOnlyImm, 0x100c, true),
+                           }));
+  ASSERT_EQ(out.size(), 13u);
+  const std::vector<std::uint32_t> imm = {0, 0, 0x01020304, 0, 0, 0x0a0b0c0d, 0x11223344,
+                                          0, 0, 0,          0, 0, 0};
+  const std::vector<std::uint32_t> ieth = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4321, 0x8765, 0, 0};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(out[i].h.imm_data, imm[i]);  // WQE 7 left its imm_data at 0
+    EXPECT_EQ(out[i].h.ieth_rkey, ieth[i]);
+  }
+  EXPECT_EQ(out[3].h.reth, (wire::Reth{kRemoteVa, kRkey, 600}));
+  EXPECT_EQ(out[6].h.reth, (wire::Reth{kRemoteVa, kRkey, 100}));
+  EXPECT_EQ(out[2].payload, slice(s.e, 512, 88));
+}
+
+TEST(Requester, ZeroLengthMessages) {
+  Solo s(QpType::kRc, 1024);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, std::span<const Sge>{})), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaWrite, std::span<const Sge>{})), Errc::kOk);
+  const Sge empty = sge(s.e, 0, 0);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaRead, empty)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, empty)), Errc::kOk);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcSendOnly, 0x1000, true),
+                                    pkt(Opcode::kRcRdmaWriteOnly, 0x1001, true),
+                                    pkt(Opcode::kRcRdmaReadRequest, 0x1002, true),
+                                    pkt(Opcode::kRcSendOnly, 0x1003, true)}));
+  ASSERT_EQ(out.size(), 4u);
+  for (const auto& p : out) {
+    EXPECT_TRUE(p.payload.empty());
+    EXPECT_EQ(p.h.bth.pad_count, 0);
+  }
+  EXPECT_EQ(out[1].h.reth, (wire::Reth{kRemoteVa, kRkey, 0}));
+  EXPECT_EQ(out[2].h.reth, (wire::Reth{kRemoteVa, kRkey, 0}));
+  EXPECT_EQ(s.e.memory.resolves, 0u);  // a zero-length message touches no memory
+  ack(s, 0x1001);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1002, {});
+  ack(s, 0x1003);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(4, st(WcStatus::kSuccess)));
+  EXPECT_EQ(s.e.scq.wcs[2].opcode, WcOpcode::kRdmaRead);
+  EXPECT_EQ(s.e.scq.wcs[2].byte_len, 0u);
+}
+
+TEST(Requester, InlineDataIsCopiedAtPostTime) {
+  QpCap cap = Endpoint::default_cap();
+  cap.max_inline_data = transport::kMaxInlineData;
+  Solo s(QpType::kRc, 256, kPsn, 0x5000, cap);
+  // Not registered anywhere: inline data needs no lkey.
+  std::vector<std::byte> src = pattern(400, 5);
+  const std::array<Sge, 2> sges = {Sge{reinterpret_cast<std::uint64_t>(src.data()), 20, 0},
+                                   Sge{reinterpret_cast<std::uint64_t>(src.data() + 100), 280, 0}};
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sges, kSendSignaled | kSendInline)),
+            Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(
+                rq(2, WrOpcode::kRdmaWrite, std::span(sges).first(1), kSendSignaled | kSendInline)),
+            Errc::kOk);
+  std::vector<std::byte> expect(src.begin(), src.begin() + 20);
+  expect.insert(expect.end(), src.begin() + 100, src.begin() + 380);
+  const std::vector<std::byte> first20(src.begin(), src.begin() + 20);
+  std::fill(src.begin(), src.end(), std::byte{0xee});  // reused at once after post_send
+
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out),
+            (Strings{pkt(Opcode::kRcSendFirst, 0x1000), pkt(Opcode::kRcSendLast, 0x1001, true),
+                     pkt(Opcode::kRcRdmaWriteOnly, 0x1002, true)}));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].payload, std::vector<std::byte>(expect.begin(), expect.begin() + 256));
+  EXPECT_EQ(out[1].payload, std::vector<std::byte>(expect.begin() + 256, expect.end()));
+  EXPECT_EQ(out[2].payload, first20);
+  EXPECT_EQ(out[2].h.reth, (wire::Reth{kRemoteVa, kRkey, 20}));
+  EXPECT_EQ(s.e.memory.resolves, 0u);
+}
+
+TEST(Requester, MultipleSgesAreGatheredInOrder) {
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 16384, 11);
+  // Listed out of address order: the SGE order is the message order.
+  const std::array<Sge, 3> sges = {sge(s.e, 5000, 100), sge(s.e, 1000, 300), sge(s.e, 9000, 50)};
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sges)), Errc::kOk);
+  std::vector<std::byte> expect = slice(s.e, 5000, 100);
+  for (auto b : slice(s.e, 1000, 300)) expect.push_back(b);
+  for (auto b : slice(s.e, 9000, 50)) expect.push_back(b);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out),
+            (Strings{pkt(Opcode::kRcSendFirst, 0x1000), pkt(Opcode::kRcSendLast, 0x1001, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].payload, std::vector<std::byte>(expect.begin(), expect.begin() + 256));
+  EXPECT_EQ(out[1].payload, std::vector<std::byte>(expect.begin() + 256, expect.end()));
+}
+
+// ---- AckReq and the PSN window --------------------------------------------------------------
+
+TEST(Requester, AckReqOnTheLastPacketAndAtLeastEvery64Packets) {
+  Solo s(QpType::kRc, 256);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 100 * 256))), Errc::kOk);
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 100u);
+  std::vector<std::size_t> with_ack_req;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].h.bth.psn, kPsn + i);
+    if (out[i].h.bth.ack_req) with_ack_req.push_back(i);
+  }
+  EXPECT_EQ(with_ack_req, (std::vector<std::size_t>{transport::kMaxPacketsPerAck - 1, 99}));
+}
+
+TEST(Requester, AtMost128UnacknowledgedPsnsThenResumesOnAck) {
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 200 * 256, 2);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 200 * 256))), Errc::kOk);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), transport::kMaxUnackedPsns);
+  EXPECT_EQ(out.back().h.bth.psn, 0x107fu);
+  EXPECT_TRUE(s.drain().empty());
+  s.advance(Duration::us(1));
+  EXPECT_TRUE(s.drain().empty());
+
+  ack(s, 0x103f);  // 64 acknowledged: 64 more may go
+  out = s.drain();
+  ASSERT_EQ(out.size(), 64u);
+  EXPECT_EQ(out.front().h.bth.psn, 0x1080u);
+  EXPECT_EQ(out.back().h.bth.psn, 0x10bfu);
+  EXPECT_EQ(describe(out.back()), pkt(Opcode::kRcSendMiddle, 0x10bf, true));  // 64th since one
+  EXPECT_EQ(out[10].payload, slice(s.e, (0x80 + 10) * 256, 256));
+
+  ack(s, 0x10bf);
+  out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{
+                               pkt(Opcode::kRcSendMiddle, 0x10c0),
+                               pkt(Opcode::kRcSendMiddle, 0x10c1),
+                               pkt(Opcode::kRcSendMiddle, 0x10c2),
+                               pkt(Opcode::kRcSendMiddle, 0x10c3),
+                               pkt(Opcode::kRcSendMiddle, 0x10c4),
+                               pkt(Opcode::kRcSendMiddle, 0x10c5),
+                               pkt(Opcode::kRcSendMiddle, 0x10c6),
+                               pkt(Opcode::kRcSendLast, 0x10c7, true),
+                           }));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  ack(s, 0x10c7);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 0u);
+}
+
+TEST(Requester, WindowSpansManyWqes) {
+  QpCap cap = Endpoint::default_cap();
+  cap.max_send_wr = 256;
+  Solo s(QpType::kRc, 1024, kPsn, 0x5000, cap);
+  for (std::uint64_t i = 0; i < 150; ++i) {
+    ASSERT_EQ(s.e.qp->post_send(rq(i, WrOpcode::kSend, sge(s.e, i, 1))), Errc::kOk);
+  }
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 128u);
+  ack(s, 0x1000);
+  out = s.drain();
+  EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcSendOnly, 0x1080, true)});
+  ack(s, 0x1080);  // one coalesced ACK completes 128 WQEs
+  EXPECT_EQ(s.e.scq.wcs.size(), 129u);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 21u);
+  EXPECT_EQ(out.back().h.bth.psn, 0x1080u + 21);
+  ack(s, 0x1080 + 21);
+  ASSERT_EQ(s.e.scq.wcs.size(), 150u);
+  for (std::uint64_t i = 0; i < 150; ++i) EXPECT_EQ(s.e.scq.wcs[i].wr_id, i);
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+}
+
+// ---- ACKs and completions --------------------------------------------------------------------
+
+TEST(Completer, AcksCompleteInOrderAndOneAckCanCompleteSeveral) {
+  Solo s(QpType::kRc, 1024);
+  const Sge a = sge(s.e, 0, 10);
+  for (std::uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_EQ(s.e.qp->post_send(rq(i, WrOpcode::kSend, a)), Errc::kOk);
+  }
+  ASSERT_EQ(s.drain().size(), 4u);
+  ack(s, 0x1001);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 2u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ack_timeout(14));  // restarted by the progress
+  ack(s, 0x1003);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(4, st(WcStatus::kSuccess)));
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+  EXPECT_EQ(s.e.qp->counters().dropped, 0u);
+}
+
+TEST(Completer, UnsignaledWqesCompleteSilentlyButErrorsAlwaysShow) {
+  Solo s(QpType::kRc, 1024);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a, 0)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaWrite, a, 0)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, a, 0)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(5, WrOpcode::kSend, a, 0)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 5u);
+  ack(s, 0x1002);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{2}));
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 2u);
+  nak(s, 0x1003, NakCode::kRemoteAccessError);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{2, 4, 5}));
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(WcStatus::kRemAccessErr),
+                                        st(WcStatus::kWrFlushErr)}));
+}
+
+TEST(Completer, StaleAndNeverSentAcksAreIgnored) {
+  Solo s(QpType::kRc, 1024);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  ack(s, 0x1002);  // never sent
+  ack(s, 0x1100);  // far in the future
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().dropped, 2u);
+  ack(s, 0x1000);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  ack(s, 0x1000);                            // duplicate: already acknowledged
+  ack(s, 0x0fff);                            // before anything this QP sent
+  nak(s, 0x1000, NakCode::kInvalidRequest);  // a stale NAK must not fail anything
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(s.e.qp->counters().dropped, 5u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  EXPECT_TRUE(s.drain().empty());
+  ack(s, 0x1001);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+}
+
+TEST(Completer, ResponsesToAnIdleQpAreDropped) {
+  Solo s(QpType::kRc, 1024);
+  ack(s, 0x1000);
+  ack(s, 0x0fff);
+  EXPECT_EQ(s.e.qp->counters().dropped, 2u);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_TRUE(s.drain().empty());
+}
+
+// ---- NAK PSN sequence error: go-back-N -------------------------------------------------------
+
+TEST(Completer, SequenceNakGoesBackToItsPsnMidSend) {
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 4096, 21);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 100))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 1000, 1000))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaWrite, sge(s.e, 3000, 300))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 7u);  // 1 + 4 + 2 packets, 0x1000..0x1006
+
+  nak(s, 0x1003, NakCode::kPsnSequenceError);
+  // The NAK acknowledges everything before 0x1003: WQE 1 completes.
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{
+                               pkt(Opcode::kRcSendMiddle, 0x1003),
+                               pkt(Opcode::kRcSendLast, 0x1004, true),
+                               pkt(Opcode::kRcRdmaWriteFirst, 0x1005),
+                               pkt(Opcode::kRcRdmaWriteLast, 0x1006, true),
+                           }));
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].payload, slice(s.e, 1000 + 512, 256));
+  EXPECT_EQ(out[1].payload, slice(s.e, 1000 + 768, 232));
+  EXPECT_EQ(out[0].h.reth, wire::Reth{});
+  EXPECT_EQ(out[2].h.reth, (wire::Reth{kRemoteVa, kRkey, 300}));
+  EXPECT_EQ(out[3].payload, slice(s.e, 3256, 44));
+  EXPECT_EQ(s.e.qp->counters().seq_naks_received, 1u);
+  EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 4u);
+  EXPECT_EQ(s.e.qp->counters().packets_sent, 11u);
+
+  ack(s, 0x1006);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(3, st(WcStatus::kSuccess)));
+}
+
+TEST(Completer, SequenceNakMidWriteResumesWithoutReth) {
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 1000, 4);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWriteWithImm, sge(s.e, 0, 1000))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 4u);
+  nak(s, 0x1001, NakCode::kPsnSequenceError);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaWriteMiddle, 0x1001),
+                                    pkt(Opcode::kRcRdmaWriteMiddle, 0x1002),
+                                    pkt(Opcode::kRcRdmaWriteLastImm, 0x1003, true)}));
+  ASSERT_EQ(out.size(), 3u);
+  for (const auto& p : out) EXPECT_EQ(p.h.reth, wire::Reth{});
+  EXPECT_EQ(out[0].payload, slice(s.e, 256, 256));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+}
+
+TEST(Completer, SequenceNakForTheSamePsnDuringARetryIsNotRetriedAgain) {
+  Solo s(QpType::kRc, 256);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 1000))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 4u);
+  nak(s, 0x1001, NakCode::kPsnSequenceError);
+  ASSERT_EQ(s.drain().size(), 3u);
+  // rxe started_retry: a second NAK for the same PSN answers packets sent before the retry.
+  nak(s, 0x1001, NakCode::kPsnSequenceError);
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->counters().seq_naks_received, 2u);
+  // A NAK past the retry point is new information: go back again.
+  nak(s, 0x1002, NakCode::kPsnSequenceError);
+  EXPECT_EQ(describe(s.drain()),
+            (Strings{pkt(Opcode::kRcSendMiddle, 0x1002), pkt(Opcode::kRcSendLast, 0x1003, true)}));
+  ack(s, 0x1003);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+}
+
+TEST(Completer, SequenceNakMidReadReRequestsOnlyTheRest) {
+  Solo s(QpType::kRc, 256);
+  const auto remote = pattern(1000, 77);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 2000, 1000))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000, true),
+                                    pkt(Opcode::kRcSendOnly, 0x1004, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa, kRkey, 1000}));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 256, 256));
+  nak(s, 0x1002, NakCode::kPsnSequenceError);
+  out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1002, true),
+                                    pkt(Opcode::kRcSendOnly, 0x1004, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 512, kRkey, 488}));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1002, part(remote, 512, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
+  ack(s, 0x1004);
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaRead);
+  EXPECT_EQ(s.e.scq.wcs[0].byte_len, 1000u);
+  EXPECT_EQ(slice(s.e, 2000, 1000), remote);
+}
+
+// ---- NAKs that fail the WQE -------------------------------------------------------------------
+
+TEST(Completer, ErrorNaksFailTheWqeAndFlushTheRestInOrder) {
+  const std::vector<std::pair<NakCode, WcStatus>> cases = {
+      {NakCode::kInvalidRequest, WcStatus::kRemInvReqErr},
+      {NakCode::kRemoteAccessError, WcStatus::kRemAccessErr},
+      {NakCode::kRemoteOperationalError, WcStatus::kRemOpErr},
+  };
+  for (const auto& [code, status] : cases) {
+    SCOPED_TRACE(st(status));
+    Solo s(QpType::kRc, 1024);
+    const Sge a = sge(s.e, 0, 100);
+    const Sge r = sge(s.e, 4096, 8);
+    ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+    ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaWrite, a)), Errc::kOk);
+    ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, a, 0)), Errc::kOk);
+    ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kRdmaRead, r)), Errc::kOk);
+    ASSERT_EQ(s.drain().size(), 4u);
+    nak(s, 0x1001, code);
+    EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+    EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+    EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(status),
+                                          st(WcStatus::kWrFlushErr), st(WcStatus::kWrFlushErr)}));
+    ASSERT_EQ(s.e.scq.wcs.size(), 4u);
+    EXPECT_EQ(s.e.scq.wcs[1].opcode, WcOpcode::kRdmaWrite);
+    EXPECT_EQ(s.e.scq.wcs[3].opcode, WcOpcode::kRdmaRead);
+    EXPECT_EQ(s.e.qp->counters().other_naks_received, 1u);
+    EXPECT_TRUE(s.drain().empty());
+    EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+    // Posting in ERR completes with a flush error at once.
+    ASSERT_EQ(s.e.qp->post_send(rq(5, WrOpcode::kSend, a, 0)), Errc::kOk);
+    EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4, 5}));
+    EXPECT_EQ(s.e.scq.wcs.back().status, WcStatus::kWrFlushErr);
+    EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+    EXPECT_TRUE(s.drain().empty());
+    // Later responses change nothing.
+    ack(s, 0x1003);
+    EXPECT_EQ(s.e.scq.wcs.size(), 5u);
+  }
+}
+
+// ---- RNR NAK ----------------------------------------------------------------------------------
+
+TEST(Completer, RnrNakWaitsTheResponderTimerThenGoesBackN) {
+  Solo s(QpType::kRc, 1024);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 3u);
+  s.advance(Duration::us(5));
+  rnr_nak(s, 0x1001, 12);  // 0.64 ms; acknowledges 0x1000
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  const Instant resume = s.now + Duration::us(wire::rnr_timer_us(12));
+  EXPECT_EQ(wire::rnr_timer_us(12), 640u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), resume);  // the RNR timer, not the ACK timer
+  EXPECT_TRUE(s.drain().empty());
+  s.advance(Duration::us(640) - Duration::ns(1));
+  EXPECT_TRUE(s.drain().empty());
+  s.advance(Duration::ns(1));
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcSendOnly, 0x1001, true),
+                                          pkt(Opcode::kRcSendOnly, 0x1002, true)}));
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ack_timeout(14));
+  EXPECT_EQ(s.e.qp->counters().rnr_naks_received, 1u);
+  ack(s, 0x1002);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(3, st(WcStatus::kSuccess)));
+}
+
+TEST(Completer, RnrNakTimerCodeZeroIsTheLongest) {
+  Solo s(QpType::kRc, 1024);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  rnr_nak(s, 0x1000, 0);
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + Duration::us(655360));
+  s.advance(Duration::us(655360) - Duration::ns(1));
+  EXPECT_TRUE(s.drain().empty());
+  s.advance(Duration::ns(1));
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000, true)});
+}
+
+TEST(Completer, RnrRetryCountsDownAndExhaustionFails) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, /*rnr_retry=*/2);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    rnr_nak(s, 0x1000, 1);
+    EXPECT_TRUE(s.drain().empty());
+    s.advance(Duration::us(10));
+    EXPECT_EQ(s.drain().size(), 2u);
+    EXPECT_TRUE(s.e.scq.wcs.empty());
+  }
+  rnr_nak(s, 0x1000, 1);
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kRnrRetryExcErr), st(WcStatus::kWrFlushErr)}));
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(s.e.qp->counters().rnr_naks_received, 3u);
+  s.advance(Duration::ms(1));
+  EXPECT_TRUE(s.drain().empty());
+}
+
+TEST(Completer, RnrRetryZeroFailsOnTheFirstRnrNak) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, /*rnr_retry=*/0);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  rnr_nak(s, 0x1000, 1);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kRnrRetryExcErr)});
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+}
+
+TEST(Completer, RnrRetrySevenIsInfinite) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, /*rnr_retry=*/7);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  for (int i = 0; i < 50; ++i) {
+    rnr_nak(s, 0x1000, 3);
+    s.advance(Duration::us(30));
+    ASSERT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000, true)}) << i;
+  }
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().rnr_naks_received, 50u);
+  ack(s, 0x1000);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+}
+
+TEST(Completer, ProgressResetsTheRnrRetryCount) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, /*rnr_retry=*/1);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  rnr_nak(s, 0x1000, 1);
+  s.advance(Duration::us(10));
+  ASSERT_EQ(s.drain().size(), 2u);
+  ack(s, 0x1000);  // progress
+  rnr_nak(s, 0x1001, 1);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  s.advance(Duration::us(10));
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1001, true)});
+  rnr_nak(s, 0x1001, 1);
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(WcStatus::kRnrRetryExcErr)}));
+}
+
+// ---- local ACK timeout ------------------------------------------------------------------------
+
+TEST(Completer, LocalAckTimeoutResendsExactlyAtTheDeadline) {
+  for (std::uint8_t timeout : {1, 10, 18}) {
+    SCOPED_TRACE(int{timeout});
+    Solo s(QpType::kRc, 256);
+    s.set(timeout, 7, 7);
+    const Duration t = ack_timeout(timeout);
+    ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 600))), Errc::kOk);
+    const Instant sent = s.now;
+    ASSERT_EQ(s.drain().size(), 3u);
+    EXPECT_EQ(s.e.qp->poll_timeout(), sent + t);
+    s.advance(t - Duration::ns(1));
+    EXPECT_TRUE(s.drain().empty());
+    EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+    s.advance(Duration::ns(1));
+    EXPECT_EQ(describe(s.drain()),
+              (Strings{pkt(Opcode::kRcSendFirst, 0x1000), pkt(Opcode::kRcSendMiddle, 0x1001),
+                       pkt(Opcode::kRcSendLast, 0x1002, true)}));
+    EXPECT_EQ(s.e.qp->counters().timeouts, 1u);
+    EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 3u);
+    EXPECT_EQ(s.e.qp->poll_timeout(), sent + t * 2);
+  }
+}
+
+TEST(Completer, TimeoutGoesBackToTheOldestUnacknowledgedPsn) {
+  Solo s(QpType::kRc, 256);
+  s.set(10, 7, 7);
+  fill(s.e, 0, 1000, 8);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWrite, sge(s.e, 0, 1000))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.advance(Duration::us(100));
+  ack(s, 0x1001);  // progress restarts the timer
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ack_timeout(10));
+  s.advance(ack_timeout(10));
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaWriteMiddle, 0x1002),
+                                    pkt(Opcode::kRcRdmaWriteLast, 0x1003, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].payload, slice(s.e, 512, 256));
+  EXPECT_EQ(out[1].payload, slice(s.e, 768, 232));
+}
+
+TEST(Completer, RetryCountExhaustionFailsAndFlushes) {
+  Solo s(QpType::kRc, 1024);
+  s.set(10, /*retry_cnt=*/2, 7);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaWrite, a, 0)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    s.advance(ack_timeout(10));
+    EXPECT_EQ(s.drain().size(), 2u) << i;
+  }
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kRetryExcErr), st(WcStatus::kWrFlushErr)}));
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(s.e.qp->counters().timeouts, 3u);
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+}
+
+TEST(Completer, RetryCountSevenIsInfinite) {
+  Solo s(QpType::kRc, 1024);
+  s.set(8, /*retry_cnt=*/7, 7);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  for (int i = 0; i < 40; ++i) {
+    s.advance(ack_timeout(8));
+    ASSERT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000, true)}) << i;
+  }
+  EXPECT_EQ(s.e.qp->counters().timeouts, 40u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  ack(s, 0x1000);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+}
+
+TEST(Completer, ProgressResetsTheRetryCount) {
+  Solo s(QpType::kRc, 1024);
+  s.set(10, /*retry_cnt=*/1, 7);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  s.advance(ack_timeout(10));
+  ASSERT_EQ(s.drain().size(), 2u);
+  ack(s, 0x1000);
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1001, true)});
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(WcStatus::kRetryExcErr)}));
+}
+
+TEST(Completer, SequenceNaksCountAgainstTheRetryCount) {
+  Solo s(QpType::kRc, 1024);
+  s.set(10, /*retry_cnt=*/1, 7);
+  const Sge a = sge(s.e, 0, 10);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  nak(s, 0x1000, NakCode::kPsnSequenceError);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kRetryExcErr)});
+}
+
+TEST(Completer, TimeoutZeroMeansNoTimer) {
+  Solo s(QpType::kRc, 1024);
+  s.set(0, 0, 7);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+  s.advance(Duration::s(100));
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  ack(s, 0x1000);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+}
+
+// ---- RDMA READ responses ----------------------------------------------------------------------
+
+TEST(Completer, ReadResponsesLandAtTheirOffsetsInAMultiSgeBuffer) {
+  Solo s(QpType::kRc, 256);
+  const auto remote = pattern(700, 31);
+  const std::array<Sge, 3> sges = {sge(s.e, 3000, 100), sge(s.e, 1000, 400), sge(s.e, 6000, 200)};
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sges)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 4))), Errc::kOk);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000, true),
+                                    pkt(Opcode::kRcSendOnly, 0x1003, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa, kRkey, 700}));
+  EXPECT_TRUE(out[0].payload.empty());
+
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 256, 256));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1002, part(remote, 512, 188));
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaRead);
+  EXPECT_EQ(s.e.scq.wcs[0].byte_len, 700u);
+  EXPECT_EQ(slice(s.e, 3000, 100), vec(part(remote, 0, 100)));
+  EXPECT_EQ(slice(s.e, 1000, 400), vec(part(remote, 100, 400)));
+  EXPECT_EQ(slice(s.e, 6000, 200), vec(part(remote, 500, 200)));
+  // Nothing written past the SGEs.
+  EXPECT_EQ(s.e.buf[3100], std::byte{0});
+  EXPECT_EQ(s.e.buf[1400], std::byte{0});
+  EXPECT_EQ(s.e.buf[6200], std::byte{0});
+  EXPECT_EQ(s.e.buf[2999], std::byte{0});
+  ack(s, 0x1003);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+}
+
+TEST(Completer, ReadResponseAheadOfTheExpectedPsnIsIgnoredThenTheTimeoutResendsTheRest) {
+  Solo s(QpType::kRc, 256);
+  s.set(10, 7, 7);
+  const auto remote = pattern(700, 32);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 700))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.advance(Duration::us(50));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  const Instant progress = s.now;
+  s.advance(Duration::us(50));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1002, part(remote, 512, 188));  // ahead
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().out_of_sequence, 1u);
+  EXPECT_EQ(slice(s.e, 512, 188), std::vector<std::byte>(188));  // not placed
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->poll_timeout(), progress + ack_timeout(10));
+  s.advance(progress + ack_timeout(10) - s.now);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1001, true)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 444}));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1001, part(remote, 256, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1002, part(remote, 512, 188));
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(slice(s.e, 0, 700), remote);
+}
+
+TEST(Completer, AnAckPastAReadMeansItsResponseWasLostSoTheRequesterGoesBack) {
+  Solo s(QpType::kRc, 1024);
+  const auto remote = pattern(8, 40);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 100, 8))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  ack(s, 0x1001);  // acknowledges the SEND: the READ before it must have been answered
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().out_of_sequence, 1u);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000, true),
+                                    pkt(Opcode::kRcSendOnly, 0x1001, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa, kRkey, 8}));
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1000, remote);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  ack(s, 0x1001);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+  EXPECT_EQ(slice(s.e, 100, 8), remote);
+}
+
+TEST(Completer, AnAckPastAnAtomicAlsoGoesBack) {
+  Solo s(QpType::kRc, 1024);
+  const Sge fa_result = sge(s.e, 64, 8);
+  SendRequest fa = rq(1, WrOpcode::kAtomicFetchAndAdd, fa_result);
+  fa.compare_add = 5;
+  ASSERT_EQ(s.e.qp->post_send(fa), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  ack(s, 0x1001);
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcFetchAdd, 0x1000, true),
+                                          pkt(Opcode::kRcSendOnly, 0x1001, true)}));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+}
+
+TEST(Completer, WrongLengthReadResponsesAreBadResponses) {
+  struct Case {
+    const char* name;
+    std::uint32_t read_len;
+    std::vector<std::pair<Opcode, std::uint32_t>> responses;  // opcode, payload bytes
+  };
+  using O = Opcode;
+  const std::vector<Case> cases = {
+      {"short First", 700, {{O::kRcRdmaReadResponseFirst, 200}}},
+      {"short Middle",
+       700,
+       {{O::kRcRdmaReadResponseFirst, 256}, {O::kRcRdmaReadResponseMiddle, 252}}},
+      {"short Last",
+       700,
+       {{O::kRcRdmaReadResponseFirst, 256},
+        {O::kRcRdmaReadResponseMiddle, 256},
+        {O::kRcRdmaReadResponseLast, 187}}},
+      {"long Last",
+       700,
+       {{O::kRcRdmaReadResponseFirst, 256},
+        {O::kRcRdmaReadResponseMiddle, 256},
+        {O::kRcRdmaReadResponseLast, 189}}},
+      {"long Only", 100, {{O::kRcRdmaReadResponseOnly, 101}}},
+      {"short Only", 100, {{O::kRcRdmaReadResponseOnly, 99}}},
+      {"First for a one-packet READ", 100, {{O::kRcRdmaReadResponseFirst, 256}}},
+      {"Middle where the Last belongs",
+       512,
+       {{O::kRcRdmaReadResponseFirst, 256}, {O::kRcRdmaReadResponseMiddle, 256}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Solo s(QpType::kRc, 256);
+    const auto remote = pattern(1024, 50);
+    ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, c.read_len))), Errc::kOk);
+    ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 1))), Errc::kOk);
+    ASSERT_EQ(s.drain().size(), 2u);
+    std::uint32_t psn = kPsn;
+    std::size_t off = 0;
+    for (const auto& [op, len] : c.responses) {
+      read_response(s, op, psn++, part(remote, off, len));
+      off += len;
+    }
+    EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kBadRespErr), st(WcStatus::kWrFlushErr)}));
+    EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+    if (!s.e.scq.wcs.empty()) {
+      EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaRead);
+    }
+  }
+}
+
+TEST(Completer, ReadResponsesForOtherWqesAreDropped) {
+  Solo s(QpType::kRc, 1024);
+  const auto remote = pattern(10, 1);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1000, remote);
+  atomic_ack(s, 0x1000, 7);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().dropped, 2u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  ack(s, 0x1000);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+
+  // A plain ACK cannot answer a READ, nor an atomic ACK.
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  ack(s, 0x1001);
+  atomic_ack(s, 0x1001, 7);
+  EXPECT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.qp->counters().dropped, 4u);
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1001, remote);
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+}
+
+TEST(Completer, ContinuationWithoutItsFirstIsIgnored) {
+  Solo s(QpType::kRc, 256);
+  const auto remote = pattern(700, 3);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 700))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1000, part(remote, 0, 256));
+  EXPECT_EQ(s.e.qp->counters().out_of_sequence, 1u);
+  EXPECT_EQ(slice(s.e, 0, 256), std::vector<std::byte>(256));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 256, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1002, part(remote, 512, 188));
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(slice(s.e, 0, 700), remote);
+}
+
+// ---- atomics ----------------------------------------------------------------------------------
+
+TEST(Requester, AtomicEthCarriesTheOperands) {
+  Solo s(QpType::kRc, 1024);
+  const Sge cs_result = sge(s.e, 64, 8);
+  SendRequest cs = rq(1, WrOpcode::kAtomicCmpAndSwp, cs_result);
+  cs.remote_addr = kRemoteVa + 8;
+  cs.compare_add = 0x1111222233334444;
+  cs.swap = 0x5555666677778888;
+  ASSERT_EQ(s.e.qp->post_send(cs), Errc::kOk);
+  const Sge fa_result = sge(s.e, 72, 8);
+  SendRequest fa = rq(2, WrOpcode::kAtomicFetchAndAdd, fa_result);
+  fa.remote_addr = kRemoteVa + 16;
+  fa.compare_add = 0x99;
+  ASSERT_EQ(s.e.qp->post_send(fa), Errc::kOk);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcCompareSwap, 0x1000, true),
+                                    pkt(Opcode::kRcFetchAdd, 0x1001, true)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.atomic_eth,
+            (wire::AtomicEth{kRemoteVa + 8, kRkey, 0x5555666677778888, 0x1111222233334444}));
+  EXPECT_EQ(out[1].h.atomic_eth, (wire::AtomicEth{kRemoteVa + 16, kRkey, 0x99, 0}));
+  EXPECT_TRUE(out[0].payload.empty());
+  EXPECT_TRUE(out[1].payload.empty());
+
+  atomic_ack(s, 0x1000, 0x0102030405060708);
+  atomic_ack(s, 0x1001, 0xfffffffffffffffe);
+  ASSERT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kCompSwap);
+  EXPECT_EQ(s.e.scq.wcs[1].opcode, WcOpcode::kFetchAdd);
+  EXPECT_EQ(s.e.scq.wcs[0].byte_len, 8u);
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+  // The original value, in host byte order.
+  std::uint64_t v = 0;
+  std::memcpy(&v, s.e.buf.data() + 64, 8);
+  EXPECT_EQ(v, 0x0102030405060708u);
+  std::memcpy(&v, s.e.buf.data() + 72, 8);
+  EXPECT_EQ(v, 0xfffffffffffffffeu);
+}
+
+TEST(Requester, MaxRdAtomicLimitsReadsAndAtomicsInFlight) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/2);
+  const Sge r = sge(s.e, 0, 8);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, r)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 8, 8))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kAtomicCmpAndSwp, sge(s.e, 16, 8))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, sge(s.e, 100, 4))), Errc::kOk);
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000, true),
+                                          pkt(Opcode::kRcRdmaReadRequest, 0x1001, true)}));
+  EXPECT_TRUE(s.drain().empty());
+  const auto remote = pattern(8, 9);
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1000, remote);
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcCompareSwap, 0x1002, true),
+                                          pkt(Opcode::kRcSendOnly, 0x1003, true)}));
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1001, remote);
+  atomic_ack(s, 0x1002, 0);
+  ack(s, 0x1003);
+  EXPECT_EQ(statuses(s.e.scq), Strings(4, st(WcStatus::kSuccess)));
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+}
+
+TEST(Requester, FencedWqeWaitsForEarlierReadsAndAtomics) {
+  Solo s(QpType::kRc, 1024);
+  const Sge a = sge(s.e, 100, 4);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, a, kSendSignaled | kSendFence)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kAtomicFetchAndAdd, sge(s.e, 0, 8))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, a)), Errc::kOk);  // not fenced
+  ASSERT_EQ(s.e.qp->post_send(rq(5, WrOpcode::kRdmaWrite, a, kSendSignaled | kSendFence)),
+            Errc::kOk);
+  // No READ/atomic before WQE 2: its fence does not wait.
+  EXPECT_EQ(
+      describe(s.drain()),
+      (Strings{pkt(Opcode::kRcSendOnly, 0x1000, true), pkt(Opcode::kRcSendOnly, 0x1001, true),
+               pkt(Opcode::kRcFetchAdd, 0x1002, true), pkt(Opcode::kRcSendOnly, 0x1003, true)}));
+  ack(s, 0x1001);
+  EXPECT_TRUE(s.drain().empty());
+  atomic_ack(s, 0x1002, 1);
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcRdmaWriteOnly, 0x1004, true)});
+  ack(s, 0x1004);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4, 5}));
+}
+
+// ---- local errors -----------------------------------------------------------------------------
+
+TEST(Requester, DeregisteredLocalMrFailsAtTransmitWithLocalProtectionError) {
+  Solo s(QpType::kRc, 256);
+  std::vector<std::byte> other(4096);
+  const std::uint32_t key2 = s.e.memory.add(1, other.data(), other.size(), kAccessLocalWrite);
+  const Sge bad{reinterpret_cast<std::uint64_t>(other.data()), 100, key2};
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, bad, 0)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  s.e.memory.remove(key2);  // after post: the lkey is resolved when the packet is built
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000, true)});
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kWrFlushErr), st(WcStatus::kLocProtErr),
+                                        st(WcStatus::kWrFlushErr)}));
+}
+
+TEST(Requester, LocalMrGoneMidMessage) {
+  Solo s(QpType::kRc, 256);
+  std::vector<std::byte> other(4096);
+  const std::uint32_t key2 = s.e.memory.add(1, other.data(), other.size(), kAccessLocalWrite);
+  const std::array<Sge, 2> sges = {sge(s.e, 0, 256),
+                                   Sge{reinterpret_cast<std::uint64_t>(other.data()), 256, key2}};
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWrite, sges)), Errc::kOk);
+  transport::TxPacket tx;
+  ASSERT_TRUE(s.e.qp->poll_transmit(s.now, tx));  // the First packet
+  s.e.memory.remove(key2);
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kLocProtErr)});
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+}
+
+TEST(Completer, ReadIntoADeregisteredMrFailsWithLocalProtectionError) {
+  Solo s(QpType::kRc, 1024);
+  std::vector<std::byte> other(64);
+  const std::uint32_t key2 = s.e.memory.add(1, other.data(), other.size(), kAccessLocalWrite);
+  const Sge dst{reinterpret_cast<std::uint64_t>(other.data()), 16, key2};
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, dst)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.e.memory.remove(key2);
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1000, pattern(16, 2));
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kLocProtErr)});
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_EQ(other, std::vector<std::byte>(64));
+}
+
+// ---- PSN wrap-around --------------------------------------------------------------------------
+
+TEST(Requester, MultiPacketMessageAcrossThePsnWrap) {
+  Solo s(QpType::kRc, 256, 0xfffffe);
+  fill(s.e, 0, 1000, 6);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 1000))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  auto out = s.drain();
+  EXPECT_EQ(describe(out),
+            (Strings{pkt(Opcode::kRcSendFirst, 0xfffffe), pkt(Opcode::kRcSendMiddle, 0xffffff),
+                     pkt(Opcode::kRcSendMiddle, 0x000000), pkt(Opcode::kRcSendLast, 0x000001, true),
+                     pkt(Opcode::kRcSendOnly, 0x000002, true)}));
+  ack(s, 0xffffff);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  ack(s, 0xfffffe);  // stale across the wrap
+  EXPECT_EQ(s.e.qp->counters().dropped, 1u);
+  nak(s, 0x000000, NakCode::kPsnSequenceError);
+  out = s.drain();
+  EXPECT_EQ(describe(out),
+            (Strings{pkt(Opcode::kRcSendMiddle, 0x000000), pkt(Opcode::kRcSendLast, 0x000001, true),
+                     pkt(Opcode::kRcSendOnly, 0x000002, true)}));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].payload, slice(s.e, 512, 256));
+  ack(s, 0x000001);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  ack(s, 0x000002);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+}
+
+TEST(Requester, ReadAcrossThePsnWrap) {
+  Solo s(QpType::kRc, 256, 0xffffff);
+  const auto remote = pattern(600, 12);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 600))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 1))), Errc::kOk);
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0xffffff, true),
+                                          pkt(Opcode::kRcSendOnly, 0x000002, true)}));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0xffffff, part(remote, 0, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x000000, part(remote, 256, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x000001, part(remote, 512, 88));
+  ack(s, 0x000002);
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+  EXPECT_EQ(slice(s.e, 0, 600), remote);
+}
+
+// ---- post_send argument checks ----------------------------------------------------------------
+
+TEST(Requester, PostSendIsRefusedBeforeRts) {
+  Endpoint e(0x11, QpType::kRc, wire::IpAddress::v4(0x0a000001));
+  const Sge a = sge(e, 0, 10);
+  EXPECT_EQ(e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kInvalidArgument);  // RESET
+  to_state(e, QpState::kInit);
+  EXPECT_EQ(e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kInvalidArgument);
+  to_state(e, QpState::kRtr);
+  EXPECT_EQ(e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kInvalidArgument);
+  EXPECT_EQ(e.qp->outstanding_send_wqes(), 0u);
+  to_state(e, QpState::kRts);
+  EXPECT_EQ(e.qp->post_send(rq(1, WrOpcode::kSend, a)), Errc::kOk);
+  EXPECT_EQ(e.qp->outstanding_send_wqes(), 1u);
+  EXPECT_TRUE(e.scq.wcs.empty());
+}
+
+TEST(Requester, PostSendChecksItsArguments) {
+  Solo s(QpType::kRc, 1024);
+  const std::array<Sge, 5> five = {sge(s.e, 0, 1), sge(s.e, 1, 1), sge(s.e, 2, 1), sge(s.e, 3, 1),
+                                   sge(s.e, 4, 1)};
+  EXPECT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, five)), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, std::span(five).first(4))), Errc::kOk);
+  // Inline: at most max_inline_data (64 here).
+  EXPECT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 65), kSendInline)),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 64), kSendInline)), Errc::kOk);
+  // Atomics: 8 bytes at an 8-byte aligned remote address.
+  EXPECT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kAtomicFetchAndAdd, sge(s.e, 0, 4))),
+            Errc::kInvalidArgument);
+  const Sge cs_result = sge(s.e, 0, 8);
+  SendRequest misaligned = rq(3, WrOpcode::kAtomicCmpAndSwp, cs_result);
+  misaligned.remote_addr = kRemoteVa + 4;
+  EXPECT_EQ(s.e.qp->post_send(misaligned), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kAtomicCmpAndSwp, sge(s.e, 0, 8))), Errc::kOk);
+  // Not an operation a QP posts.
+  EXPECT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kLocalInv, sge(s.e, 0, 8))), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 3u);
+  EXPECT_EQ(s.drain().size(), 3u);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+}
+
+TEST(Requester, PostSendRefusesWhatTheTransportCannotCarry) {
+  Solo uc(QpType::kUc, 1024);
+  const Sge a = sge(uc.e, 0, 8);
+  for (WrOpcode op : {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
+                      WrOpcode::kSendWithInv}) {
+    EXPECT_EQ(uc.e.qp->post_send(rq(1, op, a)), Errc::kInvalidArgument) << int(op);
+  }
+  EXPECT_EQ(uc.e.qp->post_send(rq(1, WrOpcode::kRdmaWriteWithImm, a)), Errc::kOk);
+
+  Solo ud(QpType::kUd, 1024);
+  transport::AddressVector av;
+  av.dst = ud.peer;
+  for (WrOpcode op : {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
+                      WrOpcode::kSendWithInv, WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm}) {
+    const Sge eight = sge(ud.e, 0, 8);
+    SendRequest r = rq(1, op, eight);
+    r.ud_av = &av;
+    EXPECT_EQ(ud.e.qp->post_send(r), Errc::kInvalidArgument) << int(op);
+  }
+  // UD: one packet, at most the port MTU (4096 here); an address is needed.
+  const Sge too_big = sge(ud.e, 0, 4097);
+  SendRequest r = rq(1, WrOpcode::kSend, too_big);
+  r.ud_av = &av;
+  EXPECT_EQ(ud.e.qp->post_send(r), Errc::kInvalidArgument);
+  const Sge port_mtu = sge(ud.e, 0, 4096);
+  r = rq(1, WrOpcode::kSend, port_mtu);
+  EXPECT_EQ(ud.e.qp->post_send(r), Errc::kInvalidArgument);
+  r.ud_av = &av;
+  EXPECT_EQ(ud.e.qp->post_send(r), Errc::kOk);
+  EXPECT_EQ(ud.e.qp->outstanding_send_wqes(), 1u);
+}
+
+TEST(Requester, FullSendQueueIsNoMemory) {
+  Solo s(QpType::kRc, 1024);
+  const Sge a = sge(s.e, 0, 1);
+  for (std::uint64_t i = 0; i < 64; ++i) {
+    ASSERT_EQ(s.e.qp->post_send(rq(i, WrOpcode::kSend, a)), Errc::kOk) << i;
+  }
+  EXPECT_EQ(s.e.qp->post_send(rq(64, WrOpcode::kSend, a)), Errc::kNoMemory);
+  EXPECT_EQ(s.drain().size(), 64u);
+  EXPECT_EQ(s.e.qp->post_send(rq(64, WrOpcode::kSend, a)), Errc::kNoMemory);  // until completed
+  ack(s, 0x1000);
+  EXPECT_EQ(s.e.qp->post_send(rq(64, WrOpcode::kSend, a)), Errc::kOk);
+  EXPECT_EQ(s.e.qp->post_send(rq(65, WrOpcode::kSend, a)), Errc::kNoMemory);
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1040, true)});
+}
+
+// ---- SQD --------------------------------------------------------------------------------------
+
+TEST(Requester, SqdStartsNoNewWqeButFinishesTheStartedOnes) {
+  Solo s(QpType::kRc, 256);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 200 * 256))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 128u);  // the window stops WQE 1 part way
+  to_state(s.e, QpState::kSqd);
+  EXPECT_TRUE(s.drain().empty());
+  ack(s, 0x107f);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 72u);  // the rest of WQE 1, not WQE 2
+  EXPECT_EQ(describe(out.back()), pkt(Opcode::kRcSendLast, 0x10c7, true));
+  ack(s, 0x10c7);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 1u);
+  to_state(s.e, QpState::kRts);
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x10c8, true)});
+}
+
+// ---- UC and UD requesters ---------------------------------------------------------------------
+
+TEST(UcRequester, OpcodesWithoutAckReqAndCompletionOnTransmit) {
+  Solo s(QpType::kUc, 256);
+  fill(s.e, 0, 1000, 9);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 600))), Errc::kOk);
+  const Sge write_buf = sge(s.e, 0, 300);
+  SendRequest w = rq(2, WrOpcode::kRdmaWriteWithImm, write_buf, kSendSignaled | kSendSolicited);
+  w.imm_data = 0x55667788;
+  ASSERT_EQ(s.e.qp->post_send(w), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaWrite, sge(s.e, 0, 600), 0)), Errc::kOk);
+  const Sge ten = sge(s.e, 0, 10);
+  w = rq(4, WrOpcode::kSendWithImm, ten);
+  w.imm_data = 7;
+  ASSERT_EQ(s.e.qp->post_send(w), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(5, WrOpcode::kRdmaWriteWithImm, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(6, WrOpcode::kSend, sge(s.e, 0, 0))), Errc::kOk);
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{
+                               pkt(Opcode::kUcSendFirst, 0x1000),
+                               pkt(Opcode::kUcSendMiddle, 0x1001),
+                               pkt(Opcode::kUcSendLast, 0x1002),
+                               pkt(Opcode::kUcRdmaWriteFirst, 0x1003),
+                               pkt(Opcode::kUcRdmaWriteLastImm, 0x1004, false, true),
+                               pkt(Opcode::kUcRdmaWriteFirst, 0x1005),
+                               pkt(Opcode::kUcRdmaWriteMiddle, 0x1006),
+                               pkt(Opcode::kUcRdmaWriteLast, 0x1007),
+                               pkt(Opcode::kUcSendOnlyImm, 0x1008),
+                               pkt(Opcode::kUcRdmaWriteOnlyImm, 0x1009),
+                               pkt(Opcode::kUcSendOnly, 0x100a),
+                           }));
+  ASSERT_EQ(out.size(), 11u);
+  EXPECT_EQ(out[3].h.reth, (wire::Reth{kRemoteVa, kRkey, 300}));
+  EXPECT_EQ(out[4].h.reth, wire::Reth{});
+  EXPECT_EQ(out[4].h.imm_data, 0x55667788u);
+  EXPECT_EQ(out[4].payload, slice(s.e, 256, 44));
+  EXPECT_EQ(out[8].h.imm_data, 7u);
+  EXPECT_EQ(out[9].h.reth, (wire::Reth{kRemoteVa, kRkey, 10}));
+  EXPECT_EQ(out[1].payload, slice(s.e, 256, 256));
+  // UC has no ACKs: each WQE completes when its last packet is sent; no timer runs.
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 4, 5, 6}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(5, st(WcStatus::kSuccess)));
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+  EXPECT_EQ(s.e.scq.wcs[1].opcode, WcOpcode::kRdmaWrite);
+}
+
+TEST(UcRequester, NoPsnWindow) {
+  Solo s(QpType::kUc, 256);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 200 * 256))), Errc::kOk);
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 200u);
+  EXPECT_EQ(out.back().h.bth.psn, 0x1000u + 199);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+}
+
+TEST(UdRequester, SendCarriesDethToTheAddressOfTheRequest) {
+  Solo s(QpType::kUd, 1024);
+  fill(s.e, 0, 4096, 14);
+  transport::AddressVector av;
+  av.dst = wire::IpAddress::v4(0x0a000009);
+  av.udp_sport = 0xc123;
+  av.hop_limit = 7;
+  const Sge whole = sge(s.e, 0, 4096);
+  SendRequest r = rq(1, WrOpcode::kSend, whole, kSendSignaled | kSendSolicited);
+  r.ud_av = &av;
+  r.remote_qpn = 0x77;
+  r.remote_qkey = 0x1234;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  av.dst = wire::IpAddress::v4(0x0a0000ff);  // copied at post: a later change does not matter
+  const Sge none = sge(s.e, 0, 0);
+  r = rq(2, WrOpcode::kSendWithImm, none);
+  transport::AddressVector av2;
+  av2.dst = wire::IpAddress::v4(0x0a000003);
+  r.ud_av = &av2;
+  r.remote_qpn = 0x1000088;    // only 24 bits go on the wire
+  r.remote_qkey = 0x80000000;  // high bit: the QP's own Q_Key
+  r.imm_data = 0xcafe;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  const auto out = s.drain();
+  // UD ignores the path MTU (1024): a message up to the port MTU is one packet.
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kUdSendOnly, 0x1000, false, true),
+                                    pkt(Opcode::kUdSendOnlyImm, 0x1001)}));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.bth.dest_qpn, 0x77u);
+  EXPECT_EQ(out[0].h.deth, (wire::Deth{0x1234, 0x11}));
+  EXPECT_EQ(out[0].av.dst, wire::IpAddress::v4(0x0a000009));
+  EXPECT_EQ(out[0].av.udp_sport, 0xc123);
+  EXPECT_EQ(out[0].av.hop_limit, 7);
+  EXPECT_EQ(out[0].payload, slice(s.e, 0, 4096));
+  EXPECT_EQ(out[1].h.bth.dest_qpn, 0x88u);
+  EXPECT_EQ(out[1].h.deth, (wire::Deth{0x11111111, 0x11}));
+  EXPECT_EQ(out[1].h.imm_data, 0xcafeu);
+  EXPECT_EQ(out[1].av.dst, wire::IpAddress::v4(0x0a000003));
+  EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+}
+
+}  // namespace
+}  // namespace uroce::test
