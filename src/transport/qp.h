@@ -185,6 +185,9 @@ class Qp {
     bool is_inline = false;
     std::uint64_t length = 0;  // total message bytes
     WqeState state = WqeState::kPosted;
+    // Its first packet was sent. Unlike `state`, this survives a go-back-N: SQD lets a started
+    // WQE finish, retransmissions included.
+    bool started = false;
     std::uint32_t first_psn = 0;
     std::uint32_t last_psn = 0;
     std::uint64_t sent_bytes = 0;         // bytes already packetized (resume point)

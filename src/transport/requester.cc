@@ -60,7 +60,8 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
     return false;
   }
   if (w.state == WqeState::kPosted) {
-    if (state_ == QpState::kSqd) return false;  // SQD: no new WQE starts (IBTA 10.3.1.7)
+    // SQD: no new WQE starts; one started before (and reset by a go-back-N) goes on.
+    if (state_ == QpState::kSqd && !w.started) return false;
     if (rc && is_read_or_atomic(w)) {
       const std::uint32_t limit = std::max<std::uint32_t>(1, attr_.max_rd_atomic);
       if (req_.rd_atomic_inflight >= limit) return false;
@@ -80,6 +81,7 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
 
   if (w.state == WqeState::kPosted) {
     w.state = WqeState::kSending;
+    w.started = true;
     w.first_psn = req_.psn;
     w.last_psn = wire::psn_add(w.first_psn, std::int64_t{packets_of(w)} - 1);
     w.sent_bytes = 0;

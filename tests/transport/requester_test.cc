@@ -1339,6 +1339,33 @@ TEST(Requester, SqdStartsNoNewWqeButFinishesTheStartedOnes) {
   EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x10c8, true)});
 }
 
+TEST(Requester, SqdStillRetransmitsWqesStartedBeforeIt) {
+  Solo s(QpType::kRc, 1024);
+  s.set(10, 7, 7);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 100, 8))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 3u);
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  to_state(s.e, QpState::kSqd);
+  // Every response lost: the local ACK timeout goes back N. IBTA 10.3.1.7 (SQD): WQEs already
+  // started complete normally, retransmissions included; only WQE 4 must not start.
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcSendOnly, 0x1000, true),
+                                          pkt(Opcode::kRcRdmaReadRequest, 0x1001, true),
+                                          pkt(Opcode::kRcSendOnly, 0x1002, true)}));
+  // The same after a sequence NAK in the middle.
+  nak(s, 0x1001, NakCode::kPsnSequenceError);
+  EXPECT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1001, true),
+                                          pkt(Opcode::kRcSendOnly, 0x1002, true)}));
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1001, pattern(8, 1));
+  ack(s, 0x1002);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_TRUE(s.drain().empty());
+  to_state(s.e, QpState::kRts);
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1003, true)});
+}
+
 // ---- UC and UD requesters ---------------------------------------------------------------------
 
 TEST(UcRequester, OpcodesWithoutAckReqAndCompletionOnTransmit) {
