@@ -200,7 +200,10 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
       const std::uint64_t offset =
           std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
       const std::size_t len = pkt.payload.size();
+      // First and Middle carry exactly the PMTU, Last and Only at most the PMTU, and together
+      // they end exactly at the READ's length; anything else is a bad response.
       const bool length_ok =
+          len <= mtu_bytes_ &&
           (last ? offset + len == w.length : (len == mtu_bytes_ && offset + len < w.length));
       if (!length_ok) {
         fail_wqe(index, WcStatus::kBadRespErr);

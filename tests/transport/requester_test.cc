@@ -992,6 +992,11 @@ TEST(Completer, WrongLengthReadResponsesAreBadResponses) {
       {"Middle where the Last belongs",
        512,
        {{O::kRcRdmaReadResponseFirst, 256}, {O::kRcRdmaReadResponseMiddle, 256}}},
+      // No response packet carries more than the PMTU, even when the total adds up.
+      {"Only longer than the PMTU", 600, {{O::kRcRdmaReadResponseOnly, 600}}},
+      {"Last longer than the PMTU",
+       600,
+       {{O::kRcRdmaReadResponseFirst, 256}, {O::kRcRdmaReadResponseLast, 344}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
