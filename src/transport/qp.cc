@@ -337,6 +337,8 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
 }
 
 void Qp::handle_timeout(Instant now) {
+  // An RNR wait that is over: has_transmit_work() sees the requester's work again.
+  if (!req_.rnr_resume.is_never() && req_.rnr_resume <= now) req_.rnr_resume = Instant::never();
   if (comp_.deadline <= now) handle_retry_timeout(now);
 }
 
@@ -365,8 +367,7 @@ Instant Qp::poll_timeout() const {
 bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return error_nak_pending_;
   if (!responses_.empty()) return true;
-  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
-  return req_.next_wqe != sq_tail_ + sq_count_ && req_.rnr_resume.is_never();
+  return req_.rnr_resume.is_never() && request_ready();
 }
 
 }  // namespace uroce::transport

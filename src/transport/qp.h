@@ -203,6 +203,8 @@ class Qp {
 
   // ---- requester (requester.cc) ----
   bool poll_request(Instant now, TxPacket& out);
+  // The next request may go, apart from an RNR wait and congestion control.
+  bool request_ready() const;
   void build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out);
   bool gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
               TxPacket& out);

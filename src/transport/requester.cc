@@ -45,15 +45,10 @@ Opcode write_opcode(QpType type, bool first, bool last, bool imm) {
 
 }  // namespace
 
-bool Qp::poll_request(Instant now, TxPacket& out) {
+bool Qp::request_ready() const {
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
-  if (!req_.rnr_resume.is_never()) {
-    if (now < req_.rnr_resume) return false;
-    req_.rnr_resume = Instant::never();
-  }
   if (req_.next_wqe == sq_tail_ + sq_count_) return false;
-  const std::uint32_t index = req_.next_wqe;
-  SendWqe& w = sq_at(index);
+  const SendWqe& w = sq_at(req_.next_wqe);
   const bool rc = type_ == QpType::kRc;
   // The PSN window (rxe: RXE_MAX_UNACKED_PSNS).
   if (rc && wire::psn_diff(req_.psn, comp_.psn) >= static_cast<std::int32_t>(kMaxUnackedPsns)) {
@@ -69,6 +64,19 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
     // Fence: wait until every earlier READ and atomic has completed (IBTA 10.8.3.3).
     if (rc && (w.send_flags & kSendFence) != 0 && req_.rd_atomic_inflight > 0) return false;
   }
+  return true;
+}
+
+bool Qp::poll_request(Instant now, TxPacket& out) {
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
+  if (!req_.rnr_resume.is_never()) {
+    if (now < req_.rnr_resume) return false;
+    req_.rnr_resume = Instant::never();
+  }
+  if (!request_ready()) return false;
+  const std::uint32_t index = req_.next_wqe;
+  SendWqe& w = sq_at(index);
+  const bool rc = type_ == QpType::kRc;
   // Congestion control may hold the packet back.
   const std::uint32_t bytes =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - w.sent_bytes, mtu_bytes_));

@@ -423,6 +423,56 @@ TEST(Requester, WindowSpansManyWqes) {
   EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
 }
 
+// has_transmit_work() is what an engine polls to decide whether to call poll_transmit(): it must
+// say yes exactly when poll_transmit() has a packet (qp.h), whatever holds the requester back.
+std::vector<Solo::Sent> drain_checked(Solo& s) {
+  const bool work = s.e.qp->has_transmit_work();
+  auto out = s.drain();
+  EXPECT_EQ(work, !out.empty()) << "has_transmit_work() disagrees with poll_transmit()";
+  EXPECT_FALSE(s.e.qp->has_transmit_work());
+  return out;
+}
+
+TEST(Requester, HasTransmitWorkAgreesWithPollTransmit) {
+  Solo s(QpType::kRc, 256);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/1);
+  EXPECT_TRUE(drain_checked(s).empty());
+  // The PSN window.
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 130 * 256))), Errc::kOk);
+  EXPECT_EQ(drain_checked(s).size(), 128u);
+  EXPECT_TRUE(drain_checked(s).empty());
+  ack(s, 0x1000);
+  EXPECT_EQ(describe(drain_checked(s)), Strings{pkt(Opcode::kRcSendMiddle, 0x1080)});
+  ack(s, 0x1080);
+  EXPECT_EQ(drain_checked(s).size(), 1u);
+  ack(s, 0x1081);
+  // max_rd_atomic and the fence.
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 0, 8))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaRead, sge(s.e, 8, 8))), Errc::kOk);
+  EXPECT_EQ(describe(drain_checked(s)), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1082, true)});
+  EXPECT_TRUE(drain_checked(s).empty());
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1082, pattern(8, 1));
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, sge(s.e, 0, 8), kSendSignaled | kSendFence)),
+            Errc::kOk);
+  EXPECT_EQ(describe(drain_checked(s)), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1083, true)});
+  EXPECT_TRUE(drain_checked(s).empty());
+  read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1083, pattern(8, 1));
+  // SQD holds back a WQE that has not started.
+  to_state(s.e, QpState::kSqd);
+  EXPECT_TRUE(drain_checked(s).empty());
+  to_state(s.e, QpState::kRts);
+  EXPECT_EQ(describe(drain_checked(s)), Strings{pkt(Opcode::kRcSendOnly, 0x1084, true)});
+  // The RNR wait: nothing before the timer, work once handle_timeout() has seen it expire.
+  rnr_nak(s, 0x1084, 1);
+  EXPECT_TRUE(drain_checked(s).empty());
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + Duration::us(10));
+  s.advance(Duration::us(10));
+  EXPECT_EQ(describe(drain_checked(s)), Strings{pkt(Opcode::kRcSendOnly, 0x1084, true)});
+  ack(s, 0x1084);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(drain_checked(s).empty());
+}
+
 // ---- ACKs and completions --------------------------------------------------------------------
 
 TEST(Completer, AcksCompleteInOrderAndOneAckCanCompleteSeveral) {
