@@ -295,7 +295,7 @@ TEST(Requester, ZeroLengthMessages) {
   EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
   read_response(s, Opcode::kRcRdmaReadResponseOnly, 0x1002, {});
   ack(s, 0x1003);
-  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  ASSERT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
   EXPECT_EQ(statuses(s.e.scq), Strings(4, st(WcStatus::kSuccess)));
   EXPECT_EQ(s.e.scq.wcs[2].opcode, WcOpcode::kRdmaRead);
   EXPECT_EQ(s.e.scq.wcs[2].byte_len, 0u);
@@ -636,7 +636,7 @@ TEST(Completer, SequenceNakMidReadReRequestsOnlyTheRest) {
   read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
   ack(s, 0x1004);
   EXPECT_EQ(statuses(s.e.scq), Strings(2, st(WcStatus::kSuccess)));
-  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  ASSERT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
   EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaRead);
   EXPECT_EQ(s.e.scq.wcs[0].byte_len, 1000u);
   EXPECT_EQ(slice(s.e, 2000, 1000), remote);
@@ -1465,6 +1465,7 @@ TEST(UcRequester, OpcodesWithoutAckReqAndCompletionOnTransmit) {
   EXPECT_EQ(statuses(s.e.scq), Strings(5, st(WcStatus::kSuccess)));
   EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
   EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+  ASSERT_EQ(s.e.scq.wcs.size(), 5u);
   EXPECT_EQ(s.e.scq.wcs[1].opcode, WcOpcode::kRdmaWrite);
 }
 
