@@ -328,6 +328,14 @@ TEST(Requester, InlineDataIsCopiedAtPostTime) {
   EXPECT_EQ(out[1].payload, std::vector<std::byte>(expect.begin() + 256, expect.end()));
   EXPECT_EQ(out[2].payload, first20);
   EXPECT_EQ(out[2].h.reth, (wire::Reth{kRemoteVa, kRkey, 20}));
+  // A retransmission comes from the QP's copy too.
+  nak(s, 0x1001, NakCode::kPsnSequenceError);
+  const auto again = s.drain();
+  EXPECT_EQ(describe(again), (Strings{pkt(Opcode::kRcSendLast, 0x1001, true),
+                                      pkt(Opcode::kRcRdmaWriteOnly, 0x1002, true)}));
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].payload, std::vector<std::byte>(expect.begin() + 256, expect.end()));
+  EXPECT_EQ(again[1].payload, first20);
   EXPECT_EQ(s.e.memory.resolves, 0u);
 }
 
@@ -709,6 +717,27 @@ TEST(Completer, RnrNakWaitsTheResponderTimerThenGoesBackN) {
   ack(s, 0x1002);
   EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3}));
   EXPECT_EQ(statuses(s.e.scq), Strings(3, st(WcStatus::kSuccess)));
+}
+
+TEST(Completer, RnrNakOnTheLastPacketOfAWriteWithImmediateResendsOnlyTheLast) {
+  // The receive WQE is needed only by the Last packet: the responder took the First and Middle.
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 600, 4);
+  const Sge buf = sge(s.e, 0, 600);
+  SendRequest w = rq(1, WrOpcode::kRdmaWriteWithImm, buf);
+  w.imm_data = 0x77;
+  ASSERT_EQ(s.e.qp->post_send(w), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 3u);
+  rnr_nak(s, 0x1002, 1);
+  EXPECT_TRUE(s.drain().empty());
+  s.advance(Duration::us(10));
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaWriteLastImm, 0x1002, true)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].payload, slice(s.e, 512, 88));
+  EXPECT_EQ(out[0].h.imm_data, 0x77u);
+  ack(s, 0x1002);
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
 }
 
 TEST(Completer, RnrNakTimerCodeZeroIsTheLongest) {
@@ -1371,6 +1400,54 @@ TEST(Requester, FullSendQueueIsNoMemory) {
   EXPECT_EQ(s.e.qp->post_send(rq(64, WrOpcode::kSend, a)), Errc::kOk);
   EXPECT_EQ(s.e.qp->post_send(rq(65, WrOpcode::kSend, a)), Errc::kNoMemory);
   EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1040, true)});
+}
+
+TEST(Requester, MessageLengthIsLimitedTo2GiB) {
+  Solo s(QpType::kRc, 1024);
+  // Not sent: post_send only checks the length (the SGEs are resolved at transmit time).
+  const std::array<Sge, 2> max = {Sge{s.e.addr(), 0x7fffffff, s.e.key},
+                                  Sge{s.e.addr(), 1, s.e.key}};
+  EXPECT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWrite, max)), Errc::kOk);
+  const std::array<Sge, 3> over = {Sge{s.e.addr(), 0x7fffffff, s.e.key},
+                                   Sge{s.e.addr(), 1, s.e.key}, Sge{s.e.addr(), 1, s.e.key}};
+  EXPECT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaWrite, over)), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaRead, over)), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 1u);
+}
+
+TEST(Requester, ModifyToErrFlushesEverySendWqeInOrder) {
+  Solo s(QpType::kRc, 256);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 0, 8), 0)), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, sge(s.e, 0, 200 * 256))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kSend, sge(s.e, 0, 10), 0)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 128u);  // WQE 3 part way, WQE 4 not started
+  ack(s, 0x1000);
+  to_state(s.e, QpState::kErr);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(WcStatus::kWrFlushErr),
+                                        st(WcStatus::kWrFlushErr), st(WcStatus::kWrFlushErr)}));
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+  EXPECT_FALSE(s.e.qp->has_transmit_work());
+  s.advance(Duration::s(1));
+  EXPECT_EQ(s.e.scq.wcs.size(), 4u);
+}
+
+TEST(Requester, ModifyToResetDiscardsWithoutCompletions) {
+  Solo s(QpType::kRc, 1024);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  to_state(s.e, QpState::kReset);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+  EXPECT_TRUE(s.drain().empty());
+  ack(s, 0x1001);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kInvalidArgument);
 }
 
 // ---- SQD --------------------------------------------------------------------------------------
