@@ -100,19 +100,6 @@ void DeviceState::qp_event(std::uint32_t qpn, AsyncEventType type) {
   QpObj* q = qp_for_qpn(qpn);
   UROCE_ASSERT(q != nullptr);  // only live QPs report events
   if (q == nullptr) return;
-  if (type == AsyncEventType::kSrqLimitReached) {
-    // The transport popped the SRQ below its limit: an SRQ event, not a QP event.
-    SrqObj* srq = srqs.get(to_raw(q->init.srq));
-    if (srq == nullptr) return;
-    auto it = std::find(armed_srqs.begin(), armed_srqs.end(), srq);
-    if (it == armed_srqs.end()) return;  // already reported
-    armed_srqs.erase(it);
-    AsyncEvent ev;
-    ev.type = type;
-    ev.srq = srq->self;
-    push_event(ev);
-    return;
-  }
   AsyncEvent ev;
   ev.type = type;
   ev.qp = q->self;
@@ -120,20 +107,34 @@ void DeviceState::qp_event(std::uint32_t qpn, AsyncEventType type) {
   push_event(ev);
 }
 
-void DeviceState::sweep_srq_limits() {
-  for (auto it = armed_srqs.begin(); it != armed_srqs.end();) {
-    SrqObj* srq = *it;
-    if (srq->rq.limit() == 0) {  // RecvQueue::pop() disarmed it: the limit was crossed
-      srq->attr.srq_limit = 0;
-      AsyncEvent ev;
-      ev.type = AsyncEventType::kSrqLimitReached;
-      ev.srq = srq->self;
-      push_event(ev);
-      it = armed_srqs.erase(it);
-    } else {
-      ++it;
+void DeviceState::srq_limit_reached(transport::RecvQueue* rq) {
+  for (SrqObj* srq : armed_srqs) {
+    if (&srq->rq == rq) {
+      report_srq_limit(srq);
+      return;
     }
   }
+}
+
+void DeviceState::report_srq_limit(SrqObj* srq) {
+  auto it = std::find(armed_srqs.begin(), armed_srqs.end(), srq);
+  if (it == armed_srqs.end()) return;  // not armed, or already reported
+  armed_srqs.erase(it);
+  srq->attr.srq_limit = 0;
+  AsyncEvent ev;
+  ev.type = AsyncEventType::kSrqLimitReached;
+  ev.srq = srq->self;
+  push_event(ev);
+}
+
+void DeviceState::sweep_srq_limits() {
+  // Collect first: report_srq_limit() edits the list.
+  SrqObj* fired[kMaxSrq];
+  std::size_t n = 0;
+  for (SrqObj* srq : armed_srqs) {
+    if (srq->rq.limit() == 0) fired[n++] = srq;
+  }
+  for (std::size_t i = 0; i < n; ++i) report_srq_limit(fired[i]);
 }
 
 QpObj* DeviceState::qp_for_qpn(std::uint32_t qpn) const {

@@ -129,9 +129,13 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
 
   // transport::EventSink
   void qp_event(std::uint32_t qpn, AsyncEventType type) override;
+  void srq_limit_reached(transport::RecvQueue* srq) override;
 
   void push_event(const AsyncEvent& ev);
-  // Reports SRQs whose limit fired (RecvQueue disarms itself when it crosses the limit).
+  // Reports an armed SRQ whose limit fired (RecvQueue disarms itself when it crosses the
+  // limit): told by the transport (srq_limit_reached), or found by sweep_srq_limits() when the
+  // queue was popped by anyone else.
+  void report_srq_limit(SrqObj* srq);
   void sweep_srq_limits();
   MrObj* mr_for_key(std::uint32_t key) const;
   QpObj* qp_for_qpn(std::uint32_t qpn) const;
@@ -152,7 +156,7 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   CyclicIdAllocator qpn_alloc;
   std::vector<QpObj*> qp_by_qpn;
   std::vector<transport::Qp*> live_qps;
-  std::vector<SrqObj*> armed_srqs;
+  std::vector<SrqObj*> armed_srqs;  // armed and not yet reported
 
   BoundedRing<AsyncEvent> events;
   std::uint64_t events_dropped = 0;

@@ -45,6 +45,7 @@ Errc Device::modify_srq(SrqHandle srq, const SrqAttr& attr, std::uint32_t mask) 
   if ((mask & kSrqLimit) != 0) {
     // rxe_srq_chk_attr(): the limit cannot exceed the queue's size.
     if (attr.srq_limit > q->attr.max_wr) return Errc::kInvalidArgument;
+    s.sweep_srq_limits();  // report a limit that fired before it is re-armed
     q->attr.srq_limit = attr.srq_limit;
     q->rq.arm_limit(attr.srq_limit);
     auto it = std::find(s.armed_srqs.begin(), s.armed_srqs.end(), q);
