@@ -46,10 +46,13 @@ class CompletionSink {
 };
 
 // Asynchronous events of a QP (IBV_EVENT_QP_FATAL, _SQ_DRAINED, _QP_LAST_WQE_REACHED ...).
+class RecvQueue;
 class EventSink {
  public:
   virtual ~EventSink() = default;
   virtual void qp_event(std::uint32_t qpn, AsyncEventType type) = 0;
+  // An SRQ's armed limit was crossed (IBV_EVENT_SRQ_LIMIT_REACHED).
+  virtual void srq_limit_reached(RecvQueue* srq) = 0;
 };
 
 }  // namespace uroce::transport

@@ -187,8 +187,9 @@ class Qp {
     WqeState state = WqeState::kPosted;
     std::uint32_t first_psn = 0;
     std::uint32_t last_psn = 0;
-    std::uint64_t sent_bytes = 0;  // bytes already packetized (resume point)
-    std::uint64_t read_bytes = 0;  // RDMA READ: bytes of response placed
+    std::uint64_t sent_bytes = 0;         // bytes already packetized (resume point)
+    std::uint64_t read_bytes = 0;         // RDMA READ: bytes of response placed
+    WcStatus error = WcStatus::kSuccess;  // set when this WQE failed; flushed with this status
   };
   SendWqe& sq_at(std::uint32_t i) { return sq_[i % sq_.size()]; }
   const SendWqe& sq_at(std::uint32_t i) const { return sq_[i % sq_.size()]; }
@@ -211,9 +212,10 @@ class Qp {
   void complete_acked_through(std::uint32_t psn);
   bool scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,
                              ConstBytes data);
-  void fail_oldest(WcStatus status);
+  void fail_wqe(std::uint32_t index, WcStatus status);
   void note_progress(Instant now);
   void handle_retry_timeout(Instant now);
+  bool start_retry(std::uint32_t psn);
 
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
@@ -225,7 +227,7 @@ class Qp {
   enum class RespStatus : std::uint8_t;
   RespStatus execute_request(const wire::RocePacket& pkt);
   bool take_recv_wqe();
-  bool scatter_recv(std::uint64_t offset, ConstBytes data);
+  RespStatus scatter_into_recv(std::uint64_t offset, ConstBytes data);
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
                      std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp);
   void queue_ack(std::uint8_t syndrome, std::uint32_t psn);
@@ -263,6 +265,9 @@ class Qp {
     std::uint32_t noack_packets = 0;
     std::uint32_t rd_atomic_inflight = 0;
     Instant rnr_resume = Instant::never();  // waiting out an RNR NAK until then
+    Instant pace_until = Instant::never();  // congestion control holds the next packet
+    std::uint32_t max_sent_psn = 0;         // highest PSN sent, to count retransmissions
+    bool sent_any = false;
     bool draining_done_event = false;
   } req_;
 
@@ -272,7 +277,11 @@ class Qp {
     std::uint32_t retry_cnt = 0;
     std::uint32_t rnr_retry = 0;
     Instant deadline = Instant::never();  // local ACK timeout
-    std::uint32_t read_psn = 0;           // next expected READ response PSN
+    bool read_stream_open = false;        // inside First..Last of READ responses
+    // A go-back-N started by a NAK or a lost response is not started again by the responses to
+    // packets sent before it, until the completer moves past `retry_psn` (rxe: started_retry).
+    bool retry_started = false;
+    std::uint32_t retry_psn = 0;
   } comp_;
 
   // Responder.
@@ -324,7 +333,15 @@ class Qp {
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
   };
-  BoundedRing<Response> responses_;  // 2 * max_dest_rd_atomic + 4: see qp.cc
+  BoundedRing<Response> responses_;
+
+  // A responder error's NAK, sent after the QP entered the error state.
+  struct ErrorNak {
+    std::uint8_t syndrome = 0;
+    std::uint32_t psn = 0;
+    std::uint32_t msn = 0;
+  } error_nak_;
+  bool error_nak_pending_ = false;  // 2 * max_dest_rd_atomic + 4: see qp.cc
 };
 
 }  // namespace uroce::transport

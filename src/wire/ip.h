@@ -97,6 +97,12 @@ void encode_ipv6(MutBytes b, const Ipv6& h);
 Udp decode_udp(ConstBytes b);  // b.size() >= 8
 void encode_udp(MutBytes b, const Udp& h);
 
+// P_Key matching (IBTA 10.9.3): the low 15 bits must be equal, and at least one of the two keys
+// must be a full member (bit 15 set). rxe's default and only P_Key is 0xffff.
+constexpr bool pkey_matches(std::uint16_t a, std::uint16_t b) {
+  return (a & 0x7fffu) == (b & 0x7fffu) && ((a | b) & 0x8000u) != 0 && (a & 0x7fffu) != 0;
+}
+
 // The UDP source port rxe derives from a flow label (rdma-core's ibv_flow_label_to_udp_sport).
 constexpr std::uint16_t flow_label_to_udp_sport(std::uint32_t fl) {
   const std::uint32_t fl_low = fl & 0x03fffu;

@@ -1,0 +1,247 @@
+// The completer: matches responses (ACK, NAK, READ responses, atomic ACKs) to outstanding send
+// WQEs and completes them in order (IBTA 9.7.5.2, 9.9; rxe_comp.c).
+//
+// A response with PSN p implicitly acknowledges every request before p: SEND and WRITE WQEs
+// that end before p complete; a READ or atomic that ends before p lost its response, so the
+// requester goes back to it. NAK PSN sequence error and the local ACK timeout go back N;
+// RNR NAK waits the responder's timer first. retry_cnt and rnr_retry count consecutive retries
+// without progress (7 means infinite, as rxe).
+#include <cstring>
+
+#include "transport/qp.h"
+#include "wire/aeth.h"
+#include "wire/psn.h"
+
+namespace uroce::transport {
+
+using wire::Opcode;
+
+void Qp::note_progress(Instant now) {
+  comp_.retry_cnt = attr_.retry_cnt;
+  comp_.rnr_retry = attr_.rnr_retry;
+  comp_.deadline = comp_.psn == req_.psn ? Instant::never() : now + ack_timeout();
+  env_.cc->on_ack(now);
+}
+
+bool Qp::start_retry(std::uint32_t psn) {
+  if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return false;
+  comp_.retry_started = true;
+  comp_.retry_psn = psn;
+  retry_from(psn);
+  return true;
+}
+
+void Qp::complete_acked_through(std::uint32_t psn) {
+  // Completes the SEND/WRITE WQEs whose last PSN is before `psn`.
+  while (sq_count_ > 0) {
+    SendWqe& w = sq_at(sq_tail_);
+    if (w.state != WqeState::kPending || !wire::psn_lt(w.last_psn, psn)) return;
+    if (is_read_or_atomic(w)) return;
+    comp_.psn = wire::psn_add(w.last_psn, 1);
+    complete_send(sq_tail_, WcStatus::kSuccess);
+  }
+}
+
+bool Qp::scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,
+                               ConstBytes data) {
+  // Places response data at `offset` of the WQE's scatter list (local write access).
+  std::span<Sge> sges = sges_of(index).first(w.num_sge);
+  std::uint64_t skip = offset;
+  std::size_t done = 0;
+  for (const Sge& s : sges) {
+    if (done == data.size()) break;
+    if (skip >= s.length) {
+      skip -= s.length;
+      continue;
+    }
+    const std::size_t n = std::min<std::uint64_t>(s.length - skip, data.size() - done);
+    auto mem = env_.memory->resolve(env_.pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
+    if (!mem.ok()) return false;
+    std::memcpy(mem.value().data(), data.data() + done, n);
+    done += n;
+    skip = 0;
+  }
+  return done == data.size();
+}
+
+void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
+  if (type_ != QpType::kRc || (state_ != QpState::kRts && state_ != QpState::kSqd)) {
+    ++counters_.dropped;
+    return;
+  }
+  const std::uint32_t psn = pkt.bth().psn();
+  // Stale (already acknowledged) or never sent: ignore (C9-???: duplicate responses are
+  // silently dropped).
+  if (sq_count_ == 0 || wire::psn_lt(psn, comp_.psn) || wire::psn_ge(psn, req_.psn)) {
+    ++counters_.dropped;
+    return;
+  }
+  complete_acked_through(psn);
+  if (sq_count_ == 0) return;
+  const std::uint32_t index = sq_tail_;
+  SendWqe& w = sq_at(index);
+  if (wire::psn_lt(w.last_psn, psn)) {
+    // A READ or atomic ends before this response: its own response was lost. Go back to it.
+    ++counters_.out_of_sequence;
+    start_retry(comp_.psn);
+    return;
+  }
+  const Opcode op = pkt.op->opcode();
+  const bool has_aeth = pkt.op->has(wire::ExtHeader::kAeth);
+  const std::uint8_t syndrome = has_aeth ? pkt.aeth().syndrome() : 0;
+  if (has_aeth && wire::aeth_type(syndrome) != wire::AethType::kAck) {
+    if (op != Opcode::kRcAcknowledge) {  // a NAK rides only on an Acknowledge (IBTA 9.7.5.1)
+      ++counters_.dropped;
+      return;
+    }
+    const std::uint8_t value = wire::aeth_value(syndrome);
+    switch (wire::aeth_type(syndrome)) {
+      case wire::AethType::kRnrNak:
+        ++counters_.rnr_naks_received;
+        if (comp_.rnr_retry == 0) {
+          fail_wqe(index, WcStatus::kRnrRetryExcErr);
+          return;
+        }
+        if (comp_.rnr_retry != 7) --comp_.rnr_retry;
+        comp_.psn = psn;
+        retry_from(psn);
+        req_.rnr_resume = now + Duration::us(wire::rnr_timer_us(value));
+        comp_.deadline = Instant::never();
+        return;
+      case wire::AethType::kNak:
+        switch (static_cast<wire::NakCode>(value)) {
+          case wire::NakCode::kPsnSequenceError:
+            ++counters_.seq_naks_received;
+            comp_.psn = psn;
+            if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return;
+            if (comp_.retry_cnt == 0) {
+              fail_wqe(index, WcStatus::kRetryExcErr);
+              return;
+            }
+            if (comp_.retry_cnt != 7) --comp_.retry_cnt;
+            start_retry(psn);
+            comp_.deadline = now + ack_timeout();
+            return;
+          case wire::NakCode::kInvalidRequest:
+            ++counters_.other_naks_received;
+            fail_wqe(index, WcStatus::kRemInvReqErr);
+            return;
+          case wire::NakCode::kRemoteAccessError:
+            ++counters_.other_naks_received;
+            fail_wqe(index, WcStatus::kRemAccessErr);
+            return;
+          case wire::NakCode::kRemoteOperationalError:
+            ++counters_.other_naks_received;
+            fail_wqe(index, WcStatus::kRemOpErr);
+            return;
+          default:
+            ++counters_.other_naks_received;
+            fail_wqe(index, WcStatus::kRemInvRdReqErr);
+            return;
+        }
+      default:
+        ++counters_.dropped;  // reserved syndrome
+        return;
+    }
+  }
+
+  switch (op) {
+    case Opcode::kRcAcknowledge:
+      if (is_read_or_atomic(w)) {
+        ++counters_.dropped;  // a plain ACK cannot answer a READ or an atomic
+        return;
+      }
+      comp_.psn = wire::psn_add(psn, 1);
+      if (psn == w.last_psn && w.state == WqeState::kPending) {
+        complete_send(index, WcStatus::kSuccess);
+      }
+      note_progress(now);
+      return;
+    case Opcode::kRcAtomicAcknowledge: {
+      const bool atomic =
+          w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd;
+      if (!atomic || psn != w.first_psn || w.state != WqeState::kPending) {
+        ++counters_.dropped;
+        return;
+      }
+      // The original remote value, in host byte order, into the local buffer (8 bytes).
+      const std::uint64_t orig = pkt.atomic_ack_eth().orig();
+      std::byte buf[8];
+      std::memcpy(buf, &orig, sizeof orig);
+      if (!scatter_read_response(w, index, 0, ConstBytes(buf, 8))) {
+        fail_wqe(index, WcStatus::kLocProtErr);
+        return;
+      }
+      comp_.psn = wire::psn_add(psn, 1);
+      complete_send(index, WcStatus::kSuccess);
+      note_progress(now);
+      return;
+    }
+    case Opcode::kRcRdmaReadResponseFirst:
+    case Opcode::kRcRdmaReadResponseMiddle:
+    case Opcode::kRcRdmaReadResponseLast:
+    case Opcode::kRcRdmaReadResponseOnly: {
+      if (w.opcode != WrOpcode::kRdmaRead || w.state != WqeState::kPending) {
+        ++counters_.dropped;
+        return;
+      }
+      if (psn != comp_.psn) {
+        // An earlier response packet was lost: wait for the timeout (rxe does the same).
+        ++counters_.out_of_sequence;
+        return;
+      }
+      const bool first = pkt.op->is(wire::kFlagFirst);
+      const bool last = pkt.op->is(wire::kFlagLast);
+      if ((op == Opcode::kRcRdmaReadResponseMiddle || op == Opcode::kRcRdmaReadResponseLast) &&
+          !comp_.read_stream_open) {
+        ++counters_.out_of_sequence;  // a continuation without its First: wait for the retry
+        return;
+      }
+      const std::uint64_t offset =
+          std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
+      const std::size_t len = pkt.payload.size();
+      const bool length_ok =
+          (last ? offset + len == w.length : (len == mtu_bytes_ && offset + len < w.length));
+      if (!length_ok) {
+        fail_wqe(index, WcStatus::kBadRespErr);
+        return;
+      }
+      if (len > 0 && !scatter_read_response(w, index, offset, pkt.payload)) {
+        fail_wqe(index, WcStatus::kLocProtErr);
+        return;
+      }
+      (void)first;
+      comp_.read_stream_open = !last;
+      comp_.psn = wire::psn_add(psn, 1);
+      if (last) complete_send(index, WcStatus::kSuccess);
+      note_progress(now);
+      return;
+    }
+    default:
+      ++counters_.dropped;
+      return;
+  }
+}
+
+void Qp::handle_retry_timeout(Instant now) {
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) {
+    comp_.deadline = Instant::never();
+    return;
+  }
+  if (comp_.psn == req_.psn || sq_count_ == 0) {
+    comp_.deadline = Instant::never();
+    return;
+  }
+  ++counters_.timeouts;
+  if (comp_.retry_cnt == 0) {
+    fail_wqe(sq_tail_, WcStatus::kRetryExcErr);
+    return;
+  }
+  if (comp_.retry_cnt != 7) --comp_.retry_cnt;
+  comp_.retry_started = true;
+  comp_.retry_psn = comp_.psn;
+  retry_from(comp_.psn);
+  comp_.deadline = now + ack_timeout();
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,372 @@
+// QP construction, attributes, posting, error handling and the dispatch of inputs and outputs.
+// The protocol roles live in requester.cc, completer.cc and responder.cc.
+#include "transport/qp.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "wire/aeth.h"
+#include "wire/psn.h"
+
+namespace uroce::transport {
+
+namespace {
+
+std::uint32_t at_least_one(std::uint32_t v) { return v == 0 ? 1 : v; }
+
+}  // namespace
+
+Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
+    : qpn_(qpn),
+      type_(type),
+      cap_(cap),
+      env_(env),
+      sq_(at_least_one(cap.max_send_wr)),
+      sq_sges_(std::size_t{at_least_one(cap.max_send_wr)} * cap.max_send_sge),
+      sq_inline_(std::size_t{at_least_one(cap.max_send_wr)} * cap.max_inline_data),
+      responses_(1) {
+  UROCE_CHECK(env_.memory != nullptr && env_.send_cq != nullptr && env_.recv_cq != nullptr);
+  UROCE_CHECK(env_.rq != nullptr && env_.cc != nullptr);
+  UROCE_CHECK(cap.max_send_sge <= kMaxSge && cap.max_inline_data <= kMaxInlineData);
+  if (type_ == QpType::kUd) mtu_bytes_ = env_.port_mtu_bytes;
+}
+
+std::span<Sge> Qp::sges_of(std::uint32_t index) {
+  const std::size_t slot = index % sq_.size();
+  return std::span<Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
+}
+
+std::span<std::byte> Qp::inline_of(std::uint32_t index) {
+  const std::size_t slot = index % sq_.size();
+  return std::span<std::byte>(sq_inline_)
+      .subspan(slot * cap_.max_inline_data, cap_.max_inline_data);
+}
+
+bool Qp::is_read_or_atomic(const SendWqe& w) const {
+  return w.opcode == WrOpcode::kRdmaRead || w.opcode == WrOpcode::kAtomicCmpAndSwp ||
+         w.opcode == WrOpcode::kAtomicFetchAndAdd;
+}
+
+std::uint32_t Qp::packets_of(const SendWqe& w) const {
+  if (w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd) return 1;
+  if (type_ == QpType::kUd || w.length == 0) return 1;
+  return static_cast<std::uint32_t>((w.length + mtu_bytes_ - 1) / mtu_bytes_);
+}
+
+Duration Qp::ack_timeout() const {
+  // IBTA 9.7.6.1.3 / rxe: 4.096 us * 2^timeout; 0 means no timeout.
+  if (attr_.timeout == 0) return Duration::infinite();
+  return Duration::ns(4096) * (std::int64_t{1} << std::min<std::uint8_t>(attr_.timeout, 31));
+}
+
+void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) {
+  if (mask & kQpAccessFlags) attr_.qp_access_flags = a.qp_access_flags;
+  if (mask & kQpQkey) attr_.qkey = a.qkey;
+  if (mask & kQpPkeyIndex) attr_.pkey_index = a.pkey_index;
+  if (mask & kQpPort) attr_.port_num = a.port_num;
+  if (mask & kQpAv) {
+    attr_.ah_attr = a.ah_attr;
+    path_ = path;
+  }
+  if (mask & kQpPathMtu) {
+    attr_.path_mtu = a.path_mtu;
+    if (type_ != QpType::kUd) mtu_bytes_ = mtu_bytes(a.path_mtu);
+  }
+  if (mask & kQpTimeout) attr_.timeout = a.timeout;
+  if (mask & kQpRetryCnt) {
+    attr_.retry_cnt = a.retry_cnt;
+    comp_.retry_cnt = a.retry_cnt;
+  }
+  if (mask & kQpRnrRetry) {
+    attr_.rnr_retry = a.rnr_retry;
+    comp_.rnr_retry = a.rnr_retry;
+  }
+  if (mask & kQpRqPsn) {
+    attr_.rq_psn = a.rq_psn & wire::kPsnMask;
+    resp_.psn = attr_.rq_psn;
+  }
+  if (mask & kQpSqPsn) {
+    attr_.sq_psn = a.sq_psn & wire::kPsnMask;
+    req_.psn = attr_.sq_psn;
+    comp_.psn = attr_.sq_psn;
+  }
+  if (mask & kQpMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kQpMaxDestRdAtomic) {
+    attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    // Control path: the only place besides the constructor that allocates.
+    resources_.assign(a.max_dest_rd_atomic, RdAtomicResource{});
+    next_resource_ = 0;
+    // Each READ/atomic response may be followed by one coalesced ACK or NAK.
+    responses_ = BoundedRing<Response>(2 * std::size_t{a.max_dest_rd_atomic} + 4);
+  }
+  if (mask & kQpMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kQpDestQpn) attr_.dest_qp_num = a.dest_qp_num & wire::kPsnMask;
+  if (mask & kQpEnSqdAsyncNotify) attr_.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (responses_.capacity() < 4) responses_ = BoundedRing<Response>(4);
+
+  if (mask & kQpState) {
+    const QpState next = a.qp_state;
+    switch (next) {
+      case QpState::kReset:
+        reset_state();
+        break;
+      case QpState::kErr:
+        enter_error();
+        break;
+      case QpState::kSqd:
+        state_ = QpState::kSqd;
+        req_.draining_done_event = false;
+        break;
+      default:
+        state_ = next;
+        break;
+    }
+  }
+  attr_.qp_state = state_;
+  attr_.cur_qp_state = state_;
+}
+
+void Qp::reset_state() {
+  // Moving to RESET discards every queued WQE without a completion (IBTA 10.3.1.1).
+  state_ = QpState::kReset;
+  sq_tail_ = 0;
+  sq_count_ = 0;
+  req_ = Requester{};
+  comp_ = Completer{};
+  comp_.retry_cnt = attr_.retry_cnt;
+  comp_.rnr_retry = attr_.rnr_retry;
+  resp_ = Responder{};
+  for (auto& r : resources_) r = RdAtomicResource{};
+  responses_.clear();
+  error_nak_pending_ = false;
+  if (!env_.rq_is_srq) {
+    while (!env_.rq->empty()) env_.rq->pop();
+  }
+}
+
+Errc Qp::post_send(const SendRequest& wr) {
+  if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kRtr) {
+    return Errc::kInvalidArgument;
+  }
+  switch (wr.opcode) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+      break;
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+      if (type_ == QpType::kUd) return Errc::kInvalidArgument;
+      break;
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kAtomicCmpAndSwp:
+    case WrOpcode::kAtomicFetchAndAdd:
+    case WrOpcode::kSendWithInv:
+      if (type_ != QpType::kRc) return Errc::kInvalidArgument;
+      break;
+    default:
+      return Errc::kInvalidArgument;
+  }
+  if (wr.sges.size() > cap_.max_send_sge) return Errc::kInvalidArgument;
+  std::uint64_t length = 0;
+  for (const Sge& s : wr.sges) length += s.length;
+  const bool atomic =
+      wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+  if (atomic && (length < 8 || (wr.remote_addr & 7u) != 0)) return Errc::kInvalidArgument;
+  if (length > kMaxMessageBytes) return Errc::kInvalidArgument;
+  if (type_ == QpType::kUd) {
+    if (wr.ud_av == nullptr || length > env_.port_mtu_bytes) return Errc::kInvalidArgument;
+  }
+  const bool inline_data =
+      (wr.send_flags & kSendInline) != 0 && !atomic && wr.opcode != WrOpcode::kRdmaRead;
+  if (inline_data && length > cap_.max_inline_data) return Errc::kInvalidArgument;
+  if (sq_count_ == sq_.size()) return Errc::kNoMemory;
+
+  const std::uint32_t index = sq_tail_ + sq_count_;
+  SendWqe& w = sq_at(index);
+  w = SendWqe{};
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.send_flags = wr.send_flags;
+  w.imm_data = wr.imm_data;
+  w.remote_addr = wr.remote_addr;
+  w.rkey = wr.rkey;
+  w.compare_add = wr.compare_add;
+  w.swap = wr.swap;
+  if (type_ == QpType::kUd) {
+    w.ud_av = *wr.ud_av;
+    w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
+    w.remote_qkey = wr.remote_qkey;
+  }
+  w.length = atomic ? 8 : length;
+  w.is_inline = inline_data;
+  if (inline_data) {
+    // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.
+    std::span<std::byte> dst = inline_of(index);
+    std::size_t off = 0;
+    for (const Sge& s : wr.sges) {
+      if (s.length == 0) continue;
+      std::memcpy(dst.data() + off, reinterpret_cast<const void*>(s.addr), s.length);
+      off += s.length;
+    }
+  } else {
+    std::copy(wr.sges.begin(), wr.sges.end(), sges_of(index).begin());
+    w.num_sge = static_cast<std::uint32_t>(wr.sges.size());
+  }
+  ++sq_count_;
+  if (state_ == QpState::kErr || state_ == QpState::kSqe) flush();
+  return Errc::kOk;
+}
+
+Errc Qp::post_recv(std::uint64_t wr_id, std::span<const Sge> sges) {
+  UROCE_CHECK(!env_.rq_is_srq);
+  if (state_ == QpState::kReset) return Errc::kInvalidArgument;
+  const Errc e = env_.rq->post(wr_id, sges);
+  if (e != Errc::kOk) return e;
+  if (state_ == QpState::kErr) flush();
+  return Errc::kOk;
+}
+
+void Qp::enter_error() {
+  if (state_ == QpState::kErr) return;
+  state_ = QpState::kErr;
+  attr_.qp_state = state_;
+  flush();
+  if (env_.rq_is_srq && env_.events != nullptr) {
+    env_.events->qp_event(qpn_, AsyncEventType::kQpLastWqeReached);
+  }
+}
+
+void Qp::flush() {
+  // IBTA 10.3.1.2: in the error state every outstanding WR completes with a flush error, in
+  // order, signaled or not.
+  while (sq_count_ > 0) {
+    const WcStatus error = sq_at(sq_tail_).error;
+    complete_send(sq_tail_, error != WcStatus::kSuccess ? error : WcStatus::kWrFlushErr);
+  }
+  req_.next_wqe = sq_tail_;
+  req_.rd_atomic_inflight = 0;
+  comp_.deadline = Instant::never();
+  req_.rnr_resume = Instant::never();
+  if (resp_.has_wqe) {
+    complete_recv(WcStatus::kWrFlushErr, 0, 0, 0, WcOpcode::kRecv, false, 0);
+  }
+  if (!env_.rq_is_srq) {
+    while (!env_.rq->empty()) {
+      take_recv_wqe();
+      complete_recv(WcStatus::kWrFlushErr, 0, 0, 0, WcOpcode::kRecv, false, 0);
+    }
+  }
+}
+
+void Qp::fail_wqe(std::uint32_t index, WcStatus status) {
+  // The failed WQE completes with its own status; every other outstanding one with a flush
+  // error, all in queue order (rxe: the QP enters the error state at once).
+  sq_at(index).error = status;
+  enter_error();
+}
+
+void Qp::complete_send(std::uint32_t index, WcStatus status) {
+  UROCE_CHECK(sq_count_ > 0 && index == sq_tail_);
+  SendWqe& w = sq_at(index);
+  if (is_read_or_atomic(w) && (w.state == WqeState::kSending || w.state == WqeState::kPending)) {
+    UROCE_CHECK(req_.rd_atomic_inflight > 0);
+    --req_.rd_atomic_inflight;
+  }
+  if (status != WcStatus::kSuccess || (w.send_flags & kSendSignaled) != 0) {
+    Wc wc;
+    wc.wr_id = w.wr_id;
+    wc.status = status;
+    switch (w.opcode) {
+      case WrOpcode::kRdmaWrite:
+      case WrOpcode::kRdmaWriteWithImm:
+        wc.opcode = WcOpcode::kRdmaWrite;
+        break;
+      case WrOpcode::kRdmaRead:
+        wc.opcode = WcOpcode::kRdmaRead;
+        break;
+      case WrOpcode::kAtomicCmpAndSwp:
+        wc.opcode = WcOpcode::kCompSwap;
+        break;
+      case WrOpcode::kAtomicFetchAndAdd:
+        wc.opcode = WcOpcode::kFetchAdd;
+        break;
+      default:
+        wc.opcode = WcOpcode::kSend;
+        break;
+    }
+    wc.byte_len = static_cast<std::uint32_t>(w.length);
+    wc.qp_num = qpn_;
+    env_.send_cq->push(wc, false);
+  }
+  w.state = WqeState::kDone;
+  ++sq_tail_;
+  --sq_count_;
+  if (req_.next_wqe == index) ++req_.next_wqe;  // completed before it was fully sent (errors)
+}
+
+void Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
+                   bool ack_req, bool solicited, std::uint32_t payload_bytes) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(op);
+  h.bth.solicited = solicited;
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qpn = dest_qpn;
+  h.bth.ack_req = ack_req;
+  h.bth.psn = psn & wire::kPsnMask;
+  out.header_bytes =
+      static_cast<std::uint32_t>(wire::write_headers(MutBytes(out.header), h, payload_bytes));
+  out.num_pieces = 0;
+  out.payload_bytes = payload_bytes;
+}
+
+void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInfo& info) {
+  const wire::BthView bth = pkt.bth();
+  if (!wire::pkey_matches(bth.pkey(), 0xffff)) {
+    ++counters_.dropped;
+    return;
+  }
+  if (pkt.op->is(wire::kFlagCnp)) {
+    env_.cc->on_cnp(now);
+    return;
+  }
+  if (info.ecn == 3) env_.cc->on_ecn_ce(now);
+  if (pkt.op->is(wire::kFlagResponse)) {
+    handle_response(now, pkt);
+  } else {
+    handle_request(now, pkt, info);
+  }
+}
+
+void Qp::handle_timeout(Instant now) {
+  if (comp_.deadline <= now) handle_retry_timeout(now);
+}
+
+bool Qp::poll_transmit(Instant now, TxPacket& out) {
+  if (state_ != QpState::kErr && poll_response(out)) return true;
+  if (state_ == QpState::kErr) {
+    if (!error_nak_pending_) return false;
+    error_nak_pending_ = false;
+    build_bth(out, wire::Opcode::kRcAcknowledge, attr_.dest_qp_num, error_nak_.psn, false, false,
+              0);
+    wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
+        .encode(wire::Aeth{error_nak_.syndrome, error_nak_.msn});
+    out.av = path_;
+    ++counters_.packets_sent;
+    return true;
+  }
+  return poll_request(now, out);
+}
+
+Instant Qp::poll_timeout() const {
+  Instant t = comp_.deadline;
+  if (!req_.rnr_resume.is_never()) t = earliest(t, req_.rnr_resume);
+  return earliest(t, req_.pace_until);
+}
+
+bool Qp::has_transmit_work() const {
+  if (state_ == QpState::kErr) return error_nak_pending_;
+  if (!responses_.empty()) return true;
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
+  return req_.next_wqe != sq_tail_ + sq_count_ && req_.rnr_resume.is_never();
+}
+
+}  // namespace uroce::transport

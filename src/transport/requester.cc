@@ -1,0 +1,249 @@
+// The requester: turns send WQEs into request packets (IBTA 9.7.x; rxe_req.c).
+//
+// For each WQE in order: segment by path MTU (RC/UC), one packet for UD, READ and atomics;
+// PSNs assigned in sequence; AckReq on the last packet of a message and at least every 64
+// packets; at most 128 unacknowledged PSNs and max_rd_atomic outstanding READs/atomics; a
+// fenced WQE waits for earlier READs/atomics. Go-back-N retry restarts from a PSN, skipping the
+// packets of the first WQE that were already acknowledged.
+#include <algorithm>
+
+#include "transport/qp.h"
+#include "wire/psn.h"
+
+namespace uroce::transport {
+
+using wire::Opcode;
+
+namespace {
+
+Opcode send_opcode(QpType type, bool first, bool last, bool imm, bool inv) {
+  const bool uc = type == QpType::kUc;
+  if (type == QpType::kUd) return imm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly;
+  if (first && last) {
+    if (inv) return Opcode::kRcSendOnlyInv;
+    if (imm) return uc ? Opcode::kUcSendOnlyImm : Opcode::kRcSendOnlyImm;
+    return uc ? Opcode::kUcSendOnly : Opcode::kRcSendOnly;
+  }
+  if (first) return uc ? Opcode::kUcSendFirst : Opcode::kRcSendFirst;
+  if (!last) return uc ? Opcode::kUcSendMiddle : Opcode::kRcSendMiddle;
+  if (inv) return Opcode::kRcSendLastInv;
+  if (imm) return uc ? Opcode::kUcSendLastImm : Opcode::kRcSendLastImm;
+  return uc ? Opcode::kUcSendLast : Opcode::kRcSendLast;
+}
+
+Opcode write_opcode(QpType type, bool first, bool last, bool imm) {
+  const bool uc = type == QpType::kUc;
+  if (first && last) {
+    if (imm) return uc ? Opcode::kUcRdmaWriteOnlyImm : Opcode::kRcRdmaWriteOnlyImm;
+    return uc ? Opcode::kUcRdmaWriteOnly : Opcode::kRcRdmaWriteOnly;
+  }
+  if (first) return uc ? Opcode::kUcRdmaWriteFirst : Opcode::kRcRdmaWriteFirst;
+  if (!last) return uc ? Opcode::kUcRdmaWriteMiddle : Opcode::kRcRdmaWriteMiddle;
+  if (imm) return uc ? Opcode::kUcRdmaWriteLastImm : Opcode::kRcRdmaWriteLastImm;
+  return uc ? Opcode::kUcRdmaWriteLast : Opcode::kRcRdmaWriteLast;
+}
+
+}  // namespace
+
+bool Qp::poll_request(Instant now, TxPacket& out) {
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
+  if (!req_.rnr_resume.is_never()) {
+    if (now < req_.rnr_resume) return false;
+    req_.rnr_resume = Instant::never();
+  }
+  if (req_.next_wqe == sq_tail_ + sq_count_) return false;
+  const std::uint32_t index = req_.next_wqe;
+  SendWqe& w = sq_at(index);
+  const bool rc = type_ == QpType::kRc;
+  // The PSN window (rxe: RXE_MAX_UNACKED_PSNS).
+  if (rc && wire::psn_diff(req_.psn, comp_.psn) >= static_cast<std::int32_t>(kMaxUnackedPsns)) {
+    return false;
+  }
+  if (w.state == WqeState::kPosted) {
+    if (state_ == QpState::kSqd) return false;  // SQD: no new WQE starts (IBTA 10.3.1.7)
+    if (rc && is_read_or_atomic(w)) {
+      const std::uint32_t limit = std::max<std::uint32_t>(1, attr_.max_rd_atomic);
+      if (req_.rd_atomic_inflight >= limit) return false;
+    }
+    // Fence: wait until every earlier READ and atomic has completed (IBTA 10.8.3.3).
+    if (rc && (w.send_flags & kSendFence) != 0 && req_.rd_atomic_inflight > 0) return false;
+  }
+  // Congestion control may hold the packet back.
+  const std::uint32_t bytes =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - w.sent_bytes, mtu_bytes_));
+  const Instant allowed = env_.cc->next_send_time(now, bytes);
+  if (allowed > now) {
+    req_.pace_until = allowed;
+    return false;
+  }
+  req_.pace_until = Instant::never();
+
+  if (w.state == WqeState::kPosted) {
+    w.state = WqeState::kSending;
+    w.first_psn = req_.psn;
+    w.last_psn = wire::psn_add(w.first_psn, std::int64_t{packets_of(w)} - 1);
+    w.sent_bytes = 0;
+    w.read_bytes = 0;
+    if (rc && is_read_or_atomic(w)) ++req_.rd_atomic_inflight;
+  }
+  build_request_packet(w, index, out);
+  if (state_ == QpState::kErr) return false;  // a local protection error failed the WQE
+
+  env_.cc->on_sent(now, out.payload_bytes);
+  ++counters_.packets_sent;
+  counters_.bytes_sent += out.payload_bytes;
+  if (rc && !comp_.deadline.is_never()) {
+    // armed already
+  } else if (rc) {
+    comp_.deadline = now + ack_timeout();
+  }
+  if (!rc) complete_unreliable_sends();
+  return true;
+}
+
+bool Qp::gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
+                TxPacket& out) {
+  if (len == 0) return true;
+  if (w.is_inline) {
+    out.pieces[0] = ConstBytes(inline_of(index)).subspan(offset, len);
+    out.num_pieces = 1;
+    return true;
+  }
+  std::span<Sge> sges = sges_of(index).first(w.num_sge);
+  std::uint64_t skip = offset;
+  std::uint32_t left = len;
+  for (const Sge& s : sges) {
+    if (left == 0) break;
+    if (skip >= s.length) {
+      skip -= s.length;
+      continue;
+    }
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.length - skip, left));
+    auto mem = env_.memory->resolve(env_.pd, s.lkey, false, s.addr + skip, n, 0);
+    if (!mem.ok()) return false;
+    UROCE_CHECK(out.num_pieces < TxPacket::kMaxPieces);
+    out.pieces[out.num_pieces++] = mem.value();
+    left -= n;
+    skip = 0;
+  }
+  return left == 0;
+}
+
+void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
+  const bool rc = type_ == QpType::kRc;
+  const std::uint32_t psn = req_.psn;
+  out.av = type_ == QpType::kUd ? w.ud_av : path_;
+  const std::uint32_t dest_qpn = type_ == QpType::kUd ? w.remote_qpn : attr_.dest_qp_num;
+  const bool retransmit = req_.sent_any && wire::psn_le(psn, req_.max_sent_psn);
+
+  if (w.opcode == WrOpcode::kRdmaRead) {
+    // One request for the rest of the READ; the responder answers with one PSN per packet.
+    const std::uint64_t done = w.sent_bytes;
+    const std::uint64_t rest = w.length - done;
+    build_bth(out, Opcode::kRcRdmaReadRequest, dest_qpn, psn, true, false, 0);
+    wire::RethMut(MutBytes(out.header).subspan(wire::kBthBytes))
+        .encode(wire::Reth{w.remote_addr + done, w.rkey, static_cast<std::uint32_t>(rest)});
+    const std::uint32_t npsn =
+        rest == 0 ? 1 : static_cast<std::uint32_t>((rest + mtu_bytes_ - 1) / mtu_bytes_);
+    req_.psn = wire::psn_add(psn, npsn);
+    w.sent_bytes = w.length;
+    w.state = WqeState::kPending;
+    ++req_.next_wqe;
+  } else if (w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    const bool cas = w.opcode == WrOpcode::kAtomicCmpAndSwp;
+    build_bth(out, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, dest_qpn, psn, true, false,
+              0);
+    wire::AtomicEthMut(MutBytes(out.header).subspan(wire::kBthBytes))
+        .encode(wire::AtomicEth{w.remote_addr, w.rkey, cas ? w.swap : w.compare_add,
+                                cas ? w.compare_add : 0});
+    req_.psn = wire::psn_add(psn, 1);
+    w.sent_bytes = w.length;
+    w.state = WqeState::kPending;
+    ++req_.next_wqe;
+  } else {
+    const std::uint64_t offset = w.sent_bytes;
+    const auto len =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
+    const bool first = offset == 0;
+    const bool last = offset + len == w.length;
+    const bool write = w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kRdmaWriteWithImm;
+    const bool imm = w.opcode == WrOpcode::kSendWithImm || w.opcode == WrOpcode::kRdmaWriteWithImm;
+    const bool inv = w.opcode == WrOpcode::kSendWithInv;
+    const Opcode op =
+        write ? write_opcode(type_, first, last, imm) : send_opcode(type_, first, last, imm, inv);
+    bool ack_req = false;
+    if (rc) {
+      ++req_.noack_packets;
+      if (last || req_.noack_packets >= kMaxPacketsPerAck) {
+        ack_req = true;
+        req_.noack_packets = 0;
+      }
+    }
+    const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
+    build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
+    const wire::OpcodeInfo& info = wire::opcode_info(op);
+    const MutBytes hdr(out.header);
+    if (info.has(wire::ExtHeader::kReth)) {
+      wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))
+          .encode(wire::Reth{w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)});
+    }
+    if (info.has(wire::ExtHeader::kDeth)) {
+      const std::uint32_t qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+      wire::DethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kDeth)))
+          .encode(wire::Deth{qkey, qpn_});
+    }
+    if (info.has(wire::ExtHeader::kImmDt)) {
+      wire::ImmDtMut(hdr.subspan(info.offset_of(wire::ExtHeader::kImmDt))).set_value(w.imm_data);
+    }
+    if (info.has(wire::ExtHeader::kIeth)) {
+      wire::IethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kIeth))).set_value(w.imm_data);
+    }
+    if (!gather(w, index, offset, len, out)) {
+      // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
+      fail_wqe(index, WcStatus::kLocProtErr);
+      return;
+    }
+    req_.psn = wire::psn_add(psn, 1);
+    w.sent_bytes = offset + len;
+    if (last) {
+      w.state = WqeState::kPending;
+      ++req_.next_wqe;
+    }
+  }
+  if (retransmit) ++counters_.retransmitted_packets;
+  if (!req_.sent_any || wire::psn_gt(psn, req_.max_sent_psn)) req_.max_sent_psn = psn;
+  req_.sent_any = true;
+}
+
+void Qp::complete_unreliable_sends() {
+  // UC and UD: a WQE is complete once its last packet is handed to the network.
+  while (sq_count_ > 0 && sq_at(sq_tail_).state == WqeState::kPending) {
+    complete_send(sq_tail_, WcStatus::kSuccess);
+  }
+}
+
+void Qp::retry_from(std::uint32_t psn) {
+  // Go-back-N (IBTA 9.7.6.1.5, rxe req_retry): resend from `psn`. The first WQE resumes at the
+  // packet holding `psn`; later ones start over with the same PSNs as before.
+  req_.psn = psn;
+  req_.noack_packets = 0;
+  comp_.read_stream_open = false;
+  req_.rd_atomic_inflight = 0;
+  req_.next_wqe = sq_tail_;
+  for (std::uint32_t i = sq_tail_; i != sq_tail_ + sq_count_; ++i) {
+    SendWqe& w = sq_at(i);
+    if (w.state == WqeState::kPosted) break;
+    if (i == sq_tail_ && wire::psn_gt(psn, w.first_psn) && wire::psn_le(psn, w.last_psn)) {
+      const std::uint64_t done =
+          std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
+      w.sent_bytes = std::min(done, w.length);
+      w.state = WqeState::kSending;
+      if (is_read_or_atomic(w)) ++req_.rd_atomic_inflight;
+      continue;
+    }
+    w.state = WqeState::kPosted;
+    w.sent_bytes = 0;
+  }
+}
+
+}  // namespace uroce::transport

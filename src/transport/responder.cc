@@ -1,0 +1,552 @@
+// The responder: executes incoming requests and produces ACKs, NAKs, READ responses and atomic
+// ACKs (IBTA 9.7.4-9.7.5, 9.8 for UC, 9.8.4 for UD; rxe_resp.c).
+//
+// RC: an out-of-sequence PSN gets one NAK (PSN sequence error) per gap; a duplicate SEND or
+// WRITE is re-ACKed, never re-executed; a duplicate READ is replayed from its saved resource,
+// possibly from mid-message; a duplicate atomic returns its saved original value. A SEND (or
+// WRITE with immediate) without a receive WQE gets an RNR NAK carrying min_rnr_timer. Invalid
+// requests (class C), access violations (class A) and local failures send their NAK and move
+// the QP to the error state.
+// UC: no responses; after a gap, packets are dropped until the next First or Only.
+// UD: no PSN checks; the Q_Key must match; the receive buffer starts with the 40-byte GRH area.
+#include <algorithm>
+#include <cstring>
+
+#include "transport/qp.h"
+#include "wire/aeth.h"
+#include "wire/psn.h"
+
+namespace uroce::transport {
+
+using wire::NakCode;
+using wire::Opcode;
+
+enum class Qp::RespStatus : std::uint8_t {
+  kOk,
+  kRnr,               // no receive WQE
+  kInvalidRequest,    // class C: NAK invalid request
+  kAccessError,       // class A: NAK remote access error
+  kOperationalError,  // local QP failure: NAK remote operational error
+  kLengthError,       // receive buffer too small: NAK invalid request, LOC_LEN_ERR locally
+  kBusy,              // no room for the response now: drop, the requester retries
+};
+
+namespace {
+
+std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+bool Qp::take_recv_wqe() {
+  if (env_.rq->empty()) return false;
+  const RecvWqe f = env_.rq->front();
+  resp_.wqe_id = f.wr_id;
+  resp_.wqe_num_sge = static_cast<std::uint32_t>(f.sges.size());
+  std::copy(f.sges.begin(), f.sges.end(), resp_.wqe_sges.begin());
+  resp_.has_wqe = true;
+  resp_.recv_offset = 0;
+  if (env_.rq->pop() && env_.events != nullptr) env_.events->srq_limit_reached(env_.rq);
+  return true;
+}
+
+Qp::RespStatus Qp::scatter_into_recv(std::uint64_t offset, ConstBytes data) {
+  std::uint64_t total = 0;
+  for (std::uint32_t i = 0; i < resp_.wqe_num_sge; ++i) total += resp_.wqe_sges[i].length;
+  if (offset + data.size() > total) return RespStatus::kLengthError;
+  std::uint64_t skip = offset;
+  std::size_t done = 0;
+  for (std::uint32_t i = 0; i < resp_.wqe_num_sge && done < data.size(); ++i) {
+    const Sge& s = resp_.wqe_sges[i];
+    if (skip >= s.length) {
+      skip -= s.length;
+      continue;
+    }
+    const std::size_t n = std::min<std::uint64_t>(s.length - skip, data.size() - done);
+    auto mem = env_.memory->resolve(env_.pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
+    if (!mem.ok()) return RespStatus::kOperationalError;
+    std::memcpy(mem.value().data(), data.data() + done, n);
+    done += n;
+    skip = 0;
+  }
+  return RespStatus::kOk;
+}
+
+void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
+                       std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp) {
+  UROCE_CHECK(resp_.has_wqe);
+  Wc wc;
+  wc.wr_id = resp_.wqe_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.imm_data = imm;
+  wc.qp_num = qpn_;
+  wc.src_qp = src_qp;
+  wc.wc_flags = wc_flags;
+  resp_.has_wqe = false;
+  resp_.recv_offset = 0;
+  env_.recv_cq->push(wc, solicited);
+}
+
+void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn) {
+  Response r;
+  r.kind = Response::Kind::kAck;
+  r.syndrome = syndrome;
+  r.psn = psn;
+  r.msn = resp_.msn;
+  if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
+    Response& back = responses_.back();
+    const bool back_is_ack = wire::aeth_type(back.syndrome) == wire::AethType::kAck;
+    const bool new_is_ack = wire::aeth_type(syndrome) == wire::AethType::kAck;
+    // Coalesce: a later ACK replaces an ACK; a later NAK replaces an ACK or a NAK. An ACK never
+    // replaces a NAK, which would lose the only NAK of a gap.
+    if (back_is_ack || (!new_is_ack && wire::psn_ge(psn, back.psn))) {
+      back = r;
+      return;
+    }
+  }
+  if (responses_.full()) return;  // the requester's timer recovers
+  responses_.push_back(r);
+}
+
+void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn) {
+  ++counters_.other_naks_sent;
+  error_nak_ = ErrorNak{nak_syndrome, psn, resp_.msn};
+  error_nak_pending_ = type_ == QpType::kRc;
+  if (resp_.has_wqe) complete_recv(status, 0, 0, 0, WcOpcode::kRecv, false, attr_.dest_qp_num);
+  responses_.clear();
+  if (env_.events != nullptr) {
+    const NakCode code = static_cast<NakCode>(wire::aeth_value(nak_syndrome));
+    env_.events->qp_event(qpn_, code == NakCode::kRemoteAccessError ? AsyncEventType::kQpAccessErr
+                                : code == NakCode::kInvalidRequest  ? AsyncEventType::kQpReqErr
+                                                                    : AsyncEventType::kQpFatal);
+  }
+  enter_error();
+}
+
+void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& info) {
+  if (state_ != QpState::kRtr && state_ != QpState::kRts && state_ != QpState::kSqd &&
+      state_ != QpState::kSqe) {
+    ++counters_.dropped;
+    return;
+  }
+  const wire::Transport want = type_ == QpType::kRc   ? wire::Transport::kRc
+                               : type_ == QpType::kUc ? wire::Transport::kUc
+                                                      : wire::Transport::kUd;
+  if (pkt.op->transport != want) {
+    ++counters_.dropped;
+    return;
+  }
+  ++counters_.packets_received;
+  counters_.bytes_received += pkt.payload.size();
+  switch (type_) {
+    case QpType::kRc:
+      handle_rc_request(pkt);
+      break;
+    case QpType::kUc:
+      handle_uc_request(pkt);
+      break;
+    case QpType::kUd:
+      handle_ud_request(pkt, info);
+      break;
+  }
+}
+
+Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
+  const wire::OpcodeInfo& op = *pkt.op;
+  const std::uint32_t psn = pkt.bth().psn();
+  const bool first = op.is(wire::kFlagFirst);
+  const bool last = op.is(wire::kFlagLast);
+  const bool send = op.is(wire::kFlagSend);
+  const bool write = op.is(wire::kFlagWrite);
+  const bool read = op.is(wire::kFlagRead);
+  const bool atomic = op.is(wire::kFlagAtomic);
+
+  // Opcode sequence (IBTA 9.7.4.1.3 / rxe check_op_seq).
+  switch (resp_.in_message) {
+    case MsgKind::kSend:
+      if (!send || first) return RespStatus::kInvalidRequest;
+      break;
+    case MsgKind::kWrite:
+      if (!write || first) return RespStatus::kInvalidRequest;
+      break;
+    case MsgKind::kNone:
+      if (!first) return RespStatus::kInvalidRequest;
+      break;
+  }
+  // The QP must allow the remote operation (rxe check_op_valid).
+  const std::uint32_t access = attr_.qp_access_flags;
+  if ((write && !(access & kAccessRemoteWrite)) || (read && !(access & kAccessRemoteRead)) ||
+      (atomic && !(access & kAccessRemoteAtomic))) {
+    return RespStatus::kInvalidRequest;
+  }
+  // Payload lengths against the path MTU (rxe check_length).
+  const std::size_t payload = pkt.payload.size();
+  if (op.is(wire::kFlagPayload)) {
+    if (!last && payload != mtu_bytes_) return RespStatus::kInvalidRequest;
+    if (payload > mtu_bytes_) return RespStatus::kInvalidRequest;
+  }
+  if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe && !take_recv_wqe()) return RespStatus::kRnr;
+
+  const bool solicited = pkt.bth().solicited();
+  if (send) {
+    if (first) resp_.recv_offset = 0;
+    if (const RespStatus s = scatter_into_recv(resp_.recv_offset, pkt.payload);
+        s != RespStatus::kOk) {
+      return s;
+    }
+    resp_.recv_offset += payload;
+    resp_.psn = wire::psn_add(psn, 1);
+    if (!last) {
+      resp_.in_message = MsgKind::kSend;
+      return RespStatus::kOk;
+    }
+    std::uint32_t flags = 0;
+    std::uint32_t imm = 0;
+    if (op.has(wire::ExtHeader::kImmDt)) {
+      flags |= kWcWithImm;
+      imm = pkt.immdt().value();
+    }
+    if (op.has(wire::ExtHeader::kIeth)) {
+      imm = pkt.ieth().value();
+      if (!env_.memory->invalidate(env_.pd, imm).ok()) return RespStatus::kInvalidRequest;
+      flags |= kWcWithInv;
+    }
+    resp_.in_message = MsgKind::kNone;
+    resp_.msn = wire::psn_add(resp_.msn, 1);
+    complete_recv(WcStatus::kSuccess, static_cast<std::uint32_t>(resp_.recv_offset), flags, imm,
+                  WcOpcode::kRecv, solicited, attr_.dest_qp_num);
+    return RespStatus::kOk;
+  }
+
+  if (write) {
+    if (first) {
+      const wire::RethView reth = pkt.reth();
+      resp_.write_va = reth.va();
+      resp_.write_rkey = reth.rkey();
+      resp_.write_resid = reth.dma_length();
+      resp_.write_length = reth.dma_length();
+      if (resp_.write_length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
+      if (resp_.write_length > 0 && !env_.memory
+                                         ->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va,
+                                                   resp_.write_length, kAccessRemoteWrite)
+                                         .ok()) {
+        return RespStatus::kAccessError;
+      }
+    }
+    // The packets must add up to the RETH's DMA length exactly.
+    if (last ? payload != resp_.write_resid : payload >= resp_.write_resid) {
+      return RespStatus::kInvalidRequest;
+    }
+    if (payload > 0) {
+      // Resolved per packet: a region deregistered mid-message is never written.
+      auto mem = env_.memory->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va, payload,
+                                      kAccessRemoteWrite);
+      if (!mem.ok()) return RespStatus::kAccessError;
+      std::memcpy(mem.value().data(), pkt.payload.data(), payload);
+    }
+    resp_.write_va += payload;
+    resp_.write_resid -= payload;
+    resp_.psn = wire::psn_add(psn, 1);
+    if (!last) {
+      resp_.in_message = MsgKind::kWrite;
+      return RespStatus::kOk;
+    }
+    resp_.in_message = MsgKind::kNone;
+    resp_.msn = wire::psn_add(resp_.msn, 1);
+    if (op.has(wire::ExtHeader::kImmDt)) {
+      complete_recv(WcStatus::kSuccess, static_cast<std::uint32_t>(resp_.write_length), kWcWithImm,
+                    pkt.immdt().value(), WcOpcode::kRecvRdmaWithImm, solicited, attr_.dest_qp_num);
+    }
+    return RespStatus::kOk;
+  }
+
+  if (resources_.empty()) return RespStatus::kInvalidRequest;  // max_dest_rd_atomic == 0
+  if (responses_.size() + 2 > responses_.capacity()) return RespStatus::kBusy;
+
+  if (read) {
+    const wire::RethView reth = pkt.reth();
+    const std::uint64_t length = reth.dma_length();
+    if (length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
+    if (length > 0 &&
+        !env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteRead)
+             .ok()) {
+      return RespStatus::kAccessError;
+    }
+    const std::uint32_t npsn = packets_for(length, mtu_bytes_);
+    resp_.msn = wire::psn_add(resp_.msn, 1);  // a READ counts when accepted
+    RdAtomicResource& r = resources_[next_resource_];
+    const std::uint32_t resource = next_resource_;
+    next_resource_ = (next_resource_ + 1) % static_cast<std::uint32_t>(resources_.size());
+    r = RdAtomicResource{true,      true,        psn,    wire::psn_add(psn, std::int64_t{npsn} - 1),
+                         reth.va(), reth.rkey(), length, 0,
+                         resp_.msn};
+    Response job;
+    job.kind = Response::Kind::kRead;
+    job.psn = psn;
+    job.msn = resp_.msn;
+    job.resource = resource;
+    job.va = reth.va();
+    job.length = length;
+    job.rkey = reth.rkey();
+    responses_.push_back(job);
+    resp_.psn = wire::psn_add(psn, npsn);
+    return RespStatus::kOk;
+  }
+
+  // Atomics (IBTA 9.4.5): 8 bytes, naturally aligned.
+  const wire::AtomicEthView a = pkt.atomic_eth();
+  if ((a.va() & 7u) != 0) return RespStatus::kInvalidRequest;
+  auto mem = env_.memory->resolve(env_.pd, a.rkey(), true, a.va(), 8, kAccessRemoteAtomic);
+  if (!mem.ok()) return RespStatus::kAccessError;
+  std::uint64_t orig = 0;
+  std::memcpy(&orig, mem.value().data(), 8);
+  // Atomic with respect to every other RDMA atomic of this device (IBV_ATOMIC_HCA): the engine
+  // executes them one at a time.
+  std::uint64_t result = orig;
+  if (op.opcode() == Opcode::kRcCompareSwap) {
+    if (orig == a.compare()) result = a.swap_add();
+  } else {
+    result = orig + a.swap_add();
+  }
+  std::memcpy(mem.value().data(), &result, 8);
+  resp_.msn = wire::psn_add(resp_.msn, 1);
+  RdAtomicResource& r = resources_[next_resource_];
+  const std::uint32_t resource = next_resource_;
+  next_resource_ = (next_resource_ + 1) % static_cast<std::uint32_t>(resources_.size());
+  r = RdAtomicResource{true, false, psn, psn, a.va(), a.rkey(), 8, orig, resp_.msn};
+  Response job;
+  job.kind = Response::Kind::kAtomic;
+  job.psn = psn;
+  job.msn = resp_.msn;
+  job.resource = resource;
+  responses_.push_back(job);
+  resp_.psn = wire::psn_add(psn, 1);
+  return RespStatus::kOk;
+}
+
+void Qp::handle_rc_request(const wire::RocePacket& pkt) {
+  const std::uint32_t psn = pkt.bth().psn();
+  const std::int32_t d = wire::psn_diff(psn, resp_.psn);
+  if (d > 0) {
+    // C9-???: one NAK per out-of-sequence run, then silence until the expected PSN arrives.
+    ++counters_.out_of_sequence;
+    if (!resp_.nak_sent) {
+      resp_.nak_sent = true;
+      ++counters_.seq_naks_sent;
+      queue_ack(wire::make_nak_syndrome(NakCode::kPsnSequenceError), resp_.psn);
+    }
+    return;
+  }
+  if (d < 0) {
+    ++counters_.duplicate_requests;
+    handle_duplicate(pkt);
+    return;
+  }
+  const RespStatus s = execute_request(pkt);
+  switch (s) {
+    case RespStatus::kOk:
+      resp_.nak_sent = false;
+      if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic)) {
+        queue_ack(wire::make_ack_syndrome(), psn);
+      }
+      return;
+    case RespStatus::kRnr:
+      ++counters_.rnr_naks_sent;
+      queue_ack(wire::make_rnr_nak_syndrome(attr_.min_rnr_timer), psn);
+      return;
+    case RespStatus::kBusy:
+      ++counters_.dropped;
+      return;
+    case RespStatus::kInvalidRequest:
+      responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kRemInvReqErr,
+                      psn);
+      return;
+    case RespStatus::kLengthError:
+      responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kLocLenErr, psn);
+      return;
+    case RespStatus::kAccessError:
+      responder_error(wire::make_nak_syndrome(NakCode::kRemoteAccessError), WcStatus::kRemAccessErr,
+                      psn);
+      return;
+    case RespStatus::kOperationalError:
+      responder_error(wire::make_nak_syndrome(NakCode::kRemoteOperationalError),
+                      WcStatus::kLocProtErr, psn);
+      return;
+  }
+}
+
+void Qp::handle_duplicate(const wire::RocePacket& pkt) {
+  const std::uint32_t psn = pkt.bth().psn();
+  const wire::OpcodeInfo& op = *pkt.op;
+  if (op.is(wire::kFlagSend) || op.is(wire::kFlagWrite)) {
+    // C9-105: acknowledge again, never execute again.
+    queue_ack(wire::make_ack_syndrome(), wire::psn_add(resp_.psn, -1));
+    return;
+  }
+  if (responses_.size() + 2 > responses_.capacity()) {
+    ++counters_.dropped;
+    return;
+  }
+  for (std::uint32_t i = 0; i < resources_.size(); ++i) {
+    const RdAtomicResource& r = resources_[i];
+    if (!r.valid) continue;
+    if (op.is(wire::kFlagRead) && r.is_read && wire::psn_ge(psn, r.first_psn) &&
+        wire::psn_le(psn, r.last_psn)) {
+      // Replay from the requested PSN, with the (possibly shortened) range of the new request.
+      const wire::RethView reth = pkt.reth();
+      const std::uint32_t npsn = packets_for(reth.dma_length(), mtu_bytes_);
+      if (wire::psn_add(psn, std::int64_t{npsn} - 1) != r.last_psn) break;
+      Response job;
+      job.kind = Response::Kind::kRead;
+      job.psn = psn;
+      job.msn = r.msn;
+      job.resource = i;
+      job.va = reth.va();
+      job.length = reth.dma_length();
+      job.rkey = reth.rkey();
+      responses_.push_back(job);
+      return;
+    }
+    if (op.is(wire::kFlagAtomic) && !r.is_read && r.first_psn == psn) {
+      // Never executed twice: the saved original value is sent again.
+      Response job;
+      job.kind = Response::Kind::kAtomic;
+      job.psn = psn;
+      job.msn = r.msn;
+      job.resource = i;
+      responses_.push_back(job);
+      return;
+    }
+  }
+  ++counters_.dropped;  // no saved resource: a class D error, the request is dropped
+}
+
+void Qp::handle_uc_request(const wire::RocePacket& pkt) {
+  const std::uint32_t psn = pkt.bth().psn();
+  const bool first = pkt.op->is(wire::kFlagFirst);
+  if (psn != resp_.psn) {
+    // IBTA 9.8.3: a gap aborts the message in progress; resynchronize on this PSN.
+    ++counters_.out_of_sequence;
+    resp_.in_message = MsgKind::kNone;
+    resp_.recv_offset = 0;
+    resp_.uc_drop_until_first = !first;
+    resp_.psn = psn;
+  }
+  if (resp_.uc_drop_until_first) {
+    if (!first) {
+      ++counters_.dropped;
+      resp_.psn = wire::psn_add(psn, 1);
+      return;
+    }
+    resp_.uc_drop_until_first = false;
+  }
+  if (execute_request(pkt) != RespStatus::kOk) {
+    // UC reports nothing to the sender: the whole message is dropped (the receive WQE, if one
+    // was taken, is kept for the next message).
+    ++counters_.dropped;
+    resp_.in_message = MsgKind::kNone;
+    resp_.recv_offset = 0;
+    resp_.uc_drop_until_first = true;
+    resp_.psn = wire::psn_add(psn, 1);
+  }
+}
+
+void Qp::handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info) {
+  const wire::DethView deth = pkt.deth();
+  if (deth.qkey() != attr_.qkey) {
+    ++counters_.qkey_violations;
+    return;
+  }
+  if (!take_recv_wqe()) {
+    ++counters_.ud_no_wqe_drops;
+    return;
+  }
+  // The GRH area (rxe): for IPv4, 20 zero bytes then the IPv4 header; for IPv6, its header.
+  std::array<std::byte, kGrhBytes> grh{};
+  if (info.ip_header.size() == 20) {
+    std::copy(info.ip_header.begin(), info.ip_header.end(), grh.begin() + 20);
+  } else if (info.ip_header.size() == kGrhBytes) {
+    std::copy(info.ip_header.begin(), info.ip_header.end(), grh.begin());
+  }
+  RespStatus s = scatter_into_recv(0, grh);
+  if (s == RespStatus::kOk) s = scatter_into_recv(kGrhBytes, pkt.payload);
+  if (s != RespStatus::kOk) {
+    complete_recv(s == RespStatus::kLengthError ? WcStatus::kLocLenErr : WcStatus::kLocProtErr, 0,
+                  0, 0, WcOpcode::kRecv, false, deth.src_qpn());
+    enter_error();
+    return;
+  }
+  std::uint32_t flags = kWcGrh;
+  std::uint32_t imm = 0;
+  if (pkt.op->has(wire::ExtHeader::kImmDt)) {
+    flags |= kWcWithImm;
+    imm = pkt.immdt().value();
+  }
+  complete_recv(WcStatus::kSuccess, static_cast<std::uint32_t>(kGrhBytes + pkt.payload.size()),
+                flags, imm, WcOpcode::kRecv, pkt.bth().solicited(), deth.src_qpn());
+}
+
+bool Qp::poll_response(TxPacket& out) {
+  if (responses_.empty()) return false;
+  Response& r = responses_.front();
+  out.av = path_;
+  const std::uint32_t dest = attr_.dest_qp_num;
+  switch (r.kind) {
+    case Response::Kind::kAck:
+      build_bth(out, Opcode::kRcAcknowledge, dest, r.psn, false, false, 0);
+      wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
+          .encode(wire::Aeth{r.syndrome, r.msn});
+      responses_.pop_front();
+      break;
+    case Response::Kind::kAtomic: {
+      build_bth(out, Opcode::kRcAtomicAcknowledge, dest, r.psn, false, false, 0);
+      const MutBytes hdr(out.header);
+      wire::AethMut(hdr.subspan(wire::kBthBytes))
+          .encode(wire::Aeth{wire::make_ack_syndrome(), r.msn});
+      wire::AtomicAckEthMut(hdr.subspan(wire::kBthBytes + 4)).set_orig(resources_[r.resource].orig);
+      responses_.pop_front();
+      break;
+    }
+    case Response::Kind::kRead: {
+      const std::uint64_t rest = r.length - r.offset;
+      const auto len = static_cast<std::uint32_t>(std::min<std::uint64_t>(rest, mtu_bytes_));
+      const bool first = r.offset == 0;
+      const bool last = r.offset + len == r.length;
+      const Opcode op = first && last ? Opcode::kRcRdmaReadResponseOnly
+                        : first       ? Opcode::kRcRdmaReadResponseFirst
+                        : last        ? Opcode::kRcRdmaReadResponseLast
+                                      : Opcode::kRcRdmaReadResponseMiddle;
+      const std::uint32_t psn = r.psn;
+      if (len > 0) {
+        // Resolved per packet: a region deregistered mid-READ is never read from again.
+        auto mem =
+            env_.memory->resolve(env_.pd, r.rkey, true, r.va + r.offset, len, kAccessRemoteRead);
+        if (!mem.ok()) {
+          responder_error(wire::make_nak_syndrome(NakCode::kRemoteAccessError),
+                          WcStatus::kRemAccessErr, psn);
+          return false;
+        }
+        out.pieces[0] = mem.value();
+        out.num_pieces = 1;
+      }
+      build_bth(out, op, dest, psn, false, false, len);
+      out.num_pieces = len > 0 ? 1 : 0;
+      if (wire::opcode_info(op).has(wire::ExtHeader::kAeth)) {
+        wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
+            .encode(wire::Aeth{wire::make_ack_syndrome(), r.msn});
+      }
+      r.offset += len;
+      r.psn = wire::psn_add(r.psn, 1);
+      if (last) responses_.pop_front();
+      break;
+    }
+  }
+  ++counters_.packets_sent;
+  counters_.bytes_sent += out.payload_bytes;
+  return true;
+}
+
+}  // namespace uroce::transport

@@ -1,0 +1,164 @@
+// Test harness for the transport: a minimal memory-region table, completion collectors, and a
+// pair of QPs joined by an in-memory wire that owns time. Packets cross as real frames (outer
+// headers and ICRC built, then parsed), so what a test sees is what the wire would carry.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/prng.h"
+#include "cc/congestion_control.h"
+#include "transport/qp.h"
+#include "wire/builder.h"
+
+namespace uroce::test {
+
+// A memory-region table good enough for transport tests (verbs/ has the real one).
+class TestMemory : public transport::MemoryResolver {
+ public:
+  struct Region {
+    std::uint32_t pd = 0;
+    std::uint64_t addr = 0;
+    std::uint64_t length = 0;
+    std::uint32_t access = 0;
+    bool valid = true;
+  };
+  // Registers [addr, addr+length); returns its key (used as both lkey and rkey).
+  std::uint32_t add(std::uint32_t pd, void* addr, std::uint64_t length, std::uint32_t access);
+  void remove(std::uint32_t key) { regions_.at(key).valid = false; }
+  std::uint32_t resolves = 0;
+
+  Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+                                                   std::uint64_t addr, std::uint64_t length,
+                                                   std::uint32_t access) override;
+  Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t key) override;
+
+ private:
+  std::map<std::uint32_t, Region> regions_;
+  std::uint32_t next_key_ = 0x100;
+};
+
+class CqCollector : public transport::CompletionSink {
+ public:
+  void push(const Wc& wc, bool solicited) override {
+    wcs.push_back(wc);
+    solicited_flags.push_back(solicited);
+  }
+  std::vector<Wc> wcs;
+  std::vector<bool> solicited_flags;
+};
+
+class EventCollector : public transport::EventSink {
+ public:
+  void qp_event(std::uint32_t qpn, AsyncEventType type) override { events.push_back({qpn, type}); }
+  void srq_limit_reached(transport::RecvQueue*) override { ++srq_limits; }
+  std::vector<std::pair<std::uint32_t, AsyncEventType>> events;
+  int srq_limits = 0;
+};
+
+// One side: a QP with its own CQs, RQ and memory.
+struct Endpoint {
+  Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress ip, const QpCap& cap = default_cap());
+  static QpCap default_cap() { return QpCap{64, 64, 4, 4, 64}; }
+
+  wire::IpAddress ip;
+  TestMemory memory;
+  CqCollector scq, rcq;
+  EventCollector events;
+  cc::NoCongestionControl cc;
+  std::unique_ptr<transport::RecvQueue> rq;
+  std::unique_ptr<transport::Qp> qp;
+  std::vector<std::byte> buf;  // registered as `key`
+  std::uint32_t key = 0;
+  std::uint64_t addr() const { return reinterpret_cast<std::uint64_t>(buf.data()); }
+};
+
+struct Frame {
+  Instant at;
+  int to;  // 0 = a, 1 = b
+  std::vector<std::byte> bytes;
+};
+
+// Two QPs connected back to back. Time only moves in run().
+class Pair {
+ public:
+  explicit Pair(QpType type, std::uint32_t mtu = 1024, std::uint32_t psn_a = 0x100,
+                std::uint32_t psn_b = 0x200);
+  Endpoint a, b;
+  Instant now = Instant::from_ns(1'000'000);
+  Duration one_way = Duration::us(2);
+  // Decides whether a frame in flight is dropped: (sender 0/1, frame bytes) -> drop?
+  std::function<bool(int, const std::vector<std::byte>&)> drop;
+  // Seeded faults applied to every frame: loss, duplication and reordering (extra delay), as
+  // numerators over 1000.
+  struct Faults {
+    std::uint32_t loss = 0, duplicate = 0, reorder = 0;
+  } faults;
+  Prng rng{1};
+  std::vector<std::vector<std::byte>> captured;  // every frame sent, in order
+  bool capture = false;
+
+  // Connects a and b (INIT -> RTR -> RTS) with rxe-like defaults.
+  void connect(std::uint8_t timeout = 14, std::uint8_t retry_cnt = 7, std::uint8_t rnr_retry = 7,
+               std::uint8_t min_rnr_timer = 12, std::uint8_t max_rd_atomic = 16);
+  // Runs until nothing is in flight and no QP has work or a timer before `limit`.
+  void run(Duration limit = Duration::s(10));
+  // Delivers one frame by hand.
+  void deliver(int to, const std::vector<std::byte>& frame);
+
+  Endpoint& side(int i) { return i == 0 ? a : b; }
+  std::uint64_t frames_sent = 0;
+
+ private:
+  void transmit(int from);
+  std::vector<Frame> wire_;  // kept sorted by arrival time (stable)
+  void enqueue(Frame f);
+};
+
+// Builds a request/response frame as a peer would (for crafted-packet tests).
+std::vector<std::byte> craft(const wire::IpAddress& src, const wire::IpAddress& dst,
+                             const wire::TransportHeaders& h, ConstBytes payload);
+
+}  // namespace uroce::test
+
+namespace uroce::test {
+
+// One QP in RTS, fed crafted packets from a fictitious peer; its output is decoded.
+class Solo {
+ public:
+  struct Sent {
+    wire::TransportHeaders h;
+    const wire::OpcodeInfo* op = nullptr;
+    std::vector<std::byte> payload;
+    transport::AddressVector av;
+  };
+  static constexpr std::uint32_t kPeerQpn = 0x12;
+
+  explicit Solo(QpType type, std::uint32_t mtu = 1024, std::uint32_t sq_psn = 0x1000,
+                std::uint32_t rq_psn = 0x5000, const QpCap& cap = Endpoint::default_cap());
+
+  Endpoint e;
+  wire::IpAddress peer = wire::IpAddress::v4(0x0a000002);
+  Instant now = Instant::from_ns(1'000'000);
+
+  // Sets retry parameters, timers and atomics limits (RC defaults as ibv_rc_pingpong uses).
+  void set(std::uint8_t timeout, std::uint8_t retry_cnt, std::uint8_t rnr_retry,
+           std::uint8_t min_rnr_timer = 12, std::uint8_t max_rd_atomic = 4);
+  // Feeds one packet built from `h` (its opcode, PSN ...) with `payload`; the destination QPN
+  // is filled in.
+  void feed(wire::TransportHeaders h, ConstBytes payload = {});
+  void feed(wire::Opcode op, std::uint32_t psn, ConstBytes payload = {}, bool ack_req = true);
+  // Everything the QP transmits now.
+  std::vector<Sent> drain();
+  void advance(Duration d) {
+    now = now + d;
+    e.qp->handle_timeout(now);
+  }
+  std::uint64_t va(std::size_t off) const { return e.addr() + off; }
+};
+
+}  // namespace uroce::test
