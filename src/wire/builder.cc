@@ -99,6 +99,26 @@ std::size_t write_outer(MutBytes out, const OuterHeaders& o, std::size_t roce_by
   return total;
 }
 
+std::size_t build_frame_gather(MutBytes out, const OuterHeaders& o, ConstBytes transport_headers,
+                               std::span<const ConstBytes> payload) {
+  std::size_t payload_bytes = 0;
+  for (ConstBytes piece : payload) payload_bytes += piece.size();
+  const std::size_t pad = pad_for(payload_bytes);
+  const std::size_t roce = transport_headers.size() + payload_bytes + pad + kIcrcBytes;
+  const std::size_t outer = outer_size(o);
+  UROCE_CHECK(out.size() >= outer + roce);
+  UROCE_CHECK(transport_headers.size() >= kBthBytes);
+  UROCE_CHECK(BthView(transport_headers).pad_count() == pad);
+  auto it = std::copy(transport_headers.begin(), transport_headers.end(),
+                      out.begin() + static_cast<std::ptrdiff_t>(outer));
+  for (ConstBytes piece : payload) it = std::copy(piece.begin(), piece.end(), it);
+  std::fill(it, it + static_cast<std::ptrdiff_t>(pad), std::byte{0});
+  write_outer(out, o, roce);
+  const std::size_t ip_udp_len = (o.dst.v6 ? kIpv6Bytes : kIpv4Bytes) + kUdpBytes;
+  write_icrc(out.subspan(outer - ip_udp_len, ip_udp_len), out.subspan(outer, roce));
+  return outer + roce;
+}
+
 std::size_t build_frame(MutBytes out, const OuterHeaders& o, const TransportHeaders& h,
                         ConstBytes payload) {
   const std::size_t outer = outer_size(o);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "base/bytes.h"
 #include "wire/headers.h"
@@ -75,6 +76,12 @@ constexpr std::size_t outer_size(const OuterHeaders& o) {
 // Writes the outer headers for a RoCE part of `roce_bytes` (BTH..ICRC). Returns their length;
 // the IP header starts at `outer_size - 28/48`.
 std::size_t write_outer(MutBytes out, const OuterHeaders& o, std::size_t roce_bytes);
+
+// A complete frame from already built transport headers and a payload gathered from several
+// buffers (zero-copy sources): outer headers, transport headers, payload, pad and ICRC. The BTH
+// pad count in `transport_headers` must match the payload length. Returns the frame length.
+std::size_t build_frame_gather(MutBytes out, const OuterHeaders& o, ConstBytes transport_headers,
+                               std::span<const ConstBytes> payload);
 
 // A complete frame: outer headers, transport headers, payload, pad and ICRC. Returns its length.
 std::size_t build_frame(MutBytes out, const OuterHeaders& o, const TransportHeaders& h,

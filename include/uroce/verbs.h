@@ -1,0 +1,372 @@
+// The uroce verbs API: a device with protection domains, memory regions, completion queues,
+// shared receive queues, address handles and queue pairs, as libibverbs offers them over the
+// kernel's Soft-RoCE (rxe), in C++. Numeric values of flags and enums are libibverbs' (see
+// uroce/types.h), so that the drop-in libibverbs.so.1 converts without tables.
+//
+// Contract
+// - Single-threaded: a Device and everything in it is used from one thread at a time (the
+//   engine serializes access). Nothing here blocks, reads a clock or makes a system call.
+// - Errors are values: calls return Errc or Result<T, Errc> with libibverbs' errno values.
+//   API misuse (a bad argument, a stale handle) is an error value, never a crash.
+// - Objects are named by handles (slot index + generation). A handle to a destroyed object is
+//   detected: calls taking it return Errc::kInvalidArgument. The null handle ({}) names nothing.
+// - Ownership: the Device owns every object. Destroying a parent that still has children
+//   fails with Errc::kBusy, as the kernel does: a PD with MRs, QPs, AHs or SRQs; a CQ used by a
+//   QP; an SRQ used by a QP. Destroying the Device frees everything that is left.
+// - Memory registered with reg_mr() must stay valid until dereg_mr(); uroce reads and writes
+//   it (through transport::MemoryResolver) whenever a QP accesses it.
+//
+// Engine side: find_qp() demultiplexes packets by QPN; live_qps() lists QPs to drive;
+// set_completion_event_handler() tells the engine when an armed CQ gets a completion (it then
+// signals the CQ's completion channel); has_async_event()/get_async_event() feed the async
+// event channel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "base/result.h"
+#include "uroce/types.h"
+#include "wire/ip.h"
+
+namespace uroce {
+
+namespace transport {
+class Qp;
+class MemoryResolver;
+}  // namespace transport
+
+namespace verbs::detail {
+struct DeviceState;
+}  // namespace verbs::detail
+
+// ---- handles ----
+
+template <class Tag>
+struct Handle {
+  std::uint32_t index = 0;
+  std::uint32_t generation = 0;  // 0: the null handle
+  bool is_null() const { return generation == 0; }
+  bool operator==(const Handle&) const = default;
+};
+using PdHandle = Handle<struct PdTag>;
+using MrHandle = Handle<struct MrTag>;
+using CqHandle = Handle<struct CqTag>;
+using SrqHandle = Handle<struct SrqTag>;
+using AhHandle = Handle<struct AhTag>;
+using QpHandle = Handle<struct QpTag>;
+
+// ---- device, port and GID attributes (struct ibv_device_attr, ibv_port_attr) ----
+
+// IBV_ATOMIC_*
+enum class AtomicCap : std::uint8_t { kNone = 0, kHca = 1, kGlob = 2 };
+// IBV_PORT_* states, IBV_LINK_LAYER_*, IBV_GID_TYPE_*
+enum class PortState : std::uint8_t { kNop = 0, kDown = 1, kInit = 2, kArmed = 3, kActive = 4 };
+enum class LinkLayer : std::uint8_t { kUnspecified = 0, kInfiniband = 1, kEthernet = 2 };
+enum class GidType : std::uint8_t { kIb = 0, kRoceV1 = 1, kRoceV2 = 2 };
+
+// IBV_DEVICE_* capability flags that uroce reports.
+enum DeviceCapFlag : std::uint32_t {
+  kDeviceBadPkeyCntr = 1u << 1,
+  kDeviceBadQkeyCntr = 1u << 2,
+  kDeviceUdAvPortEnforce = 1u << 6,
+  kDevicePortActiveEvent = 1u << 10,
+  kDeviceSysImageGuid = 1u << 11,
+  kDeviceRcRnrNakGen = 1u << 12,
+};
+
+// Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() rejects MW_BIND,
+// ZERO_BASED and ON_DEMAND with kNotSupported, accepts HUGETLB as a hint and ignores the
+// optional range (bits 20..29, e.g. RELAXED_ORDERING), as libibverbs does for a device without
+// them.
+inline constexpr std::uint32_t kAccessMwBind = 16;
+inline constexpr std::uint32_t kAccessZeroBased = 32;
+inline constexpr std::uint32_t kAccessOnDemand = 64;
+inline constexpr std::uint32_t kAccessHugetlb = 128;
+inline constexpr std::uint32_t kAccessRelaxedOrdering = 1u << 20;
+
+struct DeviceAttr {
+  std::string fw_ver;           // "0.0.0", as libibverbs formats rxe's fw_ver 0
+  std::uint64_t node_guid = 0;  // the GUID's 8 bytes as a big-endian number (byte 0 = MSB)
+  std::uint64_t sys_image_guid = 0;
+  std::uint64_t max_mr_size = 0;
+  std::uint64_t page_size_cap = 0;
+  std::uint32_t vendor_id = 0;
+  std::uint32_t vendor_part_id = 0;
+  std::uint32_t hw_ver = 0;
+  std::uint32_t max_qp = 0;
+  std::uint32_t max_qp_wr = 0;
+  std::uint32_t device_cap_flags = 0;  // DeviceCapFlag bits
+  std::uint32_t max_sge = 0;
+  std::uint32_t max_sge_rd = 0;
+  std::uint32_t max_cq = 0;
+  std::uint32_t max_cqe = 0;
+  std::uint32_t max_mr = 0;
+  std::uint32_t max_pd = 0;
+  std::uint32_t max_qp_rd_atom = 0;
+  std::uint32_t max_ee_rd_atom = 0;
+  std::uint32_t max_res_rd_atom = 0;
+  std::uint32_t max_qp_init_rd_atom = 0;
+  std::uint32_t max_ee_init_rd_atom = 0;
+  AtomicCap atomic_cap = AtomicCap::kNone;
+  std::uint32_t max_ee = 0;
+  std::uint32_t max_rdd = 0;
+  std::uint32_t max_mw = 0;
+  std::uint32_t max_raw_ipv6_qp = 0;
+  std::uint32_t max_raw_ethy_qp = 0;
+  std::uint32_t max_mcast_grp = 0;
+  std::uint32_t max_mcast_qp_attach = 0;
+  std::uint32_t max_total_mcast_qp_attach = 0;
+  std::uint32_t max_ah = 0;
+  std::uint32_t max_fmr = 0;
+  std::uint32_t max_map_per_fmr = 0;
+  std::uint32_t max_srq = 0;
+  std::uint32_t max_srq_wr = 0;
+  std::uint32_t max_srq_sge = 0;
+  std::uint16_t max_pkeys = 0;
+  std::uint8_t local_ca_ack_delay = 0;
+  std::uint8_t phys_port_cnt = 0;
+  std::uint32_t max_inline_data = 0;  // not in ibv_device_attr: the QP cap limit
+};
+
+struct PortAttr {
+  PortState state = PortState::kDown;
+  Mtu max_mtu = Mtu::k4096;
+  Mtu active_mtu = Mtu::k1024;
+  std::uint32_t gid_tbl_len = 0;
+  std::uint32_t port_cap_flags = 0;
+  std::uint32_t max_msg_sz = 0;
+  std::uint32_t bad_pkey_cntr = 0;
+  std::uint32_t qkey_viol_cntr = 0;
+  std::uint16_t pkey_tbl_len = 0;
+  std::uint16_t lid = 0;
+  std::uint16_t sm_lid = 0;
+  std::uint8_t lmc = 0;
+  std::uint8_t max_vl_num = 0;
+  std::uint8_t sm_sl = 0;
+  std::uint8_t subnet_timeout = 0;
+  std::uint8_t init_type_reply = 0;
+  std::uint8_t active_width = 0;  // IBV_WIDTH_1X = 1
+  std::uint8_t active_speed = 0;  // IBV_SPEED_SDR = 1
+  std::uint8_t phys_state = 0;    // 5 = LinkUp
+  LinkLayer link_layer = LinkLayer::kEthernet;
+};
+
+struct GidEntry {
+  Gid gid;
+  GidType type = GidType::kRoceV2;
+};
+
+// ---- device configuration ----
+
+struct DeviceConfig {
+  std::string name = "uroce0";      // 1..63 characters (IBV_SYSFS_NAME_MAX - 1)
+  wire::IpAddress ip;               // the local address; neither 0.0.0.0 nor ::
+  std::uint32_t netdev_mtu = 1500;  // >= 336: the active MTU must be at least 256
+  std::uint64_t seed = 0;           // for MR keys: one seed, one sequence of keys
+  std::uint32_t async_event_queue_depth = 1024;
+};
+
+// ---- object attributes ----
+
+struct MrInfo {
+  MrHandle handle;
+  std::uint32_t lkey = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t iova = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;
+  PdHandle pd;
+};
+
+struct CqInitAttr {
+  std::uint32_t cqe = 0;          // 1..max_cqe; rounded up as rxe does (see CqInfo)
+  std::uint64_t channel = 0;      // opaque tag handed to the CompletionEventHandler
+  std::uint32_t comp_vector = 0;  // must be 0 (one completion vector)
+};
+struct CqInfo {
+  CqHandle handle;
+  std::uint32_t cqe = 0;  // actual capacity: 2^k - 1 >= requested (rxe's queue sizing)
+};
+
+// ibv_srq_attr_mask
+enum SrqAttrMask : std::uint32_t { kSrqMaxWr = 1, kSrqLimit = 2 };
+struct SrqAttr {
+  std::uint32_t max_wr = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t srq_limit = 0;  // 0: disarmed
+};
+struct SrqInfo {
+  SrqHandle handle;
+  SrqAttr attr;  // actual values
+};
+
+struct QpInitAttr {
+  QpType qp_type = QpType::kRc;
+  CqHandle send_cq;
+  CqHandle recv_cq;
+  SrqHandle srq;  // null: the QP has its own receive queue
+  QpCap cap;
+  bool sq_sig_all = false;
+};
+struct QpInfo {
+  QpHandle handle;
+  std::uint32_t qp_num = 0;
+  QpCap cap;  // actual values (rounded as rxe does)
+};
+struct QpQuery {
+  QpAttr attr;
+  QpInitAttr init_attr;
+};
+
+// ---- work requests (struct ibv_send_wr, ibv_recv_wr) ----
+
+struct SendWr {
+  std::uint64_t wr_id = 0;
+  std::span<const Sge> sg_list;
+  WrOpcode opcode = WrOpcode::kSend;
+  std::uint32_t send_flags = 0;  // SendFlag bits
+  std::uint32_t imm_data = 0;    // as carried in ImmDt (network-order value, like ibv's __be32)
+  struct {
+    std::uint64_t remote_addr = 0;
+    std::uint32_t rkey = 0;
+  } rdma;
+  struct {
+    std::uint64_t remote_addr = 0;
+    std::uint64_t compare_add = 0;
+    std::uint64_t swap = 0;
+    std::uint32_t rkey = 0;
+  } atomic;
+  struct {
+    AhHandle ah;
+    std::uint32_t remote_qpn = 0;
+    std::uint32_t remote_qkey = 0;
+  } ud;
+  std::uint32_t invalidate_rkey = 0;  // SEND with Invalidate, LOCAL_INV
+};
+
+struct RecvWr {
+  std::uint64_t wr_id = 0;
+  std::span<const Sge> sg_list;
+};
+
+// ---- events ----
+
+// An asynchronous event (struct ibv_async_event): `type` says which element is meaningful.
+struct AsyncEvent {
+  AsyncEventType type = AsyncEventType::kDeviceFatal;
+  QpHandle qp;  // QP events (kQpFatal, kCommEst, kSqDrained, kQpLastWqeReached ...)
+  std::uint32_t qp_num = 0;
+  CqHandle cq;            // kCqErr
+  SrqHandle srq;          // kSrqLimitReached, kSrqErr
+  std::uint8_t port = 0;  // port events
+};
+
+// Told when an armed CQ gets a completion that matches its arming (req_notify_cq); the CQ is
+// disarmed first. Called from inside the transport's handle_* calls: it must not call back
+// into the Device (the engine records the event and signals the channel later).
+class CompletionEventHandler {
+ public:
+  virtual ~CompletionEventHandler() = default;
+  virtual void cq_event(CqHandle cq, std::uint64_t channel) = 0;
+};
+
+// ---- the device ----
+
+class Device {
+ public:
+  // kInvalidArgument for a bad configuration (see DeviceConfig).
+  static Result<std::unique_ptr<Device>, Errc> create(const DeviceConfig& config);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const std::string& name() const;
+  const DeviceAttr& query_device() const;
+  Result<PortAttr, Errc> query_port(std::uint8_t port_num) const;  // port 1 only
+  // libibverbs' ibv_query_gid: an empty entry reads as the zero GID; an index beyond
+  // gid_tbl_len is kInvalidArgument.
+  Result<Gid, Errc> query_gid(std::uint8_t port_num, std::uint32_t index) const;
+  // ibv_query_gid_ex: kNoEntry for an empty entry.
+  Result<GidEntry, Errc> query_gid_entry(std::uint8_t port_num, std::uint32_t index) const;
+  Result<std::uint16_t, Errc> query_pkey(std::uint8_t port_num, std::uint32_t index) const;
+
+  // Protection domains. kNoMemory beyond max_pd.
+  Result<PdHandle, Errc> alloc_pd();
+  Errc dealloc_pd(PdHandle pd);
+
+  // Memory regions: [addr, addr + length) of this process, addressed by the peer and by SGEs
+  // as [iova, iova + length) (reg_mr: iova = addr). Access flags are checked as the kernel
+  // does (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE: kInvalidArgument).
+  Result<MrInfo, Errc> reg_mr(PdHandle pd, void* addr, std::size_t length, std::uint32_t access);
+  Result<MrInfo, Errc> reg_mr_iova(PdHandle pd, void* addr, std::size_t length, std::uint64_t iova,
+                                   std::uint32_t access);
+  Result<MrInfo, Errc> query_mr(MrHandle mr) const;
+  Errc dereg_mr(MrHandle mr);
+
+  // Completion queues.
+  Result<CqInfo, Errc> create_cq(const CqInitAttr& attr);
+  Errc destroy_cq(CqHandle cq);
+  // Moves up to out.size() completions into `out`, oldest first; returns how many. After an
+  // overflow the CQ is in error: kNoSpace (the completions queued before it are lost too).
+  Result<std::size_t, Errc> poll_cq(CqHandle cq, std::span<Wc> out);
+  // Arms the CQ once: the next completion (solicited_only: the next solicited or unsuccessful
+  // one) calls the CompletionEventHandler.
+  Errc req_notify_cq(CqHandle cq, bool solicited_only);
+  void set_completion_event_handler(CompletionEventHandler* handler);
+
+  // Shared receive queues. srq_limit is ignored at creation (as libibverbs documents); arm it
+  // with modify_srq(kSrqLimit). Resizing (kSrqMaxWr) is not supported.
+  Result<SrqInfo, Errc> create_srq(PdHandle pd, const SrqAttr& attr);
+  Errc modify_srq(SrqHandle srq, const SrqAttr& attr, std::uint32_t mask);
+  Result<SrqAttr, Errc> query_srq(SrqHandle srq) const;
+  Errc destroy_srq(SrqHandle srq);
+  Errc post_srq_recv(SrqHandle srq, std::span<const RecvWr> wrs, const RecvWr** bad_wr);
+
+  // Address handles (RoCE: is_global must be set; dgid names an IPv4-mapped or IPv6 address of
+  // the same family as the device's).
+  Result<AhHandle, Errc> create_ah(PdHandle pd, const AhAttr& attr);
+  Result<AhAttr, Errc> query_ah(AhHandle ah) const;
+  Errc destroy_ah(AhHandle ah);
+
+  // Queue pairs (RC, UC, UD). modify_qp() checks the state transition and attribute mask as
+  // the kernel's ib_modify_qp_is_ok() does, then the values as rxe does; any violation is
+  // kInvalidArgument and changes nothing.
+  Result<QpInfo, Errc> create_qp(PdHandle pd, const QpInitAttr& attr);
+  Errc modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask);
+  Result<QpQuery, Errc> query_qp(QpHandle qp) const;
+  Errc destroy_qp(QpHandle qp);
+  // Posts in order; on the first failure stops, sets *bad_wr (if bad_wr is not null) to the
+  // failing request and returns its error: the requests before it are posted. On success
+  // *bad_wr is set to nullptr.
+  Errc post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** bad_wr);
+  Errc post_recv(QpHandle qp, std::span<const RecvWr> wrs, const RecvWr** bad_wr);
+
+  // Asynchronous events: a bounded queue (DeviceConfig::async_event_queue_depth); when full,
+  // new events are counted in async_events_dropped() and lost.
+  bool has_async_event();
+  std::optional<AsyncEvent> get_async_event();
+  std::uint64_t async_events_dropped() const;
+
+  // ---- for the engine ----
+  const wire::IpAddress& local_ip() const;
+  Mtu active_mtu() const;
+  std::uint32_t active_mtu_bytes() const;
+  // The QP with this number (24 bits), or nullptr.
+  transport::Qp* find_qp(std::uint32_t qpn) const;
+  // Every live QP; invalidated by create_qp() and destroy_qp().
+  std::span<transport::Qp* const> live_qps() const;
+  // The resolver that every QP of this device uses (the MR table).
+  transport::MemoryResolver& memory();
+
+ private:
+  friend struct DeviceTestAccess;
+  explicit Device(std::unique_ptr<verbs::detail::DeviceState> state);
+  std::unique_ptr<verbs::detail::DeviceState> s_;
+};
+
+}  // namespace uroce

@@ -1,0 +1,133 @@
+#include "engine/engine.h"
+
+namespace uroce::engine {
+
+Engine::Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local)
+    : qps_(qps), dp_(dp), local_(local) {}
+
+void Engine::arm(std::uint32_t qpn, const transport::Qp& qp) {
+  const Instant t = qp.poll_timeout();
+  if (t.is_never()) return;
+  auto it = armed_.find(qpn);
+  if (it != armed_.end() && it->second <= t) return;  // an earlier entry will re-arm
+  armed_[qpn] = t;
+  timers_.push(Timer{t, qpn});
+}
+
+void Engine::activate(std::uint32_t qpn) {
+  bool& flag = is_active_[qpn];
+  if (flag) return;
+  flag = true;
+  active_.push_back(qpn);
+}
+
+void Engine::doorbell(std::uint32_t qpn) {
+  if (qps_.find_qp(qpn) == nullptr) return;
+  activate(qpn);
+}
+
+void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
+                       const transport::PacketInfo& info) {
+  ++counters_.rx_packets;
+  counters_.rx_bytes += pkt.bytes.size();
+  const std::uint32_t qpn = pkt.bth().dest_qpn();
+  transport::Qp* qp = qps_.find_qp(qpn);
+  if (qp == nullptr) {
+    ++counters_.rx_unknown_qpn;  // rxe drops these silently too
+    return;
+  }
+  qp->handle_packet(now, pkt, info);
+  arm(qpn, *qp);
+  activate(qpn);
+}
+
+void Engine::handle_timers(Instant now) {
+  while (!timers_.empty() && timers_.top().at <= now) {
+    const Timer t = timers_.top();
+    timers_.pop();
+    auto it = armed_.find(t.qpn);
+    if (it == armed_.end() || it->second != t.at) continue;  // superseded
+    armed_.erase(it);
+    transport::Qp* qp = qps_.find_qp(t.qpn);
+    if (qp == nullptr) continue;
+    ++counters_.timer_fires;
+    qp->handle_timeout(now);
+    arm(t.qpn, *qp);
+    activate(t.qpn);
+  }
+}
+
+Instant Engine::next_timeout() {
+  // Drop superseded entries so the answer is the real next deadline.
+  while (!timers_.empty()) {
+    const Timer& t = timers_.top();
+    auto it = armed_.find(t.qpn);
+    if (it != armed_.end() && it->second == t.at) return t.at;
+    timers_.pop();
+  }
+  return Instant::never();
+}
+
+bool Engine::transmit(Instant now, const transport::TxPacket& tx) {
+  wire::OuterHeaders o;
+  o.src = local_;
+  o.dst = tx.av.dst;
+  o.src.v6 = tx.av.dst.v6;
+  o.src_port = tx.av.udp_sport;
+  o.traffic_class = tx.av.traffic_class;
+  o.ttl = tx.av.hop_limit;
+  o.flow_label = tx.av.flow_label;
+  if (!dp_.send(now, o, tx.header_span(), tx.payload())) {
+    ++counters_.tx_backpressure;
+    return false;
+  }
+  ++counters_.tx_packets;
+  counters_.tx_bytes += tx.header_bytes + tx.payload_bytes;
+  return true;
+}
+
+std::size_t Engine::flush_tx(Instant now, std::size_t budget) {
+  std::size_t sent = 0;
+  if (has_pending_) {
+    if (!transmit(now, pending_)) return 0;
+    has_pending_ = false;
+    ++sent;
+    if (transport::Qp* qp = qps_.find_qp(pending_qpn_)) arm(pending_qpn_, *qp);
+  }
+  transport::TxPacket tx;
+  // Round robin over active QPs, kBurst packets each per turn.
+  while (sent < budget && !active_.empty()) {
+    if (next_active_ >= active_.size()) next_active_ = 0;
+    const std::uint32_t qpn = active_[next_active_];
+    transport::Qp* qp = qps_.find_qp(qpn);
+    std::size_t n = 0;
+    bool more = qp != nullptr;
+    while (more && n < kBurst && sent < budget) {
+      if (!qp->poll_transmit(now, tx)) {
+        more = false;
+        break;
+      }
+      if (!transmit(now, tx)) {
+        pending_ = tx;
+        pending_qpn_ = qpn;
+        has_pending_ = true;
+        arm(qpn, *qp);
+        return sent;
+      }
+      ++n;
+      ++sent;
+    }
+    if (qp != nullptr) arm(qpn, *qp);
+    if (!more) {
+      // Idle (or gone): leave the active list until a doorbell, a packet or a timer.
+      is_active_[qpn] = false;
+      active_[next_active_] = active_.back();
+      active_.pop_back();
+    } else {
+      ++next_active_;
+    }
+  }
+  return sent;
+}
+
+}  // namespace uroce::engine

@@ -1,0 +1,87 @@
+// The progress engine of one device: received packets to their QP, due timers, and QPs with
+// something to send to the datapath. It reads no clock either: the caller (the engine thread in
+// production, the simulator in tests) passes `now`, which is what lets the simulator reuse it
+// unchanged.
+//
+//   handle_rx(now, pkt, info)   a validated packet arrived: demux by destination QPN
+//   doorbell(qpn)               an application posted work to a QP
+//   handle_timers(now)          fire every QP timer that is due
+//   flush_tx(now)               transmit for QPs with work, round robin, fair per burst
+//   next_timeout()              when handle_timers() next has work
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "base/time.h"
+#include "datapath/datapath.h"
+#include "transport/qp.h"
+#include "wire/packet.h"
+
+namespace uroce::engine {
+
+// Where the engine finds QPs (verbs' device implements it).
+class QpDirectory {
+ public:
+  virtual ~QpDirectory() = default;
+  virtual transport::Qp* find_qp(std::uint32_t qpn) = 0;
+};
+
+struct EngineCounters {
+  std::uint64_t rx_packets = 0;
+  std::uint64_t rx_bytes = 0;
+  std::uint64_t tx_packets = 0;
+  std::uint64_t tx_bytes = 0;
+  std::uint64_t rx_unknown_qpn = 0;
+  std::uint64_t tx_backpressure = 0;
+  std::uint64_t timer_fires = 0;
+  std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};  // by DropReason
+};
+
+class Engine {
+ public:
+  Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local);
+
+  void handle_rx(Instant now, const wire::RocePacket& pkt, const transport::PacketInfo& info);
+  void count_drop(wire::DropReason r) { ++counters_.rx_drops[static_cast<std::size_t>(r)]; }
+  void doorbell(std::uint32_t qpn);
+  void handle_timers(Instant now);
+  // Sends up to `budget` packets. Returns how many were sent.
+  std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX);
+  Instant next_timeout();
+  bool has_tx_work() const { return !active_.empty() || has_pending_; }
+  const EngineCounters& counters() const { return counters_; }
+  const wire::IpAddress& local() const { return local_; }
+
+  // Packets per QP before the next QP gets its turn.
+  static constexpr std::size_t kBurst = 16;
+
+ private:
+  struct Timer {
+    Instant at;
+    std::uint32_t qpn;
+    bool operator>(const Timer& o) const { return at > o.at || (at == o.at && qpn > o.qpn); }
+  };
+  void arm(std::uint32_t qpn, const transport::Qp& qp);
+  void activate(std::uint32_t qpn);
+  bool transmit(Instant now, const transport::TxPacket& tx);
+
+  QpDirectory& qps_;
+  datapath::Datapath& dp_;
+  wire::IpAddress local_;
+  EngineCounters counters_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
+  std::unordered_map<std::uint32_t, Instant> armed_;  // earliest deadline in timers_ per QP
+  std::vector<std::uint32_t> active_;                 // round-robin order
+  std::unordered_map<std::uint32_t, bool> is_active_;
+  std::size_t next_active_ = 0;
+  // A packet the datapath could not take; sent before anything else.
+  transport::TxPacket pending_;
+  std::uint32_t pending_qpn_ = 0;
+  bool has_pending_ = false;
+};
+
+}  // namespace uroce::engine

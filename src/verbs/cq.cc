@@ -1,0 +1,93 @@
+// Completion queues: a bounded ring of work completions with verbs' overflow rule and
+// one-shot notification arming.
+#include <bit>
+
+#include "verbs/device_state.h"
+
+namespace uroce {
+
+using verbs::detail::from_raw;
+using verbs::detail::to_raw;
+namespace vd = verbs::detail;
+
+namespace verbs::detail {
+
+// Overflow (IBTA 11.4.2.1, CQ overrun): the CQ enters the error state, the completion is lost
+// and the consumer learns it from an affiliated asynchronous event (IBV_EVENT_CQ_ERR). rxe
+// raises the same event but keeps the CQ usable; uroce follows the verbs rule and fails later
+// polls, so that a lost completion cannot go unnoticed.
+void CqObj::push(const Wc& wc, bool solicited) {
+  if (error) {
+    ++dropped;
+    return;
+  }
+  if (ring.full()) {
+    error = true;
+    ++dropped;
+    AsyncEvent ev;
+    ev.type = AsyncEventType::kCqErr;
+    ev.cq = self;
+    dev_.push_event(ev);
+    return;
+  }
+  ring.push_back(wc);
+  // Solicited-only arming also fires for unsuccessful completions (IBTA 11.4.2.2; rxe passes
+  // solicited = 1 for the receive completions it flushes).
+  const bool fire = arm == Arm::kNextComp ||
+                    (arm == Arm::kSolicited && (solicited || wc.status != WcStatus::kSuccess));
+  if (fire) {
+    arm = Arm::kNone;
+    ++events;
+    if (dev_.comp_handler != nullptr) dev_.comp_handler->cq_event(self, channel);
+  }
+}
+
+}  // namespace verbs::detail
+
+Result<CqInfo, Errc> Device::create_cq(const CqInitAttr& attr) {
+  vd::DeviceState& s = *s_;
+  // rxe_cq_chk_attr() and ib_uverbs' comp_vector check.
+  if (attr.cqe == 0 || attr.cqe > s.attr.max_cqe) return Err{Errc::kInvalidArgument};
+  if (attr.comp_vector != 0) return Err{Errc::kInvalidArgument};
+  if (s.cqs.full()) return Err{Errc::kNoMemory};
+  // rxe_queue_init() sizes the ring to a power of two with one slot kept free and reports the
+  // rest: cqe becomes 2^k - 1 >= cqe (max_cqe is itself of that form).
+  const auto cqe = static_cast<std::uint32_t>(std::bit_ceil(std::uint64_t{attr.cqe} + 1) - 1);
+  auto cq = std::make_unique<vd::CqObj>(s, cqe, attr.channel);
+  vd::CqObj* raw = cq.get();
+  const RawHandle h = s.cqs.insert(std::move(cq));
+  UROCE_CHECK(h.generation != 0);
+  raw->self = from_raw<CqHandle>(h);
+  return CqInfo{raw->self, cqe};
+}
+
+Errc Device::destroy_cq(CqHandle cq) {
+  vd::CqObj* c = s_->cqs.get(to_raw(cq));
+  if (c == nullptr) return Errc::kInvalidArgument;
+  if (c->use_count != 0) return Errc::kBusy;
+  s_->cqs.remove(to_raw(cq));
+  return Errc::kOk;
+}
+
+Result<std::size_t, Errc> Device::poll_cq(CqHandle cq, std::span<Wc> out) {
+  vd::CqObj* c = s_->cqs.get(to_raw(cq));
+  if (c == nullptr) return Err{Errc::kInvalidArgument};
+  if (c->error) return Err{Errc::kNoSpace};
+  std::size_t n = 0;
+  while (n < out.size() && !c->ring.empty()) {
+    out[n++] = c->ring.front();
+    c->ring.pop_front();
+  }
+  return n;
+}
+
+Errc Device::req_notify_cq(CqHandle cq, bool solicited_only) {
+  vd::CqObj* c = s_->cqs.get(to_raw(cq));
+  if (c == nullptr) return Errc::kInvalidArgument;
+  using Arm = vd::CqObj::Arm;
+  // Arming for the next completion widens a solicited-only arming, never the reverse (rxe).
+  if (c->arm != Arm::kNextComp) c->arm = solicited_only ? Arm::kSolicited : Arm::kNextComp;
+  return Errc::kOk;
+}
+
+}  // namespace uroce

@@ -1,0 +1,181 @@
+// The Device's insides (private to src/verbs and its tests): object tables, the MR key table
+// that implements transport::MemoryResolver, the QPN table, and the async event queue.
+//
+// Objects live in HandleTables (stable addresses), so that a transport::Qp may keep pointers
+// to its CQs, its receive queue and the device's resolver and event sink: a CQ or SRQ cannot be
+// destroyed while a QP uses it (kBusy), and the device outlives its QPs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/handle_table.h"
+#include "base/prng.h"
+#include "base/ring.h"
+#include "cc/congestion_control.h"
+#include "transport/interfaces.h"
+#include "transport/qp.h"
+#include "transport/recv_queue.h"
+#include "uroce/verbs.h"
+#include "verbs/id_allocator.h"
+
+namespace uroce::verbs::detail {
+
+// rxe's limits (rxe_param.h of the kernels roce-facts.md describes: max_qp_wr 16K, inline 400).
+inline constexpr std::uint32_t kMaxQp = 0x10000;
+inline constexpr std::uint32_t kMinQpn = 0x11;     // rxe: index 16 is the GSI QP (QPN 1) ...
+inline constexpr std::uint32_t kMaxQpn = 0x20000;  // ... so user QPNs start at 0x11
+inline constexpr std::uint32_t kMaxCq = 16384;
+inline constexpr std::uint32_t kMaxCqe = (1u << 15) - 1;
+inline constexpr std::uint32_t kMaxMr = 256 * 1024;
+inline constexpr std::uint32_t kMinMrIndex = 1;
+inline constexpr std::uint32_t kMaxMrIndex = kMaxMr;
+inline constexpr std::uint32_t kMaxPd = 0x7ffc;
+inline constexpr std::uint32_t kMaxResRdAtom = 0x3f000;
+inline constexpr std::uint32_t kMaxAh = (1u << 15) - 1;  // rxe since 5.17 (was 100)
+inline constexpr std::uint32_t kMaxSrq = 960;
+inline constexpr std::uint32_t kMaxSrqWr = 0x4000;
+inline constexpr std::uint32_t kMaxSrqSge = 27;
+inline constexpr std::uint32_t kGidTableLen = 1024;
+inline constexpr std::uint32_t kPortCmSup = 1u << 16;  // IBV_PORT_CM_SUP
+inline constexpr std::uint16_t kDefaultPkey = 0xffff;
+
+template <class H>
+RawHandle to_raw(H h) {
+  return RawHandle{h.index, h.generation};
+}
+template <class H>
+H from_raw(RawHandle r) {
+  return H{r.index, r.generation};
+}
+
+struct DeviceState;
+
+struct PdObj {
+  std::uint32_t id = 0;  // what QPs and MRs carry for the PD check
+  std::uint32_t use_count = 0;
+};
+
+struct MrObj {
+  MrHandle self;
+  PdHandle pd;
+  std::uint32_t pd_id = 0;
+  std::byte* base = nullptr;
+  std::uint64_t iova = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;
+  std::uint32_t lkey = 0;
+  std::uint32_t rkey = 0;
+  bool invalidated = false;
+};
+
+class CqObj final : public transport::CompletionSink {
+ public:
+  enum class Arm : std::uint8_t { kNone, kNextComp, kSolicited };
+  CqObj(DeviceState& dev, std::uint32_t cqe, std::uint64_t channel_tag)
+      : ring(cqe), channel(channel_tag), dev_(dev) {}
+  void push(const Wc& wc, bool solicited) override;
+
+  CqHandle self;
+  BoundedRing<Wc> ring;
+  std::uint64_t channel;
+  Arm arm = Arm::kNone;
+  bool error = false;           // overflowed: completions are dropped, polls fail
+  std::uint32_t use_count = 0;  // QPs using it (as send or receive CQ, counted once each)
+  std::uint64_t dropped = 0;
+  std::uint64_t events = 0;  // completion events fired
+
+ private:
+  DeviceState& dev_;
+};
+
+struct SrqObj {
+  SrqObj(std::uint32_t max_wr, std::uint32_t max_sge) : rq(max_wr, max_sge) {}
+  SrqHandle self;
+  PdHandle pd;
+  SrqAttr attr;
+  transport::RecvQueue rq;
+  std::uint32_t use_count = 0;
+};
+
+struct AhObj {
+  PdHandle pd;
+  AhAttr attr;
+  transport::AddressVector av;  // udp_sport filled at post time when flow_label is 0
+};
+
+struct QpObj {
+  QpHandle self;
+  PdHandle pd;
+  QpInitAttr init;
+  QpAttr attr;  // what modify_qp() set (state is read from the transport)
+  std::uint32_t qpn = 0;
+  std::uint16_t default_sport = 0;
+  std::size_t live_pos = 0;  // index in DeviceState::live_qps
+  std::unique_ptr<transport::RecvQueue> rq;
+  std::unique_ptr<cc::CongestionControl> cc;
+  std::unique_ptr<transport::Qp> qp;
+};
+
+struct DeviceState final : transport::MemoryResolver, transport::EventSink {
+  explicit DeviceState(const DeviceConfig& cfg);
+
+  // transport::MemoryResolver
+  Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+                                                   std::uint64_t addr, std::uint64_t length,
+                                                   std::uint32_t access) override;
+  Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t rkey) override;
+
+  // transport::EventSink
+  void qp_event(std::uint32_t qpn, AsyncEventType type) override;
+  void srq_limit_reached(transport::RecvQueue* srq) override;
+
+  void push_event(const AsyncEvent& ev);
+  // Reports an armed SRQ whose limit fired (RecvQueue disarms itself when it crosses the
+  // limit): told by the transport (srq_limit_reached), or found by sweep_srq_limits() when the
+  // queue was popped by anyone else.
+  void report_srq_limit(SrqObj* srq);
+  void sweep_srq_limits();
+  MrObj* mr_for_key(std::uint32_t key) const;
+  QpObj* qp_for_qpn(std::uint32_t qpn) const;
+  // Checks an AH / QP address vector as rdma_check_ah_attr() and rxe_av_chk_attr() do and
+  // resolves it (udp_sport left at 0).
+  Result<transport::AddressVector, Errc> resolve_ah_attr(const AhAttr& attr) const;
+
+  DeviceConfig config;
+  DeviceAttr attr;
+  PortAttr port;
+  GidEntry gid;  // index 0, the only entry
+  Prng prng;
+
+  std::uint32_t next_pd_id = 1;
+  CyclicIdAllocator mr_index;
+  std::vector<MrObj*> mr_by_index;        // by key index (key >> 8)
+  std::vector<std::uint8_t> mr_last_key;  // the key byte last used at each index
+  CyclicIdAllocator qpn_alloc;
+  std::vector<QpObj*> qp_by_qpn;
+  std::vector<transport::Qp*> live_qps;
+  std::vector<SrqObj*> armed_srqs;  // armed and not yet reported
+
+  BoundedRing<AsyncEvent> events;
+  std::uint64_t events_dropped = 0;
+  CompletionEventHandler* comp_handler = nullptr;
+
+  // Declared children last: destroyed first (QPs before the CQs and SRQs they point to).
+  HandleTable<PdObj> pds{kMaxPd};
+  HandleTable<MrObj> mrs{kMaxMr};
+  HandleTable<CqObj> cqs{kMaxCq};
+  HandleTable<SrqObj> srqs{kMaxSrq};
+  HandleTable<AhObj> ahs{kMaxAh};
+  HandleTable<QpObj> qps{kMaxQp};
+};
+
+}  // namespace uroce::verbs::detail
+
+namespace uroce {
+// White-box access for tests (e.g. to drain an SRQ as the transport would).
+struct DeviceTestAccess {
+  static verbs::detail::DeviceState& state(Device& d) { return *d.s_; }
+};
+}  // namespace uroce

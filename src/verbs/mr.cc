@@ -1,0 +1,145 @@
+// Memory regions and the key table behind transport::MemoryResolver.
+//
+// Keys are rxe's: lkey = rkey = (24-bit index << 8) | 8-bit key byte. Indices are handed out
+// cyclically from a seeded starting point, the key byte comes from the device's seeded PRNG and
+// differs from the byte last used at the same index, so a key of a deregistered MR never names
+// the next MR at its index.
+#include "verbs/device_state.h"
+
+namespace uroce {
+
+using verbs::detail::from_raw;
+using verbs::detail::to_raw;
+namespace vd = verbs::detail;
+using transport::AccessError;
+
+namespace verbs::detail {
+
+MrObj* DeviceState::mr_for_key(std::uint32_t key) const {
+  const std::uint32_t index = key >> 8;
+  return index < mr_by_index.size() ? mr_by_index[index] : nullptr;
+}
+
+// Called for every RDMA access and every SGE (what rxe does in lookup_mr() and
+// mr_check_range()). All bound arithmetic avoids overflow: [addr, addr + length) must lie in
+// [iova, iova + mr_length), with addr + length possibly past 2^64.
+Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+                                                   std::uint64_t addr, std::uint64_t length,
+                                                   std::uint32_t access) {
+  const MrObj* mr = mr_for_key(key);
+  if (mr == nullptr || mr->invalidated) return Err{AccessError::kInvalidKey};
+  if ((remote ? mr->rkey : mr->lkey) != key) return Err{AccessError::kInvalidKey};
+  if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
+  if ((access & ~mr->access) != 0) return Err{AccessError::kNoPermission};
+  if (addr < mr->iova) return Err{AccessError::kOutOfBounds};
+  const std::uint64_t offset = addr - mr->iova;
+  if (length > mr->length || offset > mr->length - length) return Err{AccessError::kOutOfBounds};
+  return MutBytes(mr->base + offset, static_cast<std::size_t>(length));
+}
+
+// SEND with Invalidate and LOCAL_INV. IBTA (o10-37) and rxe allow this only for fast-register
+// MRs and memory windows, which uroce does not have; uroce lets it invalidate any MR so that
+// the operations work at all. An invalidated MR refuses every access until it is deregistered.
+Result<bool, AccessError> DeviceState::invalidate(std::uint32_t pd, std::uint32_t rkey) {
+  MrObj* mr = mr_for_key(rkey);
+  if (mr == nullptr || mr->invalidated || mr->rkey != rkey) return Err{AccessError::kInvalidKey};
+  if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
+  mr->invalidated = true;
+  return true;
+}
+
+}  // namespace verbs::detail
+
+namespace {
+
+// ib_check_mr_access(): remote write or atomic needs local write; then what uroce supports.
+Errc check_mr_access(std::uint32_t access) {
+  constexpr std::uint32_t kOptionalRange = 0x3ff00000;  // IBV_ACCESS_OPTIONAL_RANGE: ignored
+  access &= ~kOptionalRange;
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
+      (access & kAccessLocalWrite) == 0) {
+    return Errc::kInvalidArgument;
+  }
+  if ((access & (kAccessMwBind | kAccessZeroBased | kAccessOnDemand)) != 0) {
+    return Errc::kNotSupported;
+  }
+  constexpr std::uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                                   kAccessRemoteAtomic | kAccessHugetlb;
+  if ((access & ~kKnown) != 0) return Errc::kInvalidArgument;
+  return Errc::kOk;
+}
+
+}  // namespace
+
+Result<MrInfo, Errc> Device::reg_mr(PdHandle pd, void* addr, std::size_t length,
+                                    std::uint32_t access) {
+  return reg_mr_iova(pd, addr, length, reinterpret_cast<std::uintptr_t>(addr), access);
+}
+
+Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t length,
+                                         std::uint64_t iova, std::uint32_t access) {
+  vd::DeviceState& s = *s_;
+  vd::PdObj* p = s.pds.get(to_raw(pd));
+  if (p == nullptr) return Err{Errc::kInvalidArgument};
+  if (const Errc e = check_mr_access(access); e != Errc::kOk) return Err{e};
+  // ib_umem_get(): no empty regions, none that wrap around the address space (a region may
+  // end exactly at 2^64: its last byte is at 2^64 - 1).
+  if (length == 0 || addr == nullptr) return Err{Errc::kInvalidArgument};
+  const auto start = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uint64_t last = length - 1;
+  if (start + last < start || iova + last < iova) return Err{Errc::kInvalidArgument};
+  if (length > s.attr.max_mr_size) return Err{Errc::kInvalidArgument};
+  if (s.mrs.full()) return Err{Errc::kNoMemory};
+  const std::optional<std::uint32_t> index = s.mr_index.allocate();
+  if (!index) return Err{Errc::kNoMemory};
+
+  if (s.mr_by_index.size() <= *index) {
+    s.mr_by_index.resize(std::size_t{*index} + 1, nullptr);
+    s.mr_last_key.resize(std::size_t{*index} + 1, 0);
+  }
+  std::uint8_t key_byte;
+  do {
+    key_byte = static_cast<std::uint8_t>(s.prng.below(256));
+  } while (key_byte == s.mr_last_key[*index]);
+  s.mr_last_key[*index] = key_byte;
+  const std::uint32_t key = (*index << 8) | key_byte;
+
+  auto mr = std::make_unique<vd::MrObj>();
+  mr->pd = pd;
+  mr->pd_id = p->id;
+  mr->base = static_cast<std::byte*>(addr);
+  mr->iova = iova;
+  mr->length = length;
+  mr->access = access & ~std::uint32_t{0x3ff00000};
+  mr->lkey = key;
+  mr->rkey = key;  // rxe uses one key for both
+  vd::MrObj* raw = mr.get();
+  const RawHandle h = s.mrs.insert(std::move(mr));
+  UROCE_CHECK(h.generation != 0);  // checked full() above
+  raw->self = from_raw<MrHandle>(h);
+  s.mr_by_index[*index] = raw;
+  ++p->use_count;
+  return MrInfo{raw->self, raw->lkey, raw->rkey, raw->iova, raw->length, raw->access, pd};
+}
+
+Result<MrInfo, Errc> Device::query_mr(MrHandle mr) const {
+  const vd::MrObj* m = s_->mrs.get(to_raw(mr));
+  if (m == nullptr) return Err{Errc::kInvalidArgument};
+  return MrInfo{m->self, m->lkey, m->rkey, m->iova, m->length, m->access, m->pd};
+}
+
+Errc Device::dereg_mr(MrHandle mr) {
+  vd::DeviceState& s = *s_;
+  std::unique_ptr<vd::MrObj> m = s.mrs.remove(to_raw(mr));
+  if (m == nullptr) return Errc::kInvalidArgument;
+  const std::uint32_t index = m->lkey >> 8;
+  UROCE_ASSERT(s.mr_by_index[index] == m.get());
+  s.mr_by_index[index] = nullptr;
+  s.mr_index.release(index);
+  vd::PdObj* p = s.pds.get(to_raw(m->pd));
+  UROCE_CHECK(p != nullptr && p->use_count > 0);  // a PD with MRs cannot be freed
+  --p->use_count;
+  return Errc::kOk;
+}
+
+}  // namespace uroce

@@ -1,0 +1,328 @@
+// Queue pairs: creation against the device's limits, modify_qp() checked as the kernel and rxe
+// check it, and the translation of verbs work requests into transport requests.
+#include <algorithm>
+#include <bit>
+
+#include "verbs/address.h"
+#include "verbs/device_state.h"
+#include "verbs/qp_state_table.h"
+
+namespace uroce {
+
+using verbs::detail::from_raw;
+using verbs::detail::to_raw;
+namespace vd = verbs::detail;
+
+namespace {
+
+constexpr std::uint32_t kPsnMask = 0xffffff;
+constexpr std::uint32_t kQpnMask = 0xffffff;
+
+// rxe_queue_init(): a ring of 2^k slots with one kept free, so 2^k - 1 >= n usable entries;
+// capped at the device limit (rxe would report more than max_qp_wr for n = max_qp_wr).
+std::uint32_t queue_entries(std::uint32_t n, std::uint32_t max) {
+  return std::min(static_cast<std::uint32_t>(std::bit_ceil(std::uint64_t{n} + 1) - 1), max);
+}
+
+// rxe_qp_chk_cap().
+bool caps_fit(const DeviceAttr& dev, const QpCap& cap, bool has_srq) {
+  if (cap.max_send_wr > dev.max_qp_wr || cap.max_send_sge > dev.max_sge) return false;
+  if (!has_srq && (cap.max_recv_wr > dev.max_qp_wr || cap.max_recv_sge > dev.max_sge)) {
+    return false;
+  }
+  return cap.max_inline_data <= dev.max_inline_data;
+}
+
+// What rxe_qp_init_req()/rxe_qp_init_resp() make of the requested capabilities: a send WQE
+// holds max(max_send_sge SGEs, max_inline_data bytes), and both limits grow to fill it (within
+// the device limits, which rxe's newer 512-byte inline limit would not need).
+QpCap actual_caps(const QpCap& cap, bool has_srq) {
+  constexpr std::uint32_t kSgeBytes = 16;  // sizeof(struct ib_sge)
+  QpCap a;
+  const std::uint32_t wqe_bytes = std::max(cap.max_send_sge * kSgeBytes, cap.max_inline_data);
+  a.max_send_sge = std::min(wqe_bytes / kSgeBytes, transport::kMaxSge);
+  a.max_inline_data = std::min(wqe_bytes, transport::kMaxInlineData);
+  a.max_send_wr = queue_entries(cap.max_send_wr, transport::kMaxQpWr);
+  if (!has_srq) {
+    a.max_recv_wr = queue_entries(cap.max_recv_wr, transport::kMaxQpWr);
+    a.max_recv_sge = cap.max_recv_sge;
+  }
+  return a;
+}
+
+bool valid_state(QpState s) {
+  return static_cast<unsigned>(s) <= static_cast<unsigned>(QpState::kErr);
+}
+
+// Copies the attributes named by `mask` (ibv_modify_qp's semantics for query_qp later).
+void apply_mask(QpAttr& dst, const QpAttr& src, std::uint32_t mask) {
+  if (mask & kQpState) dst.qp_state = src.qp_state;
+  if (mask & kQpEnSqdAsyncNotify) dst.en_sqd_async_notify = src.en_sqd_async_notify;
+  if (mask & kQpAccessFlags) dst.qp_access_flags = src.qp_access_flags;
+  if (mask & kQpPkeyIndex) dst.pkey_index = src.pkey_index;
+  if (mask & kQpPort) dst.port_num = src.port_num;
+  if (mask & kQpQkey) dst.qkey = src.qkey;
+  if (mask & kQpAv) dst.ah_attr = src.ah_attr;
+  if (mask & kQpPathMtu) dst.path_mtu = src.path_mtu;
+  if (mask & kQpTimeout) dst.timeout = src.timeout;
+  if (mask & kQpRetryCnt) dst.retry_cnt = src.retry_cnt;
+  if (mask & kQpRnrRetry) dst.rnr_retry = src.rnr_retry;
+  if (mask & kQpRqPsn) dst.rq_psn = src.rq_psn & kPsnMask;
+  if (mask & kQpMaxQpRdAtomic) dst.max_rd_atomic = src.max_rd_atomic;
+  if (mask & kQpMinRnrTimer) dst.min_rnr_timer = src.min_rnr_timer;
+  if (mask & kQpSqPsn) dst.sq_psn = src.sq_psn & kPsnMask;
+  if (mask & kQpMaxDestRdAtomic) dst.max_dest_rd_atomic = src.max_dest_rd_atomic;
+  if (mask & kQpDestQpn) dst.dest_qp_num = src.dest_qp_num;
+}
+
+}  // namespace
+
+Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
+  vd::DeviceState& s = *s_;
+  vd::PdObj* p = s.pds.get(to_raw(pd));
+  if (p == nullptr) return Err{Errc::kInvalidArgument};
+  // rxe_qp_chk_init(): RC, UC, UD (and the special QPs, which uroce does not have); both CQs.
+  if (init.qp_type != QpType::kRc && init.qp_type != QpType::kUc && init.qp_type != QpType::kUd) {
+    return Err{Errc::kNotSupported};
+  }
+  vd::CqObj* scq = s.cqs.get(to_raw(init.send_cq));
+  vd::CqObj* rcq = s.cqs.get(to_raw(init.recv_cq));
+  if (scq == nullptr || rcq == nullptr) return Err{Errc::kInvalidArgument};
+  const bool has_srq = !init.srq.is_null();
+  vd::SrqObj* srq = has_srq ? s.srqs.get(to_raw(init.srq)) : nullptr;
+  if (has_srq && srq == nullptr) return Err{Errc::kInvalidArgument};
+  if (!caps_fit(s.attr, init.cap, has_srq)) return Err{Errc::kInvalidArgument};
+  if (s.qps.full()) return Err{Errc::kNoMemory};
+  const std::optional<std::uint32_t> qpn = s.qpn_alloc.allocate();
+  if (!qpn) return Err{Errc::kNoMemory};
+
+  auto q = std::make_unique<vd::QpObj>();
+  q->pd = pd;
+  q->init = init;
+  q->init.cap = actual_caps(init.cap, has_srq);
+  q->qpn = *qpn;
+  q->default_sport = verbs::rxe_default_udp_sport(*qpn);
+  q->attr.cap = q->init.cap;
+  q->attr.path_mtu = Mtu::k256;  // rxe_qp_init_misc(): path_mtu 1 until modify_qp sets it
+  if (!has_srq) {
+    q->rq =
+        std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr, q->init.cap.max_recv_sge);
+  }
+  q->cc = std::make_unique<cc::NoCongestionControl>();
+  transport::QpEnv env;
+  env.memory = &s;
+  env.send_cq = scq;
+  env.recv_cq = rcq;
+  env.rq = has_srq ? &srq->rq : q->rq.get();
+  env.rq_is_srq = has_srq;
+  env.events = &s;
+  env.cc = q->cc.get();
+  env.pd = p->id;
+  env.port_mtu_bytes = mtu_bytes(s.port.active_mtu);
+  q->qp = std::make_unique<transport::Qp>(*qpn, init.qp_type, q->init.cap, env);
+
+  vd::QpObj* raw = q.get();
+  const RawHandle h = s.qps.insert(std::move(q));
+  UROCE_CHECK(h.generation != 0);
+  raw->self = from_raw<QpHandle>(h);
+  if (s.qp_by_qpn.size() <= *qpn) s.qp_by_qpn.resize(std::size_t{*qpn} + 1, nullptr);
+  s.qp_by_qpn[*qpn] = raw;
+  raw->live_pos = s.live_qps.size();
+  s.live_qps.push_back(raw->qp.get());
+  // Use counts as the kernel keeps them: one per reference (a CQ used for both send and
+  // receive is counted twice).
+  ++p->use_count;
+  ++scq->use_count;
+  ++rcq->use_count;
+  if (srq != nullptr) ++srq->use_count;
+  return QpInfo{raw->self, *qpn, raw->init.cap};
+}
+
+Errc Device::destroy_qp(QpHandle qp) {
+  vd::DeviceState& s = *s_;
+  vd::QpObj* q = s.qps.get(to_raw(qp));
+  if (q == nullptr) return Errc::kInvalidArgument;
+  // Unlink from the engine's views first.
+  s.qp_by_qpn[q->qpn] = nullptr;
+  const std::size_t pos = q->live_pos;
+  UROCE_ASSERT(s.live_qps[pos] == q->qp.get());
+  s.live_qps[pos] = s.live_qps.back();
+  s.live_qps.pop_back();
+  if (pos < s.live_qps.size()) s.qp_by_qpn[s.live_qps[pos]->qpn()]->live_pos = pos;
+  s.qpn_alloc.release(q->qpn);
+  // Release the parents.
+  vd::PdObj* p = s.pds.get(to_raw(q->pd));
+  vd::CqObj* scq = s.cqs.get(to_raw(q->init.send_cq));
+  vd::CqObj* rcq = s.cqs.get(to_raw(q->init.recv_cq));
+  UROCE_CHECK(p != nullptr && scq != nullptr && rcq != nullptr);
+  --p->use_count;
+  --scq->use_count;
+  --rcq->use_count;
+  if (!q->init.srq.is_null()) {
+    vd::SrqObj* srq = s.srqs.get(to_raw(q->init.srq));
+    UROCE_CHECK(srq != nullptr);
+    --srq->use_count;
+  }
+  s.qps.remove(to_raw(qp));
+  return Errc::kOk;
+}
+
+Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
+  vd::DeviceState& s = *s_;
+  vd::QpObj* q = s.qps.get(to_raw(qp));
+  if (q == nullptr) return Errc::kInvalidArgument;
+  const QpType type = q->init.qp_type;
+  const QpState actual = q->qp->state();
+
+  // The transition and the mask (rxe_qp_chk_attr() -> ib_modify_qp_is_ok()).
+  if ((mask & kQpCurState) && !valid_state(attr.cur_qp_state)) return Errc::kInvalidArgument;
+  if ((mask & kQpState) && !valid_state(attr.qp_state)) return Errc::kInvalidArgument;
+  const QpState cur = (mask & kQpCurState) ? attr.cur_qp_state : actual;
+  const QpState next = (mask & kQpState) ? attr.qp_state : cur;
+  if (!verbs::modify_qp_is_ok(cur, next, type, mask)) return Errc::kInvalidArgument;
+  // rxe trusts cur_qp_state; uroce requires it to be the QP's state, so that a transition is
+  // never applied from a state the QP is not in (e.g. after an asynchronous move to ERR).
+  if ((mask & kQpCurState) && cur != actual) return Errc::kInvalidArgument;
+  // rxe: a QP still draining its send queue in SQD may only go to ERR.
+  if (cur == QpState::kSqd && next != QpState::kErr && q->qp->attr().sq_draining) {
+    return Errc::kInvalidArgument;
+  }
+
+  // The values (rxe_qp_chk_attr(), rxe_av_chk_attr(), and the core's RoCE rules).
+  if ((mask & kQpPort) && attr.port_num != 1) return Errc::kInvalidArgument;
+  if ((mask & kQpPkeyIndex) && attr.pkey_index != 0) return Errc::kInvalidArgument;
+  constexpr std::uint32_t kQpAccessBits = kAccessLocalWrite | kAccessRemoteWrite |
+                                          kAccessRemoteRead | kAccessRemoteAtomic | kAccessMwBind;
+  if ((mask & kQpAccessFlags) && (attr.qp_access_flags & ~kQpAccessBits) != 0) {
+    return Errc::kInvalidArgument;
+  }
+  if (mask & kQpAltPath) return Errc::kInvalidArgument;  // the core bans alternate paths on RoCE
+  if ((mask & kQpPathMtu) &&
+      (attr.path_mtu < Mtu::k256 ||
+       static_cast<unsigned>(attr.path_mtu) > static_cast<unsigned>(s.port.max_mtu))) {
+    return Errc::kInvalidArgument;
+  }
+  if ((mask & kQpMaxQpRdAtomic) && attr.max_rd_atomic > s.attr.max_qp_init_rd_atom) {
+    return Errc::kInvalidArgument;
+  }
+  if ((mask & kQpMaxDestRdAtomic) && attr.max_dest_rd_atomic > s.attr.max_qp_rd_atom) {
+    return Errc::kInvalidArgument;
+  }
+  if ((mask & kQpTimeout) && attr.timeout > 31) return Errc::kInvalidArgument;
+  // 3-bit and 5-bit fields of the IBTA (rxe stores whatever it is given).
+  if ((mask & kQpRetryCnt) && attr.retry_cnt > 7) return Errc::kInvalidArgument;
+  if ((mask & kQpRnrRetry) && attr.rnr_retry > 7) return Errc::kInvalidArgument;
+  if ((mask & kQpMinRnrTimer) && attr.min_rnr_timer > 31) return Errc::kInvalidArgument;
+  if ((mask & kQpDestQpn) && attr.dest_qp_num > kQpnMask) return Errc::kInvalidArgument;
+
+  transport::AddressVector path = q->qp->path();
+  if (mask & kQpAv) {
+    auto av = s.resolve_ah_attr(attr.ah_attr);
+    if (!av) return av.error();
+    path = *av;
+    // rxe_modify_qp(): rdma_get_udp_sport(flow_label, qpn, dest_qp_num), the destination QPN
+    // being the one this same call sets, if it sets one.
+    const std::uint32_t dest = (mask & kQpDestQpn) ? attr.dest_qp_num : q->attr.dest_qp_num;
+    path.udp_sport = verbs::connected_udp_sport(path.flow_label, q->qpn, dest);
+  }
+
+  QpAttr applied = attr;
+  applied.rq_psn &= kPsnMask;  // the core masks PSNs to 24 bits (with a warning)
+  applied.sq_psn &= kPsnMask;
+  applied.cur_qp_state = cur;
+  q->qp->modify(applied, mask, path);
+  apply_mask(q->attr, applied, mask);
+  return Errc::kOk;
+}
+
+Result<QpQuery, Errc> Device::query_qp(QpHandle qp) const {
+  const vd::QpObj* q = s_->qps.get(to_raw(qp));
+  if (q == nullptr) return Err{Errc::kInvalidArgument};
+  QpQuery r;
+  r.attr = q->attr;
+  r.attr.qp_state = q->qp->state();
+  r.attr.cur_qp_state = r.attr.qp_state;
+  r.attr.sq_draining = r.attr.qp_state == QpState::kSqd && q->qp->attr().sq_draining;
+  r.attr.cap = q->init.cap;
+  r.init_attr = q->init;
+  return r;
+}
+
+Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** bad_wr) {
+  if (bad_wr != nullptr) *bad_wr = nullptr;
+  vd::DeviceState& s = *s_;
+  vd::QpObj* q = s.qps.get(to_raw(qp));
+  auto fail = [&](const SendWr& wr, Errc e) {
+    if (bad_wr != nullptr) *bad_wr = &wr;
+    return e;
+  };
+  if (q == nullptr)
+    return wrs.empty() ? Errc::kInvalidArgument : fail(wrs[0], Errc::kInvalidArgument);
+  for (const SendWr& wr : wrs) {
+    transport::SendRequest r;
+    r.wr_id = wr.wr_id;
+    r.opcode = wr.opcode;
+    r.send_flags = wr.send_flags | (q->init.sq_sig_all ? std::uint32_t{kSendSignaled} : 0u);
+    r.sges = wr.sg_list;
+    switch (wr.opcode) {
+      case WrOpcode::kSend:
+        break;
+      case WrOpcode::kSendWithImm:
+        r.imm_data = wr.imm_data;
+        break;
+      case WrOpcode::kRdmaWriteWithImm:
+        r.imm_data = wr.imm_data;
+        [[fallthrough]];
+      case WrOpcode::kRdmaWrite:
+      case WrOpcode::kRdmaRead:
+        r.remote_addr = wr.rdma.remote_addr;
+        r.rkey = wr.rdma.rkey;
+        break;
+      case WrOpcode::kAtomicCmpAndSwp:
+      case WrOpcode::kAtomicFetchAndAdd:
+        r.remote_addr = wr.atomic.remote_addr;
+        r.rkey = wr.atomic.rkey;
+        r.compare_add = wr.atomic.compare_add;
+        r.swap = wr.atomic.swap;
+        break;
+      case WrOpcode::kSendWithInv:
+      case WrOpcode::kLocalInv:
+        r.imm_data = wr.invalidate_rkey;
+        break;
+      default:
+        return fail(wr, Errc::kInvalidArgument);
+    }
+    transport::AddressVector av;  // copied by post_send()
+    if (q->init.qp_type == QpType::kUd) {
+      const vd::AhObj* ah = s.ahs.get(to_raw(wr.ud.ah));
+      if (ah == nullptr) return fail(wr, Errc::kInvalidArgument);
+      av = ah->av;
+      if (av.flow_label == 0) av.udp_sport = q->default_sport;
+      r.ud_av = &av;
+      r.remote_qpn = wr.ud.remote_qpn;
+      r.remote_qkey = wr.ud.remote_qkey;
+    }
+    const Errc e = q->qp->post_send(r);
+    if (e != Errc::kOk) return fail(wr, e);
+  }
+  return Errc::kOk;
+}
+
+Errc Device::post_recv(QpHandle qp, std::span<const RecvWr> wrs, const RecvWr** bad_wr) {
+  if (bad_wr != nullptr) *bad_wr = nullptr;
+  vd::QpObj* q = s_->qps.get(to_raw(qp));
+  auto fail = [&](const RecvWr& wr, Errc e) {
+    if (bad_wr != nullptr) *bad_wr = &wr;
+    return e;
+  };
+  if (wrs.empty()) return q == nullptr ? Errc::kInvalidArgument : Errc::kOk;
+  // A QP with an SRQ has no receive queue of its own (rxe_post_recv(): EINVAL).
+  if (q == nullptr || !q->init.srq.is_null()) return fail(wrs[0], Errc::kInvalidArgument);
+  for (const RecvWr& wr : wrs) {
+    const Errc e = q->qp->post_recv(wr.wr_id, wr.sg_list);
+    if (e != Errc::kOk) return fail(wr, e);
+  }
+  return Errc::kOk;
+}
+
+}  // namespace uroce

@@ -1,0 +1,134 @@
+// Completion queues: sizing, polling, overflow and notification.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "verbs/device_state.h"
+#include "verbs_test_util.h"
+
+namespace uroce {
+namespace {
+
+using testing::make_device;
+
+// The CQ as the transport sees it.
+transport::CompletionSink& sink(Device& dev, CqHandle cq) {
+  auto* c = DeviceTestAccess::state(dev).cqs.get(verbs::detail::to_raw(cq));
+  EXPECT_NE(c, nullptr);
+  return *c;
+}
+
+Wc wc(std::uint64_t id, WcStatus status = WcStatus::kSuccess) {
+  Wc w;
+  w.wr_id = id;
+  w.status = status;
+  return w;
+}
+
+struct Recorder : CompletionEventHandler {
+  void cq_event(CqHandle cq, std::uint64_t channel) override { events.push_back({cq, channel}); }
+  std::vector<std::pair<CqHandle, std::uint64_t>> events;
+};
+
+TEST(Cq, SizeIsCheckedAndRoundedAsRxeDoes) {
+  auto dev = make_device();
+  EXPECT_EQ(dev->create_cq(CqInitAttr{0, 0, 0}).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->create_cq(CqInitAttr{32768, 0, 0}).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->create_cq(CqInitAttr{1, 0, 1}).error(), Errc::kInvalidArgument);  // vector 1
+  const std::pair<std::uint32_t, std::uint32_t> sizes[] = {
+      {1, 1}, {2, 3}, {3, 3}, {4, 7}, {10, 15}, {16, 31}, {1000, 1023}, {32767, 32767}};
+  for (auto [asked, got] : sizes) {
+    auto cq = dev->create_cq(CqInitAttr{asked, 0, 0});
+    ASSERT_TRUE(cq.ok()) << asked;
+    EXPECT_EQ(cq->cqe, got) << asked;
+  }
+}
+
+TEST(Cq, PollsInOrderUpToTheSpaceGiven) {
+  auto dev = make_device();
+  CqHandle cq = dev->create_cq(CqInitAttr{7, 0, 0})->handle;
+  for (std::uint64_t i = 1; i <= 5; ++i) sink(*dev, cq).push(wc(i), false);
+  Wc out[3];
+  EXPECT_EQ(*dev->poll_cq(cq, out), 3u);
+  EXPECT_EQ(out[0].wr_id, 1u);
+  EXPECT_EQ(out[2].wr_id, 3u);
+  EXPECT_EQ(*dev->poll_cq(cq, out), 2u);
+  EXPECT_EQ(out[1].wr_id, 5u);
+  EXPECT_EQ(*dev->poll_cq(cq, out), 0u);
+  EXPECT_EQ(*dev->poll_cq(cq, std::span<Wc>()), 0u);
+}
+
+TEST(Cq, OverflowPutsTheCqInErrorAndRaisesCqErr) {
+  auto dev = make_device();
+  auto info = dev->create_cq(CqInitAttr{3, 0, 0});
+  CqHandle cq = info->handle;
+  for (std::uint64_t i = 0; i < info->cqe; ++i) sink(*dev, cq).push(wc(i), false);
+  EXPECT_FALSE(dev->has_async_event());
+  sink(*dev, cq).push(wc(99), false);  // one too many: lost
+  auto ev = dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kCqErr);
+  EXPECT_EQ(ev->cq, cq);
+  Wc out[8];
+  EXPECT_EQ(dev->poll_cq(cq, out).error(), Errc::kNoSpace);
+  // Later completions are dropped without another event.
+  sink(*dev, cq).push(wc(100), false);
+  EXPECT_FALSE(dev->has_async_event());
+  EXPECT_EQ(dev->poll_cq(cq, out).error(), Errc::kNoSpace);
+  EXPECT_EQ(dev->destroy_cq(cq), Errc::kOk);
+}
+
+TEST(Cq, NotificationIsOneShot) {
+  auto dev = make_device();
+  Recorder rec;
+  dev->set_completion_event_handler(&rec);
+  CqHandle cq = dev->create_cq(CqInitAttr{15, 42, 0})->handle;
+  sink(*dev, cq).push(wc(1), false);
+  EXPECT_TRUE(rec.events.empty());  // not armed
+  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
+  sink(*dev, cq).push(wc(2), false);
+  ASSERT_EQ(rec.events.size(), 1u);
+  EXPECT_EQ(rec.events[0].first, cq);
+  EXPECT_EQ(rec.events[0].second, 42u);
+  sink(*dev, cq).push(wc(3), true);
+  EXPECT_EQ(rec.events.size(), 1u);  // disarmed by the first
+}
+
+TEST(Cq, SolicitedOnlyArmingWaitsForASolicitedOrFailedCompletion) {
+  auto dev = make_device();
+  Recorder rec;
+  dev->set_completion_event_handler(&rec);
+  CqHandle cq = dev->create_cq(CqInitAttr{15, 7, 0})->handle;
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
+  sink(*dev, cq).push(wc(1), false);
+  EXPECT_TRUE(rec.events.empty());
+  sink(*dev, cq).push(wc(2), true);
+  EXPECT_EQ(rec.events.size(), 1u);
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
+  sink(*dev, cq).push(wc(3, WcStatus::kWrFlushErr), false);
+  EXPECT_EQ(rec.events.size(), 2u);
+}
+
+TEST(Cq, ArmingForAnyCompletionIsNotNarrowedBySolicitedOnly) {
+  auto dev = make_device();
+  Recorder rec;
+  dev->set_completion_event_handler(&rec);
+  CqHandle cq = dev->create_cq(CqInitAttr{15, 0, 0})->handle;
+  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
+  sink(*dev, cq).push(wc(1), false);
+  EXPECT_EQ(rec.events.size(), 1u);
+}
+
+TEST(Cq, StaleHandlesAreDetected) {
+  auto dev = make_device();
+  CqHandle cq = dev->create_cq(CqInitAttr{1, 0, 0})->handle;
+  ASSERT_EQ(dev->destroy_cq(cq), Errc::kOk);
+  Wc out[1];
+  EXPECT_EQ(dev->destroy_cq(cq), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->poll_cq(cq, out).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->req_notify_cq(cq, false), Errc::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace uroce

@@ -1,0 +1,209 @@
+// Device, port and GID attributes as rxe reports them; PD lifetime; the async event queue.
+#include <gtest/gtest.h>
+
+#include "verbs/device_state.h"
+#include "verbs_test_util.h"
+
+namespace uroce {
+namespace {
+
+using testing::make_device;
+using testing::test_config;
+
+TEST(Device, RejectsBadConfigurations) {
+  DeviceConfig c = test_config();
+  c.name = "";
+  EXPECT_EQ(Device::create(c).error(), Errc::kInvalidArgument);
+  c = test_config();
+  c.name = std::string(64, 'x');
+  EXPECT_EQ(Device::create(c).error(), Errc::kInvalidArgument);
+  c = test_config();
+  c.ip = wire::IpAddress::v4(0);
+  EXPECT_EQ(Device::create(c).error(), Errc::kInvalidArgument);
+  c = test_config();
+  c.ip = wire::IpAddress{true, {}};
+  EXPECT_EQ(Device::create(c).error(), Errc::kInvalidArgument);
+  c = test_config();
+  c.netdev_mtu = 335;
+  EXPECT_EQ(Device::create(c).error(), Errc::kInvalidArgument);
+  c = test_config();
+  c.async_event_queue_depth = 0;
+  EXPECT_EQ(Device::create(c).error(), Errc::kInvalidArgument);
+  EXPECT_TRUE(Device::create(test_config()).ok());
+}
+
+TEST(Device, AttributesAreRxes) {
+  auto dev = make_device();
+  const DeviceAttr& a = dev->query_device();
+  EXPECT_EQ(dev->name(), "uroce0");
+  EXPECT_EQ(a.fw_ver, "0.0.0");
+  EXPECT_EQ(a.vendor_id, 0u);
+  EXPECT_EQ(a.vendor_part_id, 0u);
+  EXPECT_EQ(a.hw_ver, 0u);
+  EXPECT_EQ(a.max_qp_wr, 16384u);
+  EXPECT_EQ(a.max_sge, 32u);
+  EXPECT_EQ(a.max_sge_rd, 32u);
+  EXPECT_EQ(a.max_inline_data, 400u);
+  EXPECT_EQ(a.max_qp_rd_atom, 128u);
+  EXPECT_EQ(a.max_qp_init_rd_atom, 128u);
+  EXPECT_EQ(a.max_res_rd_atom, 0x3f000u);
+  EXPECT_EQ(a.max_mr_size, UINT64_MAX);
+  EXPECT_EQ(a.page_size_cap, 0xfffff000u);
+  EXPECT_EQ(a.max_qp, 0x10000u);
+  EXPECT_EQ(a.max_cq, 16384u);
+  EXPECT_EQ(a.max_cqe, 32767u);
+  EXPECT_EQ(a.max_mr, 256u * 1024);
+  EXPECT_EQ(a.max_pd, 0x7ffcu);
+  EXPECT_EQ(a.max_srq, 960u);
+  EXPECT_EQ(a.max_srq_wr, 0x4000u);
+  EXPECT_EQ(a.max_srq_sge, 27u);
+  EXPECT_EQ(a.max_ah, 32767u);
+  EXPECT_EQ(a.atomic_cap, AtomicCap::kHca);
+  EXPECT_EQ(a.phys_port_cnt, 1);
+  EXPECT_EQ(a.local_ca_ack_delay, 15);
+  EXPECT_EQ(a.max_mw, 0u);
+  EXPECT_NE(a.device_cap_flags & kDeviceRcRnrNakGen, 0u);
+  EXPECT_NE(a.device_cap_flags & kDeviceSysImageGuid, 0u);
+  // node_guid: EUI-64 of the MAC 02:00:0a:00:00:01 derived from 10.0.0.1.
+  EXPECT_EQ(a.node_guid, 0x00000afffe000001ull);
+  EXPECT_EQ(a.sys_image_guid, a.node_guid);
+}
+
+TEST(Device, PortIsActiveEthernetWithTheNetdevsMtu) {
+  auto dev = make_device();
+  auto p = dev->query_port(1);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->state, PortState::kActive);
+  EXPECT_EQ(p->max_mtu, Mtu::k4096);
+  EXPECT_EQ(p->active_mtu, Mtu::k1024);  // netdev MTU 1500
+  EXPECT_EQ(p->link_layer, LinkLayer::kEthernet);
+  EXPECT_EQ(p->gid_tbl_len, 1024u);
+  EXPECT_EQ(p->pkey_tbl_len, 1);
+  EXPECT_EQ(p->lid, 0);
+  EXPECT_EQ(p->phys_state, 5);
+  EXPECT_EQ(dev->active_mtu(), Mtu::k1024);
+  EXPECT_EQ(dev->active_mtu_bytes(), 1024u);
+  EXPECT_EQ(dev->query_port(0).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->query_port(2).error(), Errc::kInvalidArgument);
+
+  DeviceConfig jumbo = test_config();
+  jumbo.netdev_mtu = 9000;
+  EXPECT_EQ(make_device(jumbo)->query_port(1)->active_mtu, Mtu::k4096);
+}
+
+TEST(Device, GidTableHoldsTheIpv4MappedAddress) {
+  auto dev = make_device();
+  auto g = dev->query_gid(1, 0);
+  ASSERT_TRUE(g.ok());
+  const Gid want{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1}};
+  EXPECT_EQ(*g, want);
+  auto e = dev->query_gid_entry(1, 0);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->gid, want);
+  EXPECT_EQ(e->type, GidType::kRoceV2);
+  // Empty entries read as zero (ibv_query_gid) or as missing (ibv_query_gid_ex).
+  EXPECT_EQ(*dev->query_gid(1, 1), Gid{});
+  EXPECT_EQ(*dev->query_gid(1, 1023), Gid{});
+  EXPECT_EQ(dev->query_gid_entry(1, 1).error(), Errc::kNoEntry);
+  // Beyond the table, or another port: errors.
+  EXPECT_EQ(dev->query_gid(1, 1024).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->query_gid(2, 0).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->local_ip(), wire::IpAddress::v4(0x0a000001));
+}
+
+TEST(Device, GidTableHoldsTheIpv6AddressItself) {
+  DeviceConfig c = test_config();
+  c.ip = wire::IpAddress{true, {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x42}};
+  auto dev = make_device(c);
+  EXPECT_EQ(dev->query_gid(1, 0)->raw, c.ip.bytes);
+}
+
+TEST(Device, PkeyTableHasTheDefaultPkeyOnly) {
+  auto dev = make_device();
+  EXPECT_EQ(*dev->query_pkey(1, 0), 0xffff);
+  EXPECT_EQ(dev->query_pkey(1, 1).error(), Errc::kInvalidArgument);
+}
+
+TEST(Pd, AllocAndDeallocDetectStaleHandles) {
+  auto dev = make_device();
+  auto pd = dev->alloc_pd();
+  ASSERT_TRUE(pd.ok());
+  auto pd2 = dev->alloc_pd();
+  ASSERT_TRUE(pd2.ok());
+  EXPECT_NE(*pd, *pd2);
+  EXPECT_EQ(dev->dealloc_pd(*pd), Errc::kOk);
+  EXPECT_EQ(dev->dealloc_pd(*pd), Errc::kInvalidArgument);  // already gone
+  EXPECT_EQ(dev->dealloc_pd(PdHandle{}), Errc::kInvalidArgument);
+  // A new PD that reuses the slot is not reachable through the old handle.
+  auto pd3 = dev->alloc_pd();
+  ASSERT_TRUE(pd3.ok());
+  EXPECT_EQ(dev->dealloc_pd(*pd), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->dealloc_pd(*pd3), Errc::kOk);
+  EXPECT_EQ(dev->dealloc_pd(*pd2), Errc::kOk);
+}
+
+TEST(Pd, AtMostMaxPd) {
+  auto dev = make_device();
+  const std::uint32_t max_pd = dev->query_device().max_pd;
+  PdHandle last;
+  for (std::uint32_t i = 0; i < max_pd; ++i) {
+    auto pd = dev->alloc_pd();
+    ASSERT_TRUE(pd.ok()) << i;
+    last = *pd;
+  }
+  EXPECT_EQ(dev->alloc_pd().error(), Errc::kNoMemory);
+  EXPECT_EQ(dev->dealloc_pd(last), Errc::kOk);
+  EXPECT_TRUE(dev->alloc_pd().ok());
+}
+
+TEST(Pd, BusyWhileMrsAhsOrSrqsUseIt) {
+  auto dev = make_device();
+  PdHandle pd = *dev->alloc_pd();
+  std::byte buf[64];
+  MrHandle mr = dev->reg_mr(pd, buf, sizeof buf, 0)->handle;
+  EXPECT_EQ(dev->dealloc_pd(pd), Errc::kBusy);
+  EXPECT_EQ(dev->dereg_mr(mr), Errc::kOk);
+
+  AhHandle ah = *dev->create_ah(pd, testing::ah_to(wire::IpAddress::v4(0x0a000002)));
+  EXPECT_EQ(dev->dealloc_pd(pd), Errc::kBusy);
+  EXPECT_EQ(dev->destroy_ah(ah), Errc::kOk);
+
+  SrqHandle srq = dev->create_srq(pd, SrqAttr{4, 1, 0})->handle;
+  EXPECT_EQ(dev->dealloc_pd(pd), Errc::kBusy);
+  EXPECT_EQ(dev->destroy_srq(srq), Errc::kOk);
+
+  EXPECT_EQ(dev->dealloc_pd(pd), Errc::kOk);
+}
+
+TEST(Device, DestroyingTheDeviceFreesWhatIsLeft) {
+  auto dev = make_device();
+  PdHandle pd = *dev->alloc_pd();
+  std::byte buf[64];
+  ASSERT_TRUE(dev->reg_mr(pd, buf, sizeof buf, kAccessLocalWrite).ok());
+  ASSERT_TRUE(dev->create_cq(CqInitAttr{16, 0, 0}).ok());
+  ASSERT_TRUE(dev->create_srq(pd, SrqAttr{4, 1, 0}).ok());
+  dev.reset();  // no leak (ASan), no crash
+}
+
+TEST(AsyncEvents, BoundedQueueCountsWhatItDrops) {
+  DeviceConfig c = test_config();
+  c.async_event_queue_depth = 2;
+  auto dev = make_device(c);
+  EXPECT_FALSE(dev->has_async_event());
+  EXPECT_EQ(dev->get_async_event(), std::nullopt);
+  auto& s = DeviceTestAccess::state(*dev);
+  for (std::uint8_t i = 0; i < 3; ++i) {
+    AsyncEvent ev;
+    ev.type = AsyncEventType::kPortActive;
+    ev.port = i;
+    s.push_event(ev);
+  }
+  EXPECT_EQ(dev->async_events_dropped(), 1u);
+  ASSERT_TRUE(dev->has_async_event());
+  EXPECT_EQ(dev->get_async_event()->port, 0);
+  EXPECT_EQ(dev->get_async_event()->port, 1);
+  EXPECT_FALSE(dev->get_async_event().has_value());
+}
+
+}  // namespace
+}  // namespace uroce

@@ -1,0 +1,275 @@
+// Memory regions: access-flag validation, keys, and the resolver the transport uses.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "transport/interfaces.h"
+#include "verbs/device_state.h"
+#include "verbs_test_util.h"
+
+namespace uroce {
+namespace {
+
+using testing::make_device;
+using testing::test_config;
+using transport::AccessError;
+
+class MrTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev = make_device();
+    pd = *dev->alloc_pd();
+    pd_id = DeviceTestAccess::state(*dev).pds.get(verbs::detail::to_raw(pd))->id;
+  }
+  std::unique_ptr<Device> dev;
+  PdHandle pd;
+  std::uint32_t pd_id = 0;
+  std::vector<std::byte> buf = std::vector<std::byte>(4096);
+};
+
+TEST_F(MrTest, AccessFlagsAreCheckedAsTheKernelDoes) {
+  auto reg = [&](std::uint32_t access) { return dev->reg_mr(pd, buf.data(), buf.size(), access); };
+  EXPECT_TRUE(reg(0).ok());  // local read only
+  EXPECT_TRUE(reg(kAccessLocalWrite).ok());
+  EXPECT_TRUE(reg(kAccessRemoteRead).ok());
+  EXPECT_TRUE(reg(kAccessLocalWrite | kAccessRemoteWrite).ok());
+  EXPECT_TRUE(reg(kAccessLocalWrite | kAccessRemoteAtomic).ok());
+  EXPECT_TRUE(
+      reg(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic).ok());
+  // Remote write or atomic without local write: EINVAL (ib_check_mr_access()).
+  EXPECT_EQ(reg(kAccessRemoteWrite).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(reg(kAccessRemoteAtomic).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(reg(kAccessRemoteWrite | kAccessRemoteRead).error(), Errc::kInvalidArgument);
+  // What uroce does not have.
+  EXPECT_EQ(reg(kAccessMwBind).error(), Errc::kNotSupported);
+  EXPECT_EQ(reg(kAccessZeroBased).error(), Errc::kNotSupported);
+  EXPECT_EQ(reg(kAccessOnDemand).error(), Errc::kNotSupported);
+  EXPECT_EQ(reg(1u << 12).error(), Errc::kInvalidArgument);  // no such flag
+  // Hints and the optional range are accepted; the optional range is dropped.
+  EXPECT_TRUE(reg(kAccessHugetlb).ok());
+  auto relaxed = reg(kAccessLocalWrite | kAccessRelaxedOrdering);
+  ASSERT_TRUE(relaxed.ok());
+  EXPECT_EQ(relaxed->access, std::uint32_t{kAccessLocalWrite});
+}
+
+TEST_F(MrTest, RegionsMustBeNonEmptyAndNotWrap) {
+  EXPECT_EQ(dev->reg_mr(pd, buf.data(), 0, 0).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->reg_mr(pd, nullptr, 16, 0).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->reg_mr_iova(pd, buf.data(), 16, UINT64_MAX - 14, 0).error(),
+            Errc::kInvalidArgument);
+  EXPECT_TRUE(dev->reg_mr_iova(pd, buf.data(), 16, UINT64_MAX - 15, 0).ok());  // ends at 2^64
+  EXPECT_EQ(dev->reg_mr(PdHandle{}, buf.data(), 16, 0).error(), Errc::kInvalidArgument);
+}
+
+TEST_F(MrTest, QueryAndDeregDetectStaleHandles) {
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  ASSERT_TRUE(mr.ok());
+  auto q = dev->query_mr(mr->handle);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->lkey, mr->lkey);
+  EXPECT_EQ(q->iova, reinterpret_cast<std::uintptr_t>(buf.data()));
+  EXPECT_EQ(q->length, buf.size());
+  EXPECT_EQ(q->pd, pd);
+  EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+  EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->query_mr(mr->handle).error(), Errc::kInvalidArgument);
+}
+
+TEST_F(MrTest, KeysAreIndexAndKeyByteAndLkeyEqualsRkey) {
+  auto a = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  auto b = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->lkey, a->rkey);  // rxe: one key
+  // Consecutive registrations take consecutive 24-bit indices (wrapping within the MR range).
+  const std::uint32_t ia = a->lkey >> 8;
+  const std::uint32_t ib = b->lkey >> 8;
+  EXPECT_EQ(ib, ia == verbs::detail::kMaxMrIndex ? verbs::detail::kMinMrIndex : ia + 1);
+  EXPECT_GE(ia, verbs::detail::kMinMrIndex);
+  EXPECT_LE(ia, verbs::detail::kMaxMrIndex);
+}
+
+std::vector<std::uint32_t> key_sequence(std::uint64_t seed, int n) {
+  auto dev = make_device(test_config(seed));
+  PdHandle pd = *dev->alloc_pd();
+  static std::byte region[64];
+  std::vector<std::uint32_t> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(dev->reg_mr(pd, region, sizeof region, 0)->lkey);
+  return keys;
+}
+
+TEST(MrKeys, ReproduciblePerSeedAndDifferentAcrossSeeds) {
+  const auto k1 = key_sequence(1, 200);
+  EXPECT_EQ(k1, key_sequence(1, 200));
+  const auto k2 = key_sequence(2, 200);
+  EXPECT_NE(k1, k2);
+  // Unique within a device.
+  EXPECT_EQ(std::set<std::uint32_t>(k1.begin(), k1.end()).size(), k1.size());
+  // The starting index differs per seed, and the key bytes are not a constant or a counter.
+  EXPECT_NE(k1[0] >> 8, k2[0] >> 8);
+  std::set<std::uint32_t> bytes;
+  for (std::uint32_t k : k1) bytes.insert(k & 0xff);
+  EXPECT_GT(bytes.size(), 100u);  // 200 draws from 256 values
+}
+
+TEST(MrKeys, AReusedIndexGetsAnotherKeyByte) {
+  auto dev = make_device(test_config(7));
+  PdHandle pd = *dev->alloc_pd();
+  std::byte region[64];
+  auto first = dev->reg_mr(pd, region, sizeof region, 0);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(dev->dereg_mr(first->handle), Errc::kOk);
+  // Cycle through every index once: the next registration reuses the first index.
+  std::uint32_t last = 0;
+  for (std::uint32_t i = 0; i < verbs::detail::kMaxMr; ++i) {
+    auto mr = dev->reg_mr(pd, region, sizeof region, 0);
+    ASSERT_TRUE(mr.ok()) << i;
+    last = mr->lkey;
+    ASSERT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+    if ((last >> 8) == (first->lkey >> 8)) break;
+  }
+  EXPECT_EQ(last >> 8, first->lkey >> 8);
+  EXPECT_NE(last, first->lkey);  // a stale key never names the next MR at its index
+}
+
+TEST_F(MrTest, ResolveGivesTheRegisteredBytes) {
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessRemoteRead);
+  ASSERT_TRUE(mr.ok());
+  const std::uint64_t base = mr->iova;
+  auto& res = dev->memory();
+  auto r = res.resolve(pd_id, mr->lkey, false, base + 100, 200, kAccessLocalWrite);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->data(), buf.data() + 100);
+  EXPECT_EQ(r->size(), 200u);
+  auto whole = res.resolve(pd_id, mr->rkey, true, base, buf.size(), kAccessRemoteRead);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->data(), buf.data());
+  EXPECT_EQ(whole->size(), buf.size());
+}
+
+TEST_F(MrTest, ResolveWithAnIovaOtherThanTheAddress) {
+  auto mr = dev->reg_mr_iova(pd, buf.data(), buf.size(), 0x1000, kAccessRemoteRead);
+  ASSERT_TRUE(mr.ok());
+  auto r = dev->memory().resolve(pd_id, mr->rkey, true, 0x1010, 16, kAccessRemoteRead);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->data(), buf.data() + 0x10);
+}
+
+TEST_F(MrTest, ResolveRejectsUnknownAndWrongKeys) {
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  ASSERT_TRUE(mr.ok());
+  auto& res = dev->memory();
+  const std::uint64_t base = mr->iova;
+  // Right index, wrong key byte.
+  EXPECT_EQ(res.resolve(pd_id, mr->lkey ^ 0x01, false, base, 1, 0).error(),
+            AccessError::kInvalidKey);
+  // An index with no MR, and one far beyond any.
+  EXPECT_EQ(res.resolve(pd_id, mr->lkey + 0x100, false, base, 1, 0).error(),
+            AccessError::kInvalidKey);
+  EXPECT_EQ(res.resolve(pd_id, 0xffffffff, false, base, 1, 0).error(), AccessError::kInvalidKey);
+  EXPECT_EQ(res.resolve(pd_id, 0, false, base, 1, 0).error(), AccessError::kInvalidKey);
+}
+
+TEST_F(MrTest, ResolveRejectsAnotherPd) {
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  PdHandle other = *dev->alloc_pd();
+  const std::uint32_t other_id =
+      DeviceTestAccess::state(*dev).pds.get(verbs::detail::to_raw(other))->id;
+  ASSERT_NE(other_id, pd_id);
+  EXPECT_EQ(dev->memory().resolve(other_id, mr->lkey, false, mr->iova, 1, 0).error(),
+            AccessError::kWrongPd);
+}
+
+TEST_F(MrTest, ResolveRequiresEveryRequestedAccessFlag) {
+  auto& res = dev->memory();
+  auto ro = dev->reg_mr(pd, buf.data(), 64, 0);
+  EXPECT_TRUE(res.resolve(pd_id, ro->lkey, false, ro->iova, 8, 0).ok());  // local read: always
+  EXPECT_EQ(res.resolve(pd_id, ro->lkey, false, ro->iova, 8, kAccessLocalWrite).error(),
+            AccessError::kNoPermission);
+  EXPECT_EQ(res.resolve(pd_id, ro->rkey, true, ro->iova, 8, kAccessRemoteRead).error(),
+            AccessError::kNoPermission);
+
+  auto rr = dev->reg_mr(pd, buf.data(), 64, kAccessRemoteRead);
+  EXPECT_TRUE(res.resolve(pd_id, rr->rkey, true, rr->iova, 8, kAccessRemoteRead).ok());
+  EXPECT_EQ(res.resolve(pd_id, rr->rkey, true, rr->iova, 8, kAccessRemoteWrite).error(),
+            AccessError::kNoPermission);
+  EXPECT_EQ(res.resolve(pd_id, rr->rkey, true, rr->iova, 8, kAccessRemoteAtomic).error(),
+            AccessError::kNoPermission);
+
+  auto rw = dev->reg_mr(pd, buf.data(), 64, kAccessLocalWrite | kAccessRemoteWrite);
+  EXPECT_TRUE(res.resolve(pd_id, rw->rkey, true, rw->iova, 8, kAccessRemoteWrite).ok());
+  EXPECT_EQ(res.resolve(pd_id, rw->rkey, true, rw->iova, 8, kAccessRemoteWrite | kAccessRemoteRead)
+                .error(),
+            AccessError::kNoPermission);
+}
+
+TEST_F(MrTest, ResolveChecksBounds) {
+  auto mr = dev->reg_mr_iova(pd, buf.data(), 100, 1000, kAccessLocalWrite);
+  ASSERT_TRUE(mr.ok());
+  auto& res = dev->memory();
+  auto at = [&](std::uint64_t addr, std::uint64_t len) {
+    return res.resolve(pd_id, mr->lkey, false, addr, len, 0);
+  };
+  EXPECT_TRUE(at(1000, 100).ok());
+  EXPECT_TRUE(at(1099, 1).ok());
+  EXPECT_EQ(at(999, 1).error(), AccessError::kOutOfBounds);  // starts below
+  EXPECT_EQ(at(999, 2).error(), AccessError::kOutOfBounds);
+  EXPECT_EQ(at(1000, 101).error(), AccessError::kOutOfBounds);  // ends beyond
+  EXPECT_EQ(at(1099, 2).error(), AccessError::kOutOfBounds);
+  EXPECT_EQ(at(1100, 1).error(), AccessError::kOutOfBounds);
+  EXPECT_EQ(at(0, 1).error(), AccessError::kOutOfBounds);
+  // Lengths and addresses whose sum passes 2^64 must not wrap into the region.
+  EXPECT_EQ(at(1050, UINT64_MAX).error(), AccessError::kOutOfBounds);
+  EXPECT_EQ(at(1050, UINT64_MAX - 1049).error(), AccessError::kOutOfBounds);  // sum wraps to 0
+  EXPECT_EQ(at(UINT64_MAX, 2).error(), AccessError::kOutOfBounds);
+  EXPECT_EQ(at(UINT64_MAX, UINT64_MAX).error(), AccessError::kOutOfBounds);
+  // Zero length: inside, or exactly at the end (as rxe's range check), but not beyond.
+  EXPECT_TRUE(at(1000, 0).ok());
+  EXPECT_TRUE(at(1100, 0).ok());
+  EXPECT_EQ(at(1101, 0).error(), AccessError::kOutOfBounds);
+  EXPECT_EQ(at(999, 0).error(), AccessError::kOutOfBounds);
+}
+
+TEST_F(MrTest, ResolveAtTheTopOfTheAddressSpace) {
+  // A region whose iova range ends exactly at 2^64.
+  auto mr = dev->reg_mr_iova(pd, buf.data(), 4096, UINT64_MAX - 4095, kAccessRemoteRead);
+  ASSERT_TRUE(mr.ok());
+  auto& res = dev->memory();
+  auto top = res.resolve(pd_id, mr->rkey, true, UINT64_MAX, 1, kAccessRemoteRead);
+  ASSERT_TRUE(top.ok());
+  EXPECT_EQ(top->data(), buf.data() + 4095);
+  EXPECT_TRUE(res.resolve(pd_id, mr->rkey, true, UINT64_MAX - 4095, 4096, kAccessRemoteRead).ok());
+  EXPECT_EQ(res.resolve(pd_id, mr->rkey, true, UINT64_MAX, 2, kAccessRemoteRead).error(),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(res.resolve(pd_id, mr->rkey, true, UINT64_MAX - 4095, 4097, kAccessRemoteRead).error(),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(res.resolve(pd_id, mr->rkey, true, 0, 1, kAccessRemoteRead).error(),
+            AccessError::kOutOfBounds);
+}
+
+TEST_F(MrTest, DeregisteredRegionsAreNeverReached) {
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  const std::uint32_t key = mr->lkey;
+  ASSERT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+  EXPECT_EQ(dev->memory().resolve(pd_id, key, false, mr->iova, 1, 0).error(),
+            AccessError::kInvalidKey);
+  EXPECT_EQ(dev->memory().invalidate(pd_id, key).error(), AccessError::kInvalidKey);
+}
+
+TEST_F(MrTest, InvalidateChecksKeyAndPdThenBlocksAccess) {
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessRemoteWrite);
+  auto& res = dev->memory();
+  EXPECT_EQ(res.invalidate(pd_id, mr->rkey ^ 0x80).error(), AccessError::kInvalidKey);
+  EXPECT_EQ(res.invalidate(pd_id + 1, mr->rkey).error(), AccessError::kWrongPd);
+  EXPECT_TRUE(res.resolve(pd_id, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).ok());
+  auto inv = res.invalidate(pd_id, mr->rkey);
+  ASSERT_TRUE(inv.ok());
+  EXPECT_EQ(res.resolve(pd_id, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).error(),
+            AccessError::kInvalidKey);
+  EXPECT_EQ(res.resolve(pd_id, mr->lkey, false, mr->iova, 8, 0).error(), AccessError::kInvalidKey);
+  EXPECT_EQ(res.invalidate(pd_id, mr->rkey).error(), AccessError::kInvalidKey);
+  EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);  // still deregisters
+}
+
+}  // namespace
+}  // namespace uroce

@@ -1,0 +1,690 @@
+// Queue pairs through the verbs API: creation limits, QPNs, lifetime rules, modify_qp() on real
+// QPs (every transition reachable by modify_qp for RC, UC and UD), the address vector and UDP
+// source port, work-request translation, and traffic between two devices.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "transport/qp.h"
+#include "verbs/address.h"
+#include "verbs/device_state.h"
+#include "verbs/qp_state_table.h"
+#include "verbs_test_util.h"
+#include "wire/builder.h"
+#include "wire/packet.h"
+
+namespace uroce {
+namespace {
+
+using testing::ah_to;
+using testing::make_device;
+using testing::test_config;
+
+const wire::IpAddress kIpA = wire::IpAddress::v4(0x0a000001);
+const wire::IpAddress kIpB = wire::IpAddress::v4(0x0a000002);
+
+// Attribute values that are valid for every transition.
+QpAttr good_attr(std::uint32_t dest_qpn = 0x22) {
+  QpAttr a;
+  a.port_num = 1;
+  a.pkey_index = 0;
+  a.qkey = 0x11111111;
+  a.qp_access_flags = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  a.ah_attr = ah_to(kIpB);
+  a.path_mtu = Mtu::k1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 0x200;
+  a.sq_psn = 0x100;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  return a;
+}
+
+struct Fixture {
+  explicit Fixture(const DeviceConfig& c = test_config()) : dev(make_device(c)) {
+    pd = *dev->alloc_pd();
+    cq = dev->create_cq(CqInitAttr{255, 0, 0})->handle;
+  }
+  QpInitAttr init(QpType t, QpCap cap = QpCap{16, 16, 2, 2, 0}) {
+    QpInitAttr i;
+    i.qp_type = t;
+    i.send_cq = cq;
+    i.recv_cq = cq;
+    i.cap = cap;
+    return i;
+  }
+  QpInfo create(QpType t) {
+    auto q = dev->create_qp(pd, init(t));
+    EXPECT_TRUE(q.ok());
+    return *q;
+  }
+  QpState state(QpHandle q) { return dev->query_qp(q)->attr.qp_state; }
+  // Moves a QP along RESET -> INIT -> RTR -> RTS (-> SQD) or to ERR, with required masks.
+  Errc to(QpHandle q, QpType t, QpState next, const QpAttr& values = good_attr()) {
+    const QpState cur = state(q);
+    const verbs::QpTransitionRule r = verbs::qp_transition_rule(t, cur, next);
+    QpAttr a = values;
+    a.qp_state = next;
+    return dev->modify_qp(q, a, kQpState | r.required);
+  }
+  void drive(QpHandle q, QpType t, QpState target) {
+    const QpState path[] = {QpState::kInit, QpState::kRtr, QpState::kRts, QpState::kSqd};
+    if (target == QpState::kReset) return;
+    if (target == QpState::kErr) {
+      ASSERT_EQ(to(q, t, QpState::kInit), Errc::kOk);
+      ASSERT_EQ(to(q, t, QpState::kErr), Errc::kOk);
+      return;
+    }
+    for (QpState s : path) {
+      if (s <= state(q)) continue;  // already past it
+      ASSERT_EQ(to(q, t, s), Errc::kOk) << static_cast<int>(s);
+      if (s == target) return;
+    }
+  }
+  std::unique_ptr<Device> dev;
+  PdHandle pd;
+  CqHandle cq;
+};
+
+TEST(QpCreate, ChecksParentsTypeAndCaps) {
+  Fixture f;
+  QpInitAttr i = f.init(QpType::kRc);
+  EXPECT_EQ(f.dev->create_qp(PdHandle{}, i).error(), Errc::kInvalidArgument);
+  i.send_cq = CqHandle{};
+  EXPECT_EQ(f.dev->create_qp(f.pd, i).error(), Errc::kInvalidArgument);
+  i = f.init(QpType::kRc);
+  i.recv_cq = CqHandle{7, 7};
+  EXPECT_EQ(f.dev->create_qp(f.pd, i).error(), Errc::kInvalidArgument);
+  i = f.init(QpType::kRc);
+  i.srq = SrqHandle{3, 1};
+  EXPECT_EQ(f.dev->create_qp(f.pd, i).error(), Errc::kInvalidArgument);
+  i = f.init(static_cast<QpType>(8));  // IBV_QPT_RAW_PACKET
+  EXPECT_EQ(f.dev->create_qp(f.pd, i).error(), Errc::kNotSupported);
+  const QpCap too_big[] = {{16385, 1, 1, 1, 0},
+                           {1, 16385, 1, 1, 0},
+                           {1, 1, 33, 1, 0},
+                           {1, 1, 1, 33, 0},
+                           {1, 1, 1, 1, 401}};
+  for (const QpCap& cap : too_big) {
+    EXPECT_EQ(f.dev->create_qp(f.pd, f.init(QpType::kRc, cap)).error(), Errc::kInvalidArgument);
+  }
+  EXPECT_TRUE(f.dev->create_qp(f.pd, f.init(QpType::kRc, {16384, 16384, 32, 32, 400})).ok());
+  // With an SRQ the receive capabilities are not looked at.
+  i = f.init(QpType::kRc, {1, 99999, 1, 99, 0});
+  i.srq = f.dev->create_srq(f.pd, SrqAttr{8, 1, 0})->handle;
+  auto q = f.dev->create_qp(f.pd, i);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->cap.max_recv_wr, 0u);
+}
+
+TEST(QpCreate, CapsAreRoundedAsRxeDoes) {
+  Fixture f;
+  struct Case {
+    QpCap asked, got;
+  };
+  const Case cases[] = {
+      {{10, 3, 1, 2, 0}, {15, 3, 1, 2, 16}},                // a WQE holds 1 SGE = 16 inline bytes
+      {{16, 4, 2, 1, 100}, {31, 7, 6, 1, 100}},             // 100 inline bytes = room for 6 SGEs
+      {{1, 1, 1, 1, 400}, {1, 1, 25, 1, 400}},              // 400 bytes = 25 SGEs
+      {{1, 1, 32, 1, 0}, {1, 1, 32, 1, 400}},               // 32 SGEs = 512 bytes, capped at 400
+      {{16384, 16384, 1, 1, 0}, {16384, 16384, 1, 1, 16}},  // capped at max_qp_wr
+      {{0, 0, 0, 0, 0}, {0, 0, 0, 0, 0}},
+  };
+  for (const Case& c : cases) {
+    auto q = f.dev->create_qp(f.pd, f.init(QpType::kRc, c.asked));
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(q->cap.max_send_wr, c.got.max_send_wr);
+    EXPECT_EQ(q->cap.max_recv_wr, c.got.max_recv_wr);
+    EXPECT_EQ(q->cap.max_send_sge, c.got.max_send_sge);
+    EXPECT_EQ(q->cap.max_recv_sge, c.got.max_recv_sge);
+    EXPECT_EQ(q->cap.max_inline_data, c.got.max_inline_data);
+    EXPECT_EQ(f.dev->query_qp(q->handle)->attr.cap.max_send_wr, c.got.max_send_wr);
+  }
+}
+
+TEST(QpCreate, QpnsStartAt0x11AndAreHandedOutCyclically) {
+  Fixture f;
+  QpInfo a = f.create(QpType::kRc);
+  QpInfo b = f.create(QpType::kUd);
+  QpInfo c = f.create(QpType::kUc);
+  EXPECT_EQ(a.qp_num, 0x11u);
+  EXPECT_EQ(b.qp_num, 0x12u);
+  EXPECT_EQ(c.qp_num, 0x13u);
+  EXPECT_EQ(f.dev->find_qp(0x12)->qpn(), 0x12u);
+  EXPECT_EQ(f.dev->find_qp(0x12)->type(), QpType::kUd);
+  EXPECT_EQ(f.dev->live_qps().size(), 3u);
+  ASSERT_EQ(f.dev->destroy_qp(b.handle), Errc::kOk);
+  EXPECT_EQ(f.dev->find_qp(0x12), nullptr);
+  EXPECT_EQ(f.dev->live_qps().size(), 2u);
+  for (transport::Qp* q : f.dev->live_qps()) EXPECT_NE(q->qpn(), 0x12u);
+  // The freed QPN is not reused at once (rxe allocates cyclically).
+  EXPECT_EQ(f.create(QpType::kRc).qp_num, 0x14u);
+  EXPECT_EQ(f.dev->find_qp(0), nullptr);
+  EXPECT_EQ(f.dev->find_qp(1), nullptr);
+  EXPECT_EQ(f.dev->find_qp(0xffffff), nullptr);
+  EXPECT_EQ(f.dev->find_qp(0x11), f.dev->live_qps()[0]);
+}
+
+TEST(QpLifetime, ParentsAreBusyWhileAQpUsesThem) {
+  Fixture f;
+  CqHandle scq = f.dev->create_cq(CqInitAttr{15, 0, 0})->handle;
+  SrqHandle srq = f.dev->create_srq(f.pd, SrqAttr{8, 1, 0})->handle;
+  QpInitAttr i = f.init(QpType::kRc);
+  i.send_cq = scq;
+  i.srq = srq;
+  QpHandle qp = f.dev->create_qp(f.pd, i)->handle;
+  QpHandle qp2 = f.create(QpType::kUd).handle;  // send and receive CQ are the same CQ
+  EXPECT_EQ(f.dev->dealloc_pd(f.pd), Errc::kBusy);
+  EXPECT_EQ(f.dev->destroy_cq(scq), Errc::kBusy);
+  EXPECT_EQ(f.dev->destroy_cq(f.cq), Errc::kBusy);
+  EXPECT_EQ(f.dev->destroy_srq(srq), Errc::kBusy);
+  ASSERT_EQ(f.dev->destroy_qp(qp), Errc::kOk);
+  EXPECT_EQ(f.dev->destroy_cq(scq), Errc::kOk);
+  EXPECT_EQ(f.dev->destroy_srq(srq), Errc::kOk);
+  EXPECT_EQ(f.dev->destroy_cq(f.cq), Errc::kBusy);  // still qp2's, twice
+  EXPECT_EQ(f.dev->dealloc_pd(f.pd), Errc::kBusy);
+  ASSERT_EQ(f.dev->destroy_qp(qp2), Errc::kOk);
+  EXPECT_EQ(f.dev->destroy_cq(f.cq), Errc::kOk);
+  EXPECT_EQ(f.dev->dealloc_pd(f.pd), Errc::kOk);
+}
+
+TEST(QpLifetime, StaleHandlesAreDetected) {
+  Fixture f;
+  QpHandle qp = f.create(QpType::kRc).handle;
+  ASSERT_EQ(f.dev->destroy_qp(qp), Errc::kOk);
+  EXPECT_EQ(f.dev->destroy_qp(qp), Errc::kInvalidArgument);
+  EXPECT_EQ(f.dev->modify_qp(qp, good_attr(), kQpState), Errc::kInvalidArgument);
+  EXPECT_EQ(f.dev->query_qp(qp).error(), Errc::kInvalidArgument);
+  SendWr s;
+  const SendWr* bad_s = nullptr;
+  EXPECT_EQ(f.dev->post_send(qp, {&s, 1}, &bad_s), Errc::kInvalidArgument);
+  EXPECT_EQ(bad_s, &s);
+  RecvWr r;
+  const RecvWr* bad_r = nullptr;
+  EXPECT_EQ(f.dev->post_recv(qp, {&r, 1}, &bad_r), Errc::kInvalidArgument);
+  EXPECT_EQ(bad_r, &r);
+  // A new QP in the same slot is not reached through the old handle.
+  QpHandle qp2 = f.create(QpType::kRc).handle;
+  EXPECT_EQ(qp2.index, qp.index);
+  EXPECT_EQ(f.dev->destroy_qp(qp), Errc::kInvalidArgument);
+  EXPECT_EQ(f.dev->query_qp(qp2)->attr.qp_state, QpState::kReset);
+}
+
+// Every transition that modify_qp can be asked for, from every state modify_qp can reach
+// (SQE is only entered by a send error), with the required attributes: it succeeds exactly
+// when the kernel's table allows it, and an illegal one changes nothing.
+TEST(QpModify, EveryReachableTransitionFollowsTheKernelTable) {
+  const QpState reachable[] = {QpState::kReset, QpState::kInit, QpState::kRtr,
+                               QpState::kRts,   QpState::kSqd,  QpState::kErr};
+  const QpState all[] = {QpState::kReset, QpState::kInit, QpState::kRtr, QpState::kRts,
+                         QpState::kSqd,   QpState::kSqe,  QpState::kErr};
+  for (QpType t : {QpType::kRc, QpType::kUc, QpType::kUd}) {
+    for (QpState cur : reachable) {
+      for (QpState next : all) {
+        Fixture f;
+        QpHandle q = f.create(t).handle;
+        f.drive(q, t, cur);
+        ASSERT_EQ(f.state(q), cur);
+        const bool legal = verbs::qp_transition_rule(t, cur, next).valid;
+        const Errc e = f.to(q, t, next);
+        SCOPED_TRACE(::testing::Message()
+                     << "type " << int(t) << " " << int(cur) << "->" << int(next));
+        if (legal) {
+          EXPECT_EQ(e, Errc::kOk);
+          EXPECT_EQ(f.state(q), next);
+        } else {
+          EXPECT_EQ(e, Errc::kInvalidArgument);
+          EXPECT_EQ(f.state(q), cur);
+        }
+      }
+    }
+  }
+}
+
+TEST(QpModify, WrongMasksAreRejectedAndChangeNothing) {
+  Fixture f;
+  QpHandle q = f.create(QpType::kRc).handle;
+  QpAttr a = good_attr();
+  a.qp_state = QpState::kInit;
+  // A required attribute missing, one too many, one that no transition takes.
+  EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpPort | kQpAccessFlags), Errc::kInvalidArgument);
+  EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags | kQpQkey),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags | kQpCap),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(f.state(q), QpState::kReset);
+  // UD wants a Q_Key instead of access flags.
+  QpHandle ud = f.create(QpType::kUd).handle;
+  EXPECT_EQ(f.dev->modify_qp(ud, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(f.dev->modify_qp(ud, a, kQpState | kQpPkeyIndex | kQpPort | kQpQkey), Errc::kOk);
+  // No state in the mask: attributes of the current state (INIT -> INIT).
+  EXPECT_EQ(f.dev->modify_qp(ud, a, kQpQkey), Errc::kOk);
+  EXPECT_EQ(f.dev->modify_qp(ud, a, kQpPathMtu), Errc::kInvalidArgument);
+}
+
+TEST(QpModify, ValuesAreCheckedAsRxeDoes) {
+  Fixture f;
+  QpHandle q = f.create(QpType::kRc).handle;
+  auto try_init = [&](auto edit) {
+    QpAttr a = good_attr();
+    a.qp_state = QpState::kInit;
+    edit(a);
+    return f.dev->modify_qp(q, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
+  };
+  EXPECT_EQ(try_init([](QpAttr& a) { a.port_num = 2; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_init([](QpAttr& a) { a.port_num = 0; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_init([](QpAttr& a) { a.pkey_index = 1; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_init([](QpAttr& a) { a.qp_access_flags = 0x100; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_init([](QpAttr& a) { a.qp_state = static_cast<QpState>(9); }),
+            Errc::kInvalidArgument);
+  ASSERT_EQ(try_init([](QpAttr&) {}), Errc::kOk);
+
+  const std::uint32_t rtr_mask =
+      kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer;
+  auto try_rtr = [&](auto edit, std::uint32_t extra = 0) {
+    QpAttr a = good_attr();
+    a.qp_state = QpState::kRtr;
+    edit(a);
+    return f.dev->modify_qp(q, a, rtr_mask | extra);
+  };
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.path_mtu = static_cast<Mtu>(6); }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.path_mtu = static_cast<Mtu>(0); }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.max_dest_rd_atomic = 129; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.min_rnr_timer = 32; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.dest_qp_num = 0x1000000; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.ah_attr.is_global = false; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.ah_attr.sgid_index = 1; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.ah_attr.port_num = 2; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rtr([](QpAttr& a) { a.ah_attr.dgid = Gid{}; }), Errc::kInvalidArgument);
+  // The table allows an alternate path here; RoCE does not.
+  EXPECT_EQ(try_rtr([](QpAttr&) {}, kQpAltPath), Errc::kInvalidArgument);
+  EXPECT_EQ(f.state(q), QpState::kInit);
+  // PSNs are cut to 24 bits; the path MTU may exceed the active MTU up to the port's maximum.
+  ASSERT_EQ(try_rtr([](QpAttr& a) {
+              a.rq_psn = 0x1abcdef;
+              a.path_mtu = Mtu::k4096;
+              a.max_dest_rd_atomic = 128;
+            }),
+            Errc::kOk);
+  EXPECT_EQ(f.dev->query_qp(q)->attr.rq_psn, 0xabcdefu);
+  EXPECT_EQ(f.dev->query_qp(q)->attr.path_mtu, Mtu::k4096);
+
+  const std::uint32_t rts_mask =
+      kQpState | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpSqPsn | kQpMaxQpRdAtomic;
+  auto try_rts = [&](auto edit) {
+    QpAttr a = good_attr();
+    a.qp_state = QpState::kRts;
+    edit(a);
+    return f.dev->modify_qp(q, a, rts_mask);
+  };
+  EXPECT_EQ(try_rts([](QpAttr& a) { a.timeout = 32; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rts([](QpAttr& a) { a.retry_cnt = 8; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rts([](QpAttr& a) { a.rnr_retry = 8; }), Errc::kInvalidArgument);
+  EXPECT_EQ(try_rts([](QpAttr& a) { a.max_rd_atomic = 129; }), Errc::kInvalidArgument);
+  EXPECT_EQ(f.state(q), QpState::kRtr);
+  ASSERT_EQ(try_rts([](QpAttr& a) {
+              a.timeout = 31;
+              a.sq_psn = 0xff000001;
+            }),
+            Errc::kOk);
+  EXPECT_EQ(f.dev->query_qp(q)->attr.sq_psn, 0x000001u);
+}
+
+TEST(QpModify, CurStateMustBeTheQpsState) {
+  Fixture f;
+  QpHandle q = f.create(QpType::kRc).handle;
+  f.drive(q, QpType::kRc, QpState::kRts);
+  QpAttr a = good_attr();
+  a.qp_state = QpState::kRts;
+  a.cur_qp_state = QpState::kSqd;  // SQD -> RTS accepts kQpCurState, but the QP is in RTS
+  EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpCurState), Errc::kInvalidArgument);
+  a.cur_qp_state = QpState::kRts;
+  EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpCurState | kQpMinRnrTimer), Errc::kOk);
+  a.cur_qp_state = static_cast<QpState>(12);
+  EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpCurState), Errc::kInvalidArgument);
+}
+
+TEST(QpModify, AddressVectorAndUdpSourcePortAsRxe) {
+  Fixture f;
+  QpInfo q = f.create(QpType::kRc);
+  f.drive(q.handle, QpType::kRc, QpState::kInit);
+  // Flow label 0: the port comes from rdma_calc_flow_label(qpn, dest_qpn), the destination QPN
+  // being the one this same call sets.
+  QpAttr a = good_attr(0x1234);
+  a.qp_state = QpState::kRtr;
+  a.ah_attr.hop_limit = 1;
+  a.ah_attr.traffic_class = 0x60;
+  ASSERT_EQ(f.dev->modify_qp(q.handle, a,
+                             kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                                 kQpMaxDestRdAtomic | kQpMinRnrTimer),
+            Errc::kOk);
+  const transport::AddressVector& path = f.dev->find_qp(q.qp_num)->path();
+  EXPECT_EQ(path.dst, kIpB);
+  EXPECT_EQ(path.hop_limit, 1);
+  EXPECT_EQ(path.traffic_class, 0x60);
+  EXPECT_EQ(path.udp_sport, verbs::connected_udp_sport(0, 0x11, 0x1234));
+  EXPECT_EQ(path.udp_sport, 0xf570);
+  f.drive(q.handle, QpType::kRc, QpState::kRts);
+  ASSERT_EQ(f.to(q.handle, QpType::kRc, QpState::kSqd), Errc::kOk);
+  // SQD -> SQD with a new AV and no destination QPN: the QP's own (0x1234) is used.
+  a = good_attr(0x999);
+  a.qp_state = QpState::kSqd;
+  a.ah_attr.flow_label = 0;
+  ASSERT_EQ(f.dev->modify_qp(q.handle, a, kQpState | kQpAv), Errc::kOk);
+  EXPECT_EQ(f.dev->find_qp(q.qp_num)->path().udp_sport, 0xf570);
+  // A nonzero flow label gives the port directly.
+  a.ah_attr.flow_label = 0x12345;
+  ASSERT_EQ(f.dev->modify_qp(q.handle, a, kQpState | kQpAv), Errc::kOk);
+  EXPECT_EQ(f.dev->find_qp(q.qp_num)->path().udp_sport, 0xe341);
+  EXPECT_EQ(f.dev->query_qp(q.handle)->attr.ah_attr.flow_label, 0x12345u);
+  EXPECT_EQ(f.dev->query_qp(q.handle)->attr.dest_qp_num, 0x1234u);
+}
+
+TEST(QpQuery, ReturnsAttributesAndInitAttributes) {
+  Fixture f;
+  QpInitAttr i = f.init(QpType::kUc, {8, 8, 1, 1, 0});
+  i.sq_sig_all = true;
+  QpInfo q = *f.dev->create_qp(f.pd, i);
+  f.drive(q.handle, QpType::kUc, QpState::kRts);
+  auto r = f.dev->query_qp(q.handle);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->attr.qp_state, QpState::kRts);
+  EXPECT_EQ(r->attr.dest_qp_num, 0x22u);
+  EXPECT_EQ(r->attr.sq_psn, 0x100u);
+  EXPECT_EQ(r->attr.rq_psn, 0x200u);
+  EXPECT_EQ(r->attr.path_mtu, Mtu::k1024);
+  EXPECT_EQ(r->attr.ah_attr.dgid, good_attr().ah_attr.dgid);
+  EXPECT_EQ(r->init_attr.qp_type, QpType::kUc);
+  EXPECT_TRUE(r->init_attr.sq_sig_all);
+  EXPECT_EQ(r->init_attr.send_cq, f.cq);
+  EXPECT_EQ(r->init_attr.cap.max_send_wr, 15u);
+}
+
+TEST(QpPost, BadWrPointsAtTheFirstFailureAndEarlierOnesArePosted) {
+  Fixture f;
+  QpInfo q = f.create(QpType::kRc);
+  f.drive(q.handle, QpType::kRc, QpState::kRts);
+  std::vector<std::byte> buf(64);
+  auto mr = f.dev->reg_mr(f.pd, buf.data(), buf.size(), kAccessLocalWrite);
+  Sge sge{mr->iova, 8, mr->lkey};
+  Sge three[3] = {sge, sge, sge};  // more than max_send_sge (2)
+  SendWr wrs[3];
+  wrs[0].sg_list = {&sge, 1};
+  wrs[1].sg_list = three;
+  wrs[2].sg_list = {&sge, 1};
+  const SendWr* bad = nullptr;
+  EXPECT_EQ(f.dev->post_send(q.handle, wrs, &bad), Errc::kInvalidArgument);
+  EXPECT_EQ(bad, &wrs[1]);
+  EXPECT_EQ(f.dev->find_qp(q.qp_num)->outstanding_send_wqes(), 1u);
+  EXPECT_EQ(f.dev->post_send(q.handle, {&wrs[2], 1}, &bad), Errc::kOk);
+  EXPECT_EQ(bad, nullptr);
+  // An opcode uroce does not know.
+  SendWr odd;
+  odd.opcode = static_cast<WrOpcode>(8);
+  EXPECT_EQ(f.dev->post_send(q.handle, {&odd, 1}, &bad), Errc::kInvalidArgument);
+  EXPECT_EQ(bad, &odd);
+
+  RecvWr rwrs[2] = {{1, {&sge, 1}}, {2, three}};
+  const RecvWr* rbad = nullptr;
+  EXPECT_EQ(f.dev->post_recv(q.handle, rwrs, &rbad), Errc::kInvalidArgument);
+  EXPECT_EQ(rbad, &rwrs[1]);
+}
+
+TEST(QpPost, ReceivesGoToTheSrqNotTheQp) {
+  Fixture f;
+  QpInitAttr i = f.init(QpType::kRc);
+  i.srq = f.dev->create_srq(f.pd, SrqAttr{8, 1, 0})->handle;
+  QpHandle q = f.dev->create_qp(f.pd, i)->handle;
+  f.drive(q, QpType::kRc, QpState::kInit);
+  RecvWr r{1, {}};
+  const RecvWr* bad = nullptr;
+  EXPECT_EQ(f.dev->post_recv(q, {&r, 1}, &bad), Errc::kInvalidArgument);
+  EXPECT_EQ(bad, &r);
+}
+
+TEST(QpPost, UdNeedsALiveAh) {
+  Fixture f;
+  QpInfo q = f.create(QpType::kUd);
+  f.drive(q.handle, QpType::kUd, QpState::kRts);
+  SendWr wr;
+  const SendWr* bad = nullptr;
+  EXPECT_EQ(f.dev->post_send(q.handle, {&wr, 1}, &bad), Errc::kInvalidArgument);
+  AhHandle ah = *f.dev->create_ah(f.pd, ah_to(kIpB));
+  ASSERT_EQ(f.dev->destroy_ah(ah), Errc::kOk);
+  wr.ud.ah = ah;
+  EXPECT_EQ(f.dev->post_send(q.handle, {&wr, 1}, &bad), Errc::kInvalidArgument);
+  wr.ud.ah = *f.dev->create_ah(f.pd, ah_to(kIpB));
+  EXPECT_EQ(f.dev->post_send(q.handle, {&wr, 1}, &bad), Errc::kOk);
+}
+
+TEST(QpEvents, TransportEventsBecomeQpAsyncEvents) {
+  Fixture f;
+  QpInfo q = f.create(QpType::kRc);
+  DeviceTestAccess::state(*f.dev).qp_event(q.qp_num, AsyncEventType::kCommEst);
+  auto ev = f.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kCommEst);
+  EXPECT_EQ(ev->qp, q.handle);
+  EXPECT_EQ(ev->qp_num, q.qp_num);
+}
+
+// ---- two devices back to back ----
+
+// Moves every packet from every QP of one device to the QP it is addressed to, until quiet.
+class Wire {
+ public:
+  Wire(Device& a, Device& b) : devs_{&a, &b} {}
+  std::vector<std::uint16_t> sports;  // UDP source port of every packet
+
+  void run() {
+    for (int round = 0; round < 1000; ++round) {
+      bool moved = false;
+      for (int from = 0; from < 2; ++from) {
+        Device& src = *devs_[from];
+        Device& dst = *devs_[1 - from];
+        const std::vector<transport::Qp*> qps(src.live_qps().begin(), src.live_qps().end());
+        for (transport::Qp* qp : qps) {
+          transport::TxPacket tx;
+          while (qp->poll_transmit(now_, tx)) {
+            moved = true;
+            deliver(src, dst, tx);
+          }
+        }
+      }
+      if (!moved) return;
+      now_ = now_ + Duration::us(1);
+    }
+    ADD_FAILURE() << "the wire did not go quiet";
+  }
+
+ private:
+  void deliver(Device& src, Device& dst, const transport::TxPacket& tx) {
+    EXPECT_EQ(tx.av.dst, dst.local_ip());
+    sports.push_back(tx.av.udp_sport);
+    std::vector<std::byte> udp(tx.header_span().begin(), tx.header_span().end());
+    for (ConstBytes piece : tx.payload()) udp.insert(udp.end(), piece.begin(), piece.end());
+    udp.resize(udp.size() + wire::pad_for(tx.payload_bytes) + wire::kIcrcBytes);
+    auto pkt = wire::parse_roce(udp);
+    ASSERT_TRUE(pkt.ok());
+    transport::Qp* to = dst.find_qp(pkt->bth().dest_qpn());
+    ASSERT_NE(to, nullptr);
+    transport::PacketInfo info;
+    info.src = src.local_ip();
+    info.src_port = tx.av.udp_sport;
+    to->handle_packet(now_, *pkt, info);
+  }
+  Device* devs_[2];
+  Instant now_ = Instant::from_ns(1'000'000);
+};
+
+struct Side {
+  explicit Side(const wire::IpAddress& ip)
+      : f([&] {
+          DeviceConfig c = test_config(ip.bytes[3]);
+          c.ip = ip;
+          return c;
+        }()) {
+    buf.resize(4096);
+    mr = *f.dev->reg_mr(f.pd, buf.data(), buf.size(),
+                        kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead);
+  }
+  std::vector<Wc> poll() {
+    Wc out[16];
+    auto n = f.dev->poll_cq(f.cq, out);
+    EXPECT_TRUE(n.ok());
+    return std::vector<Wc>(out, out + (n.ok() ? *n : 0));
+  }
+  Fixture f;
+  std::vector<std::byte> buf;
+  MrInfo mr;
+};
+
+TEST(QpTraffic, RcSendWriteAndReadBetweenTwoDevices) {
+  Side a(kIpA), b(kIpB);
+  QpInitAttr ia = a.f.init(QpType::kRc);
+  ia.sq_sig_all = true;
+  QpInfo qa = *a.f.dev->create_qp(a.f.pd, ia);
+  QpInfo qb = b.f.create(QpType::kRc);
+  QpAttr to_b = good_attr(qb.qp_num);
+  QpAttr to_a = good_attr(qa.qp_num);
+  to_a.ah_attr = ah_to(kIpA);
+  std::swap(to_a.rq_psn, to_a.sq_psn);
+  a.f.drive(qa.handle, QpType::kRc, QpState::kInit);
+  b.f.drive(qb.handle, QpType::kRc, QpState::kInit);
+  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRtr, to_b), Errc::kOk);
+  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRts, to_b), Errc::kOk);
+  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRtr, to_a), Errc::kOk);
+  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRts, to_a), Errc::kOk);
+
+  std::memcpy(a.buf.data(), "hello, rxe", 10);
+  std::memcpy(b.buf.data() + 2048, "remote data", 11);
+  Sge recv_sge{b.mr.iova, 64, b.mr.lkey};
+  RecvWr rwr{7, {&recv_sge, 1}};
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&rwr, 1}, nullptr), Errc::kOk);
+
+  Sge send_sge{a.mr.iova, 10, a.mr.lkey};
+  Sge read_sge{a.mr.iova + 512, 11, a.mr.lkey};
+  SendWr wrs[3];
+  wrs[0].wr_id = 1;  // unsignaled, but the QP signals all
+  wrs[0].sg_list = {&send_sge, 1};
+  wrs[1].wr_id = 2;
+  wrs[1].opcode = WrOpcode::kRdmaWrite;
+  wrs[1].sg_list = {&send_sge, 1};
+  wrs[1].rdma = {b.mr.iova + 1024, b.mr.rkey};
+  wrs[2].wr_id = 3;
+  wrs[2].opcode = WrOpcode::kRdmaRead;
+  wrs[2].sg_list = {&read_sge, 1};
+  wrs[2].rdma = {b.mr.iova + 2048, b.mr.rkey};
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, wrs, nullptr), Errc::kOk);
+
+  Wire w(*a.f.dev, *b.f.dev);
+  w.run();
+
+  const auto b_wcs = b.poll();
+  ASSERT_EQ(b_wcs.size(), 1u);
+  EXPECT_EQ(b_wcs[0].wr_id, 7u);
+  EXPECT_EQ(b_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(b_wcs[0].opcode, WcOpcode::kRecv);
+  EXPECT_EQ(b_wcs[0].byte_len, 10u);
+  EXPECT_EQ(std::memcmp(b.buf.data(), "hello, rxe", 10), 0);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 1024, "hello, rxe", 10), 0);
+  EXPECT_EQ(std::memcmp(a.buf.data() + 512, "remote data", 11), 0);
+  const auto a_wcs = a.poll();
+  ASSERT_EQ(a_wcs.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(a_wcs[i].wr_id, i + 1);
+    EXPECT_EQ(a_wcs[i].status, WcStatus::kSuccess);
+  }
+  EXPECT_EQ(a_wcs[2].opcode, WcOpcode::kRdmaRead);
+  // Every packet of the connection carries the port rxe derives from the two QPNs.
+  ASSERT_FALSE(w.sports.empty());
+  for (std::uint16_t p : w.sports) {
+    EXPECT_EQ(p, verbs::connected_udp_sport(0, qa.qp_num, qb.qp_num));  // lqpn*rqpn: symmetric
+  }
+}
+
+TEST(QpTraffic, RcWriteToAMissingKeyIsRefusedByTheResolver) {
+  Side a(kIpA), b(kIpB);
+  QpInfo qa = a.f.create(QpType::kRc);
+  QpInfo qb = b.f.create(QpType::kRc);
+  QpAttr to_b = good_attr(qb.qp_num);
+  QpAttr to_a = good_attr(qa.qp_num);
+  to_a.ah_attr = ah_to(kIpA);
+  std::swap(to_a.rq_psn, to_a.sq_psn);
+  a.f.drive(qa.handle, QpType::kRc, QpState::kInit);
+  b.f.drive(qb.handle, QpType::kRc, QpState::kInit);
+  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRtr, to_b), Errc::kOk);
+  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRts, to_b), Errc::kOk);
+  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRtr, to_a), Errc::kOk);
+  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRts, to_a), Errc::kOk);
+  const std::uint32_t stale_rkey = b.mr.rkey;
+  ASSERT_EQ(b.f.dev->dereg_mr(b.mr.handle), Errc::kOk);
+  Sge sge{a.mr.iova, 8, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 9;
+  wr.opcode = WrOpcode::kRdmaWrite;
+  wr.send_flags = kSendSignaled;
+  wr.sg_list = {&sge, 1};
+  wr.rdma = {b.mr.iova, stale_rkey};
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto a_wcs = a.poll();
+  ASSERT_FALSE(a_wcs.empty());
+  EXPECT_EQ(a_wcs[0].wr_id, 9u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kRemAccessErr);
+  // The responder reported it as an access error on its QP.
+  auto ev = b.f.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
+  EXPECT_EQ(ev->qp, qb.handle);
+}
+
+TEST(QpTraffic, UdSendThroughAnAhWithTheQpsPortAndTheSrqLimitEvent) {
+  Side a(kIpA), b(kIpB);
+  QpInfo qa = a.f.create(QpType::kUd);
+  QpInitAttr ib = b.f.init(QpType::kUd);
+  SrqHandle srq = b.f.dev->create_srq(b.f.pd, SrqAttr{7, 1, 0})->handle;
+  ib.srq = srq;
+  QpInfo qb = *b.f.dev->create_qp(b.f.pd, ib);
+  a.f.drive(qa.handle, QpType::kUd, QpState::kRts);
+  b.f.drive(qb.handle, QpType::kUd, QpState::kRts);
+  Sge rsge[2] = {{b.mr.iova, 256, b.mr.lkey}, {b.mr.iova + 256, 256, b.mr.lkey}};
+  RecvWr rwrs[2] = {{1, {&rsge[0], 1}}, {2, {&rsge[1], 1}}};
+  ASSERT_EQ(b.f.dev->post_srq_recv(srq, rwrs, nullptr), Errc::kOk);
+  ASSERT_EQ(b.f.dev->modify_srq(srq, SrqAttr{0, 0, 2}, kSrqLimit), Errc::kOk);
+
+  AhHandle ah = *a.f.dev->create_ah(a.f.pd, ah_to(kIpB));
+  Sge sge{a.mr.iova, 32, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 5;
+  wr.send_flags = kSendSignaled;
+  wr.sg_list = {&sge, 1};
+  wr.ud = {ah, qb.qp_num, 0x11111111};
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire w(*a.f.dev, *b.f.dev);
+  w.run();
+
+  const auto b_wcs = b.poll();
+  ASSERT_EQ(b_wcs.size(), 1u);
+  EXPECT_EQ(b_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(b_wcs[0].src_qp, qa.qp_num);
+  EXPECT_EQ(b_wcs[0].byte_len, 32u + transport::kGrhBytes);
+  ASSERT_EQ(w.sports.size(), 1u);
+  EXPECT_EQ(w.sports[0], verbs::rxe_default_udp_sport(qa.qp_num));  // flow label 0: the QP's
+  // One of two receive WQEs used: below the limit of 2.
+  auto ev = b.f.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kSrqLimitReached);
+  EXPECT_EQ(ev->srq, srq);
+  EXPECT_FALSE(b.f.dev->has_async_event());
+}
+
+}  // namespace
+}  // namespace uroce
