@@ -42,18 +42,24 @@ void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
 }
 
 void Engine::handle_timers(Instant now) {
+  // Take the due entries first: a QP re-armed while they are handled waits for the next call,
+  // so a QP that keeps reporting a past deadline cannot hold this loop.
+  due_.clear();
   while (!timers_.empty() && timers_.top().at <= now) {
     const Timer t = timers_.top();
     timers_.pop();
     auto it = armed_.find(t.qpn);
     if (it == armed_.end() || it->second != t.at) continue;  // superseded
     armed_.erase(it);
-    transport::Qp* qp = qps_.find_qp(t.qpn);
+    due_.push_back(t.qpn);
+  }
+  for (std::uint32_t qpn : due_) {
+    transport::Qp* qp = qps_.find_qp(qpn);
     if (qp == nullptr) continue;
     ++counters_.timer_fires;
     qp->handle_timeout(now);
-    arm(t.qpn, *qp);
-    activate(t.qpn);
+    arm(qpn, *qp);
+    activate(qpn);
   }
 }
 

@@ -76,6 +76,7 @@ class Engine {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::unordered_map<std::uint32_t, Instant> armed_;  // earliest deadline in timers_ per QP
   std::vector<std::uint32_t> active_;                 // round-robin order
+  std::vector<std::uint32_t> due_;                    // scratch for handle_timers
   std::unordered_map<std::uint32_t, bool> is_active_;
   std::size_t next_active_ = 0;
   // A packet the datapath could not take; sent before anything else.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tools/pcap_cmd.h"
+#include "tools/sim_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"uroce: RoCEv2 in user space"};
@@ -25,6 +26,40 @@ int main(int argc, char** argv) {
   CLI::App* dump = pcap->add_subcommand("dump", "Decode every packet of a capture");
   dump->add_option("file", dump_file, "pcap or pcapng file")->required();
 
+  uroce::tools::SimCommand sim_cmd;
+  CLI::App* sim = app.add_subcommand(
+      "sim", "Run the deterministic network simulation (one seed or a swarm of seeds)");
+  sim->add_option("--seed", sim_cmd.cluster.seed, "First seed")->capture_default_str();
+  sim->add_option("--swarm", sim_cmd.swarm, "Number of seeds to run")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{100'000'000}));
+  sim->add_option("--hosts", sim_cmd.cluster.hosts, "Hosts")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 64));
+  sim->add_option("--rc", sim_cmd.cluster.rc_pairs, "RC QP pairs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  sim->add_option("--uc", sim_cmd.cluster.uc_pairs, "UC QP pairs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  sim->add_option("--ud", sim_cmd.cluster.ud_pairs, "UD QP pairs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  sim->add_option("--ops", sim_cmd.cluster.ops_per_qp, "Operations per QP")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  sim->add_option("--max-msg", sim_cmd.cluster.max_message_bytes,
+                  "Largest message in bytes (0: up to 3 path MTUs)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16384));
+  sim->add_option("--idle-qps", sim_cmd.cluster.idle_qps_per_host, "Idle QPs per host")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  bool no_faults = false;
+  sim->add_flag("--no-faults", no_faults, "No loss, duplication, reordering, corruption");
+  sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
+  sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -32,5 +67,9 @@ int main(int argc, char** argv) {
   }
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
+  if (sim->parsed()) {
+    sim_cmd.cluster.faults = !no_faults;
+    return uroce::tools::sim_run(sim_cmd, stdout);
+  }
   return 2;
 }

@@ -411,6 +411,20 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       return;
     }
     if (op.is(wire::kFlagAtomic) && !r.is_read && r.first_psn == psn) {
+#ifdef UROCE_CANARY
+      // The canary (CMake option UROCE_CANARY): a deliberate bug that the simulator must catch.
+      // A duplicate atomic is executed a second time, as a responder without saved atomic
+      // results would do.
+      if (auto mem = env_.memory->resolve(env_.pd, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
+          mem.ok()) {
+        std::uint64_t cur = 0;
+        std::memcpy(&cur, mem.value().data(), 8);
+        const wire::AtomicEthView a = pkt.atomic_eth();
+        cur = op.opcode() == Opcode::kRcCompareSwap ? (cur == a.compare() ? a.swap_add() : cur)
+                                                    : cur + a.swap_add();
+        std::memcpy(mem.value().data(), &cur, 8);
+      }
+#endif
       // Never executed twice: the saved original value is sent again.
       Response job;
       job.kind = Response::Kind::kAtomic;

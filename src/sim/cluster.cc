@@ -1,0 +1,1016 @@
+#include "sim/cluster.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "base/prng.h"
+#include "capture/pcap_file.h"
+#include "datapath/datapath.h"
+#include "engine/engine.h"
+#include "sim/fault_plan.h"
+#include "sim/network.h"
+#include "transport/qp.h"
+#include "uroce/verbs.h"
+#include "wire/builder.h"
+#include "wire/packet.h"
+
+namespace uroce::sim {
+
+namespace {
+
+constexpr std::size_t kGuardBytes = std::size_t{64} << 10;  // unregistered, at both ends
+constexpr std::uint32_t kQkey = 0x11111111;
+
+enum class OpKind : std::uint8_t { kSend, kSendImm, kWrite, kWriteImm, kRead, kCas, kFaa };
+
+const char* op_name(OpKind k) {
+  switch (k) {
+    case OpKind::kSend:
+      return "SEND";
+    case OpKind::kSendImm:
+      return "SEND_WITH_IMM";
+    case OpKind::kWrite:
+      return "RDMA_WRITE";
+    case OpKind::kWriteImm:
+      return "RDMA_WRITE_WITH_IMM";
+    case OpKind::kRead:
+      return "RDMA_READ";
+    case OpKind::kCas:
+      return "ATOMIC_CMP_AND_SWP";
+    case OpKind::kFaa:
+      return "ATOMIC_FETCH_AND_ADD";
+  }
+  return "?";
+}
+
+bool consumes_recv(OpKind k) {
+  return k == OpKind::kSend || k == OpKind::kSendImm || k == OpKind::kWriteImm;
+}
+
+struct Cluster;
+struct Side;
+
+// One operation a QP posts. Its data is a pure function of the run seed and the op id.
+struct Op {
+  std::uint64_t id = 0;
+  OpKind kind = OpKind::kSend;
+  std::uint32_t len = 0;
+  std::size_t local_off = 0;   // source (SEND/WRITE) or destination (READ, atomic result)
+  std::size_t remote_off = 0;  // WRITE target, READ source, atomic counter
+  std::uint32_t imm = 0;
+  std::uint64_t compare = 0;
+  std::uint64_t swap_add = 0;
+  std::vector<std::byte> data;  // the message (SEND/WRITE)
+};
+
+struct RecvSlot {
+  std::uint64_t wr_id = 0;
+  std::size_t off = 0;
+  std::uint32_t len = 0;
+};
+
+struct Host final : engine::QpDirectory, datapath::Datapath {
+  Cluster* cl = nullptr;
+  HostId id = 0;
+  wire::IpAddress ip;
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<engine::Engine> engine;
+  std::vector<std::byte> arena;
+  std::vector<std::byte> expected;   // what the arena must hold
+  std::vector<std::uint8_t> exempt;  // bytes checked by other oracles (counters, UC writes, GRH)
+  PdHandle pd;
+  MrInfo mr;
+  std::size_t bump = kGuardBytes;
+  std::vector<std::byte> frame;
+  // The atomic counter of this host and what the oracle saw of it.
+  std::size_t counter_off = 0;
+  std::vector<std::uint64_t> counter_successes;  // values returned by successful atomics
+  std::vector<std::uint64_t> counter_failures;   // values returned by failed CAS
+
+  std::uint64_t va(std::size_t off) const {
+    return reinterpret_cast<std::uint64_t>(arena.data()) + off;
+  }
+  std::size_t alloc(std::size_t n);
+  transport::Qp* find_qp(std::uint32_t qpn) override { return dev->find_qp(qpn); }
+  bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
+            std::span<const ConstBytes> payload) override;
+  void handle_frame(Instant now, ConstBytes f);
+};
+
+// One QP of a pair (or a UD QP talking to one peer).
+struct Side {
+  Host* host = nullptr;
+  Side* peer = nullptr;
+  QpType type = QpType::kRc;
+  QpHandle qp;
+  std::uint32_t qpn = 0;
+  CqHandle scq, rcq;
+  AhHandle ah;  // UD: to the peer
+  std::uint32_t mtu = 1024;
+  std::uint32_t depth = 8;
+  std::uint32_t rq_depth = 8;
+  std::uint32_t max_len = 0;  // largest message: the receive slot size
+  std::vector<Op> ops;
+  std::size_t next_post = 0;
+  std::deque<const Op*> outstanding;  // posted, not completed, in order
+  std::uint64_t completed = 0;
+  // Receive side.
+  std::deque<RecvSlot> recv_posted;
+  std::uint64_t recv_wr_next = 1;
+  std::uint64_t recv_budget = 0;   // receive WQEs still to post
+  std::deque<const Op*> incoming;  // RC: the peer's receive-consuming ops, in posting order
+  std::map<std::uint64_t, const Op*> incoming_by_id;  // UC/UD: by op id
+  std::string name;
+};
+
+struct Cluster {
+  ClusterOptions opt;
+  Prng rng;
+  Network net;
+  std::vector<std::unique_ptr<Host>> hosts;
+  std::vector<std::unique_ptr<Side>> sides;
+  std::optional<capture::PcapWriter> pcap;
+  ClusterResult result;
+  std::uint64_t next_op_id = 1;
+  Instant now = Instant::from_ns(1'000'000);
+  // Sides whose CQs got a completion (armed CQs report through the completion event handler,
+  // as an application's completion channel would) or that have work to post.
+  std::vector<std::size_t> dirty;
+  std::vector<bool> is_dirty;
+  // Work not yet finished, summed over sides: posted or unposted sends, expected RC receives.
+  std::uint64_t unfinished = 0;
+
+  void mark_dirty(std::size_t side) {
+    if (side >= is_dirty.size()) is_dirty.resize(side + 1, false);
+    if (is_dirty[side]) return;
+    is_dirty[side] = true;
+    dirty.push_back(side);
+  }
+
+  explicit Cluster(const ClusterOptions& o) : opt(o), rng(o.seed ^ 0x5eed), net(o.seed) {}
+
+  void fail(const std::string& what) {
+    if (!result.ok) return;
+    result.ok = false;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "seed %" PRIu64 " at t=%" PRId64 " ns: ", opt.seed, now.ns());
+    result.failure = buf + what;
+  }
+};
+
+class CompletionEvents final : public CompletionEventHandler {
+ public:
+  explicit CompletionEvents(Cluster& c) : c_(c) {}
+  void cq_event(CqHandle, std::uint64_t channel) override { c_.mark_dirty(channel); }
+
+ private:
+  Cluster& c_;
+};
+
+class Tap final : public FrameTap {
+ public:
+  explicit Tap(Cluster& c) : c_(c) {}
+  void on_frame(const TapEvent& e) override {
+    if (e.point == TapPoint::kSend && c_.pcap) c_.pcap->write(e.frame, e.time.ns());
+  }
+
+ private:
+  Cluster& c_;
+};
+
+std::size_t Host::alloc(std::size_t n) {
+  const std::size_t off = (bump + 63) & ~std::size_t{63};
+  UROCE_CHECK(off + n + 64 <= arena.size() - kGuardBytes);  // the workload fits the arena
+  bump = off + n;
+  return off;
+}
+
+bool Host::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transport_headers,
+                std::span<const ConstBytes> payload) {
+  wire::OuterHeaders o = o0;
+  o.src_mac = cl->net.host_mac(id);
+  if (auto to = cl->net.find_host(o.dst)) o.dst_mac = cl->net.host_mac(*to);
+  frame.resize(16384);
+  frame.resize(wire::build_frame_gather(frame, o, transport_headers, payload));
+  // Oracle: every frame a host emits is a valid RoCEv2 packet (what `uroce pcap check` checks).
+  auto f = wire::parse_frame(wire::LinkType::kEthernet, frame);
+  if (!f.ok()) {
+    cl->fail("host " + std::to_string(id) +
+             " emitted an invalid frame: " + std::string(wire::drop_reason_name(f.error())));
+    return true;
+  }
+  cl->net.send(now, id, frame);
+  ++cl->result.frames_sent;
+  return true;
+}
+
+void Host::handle_frame(Instant now, ConstBytes f) {
+  auto parsed = wire::parse_frame(wire::LinkType::kEthernet, f);
+  if (!parsed.ok()) {
+    engine->count_drop(parsed.error());
+    if (parsed.error() == wire::DropReason::kBadIcrc) ++cl->result.icrc_drops;
+    return;
+  }
+  transport::PacketInfo info;
+  info.src = parsed->v6 ? parsed->ipv6.src : parsed->ipv4.src;
+  info.src_port = parsed->udp.src_port;
+  info.ecn =
+      static_cast<std::uint8_t>((parsed->v6 ? parsed->ipv6.traffic_class : parsed->ipv4.tos) & 3u);
+  info.ip_header = parsed->ip_udp.first(parsed->ip_udp.size() - wire::kUdpBytes);
+  engine->handle_rx(now, parsed->roce, info);
+}
+
+// ---- setup -------------------------------------------------------------------------------
+
+void fill_random(std::span<std::byte> b, std::uint64_t seed) {
+  Prng p(seed);
+  std::size_t i = 0;
+  for (; i + 8 <= b.size(); i += 8) {
+    const std::uint64_t v = p.next();
+    std::memcpy(b.data() + i, &v, 8);
+  }
+  for (; i < b.size(); ++i) b[i] = static_cast<std::byte>(p.next());
+}
+
+Gid gid_of(const wire::IpAddress& ip) {
+  Gid g;
+  if (ip.v6) {
+    g.raw = ip.bytes;
+  } else {
+    g.raw[10] = 0xff;
+    g.raw[11] = 0xff;
+    std::copy(ip.bytes.begin(), ip.bytes.begin() + 4, g.raw.begin() + 12);
+  }
+  return g;
+}
+
+bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
+  auto h = std::make_unique<Host>();
+  h->cl = &c;
+  h->ip = wire::IpAddress::v4(0x0a630000u + 11 + index);
+  auto id =
+      c.net.add_host(h->ip, MacAddress{0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(index + 1)});
+  if (!id.ok()) return false;
+  h->id = id.value();
+  DeviceConfig cfg;
+  cfg.name = "sim" + std::to_string(index);
+  cfg.ip = h->ip;
+  cfg.netdev_mtu = 9000;  // active MTU 4096: every path MTU can be chosen
+  cfg.seed = c.opt.seed * 1000 + index;
+  auto dev = Device::create(cfg);
+  if (!dev.ok()) return false;
+  h->dev = std::move(dev.value());
+  h->engine = std::make_unique<engine::Engine>(*h, *h, h->ip);
+  h->arena.resize(arena_bytes);
+  fill_random(h->arena, c.opt.seed * 7919 + index);
+  h->expected = h->arena;
+  h->exempt.assign(arena_bytes, 0);
+  auto pd = h->dev->alloc_pd();
+  if (!pd.ok()) return false;
+  h->pd = pd.value();
+  auto mr = h->dev->reg_mr(
+      h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic);
+  if (!mr.ok()) return false;
+  h->mr = mr.value();
+  h->counter_off = h->alloc(8);
+  std::memset(h->arena.data() + h->counter_off, 0, 8);
+  std::memset(h->expected.data() + h->counter_off, 0, 8);
+  std::fill(h->exempt.begin() + static_cast<std::ptrdiff_t>(h->counter_off),
+            h->exempt.begin() + static_cast<std::ptrdiff_t>(h->counter_off + 8), 1);
+  c.hosts.push_back(std::move(h));
+  return true;
+}
+
+std::uint32_t pick_len(Prng& r, std::uint32_t mtu, std::uint32_t max_len, std::uint32_t min_len) {
+  std::uint32_t len = 0;
+  switch (r.below(8)) {
+    case 0:
+      len = static_cast<std::uint32_t>(r.below(9));
+      break;
+    case 1:
+      len = mtu - 1 + static_cast<std::uint32_t>(r.below(3));
+      break;
+    case 2:
+      len = 2 * mtu;
+      break;
+    default:
+      len = static_cast<std::uint32_t>(r.below(max_len + 1));
+      break;
+  }
+  return std::clamp(len, min_len, max_len);
+}
+
+void generate_ops(Cluster& c, Side& s) {
+  Prng& r = c.rng;
+  Host& local = *s.host;
+  Host& remote = *s.peer->host;
+  for (std::uint32_t i = 0; i < c.opt.ops_per_qp; ++i) {
+    Op op;
+    op.id = c.next_op_id++;
+    switch (s.type) {
+      case QpType::kRc: {
+        const std::uint64_t k = r.below(16);
+        op.kind = k < 4    ? OpKind::kSend
+                  : k < 6  ? OpKind::kSendImm
+                  : k < 9  ? OpKind::kWrite
+                  : k < 10 ? OpKind::kWriteImm
+                  : k < 13 ? OpKind::kRead
+                  : k < 14 ? OpKind::kCas
+                           : OpKind::kFaa;
+        break;
+      }
+      case QpType::kUc: {
+        const std::uint64_t k = r.below(4);
+        op.kind = k == 0   ? OpKind::kSend
+                  : k == 1 ? OpKind::kSendImm
+                  : k == 2 ? OpKind::kWrite
+                           : OpKind::kWriteImm;
+        break;
+      }
+      case QpType::kUd:
+        op.kind = r.chance(1, 2) ? OpKind::kSend : OpKind::kSendImm;
+        break;
+    }
+    // UC and UD messages name themselves in their first 8 bytes (they may be lost or
+    // duplicated, so the receiver identifies them by content).
+    const std::uint32_t min_len = s.type == QpType::kRc ? 0 : 8;
+    op.imm = static_cast<std::uint32_t>(op.id);
+    switch (op.kind) {
+      case OpKind::kSend:
+      case OpKind::kSendImm:
+      case OpKind::kWrite:
+      case OpKind::kWriteImm: {
+        op.len = pick_len(r, s.mtu, s.max_len, min_len);
+        op.data.resize(op.len);
+        fill_random(op.data, c.opt.seed ^ (op.id * 0x9e3779b97f4a7c15ull));
+        if (op.len >= 8) std::memcpy(op.data.data(), &op.id, 8);
+        op.local_off = local.alloc(op.len);
+        std::copy(op.data.begin(), op.data.end(),
+                  local.arena.begin() + std::ptrdiff_t(op.local_off));
+        std::copy(op.data.begin(), op.data.end(),
+                  local.expected.begin() + std::ptrdiff_t(op.local_off));
+        if (op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm) {
+          op.remote_off = remote.alloc(op.len);
+          if (s.type == QpType::kUc) {
+            std::fill(remote.exempt.begin() + static_cast<std::ptrdiff_t>(op.remote_off),
+                      remote.exempt.begin() + static_cast<std::ptrdiff_t>(op.remote_off + op.len),
+                      1);
+          }
+        }
+        break;
+      }
+      case OpKind::kRead: {
+        op.len = pick_len(r, s.mtu, s.max_len, 0);
+        // READ sources are never written: anywhere in a region allocated for that purpose.
+        op.remote_off = remote.alloc(op.len);
+        op.local_off = local.alloc(op.len);
+        break;
+      }
+      case OpKind::kCas:
+      case OpKind::kFaa:
+        op.len = 8;
+        op.remote_off = remote.counter_off;
+        op.local_off = local.alloc(8);
+        op.compare = r.below(c.opt.ops_per_qp * 2 + 1);  // a guess of the counter's value
+        op.swap_add = op.kind == OpKind::kFaa ? 1 : op.compare + 1;
+        break;
+    }
+    s.ops.push_back(std::move(op));
+  }
+}
+
+bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_psn,
+                  std::uint8_t timeout) {
+  Device& dev = *s.host->dev;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags =
+      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  a.qkey = kQkey;
+  std::uint32_t mask = kQpState | kQpPkeyIndex | kQpPort;
+  mask |= s.type == QpType::kUd ? kQpQkey : kQpAccessFlags;
+  if (s.type == QpType::kUc) a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+  if (dev.modify_qp(s.qp, a, mask) != Errc::kOk) return false;
+  a.qp_state = QpState::kRtr;
+  mask = kQpState;
+  if (s.type != QpType::kUd) {
+    a.ah_attr.dgid = gid_of(s.peer->host->ip);
+    a.ah_attr.sgid_index = 0;
+    a.ah_attr.hop_limit = 64;
+    a.ah_attr.is_global = true;
+    a.path_mtu = s.mtu == 256    ? Mtu::k256
+                 : s.mtu == 512  ? Mtu::k512
+                 : s.mtu == 1024 ? Mtu::k1024
+                 : s.mtu == 2048 ? Mtu::k2048
+                                 : Mtu::k4096;
+    a.dest_qp_num = s.peer->qpn;
+    a.rq_psn = rq_psn;
+    mask |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
+    if (s.type == QpType::kRc) {
+      a.max_dest_rd_atomic = 16;
+      a.min_rnr_timer = static_cast<std::uint8_t>(1 + c.rng.below(14));
+      mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
+    }
+  }
+  if (dev.modify_qp(s.qp, a, mask) != Errc::kOk) return false;
+  a.qp_state = QpState::kRts;
+  a.sq_psn = sq_psn;
+  mask = kQpState | kQpSqPsn;
+  if (s.type == QpType::kRc) {
+    a.timeout = timeout;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
+    mask |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+  }
+  return dev.modify_qp(s.qp, a, mask) == Errc::kOk;
+}
+
+std::uint32_t max_message_bytes(const ClusterOptions& o, QpType type, std::uint32_t mtu) {
+  const std::uint32_t natural =
+      type == QpType::kUd ? 4096 : std::min<std::uint32_t>(3 * mtu + 100, 16384);
+  if (o.max_message_bytes == 0) return natural;
+  return std::clamp<std::uint32_t>(o.max_message_bytes, 8, natural);
+}
+
+// The arena a side needs on its own host and on its peer's, at most (64-byte aligned slots).
+std::size_t side_bytes(const ClusterOptions& o, QpType type, std::uint32_t mtu) {
+  const std::size_t len = max_message_bytes(o, type, mtu) + 64 + transport::kGrhBytes;
+  const std::size_t ops = o.ops_per_qp;
+  // Sources and results here; WRITE/READ slots at the peer; receive slots for the peer's ops
+  // (UC/UD keep three times as many posted, for duplicates).
+  const std::size_t recv = type == QpType::kRc ? ops : 3 * ops + 8;
+  return ops * (len + 64) + ops * len + recv * len;
+}
+
+Side* make_side(Cluster& c, Host& h, QpType type, std::uint32_t mtu) {
+  auto s = std::make_unique<Side>();
+  s->host = &h;
+  s->type = type;
+  s->mtu = type == QpType::kUd ? 4096 : mtu;
+  s->depth = static_cast<std::uint32_t>(1 + c.rng.below(12));
+  s->rq_depth = static_cast<std::uint32_t>(1 + c.rng.below(12));
+  s->max_len = max_message_bytes(c.opt, type, s->mtu);
+  Device& dev = *h.dev;
+  const std::uint64_t tag = c.sides.size();  // the channel tag names the side
+  auto scq = dev.create_cq(CqInitAttr{s->depth * 2 + 8, tag, 0});
+  auto rcq = dev.create_cq(CqInitAttr{s->rq_depth * 2 + 8, tag, 0});
+  if (!scq.ok() || !rcq.ok()) return nullptr;
+  s->scq = scq->handle;
+  s->rcq = rcq->handle;
+  QpInitAttr init;
+  init.qp_type = type;
+  init.send_cq = s->scq;
+  init.recv_cq = s->rcq;
+  init.cap = QpCap{s->depth, s->rq_depth, 1, 1, 0};
+  init.sq_sig_all = true;
+  auto qp = dev.create_qp(h.pd, init);
+  if (!qp.ok()) return nullptr;
+  s->qp = qp->handle;
+  s->qpn = qp->qp_num;
+  c.sides.push_back(std::move(s));
+  return c.sides.back().get();
+}
+
+// ---- posting -------------------------------------------------------------------------------
+
+void post_recvs(Cluster& c, Side& s) {
+  Host& h = *s.host;
+  while (s.recv_budget > 0 && s.recv_posted.size() < s.rq_depth) {
+    const std::uint32_t len = s.max_len + (s.type == QpType::kUd ? transport::kGrhBytes : 0);
+    RecvSlot slot{s.recv_wr_next++, h.alloc(len), len};
+    if (s.type != QpType::kRc) {
+      // UC and UD place a message before they know it completes: an aborted or unclaimed
+      // message may leave bytes in a receive buffer. Completed messages are checked exactly.
+      std::fill(h.exempt.begin() + static_cast<std::ptrdiff_t>(slot.off),
+                h.exempt.begin() + static_cast<std::ptrdiff_t>(slot.off + len), 1);
+    }
+    const Sge sge{h.va(slot.off), len, h.mr.lkey};
+    const RecvWr wr{slot.wr_id, std::span(&sge, 1)};
+    if (h.dev->post_recv(s.qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
+      c.fail(s.name + ": post_recv failed");
+      return;
+    }
+    s.recv_posted.push_back(slot);
+    --s.recv_budget;
+  }
+}
+
+void post_sends(Cluster& c, Side& s) {
+  Host& h = *s.host;
+  Host& remote = *s.peer->host;
+  bool posted = false;
+  while (s.outstanding.size() < s.depth && s.next_post < s.ops.size()) {
+    const Op& op = s.ops[s.next_post];
+    Sge sge{h.va(op.local_off), op.len, h.mr.lkey};
+    SendWr wr;
+    wr.wr_id = op.id;
+    wr.sg_list = std::span(&sge, op.len == 0 ? 0 : 1);
+    wr.send_flags = kSendSignaled;
+    wr.imm_data = op.imm;
+    switch (op.kind) {
+      case OpKind::kSend:
+        wr.opcode = WrOpcode::kSend;
+        break;
+      case OpKind::kSendImm:
+        wr.opcode = WrOpcode::kSendWithImm;
+        break;
+      case OpKind::kWrite:
+      case OpKind::kWriteImm:
+        wr.opcode = op.kind == OpKind::kWrite ? WrOpcode::kRdmaWrite : WrOpcode::kRdmaWriteWithImm;
+        wr.rdma.remote_addr = remote.va(op.remote_off);
+        wr.rdma.rkey = remote.mr.rkey;
+        break;
+      case OpKind::kRead:
+        wr.opcode = WrOpcode::kRdmaRead;
+        wr.rdma.remote_addr = remote.va(op.remote_off);
+        wr.rdma.rkey = remote.mr.rkey;
+        break;
+      case OpKind::kCas:
+      case OpKind::kFaa:
+        wr.opcode =
+            op.kind == OpKind::kCas ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kAtomicFetchAndAdd;
+        wr.atomic.remote_addr = remote.va(op.remote_off);
+        wr.atomic.rkey = remote.mr.rkey;
+        wr.atomic.compare_add = op.kind == OpKind::kCas ? op.compare : op.swap_add;
+        wr.atomic.swap = op.swap_add;
+        break;
+    }
+    if (s.type == QpType::kUd) {
+      wr.ud.ah = s.ah;
+      wr.ud.remote_qpn = s.peer->qpn;
+      wr.ud.remote_qkey = kQkey;
+    }
+    const Errc e = h.dev->post_send(s.qp, std::span(&wr, 1), nullptr);
+    if (e != Errc::kOk) {
+      c.fail(s.name + ": post_send of op " + std::to_string(op.id) + " failed: " + errc_name(e));
+      return;
+    }
+    s.outstanding.push_back(&op);
+    if (consumes_recv(op.kind)) {
+      if (s.type == QpType::kRc) {
+        s.peer->incoming.push_back(&op);
+      } else {
+        s.peer->incoming_by_id[op.id] = &op;
+      }
+    }
+    ++s.next_post;
+    posted = true;
+  }
+  if (posted) h.engine->doorbell(s.qpn);
+}
+
+// ---- oracles -------------------------------------------------------------------------------
+
+bool region_equals(Cluster& c, Host& h, std::size_t off, ConstBytes want, const std::string& what) {
+  if (want.empty()) return true;
+  if (std::memcmp(h.arena.data() + off, want.data(), want.size()) != 0) {
+    std::size_t i = 0;
+    while (i < want.size() && h.arena[off + i] == want[i]) ++i;
+    c.fail(what + ": byte " + std::to_string(i) + " of " + std::to_string(want.size()) +
+           " differs");
+    return false;
+  }
+  std::memcpy(h.expected.data() + off, want.data(), want.size());
+  return true;
+}
+
+void on_send_completion(Cluster& c, Side& s, const Wc& wc) {
+  if (s.outstanding.empty()) {
+    c.fail(s.name + ": completion for wr_id " + std::to_string(wc.wr_id) + " with nothing posted");
+    return;
+  }
+  const Op& op = *s.outstanding.front();
+  if (wc.wr_id != op.id) {
+    c.fail(s.name + ": completion out of order: got wr_id " + std::to_string(wc.wr_id) +
+           ", expected " + std::to_string(op.id));
+    return;
+  }
+  if (wc.status != WcStatus::kSuccess) {
+    c.fail(s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) + " completed with " +
+           wc_status_name(wc.status));
+    return;
+  }
+  s.outstanding.pop_front();
+  ++s.completed;
+  --c.unfinished;
+  ++c.result.ops_completed;
+  Host& h = *s.host;
+  Host& remote = *s.peer->host;
+  const std::string what = s.name + " " + op_name(op.kind) + " op " + std::to_string(op.id);
+  switch (op.kind) {
+    case OpKind::kWrite:
+    case OpKind::kWriteImm:
+      // RC: a completed WRITE is placed at the responder.
+      if (s.type == QpType::kRc) region_equals(c, remote, op.remote_off, op.data, what);
+      break;
+    case OpKind::kRead: {
+      const ConstBytes src(remote.arena.data() + op.remote_off, op.len);
+      region_equals(c, h, op.local_off, src, what);
+      break;
+    }
+    case OpKind::kCas:
+    case OpKind::kFaa: {
+      std::uint64_t v = 0;
+      std::memcpy(&v, h.arena.data() + op.local_off, 8);
+      std::memcpy(h.expected.data() + op.local_off, &v, 8);
+      const bool success = op.kind == OpKind::kFaa || v == op.compare;
+      (success ? remote.counter_successes : remote.counter_failures).push_back(v);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
+  if (s.recv_posted.empty() || s.recv_posted.front().wr_id != wc.wr_id) {
+    c.fail(s.name + ": receive completion out of order (wr_id " + std::to_string(wc.wr_id) + ")");
+    return;
+  }
+  const RecvSlot slot = s.recv_posted.front();
+  s.recv_posted.pop_front();
+  Host& h = *s.host;
+  if (wc.status != WcStatus::kSuccess) {
+    c.fail(s.name + ": receive completed with " + wc_status_name(wc.status));
+    return;
+  }
+  const Op* op = nullptr;
+  if (s.type == QpType::kRc) {
+    if (s.incoming.empty()) {
+      c.fail(s.name + ": a receive completed with no message sent");
+      return;
+    }
+    op = s.incoming.front();
+    s.incoming.pop_front();
+    --c.unfinished;
+  } else {
+    // UC/UD: identify the message by its immediate or its first 8 bytes.
+    std::uint64_t id = 0;
+    if (wc.wc_flags & kWcWithImm) {
+      id = wc.imm_data;
+    } else {
+      const std::size_t at = slot.off + (s.type == QpType::kUd ? transport::kGrhBytes : 0);
+      std::memcpy(&id, h.arena.data() + at, 8);
+    }
+    auto it = s.incoming_by_id.find(id);
+    if (it == s.incoming_by_id.end()) {
+      c.fail(s.name + ": received a message that was never sent (id " + std::to_string(id) + ")");
+      return;
+    }
+    op = it->second;
+  }
+  const std::string what =
+      s.name + " receive of " + op_name(op->kind) + " op " + std::to_string(op->id);
+  const bool imm = op->kind == OpKind::kSendImm || op->kind == OpKind::kWriteImm;
+  const WcOpcode want_opcode =
+      op->kind == OpKind::kWriteImm ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
+  const std::uint32_t grh = s.type == QpType::kUd ? transport::kGrhBytes : 0;
+  if (wc.opcode != want_opcode || ((wc.wc_flags & kWcWithImm) != 0) != imm ||
+      (imm && wc.imm_data != op->imm) || wc.byte_len != op->len + grh || wc.src_qp != s.peer->qpn ||
+      ((wc.wc_flags & kWcGrh) != 0) != (s.type == QpType::kUd)) {
+    c.fail(what + ": wrong completion (opcode " + std::to_string(static_cast<int>(wc.opcode)) +
+           ", byte_len " + std::to_string(wc.byte_len) + ", flags " + std::to_string(wc.wc_flags) +
+           ", src_qp " + std::to_string(wc.src_qp) + ")");
+    return;
+  }
+  if (op->kind == OpKind::kWriteImm) {
+    if (s.type == QpType::kRc) region_equals(c, h, op->remote_off, op->data, what);
+  } else {
+    if (grh != 0) {
+      // The GRH area: 20 zero bytes, then the IPv4 header (rxe): exempt from the image, but
+      // its addresses are checked.
+      std::fill(h.exempt.begin() + static_cast<std::ptrdiff_t>(slot.off),
+                h.exempt.begin() + static_cast<std::ptrdiff_t>(slot.off + grh), 1);
+      const std::byte* ip = h.arena.data() + slot.off + 20;
+      if (static_cast<std::uint8_t>(ip[0]) != 0x45 ||
+          std::memcmp(ip + 12, s.peer->host->ip.bytes.data(), 4) != 0 ||
+          std::memcmp(ip + 16, h.ip.bytes.data(), 4) != 0) {
+        c.fail(what + ": wrong GRH area");
+        return;
+      }
+    }
+    region_equals(c, h, slot.off + grh, op->data, what);
+  }
+}
+
+void poll_side(Cluster& c, Side& s) {
+  Wc wcs[32];
+  Device& dev = *s.host->dev;
+  for (int round = 0; round < 1000 && c.result.ok; ++round) {
+    auto n = dev.poll_cq(s.scq, wcs);
+    if (!n.ok()) {
+      c.fail(s.name + ": send CQ error " + errc_name(n.error()));
+      return;
+    }
+    for (std::size_t i = 0; i < n.value() && c.result.ok; ++i) on_send_completion(c, s, wcs[i]);
+    auto m = dev.poll_cq(s.rcq, wcs);
+    if (!m.ok()) {
+      c.fail(s.name + ": receive CQ error " + errc_name(m.error()));
+      return;
+    }
+    for (std::size_t i = 0; i < m.value() && c.result.ok; ++i) on_recv_completion(c, s, wcs[i]);
+    if (n.value() == 0 && m.value() == 0) break;
+  }
+  post_recvs(c, s);
+  post_sends(c, s);
+  // Re-arm, then poll once more: nothing that completed in between is missed.
+  dev.req_notify_cq(s.scq, false);
+  dev.req_notify_cq(s.rcq, false);
+}
+
+void poll_dirty(Cluster& c) {
+  // Handling a side may post work whose completions mark sides dirty again: bounded rounds.
+  for (int round = 0; round < 64 && !c.dirty.empty() && c.result.ok; ++round) {
+    std::vector<std::size_t> now_dirty;
+    now_dirty.swap(c.dirty);
+    for (std::size_t i : now_dirty) c.is_dirty[i] = false;
+    for (std::size_t i : now_dirty) poll_side(c, *c.sides[i]);
+  }
+}
+
+bool finished(const Cluster& c) { return c.unfinished == 0; }
+
+void final_checks(Cluster& c) {
+  for (auto& hp : c.hosts) {
+    Host& h = *hp;
+    // Atomics: the successful operations saw each value of the counter exactly once.
+    std::uint64_t counter = 0;
+    std::memcpy(&counter, h.arena.data() + h.counter_off, 8);
+    std::vector<std::uint64_t> seen = h.counter_successes;
+    std::sort(seen.begin(), seen.end());
+    if (seen.size() != counter) {
+      c.fail("host " + std::to_string(h.id) + ": counter is " + std::to_string(counter) +
+             " after " + std::to_string(seen.size()) + " successful atomics");
+      return;
+    }
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      if (seen[i] != i) {
+        c.fail("host " + std::to_string(h.id) + ": atomics not linearizable: value " +
+               std::to_string(i) + " seen " +
+               std::to_string(std::count(seen.begin(), seen.end(), i)) + " times");
+        return;
+      }
+    }
+    for (std::uint64_t v : h.counter_failures) {
+      if (v > counter) {
+        c.fail("host " + std::to_string(h.id) + ": a failed CAS returned " + std::to_string(v) +
+               ", never a value of the counter");
+        return;
+      }
+    }
+    // Nothing else changed: the whole arena, registered or not, is as expected. Compared a
+    // page at a time; only a page that differs is looked at byte by byte.
+    constexpr std::size_t kPage = 4096;
+    for (std::size_t i = 0; i < h.arena.size(); ++i) {
+      if (i % kPage == 0 && i + kPage <= h.arena.size() &&
+          std::memcmp(h.arena.data() + i, h.expected.data() + i, kPage) == 0) {
+        i += kPage - 1;
+        continue;
+      }
+      if (h.exempt[i] == 0 && h.arena[i] != h.expected[i]) {
+        c.fail("host " + std::to_string(h.id) + ": byte at offset " + std::to_string(i) +
+               (i < kGuardBytes || i >= h.arena.size() - kGuardBytes ? " (unregistered)" : "") +
+               " was written unexpectedly");
+        return;
+      }
+    }
+  }
+  // UC writes: each byte is either as before or as written.
+  for (auto& sp : c.sides) {
+    if (sp->type != QpType::kUc) continue;
+    Host& remote = *sp->peer->host;
+    for (const Op& op : sp->ops) {
+      if (op.kind != OpKind::kWrite && op.kind != OpKind::kWriteImm) continue;
+      for (std::size_t i = 0; i < op.len; ++i) {
+        const std::byte got = remote.arena[op.remote_off + i];
+        if (got != op.data[i] && got != remote.expected[op.remote_off + i]) {
+          c.fail(sp->name + ": UC WRITE op " + std::to_string(op.id) + " left a foreign byte");
+          return;
+        }
+      }
+    }
+  }
+}
+
+std::uint32_t pick_mtu(Prng& r) {
+  static constexpr std::uint32_t kMtus[] = {256, 512, 1024, 2048, 4096};
+  return kMtus[r.below(5)];
+}
+
+}  // namespace
+
+std::string replay_command(const ClusterOptions& o) {
+  std::string cmd = "uroce sim --seed " + std::to_string(o.seed);
+  if (!o.faults) cmd += " --no-faults";
+  if (o.hosts != ClusterOptions{}.hosts) cmd += " --hosts " + std::to_string(o.hosts);
+  if (o.rc_pairs != ClusterOptions{}.rc_pairs) cmd += " --rc " + std::to_string(o.rc_pairs);
+  if (o.uc_pairs != ClusterOptions{}.uc_pairs) cmd += " --uc " + std::to_string(o.uc_pairs);
+  if (o.ud_pairs != ClusterOptions{}.ud_pairs) cmd += " --ud " + std::to_string(o.ud_pairs);
+  if (o.ops_per_qp != ClusterOptions{}.ops_per_qp) cmd += " --ops " + std::to_string(o.ops_per_qp);
+  if (o.max_message_bytes != 0) cmd += " --max-msg " + std::to_string(o.max_message_bytes);
+  if (o.idle_qps_per_host != 0) cmd += " --idle-qps " + std::to_string(o.idle_qps_per_host);
+  return cmd;
+}
+
+ClusterResult run_cluster(const ClusterOptions& opt) {
+  Cluster c(opt);
+  if (opt.hosts < 2) {
+    c.fail("a cluster needs at least 2 hosts");
+    return c.result;
+  }
+  Tap tap(c);
+  if (!opt.pcap_path.empty()) {
+    auto w = capture::PcapWriter::open(opt.pcap_path);
+    if (!w.ok()) {
+      c.fail("cannot write " + opt.pcap_path + ": " + w.error());
+      return c.result;
+    }
+    c.pcap.emplace(std::move(w.value()));
+  }
+  c.net.set_tap(&tap);
+  // Which hosts each pair joins, and its path MTU: drawn first, so that every host's memory can
+  // be sized for what it will hold.
+  struct PairPlan {
+    QpType type;
+    std::uint32_t a, b, mtu;
+  };
+  std::vector<PairPlan> pairs;
+  auto plan_pairs = [&](QpType type, std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const auto a = static_cast<std::uint32_t>(c.rng.below(opt.hosts));
+      auto b = static_cast<std::uint32_t>(c.rng.below(opt.hosts - 1));
+      if (b >= a) ++b;
+      pairs.push_back(PairPlan{type, a, b, pick_mtu(c.rng)});
+    }
+  };
+  plan_pairs(QpType::kRc, opt.rc_pairs);
+  plan_pairs(QpType::kUc, opt.uc_pairs);
+  plan_pairs(QpType::kUd, opt.ud_pairs);
+  std::vector<std::size_t> need(opt.hosts, 2 * kGuardBytes + 4096);
+  for (const PairPlan& p : pairs) {
+    const std::size_t bytes = side_bytes(opt, p.type, p.type == QpType::kUd ? 4096 : p.mtu);
+    need[p.a] += 2 * bytes;  // its side, and the peer's remote slots and receive buffers here
+    need[p.b] += 2 * bytes;
+  }
+  for (std::uint32_t i = 0; i < opt.hosts; ++i) {
+    if (!make_host(c, i, (need[i] + 4095) & ~std::size_t{4095})) {
+      c.fail("host setup failed");
+      return c.result;
+    }
+  }
+  const std::uint8_t timeout = static_cast<std::uint8_t>(6 + c.rng.below(9));  // 262 us .. 67 ms
+  std::uint32_t index = 0;
+  for (const PairPlan& p : pairs) {
+    Side* x = make_side(c, *c.hosts[p.a], p.type, p.mtu);
+    Side* y = make_side(c, *c.hosts[p.b], p.type, p.mtu);
+    if (x == nullptr || y == nullptr) {
+      c.fail("QP setup failed");
+      return c.result;
+    }
+    x->peer = y;
+    y->peer = x;
+    const char* t = p.type == QpType::kRc ? "rc" : p.type == QpType::kUc ? "uc" : "ud";
+    x->name = std::string(t) + std::to_string(index) + ".a(host" + std::to_string(p.a) + " qpn " +
+              std::to_string(x->qpn) + ")";
+    y->name = std::string(t) + std::to_string(index) + ".b(host" + std::to_string(p.b) + " qpn " +
+              std::to_string(y->qpn) + ")";
+    ++index;
+    const auto psn_x = static_cast<std::uint32_t>(c.rng.below(1u << 24));
+    const auto psn_y = static_cast<std::uint32_t>(c.rng.below(1u << 24));
+    if (!connect_side(c, *x, psn_x, psn_y, timeout) ||
+        !connect_side(c, *y, psn_y, psn_x, timeout)) {
+      c.fail("QP connection failed");
+      return c.result;
+    }
+    if (p.type == QpType::kUd) {
+      for (Side* side : {x, y}) {
+        AhAttr ah;
+        ah.dgid = gid_of(side->peer->host->ip);
+        ah.is_global = true;
+        auto h = side->host->dev->create_ah(side->host->pd, ah);
+        if (!h.ok()) {
+          c.fail("address handle setup failed");
+          return c.result;
+        }
+        side->ah = h.value();
+      }
+    }
+    generate_ops(c, *x);
+    generate_ops(c, *y);
+  }
+  for (const auto& side : c.sides) {
+    for (const Op& op : side->ops) {
+      c.unfinished += 1 + (side->type == QpType::kRc && consumes_recv(op.kind) ? 1 : 0);
+    }
+  }
+  if (!c.result.ok) return c.result;
+  // Receive budgets: RC receives exactly the peer's consuming ops; UC/UD may receive
+  // duplicates, so they keep their queue topped up.
+  for (auto& s : c.sides) {
+    std::uint64_t consuming = 0;
+    for (const Op& op : s->peer->ops) consuming += consumes_recv(op.kind) ? 1 : 0;
+    s->recv_budget = s->type == QpType::kRc ? consuming : consuming * 3 + 8;
+  }
+  // Idle QPs (scale runs): created, connected to nothing, never used.
+  for (auto& h : c.hosts) {
+    for (std::uint32_t i = 0; i < opt.idle_qps_per_host; ++i) {
+      Side* s = make_side(c, *h, QpType::kRc, 1024);
+      if (s == nullptr) {
+        c.fail("idle QP setup failed");
+        return c.result;
+      }
+      c.sides.pop_back();  // not part of the workload
+    }
+  }
+
+  const Instant start = c.now;
+  std::vector<HostId> ids;
+  for (auto& h : c.hosts) ids.push_back(h->id);
+  FaultPlanOptions po;
+  po.host_count = opt.hosts;
+  po.fault_phase_ns = opt.fault_phase_ns;
+  FaultPlan plan = FaultPlan::generate(opt.seed, po);
+  c.result.plan = opt.faults ? plan.to_string() : "no faults";
+  if (opt.faults && !plan.install(c.net, start, ids).ok()) {
+    c.fail("fault plan could not be installed");
+    return c.result;
+  }
+  if (!opt.faults) {
+    // A plain data-center link: 2 us, 25 Gb/s.
+    LinkConfig plain;
+    plain.delay_ns = 2000;
+    plain.bandwidth_bps = 25'000'000'000;
+    plain.queue_limit_packets = 0;
+    if (!c.net.configure_default(start, plain).ok()) c.fail("network setup failed");
+  }
+  const Instant liveness_start = opt.faults ? plan.liveness_start(start) : start;
+  const Instant deadline = liveness_start + Duration::ns(opt.liveness_limit_ns);
+
+  CompletionEvents events(c);
+  for (auto& h : c.hosts) h->dev->set_completion_event_handler(&events);
+  for (std::size_t i = 0; i < c.sides.size(); ++i) c.mark_dirty(i);
+  poll_dirty(c);
+  for (auto& h : c.hosts) h->engine->flush_tx(c.now);
+  Delivery d;
+  for (std::uint64_t step = 0; c.result.ok; ++step) {
+    if (finished(c) && c.net.next_event_time().is_never()) break;
+    Instant t = c.net.next_event_time();
+    for (auto& h : c.hosts) t = earliest(t, h->engine->next_timeout());
+    if (t.is_never()) {
+      if (!finished(c)) c.fail("stalled: work outstanding but nothing scheduled (a lost wakeup)");
+      break;
+    }
+    if (t > deadline) {
+      std::string stuck;
+      for (auto& s : c.sides) {
+        if (!s->outstanding.empty() || s->next_post < s->ops.size()) {
+          stuck += " " + s->name + ": " + std::to_string(s->outstanding.size()) + " outstanding, " +
+                   std::to_string(s->ops.size() - s->next_post) + " unposted;";
+        }
+      }
+      c.now = t;
+      c.fail("liveness: work unfinished " + std::to_string((deadline - liveness_start).count_ns()) +
+             " ns after the faults stopped:" + stuck);
+      break;
+    }
+    if (t > c.now) c.now = t;
+    ++c.result.events;
+    while (c.net.poll_delivery(c.now, d)) {
+      ++c.result.frames_delivered;
+      c.hosts[d.to]->handle_frame(c.now, d.frame);
+    }
+    for (auto& h : c.hosts) h->engine->handle_timers(c.now);
+    for (auto& h : c.hosts) h->engine->flush_tx(c.now);
+    poll_dirty(c);
+    for (auto& h : c.hosts) h->engine->flush_tx(c.now);
+    if (step > 200'000'000) {
+      c.fail("event budget exhausted");
+      break;
+    }
+  }
+  if (c.result.ok) final_checks(c);
+  c.result.simulated_ns = (c.now - start).count_ns();
+  const LinkStats& total = c.net.total_stats();
+  c.result.frames_dropped = total.dropped_total();
+  for (auto& h : c.hosts) {
+    for (transport::Qp* qp : h->dev->live_qps()) {
+      c.result.retransmissions += qp->counters().retransmitted_packets;
+    }
+  }
+  c.net.set_tap(nullptr);
+  for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);
+  return c.result;
+}
+
+}  // namespace uroce::sim
