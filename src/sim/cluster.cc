@@ -28,7 +28,16 @@ namespace {
 constexpr std::size_t kGuardBytes = std::size_t{64} << 10;  // unregistered, at both ends
 constexpr std::uint32_t kQkey = 0x11111111;
 
-enum class OpKind : std::uint8_t { kSend, kSendImm, kWrite, kWriteImm, kRead, kCas, kFaa };
+enum class OpKind : std::uint8_t {
+  kSend,
+  kSendImm,
+  kSendInv,
+  kWrite,
+  kWriteImm,
+  kRead,
+  kCas,
+  kFaa
+};
 
 const char* op_name(OpKind k) {
   switch (k) {
@@ -36,6 +45,8 @@ const char* op_name(OpKind k) {
       return "SEND";
     case OpKind::kSendImm:
       return "SEND_WITH_IMM";
+    case OpKind::kSendInv:
+      return "SEND_WITH_INV";
     case OpKind::kWrite:
       return "RDMA_WRITE";
     case OpKind::kWriteImm:
@@ -51,7 +62,8 @@ const char* op_name(OpKind k) {
 }
 
 bool consumes_recv(OpKind k) {
-  return k == OpKind::kSend || k == OpKind::kSendImm || k == OpKind::kWriteImm;
+  return k == OpKind::kSend || k == OpKind::kSendImm || k == OpKind::kSendInv ||
+         k == OpKind::kWriteImm;
 }
 
 struct Cluster;
@@ -68,6 +80,8 @@ struct Op {
   std::uint64_t compare = 0;
   std::uint64_t swap_add = 0;
   std::vector<std::byte> data;  // the message (SEND/WRITE)
+  MrHandle victim;              // SEND with Invalidate: the receiver's region it invalidates
+  std::uint8_t sges = 1;        // SEND/WRITE: the source is gathered from this many SGEs
 };
 
 struct RecvSlot {
@@ -317,14 +331,15 @@ void generate_ops(Cluster& c, Side& s) {
     op.id = c.next_op_id++;
     switch (s.type) {
       case QpType::kRc: {
-        const std::uint64_t k = r.below(16);
-        op.kind = k < 4    ? OpKind::kSend
-                  : k < 6  ? OpKind::kSendImm
-                  : k < 9  ? OpKind::kWrite
-                  : k < 10 ? OpKind::kWriteImm
-                  : k < 13 ? OpKind::kRead
-                  : k < 14 ? OpKind::kCas
-                           : OpKind::kFaa;
+        const std::uint64_t k = r.below(17);
+        op.kind = k < 4     ? OpKind::kSend
+                  : k < 6   ? OpKind::kSendImm
+                  : k == 16 ? OpKind::kSendInv
+                  : k < 9   ? OpKind::kWrite
+                  : k < 10  ? OpKind::kWriteImm
+                  : k < 13  ? OpKind::kRead
+                  : k < 14  ? OpKind::kCas
+                            : OpKind::kFaa;
         break;
       }
       case QpType::kUc: {
@@ -343,12 +358,22 @@ void generate_ops(Cluster& c, Side& s) {
     // duplicated, so the receiver identifies them by content).
     const std::uint32_t min_len = s.type == QpType::kRc ? 0 : 8;
     op.imm = static_cast<std::uint32_t>(op.id);
+    op.sges = static_cast<std::uint8_t>(1 + r.below(3));
     switch (op.kind) {
       case OpKind::kSend:
       case OpKind::kSendImm:
+      case OpKind::kSendInv:
       case OpKind::kWrite:
       case OpKind::kWriteImm: {
         op.len = pick_len(r, s.mtu, s.max_len, min_len);
+        if (op.kind == OpKind::kSendInv) {
+          // A region of the receiver's that this SEND invalidates (IETH).
+          auto victim = remote.dev->reg_mr(remote.pd, remote.arena.data() + remote.alloc(64), 64,
+                                           kAccessLocalWrite | kAccessRemoteWrite);
+          UROCE_CHECK(victim.ok());
+          op.imm = victim->rkey;
+          op.victim = victim->handle;
+        }
         op.data.resize(op.len);
         fill_random(op.data, c.opt.seed ^ (op.id * 0x9e3779b97f4a7c15ull));
         if (op.len >= 8) std::memcpy(op.data.data(), &op.id, 8);
@@ -472,7 +497,7 @@ Side* make_side(Cluster& c, Host& h, QpType type, std::uint32_t mtu) {
   init.qp_type = type;
   init.send_cq = s->scq;
   init.recv_cq = s->rcq;
-  init.cap = QpCap{s->depth, s->rq_depth, 1, 1, 0};
+  init.cap = QpCap{s->depth, s->rq_depth, 3, 1, 0};
   init.sq_sig_all = true;
   auto qp = dev.create_qp(h.pd, init);
   if (!qp.ok()) return nullptr;
@@ -512,10 +537,21 @@ void post_sends(Cluster& c, Side& s) {
   bool posted = false;
   while (s.outstanding.size() < s.depth && s.next_post < s.ops.size()) {
     const Op& op = s.ops[s.next_post];
-    Sge sge{h.va(op.local_off), op.len, h.mr.lkey};
+    // SEND and WRITE sources are split over up to three SGEs (gathered in order).
+    Sge sges[3];
+    std::size_t nsge = 0;
+    const bool gathered =
+        op.kind != OpKind::kRead && op.kind != OpKind::kCas && op.kind != OpKind::kFaa;
+    const std::uint32_t pieces = gathered ? std::min<std::uint32_t>(op.sges, op.len) : 1;
+    std::uint32_t done = 0;
+    for (std::uint32_t i = 0; i < pieces; ++i) {
+      const std::uint32_t n = i + 1 == pieces ? op.len - done : op.len / pieces;
+      sges[nsge++] = Sge{h.va(op.local_off + done), n, h.mr.lkey};
+      done += n;
+    }
     SendWr wr;
     wr.wr_id = op.id;
-    wr.sg_list = std::span(&sge, op.len == 0 ? 0 : 1);
+    wr.sg_list = std::span(sges, op.len == 0 ? 0 : nsge);
     wr.send_flags = kSendSignaled;
     wr.imm_data = op.imm;
     switch (op.kind) {
@@ -524,6 +560,10 @@ void post_sends(Cluster& c, Side& s) {
         break;
       case OpKind::kSendImm:
         wr.opcode = WrOpcode::kSendWithImm;
+        break;
+      case OpKind::kSendInv:
+        wr.opcode = WrOpcode::kSendWithInv;
+        wr.invalidate_rkey = op.imm;
         break;
       case OpKind::kWrite:
       case OpKind::kWriteImm:
@@ -673,11 +713,23 @@ void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
   const std::string what =
       s.name + " receive of " + op_name(op->kind) + " op " + std::to_string(op->id);
   const bool imm = op->kind == OpKind::kSendImm || op->kind == OpKind::kWriteImm;
+  const bool inv = op->kind == OpKind::kSendInv;
+  if (inv) {
+    // SEND with Invalidate: the flag, the rkey in imm_data, and the region no longer reachable.
+    // (An invalidated key is unknown to every PD; a valid one would say "wrong PD" for PD 0.)
+    auto probe = h.dev->memory().resolve(0, op->imm, true, 0, 1, 0);
+    if ((wc.wc_flags & kWcWithInv) == 0 || wc.imm_data != op->imm || probe.ok() ||
+        probe.error() != transport::AccessError::kInvalidKey) {
+      c.fail(what + ": the invalidation did not happen as reported");
+      return;
+    }
+  }
   const WcOpcode want_opcode =
       op->kind == OpKind::kWriteImm ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
   const std::uint32_t grh = s.type == QpType::kUd ? transport::kGrhBytes : 0;
   if (wc.opcode != want_opcode || ((wc.wc_flags & kWcWithImm) != 0) != imm ||
-      (imm && wc.imm_data != op->imm) || wc.byte_len != op->len + grh || wc.src_qp != s.peer->qpn ||
+      ((wc.wc_flags & kWcWithInv) != 0) != inv || (imm && wc.imm_data != op->imm) ||
+      wc.byte_len != op->len + grh || wc.src_qp != s.peer->qpn ||
       ((wc.wc_flags & kWcGrh) != 0) != (s.type == QpType::kUd)) {
     c.fail(what + ": wrong completion (opcode " + std::to_string(static_cast<int>(wc.opcode)) +
            ", byte_len " + std::to_string(wc.byte_len) + ", flags " + std::to_string(wc.wc_flags) +

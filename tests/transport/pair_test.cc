@@ -264,3 +264,64 @@ TEST(RcPair, MixedWorkloadUnderLossDuplicationAndReordering) {
 
 }  // namespace
 }  // namespace uroce::test
+
+namespace uroce::test {
+namespace {
+
+// Memory protection end to end: each violation gives the requester a remote access error
+// completion (later WRs flushed), and not one byte of either side's memory changes.
+TEST(RcPair, MemoryProtectionViolationsEndToEnd) {
+  for (int kind = 0; kind < 5; ++kind) {
+    for (WrOpcode opcode :
+         {WrOpcode::kRdmaWrite, WrOpcode::kRdmaRead, WrOpcode::kAtomicFetchAndAdd}) {
+      SCOPED_TRACE("violation " + std::to_string(kind) + " opcode " +
+                   std::to_string(static_cast<int>(opcode)));
+      Pair p(QpType::kRc, 1024);
+      p.connect();
+      fill(p.a, 0, 4096, 1);
+      fill(p.b, 0, p.b.buf.size(), 2);
+      std::uint32_t rkey = p.b.key;
+      std::uint64_t remote = p.b.addr() + 8192;
+      switch (kind) {
+        case 0:
+          rkey ^= 0x5a;  // a key nobody registered
+          break;
+        case 1:  // a region of another protection domain
+          rkey = p.b.memory.add(2, p.b.buf.data(), p.b.buf.size(), 0xf);
+          break;
+        case 2:  // a region without remote access rights
+          rkey = p.b.memory.add(1, p.b.buf.data(), p.b.buf.size(), kAccessLocalWrite);
+          break;
+        case 3:  // past the end of the region
+          remote = p.b.addr() + p.b.buf.size() - 8;
+          if (opcode == WrOpcode::kAtomicFetchAndAdd) remote += 8;
+          break;
+        case 4:  // deregistered before the operation
+          p.b.memory.remove(p.b.key);
+          break;
+      }
+      const auto before_a = p.a.buf;
+      const auto before_b = p.b.buf;
+      const Sge s = sge(p.a, opcode == WrOpcode::kRdmaWrite ? 0 : 100000,
+                        opcode == WrOpcode::kAtomicFetchAndAdd ? 8 : 2000);
+      SendRequest r = send_req(1, opcode, &s, 1);
+      r.remote_addr = remote;
+      r.rkey = rkey;
+      r.compare_add = 1;
+      ASSERT_EQ(p.a.qp->post_send(r), Errc::kOk);
+      const Sge s2 = sge(p.a, 0, 16);
+      ASSERT_EQ(p.a.qp->post_send(send_req(2, WrOpcode::kSend, &s2, 1)), Errc::kOk);
+      p.run();
+      ASSERT_EQ(p.a.scq.wcs.size(), 2u);
+      EXPECT_EQ(p.a.scq.wcs[0].status, WcStatus::kRemAccessErr);
+      EXPECT_EQ(p.a.scq.wcs[1].status, WcStatus::kWrFlushErr);
+      EXPECT_EQ(p.a.qp->state(), QpState::kErr);
+      EXPECT_EQ(p.b.qp->state(), QpState::kErr);
+      EXPECT_EQ(p.a.buf, before_a);
+      EXPECT_EQ(p.b.buf, before_b);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uroce::test
