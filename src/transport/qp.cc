@@ -116,6 +116,7 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
       case QpState::kSqd:
         state_ = QpState::kSqd;
         req_.draining_done_event = false;
+        update_drain();
         break;
       default:
         state_ = next;
@@ -264,6 +265,29 @@ void Qp::fail_wqe(std::uint32_t index, WcStatus status) {
   enter_error();
 }
 
+void Qp::update_drain() {
+  // SQD (IBTA 10.3.1.7): draining while a started WQE is outstanding; once none is, the
+  // SQ-drained event fires once if the QP asked for it (en_sqd_async_notify).
+  if (state_ != QpState::kSqd) {
+    attr_.sq_draining = false;
+    return;
+  }
+  bool in_flight = false;
+  for (std::uint32_t i = sq_tail_; i != sq_tail_ + sq_count_; ++i) {
+    if (sq_at(i).started) {
+      in_flight = true;
+      break;
+    }
+  }
+  attr_.sq_draining = in_flight;
+  if (!in_flight && !req_.draining_done_event) {
+    req_.draining_done_event = true;
+    if (attr_.en_sqd_async_notify && env_.events != nullptr) {
+      env_.events->qp_event(qpn_, AsyncEventType::kSqDrained);
+    }
+  }
+}
+
 void Qp::complete_send(std::uint32_t index, WcStatus status) {
   UROCE_CHECK(sq_count_ > 0 && index == sq_tail_);
   SendWqe& w = sq_at(index);
@@ -301,6 +325,7 @@ void Qp::complete_send(std::uint32_t index, WcStatus status) {
   ++sq_tail_;
   --sq_count_;
   if (req_.next_wqe == index) ++req_.next_wqe;  // completed before it was fully sent (errors)
+  if (state_ == QpState::kSqd) update_drain();
 }
 
 void Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,

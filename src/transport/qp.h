@@ -240,6 +240,7 @@ class Qp {
 
   // ---- state ----
   void enter_error();
+  void update_drain();
   void flush();
   void reset_state();
   void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,

@@ -474,7 +474,7 @@ void Qp::handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info) 
     ++counters_.qkey_violations;
     return;
   }
-  if (!take_recv_wqe()) {
+  if (!resp_.has_wqe && !take_recv_wqe()) {
     ++counters_.ud_no_wqe_drops;
     return;
   }
@@ -487,9 +487,20 @@ void Qp::handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info) 
   }
   RespStatus s = scatter_into_recv(0, grh);
   if (s == RespStatus::kOk) s = scatter_into_recv(kGrhBytes, pkt.payload);
+  if (s == RespStatus::kLengthError) {
+    // rxe (IBTA class D/E): without an SRQ the datagram is dropped and the receive WQE waits
+    // for the next one; with an SRQ the WQE completes with an error. The QP carries on: one
+    // oversized datagram from any sender must not take a UD QP down.
+    if (env_.rq_is_srq) {
+      complete_recv(WcStatus::kRemInvReqErr, 0, 0, 0, WcOpcode::kRecv, false, deth.src_qpn());
+    } else {
+      ++counters_.dropped;
+    }
+    return;
+  }
   if (s != RespStatus::kOk) {
-    complete_recv(s == RespStatus::kLengthError ? WcStatus::kLocLenErr : WcStatus::kLocProtErr, 0,
-                  0, 0, WcOpcode::kRecv, false, deth.src_qpn());
+    // A receive WQE whose lkey does not resolve (class A: the QP enters the error state).
+    complete_recv(WcStatus::kLocQpOpErr, 0, 0, 0, WcOpcode::kRecv, false, deth.src_qpn());
     enter_error();
     return;
   }

@@ -1599,3 +1599,41 @@ TEST(UdRequester, SendCarriesDethToTheAddressOfTheRequest) {
 
 }  // namespace
 }  // namespace uroce::test
+
+namespace uroce::test {
+namespace {
+
+TEST(Requester, SqdDrainsStartedWqesThenRaisesSqDrained) {
+  Solo s(QpType::kRc);
+  const Sge a{s.va(0), 100, s.e.key};
+  transport::SendRequest r;
+  r.wr_id = 1;
+  r.opcode = WrOpcode::kSend;
+  r.send_flags = kSendSignaled;
+  r.sges = std::span(&a, 1);
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);  // WQE 1 started
+  r.wr_id = 2;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  QpAttr attr;
+  attr.qp_state = QpState::kSqd;
+  attr.en_sqd_async_notify = true;
+  s.e.qp->modify(attr, kQpState | kQpEnSqdAsyncNotify, s.e.qp->path());
+  EXPECT_TRUE(s.e.qp->attr().sq_draining);
+  EXPECT_TRUE(s.drain().empty());  // WQE 2 does not start in SQD
+  EXPECT_TRUE(s.e.events.events.empty());
+  s.feed(wire::Opcode::kRcAcknowledge, 0x1000);  // ACK of WQE 1
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_FALSE(s.e.qp->attr().sq_draining);
+  ASSERT_EQ(s.e.events.events.size(), 1u);
+  EXPECT_EQ(s.e.events.events[0].second, AsyncEventType::kSqDrained);
+  // Back to RTS: WQE 2 goes.
+  attr.qp_state = QpState::kRts;
+  s.e.qp->modify(attr, kQpState, s.e.qp->path());
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.psn, 0x1001u);
+}
+
+}  // namespace
+}  // namespace uroce::test

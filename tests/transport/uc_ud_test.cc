@@ -449,17 +449,23 @@ TEST(UdPair, RemoteQkeyWithTheHighBitSetUsesTheSendersOwnQkey) {
   EXPECT_EQ(statuses(u.p.a.scq), all_success(3));
 }
 
-TEST(UdPair, ReceiveBufferTooSmallIsALocalLengthError) {
+TEST(UdPair, DatagramLargerThanTheReceiveBufferIsDroppedAndTheWqeWaits) {
+  // rxe, IBTA class D: without an SRQ the datagram is dropped, no completion, the QP lives on
+  // and the same receive WQE takes the next datagram that fits.
   UdPair u;
   ASSERT_EQ(u.recv(1, 0, transport::kGrhBytes + 50), Errc::kOk);
   ASSERT_EQ(u.send(1, 0, 51), Errc::kOk);
   u.p.run();
+  EXPECT_TRUE(u.p.b.rcq.wcs.empty());
+  EXPECT_EQ(u.p.b.qp->state(), QpState::kRts);
+  EXPECT_EQ(u.p.b.qp->counters().dropped, 1u);
+  ASSERT_EQ(u.send(2, 0, 50), Errc::kOk);
+  u.p.run();
   ASSERT_EQ(u.p.b.rcq.wcs.size(), 1u);
   EXPECT_EQ(u.p.b.rcq.wcs[0].wr_id, 1u);
-  EXPECT_EQ(u.p.b.rcq.wcs[0].status, WcStatus::kLocLenErr);
-  EXPECT_EQ(statuses(u.p.a.scq), all_success(1));
-  // The QP's state afterwards is not asserted: uroce moves the UD QP to ERR, while rxe drops the
-  // datagram silently (class D, no completion) unless the QP has an SRQ.
+  EXPECT_EQ(u.p.b.rcq.wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(u.p.b.rcq.wcs[0].byte_len, transport::kGrhBytes + 50);
+  EXPECT_EQ(statuses(u.p.a.scq), all_success(2));
 }
 
 TEST(UdPair, ExactlyFittingBufferAndEmptyDatagram) {
