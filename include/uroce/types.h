@@ -27,6 +27,14 @@ const char* qp_state_name(QpState s);
 
 enum class Mtu : std::uint8_t { k256 = 1, k512 = 2, k1024 = 3, k2048 = 4, k4096 = 5 };
 constexpr std::uint32_t mtu_bytes(Mtu m) { return 128u << static_cast<unsigned>(m); }
+// The largest MTU not above `bytes` (256 at least, 4096 at most).
+constexpr Mtu mtu_from_bytes(std::uint32_t bytes) {
+  return bytes >= 4096   ? Mtu::k4096
+         : bytes >= 2048 ? Mtu::k2048
+         : bytes >= 1024 ? Mtu::k1024
+         : bytes >= 512  ? Mtu::k512
+                         : Mtu::k256;
+}
 
 // Memory region / QP access flags (IBV_ACCESS_*).
 enum AccessFlag : std::uint32_t {

@@ -18,6 +18,7 @@
 #include "sim/network.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
+#include "verbs/address.h"
 #include "wire/builder.h"
 #include "wire/packet.h"
 
@@ -253,18 +254,6 @@ void fill_random(std::span<std::byte> b, std::uint64_t seed) {
   for (; i < b.size(); ++i) b[i] = static_cast<std::byte>(p.next());
 }
 
-Gid gid_of(const wire::IpAddress& ip) {
-  Gid g;
-  if (ip.v6) {
-    g.raw = ip.bytes;
-  } else {
-    g.raw[10] = 0xff;
-    g.raw[11] = 0xff;
-    std::copy(ip.bytes.begin(), ip.bytes.begin() + 4, g.raw.begin() + 12);
-  }
-  return g;
-}
-
 bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   auto h = std::make_unique<Host>();
   h->cl = &c;
@@ -429,15 +418,11 @@ bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_ps
   a.qp_state = QpState::kRtr;
   mask = kQpState;
   if (s.type != QpType::kUd) {
-    a.ah_attr.dgid = gid_of(s.peer->host->ip);
+    a.ah_attr.dgid = verbs::gid_from_ip(s.peer->host->ip);
     a.ah_attr.sgid_index = 0;
     a.ah_attr.hop_limit = 64;
     a.ah_attr.is_global = true;
-    a.path_mtu = s.mtu == 256    ? Mtu::k256
-                 : s.mtu == 512  ? Mtu::k512
-                 : s.mtu == 1024 ? Mtu::k1024
-                 : s.mtu == 2048 ? Mtu::k2048
-                                 : Mtu::k4096;
+    a.path_mtu = mtu_from_bytes(s.mtu);
     a.dest_qp_num = s.peer->qpn;
     a.rq_psn = rq_psn;
     mask |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
@@ -948,7 +933,7 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     if (p.type == QpType::kUd) {
       for (Side* side : {x, y}) {
         AhAttr ah;
-        ah.dgid = gid_of(side->peer->host->ip);
+        ah.dgid = verbs::gid_from_ip(side->peer->host->ip);
         ah.is_global = true;
         auto h = side->host->dev->create_ah(side->host->pd, ah);
         if (!h.ok()) {

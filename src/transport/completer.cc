@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "transport/qp.h"
+#include "transport/sgl.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
@@ -44,24 +45,9 @@ void Qp::complete_acked_through(std::uint32_t psn) {
 
 bool Qp::scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,
                                ConstBytes data) {
-  // Places response data at `offset` of the WQE's scatter list (local write access).
-  std::span<Sge> sges = sges_of(index).first(w.num_sge);
-  std::uint64_t skip = offset;
-  std::size_t done = 0;
-  for (const Sge& s : sges) {
-    if (done == data.size()) break;
-    if (skip >= s.length) {
-      skip -= s.length;
-      continue;
-    }
-    const std::size_t n = std::min<std::uint64_t>(s.length - skip, data.size() - done);
-    auto mem = env_.memory->resolve(env_.pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
-    if (!mem.ok()) return false;
-    std::memcpy(mem.value().data(), data.data() + done, n);
-    done += n;
-    skip = 0;
-  }
-  return done == data.size();
+  // Response data lands at `offset` of the WQE's scatter list (local write access).
+  return scatter(*env_.memory, env_.pd, sges_of(index).first(w.num_sge), offset, data) ==
+         ScatterResult::kOk;
 }
 
 void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {

@@ -325,6 +325,9 @@ class Qp {
     std::uint32_t msn = 0;
   };
   std::vector<RdAtomicResource> resources_;
+  void accept_rd_atomic(const RdAtomicResource& saved);
+  void queue_rd_atomic_response(std::uint32_t resource, std::uint32_t psn, std::uint64_t va,
+                                std::uint64_t length, std::uint32_t rkey);
   std::uint32_t next_resource_ = 0;
 
   // Responses waiting to be sent, in PSN order.

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "transport/qp.h"
+#include "transport/sgl.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
@@ -52,25 +53,16 @@ bool Qp::take_recv_wqe() {
 }
 
 Qp::RespStatus Qp::scatter_into_recv(std::uint64_t offset, ConstBytes data) {
-  std::uint64_t total = 0;
-  for (std::uint32_t i = 0; i < resp_.wqe_num_sge; ++i) total += resp_.wqe_sges[i].length;
-  if (offset + data.size() > total) return RespStatus::kLengthError;
-  std::uint64_t skip = offset;
-  std::size_t done = 0;
-  for (std::uint32_t i = 0; i < resp_.wqe_num_sge && done < data.size(); ++i) {
-    const Sge& s = resp_.wqe_sges[i];
-    if (skip >= s.length) {
-      skip -= s.length;
-      continue;
-    }
-    const std::size_t n = std::min<std::uint64_t>(s.length - skip, data.size() - done);
-    auto mem = env_.memory->resolve(env_.pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
-    if (!mem.ok()) return RespStatus::kOperationalError;
-    std::memcpy(mem.value().data(), data.data() + done, n);
-    done += n;
-    skip = 0;
+  switch (scatter(*env_.memory, env_.pd, std::span(resp_.wqe_sges).first(resp_.wqe_num_sge), offset,
+                  data)) {
+    case ScatterResult::kOk:
+      return RespStatus::kOk;
+    case ScatterResult::kTooLong:
+      return RespStatus::kLengthError;
+    case ScatterResult::kAccessError:
+      break;
   }
-  return RespStatus::kOk;
+  return RespStatus::kOperationalError;
 }
 
 void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
@@ -109,6 +101,29 @@ void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn) {
   }
   if (responses_.full()) return;  // the requester's timer recovers
   responses_.push_back(r);
+}
+
+void Qp::accept_rd_atomic(const RdAtomicResource& saved) {
+  // Resources are reused oldest first; the requester's max_rd_atomic keeps the ones it may
+  // still ask to replay alive.
+  const std::uint32_t index = next_resource_;
+  resources_[index] = saved;
+  next_resource_ = (next_resource_ + 1) % static_cast<std::uint32_t>(resources_.size());
+  queue_rd_atomic_response(index, saved.first_psn, saved.va, saved.length, saved.rkey);
+}
+
+void Qp::queue_rd_atomic_response(std::uint32_t resource, std::uint32_t psn, std::uint64_t va,
+                                  std::uint64_t length, std::uint32_t rkey) {
+  const RdAtomicResource& r = resources_[resource];
+  Response job;
+  job.kind = r.is_read ? Response::Kind::kRead : Response::Kind::kAtomic;
+  job.psn = psn;
+  job.msn = r.msn;
+  job.resource = resource;
+  job.va = va;
+  job.length = length;
+  job.rkey = rkey;
+  responses_.push_back(job);
 }
 
 void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn) {
@@ -277,21 +292,8 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
     }
     const std::uint32_t npsn = packets_for(length, mtu_bytes_);
     resp_.msn = wire::psn_add(resp_.msn, 1);  // a READ counts when accepted
-    RdAtomicResource& r = resources_[next_resource_];
-    const std::uint32_t resource = next_resource_;
-    next_resource_ = (next_resource_ + 1) % static_cast<std::uint32_t>(resources_.size());
-    r = RdAtomicResource{true,      true,        psn,    wire::psn_add(psn, std::int64_t{npsn} - 1),
-                         reth.va(), reth.rkey(), length, 0,
-                         resp_.msn};
-    Response job;
-    job.kind = Response::Kind::kRead;
-    job.psn = psn;
-    job.msn = resp_.msn;
-    job.resource = resource;
-    job.va = reth.va();
-    job.length = length;
-    job.rkey = reth.rkey();
-    responses_.push_back(job);
+    accept_rd_atomic(RdAtomicResource{true, true, psn, wire::psn_add(psn, std::int64_t{npsn} - 1),
+                                      reth.va(), reth.rkey(), length, 0, resp_.msn});
     resp_.psn = wire::psn_add(psn, npsn);
     return RespStatus::kOk;
   }
@@ -313,16 +315,7 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
   }
   std::memcpy(mem.value().data(), &result, 8);
   resp_.msn = wire::psn_add(resp_.msn, 1);
-  RdAtomicResource& r = resources_[next_resource_];
-  const std::uint32_t resource = next_resource_;
-  next_resource_ = (next_resource_ + 1) % static_cast<std::uint32_t>(resources_.size());
-  r = RdAtomicResource{true, false, psn, psn, a.va(), a.rkey(), 8, orig, resp_.msn};
-  Response job;
-  job.kind = Response::Kind::kAtomic;
-  job.psn = psn;
-  job.msn = resp_.msn;
-  job.resource = resource;
-  responses_.push_back(job);
+  accept_rd_atomic(RdAtomicResource{true, false, psn, psn, a.va(), a.rkey(), 8, orig, resp_.msn});
   resp_.psn = wire::psn_add(psn, 1);
   return RespStatus::kOk;
 }
@@ -399,15 +392,7 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       const wire::RethView reth = pkt.reth();
       const std::uint32_t npsn = packets_for(reth.dma_length(), mtu_bytes_);
       if (wire::psn_add(psn, std::int64_t{npsn} - 1) != r.last_psn) break;
-      Response job;
-      job.kind = Response::Kind::kRead;
-      job.psn = psn;
-      job.msn = r.msn;
-      job.resource = i;
-      job.va = reth.va();
-      job.length = reth.dma_length();
-      job.rkey = reth.rkey();
-      responses_.push_back(job);
+      queue_rd_atomic_response(i, psn, reth.va(), reth.dma_length(), reth.rkey());
       return;
     }
     if (op.is(wire::kFlagAtomic) && !r.is_read && r.first_psn == psn) {
@@ -426,12 +411,7 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       }
 #endif
       // Never executed twice: the saved original value is sent again.
-      Response job;
-      job.kind = Response::Kind::kAtomic;
-      job.psn = psn;
-      job.msn = r.msn;
-      job.resource = i;
-      responses_.push_back(job);
+      queue_rd_atomic_response(i, psn, r.va, r.length, r.rkey);
       return;
     }
   }

@@ -7,12 +7,7 @@ namespace uroce::verbs {
 std::optional<Mtu> port_mtu_for_netdev(std::uint32_t netdev_mtu) {
   constexpr std::uint32_t kOverheadBytes = 80;  // rxe's RXE_MAX_HDR_LENGTH budget
   if (netdev_mtu < kOverheadBytes + 256) return std::nullopt;
-  const std::uint32_t room = netdev_mtu - kOverheadBytes;
-  if (room >= 4096) return Mtu::k4096;
-  if (room >= 2048) return Mtu::k2048;
-  if (room >= 1024) return Mtu::k1024;
-  if (room >= 512) return Mtu::k512;
-  return Mtu::k256;
+  return mtu_from_bytes(netdev_mtu - kOverheadBytes);
 }
 
 Gid gid_from_ip(const wire::IpAddress& ip) {

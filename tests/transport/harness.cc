@@ -62,11 +62,7 @@ Endpoint::Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress addr, const Q
 Pair::Pair(QpType type, std::uint32_t mtu, std::uint32_t psn_a, std::uint32_t psn_b)
     : a(0x11, type, wire::IpAddress::v4(0x0a000001)),
       b(0x12, type, wire::IpAddress::v4(0x0a000002)) {
-  const Mtu m = mtu == 256    ? Mtu::k256
-                : mtu == 512  ? Mtu::k512
-                : mtu == 2048 ? Mtu::k2048
-                : mtu == 4096 ? Mtu::k4096
-                              : Mtu::k1024;
+  const Mtu m = mtu_from_bytes(mtu);
   for (int i = 0; i < 2; ++i) {
     Endpoint& e = side(i);
     Endpoint& peer = side(1 - i);
@@ -198,11 +194,7 @@ namespace uroce::test {
 Solo::Solo(QpType type, std::uint32_t mtu, std::uint32_t sq_psn, std::uint32_t rq_psn,
            const QpCap& cap)
     : e(0x11, type, wire::IpAddress::v4(0x0a000001), cap) {
-  const Mtu m = mtu == 256    ? Mtu::k256
-                : mtu == 512  ? Mtu::k512
-                : mtu == 2048 ? Mtu::k2048
-                : mtu == 4096 ? Mtu::k4096
-                              : Mtu::k1024;
+  const Mtu m = mtu_from_bytes(mtu);
   QpAttr attr;
   attr.path_mtu = m;
   attr.sq_psn = sq_psn;
