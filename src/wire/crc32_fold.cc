@@ -1,0 +1,273 @@
+#include "wire/crc32_fold.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+// The arithmetic
+//
+// Read the input as one polynomial over GF(2), its first bit the highest power: a CRC is that
+// polynomial times x^32, mod P(x). A reflected CRC keeps every value bit-reversed, so a
+// little-endian 64-bit load of 8 bytes is a polynomial of degree < 64 whose x^63 coefficient is
+// bit 0.
+//
+// Folding. A 128-bit lane holding 16 input bytes C = L*x^64 + H (L: its first 8 bytes) that is
+// followed by D more bits of input contributes C*x^D = L*x^(D+64) + H*x^D to the CRC. Modulo P
+// that is L*(x^(D+64) mod P) + H*(x^D mod P): two 64x32-bit carry-less products of at most 96
+// bits, which fit back into a 128-bit lane and can be XORed into the lane D bits later. With
+// reflected operands a carry-less product comes out one bit short of the lane's scale, and the
+// product of a lane half by a constant holding x^e mod P in bits 1..32 (fold_constant(e)) lands
+// scaled by x^32 more; hence the constants x^(D+32) for L and x^(D-32) for H, as in Intel's
+// "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction" (2009).
+//   - Main loop: 4 accumulators of 64 bytes (4 lanes each) fold by D = 4 * 512 bits.
+//   - Merging blocks that are d blocks apart: D = d * 512.
+//   - Reducing one 512-bit block to one lane: lane i of 4 folds by D = (3 - i) * 128.
+// The last 128 bits are reduced to 32 by one more fold (x^96, x^64) and Barrett reduction with
+// mu = floor(x^64 / P), as in zlib's crc32_simd.c.
+//
+// Any length. Zero bytes in front of a message do not change its raw CRC (the register without
+// zlib's initial and final inversion) when that starts at 0. So the first len % 64 bytes become a
+// block of their own, zero-padded at the front, and everything after is whole 64-byte blocks. The
+// starting register (zlib's ~crc) is XORed into the first 4 input bytes, which is what feeding
+// those bytes to a register holding it does.
+
+// GCC 12's AVX-512 intrinsics fill their unused merge operand with a deliberately uninitialised
+// value, which -Wmaybe-uninitialized reports once they are inlined at -O2 and up (GCC bug 105593,
+// fixed in GCC 13). Nothing here reads an uninitialised value.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace uroce::wire::crc32_fold {
+
+#define UROCE_VPCLMUL_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,vpclmulqdq,pclmul,sse4.1")))
+
+namespace {
+
+// ternarylogic truth tables, named by the operands a, b, c in that order.
+constexpr int kA = 0xf0;
+constexpr int kB = 0xcc;
+constexpr int kC = 0xaa;
+constexpr int kXor3 = kA ^ kB ^ kC;
+constexpr int kOrXor = (kA | kB) ^ kC;
+
+// A 128-bit constant pair that folds a lane forward by `bits` (in the low qword, the factor for
+// the lane's first 8 bytes).
+struct Pair {
+  std::uint64_t lo;
+  std::uint64_t hi;
+};
+constexpr Pair fold_by_bits(std::uint32_t bits) {
+  return {fold_constant(bits + 32), fold_constant(bits - 32)};
+}
+
+// kBlockFold[d] folds a 64-byte block forward by d blocks (index 0 unused).
+constexpr Pair kBlockFold[8] = {
+    {0, 0},
+    fold_by_bits(1 * 512),
+    fold_by_bits(2 * 512),
+    fold_by_bits(3 * 512),
+    fold_by_bits(4 * 512),
+    fold_by_bits(5 * 512),
+    fold_by_bits(6 * 512),
+    fold_by_bits(7 * 512),
+};
+constexpr Pair kLane3 = fold_by_bits(3 * 128);
+constexpr Pair kLane2 = fold_by_bits(2 * 128);
+constexpr Pair kLane1 = fold_by_bits(1 * 128);
+constexpr std::uint64_t kX96 = fold_constant(96);
+constexpr std::uint64_t kX64 = fold_constant(64);
+constexpr std::uint64_t kMu = barrett_mu();
+
+constexpr std::uint64_t low_mask(std::size_t n) {  // the lowest n bits (n <= 64)
+  return n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
+}
+constexpr std::uint64_t high_mask(std::size_t n) { return ~low_mask(64 - n); }  // the highest n
+
+UROCE_VPCLMUL_TARGET inline __m512i broadcast(Pair k) {
+  return _mm512_broadcast_i32x4(
+      _mm_set_epi64x(static_cast<long long>(k.hi), static_cast<long long>(k.lo)));
+}
+
+// v folded forward by the constants k, XORed with x.
+UROCE_VPCLMUL_TARGET inline __m512i fold(__m512i v, __m512i k, __m512i x) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(v, k, 0x00),
+                                   _mm512_clmulepi64_epi128(v, k, 0x11), x, kXor3);
+}
+
+// v folded forward by d blocks (1 <= d <= 7), XORed with x.
+UROCE_VPCLMUL_TARGET inline __m512i fold_blocks(__m512i v, std::size_t d, __m512i x) {
+  return fold(v, broadcast(kBlockFold[d]), x);
+}
+
+// The raw CRC (no inversions) of the 64 bytes in v.
+UROCE_VPCLMUL_TARGET inline std::uint32_t reduce(__m512i v) {
+  const __m512i k =
+      _mm512_set_epi64(0, 0, static_cast<long long>(kLane1.hi), static_cast<long long>(kLane1.lo),
+                       static_cast<long long>(kLane2.hi), static_cast<long long>(kLane2.lo),
+                       static_cast<long long>(kLane3.hi), static_cast<long long>(kLane3.lo));
+  // Lanes 0..2 folded onto lane 3 (their constants in lane 3 are 0), lane 3 itself added as is.
+  const __m512i y = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(v, k, 0x00),
+                                              _mm512_clmulepi64_epi128(v, k, 0x11),
+                                              _mm512_maskz_mov_epi64(0xc0, v), kXor3);
+  const __m256i y2 = _mm256_xor_si256(_mm512_castsi512_si256(y), _mm512_extracti64x4_epi64(y, 1));
+  __m128i x = _mm_xor_si128(_mm256_castsi256_si128(y2), _mm256_extracti128_si256(y2, 1));
+
+  // 128 -> 96 bits: the first 8 bytes times x^96, added to the last 8.
+  const __m128i mask32 = _mm_setr_epi32(-1, 0, -1, 0);
+  x = _mm_xor_si128(_mm_clmulepi64_si128(x, _mm_cvtsi64_si128(static_cast<long long>(kX96)), 0x00),
+                    _mm_srli_si128(x, 8));
+  // 96 -> 64 bits: the first 4 bytes times x^64, added to the rest.
+  x = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x, mask32),
+                                         _mm_cvtsi64_si128(static_cast<long long>(kX64)), 0x00),
+                    _mm_srli_si128(x, 4));
+  // Barrett reduction to 32 bits.
+  const __m128i poly_mu =
+      _mm_set_epi64x(static_cast<long long>(kMu), static_cast<long long>(kPolyReflected33));
+  __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), poly_mu, 0x10);
+  t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly_mu, 0x00);
+  return static_cast<std::uint32_t>(_mm_extract_epi32(_mm_xor_si128(x, t), 1));
+}
+
+UROCE_VPCLMUL_TARGET inline __m512i iota_bytes() {
+  return _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928,
+                          0x2726252423222120, 0x1f1e1d1c1b1a1918, 0x1716151413121110,
+                          0x0f0e0d0c0b0a0908, 0x0706050403020100);
+}
+
+// Bitwise, for inputs shorter than 4 bytes (too short to hold the starting register).
+std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t len,
+                            const std::byte* or_mask) {
+  std::uint32_t r = ~crc;
+  for (std::size_t i = 0; i < len; ++i) {
+    r ^= static_cast<std::uint32_t>(p[i] | (or_mask != nullptr ? or_mask[i] : std::byte{0}));
+    for (int b = 0; b < 8; ++b) r = (r >> 1) ^ ((r & 1u) != 0 ? kPolyReflected : 0u);
+  }
+  return ~r;
+}
+
+// The kernel: crc32 of src[0..len) with the first 64 bytes ORed with `orv`; with kCopy it also
+// stores every byte it reads to dst. len >= 4.
+template <bool kCopy>
+UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, const std::byte* src,
+                                          std::size_t len, __m512i orv) {
+  // The starting register, to be XORed into the first 4 input bytes.
+  const __m512i sv = _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(~crc)));
+  if (len <= 64) {
+    // One block: the input right-aligned, zeros in front.
+    const __mmask64 m = low_mask(len);
+    __m512i d = _mm512_maskz_loadu_epi8(m, src);
+    if constexpr (kCopy) _mm512_mask_storeu_epi8(dst, m, d);
+    d = _mm512_ternarylogic_epi64(d, orv, sv, kOrXor);
+    // Byte j takes byte j - (64 - len), i.e. (j + len) mod 64.
+    const __m512i idx = _mm512_add_epi8(iota_bytes(), _mm512_set1_epi8(static_cast<char>(len)));
+    return ~reduce(_mm512_maskz_permutexvar_epi8(high_mask(len), idx, d));
+  }
+
+  // The head: the first r = len % 64 bytes as a block of their own, right-aligned. Then n whole
+  // blocks from src + r; the masking and the starting register, defined over input bytes 0..63,
+  // are shifted down by r bytes for the first of them.
+  const std::size_t r = len % 64;
+  const std::size_t n = len / 64;
+  const __m512i idx = _mm512_add_epi8(iota_bytes(), _mm512_set1_epi8(static_cast<char>(r)));
+  const __m512i first = _mm512_loadu_si512(src);
+  if constexpr (kCopy) _mm512_storeu_si512(dst, first);
+  const __m512i head = _mm512_maskz_permutexvar_epi8(
+      high_mask(r), idx, _mm512_ternarylogic_epi64(first, orv, sv, kOrXor));
+  const __m512i orv1 = _mm512_maskz_permutexvar_epi8(low_mask(64 - r), idx, orv);
+  const __m512i sv1 = _mm512_maskz_permutexvar_epi8(low_mask(64 - r), idx, sv);
+  src += r;
+  if constexpr (kCopy) dst += r;
+
+  auto block = [&](std::size_t i) UROCE_VPCLMUL_TARGET {
+    const __m512i v = _mm512_loadu_si512(src + 64 * i);
+    if constexpr (kCopy) _mm512_storeu_si512(dst + 64 * i, v);
+    return v;
+  };
+  const __m512i b0 = _mm512_ternarylogic_epi64(block(0), orv1, sv1, kOrXor);
+
+  __m512i acc;
+  if (n < 4) {
+    // Blocks 0..n-1 folded onto the last one; the head n blocks before it.
+    acc = r != 0 ? fold_blocks(head, n, _mm512_setzero_si512()) : _mm512_setzero_si512();
+    acc = n > 1 ? fold_blocks(b0, n - 1, acc) : _mm512_xor_si512(acc, b0);
+    for (std::size_t i = 1; i < n; ++i) {
+      acc = i + 1 < n ? fold_blocks(block(i), n - 1 - i, acc) : _mm512_xor_si512(acc, block(i));
+    }
+  } else {
+    __m512i a0 = r != 0 ? fold_blocks(head, 1, b0) : b0;
+    __m512i a1 = block(1);
+    __m512i a2 = block(2);
+    __m512i a3 = block(3);
+    const __m512i k4 = broadcast(kBlockFold[4]);
+    std::size_t i = 4;
+    for (; i + 4 <= n; i += 4) {
+      a0 = fold(a0, k4, block(i));
+      a1 = fold(a1, k4, block(i + 1));
+      a2 = fold(a2, k4, block(i + 2));
+      a3 = fold(a3, k4, block(i + 3));
+    }
+    // k = n - i blocks are left (0..3): everything is folded onto the last block at once.
+    const std::size_t k = n - i;
+    acc = fold_blocks(a0, 3 + k, fold_blocks(a1, 2 + k, _mm512_setzero_si512()));
+    acc = k > 0 ? fold_blocks(a2, 1 + k, fold_blocks(a3, k, acc))
+                : fold_blocks(a2, 1, _mm512_xor_si512(acc, a3));
+    for (std::size_t j = 0; j < k; ++j) {
+      const __m512i b = block(i + j);
+      acc = j + 1 < k ? fold_blocks(b, k - 1 - j, acc) : _mm512_xor_si512(acc, b);
+    }
+  }
+  return ~reduce(acc);
+}
+
+UROCE_VPCLMUL_TARGET __m512i load_mask(const std::byte* or_mask) {
+  return or_mask != nullptr ? _mm512_loadu_si512(or_mask) : _mm512_setzero_si512();
+}
+
+UROCE_VPCLMUL_TARGET std::uint32_t crc32_impl(std::uint32_t crc, const std::byte* data,
+                                              std::size_t len, const std::byte* or_mask) {
+  return kernel<false>(crc, nullptr, data, len, load_mask(or_mask));
+}
+
+UROCE_VPCLMUL_TARGET std::uint32_t copy_crc32_impl(std::uint32_t crc, std::byte* dst,
+                                                   const std::byte* src, std::size_t len) {
+  return kernel<true>(crc, dst, src, len, _mm512_setzero_si512());
+}
+
+bool detect() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+         __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul") &&
+         __builtin_cpu_supports("sse4.1");
+}
+
+}  // namespace
+
+namespace {
+bool disabled_for_testing = false;
+}  // namespace
+
+bool available() {
+  static const bool kAvailable = detect();
+  return kAvailable && !disabled_for_testing;
+}
+
+void set_disabled_for_testing(bool disabled) { disabled_for_testing = disabled; }
+
+std::uint32_t crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
+                    const std::byte* or_mask) {
+  if (len < 4) return crc32_bitwise(crc, data, len, or_mask);
+  return crc32_impl(crc, data, len, or_mask);
+}
+
+std::uint32_t copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src, std::size_t len) {
+  if (len < 4) {
+    if (len > 0) std::memcpy(dst, src, len);
+    return crc32_bitwise(crc, src, len, nullptr);
+  }
+  return copy_crc32_impl(crc, dst, src, len);
+}
+
+}  // namespace uroce::wire::crc32_fold
