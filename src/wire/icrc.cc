@@ -55,21 +55,28 @@ std::uint32_t icrc_of(ConstBytes ip_udp, ConstBytes bth_onward) {
   UROCE_CHECK(ip_udp.size() == (v6 ? kIpv6Bytes : kIpv4Bytes) + kUdpBytes);
   const Mask& mask = v6 ? kMaskV6 : kMaskV4;
   const std::size_t total = ip_udp.size() + bth_onward.size();
-  if (crc32_fold::available() && ip_udp.data() + ip_udp.size() == bth_onward.data()) {
+  const bool contiguous = ip_udp.data() + ip_udp.size() == bth_onward.data();
+  if (contiguous && crc32_fold::available()) {
     // As in every received or built frame: one pass that masks as it reads.
     return crc32_fold::crc32(kCrcAfterPseudoLrh, ip_udp.data(), total, mask.data());
   }
-  // The first 64 bytes (or all, if fewer) gathered and masked in a buffer with whole-vector
-  // operations, so that the CRC's wide loads of it are not stalled on narrower pending stores;
-  // then the rest where it lies.
+  // Otherwise the first 64 bytes (or all, if fewer) are masked into a buffer, then the rest is
+  // read where it lies. The buffer is written in whole vectors where the compiler can (the loop
+  // over 64 contiguous bytes), so that the CRC's 16-byte loads of it are not stalled on narrower
+  // stores still in flight.
   alignas(kMaskBytes) Mask head{};
   const std::size_t head_len = std::min(total, kMaskBytes);
   const std::size_t from_bth = head_len - ip_udp.size();
-  std::memcpy(head.data(), ip_udp.data(), ip_udp.size());
-  std::memcpy(head.data() + ip_udp.size(), bth_onward.data(), from_bth);
-  for (std::size_t i = 0; i < kMaskBytes; ++i) head[i] |= mask[i];
+  if (contiguous && head_len == kMaskBytes) {
+    const std::byte* src = ip_udp.data();
+    for (std::size_t i = 0; i < kMaskBytes; ++i) head[i] = src[i] | mask[i];
+  } else {
+    std::memcpy(head.data(), ip_udp.data(), ip_udp.size());
+    std::memcpy(head.data() + ip_udp.size(), bth_onward.data(), from_bth);
+    for (std::size_t i = 0; i < kMaskBytes; ++i) head[i] |= mask[i];
+  }
   const std::uint32_t crc = crc32(kCrcAfterPseudoLrh, ConstBytes(head).first(head_len));
-  return crc32(crc, bth_onward.subspan(from_bth));
+  return from_bth == bth_onward.size() ? crc : crc32(crc, bth_onward.subspan(from_bth));
 }
 
 }  // namespace
