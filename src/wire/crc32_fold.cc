@@ -94,10 +94,10 @@ constexpr std::uint64_t kX96 = fold_constant(96);
 constexpr std::uint64_t kX64 = fold_constant(64);
 constexpr std::uint64_t kMu = barrett_mu();
 
-constexpr std::uint64_t low_mask(std::size_t n) {  // the lowest n bits (n <= 64)
-  return n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
-}
-constexpr std::uint64_t high_mask(std::size_t n) { return ~low_mask(64 - n); }  // the highest n
+// Byte masks (bit i: byte i) of the lowest or highest n bits, 1 <= n <= 64 (shifts of at most
+// 63, so no branch).
+constexpr std::uint64_t low_bits(std::size_t n) { return ~std::uint64_t{0} >> (64 - n); }
+constexpr std::uint64_t high_bits(std::size_t n) { return ~std::uint64_t{0} << (64 - n); }
 
 UROCE_VPCLMUL_TARGET inline __m512i broadcast(Pair k) {
   return _mm512_broadcast_i32x4(
@@ -166,13 +166,13 @@ UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, con
   const __m512i sv = _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(~crc)));
   if (len <= 64) {
     // One block: the input right-aligned, zeros in front.
-    const __mmask64 m = low_mask(len);
+    const __mmask64 m = low_bits(len);
     __m512i d = _mm512_maskz_loadu_epi8(m, src);
     if constexpr (kCopy) _mm512_mask_storeu_epi8(dst, m, d);
     d = _mm512_ternarylogic_epi64(d, orv, sv, kOrXor);
     // Byte j takes byte j - (64 - len), i.e. (j + len) mod 64.
     const __m512i idx = _mm512_add_epi8(iota_bytes(), _mm512_set1_epi8(static_cast<char>(len)));
-    d = _mm512_maskz_permutexvar_epi8(high_mask(len), idx, d);
+    d = _mm512_maskz_permutexvar_epi8(high_bits(len), idx, d);
     return ~reduce_lanes(fold_lanes(d, 3, last_lane(d)));
   }
 
@@ -185,9 +185,9 @@ UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, con
   const __m512i first = _mm512_loadu_si512(src);
   if constexpr (kCopy) _mm512_storeu_si512(dst, first);
   const __m512i head = _mm512_maskz_permutexvar_epi8(
-      high_mask(r), idx, _mm512_ternarylogic_epi64(first, orv, sv, kOrXor));
-  const __m512i orv1 = _mm512_maskz_permutexvar_epi8(low_mask(64 - r), idx, orv);
-  const __m512i sv1 = _mm512_maskz_permutexvar_epi8(low_mask(64 - r), idx, sv);
+      ~low_bits(64 - r), idx, _mm512_ternarylogic_epi64(first, orv, sv, kOrXor));
+  const __m512i orv1 = _mm512_maskz_permutexvar_epi8(low_bits(64 - r), idx, orv);
+  const __m512i sv1 = _mm512_maskz_permutexvar_epi8(low_bits(64 - r), idx, sv);
   src += r;
   if constexpr (kCopy) dst += r;
 
