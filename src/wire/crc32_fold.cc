@@ -56,7 +56,6 @@ constexpr int kA = 0xf0;
 constexpr int kB = 0xcc;
 constexpr int kC = 0xaa;
 constexpr int kXor3 = kA ^ kB ^ kC;
-constexpr int kOrXor = (kA | kB) ^ kC;
 
 // A 128-bit constant pair that folds a lane forward by `bits` (in the low qword, the factor for
 // the lane's first 8 bytes).
@@ -157,22 +156,36 @@ std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t l
   return ~r;
 }
 
-// The kernel: crc32 of src[0..len) with the first 64 bytes ORed with `orv`; with kCopy it also
-// stores every byte it reads to dst. len >= 4.
-template <bool kCopy>
+// `p - back` as a pointer, possibly before the start of p's object: only for a masked load or
+// store whose mask leaves out the bytes in front (AVX-512 suppresses faults on masked-off bytes;
+// clang's AddressSanitizer checks each enabled byte of such an access, GCC's none).
+inline const std::byte* back_off(const std::byte* p, std::size_t back) {
+  return reinterpret_cast<const std::byte*>(reinterpret_cast<std::uintptr_t>(p) - back);
+}
+inline std::byte* back_off(std::byte* p, std::size_t back) {
+  return reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(p) - back);
+}
+
+// The kernel: crc32 of src[0..len) with the first 64 bytes ORed with or_mask[0..64) (kMasked);
+// with kCopy it also stores every byte it reads to dst. len >= 4.
+template <bool kCopy, bool kMasked>
 UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                          std::size_t len, __m512i orv) {
-  // The starting register, to be XORed into the first 4 input bytes.
-  const __m512i sv = _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(~crc)));
+                                          std::size_t len, const std::byte* or_mask) {
+  const std::uint32_t reg = ~crc;  // the starting register, XORed into the first 4 input bytes
   if (len <= 64) {
-    // One block: the input right-aligned, zeros in front.
-    const __mmask64 m = low_bits(len);
-    __m512i d = _mm512_maskz_loadu_epi8(m, src);
-    if constexpr (kCopy) _mm512_mask_storeu_epi8(dst, m, d);
-    d = _mm512_ternarylogic_epi64(d, orv, sv, kOrXor);
-    // Byte j takes byte j - (64 - len), i.e. (j + len) mod 64.
+    // One block: the input right-aligned, zeros in front, loaded in place by a masked load from
+    // 64 - len bytes before it.
+    const __mmask64 m = high_bits(len);
+    const std::size_t back = 64 - len;
+    __m512i d = _mm512_maskz_loadu_epi8(m, back_off(src, back));
+    if constexpr (kCopy) _mm512_mask_storeu_epi8(back_off(dst, back), m, d);
+    if constexpr (kMasked)
+      d = _mm512_or_si512(d, _mm512_maskz_loadu_epi8(m, back_off(or_mask, back)));
+    // The register goes to bytes 64 - len .. 67 - len: byte j takes byte (j + len) mod 64.
     const __m512i idx = _mm512_add_epi8(iota_bytes(), _mm512_set1_epi8(static_cast<char>(len)));
-    d = _mm512_maskz_permutexvar_epi8(high_bits(len), idx, d);
+    const __m512i sv = _mm512_maskz_permutexvar_epi8(
+        m, idx, _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(reg))));
+    d = _mm512_xor_si512(d, sv);
     return ~reduce_lanes(fold_lanes(d, 3, last_lane(d)));
   }
 
@@ -181,13 +194,18 @@ UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, con
   // are shifted down by r bytes for the first of them.
   const std::size_t r = len % 64;
   const std::size_t n = len / 64;
+  const __m512i sv = _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(reg)));
+  const __mmask64 hm = ~low_bits(64 - r);  // the head's bytes, right-aligned (none if r == 0)
+  __m512i head = _mm512_maskz_loadu_epi8(hm, back_off(src, 64 - r));
+  if constexpr (kCopy) _mm512_mask_storeu_epi8(back_off(dst, 64 - r), hm, head);
+  if constexpr (kMasked) {
+    head = _mm512_or_si512(head, _mm512_maskz_loadu_epi8(hm, back_off(or_mask, 64 - r)));
+  }
   const __m512i idx = _mm512_add_epi8(iota_bytes(), _mm512_set1_epi8(static_cast<char>(r)));
-  const __m512i first = _mm512_loadu_si512(src);
-  if constexpr (kCopy) _mm512_storeu_si512(dst, first);
-  const __m512i head = _mm512_maskz_permutexvar_epi8(
-      ~low_bits(64 - r), idx, _mm512_ternarylogic_epi64(first, orv, sv, kOrXor));
-  const __m512i orv1 = _mm512_maskz_permutexvar_epi8(low_bits(64 - r), idx, orv);
-  const __m512i sv1 = _mm512_maskz_permutexvar_epi8(low_bits(64 - r), idx, sv);
+  head = _mm512_xor_si512(head, _mm512_maskz_permutexvar_epi8(hm, idx, sv));
+  // What of the register falls beyond the head (r < 4) goes to the start of block 0.
+  const __m512i sv1 =
+      _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(r < 4 ? reg >> (8 * r) : 0u)));
   src += r;
   if constexpr (kCopy) dst += r;
 
@@ -196,7 +214,11 @@ UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, con
     if constexpr (kCopy) _mm512_storeu_si512(dst + 64 * i, v);
     return v;
   };
-  const __m512i b0 = _mm512_ternarylogic_epi64(block(0), orv1, sv1, kOrXor);
+  __m512i b0 = block(0);
+  if constexpr (kMasked) {
+    b0 = _mm512_or_si512(b0, _mm512_maskz_loadu_epi8(low_bits(64 - r), or_mask + r));
+  }
+  b0 = _mm512_xor_si512(b0, sv1);
 
   if (n < 4) {
     // At most 256 bytes: the n blocks are the last n of the final 256, the head the one before
@@ -251,18 +273,15 @@ UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, con
   return ~reduce_lanes(_mm512_xor_si512(y01, y23));
 }
 
-UROCE_VPCLMUL_TARGET __m512i load_mask(const std::byte* or_mask) {
-  return or_mask != nullptr ? _mm512_loadu_si512(or_mask) : _mm512_setzero_si512();
-}
-
 UROCE_VPCLMUL_TARGET std::uint32_t crc32_impl(std::uint32_t crc, const std::byte* data,
                                               std::size_t len, const std::byte* or_mask) {
-  return kernel<false>(crc, nullptr, data, len, load_mask(or_mask));
+  return or_mask != nullptr ? kernel<false, true>(crc, nullptr, data, len, or_mask)
+                            : kernel<false, false>(crc, nullptr, data, len, nullptr);
 }
 
 UROCE_VPCLMUL_TARGET std::uint32_t copy_crc32_impl(std::uint32_t crc, std::byte* dst,
                                                    const std::byte* src, std::size_t len) {
-  return kernel<true>(crc, dst, src, len, _mm512_setzero_si512());
+  return kernel<true, false>(crc, dst, src, len, nullptr);
 }
 
 bool detect() {
