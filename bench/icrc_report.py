@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarises icrc_bench's JSON output (--benchmark_format=json or --benchmark_out): throughput of
-ICRC, memcpy and plain CRC-32 per packet size and the ratios to memcpy, as a Markdown table.
+ICRC, plain CRC-32, the fused copy+CRC and memcpy per packet size and the ratios to memcpy, as
+Markdown tables.
 
 Usage: bench/icrc_report.py RESULTS.json
 
@@ -49,25 +50,35 @@ def main(argv):
           f"Google Benchmark library built as {context.get('library_build_type', '?')}; "
           f"{'median of repetitions (±cv)' if cv else 'single run'}")
     print()
-    print('| packet | ICRC GB/s | memcpy GB/s | crc32 GB/s | ICRC/memcpy | crc32/memcpy |')
-    print('| ---: | ---: | ---: | ---: | ---: | ---: |')
+    print('| packet | ICRC GB/s | crc32 GB/s | copy+CRC GB/s | memcpy GB/s | memcpy, then crc32 GB/s '
+          '| **ICRC/memcpy** | crc32/memcpy | copy+CRC/memcpy |')
+    print('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
     met = True
     for s in sizes:
         icrc, copy, crc = gbs('BM_Icrc', s), gbs('BM_Memcpy', s), gbs('BM_Crc32', s)
-        print(f'| {s} B | {icrc:.1f}{cv_pct("BM_Icrc", s)} | {copy:.1f}{cv_pct("BM_Memcpy", s)} | '
-              f'{crc:.1f}{cv_pct("BM_Crc32", s)} | {icrc / copy:.2f} | {crc / copy:.2f} |')
+        fused, two_pass = gbs('BM_CopyCrc32', s), gbs('BM_MemcpyThenCrc32', s)
+        print(f'| {s} B | {icrc:.1f}{cv_pct("BM_Icrc", s)} | {crc:.1f}{cv_pct("BM_Crc32", s)} | '
+              f'{fused:.1f}{cv_pct("BM_CopyCrc32", s)} | {copy:.1f}{cv_pct("BM_Memcpy", s)} | '
+              f'{two_pass:.1f}{cv_pct("BM_MemcpyThenCrc32", s)} | **{icrc / copy:.2f}** | '
+              f'{crc / copy:.2f} | {fused / copy:.2f} |')
         if s >= GOAL_MIN_BYTES and not icrc >= copy:
             met = False
-    kernels = [k for k in ('BM_IsalBase', 'BM_IsalBy8', 'BM_IsalBy16')
-               if any(n.startswith(k + '/') for n in rate)]
-    if kernels:
+    others = [(k, label) for k, label in (
+        ('BM_IcrcIsal', 'ICRC, ISA-L fallback'),
+        ('BM_IsalCrc32', 'ISA-L crc32_gzip_refl'),
+        ('BM_IsalBy16', 'ISA-L by16_10'),
+        ('BM_IsalBy8', 'ISA-L by8'),
+        ('BM_IsalBase', 'ISA-L base'))
+        if any(n.startswith(k + '/') for n in rate)]
+    if others:
         print()
-        print('ISA-L kernels called directly (GB/s):')
+        print('Fallback and ISA-L kernels called directly (GB/s):')
         print()
-        print('| packet | ' + ' | '.join(k[len('BM_Isal'):] for k in kernels) + ' |')
-        print('| ---: |' + ' ---: |' * len(kernels))
+        print('| packet | ' + ' | '.join(label for _, label in others) + ' |')
+        print('| ---: |' + ' ---: |' * len(others))
         for s in sizes:
-            print(f'| {s} B | ' + ' | '.join(f'{gbs(k, s):.1f}' for k in kernels) + ' |')
+            print(f'| {s} B | ' + ' | '.join(f'{gbs(k, s):.1f}{cv_pct(k, s)}' for k, _ in others)
+                  + ' |')
     print()
     print(f'Goal (ICRC >= memcpy at {GOAL_MIN_BYTES} B and above): '
           f'{"met" if met else "NOT met"}')

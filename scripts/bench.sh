@@ -20,6 +20,7 @@ cmake --build "${build}" --target icrc_bench
 json="${build}/bench/icrc_bench.json"
 "${build}/bench/icrc_bench" --benchmark_repetitions="${repetitions}" \
   --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
+  --benchmark_enable_random_interleaving=true \
   --benchmark_out="${json}" --benchmark_out_format=json "$@"
 echo
 echo "CPU: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), nproc $(nproc)"

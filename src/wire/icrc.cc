@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
+#include "wire/crc32_fold.h"
 #include "wire/ip.h"
 #include "wire/opcode.h"
 
@@ -16,47 +18,91 @@ namespace {
 // non-inverted register value after those bytes; in zlib's convention that is its complement.
 constexpr std::uint32_t kCrcAfterPseudoLrh = ~0xdebb20e3u;
 
-constexpr std::byte kOnes{0xff};
+// The variant fields as an OR mask over the first 64 bytes from the IP header on (IP header, UDP
+// header, BTH and what follows): ORing it in sets them to all-ones.
+constexpr std::size_t kMaskBytes = 64;
+using Mask = std::array<std::byte, kMaskBytes>;
+constexpr Mask make_mask(bool v6) {
+  constexpr std::byte kOnes{0xff};
+  Mask m{};
+  const std::size_t ip_len = v6 ? kIpv6Bytes : kIpv4Bytes;
+  if (v6) {
+    m[0] = std::byte{0x0f};  // traffic class (high nibble) ...
+    m[1] = kOnes;            // ... traffic class (low nibble) and flow label
+    m[2] = kOnes;
+    m[3] = kOnes;
+    m[7] = kOnes;  // hop limit
+  } else {
+    m[1] = kOnes;   // TOS (DSCP and ECN)
+    m[8] = kOnes;   // TTL
+    m[10] = kOnes;  // header checksum
+    m[11] = kOnes;
+  }
+  m[ip_len + 6] = kOnes;  // UDP checksum
+  m[ip_len + 7] = kOnes;
+  m[ip_len + kUdpBytes + 4] = kOnes;  // BTH byte 4: FECN, BECN and 6 reserved bits
+  return m;
+}
+alignas(kMaskBytes) constexpr Mask kMaskV4 = make_mask(false);
+alignas(kMaskBytes) constexpr Mask kMaskV6 = make_mask(true);
+
+// The CRC register (zlib convention) after the pseudo-LRH, the masked IP, UDP and BTH headers
+// and the rest of `bth_onward`.
+std::uint32_t icrc_of(ConstBytes ip_udp, ConstBytes bth_onward) {
+  UROCE_CHECK(bth_onward.size() >= kBthBytes);
+  UROCE_CHECK(!ip_udp.empty());
+  const bool v6 = (static_cast<unsigned>(ip_udp[0]) >> 4) == 6;
+  UROCE_CHECK(ip_udp.size() == (v6 ? kIpv6Bytes : kIpv4Bytes) + kUdpBytes);
+  const Mask& mask = v6 ? kMaskV6 : kMaskV4;
+  const std::size_t total = ip_udp.size() + bth_onward.size();
+  const bool contiguous = ip_udp.data() + ip_udp.size() == bth_onward.data();
+  if (contiguous && crc32_fold::available()) {
+    // As in every received or built frame: one pass that masks as it reads.
+    return crc32_fold::crc32(kCrcAfterPseudoLrh, ip_udp.data(), total, mask.data());
+  }
+  // Otherwise the first 64 bytes (or all, if fewer) are masked into a buffer, then the rest is
+  // read where it lies. The buffer is written in whole vectors where the compiler can (the loop
+  // over 64 contiguous bytes), so that the CRC's 16-byte loads of it are not stalled on narrower
+  // stores still in flight.
+  alignas(kMaskBytes) Mask head{};
+  const std::size_t head_len = std::min(total, kMaskBytes);
+  const std::size_t from_bth = head_len - ip_udp.size();
+  if (contiguous && head_len == kMaskBytes) {
+    const std::byte* src = ip_udp.data();
+    for (std::size_t i = 0; i < kMaskBytes; ++i) head[i] = src[i] | mask[i];
+  } else {
+    std::memcpy(head.data(), ip_udp.data(), ip_udp.size());
+    std::memcpy(head.data() + ip_udp.size(), bth_onward.data(), from_bth);
+    for (std::size_t i = 0; i < kMaskBytes; ++i) head[i] |= mask[i];
+  }
+  const std::uint32_t crc = crc32(kCrcAfterPseudoLrh, ConstBytes(head).first(head_len));
+  return from_bth == bth_onward.size() ? crc : crc32(crc, bth_onward.subspan(from_bth));
+}
 
 }  // namespace
 
 std::uint32_t crc32(std::uint32_t crc, ConstBytes data) {
+  if (crc32_fold::available()) {
+    return crc32_fold::crc32(crc, data.data(), data.size(), nullptr);
+  }
   // ISA-L's crc32_gzip_refl is zlib's crc32 (PCLMULQDQ folding; the SSE4.2 crc32 instruction
   // computes CRC-32C, a different polynomial, and cannot be used).
   return crc32_gzip_refl(crc, reinterpret_cast<const unsigned char*>(data.data()), data.size());
 }
 
-IcrcAccumulator::IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward) {
-  UROCE_CHECK(bth_onward.size() >= kBthBytes);
-  std::array<std::byte, kIpv6Bytes + kUdpBytes + kBthBytes> buf;
-  const bool v6 = (static_cast<unsigned>(ip_udp[0]) >> 4) == 6;
-  const std::size_t ip_len = v6 ? kIpv6Bytes : kIpv4Bytes;
-  UROCE_CHECK(ip_udp.size() == ip_len + kUdpBytes);
-  std::copy(ip_udp.begin(), ip_udp.end(), buf.begin());
-  if (v6) {
-    buf[0] |= std::byte{0x0f};  // traffic class (high nibble) ...
-    buf[1] = kOnes;             // ... traffic class (low nibble) and flow label
-    buf[2] = kOnes;
-    buf[3] = kOnes;
-    buf[7] = kOnes;  // hop limit
-  } else {
-    buf[1] = kOnes;   // TOS (DSCP and ECN)
-    buf[8] = kOnes;   // TTL
-    buf[10] = kOnes;  // header checksum
-    buf[11] = kOnes;
+std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src) {
+  UROCE_CHECK(dst.size() >= src.size());
+  if (crc32_fold::available()) {
+    return crc32_fold::copy_crc32(crc, dst.data(), src.data(), src.size());
   }
-  buf[ip_len + 6] = kOnes;  // UDP checksum
-  buf[ip_len + 7] = kOnes;
-  std::byte* bth = buf.data() + ip_len + kUdpBytes;
-  std::copy(bth_onward.begin(), bth_onward.begin() + kBthBytes, bth);
-  bth[4] = kOnes;  // FECN, BECN and 6 reserved bits
-  crc_ = crc32(kCrcAfterPseudoLrh, ConstBytes(buf.data(), ip_len + kUdpBytes + kBthBytes));
-  crc_ = crc32(crc_, bth_onward.subspan(kBthBytes));
+  if (!src.empty()) std::memcpy(dst.data(), src.data(), src.size());
+  return crc32(crc, src);
 }
 
-std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce) {
-  return IcrcAccumulator(ip_udp, roce).value();
-}
+IcrcAccumulator::IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward)
+    : crc_(icrc_of(ip_udp, bth_onward)) {}
+
+std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce) { return icrc_of(ip_udp, roce); }
 
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
   if (roce_with_icrc.size() < kBthBytes + kIcrcBytes) return false;

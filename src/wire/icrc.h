@@ -10,6 +10,10 @@
 // `ip_udp` is always the IP header (20 bytes for IPv4, which uroce requires without options, or 40
 // for IPv6; the version is read from the first nibble) immediately followed by the 8-byte UDP
 // header. Nothing here allocates.
+//
+// Where the CPU has AVX-512 and VPCLMULQDQ the CRC runs in wire/crc32_fold.h's kernel, which masks
+// the variant header fields as it reads them when the IP header and the BTH are contiguous in
+// memory (as in any received or built frame); elsewhere ISA-L's crc32_gzip_refl.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,11 @@ namespace uroce::wire {
 // Plain CRC-32 as zlib's crc32(): pass 0 to start, the previous result to continue.
 std::uint32_t crc32(std::uint32_t crc, ConstBytes data);
 
+// Copies `src` to the start of `dst` (at least as large; the two must not overlap) and returns
+// crc32(crc, src), in one pass over the bytes where the CPU has AVX-512 and VPCLMULQDQ (memcpy and
+// then crc32() elsewhere). For a send path that copies the payload into the packet anyway.
+std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src);
+
 // Incremental ICRC, for packets whose payload is gathered from several buffers.
 class IcrcAccumulator {
  public:
@@ -28,6 +37,8 @@ class IcrcAccumulator {
   // `bth_onward`) followed by the rest of `bth_onward`.
   IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward);
   void update(ConstBytes data) { crc_ = crc32(crc_, data); }
+  // Copies `src` to the start of `dst` as copy_and_crc32() does and feeds it.
+  void copy_and_update(MutBytes dst, ConstBytes src) { crc_ = copy_and_crc32(crc_, dst, src); }
   std::uint32_t value() const { return crc_; }
 
  private:

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
 #include "support/golden.h"
 #include "wire/builder.h"
+#include "wire/crc32_fold.h"
 #include "wire/packet.h"
 
 namespace uroce::wire {
@@ -141,6 +143,65 @@ TEST(Icrc, AccumulatorOverGatheredPiecesEqualsOnePass) {
   acc.update(roce.subspan(312, 700));
   EXPECT_EQ(acc.value(), load_le32(roce, roce.size() - 4));
 }
+
+// icrc_compute and IcrcAccumulator with the VPCLMULQDQ kernel (false) and with ISA-L (true), on
+// headers contiguous with the BTH (one masked pass) and in a separate buffer (gathered header).
+class IcrcPaths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!GetParam() && !crc32_fold::available()) GTEST_SKIP() << "no AVX-512 VPCLMULQDQ kernel";
+    crc32_fold::set_disabled_for_testing(GetParam());
+  }
+  void TearDown() override { crc32_fold::set_disabled_for_testing(false); }
+};
+
+TEST_P(IcrcPaths, ContiguousAndSeparateHeadersMatchTheReference) {
+  std::mt19937 rng(4791);
+  for (int iter = 0; iter < 600; ++iter) {
+    const bool v6 = iter % 2 == 1;
+    const std::size_t ip_udp_len = (v6 ? 40 : 20) + 8;
+    // Short packets first (a header-only total below the kernel's 64-byte block), then any.
+    const std::size_t roce_len =
+        12 + (iter < 200 ? static_cast<std::size_t>(iter / 2) : rng() % 5000);
+    std::vector<std::byte> frame(ip_udp_len + roce_len);
+    for (auto& b : frame) b = static_cast<std::byte>(rng());
+    frame[0] = static_cast<std::byte>((v6 ? 0x60 : 0x40) | (rng() & 0xf));
+    const ConstBytes ip_udp = ConstBytes(frame).first(ip_udp_len);
+    const ConstBytes roce = ConstBytes(frame).subspan(ip_udp_len);
+    const std::uint32_t want = reference_icrc(ip_udp, roce);
+    ASSERT_EQ(icrc_compute(ip_udp, roce), want) << "iteration " << iter;
+    const std::vector<std::byte> ip_udp_copy(ip_udp.begin(), ip_udp.end());
+    ASSERT_EQ(icrc_compute(ip_udp_copy, roce), want) << "iteration " << iter;
+    const std::vector<std::byte> roce_copy(roce.begin(), roce.end());
+    ASSERT_EQ(icrc_compute(ip_udp, roce_copy), want) << "iteration " << iter;
+  }
+}
+
+TEST_P(IcrcPaths, AccumulatorCopyAndUpdateBuildsThePacketAndItsIcrc) {
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 200; ++iter) {
+    const std::size_t ip_udp_len = 28;
+    const std::size_t hdr_len = 12 + 16;  // BTH and RETH
+    std::vector<std::byte> payload(rng() % 4200);
+    for (auto& b : payload) b = static_cast<std::byte>(rng());
+    std::vector<std::byte> frame(ip_udp_len + hdr_len + payload.size());
+    for (std::size_t i = 0; i < ip_udp_len + hdr_len; ++i) frame[i] = static_cast<std::byte>(rng());
+    frame[0] = std::byte{0x45};
+    const ConstBytes ip_udp = ConstBytes(frame).first(ip_udp_len);
+    IcrcAccumulator acc(ip_udp, ConstBytes(frame).subspan(ip_udp_len, hdr_len));
+    // The payload arrives in two pieces and is copied into the packet as it is fed.
+    const std::size_t cut = payload.empty() ? 0 : rng() % payload.size();
+    const MutBytes out = MutBytes(frame).subspan(ip_udp_len + hdr_len);
+    acc.copy_and_update(out, ConstBytes(payload).first(cut));
+    acc.copy_and_update(out.subspan(cut), ConstBytes(payload).subspan(cut));
+    ASSERT_TRUE(std::equal(payload.begin(), payload.end(), out.begin()));
+    ASSERT_EQ(acc.value(), reference_icrc(ip_udp, ConstBytes(frame).subspan(ip_udp_len)))
+        << "iteration " << iter;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelAndIsal, IcrcPaths, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Isal" : "Kernel"; });
 
 TEST(Icrc, VerifyRejectsTooShortInput) {
   const std::vector<std::byte> ip_udp(28, std::byte{0x45});
