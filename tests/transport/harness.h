@@ -3,6 +3,7 @@
 // headers and ICRC built, then parsed), so what a test sees is what the wire would carry.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -118,6 +119,25 @@ class Pair {
   std::vector<Frame> wire_;  // kept sorted by arrival time (stable)
   void enqueue(Frame f);
 };
+
+// Test data: a byte pattern that differs for each seed and each position.
+inline std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(seed + i * 13 + (i >> 8));
+  return v;
+}
+inline void fill(Endpoint& e, std::size_t off, std::size_t n, std::uint8_t seed) {
+  const auto p = pattern(n, seed);
+  std::copy(p.begin(), p.end(), e.buf.begin() + static_cast<std::ptrdiff_t>(off));
+}
+inline std::vector<std::byte> slice(const Endpoint& e, std::size_t off, std::size_t n) {
+  const auto b = e.buf.begin() + static_cast<std::ptrdiff_t>(off);
+  return {b, b + static_cast<std::ptrdiff_t>(n)};
+}
+// An SGE over the endpoint's registered buffer.
+inline Sge sge(const Endpoint& e, std::size_t off, std::uint32_t len) {
+  return Sge{e.addr() + off, len, e.key};
+}
 
 // Builds a request/response frame as a peer would (for crafted-packet tests).
 std::vector<std::byte> craft(const wire::IpAddress& src, const wire::IpAddress& dst,

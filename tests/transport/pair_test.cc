@@ -15,16 +15,8 @@ namespace {
 
 using transport::SendRequest;
 
-void fill(Endpoint& e, std::size_t off, std::size_t n, std::uint8_t seed) {
-  for (std::size_t i = 0; i < n; ++i) e.buf[off + i] = static_cast<std::byte>(seed + i * 7);
-}
-
 bool same(const Endpoint& x, std::size_t xoff, const Endpoint& y, std::size_t yoff, std::size_t n) {
   return std::memcmp(x.buf.data() + xoff, y.buf.data() + yoff, n) == 0;
-}
-
-Sge sge(const Endpoint& e, std::size_t off, std::uint32_t len) {
-  return Sge{e.addr() + off, len, e.key};
 }
 
 SendRequest send_req(std::uint64_t id, WrOpcode op, const Sge* s, std::size_t n) {

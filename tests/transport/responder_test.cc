@@ -17,12 +17,6 @@ using Bytes = std::vector<std::byte>;
 
 constexpr std::uint32_t kEpsn = 0x5000;  // Solo's rq_psn
 
-Bytes pattern(std::size_t n, std::uint8_t seed) {
-  Bytes b(n);
-  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>(seed + i * 13);
-  return b;
-}
-
 void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
   const Sge sge{s.va(off), len, s.e.key};
   ASSERT_EQ(s.e.qp->post_recv(id, std::span(&sge, 1)), Errc::kOk);

@@ -19,26 +19,6 @@ namespace {
 using transport::SendRequest;
 using wire::Opcode;
 
-std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
-  std::vector<std::byte> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(seed + i * 7 + (i >> 8));
-  return v;
-}
-
-void fill(Endpoint& e, std::size_t off, std::size_t n, std::uint8_t seed) {
-  const auto p = pattern(n, seed);
-  std::copy(p.begin(), p.end(), e.buf.begin() + static_cast<std::ptrdiff_t>(off));
-}
-
-std::vector<std::byte> slice(const Endpoint& e, std::size_t off, std::size_t n) {
-  const auto b = e.buf.begin() + static_cast<std::ptrdiff_t>(off);
-  return {b, b + static_cast<std::ptrdiff_t>(n)};
-}
-
-Sge sge(const Endpoint& e, std::size_t off, std::uint32_t len) {
-  return Sge{e.addr() + off, len, e.key};
-}
-
 SendRequest send_req(std::uint64_t id, WrOpcode op, const Sge& s,
                      std::uint32_t flags = kSendSignaled) {
   SendRequest r;
