@@ -1,0 +1,232 @@
+#include "datapath/udp.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "wire/icrc.h"
+
+namespace uroce::datapath {
+
+namespace {
+
+std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage& ss,
+                 socklen_t& len) {
+  std::memset(&ss, 0, sizeof ss);
+  if (ip.v6) {
+    auto* sa = reinterpret_cast<sockaddr_in6*>(&ss);
+    sa->sin6_family = AF_INET6;
+    sa->sin6_port = htons(port);
+    std::memcpy(&sa->sin6_addr, ip.bytes.data(), 16);
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* sa = reinterpret_cast<sockaddr_in*>(&ss);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons(port);
+    std::memcpy(&sa->sin_addr, ip.bytes.data(), 4);
+    len = sizeof(sockaddr_in);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
+  const bool v6 = options.local.v6;
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Err{errno_text("socket")};
+  auto fail = [fd](const char* what) {
+    std::string msg = errno_text(what);
+    ::close(fd);
+    return msg;
+  };
+  int on = 1;
+  if (v6) {
+    // DF on every datagram; no fragmentation (roce-facts.md).
+    int pmtu = IPV6_PMTUDISC_DO;
+    if (::setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0 ||
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on) != 0 ||
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &on, sizeof on) != 0) {
+      return Err{fail("setsockopt")};
+    }
+  } else {
+    // Unconnected, IP_PMTUDISC_DO: the kernel sends DF=1 and identification 0.
+    int pmtu = IP_PMTUDISC_DO;
+    if (::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
+        ::setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on) != 0 ||
+        ::setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &on, sizeof on) != 0) {
+      return Err{fail("setsockopt")};
+    }
+  }
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  to_sockaddr(options.local, options.port, ss, len);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    char addr[INET6_ADDRSTRLEN] = {};
+    ::inet_ntop(v6 ? AF_INET6 : AF_INET, options.local.bytes.data(), addr, sizeof addr);
+    const std::string msg = "cannot bind " + std::string(addr) + " port " +
+                            std::to_string(options.port) + ": " + std::strerror(errno);
+    ::close(fd);
+    return Err{msg};
+  }
+  return std::unique_ptr<UdpDatapath>(new UdpDatapath(fd, options.local, options.port));
+}
+
+UdpDatapath::UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t port)
+    : fd_(fd), local_(local), port_(port) {}
+
+UdpDatapath::~UdpDatapath() { ::close(fd_); }
+
+std::size_t UdpDatapath::synth_ip_udp(std::span<std::byte, 48> out, const wire::IpAddress& src,
+                                      const wire::IpAddress& dst, std::uint16_t sport,
+                                      std::uint16_t dport, std::size_t udp_payload_bytes,
+                                      std::uint16_t ipv4_id) const {
+  const std::size_t udp_len = wire::kUdpBytes + udp_payload_bytes;
+  const MutBytes b(out);
+  std::size_t ip_len = 0;
+  if (dst.v6) {
+    wire::Ipv6 ip;
+    ip.payload_length = static_cast<std::uint16_t>(udp_len);
+    ip.src = src;
+    ip.dst = dst;
+    wire::encode_ipv6(b, ip);
+    ip_len = wire::kIpv6Bytes;
+  } else {
+    wire::Ipv4 ip;
+    ip.total_length = static_cast<std::uint16_t>(wire::kIpv4Bytes + udp_len);
+    ip.identification = ipv4_id;
+    ip.src = src;
+    ip.dst = dst;
+    wire::encode_ipv4(b, ip, false);  // the checksum is masked in the ICRC
+    ip_len = wire::kIpv4Bytes;
+  }
+  wire::encode_udp(b.subspan(ip_len),
+                   wire::Udp{sport, dport, static_cast<std::uint16_t>(udp_len), 0});
+  return ip_len + wire::kUdpBytes;
+}
+
+bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transport_headers,
+                       std::span<const ConstBytes> payload) {
+  std::size_t payload_bytes = 0;
+  for (ConstBytes p : payload) payload_bytes += p.size();
+  const std::size_t pad = wire::pad_for(payload_bytes);
+  const std::size_t roce = transport_headers.size() + payload_bytes + pad + wire::kIcrcBytes;
+  std::array<std::byte, 48> ip_udp;
+  const std::size_t n = synth_ip_udp(ip_udp, local_, o.dst, port_, o.dst_port, roce, /*ipv4_id=*/0);
+  wire::IcrcAccumulator acc(ConstBytes(ip_udp).first(n), transport_headers);
+  for (ConstBytes p : payload) acc.update(p);
+  std::array<std::byte, 8> tail{};  // pad, then the ICRC, least significant byte first
+  acc.update(ConstBytes(tail).first(pad));
+  store_le32(tail, pad, acc.value());
+
+  std::array<iovec, 2 + kMaxPieces> iov;
+  std::size_t k = 0;
+  iov[k++] = iovec{const_cast<std::byte*>(transport_headers.data()), transport_headers.size()};
+  for (ConstBytes p : payload) {
+    if (p.empty()) continue;
+    if (k + 1 >= iov.size()) return false;  // more pieces than an SGE list can have
+    iov[k++] = iovec{const_cast<std::byte*>(p.data()), p.size()};
+  }
+  iov[k++] = iovec{tail.data(), pad + wire::kIcrcBytes};
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  to_sockaddr(o.dst, o.dst_port, ss, len);
+  msghdr msg{};
+  msg.msg_name = &ss;
+  msg.msg_namelen = len;
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = k;
+  const ssize_t sent = ::sendmsg(fd_, &msg, 0);
+  if (sent < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return false;
+    ++counters_.tx_errors;  // unreachable peer, ...: the packet is lost, as on a wire
+    return true;
+  }
+  ++counters_.tx_packets;
+  counters_.tx_bytes += static_cast<std::uint64_t>(sent);
+  return true;
+}
+
+std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
+  std::size_t count = 0;
+  for (; count < max; ++count) {
+    sockaddr_storage from{};
+    iovec iov{rx_buf_.data(), rx_buf_.size()};
+    alignas(cmsghdr) std::array<std::byte, 256> control{};
+    msghdr msg{};
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof from;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    const ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    if (got < 0) break;  // EAGAIN: nothing more (other errors: try again next time)
+    ++counters_.rx_packets;
+    counters_.rx_bytes += static_cast<std::uint64_t>(got);
+    RxMeta meta;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      int v = 0;
+      if ((c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_TTL))) {
+        // IP_TOS arrives as one byte, IP_TTL as an int.
+        if (c->cmsg_type == IP_TOS) {
+          meta.tos = *reinterpret_cast<const std::uint8_t*>(CMSG_DATA(c));
+        } else {
+          std::memcpy(&v, CMSG_DATA(c), sizeof v);
+          meta.ttl = static_cast<std::uint8_t>(v);
+        }
+      } else if (c->cmsg_level == IPPROTO_IPV6 &&
+                 (c->cmsg_type == IPV6_TCLASS || c->cmsg_type == IPV6_HOPLIMIT)) {
+        std::memcpy(&v, CMSG_DATA(c), sizeof v);
+        (c->cmsg_type == IPV6_TCLASS ? meta.tos : meta.ttl) = static_cast<std::uint8_t>(v);
+      }
+    }
+    if (from.ss_family == AF_INET6) {
+      const auto* sa = reinterpret_cast<const sockaddr_in6*>(&from);
+      meta.src.v6 = true;
+      std::memcpy(meta.src.bytes.data(), &sa->sin6_addr, 16);
+      meta.src_port = ntohs(sa->sin6_port);
+    } else {
+      const auto* sa = reinterpret_cast<const sockaddr_in*>(&from);
+      std::memcpy(meta.src.bytes.data(), &sa->sin_addr, 4);
+      meta.src_port = ntohs(sa->sin_port);
+    }
+    const ConstBytes roce = ConstBytes(rx_buf_).first(static_cast<std::size_t>(got));
+    auto pkt = wire::parse_roce(roce);
+    if (!pkt.ok()) {
+      ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
+      continue;
+    }
+    std::array<std::byte, 48> ip_udp;
+    const std::size_t n =
+        synth_ip_udp(ip_udp, meta.src, local_, meta.src_port, port_, roce.size(), 0);
+    meta.icrc_verified = wire::icrc_verify(ConstBytes(ip_udp).first(n), roce);
+    if (!meta.icrc_verified) {
+      if (local_.v6) {
+        ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+        continue;
+      }
+      ++counters_.rx_icrc_unverified;  // IPv4: the sender's identification is unknown here
+    }
+    // The header as the sender's kernel wrote it, for a UD receive's GRH area: TOS and TTL as
+    // received, identification unknown (0).
+    if (!local_.v6) {
+      store_u8(MutBytes(ip_udp), 1, meta.tos);
+      store_u8(MutBytes(ip_udp), 8, meta.ttl);
+      store_be16(MutBytes(ip_udp), 6, 0x4000);
+      store_be16(MutBytes(ip_udp), 10, wire::ipv4_header_checksum(ConstBytes(ip_udp).first(20)));
+    }
+    meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+    handler(pkt.value(), meta);
+  }
+  return count;
+}
+
+}  // namespace uroce::datapath

@@ -1,0 +1,91 @@
+// datapath/udp: RoCEv2 over an ordinary UDP socket, the default datapath (no root needed).
+//
+// One socket bound to the device's local address and port 4791 (IPv4 or IPv6). The kernel
+// builds the IP and UDP headers; uroce computes the ICRC over the headers the kernel will write
+// (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
+// TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
+// straight from registered memory (sendmsg with an iovec per piece): no copy on the send side.
+//
+// On receive the ICRC is verified wherever the exact headers are known: always for IPv6; for
+// IPv4 only when the sender used identification 0 (uroce does, rxe does not). An IPv4 packet
+// whose ICRC does not match with identification 0 cannot be judged: it is accepted and counted
+// as unverified (the UDP checksum, when the sender set one, still protects it).
+//
+// Not thread-safe: one engine thread owns a UdpDatapath.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/result.h"
+#include "datapath/datapath.h"
+#include "wire/ip.h"
+#include "wire/packet.h"
+
+namespace uroce::datapath {
+
+struct UdpOptions {
+  wire::IpAddress local;
+  std::uint16_t port = wire::kRoceV2Port;
+};
+
+// What the receiver knows of a datagram's outer headers.
+struct RxMeta {
+  wire::IpAddress src;
+  std::uint16_t src_port = 0;
+  std::uint8_t tos = 0;  // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
+  std::uint8_t ttl = 0;
+  bool icrc_verified = false;
+  ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
+                         // valid during the handler call only
+};
+
+struct UdpCounters {
+  std::uint64_t tx_packets = 0;
+  std::uint64_t tx_bytes = 0;
+  std::uint64_t tx_errors = 0;  // sendmsg failures other than EAGAIN
+  std::uint64_t rx_packets = 0;
+  std::uint64_t rx_bytes = 0;
+  std::uint64_t rx_icrc_unverified = 0;  // IPv4 from senders with a nonzero identification
+  std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
+};
+
+class UdpDatapath final : public Datapath {
+ public:
+  static constexpr std::size_t kMaxPieces = 64;  // payload pieces per packet (SGEs)
+  // A clear message on failure (address not local, port in use, ...).
+  static Result<std::unique_ptr<UdpDatapath>, std::string> open(const UdpOptions& options);
+  ~UdpDatapath() override;
+  UdpDatapath(const UdpDatapath&) = delete;
+  UdpDatapath& operator=(const UdpDatapath&) = delete;
+
+  int fd() const { return fd_; }
+  std::uint16_t port() const { return port_; }
+  const UdpCounters& counters() const { return counters_; }
+
+  bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
+            std::span<const ConstBytes> payload) override;
+
+  using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
+  // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many were
+  // read (valid or not).
+  std::size_t receive(std::size_t max, const RxHandler& handler);
+
+ private:
+  UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t port);
+  // The IP and UDP headers the kernel puts on a datagram (ICRC input).
+  std::size_t synth_ip_udp(std::span<std::byte, 48> out, const wire::IpAddress& src,
+                           const wire::IpAddress& dst, std::uint16_t sport, std::uint16_t dport,
+                           std::size_t udp_payload_bytes, std::uint16_t ipv4_id) const;
+
+  int fd_;
+  wire::IpAddress local_;
+  std::uint16_t port_;
+  UdpCounters counters_;
+  std::array<std::byte, 65536> rx_buf_;
+};
+
+}  // namespace uroce::datapath
