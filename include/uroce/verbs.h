@@ -275,6 +275,14 @@ class CompletionEventHandler {
   virtual void cq_event(CqHandle cq, std::uint64_t channel) = 0;
 };
 
+// Told when post_send() queued work on a QP, so that the progress engine transmits it (what a
+// NIC's doorbell does). Called from inside post_send(); must not call back into the Device.
+class DoorbellHandler {
+ public:
+  virtual ~DoorbellHandler() = default;
+  virtual void doorbell(std::uint32_t qpn) = 0;
+};
+
 // ---- the device ----
 
 class Device {
@@ -318,6 +326,7 @@ class Device {
   // one) calls the CompletionEventHandler.
   Errc req_notify_cq(CqHandle cq, bool solicited_only);
   void set_completion_event_handler(CompletionEventHandler* handler);
+  void set_doorbell_handler(DoorbellHandler* handler);
 
   // Shared receive queues. srq_limit is ignored at creation (as libibverbs documents); arm it
   // with modify_srq(kSrqLimit). Resizing (kSrqMaxWr) is not supported.

@@ -228,4 +228,6 @@ void Device::set_completion_event_handler(CompletionEventHandler* handler) {
   s_->comp_handler = handler;
 }
 
+void Device::set_doorbell_handler(DoorbellHandler* handler) { s_->doorbell_handler = handler; }
+
 }  // namespace uroce

@@ -161,6 +161,7 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   BoundedRing<AsyncEvent> events;
   std::uint64_t events_dropped = 0;
   CompletionEventHandler* comp_handler = nullptr;
+  DoorbellHandler* doorbell_handler = nullptr;
 
   // Declared children last: destroyed first (QPs before the CQs and SRQs they point to).
   HandleTable<PdObj> pds{kMaxPd};

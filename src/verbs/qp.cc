@@ -258,6 +258,16 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
   };
   if (q == nullptr)
     return wrs.empty() ? Errc::kInvalidArgument : fail(wrs[0], Errc::kInvalidArgument);
+  // The engine learns that this QP has work (like a NIC's doorbell), also when a later WR of
+  // the batch fails: the ones before it are posted.
+  struct Doorbell {
+    DoorbellHandler* handler;
+    std::uint32_t qpn;
+    bool rang = false;
+    ~Doorbell() {
+      if (rang && handler != nullptr) handler->doorbell(qpn);
+    }
+  } doorbell{s.doorbell_handler, q->qp->qpn()};
   for (const SendWr& wr : wrs) {
     transport::SendRequest r;
     r.wr_id = wr.wr_id;
@@ -304,6 +314,7 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
     }
     const Errc e = q->qp->post_send(r);
     if (e != Errc::kOk) return fail(wr, e);
+    doorbell.rang = true;
   }
   return Errc::kOk;
 }
