@@ -35,6 +35,11 @@ void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage
   }
 }
 
+std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
+  const std::size_t at = ip.v6 ? 12 : 0;
+  return {0x02, 0x00, ip.bytes[at], ip.bytes[at + 1], ip.bytes[at + 2], ip.bytes[at + 3]};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
@@ -143,6 +148,19 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   msg.msg_namelen = len;
   msg.msg_iov = iov.data();
   msg.msg_iovlen = k;
+  // DSCP and ECN from the QP's traffic class, per packet (rxe: the address vector's
+  // traffic_class becomes the IPv4 TOS byte / IPv6 traffic class).
+  alignas(cmsghdr) std::array<std::byte, CMSG_SPACE(sizeof(int))> control{};
+  if (o.traffic_class != 0) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = o.dst.v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+    c->cmsg_type = o.dst.v6 ? IPV6_TCLASS : IP_TOS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    const int tos = o.traffic_class;
+    std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+  }
   const ssize_t sent = ::sendmsg(fd_, &msg, 0);
   if (sent < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return false;
@@ -151,6 +169,17 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   }
   ++counters_.tx_packets;
   counters_.tx_bytes += static_cast<std::uint64_t>(sent);
+  if (tap_) {
+    wire::OuterHeaders f = o;
+    f.src = local_;
+    f.src_port = port_;
+    f.ipv4_id = 0;
+    f.src_mac = mac_of(local_);
+    f.dst_mac = mac_of(o.dst);
+    tap_buf_.resize(roce + 128);
+    tap_buf_.resize(wire::build_frame_gather(tap_buf_, f, transport_headers, payload));
+    tap_(tap_buf_, true);
+  }
   return true;
 }
 
@@ -224,6 +253,17 @@ std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
       store_be16(MutBytes(ip_udp), 10, wire::ipv4_header_checksum(ConstBytes(ip_udp).first(20)));
     }
     meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+    if (tap_) {
+      tap_buf_.resize(wire::kEthernetBytes + n + roce.size());
+      wire::encode_ethernet(
+          tap_buf_, wire::Ethernet{mac_of(local_), mac_of(meta.src),
+                                   local_.v6 ? wire::kEtherTypeIpv6 : wire::kEtherTypeIpv4});
+      std::copy(ip_udp.begin(), ip_udp.begin() + static_cast<std::ptrdiff_t>(n),
+                tap_buf_.begin() + wire::kEthernetBytes);
+      std::copy(roce.begin(), roce.end(),
+                tap_buf_.begin() + static_cast<std::ptrdiff_t>(wire::kEthernetBytes + n));
+      tap_(tap_buf_, false);
+    }
     handler(pkt.value(), meta);
   }
   return count;

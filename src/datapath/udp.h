@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "datapath/datapath.h"
@@ -69,6 +70,12 @@ class UdpDatapath final : public Datapath {
   bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
             std::span<const ConstBytes> payload) override;
 
+  // Capture: every packet sent and received, as the Ethernet frame it was (reconstructed: the
+  // kernel builds the real headers; MACs are 02:00 followed by the IPv4 address or the last 4
+  // bytes of the IPv6 one; a received IPv4 packet's identification is unknown and shown as 0).
+  using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
+  void set_tap(FrameTap tap) { tap_ = std::move(tap); }
+
   using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
   // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many were
   // read (valid or not).
@@ -85,6 +92,8 @@ class UdpDatapath final : public Datapath {
   wire::IpAddress local_;
   std::uint16_t port_;
   UdpCounters counters_;
+  FrameTap tap_;
+  std::vector<std::byte> tap_buf_;
   std::array<std::byte, 65536> rx_buf_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace uroce::engine {
 
@@ -14,7 +15,8 @@ Instant UdpDevice::now() {
 }
 
 Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConfig& config,
-                                                                std::uint16_t port) {
+                                                                std::uint16_t port,
+                                                                const std::string& capture_path) {
   auto dev = Device::create(config);
   if (!dev.ok()) return Err{std::string("invalid device configuration: ") + errc_name(dev.error())};
   auto dp = datapath::UdpDatapath::open(datapath::UdpOptions{config.ip, port});
@@ -24,11 +26,28 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->dp_ = std::move(dp.value());
   d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
   d->device_->set_doorbell_handler(d.get());
+  std::string path = capture_path;
+  if (path.empty()) {
+    if (const char* env = std::getenv("UROCE_PCAP")) path = env;
+  }
+  if (!path.empty()) {
+    auto w = capture::PcapWriter::open(path);
+    if (!w.ok()) return Err{"capture: " + w.error()};
+    d->capture_ = std::make_unique<capture::PcapWriter>(std::move(w.value()));
+    capture::PcapWriter* writer = d->capture_.get();
+    d->dp_->set_tap([writer](ConstBytes frame, bool) {
+      // Wall-clock timestamps, so that captures of two processes line up.
+      const auto t = std::chrono::system_clock::now().time_since_epoch();
+      writer->write(frame, std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
+    });
+  }
   return d;
 }
 
 UdpDevice::~UdpDevice() {
   if (device_) device_->set_doorbell_handler(nullptr);
+  if (dp_) dp_->set_tap(nullptr);
+  if (capture_) capture_->flush();
 }
 
 bool UdpDevice::progress() {

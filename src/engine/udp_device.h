@@ -15,6 +15,7 @@
 
 #include "base/result.h"
 #include "base/time.h"
+#include "capture/pcap_file.h"
 #include "datapath/udp.h"
 #include "engine/engine.h"
 #include "uroce/verbs.h"
@@ -23,8 +24,12 @@ namespace uroce::engine {
 
 class UdpDevice final : public QpDirectory, public DoorbellHandler {
  public:
+  // `capture_path`: write every packet sent and received to this pcap file (readable by
+  // Wireshark and `uroce pcap check`); when empty, the environment variable UROCE_PCAP names
+  // the file, if set.
   static Result<std::unique_ptr<UdpDevice>, std::string> open(
-      const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port);
+      const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port,
+      const std::string& capture_path = "");
   ~UdpDevice() override;
 
   Device& device() { return *device_; }
@@ -49,6 +54,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler {
   std::unique_ptr<Device> device_;
   std::unique_ptr<datapath::UdpDatapath> dp_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<capture::PcapWriter> capture_;
 };
 
 }  // namespace uroce::engine

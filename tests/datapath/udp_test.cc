@@ -67,7 +67,7 @@ wire::TransportHeaders send_only(std::size_t payload) {
 }
 
 void send_gathered(UdpDatapath& from, const wire::IpAddress& to, std::uint16_t port,
-                   const Bytes& data) {
+                   const Bytes& data, std::uint8_t traffic_class = 0) {
   std::array<std::byte, 64> hdr{};
   const std::size_t n = wire::write_headers(hdr, send_only(data.size()), data.size());
   // Three pieces, as from three SGEs.
@@ -78,6 +78,7 @@ void send_gathered(UdpDatapath& from, const wire::IpAddress& to, std::uint16_t p
   wire::OuterHeaders o;
   o.dst = to;
   o.dst_port = port;
+  o.traffic_class = traffic_class;
   ASSERT_TRUE(from.send(Instant{}, o, ConstBytes(hdr).first(n), pieces));
 }
 
@@ -186,6 +187,21 @@ TEST(UdpDatapath, GarbageAndBadIcrcAreCountedDrops) {
   EXPECT_EQ(handled, 0u);
   EXPECT_EQ(v6.value()->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)],
             2u);
+}
+
+TEST(UdpDatapath, TrafficClassBecomesTheTosByte) {
+  auto a = UdpDatapath::open({v4("127.0.0.65"), 4791});
+  auto b = UdpDatapath::open({v4("127.0.0.66"), 4791});
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  // DSCP 26 (AF31) with ECT(0), as a RoCE traffic class would carry.
+  send_gathered(*a.value(), v4("127.0.0.66"), 4791, data_of(64), (26 << 2) | 2);
+  const auto got = receive_all(*b.value(), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].meta.tos, (26 << 2) | 2);
+  EXPECT_TRUE(got[0].meta.icrc_verified);  // TOS is masked in the ICRC
+  ASSERT_EQ(got[0].ip_header.size(), 20u);
+  EXPECT_EQ(static_cast<int>(got[0].ip_header[1]), (26 << 2) | 2);
 }
 
 TEST(UdpDatapath, PortInUseIsAClearError) {

@@ -5,7 +5,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 namespace uroce::engine {
@@ -37,10 +41,10 @@ struct Side {
   }
 };
 
-void make_side(Side& s, const char* ip) {
+void make_side(Side& s, const char* ip, const std::string& capture = "") {
   DeviceConfig cfg;
   cfg.ip = v4(ip);
-  auto d = UdpDevice::open(cfg);
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, capture);
   ASSERT_TRUE(d.ok()) << d.error();
   s.dev = std::move(d.value());
   Device& dev = s.dev->device();
@@ -107,10 +111,17 @@ std::vector<Wc> run_until(Side& a, Side& b, std::size_t n) {
   return got;
 }
 
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("uroce_udp_device_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
 TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   Side a, b;
-  make_side(a, "127.0.0.71");
-  make_side(b, "127.0.0.72");
+  const std::string cap_a = temp_path("a.pcap"), cap_b = temp_path("b.pcap");
+  make_side(a, "127.0.0.71", cap_a);
+  make_side(b, "127.0.0.72", cap_b);
   connect(a, b, "127.0.0.72");
   connect(b, a, "127.0.0.71");
   for (std::size_t i = 0; i < 10000; ++i) a.buf[i] = static_cast<std::byte>(i * 7 + 1);
@@ -172,6 +183,23 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   EXPECT_EQ(b.dev->datapath().counters().rx_icrc_unverified, 0u);
   EXPECT_EQ(a.dev->datapath().counters().rx_icrc_unverified, 0u);
   EXPECT_EQ(a.dev->engine().counters().rx_unknown_qpn, 0u);
+  // Both captures hold every packet sent and received, and every one is a valid RoCEv2 packet.
+  const std::uint64_t sent_a = a.dev->datapath().counters().tx_packets;
+  const std::uint64_t received_a = a.dev->datapath().counters().rx_packets;
+  a.dev.reset();
+  b.dev.reset();
+  auto r = capture::PcapReader::open(cap_a);
+  ASSERT_TRUE(r.ok()) << r.error();
+  capture::PcapRecord rec;
+  std::uint64_t frames = 0;
+  while (r->next(rec).value()) {
+    ++frames;
+    auto f = wire::parse_frame(wire::LinkType::kEthernet, rec.data);
+    EXPECT_TRUE(f.ok()) << "frame " << rec.index << ": " << wire::drop_reason_name(f.error());
+  }
+  EXPECT_EQ(frames, sent_a + received_a);
+  std::filesystem::remove(cap_a);
+  std::filesystem::remove(cap_b);
 }
 
 TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
