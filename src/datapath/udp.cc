@@ -1,7 +1,10 @@
 #include "datapath/udp.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -41,6 +44,34 @@ std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
 }
 
 }  // namespace
+
+Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return Err{errno_text("getifaddrs")};
+  std::string name;
+  for (ifaddrs* i = list; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (!local.v6 && i->ifa_addr->sa_family == AF_INET) {
+      const auto* sa = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      if (std::memcmp(&sa->sin_addr, local.bytes.data(), 4) == 0) name = i->ifa_name;
+    } else if (local.v6 && i->ifa_addr->sa_family == AF_INET6) {
+      const auto* sa = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      if (std::memcmp(&sa->sin6_addr, local.bytes.data(), 16) == 0) name = i->ifa_name;
+    }
+  }
+  ::freeifaddrs(list);
+  // 127.0.0.0/8 is all loopback, though only 127.0.0.1 is listed as an address of lo.
+  if (name.empty() && !local.v6 && local.bytes[0] == 127) name = "lo";
+  if (name.empty()) return Err{std::string("no network interface has this address")};
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Err{errno_text("socket")};
+  ifreq req{};
+  std::strncpy(req.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  const int rc = ::ioctl(fd, SIOCGIFMTU, &req);
+  ::close(fd);
+  if (rc != 0) return Err{errno_text("SIOCGIFMTU")};
+  return static_cast<std::uint32_t>(req.ifr_mtu);
+}
 
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
   const bool v6 = options.local.v6;

@@ -54,6 +54,10 @@ struct UdpCounters {
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
 };
 
+// The MTU of the network interface that holds `local` (SIOCGIFMTU), or an error message when no
+// interface has that address.
+Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
+
 class UdpDatapath final : public Datapath {
  public:
   static constexpr std::size_t kMaxPieces = 64;  // payload pieces per packet (SGEs)

@@ -17,7 +17,13 @@ Instant UdpDevice::now() {
 Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConfig& config,
                                                                 std::uint16_t port,
                                                                 const std::string& capture_path) {
-  auto dev = Device::create(config);
+  DeviceConfig cfg = config;
+  if (cfg.netdev_mtu == 0) {
+    auto mtu = datapath::interface_mtu(cfg.ip);
+    if (!mtu.ok()) return Err{"cannot find the interface MTU: " + mtu.error()};
+    cfg.netdev_mtu = mtu.value();
+  }
+  auto dev = Device::create(cfg);
   if (!dev.ok()) return Err{std::string("invalid device configuration: ") + errc_name(dev.error())};
   auto dp = datapath::UdpDatapath::open(datapath::UdpOptions{config.ip, port});
   if (!dp.ok()) return Err{dp.error()};

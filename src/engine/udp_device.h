@@ -24,6 +24,8 @@ namespace uroce::engine {
 
 class UdpDevice final : public QpDirectory, public DoorbellHandler {
  public:
+  // config.netdev_mtu 0 means "the MTU of the interface that holds config.ip": the port MTU
+  // then follows as rxe derives it (largest power of two <= MTU - 80, at most 4096).
   // `capture_path`: write every packet sent and received to this pcap file (readable by
   // Wireshark and `uroce pcap check`); when empty, the environment variable UROCE_PCAP names
   // the file, if set.

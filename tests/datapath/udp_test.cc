@@ -204,6 +204,17 @@ TEST(UdpDatapath, TrafficClassBecomesTheTosByte) {
   EXPECT_EQ(static_cast<int>(got[0].ip_header[1]), (26 << 2) | 2);
 }
 
+TEST(UdpDatapath, InterfaceMtuOfLoopback) {
+  // lo has a 64 KiB MTU (65536 on Linux); every 127/8 address is on it.
+  auto a = interface_mtu(v4("127.0.0.1"));
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_GE(a.value(), 16384u);
+  auto b = interface_mtu(v4("127.0.0.99"));
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_EQ(b.value(), a.value());
+  EXPECT_FALSE(interface_mtu(v4("192.0.2.1")).ok());  // on no interface here
+}
+
 TEST(UdpDatapath, PortInUseIsAClearError) {
   auto a = UdpDatapath::open({v4("127.0.0.64"), 4791});
   ASSERT_TRUE(a.ok()) << a.error();

@@ -202,6 +202,20 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   std::filesystem::remove(cap_b);
 }
 
+TEST(UdpDevice, PortMtuFollowsTheInterfaceAsRxe) {
+  DeviceConfig cfg;
+  cfg.ip = v4("127.0.0.76");
+  cfg.netdev_mtu = 0;  // from the interface: lo, 64 KiB -> 4096
+  auto d = UdpDevice::open(cfg);
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ(d.value()->device().active_mtu(), Mtu::k4096);
+  cfg.ip = v4("127.0.0.77");
+  cfg.netdev_mtu = 1500;  // given: 1500 -> 1024
+  auto e = UdpDevice::open(cfg);
+  ASSERT_TRUE(e.ok()) << e.error();
+  EXPECT_EQ(e.value()->device().active_mtu(), Mtu::k1024);
+}
+
 TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
   Side a, b;
   make_side(a, "127.0.0.73");
