@@ -56,7 +56,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
     return;
   }
   const std::uint32_t psn = pkt.bth().psn();
-  // Stale (already acknowledged) or never sent: ignore (C9-???: duplicate responses are
+  // Stale (already acknowledged) or never sent: ignore (rxe check_psn: duplicate responses are
   // silently dropped).
   if (sq_count_ == 0 || wire::psn_lt(psn, comp_.psn) || wire::psn_ge(psn, req_.psn)) {
     ++counters_.dropped;

@@ -37,7 +37,7 @@ bool is_not_roce(DropReason r) {
 Out parse_roce(ConstBytes p) {
   if (p.size() < kBthBytes + kIcrcBytes) return Err{DropReason::kTruncatedBth};
   const BthView bth(p);
-  // C9-?? / rxe hdr_check: only transport version 0 is defined.
+  // rxe hdr_check: only transport version 0 is defined (IBTA 9.2).
   if (bth.tver() != 0) return Err{DropReason::kBadTver};
   const OpcodeInfo* op = opcode_info(bth.opcode());
   if (op == nullptr) return Err{DropReason::kUnknownOpcode};
