@@ -324,8 +324,8 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt) {
   const std::uint32_t psn = pkt.bth().psn();
   const std::int32_t d = wire::psn_diff(psn, resp_.psn);
   if (d > 0) {
-    // IBTA 9.7.5.1.2 / rxe: one NAK per out-of-sequence run, then silence until the expected
-    // PSN arrives.
+    // As rxe (check_psn, nak_sent): one NAK per out-of-sequence run, then silence until the
+    // expected PSN arrives.
     ++counters_.out_of_sequence;
     if (!resp_.nak_sent) {
       resp_.nak_sent = true;
