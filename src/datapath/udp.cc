@@ -120,32 +120,22 @@ UdpDatapath::UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t por
 
 UdpDatapath::~UdpDatapath() { ::close(fd_); }
 
-std::size_t UdpDatapath::synth_ip_udp(std::span<std::byte, 48> out, const wire::IpAddress& src,
-                                      const wire::IpAddress& dst, std::uint16_t sport,
-                                      std::uint16_t dport, std::size_t udp_payload_bytes,
-                                      std::uint16_t ipv4_id) const {
-  const std::size_t udp_len = wire::kUdpBytes + udp_payload_bytes;
-  const MutBytes b(out);
-  std::size_t ip_len = 0;
-  if (dst.v6) {
-    wire::Ipv6 ip;
-    ip.payload_length = static_cast<std::uint16_t>(udp_len);
-    ip.src = src;
-    ip.dst = dst;
-    wire::encode_ipv6(b, ip);
-    ip_len = wire::kIpv6Bytes;
-  } else {
-    wire::Ipv4 ip;
-    ip.total_length = static_cast<std::uint16_t>(wire::kIpv4Bytes + udp_len);
-    ip.identification = ipv4_id;
-    ip.src = src;
-    ip.dst = dst;
-    wire::encode_ipv4(b, ip, false);  // the checksum is masked in the ICRC
-    ip_len = wire::kIpv4Bytes;
-  }
-  wire::encode_udp(b.subspan(ip_len),
-                   wire::Udp{sport, dport, static_cast<std::uint16_t>(udp_len), 0});
-  return ip_len + wire::kUdpBytes;
+wire::OuterHeaders UdpDatapath::outer(const wire::IpAddress& src, const wire::IpAddress& dst,
+                                      std::uint16_t sport, std::uint16_t dport, std::uint8_t tos,
+                                      std::uint8_t ttl) {
+  // What the kernel writes for an unconnected socket with IP_PMTUDISC_DO: DF, identification 0.
+  wire::OuterHeaders h;
+  h.src = src;
+  h.dst = dst;
+  h.src_port = sport;
+  h.dst_port = dport;
+  h.traffic_class = tos;
+  h.ttl = ttl;
+  h.ipv4_id = 0;
+  h.ethernet = false;
+  h.src_mac = mac_of(src);
+  h.dst_mac = mac_of(dst);
+  return h;
 }
 
 bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transport_headers,
@@ -154,8 +144,9 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   for (ConstBytes p : payload) payload_bytes += p.size();
   const std::size_t pad = wire::pad_for(payload_bytes);
   const std::size_t roce = transport_headers.size() + payload_bytes + pad + wire::kIcrcBytes;
+  wire::OuterHeaders h = outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl);
   std::array<std::byte, 48> ip_udp;
-  const std::size_t n = synth_ip_udp(ip_udp, local_, o.dst, port_, o.dst_port, roce, /*ipv4_id=*/0);
+  const std::size_t n = wire::write_outer(ip_udp, h, roce);
   wire::IcrcAccumulator acc(ConstBytes(ip_udp).first(n), transport_headers);
   for (ConstBytes p : payload) acc.update(p);
   std::array<std::byte, 8> tail{};  // pad, then the ICRC, least significant byte first
@@ -201,14 +192,9 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   ++counters_.tx_packets;
   counters_.tx_bytes += static_cast<std::uint64_t>(sent);
   if (tap_) {
-    wire::OuterHeaders f = o;
-    f.src = local_;
-    f.src_port = port_;
-    f.ipv4_id = 0;
-    f.src_mac = mac_of(local_);
-    f.dst_mac = mac_of(o.dst);
+    h.ethernet = true;
     tap_buf_.resize(roce + 128);
-    tap_buf_.resize(wire::build_frame_gather(tap_buf_, f, transport_headers, payload));
+    tap_buf_.resize(wire::build_frame_gather(tap_buf_, h, transport_headers, payload));
     tap_(tap_buf_, true);
   }
   return true;
@@ -264,9 +250,12 @@ std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
       ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
       continue;
     }
+    // The headers as the sender's kernel wrote them, with TOS and TTL as received; a sender's
+    // IPv4 identification is unknown here and taken as 0. They are the ICRC's input and, for a
+    // UD receive, the GRH area.
     std::array<std::byte, 48> ip_udp;
-    const std::size_t n =
-        synth_ip_udp(ip_udp, meta.src, local_, meta.src_port, port_, roce.size(), 0);
+    const std::size_t n = wire::write_outer(
+        ip_udp, outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl), roce.size());
     meta.icrc_verified = wire::icrc_verify(ConstBytes(ip_udp).first(n), roce);
     if (!meta.icrc_verified) {
       if (local_.v6) {
@@ -274,14 +263,6 @@ std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
         continue;
       }
       ++counters_.rx_icrc_unverified;  // IPv4: the sender's identification is unknown here
-    }
-    // The header as the sender's kernel wrote it, for a UD receive's GRH area: TOS and TTL as
-    // received, identification unknown (0).
-    if (!local_.v6) {
-      store_u8(MutBytes(ip_udp), 1, meta.tos);
-      store_u8(MutBytes(ip_udp), 8, meta.ttl);
-      store_be16(MutBytes(ip_udp), 6, 0x4000);
-      store_be16(MutBytes(ip_udp), 10, wire::ipv4_header_checksum(ConstBytes(ip_udp).first(20)));
     }
     meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
     if (tap_) {

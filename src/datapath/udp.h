@@ -23,6 +23,7 @@
 
 #include "base/result.h"
 #include "datapath/datapath.h"
+#include "wire/builder.h"
 #include "wire/ip.h"
 #include "wire/packet.h"
 
@@ -87,10 +88,11 @@ class UdpDatapath final : public Datapath {
 
  private:
   UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t port);
-  // The IP and UDP headers the kernel puts on a datagram (ICRC input).
-  std::size_t synth_ip_udp(std::span<std::byte, 48> out, const wire::IpAddress& src,
-                           const wire::IpAddress& dst, std::uint16_t sport, std::uint16_t dport,
-                           std::size_t udp_payload_bytes, std::uint16_t ipv4_id) const;
+  // The outer headers the kernel puts on a datagram (ICRC input; with an Ethernet header,
+  // the capture's frame).
+  static wire::OuterHeaders outer(const wire::IpAddress& src, const wire::IpAddress& dst,
+                                  std::uint16_t sport, std::uint16_t dport, std::uint8_t tos,
+                                  std::uint8_t ttl);
 
   int fd_;
   wire::IpAddress local_;

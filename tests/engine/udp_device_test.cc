@@ -1,6 +1,7 @@
 // Two devices in one process over real UDP sockets on loopback: the transport, verbs and engine
 // on the real network path, every RC operation with its data verified.
 #include "engine/udp_device.h"
+#include "verbs/address.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -19,13 +20,6 @@ wire::IpAddress v4(const char* s) {
   wire::IpAddress a;
   ::inet_pton(AF_INET, s, a.bytes.data());
   return a;
-}
-
-Gid gid_of(const wire::IpAddress& ip) {
-  Gid g;
-  g.raw[10] = g.raw[11] = 0xff;
-  std::memcpy(g.raw.data() + 12, ip.bytes.data(), 4);
-  return g;
 }
 
 struct Side {
@@ -74,7 +68,7 @@ void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeou
       kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
   ASSERT_EQ(dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), Errc::kOk);
   a.qp_state = QpState::kRtr;
-  a.ah_attr.dgid = gid_of(v4(peer_ip));
+  a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));
   a.ah_attr.is_global = true;
   a.path_mtu = Mtu::k1024;
   a.dest_qp_num = peer.qpn;
