@@ -1,0 +1,194 @@
+#include "engine/device_config.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace uroce::engine {
+
+namespace {
+
+constexpr const char* kDefaultConfigFile = "/etc/uroce/devices.conf";
+
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.size() > 63) return false;
+  for (char c : n) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string describe(const std::vector<DeviceSpec>& list) {
+  std::string s;
+  for (const auto& d : list) {
+    if (!s.empty()) s += ", ";
+    s += d.name + " on " + ip_to_string(d.ip);
+  }
+  return s.empty() ? "none" : s;
+}
+
+Result<std::vector<DeviceSpec>, std::string> check_unique(std::vector<DeviceSpec> list) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (list[i].name == list[j].name) return Err{"device name '" + list[i].name + "' repeats"};
+      if (list[i].ip == list[j].ip) {
+        return Err{"address " + ip_to_string(list[i].ip) + " is given to two devices"};
+      }
+    }
+  }
+  return list;
+}
+
+Result<DeviceSpec, std::string> parse_entry(const std::string& name, const std::string& addr,
+                                            std::size_t position) {
+  auto ip = parse_ip(addr);
+  if (!ip.ok()) return Err{ip.error()};
+  DeviceSpec d;
+  d.name = name.empty() ? "uroce" + std::to_string(position) : name;
+  if (!valid_name(d.name)) {
+    return Err{"invalid device name '" + d.name + "' (1-63 of A-Z a-z 0-9 _ - .)"};
+  }
+  d.ip = ip.value();
+  return d;
+}
+
+}  // namespace
+
+Result<wire::IpAddress, std::string> parse_ip(const std::string& text) {
+  wire::IpAddress a;
+  if (::inet_pton(AF_INET, text.c_str(), a.bytes.data()) == 1) {
+    if (a.v4_host_order() == 0) return Err{"0.0.0.0 cannot be a device address"};
+    return a;
+  }
+  a = wire::IpAddress{};
+  a.v6 = true;
+  if (::inet_pton(AF_INET6, text.c_str(), a.bytes.data()) == 1) {
+    if (a == wire::IpAddress{.v6 = true}) return Err{":: cannot be a device address"};
+    return a;
+  }
+  return Err{"'" + text + "' is not an IPv4 or IPv6 address"};
+}
+
+std::string ip_to_string(const wire::IpAddress& ip) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(ip.v6 ? AF_INET6 : AF_INET, ip.bytes.data(), buf, sizeof buf);
+  return buf;
+}
+
+Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string& text) {
+  std::vector<DeviceSpec> out;
+  std::string norm = text;
+  for (char& c : norm) {
+    if (c == ',' || c == '\t' || c == '\n') c = ' ';
+  }
+  std::istringstream in(norm);
+  std::string item;
+  while (in >> item) {
+    const auto eq = item.find('=');
+    const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
+    const std::string addr = eq == std::string::npos ? item : item.substr(eq + 1);
+    auto d = parse_entry(name, addr, out.size());
+    if (!d.ok()) return Err{"UROCE_DEVICES entry '" + item + "': " + d.error()};
+    out.push_back(d.value());
+  }
+  if (out.empty()) return Err{std::string("UROCE_DEVICES names no device")};
+  return check_unique(std::move(out));
+}
+
+Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string& text,
+                                                               const std::string& path) {
+  std::vector<DeviceSpec> out;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    std::string word;
+    while (words >> word) w.push_back(word);
+    if (w.empty()) continue;
+    const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    if (w.size() != 2) return Err{where + "expected 'name address'"};
+    auto d = parse_entry(w[0], w[1], out.size());
+    if (!d.ok()) return Err{where + d.error()};
+    out.push_back(d.value());
+  }
+  if (out.empty()) return Err{path + ": names no device"};
+  auto unique = check_unique(std::move(out));
+  if (!unique.ok()) return Err{path + ": " + unique.error()};
+  return unique;
+}
+
+Result<std::vector<DeviceSpec>, std::string> configured_devices() {
+  if (const char* env = std::getenv("UROCE_DEVICES"); env != nullptr && *env != '\0') {
+    return parse_device_list(env);
+  }
+  std::string path = kDefaultConfigFile;
+  const char* cfg = std::getenv("UROCE_CONFIG");
+  if (cfg != nullptr && *cfg != '\0') path = cfg;
+  std::ifstream f(path);
+  if (f) {
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return parse_device_file(ss.str(), path);
+  }
+  if (cfg != nullptr && *cfg != '\0') return Err{"cannot read UROCE_CONFIG file " + path};
+  DeviceSpec d;
+  d.name = "uroce0";
+  d.ip = wire::IpAddress::v4(0x7f000001);
+  return std::vector<DeviceSpec>{d};
+}
+
+Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel) {
+  if (!sel.ip.empty()) {
+    auto ip = parse_ip(sel.ip);
+    if (!ip.ok()) return Err{ip.error()};
+    DeviceSpec d;
+    d.ip = ip.value();
+    d.name = sel.name;
+    if (d.name.empty()) {
+      d.name = "uroce0";
+      if (auto list = configured_devices(); list.ok()) {
+        for (const auto& c : list.value()) {
+          if (c.ip == d.ip) d.name = c.name;
+        }
+      }
+    }
+    if (!valid_name(d.name)) return Err{"invalid device name '" + d.name + "'"};
+    return d;
+  }
+  auto list = configured_devices();
+  if (!list.ok()) return Err{list.error()};
+  if (sel.name.empty()) return list.value().front();
+  for (const auto& c : list.value()) {
+    if (c.name == sel.name) return c;
+  }
+  return Err{"no device named '" + sel.name + "' (configured: " + describe(list.value()) + ")"};
+}
+
+Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel) {
+  auto spec = resolve_device(sel);
+  if (!spec.ok()) return Err{spec.error()};
+  DeviceConfig cfg;
+  cfg.name = spec.value().name;
+  cfg.ip = spec.value().ip;
+  cfg.netdev_mtu = 0;  // the interface's
+  cfg.seed = sel.seed;
+  if (cfg.seed == 0) {
+    const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+    cfg.seed = static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
+  }
+  auto dev = UdpDevice::open(cfg, sel.port, sel.capture_path);
+  if (!dev.ok()) return Err{cfg.name + " (" + ip_to_string(cfg.ip) + "): " + dev.error()};
+  return std::move(dev.value());
+}
+
+}  // namespace uroce::engine

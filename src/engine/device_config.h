@@ -1,0 +1,60 @@
+// Which devices this host serves, and opening one by name: the configuration every uroce
+// tool (and later the drop-in libibverbs.so.1) shares.
+//
+// A device is one local IP address served on UDP port 4791, as rxe0 is one netdev. The list
+// comes from the first of:
+//   1. the environment variable UROCE_DEVICES: entries separated by commas or spaces, each
+//      `name=address` or a bare `address` (named uroce0, uroce1, ... by position);
+//   2. the file named by UROCE_CONFIG, else /etc/uroce/devices.conf if it exists: one device
+//      per line, `name address`; `#` starts a comment;
+//   3. the default: uroce0 on 127.0.0.1.
+// Two processes on one host use different devices by giving each its own list (for example
+// UROCE_DEVICES=127.0.0.2 in the second one) or by naming an address on the command line.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "engine/udp_device.h"
+#include "wire/ip.h"
+
+namespace uroce::engine {
+
+struct DeviceSpec {
+  std::string name;
+  wire::IpAddress ip;
+};
+
+// Parses an IPv4 or IPv6 address in text form; an error message when it is not one.
+Result<wire::IpAddress, std::string> parse_ip(const std::string& text);
+std::string ip_to_string(const wire::IpAddress& ip);
+
+// Parses a UROCE_DEVICES value or a config file's text. Errors name the offending entry/line.
+Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string& text);
+Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string& text,
+                                                               const std::string& path);
+
+// The configured devices (see above). An error message for a malformed configuration.
+Result<std::vector<DeviceSpec>, std::string> configured_devices();
+
+// What a tool asks for: a device by name (empty: the first configured one), or an address
+// (then the device is named `name`, or after its position in the list when it is configured,
+// or uroce0).
+struct DeviceSelection {
+  std::string name;
+  std::string ip;
+  std::string capture_path;  // empty: UROCE_PCAP, if set
+  std::uint16_t port = wire::kRoceV2Port;
+  std::uint64_t seed = 0;  // 0: derived from the time and pid
+};
+
+// Resolves `sel` against the configuration. Messages say what was wrong and what exists.
+Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel);
+// Resolves and opens it: binds the address (clear messages for "not a local address" and
+// "port in use").
+Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel);
+
+}  // namespace uroce::engine

@@ -1,0 +1,87 @@
+#include "engine/device_config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+namespace uroce::engine {
+namespace {
+
+TEST(DeviceConfig, ParsesNamedAndBareEntries) {
+  auto list = parse_device_list("a=127.0.0.2, 127.0.0.3 b=::1");
+  ASSERT_TRUE(list.ok()) << list.error();
+  ASSERT_EQ(list.value().size(), 3u);
+  EXPECT_EQ(list.value()[0].name, "a");
+  EXPECT_EQ(ip_to_string(list.value()[0].ip), "127.0.0.2");
+  EXPECT_EQ(list.value()[1].name, "uroce1");
+  EXPECT_EQ(list.value()[2].name, "b");
+  EXPECT_TRUE(list.value()[2].ip.v6);
+}
+
+TEST(DeviceConfig, RejectsBadEntriesWithTheEntryNamed) {
+  auto bad = parse_device_list("x=300.1.1.1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("x=300.1.1.1"), std::string::npos);
+  EXPECT_FALSE(parse_device_list("").ok());
+  EXPECT_FALSE(parse_device_list("0.0.0.0").ok());
+  EXPECT_FALSE(parse_device_list("a=127.0.0.2 a=127.0.0.3").ok());
+  EXPECT_FALSE(parse_device_list("a=127.0.0.2 b=127.0.0.2").ok());
+  EXPECT_FALSE(parse_device_list("a/b=127.0.0.2").ok());
+}
+
+TEST(DeviceConfig, FileNamesLineOnError) {
+  auto ok = parse_device_file("# devices\nrxe-like 10.0.0.1  # first\n\n", "f.conf");
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  EXPECT_EQ(ok.value()[0].name, "rxe-like");
+  auto bad = parse_device_file("a 10.0.0.1\nb\n", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("f.conf:2"), std::string::npos);
+}
+
+DeviceSelection by_name(const std::string& name) {
+  DeviceSelection s;
+  s.name = name;
+  return s;
+}
+DeviceSelection by_ip(const std::string& ip) {
+  DeviceSelection s;
+  s.ip = ip;
+  return s;
+}
+
+TEST(DeviceConfig, ResolvesFromEnvironmentAndDefault) {
+  ::unsetenv("UROCE_CONFIG");
+  ::setenv("UROCE_DEVICES", "d0=127.0.0.5,d1=127.0.0.6", 1);
+  auto first = resolve_device({});
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first.value().name, "d0");
+  auto named = resolve_device(by_name("d1"));
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(ip_to_string(named.value().ip), "127.0.0.6");
+  auto missing = resolve_device(by_name("nope"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("d0 on 127.0.0.5"), std::string::npos);
+  auto addr = resolve_device(by_ip("127.0.0.6"));
+  ASSERT_TRUE(addr.ok());
+  EXPECT_EQ(addr.value().name, "d1");
+  ::unsetenv("UROCE_DEVICES");
+  ::setenv("UROCE_CONFIG", "/nonexistent/uroce.conf", 1);
+  EXPECT_FALSE(resolve_device({}).ok());
+  ::unsetenv("UROCE_CONFIG");
+}
+
+TEST(DeviceConfig, OpenReportsAddressThatIsNotLocal) {
+  auto dev = open_device(by_ip("192.0.2.1"));  // TEST-NET-1: never local here
+  ASSERT_FALSE(dev.ok());
+  EXPECT_NE(dev.error().find("192.0.2.1"), std::string::npos) << dev.error();
+}
+
+TEST(DeviceConfig, OpenReportsPortInUse) {
+  auto a = open_device(by_ip("127.0.0.73"));
+  ASSERT_TRUE(a.ok()) << a.error();
+  auto b = open_device(by_ip("127.0.0.73"));
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().find("in use"), std::string::npos) << b.error();
+}
+
+}  // namespace
+}  // namespace uroce::engine
