@@ -110,4 +110,67 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
   return icrc_compute(ip_udp, roce_with_icrc.first(n)) == load_le32(roce_with_icrc, n);
 }
 
+namespace {
+
+// Polynomial arithmetic modulo the CRC-32 polynomial in the reflected representation that the
+// CRC register uses: bit 31 is the coefficient of x^0. (The algebra is the one zlib's
+// crc32_combine rests on: appending n zero bytes multiplies the register by x^(8n).)
+constexpr std::uint32_t kPolyReflected = 0xedb88320u;
+
+constexpr std::uint32_t mul_mod_p(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if ((a & m) != 0) product ^= b;
+    b = (b & 1u) != 0 ? (b >> 1) ^ kPolyReflected : b >> 1;  // b *= x
+  }
+  return product;
+}
+
+// x^(8n) mod p.
+constexpr std::uint32_t x_pow_8n(std::size_t n) {
+  std::uint32_t result = 1u << 31;  // x^0
+  std::uint32_t base = 1u << 23;    // x^8
+  while (n != 0) {
+    if ((n & 1u) != 0) result = mul_mod_p(result, base);
+    base = mul_mod_p(base, base);
+    n >>= 1;
+  }
+  return result;
+}
+
+// The CRC register, started at 0 and not inverted, after the two bytes of a big-endian 16-bit
+// value: the contribution of those bytes alone, before the bytes that follow shift it.
+constexpr std::uint32_t raw_crc_be16(std::uint16_t v) {
+  std::uint32_t c = 0;
+  for (const unsigned byte : {static_cast<unsigned>(v >> 8), static_cast<unsigned>(v & 0xffu)}) {
+    c ^= byte;
+    for (int i = 0; i < 8; ++i) c = (c & 1u) != 0 ? (c >> 1) ^ kPolyReflected : c >> 1;
+  }
+  return c;
+}
+
+}  // namespace
+
+Ipv4IdIcrcDelta::Ipv4IdIcrcDelta(std::size_t roce_bytes) : roce_bytes_(roce_bytes) {
+  UROCE_CHECK(roce_bytes >= kBthBytes + kIcrcBytes);
+  // After the identification (IPv4 bytes 4-5) the ICRC reads the rest of the IPv4 header
+  // (14 bytes), the UDP header (8) and BTH through pad (roce_bytes - 4).
+  const std::uint32_t shift = x_pow_8n(kIpv4Bytes - 6 + kUdpBytes + roce_bytes - kIcrcBytes);
+  for (unsigned b = 0; b < 16; ++b) {
+    bit_[b] = mul_mod_p(shift, raw_crc_be16(static_cast<std::uint16_t>(1u << b)));
+  }
+}
+
+std::optional<std::uint16_t> Ipv4IdIcrcDelta::find(std::uint32_t delta, std::uint32_t limit) const {
+  UROCE_CHECK(limit != 0 && limit <= 65536 && (limit & (limit - 1)) == 0);
+  if (delta == 0) return std::uint16_t{0};
+  // Gray code order: each step flips one bit of the candidate, so one XOR per candidate.
+  std::uint32_t acc = 0;
+  for (std::uint32_t i = 1; i < limit; ++i) {
+    acc ^= bit_[static_cast<unsigned>(__builtin_ctz(i))];
+    if (acc == delta) return static_cast<std::uint16_t>(i ^ (i >> 1));
+  }
+  return std::nullopt;
+}
+
 }  // namespace uroce::wire

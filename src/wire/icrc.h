@@ -16,7 +16,9 @@
 // memory (as in any received or built frame); elsewhere ISA-L's crc32_gzip_refl.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 
 #include "base/bytes.h"
 
@@ -50,5 +52,32 @@ std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);
 
 // True when the last 4 bytes of `roce_with_icrc` hold the ICRC of what precedes them.
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc);
+
+// How an IPv4 packet's ICRC depends on its identification field, which the ICRC covers
+// (roce-facts.md). The CRC is linear: for two inputs of the same length,
+// ICRC(id = v) = ICRC(id = 0) ^ delta(v), where delta depends only on v and on how many bytes
+// follow the identification field. A sender whose kernel numbers GSO segments 0, 1, 2, ... turns
+// one ICRC computed with id 0 into each segment's; a receiver on a UDP socket, which never sees
+// the identification, finds a small id that makes a mismatching ICRC match.
+class Ipv4IdIcrcDelta {
+ public:
+  // For packets whose RoCE part (BTH through ICRC) is `roce_bytes` long.
+  explicit Ipv4IdIcrcDelta(std::size_t roce_bytes);
+  std::size_t roce_bytes() const { return roce_bytes_; }
+  std::uint32_t operator()(std::uint16_t id) const {
+    std::uint32_t d = 0;
+    for (unsigned b = 0; b < 16; ++b) {
+      if ((id >> b) & 1u) d ^= bit_[b];
+    }
+    return d;
+  }
+  // The identification below `limit` (a power of two, at most 65536) whose delta is `delta`
+  // (= the stored ICRC ^ the ICRC computed with id 0), if any. Costs `limit` XORs.
+  std::optional<std::uint16_t> find(std::uint32_t delta, std::uint32_t limit) const;
+
+ private:
+  std::size_t roce_bytes_;
+  std::array<std::uint32_t, 16> bit_{};  // delta of each single bit of the identification
+};
 
 }  // namespace uroce::wire
