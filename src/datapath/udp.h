@@ -4,34 +4,67 @@
 // builds the IP and UDP headers; uroce computes the ICRC over the headers the kernel will write
 // (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
 // TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
-// straight from registered memory (sendmsg with an iovec per piece): no copy on the send side.
+// straight from registered memory (an iovec per piece): no copy on the send side.
 //
-// On receive the ICRC is verified wherever the exact headers are known: always for IPv6; for
-// IPv4 only when the sender used identification 0 (uroce does, rxe does not). An IPv4 packet
-// whose ICRC does not match with identification 0 cannot be judged: it is accepted and counted
+// Batching. send() queues the packet (its headers copied into the slot, its payload referenced
+// where it lies) and flush() hands the queue to the kernel in one sendmmsg call. Runs of
+// consecutive packets to the same destination with the same TOS whose sizes are equal (the last
+// may be shorter), such as RDMA WRITE Middle packets, go out as one UDP GSO datagram
+// (UDP_SEGMENT): the kernel, or the NIC, cuts it into the packets. With an unconnected socket and
+// DF the first segment carries identification 0 and the kernel's software segmentation numbers
+// the others 1, 2, ... (inet_gso_segment for SKB_GSO_UDP_L4 is not fixed-id); each segment's
+// ICRC is computed for the id it will carry (wire::Ipv4IdIcrcDelta). When the socket has no
+// room (EAGAIN), the unsent packets' payload is copied into their slots and they go first at the
+// next send() or flush(): nothing is lost or sent twice.
+//
+// On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
+// may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
+// reports. The ICRC is verified wherever the exact headers are known: always for IPv6; for IPv4
+// the sender's identification is invisible on a UDP socket, so an ICRC is accepted as verified
+// when it matches with identification 0 or a small one (< 128: the numbers GSO segments get).
+// Any other IPv4 packet whose ICRC does not match cannot be judged: it is accepted and counted
 // as unverified (the UDP checksum, when the sender set one, still protects it).
+//
+// Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
+// UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
+// at once, as an unbatched datapath).
 //
 // Not thread-safe: one engine thread owns a UdpDatapath.
 #pragma once
+
+#include <sys/socket.h>
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "datapath/datapath.h"
 #include "wire/builder.h"
+#include "wire/icrc.h"
 #include "wire/ip.h"
 #include "wire/packet.h"
 
 namespace uroce::datapath {
 
 struct UdpOptions {
+  UdpOptions() = default;
+  UdpOptions(const wire::IpAddress& address, std::uint16_t udp_port = wire::kRoceV2Port)
+      : local(address), port(udp_port) {}
   wire::IpAddress local;
   std::uint16_t port = wire::kRoceV2Port;
+  bool gso = true;              // UDP_SEGMENT for runs of equal-size packets (UROCE_UDP_GSO)
+  bool gro = true;              // UDP_GRO on receive (UROCE_UDP_GRO)
+  std::size_t tx_batch = 64;    // packets queued before flushing by itself (UROCE_UDP_BATCH)
+  std::size_t rx_batch = 16;    // datagrams per recvmmsg call (each buffer is 64 KiB)
+  bool use_environment = true;  // let UROCE_UDP_* override the fields above
+  // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
+  // backpressure. Empty: the system call.
+  std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
 };
 
 // What the receiver knows of a datagram's outer headers.
@@ -48,10 +81,22 @@ struct RxMeta {
 struct UdpCounters {
   std::uint64_t tx_packets = 0;
   std::uint64_t tx_bytes = 0;
-  std::uint64_t tx_errors = 0;  // sendmsg failures other than EAGAIN
+  std::uint64_t tx_errors = 0;         // packets lost to send failures other than EAGAIN
+  std::uint64_t tx_calls = 0;          // sendmmsg calls that sent something
+  std::uint64_t tx_datagrams = 0;      // datagrams handed to the kernel (a GSO run is one)
+  std::uint64_t tx_gso_datagrams = 0;  // of which GSO datagrams (two or more packets)
+  std::uint64_t tx_gso_packets = 0;    // packets sent inside GSO datagrams
+  std::uint64_t tx_blocked = 0;        // flushes that stopped on EAGAIN/ENOBUFS
+  std::uint64_t tx_copied = 0;         // packets whose payload was copied to wait for room
+  std::uint64_t tx_gso_fallbacks = 0;  // GSO sends the kernel refused: GSO switched off
   std::uint64_t rx_packets = 0;
   std::uint64_t rx_bytes = 0;
-  std::uint64_t rx_icrc_unverified = 0;  // IPv4 from senders with a nonzero identification
+  std::uint64_t rx_icrc_unverified = 0;  // IPv4 from senders with an unguessable identification
+  std::uint64_t rx_icrc_nonzero_id = 0;  // IPv4 verified with a small nonzero id (GSO segments)
+  std::uint64_t rx_calls = 0;            // recvmmsg calls that returned datagrams
+  std::uint64_t rx_datagrams = 0;        // datagrams (buffers) read
+  std::uint64_t rx_gro_datagrams = 0;    // of which coalesced by GRO (two or more packets)
+  std::uint64_t rx_gro_packets = 0;      // packets split out of them
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
 };
 
@@ -62,6 +107,10 @@ Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
 class UdpDatapath final : public Datapath {
  public:
   static constexpr std::size_t kMaxPieces = 64;  // payload pieces per packet (SGEs)
+  static constexpr std::size_t kMaxBatch = 256;  // tx_batch and rx_batch are capped here
+  // Packets in one GSO datagram: below the kernel's UDP_MAX_SEGMENTS (64 or 128 by version),
+  // and the ids a receiver tries (Ipv4IdIcrcDelta::find) stay below 128.
+  static constexpr std::size_t kMaxGsoSegments = 64;
   // A clear message on failure (address not local, port in use, ...).
   static Result<std::unique_ptr<UdpDatapath>, std::string> open(const UdpOptions& options);
   ~UdpDatapath() override;
@@ -71,9 +120,18 @@ class UdpDatapath final : public Datapath {
   int fd() const { return fd_; }
   std::uint16_t port() const { return port_; }
   const UdpCounters& counters() const { return counters_; }
+  // What is in effect (options, environment and what the kernel supports).
+  bool gso() const { return gso_; }
+  bool gro() const { return gro_; }
+  std::size_t tx_batch() const { return tx_batch_; }
 
+  // Queues the packet; flushes by itself when tx_batch packets are queued. Returns false only
+  // when the queue is full and the socket has no room.
   bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
             std::span<const ConstBytes> payload) override;
+  void flush(Instant now) override;
+  bool tx_queued() const override { return queued_ != 0; }
+  std::size_t queued() const { return queued_; }
 
   // Capture: every packet sent and received, as the Ethernet frame it was (reconstructed: the
   // kernel builds the real headers; MACs are 02:00 followed by the IPv4 address or the last 4
@@ -82,25 +140,50 @@ class UdpDatapath final : public Datapath {
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 
   using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
-  // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many were
-  // read (valid or not).
+  // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many packets
+  // were read (valid or not; a GRO datagram holds several).
   std::size_t receive(std::size_t max, const RxHandler& handler);
 
  private:
-  UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t port);
+  struct TxSlot;
+  struct RxRing;
+  struct TxScratch;
+  UdpDatapath(int fd, const UdpOptions& options);
   // The outer headers the kernel puts on a datagram (ICRC input; with an Ethernet header,
   // the capture's frame).
   static wire::OuterHeaders outer(const wire::IpAddress& src, const wire::IpAddress& dst,
                                   std::uint16_t sport, std::uint16_t dport, std::uint8_t tos,
                                   std::uint8_t ttl);
 
+  // Sends queued packets until the queue is empty or the socket is full.
+  void drain();
+  // How many queued packets from `first` can go in one GSO datagram.
+  std::size_t run_length(std::size_t first, std::size_t available) const;
+  void pin_queued();
+  void tap_sent(const TxSlot& slot, std::uint16_t ipv4_id);
+  void handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler);
+  const wire::Ipv4IdIcrcDelta& id_delta(std::size_t roce_bytes);
+
   int fd_;
   wire::IpAddress local_;
   std::uint16_t port_;
+  bool gso_;
+  bool gro_;
+  std::size_t tx_batch_;
+  std::size_t rx_batch_;
+  std::function<int(int, mmsghdr*, unsigned)> sendmmsg_hook_;
   UdpCounters counters_;
   FrameTap tap_;
   std::vector<std::byte> tap_buf_;
-  std::array<std::byte, 65536> rx_buf_;
+  // The transmit queue: a ring of tx_batch slots, queued_ of them in use from head_.
+  std::vector<TxSlot> slots_;
+  std::size_t head_ = 0;
+  std::size_t queued_ = 0;
+  std::unique_ptr<TxScratch> tx_scratch_;
+  std::unique_ptr<RxRing> rx_;
+  // The ICRC deltas of the last two packet lengths seen (full-size packets and one other).
+  std::array<std::optional<wire::Ipv4IdIcrcDelta>, 2> deltas_;
+  std::size_t next_delta_ = 0;
 };
 
 }  // namespace uroce::datapath
