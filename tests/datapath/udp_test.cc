@@ -359,6 +359,45 @@ TEST(UdpDatapath, GsoRefusedByTheKernelFallsBackToSinglePackets) {
   EXPECT_EQ(b->counters().rx_icrc_nonzero_id, 0u);  // single packets: identification 0
 }
 
+// The capture tap sees every packet of a batch, GSO segments included, each as a valid RoCEv2
+// frame: the sender's with the identification and ICRC it went out with, the receiver's with the
+// identification its ICRC revealed.
+TEST(UdpDatapath, TapSeesEveryBatchedPacketAsAValidFrame) {
+  for (const bool gso : {false, true}) {
+    auto a = open_dp("127.0.0.87", gso, false);
+    auto b = open_dp("127.0.0.88", false, gso);
+    ASSERT_TRUE(a && b);
+    std::vector<Bytes> sent, received;
+    a->set_tap([&](ConstBytes f, bool out) {
+      EXPECT_TRUE(out);
+      sent.emplace_back(f.begin(), f.end());
+    });
+    b->set_tap([&](ConstBytes f, bool out) {
+      EXPECT_FALSE(out);
+      received.emplace_back(f.begin(), f.end());
+    });
+    const Bytes data = data_of(20 * 1024);
+    const auto pkts = write_message(20, 1024, 77);
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.0.88");
+    EXPECT_TRUE(sent.empty());  // queued, not sent yet
+    a->flush(Instant{});
+    expect_packets(receive_all(*b, pkts.size()), pkts, data);
+    ASSERT_EQ(sent.size(), pkts.size());
+    ASSERT_EQ(received.size(), pkts.size());
+    std::size_t nonzero = 0;
+    for (std::size_t i = 0; i < pkts.size(); ++i) {
+      for (const Bytes* f : {&sent[i], &received[i]}) {
+        auto fr = wire::parse_frame(wire::LinkType::kEthernet, *f);
+        ASSERT_TRUE(fr.ok()) << "packet " << i << ": " << wire::drop_reason_name(fr.error());
+        EXPECT_EQ(fr->roce.bth().psn(), pkts[i].psn);
+        nonzero += fr->ipv4.identification != 0 ? 1 : 0;
+      }
+      EXPECT_EQ(load_be16(sent[i], 14 + 4), load_be16(received[i], 14 + 4)) << i;
+    }
+    EXPECT_EQ(nonzero, gso ? 2 * 18u : 0u);  // First alone; Middle..Last ids 0..18
+  }
+}
+
 TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
   ::setenv("UROCE_UDP_GSO", "0", 1);
   ::setenv("UROCE_UDP_GRO", "0", 1);
