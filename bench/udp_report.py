@@ -39,7 +39,8 @@ def main(path):
     base = med("udp bw gso", "gbit_per_s")
     for label, key in [("udp bw gso", "gbit_per_s"), ("udp bw mmsg", "gbit_per_s"),
                        ("datapath single", "wire_gbit_per_s"), ("datapath mmsg", "wire_gbit_per_s"),
-                       ("datapath gso", "wire_gbit_per_s")]:
+                       ("datapath gso", "wire_gbit_per_s"),
+                       ("datapath gso 1MiB", "wire_gbit_per_s")]:
         if label not in runs:
             continue
         g = med(label, key)

@@ -30,6 +30,7 @@ runs=(
   "datapath single|${db} --mode single --mtu 4096 --message 65536 --seconds ${seconds}"
   "datapath mmsg|${db} --mode mmsg --mtu 4096 --message 65536 --seconds ${seconds}"
   "datapath gso|${db} --mode gso --mtu 4096 --message 65536 --seconds ${seconds}"
+  "datapath gso 1MiB|${db} --mode gso --mtu 4096 --message 1048576 --seconds ${seconds}"
   "udp pps 64B|${ub} pps --size 64 --batch 32 --seconds ${seconds}"
   "datapath single 64B|${db} --mode single --message 32 --seconds ${seconds}"
   "datapath mmsg 64B|${db} --mode mmsg --message 32 --seconds ${seconds}"

@@ -135,7 +135,8 @@ class UdpDatapath final : public Datapath {
 
   // Capture: every packet sent and received, as the Ethernet frame it was (reconstructed: the
   // kernel builds the real headers; MACs are 02:00 followed by the IPv4 address or the last 4
-  // bytes of the IPv6 one; a received IPv4 packet's identification is unknown and shown as 0).
+  // bytes of the IPv6 one; a received IPv4 packet's identification is the one its ICRC revealed,
+  // else 0; a sent GSO segment shows the identification the kernel gives it).
   using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 
