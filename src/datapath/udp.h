@@ -182,8 +182,9 @@ class UdpDatapath final : public Datapath {
   std::size_t queued_ = 0;
   std::unique_ptr<TxScratch> tx_scratch_;
   std::unique_ptr<RxRing> rx_;
-  // The ICRC deltas of the last two packet lengths seen (full-size packets and one other).
-  std::array<std::optional<wire::Ipv4IdIcrcDelta>, 2> deltas_;
+  // The ICRC deltas of the last few packet lengths seen (full-size packets, short last ones;
+  // a table costs about a microsecond to compute).
+  std::array<std::optional<wire::Ipv4IdIcrcDelta>, 4> deltas_;
   std::size_t next_delta_ = 0;
 };
 
