@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -72,7 +74,7 @@ std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
 
 }  // namespace
 
-Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
+Result<std::string, std::string> interface_name(const wire::IpAddress& local) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return Err{errno_text("getifaddrs")};
   std::string name;
@@ -90,6 +92,72 @@ Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
   // 127.0.0.0/8 is all loopback, though only 127.0.0.1 is listed as an address of lo.
   if (name.empty() && !local.v6 && local.bytes[0] == 127) name = "lo";
   if (name.empty()) return Err{std::string("no network interface has this address")};
+  return name;
+}
+
+std::optional<bool> udp_segmentation_feature(const std::string& ifname) {
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ) return std::nullopt;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  auto ethtool = [&](void* data) {
+    ifreq req{};
+    std::strncpy(req.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+    req.ifr_data = static_cast<char*>(data);
+    return ::ioctl(fd, SIOCETHTOOL, &req) == 0;
+  };
+  std::optional<bool> on;
+  // The feature names (ETH_SS_FEATURES), to find tx-udp-segmentation's bit, then the bits.
+  // ethtool_sset_info ends in a flexible array: one 32-bit count follows it here.
+  std::array<std::uint64_t, (sizeof(ethtool_sset_info) + sizeof(std::uint32_t) + 7) / 8> sset{};
+  auto* info = reinterpret_cast<ethtool_sset_info*>(sset.data());
+  info->cmd = ETHTOOL_GSSET_INFO;
+  info->sset_mask = 1ull << ETH_SS_FEATURES;
+  std::uint32_t count = 0;
+  if (ethtool(info) && info->sset_mask != 0) {
+    std::memcpy(&count, reinterpret_cast<const std::byte*>(info) + sizeof(ethtool_sset_info),
+                sizeof count);
+  }
+  if (count > 0 && count < 4096) {
+    const std::uint32_t n = count;
+    std::vector<std::uint64_t> names((sizeof(ethtool_gstrings) + n * ETH_GSTRING_LEN + 7) / 8);
+    auto* gs = reinterpret_cast<ethtool_gstrings*>(names.data());
+    gs->cmd = ETHTOOL_GSTRINGS;
+    gs->string_set = ETH_SS_FEATURES;
+    gs->len = n;
+    const std::uint32_t blocks = (n + 31) / 32;
+    std::vector<std::uint64_t> bits(
+        (sizeof(ethtool_gfeatures) + blocks * sizeof(ethtool_get_features_block) + 7) / 8);
+    auto* gf = reinterpret_cast<ethtool_gfeatures*>(bits.data());
+    gf->cmd = ETHTOOL_GFEATURES;
+    gf->size = blocks;
+    if (ethtool(gs) && ethtool(gf)) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const char* name = reinterpret_cast<const char*>(gs->data) + i * ETH_GSTRING_LEN;
+        if (std::strncmp(name, "tx-udp-segmentation", ETH_GSTRING_LEN) == 0) {
+          on = (gf->features[i / 32].active >> (i % 32) & 1u) != 0;
+          break;
+        }
+      }
+    }
+  }
+  ::close(fd);
+  return on;
+}
+
+bool hardware_udp_segmentation(const std::string& ifname) {
+  // Virtual devices (lo, veth, bridges, tunnels) have no backing device: the kernel segments
+  // their GSO datagrams in software, or hands them on whole.
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ || ifname.find('/') != std::string::npos ||
+      ::access(("/sys/class/net/" + ifname + "/device").c_str(), F_OK) != 0) {
+    return false;
+  }
+  return udp_segmentation_feature(ifname).value_or(true);  // cannot tell: assume the worst
+}
+
+Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
+  auto found = interface_name(local);
+  if (!found.ok()) return Err{found.error()};
+  const std::string name = found.value();
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Err{errno_text("socket")};
   ifreq req{};
@@ -138,7 +206,10 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
   if (opt.use_environment) {
     auto gso = env_switch("UROCE_UDP_GSO");
     if (!gso.ok()) return Err{gso.error()};
-    if (gso.value()) opt.gso = *gso.value();
+    if (gso.value()) {
+      opt.gso = *gso.value();
+      opt.gso_on_hardware = *gso.value();  // asked for by name: trusted
+    }
     auto gro = env_switch("UROCE_UDP_GRO");
     if (!gro.ok()) return Err{gro.error()};
     if (gro.value()) opt.gro = *gro.value();
@@ -183,11 +254,25 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
       return Err{fail("setsockopt")};
     }
   }
+  std::string gso_note;
   if (opt.gso) {
     // UDP_SEGMENT is given per send; a kernel that knows the option answers this query.
     int size = 0;
     socklen_t len = sizeof size;
     opt.gso = ::getsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, &len) == 0;
+    if (!opt.gso) gso_note = "off: the kernel has no UDP_SEGMENT";
+  }
+  if (opt.gso && !v6 && !opt.gso_on_hardware) {
+    // A NIC that segments UDP itself numbers the segments' IPv4 identifications as it likes
+    // (most count up from the first, as the kernel does, but none could be checked here); a
+    // wrong guess would break every segment's ICRC at a receiver that checks it.
+    auto name = interface_name(opt.local);
+    if (name.ok() && hardware_udp_segmentation(name.value())) {
+      opt.gso = false;
+      gso_note = "off: " + name.value() +
+                 " segments UDP in hardware (tx-udp-segmentation), whose IPv4 identifications "
+                 "are unverified; UROCE_UDP_GSO=1 uses GSO anyway";
+    }
   }
   if (opt.gro) opt.gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
   sockaddr_storage ss;
@@ -201,7 +286,9 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
     ::close(fd);
     return Err{msg};
   }
-  return std::unique_ptr<UdpDatapath>(new UdpDatapath(fd, opt));
+  std::unique_ptr<UdpDatapath> dp(new UdpDatapath(fd, opt));
+  dp->gso_note_ = opt.gso ? "on" : gso_note.empty() ? "off" : gso_note;
+  return dp;
 }
 
 UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
@@ -439,6 +526,7 @@ void UdpDatapath::drain() {
       // The kernel or the route refused the GSO datagram (no UDP_SEGMENT support on the path,
       // segments larger than the route's MTU, ...): send packet by packet from now on.
       gso_ = false;
+      gso_note_ = std::string("off: the kernel refused a GSO datagram: ") + std::strerror(errno);
       ++counters_.tx_gso_fallbacks;
       continue;
     }

@@ -57,10 +57,13 @@ struct UdpOptions {
       : local(address), port(udp_port) {}
   wire::IpAddress local;
   std::uint16_t port = wire::kRoceV2Port;
-  bool gso = true;              // UDP_SEGMENT for runs of equal-size packets (UROCE_UDP_GSO)
-  bool gro = true;              // UDP_GRO on receive (UROCE_UDP_GRO)
-  std::size_t tx_batch = 64;    // packets queued before flushing by itself (UROCE_UDP_BATCH)
-  std::size_t rx_batch = 16;    // datagrams per recvmmsg call (each buffer is 64 KiB)
+  bool gso = true;            // UDP_SEGMENT for runs of equal-size packets (UROCE_UDP_GSO)
+  bool gro = true;            // UDP_GRO on receive (UROCE_UDP_GRO)
+  std::size_t tx_batch = 64;  // packets queued before flushing by itself (UROCE_UDP_BATCH)
+  std::size_t rx_batch = 16;  // datagrams per recvmmsg call (each buffer is 64 KiB)
+  // IPv4 GSO stays off where the interface segments UDP in hardware (its identifications are
+  // unverified) unless this is set (UROCE_UDP_GSO=1 sets it too).
+  bool gso_on_hardware = false;
   bool use_environment = true;  // let UROCE_UDP_* override the fields above
   // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
   // backpressure. Empty: the system call.
@@ -103,6 +106,13 @@ struct UdpCounters {
 // The MTU of the network interface that holds `local` (SIOCGIFMTU), or an error message when no
 // interface has that address.
 Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
+// The name of the network interface that holds `local` (any 127/8 address: lo).
+Result<std::string, std::string> interface_name(const wire::IpAddress& local);
+// Whether `ifname` has tx-udp-segmentation on (ethtool's feature), if that can be read.
+std::optional<bool> udp_segmentation_feature(const std::string& ifname);
+// True when `ifname` is backed by a device (/sys/class/net/NAME/device) with
+// tx-udp-segmentation on: the NIC, not the kernel, cuts GSO datagrams into packets.
+bool hardware_udp_segmentation(const std::string& ifname);
 
 class UdpDatapath final : public Datapath {
  public:
@@ -124,6 +134,8 @@ class UdpDatapath final : public Datapath {
   bool gso() const { return gso_; }
   bool gro() const { return gro_; }
   std::size_t tx_batch() const { return tx_batch_; }
+  // Why GSO is on or off ("on", "off", or the reason it was switched off at open).
+  const std::string& gso_note() const { return gso_note_; }
 
   // Queues the packet; flushes by itself when tx_batch packets are queued. Returns false only
   // when the queue is full and the socket has no room.
@@ -169,6 +181,7 @@ class UdpDatapath final : public Datapath {
   wire::IpAddress local_;
   std::uint16_t port_;
   bool gso_;
+  std::string gso_note_;
   bool gro_;
   std::size_t tx_batch_;
   std::size_t rx_batch_;

@@ -148,6 +148,10 @@ TEST_F(GsoNetns, SoftwareSegmentsCarryIncrementingIdsAndValidIcrcs) {
   {
     InNetns in(a_);
     ASSERT_TRUE(in.ok());
+    // The feature as ethtool set it, read back through the ioctl the datapath uses; a veth
+    // has no backing device, so it never counts as hardware segmentation.
+    EXPECT_EQ(udp_segmentation_feature("ugso_a"), std::optional<bool>(false));
+    EXPECT_FALSE(hardware_udp_segmentation("ugso_a"));
     UdpOptions o(v4("198.18.0.1"));
     o.gso = true;
     o.use_environment = false;

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <vector>
 
@@ -353,6 +355,7 @@ TEST(UdpDatapath, GsoRefusedByTheKernelFallsBackToSinglePackets) {
   for (const Packet& p : pkts) queue(*a, p, data, "127.0.0.83");
   a->flush(Instant{});
   EXPECT_FALSE(a->gso());
+  EXPECT_NE(a->gso_note().find("refused"), std::string::npos) << a->gso_note();
   EXPECT_EQ(a->counters().tx_gso_fallbacks, 1u);
   EXPECT_EQ(a->counters().tx_errors, 0u);
   expect_packets(receive_all(*b, pkts.size()), pkts, data);
@@ -406,6 +409,7 @@ TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
     auto a = UdpDatapath::open({v4("127.0.0.84"), 4791});
     ASSERT_TRUE(a.ok()) << a.error();
     EXPECT_FALSE(a.value()->gso());
+    EXPECT_EQ(a.value()->gso_note(), "off");
     EXPECT_FALSE(a.value()->gro());
     EXPECT_EQ(a.value()->tx_batch(), 1u);
   }
@@ -638,6 +642,47 @@ TEST(UdpDatapath, InterfaceMtuOfLoopback) {
   ASSERT_TRUE(b.ok()) << b.error();
   EXPECT_EQ(b.value(), a.value());
   EXPECT_FALSE(interface_mtu(v4("192.0.2.1")).ok());  // on no interface here
+}
+
+TEST(UdpDatapath, HardwareSegmentationKeepsIpv4GsoOff) {
+  auto lo = interface_name(v4("127.0.0.5"));
+  ASSERT_TRUE(lo.ok()) << lo.error();
+  EXPECT_EQ(lo.value(), "lo");
+  // Virtual devices segment in software (or not at all): GSO stays on over them.
+  EXPECT_FALSE(hardware_udp_segmentation("lo"));
+  // lo has the feature (it passes GSO datagrams on whole), but it is no hardware.
+  EXPECT_EQ(udp_segmentation_feature("lo"), std::optional<bool>(true));
+  EXPECT_FALSE(udp_segmentation_feature("no-such-if0").has_value());
+  EXPECT_FALSE(hardware_udp_segmentation("no-such-if0"));
+  EXPECT_FALSE(hardware_udp_segmentation("../../etc"));
+  EXPECT_FALSE(interface_name(v4("192.0.2.1")).ok());
+  auto a = open_dp("127.0.0.89", true, false);
+  ASSERT_TRUE(a);
+  if (a->gso()) {
+    EXPECT_EQ(a->gso_note(), "on");
+  }
+  // Every device-backed interface here: the answer agrees with what ethtool reports.
+  std::size_t compared = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/net")) {
+    const std::string name = e.path().filename().string();
+    if (!std::filesystem::exists(e.path() / "device")) {
+      EXPECT_FALSE(hardware_udp_segmentation(name)) << name;
+      continue;
+    }
+    FILE* p = ::popen(("ethtool -k " + name + " 2>/dev/null").c_str(), "r");
+    if (p == nullptr) continue;
+    std::string out;
+    char line[256];
+    while (std::fgets(line, sizeof line, p) != nullptr) out += line;
+    ::pclose(p);
+    const auto at = out.find("tx-udp-segmentation: ");
+    if (at == std::string::npos) continue;  // no ethtool here
+    const bool on = out.compare(at + 21, 2, "on") == 0;
+    EXPECT_EQ(udp_segmentation_feature(name), std::optional<bool>(on)) << name;
+    EXPECT_EQ(hardware_udp_segmentation(name), on) << name;
+    ++compared;
+  }
+  std::printf("compared with ethtool on %zu device-backed interfaces\n", compared);
 }
 
 TEST(UdpDatapath, PortInUseIsAClearError) {
