@@ -27,7 +27,8 @@
 //
 // Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
 // UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
-// at once, as an unbatched datapath).
+// at once, as an unbatched datapath). IPv4 GSO stays off where the NIC segments UDP in hardware
+// (its identifications could not be checked) unless UROCE_UDP_GSO=1 asks for it.
 //
 // Not thread-safe: one engine thread owns a UdpDatapath.
 #pragma once
