@@ -6,7 +6,8 @@
 //   handle_rx(now, pkt, info)   a validated packet arrived: demux by destination QPN
 //   doorbell(qpn)               an application posted work to a QP
 //   handle_timers(now)          fire every QP timer that is due
-//   flush_tx(now)               transmit for QPs with work, round robin, fair per burst
+//   flush_tx(now)               transmit for QPs with work, round robin, fair per burst, then
+//                               flush the datapath (which may batch)
 //   next_timeout()              when handle_timers() next has work
 #pragma once
 
