@@ -66,7 +66,7 @@ constexpr std::uint64_t kWindowBytes = 2u << 20;  // payload in flight (see Cred
 
 // Extras in Shared::extra.
 enum Extra {
-  kRxUnverified,
+  kRxBadIcrc,
   kRxDrops,
   kRxGroDatagrams,
   kRxDatagrams,
@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
         sh.rx_bytes = payload;
         sh.rx_packets = packets;
         sh.rx_calls = c.rx_calls - c0.rx_calls;
-        sh.extra[kRxUnverified] = static_cast<double>(c.rx_icrc_unverified);
+        sh.extra[kRxBadIcrc] =
+            static_cast<double>(c.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)]);
         std::uint64_t drops = 0;
         for (auto x : c.rx_drops) drops += x;
         sh.extra[kRxDrops] = static_cast<double>(drops);
@@ -193,14 +194,14 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"mode\":\"%s\",\"mtu\":%zu,\"message\":%zu,\"flush\":%zu,\"payload_bytes\":%llu,"
       "\"seconds\":%.3f,\"gbit_per_s\":%.3f,\"wire_gbit_per_s\":%.3f,\"packets\":%llu,"
-      "\"pps\":%.0f,\"sender_cpu_s\":%.3f,\"receiver_cpu_s\":%.3f,\"rx_icrc_unverified\":%.0f,"
+      "\"pps\":%.0f,\"sender_cpu_s\":%.3f,\"receiver_cpu_s\":%.3f,\"rx_bad_icrc\":%.0f,"
       "\"rx_drops\":%.0f,\"rx_datagrams\":%.0f,\"rx_gro_datagrams\":%.0f,\"rx_calls\":%llu,"
       "\"tx_datagrams\":%.0f,\"tx_gso_datagrams\":%.0f,\"tx_calls\":%llu,\"tx_blocked\":%.0f,"
       "\"sender_stalls\":%llu}\n",
       mode.c_str(), mtu, message, flush_every, static_cast<unsigned long long>(s->rx_bytes), secs,
       static_cast<double>(s->rx_bytes) * 8 / secs / 1e9, s->extra[kRxWireBytes] * 8 / secs / 1e9,
       static_cast<unsigned long long>(s->rx_packets), static_cast<double>(s->rx_packets) / secs,
-      s->tx_cpu_s, s->rx_cpu_s, s->extra[kRxUnverified], s->extra[kRxDrops], s->extra[kRxDatagrams],
+      s->tx_cpu_s, s->rx_cpu_s, s->extra[kRxBadIcrc], s->extra[kRxDrops], s->extra[kRxDatagrams],
       s->extra[kRxGroDatagrams], static_cast<unsigned long long>(s->rx_calls),
       s->extra[kTxDatagrams], s->extra[kTxGsoDatagrams],
       static_cast<unsigned long long>(s->tx_calls), s->extra[kTxBlocked],

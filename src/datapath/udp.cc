@@ -63,9 +63,6 @@ struct alignas(cmsghdr) Control {
 constexpr std::size_t kMaxUdpPayload = 65507;
 // Receive buffers: a datagram, or a GRO batch, which the kernel keeps under 64 KiB.
 constexpr std::size_t kRxBufferBytes = 65536;
-// Identifications a receiver tries for an IPv4 ICRC that does not match with 0: those of
-// GSO segments (UdpDatapath::kMaxGsoSegments fits below).
-constexpr std::uint32_t kIdGuesses = 128;
 
 std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
   const std::size_t at = ip.v6 ? 12 : 0;
@@ -667,9 +664,12 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
     return;
   }
   RxMeta meta = base;
-  // The headers as the sender's kernel wrote them, with TOS and TTL as received; a sender's
-  // IPv4 identification is unknown here and taken as 0 (or the small id the ICRC reveals).
-  // They are the ICRC's input and, for a UD receive, the GRH area.
+  // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
+  // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
+  // visible to a UDP socket: uroce's single packets carry 0; its GSO segments (1, 2, ...) and
+  // rxe's packets carry others, recovered from the ICRC itself (solving for the identification
+  // that explains the difference from the ICRC with 0), which leaves a 16-bit check against
+  // corruption instead of 32.
   wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
   std::array<std::byte, 48> ip_udp;
   const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
@@ -677,20 +677,17 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   const std::uint32_t icrc0 = wire::icrc_compute(ConstBytes(ip_udp).first(n), roce.first(body));
   const std::uint32_t stored = load_le32(roce, body);
   meta.icrc_verified = icrc0 == stored;
-  if (!meta.icrc_verified) {
-    if (local_.v6) {
-      ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
-      return;
-    }
-    // A GSO segment of a uroce sender carries a small nonzero identification.
-    if (auto id = id_delta(roce.size()).find(icrc0 ^ stored, kIdGuesses)) {
+  if (!meta.icrc_verified && !local_.v6) {
+    if (auto id = id_delta(roce.size()).solve(icrc0 ^ stored)) {
       meta.icrc_verified = true;
-      ++counters_.rx_icrc_nonzero_id;
+      ++counters_.rx_icrc_id_recovered;
       h.ipv4_id = *id;
       wire::write_outer(ip_udp, h, roce.size());
-    } else {
-      ++counters_.rx_icrc_unverified;  // IPv4: the sender's identification is unknown here
     }
+  }
+  if (!meta.icrc_verified) {
+    ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+    return;
   }
   meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
   if (tap_) {

@@ -19,11 +19,11 @@
 //
 // On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
 // may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
-// reports. The ICRC is verified wherever the exact headers are known: always for IPv6; for IPv4
-// the sender's identification is invisible on a UDP socket, so an ICRC is accepted as verified
-// when it matches with identification 0 or a small one (< 128: the numbers GSO segments get).
-// Any other IPv4 packet whose ICRC does not match cannot be judged: it is accepted and counted
-// as unverified (the UDP checksum, when the sender set one, still protects it).
+// reports. The ICRC is verified for every packet; a packet whose ICRC is wrong is dropped and
+// counted (bad_icrc). The one header field a UDP socket does not show is the IPv4
+// identification: a packet whose ICRC does not match with identification 0 (uroce's GSO
+// segments, rxe's packets) has its identification recovered from the ICRC itself, which still
+// rejects a corrupted packet with probability 1 - 2^-16 (counted as rx_icrc_id_recovered).
 //
 // Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
 // UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
@@ -95,12 +95,13 @@ struct UdpCounters {
   std::uint64_t tx_gso_fallbacks = 0;  // GSO sends the kernel refused: GSO switched off
   std::uint64_t rx_packets = 0;
   std::uint64_t rx_bytes = 0;
-  std::uint64_t rx_icrc_unverified = 0;  // IPv4 from senders with an unguessable identification
-  std::uint64_t rx_icrc_nonzero_id = 0;  // IPv4 verified with a small nonzero id (GSO segments)
-  std::uint64_t rx_calls = 0;            // recvmmsg calls that returned datagrams
-  std::uint64_t rx_datagrams = 0;        // datagrams (buffers) read
-  std::uint64_t rx_gro_datagrams = 0;    // of which coalesced by GRO (two or more packets)
-  std::uint64_t rx_gro_packets = 0;      // packets split out of them
+  // IPv4 packets with a nonzero identification (uroce's GSO segments, rxe's packets), accepted
+  // because their ICRC is valid for some identification (a 16-bit check instead of 32).
+  std::uint64_t rx_icrc_id_recovered = 0;
+  std::uint64_t rx_calls = 0;          // recvmmsg calls that returned datagrams
+  std::uint64_t rx_datagrams = 0;      // datagrams (buffers) read
+  std::uint64_t rx_gro_datagrams = 0;  // of which coalesced by GRO (two or more packets)
+  std::uint64_t rx_gro_packets = 0;    // packets split out of them
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
 };
 
@@ -148,8 +149,8 @@ class UdpDatapath final : public Datapath {
 
   // Capture: every packet sent and received, as the Ethernet frame it was (reconstructed: the
   // kernel builds the real headers; MACs are 02:00 followed by the IPv4 address or the last 4
-  // bytes of the IPv6 one; a received IPv4 packet's identification is the one its ICRC revealed,
-  // else 0; a sent GSO segment shows the identification the kernel gives it).
+  // bytes of the IPv6 one; a received IPv4 packet shows the identification recovered from its
+  // ICRC; a sent GSO segment the identification the kernel gives it).
   using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 

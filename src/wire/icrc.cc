@@ -158,19 +158,44 @@ Ipv4IdIcrcDelta::Ipv4IdIcrcDelta(std::size_t roce_bytes) : roce_bytes_(roce_byte
   const std::uint32_t shift = x_pow_8n(kIpv4Bytes - 6 + kUdpBytes + roce_bytes - kIcrcBytes);
   for (unsigned b = 0; b < 16; ++b) {
     bit_[b] = mul_mod_p(shift, raw_crc_be16(static_cast<std::uint16_t>(1u << b)));
+    // Into echelon form.
+    std::uint32_t v = bit_[b];
+    auto c = static_cast<std::uint16_t>(1u << b);
+    for (int top = 31; top >= 0 && v != 0; --top) {
+      const auto t = static_cast<std::size_t>(top);
+      if (((v >> top) & 1u) == 0) continue;
+      if (basis_[t] == 0) {
+        basis_[t] = v;
+        combo_[t] = c;
+        break;
+      }
+      v ^= basis_[t];
+      c = static_cast<std::uint16_t>(c ^ combo_[t]);
+    }
   }
 }
 
-std::optional<std::uint16_t> Ipv4IdIcrcDelta::find(std::uint32_t delta, std::uint32_t limit) const {
-  UROCE_CHECK(limit != 0 && limit <= 65536 && (limit & (limit - 1)) == 0);
-  if (delta == 0) return std::uint16_t{0};
-  // Gray code order: each step flips one bit of the candidate, so one XOR per candidate.
-  std::uint32_t acc = 0;
-  for (std::uint32_t i = 1; i < limit; ++i) {
-    acc ^= bit_[static_cast<unsigned>(__builtin_ctz(i))];
-    if (acc == delta) return static_cast<std::uint16_t>(i ^ (i >> 1));
+std::optional<std::uint16_t> Ipv4IdIcrcDelta::solve(std::uint32_t delta) const {
+  std::uint16_t id = 0;
+  for (int top = 31; top >= 0 && delta != 0; --top) {
+    const auto t = static_cast<std::size_t>(top);
+    if (((delta >> top) & 1u) == 0) continue;
+    if (basis_[t] == 0) return std::nullopt;  // no identification explains this difference
+    delta ^= basis_[t];
+    id = static_cast<std::uint16_t>(id ^ combo_[t]);
   }
-  return std::nullopt;
+  return id;
+}
+
+std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
+                                                              ConstBytes roce_with_icrc) {
+  if (roce_with_icrc.size() < kBthBytes + kIcrcBytes) return std::nullopt;
+  if (ip_udp.size() != kIpv4Bytes + kUdpBytes) return std::nullopt;
+  const std::size_t n = roce_with_icrc.size() - kIcrcBytes;
+  const std::uint32_t delta =
+      icrc_compute(ip_udp, roce_with_icrc.first(n)) ^ load_le32(roce_with_icrc, n);
+  if (delta == 0) return std::uint16_t{0};
+  return Ipv4IdIcrcDelta(roce_with_icrc.size()).solve(delta);
 }
 
 }  // namespace uroce::wire

@@ -54,11 +54,12 @@ std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc);
 
 // How an IPv4 packet's ICRC depends on its identification field, which the ICRC covers
-// (roce-facts.md). The CRC is linear: for two inputs of the same length,
-// ICRC(id = v) = ICRC(id = 0) ^ delta(v), where delta depends only on v and on how many bytes
-// follow the identification field. A sender whose kernel numbers GSO segments 0, 1, 2, ... turns
-// one ICRC computed with id 0 into each segment's; a receiver on a UDP socket, which never sees
-// the identification, finds a small id that makes a mismatching ICRC match.
+// (roce-facts.md). The CRC is affine in its input: for two inputs of the same length,
+// ICRC(id = v) = ICRC(id = 0) ^ delta(v), where delta is linear in v's 16 bits and depends
+// otherwise only on how many bytes follow the identification field (each bit's contribution is
+// that bit's CRC multiplied by x^(8 * rest) modulo the polynomial). A sender whose kernel numbers
+// GSO segments 0, 1, 2, ... turns one ICRC computed with id 0 into each segment's; a receiver
+// on a UDP socket, which never sees the identification, solves for it.
 class Ipv4IdIcrcDelta {
  public:
   // For packets whose RoCE part (BTH through ICRC) is `roce_bytes` long.
@@ -71,13 +72,24 @@ class Ipv4IdIcrcDelta {
     }
     return d;
   }
-  // The identification below `limit` (a power of two, at most 65536) whose delta is `delta`
-  // (= the stored ICRC ^ the ICRC computed with id 0), if any. Costs `limit` XORs.
-  std::optional<std::uint16_t> find(std::uint32_t delta, std::uint32_t limit) const;
+  // The identification whose delta is `delta` (= the stored ICRC ^ the ICRC computed with
+  // id 0), or nullopt when none has it: the 32x16 system over GF(2), solved in at most 32 steps
+  // from the echelon form the constructor builds. 16 of the ICRC's 32 bits are spent on finding
+  // the id, so a corrupted packet is still rejected with probability 1 - 2^-16.
+  std::optional<std::uint16_t> solve(std::uint32_t delta) const;
 
  private:
   std::size_t roce_bytes_;
-  std::array<std::uint32_t, 16> bit_{};  // delta of each single bit of the identification
+  std::array<std::uint32_t, 16> bit_{};    // delta of each single bit of the identification
+  std::array<std::uint32_t, 32> basis_{};  // echelon form: basis_[b]'s highest set bit is b
+  std::array<std::uint16_t, 32> combo_{};  // the identification bits that make basis_[b]
 };
+
+// For an IPv4 packet whose identification the receiver cannot see (a UDP socket does not show
+// it, and rxe sends nonzero ones): the identification that makes the ICRC valid, or nullopt when
+// none does. `ip_udp` is the packet's IP and UDP header with identification 0. (One ICRC pass
+// and Ipv4IdIcrcDelta::solve; a receiver that has the ICRC with id 0 already solves directly.)
+std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
+                                                              ConstBytes roce_with_icrc);
 
 }  // namespace uroce::wire

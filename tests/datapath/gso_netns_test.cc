@@ -237,8 +237,8 @@ TEST_F(GsoNetns, SoftwareSegmentsCarryIncrementingIdsAndValidIcrcs) {
         64, [&](const wire::RocePacket&, const RxMeta& m) { EXPECT_TRUE(m.icrc_verified); });
   }
   EXPECT_EQ(got, expected);
-  EXPECT_EQ(rx->counters().rx_icrc_unverified, 0u);
-  EXPECT_EQ(rx->counters().rx_icrc_nonzero_id, nonzero_ids);
+  EXPECT_EQ(rx->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
+  EXPECT_EQ(rx->counters().rx_icrc_id_recovered, nonzero_ids);
 }
 
 }  // namespace
