@@ -131,9 +131,9 @@ NamedCounters qp_counters(const QpStats& qp) {
   const transport::QpCounters& c = qp.counters;
   return {
       {"sent_pkts", c.packets_sent},
-      {"sent_bytes", c.bytes_sent},
+      {"sent_payload_bytes", c.bytes_sent},
       {"rcvd_pkts", c.packets_received},
-      {"rcvd_bytes", c.bytes_received},
+      {"rcvd_payload_bytes", c.bytes_received},
       {"duplicate_request", c.duplicate_requests},
       {"out_of_seq_request", c.out_of_sequence},
       {"rcvd_rnr_err", c.rnr_naks_received},

@@ -186,7 +186,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // other states cannot progress and are not waited for. The Device stays usable for polling
   // CQs, taking events and destroying objects (without the lock; nothing else runs), but sends
   // and receives nothing more: work posted after close() stays queued. Requests from peers
-  // are not awaited: close the side that initiates first. Call it from one thread, with no
+  // are not awaited: close the side that initiates first. The drain still receives, so it
+  // still executes the peers' requests: registered memory must stay valid until close()
+  // returns (the destructor's included). Call it from one thread, with no
   // guard held and no other thread using the device. Idempotent: a second call returns the
   // first result.
   CloseResult close(Duration deadline = kCloseDeadline);
