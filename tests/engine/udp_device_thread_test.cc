@@ -6,11 +6,13 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +52,7 @@ struct SideOptions {
   std::uint32_t cqe = 1024;
   std::uint32_t max_send_wr = 256;
   bool make_channel = false;
+  std::string capture;
 };
 
 // Opens the device (polling mode) and creates PD, MR, CQ and an RC QP.
@@ -58,7 +61,7 @@ void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
   cfg.name = o.name;
   cfg.ip = v4(ip);
   s.ip = ip;
-  auto d = UdpDevice::open(cfg);
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture);
   ASSERT_TRUE(d.ok()) << d.error();
   s.dev = std::move(d.value());
   Device& dev = s.dev->device();
@@ -204,6 +207,79 @@ TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
   EXPECT_EQ(orig, 100u);
   std::memcpy(&counter, b.buf.data() + 900000, 8);
   EXPECT_EQ(counter, 105u);
+}
+
+// The target is another process that opens its device, starts the progress thread and then
+// blocks in read() until the initiator is done: its WRITE lands and its READ returns the
+// target's bytes without the target's application running at all.
+TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
+  Side a;
+  make_side(a, "127.0.1.28");
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The target. Exit codes: 0 the WRITE's data arrived, 2 setup failed, 3 wrong data.
+    ::close(to_parent[0]);
+    ::close(to_child[1]);
+    Side b;
+    make_side(b, "127.0.1.29");
+    if (::testing::Test::HasFatalFailure() || !b.dev) ::_exit(2);
+    fill(b, 0, 50000, 11);
+    connect(b, a, "127.0.1.28");
+    if (::testing::Test::HasFatalFailure()) ::_exit(2);
+    if (!b.dev->start_progress_thread().empty()) ::_exit(2);
+    const std::uint64_t info[3] = {b.qpn, b.mr.rkey, b.va(0)};
+    if (::write(to_parent[1], info, sizeof info) != sizeof info) ::_exit(2);
+    char done = 0;
+    if (::read(to_child[0], &done, 1) != 1) ::_exit(2);  // the application does nothing
+    std::vector<std::byte> expect(30000);
+    for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 7 + 1);
+    const bool ok = std::memcmp(b.buf.data() + 100000, expect.data(), expect.size()) == 0;
+    b.dev.reset();
+    ::_exit(ok ? 0 : 3);
+  }
+  ::close(to_parent[1]);
+  ::close(to_child[0]);
+  std::uint64_t info[3] = {};
+  ASSERT_EQ(::read(to_parent[0], info, sizeof info), static_cast<ssize_t>(sizeof info));
+  Side peer;  // what the initiator knows of the target
+  peer.qpn = static_cast<std::uint32_t>(info[0]);
+  connect(a, peer, "127.0.1.29");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  fill(a, 0, 30000, 7);
+  const Sge wsge{a.va(0), 30000, a.mr.lkey};
+  const Sge rsge{a.va(200000), 50000, a.mr.lkey};
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sg_list = std::span(&wsge, 1);
+  w.rdma = {info[2] + 100000, static_cast<std::uint32_t>(info[1])};
+  w.send_flags = kSendSignaled;
+  SendWr r = w;
+  r.wr_id = 2;
+  r.opcode = WrOpcode::kRdmaRead;
+  r.sg_list = std::span(&rsge, 1);
+  r.rdma = {info[2], static_cast<std::uint32_t>(info[1])};
+  const SendWr wrs[2] = {w, r};
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, wrs, nullptr), Errc::kOk);
+  const auto wcs = collect(a, 2);
+  const char done = 1;
+  EXPECT_EQ(::write(to_child[1], &done, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[1].status, WcStatus::kSuccess);
+  std::vector<std::byte> expect(50000);
+  for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 11 + 1);
+  EXPECT_EQ(std::memcmp(a.buf.data() + 200000, expect.data(), expect.size()), 0);
+  ::close(to_parent[0]);
+  ::close(to_child[1]);
 }
 
 // A polling-mode initiator against a thread-mode target: the two modes interoperate.
@@ -382,7 +458,11 @@ TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
 // has every byte, and the completions can be polled after close().
 TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
   Side a, b;
-  make_side(a, "127.0.1.14");
+  SideOptions oa;
+  oa.capture = (std::filesystem::temp_directory_path() /
+                ("uroce_thread_test_" + std::to_string(::getpid()) + ".pcap"))
+                   .string();
+  make_side(a, "127.0.1.14", oa);
   make_side(b, "127.0.1.15");
   pair_up(a, b);
   constexpr std::size_t kWrs = 200, kLen = 4096;
@@ -414,6 +494,14 @@ TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
   const DeviceStats s = a.dev->stats();
   EXPECT_GE(s.datapath.tx_packets, kWrs * 4);
   EXPECT_EQ(a.dev->close().drained, true);  // idempotent
+  // The capture was flushed and closed: it holds every packet sent and received.
+  auto pcap = capture::PcapReader::open(oa.capture);
+  ASSERT_TRUE(pcap.ok()) << pcap.error();
+  capture::PcapRecord rec;
+  std::uint64_t frames = 0;
+  while (pcap->next(rec).value()) ++frames;
+  EXPECT_EQ(frames, s.datapath.tx_packets + s.datapath.rx_packets);
+  std::filesystem::remove(oa.capture);
 }
 
 // A WR that cannot be delivered ends within its retry budget: close() waits for that failure.
