@@ -33,18 +33,19 @@
 // get_cq_event() takes the oldest (ibv_get_cq_event), ack_cq_events() acknowledges
 // (ibv_ack_cq_events). Async events: async_event_fd() is readable while the Device has queued
 // asynchronous events (QP fatal, CQ overflow, SRQ limit, ...); take them with
-// get_async_event(). Both work in both modes; in polling mode the fds become readable during
-// progress() or wait() (or during the Device call that caused the event).
+// get_async_event(). Both work in both modes. In polling mode a channel's fd becomes readable
+// during the progress()/wait() (or the Device call, e.g. a flush) that made the completion, the
+// async fd at the end of the progress() round that queued the event.
 //
 // Counters: stats() snapshots the engine's, the datapath's and every QP's counters (stats.h).
 // Each open UdpDevice also serves them to other processes (`uroce stats`) on the abstract unix
 // datagram socket "@uroce/<pid>/<device name>" ("@uroce/<pid>/<name>~<n>" when that name is
 // taken in this process). A request is one datagram, the words "text" or "json", optionally
 // followed by "qp" (per-QP counters too); the answer goes back to the sender's address as one or
-// more datagrams of at most kStatsChunk bytes, each starting with '+' (more follow) or '.' (the
-// last). Requests are served by progress()/wait() in polling mode (checked at most every
-// millisecond, so a device whose application never progresses does not answer) and by the
-// progress thread in thread mode.
+// more datagrams, each a marker byte, '+' (more follow) or '.' (the last), then up to
+// kStatsChunk bytes of the text or JSON. Requests are served by progress()/wait() in polling mode
+// (checked at most every millisecond, so a device whose application never progresses does not
+// answer) and by the progress thread in thread mode.
 #pragma once
 
 #include <atomic>

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/udp_device.h"
@@ -239,6 +241,31 @@ TEST(StatsCmd, ADeviceThatDoesNotProgressIsReported) {
   EXPECT_NE(r.err.find("tool_idle (pid " + std::to_string(::getpid()) + "): no answer"),
             std::string::npos)
       << r.err;
+}
+
+// A polling-mode device answers from its application's wait()/progress() calls.
+TEST(StatsCmd, APollingDeviceAnswersWhileItsApplicationWaits) {
+  DeviceConfig cfg;
+  cfg.name = "tool_poll";
+  cfg.ip = v4("127.0.2.6");
+  auto d = engine::UdpDevice::open(cfg);
+  ASSERT_TRUE(d.ok()) << d.error();
+  engine::UdpDevice& dev = *d.value();
+  std::atomic<bool> done{false};
+  Result<std::string, std::string> answer = Err{std::string("not asked")};
+  std::thread client([&] {
+    answer = query_stats_endpoint(dev.stats_socket_name(), "json", Duration::s(20));
+    done.store(true);
+  });
+  const Instant give_up = engine::UdpDevice::now() + Duration::s(30);  // hang guard only
+  while (!done.load() && engine::UdpDevice::now() < give_up) dev.wait(Duration::ms(10));
+  client.join();
+  ASSERT_TRUE(answer.ok()) << answer.error();
+  EXPECT_EQ(answer.value().rfind("{\"ifname\":\"tool_poll\",\"port\":1,", 0), 0u) << answer.value();
+  EXPECT_EQ(dev.stats().stats_requests, 1u);
+  auto bad = query_stats_endpoint("uroce/0/nobody", "text", Duration::ms(10));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("cannot reach the device"), std::string::npos) << bad.error();
 }
 
 // The `uroce` binary, another process, reads this process's device.
