@@ -23,7 +23,10 @@
 // rounds, yielding to an application thread that waits for it. With nothing to do it sleeps in
 // ppoll() on the socket, a wake-up eventfd and the next timer deadline, never holding the lock
 // while asleep. post_send()'s doorbell writes the eventfd only when the thread is asleep, so a
-// doorbell on a busy device costs no system call. Keep guards short: the thread cannot
+// doorbell on a busy device costs no system call. The thread writes registered memory (remote
+// WRITEs, atomics, received SENDs, READ responses): read such memory after taking the lock
+// once the completion or message that says it arrived was seen (a completion polled through
+// the guard already orders it). Keep guards short: the thread cannot
 // progress while the application holds one. Never call progress(), wait(), stats(),
 // get_cq_event(), get_async_event() or close() while holding a guard (they take the mutex).
 //

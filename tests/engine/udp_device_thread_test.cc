@@ -200,6 +200,7 @@ TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
     EXPECT_EQ(wcs[i].wr_id, i + 1);
     EXPECT_EQ(wcs[i].status, WcStatus::kSuccess) << wc_status_name(wcs[i].status);
   }
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 400000, 20000), 0);
   EXPECT_EQ(std::memcmp(a.buf.data() + 100000, b.buf.data() + 500000, 20000), 0);
   std::uint64_t orig = 0;
@@ -237,7 +238,13 @@ TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
     if (::read(to_child[0], &done, 1) != 1) ::_exit(2);  // the application does nothing
     std::vector<std::byte> expect(30000);
     for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 7 + 1);
-    const bool ok = std::memcmp(b.buf.data() + 100000, expect.data(), expect.size()) == 0;
+    bool ok = false;
+    {
+      // The lock orders this read after the progress thread's write of the data (the pipe
+      // tells when, but it is not a synchronization the thread's memory model can see).
+      auto d = b.dev->lock();
+      ok = std::memcmp(b.buf.data() + 100000, expect.data(), expect.size()) == 0;
+    }
     b.dev.reset();
     ::_exit(ok ? 0 : 3);
   }
@@ -304,6 +311,7 @@ TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
   }
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].status, WcStatus::kSuccess);
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 1000, 8000), 0);
 }
 
@@ -489,6 +497,7 @@ TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
     EXPECT_EQ(got[i].wr_id, i);
     EXPECT_EQ(got[i].status, WcStatus::kSuccess);
   }
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), kWrs * kLen), 0);
   // After close: counters stay readable, nothing more is sent.
   const DeviceStats s = a.dev->stats();
@@ -688,6 +697,7 @@ TEST(UdpDeviceThread, StressPostAndPollAgainstTheProgressThread) {
   poster.join();
   EXPECT_FALSE(failed.load());
   EXPECT_EQ(expect, kTotal);
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 1'000'000, 64 * kLen), 0);
   const CloseResult r = a.dev->close();
   EXPECT_TRUE(r.drained);
