@@ -72,8 +72,9 @@
 namespace uroce::engine {
 
 struct ProgressThreadOptions {
-  // After a round that did work, keep running rounds (busy-polling, the lock released between
-  // them) for this long before sleeping: lower latency for a CPU core. Zero: sleep at once.
+  // After a round that did work, keep busy-polling for this long before sleeping (without the
+  // lock: a doorbell, a datagram or a due timer starts the next round): lower latency for a
+  // CPU core. Zero: sleep at once.
   Duration spin = Duration::zero();
   // Packets sent per round before the lock is released.
   std::size_t tx_budget = 256;
@@ -230,9 +231,11 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::mutex mu_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> sleeping_{false};  // the thread is (about to be) asleep in ppoll
-  std::atomic<int> app_waiting_{0};    // application threads waiting in lock()
-  int wake_fd_ = -1;                   // eventfd: doorbell and stop wake the thread
+  std::atomic<bool> sleeping_{false};        // the thread is (about to be) asleep in ppoll
+  std::atomic<int> app_waiting_{0};          // application threads waiting in lock()
+  std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
+  std::atomic<bool> doorbell_rung_{false};   // post_send() since the thread's last round
+  int wake_fd_ = -1;                         // eventfd: doorbell and stop wake the thread
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;
