@@ -153,11 +153,14 @@ void run(const std::string& mode, int iters) {
   const double secs = seconds_since(t0);
   stop.store(true);
   if (target_app.joinable()) target_app.join();
+  const engine::DeviceStats st = a.dev->stats();
+  const std::uint64_t retransmitted = st.qps.empty() ? 0 : st.qps[0].counters.retransmitted_packets;
   std::printf(
       "{\"mode\":\"%s\",\"write8_rtt_us_p50\":%.1f,\"write8_rtt_us_p99\":%.1f,"
-      "\"write64k_gbit_per_s\":%.2f,\"iters\":%d}\n",
+      "\"write64k_gbit_per_s\":%.2f,\"retransmitted_pkts\":%llu,\"iters\":%d}\n",
       mode.c_str(), rtts.empty() ? 0.0 : rtts[rtts.size() / 2],
-      rtts.empty() ? 0.0 : rtts[rtts.size() * 99 / 100], big * 65536.0 * 8 / secs / 1e9, iters);
+      rtts.empty() ? 0.0 : rtts[rtts.size() * 99 / 100], big * 65536.0 * 8 / secs / 1e9,
+      static_cast<unsigned long long>(retransmitted), iters);
 }
 
 }  // namespace
