@@ -315,6 +315,41 @@ TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 1000, 8000), 0);
 }
 
+// A WR posted while the QP is in SQD goes when the QP returns to RTS: modify_qp() rings the
+// doorbell, or an engine that only sends for QPs it was told about (and a progress thread that
+// sleeps until told) would never send it. The initiator polls, so the order is exact.
+TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
+  Side a, b;
+  make_side(a, "127.0.1.30");
+  make_side(b, "127.0.1.31");
+  pair_up(a, b);
+  fill(a, 0, 1000, 3);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  Device& dev = a.dev->device();
+  QpAttr attr;
+  attr.qp_state = QpState::kSqd;
+  ASSERT_EQ(dev.modify_qp(a.qp, attr, kQpState), Errc::kOk);
+  const Sge sge{a.va(0), 1000, a.mr.lkey};
+  const SendWr w = write_wr(31, sge, b, 0);
+  ASSERT_EQ(dev.post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  EXPECT_FALSE(a.dev->progress());  // SQD: nothing may start
+  attr.qp_state = QpState::kRts;
+  ASSERT_EQ(dev.modify_qp(a.qp, attr, kQpState), Errc::kOk);
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.empty() && UdpDevice::now() < give_up) {
+    a.dev->wait(Duration::ms(10));
+    Wc wc[2];
+    auto k = dev.poll_cq(a.cq, wc);
+    ASSERT_TRUE(k.ok());
+    got.insert(got.end(), wc, wc + k.value());
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess);
+  auto peer_guard = b.dev->lock();
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), 1000), 0);
+}
+
 TEST(UdpDeviceThread, StartTwiceOrAfterCloseIsAClearError) {
   Side a;
   make_side(a, "127.0.1.5");
