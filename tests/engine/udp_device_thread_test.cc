@@ -474,6 +474,34 @@ TEST(UdpDeviceThread, AsyncEventFdReportsCqOverflow) {
   EXPECT_FALSE(a.dev->lock()->poll_cq(a.cq, wc).ok());  // the CQ is in error
 }
 
+// A WRITE with a bad rkey: the target's QP raises an access error (rxe:
+// IB_EVENT_QP_ACCESS_ERR) that its application, only waiting on the async fd, receives.
+TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
+  Side a, b;
+  make_side(a, "127.0.1.32");
+  make_side(b, "127.0.1.33");
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  const Sge sge{a.va(0), 64, a.mr.lkey};
+  SendWr w = write_wr(41, sge, b, 0);
+  w.rdma.rkey = b.mr.rkey ^ 0x80;  // no such key
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  EXPECT_TRUE(readable(b.dev->async_event_fd(), 20000));  // hang guard only
+  auto ev = b.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
+  EXPECT_EQ(ev->qp, b.qp);
+  EXPECT_EQ(ev->qp_num, b.qpn);
+  const auto wcs = collect(a, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr);
+  const DeviceStats sa = a.dev->stats();
+  const DeviceStats sb = b.dev->stats();
+  EXPECT_EQ(sb.qps[0].counters.other_naks_sent, 1u);
+  EXPECT_EQ(sa.qps[0].counters.other_naks_received, 1u);
+}
+
 // Polling mode: the async fd becomes readable during progress().
 TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
   Side a, b;
