@@ -170,12 +170,12 @@ std::vector<Packet> write_message(std::size_t packets, std::size_t mtu, std::siz
 
 TEST(UdpDatapath, BatchedSendArrivesInOrderWithAVerifiedIcrc) {
   for (const bool gso : {false, true}) {
-    auto a = open_dp("127.0.1.71", gso, false);
-    auto b = open_dp("127.0.1.72", false, false);
+    auto a = open_dp("127.0.3.71", gso, false);
+    auto b = open_dp("127.0.3.72", false, false);
     ASSERT_TRUE(a && b);
     const auto pkts = write_message(40, 1024, 300);
     const Bytes data = data_of(40 * 1024);
-    for (const Packet& p : pkts) queue(*a, p, data, "127.0.1.72");
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.72");
     EXPECT_EQ(a->queued(), 40u);  // nothing sent before the flush
     EXPECT_EQ(a->counters().tx_packets, 0u);
     a->flush(Instant{});
@@ -195,44 +195,44 @@ TEST(UdpDatapath, BatchedSendArrivesInOrderWithAVerifiedIcrc) {
 }
 
 TEST(UdpDatapath, MixedSizesAndDestinationsInOneBatch) {
-  auto a = open_dp("127.0.1.73", true, false);
-  auto b = open_dp("127.0.1.74", false, false);
-  auto c = open_dp("127.0.1.75", false, true);
+  auto a = open_dp("127.0.3.73", true, false);
+  auto b = open_dp("127.0.3.74", false, false);
+  auto c = open_dp("127.0.3.75", false, true);
   ASSERT_TRUE(a && b && c);
   const Bytes data = data_of(64 * 1024);
   using wire::Opcode;
   // Runs broken by the destination, a larger packet, a shorter one in the middle, and runs that
   // continue after another destination's packet.
   const std::vector<Packet> pkts = {
-      {Opcode::kRcRdmaWriteMiddle, 1, 0, 512, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 2, 512, 512, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 3, 0, 256, "127.0.1.75"},
-      {Opcode::kRcRdmaWriteMiddle, 4, 1024, 512, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 5, 2048, 1024, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 6, 3072, 1024, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 7, 5000, 100, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 8, 6000, 1024, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteLast, 9, 7000, 13, "127.0.1.74"},
-      {Opcode::kRcRdmaWriteMiddle, 10, 256, 256, "127.0.1.75"},
-      {Opcode::kRcRdmaWriteMiddle, 11, 512, 256, "127.0.1.75"},
-      {Opcode::kRcRdmaWriteLast, 12, 768, 256, "127.0.1.75"},
-      {Opcode::kRcRdmaWriteOnly, 13, 9000, 4096, "127.0.1.75"},
-      {Opcode::kRcRdmaWriteOnly, 14, 0, 0, "127.0.1.75"},
+      {Opcode::kRcRdmaWriteMiddle, 1, 0, 512, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 2, 512, 512, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 3, 0, 256, "127.0.3.75"},
+      {Opcode::kRcRdmaWriteMiddle, 4, 1024, 512, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 5, 2048, 1024, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 6, 3072, 1024, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 7, 5000, 100, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 8, 6000, 1024, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteLast, 9, 7000, 13, "127.0.3.74"},
+      {Opcode::kRcRdmaWriteMiddle, 10, 256, 256, "127.0.3.75"},
+      {Opcode::kRcRdmaWriteMiddle, 11, 512, 256, "127.0.3.75"},
+      {Opcode::kRcRdmaWriteLast, 12, 768, 256, "127.0.3.75"},
+      {Opcode::kRcRdmaWriteOnly, 13, 9000, 4096, "127.0.3.75"},
+      {Opcode::kRcRdmaWriteOnly, 14, 0, 0, "127.0.3.75"},
   };
   for (const Packet& p : pkts) queue(*a, p, data, nullptr);
   a->flush(Instant{});
   EXPECT_EQ(a->counters().tx_packets, pkts.size());
   EXPECT_GE(a->counters().tx_gso_datagrams, 2u);
   std::vector<Packet> to_b, to_c;
-  for (const Packet& p : pkts) (std::strcmp(p.to, "127.0.1.74") == 0 ? to_b : to_c).push_back(p);
+  for (const Packet& p : pkts) (std::strcmp(p.to, "127.0.3.74") == 0 ? to_b : to_c).push_back(p);
   expect_packets(receive_all(*b, to_b.size()), to_b, data);
   expect_packets(receive_all(*c, to_c.size()), to_c, data);
 }
 
 TEST(UdpDatapath, GsoRunWithAShortLastSegment) {
   // The receiver without GRO: the kernel cuts the GSO datagram into datagrams on receive.
-  auto a = open_dp("127.0.1.76", true, false);
-  auto b = open_dp("127.0.1.77", false, false);
+  auto a = open_dp("127.0.3.76", true, false);
+  auto b = open_dp("127.0.3.77", false, false);
   ASSERT_TRUE(a && b);
   if (!a->gso()) GTEST_SKIP() << "this kernel has no UDP_SEGMENT";
   const Bytes data = data_of(16 * 1024);
@@ -241,7 +241,7 @@ TEST(UdpDatapath, GsoRunWithAShortLastSegment) {
     pkts.push_back(Packet{wire::Opcode::kRcRdmaWriteMiddle, 500 + i, i * 1024u, 1024});
   }
   pkts.push_back(Packet{wire::Opcode::kRcRdmaWriteLast, 512, 12 * 1024, 333});  // pad 3
-  for (const Packet& p : pkts) queue(*a, p, data, "127.0.1.77");
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.77");
   a->flush(Instant{});
   EXPECT_EQ(a->counters().tx_datagrams, 1u);
   EXPECT_EQ(a->counters().tx_gso_datagrams, 1u);
@@ -257,13 +257,13 @@ TEST(UdpDatapath, GsoRunWithAShortLastSegment) {
 }
 
 TEST(UdpDatapath, GroReceiveIsSplitByTheSegmentSize) {
-  auto a = open_dp("127.0.1.78", true, false);
-  auto b = open_dp("127.0.1.79", false, true);
+  auto a = open_dp("127.0.3.78", true, false);
+  auto b = open_dp("127.0.3.79", false, true);
   ASSERT_TRUE(a && b);
   if (!a->gso() || !b->gro()) GTEST_SKIP() << "this kernel has no UDP_SEGMENT or UDP_GRO";
   const Bytes data = data_of(64 * 1024);
   auto pkts = write_message(30, 2048, 1000);
-  for (const Packet& p : pkts) queue(*a, p, data, "127.0.1.79");
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.79");
   a->flush(Instant{});
   const auto got = receive_all(*b, pkts.size());
   expect_packets(got, pkts, data);
@@ -289,8 +289,8 @@ TEST(UdpDatapath, BackpressureKeepsUnsentPacketsForTheNextFlush) {
       if (mode == 1) n = std::min(n, 3u);
       return ::sendmmsg(fd, v, n, 0);
     };
-    auto a = open_dp("127.0.1.80", gso, false, 8, hook);
-    auto b = open_dp("127.0.1.81", false, false);
+    auto a = open_dp("127.0.3.80", gso, false, 8, hook);
+    auto b = open_dp("127.0.3.81", false, false);
     ASSERT_TRUE(a && b);
     Bytes data = data_of(20 * 1024);
     const Bytes original = data;
@@ -300,7 +300,7 @@ TEST(UdpDatapath, BackpressureKeepsUnsentPacketsForTheNextFlush) {
       pkts.push_back(Packet{wire::Opcode::kRcRdmaWriteMiddle, i, i * 1024u, 512u + (i / 2) * 64u});
     }
     // The first 8 fill the queue; the ninth finds it full and the socket blocked.
-    for (std::size_t i = 0; i < 8; ++i) queue(*a, pkts[i], data, "127.0.1.81");
+    for (std::size_t i = 0; i < 8; ++i) queue(*a, pkts[i], data, "127.0.3.81");
     EXPECT_EQ(a->queued(), 8u);
     EXPECT_EQ(a->counters().tx_blocked, 1u);  // the 8th tried to flush
     {
@@ -310,7 +310,7 @@ TEST(UdpDatapath, BackpressureKeepsUnsentPacketsForTheNextFlush) {
       const std::size_t n = wire::write_headers(hdr, h, 4);
       const std::array<ConstBytes, 1> piece = {ConstBytes(data).first(4)};
       wire::OuterHeaders o;
-      o.dst = v4("127.0.1.81");
+      o.dst = v4("127.0.3.81");
       EXPECT_FALSE(a->send(Instant{}, o, ConstBytes(hdr).first(n), piece));
     }
     a->flush(Instant{});
@@ -327,7 +327,7 @@ TEST(UdpDatapath, BackpressureKeepsUnsentPacketsForTheNextFlush) {
     EXPECT_EQ(a->counters().tx_errors, 0u);
     data = original;
     mode = 2;
-    for (std::size_t i = 8; i < pkts.size(); ++i) queue(*a, pkts[i], data, "127.0.1.81");
+    for (std::size_t i = 8; i < pkts.size(); ++i) queue(*a, pkts[i], data, "127.0.3.81");
     a->flush(Instant{});
     expect_packets(receive_all(*b, pkts.size()), pkts, original);
     EXPECT_EQ(b->counters().rx_packets, pkts.size());  // no duplicates
@@ -347,12 +347,12 @@ TEST(UdpDatapath, GsoRefusedByTheKernelFallsBackToSinglePackets) {
     while (k < n && v[k].msg_hdr.msg_iovlen <= 3) ++k;
     return ::sendmmsg(fd, v, k, 0);
   };
-  auto a = open_dp("127.0.1.82", true, false, 64, hook);
-  auto b = open_dp("127.0.1.83", false, false);
+  auto a = open_dp("127.0.3.82", true, false, 64, hook);
+  auto b = open_dp("127.0.3.83", false, false);
   ASSERT_TRUE(a && b);
   const Bytes data = data_of(8 * 1024);
   auto pkts = write_message(6, 1024, 1024);
-  for (const Packet& p : pkts) queue(*a, p, data, "127.0.1.83");
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.83");
   a->flush(Instant{});
   EXPECT_FALSE(a->gso());
   EXPECT_NE(a->gso_note().find("refused"), std::string::npos) << a->gso_note();
@@ -367,8 +367,8 @@ TEST(UdpDatapath, GsoRefusedByTheKernelFallsBackToSinglePackets) {
 // identification its ICRC revealed.
 TEST(UdpDatapath, TapSeesEveryBatchedPacketAsAValidFrame) {
   for (const bool gso : {false, true}) {
-    auto a = open_dp("127.0.1.87", gso, false);
-    auto b = open_dp("127.0.1.88", false, gso);
+    auto a = open_dp("127.0.3.87", gso, false);
+    auto b = open_dp("127.0.3.88", false, gso);
     ASSERT_TRUE(a && b);
     std::vector<Bytes> sent, received;
     a->set_tap([&](ConstBytes f, bool out) {
@@ -381,7 +381,7 @@ TEST(UdpDatapath, TapSeesEveryBatchedPacketAsAValidFrame) {
     });
     const Bytes data = data_of(20 * 1024);
     const auto pkts = write_message(20, 1024, 77);
-    for (const Packet& p : pkts) queue(*a, p, data, "127.0.1.88");
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.88");
     EXPECT_TRUE(sent.empty());  // queued, not sent yet
     a->flush(Instant{});
     expect_packets(receive_all(*b, pkts.size()), pkts, data);
@@ -406,7 +406,7 @@ TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
   ::setenv("UROCE_UDP_GRO", "0", 1);
   ::setenv("UROCE_UDP_BATCH", "1", 1);
   {
-    auto a = UdpDatapath::open({v4("127.0.1.84"), 4791});
+    auto a = UdpDatapath::open({v4("127.0.3.84"), 4791});
     ASSERT_TRUE(a.ok()) << a.error();
     EXPECT_FALSE(a.value()->gso());
     EXPECT_EQ(a.value()->gso_note(), "off");
@@ -414,12 +414,12 @@ TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
     EXPECT_EQ(a.value()->tx_batch(), 1u);
   }
   ::setenv("UROCE_UDP_GSO", "yes", 1);
-  auto b = UdpDatapath::open({v4("127.0.1.84"), 4791});
+  auto b = UdpDatapath::open({v4("127.0.3.84"), 4791});
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().find("UROCE_UDP_GSO must be 0 or 1"), std::string::npos) << b.error();
   ::unsetenv("UROCE_UDP_GSO");
   ::setenv("UROCE_UDP_BATCH", "0", 1);
-  auto c = UdpDatapath::open({v4("127.0.1.84"), 4791});
+  auto c = UdpDatapath::open({v4("127.0.3.84"), 4791});
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().find("UROCE_UDP_BATCH must be a number"), std::string::npos) << c.error();
   ::unsetenv("UROCE_UDP_BATCH");
@@ -533,18 +533,18 @@ void raw_send(const wire::IpAddress& to, std::uint16_t port, const Bytes& payloa
 TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   // A sender with nonzero identifications (as rxe): its ICRC is valid for identification
   // 0x1234, which the receiver finds and shows in the packet's IP header.
-  auto b = UdpDatapath::open({v4("127.0.2.65"), 4791});
+  auto b = UdpDatapath::open({v4("127.0.3.65"), 4791});
   ASSERT_TRUE(b.ok()) << b.error();
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in from{};
   from.sin_family = AF_INET;
   from.sin_port = htons(4791);
-  ::inet_pton(AF_INET, "127.0.2.66", &from.sin_addr);
+  ::inet_pton(AF_INET, "127.0.3.66", &from.sin_addr);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
   wire::OuterHeaders o;
-  o.src = v4("127.0.2.66");
-  o.dst = v4("127.0.2.65");
+  o.src = v4("127.0.3.66");
+  o.dst = v4("127.0.3.65");
   o.src_port = 4791;
   o.ipv4_id = 0x1234;
   o.ethernet = false;
@@ -552,7 +552,7 @@ TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   Bytes frame(512);
   frame.resize(wire::build_frame(frame, o, send_only(data.size()), data));
   sockaddr_in to = from;
-  ::inet_pton(AF_INET, "127.0.2.65", &to.sin_addr);
+  ::inet_pton(AF_INET, "127.0.3.65", &to.sin_addr);
   const Bytes udp_payload(frame.begin() + 28, frame.end());
   ASSERT_EQ(::sendto(fd, udp_payload.data(), udp_payload.size(), 0,
                      reinterpret_cast<sockaddr*>(&to), sizeof to),
@@ -611,15 +611,15 @@ TEST(UdpDatapath, GarbageAndBadIcrcAreCountedDrops) {
 // segments: each is a counted drop, and a real packet after them still arrives.
 TEST(UdpDatapath, GarbageDatagramsAreCountedDropsNeverACrash) {
   for (const bool gro : {false, true}) {
-    auto b = open_dp("127.0.1.85", false, gro);
+    auto b = open_dp("127.0.3.85", false, gro);
     ASSERT_TRUE(b);
     std::uint64_t sent = 0;
-    raw_send(v4("127.0.1.85"), 4791, Bytes());  // empty
-    raw_send(v4("127.0.1.85"), 4791, Bytes(15, std::byte{0xff}));
-    raw_send(v4("127.0.1.85"), 4791, Bytes(65507, std::byte{0x01}));  // the largest datagram
+    raw_send(v4("127.0.3.85"), 4791, Bytes());  // empty
+    raw_send(v4("127.0.3.85"), 4791, Bytes(15, std::byte{0xff}));
+    raw_send(v4("127.0.3.85"), 4791, Bytes(65507, std::byte{0x01}));  // the largest datagram
     Bytes noise(3000);
     for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<std::byte>(i * 131);
-    raw_send(v4("127.0.1.85"), 4791, noise);
+    raw_send(v4("127.0.3.85"), 4791, noise);
     sent += 4;
     {
       // A GSO datagram of 5 noise segments of 600 bytes from another socket.
@@ -628,7 +628,7 @@ TEST(UdpDatapath, GarbageDatagramsAreCountedDropsNeverACrash) {
       sockaddr_in to{};
       to.sin_family = AF_INET;
       to.sin_port = htons(4791);
-      std::memcpy(&to.sin_addr, v4("127.0.1.85").bytes.data(), 4);
+      std::memcpy(&to.sin_addr, v4("127.0.3.85").bytes.data(), 4);
       const int seg = 600;
       if (::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0) {
         ASSERT_EQ(::sendto(fd, noise.data(), 3000, 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
@@ -650,11 +650,11 @@ TEST(UdpDatapath, GarbageDatagramsAreCountedDropsNeverACrash) {
     EXPECT_EQ(drops + handled, sent);
     EXPECT_EQ(handled, b->counters().rx_icrc_id_recovered);
     // The datapath still works.
-    auto a = open_dp("127.0.1.86", true, false);
+    auto a = open_dp("127.0.3.86", true, false);
     ASSERT_TRUE(a);
     const Bytes data = data_of(4096);
     const auto pkts = write_message(3, 1024, 1024);
-    for (const Packet& p : pkts) queue(*a, p, data, "127.0.1.85");
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.85");
     a->flush(Instant{});
     expect_packets(receive_all(*b, pkts.size()), pkts, data);
   }
@@ -698,7 +698,7 @@ TEST(UdpDatapath, HardwareSegmentationKeepsIpv4GsoOff) {
   EXPECT_FALSE(hardware_udp_segmentation("no-such-if0"));
   EXPECT_FALSE(hardware_udp_segmentation("../../etc"));
   EXPECT_FALSE(interface_name(v4("192.0.2.1")).ok());
-  auto a = open_dp("127.0.1.89", true, false);
+  auto a = open_dp("127.0.3.89", true, false);
   ASSERT_TRUE(a);
   if (a->gso()) {
     EXPECT_EQ(a->gso_note(), "on");
