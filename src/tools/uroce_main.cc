@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "tools/demo_cmd.h"
 #include "tools/pcap_cmd.h"
+#include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
 
 int main(int argc, char** argv) {
@@ -60,6 +62,16 @@ int main(int argc, char** argv) {
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
+  uroce::tools::PerfOptions perf_opt;
+  CLI::App* perf = app.add_subcommand(
+      "perf",
+      "RDMA benchmarks as perftest's ib_* tools: `perf TEST` (server), `perf TEST ADDRESS`");
+  uroce::tools::add_perf_options(*perf, perf_opt);
+  uroce::tools::DemoOptions demo_opt;
+  CLI::App* demo = app.add_subcommand(
+      "demo", "Two uroce processes on loopback: every RDMA operation checked, then perf numbers");
+  uroce::tools::add_demo_options(*demo, demo_opt);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -71,5 +83,7 @@ int main(int argc, char** argv) {
     sim_cmd.cluster.faults = !no_faults;
     return uroce::tools::sim_run(sim_cmd, stdout);
   }
+  if (perf->parsed()) return uroce::tools::perf_run(perf_opt, stdout, stderr);
+  if (demo->parsed()) return uroce::tools::demo_run(demo_opt, stdout, stderr);
   return 2;
 }
