@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_config.h"
 #include "tools/perf_cmd.h"
 
 namespace uroce::tools {
@@ -118,7 +119,29 @@ void add_demo_options(CLI::App& sub, DemoOptions& o) {
       ->check(CLI::Range(std::uint64_t{5}, std::uint64_t{100'000'000}));
 }
 
+// The demo is a loopback demo: it never sends to another host.
+bool is_loopback(const std::string& text) {
+  auto ip = engine::parse_ip(text);
+  if (!ip.ok()) return false;
+  const wire::IpAddress& a = ip.value();
+  if (!a.v6) return a.bytes[0] == 127;
+  for (std::size_t i = 0; i < 15; ++i)
+    if (a.bytes[i] != 0) return false;
+  return a.bytes[15] == 1;
+}
+
 int demo_run(const DemoOptions& o, std::FILE* out, std::FILE* err) {
+  for (const std::string* a : {&o.server_ip, &o.client_ip}) {
+    if (!is_loopback(*a)) {
+      std::fprintf(err, "uroce demo: '%s' is not a loopback address (127.x.y.z or ::1)\n",
+                   a->c_str());
+      return 2;
+    }
+  }
+  if (o.server_ip == o.client_ip) {
+    std::fprintf(err, "uroce demo: the server and the client need two different addresses\n");
+    return 2;
+  }
   const std::string exe = self_exe();
   std::fprintf(out,
                "uroce demo: two uroce processes over UDP on loopback: server %s (a child "

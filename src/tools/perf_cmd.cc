@@ -307,10 +307,13 @@ void open_side(Side& s) {
   s.dev = std::move(dev.value());
   // A deep socket receive buffer: a bw run keeps tx_depth messages (8 MiB at the defaults) in
   // flight with no congestion control yet, and every packet the kernel drops for a full buffer
-  // costs a retransmission timeout. The kernel caps this at net.core.rmem_max.
+  // costs a retransmission timeout. Root may exceed net.core.rmem_max (the FORCE options, as
+  // bench/udp_baseline does); others get what the limit allows.
   const int want = 16 << 20;
-  ::setsockopt(s.dev->fd(), SOL_SOCKET, SO_RCVBUF, &want, sizeof want);
-  ::setsockopt(s.dev->fd(), SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
+  if (::setsockopt(s.dev->fd(), SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof want) != 0)
+    ::setsockopt(s.dev->fd(), SOL_SOCKET, SO_RCVBUF, &want, sizeof want);
+  if (::setsockopt(s.dev->fd(), SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof want) != 0)
+    ::setsockopt(s.dev->fd(), SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
   Device& d = s.d();
   s.pd = d.alloc_pd().value();
   const std::uint32_t max_cqe = d.query_device().max_cqe;
