@@ -4,16 +4,20 @@
 #   - bench/udp_baseline bw --mode gso and --mode mmsg (raw UDP, 64 KiB per send call),
 #     udp_baseline pingpong (8-byte one-way latency) and udp_baseline pps (64-byte datagrams);
 #   - uroce perf write_bw -s 65536 -D SECONDS, write_lat -s 8, and write_bw -s 64 with a deep
-#     queue (message rate), each as two processes (server 127.0.0.1, client 127.0.0.2).
+#     queue (message rate), each as two processes (server $SERVER_IP, client $CLIENT_IP).
 # Prints the raw JSON lines and a markdown table of ratios: RDMA WRITE bandwidth / iperf3 and
 # / UDP GSO, latency ratio, message-rate ratio, and CPU seconds per GB on each side.
 # Each pair of processes is pinned to CPUs 0 and 1 where the host has two (as udp_baseline pins
 # its own). Release build in build-release/.
 #
 # Usage: bench/net_bench.sh [SECONDS]   (default 5)
+# Environment: SERVER_IP, CLIENT_IP (default 127.0.0.1, 127.0.0.2) for uroce perf and iperf3;
+# UDP_BASELINE: a udp_baseline binary built elsewhere.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 S=${1:-5}
+SIP=${SERVER_IP:-127.0.0.1}
+CIP=${CLIENT_IP:-127.0.0.2}
 [[ $S =~ ^[0-9]+$ && $S -ge 1 ]] || {
   echo "net_bench: SECONDS must be a positive integer" >&2
   exit 2
@@ -46,11 +50,11 @@ fi
 
 # iperf3: one TCP stream; the server answers one test and exits.
 iperf_port=15201
-timeout $((S + 60)) "${cpu0[@]}" iperf3 -s -1 -B 127.0.0.1 -p $iperf_port >/dev/null 2>&1 &
+timeout $((S + 60)) "${cpu0[@]}" iperf3 -s -1 -B "$SIP" -p $iperf_port >/dev/null 2>&1 &
 iperf_srv=$!
 ok=0
 for _ in $(seq 1 100); do # the server may not listen yet: retry a refused connection
-  if timeout $((S + 30)) "${cpu1[@]}" iperf3 -c 127.0.0.1 -B 127.0.0.2 -p $iperf_port -t "$S" -J \
+  if timeout $((S + 30)) "${cpu1[@]}" iperf3 -c "$SIP" -B "$CIP" -p $iperf_port -t "$S" -J \
     >"$tmp/iperf.json" 2>/dev/null; then
     ok=1
     break
@@ -74,9 +78,9 @@ fi
 perf() {
   local out=$1
   shift
-  "${cpu0[@]}" "$U" perf "$@" --ip 127.0.0.1 -p 18515 --json >"$tmp/server.json" &
+  "${cpu0[@]}" "$U" perf "$@" --ip "$SIP" -p 18515 --json >"$tmp/server.json" &
   local srv=$!
-  "${cpu1[@]}" "$U" perf "$@" --ip 127.0.0.2 -p 18515 --json --connect_timeout 30 127.0.0.1 \
+  "${cpu1[@]}" "$U" perf "$@" --ip "$CIP" -p 18515 --json --connect_timeout 30 "$SIP" \
     >"$tmp/$out.json"
   wait $srv
 }
@@ -99,10 +103,14 @@ python3 - "$tmp" "$S" "$have_udp_baseline" <<'EOF'
 import json, sys
 d, secs, have_udp = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
 def load(name):
-    try:
-        return json.loads(open(f"{d}/{name}.json").read().strip().splitlines()[-1])
-    except Exception:
-        return {}
+    # iperf3 -J writes one multi-line object; the others one object per line (the last counts).
+    text = open(f"{d}/{name}.json").read().strip()
+    for candidate in (text, text.splitlines()[-1] if text else ""):
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            pass
+    return {}
 ip, gso, mmsg, pp, pps = (load(n) for n in ("iperf", "gso", "mmsg", "pingpong", "pps"))
 wb, wl, mr = load("write_bw"), load("write_lat"), load("msgrate")
 ie = ip.get("end", {})
