@@ -63,7 +63,10 @@ for _ in $(seq 1 100); do # the server may not listen yet: retry a refused conne
   timeout 0.05 tail -f /dev/null || true
 done
 wait $iperf_srv || true
-((ok)) || echo '{}' >"$tmp/iperf.json"
+if ((!ok)); then
+  echo "net_bench: iperf3 failed: $(grep -h '"error"' "$tmp/iperf.json" || true)" >&2
+  echo '{}' >"$tmp/iperf.json"
+fi
 
 if ((have_udp_baseline)); then
   "$B" bw --mode gso --seconds "$S" --size 65536 >"$tmp/gso.json"
