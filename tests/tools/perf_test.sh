@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `uroce perf` and `uroce demo` as two processes on loopback addresses (127.0.0.110-159): every
+# `uroce perf` and `uroce demo` as two processes on loopback addresses (127.0.0.108-129): every
 # test with its data verified on both sides, -a, -q, -D, and the bad cases (wrong address,
 # refused connection, ports in use, an unreachable peer, a peer killed mid-run, invalid flags):
 # each must end with a non-zero status and a one-line message, never a hang.
@@ -332,7 +332,7 @@ EOF
 }
 
 case_demo() {
-  timeout "$GUARD" "$U" demo --server-ip 127.0.0.130 --client-ip 127.0.0.131 -p 19146 \
+  timeout "$GUARD" "$U" demo --server-ip 127.0.0.108 --client-ip 127.0.0.109 -p 19146 \
     --bw-iters 200 --lat-iters 100 >"$W/d.out" 2>"$W/d.err"
   local rc=$?
   if [[ $rc -eq 0 ]] && grep -q "all checks passed" "$W/d.out" &&
@@ -343,7 +343,7 @@ case_demo() {
     bad "uroce demo: rc $rc $(cat "$W/d.out" "$W/d.err")"
   fi
   # The demo stays on loopback: any other address is refused before anything is sent.
-  timeout "$GUARD" "$U" demo --server-ip 192.0.2.1 --client-ip 127.0.0.131 -p 19147 \
+  timeout "$GUARD" "$U" demo --server-ip 192.0.2.1 --client-ip 127.0.0.109 -p 19147 \
     >"$W/d.out" 2>"$W/d.err"
   rc=$?
   if [[ $rc -eq 2 ]] && one_line "$W/d.err" && grep -q "not a loopback address" "$W/d.err"; then
