@@ -254,14 +254,35 @@ case_peer_killed() {
   local cpid=$!
   until_file_has "$W/s.out" "#bytes"
   kill -9 "$spid"
+  { wait "$spid"; } 2>/dev/null # (no "Killed" notice)
   wait "$cpid"
   local rc=$?
-  wait "$spid" 2>/dev/null
   if [[ $rc -eq 1 ]] && one_line "$W/c.err" &&
     grep -qE "closed the TCP connection|retry counter exceeded" "$W/c.err"; then
     ok "server killed mid-run: $(cat "$W/c.err")"
   else
     bad "server killed mid-run: rc $rc $(cat "$W/c.err")"
+  fi
+  # The server frozen (SIGSTOP): its TCP connection stays open, its QP stops answering, so
+  # the client's operations exhaust their retries (or, frozen before READY, the wait for it
+  # runs out).
+  rm -f "$W/s.out" "$W/c.out"
+  "$U" perf write_bw --ip 127.0.0.126 -p 19148 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
+  spid=$!
+  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.127 -p 19148 -D 60 -u 12 --retry_count 3 \
+    --timeout 10 --connect_timeout 30 127.0.0.126 >"$W/c.out" 2>"$W/c.err" &
+  cpid=$!
+  until_file_has "$W/s.out" "#bytes"
+  kill -STOP "$spid"
+  wait "$cpid"
+  rc=$?
+  kill -9 "$spid"
+  { wait "$spid"; } 2>/dev/null
+  if [[ $rc -eq 1 ]] && one_line "$W/c.err" &&
+    grep -qE "retry counter exceeded|no READY from the peer" "$W/c.err"; then
+    ok "server frozen mid-run: $(cat "$W/c.err")"
+  else
+    bad "server frozen mid-run: rc $rc $(cat "$W/c.err")"
   fi
   # The client killed: the server reports the lost connection.
   rm -f "$W/s.out" "$W/c.out"
@@ -272,7 +293,7 @@ case_peer_killed() {
   cpid=$!
   until_file_has "$W/c.out" "#bytes"
   kill -9 "$cpid"
-  wait "$cpid" 2>/dev/null
+  { wait "$cpid"; } 2>/dev/null
   wait_server
   if [[ $src -eq 1 ]] && one_line "$W/s.err" && grep -q "closed the TCP connection" "$W/s.err"; then
     ok "client killed mid-run: $(cat "$W/s.err")"
