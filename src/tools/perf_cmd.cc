@@ -349,6 +349,10 @@ void open_side(Side& s) {
 void alloc_buffers(Side& s) {
   s.max_size = *std::max_element(s.sizes.begin(), s.sizes.end());
   s.half = std::max<std::uint64_t>((s.max_size + 63) & ~std::uint64_t{63}, 65536);
+  const std::uint64_t total = s.half * 2 * s.opt.qps;
+  if (total > (std::uint64_t{4} << 30))
+    fail("the buffers would need " + std::to_string(total >> 20) +
+         " MiB (2 x message size x QPs); use fewer QPs or a smaller size");
   s.mem.assign(s.half * 2 * s.opt.qps + 4096, std::byte{0});
   std::byte* base = s.mem.data();
   base += (4096 - reinterpret_cast<std::uintptr_t>(base) % 4096) % 4096;
@@ -1377,6 +1381,10 @@ int perf_run(const PerfOptions& o, std::FILE* out, std::FILE* err,
     std::fflush(out);
     std::fprintf(err, "uroce perf %s (%s): %s\n", o.test.c_str(), s.server ? "server" : "client",
                  e.msg.c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(err, "uroce perf %s (%s): out of memory\n", o.test.c_str(),
+                 s.server ? "server" : "client");
     return 1;
   }
   return 0;
