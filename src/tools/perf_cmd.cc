@@ -1132,9 +1132,16 @@ int tcp_accept(Side& s, int lfd, std::FILE* out) {
 int tcp_connect(Side& s) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
+  // Digits and dots (or a colon) are an address, never a host name: resolve them here, so that
+  // a mistyped address (127.0.0.300) is an error at once and not a DNS query.
+  if (s.opt.server.find_first_not_of("0123456789.") == std::string::npos ||
+      s.opt.server.find(':') != std::string::npos)
+    hints.ai_flags |= AI_NUMERICHOST;
   addrinfo* res = nullptr;
   const std::string port = std::to_string(s.opt.port);
   const int rc = ::getaddrinfo(s.opt.server.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 && (hints.ai_flags & AI_NUMERICHOST))
+    fail("'" + s.opt.server + "' is not an IPv4 or IPv6 address");
   if (rc != 0)
     fail("cannot resolve the server address '" + s.opt.server + "': " + ::gai_strerror(rc));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> hold(res, &::freeaddrinfo);
