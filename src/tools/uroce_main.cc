@@ -9,6 +9,7 @@
 #include "tools/pcap_cmd.h"
 #include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
+#include "tools/stats_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"uroce: RoCEv2 in user space"};
@@ -62,6 +63,14 @@ int main(int argc, char** argv) {
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
+  uroce::tools::StatsCommand stats_cmd;
+  CLI::App* stats = app.add_subcommand(
+      "stats",
+      "Counters of the running uroce devices (exit 1: none running, 2: one did not answer)");
+  stats->add_option("-d,--dev", stats_cmd.device, "Only this device");
+  stats->add_flag("--qp", stats_cmd.qp, "A line per QP too");
+  stats->add_flag("--json", stats_cmd.json, "One JSON array");
+
   uroce::tools::PerfOptions perf_opt;
   CLI::App* perf = app.add_subcommand(
       "perf",
@@ -79,6 +88,7 @@ int main(int argc, char** argv) {
   }
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
+  if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
     return uroce::tools::sim_run(sim_cmd, stdout);
