@@ -170,6 +170,10 @@ class Channel {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == ECONNRESET) {  // the peer exited with our data unread: a close too
+        eof_ = true;
+        return;
+      }
       fail(std::string("lost the TCP connection to the peer: ") + std::strerror(errno));
     }
   }
@@ -219,12 +223,14 @@ struct Side {
   std::uint32_t tx_depth = 0, cq_mod = 0, rx_depth = 0, inline_max = 0;
   Mtu path_mtu = Mtu::k1024;
 
+  // The registered memory outlives the device: the device's close() (its destructor's too) still
+  // drains posted work and serves the peer's requests from it.
+  std::vector<std::byte> mem;
   std::unique_ptr<engine::UdpDevice> dev;
   PdHandle pd;
   MrInfo mr;
   CqHandle scq, rcq;
   std::uint64_t half = 0;
-  std::vector<std::byte> mem;
   std::vector<QpSide> qps;
   std::unique_ptr<Channel> ch;
 
@@ -1385,6 +1391,8 @@ int perf_run(const PerfOptions& o, std::FILE* out, std::FILE* err,
   try {
     session(s, out, results);
   } catch (const PerfError& e) {
+    // A failed run does not wait the default 2 s drain for a peer that may be gone.
+    if (s.dev) s.dev->close(Duration::ms(200));
     std::fflush(out);
     std::fprintf(err, "uroce perf %s (%s): %s\n", o.test.c_str(), s.server ? "server" : "client",
                  e.msg.c_str());
