@@ -272,6 +272,12 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
     }
   }
   if (opt.gro) opt.gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+  if (opt.rcvbuf_bytes != 0) {
+    const int bytes = static_cast<int>(std::min<std::size_t>(opt.rcvbuf_bytes, INT_MAX / 2));
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);  // capped by rmem_max
+    }
+  }
   sockaddr_storage ss;
   socklen_t len = 0;
   to_sockaddr(opt.local, opt.port, ss, len);

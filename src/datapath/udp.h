@@ -62,6 +62,10 @@ struct UdpOptions {
   bool gro = true;            // UDP_GRO on receive (UROCE_UDP_GRO)
   std::size_t tx_batch = 64;  // packets queued before flushing by itself (UROCE_UDP_BATCH)
   std::size_t rx_batch = 16;  // datagrams per recvmmsg call (each buffer is 64 KiB)
+  // Socket receive buffer: the kernel's default (about 208 KiB) overflows under a window of
+  // 128 packets of 4 KiB from several QPs, and each loss costs a retransmission timeout. Root
+  // gets it whole (SO_RCVBUFFORCE); others get up to net.core.rmem_max. 0: the default.
+  std::size_t rcvbuf_bytes = 16u << 20;
   // IPv4 GSO stays off where the interface segments UDP in hardware (its identifications are
   // unverified) unless this is set (UROCE_UDP_GSO=1 sets it too).
   bool gso_on_hardware = false;

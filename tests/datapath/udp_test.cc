@@ -727,6 +727,23 @@ TEST(UdpDatapath, HardwareSegmentationKeepsIpv4GsoOff) {
   std::printf("compared with ethtool on %zu device-backed interfaces\n", compared);
 }
 
+TEST(UdpDatapath, ReceiveBufferIsLargerThanTheKernelDefault) {
+  auto a = open_dp("127.0.3.92", false, false);
+  ASSERT_TRUE(a);
+  int bytes = 0;
+  socklen_t len = sizeof bytes;
+  ASSERT_EQ(::getsockopt(a->fd(), SOL_SOCKET, SO_RCVBUF, &bytes, &len), 0);
+  // 16 MiB asked for: root gets it (doubled by the kernel for its bookkeeping, as every
+  // request); others at most net.core.rmem_max, doubled.
+  int rmem_max = 0;
+  if (FILE* f = std::fopen("/proc/sys/net/core/rmem_max", "r")) {
+    if (std::fscanf(f, "%d", &rmem_max) != 1) rmem_max = 0;
+    std::fclose(f);
+  }
+  const int want = ::geteuid() == 0 ? 16 << 20 : std::min(16 << 20, rmem_max);
+  EXPECT_GE(bytes, 2 * want) << "rmem_max " << rmem_max;
+}
+
 TEST(UdpDatapath, PortInUseIsAClearError) {
   auto a = UdpDatapath::open({v4("127.0.0.64"), 4791});
   ASSERT_TRUE(a.ok()) << a.error();
