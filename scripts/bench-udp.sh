@@ -14,8 +14,24 @@ build="${root}/build-release"
 rounds="${1:-5}"
 seconds="${2:-2}"
 
-cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
-  -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_FUZZ=OFF -DUROCE_BUILD_BENCH=ON >/dev/null
+# The compilers as scripts/demo and bench/net_bench.sh give them: CMake drops a cache configured
+# with other compiler paths, and the values given with it (the build type among them).
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+configure() {
+  cmake -S "${root}" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
+    -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
+    -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_FUZZ=OFF -DUROCE_BUILD_BENCH=ON "${launcher[@]}" \
+    >/dev/null 2>&1
+}
+configure
+# After a compiler change CMake re-runs from an empty cache without the values above: once more.
+grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "${build}/CMakeCache.txt" || configure
+if ! grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "${build}/CMakeCache.txt"; then
+  echo "bench-udp: ${build} is not a Release build; remove it and rerun" >&2
+  exit 1
+fi
 cmake --build "${build}" --target udp_baseline datapath_bench
 
 out="${build}/bench/udp.jsonl"
