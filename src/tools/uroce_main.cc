@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
 #include "tools/sim_cmd.h"
 
@@ -60,11 +61,15 @@ int main(int argc, char** argv) {
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
+  uroce::tools::NetCommands net_cmds;
+  net_cmds.add_to(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (auto rc = net_cmds.run()) return *rc;
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
   if (sim->parsed()) {
