@@ -12,11 +12,11 @@
 namespace uroce::tools {
 
 struct DevinfoOptions {
-  std::string ib_dev;   // -d: only this device (empty: all configured devices)
-  std::string address;  // -a: the device at this address (as `uroce ping -a`)
-  int ib_port = 0;      // -i: only this port (0: all)
-  bool list = false;    // -l: only the names
-  bool verbose = false; // -v: every attribute and the limits
+  std::string ib_dev;    // -d: only this device (empty: all configured devices)
+  std::string address;   // -a: the device at this address (as `uroce ping -a`)
+  int ib_port = 0;       // -i: only this port (0: all)
+  bool list = false;     // -l: only the names
+  bool verbose = false;  // -v: every attribute and the limits
 };
 
 // ibv_devices: "    device          \t   node GUID" and one line per configured device.

@@ -33,7 +33,9 @@ void NetCommands::add_to(CLI::App& app) {
       ->check(CLI::Range(1u, 1u << 30));
   ping_cmd_->add_option("-l,--sl", ping_.sl, "Service level")->check(CLI::Range(0, 15));
   ping_cmd_->add_flag("-e,--events", ping_.events, "Sleep between completions (default poll)");
-  ping_cmd_->add_option("-g,--gid-idx", ping_.gid_idx, "Local GID index (default 0, the device's address)")
+  ping_cmd_
+      ->add_option("-g,--gid-idx", ping_.gid_idx,
+                   "Local GID index (default 0, the device's address)")
       ->check(CLI::Range(0, 255));
   ping_cmd_->add_flag("-o,--odp,-O,--iodp,-P,--prefetch", ping_.odp,
                       "On-demand paging (not supported)");
@@ -42,8 +44,9 @@ void NetCommands::add_to(CLI::App& app) {
   ping_cmd_->add_flag("-c,--chk", ping_.chk, "Validate received buffers");
   bool new_send = false;
   ping_cmd_->add_flag("-N,--new_send", new_send, "Use the new post send API (same on the wire)");
-  ping_cmd_->add_option("--timeout", ping_.timeout_s,
-                        "Seconds any wait may last (connect, accept, between completions)")
+  ping_cmd_
+      ->add_option("--timeout", ping_.timeout_s,
+                   "Seconds any wait may last (connect, accept, between completions)")
       ->capture_default_str();
   ping_cmd_->add_flag("--stats", ping_.stats, "Print packet counters on stderr at the end");
 

@@ -55,8 +55,8 @@ class Fd {
 struct Deadline {
   Clock::time_point at;
   static Deadline in(double seconds) {
-    return {Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(seconds))};
+    return {Clock::now() +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))};
   }
   int poll_ms() const {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - Clock::now());
@@ -382,9 +382,10 @@ bool PingRun::connect_qp(const PingDest& rem, std::string* why) {
   }
   const auto peer_ip = verbs::ip_from_gid(rem.gid);
   if (!peer_ip || peer_ip->v6 != d.local_ip().v6) {
-    *why = "the peer's GID " + gid_to_text(rem.gid) + " is not an address of the same family as " +
-           engine::ip_to_string(d.local_ip()) +
-           (verbs::gid_is_ipv4_mapped(rem.gid) ? "" : " (an IPv4 peer uses its ::ffff:a.b.c.d GID)");
+    *why =
+        "the peer's GID " + gid_to_text(rem.gid) + " is not an address of the same family as " +
+        engine::ip_to_string(d.local_ip()) +
+        (verbs::gid_is_ipv4_mapped(rem.gid) ? "" : " (an IPv4 peer uses its ::ffff:a.b.c.d GID)");
     return false;
   }
   QpAttr a;
@@ -507,7 +508,8 @@ bool PingRun::check_received(const Wc& wc) {
   if (!good && bad_messages_++ < 3) {
     std::size_t first = 0;
     while (first < opt_.size && buf_[first] == expected_byte(first, page_)) ++first;
-    std::fprintf(err_, "uroce ping: received message with %u bytes (expected %u), first bad byte %zu\n",
+    std::fprintf(err_,
+                 "uroce ping: received message with %u bytes (expected %u), first bad byte %zu\n",
                  wc.byte_len, opt_.size, first);
   }
   return good;
@@ -522,7 +524,8 @@ void PingRun::drain_tx() {
 
 int PingRun::run() {
   const auto mtu = mtu_from_option(opt_.mtu);
-  if (!mtu) return fail("invalid MTU " + std::to_string(opt_.mtu) + " (256, 512, 1024, 2048, 4096)");
+  if (!mtu)
+    return fail("invalid MTU " + std::to_string(opt_.mtu) + " (256, 512, 1024, 2048, 4096)");
   mtu_ = *mtu;
   if (opt_.size == 0) return fail("the message size (-s) must be at least 1");
   if (opt_.rx_depth == 0) return fail("the receive depth (-r) must be at least 1");
@@ -530,8 +533,7 @@ int PingRun::run() {
   if (opt_.timeout_s <= 0) return fail("--timeout must be positive");
   // The same refusals rc_pingpong prints for a device without these features.
   if (opt_.odp) {
-    return fail(
-        "The device isn't ODP capable or does not support RC send and receive with ODP");
+    return fail("The device isn't ODP capable or does not support RC send and receive with ODP");
   }
   if (opt_.ts) return fail("The device isn't completion timestamp capable");
   if (opt_.dm) return fail("Device doesn't support dm allocation");
@@ -554,10 +556,17 @@ int PingRun::run() {
   PingDest my;
   my.lid = dev.query_port(static_cast<std::uint8_t>(opt_.ib_port))->lid;
   if (opt_.gid_idx >= 0) {
-    auto g = dev.query_gid(static_cast<std::uint8_t>(opt_.ib_port),
-                           static_cast<std::uint32_t>(opt_.gid_idx));
-    if (!g.ok()) return fail("can't read sgid of index " + std::to_string(opt_.gid_idx));
-    my.gid = g.value();
+    // rc_pingpong's ibv_query_gid reads an empty entry as the zero GID and goes on, to fail
+    // later at the peer; an empty entry is refused here.
+    auto g = dev.query_gid_entry(static_cast<std::uint8_t>(opt_.ib_port),
+                                 static_cast<std::uint32_t>(opt_.gid_idx));
+    if (!g.ok()) {
+      return fail("can't read sgid of index " + std::to_string(opt_.gid_idx) + ": " +
+                  (g.error() == Errc::kNoEntry
+                       ? "the entry is empty (" + dev.name() + " has its address at index 0)"
+                       : std::string("beyond the GID table")));
+    }
+    my.gid = g->gid;
   }
   my.qpn = qpn_;
   std::mt19937_64 rng(static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^

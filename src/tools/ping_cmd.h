@@ -34,25 +34,25 @@
 namespace uroce::tools {
 
 struct PingOptions {
-  std::string server;           // empty: the server role
-  std::uint32_t port = 18515;   // -p: TCP port of the exchange
-  std::string ib_dev;           // -d: device name (empty: the first configured)
-  std::string address;          // -a: the local address to serve (uroce's own option)
-  int ib_port = 1;              // -i
-  std::uint32_t size = 4096;    // -s
-  std::uint32_t mtu = 1024;     // -m: 256, 512, 1024, 2048 or 4096
-  std::uint32_t rx_depth = 500; // -r
-  std::uint32_t iters = 1000;   // -n
-  int sl = 0;                   // -l
-  bool events = false;          // -e: block between completions instead of spinning
-  int gid_idx = 0;              // -g: rc_pingpong sends the zero GID without -g; RoCE always
-                                // needs one, so uroce defaults to its only GID, index 0
-  bool odp = false;             // -o, -O, -P: on-demand paging (not supported)
-  bool ts = false;              // -t: completion timestamps (not supported)
-  bool dm = false;              // -j: device memory (not supported)
-  bool chk = false;             // -c, --chk
-  double timeout_s = 30;        // --timeout: bound of every wait
-  bool stats = false;           // --stats: packet counters on stderr at the end
+  std::string server;            // empty: the server role
+  std::uint32_t port = 18515;    // -p: TCP port of the exchange
+  std::string ib_dev;            // -d: device name (empty: the first configured)
+  std::string address;           // -a: the local address to serve (uroce's own option)
+  int ib_port = 1;               // -i
+  std::uint32_t size = 4096;     // -s
+  std::uint32_t mtu = 1024;      // -m: 256, 512, 1024, 2048 or 4096
+  std::uint32_t rx_depth = 500;  // -r
+  std::uint32_t iters = 1000;    // -n
+  int sl = 0;                    // -l
+  bool events = false;           // -e: block between completions instead of spinning
+  int gid_idx = 0;               // -g: rc_pingpong sends the zero GID without -g; RoCE always
+                                 // needs one, so uroce defaults to its only GID, index 0
+  bool odp = false;              // -o, -O, -P: on-demand paging (not supported)
+  bool ts = false;               // -t: completion timestamps (not supported)
+  bool dm = false;               // -j: device memory (not supported)
+  bool chk = false;              // -c, --chk
+  double timeout_s = 30;         // --timeout: bound of every wait
+  bool stats = false;            // --stats: packet counters on stderr at the end
 };
 
 // One side's address as exchanged over TCP.

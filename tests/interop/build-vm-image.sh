@@ -43,7 +43,11 @@ if [[ ! -f $tree/.complete ]]; then
   kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
          awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
   if [[ -z $kpkg ]]; then
-    die "apt-cache knows no linux-image-amd64 (run 'apt-get update' first)"
+    echo "build-vm-image: apt-cache knows no linux-image-amd64; running apt-get update"
+    apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null || die "apt-get update failed"
+    kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+           awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    [[ -n $kpkg ]] || die "the package archive has no linux-image-amd64"
   fi
   mkdir -p "$debs"
   echo "build-vm-image: downloading $kpkg and ${#packages[@]} user-space packages into $debs"
