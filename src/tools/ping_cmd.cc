@@ -238,8 +238,10 @@ class PingRun {
  private:
   int fail(const std::string& msg) {
     std::fprintf(err_, "uroce ping: %s\n", msg.c_str());
+    print_stats();
     return 1;
   }
+  void print_stats();
   bool setup(std::string* why);
   bool connect_qp(const PingDest& rem, std::string* why);
   std::optional<PingDest> exchange_as_server(const PingDest& my, std::string* why);
@@ -665,21 +667,26 @@ int PingRun::run() {
     }
   }
   std::fflush(out_);
-  if (opt_.stats) {
-    const auto& c = udp_->datapath().counters();
-    std::fprintf(err_,
-                 "uroce: tx_packets=%llu rx_packets=%llu rx_icrc_unverified=%llu "
-                 "timer_fires=%llu\n",
-                 static_cast<unsigned long long>(c.tx_packets),
-                 static_cast<unsigned long long>(c.rx_packets),
-                 static_cast<unsigned long long>(c.rx_icrc_unverified),
-                 static_cast<unsigned long long>(udp_->engine().counters().timer_fires));
-  }
+  print_stats();
   if (!ok) {
     return fail(std::to_string(bad_messages_) + " of " + std::to_string(rcnt) +
                 " received messages had wrong data");
   }
   return 0;
+}
+
+void PingRun::print_stats() {
+  if (!opt_.stats || !udp_) return;
+  const auto& c = udp_->datapath().counters();
+  std::uint64_t drops = 0;
+  for (auto d : c.rx_drops) drops += d;
+  std::fprintf(
+      err_,
+      "uroce: tx_packets=%llu rx_packets=%llu rx_icrc_unverified=%llu rx_drops=%llu "
+      "timer_fires=%llu\n",
+      static_cast<unsigned long long>(c.tx_packets), static_cast<unsigned long long>(c.rx_packets),
+      static_cast<unsigned long long>(c.rx_icrc_unverified), static_cast<unsigned long long>(drops),
+      static_cast<unsigned long long>(udp_->engine().counters().timer_fires));
 }
 
 }  // namespace

@@ -6,12 +6,13 @@
 #
 # Layout: a network namespace of its own holds a bridge (10.123.0.1/24, where uroce binds) and
 # a tap device for the VM (10.123.0.2, rxe0 on its eth0). Nothing routes out of the namespace.
-# Cases, both directions, data checked with --chk:
-#   uroce_server: `uroce ping` serves, ibv_rc_pingpong -g 1 in the VM is the client
-#   rxe_server:   ibv_rc_pingpong -g 1 serves in the VM, `uroce ping` is the client
-# Every packet is captured twice (uroce's own UROCE_PCAP, tcpdump on the tap) and both captures
-# must pass `uroce pcap check`; the VM's rxe must have dropped nothing (no bad-ICRC reports, its
-# receive counter matching what uroce sent).
+# Cases, both directions, data checked with --chk, over IPv4 (rxe GID index 1, ::ffff:a.b.c.d)
+# and IPv6 (fd00:123::/64, rxe's GID index 2), several message sizes:
+#   uroce_server*: `uroce ping` serves, ibv_rc_pingpong -g N in the VM is the client
+#   rxe_server*:   ibv_rc_pingpong -g N serves in the VM, `uroce ping` is the client
+# Every packet is captured twice (uroce's own UROCE_PCAP, tcpdump on the tap) and the captures
+# must pass `uroce pcap check`; rxe must have accepted every packet uroce sent (its rcvd_pkts
+# counts only packets whose ICRC it verified) and counted no retry or sequence error.
 # Everything (logs, console, captures) stays in OUT_DIR; the VM and the namespace are removed
 # on exit, whatever happens. Every wait is bounded.
 set -euo pipefail
@@ -19,7 +20,8 @@ set -euo pipefail
 uroce=$(realpath "${1:?usage: rxe_interop_test.sh UROCE_BINARY OUT_DIR}")
 out=${2:?usage: rxe_interop_test.sh UROCE_BINARY OUT_DIR}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-iters=${UROCE_INTEROP_ITERS:-20}
+iters=${UROCE_INTEROP_ITERS:-20}  # exchanges per case
+# UROCE_INTEROP_CASES: a regex selecting cases by name (default: all).
 boot_timeout=${UROCE_INTEROP_BOOT_TIMEOUT:-180}
 
 rm -rf "$out"
@@ -51,6 +53,8 @@ read -r kernel initrd <<<"$image"
 ns=uroce-ix-$$
 host_ip=10.123.0.1
 vm_ip=10.123.0.2
+host_ip6=fd00:123::1
+vm_ip6=fd00:123::2
 sock=$out/console.sock
 console_log=$out/console.log
 qemu_pid=
@@ -79,11 +83,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- network: namespace, bridge with uroce's address, tap for the VM ----
-note "namespace $ns: bridge br0 $host_ip/24, tap0"
+note "namespace $ns: bridge br0 $host_ip/24 $host_ip6/64, tap0"
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 ip -n "$ns" link add br0 type bridge
 ip -n "$ns" addr add "$host_ip/24" dev br0
+ip -n "$ns" addr add "$host_ip6/64" dev br0 nodad
 ip -n "$ns" tuntap add tap0 mode tap
 ip -n "$ns" link set tap0 master br0
 ip -n "$ns" link set tap0 up
@@ -97,7 +102,7 @@ note "booting the VM (qemu tcg, rxe0 on eth0 $vm_ip)"
 ip netns exec "$ns" qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 -nodefaults -no-user-config \
   -display none -no-reboot \
   -kernel "$kernel" -initrd "$initrd" \
-  -append "console=ttyS0 quiet panic=-1 uroce_ip=$vm_ip/24" \
+  -append "console=ttyS0 quiet panic=-1 uroce_ip=$vm_ip/24 uroce_ip6=$vm_ip6/64" \
   -chardev "socket,id=con,path=$sock,server=on,wait=off,logfile=$console_log" \
   -serial chardev:con \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
@@ -119,17 +124,22 @@ grep -Eq 'GID\[ *1\]:.*::ffff:10.123.0.2' "$out/vm-devinfo.txt" ||
   fail "rxe0 has no IPv4-mapped GID at index 1 (see vm-devinfo.txt)"
 inns "$uroce" devinfo -a "$host_ip" -v >"$out/uroce-devinfo.txt" 2>&1 ||
   fail "uroce devinfo failed (see uroce-devinfo.txt)"
+# The same port attributes as rxe on a 1500-byte netdev.
+grep -q 'active_mtu:.*1024 (3)' "$out/uroce-devinfo.txt" ||
+  fail "uroce devinfo: active MTU is not 1024 at netdev MTU 1500"
 
 # rxe's per-port counters (hw_counters) as NAME=VALUE lines.
 rxe_counters() {
   vm 30 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f=$(cat $f)"; done'
 }
 counter() { grep "^$1=" "$2" | cut -d= -f2; }
+delta() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
 
 start_tcpdump() {
   # --immediate-mode: without it packets still in the kernel's capture block when tcpdump is
   # stopped are lost. -Z root: write the file without dropping privileges.
-  ip netns exec "$ns" tcpdump --immediate-mode -Z root -i tap0 -s 0 -U -w "$out/$1.tap.pcap" udp port 4791 >"$out/$1.tcpdump.log" 2>&1 &
+  ip netns exec "$ns" tcpdump --immediate-mode -Z root -i tap0 -s 0 -U -w "$out/$1.tap.pcap" \
+    udp port 4791 >"$out/$1.tcpdump.log" 2>&1 &
   tcpdump_pid=$!
   # tcpdump prints "listening on tap0" once its capture is open.
   for _ in $(seq 100); do grep -q 'listening on' "$out/$1.tcpdump.log" && return 0; sleep 0.1; done
@@ -142,80 +152,116 @@ stop_tcpdump() {
 }
 
 # Checks common to both directions: output lines, captures, rxe's counters.
-check_case() { # name uroce_log vm_log before_counters after_counters
-  local name=$1 ulog=$2 vlog=$3 before=$4 after=$5
-  grep -q "^$iters iters in .* usec/iter" "$ulog" || fail "$name: uroce did not report $iters iters"
-  grep -q "^$iters iters in .* usec/iter" "$vlog" ||
-    fail "$name: ibv_rc_pingpong did not report $iters iters"
-  ! grep -q 'invalid data' "$ulog" "$vlog" || fail "$name: data check failed"
-  grep -q 'remote address: LID 0x0000, QPN 0x[0-9a-f]\{6\}, PSN 0x[0-9a-f]\{6\}, GID ::ffff:' \
-    "$ulog" || fail "$name: uroce did not print the remote address"
+check_case() { # name iters uroce_addr
+  local name=$1 n=$2 addr=$3
+  local ulog=$out/$name.uroce.log vlog=$out/$name.vm.log
+  local before=$out/$name.counters-before.txt after=$out/$name.counters-after.txt
+  grep -q "^$n iters in .* usec/iter" "$ulog" || fail "$name: uroce did not report $n iters"
+  grep -q "^$n iters in .* usec/iter" "$vlog" ||
+    fail "$name: ibv_rc_pingpong did not report $n iters"
+  # With --chk the server checks the data: uroce every message in full, rc_pingpong the first
+  # byte of each page at the end ("invalid data in page N").
+  ! grep -q 'invalid data\|wrong data' "$ulog" "$vlog" || fail "$name: data check failed"
+  grep -q "remote address: LID 0x0000, QPN 0x[0-9a-f]\{6\}, PSN 0x[0-9a-f]\{6\}, GID $4\$" \
+    "$ulog" || fail "$name: uroce did not print the VM's address $4"
   # The tap capture is the wire: every packet, both directions, with its real headers.
   "$uroce" pcap check "$out/$name.tap.pcap" >"$out/$name.tap.pcap.check.txt" 2>&1 ||
     fail "$name: uroce pcap check failed on $name.tap.pcap"
-  grep -q ', 0 invalid' "$out/$name.tap.pcap.check.txt" && ! grep -q ', 0 valid' \
-    "$out/$name.tap.pcap.check.txt" || fail "$name: the tap capture holds no valid RoCEv2 packet"
-  # uroce's own capture: the packets it sent are exactly as on the wire. The ones it received
-  # come from a UDP socket, which does not show the sender's IPv4 identification; rxe sets a
-  # nonzero one, which the ICRC covers, so those frames cannot be re-verified from uroce's side
-  # (the datapath counts them as rx_icrc_unverified) and are checked in the tap capture instead.
-  tcpdump -r "$out/$name.uroce.pcap" -w "$out/$name.uroce-sent.pcap" src host "$host_ip" \
+  grep -q ', 0 invalid' "$out/$name.tap.pcap.check.txt" &&
+    ! grep -q ', 0 valid' "$out/$name.tap.pcap.check.txt" ||
+    fail "$name: the tap capture holds no valid RoCEv2 packet"
+  # uroce's own capture: the packets it sent are exactly as on the wire. The IPv4 ones it
+  # received come from a UDP socket, which does not show the sender's IPv4 identification;
+  # rxe sets a nonzero one, which the ICRC covers, so those frames cannot be re-verified from
+  # uroce's side (the datapath counts them as rx_icrc_unverified); the tap capture has them.
+  tcpdump -r "$out/$name.uroce.pcap" -w "$out/$name.uroce-sent.pcap" src host "$addr" \
     >/dev/null 2>&1 || fail "$name: cannot filter uroce's capture"
   "$uroce" pcap check "$out/$name.uroce-sent.pcap" >"$out/$name.uroce-sent.pcap.check.txt" 2>&1 ||
     fail "$name: uroce pcap check failed on the packets uroce sent ($name.uroce-sent.pcap)"
-  # What uroce sent, rxe received: its ICRC check drops bad packets without counting them.
-  local sent recv_before recv_after
+  # rxe counts a packet in rcvd_pkts only after its ICRC check passed (rxe_recv.c, rxe_rcv:
+  # a bad ICRC is logged "bad ICRC from ..." and dropped), so every packet uroce sent must be
+  # in it; and the run needed no retry, NAK or duplicate on rxe's side.
+  local sent received
   sent=$(sed -n 's/^uroce: .*tx_packets=\([0-9]*\).*/\1/p' "$ulog")
-  recv_before=$(counter rcvd_pkts "$before")
-  recv_after=$(counter rcvd_pkts "$after")
-  [[ -n $sent && -n $recv_before && -n $recv_after ]] ||
-    fail "$name: missing packet counters (uroce stats or rxe hw_counters)"
-  ((recv_after - recv_before == sent)) ||
-    fail "$name: uroce sent $sent packets, rxe received $((recv_after - recv_before))"
+  [[ -n $sent ]] && grep -q '^rcvd_pkts=' "$before" "$after" ||
+    fail "$name: missing packet counters (uroce --stats or rxe hw_counters)"
+  received=$(delta rcvd_pkts "$before" "$after")
+  ((received == sent)) || fail "$name: uroce sent $sent packets, rxe accepted $received"
+  for c in retry_exceeded_err rcvd_seq_err out_of_seq_request duplicate_request \
+           completer_retry_err send_err; do
+    (($(delta "$c" "$before" "$after") == 0)) || fail "$name: rxe counted $c"
+  done
+  if [[ $addr == *:* ]]; then
+    # IPv6 has no identification field: uroce verifies the ICRC of everything it received, and
+    # its whole capture, both directions, must check clean.
+    grep -q 'rx_icrc_unverified=0 ' "$ulog" || fail "$name: IPv6 packets with unverified ICRC"
+    "$uroce" pcap check "$out/$name.uroce.pcap" >"$out/$name.uroce.pcap.check.txt" 2>&1 ||
+      fail "$name: uroce pcap check failed on $name.uroce.pcap"
+  fi
   vm 30 'dmesg' >"$out/$name.vm-dmesg.txt" || true
   ! grep -qi 'icrc' "$out/$name.vm-dmesg.txt" || fail "$name: rxe reported ICRC errors"
-  note "$name: PASS ($sent packets to rxe, all received; captures check clean)"
+  note "$name: PASS ($sent packets to rxe, all accepted; captures check clean)"
 }
 
-# ---- case 1: uroce ping serves, ibv_rc_pingpong in the VM connects ----
-name=uroce_server
-note "case $name"
-rxe_counters >"$out/$name.counters-before.txt"
-start_tcpdump "$name"
-ip netns exec "$ns" env UROCE_PCAP="$out/$name.uroce.pcap" "$uroce" ping -a "$host_ip" \
-  -n "$iters" -c --timeout 120 --stats >"$out/$name.uroce.log" 2>&1 &
-uroce_pid=$!
-for _ in $(seq 100); do grep -q 'local address' "$out/$name.uroce.log" && break; sleep 0.1; done
-grep -q 'local address' "$out/$name.uroce.log" || fail "$name: uroce ping did not start"
-vm 300 "ibv_rc_pingpong -d rxe0 -g 1 -n $iters -c $host_ip" >"$out/$name.vm.log" ||
-  fail "$name: ibv_rc_pingpong (client, VM) failed"
-wait "$uroce_pid" || { uroce_pid=; fail "$name: uroce ping (server) failed"; }
-uroce_pid=
-stop_tcpdump
-rxe_counters >"$out/$name.counters-after.txt"
-check_case "$name" "$out/$name.uroce.log" "$out/$name.vm.log" \
-  "$out/$name.counters-before.txt" "$out/$name.counters-after.txt"
+# uroce ping serves, ibv_rc_pingpong in the VM connects.
+case_uroce_server() { # name uroce_addr vm_gid_index vm_gid_text size iters
+  local name=$1 addr=$2 gidx=$3 vgid=$4 size=$5 n=$6
+  [[ $name =~ ${UROCE_INTEROP_CASES:-.} ]] || return 0
+  note "case $name: uroce ping serves on $addr, ibv_rc_pingpong -g $gidx -s $size -n $n"
+  rxe_counters >"$out/$name.counters-before.txt"
+  start_tcpdump "$name"
+  ip netns exec "$ns" env UROCE_PCAP="$out/$name.uroce.pcap" "$uroce" ping -a "$addr" \
+    -s "$size" -n "$n" -c --timeout 120 --stats >"$out/$name.uroce.log" 2>&1 &
+  uroce_pid=$!
+  for _ in $(seq 100); do grep -q 'local address' "$out/$name.uroce.log" && break; sleep 0.1; done
+  grep -q 'local address' "$out/$name.uroce.log" || fail "$name: uroce ping did not start"
+  vm 150 "ibv_rc_pingpong -d rxe0 -g $gidx -s $size -n $n -c $host_ip" >"$out/$name.vm.log" ||
+    fail "$name: ibv_rc_pingpong (client, VM) failed"
+  wait "$uroce_pid" || { uroce_pid=; fail "$name: uroce ping (server) failed"; }
+  uroce_pid=
+  stop_tcpdump
+  rxe_counters >"$out/$name.counters-after.txt"
+  check_case "$name" "$n" "$addr" "$vgid"
+}
 
-# ---- case 2: ibv_rc_pingpong serves in the VM, uroce ping connects ----
-name=rxe_server
-note "case $name"
-rxe_counters >"$out/$name.counters-before.txt"
-start_tcpdump "$name"
-# 18515 = 0x4853; state 0A = LISTEN in /proc/net/tcp.
-vm 60 "rm -f /tmp/srv.log; (ibv_rc_pingpong -d rxe0 -g 1 -n $iters -c >/tmp/srv.log 2>&1; \
-echo \"exit=\$?\" >>/tmp/srv.log) & \
+# ibv_rc_pingpong serves in the VM, uroce ping connects.
+case_rxe_server() { # name uroce_addr vm_gid_index vm_gid_text size iters
+  local name=$1 addr=$2 gidx=$3 vgid=$4 size=$5 n=$6
+  [[ $name =~ ${UROCE_INTEROP_CASES:-.} ]] || return 0
+  note "case $name: ibv_rc_pingpong -g $gidx -s $size -n $n serves, uroce ping on $addr connects"
+  rxe_counters >"$out/$name.counters-before.txt"
+  start_tcpdump "$name"
+  # Wait (bounded) until the server listens: 18515 = 0x4853, state 0A = LISTEN.
+  vm 60 "rm -f /tmp/srv.log; (ibv_rc_pingpong -d rxe0 -g $gidx -s $size -n $n -c \
+>/tmp/srv.log 2>&1; echo \"exit=\$?\" >>/tmp/srv.log) & \
 n=0; until grep -q ':4853 00000000:0000 0A' /proc/net/tcp; do n=\$((n+1)); \
 [ \$n -gt 300 ] && exit 1; sleep 0.1; done" >"$out/$name.vm-start.log" ||
-  fail "$name: ibv_rc_pingpong (server, VM) did not start listening"
-inns env UROCE_PCAP="$out/$name.uroce.pcap" "$uroce" ping -a "$host_ip" -n "$iters" -c \
-  --timeout 120 --stats "$vm_ip" >"$out/$name.uroce.log" 2>&1 ||
-  fail "$name: uroce ping (client) failed"
-vm 120 'n=0; until grep -q "^exit=" /tmp/srv.log; do n=$((n+1)); [ $n -gt 1000 ] && break; \
+    fail "$name: ibv_rc_pingpong (server, VM) did not start listening"
+  ip netns exec "$ns" env UROCE_PCAP="$out/$name.uroce.pcap" "$uroce" ping -a "$addr" \
+    -s "$size" -n "$n" -c --timeout 120 --stats "$vm_ip" >"$out/$name.uroce.log" 2>&1 ||
+    fail "$name: uroce ping (client) failed"
+  vm 120 'n=0; until grep -q "^exit=" /tmp/srv.log; do n=$((n+1)); [ $n -gt 1000 ] && break; \
 sleep 0.1; done; cat /tmp/srv.log' >"$out/$name.vm.log" || true
-grep -q '^exit=0' "$out/$name.vm.log" || fail "$name: ibv_rc_pingpong (server, VM) failed"
-stop_tcpdump
-rxe_counters >"$out/$name.counters-after.txt"
-check_case "$name" "$out/$name.uroce.log" "$out/$name.vm.log" \
-  "$out/$name.counters-before.txt" "$out/$name.counters-after.txt"
+  grep -q '^exit=0' "$out/$name.vm.log" || fail "$name: ibv_rc_pingpong (server, VM) failed"
+  stop_tcpdump
+  rxe_counters >"$out/$name.counters-after.txt"
+  check_case "$name" "$n" "$addr" "$vgid"
+}
 
-note "PASS: both directions"
+# rxe's GID table: index 0 the link-local IPv6 address, 1 the IPv4-mapped one; the global
+# IPv6 address gets the next free index.
+vm6_gidx=$(sed -n "s/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*$vm_ip6, RoCE v2.*/\1/p" \
+  "$out/vm-devinfo.txt")
+[[ -n $vm6_gidx ]] || fail "rxe0 has no GID for $vm_ip6 (see vm-devinfo.txt)"
+v4gid=::ffff:$vm_ip
+
+# Sizes: 4096 (rc_pingpong's default, 4 packets at MTU 1024), 1 (one packet, inline on rxe's
+# side), 10000 (a partial last packet); small counts: emulated rxe needs ~1 ms per exchange.
+case_uroce_server uroce_server "$host_ip" 1 "$v4gid" 4096 "$iters"
+case_rxe_server rxe_server "$host_ip" 1 "$v4gid" 4096 "$iters"
+case_uroce_server uroce_server_s1 "$host_ip" 1 "$v4gid" 1 "$iters"
+case_rxe_server rxe_server_s10000 "$host_ip" 1 "$v4gid" 10000 "$iters"
+case_uroce_server uroce_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
+case_rxe_server rxe_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
+
+note "PASS: all cases"

@@ -1,6 +1,7 @@
 #!/bin/busybox sh
 # /init of the uroce interop VM (Debian 12 kernel + rdma_rxe + rdma-core tools).
-# Kernel command line: uroce_ip=A.B.C.D/NN sets eth0's address; uroce_mtu=N its MTU.
+# Kernel command line: uroce_ip=A.B.C.D/NN sets eth0's address, uroce_ip6=X::Y/NN an IPv6 one
+# (rxe adds a GID for it), uroce_mtu=N its MTU.
 # Prints "uroce-vm: READY" on the console once rxe0 exists, then serves a shell there.
 /bin/busybox --install -s
 mount -t proc proc /proc
@@ -13,10 +14,11 @@ echo "export PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH PS1='vm# '" >/etc/profi
 for m in $(cat /modorder); do
   insmod "$m" || echo "uroce-vm: insmod $m failed"
 done
-ip=; mtu=
+ip=; ip6=; mtu=
 for arg in $(cat /proc/cmdline); do
   case $arg in
     uroce_ip=*) ip=${arg#uroce_ip=} ;;
+    uroce_ip6=*) ip6=${arg#uroce_ip6=} ;;
     uroce_mtu=*) mtu=${arg#uroce_mtu=} ;;
   esac
 done
@@ -25,9 +27,21 @@ n=0
 while [ ! -e /sys/class/net/eth0 ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
 [ -n "$mtu" ] && ip link set eth0 mtu "$mtu"
 ip addr add "$ip" dev eth0
+if [ -n "$ip6" ]; then
+  # No duplicate address detection (busybox ip has no "nodad"): usable at once.
+  echo 0 >/proc/sys/net/ipv6/conf/eth0/accept_dad
+  ip -6 addr add "$ip6" dev eth0
+fi
 ip link set eth0 up
 if rdma link add rxe0 type rxe netdev eth0; then
-  echo "uroce-vm: READY rxe0 on eth0 $ip"
+  # The GID table fills in the background: index 0 link-local, 1 IPv4-mapped, 2 the IPv6
+  # address. Wait (bounded) for the last one.
+  if [ -n "$ip6" ]; then
+    n=0
+    while grep -q '^0000:0000:0000:0000' /sys/class/infiniband/rxe0/ports/1/gids/2 2>/dev/null &&
+      [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+  fi
+  echo "uroce-vm: READY rxe0 on eth0 $ip $ip6"
 else
   echo "uroce-vm: FAILED to create rxe0"
 fi
