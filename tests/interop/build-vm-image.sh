@@ -70,10 +70,11 @@ mkdir -p "$root/etc/libibverbs.d" "$root/lib/modules/$kver"
 cp "$tree/bin/busybox" "$root/bin/busybox"
 
 # Kernel modules in load order: virtio NIC, the CRC32 the ICRC needs, the UDP tunnel helpers,
-# the RDMA core and finally rdma_rxe itself.
+# the RDMA core, rdma_rxe itself, and netem (loss injection on the guest's egress: the host
+# kernel may have no netem).
 modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover
          net_failover virtio_net crc32_generic crc32-pclmul udp_tunnel ip6_udp_tunnel configfs
-         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe)
+         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem)
 moddir=$tree/lib/modules/$kver
 : >"$root/modorder"
 for m in "${modules[@]}"; do
@@ -108,7 +109,8 @@ copy_with_libs() {
 }
 provider=$(cd "$tree" && ls usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)
 [[ -n $provider ]] || die "rxe provider library not found"
-for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/rdma "$provider" \
+for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/rdma sbin/tc \
+         "$provider" \
          lib/x86_64-linux-gnu/libgcc_s.so.1; do
   copy_with_libs "$f"
 done

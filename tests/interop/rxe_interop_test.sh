@@ -187,10 +187,22 @@ check_case() { # name iters uroce_addr
     fail "$name: missing packet counters (uroce --stats or rxe hw_counters)"
   received=$(delta rcvd_pkts "$before" "$after")
   ((received == sent)) || fail "$name: uroce sent $sent packets, rxe accepted $received"
-  for c in retry_exceeded_err rcvd_seq_err out_of_seq_request duplicate_request \
-           completer_retry_err send_err; do
-    (($(delta "$c" "$before" "$after") == 0)) || fail "$name: rxe counted $c"
-  done
+  if [[ $name == loss_* ]]; then
+    # Loss on rxe's egress: rxe must have recovered (uroce NAKs a PSN gap or times out and
+    # retransmits), and never given up.
+    (($(delta retry_exceeded_err "$before" "$after") == 0)) || fail "$name: rxe gave up"
+    local lost
+    lost=$(vm 30 '/sbin/tc -s qdisc show dev eth0' | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+    note "$name: netem dropped ${lost:-?} of rxe's packets; rxe counters: $(for c in \
+      rcvd_seq_err out_of_seq_request duplicate_request completer_retry_err; do
+      printf '%s +%s ' "$c" "$(delta "$c" "$before" "$after")"; done)"
+    [[ -n $lost ]] && ((lost > 0)) || fail "$name: netem dropped nothing; the case tested no loss"
+  else
+    for c in retry_exceeded_err rcvd_seq_err out_of_seq_request duplicate_request \
+             completer_retry_err send_err; do
+      (($(delta "$c" "$before" "$after") == 0)) || fail "$name: rxe counted $c"
+    done
+  fi
   if [[ $addr == *:* ]]; then
     # IPv6 has no identification field: uroce verifies the ICRC of everything it received, and
     # its whole capture, both directions, must check clean.
@@ -263,5 +275,17 @@ case_uroce_server uroce_server_s1 "$host_ip" 1 "$v4gid" 1 "$iters"
 case_rxe_server rxe_server_s10000 "$host_ip" 1 "$v4gid" 10000 "$iters"
 case_uroce_server uroce_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
 case_rxe_server rxe_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
+
+# Loss: netem drops 10% of what rxe sends (the guest's eth0 egress), so both ends recover:
+# uroce's responder NAKs the PSN gaps and its requester retransmits on timeout or when the ACKs
+# are lost; the data must still check.
+if [[ loss_ =~ ${UROCE_INTEROP_CASES:-.} || loss_uroce_server =~ ${UROCE_INTEROP_CASES:-.} ]]; then
+  vm 30 '/sbin/tc qdisc replace dev eth0 root netem loss 10%' >/dev/null ||
+    fail "cannot set up netem loss in the VM"
+  case_uroce_server loss_uroce_server "$host_ip" 1 "$v4gid" 4096 $((iters * 3))
+  vm 30 '/sbin/tc qdisc replace dev eth0 root netem loss 10%' >/dev/null
+  case_rxe_server loss_rxe_server "$host_ip" 1 "$v4gid" 4096 $((iters * 3))
+  vm 30 '/sbin/tc qdisc del dev eth0 root' >/dev/null || true
+fi
 
 note "PASS: all cases"
