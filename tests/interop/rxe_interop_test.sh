@@ -198,10 +198,19 @@ check_case() { # name iters uroce_addr
       printf '%s +%s ' "$c" "$(delta "$c" "$before" "$after")"; done)"
     [[ -n $lost ]] && ((lost > 0)) || fail "$name: netem dropped nothing; the case tested no loss"
   else
-    for c in retry_exceeded_err rcvd_seq_err out_of_seq_request duplicate_request \
-             completer_retry_err send_err; do
+    # No loss: no PSN gap either way (rcvd_seq_err: uroce NAKed a gap; out_of_seq_request:
+    # rxe saw one), no RNR, no error. rxe's own retransmit timer may still fire once in a run
+    # longer than its timeout (67 ms at timeout 14): it is armed by the first request and
+    # re-armed only while an ACK leaves packets outstanding, which a message acknowledged by
+    # one ACK never does (rxe_comp.c says so: "we still might get spurious timeouts"). Those
+    # retries (completer_retry_err) and the duplicates they cause are reported, not failed.
+    for c in retry_exceeded_err rcvd_seq_err out_of_seq_request rcvd_rnr_err send_rnr_err \
+             send_err; do
       (($(delta "$c" "$before" "$after") == 0)) || fail "$name: rxe counted $c"
     done
+    local spurious
+    spurious=$(delta completer_retry_err "$before" "$after")
+    ((spurious == 0)) || note "$name: rxe's retransmit timer fired $spurious time(s) (spurious)"
   fi
   if [[ $addr == *:* ]]; then
     # IPv6 has no identification field: uroce verifies the ICRC of everything it received, and
