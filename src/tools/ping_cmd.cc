@@ -611,7 +611,10 @@ int PingRun::run() {
         return fail(std::string("Failed status ") + wc_status_name(wc.status) + " (" +
                     std::to_string(static_cast<int>(wc.status)) + ") for wr_id " +
                     std::to_string(wc.wr_id) + " after " + std::to_string(scnt) + " sends and " +
-                    std::to_string(rcnt) + " receives (is the peer still running?)");
+                    std::to_string(rcnt) + " receives" +
+                    (wc.status == WcStatus::kRetryExcErr || wc.status == WcStatus::kRnrRetryExcErr
+                         ? " (is the peer still running?)"
+                         : ""));
       }
       if (wc.wr_id == kSendWrid) {
         ++scnt;

@@ -57,10 +57,45 @@ for size in 1 4096 10000; do
     bad "$name (client $crc, server $src)" "$work/$name.server" "$work/$name.client"; fi
 done
 
+# ---- 1b. devices by name (UROCE_DEVICES, -d), -e, a small receive depth ----
+export UROCE_DEVICES="left=127.0.0.144,right=127.0.0.145"
+timeout 60 "$uroce" ping -d left -p 18713 -c -e -r 2 -n 100 --timeout 20 >"$work/named.server" 2>&1 &
+srv=$!
+wait_for "$work/named.server" 'local address' || true
+timeout 60 "$uroce" ping -d right -p 18713 -c -e -r 2 -n 100 --timeout 20 127.0.0.1 \
+  >"$work/named.client" 2>&1
+crc=$?
+wait "$srv"
+src=$?
+unset UROCE_DEVICES
+if ((crc == 0 && src == 0)) && grep -q 'GID ::ffff:127.0.0.144$' "$work/named.server" &&
+  grep -q '^100 iters in' "$work/named.client"; then pass named_devices_events; else
+  bad "named_devices_events (client $crc, server $src)" "$work/named.server" "$work/named.client"
+fi
+
 # expect NAME WANT_STATUS REGEX FILE STATUS
 expect() {
   if (($5 == $2)) && grep -Eq "$3" "$4"; then pass "$1"; else bad "$1 (status $5, wanted $2; /$3/)" "$4"; fi
 }
+
+# ---- 1c. the sides disagree on the size: the data check and the completions say so ----
+timeout 60 "$uroce" ping -a 127.0.0.146 -p 18714 -c -s 8192 -n 5 --timeout 5 \
+  >"$work/mismatch.server" 2>&1 &
+srv=$!
+wait_for "$work/mismatch.server" 'local address' || true
+timeout 60 "$uroce" ping -a 127.0.0.147 -p 18714 -c -s 4096 -n 5 --timeout 5 127.0.0.1 \
+  >"$work/mismatch.client" 2>&1
+crc=$?
+wait "$srv"
+src=$?
+if ((crc == 1 && src == 1)) &&
+  grep -q 'received message with 4096 bytes (expected 8192)' "$work/mismatch.server" &&
+  grep -q 'Failed status local length error (1) for wr_id 1' "$work/mismatch.client"; then
+  pass size_mismatch_detected
+else
+  bad "size_mismatch_detected (client $crc, server $src)" "$work/mismatch.server" \
+    "$work/mismatch.client"
+fi
 
 # ---- 2. nobody listens: connection refused ----
 timeout 30 "$uroce" ping -a 127.0.0.133 -p 18702 --timeout 5 127.0.0.1 >"$work/refused" 2>&1
@@ -81,6 +116,9 @@ bg_pids+=($holder)
 wait_for "$work/holder2" 'local address'
 timeout 30 "$uroce" ping -a 127.0.0.135 -p 18705 --timeout 5 >"$work/udp_in_use" 2>&1
 expect udp_port_in_use 1 "127\.0\.0\.135.*(in use|already)" "$work/udp_in_use" $?
+# devinfo opens no socket: it works while the address is served.
+timeout 30 "$uroce" devinfo -a 127.0.0.135 >"$work/devinfo_in_use" 2>&1
+expect devinfo_while_served 0 "GID\[  0\]:.*::ffff:127\.0\.0\.135, RoCE v2" "$work/devinfo_in_use" $?
 kill "$holder" 2>/dev/null
 
 # ---- 5. the peer sends an invalid address string ----
