@@ -124,9 +124,16 @@ grep -Eq 'GID\[ *1\]:.*::ffff:10.123.0.2' "$out/vm-devinfo.txt" ||
   fail "rxe0 has no IPv4-mapped GID at index 1 (see vm-devinfo.txt)"
 inns "$uroce" devinfo -a "$host_ip" -v >"$out/uroce-devinfo.txt" 2>&1 ||
   fail "uroce devinfo failed (see uroce-devinfo.txt)"
-# The same port attributes as rxe on a 1500-byte netdev.
-grep -q 'active_mtu:.*1024 (3)' "$out/uroce-devinfo.txt" ||
+# The same port attributes as rxe on a 1500-byte netdev (active MTU 1024), line for line as
+# ibv_devinfo -v prints them. (max_msg_sz differs on purpose: rxe's is 8 MiB.)
+port_fields='state|max_mtu|active_mtu|sm_lid|port_lid|port_lmc|link_layer|port_cap_flags|'
+port_fields+='max_vl_num|pkey_tbl_len|gid_tbl_len|subnet_timeout|active_width|active_speed|phys_state'
+grep -E "^[[:space:]]+($port_fields):" "$out/vm-devinfo.txt" | tr -d '\r' >"$out/port-rxe.txt"
+grep -E "^[[:space:]]+($port_fields):" "$out/uroce-devinfo.txt" >"$out/port-uroce.txt"
+grep -q 'active_mtu:.*1024 (3)' "$out/port-uroce.txt" ||
   fail "uroce devinfo: active MTU is not 1024 at netdev MTU 1500"
+diff "$out/port-rxe.txt" "$out/port-uroce.txt" >"$out/port-diff.txt" ||
+  { cat "$out/port-diff.txt"; fail "uroce devinfo's port attributes differ from rxe0's"; }
 
 # rxe's per-port counters (hw_counters) as NAME=VALUE lines.
 rxe_counters() {
