@@ -82,6 +82,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# A run killed without its cleanup (SIGKILL, a ctest timeout) leaves its namespace and VM
+# behind: remove those of runs whose harness is gone (the namespace is named after its pid).
+for stale in $(ip netns list | awk '/^uroce-ix-[0-9]+/ {print $1}'); do
+  kill -0 "${stale#uroce-ix-}" 2>/dev/null && continue
+  note "removing $stale, left by a run that did not clean up"
+  for p in $(ip netns pids "$stale" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  ip netns del "$stale" 2>/dev/null || true
+done
+
 # ---- network: namespace, bridge with uroce's address, tap for the VM ----
 note "namespace $ns: bridge br0 $host_ip/24 $host_ip6/64, tap0"
 ip netns add "$ns"
