@@ -233,6 +233,18 @@ class PingRun {
  public:
   PingRun(const PingOptions& opt, std::FILE* out, std::FILE* err)
       : opt_(opt), out_(out), err_(err) {}
+  ~PingRun() {
+    if (udp_) {
+      Device& dev = udp_->device();
+      if (!qp_.is_null()) dev.destroy_qp(qp_);
+      if (!cq_.is_null()) dev.destroy_cq(cq_);
+      if (!mr_.handle.is_null()) dev.dereg_mr(mr_.handle);
+      if (!pd_.is_null()) dev.dealloc_pd(pd_);
+    }
+    std::free(buf_);
+  }
+  PingRun(const PingRun&) = delete;
+  PingRun& operator=(const PingRun&) = delete;
   int run();
 
  private:
@@ -267,18 +279,6 @@ class PingRun {
   Fd listener_;
   std::uint64_t bad_messages_ = 0;
   std::uint32_t my_psn_ = 0;
-
- public:
-  ~PingRun() {
-    if (udp_) {
-      Device& dev = udp_->device();
-      if (!qp_.is_null()) dev.destroy_qp(qp_);
-      if (!cq_.is_null()) dev.destroy_cq(cq_);
-      if (!mr_.handle.is_null()) dev.dereg_mr(mr_.handle);
-      if (!pd_.is_null()) dev.dealloc_pd(pd_);
-    }
-    std::free(buf_);
-  }
 };
 
 bool PingRun::setup(std::string* why) {
