@@ -296,6 +296,13 @@ bool PingRun::setup(std::string* why) {
     *why = "Couldn't get port info: " + d.name() + " has only port 1";
     return false;
   }
+  const DeviceAttr& attr = d.query_device();
+  if (opt_.rx_depth > attr.max_qp_wr || opt_.rx_depth + 1 > attr.max_cqe) {
+    *why = "rx depth " + std::to_string(opt_.rx_depth) + " is beyond " + d.name() +
+           "'s limits (max_qp_wr " + std::to_string(attr.max_qp_wr) + ", max_cqe " +
+           std::to_string(attr.max_cqe) + ")";
+    return false;
+  }
   const long ps = ::sysconf(_SC_PAGESIZE);
   page_ = ps > 0 ? static_cast<std::size_t>(ps) : 4096;
   if (::posix_memalign(reinterpret_cast<void**>(&buf_), page_, opt_.size) != 0) {

@@ -166,6 +166,8 @@ expect peer_killed 1 "no completion for 5 s after [0-9]+ of 100000000 sends" "$w
 # ---- 10. options rc_pingpong refuses too ----
 timeout 30 "$uroce" ping -a 127.0.0.143 -m 1000 >"$work/bad_mtu" 2>&1
 expect bad_mtu 1 "invalid MTU 1000" "$work/bad_mtu" $?
+timeout 30 "$uroce" ping -a 127.0.0.143 -r 100000 -p 18715 >"$work/bad_rx_depth" 2>&1
+expect bad_rx_depth 1 "rx depth 100000 is beyond .*max_qp_wr" "$work/bad_rx_depth" $?
 timeout 30 "$uroce" ping -a 127.0.0.143 -g 5 -p 18711 --timeout 1 >"$work/bad_gid_index" 2>&1
 expect bad_gid_index 1 "can't read sgid of index 5" "$work/bad_gid_index" $?
 timeout 30 "$uroce" ping -a 10.255.255.254 -p 18712 --timeout 1 >"$work/not_local" 2>&1
