@@ -38,7 +38,9 @@ packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-u
 
 debs=$cache/debs
 tree=$cache/tree
-if [[ ! -f $tree/.complete ]]; then
+# The unpacked tree is reused while the package list is the same.
+tree_want=$(echo "${packages[*]}" | sha256sum | cut -c1-16)
+if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
   # linux-image-amd64 is a metapackage; the real image is the package it depends on.
   kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
          awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
@@ -49,6 +51,7 @@ if [[ ! -f $tree/.complete ]]; then
            awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
     [[ -n $kpkg ]] || die "the package archive has no linux-image-amd64"
   fi
+  rm -rf "$debs"
   mkdir -p "$debs"
   echo "build-vm-image: downloading $kpkg and ${#packages[@]} user-space packages into $debs"
   (cd "$debs" && apt-get download -q "$kpkg" "${packages[@]}") ||
@@ -56,7 +59,7 @@ if [[ ! -f $tree/.complete ]]; then
   rm -rf "$tree"
   mkdir -p "$tree"
   for deb in "$debs"/*.deb; do dpkg -x "$deb" "$tree"; done
-  touch "$tree/.complete"
+  echo "$tree_want" >"$tree/.complete"
 fi
 
 kver=$(ls "$tree/lib/modules" | head -1)
