@@ -17,9 +17,13 @@ mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 
 die() { echo "build-vm-image: $*" >&2; exit 1; }
-for tool in apt-get apt-cache dpkg cpio gzip objdump depmod; do
+for tool in apt-get apt-cache dpkg cpio gzip objdump depmod flock; do
   command -v "$tool" >/dev/null 2>&1 || die "missing host tool '$tool' (scripts/install-deps installs it)"
 done
+
+# One build at a time per cache (two test runs may start together); bounded wait.
+exec 9>"$cache/.lock"
+flock -w 900 9 || die "another build holds $cache/.lock for more than 900 s"
 
 stamp_want=$(cat "${BASH_SOURCE[0]}" "$here/vm-init.sh" | sha256sum | cut -c1-16)
 if [[ -f $cache/stamp && $(cat "$cache/stamp") == "$stamp_want" && -f $cache/vmlinuz &&
