@@ -690,13 +690,14 @@ void PingRun::print_stats() {
   const auto& c = udp_->datapath().counters();
   std::uint64_t drops = 0;
   for (auto d : c.rx_drops) drops += d;
-  std::fprintf(
-      err_,
-      "uroce: tx_packets=%llu rx_packets=%llu rx_icrc_unverified=%llu rx_drops=%llu "
-      "timer_fires=%llu\n",
-      static_cast<unsigned long long>(c.tx_packets), static_cast<unsigned long long>(c.rx_packets),
-      static_cast<unsigned long long>(c.rx_icrc_unverified), static_cast<unsigned long long>(drops),
-      static_cast<unsigned long long>(udp_->engine().counters().timer_fires));
+  std::fprintf(err_,
+               "uroce: tx_packets=%llu rx_packets=%llu rx_icrc_id_recovered=%llu rx_drops=%llu "
+               "timer_fires=%llu\n",
+               static_cast<unsigned long long>(c.tx_packets),
+               static_cast<unsigned long long>(c.rx_packets),
+               static_cast<unsigned long long>(c.rx_icrc_id_recovered),
+               static_cast<unsigned long long>(drops),
+               static_cast<unsigned long long>(udp_->engine().counters().timer_fires));
 }
 
 }  // namespace
