@@ -49,6 +49,7 @@ note "VM image (cached under ${UROCE_INTEROP_CACHE:-/var/cache/uroce-interop})"
 image=$("$here/build-vm-image.sh" 2>"$out/build-vm-image.log" | tail -1) ||
   { cat "$out/build-vm-image.log"; fail "building the VM image failed"; }
 read -r kernel initrd <<<"$image"
+kernel=${UROCE_INTEROP_KERNEL:-$kernel}  # tests: a kernel that does not boot
 
 ns=uroce-ix-$$
 host_ip=10.123.0.1
@@ -118,8 +119,11 @@ ip netns exec "$ns" qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 -nodefa
   -device virtio-net-pci,netdev=n0,mac=52:54:00:12:30:02 -pidfile "$out/qemu.pid" \
   >"$out/qemu.log" 2>&1 &
 qemu_pid=$!
-if ! python3 "$here/vm_console.py" wait-ready "$console_log" "$boot_timeout"; then
-  kill -0 "$qemu_pid" 2>/dev/null || { note "qemu exited:"; cat "$out/qemu.log"; }
+if ! python3 "$here/vm_console.py" wait-ready "$console_log" "$boot_timeout" "$qemu_pid"; then
+  if ! kill -0 "$qemu_pid" 2>/dev/null; then
+    cat "$out/qemu.log"
+    fail "qemu exited before the VM was ready (see qemu.log, console.log)"
+  fi
   fail "the VM did not boot within ${boot_timeout}s"
 fi
 note "VM ready"

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Runs shell commands on the interop VM through its serial console (qemu's unix-socket chardev).
 
-usage: vm_console.py wait-ready LOGFILE TIMEOUT_S   exit 0 once the console log shows the guest's
-                                                     "uroce-vm: READY" line, 1 on "FAILED" or
-                                                     timeout (the VM did not boot)
+usage: vm_console.py wait-ready LOGFILE TIMEOUT_S [PID]
+                                                   exit 0 once the console log shows the guest's
+                                                     "uroce-vm: READY" line, 1 on "FAILED", on
+                                                     timeout (the VM did not boot) or when the
+                                                     process PID (qemu) is gone
        vm_console.py run SOCKET TIMEOUT_S 'cmd'    runs 'cmd' in the guest shell, prints its output,
                                                      exits with its status (124 on timeout)
 
@@ -17,9 +19,27 @@ import sys
 import time
 
 
-def wait_ready(log, timeout):
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie has exited too.
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            return f.read().split(')')[-1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
+def wait_ready(log, timeout, pid=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if pid is not None and not alive(pid):
+            sys.stderr.write('vm_console: qemu (pid %d) exited before the guest was ready\n' % pid)
+            return 1
         try:
             with open(log, 'rb') as f:
                 text = f.read()
@@ -85,8 +105,8 @@ def run(sock_path, timeout, cmd):
 
 
 def main(argv):
-    if len(argv) == 4 and argv[1] == 'wait-ready':
-        return wait_ready(argv[2], float(argv[3]))
+    if len(argv) in (4, 5) and argv[1] == 'wait-ready':
+        return wait_ready(argv[2], float(argv[3]), int(argv[4]) if len(argv) == 5 else None)
     if len(argv) == 5 and argv[1] == 'run':
         return run(argv[2], float(argv[3]), argv[4])
     sys.stderr.write(__doc__)
