@@ -157,18 +157,23 @@ delta() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
 
 start_tcpdump() {
   # --immediate-mode: without it packets still in the kernel's capture block when tcpdump is
-  # stopped are lost. -Z root: write the file without dropping privileges.
-  ip netns exec "$ns" tcpdump --immediate-mode -Z root -i tap0 -s 0 -U -w "$out/$1.tap.pcap" \
+  # stopped are lost. -B: a 32 MiB capture buffer, so that a burst (a go-back-N
+  # retransmission) is not dropped. -Z root: write the file without dropping privileges.
+  ip netns exec "$ns" tcpdump --immediate-mode -B 32768 -Z root -i tap0 -s 0 -U \
+    -w "$out/$1.tap.pcap" \
     udp port 4791 >"$out/$1.tcpdump.log" 2>&1 &
   tcpdump_pid=$!
   # tcpdump prints "listening on tap0" once its capture is open.
   for _ in $(seq 100); do grep -q 'listening on' "$out/$1.tcpdump.log" && return 0; sleep 0.1; done
   fail "tcpdump did not start (see $1.tcpdump.log)"
 }
-stop_tcpdump() {
+stop_tcpdump() { # name
   kill -INT "$tcpdump_pid"
   wait "$tcpdump_pid" || true
   tcpdump_pid=
+  # The wire capture is the reference: it must be complete.
+  grep -q '^0 packets dropped by kernel' "$out/$1.tcpdump.log" ||
+    fail "$1: tcpdump lost packets ($(grep 'dropped by kernel' "$out/$1.tcpdump.log"))"
 }
 
 # Checks common to both directions: output lines, captures, rxe's counters.
@@ -211,11 +216,12 @@ check_case() { # name iters uroce_addr
   received=$(delta rcvd_pkts "$before" "$after")
   ((received == sent)) || fail "$name: uroce sent $sent packets, rxe accepted $received"
   if [[ $name == loss_* ]]; then
-    # Loss on rxe's egress: rxe must have recovered (uroce NAKs a PSN gap or times out and
-    # retransmits), and never given up.
+    # Loss of rxe's data packets: rxe must have recovered (on uroce's NAK of the PSN gap or on
+    # its own timeout), and never given up.
     (($(delta retry_exceeded_err "$before" "$after") == 0)) || fail "$name: rxe gave up"
     local lost
-    lost=$(vm 30 '/sbin/tc -s qdisc show dev eth0' | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+    lost=$(vm 30 '/sbin/tc -s qdisc show dev eth0' |
+      sed -n '/netem/,/dropped/ s/.*dropped \([0-9]*\).*/\1/p' | head -1)
     note "$name: netem dropped ${lost:-?} of rxe's packets; rxe counters: $(for c in \
       rcvd_seq_err out_of_seq_request duplicate_request completer_retry_err; do
       printf '%s +%s ' "$c" "$(delta "$c" "$before" "$after")"; done)"
@@ -262,7 +268,7 @@ case_uroce_server() { # name uroce_addr vm_gid_index vm_gid_text size iters
     fail "$name: ibv_rc_pingpong (client, VM) failed"
   wait "$uroce_pid" || { uroce_pid=; fail "$name: uroce ping (server) failed"; }
   uroce_pid=
-  stop_tcpdump
+  stop_tcpdump "$name"
   rxe_counters >"$out/$name.counters-after.txt"
   check_case "$name" "$n" "$addr" "$vgid"
 }
@@ -287,7 +293,7 @@ n=0; until grep -q ':4853 00000000:0000 0A' /proc/net/tcp; do n=\$((n+1)); \
   # (every command the guest runs costs emulated CPU that the server needs).
   vm 120 'wait; cat /tmp/srv.log' >"$out/$name.vm.log" || true
   grep -q '^exit=0' "$out/$name.vm.log" || fail "$name: ibv_rc_pingpong (server, VM) failed"
-  stop_tcpdump
+  stop_tcpdump "$name"
   rxe_counters >"$out/$name.counters-after.txt"
   check_case "$name" "$n" "$addr" "$vgid"
 }
@@ -308,14 +314,24 @@ case_rxe_server rxe_server_s10000 "$host_ip" 1 "$v4gid" 10000 "$iters"
 case_uroce_server uroce_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
 case_rxe_server rxe_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
 
-# Loss: netem drops 10% of what rxe sends (the guest's eth0 egress), so both ends recover:
-# uroce's responder NAKs the PSN gaps and its requester retransmits on timeout or when the ACKs
-# are lost; the data must still check.
-if [[ loss_ =~ ${UROCE_INTEROP_CASES:-.} || loss_uroce_server =~ ${UROCE_INTEROP_CASES:-.} ]]; then
-  vm 30 '/sbin/tc qdisc replace dev eth0 root netem loss 10%' >/dev/null ||
-    fail "cannot set up netem loss in the VM"
+# Loss: netem drops 10% of rxe's data packets (RC opcodes below 0x10, BTH byte 0 at IP offset
+# 28) on the guest's egress, so both ends recover: uroce's responder NAKs the PSN gaps, rxe
+# retransmits on the NAK or on its timeout when a message's last packet is lost; the data must
+# still check. rxe's ACKs are spared: rc_pingpong's protocol has no way to recover a lost final
+# ACK (the side that sent it has exited and destroyed its QP, so the other retries forever).
+loss_on() {
+  vm 30 '/sbin/tc qdisc del dev eth0 root 2>/dev/null
+/sbin/tc qdisc add dev eth0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&
+/sbin/tc qdisc add dev eth0 parent 1:3 handle 30: netem loss 10% &&
+/sbin/tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff \
+  match ip dport 4791 0xffff match u8 0x00 0xf0 at 28 flowid 1:3' >"$out/netem-setup.log" ||
+    { cat "$out/netem-setup.log"; fail "cannot set up netem loss in the VM"; }
+}
+if [[ loss_uroce_server =~ ${UROCE_INTEROP_CASES:-.} || loss_rxe_server =~ ${UROCE_INTEROP_CASES:-.} ]]
+then
+  loss_on
   case_uroce_server loss_uroce_server "$host_ip" 1 "$v4gid" 4096 $((iters * 3))
-  vm 30 '/sbin/tc qdisc replace dev eth0 root netem loss 10%' >/dev/null
+  loss_on
   case_rxe_server loss_rxe_server "$host_ip" 1 "$v4gid" 4096 $((iters * 3))
   vm 30 '/sbin/tc qdisc del dev eth0 root' >/dev/null || true
 fi
