@@ -6,6 +6,7 @@ usage: fake_pingpong_peer.py MODE PORT [ARG]
   silent     serve: accept and read, never answer
   ghost IP   serve: answer with a well-formed address whose GID is ::ffff:IP, where nobody
              runs RoCE (the client's packets go unanswered)
+  gid HEX32  serve: answer with a well-formed address carrying this GID (32 hex digits)
 Prints "listening" once the socket listens; serves one client, then exits.
 """
 import socket
@@ -33,6 +34,9 @@ def main():
         conn.sendall(b'zzzz:000011:000000:' + b'q' * 32 + b'\0')
     elif mode == 'silent':
         time.sleep(30)
+    elif mode == 'gid':
+        conn.sendall(('0000:000123:000456:%s' % sys.argv[3]).encode() + b'\0')
+        conn.recv(5)
     elif mode == 'ghost':
         a, b, c, d = (int(x) for x in sys.argv[3].split('.'))
         gid = '00000000000000000000ffff%02x%02x%02x%02x' % (a, b, c, d)

@@ -129,6 +129,22 @@ timeout 30 "$uroce" ping -a 127.0.0.136 -p 18706 --timeout 5 127.0.0.1 >"$work/g
 expect invalid_gid_string 1 "the server sent an invalid address: .*not hexadecimal" \
   "$work/garbage" $?
 
+# ---- 5b. the peer's GID is zero (ibv_rc_pingpong without -g) or of the other family ----
+python3 "$here/fake_pingpong_peer.py" gid 18716 00000000000000000000000000000000 \
+  >"$work/zero_gid_peer" 2>&1 &
+bg_pids+=($!)
+wait_for "$work/zero_gid_peer" listening
+timeout 30 "$uroce" ping -a 127.0.0.148 -p 18716 --timeout 5 127.0.0.1 >"$work/zero_gid" 2>&1
+expect zero_gid 1 "the peer sent GID ::: RoCE needs the peer's GID \(run ibv_rc_pingpong with -g" \
+  "$work/zero_gid" $?
+python3 "$here/fake_pingpong_peer.py" gid 18717 fd000000000000000000000000000001 \
+  >"$work/v6_gid_peer" 2>&1 &
+bg_pids+=($!)
+wait_for "$work/v6_gid_peer" listening
+timeout 30 "$uroce" ping -a 127.0.0.149 -p 18717 --timeout 5 127.0.0.1 >"$work/v6_gid" 2>&1
+expect other_family_gid 1 "the peer's GID fd00::1 is not an address of the same family as 127\.0\.0\.149" \
+  "$work/v6_gid" $?
+
 # ---- 6. the peer accepts but never answers: bounded by --timeout ----
 python3 "$here/fake_pingpong_peer.py" silent 18707 >"$work/silent_peer" 2>&1 &
 bg_pids+=($!)
