@@ -1,12 +1,65 @@
 #include "engine/udp_device.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string_view>
 
 namespace uroce::engine {
+
+namespace {
+
+// How often progress() looks at the stats endpoint when nothing else wakes it.
+constexpr Duration kStatsCheckInterval = Duration::ms(1);
+// How long a polling-mode get_cq_event()/get_async_event() waits in one wait() call.
+constexpr Duration kPollSlice = Duration::ms(10);
+
+void signal_fd(int fd) {
+  const std::uint64_t one = 1;
+  // An eventfd write fails only when the counter would overflow: it is readable then anyway.
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+void drain_fd(int fd) {
+  std::uint64_t v = 0;
+  [[maybe_unused]] const ssize_t n = ::read(fd, &v, sizeof v);
+}
+
+// ppoll's timeout for the span until `until` (nullptr: no timeout).
+timespec* timeout_until(Instant until, Instant t, timespec& ts) {
+  if (until.is_never()) return nullptr;
+  const std::int64_t ns = std::max<std::int64_t>((until - t).count_ns(), 0);
+  ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  return &ts;
+}
+
+Instant deadline_after(Duration timeout) {
+  return timeout.is_infinite() ? Instant::never() : UdpDevice::now() + timeout;
+}
+
+std::uint64_t cq_key(CqHandle cq) { return (std::uint64_t{cq.index} << 32) | cq.generation; }
+
+}  // namespace
+
+struct UdpDevice::Channel {
+  int fd = -1;
+  std::mutex mu;
+  std::deque<CqHandle> events;                               // not yet taken by get_cq_event()
+  std::unordered_map<std::uint64_t, std::uint32_t> unacked;  // per CQ: taken, not acked
+  ~Channel() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 Instant UdpDevice::now() {
   return Instant::from_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -31,7 +84,6 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
   d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
-  d->device_->set_doorbell_handler(d.get());
   std::string path = capture_path;
   if (path.empty()) {
     if (const char* env = std::getenv("UROCE_PCAP")) path = env;
@@ -47,40 +99,461 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
       writer->write(frame, std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
     });
   }
+  d->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  d->async_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
+    return Err{std::string("eventfd: ") + std::strerror(errno)};
+  }
+  d->device_->set_doorbell_handler(d.get());
+  d->device_->set_completion_event_handler(d.get());
+  d->open_stats_endpoint();
   return d;
 }
 
 UdpDevice::~UdpDevice() {
-  if (device_) device_->set_doorbell_handler(nullptr);
-  if (dp_) dp_->set_tap(nullptr);
-  if (capture_) capture_->flush();
+  close(kCloseDeadline);
+  if (device_) device_->set_completion_event_handler(nullptr);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (async_fd_ >= 0) ::close(async_fd_);
+}
+
+// ---- progress ----
+
+UdpDevice::Round UdpDevice::round_locked(Instant t, std::size_t tx_budget) {
+  Round r;
+  r.received = dp_->receive(64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+    transport::PacketInfo info;
+    info.src = meta.src;
+    info.src_port = meta.src_port;
+    info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
+    info.ip_header = meta.ip_header;
+    engine_->handle_rx(t, pkt, info);
+  });
+  engine_->handle_timers(t);
+  r.sent = engine_->flush_tx(t, tx_budget);
+  sync_async_fd_locked();
+  return r;
 }
 
 bool UdpDevice::progress() {
+  if (closed_) return false;
   const Instant t = now();
-  const std::size_t received =
-      dp_->receive(64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
-        transport::PacketInfo info;
-        info.src = meta.src;
-        info.src_port = meta.src_port;
-        info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
-        info.ip_header = meta.ip_header;
-        engine_->handle_rx(t, pkt, info);
-      });
-  engine_->handle_timers(t);
-  const std::size_t sent = engine_->flush_tx(t);
-  return received > 0 || sent > 0;
+  Round r;
+  {
+    std::lock_guard lk(mu_);
+    r = round_locked(t, SIZE_MAX);
+  }
+  maybe_serve_stats(t, false);
+  return r.received > 0 || r.sent > 0;
 }
 
 void UdpDevice::wait(Duration max_wait) {
-  Duration wait = max_wait;
-  const Instant next = engine_->next_timeout();
-  if (!next.is_never()) wait = std::min(wait, std::max(next - now(), Duration::zero()));
-  if (engine_->has_tx_work()) wait = Duration::zero();
-  pollfd p{dp_->fd(), POLLIN, 0};
-  const auto ms = static_cast<int>((wait.count_ns() + 999'999) / 1'000'000);
-  ::poll(&p, 1, ms);
+  if (closed_) return;
+  const Instant t = now();
+  Instant until = max_wait.is_infinite() ? Instant::never() : t + max_wait;
+  {
+    std::lock_guard lk(mu_);
+    until = std::min(until, engine_->next_timeout());
+    if (engine_->has_tx_work()) until = t;
+  }
+  pollfd p[2] = {{dp_->fd(), POLLIN, 0}, {stats_fd_, POLLIN, 0}};
+  timespec ts;
+  ::ppoll(p, stats_fd_ >= 0 ? 2 : 1, timeout_until(until, t, ts), nullptr);
+  if (stats_fd_ >= 0 && (p[1].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
   progress();
+}
+
+// ---- the progress thread ----
+
+UdpDevice::Locked UdpDevice::lock() {
+  // The mirror of the thread's courtesy: an application that polls in a tight loop would
+  // otherwise take the lock straight back every time and starve the progress thread.
+  for (int i = 0; i < 64 && thread_waiting_.load(std::memory_order_relaxed); ++i) {
+    std::this_thread::yield();
+  }
+  app_waiting_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lk(mu_);
+  app_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  return Locked(std::move(lk), device_.get());
+}
+
+std::string UdpDevice::start_progress_thread(const ProgressThreadOptions& options) {
+  if (closed_) return "the device is closed";
+  if (thread_.joinable()) return "the progress thread is already running";
+  if (options.tx_budget == 0) return "tx_budget must be at least 1";
+  stop_.store(false);
+  thread_ = std::thread(&UdpDevice::thread_main, this, options);
+  return "";
+}
+
+void UdpDevice::stop_progress_thread() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  signal_fd(wake_fd_);
+  thread_.join();
+  sleeping_.store(false);
+  drain_fd(wake_fd_);
+}
+
+void UdpDevice::doorbell(std::uint32_t qpn) {
+  engine_->doorbell(qpn);
+  // A spinning thread sees the flag without the lock; only a sleeping thread needs the system
+  // call. `sleeping_` is set under mu_, which the caller of post_send() holds too, so a
+  // doorbell cannot slip between the thread's last look at the engine and its sleep.
+  doorbell_rung_.store(true, std::memory_order_relaxed);
+  if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) signal_fd(wake_fd_);
+}
+
+void UdpDevice::thread_main(ProgressThreadOptions options) {
+  Instant spin_until = Instant::from_ns(0);
+  bool idle = false;                      // the last round found nothing to do
+  Instant next_timer = Instant::never();  // as of the last round
+  while (!stop_.load(std::memory_order_acquire)) {
+    const Instant t = now();
+    if (idle && t < spin_until) {
+      // Busy-poll without the lock: a doorbell, a datagram or a due timer ends the wait.
+      pollfd p{dp_->fd(), POLLIN, 0};
+      if (!doorbell_rung_.load(std::memory_order_relaxed) && t < next_timer &&
+          ::poll(&p, 1, 0) == 0) {
+        maybe_serve_stats(t, false);
+        std::this_thread::yield();
+        continue;
+      }
+    }
+    Round r;
+    bool tx_left = false;
+    bool sleep = false;
+    {
+      thread_waiting_.store(true, std::memory_order_relaxed);
+      std::lock_guard lk(mu_);
+      thread_waiting_.store(false, std::memory_order_relaxed);
+      doorbell_rung_.store(false, std::memory_order_relaxed);  // this round sees those rung
+      r = round_locked(t, options.tx_budget);
+      tx_left = engine_->has_tx_work();
+      next_timer = engine_->next_timeout();
+      const bool worked = r.received > 0 || r.sent > 0;
+      idle = !worked && !tx_left;
+      if (idle && t >= spin_until) {
+        sleeping_.store(true);
+        sleep = true;
+      }
+    }
+    maybe_serve_stats(t, false);
+    if (!idle) spin_until = t + options.spin;
+    // Let an application thread that waits for the lock have it before the next round
+    // (std::mutex is not fair: this thread would otherwise take it straight back).
+    for (int i = 0; i < 64 && app_waiting_.load(std::memory_order_relaxed) > 0; ++i) {
+      std::this_thread::yield();
+    }
+    if (!sleep) {
+      if (tx_left && r.sent == 0) {
+        // The socket is full: wait until it drains (or a packet, a doorbell or 1 ms passes).
+        pollfd p[2] = {{dp_->fd(), POLLIN | POLLOUT, 0}, {wake_fd_, POLLIN, 0}};
+        timespec ts;
+        ::ppoll(p, 2, timeout_until(t + Duration::ms(1), t, ts), nullptr);
+      }
+      continue;
+    }
+    pollfd p[3] = {{dp_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
+    timespec ts;
+    ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(next_timer, now(), ts), nullptr);
+    sleeping_.store(false);
+    if ((p[1].revents & POLLIN) != 0) drain_fd(wake_fd_);
+    if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
+  }
+}
+
+// ---- completion channels ----
+
+Result<std::uint64_t, Errc> UdpDevice::create_comp_channel() {
+  auto ch = std::make_shared<Channel>();
+  ch->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ch->fd < 0) return Err{Errc::kNoMemory};
+  std::lock_guard lk(channels_mu_);
+  const std::uint64_t tag = next_channel_++;
+  channels_.emplace(tag, std::move(ch));
+  return tag;
+}
+
+std::shared_ptr<UdpDevice::Channel> UdpDevice::find_channel(std::uint64_t channel) const {
+  std::lock_guard lk(channels_mu_);
+  auto it = channels_.find(channel);
+  return it == channels_.end() ? nullptr : it->second;
+}
+
+Errc UdpDevice::destroy_comp_channel(std::uint64_t channel) {
+  std::lock_guard lk(channels_mu_);
+  auto it = channels_.find(channel);
+  if (it == channels_.end()) return Errc::kInvalidArgument;
+  {
+    std::lock_guard cl(it->second->mu);
+    for (const auto& [cq, n] : it->second->unacked) {
+      if (n != 0) return Errc::kBusy;
+    }
+  }
+  channels_.erase(it);
+  return Errc::kOk;
+}
+
+int UdpDevice::comp_channel_fd(std::uint64_t channel) const {
+  auto ch = find_channel(channel);
+  return ch ? ch->fd : -1;
+}
+
+void UdpDevice::cq_event(CqHandle cq, std::uint64_t channel) {
+  // Called inside a Device call (under mu_ in thread mode): only record and signal.
+  auto ch = find_channel(channel);
+  if (!ch) return;  // a CQ without a (live) channel: nobody to tell
+  std::lock_guard cl(ch->mu);
+  if (ch->events.empty()) signal_fd(ch->fd);
+  ch->events.push_back(cq);
+}
+
+Result<std::optional<CqHandle>, Errc> UdpDevice::get_cq_event(std::uint64_t channel,
+                                                              Duration timeout) {
+  auto ch = find_channel(channel);
+  if (!ch) return Err{Errc::kInvalidArgument};
+  const Instant until = deadline_after(timeout);
+  for (;;) {
+    {
+      std::lock_guard cl(ch->mu);
+      if (!ch->events.empty()) {
+        const CqHandle cq = ch->events.front();
+        ch->events.pop_front();
+        ++ch->unacked[cq_key(cq)];
+        if (ch->events.empty()) drain_fd(ch->fd);  // readable exactly while events wait
+        return std::optional<CqHandle>(cq);
+      }
+    }
+    const Instant t = now();
+    if (t >= until) return std::optional<CqHandle>();
+    if (has_progress_thread() || closed_) {
+      pollfd p{ch->fd, POLLIN, 0};
+      timespec ts;
+      ::ppoll(&p, 1, timeout_until(until, t, ts), nullptr);
+      if (closed_ && (p.revents & POLLIN) == 0) return std::optional<CqHandle>();
+    } else {
+      wait(std::min(until - t, kPollSlice));
+    }
+  }
+}
+
+Errc UdpDevice::ack_cq_events(std::uint64_t channel, CqHandle cq, std::uint32_t n) {
+  auto ch = find_channel(channel);
+  if (!ch) return Errc::kInvalidArgument;
+  std::lock_guard cl(ch->mu);
+  auto it = ch->unacked.find(cq_key(cq));
+  if (it == ch->unacked.end() || it->second < n) return Errc::kInvalidArgument;
+  it->second -= n;
+  if (it->second == 0) ch->unacked.erase(it);
+  return Errc::kOk;
+}
+
+std::uint32_t UdpDevice::unacked_cq_events(std::uint64_t channel, CqHandle cq) const {
+  auto ch = find_channel(channel);
+  if (!ch) return 0;
+  std::lock_guard cl(ch->mu);
+  auto it = ch->unacked.find(cq_key(cq));
+  return it == ch->unacked.end() ? 0 : it->second;
+}
+
+// ---- asynchronous events ----
+
+void UdpDevice::sync_async_fd_locked() {
+  const bool want = device_->has_async_event();
+  if (want == async_signaled_) return;
+  if (want) {
+    signal_fd(async_fd_);
+  } else {
+    drain_fd(async_fd_);
+  }
+  async_signaled_ = want;
+}
+
+std::optional<AsyncEvent> UdpDevice::get_async_event(Duration timeout) {
+  const Instant until = deadline_after(timeout);
+  for (;;) {
+    {
+      std::lock_guard lk(mu_);
+      std::optional<AsyncEvent> ev = device_->get_async_event();
+      sync_async_fd_locked();
+      if (ev) return ev;
+    }
+    const Instant t = now();
+    if (t >= until) return std::nullopt;
+    if (has_progress_thread() || closed_) {
+      pollfd p{async_fd_, POLLIN, 0};
+      timespec ts;
+      ::ppoll(&p, 1, timeout_until(until, t, ts), nullptr);
+      if (closed_ && (p.revents & POLLIN) == 0) return std::nullopt;
+    } else {
+      wait(std::min(until - t, kPollSlice));
+    }
+  }
+}
+
+// ---- counters and the stats endpoint ----
+
+DeviceStats UdpDevice::stats_locked() {
+  DeviceStats s;
+  s.name = device_->name();
+  s.pid = static_cast<int>(::getpid());
+  s.engine = engine_ ? engine_->counters() : closed_engine_;
+  s.datapath = dp_ ? dp_->counters() : closed_dp_;
+  s.async_events_dropped = device_->async_events_dropped();
+  s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
+  for (const transport::Qp* qp : device_->live_qps()) {
+    s.qps.push_back(
+        QpStats{qp->qpn(), qp->type(), qp->state(), qp->outstanding_send_wqes(), qp->counters()});
+  }
+  std::sort(s.qps.begin(), s.qps.end(),
+            [](const QpStats& a, const QpStats& b) { return a.qpn < b.qpn; });
+  return s;
+}
+
+DeviceStats UdpDevice::stats() {
+  std::lock_guard lk(mu_);
+  return stats_locked();
+}
+
+void UdpDevice::open_stats_endpoint() {
+  // Without an endpoint the device still works; `uroce stats` just does not see it.
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const std::string base = "uroce/" + std::to_string(::getpid()) + "/" + device_->name();
+  for (int n = 1; n <= 64; ++n) {
+    const std::string name = n == 1 ? base : base + "~" + std::to_string(n);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    if (name.size() + 1 > sizeof a.sun_path) break;
+    std::memcpy(a.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), len) == 0) {
+      stats_fd_ = fd;
+      stats_name_ = name;
+      return;
+    }
+    if (errno != EADDRINUSE) break;
+  }
+  ::close(fd);
+}
+
+void UdpDevice::maybe_serve_stats(Instant t, bool force) {
+  if (stats_fd_ < 0) return;
+  std::unique_lock sl(stats_mu_, std::try_to_lock);
+  if (!sl.owns_lock()) return;  // the other progress caller is serving
+  if (!force && t < next_stats_check_) return;
+  next_stats_check_ = t + kStatsCheckInterval;
+  for (int i = 0; i < 16; ++i) {
+    char req[128];
+    sockaddr_un from{};
+    socklen_t from_len = sizeof from;
+    const ssize_t n = ::recvfrom(stats_fd_, req, sizeof req - 1, MSG_DONTWAIT,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (n < 0) return;
+    // An unbound sender has no address to answer to.
+    if (from_len <= static_cast<socklen_t>(offsetof(sockaddr_un, sun_path))) continue;
+    const std::string_view r(req, static_cast<std::size_t>(n));
+    const bool json = r.starts_with("json");
+    const bool text = r.starts_with("text");
+    const bool with_qps = r.find(" qp") != std::string_view::npos;
+    std::string body;
+    if (!json && !text) {
+      body = "error: unknown request (expected \"text\" or \"json\", optionally \" qp\")\n";
+    } else {
+      stats_requests_.fetch_add(1, std::memory_order_relaxed);
+      DeviceStats s;
+      {
+        std::lock_guard lk(mu_);
+        s = stats_locked();
+      }
+      body = json ? format_stats_json(s, with_qps) : format_stats_text(s, with_qps);
+    }
+    // Chunks of kStatsChunk: '+' more follow, '.' the last. A client that does not read fast
+    // enough loses the rest (MSG_DONTWAIT: the progress loop never blocks on it) and sees no
+    // final chunk.
+    std::size_t off = 0;
+    std::string chunk;
+    do {
+      const std::size_t len = std::min(kStatsChunk, body.size() - off);
+      const bool last = off + len == body.size();
+      chunk.assign(1, last ? '.' : '+');
+      chunk.append(body, off, len);
+      if (::sendto(stats_fd_, chunk.data(), chunk.size(), MSG_DONTWAIT,
+                   reinterpret_cast<const sockaddr*>(&from), from_len) < 0) {
+        break;
+      }
+      off += len;
+    } while (off < body.size());
+  }
+}
+
+// ---- shutdown ----
+
+std::uint32_t UdpDevice::outstanding_locked(bool* tx_pending) {
+  std::uint32_t n = 0;
+  for (transport::Qp* qp : device_->live_qps()) {
+    const QpState st = qp->state();
+    if (st == QpState::kRts || st == QpState::kSqd || st == QpState::kSqe) {
+      n += qp->outstanding_send_wqes();
+    }
+    if (qp->has_transmit_work()) {
+      *tx_pending = true;
+      // Make sure the engine drives it (a QP resumed from SQD rings no doorbell).
+      engine_->doorbell(qp->qpn());
+    }
+  }
+  if (engine_->has_tx_work()) *tx_pending = true;
+  return n;
+}
+
+CloseResult UdpDevice::close(Duration deadline) {
+  if (closed_) return close_result_;
+  stop_progress_thread();
+  CloseResult res;
+  if (device_ && dp_ && engine_) {
+    const Instant give_up = deadline_after(deadline);
+    for (;;) {
+      Instant next;
+      res = CloseResult{};
+      {
+        std::lock_guard lk(mu_);
+        round_locked(now(), SIZE_MAX);
+        res.outstanding_send_wqes = outstanding_locked(&res.tx_pending);
+        next = engine_->next_timeout();
+      }
+      if (res.outstanding_send_wqes == 0 && !res.tx_pending) break;
+      const Instant t = now();
+      if (t >= give_up) break;
+      Instant until = std::min(next, give_up);
+      short events = POLLIN;
+      if (res.tx_pending) {
+        events |= POLLOUT;
+        until = std::min(until, t + Duration::ms(1));
+      }
+      pollfd p{dp_->fd(), events, 0};
+      timespec ts;
+      ::ppoll(&p, 1, timeout_until(until, t, ts), nullptr);
+    }
+    res.drained = res.outstanding_send_wqes == 0 && !res.tx_pending;
+    std::lock_guard lk(mu_);
+    device_->set_doorbell_handler(nullptr);
+    dp_->set_tap(nullptr);
+    if (capture_) capture_->flush();
+    capture_.reset();
+    closed_engine_ = engine_->counters();
+    closed_dp_ = dp_->counters();
+    engine_.reset();
+    dp_.reset();  // closes the socket
+  }
+  if (stats_fd_ >= 0) {
+    std::lock_guard sl(stats_mu_);
+    ::close(stats_fd_);
+    stats_fd_ = -1;
+  }
+  closed_ = true;
+  close_result_ = res;
+  return res;
 }
 
 }  // namespace uroce::engine

@@ -1,29 +1,98 @@
 // A verbs device served over the real network: the Device, a UDP datapath bound to its IP
-// address, and the progress engine, driven by the application's own polling (the
-// application-driven mode; a background progress thread comes next).
+// address, and the progress engine, in one of two progress modes.
+//
+// Application-driven polling (the default): the application drives progress itself, from the
+// thread that uses the Device.
 //
 //   auto dev = UdpDevice::open(config);          // binds config.ip, UDP port 4791
 //   dev->device().post_send(...);               // rings the engine's doorbell
 //   dev->progress();                            // receive, timers, transmit: never blocks
 //   dev->wait(Duration::ms(1));                 // or block until a packet or a timer is due
 //
-// Single-threaded: the Device and progress() are used from one thread.
+// Background progress thread: after start_progress_thread() a thread of the UdpDevice receives,
+// fires timers and transmits, so that one-sided operations aimed at this device (RDMA WRITE,
+// READ, atomics) complete while its application does nothing at all. The application then
+// reaches the Device only through a lock guard, which holds the device mutex for its lifetime:
+//
+//   dev->start_progress_thread();
+//   { auto d = dev->lock(); d->post_send(qp, wrs, &bad); }   // lock held for this block
+//   { auto d = dev->lock(); n = d->poll_cq(cq, wcs); }
+//
+// The thread takes the same mutex for one bounded round at a time (up to 64 datagrams received,
+// due timers, up to ProgressThreadOptions::tx_budget packets sent) and releases it between
+// rounds, yielding to an application thread that waits for it. With nothing to do it sleeps in
+// ppoll() on the socket, a wake-up eventfd and the next timer deadline, never holding the lock
+// while asleep. post_send()'s doorbell writes the eventfd only when the thread is asleep, so a
+// doorbell on a busy device costs no system call. The thread writes registered memory (remote
+// WRITEs, atomics, received SENDs, READ responses): read such memory after taking the lock
+// once the completion or message that says it arrived was seen (a completion polled through
+// the guard already orders it). Keep guards short: the thread cannot
+// progress while the application holds one. Never call progress(), wait(), stats(),
+// get_cq_event(), get_async_event() or close() while holding a guard (they take the mutex).
+//
+// Completion channels (ibv_comp_channel): create_comp_channel() returns a nonzero tag to put in
+// CqInitAttr::channel. A CQ armed with req_notify_cq() that gets a matching completion records
+// an event in its channel, whose fd (an eventfd) is readable while the channel has events;
+// get_cq_event() takes the oldest (ibv_get_cq_event), ack_cq_events() acknowledges
+// (ibv_ack_cq_events). Async events: async_event_fd() is readable while the Device has queued
+// asynchronous events (QP fatal, CQ overflow, SRQ limit, ...); take them with
+// get_async_event(). Both work in both modes. In polling mode a channel's fd becomes readable
+// during the progress()/wait() (or the Device call, e.g. a flush) that made the completion, the
+// async fd at the end of the progress() round that queued the event.
+//
+// Counters: stats() snapshots the engine's, the datapath's and every QP's counters (stats.h).
+// Each open UdpDevice also serves them to other processes (`uroce stats`) on the abstract unix
+// datagram socket "@uroce/<pid>/<device name>" ("@uroce/<pid>/<name>~<n>" when that name is
+// taken in this process). A request is one datagram, the words "text" or "json", optionally
+// followed by "qp" (per-QP counters too); the answer goes back to the sender's address as one or
+// more datagrams, each a marker byte, '+' (more follow) or '.' (the last), then up to
+// kStatsChunk bytes of the text or JSON. Requests are served by progress()/wait() in polling mode
+// (checked at most every millisecond, so a device whose application never progresses does not
+// answer) and by the progress thread in thread mode.
 #pragma once
 
+#include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <unordered_map>
 
 #include "base/result.h"
 #include "base/time.h"
 #include "capture/pcap_file.h"
 #include "datapath/udp.h"
 #include "engine/engine.h"
+#include "engine/stats.h"
 #include "uroce/verbs.h"
 
 namespace uroce::engine {
 
-class UdpDevice final : public QpDirectory, public DoorbellHandler {
+struct ProgressThreadOptions {
+  // After a round that did work, keep busy-polling for this long before sleeping (without the
+  // lock: a doorbell, a datagram or a due timer starts the next round): lower latency for a
+  // CPU core. Zero: sleep at once.
+  Duration spin = Duration::zero();
+  // Packets sent per round before the lock is released.
+  std::size_t tx_budget = 256;
+};
+
+// What close() achieved.
+struct CloseResult {
+  bool drained = true;                      // nothing outstanding when the socket closed
+  std::uint32_t outstanding_send_wqes = 0;  // posted, not completed (QPs in RTS/SQD/SQE)
+  bool tx_pending = false;                  // packets still queued for transmission
+};
+
+class UdpDevice final : public QpDirectory, public DoorbellHandler, public CompletionEventHandler {
  public:
+  // The default bound of close() and of the destructor's drain.
+  static constexpr Duration kCloseDeadline = Duration::s(2);
+  static constexpr std::size_t kStatsChunk = 32 * 1024;
+
   // config.netdev_mtu 0 means "the MTU of the interface that holds config.ip": the port MTU
   // then follows as rxe derives it (largest power of two <= MTU - 80, at most 4096).
   // `capture_path`: write every packet sent and received to this pcap file (readable by
@@ -32,31 +101,160 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler {
   static Result<std::unique_ptr<UdpDevice>, std::string> open(
       const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port,
       const std::string& capture_path = "");
+  // close(kCloseDeadline) unless close() was called.
   ~UdpDevice() override;
+  UdpDevice(const UdpDevice&) = delete;
+  UdpDevice& operator=(const UdpDevice&) = delete;
 
+  // Polling mode: the Device, for the thread that also calls progress(). In thread mode use
+  // lock() instead.
   Device& device() { return *device_; }
+  // Valid until close().
   const Engine& engine() const { return *engine_; }
   const datapath::UdpDatapath& datapath() const { return *dp_; }
-  int fd() const { return dp_->fd(); }
+  int fd() const { return dp_ ? dp_->fd() : -1; }
 
-  // One round of progress now. Returns true if anything was received or sent.
+  // One round of progress now. Returns true if anything was received or sent. After close():
+  // does nothing, returns false.
   bool progress();
-  // Waits until a packet arrives, a timer is due or `max_wait` passes, then progresses.
+  // Waits until a packet arrives, a timer is due, a stats request comes or `max_wait` passes,
+  // then progresses.
   void wait(Duration max_wait);
   // The monotonic clock the engine runs on.
   static Instant now();
 
-  // QpDirectory and DoorbellHandler, for the engine and the device.
+  // ---- background progress thread ----
+
+  // The Device behind the device mutex, held for the guard's lifetime (movable, not copyable).
+  class Locked {
+   public:
+    Device& operator*() const { return *dev_; }
+    Device* operator->() const { return dev_; }
+
+   private:
+    friend class UdpDevice;
+    Locked(std::unique_lock<std::mutex> lk, Device* dev) : lk_(std::move(lk)), dev_(dev) {}
+    std::unique_lock<std::mutex> lk_;
+    Device* dev_;
+  };
+  // Works in both modes (in polling mode the mutex is simply uncontended).
+  Locked lock();
+  // Starts the thread. An error message when it is already running or the device is closed.
+  std::string start_progress_thread(const ProgressThreadOptions& options = {});
+  // Stops and joins the thread (the device goes back to polling mode). No-op when not running.
+  void stop_progress_thread();
+  bool has_progress_thread() const { return thread_.joinable(); }
+
+  // ---- completion channels ----
+
+  // A new channel: its tag (nonzero) for CqInitAttr::channel. kNoMemory when eventfd fails.
+  Result<std::uint64_t, Errc> create_comp_channel();
+  // kInvalidArgument for an unknown channel, kBusy while it holds events not yet acknowledged
+  // (ibv_destroy_comp_channel refuses a channel still in use likewise).
+  Errc destroy_comp_channel(std::uint64_t channel);
+  // The channel's fd (readable while it has events), or -1 for an unknown channel. Owned by
+  // the UdpDevice: do not close it.
+  int comp_channel_fd(std::uint64_t channel) const;
+  // ibv_get_cq_event: the CQ of the oldest event of the channel, waiting up to `timeout` for
+  // one (Duration::zero(): non-blocking; Duration::infinite(): blocks). nullopt when none came
+  // in time; kInvalidArgument for an unknown channel. In polling mode the wait drives
+  // progress itself. Re-arm with req_notify_cq() to get the next event, as with libibverbs.
+  Result<std::optional<CqHandle>, Errc> get_cq_event(std::uint64_t channel, Duration timeout);
+  // ibv_ack_cq_events: acknowledges `n` events of `cq` taken from `channel`.
+  Errc ack_cq_events(std::uint64_t channel, CqHandle cq, std::uint32_t n);
+  // Events of `cq` taken with get_cq_event() and not yet acknowledged (ibv_destroy_cq waits
+  // for these to be acknowledged; destroy the CQ only when it is 0).
+  std::uint32_t unacked_cq_events(std::uint64_t channel, CqHandle cq) const;
+
+  // ---- asynchronous events ----
+
+  // Readable while the Device has queued asynchronous events (the state as of the last round
+  // of progress or the last get_async_event() here: events taken directly from the Device
+  // leave it readable until then).
+  int async_event_fd() const { return async_fd_; }
+  // The oldest asynchronous event, waiting up to `timeout` as get_cq_event() does.
+  std::optional<AsyncEvent> get_async_event(Duration timeout = Duration::zero());
+
+  // ---- counters ----
+
+  DeviceStats stats();
+  // The stats endpoint's abstract socket name, without the leading NUL ("" if none).
+  const std::string& stats_socket_name() const { return stats_name_; }
+
+  // ---- shutdown ----
+
+  // Stops the progress thread, then keeps progressing (receiving, firing timers, sending)
+  // until every QP in RTS, SQD or SQE has no outstanding send WQE (every posted WR completed:
+  // acknowledged, or failed once its retry budget ran out) and no QP or the engine has a
+  // packet left to send (responses and ACKs owed to peers included), or until `deadline`
+  // passes. Then flushes the capture file, closes the stats endpoint and the socket. QPs in
+  // other states cannot progress and are not waited for. The Device stays usable for polling
+  // CQs, taking events and destroying objects (without the lock; nothing else runs), but sends
+  // and receives nothing more: work posted after close() stays queued. Requests from peers
+  // are not awaited: close the side that initiates first. The drain still receives, so it
+  // still executes the peers' requests: registered memory must stay valid until close()
+  // returns (the destructor's included). Call it from one thread, with no
+  // guard held and no other thread using the device. Idempotent: a second call returns the
+  // first result.
+  CloseResult close(Duration deadline = kCloseDeadline);
+  bool is_closed() const { return closed_; }
+
+  // QpDirectory, DoorbellHandler and CompletionEventHandler, for the engine and the device.
   transport::Qp* find_qp(std::uint32_t qpn) override { return device_->find_qp(qpn); }
-  void doorbell(std::uint32_t qpn) override { engine_->doorbell(qpn); }
+  void doorbell(std::uint32_t qpn) override;
+  void cq_event(CqHandle cq, std::uint64_t channel) override;
 
  private:
+  struct Channel;
+  struct Round {
+    std::size_t received = 0;
+    std::size_t sent = 0;
+  };
   UdpDevice() = default;
+  Round round_locked(Instant t, std::size_t tx_budget);
+  void sync_async_fd_locked();
+  void thread_main(ProgressThreadOptions options);
+  void open_stats_endpoint();
+  // Serves waiting stats requests if `force` or if the last check is older than 1 ms. Takes
+  // the mutex for the snapshot.
+  void maybe_serve_stats(Instant t, bool force);
+  DeviceStats stats_locked();
+  std::shared_ptr<Channel> find_channel(std::uint64_t channel) const;
+  std::uint32_t outstanding_locked(bool* tx_pending);
 
   std::unique_ptr<Device> device_;
   std::unique_ptr<datapath::UdpDatapath> dp_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<capture::PcapWriter> capture_;
+
+  // Guards device_, dp_, engine_ and capture_ in thread mode.
+  std::mutex mu_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> sleeping_{false};        // the thread is (about to be) asleep in ppoll
+  std::atomic<int> app_waiting_{0};          // application threads waiting in lock()
+  std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
+  std::atomic<bool> doorbell_rung_{false};   // post_send() since the thread's last round
+  int wake_fd_ = -1;                         // eventfd: doorbell and stop wake the thread
+
+  // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
+  mutable std::mutex channels_mu_;
+  std::map<std::uint64_t, std::shared_ptr<Channel>> channels_;
+  std::uint64_t next_channel_ = 1;
+
+  int async_fd_ = -1;  // eventfd, readable while async events are queued
+  bool async_signaled_ = false;
+
+  int stats_fd_ = -1;
+  std::string stats_name_;
+  std::mutex stats_mu_;  // one server at a time (thread and an application progress())
+  Instant next_stats_check_ = Instant::from_ns(0);
+  std::atomic<std::uint64_t> stats_requests_{0};
+
+  std::atomic<bool> closed_{false};
+  CloseResult close_result_;
+  EngineCounters closed_engine_;  // the engine's and datapath's last counters, after close()
+  datapath::UdpCounters closed_dp_;
 };
 
 }  // namespace uroce::engine

@@ -8,6 +8,7 @@
 #include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
 #include "tools/sim_cmd.h"
+#include "tools/stats_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"uroce: RoCEv2 in user space"};
@@ -63,6 +64,13 @@ int main(int argc, char** argv) {
 
   uroce::tools::NetCommands net_cmds;
   net_cmds.add_to(app);
+  uroce::tools::StatsCommand stats_cmd;
+  CLI::App* stats = app.add_subcommand(
+      "stats",
+      "Counters of the running uroce devices (exit 1: none running, 2: one did not answer)");
+  stats->add_option("-d,--dev", stats_cmd.device, "Only this device");
+  stats->add_flag("--qp", stats_cmd.qp, "A line per QP too");
+  stats->add_flag("--json", stats_cmd.json, "One JSON array");
 
   try {
     app.parse(argc, argv);
@@ -72,6 +80,7 @@ int main(int argc, char** argv) {
   if (auto rc = net_cmds.run()) return *rc;
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
+  if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
     return uroce::tools::sim_run(sim_cmd, stdout);

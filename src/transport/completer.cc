@@ -85,6 +85,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
       case wire::AethType::kRnrNak:
         ++counters_.rnr_naks_received;
         if (comp_.rnr_retry == 0) {
+          ++counters_.rnr_retry_exceeded;
           fail_wqe(index, WcStatus::kRnrRetryExcErr);
           return;
         }
@@ -101,6 +102,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
             comp_.psn = psn;
             if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return;
             if (comp_.retry_cnt == 0) {
+              ++counters_.retry_exceeded;
               fail_wqe(index, WcStatus::kRetryExcErr);
               return;
             }
@@ -223,6 +225,7 @@ void Qp::handle_retry_timeout(Instant now) {
   }
   ++counters_.timeouts;
   if (comp_.retry_cnt == 0) {
+    ++counters_.retry_exceeded;
     fail_wqe(sq_tail_, WcStatus::kRetryExcErr);
     return;
   }

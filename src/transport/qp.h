@@ -118,6 +118,10 @@ struct QpCounters {
   std::uint64_t dropped = 0;  // packets a QP ignored: wrong state, wrong transport, stale response
   std::uint64_t qkey_violations = 0;
   std::uint64_t ud_no_wqe_drops = 0;
+  // A WQE failed because retry_cnt (ACK timeouts, sequence NAKs) or rnr_retry ran out: rxe's
+  // RXE_CNT_RETRY_EXCEEDED and RXE_CNT_RNR_RETRY_EXCEEDED.
+  std::uint64_t retry_exceeded = 0;
+  std::uint64_t rnr_retry_exceeded = 0;
 };
 
 struct QpEnv {

@@ -1,0 +1,211 @@
+#include "engine/stats.h"
+
+#include <cstdio>
+
+namespace uroce::engine {
+
+namespace {
+
+const char* qp_type_name(QpType t) {
+  switch (t) {
+    case QpType::kRc:
+      return "RC";
+    case QpType::kUc:
+      return "UC";
+    case QpType::kUd:
+      return "UD";
+  }
+  return "?";
+}
+
+std::uint64_t rx_drops(const DeviceStats& s, std::size_t reason) {
+  return s.datapath.rx_drops[reason] + s.engine.rx_drops[reason];
+}
+
+void append_u64(std::string& out, std::uint64_t v) {
+  char buf[24];
+  const int n = std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(v));
+  out.append(buf, static_cast<std::size_t>(n));
+}
+
+// Device names are 1..63 characters of the configuration; escape what JSON needs.
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+void append_named(std::string& out, const NamedCounters& counters, bool json) {
+  for (const auto& [name, value] : counters) {
+    if (json) {
+      out += ",\"";
+      out += name;
+      out += "\":";
+    } else {
+      out += ' ';
+      out += name;
+      out += ' ';
+    }
+    append_u64(out, value);
+  }
+}
+
+std::string link_name(const DeviceStats& s) {
+  return s.name + "/" + std::to_string(static_cast<unsigned>(s.port));
+}
+
+}  // namespace
+
+NamedCounters DeviceStats::device_counters() const {
+  transport::QpCounters q;
+  for (const QpStats& qp : qps) {
+    const transport::QpCounters& c = qp.counters;
+    q.retransmitted_packets += c.retransmitted_packets;
+    q.timeouts += c.timeouts;
+    q.rnr_naks_received += c.rnr_naks_received;
+    q.rnr_naks_sent += c.rnr_naks_sent;
+    q.seq_naks_received += c.seq_naks_received;
+    q.seq_naks_sent += c.seq_naks_sent;
+    q.other_naks_received += c.other_naks_received;
+    q.other_naks_sent += c.other_naks_sent;
+    q.duplicate_requests += c.duplicate_requests;
+    q.out_of_sequence += c.out_of_sequence;
+    q.dropped += c.dropped;
+    q.qkey_violations += c.qkey_violations;
+    q.ud_no_wqe_drops += c.ud_no_wqe_drops;
+    q.retry_exceeded += c.retry_exceeded;
+    q.rnr_retry_exceeded += c.rnr_retry_exceeded;
+  }
+  std::uint64_t drops = 0;
+  for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) drops += rx_drops(*this, r);
+  const auto icrc = static_cast<std::size_t>(wire::DropReason::kBadIcrc);
+  return {
+      // rxe counts sent_pkts per packet handed to the network and rcvd_pkts per packet that
+      // passed its header and ICRC checks (rxe_rcv): the datapath's sends and the engine's
+      // valid receptions.
+      {"sent_pkts", datapath.tx_packets},
+      {"rcvd_pkts", engine.rx_packets},
+      {"sent_bytes", datapath.tx_bytes},
+      {"rcvd_bytes", engine.rx_bytes},
+      {"rx_datagrams", datapath.rx_packets},
+      {"duplicate_request", q.duplicate_requests},
+      // uroce's QP counter counts out-of-sequence responses as well as requests.
+      {"out_of_seq_request", q.out_of_sequence},
+      {"rcvd_rnr_err", q.rnr_naks_received},
+      {"send_rnr_err", q.rnr_naks_sent},
+      {"rcvd_seq_err", q.seq_naks_received},
+      {"send_seq_err", q.seq_naks_sent},
+      {"rcvd_other_nak", q.other_naks_received},
+      {"send_other_nak", q.other_naks_sent},
+      {"retry_exceeded_err", q.retry_exceeded},
+      {"retry_rnr_exceeded_err", q.rnr_retry_exceeded},
+      {"ack_timeouts", q.timeouts},
+      {"retransmitted_pkts", q.retransmitted_packets},
+      {"qp_dropped_pkts", q.dropped},
+      {"qkey_violations", q.qkey_violations},
+      {"ud_no_wqe_drops", q.ud_no_wqe_drops},
+      {"unknown_qpn", engine.rx_unknown_qpn},
+      {"rx_drops", drops},
+      {"icrc_err", rx_drops(*this, icrc)},
+      {"icrc_id_recovered", datapath.rx_icrc_id_recovered},
+      {"send_err", datapath.tx_errors},
+      {"tx_backpressure", engine.tx_backpressure},
+      {"timer_fires", engine.timer_fires},
+      {"async_events_dropped", async_events_dropped},
+      {"qps", qps.size()},
+  };
+}
+
+NamedCounters qp_counters(const QpStats& qp) {
+  const transport::QpCounters& c = qp.counters;
+  return {
+      {"sent_pkts", c.packets_sent},
+      {"sent_payload_bytes", c.bytes_sent},
+      {"rcvd_pkts", c.packets_received},
+      {"rcvd_payload_bytes", c.bytes_received},
+      {"duplicate_request", c.duplicate_requests},
+      {"out_of_seq_request", c.out_of_sequence},
+      {"rcvd_rnr_err", c.rnr_naks_received},
+      {"send_rnr_err", c.rnr_naks_sent},
+      {"rcvd_seq_err", c.seq_naks_received},
+      {"send_seq_err", c.seq_naks_sent},
+      {"rcvd_other_nak", c.other_naks_received},
+      {"send_other_nak", c.other_naks_sent},
+      {"retry_exceeded_err", c.retry_exceeded},
+      {"retry_rnr_exceeded_err", c.rnr_retry_exceeded},
+      {"ack_timeouts", c.timeouts},
+      {"retransmitted_pkts", c.retransmitted_packets},
+      {"dropped_pkts", c.dropped},
+      {"qkey_violations", c.qkey_violations},
+      {"ud_no_wqe_drops", c.ud_no_wqe_drops},
+      {"outstanding_send_wqes", qp.outstanding_send_wqes},
+  };
+}
+
+std::string format_stats_text(const DeviceStats& s, bool with_qps) {
+  std::string out = "link " + link_name(s) + " pid " + std::to_string(s.pid);
+  append_named(out, s.device_counters(), false);
+  // Drops by reason: only the reasons that occurred, to keep the line readable.
+  for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
+    const std::uint64_t n = rx_drops(s, r);
+    if (n == 0) continue;
+    out += " drop_";
+    out += wire::drop_reason_name(static_cast<wire::DropReason>(r));
+    out += ' ';
+    append_u64(out, n);
+  }
+  out += '\n';
+  if (!with_qps) return out;
+  for (const QpStats& qp : s.qps) {
+    out += "qp " + link_name(s) + " pid " + std::to_string(s.pid) + " lqpn " +
+           std::to_string(qp.qpn) + " type " + qp_type_name(qp.type) + " state " +
+           qp_state_name(qp.state);
+    append_named(out, qp_counters(qp), false);
+    out += '\n';
+  }
+  return out;
+}
+
+std::string format_stats_json(const DeviceStats& s, bool with_qps) {
+  std::string out = "{\"ifname\":";
+  append_json_string(out, s.name);
+  out += ",\"port\":" + std::to_string(static_cast<unsigned>(s.port)) +
+         ",\"pid\":" + std::to_string(s.pid);
+  append_named(out, s.device_counters(), true);
+  out += ",\"drops\":{";
+  for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
+    if (r != 0) out += ',';
+    append_json_string(out, wire::drop_reason_name(static_cast<wire::DropReason>(r)));
+    out += ':';
+    append_u64(out, rx_drops(s, r));
+  }
+  out += '}';
+  if (with_qps) {
+    out += ",\"qps\":[";
+    bool first = true;
+    for (const QpStats& qp : s.qps) {
+      if (!first) out += ',';
+      first = false;
+      out += "{\"lqpn\":" + std::to_string(qp.qpn) + ",\"type\":\"" + qp_type_name(qp.type) +
+             "\",\"state\":\"" + qp_state_name(qp.state) + '"';
+      append_named(out, qp_counters(qp), true);
+      out += '}';
+    }
+    out += ']';
+  }
+  out += '}';
+  return out;
+}
+
+}  // namespace uroce::engine

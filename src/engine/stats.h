@@ -1,0 +1,61 @@
+// Counters of a UdpDevice: a snapshot of the engine's, the datapath's and every live QP's
+// counters, with names in the spirit of the kernel's `rdma statistic` (rxe's hw_counters:
+// sent_pkts, rcvd_pkts, duplicate_request, out_of_seq_request, rcvd_rnr_err, send_rnr_err,
+// rcvd_seq_err, retry_exceeded_err, retry_rnr_exceeded_err) where the meaning matches, and
+// uroce's own names for the rest.
+//
+// Text form, one line per device and with QPs one line per QP (`rdma statistic show` style):
+//   link uroce0/1 pid 4242 sent_pkts 12 rcvd_pkts 12 ...
+//   qp uroce0/1 pid 4242 lqpn 17 type RC state RTS sent_pkts 6 ...
+// JSON form: one object per device, {"ifname":"uroce0","port":1,"pid":4242,"sent_pkts":12,...,
+// "drops":{"bad_icrc":0,...},"qps":[{"lqpn":17,"type":"RC","state":"RTS",...}]} ("qps" only
+// when asked for).
+//
+// Bytes: a device's sent_bytes/rcvd_bytes count whole RoCEv2 packets as UDP carries them (BTH
+// through ICRC); a QP's sent_payload_bytes/rcvd_payload_bytes count payload only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "datapath/udp.h"
+#include "engine/engine.h"
+#include "transport/qp.h"
+
+namespace uroce::engine {
+
+struct QpStats {
+  std::uint32_t qpn = 0;
+  QpType type = QpType::kRc;
+  QpState state = QpState::kReset;
+  std::uint32_t outstanding_send_wqes = 0;
+  transport::QpCounters counters;
+};
+
+using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;
+
+struct DeviceStats {
+  std::string name;
+  std::uint8_t port = 1;
+  int pid = 0;
+  EngineCounters engine;
+  datapath::UdpCounters datapath;
+  std::uint64_t async_events_dropped = 0;
+  std::uint64_t stats_requests = 0;  // requests served by the stats endpoint
+  std::vector<QpStats> qps;          // every live QP, by QPN
+
+  // The device's counters by name, in output order. Counters that come from QPs are sums over
+  // the QPs alive at the snapshot (a destroyed QP's counts leave the sums with it).
+  NamedCounters device_counters() const;
+};
+
+// A QP's counters by name, in output order.
+NamedCounters qp_counters(const QpStats& qp);
+
+std::string format_stats_text(const DeviceStats& s, bool with_qps);
+std::string format_stats_json(const DeviceStats& s, bool with_qps);
+
+}  // namespace uroce::engine
