@@ -130,11 +130,28 @@ note "VM ready"
 vm() { # vm TIMEOUT 'command' -> output on stdout, exit status of the command
   python3 "$here/vm_console.py" run "$sock" "$1" "$2"
 }
-vm 60 'ibv_devinfo -d rxe0 -v; ibv_devices; rdma link show' >"$out/vm-devinfo.txt" ||
-  fail "ibv_devinfo in the VM failed"
+# The GID table fills in the background (address events): wait, bounded, until it holds
+# both addresses.
+for _ in $(seq 30); do
+  vm 60 'ibv_devinfo -d rxe0 -v; ibv_devices; rdma link show' >"$out/vm-devinfo.txt" ||
+    fail "ibv_devinfo in the VM failed"
+  grep -q "::ffff:$vm_ip, RoCE v2" "$out/vm-devinfo.txt" &&
+    grep -q "[[:space:]]$vm_ip6, RoCE v2" "$out/vm-devinfo.txt" && break
+  sleep 0.5
+done
 grep -q 'PORT_ACTIVE' "$out/vm-devinfo.txt" || fail "rxe0's port is not active"
-grep -Eq 'GID\[ *1\]:.*::ffff:10.123.0.2' "$out/vm-devinfo.txt" ||
-  fail "rxe0 has no IPv4-mapped GID at index 1 (see vm-devinfo.txt)"
+# rxe's GID table: usually index 0 the link-local IPv6 address, 1 the IPv4-mapped one, then
+# the global IPv6 address; but the kernel fills it from address events in the background and
+# the link-local entry sometimes appears twice, shifting the others. Look the indices up.
+gid_index() { # address -> its RoCE v2 GID index in rxe0's table
+  sed -n "s/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*$1, RoCE v2.*/\1/p" \
+    "$out/vm-devinfo.txt" | head -1
+}
+vm4_gidx=$(gid_index "::ffff:$vm_ip")
+vm6_gidx=$(gid_index "$vm_ip6")
+[[ -n $vm4_gidx ]] || fail "rxe0 has no IPv4-mapped GID ::ffff:$vm_ip (see vm-devinfo.txt)"
+[[ -n $vm6_gidx ]] || fail "rxe0 has no GID for $vm_ip6 (see vm-devinfo.txt)"
+((vm4_gidx == 1)) || note "rxe0's IPv4-mapped GID is at index $vm4_gidx (usually 1)"
 inns "$uroce" devinfo -a "$host_ip" -v >"$out/uroce-devinfo.txt" 2>&1 ||
   fail "uroce devinfo failed (see uroce-devinfo.txt)"
 # The same port attributes as rxe on a 1500-byte netdev (active MTU 1024), line for line as
@@ -298,19 +315,14 @@ n=0; until grep -q ':4853 00000000:0000 0A' /proc/net/tcp; do n=\$((n+1)); \
   check_case "$name" "$n" "$addr" "$vgid"
 }
 
-# rxe's GID table: index 0 the link-local IPv6 address, 1 the IPv4-mapped one; the global
-# IPv6 address gets the next free index.
-vm6_gidx=$(sed -n "s/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*$vm_ip6, RoCE v2.*/\1/p" \
-  "$out/vm-devinfo.txt")
-[[ -n $vm6_gidx ]] || fail "rxe0 has no GID for $vm_ip6 (see vm-devinfo.txt)"
 v4gid=::ffff:$vm_ip
 
 # Sizes: 4096 (rc_pingpong's default, 4 packets at MTU 1024), 1 (one packet, inline on rxe's
 # side), 10000 (a partial last packet); small counts: emulated rxe needs ~1 ms per exchange.
-case_uroce_server uroce_server "$host_ip" 1 "$v4gid" 4096 "$iters"
-case_rxe_server rxe_server "$host_ip" 1 "$v4gid" 4096 "$iters"
-case_uroce_server uroce_server_s1 "$host_ip" 1 "$v4gid" 1 "$iters"
-case_rxe_server rxe_server_s10000 "$host_ip" 1 "$v4gid" 10000 "$iters"
+case_uroce_server uroce_server "$host_ip" "$vm4_gidx" "$v4gid" 4096 "$iters"
+case_rxe_server rxe_server "$host_ip" "$vm4_gidx" "$v4gid" 4096 "$iters"
+case_uroce_server uroce_server_s1 "$host_ip" "$vm4_gidx" "$v4gid" 1 "$iters"
+case_rxe_server rxe_server_s10000 "$host_ip" "$vm4_gidx" "$v4gid" 10000 "$iters"
 case_uroce_server uroce_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
 case_rxe_server rxe_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
 
@@ -330,9 +342,9 @@ loss_on() {
 if [[ loss_uroce_server =~ ${UROCE_INTEROP_CASES:-.} || loss_rxe_server =~ ${UROCE_INTEROP_CASES:-.} ]]
 then
   loss_on
-  case_uroce_server loss_uroce_server "$host_ip" 1 "$v4gid" 4096 $((iters * 3))
+  case_uroce_server loss_uroce_server "$host_ip" "$vm4_gidx" "$v4gid" 4096 $((iters * 3))
   loss_on
-  case_rxe_server loss_rxe_server "$host_ip" 1 "$v4gid" 4096 $((iters * 3))
+  case_rxe_server loss_rxe_server "$host_ip" "$vm4_gidx" "$v4gid" 4096 $((iters * 3))
   vm 30 '/sbin/tc qdisc del dev eth0 root' >/dev/null || true
 fi
 

@@ -34,13 +34,6 @@ if [ -n "$ip6" ]; then
 fi
 ip link set eth0 up
 if rdma link add rxe0 type rxe netdev eth0; then
-  # The GID table fills in the background: index 0 link-local, 1 IPv4-mapped, 2 the IPv6
-  # address. Wait (bounded) for the last one.
-  if [ -n "$ip6" ]; then
-    n=0
-    while grep -q '^0000:0000:0000:0000' /sys/class/infiniband/rxe0/ports/1/gids/2 2>/dev/null &&
-      [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-  fi
   echo "uroce-vm: READY rxe0 on eth0 $ip $ip6"
 else
   echo "uroce-vm: FAILED to create rxe0"
