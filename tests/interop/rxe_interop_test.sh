@@ -6,22 +6,27 @@
 #
 # Layout: a network namespace of its own holds a bridge (10.123.0.1/24, where uroce binds) and
 # a tap device for the VM (10.123.0.2, rxe0 on its eth0). Nothing routes out of the namespace.
-# Cases, both directions, data checked with --chk, over IPv4 (rxe GID index 1, ::ffff:a.b.c.d)
-# and IPv6 (fd00:123::/64, rxe's GID index 2), several message sizes:
+# Cases, both directions, data checked with --chk, over IPv4 (rxe's IPv4-mapped GID
+# ::ffff:a.b.c.d, usually index 1) and IPv6 (fd00:123::/64), several message sizes, and with
+# 10% of rxe's data packets dropped by netem in the guest:
 #   uroce_server*: `uroce ping` serves, ibv_rc_pingpong -g N in the VM is the client
 #   rxe_server*:   ibv_rc_pingpong -g N serves in the VM, `uroce ping` is the client
 # Every packet is captured twice (uroce's own UROCE_PCAP, tcpdump on the tap); both captures
-# must pass `uroce pcap check` and hold the same packets (same_frames.py); rxe must have accepted every packet uroce sent (its rcvd_pkts
-# counts only packets whose ICRC it verified) and counted no retry or sequence error.
+# must pass `uroce pcap check` and hold the same packets (same_frames.py); rxe must have
+# accepted every packet uroce sent (its rcvd_pkts counts only packets whose ICRC it verified)
+# and, without loss, counted no sequence, RNR or retry-exceeded error; uroce must have dropped
+# nothing; `uroce devinfo` must show rxe0's port attributes.
 # Everything (logs, console, captures) stays in OUT_DIR; the VM and the namespace are removed
 # on exit, whatever happens. Every wait is bounded.
+# Environment: UROCE_INTEROP_CASES (regex of case names), UROCE_INTEROP_ITERS (exchanges per
+# case, default 20), UROCE_INTEROP_BOOT_TIMEOUT (s, default 180), UROCE_INTEROP_CACHE (image
+# cache), UROCE_INTEROP_KERNEL (another kernel: tests of the failure paths).
 set -euo pipefail
 
 uroce=$(realpath "${1:?usage: rxe_interop_test.sh UROCE_BINARY OUT_DIR}")
 out=${2:?usage: rxe_interop_test.sh UROCE_BINARY OUT_DIR}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-iters=${UROCE_INTEROP_ITERS:-20}  # exchanges per case
-# UROCE_INTEROP_CASES: a regex selecting cases by name (default: all).
+iters=${UROCE_INTEROP_ITERS:-20}
 boot_timeout=${UROCE_INTEROP_BOOT_TIMEOUT:-180}
 
 rm -rf "$out"
