@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "tools/demo_cmd.h"
 #include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
+#include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
 #include "tools/stats_cmd.h"
 
@@ -72,6 +74,16 @@ int main(int argc, char** argv) {
   stats->add_flag("--qp", stats_cmd.qp, "A line per QP too");
   stats->add_flag("--json", stats_cmd.json, "One JSON array");
 
+  uroce::tools::PerfOptions perf_opt;
+  CLI::App* perf = app.add_subcommand(
+      "perf",
+      "RDMA benchmarks as perftest's ib_* tools: `perf TEST` (server), `perf TEST ADDRESS`");
+  uroce::tools::add_perf_options(*perf, perf_opt);
+  uroce::tools::DemoOptions demo_opt;
+  CLI::App* demo = app.add_subcommand(
+      "demo", "Two uroce processes on loopback: every RDMA operation checked, then perf numbers");
+  uroce::tools::add_demo_options(*demo, demo_opt);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -85,5 +97,7 @@ int main(int argc, char** argv) {
     sim_cmd.cluster.faults = !no_faults;
     return uroce::tools::sim_run(sim_cmd, stdout);
   }
+  if (perf->parsed()) return uroce::tools::perf_run(perf_opt, stdout, stderr);
+  if (demo->parsed()) return uroce::tools::demo_run(demo_opt, stdout, stderr);
   return 2;
 }
