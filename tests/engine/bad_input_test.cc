@@ -152,7 +152,9 @@ TEST(BadInput, CorruptedIcrcNeverTouchesMemory) {
 
 TEST(BadInput, PeerGoneMidRunEndsInErrorCompletionsWithinTheRetryBudget) {
   Side a, b;
-  test::make_side(a, "127.0.0.87", "", 64);
+  test::SideOptions deep;
+  deep.max_send_wr = 64;
+  test::make_side(a, "127.0.0.87", deep);
   test::make_side(b, "127.0.0.88");
   // ACK timeout 4.096 us * 2^8 (about 1 ms), 3 retries.
   test::connect(a, b, "127.0.0.88", 8, 3);

@@ -76,9 +76,9 @@ TEST(DeviceConfig, OpenReportsAddressThatIsNotLocal) {
 }
 
 TEST(DeviceConfig, OpenReportsPortInUse) {
-  auto a = open_device(by_ip("127.0.0.73"));
+  auto a = open_device(by_ip("127.0.4.73"));
   ASSERT_TRUE(a.ok()) << a.error();
-  auto b = open_device(by_ip("127.0.0.73"));
+  auto b = open_device(by_ip("127.0.4.73"));
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().find("in use"), std::string::npos) << b.error();
 }

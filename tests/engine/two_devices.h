@@ -27,8 +27,9 @@ inline constexpr std::uint32_t kAllAccess =
 struct Side {
   // Declared first so that it is destroyed last: the device drains (reads and writes registered
   // memory) when it closes.
-  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
+  std::vector<std::byte> buf;
   std::unique_ptr<UdpDevice> dev;
+  std::string ip;
   PdHandle pd;
   MrInfo mr;
   CqHandle cq;
@@ -39,25 +40,47 @@ struct Side {
   }
 };
 
-inline void make_side(Side& s, const char* ip, const std::string& capture = "",
-                      std::uint32_t sq_depth = 16) {
+struct SideOptions {
+  std::string name = "uroce0";
+  std::uint32_t cqe = 256;
+  std::uint32_t max_send_wr = 16;
+  bool make_channel = false;  // the CQ reports to a new completion channel
+  std::string capture;
+  std::size_t buf_bytes = 1 << 20;
+};
+
+// Opens the device (polling mode) and creates PD, an MR over `buf`, a CQ and an RC QP.
+inline void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
   DeviceConfig cfg;
+  cfg.name = o.name;
   cfg.ip = v4(ip);
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, capture);
+  s.ip = ip;
+  s.buf.assign(o.buf_bytes, std::byte{0});
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture);
   ASSERT_TRUE(d.ok()) << d.error();
   s.dev = std::move(d.value());
   Device& dev = s.dev->device();
   s.pd = dev.alloc_pd().value();
   s.mr = dev.reg_mr(s.pd, s.buf.data(), s.buf.size(), kAllAccess).value();
-  s.cq = dev.create_cq(CqInitAttr{256, 0, 0})->handle;
+  std::uint64_t channel = 0;
+  if (o.make_channel) channel = s.dev->create_comp_channel().value();
+  auto cq = dev.create_cq(CqInitAttr{o.cqe, channel, 0});
+  ASSERT_TRUE(cq.ok());
+  s.cq = cq->handle;
   QpInitAttr init;
   init.send_cq = s.cq;
   init.recv_cq = s.cq;
-  init.cap = QpCap{sq_depth, 16, 1, 1, 64};
+  init.cap = QpCap{o.max_send_wr, 16, 1, 1, 64};
   auto qp = dev.create_qp(s.pd, init);
   ASSERT_TRUE(qp.ok());
   s.qp = qp->handle;
   s.qpn = qp->qp_num;
+}
+
+inline void make_side(Side& s, const char* ip, const std::string& capture) {
+  SideOptions o;
+  o.capture = capture;
+  make_side(s, ip, o);
 }
 
 // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`; ACK timeout 4.096 us * 2^timeout.
@@ -91,6 +114,11 @@ inline void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t
       dev.modify_qp(
           s.qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
       Errc::kOk);
+}
+
+inline void pair_up(Side& a, Side& b, std::uint8_t timeout = 14) {
+  connect(a, b, b.ip.c_str(), timeout);
+  connect(b, a, a.ip.c_str(), timeout);
 }
 
 // Drives `a` (and `b`, when it is open) until `a` has `n` completions; gives up after 20 s so

@@ -1,7 +1,8 @@
 // Two devices in one process over real UDP sockets on loopback: the transport, verbs and engine
 // on the real network path, every RC operation with its data verified.
 #include "engine/udp_device.h"
-#include "verbs/address.h"
+
+#include "engine/two_devices.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -16,95 +17,11 @@
 namespace uroce::engine {
 namespace {
 
-wire::IpAddress v4(const char* s) {
-  wire::IpAddress a;
-  ::inet_pton(AF_INET, s, a.bytes.data());
-  return a;
-}
-
-struct Side {
-  // Registered memory outlives the device: its destructor's close() still serves the peer.
-  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
-  std::unique_ptr<UdpDevice> dev;
-  PdHandle pd;
-  MrInfo mr;
-  CqHandle cq;
-  QpHandle qp;
-  std::uint32_t qpn = 0;
-  std::uint64_t va(std::size_t off) const {
-    return reinterpret_cast<std::uint64_t>(buf.data()) + off;
-  }
-};
-
-void make_side(Side& s, const char* ip, const std::string& capture = "") {
-  DeviceConfig cfg;
-  cfg.ip = v4(ip);
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, capture);
-  ASSERT_TRUE(d.ok()) << d.error();
-  s.dev = std::move(d.value());
-  Device& dev = s.dev->device();
-  s.pd = dev.alloc_pd().value();
-  s.mr =
-      dev.reg_mr(s.pd, s.buf.data(), s.buf.size(),
-                 kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic)
-          .value();
-  s.cq = dev.create_cq(CqInitAttr{64, 0, 0})->handle;
-  QpInitAttr init;
-  init.send_cq = s.cq;
-  init.recv_cq = s.cq;
-  init.cap = QpCap{16, 16, 1, 1, 64};
-  auto qp = dev.create_qp(s.pd, init);
-  ASSERT_TRUE(qp.ok());
-  s.qp = qp->handle;
-  s.qpn = qp->qp_num;
-}
-
-void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeout = 14,
-             std::uint8_t retry_cnt = 7) {
-  Device& dev = s.dev->device();
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.port_num = 1;
-  a.qp_access_flags =
-      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
-  ASSERT_EQ(dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), Errc::kOk);
-  a.qp_state = QpState::kRtr;
-  a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));
-  a.ah_attr.is_global = true;
-  a.path_mtu = Mtu::k1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 0x100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  ASSERT_EQ(dev.modify_qp(s.qp, a,
-                          kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                              kQpMaxDestRdAtomic | kQpMinRnrTimer),
-            Errc::kOk);
-  a.qp_state = QpState::kRts;
-  a.sq_psn = 0x100;
-  a.timeout = timeout;
-  a.retry_cnt = retry_cnt;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  ASSERT_EQ(
-      dev.modify_qp(
-          s.qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
-      Errc::kOk);
-}
-
-// Drives both devices until `a` has `n` completions (bounded: a hang fails the test).
-std::vector<Wc> run_until(Side& a, Side& b, std::size_t n) {
-  std::vector<Wc> got;
-  const Instant give_up = UdpDevice::now() + Duration::s(20);
-  while (got.size() < n && UdpDevice::now() < give_up) {
-    a.dev->wait(Duration::ms(1));
-    b.dev->progress();
-    Wc wcs[16];
-    auto k = a.dev->device().poll_cq(a.cq, wcs);
-    if (k.ok()) got.insert(got.end(), wcs, wcs + k.value());
-  }
-  return got;
-}
+using test::connect;
+using test::make_side;
+using test::run_until;
+using test::Side;
+using test::v4;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /

@@ -17,106 +17,27 @@
 #include <thread>
 #include <vector>
 
+#include "engine/two_devices.h"
 #include "engine/udp_device.h"
-#include "verbs/address.h"
 
 namespace uroce::engine {
 namespace {
 
-constexpr std::uint32_t kAllAccess =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+using test::connect;
+using test::kAllAccess;
+using test::make_side;
+using test::pair_up;
+using test::Side;
+using test::SideOptions;
+using test::v4;
 
-wire::IpAddress v4(const char* s) {
-  wire::IpAddress a;
-  ::inet_pton(AF_INET, s, a.bytes.data());
-  return a;
-}
-
-struct Side {
-  // Registered memory outlives the device: its destructor's close() still serves the peer.
-  std::vector<std::byte> buf = std::vector<std::byte>(4 << 20);
-  std::unique_ptr<UdpDevice> dev;
-  std::string ip;
-  PdHandle pd;
-  MrInfo mr;
-  CqHandle cq;
-  QpHandle qp;
-  std::uint32_t qpn = 0;
-  std::uint64_t va(std::size_t off) const {
-    return reinterpret_cast<std::uint64_t>(buf.data()) + off;
-  }
-};
-
-struct SideOptions {
-  std::string name = "uroce0";
-  std::uint32_t cqe = 1024;
-  std::uint32_t max_send_wr = 256;
-  bool make_channel = false;
-  std::string capture;
-};
-
-// Opens the device (polling mode) and creates PD, MR, CQ and an RC QP.
-void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
-  DeviceConfig cfg;
-  cfg.name = o.name;
-  cfg.ip = v4(ip);
-  s.ip = ip;
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture);
-  ASSERT_TRUE(d.ok()) << d.error();
-  s.dev = std::move(d.value());
-  Device& dev = s.dev->device();
-  s.pd = dev.alloc_pd().value();
-  s.mr = dev.reg_mr(s.pd, s.buf.data(), s.buf.size(), kAllAccess).value();
-  std::uint64_t channel = 0;
-  if (o.make_channel) channel = s.dev->create_comp_channel().value();
-  auto cq = dev.create_cq(CqInitAttr{o.cqe, channel, 0});
-  ASSERT_TRUE(cq.ok());
-  s.cq = cq->handle;
-  QpInitAttr init;
-  init.send_cq = s.cq;
-  init.recv_cq = s.cq;
-  init.cap = QpCap{o.max_send_wr, 16, 1, 1, 64};
-  auto qp = dev.create_qp(s.pd, init);
-  ASSERT_TRUE(qp.ok());
-  s.qp = qp->handle;
-  s.qpn = qp->qp_num;
-}
-
-void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeout = 14,
-             std::uint8_t retry_cnt = 7) {
-  Device& dev = s.dev->device();
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.port_num = 1;
-  a.qp_access_flags = kAllAccess;
-  ASSERT_EQ(dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), Errc::kOk);
-  a.qp_state = QpState::kRtr;
-  a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));
-  a.ah_attr.is_global = true;
-  a.path_mtu = Mtu::k1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 0x100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  ASSERT_EQ(dev.modify_qp(s.qp, a,
-                          kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                              kQpMaxDestRdAtomic | kQpMinRnrTimer),
-            Errc::kOk);
-  a.qp_state = QpState::kRts;
-  a.sq_psn = 0x100;
-  a.timeout = timeout;
-  a.retry_cnt = retry_cnt;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  ASSERT_EQ(
-      dev.modify_qp(
-          s.qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
-      Errc::kOk);
-}
-
-void pair_up(Side& a, Side& b, std::uint8_t timeout = 14) {
-  connect(a, b, b.ip.c_str(), timeout);
-  connect(b, a, a.ip.c_str(), timeout);
+// Room for the deep queues these tests run: 256 WRs in flight, 4 MiB of registered memory.
+SideOptions deep() {
+  SideOptions o;
+  o.cqe = 1024;
+  o.max_send_wr = 256;
+  o.buf_bytes = 4 << 20;
+  return o;
 }
 
 SendWr write_wr(std::uint64_t id, const Sge& sge, const Side& peer, std::size_t off) {
@@ -163,8 +84,8 @@ bool readable(int fd, int timeout_ms) {
 // initiator's WRITE, READ and atomic complete anyway.
 TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
   Side a, b;
-  make_side(a, "127.0.1.1");
-  make_side(b, "127.0.1.2");
+  make_side(a, "127.0.1.1", deep());
+  make_side(b, "127.0.1.2", deep());
   pair_up(a, b);
   fill(a, 0, 20000, 7);
   fill(b, 500000, 20000, 3);
@@ -215,7 +136,7 @@ TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
 // target's bytes without the target's application running at all.
 TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
   Side a;
-  make_side(a, "127.0.1.28");
+  make_side(a, "127.0.1.28", deep());
   int to_parent[2], to_child[2];
   ASSERT_EQ(::pipe(to_parent), 0);
   ASSERT_EQ(::pipe(to_child), 0);
@@ -226,7 +147,7 @@ TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
     ::close(to_parent[0]);
     ::close(to_child[1]);
     Side b;
-    make_side(b, "127.0.1.29");
+    make_side(b, "127.0.1.29", deep());
     if (::testing::Test::HasFatalFailure() || !b.dev) ::_exit(2);
     fill(b, 0, 50000, 11);
     connect(b, a, "127.0.1.28");
@@ -292,8 +213,8 @@ TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
 // A polling-mode initiator against a thread-mode target: the two modes interoperate.
 TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
   Side a, b;
-  make_side(a, "127.0.1.3");
-  make_side(b, "127.0.1.4");
+  make_side(a, "127.0.1.3", deep());
+  make_side(b, "127.0.1.4", deep());
   pair_up(a, b);
   fill(a, 0, 8000, 5);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
@@ -320,8 +241,8 @@ TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
 // sleeps until told) would never send it. The initiator polls, so the order is exact.
 TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
   Side a, b;
-  make_side(a, "127.0.1.30");
-  make_side(b, "127.0.1.31");
+  make_side(a, "127.0.1.30", deep());
+  make_side(b, "127.0.1.31", deep());
   pair_up(a, b);
   fill(a, 0, 1000, 3);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
@@ -352,7 +273,7 @@ TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
 
 TEST(UdpDeviceThread, StartTwiceOrAfterCloseIsAClearError) {
   Side a;
-  make_side(a, "127.0.1.5");
+  make_side(a, "127.0.1.5", deep());
   ASSERT_EQ(a.dev->start_progress_thread(), "");
   EXPECT_NE(a.dev->start_progress_thread(), "");
   a.dev->stop_progress_thread();
@@ -366,10 +287,10 @@ TEST(UdpDeviceThread, StartTwiceOrAfterCloseIsAClearError) {
 // that CQ; the fd is quiet again once the event is taken.
 void check_completion_channel(bool thread_mode) {
   Side a, b;
-  SideOptions oa;
+  SideOptions oa = deep();
   oa.make_channel = true;
   make_side(a, thread_mode ? "127.0.1.6" : "127.0.1.8", oa);
-  make_side(b, thread_mode ? "127.0.1.7" : "127.0.1.9");
+  make_side(b, thread_mode ? "127.0.1.7" : "127.0.1.9", deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   if (thread_mode) {
@@ -449,10 +370,10 @@ TEST(UdpDeviceThread, CompletionChannelInPollingMode) { check_completion_channel
 // the CQ error for that CQ.
 TEST(UdpDeviceThread, AsyncEventFdReportsCqOverflow) {
   Side a, b;
-  SideOptions oa;
+  SideOptions oa = deep();
   oa.cqe = 1;
   make_side(a, "127.0.1.10", oa);
-  make_side(b, "127.0.1.11");
+  make_side(b, "127.0.1.11", deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -478,8 +399,8 @@ TEST(UdpDeviceThread, AsyncEventFdReportsCqOverflow) {
 // IB_EVENT_QP_ACCESS_ERR) that its application, only waiting on the async fd, receives.
 TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
   Side a, b;
-  make_side(a, "127.0.1.32");
-  make_side(b, "127.0.1.33");
+  make_side(a, "127.0.1.32", deep());
+  make_side(b, "127.0.1.33", deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -505,10 +426,10 @@ TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
 // Polling mode: the async fd becomes readable during progress().
 TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
   Side a, b;
-  SideOptions oa;
+  SideOptions oa = deep();
   oa.cqe = 1;
   make_side(a, "127.0.1.12", oa);
-  make_side(b, "127.0.1.13");
+  make_side(b, "127.0.1.13", deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   const Sge sge{a.va(0), 64, a.mr.lkey};
@@ -529,12 +450,12 @@ TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
 // has every byte, and the completions can be polled after close().
 TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
   Side a, b;
-  SideOptions oa;
+  SideOptions oa = deep();
   oa.capture = (std::filesystem::temp_directory_path() /
                 ("uroce_thread_test_" + std::to_string(::getpid()) + ".pcap"))
                    .string();
   make_side(a, "127.0.1.14", oa);
-  make_side(b, "127.0.1.15");
+  make_side(b, "127.0.1.15", deep());
   pair_up(a, b);
   constexpr std::size_t kWrs = 200, kLen = 4096;
   fill(a, 0, kWrs * kLen, 13);
@@ -579,8 +500,8 @@ TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
 // A WR that cannot be delivered ends within its retry budget: close() waits for that failure.
 TEST(UdpDeviceThread, CloseWaitsForRetryExceeded) {
   Side a, b;
-  make_side(a, "127.0.1.16");
-  make_side(b, "127.0.1.17");
+  make_side(a, "127.0.1.16", deep());
+  make_side(b, "127.0.1.17", deep());
   // Nobody at 127.0.1.18; ACK timeout about 1 ms, 2 retries.
   connect(a, b, "127.0.1.18", 8, 2);
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -603,8 +524,8 @@ TEST(UdpDeviceThread, CloseWaitsForRetryExceeded) {
 // A deadline shorter than the retry budget: close() gives up and says so.
 TEST(UdpDeviceThread, CloseDeadlineIsBounded) {
   Side a, b;
-  make_side(a, "127.0.1.19");
-  make_side(b, "127.0.1.20");
+  make_side(a, "127.0.1.19", deep());
+  make_side(b, "127.0.1.20", deep());
   // ACK timeout 4.096 us * 2^20 (about 4 s), 7 retries: far beyond the deadline below.
   connect(a, b, "127.0.1.21", 20, 7);
   const Sge sge{a.va(0), 100, a.mr.lkey};
@@ -693,7 +614,7 @@ TEST(UdpDeviceThread, StatsMatchTraffic) {
 // Two devices of one name in one process get distinct endpoints.
 TEST(UdpDeviceThread, StatsEndpointNamesAreUnique) {
   Side a, b;
-  SideOptions o;
+  SideOptions o = deep();
   o.name = "twin";
   make_side(a, "127.0.1.24", o);
   make_side(b, "127.0.1.25", o);
@@ -707,7 +628,7 @@ TEST(UdpDeviceThread, StatsEndpointNamesAreUnique) {
 // ThreadSanitizer too: see the report of the engine-threads branch.)
 TEST(UdpDeviceThread, StressPostAndPollAgainstTheProgressThread) {
   Side a, b;
-  SideOptions o;
+  SideOptions o = deep();
   o.max_send_wr = 64;
   o.cqe = 4096;
   make_side(a, "127.0.1.26", o);
