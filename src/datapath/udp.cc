@@ -250,19 +250,26 @@ std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
       ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
       continue;
     }
-    // The headers as the sender's kernel wrote them, with TOS and TTL as received; a sender's
-    // IPv4 identification is unknown here and taken as 0. They are the ICRC's input and, for a
-    // UD receive, the GRH area.
+    // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
+    // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
+    // visible to a UDP socket: uroce's own senders use 0; for others (rxe uses nonzero ones) the
+    // identification is recovered from the ICRC itself (wire::icrc_recover_ipv4_identification),
+    // which leaves a 16-bit check against corruption instead of 32.
+    wire::OuterHeaders o = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
     std::array<std::byte, 48> ip_udp;
-    const std::size_t n = wire::write_outer(
-        ip_udp, outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl), roce.size());
+    std::size_t n = wire::write_outer(ip_udp, o, roce.size());
     meta.icrc_verified = wire::icrc_verify(ConstBytes(ip_udp).first(n), roce);
-    if (!meta.icrc_verified) {
-      if (local_.v6) {
-        ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
-        continue;
+    if (!meta.icrc_verified && !local_.v6) {
+      if (auto id = wire::icrc_recover_ipv4_identification(ConstBytes(ip_udp).first(n), roce)) {
+        o.ipv4_id = *id;
+        n = wire::write_outer(ip_udp, o, roce.size());
+        meta.icrc_verified = true;
+        ++counters_.rx_icrc_id_recovered;
       }
-      ++counters_.rx_icrc_unverified;  // IPv4: the sender's identification is unknown here
+    }
+    if (!meta.icrc_verified) {
+      ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+      continue;
     }
     meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
     if (tap_) {

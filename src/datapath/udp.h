@@ -6,10 +6,11 @@
 // TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
 // straight from registered memory (sendmsg with an iovec per piece): no copy on the send side.
 //
-// On receive the ICRC is verified wherever the exact headers are known: always for IPv6; for
-// IPv4 only when the sender used identification 0 (uroce does, rxe does not). An IPv4 packet
-// whose ICRC does not match with identification 0 cannot be judged: it is accepted and counted
-// as unverified (the UDP checksum, when the sender set one, still protects it).
+// On receive the ICRC is verified for every packet; a packet whose ICRC is wrong is dropped and
+// counted (bad_icrc). The one header field a UDP socket does not show is the IPv4
+// identification: uroce's senders use 0; a nonzero one (rxe's) is recovered from the ICRC
+// itself, which still rejects a corrupted packet with probability 1 - 2^-16 (counted as
+// rx_icrc_id_recovered).
 //
 // Not thread-safe: one engine thread owns a UdpDatapath.
 #pragma once
@@ -51,7 +52,9 @@ struct UdpCounters {
   std::uint64_t tx_errors = 0;  // sendmsg failures other than EAGAIN
   std::uint64_t rx_packets = 0;
   std::uint64_t rx_bytes = 0;
-  std::uint64_t rx_icrc_unverified = 0;  // IPv4 from senders with a nonzero identification
+  // IPv4 packets from senders with a nonzero identification (rxe), accepted because their ICRC
+  // is valid for some identification (a 16-bit check instead of 32).
+  std::uint64_t rx_icrc_id_recovered = 0;
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
 };
 
@@ -77,7 +80,8 @@ class UdpDatapath final : public Datapath {
 
   // Capture: every packet sent and received, as the Ethernet frame it was (reconstructed: the
   // kernel builds the real headers; MACs are 02:00 followed by the IPv4 address or the last 4
-  // bytes of the IPv6 one; a received IPv4 packet's identification is unknown and shown as 0).
+  // bytes of the IPv6 one; a received IPv4 packet shows the identification recovered from its
+  // ICRC).
   using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 

@@ -110,4 +110,85 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
   return icrc_compute(ip_udp, roce_with_icrc.first(n)) == load_le32(roce_with_icrc, n);
 }
 
+namespace {
+
+// GF(2) polynomials modulo the CRC-32 polynomial in the CRC's reflected bit order: bit 31 holds
+// the coefficient of x^0, bit 0 that of x^31.
+constexpr std::uint32_t kReflectedPoly = 0xEDB88320u;
+constexpr std::uint32_t kOne = 1u << 31;  // x^0
+constexpr std::uint32_t kX = 1u << 30;    // x^1
+
+std::uint32_t gf2_multiply(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t m = kOne; m != 0; m >>= 1) {
+    if ((a & m) != 0) product ^= b;
+    b = (b & 1u) != 0 ? (b >> 1) ^ kReflectedPoly : b >> 1;  // b *= x
+  }
+  return product;
+}
+
+// x^e modulo the polynomial, by squaring.
+std::uint32_t gf2_x_power(std::uint64_t e) {
+  std::uint32_t result = kOne;
+  std::uint32_t square = kX;  // x^(2^k)
+  for (; e != 0; e >>= 1) {
+    if ((e & 1u) != 0) result = gf2_multiply(result, square);
+    square = gf2_multiply(square, square);
+  }
+  return result;
+}
+
+// Where the identification sits in the ICRC's input: after the 8-byte pseudo-LRH, at bytes 4
+// and 5 of the IPv4 header.
+constexpr std::size_t kIdOffset = 8 + 4;
+constexpr std::size_t kIdPrefixBytes = kIdOffset + 2;
+
+}  // namespace
+
+std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
+                                                              ConstBytes roce_with_icrc) {
+  if (roce_with_icrc.size() < kBthBytes + kIcrcBytes) return std::nullopt;
+  if (ip_udp.size() != kIpv4Bytes + kUdpBytes) return std::nullopt;
+  const std::size_t n = roce_with_icrc.size() - kIcrcBytes;
+  const std::uint32_t delta =
+      icrc_compute(ip_udp, roce_with_icrc.first(n)) ^ load_le32(roce_with_icrc, n);
+  if (delta == 0) return std::uint16_t{0};
+
+  // Each identification bit's contribution: the CRC (zero start, no final inversion) of a
+  // 14-byte message holding only that bit, shifted over the rest of the ICRC's input.
+  const std::size_t input_bytes = 8 + ip_udp.size() + n;
+  const std::uint32_t shift = gf2_x_power(8 * std::uint64_t{input_bytes - kIdPrefixBytes});
+  std::array<std::byte, kIdPrefixBytes> zeros{};
+  const std::uint32_t crc_of_zeros = crc32(0, zeros);
+  // Echelon form: basis[b] has its highest set bit at b; combo[b] says which id bits make it.
+  std::array<std::uint32_t, 32> basis{};
+  std::array<std::uint16_t, 32> combo{};
+  for (unsigned bit = 0; bit < 16; ++bit) {
+    std::array<std::byte, kIdPrefixBytes> one_bit{};
+    const std::size_t byte = bit >= 8 ? kIdOffset : kIdOffset + 1;  // big-endian id
+    one_bit[byte] = std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
+    std::uint32_t v = gf2_multiply(crc32(0, one_bit) ^ crc_of_zeros, shift);
+    auto c = static_cast<std::uint16_t>(1u << bit);
+    for (int b = 31; b >= 0 && v != 0; --b) {
+      if (((v >> b) & 1u) == 0) continue;
+      if (basis[static_cast<std::size_t>(b)] == 0) {
+        basis[static_cast<std::size_t>(b)] = v;
+        combo[static_cast<std::size_t>(b)] = c;
+        break;
+      }
+      v ^= basis[static_cast<std::size_t>(b)];
+      c = static_cast<std::uint16_t>(c ^ combo[static_cast<std::size_t>(b)]);
+    }
+  }
+  std::uint32_t rest = delta;
+  std::uint16_t id = 0;
+  for (int b = 31; b >= 0; --b) {
+    if (((rest >> b) & 1u) == 0) continue;
+    if (basis[static_cast<std::size_t>(b)] == 0) return std::nullopt;
+    rest ^= basis[static_cast<std::size_t>(b)];
+    id = static_cast<std::uint16_t>(id ^ combo[static_cast<std::size_t>(b)]);
+  }
+  return id;
+}
+
 }  // namespace uroce::wire

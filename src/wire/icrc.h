@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "base/bytes.h"
 
@@ -50,5 +51,18 @@ std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);
 
 // True when the last 4 bytes of `roce_with_icrc` hold the ICRC of what precedes them.
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc);
+
+// For an IPv4 packet whose identification the receiver cannot see (a UDP socket does not show
+// it, and rxe sends nonzero ones): the identification that makes the ICRC valid, or nullopt when
+// none does. `ip_udp` is the packet's IP and UDP header with identification 0.
+//
+// The CRC is affine in its input, so the ICRC of the packet with identification `id` is the
+// ICRC with identification 0 XOR a linear function of id's 16 bits: each bit's contribution is
+// a CRC of one bit followed by the rest of the packet as zeros, which is that bit's 14-byte CRC
+// multiplied by x^(8 * rest) modulo the polynomial. Solving the 32x16 system over GF(2) finds
+// the id. 16 of the ICRC's 32 bits are spent on finding it, so a corrupted packet still fails
+// with probability 1 - 2^-16.
+std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
+                                                              ConstBytes roce_with_icrc);
 
 }  // namespace uroce::wire

@@ -174,8 +174,8 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   EXPECT_EQ(now_value, 42u);
   // The packets crossed real sockets with ICRCs the receiver verified.
   EXPECT_GT(b.dev->datapath().counters().rx_packets, 5u);
-  EXPECT_EQ(b.dev->datapath().counters().rx_icrc_unverified, 0u);
-  EXPECT_EQ(a.dev->datapath().counters().rx_icrc_unverified, 0u);
+  EXPECT_EQ(b.dev->datapath().counters().rx_icrc_id_recovered, 0u);
+  EXPECT_EQ(a.dev->datapath().counters().rx_icrc_id_recovered, 0u);
   EXPECT_EQ(a.dev->engine().counters().rx_unknown_qpn, 0u);
   // Both captures hold every packet sent and received, and every one is a valid RoCEv2 packet.
   const std::uint64_t sent_a = a.dev->datapath().counters().tx_packets;

@@ -1,0 +1,109 @@
+// Test support: two UdpDevices on loopback addresses with one RC QP each, connected, and a
+// bounded loop that drives both.
+#pragma once
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/udp_device.h"
+#include "verbs/address.h"
+
+namespace uroce::engine::test {
+
+inline wire::IpAddress v4(const char* s) {
+  wire::IpAddress a;
+  ::inet_pton(AF_INET, s, a.bytes.data());
+  return a;
+}
+
+inline constexpr std::uint32_t kAllAccess =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+struct Side {
+  std::unique_ptr<UdpDevice> dev;
+  PdHandle pd;
+  MrInfo mr;
+  CqHandle cq;
+  QpHandle qp;
+  std::uint32_t qpn = 0;
+  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
+  std::uint64_t va(std::size_t off) const {
+    return reinterpret_cast<std::uint64_t>(buf.data()) + off;
+  }
+};
+
+inline void make_side(Side& s, const char* ip, const std::string& capture = "",
+                      std::uint32_t sq_depth = 16) {
+  DeviceConfig cfg;
+  cfg.ip = v4(ip);
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, capture);
+  ASSERT_TRUE(d.ok()) << d.error();
+  s.dev = std::move(d.value());
+  Device& dev = s.dev->device();
+  s.pd = dev.alloc_pd().value();
+  s.mr = dev.reg_mr(s.pd, s.buf.data(), s.buf.size(), kAllAccess).value();
+  s.cq = dev.create_cq(CqInitAttr{256, 0, 0})->handle;
+  QpInitAttr init;
+  init.send_cq = s.cq;
+  init.recv_cq = s.cq;
+  init.cap = QpCap{sq_depth, 16, 1, 1, 64};
+  auto qp = dev.create_qp(s.pd, init);
+  ASSERT_TRUE(qp.ok());
+  s.qp = qp->handle;
+  s.qpn = qp->qp_num;
+}
+
+// RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`; ACK timeout 4.096 us * 2^timeout.
+inline void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeout = 14,
+                    std::uint8_t retry_cnt = 7) {
+  Device& dev = s.dev->device();
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.port_num = 1;
+  a.qp_access_flags = kAllAccess;
+  ASSERT_EQ(dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), Errc::kOk);
+  a.qp_state = QpState::kRtr;
+  a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));
+  a.ah_attr.is_global = true;
+  a.path_mtu = Mtu::k1024;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = 0x100;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  ASSERT_EQ(dev.modify_qp(s.qp, a,
+                          kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                              kQpMaxDestRdAtomic | kQpMinRnrTimer),
+            Errc::kOk);
+  a.qp_state = QpState::kRts;
+  a.sq_psn = 0x100;
+  a.timeout = timeout;
+  a.retry_cnt = retry_cnt;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  ASSERT_EQ(
+      dev.modify_qp(
+          s.qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      Errc::kOk);
+}
+
+// Drives `a` (and `b`, when it is open) until `a` has `n` completions; gives up after 20 s so
+// that a hang fails the test instead of stalling it.
+inline std::vector<Wc> run_until(Side& a, Side& b, std::size_t n) {
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.size() < n && UdpDevice::now() < give_up) {
+    a.dev->wait(Duration::ms(1));
+    if (b.dev) b.dev->progress();
+    Wc wcs[16];
+    auto k = a.dev->device().poll_cq(a.cq, wcs);
+    if (k.ok()) got.insert(got.end(), wcs, wcs + k.value());
+  }
+  return got;
+}
+
+}  // namespace uroce::engine::test
