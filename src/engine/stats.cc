@@ -118,7 +118,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"unknown_qpn", engine.rx_unknown_qpn},
       {"rx_drops", drops},
       {"icrc_err", rx_drops(*this, icrc)},
-      {"rx_icrc_unverified", datapath.rx_icrc_unverified},
+      {"rx_icrc_id_recovered", datapath.rx_icrc_id_recovered},
       {"send_err", datapath.tx_errors},
       {"tx_backpressure", engine.tx_backpressure},
       {"timer_fires", engine.timer_fires},
