@@ -20,6 +20,10 @@ int poll_one(ibv_cq_ex* icq) {
   engine::UdpDevice* u = udp_of(cq);
   if (u == nullptr) return ENOENT;
   auto r = u->lock()->poll_cq(cq->h, std::span<Wc>(&cq->cur, 1));
+  // Empty: a round of progress from the polling thread itself (see op_poll_cq).
+  if (r.ok() && r.value() == 0 && u->progress()) {
+    r = u->lock()->poll_cq(cq->h, std::span<Wc>(&cq->cur, 1));
+  }
   if (!r.ok()) return err(r.error());
   if (r.value() == 0) return ENOENT;
   icq->status = static_cast<ibv_wc_status>(cq->cur.status);

@@ -266,10 +266,7 @@ void destroy_sync(pthread_mutex_t* m, pthread_cond_t* c) {
 
 // ---- context ops (the inline verbs call these) ----
 
-int op_poll_cq(ibv_cq* icq, int n, ibv_wc* wc) {
-  Cq* cq = cq_of(icq);
-  engine::UdpDevice* u = cq->ctx->udp.load(std::memory_order_acquire);
-  if (n <= 0 || u == nullptr) return 0;
+int poll_locked(engine::UdpDevice* u, Cq* cq, int n, ibv_wc* wc) {
   constexpr int kChunk = 32;
   Wc buf[kChunk];
   int total = 0;
@@ -284,6 +281,19 @@ int op_poll_cq(ibv_cq* icq, int n, ibv_wc* wc) {
     if (got < want) break;
   }
   return total;
+}
+
+int op_poll_cq(ibv_cq* icq, int n, ibv_wc* wc) {
+  Cq* cq = cq_of(icq);
+  engine::UdpDevice* u = cq->ctx->udp.load(std::memory_order_acquire);
+  if (n <= 0 || u == nullptr) return 0;
+  const int got = poll_locked(u, cq, n, wc);
+  if (got != 0) return got;
+  // An empty CQ: an application that polls in a loop runs a round of progress itself (receive,
+  // timers, transmit; never blocking), so that its completions do not wait for the progress
+  // thread to be scheduled. The thread still serves applications that do not poll.
+  if (!u->progress()) return 0;
+  return poll_locked(u, cq, n, wc);
 }
 
 int op_req_notify_cq(ibv_cq* icq, int solicited_only) {
