@@ -16,45 +16,44 @@
 
 static int failures;
 
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
+#define CHECK(cond)                                                                          \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       fprintf(stderr, "%s:%d: CHECK failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
-              errno, strerror(errno));                                 \
-      ++failures;                                                      \
-    }                                                                  \
+              errno, strerror(errno));                                                       \
+      ++failures;                                                                            \
+    }                                                                                        \
   } while (0)
 
-#define REQUIRE(cond)                                                  \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
+#define REQUIRE(cond)                                                                          \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       fprintf(stderr, "%s:%d: REQUIRE failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
-              errno, strerror(errno));                                 \
-      exit(1);                                                         \
-    }                                                                  \
+              errno, strerror(errno));                                                         \
+      exit(1);                                                                                 \
+    }                                                                                          \
   } while (0)
 
 enum { kBuf = 4096 };
 
 struct side {
-  struct ibv_qp *qp;
-  struct ibv_qp_ex *qpx;
-  struct ibv_cq_ex *cq;
-  struct ibv_mr *mr;
-  uint8_t *buf;
+  struct ibv_qp* qp;
+  struct ibv_qp_ex* qpx;
+  struct ibv_cq_ex* cq;
+  struct ibv_mr* mr;
+  uint8_t* buf;
 };
 
-static void connect_qp(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *gid) {
+static void connect_qp(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* gid) {
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                      IBV_ACCESS_LOCAL_WRITE;
   REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ==
-          0);
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_1024;
@@ -69,8 +68,7 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid
   a.ah_attr.port_num = 1;
   REQUIRE(ibv_modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) ==
-          0);
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = 100;
@@ -95,7 +93,7 @@ struct seen {
   __be32 imm;
 };
 
-static int poll_ex(struct ibv_cq_ex *cq, struct seen *out, int want) {
+static int poll_ex(struct ibv_cq_ex* cq, struct seen* out, int want) {
   int got = 0;
   while (got < want) {
     struct ibv_poll_cq_attr attr = {0};
@@ -103,7 +101,7 @@ static int poll_ex(struct ibv_cq_ex *cq, struct seen *out, int want) {
     if (ret == ENOENT) continue; /* alarm() bounds this loop */
     REQUIRE(ret == 0);
     do {
-      struct seen *s = &out[got++];
+      struct seen* s = &out[got++];
       s->wr_id = cq->wr_id;
       s->status = cq->status;
       s->opcode = ibv_wc_read_opcode(cq);
@@ -119,7 +117,7 @@ static int poll_ex(struct ibv_cq_ex *cq, struct seen *out, int want) {
   return got;
 }
 
-static struct seen *find(struct seen *s, int n, uint64_t wr_id) {
+static struct seen* find(struct seen* s, int n, uint64_t wr_id) {
   for (int i = 0; i < n; ++i) {
     if (s[i].wr_id == wr_id) return &s[i];
   }
@@ -131,14 +129,14 @@ int main(void) {
 
   /* ---- device list and context ---- */
   int n = 0;
-  struct ibv_device **list = ibv_get_device_list(&n);
+  struct ibv_device** list = ibv_get_device_list(&n);
   REQUIRE(list != NULL && n >= 1);
   CHECK(list[n] == NULL);
   CHECK(ibv_get_device_name(list[0]) != NULL);
   CHECK(ibv_get_device_guid(list[0]) != 0);
   CHECK(ibv_get_device_index(list[0]) == 0);
   CHECK(list[0]->node_type == IBV_NODE_CA);
-  struct ibv_context *ctx = ibv_open_device(list[0]);
+  struct ibv_context* ctx = ibv_open_device(list[0]);
   REQUIRE(ctx != NULL);
   CHECK(verbs_get_ctx(ctx) != NULL);
   CHECK(ctx->num_comp_vectors == 1);
@@ -183,7 +181,7 @@ int main(void) {
   CHECK(ibv_fork_init() == 0);
 
   /* ---- resources ---- */
-  struct ibv_pd *pd = ibv_alloc_pd(ctx);
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
   REQUIRE(pd != NULL);
   struct side s[2];
   memset(s, 0, sizeof s);
@@ -196,8 +194,8 @@ int main(void) {
     REQUIRE(s[i].buf != NULL);
     memset(s[i].buf, 0, kBuf);
     s[i].mr = ibv_reg_mr(pd, s[i].buf, kBuf,
-                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                             IBV_ACCESS_REMOTE_ATOMIC);
     REQUIRE(s[i].mr != NULL);
     CHECK(s[i].mr->addr == s[i].buf && s[i].mr->length == kBuf);
     s[i].cq = ibv_create_cq_ex(ctx, &cqa);
@@ -237,18 +235,18 @@ int main(void) {
 
   /* ---- the ibv_wr_* API: write, inline send, read, atomics in one batch ---- */
   uint8_t *a = s[0].buf, *b = s[1].buf;
-  for (int i = 0; i < 256; ++i) a[i] = (uint8_t)i;           /* WRITE source */
-  memcpy(b + 1024, "read me, please", 16);                   /* READ source */
+  for (int i = 0; i < 256; ++i) a[i] = (uint8_t)i; /* WRITE source */
+  memcpy(b + 1024, "read me, please", 16);         /* READ source */
   uint64_t counter = 40, cas_word = 7;
   memcpy(b + 2048, &counter, 8);
   memcpy(b + 2056, &cas_word, 8);
 
   struct ibv_sge rsge = {(uintptr_t)(b + 512), 64, s[1].mr->lkey};
   struct ibv_recv_wr rwr = {.wr_id = 900, .sg_list = &rsge, .num_sge = 1};
-  struct ibv_recv_wr *bad_rwr = NULL;
+  struct ibv_recv_wr* bad_rwr = NULL;
   REQUIRE(ibv_post_recv(s[1].qp, &rwr, &bad_rwr) == 0);
 
-  struct ibv_qp_ex *x = s[0].qpx;
+  struct ibv_qp_ex* x = s[0].qpx;
   char inline_msg[32] = "inline hello";
   ibv_wr_start(x);
   x->wr_id = 1;
@@ -273,7 +271,7 @@ int main(void) {
   struct seen done[8];
   poll_ex(s[0].cq, done, 5);
   for (uint64_t id = 1; id <= 5; ++id) {
-    struct seen *d = find(done, 5, id);
+    struct seen* d = find(done, 5, id);
     CHECK(d != NULL && d->status == IBV_WC_SUCCESS && d->qp_num == s[0].qp->qp_num);
   }
   CHECK(find(done, 5, 1)->opcode == IBV_WC_RDMA_WRITE);
@@ -326,7 +324,7 @@ int main(void) {
   swr.imm_data = htonl(0x01020304);
   swr.wr.rdma.remote_addr = (uintptr_t)(b + 3072);
   swr.wr.rdma.rkey = s[1].mr->rkey;
-  struct ibv_send_wr *bad_swr = NULL;
+  struct ibv_send_wr* bad_swr = NULL;
   REQUIRE(ibv_post_send(s[0].qp, &swr, &bad_swr) == 0);
   struct ibv_wc wc;
   int got;
@@ -346,9 +344,9 @@ int main(void) {
   CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
 
   /* ---- completion channel: blocking ibv_get_cq_event ---- */
-  struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+  struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   REQUIRE(ch != NULL && ch->fd >= 0);
-  struct ibv_cq *ecq = ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0);
+  struct ibv_cq* ecq = ibv_create_cq(ctx, 16, (void*)0x1234, ch, 0);
   REQUIRE(ecq != NULL);
   CHECK(ibv_destroy_comp_channel(ch) == EBUSY); /* a CQ uses it */
   struct ibv_qp_init_attr eqa;
@@ -360,14 +358,14 @@ int main(void) {
   eqa.cap.max_send_sge = 1;
   eqa.cap.max_recv_sge = 1;
   eqa.qp_type = IBV_QPT_RC;
-  struct ibv_qp *eqp = ibv_create_qp(pd, &eqa);
+  struct ibv_qp* eqp = ibv_create_qp(pd, &eqa);
   REQUIRE(eqp != NULL);
   CHECK(ibv_qp_to_qp_ex(eqp) == NULL); /* not created with send_ops_flags */
   struct ibv_cq_init_attr_ex peer_cqa = cqa;
-  struct ibv_cq_ex *pcq = ibv_create_cq_ex(ctx, &peer_cqa);
+  struct ibv_cq_ex* pcq = ibv_create_cq_ex(ctx, &peer_cqa);
   REQUIRE(pcq != NULL);
   eqa.send_cq = eqa.recv_cq = ibv_cq_ex_to_cq(pcq);
-  struct ibv_qp *pqp = ibv_create_qp(pd, &eqa);
+  struct ibv_qp* pqp = ibv_create_qp(pd, &eqa);
   REQUIRE(pqp != NULL);
   connect_qp(eqp, pqp->qp_num, &gid);
   connect_qp(pqp, eqp->qp_num, &gid);
@@ -375,10 +373,10 @@ int main(void) {
   swr.opcode = IBV_WR_RDMA_WRITE;
   swr.wr_id = 8;
   REQUIRE(ibv_post_send(eqp, &swr, &bad_swr) == 0);
-  struct ibv_cq *ev_cq = NULL;
-  void *ev_ctx = NULL;
+  struct ibv_cq* ev_cq = NULL;
+  void* ev_ctx = NULL;
   REQUIRE(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0);
-  CHECK(ev_cq == ecq && ev_ctx == (void *)0x1234);
+  CHECK(ev_cq == ecq && ev_ctx == (void*)0x1234);
   ibv_ack_cq_events(ev_cq, 1);
   CHECK(ecq->comp_events_completed == 1);
   CHECK(ibv_poll_cq(ecq, 1, &wc) == 1 && wc.wr_id == 8 && wc.status == IBV_WC_SUCCESS);
@@ -404,8 +402,8 @@ int main(void) {
   CHECK(ibv_resize_cq(ecq, 64) == EOPNOTSUPP);
   errno = 0;
   CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP);
-  struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
-                                  .fd = -1, .oflags = 0};
+  struct ibv_xrcd_init_attr xa = {
+      .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = 0};
   errno = 0;
   CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP);
   struct ibv_cq_init_attr_ex tsa = cqa;
@@ -430,8 +428,8 @@ int main(void) {
   errno = 0;
   CHECK(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == NULL &&
         errno == EOPNOTSUPP);
-  CHECK(ibv_rereg_mr(s[0].mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
-                     IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_CMD);
+  CHECK(ibv_rereg_mr(s[0].mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+        IBV_REREG_MR_ERR_CMD);
   union ibv_gid mgid;
   memset(&mgid, 0, sizeof mgid);
   CHECK(ibv_attach_mcast(s[0].qp, &mgid, 0) == EOPNOTSUPP);

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +73,8 @@ CompatDevice* find_device(ibv_device* device) {
   }
   return nullptr;
 }
+
+constexpr int kSocketBufferBytes = 4 << 20;
 
 std::uint64_t fresh_seed() {
   const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -472,6 +475,14 @@ engine::UdpDevice* net(Context* ctx) {
                  engine::ip_to_string(cfg.ip).c_str(), m.c_str());
     errno = m.find("in use") != std::string::npos ? EADDRINUSE : ENODEV;
     return nullptr;
+  }
+  // Socket buffers for a full window of MTU-sized packets (128 PSNs of up to 4 KiB, each
+  // charged at more than its size): with the 208 KiB default a multi-packet message overflows
+  // the receive buffer and every loss costs a retransmission timeout. The kernel caps the
+  // request at net.core.rmem_max / wmem_max.
+  for (int opt : {SO_RCVBUF, SO_SNDBUF}) {
+    const int bytes = kSocketBufferBytes;
+    ::setsockopt(r.value()->fd(), SOL_SOCKET, opt, &bytes, sizeof bytes);
   }
   engine::ProgressThreadOptions opts;
   if (const char* spin = std::getenv("UROCE_PROGRESS_SPIN_US")) {
