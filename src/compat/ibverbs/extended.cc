@@ -71,11 +71,20 @@ Qp::PendingWr* current(Qp* q) {
 Qp::PendingWr* new_wr(ibv_qp_ex* iqp, WrOpcode op, std::uint64_t needed_flag) {
   Qp* q = qp_of(iqp);
   if ((q->send_ops & needed_flag) == 0 && q->batch_error == 0) q->batch_error = EINVAL;
-  Qp::PendingWr& p = q->batch.emplace_back();
-  p.wr.wr_id = iqp->wr_id;
-  p.wr.send_flags = iqp->wr_flags;
-  p.wr.opcode = op;
-  return &p;
+  Qp::PendingWr* p = nullptr;
+  try {
+    p = &q->batch.emplace_back();
+  } catch (...) {
+    // Out of memory: the batch fails at wr_complete; this WR's fields go to a scratch entry.
+    q->batch_error = ENOMEM;
+    static thread_local Qp::PendingWr scratch;
+    scratch = Qp::PendingWr{};
+    p = &scratch;
+  }
+  p->wr.wr_id = iqp->wr_id;
+  p->wr.send_flags = iqp->wr_flags;
+  p->wr.opcode = op;
+  return p;
 }
 
 void wr_rdma_write(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr) {
@@ -123,8 +132,11 @@ void wr_atomic_fetch_add(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr, s
 // with EOPNOTSUPP at wr_complete (create_qp_ex already refuses their send_ops_flags).
 void unsupported(ibv_qp_ex* iqp) {
   Qp* q = qp_of(iqp);
-  q->batch.emplace_back();  // keeps the setters that follow attached to a WR
   if (q->batch_error == 0) q->batch_error = EOPNOTSUPP;
+  try {
+    q->batch.emplace_back();  // keeps the setters that follow attached to a WR
+  } catch (...) {
+  }
 }
 void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, std::uint32_t, const ibv_mw_bind_info*) { unsupported(q); }
 void wr_send_tso(ibv_qp_ex* q, void*, std::uint16_t, std::uint16_t) { unsupported(q); }
@@ -155,8 +167,13 @@ void wr_set_sge_list(ibv_qp_ex* iqp, std::size_t n, const ibv_sge* list) {
   p->inline_data = false;
   p->sge_first = q->sge_pool.size();
   p->sge_count = n;
-  for (std::size_t i = 0; i < n; ++i) {
-    q->sge_pool.push_back(Sge{list[i].addr, list[i].length, list[i].lkey});
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      q->sge_pool.push_back(Sge{list[i].addr, list[i].length, list[i].lkey});
+    }
+  } catch (...) {
+    q->batch_error = ENOMEM;
+    p->sge_count = 0;
   }
 }
 void wr_set_sge(ibv_qp_ex* iqp, std::uint32_t lkey, std::uint64_t addr, std::uint32_t length) {
@@ -174,11 +191,16 @@ void wr_set_inline_data_list(ibv_qp_ex* iqp, std::size_t n, const ibv_data_buf* 
   p->wr.send_flags |= kSendInline;
   p->sge_first = q->sge_pool.size();
   p->sge_count = n;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t off = q->inline_pool.size();
-    const auto* b = static_cast<const std::byte*>(bufs[i].addr);
-    q->inline_pool.insert(q->inline_pool.end(), b, b + bufs[i].length);
-    q->sge_pool.push_back(Sge{off, static_cast<std::uint32_t>(bufs[i].length), 0});
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t off = q->inline_pool.size();
+      const auto* b = static_cast<const std::byte*>(bufs[i].addr);
+      q->inline_pool.insert(q->inline_pool.end(), b, b + bufs[i].length);
+      q->sge_pool.push_back(Sge{off, static_cast<std::uint32_t>(bufs[i].length), 0});
+    }
+  } catch (...) {
+    q->batch_error = ENOMEM;
+    p->sge_count = 0;
   }
 }
 void wr_set_inline_data(ibv_qp_ex* iqp, void* addr, std::size_t length) {
@@ -198,7 +220,7 @@ void wr_abort(ibv_qp_ex* iqp) { wr_start(iqp); }
 
 thread_local std::vector<SendWr> t_batch;
 
-int wr_complete(ibv_qp_ex* iqp) {
+int wr_complete_impl(ibv_qp_ex* iqp) {
   Qp* q = qp_of(iqp);
   int result = q->batch_error;
   if (result == 0 && !q->batch.empty()) {
@@ -219,6 +241,15 @@ int wr_complete(ibv_qp_ex* iqp) {
   }
   wr_start(iqp);
   return result;
+}
+
+int wr_complete(ibv_qp_ex* iqp) noexcept {
+  try {
+    return wr_complete_impl(iqp);
+  } catch (...) {  // growing the thread-local batch failed: nothing was posted
+    wr_start(iqp);
+    return ENOMEM;
+  }
 }
 
 // ---- creation ----

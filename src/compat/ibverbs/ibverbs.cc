@@ -327,8 +327,15 @@ W* nth(W* wr, std::size_t n) {
 }
 
 template <class Post>
-int post_recv_list(engine::UdpDevice* u, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, Post post) {
-  ibv_recv_wr* unconvertible = convert_recv(wr);
+int post_recv_list(engine::UdpDevice* u, ibv_recv_wr* wr, ibv_recv_wr** bad_wr,
+                   Post post) noexcept {
+  ibv_recv_wr* unconvertible = nullptr;
+  try {
+    unconvertible = convert_recv(wr);
+  } catch (...) {  // growing the thread-local vector failed: nothing was posted
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return ENOMEM;
+  }
   const RecvWr* bad = nullptr;
   Errc e = Errc::kOk;
   if (!t_recv.empty()) e = post(*u->lock(), &bad);
@@ -378,7 +385,7 @@ bool supported_opcode(ibv_wr_opcode op) {
   }
 }
 
-int op_post_send(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp* qp = qp_of(iqp);
   engine::UdpDevice* u = ctx_of(iqp->context)->udp.load(std::memory_order_acquire);
   if (u == nullptr) return EINVAL;
@@ -431,6 +438,17 @@ int op_post_send(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     return EINVAL;
   }
   return 0;
+}
+
+// The conversion grows thread-local vectors: an allocation failure is ENOMEM, not an
+// exception unwinding into C.
+int op_post_send(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) noexcept {
+  try {
+    return post_send_impl(iqp, wr, bad_wr);
+  } catch (...) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return ENOMEM;
+  }
 }
 
 // ---- verbs_context ops ----
