@@ -339,6 +339,28 @@ int main(void) {
   } while (got == 0);
   CHECK(got == 1 && wc.wr_id == 7 && wc.opcode == IBV_WC_RDMA_WRITE);
 
+  /* Inline data through ibv_post_send: copied at post time, the buffer may change at once. */
+  REQUIRE(ibv_post_recv(s[1].qp, &rwr, &bad_rwr) == 0);
+  char msg[16] = "posted inline";
+  struct ibv_sge isge = {(uintptr_t)msg, 14, 0}; /* no lkey needed for inline data */
+  memset(&swr, 0, sizeof swr);
+  swr.wr_id = 10;
+  swr.sg_list = &isge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  REQUIRE(ibv_post_send(s[0].qp, &swr, &bad_swr) == 0);
+  memset(msg, 'Z', sizeof msg);
+  do {
+    got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.byte_len == 14);
+  CHECK(memcmp(b + 512, "posted inline", 14) == 0);
+  do {
+    got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.wr_id == 10 && wc.opcode == IBV_WC_SEND);
+
   /* An opcode uroce does not have: EINVAL, bad_wr names it. */
   swr.opcode = IBV_WR_BIND_MW;
   CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
@@ -370,6 +392,12 @@ int main(void) {
   connect_qp(eqp, pqp->qp_num, &gid);
   connect_qp(pqp, eqp->qp_num, &gid);
   REQUIRE(ibv_req_notify_cq(ecq, 0) == 0);
+  memset(&swr, 0, sizeof swr);
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  swr.wr.rdma.remote_addr = (uintptr_t)(b + 3072);
+  swr.wr.rdma.rkey = s[1].mr->rkey;
   swr.opcode = IBV_WR_RDMA_WRITE;
   swr.wr_id = 8;
   REQUIRE(ibv_post_send(eqp, &swr, &bad_swr) == 0);

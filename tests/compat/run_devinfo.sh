@@ -49,6 +49,11 @@ out=$(UROCE_DEVICES=$a1 timeout 20 ibv_devinfo -v 2>&1)
 rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: ibv_devinfo while the device is in use: exit $rc"; echo "$out"; fail=1; }
 expect "ibv_devinfo (device in use)" "$out" "GID\[  0\]:\s+::ffff:$a1, RoCE v2"
+# A second process that needs the network on the same device fails cleanly, saying why.
+out=$(UROCE_DEVICES=$a1 timeout 20 ibv_rc_pingpong -g 0 -p $((port + 1)) 2>&1)
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || { echo "FAIL: a second user of $a1 exited $rc"; fail=1; }
+expect "second user of the device" "$out" "uroce libibverbs: cannot open device uroce0 \\($a1\\)"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 [ $fail -eq 0 ] && echo PASS
