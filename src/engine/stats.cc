@@ -118,7 +118,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"unknown_qpn", engine.rx_unknown_qpn},
       {"rx_drops", drops},
       {"icrc_err", rx_drops(*this, icrc)},
-      {"rx_icrc_id_recovered", datapath.rx_icrc_id_recovered},
+      {"icrc_id_recovered", datapath.rx_icrc_id_recovered},
       {"send_err", datapath.tx_errors},
       {"tx_backpressure", engine.tx_backpressure},
       {"timer_fires", engine.timer_fires},
@@ -131,9 +131,9 @@ NamedCounters qp_counters(const QpStats& qp) {
   const transport::QpCounters& c = qp.counters;
   return {
       {"sent_pkts", c.packets_sent},
-      {"sent_bytes", c.bytes_sent},
+      {"sent_payload_bytes", c.bytes_sent},
       {"rcvd_pkts", c.packets_received},
-      {"rcvd_bytes", c.bytes_received},
+      {"rcvd_payload_bytes", c.bytes_received},
       {"duplicate_request", c.duplicate_requests},
       {"out_of_seq_request", c.out_of_sequence},
       {"rcvd_rnr_err", c.rnr_naks_received},

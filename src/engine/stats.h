@@ -10,6 +10,9 @@
 // JSON form: one object per device, {"ifname":"uroce0","port":1,"pid":4242,"sent_pkts":12,...,
 // "drops":{"bad_icrc":0,...},"qps":[{"lqpn":17,"type":"RC","state":"RTS",...}]} ("qps" only
 // when asked for).
+//
+// Bytes: a device's sent_bytes/rcvd_bytes count whole RoCEv2 packets as UDP carries them (BTH
+// through ICRC); a QP's sent_payload_bytes/rcvd_payload_bytes count payload only.
 #pragma once
 
 #include <cstdint>

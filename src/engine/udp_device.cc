@@ -166,6 +166,11 @@ void UdpDevice::wait(Duration max_wait) {
 // ---- the progress thread ----
 
 UdpDevice::Locked UdpDevice::lock() {
+  // The mirror of the thread's courtesy: an application that polls in a tight loop would
+  // otherwise take the lock straight back every time and starve the progress thread.
+  for (int i = 0; i < 64 && thread_waiting_.load(std::memory_order_relaxed); ++i) {
+    std::this_thread::yield();
+  }
   app_waiting_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lk(mu_);
   app_waiting_.fetch_sub(1, std::memory_order_relaxed);
@@ -192,33 +197,49 @@ void UdpDevice::stop_progress_thread() {
 
 void UdpDevice::doorbell(std::uint32_t qpn) {
   engine_->doorbell(qpn);
-  // Only a sleeping thread needs the system call; `sleeping_` is set under mu_, which the
-  // caller of post_send() holds too, so a doorbell cannot slip between the thread's last look
-  // at the engine and its sleep.
+  // A spinning thread sees the flag without the lock; only a sleeping thread needs the system
+  // call. `sleeping_` is set under mu_, which the caller of post_send() holds too, so a
+  // doorbell cannot slip between the thread's last look at the engine and its sleep.
+  doorbell_rung_.store(true, std::memory_order_relaxed);
   if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) signal_fd(wake_fd_);
 }
 
 void UdpDevice::thread_main(ProgressThreadOptions options) {
   Instant spin_until = Instant::from_ns(0);
+  bool idle = false;                      // the last round found nothing to do
+  Instant next_timer = Instant::never();  // as of the last round
   while (!stop_.load(std::memory_order_acquire)) {
     const Instant t = now();
+    if (idle && t < spin_until) {
+      // Busy-poll without the lock: a doorbell, a datagram or a due timer ends the wait.
+      pollfd p{dp_->fd(), POLLIN, 0};
+      if (!doorbell_rung_.load(std::memory_order_relaxed) && t < next_timer &&
+          ::poll(&p, 1, 0) == 0) {
+        maybe_serve_stats(t, false);
+        std::this_thread::yield();
+        continue;
+      }
+    }
     Round r;
     bool tx_left = false;
     bool sleep = false;
-    Instant next = Instant::never();
     {
+      thread_waiting_.store(true, std::memory_order_relaxed);
       std::lock_guard lk(mu_);
+      thread_waiting_.store(false, std::memory_order_relaxed);
+      doorbell_rung_.store(false, std::memory_order_relaxed);  // this round sees those rung
       r = round_locked(t, options.tx_budget);
       tx_left = engine_->has_tx_work();
+      next_timer = engine_->next_timeout();
       const bool worked = r.received > 0 || r.sent > 0;
-      if (!worked && !tx_left && t >= spin_until) {
-        next = engine_->next_timeout();
+      idle = !worked && !tx_left;
+      if (idle && t >= spin_until) {
         sleeping_.store(true);
         sleep = true;
       }
     }
     maybe_serve_stats(t, false);
-    if (r.received > 0 || r.sent > 0) spin_until = t + options.spin;
+    if (!idle) spin_until = t + options.spin;
     // Let an application thread that waits for the lock have it before the next round
     // (std::mutex is not fair: this thread would otherwise take it straight back).
     for (int i = 0; i < 64 && app_waiting_.load(std::memory_order_relaxed) > 0; ++i) {
@@ -235,7 +256,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
     }
     pollfd p[3] = {{dp_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
     timespec ts;
-    ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(next, now(), ts), nullptr);
+    ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(next_timer, now(), ts), nullptr);
     sleeping_.store(false);
     if ((p[1].revents & POLLIN) != 0) drain_fd(wake_fd_);
     if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);

@@ -23,7 +23,10 @@
 // rounds, yielding to an application thread that waits for it. With nothing to do it sleeps in
 // ppoll() on the socket, a wake-up eventfd and the next timer deadline, never holding the lock
 // while asleep. post_send()'s doorbell writes the eventfd only when the thread is asleep, so a
-// doorbell on a busy device costs no system call. Keep guards short: the thread cannot
+// doorbell on a busy device costs no system call. The thread writes registered memory (remote
+// WRITEs, atomics, received SENDs, READ responses): read such memory after taking the lock
+// once the completion or message that says it arrived was seen (a completion polled through
+// the guard already orders it). Keep guards short: the thread cannot
 // progress while the application holds one. Never call progress(), wait(), stats(),
 // get_cq_event(), get_async_event() or close() while holding a guard (they take the mutex).
 //
@@ -33,18 +36,19 @@
 // get_cq_event() takes the oldest (ibv_get_cq_event), ack_cq_events() acknowledges
 // (ibv_ack_cq_events). Async events: async_event_fd() is readable while the Device has queued
 // asynchronous events (QP fatal, CQ overflow, SRQ limit, ...); take them with
-// get_async_event(). Both work in both modes; in polling mode the fds become readable during
-// progress() or wait() (or during the Device call that caused the event).
+// get_async_event(). Both work in both modes. In polling mode a channel's fd becomes readable
+// during the progress()/wait() (or the Device call, e.g. a flush) that made the completion, the
+// async fd at the end of the progress() round that queued the event.
 //
 // Counters: stats() snapshots the engine's, the datapath's and every QP's counters (stats.h).
 // Each open UdpDevice also serves them to other processes (`uroce stats`) on the abstract unix
 // datagram socket "@uroce/<pid>/<device name>" ("@uroce/<pid>/<name>~<n>" when that name is
 // taken in this process). A request is one datagram, the words "text" or "json", optionally
 // followed by "qp" (per-QP counters too); the answer goes back to the sender's address as one or
-// more datagrams of at most kStatsChunk bytes, each starting with '+' (more follow) or '.' (the
-// last). Requests are served by progress()/wait() in polling mode (checked at most every
-// millisecond, so a device whose application never progresses does not answer) and by the
-// progress thread in thread mode.
+// more datagrams, each a marker byte, '+' (more follow) or '.' (the last), then up to
+// kStatsChunk bytes of the text or JSON. Requests are served by progress()/wait() in polling mode
+// (checked at most every millisecond, so a device whose application never progresses does not
+// answer) and by the progress thread in thread mode.
 #pragma once
 
 #include <atomic>
@@ -68,8 +72,9 @@
 namespace uroce::engine {
 
 struct ProgressThreadOptions {
-  // After a round that did work, keep running rounds (busy-polling, the lock released between
-  // them) for this long before sleeping: lower latency for a CPU core. Zero: sleep at once.
+  // After a round that did work, keep busy-polling for this long before sleeping (without the
+  // lock: a doorbell, a datagram or a due timer starts the next round): lower latency for a
+  // CPU core. Zero: sleep at once.
   Duration spin = Duration::zero();
   // Packets sent per round before the lock is released.
   std::size_t tx_budget = 256;
@@ -186,7 +191,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // other states cannot progress and are not waited for. The Device stays usable for polling
   // CQs, taking events and destroying objects (without the lock; nothing else runs), but sends
   // and receives nothing more: work posted after close() stays queued. Requests from peers
-  // are not awaited: close the side that initiates first. Call it from one thread, with no
+  // are not awaited: close the side that initiates first. The drain still receives, so it
+  // still executes the peers' requests: registered memory must stay valid until close()
+  // returns (the destructor's included). Call it from one thread, with no
   // guard held and no other thread using the device. Idempotent: a second call returns the
   // first result.
   CloseResult close(Duration deadline = kCloseDeadline);
@@ -224,9 +231,11 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::mutex mu_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> sleeping_{false};  // the thread is (about to be) asleep in ppoll
-  std::atomic<int> app_waiting_{0};    // application threads waiting in lock()
-  int wake_fd_ = -1;                   // eventfd: doorbell and stop wake the thread
+  std::atomic<bool> sleeping_{false};        // the thread is (about to be) asleep in ppoll
+  std::atomic<int> app_waiting_{0};          // application threads waiting in lock()
+  std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
+  std::atomic<bool> doorbell_rung_{false};   // post_send() since the thread's last round
+  int wake_fd_ = -1;                         // eventfd: doorbell and stop wake the thread
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;

@@ -5,8 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "tools/demo_cmd.h"
 #include "tools/pcap_cmd.h"
+#include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
+#include "tools/stats_cmd.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"uroce: RoCEv2 in user space"};
@@ -60,6 +63,24 @@ int main(int argc, char** argv) {
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
+  uroce::tools::StatsCommand stats_cmd;
+  CLI::App* stats = app.add_subcommand(
+      "stats",
+      "Counters of the running uroce devices (exit 1: none running, 2: one did not answer)");
+  stats->add_option("-d,--dev", stats_cmd.device, "Only this device");
+  stats->add_flag("--qp", stats_cmd.qp, "A line per QP too");
+  stats->add_flag("--json", stats_cmd.json, "One JSON array");
+
+  uroce::tools::PerfOptions perf_opt;
+  CLI::App* perf = app.add_subcommand(
+      "perf",
+      "RDMA benchmarks as perftest's ib_* tools: `perf TEST` (server), `perf TEST ADDRESS`");
+  uroce::tools::add_perf_options(*perf, perf_opt);
+  uroce::tools::DemoOptions demo_opt;
+  CLI::App* demo = app.add_subcommand(
+      "demo", "Two uroce processes on loopback: every RDMA operation checked, then perf numbers");
+  uroce::tools::add_demo_options(*demo, demo_opt);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -67,9 +88,12 @@ int main(int argc, char** argv) {
   }
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
+  if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
     return uroce::tools::sim_run(sim_cmd, stdout);
   }
+  if (perf->parsed()) return uroce::tools::perf_run(perf_opt, stdout, stderr);
+  if (demo->parsed()) return uroce::tools::demo_run(demo_opt, stdout, stderr);
   return 2;
 }

@@ -232,6 +232,12 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   applied.cur_qp_state = cur;
   q->qp->modify(applied, mask, path);
   apply_mask(q->attr, applied, mask);
+  // A transition can leave work to transmit that no post_send() announced: WRs posted in SQD
+  // go once the QP is back in RTS. Ring the doorbell as for a post, or a progress engine that
+  // sleeps until told would never send them.
+  if (s.doorbell_handler != nullptr && q->qp->has_transmit_work()) {
+    s.doorbell_handler->doorbell(q->qp->qpn());
+  }
   return Errc::kOk;
 }
 

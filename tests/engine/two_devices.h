@@ -25,13 +25,15 @@ inline constexpr std::uint32_t kAllAccess =
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 
 struct Side {
+  // Declared first so that it is destroyed last: the device drains (reads and writes registered
+  // memory) when it closes.
+  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
   std::unique_ptr<UdpDevice> dev;
   PdHandle pd;
   MrInfo mr;
   CqHandle cq;
   QpHandle qp;
   std::uint32_t qpn = 0;
-  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
   std::uint64_t va(std::size_t off) const {
     return reinterpret_cast<std::uint64_t>(buf.data()) + off;
   }

@@ -23,13 +23,14 @@ wire::IpAddress v4(const char* s) {
 }
 
 struct Side {
+  // Registered memory outlives the device: its destructor's close() still serves the peer.
+  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
   std::unique_ptr<UdpDevice> dev;
   PdHandle pd;
   MrInfo mr;
   CqHandle cq;
   QpHandle qp;
   std::uint32_t qpn = 0;
-  std::vector<std::byte> buf = std::vector<std::byte>(1 << 20);
   std::uint64_t va(std::size_t off) const {
     return reinterpret_cast<std::uint64_t>(buf.data()) + off;
   }

@@ -1,0 +1,770 @@
+// The UdpDevice's background progress thread, completion channels, async event fd, draining
+// close() and counters, over real UDP sockets on loopback. Waits are bounded by generous
+// deadlines only as hang guards; nothing here depends on timing.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/udp_device.h"
+#include "verbs/address.h"
+
+namespace uroce::engine {
+namespace {
+
+constexpr std::uint32_t kAllAccess =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+wire::IpAddress v4(const char* s) {
+  wire::IpAddress a;
+  ::inet_pton(AF_INET, s, a.bytes.data());
+  return a;
+}
+
+struct Side {
+  // Registered memory outlives the device: its destructor's close() still serves the peer.
+  std::vector<std::byte> buf = std::vector<std::byte>(4 << 20);
+  std::unique_ptr<UdpDevice> dev;
+  std::string ip;
+  PdHandle pd;
+  MrInfo mr;
+  CqHandle cq;
+  QpHandle qp;
+  std::uint32_t qpn = 0;
+  std::uint64_t va(std::size_t off) const {
+    return reinterpret_cast<std::uint64_t>(buf.data()) + off;
+  }
+};
+
+struct SideOptions {
+  std::string name = "uroce0";
+  std::uint32_t cqe = 1024;
+  std::uint32_t max_send_wr = 256;
+  bool make_channel = false;
+  std::string capture;
+};
+
+// Opens the device (polling mode) and creates PD, MR, CQ and an RC QP.
+void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
+  DeviceConfig cfg;
+  cfg.name = o.name;
+  cfg.ip = v4(ip);
+  s.ip = ip;
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture);
+  ASSERT_TRUE(d.ok()) << d.error();
+  s.dev = std::move(d.value());
+  Device& dev = s.dev->device();
+  s.pd = dev.alloc_pd().value();
+  s.mr = dev.reg_mr(s.pd, s.buf.data(), s.buf.size(), kAllAccess).value();
+  std::uint64_t channel = 0;
+  if (o.make_channel) channel = s.dev->create_comp_channel().value();
+  auto cq = dev.create_cq(CqInitAttr{o.cqe, channel, 0});
+  ASSERT_TRUE(cq.ok());
+  s.cq = cq->handle;
+  QpInitAttr init;
+  init.send_cq = s.cq;
+  init.recv_cq = s.cq;
+  init.cap = QpCap{o.max_send_wr, 16, 1, 1, 64};
+  auto qp = dev.create_qp(s.pd, init);
+  ASSERT_TRUE(qp.ok());
+  s.qp = qp->handle;
+  s.qpn = qp->qp_num;
+}
+
+void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeout = 14,
+             std::uint8_t retry_cnt = 7) {
+  Device& dev = s.dev->device();
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.port_num = 1;
+  a.qp_access_flags = kAllAccess;
+  ASSERT_EQ(dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), Errc::kOk);
+  a.qp_state = QpState::kRtr;
+  a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));
+  a.ah_attr.is_global = true;
+  a.path_mtu = Mtu::k1024;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = 0x100;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  ASSERT_EQ(dev.modify_qp(s.qp, a,
+                          kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                              kQpMaxDestRdAtomic | kQpMinRnrTimer),
+            Errc::kOk);
+  a.qp_state = QpState::kRts;
+  a.sq_psn = 0x100;
+  a.timeout = timeout;
+  a.retry_cnt = retry_cnt;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  ASSERT_EQ(
+      dev.modify_qp(
+          s.qp, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+      Errc::kOk);
+}
+
+void pair_up(Side& a, Side& b, std::uint8_t timeout = 14) {
+  connect(a, b, b.ip.c_str(), timeout);
+  connect(b, a, a.ip.c_str(), timeout);
+}
+
+SendWr write_wr(std::uint64_t id, const Sge& sge, const Side& peer, std::size_t off) {
+  SendWr w;
+  w.wr_id = id;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sg_list = std::span(&sge, 1);
+  w.rdma = {peer.va(off), peer.mr.rkey};
+  w.send_flags = kSendSignaled;
+  return w;
+}
+
+// Thread mode: polls `s`'s CQ through the lock until `n` completions arrived (or 20 s pass).
+std::vector<Wc> collect(Side& s, std::size_t n) {
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.size() < n && UdpDevice::now() < give_up) {
+    Wc wcs[32];
+    Result<std::size_t, Errc> k = Err{Errc::kInvalidArgument};
+    {
+      auto d = s.dev->lock();
+      k = d->poll_cq(s.cq, wcs);
+    }
+    if (!k.ok()) break;
+    if (k.value() == 0) {
+      std::this_thread::yield();
+      continue;
+    }
+    got.insert(got.end(), wcs, wcs + k.value());
+  }
+  return got;
+}
+
+void fill(Side& s, std::size_t off, std::size_t len, unsigned seed) {
+  for (std::size_t i = 0; i < len; ++i) s.buf[off + i] = static_cast<std::byte>(i * seed + 1);
+}
+
+bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+// The target's owner opens its device, starts the thread and then never touches it again: the
+// initiator's WRITE, READ and atomic complete anyway.
+TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
+  Side a, b;
+  make_side(a, "127.0.1.1");
+  make_side(b, "127.0.1.2");
+  pair_up(a, b);
+  fill(a, 0, 20000, 7);
+  fill(b, 500000, 20000, 3);
+  std::uint64_t counter = 100;
+  std::memcpy(b.buf.data() + 900000, &counter, 8);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+
+  const Sge wsge{a.va(0), 20000, a.mr.lkey};
+  const Sge rsge{a.va(100000), 20000, a.mr.lkey};
+  const Sge asge{a.va(300000), 8, a.mr.lkey};
+  std::vector<SendWr> wrs;
+  wrs.push_back(write_wr(1, wsge, b, 400000));
+  SendWr rd = write_wr(2, rsge, b, 500000);
+  rd.opcode = WrOpcode::kRdmaRead;
+  wrs.push_back(rd);
+  SendWr at;
+  at.wr_id = 3;
+  at.opcode = WrOpcode::kAtomicFetchAndAdd;
+  at.sg_list = std::span(&asge, 1);
+  at.atomic.remote_addr = b.va(900000);
+  at.atomic.rkey = b.mr.rkey;
+  at.atomic.compare_add = 5;
+  at.send_flags = kSendSignaled;
+  wrs.push_back(at);
+  {
+    auto d = a.dev->lock();
+    ASSERT_EQ(d->post_send(a.qp, wrs, nullptr), Errc::kOk);
+  }
+  const auto wcs = collect(a, 3);
+  ASSERT_EQ(wcs.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, i + 1);
+    EXPECT_EQ(wcs[i].status, WcStatus::kSuccess) << wc_status_name(wcs[i].status);
+  }
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 400000, 20000), 0);
+  EXPECT_EQ(std::memcmp(a.buf.data() + 100000, b.buf.data() + 500000, 20000), 0);
+  std::uint64_t orig = 0;
+  std::memcpy(&orig, a.buf.data() + 300000, 8);
+  EXPECT_EQ(orig, 100u);
+  std::memcpy(&counter, b.buf.data() + 900000, 8);
+  EXPECT_EQ(counter, 105u);
+}
+
+// The target is another process that opens its device, starts the progress thread and then
+// blocks in read() until the initiator is done: its WRITE lands and its READ returns the
+// target's bytes without the target's application running at all.
+TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
+  Side a;
+  make_side(a, "127.0.1.28");
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The target. Exit codes: 0 the WRITE's data arrived, 2 setup failed, 3 wrong data.
+    ::close(to_parent[0]);
+    ::close(to_child[1]);
+    Side b;
+    make_side(b, "127.0.1.29");
+    if (::testing::Test::HasFatalFailure() || !b.dev) ::_exit(2);
+    fill(b, 0, 50000, 11);
+    connect(b, a, "127.0.1.28");
+    if (::testing::Test::HasFatalFailure()) ::_exit(2);
+    if (!b.dev->start_progress_thread().empty()) ::_exit(2);
+    const std::uint64_t info[3] = {b.qpn, b.mr.rkey, b.va(0)};
+    if (::write(to_parent[1], info, sizeof info) != sizeof info) ::_exit(2);
+    char done = 0;
+    if (::read(to_child[0], &done, 1) != 1) ::_exit(2);  // the application does nothing
+    std::vector<std::byte> expect(30000);
+    for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 7 + 1);
+    bool ok = false;
+    {
+      // The lock orders this read after the progress thread's write of the data (the pipe
+      // tells when, but it is not a synchronization the thread's memory model can see).
+      auto d = b.dev->lock();
+      ok = std::memcmp(b.buf.data() + 100000, expect.data(), expect.size()) == 0;
+    }
+    b.dev.reset();
+    ::_exit(ok ? 0 : 3);
+  }
+  ::close(to_parent[1]);
+  ::close(to_child[0]);
+  std::uint64_t info[3] = {};
+  ASSERT_EQ(::read(to_parent[0], info, sizeof info), static_cast<ssize_t>(sizeof info));
+  Side peer;  // what the initiator knows of the target
+  peer.qpn = static_cast<std::uint32_t>(info[0]);
+  connect(a, peer, "127.0.1.29");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  fill(a, 0, 30000, 7);
+  const Sge wsge{a.va(0), 30000, a.mr.lkey};
+  const Sge rsge{a.va(200000), 50000, a.mr.lkey};
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sg_list = std::span(&wsge, 1);
+  w.rdma = {info[2] + 100000, static_cast<std::uint32_t>(info[1])};
+  w.send_flags = kSendSignaled;
+  SendWr r = w;
+  r.wr_id = 2;
+  r.opcode = WrOpcode::kRdmaRead;
+  r.sg_list = std::span(&rsge, 1);
+  r.rdma = {info[2], static_cast<std::uint32_t>(info[1])};
+  const SendWr wrs[2] = {w, r};
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, wrs, nullptr), Errc::kOk);
+  const auto wcs = collect(a, 2);
+  const char done = 1;
+  EXPECT_EQ(::write(to_child[1], &done, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[1].status, WcStatus::kSuccess);
+  std::vector<std::byte> expect(50000);
+  for (std::size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<std::byte>(i * 11 + 1);
+  EXPECT_EQ(std::memcmp(a.buf.data() + 200000, expect.data(), expect.size()), 0);
+  ::close(to_parent[0]);
+  ::close(to_child[1]);
+}
+
+// A polling-mode initiator against a thread-mode target: the two modes interoperate.
+TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
+  Side a, b;
+  make_side(a, "127.0.1.3");
+  make_side(b, "127.0.1.4");
+  pair_up(a, b);
+  fill(a, 0, 8000, 5);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  const Sge sge{a.va(0), 8000, a.mr.lkey};
+  const SendWr w = write_wr(11, sge, b, 1000);
+  ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.empty() && UdpDevice::now() < give_up) {
+    a.dev->wait(Duration::ms(10));
+    Wc wc[4];
+    auto k = a.dev->device().poll_cq(a.cq, wc);
+    ASSERT_TRUE(k.ok());
+    got.insert(got.end(), wc, wc + k.value());
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess);
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 1000, 8000), 0);
+}
+
+// A WR posted while the QP is in SQD goes when the QP returns to RTS: modify_qp() rings the
+// doorbell, or an engine that only sends for QPs it was told about (and a progress thread that
+// sleeps until told) would never send it. The initiator polls, so the order is exact.
+TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
+  Side a, b;
+  make_side(a, "127.0.1.30");
+  make_side(b, "127.0.1.31");
+  pair_up(a, b);
+  fill(a, 0, 1000, 3);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  Device& dev = a.dev->device();
+  QpAttr attr;
+  attr.qp_state = QpState::kSqd;
+  ASSERT_EQ(dev.modify_qp(a.qp, attr, kQpState), Errc::kOk);
+  const Sge sge{a.va(0), 1000, a.mr.lkey};
+  const SendWr w = write_wr(31, sge, b, 0);
+  ASSERT_EQ(dev.post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  EXPECT_FALSE(a.dev->progress());  // SQD: nothing may start
+  attr.qp_state = QpState::kRts;
+  ASSERT_EQ(dev.modify_qp(a.qp, attr, kQpState), Errc::kOk);
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.empty() && UdpDevice::now() < give_up) {
+    a.dev->wait(Duration::ms(10));
+    Wc wc[2];
+    auto k = dev.poll_cq(a.cq, wc);
+    ASSERT_TRUE(k.ok());
+    got.insert(got.end(), wc, wc + k.value());
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess);
+  auto peer_guard = b.dev->lock();
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), 1000), 0);
+}
+
+TEST(UdpDeviceThread, StartTwiceOrAfterCloseIsAClearError) {
+  Side a;
+  make_side(a, "127.0.1.5");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  EXPECT_NE(a.dev->start_progress_thread(), "");
+  a.dev->stop_progress_thread();
+  EXPECT_FALSE(a.dev->has_progress_thread());
+  a.dev->close();
+  EXPECT_EQ(a.dev->start_progress_thread(), "the device is closed");
+  EXPECT_FALSE(a.dev->progress());
+}
+
+// The channel's fd turns readable after the armed CQ gets a completion; get_cq_event() names
+// that CQ; the fd is quiet again once the event is taken.
+void check_completion_channel(bool thread_mode) {
+  Side a, b;
+  SideOptions oa;
+  oa.make_channel = true;
+  make_side(a, thread_mode ? "127.0.1.6" : "127.0.1.8", oa);
+  make_side(b, thread_mode ? "127.0.1.7" : "127.0.1.9");
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  if (thread_mode) {
+    ASSERT_EQ(a.dev->start_progress_thread(), "");
+  }
+  const std::uint64_t channel = 1;  // the first channel of the device
+  const int fd = a.dev->comp_channel_fd(channel);
+  ASSERT_GE(fd, 0);
+  EXPECT_FALSE(readable(fd, 0));
+  auto none = a.dev->get_cq_event(channel, Duration::zero());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none.value().has_value());
+
+  const Sge sge{a.va(0), 3000, a.mr.lkey};
+  const SendWr w = write_wr(21, sge, b, 0);
+  {
+    auto d = a.dev->lock();
+    ASSERT_EQ(d->req_notify_cq(a.cq, false), Errc::kOk);
+    ASSERT_EQ(d->post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  }
+  if (thread_mode) {
+    EXPECT_TRUE(readable(fd, 20000));  // hang guard only
+  } else {
+    const Instant give_up = UdpDevice::now() + Duration::s(20);
+    while (!readable(fd, 0) && UdpDevice::now() < give_up) a.dev->wait(Duration::ms(10));
+    EXPECT_TRUE(readable(fd, 0));
+  }
+  auto ev = a.dev->get_cq_event(channel, Duration::s(20));
+  ASSERT_TRUE(ev.ok());
+  ASSERT_TRUE(ev.value().has_value());
+  EXPECT_EQ(*ev.value(), a.cq);
+  EXPECT_FALSE(readable(fd, 0));
+  EXPECT_EQ(a.dev->unacked_cq_events(channel, a.cq), 1u);
+  EXPECT_EQ(a.dev->destroy_comp_channel(channel), Errc::kBusy);
+  EXPECT_EQ(a.dev->ack_cq_events(channel, a.cq, 2), Errc::kInvalidArgument);
+  EXPECT_EQ(a.dev->ack_cq_events(channel, a.cq, 1), Errc::kOk);
+  EXPECT_EQ(a.dev->unacked_cq_events(channel, a.cq), 0u);
+  Wc wc[2];
+  auto k = a.dev->lock()->poll_cq(a.cq, wc);
+  ASSERT_TRUE(k.ok());
+  ASSERT_EQ(k.value(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 21u);
+
+  // Not re-armed: the next completion raises no event; re-armed, it does (blocking get).
+  const SendWr w2 = write_wr(22, sge, b, 8192);
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, std::span(&w2, 1), nullptr), Errc::kOk);
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.empty() && UdpDevice::now() < give_up) {
+    if (!thread_mode) a.dev->wait(Duration::ms(10));
+    auto n = a.dev->lock()->poll_cq(a.cq, wc);
+    ASSERT_TRUE(n.ok());
+    got.insert(got.end(), wc, wc + n.value());
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(readable(fd, 0));
+  const SendWr w3 = write_wr(23, sge, b, 16384);
+  {
+    auto d = a.dev->lock();
+    ASSERT_EQ(d->req_notify_cq(a.cq, false), Errc::kOk);
+    ASSERT_EQ(d->post_send(a.qp, std::span(&w3, 1), nullptr), Errc::kOk);
+  }
+  auto ev3 = a.dev->get_cq_event(channel, Duration::s(20));  // drives progress in polling mode
+  ASSERT_TRUE(ev3.ok());
+  ASSERT_TRUE(ev3.value().has_value());
+  EXPECT_EQ(*ev3.value(), a.cq);
+  EXPECT_EQ(a.dev->ack_cq_events(channel, a.cq, 1), Errc::kOk);
+  EXPECT_EQ(a.dev->destroy_comp_channel(channel), Errc::kOk);
+  EXPECT_EQ(a.dev->comp_channel_fd(channel), -1);
+  EXPECT_FALSE(a.dev->get_cq_event(channel, Duration::zero()).ok());
+}
+
+TEST(UdpDeviceThread, CompletionChannelInThreadMode) { check_completion_channel(true); }
+TEST(UdpDeviceThread, CompletionChannelInPollingMode) { check_completion_channel(false); }
+
+// A CQ of one entry overflows: the async event fd turns readable and get_async_event() gives
+// the CQ error for that CQ.
+TEST(UdpDeviceThread, AsyncEventFdReportsCqOverflow) {
+  Side a, b;
+  SideOptions oa;
+  oa.cqe = 1;
+  make_side(a, "127.0.1.10", oa);
+  make_side(b, "127.0.1.11");
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  const int fd = a.dev->async_event_fd();
+  ASSERT_GE(fd, 0);
+  EXPECT_FALSE(readable(fd, 0));
+  EXPECT_FALSE(a.dev->get_async_event().has_value());
+  const Sge sge{a.va(0), 64, a.mr.lkey};
+  std::vector<SendWr> wrs;
+  for (std::uint64_t i = 0; i < 3; ++i) wrs.push_back(write_wr(i, sge, b, i * 64));
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, wrs, nullptr), Errc::kOk);
+  EXPECT_TRUE(readable(fd, 20000));  // hang guard only
+  auto ev = a.dev->get_async_event(Duration::s(20));
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kCqErr);
+  EXPECT_EQ(ev->cq, a.cq);
+  EXPECT_FALSE(readable(fd, 0));
+  Wc wc[4];
+  EXPECT_FALSE(a.dev->lock()->poll_cq(a.cq, wc).ok());  // the CQ is in error
+}
+
+// A WRITE with a bad rkey: the target's QP raises an access error (rxe:
+// IB_EVENT_QP_ACCESS_ERR) that its application, only waiting on the async fd, receives.
+TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
+  Side a, b;
+  make_side(a, "127.0.1.32");
+  make_side(b, "127.0.1.33");
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  const Sge sge{a.va(0), 64, a.mr.lkey};
+  SendWr w = write_wr(41, sge, b, 0);
+  w.rdma.rkey = b.mr.rkey ^ 0x80;  // no such key
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  EXPECT_TRUE(readable(b.dev->async_event_fd(), 20000));  // hang guard only
+  auto ev = b.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
+  EXPECT_EQ(ev->qp, b.qp);
+  EXPECT_EQ(ev->qp_num, b.qpn);
+  const auto wcs = collect(a, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr);
+  const DeviceStats sa = a.dev->stats();
+  const DeviceStats sb = b.dev->stats();
+  EXPECT_EQ(sb.qps[0].counters.other_naks_sent, 1u);
+  EXPECT_EQ(sa.qps[0].counters.other_naks_received, 1u);
+}
+
+// Polling mode: the async fd becomes readable during progress().
+TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
+  Side a, b;
+  SideOptions oa;
+  oa.cqe = 1;
+  make_side(a, "127.0.1.12", oa);
+  make_side(b, "127.0.1.13");
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  const Sge sge{a.va(0), 64, a.mr.lkey};
+  std::vector<SendWr> wrs;
+  for (std::uint64_t i = 0; i < 3; ++i) wrs.push_back(write_wr(i, sge, b, i * 64));
+  ASSERT_EQ(a.dev->device().post_send(a.qp, wrs, nullptr), Errc::kOk);
+  const int fd = a.dev->async_event_fd();
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (!readable(fd, 0) && UdpDevice::now() < give_up) a.dev->wait(Duration::ms(10));
+  ASSERT_TRUE(readable(fd, 0));
+  auto ev = a.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kCqErr);
+  EXPECT_FALSE(readable(fd, 0));
+}
+
+// close() right after posting many WRs: every WR completes before the socket closes, the peer
+// has every byte, and the completions can be polled after close().
+TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
+  Side a, b;
+  SideOptions oa;
+  oa.capture = (std::filesystem::temp_directory_path() /
+                ("uroce_thread_test_" + std::to_string(::getpid()) + ".pcap"))
+                   .string();
+  make_side(a, "127.0.1.14", oa);
+  make_side(b, "127.0.1.15");
+  pair_up(a, b);
+  constexpr std::size_t kWrs = 200, kLen = 4096;
+  fill(a, 0, kWrs * kLen, 13);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  std::vector<Sge> sges(kWrs);
+  std::vector<SendWr> wrs;
+  for (std::size_t i = 0; i < kWrs; ++i) {
+    sges[i] = Sge{a.va(i * kLen), static_cast<std::uint32_t>(kLen), a.mr.lkey};
+    wrs.push_back(write_wr(i, sges[i], b, i * kLen));
+  }
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, wrs, nullptr), Errc::kOk);
+  const CloseResult r = a.dev->close(Duration::s(20));
+  EXPECT_TRUE(r.drained);
+  EXPECT_EQ(r.outstanding_send_wqes, 0u);
+  EXPECT_FALSE(r.tx_pending);
+  EXPECT_TRUE(a.dev->is_closed());
+  std::vector<Wc> got(kWrs + 1);
+  auto k = a.dev->device().poll_cq(a.cq, got);
+  ASSERT_TRUE(k.ok());
+  ASSERT_EQ(k.value(), kWrs);
+  for (std::size_t i = 0; i < kWrs; ++i) {
+    EXPECT_EQ(got[i].wr_id, i);
+    EXPECT_EQ(got[i].status, WcStatus::kSuccess);
+  }
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), kWrs * kLen), 0);
+  // After close: counters stay readable, nothing more is sent.
+  const DeviceStats s = a.dev->stats();
+  EXPECT_GE(s.datapath.tx_packets, kWrs * 4);
+  EXPECT_EQ(a.dev->close().drained, true);  // idempotent
+  // The capture was flushed and closed: it holds every packet sent and received.
+  auto pcap = capture::PcapReader::open(oa.capture);
+  ASSERT_TRUE(pcap.ok()) << pcap.error();
+  capture::PcapRecord rec;
+  std::uint64_t frames = 0;
+  while (pcap->next(rec).value()) ++frames;
+  EXPECT_EQ(frames, s.datapath.tx_packets + s.datapath.rx_packets);
+  std::filesystem::remove(oa.capture);
+}
+
+// A WR that cannot be delivered ends within its retry budget: close() waits for that failure.
+TEST(UdpDeviceThread, CloseWaitsForRetryExceeded) {
+  Side a, b;
+  make_side(a, "127.0.1.16");
+  make_side(b, "127.0.1.17");
+  // Nobody at 127.0.1.18; ACK timeout about 1 ms, 2 retries.
+  connect(a, b, "127.0.1.18", 8, 2);
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  const Sge sge{a.va(0), 100, a.mr.lkey};
+  const SendWr w = write_wr(5, sge, b, 0);
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  const CloseResult r = a.dev->close(Duration::s(20));
+  EXPECT_TRUE(r.drained);
+  Wc wc[2];
+  auto k = a.dev->device().poll_cq(a.cq, wc);
+  ASSERT_TRUE(k.ok());
+  ASSERT_EQ(k.value(), 1u);
+  EXPECT_EQ(wc[0].status, WcStatus::kRetryExcErr);
+  const DeviceStats s = a.dev->stats();
+  ASSERT_EQ(s.qps.size(), 1u);
+  EXPECT_EQ(s.qps[0].counters.retry_exceeded, 1u);
+  EXPECT_EQ(s.qps[0].counters.timeouts, 3u);  // the first send and 2 retries timed out
+}
+
+// A deadline shorter than the retry budget: close() gives up and says so.
+TEST(UdpDeviceThread, CloseDeadlineIsBounded) {
+  Side a, b;
+  make_side(a, "127.0.1.19");
+  make_side(b, "127.0.1.20");
+  // ACK timeout 4.096 us * 2^20 (about 4 s), 7 retries: far beyond the deadline below.
+  connect(a, b, "127.0.1.21", 20, 7);
+  const Sge sge{a.va(0), 100, a.mr.lkey};
+  const SendWr w = write_wr(6, sge, b, 0);
+  ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  const CloseResult r = a.dev->close(Duration::ms(50));
+  EXPECT_FALSE(r.drained);
+  EXPECT_EQ(r.outstanding_send_wqes, 1u);
+}
+
+// The counters of a snapshot match the traffic: WRITEs of known size, one packet per MTU.
+TEST(UdpDeviceThread, StatsMatchTraffic) {
+  Side a, b;
+  SideOptions oa, ob;
+  oa.name = "stats_a";
+  ob.name = "stats_b";
+  make_side(a, "127.0.1.22", oa);
+  make_side(b, "127.0.1.23", ob);
+  pair_up(a, b, 20);  // ACK timeout about 4 s: no retransmission to blur the counts
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  // 10 WRITEs of 3 KiB at MTU 1024: 3 packets each, each WRITE acknowledged (AckReq on Last).
+  const Sge sge{a.va(0), 3072, a.mr.lkey};
+  std::vector<SendWr> wrs;
+  for (std::uint64_t i = 0; i < 10; ++i) wrs.push_back(write_wr(i, sge, b, i * 4096));
+  ASSERT_EQ(a.dev->lock()->post_send(a.qp, wrs, nullptr), Errc::kOk);
+  ASSERT_EQ(collect(a, 10).size(), 10u);
+  const DeviceStats sa = a.dev->stats();
+  const DeviceStats sb = b.dev->stats();
+  ASSERT_EQ(sa.qps.size(), 1u);
+  EXPECT_EQ(sa.qps[0].counters.packets_sent, 30u);
+  EXPECT_EQ(sa.qps[0].counters.bytes_sent, 30720u);
+  EXPECT_EQ(sb.qps[0].counters.packets_received, 30u);
+  EXPECT_EQ(sb.qps[0].counters.bytes_received, 30720u);
+  EXPECT_EQ(sa.datapath.tx_packets, 30u);
+  EXPECT_EQ(sb.engine.rx_packets, 30u);
+  EXPECT_EQ(sb.datapath.tx_packets, sa.engine.rx_packets);  // every ACK arrived
+  auto find = [](const NamedCounters& c, std::string_view name) -> std::uint64_t {
+    for (const auto& [n, v] : c) {
+      if (n == name) return v;
+    }
+    ADD_FAILURE() << "no counter " << name;
+    return 0;
+  };
+  const NamedCounters da = sa.device_counters();
+  EXPECT_EQ(find(da, "sent_pkts"), 30u);
+  EXPECT_EQ(find(da, "rcvd_pkts"), sa.engine.rx_packets);
+  EXPECT_EQ(find(da, "retry_exceeded_err"), 0u);
+  EXPECT_EQ(find(da, "icrc_err"), 0u);
+  EXPECT_EQ(find(da, "qps"), 1u);
+  EXPECT_EQ(find(sb.device_counters(), "rcvd_pkts"), 30u);
+
+  // The same counters through the stats endpoint, as another process would ask.
+  ASSERT_EQ(a.dev->stats_socket_name(), "uroce/" + std::to_string(::getpid()) + "/stats_a");
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un self{};
+  self.sun_family = AF_UNIX;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&self), sizeof(sa_family_t)), 0);
+  sockaddr_un to{};
+  to.sun_family = AF_UNIX;
+  const std::string& name = a.dev->stats_socket_name();
+  std::memcpy(to.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  const std::string req = "text qp";
+  ASSERT_EQ(::sendto(fd, req.data(), req.size(), 0, reinterpret_cast<const sockaddr*>(&to), len),
+            static_cast<ssize_t>(req.size()));
+  ASSERT_TRUE(readable(fd, 20000));
+  char buf[65536];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  ::close(fd);
+  ASSERT_GT(n, 1);
+  EXPECT_EQ(buf[0], '.');
+  const std::string text(buf + 1, static_cast<std::size_t>(n) - 1);
+  EXPECT_NE(text.find("link stats_a/1 pid " + std::to_string(::getpid()) + " sent_pkts 30 "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("qp stats_a/1 pid " + std::to_string(::getpid()) + " lqpn " +
+                std::to_string(a.qpn) + " type RC state RTS sent_pkts 30 sent_payload_bytes 30720"),
+      std::string::npos)
+      << text;
+  EXPECT_EQ(a.dev->stats().stats_requests, 1u);
+}
+
+// Two devices of one name in one process get distinct endpoints.
+TEST(UdpDeviceThread, StatsEndpointNamesAreUnique) {
+  Side a, b;
+  SideOptions o;
+  o.name = "twin";
+  make_side(a, "127.0.1.24", o);
+  make_side(b, "127.0.1.25", o);
+  const std::string base = "uroce/" + std::to_string(::getpid()) + "/twin";
+  EXPECT_EQ(a.dev->stats_socket_name(), base);
+  EXPECT_EQ(b.dev->stats_socket_name(), base + "~2");
+}
+
+// An application thread posting and another polling, through the lock, while both progress
+// threads run: every WR completes once, in order, and the data is right. (Run under
+// ThreadSanitizer too: see the report of the engine-threads branch.)
+TEST(UdpDeviceThread, StressPostAndPollAgainstTheProgressThread) {
+  Side a, b;
+  SideOptions o;
+  o.max_send_wr = 64;
+  o.cqe = 4096;
+  make_side(a, "127.0.1.26", o);
+  make_side(b, "127.0.1.27", o);
+  pair_up(a, b);
+  constexpr std::uint64_t kTotal = 5000;
+  constexpr std::uint32_t kLen = 256;
+  fill(a, 0, 64 * kLen, 17);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ProgressThreadOptions po;
+  po.spin = Duration::us(50);  // exercise the busy-poll path too
+  po.tx_budget = 8;            // many short rounds: more lock hand-overs
+  ASSERT_EQ(a.dev->start_progress_thread(po), "");
+
+  std::atomic<std::uint64_t> completed{0};
+  std::atomic<bool> failed{false};
+  std::thread poster([&] {
+    std::uint64_t posted = 0;
+    const Instant give_up = UdpDevice::now() + Duration::s(60);
+    while (posted < kTotal && !failed.load() && UdpDevice::now() < give_up) {
+      if (posted - completed.load() >= 64) {
+        std::this_thread::yield();
+        continue;
+      }
+      const std::size_t slot = posted % 64;
+      const Sge sge{a.va(slot * kLen), kLen, a.mr.lkey};
+      const SendWr w = write_wr(posted, sge, b, 1'000'000 + slot * kLen);
+      if (a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr) != Errc::kOk) {
+        failed.store(true);
+        break;
+      }
+      ++posted;
+    }
+  });
+  std::uint64_t expect = 0;
+  const Instant give_up = UdpDevice::now() + Duration::s(60);
+  while (expect < kTotal && !failed.load() && UdpDevice::now() < give_up) {
+    Wc wc[16];
+    auto k = a.dev->lock()->poll_cq(a.cq, wc);
+    if (!k.ok()) {
+      failed.store(true);
+      break;
+    }
+    for (std::size_t i = 0; i < k.value(); ++i) {
+      if (wc[i].wr_id != expect || wc[i].status != WcStatus::kSuccess) failed.store(true);
+      ++expect;
+    }
+    completed.store(expect);
+  }
+  poster.join();
+  EXPECT_FALSE(failed.load());
+  EXPECT_EQ(expect, kTotal);
+  auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 1'000'000, 64 * kLen), 0);
+  const CloseResult r = a.dev->close();
+  EXPECT_TRUE(r.drained);
+}
+
+}  // namespace
+}  // namespace uroce::engine
