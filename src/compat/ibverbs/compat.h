@@ -144,6 +144,10 @@ std::uint64_t key(Handle<Tag> h) {
 // stderr) when it cannot be opened.
 engine::UdpDevice* net(Context* ctx);
 
+// Whether ibv_post_send / ibv_wr_complete run a progress round in the posting thread (unless
+// UROCE_NO_TX_ON_POST is set).
+bool transmit_on_post();
+
 // Errc values are errno values.
 inline int err(Errc e) { return static_cast<int>(e); }
 

@@ -75,7 +75,6 @@ CompatDevice* find_device(ibv_device* device) {
 }
 
 constexpr int kSocketBufferBytes = 4 << 20;
-const bool kTransmitOnPost = std::getenv("UROCE_NO_TX_ON_POST") == nullptr;
 
 std::uint64_t fresh_seed() {
   const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -432,7 +431,7 @@ int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   if (!t_send.empty()) e = u->lock()->post_send(qp->h, t_send, &bad);
   // Transmit from the posting thread at once, as a NIC starts on its doorbell, instead of
   // waiting for the progress thread to be woken and scheduled.
-  if (bad != t_send.data() && !t_send.empty() && kTransmitOnPost) u->progress();
+  if (bad != t_send.data() && !t_send.empty() && transmit_on_post()) u->progress();
   if (e != Errc::kOk) {
     if (bad_wr != nullptr) *bad_wr = nth(wr, static_cast<std::size_t>(bad - t_send.data()));
     return err(e);
@@ -481,6 +480,11 @@ void to_ibv_wc(const Wc& w, ibv_wc* o) {
   o->slid = w.slid;
   o->sl = w.sl;
   o->dlid_path_bits = w.dlid_path_bits;
+}
+
+bool transmit_on_post() {
+  static const bool on = std::getenv("UROCE_NO_TX_ON_POST") == nullptr;
+  return on;
 }
 
 engine::UdpDevice* net(Context* ctx) {
