@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,6 +166,7 @@ int main(void) {
   struct ibv_gid_entry ge;
   REQUIRE(ibv_query_gid_ex(ctx, 1, 0, &ge, 0) == 0);
   CHECK(ge.gid_type == IBV_GID_TYPE_ROCE_V2);
+  CHECK(ge.ndev_ifindex == if_nametoindex("lo")); /* a loopback address: lo's index */
   CHECK(memcmp(ge.gid.raw, gid.raw, 16) == 0);
   CHECK(ibv_query_gid_ex(ctx, 1, 1, &ge, 0) == ENODATA); /* an empty entry */
   struct ibv_gid_entry table[4];

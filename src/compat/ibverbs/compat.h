@@ -113,6 +113,7 @@ struct Context {
   DeviceConfig config;
   std::unique_ptr<Device> query_dev;  // attributes, ports and GIDs before (and after) the network
   int async_placeholder = -1;         // context.async_fd; becomes the UdpDevice's async eventfd
+  std::uint32_t ifindex = 0;          // the interface holding the address (GID entries)
 
   std::mutex mu;  // guards the lazy open and the maps below (never held with the device lock)
   std::unique_ptr<engine::UdpDevice> owner;

@@ -1,6 +1,9 @@
 // The drop-in libibverbs.so.1: devices, contexts and the verbs objects over uroce (see compat.h).
 #include <endian.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -74,7 +77,30 @@ CompatDevice* find_device(ibv_device* device) {
   return nullptr;
 }
 
-constexpr int kSocketBufferBytes = 4 << 20;
+constexpr int kSocketBufferBytes = 16 << 20;
+
+// The index of the interface that holds `ip` (as rxe reports its netdev's in the GID entry),
+// 0 when none does. 127.0.0.0/8 is all loopback though lo lists only 127.0.0.1.
+std::uint32_t interface_index(const wire::IpAddress& ip) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  std::uint32_t index = 0;
+  for (ifaddrs* i = list; i != nullptr && index == 0; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    bool match = false;
+    if (!ip.v6 && i->ifa_addr->sa_family == AF_INET) {
+      const auto* sa = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      match = std::memcmp(&sa->sin_addr, ip.bytes.data(), 4) == 0;
+    } else if (ip.v6 && i->ifa_addr->sa_family == AF_INET6) {
+      const auto* sa = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      match = std::memcmp(&sa->sin6_addr, ip.bytes.data(), 16) == 0;
+    }
+    if (match) index = ::if_nametoindex(i->ifa_name);
+  }
+  ::freeifaddrs(list);
+  if (index == 0 && !ip.v6 && ip.bytes[0] == 127) index = ::if_nametoindex("lo");
+  return index;
+}
 
 std::uint64_t fresh_seed() {
   const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
@@ -504,11 +530,15 @@ engine::UdpDevice* net(Context* ctx) {
   }
   // Socket buffers for a full window of MTU-sized packets (128 PSNs of up to 4 KiB, each
   // charged at more than its size): with the 208 KiB default a multi-packet message overflows
-  // the receive buffer and every loss costs a retransmission timeout. The kernel caps the
-  // request at net.core.rmem_max / wmem_max.
-  for (int opt : {SO_RCVBUF, SO_SNDBUF}) {
-    const int bytes = kSocketBufferBytes;
-    ::setsockopt(r.value()->fd(), SOL_SOCKET, opt, &bytes, sizeof bytes);
+  // the receive buffer and every loss costs a retransmission timeout. As `uroce perf` does:
+  // 16 MiB, forced when privileged, else as much as net.core.rmem_max / wmem_max allow.
+  const int bytes = kSocketBufferBytes;
+  const int fd = r.value()->fd();
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
   }
   engine::ProgressThreadOptions opts;
   if (const char* spin = std::getenv("UROCE_PROGRESS_SPIN_US")) {
@@ -743,6 +773,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     auto mtu = datapath::interface_mtu(d->spec.ip);
     ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
     ctx->config.seed = fresh_seed();
+    ctx->ifindex = interface_index(d->spec.ip);
     auto qd = Device::create(ctx->config);
     if (!qd.ok()) {
       std::fprintf(stderr, "uroce libibverbs: device %s: invalid configuration (%s)\n",
@@ -837,7 +868,7 @@ UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint
   entry->gid_index = gid_index;
   entry->port_num = port_num;
   entry->gid_type = static_cast<std::uint32_t>(r.value().type);
-  entry->ndev_ifindex = 0;  // no netdev of its own
+  entry->ndev_ifindex = ctx_of(context)->ifindex;
   return 0;
 }
 
@@ -859,6 +890,7 @@ UROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* e
       e->gid_index = i;
       e->port_num = port;
       e->gid_type = static_cast<std::uint32_t>(r.value().type);
+      e->ndev_ifindex = ctx_of(context)->ifindex;
       ++n;
     }
   }
