@@ -6,6 +6,7 @@
  * Every wait is bounded (alarm). Exit status 0 when every check passed. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
 #include <poll.h>
@@ -408,6 +409,12 @@ int main(void) {
   REQUIRE(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0);
   CHECK(ev_cq == ecq && ev_ctx == (void*)0x1234);
   ibv_ack_cq_events(ev_cq, 1);
+  /* The channel fd blocks by default, as libibverbs'; made non-blocking, an empty channel
+   * answers EAGAIN. */
+  CHECK((fcntl(ch->fd, F_GETFL) & O_NONBLOCK) == 0);
+  REQUIRE(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+  errno = 0;
+  CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN);
   CHECK(ecq->comp_events_completed == 1);
   CHECK(ibv_poll_cq(ecq, 1, &wc) == 1 && wc.wr_id == 8 && wc.status == IBV_WC_SUCCESS);
 
@@ -425,6 +432,10 @@ int main(void) {
   REQUIRE(ibv_get_async_event(ctx, &ae) == 0);
   CHECK(ae.event_type == IBV_EVENT_QP_ACCESS_ERR && ae.element.qp == pqp);
   ibv_ack_async_event(&ae);
+  CHECK((fcntl(ctx->async_fd, F_GETFL) & O_NONBLOCK) == 0);
+  REQUIRE(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+  errno = 0;
+  CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN);
   CHECK(pqp->events_completed == 1);
 
   /* ---- what uroce does not offer: the errors libibverbs gives for such a provider ---- */

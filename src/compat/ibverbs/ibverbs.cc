@@ -102,6 +102,19 @@ std::uint32_t interface_index(const wire::IpAddress& ip) {
   return index;
 }
 
+// libibverbs' event fds block until the application makes them non-blocking (then the get
+// calls return EAGAIN when nothing is waiting). uroce's are eventfds created non-blocking by
+// the UdpDevice, which reads them only while they are readable, so the flag is the
+// application's to choose: it starts cleared.
+void make_blocking(int fd) {
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+bool is_nonblocking(int fd) {
+  const int fl = ::fcntl(fd, F_GETFL);
+  return fl >= 0 && (fl & O_NONBLOCK) != 0;
+}
+
 std::uint64_t fresh_seed() {
   const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
   return static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
@@ -552,9 +565,12 @@ engine::UdpDevice* net(Context* ctx) {
   }
   // context->async_fd now names the device's async-event eventfd (the number stays the same,
   // so an application that saved it polls the right file).
+  // The application's O_NONBLOCK choice carries over to the device's file.
+  const bool nonblocking = is_nonblocking(ctx->async_placeholder);
   if (::dup3(r.value()->async_event_fd(), ctx->async_placeholder, O_CLOEXEC) < 0) {
     std::fprintf(stderr, "uroce libibverbs: dup3 async fd: %s\n", std::strerror(errno));
   }
+  if (!nonblocking) make_blocking(ctx->async_placeholder);
   ctx->owner = std::move(r.value());
   ctx->udp.store(ctx->owner.get(), std::memory_order_release);
   return ctx->owner.get();
@@ -782,7 +798,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
       return nullptr;
     }
     ctx->query_dev = std::move(qd.value());
-    ctx->async_placeholder = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ctx->async_placeholder = ::eventfd(0, EFD_CLOEXEC);
     if (ctx->async_placeholder < 0) return nullptr;
 
     verbs_context& v = ctx->vctx;
@@ -1036,6 +1052,7 @@ UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
     auto* ch = new Channel();
     ch->ibv.context = context;
     ch->ibv.fd = u->comp_channel_fd(r.value());
+    make_blocking(ch->ibv.fd);
     ch->ibv.refcnt = 0;
     ch->tag = r.value();
     ch->ctx = ctx;
@@ -1083,13 +1100,14 @@ UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
   auto* ch = reinterpret_cast<Channel*>(channel);
   engine::UdpDevice* u = ch->ctx->udp.load();
   for (;;) {
-    auto r = u->get_cq_event(ch->tag, Duration::infinite());
+    const bool nonblocking = is_nonblocking(ch->ibv.fd);
+    auto r = u->get_cq_event(ch->tag, nonblocking ? Duration::zero() : Duration::infinite());
     if (!r.ok()) {
       errno = err(r.error());
       return -1;
     }
-    if (!r.value()) {  // the device closed under us
-      errno = EIO;
+    if (!r.value()) {  // nothing waiting on a non-blocking channel, or the device closed
+      errno = nonblocking ? EAGAIN : EIO;
       return -1;
     }
     std::lock_guard lk(ch->ctx->mu);
@@ -1119,16 +1137,22 @@ UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* icq, unsigned int nevents) {
 UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   Context* ctx = ctx_of(context);
   for (;;) {
+    const bool nonblocking = is_nonblocking(ctx->async_placeholder);
     engine::UdpDevice* u = ctx->udp.load(std::memory_order_acquire);
     if (u == nullptr) {
+      if (nonblocking) {
+        errno = EAGAIN;
+        return -1;
+      }
       // Nothing can happen before the first resource: wait for the device to appear.
       pollfd p{ctx->async_placeholder, POLLIN, 0};
       ::poll(&p, 1, 100);
       continue;
     }
-    std::optional<AsyncEvent> e = u->get_async_event(Duration::infinite());
-    if (!e) {
-      errno = EIO;
+    std::optional<AsyncEvent> e =
+        u->get_async_event(nonblocking ? Duration::zero() : Duration::infinite());
+    if (!e) {  // nothing waiting on a non-blocking fd, or the device closed
+      errno = nonblocking ? EAGAIN : EIO;
       return -1;
     }
     if (fill_async_event(ctx, *e, event)) return 0;
