@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -89,7 +90,12 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
     if (::setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
         ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0 ||
         ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on) != 0 ||
-        ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &on, sizeof on) != 0) {
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &on, sizeof on) != 0 ||
+        // rxe sends RoCEv2 over IPv6 with UDP checksum 0 too (its tunnel socket is set up
+        // without IPv6 UDP checksums; the ICRC protects the packet). Linux drops such IPv6
+        // datagrams unless the socket accepts a zero checksum (RFC 6936); seen in
+        // tests/interop against kernel 6.1's rxe.
+        ::setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &on, sizeof on) != 0) {
       return Err{fail("setsockopt")};
     }
   } else {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tools/demo_cmd.h"
+#include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
 #include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
+  uroce::tools::NetCommands net_cmds;
+  net_cmds.add_to(app);
   uroce::tools::StatsCommand stats_cmd;
   CLI::App* stats = app.add_subcommand(
       "stats",
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (auto rc = net_cmds.run()) return *rc;
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
   if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -152,6 +153,65 @@ void raw_send(const wire::IpAddress& to, std::uint16_t port, const Bytes& payloa
   ASSERT_EQ(::sendto(fd, payload.data(), payload.size(), 0, reinterpret_cast<sockaddr*>(&ss), len),
             static_cast<ssize_t>(payload.size()));
   ::close(fd);
+}
+
+// rxe sends RoCEv2 over IPv6 with UDP checksum 0 (the ICRC protects the packet); Linux hands
+// such IPv6 datagrams (RFC 6936) only to sockets that allow it (UDP_NO_CHECK6_RX). Found by
+// tests/interop against kernel 6.1's rxe: before the fix, every packet from rxe was dropped.
+TEST(UdpDatapath, Ipv6DatagramWithZeroUdpChecksumIsReceived) {
+  // A valid packet from the datapath, caught by a plain socket on the port the datapath will
+  // use next, so that the ICRC (which covers the UDP ports) stays valid when it is replayed.
+  const int plain = ::socket(AF_INET6, SOCK_DGRAM, 0);
+  ASSERT_GE(plain, 0);
+  sockaddr_in6 at{};
+  at.sin6_family = AF_INET6;
+  at.sin6_port = htons(4797);
+  at.sin6_addr = in6addr_loopback;
+  if (::bind(plain, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
+    ::close(plain);
+    GTEST_SKIP() << "no IPv6 loopback on this machine";
+  }
+  auto a = UdpDatapath::open({loopback6(), 4796});
+  ASSERT_TRUE(a.ok()) << a.error();
+  const Bytes data = data_of(300);
+  send_gathered(*a.value(), loopback6(), 4797, data);
+  ASSERT_TRUE(readable(plain));
+  Bytes datagram(2048);
+  sockaddr_in6 from{};
+  socklen_t from_len = sizeof from;
+  const ssize_t n = ::recvfrom(plain, datagram.data(), datagram.size(), 0,
+                               reinterpret_cast<sockaddr*>(&from), &from_len);
+  ::close(plain);
+  ASSERT_GT(n, 0);
+  datagram.resize(static_cast<std::size_t>(n));
+
+  // The same datagram again, now with UDP checksum 0, from a raw socket (which does not fill
+  // in an IPv6 UDP checksum), to the datapath.
+  auto b = UdpDatapath::open({loopback6(), 4797});
+  ASSERT_TRUE(b.ok()) << b.error();
+  const int raw = ::socket(AF_INET6, SOCK_RAW, IPPROTO_UDP);
+  if (raw < 0) GTEST_SKIP() << "raw sockets need CAP_NET_RAW: " << std::strerror(errno);
+  Bytes udp(8 + datagram.size());
+  const std::uint16_t sport = ntohs(from.sin6_port), dport = 4797;
+  const std::uint16_t len = static_cast<std::uint16_t>(udp.size());
+  udp[0] = static_cast<std::byte>(sport >> 8);
+  udp[1] = static_cast<std::byte>(sport);
+  udp[2] = static_cast<std::byte>(dport >> 8);
+  udp[3] = static_cast<std::byte>(dport);
+  udp[4] = static_cast<std::byte>(len >> 8);
+  udp[5] = static_cast<std::byte>(len);
+  // bytes 6, 7: checksum 0
+  std::memcpy(udp.data() + 8, datagram.data(), datagram.size());
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  to.sin6_addr = in6addr_loopback;
+  ASSERT_EQ(::sendto(raw, udp.data(), udp.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+            static_cast<ssize_t>(udp.size()));
+  ::close(raw);
+  const auto got = receive_all(*b.value(), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, data);
+  EXPECT_TRUE(got[0].meta.icrc_verified);
 }
 
 TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {

@@ -1,0 +1,28 @@
+// The command-line side of `uroce ping`, `uroce devices` and `uroce devinfo`: their options,
+// registered on the `uroce` app, kept out of uroce_main.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+
+#include "tools/devinfo_cmd.h"
+#include "tools/ping_cmd.h"
+
+namespace uroce::tools {
+
+class NetCommands {
+ public:
+  void add_to(CLI::App& app);
+  // The exit status of the command that was parsed, or nullopt when none of these was.
+  std::optional<int> run();
+
+ private:
+  PingOptions ping_;
+  DevinfoOptions devinfo_;
+  CLI::App* ping_cmd_ = nullptr;
+  CLI::App* devices_cmd_ = nullptr;
+  CLI::App* devinfo_cmd_ = nullptr;
+};
+
+}  // namespace uroce::tools

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Builds the interop VM: Debian 12's own kernel plus a busybox initramfs that loads the
+# Soft-RoCE driver (rdma_rxe) and carries rdma-core's ibv_* tools. Everything comes from plain
+# Debian packages fetched with `apt-get download` and unpacked with `dpkg -x` (nothing is
+# installed on the host).
+#
+# usage: build-vm-image.sh [CACHE_DIR]      (default: $UROCE_INTEROP_CACHE or /var/cache/uroce-interop)
+# output: CACHE_DIR/vmlinuz, CACHE_DIR/initramfs.cpio.gz (paths printed on the last line)
+#
+# Reruns are fast: the downloaded .debs and the unpacked tree are kept, and the image is only
+# rebuilt when this script or the guest init changed (a stamp holds their hash).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${1:-${UROCE_INTEROP_CACHE:-/var/cache/uroce-interop}}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+
+die() { echo "build-vm-image: $*" >&2; exit 1; }
+for tool in apt-get apt-cache dpkg cpio gzip objdump depmod flock; do
+  command -v "$tool" >/dev/null 2>&1 || die "missing host tool '$tool' (scripts/install-deps installs it)"
+done
+
+# One build at a time per cache (two test runs may start together); bounded wait.
+exec 9>"$cache/.lock"
+flock -w 900 9 || die "another build holds $cache/.lock for more than 900 s"
+
+stamp_want=$(cat "${BASH_SOURCE[0]}" "$here/vm-init.sh" | sha256sum | cut -c1-16)
+if [[ -f $cache/stamp && $(cat "$cache/stamp") == "$stamp_want" && -f $cache/vmlinuz &&
+      -f $cache/initramfs.cpio.gz ]]; then
+  echo "build-vm-image: cached image is current"
+  echo "$cache/vmlinuz $cache/initramfs.cpio.gz"
+  exit 0
+fi
+
+# User-space packages: busybox for the shell, rdma-core's verbs library, the rxe provider and
+# the ibv_* tools, iproute2 for `rdma link add`, and the shared libraries they link against
+# (checked below with objdump; a missing one fails the build with its name).
+packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils
+          iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1
+          libbpf1 zlib1g libxtables12 libpci3 libudev1)
+
+debs=$cache/debs
+tree=$cache/tree
+# The unpacked tree is reused while the package list is the same.
+tree_want=$(echo "${packages[*]}" | sha256sum | cut -c1-16)
+if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
+  # linux-image-amd64 is a metapackage; the real image is the package it depends on.
+  kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+         awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  if [[ -z $kpkg ]]; then
+    echo "build-vm-image: apt-cache knows no linux-image-amd64; running apt-get update"
+    apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null || die "apt-get update failed"
+    kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+           awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    [[ -n $kpkg ]] || die "the package archive has no linux-image-amd64"
+  fi
+  rm -rf "$debs"
+  mkdir -p "$debs"
+  echo "build-vm-image: downloading $kpkg and ${#packages[@]} user-space packages into $debs"
+  (cd "$debs" && apt-get download -q "$kpkg" "${packages[@]}") ||
+    die "apt-get download failed"
+  rm -rf "$tree"
+  mkdir -p "$tree"
+  for deb in "$debs"/*.deb; do dpkg -x "$deb" "$tree"; done
+  echo "$tree_want" >"$tree/.complete"
+fi
+
+kver=$(ls "$tree/lib/modules" | head -1)
+[[ -n $kver && -f $tree/boot/vmlinuz-$kver ]] || die "no kernel found in $tree"
+[[ -f $tree/lib/modules/$kver/modules.dep ]] || depmod -b "$tree" "$kver"
+
+root=$cache/root
+rm -rf "$root"
+mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,tmp,run,root,lib64,usr/bin,usr/sbin}
+mkdir -p "$root/etc/libibverbs.d" "$root/lib/modules/$kver"
+cp "$tree/bin/busybox" "$root/bin/busybox"
+
+# Kernel modules in load order: virtio NIC, the CRC32 the ICRC needs, the UDP tunnel helpers,
+# the RDMA core, rdma_rxe itself, and netem with prio and u32 (loss injection on the guest's
+# egress, for some packets only: the host kernel may have no netem).
+modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover
+         net_failover virtio_net crc32_generic crc32-pclmul udp_tunnel ip6_udp_tunnel configfs
+         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem sch_prio cls_u32)
+moddir=$tree/lib/modules/$kver
+: >"$root/modorder"
+for m in "${modules[@]}"; do
+  rel=$(grep -E "(^|/)$m\.ko(\.xz)?:" "$moddir/modules.dep" | head -1 | cut -d: -f1)
+  [[ -n $rel ]] || die "kernel module $m not found in $kver"
+  mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
+  cp "$moddir/$rel" "$root/lib/modules/$kver/$rel"
+  echo "/lib/modules/$kver/$rel" >>"$root/modorder"
+done
+
+# Binaries and, recursively, the libraries named in their DT_NEEDED entries.
+declare -A copied
+find_lib() {
+  local d
+  for d in lib/x86_64-linux-gnu usr/lib/x86_64-linux-gnu; do
+    if [[ -e $tree/$d/$1 ]]; then echo "$d/$1"; return 0; fi
+  done
+  return 1
+}
+copy_with_libs() {
+  local f=$1 lib need
+  [[ -n ${copied[$f]:-} ]] && return 0
+  copied[$f]=1
+  [[ -e $tree/$f ]] || die "$f is not in the unpacked packages"
+  mkdir -p "$root/$(dirname "$f")"
+  cp -L "$tree/$f" "$root/$f"
+  for need in $(objdump -p "$tree/$f" 2>/dev/null | awk '/NEEDED/ {print $2}'); do
+    [[ $need == ld-linux-x86-64.so.2 ]] && continue
+    lib=$(find_lib "$need") || die "library $need (needed by $f) is in none of the packages"
+    copy_with_libs "$lib"
+  done
+}
+provider=$(cd "$tree" && ls usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)
+[[ -n $provider ]] || die "rxe provider library not found"
+for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/rdma sbin/tc \
+         "$provider" \
+         lib/x86_64-linux-gnu/libgcc_s.so.1; do
+  copy_with_libs "$f"
+done
+cp -L "$tree/lib64/ld-linux-x86-64.so.2" "$root/lib64/" 2>/dev/null ||
+  cp -L "$tree/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" "$root/lib64/"
+cp "$tree/etc/libibverbs.d/rxe.driver" "$root/etc/libibverbs.d/"
+echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+echo 'root:x:0:' >"$root/etc/group"
+echo '127.0.0.1 localhost' >"$root/etc/hosts"
+install -m 755 "$here/vm-init.sh" "$root/init"
+
+cp "$tree/boot/vmlinuz-$kver" "$cache/vmlinuz"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -6) >"$cache/initramfs.cpio.gz.tmp"
+mv "$cache/initramfs.cpio.gz.tmp" "$cache/initramfs.cpio.gz"
+echo "$stamp_want" >"$cache/stamp"
+echo "build-vm-image: kernel $kver, initramfs $(du -h "$cache/initramfs.cpio.gz" | cut -f1)"
+echo "$cache/vmlinuz $cache/initramfs.cpio.gz"

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Compares two captures of the same RoCEv2 traffic, from the IP header on.
+
+usage: same_frames.py WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
+WIRE.pcap is tcpdump's view of the wire, UROCE.pcap what uroce wrote (UROCE_PCAP). The packets
+sent from each address must be the same in both captures: the same number, in the same order,
+the same bytes from the IP header to the ICRC (the Ethernet header is left out: uroce's capture
+has no real MAC addresses).
+- What the peer sent, uroce received through a UDP socket and reconstructed the headers: they
+  must be exact, IPv4 identification (recovered from the ICRC) and checksums included.
+- What uroce sent, the kernel completed: TTL/hop limit, TOS/traffic class, IPv6 flow label and
+  the checksums are the kernel's, so those fields (the ones the ICRC masks) are not compared.
+Exit 0 when they match, 1 with the first differences otherwise.
+"""
+import ipaddress
+import struct
+import sys
+
+
+def frames(path):
+    with open(path, 'rb') as f:
+        head = f.read(24)
+        magic = struct.unpack('<I', head[:4])[0]
+        endian = '<' if magic in (0xa1b2c3d4, 0xa1b23c4d) else '>'
+        while True:
+            rec = f.read(16)
+            if len(rec) < 16:
+                return
+            incl = struct.unpack(endian + 'IIII', rec)[2]
+            yield f.read(incl)
+
+
+def sent_from(path, addr):
+    """IP packets (from the IP header on) whose source is addr."""
+    packed = addr.packed
+    out = []
+    for fr in frames(path):
+        off = 14
+        ether_type = struct.unpack('>H', fr[12:14])[0]
+        if ether_type == 0x8100:
+            ether_type = struct.unpack('>H', fr[16:18])[0]
+            off = 18
+        ip = fr[off:]
+        if ether_type == 0x0800 and addr.version == 4 and ip[12:16] == packed:
+            out.append(ip[:struct.unpack('>H', ip[2:4])[0]])
+        elif ether_type == 0x86dd and addr.version == 6 and ip[8:24] == packed:
+            out.append(ip[:40 + struct.unpack('>H', ip[4:6])[0]])
+    return out
+
+
+def masked(ip):
+    """The packet with the fields that the ICRC masks (and the kernel fills in) zeroed."""
+    b = bytearray(ip)
+    if b[0] >> 4 == 4:
+        ihl = (b[0] & 0xf) * 4
+        b[1] = 0
+        b[8] = 0
+        b[10:12] = b'\0\0'
+        b[ihl + 6:ihl + 8] = b'\0\0'
+    else:
+        b[0] &= 0xf0
+        b[1:4] = b'\0\0\0'
+        b[7] = 0
+        b[46:48] = b'\0\0'
+    return bytes(b)
+
+
+def main(argv):
+    if len(argv) != 5:
+        sys.stderr.write(__doc__)
+        return 2
+    wire_path, uroce_path = argv[1], argv[2]
+    ok = True
+    for text, exact in ((argv[3], True), (argv[4], False)):
+        addr = ipaddress.ip_address(text)
+        wire = sent_from(wire_path, addr)
+        mine = sent_from(uroce_path, addr)
+        if not exact:
+            wire = [masked(p) for p in wire]
+            mine = [masked(p) for p in mine]
+        if len(wire) != len(mine):
+            print('%s: %d packets on the wire, %d in uroce\'s capture' % (text, len(wire), len(mine)))
+            ok = False
+            continue
+        bad = [i for i, (a, b) in enumerate(zip(wire, mine)) if a != b]
+        for i in bad[:3]:
+            a, b = wire[i], mine[i]
+            offs = [k for k in range(min(len(a), len(b))) if a[k] != b[k]]
+            print('%s: packet %d differs (lengths %d/%d) at IP offsets %s' %
+                  (text, i + 1, len(a), len(b), offs[:12]))
+        if bad:
+            ok = False
+        else:
+            print('%s: %d packets, identical in both captures%s' %
+                  (text, len(wire), '' if exact else ' (ICRC-masked fields aside)'))
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
