@@ -1,12 +1,15 @@
 #!/bin/bash
 # ibv_devices and ibv_devinfo (unmodified) over the drop-in libibverbs.so.1.
-#   run_devinfo.sh LIBDIR ADDR1 ADDR2 TCP_PORT
+#   run_devinfo.sh LIBDIR ADDR1 ADDR2 TCP_PORT [UROCE]
 # - ibv_devices lists both configured devices with their node GUIDs;
 # - ibv_devinfo -v shows the device as rxe would (port active, Ethernet, IPv4-mapped RoCE v2 GID);
 # - ibv_devinfo works while another process uses the device (its UDP port 4791 bound): queries
-#   never open the network.
+#   never open the network;
+# - with UROCE (the uroce tool): `ibv_devinfo -v` prints what `uroce devinfo -v` prints, line for
+#   line (the tool reads the Device directly; the drop-in converts it to libibverbs' structs),
+#   apart from the extended attributes only ibv_devinfo shows.
 set -u
-libdir=$1 a1=$2 a2=$3 port=$4
+libdir=$1 a1=$2 a2=$3 port=$4 uroce=${5:-}
 export LD_LIBRARY_PATH=$libdir
 if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
   export LD_PRELOAD="${UROCE_TEST_PRELOAD:-}"
@@ -34,6 +37,17 @@ expect ibv_devinfo "$out" 'state:\s+PORT_ACTIVE \(4\)'
 expect ibv_devinfo "$out" 'link_layer:\s+Ethernet'
 expect ibv_devinfo "$out" 'vendor_id:\s+0x0000'
 expect ibv_devinfo "$out" "GID\[  0\]:\s+::ffff:$a2, RoCE v2"
+
+if [ -n "$uroce" ]; then
+  want=$(UROCE_DEVICES=$a2 ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD= timeout 20 "$uroce" devinfo -v 2>&1)
+  got=$(UROCE_DEVICES=$a2 timeout 20 ibv_devinfo -v 2>&1 |
+    sed '/^\tgeneral_odp_caps:/,/^\ttag matching/d')
+  if [ "$want" != "$got" ]; then
+    echo "FAIL: ibv_devinfo -v over the drop-in differs from uroce devinfo -v:"
+    diff <(echo "$want") <(echo "$got")
+    fail=1
+  fi
+fi
 
 # Another process holds the device: an ibv_rc_pingpong server (it allocated its PD, so it has
 # bound the address) waiting for a client that never comes.
