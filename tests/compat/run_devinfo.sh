@@ -38,6 +38,10 @@ expect ibv_devinfo "$out" 'link_layer:\s+Ethernet'
 expect ibv_devinfo "$out" 'vendor_id:\s+0x0000'
 expect ibv_devinfo "$out" "GID\[  0\]:\s+::ffff:$a2, RoCE v2"
 
+# An address no interface holds (TEST-NET-1): listed, its port down.
+out=$(UROCE_DEVICES=192.0.2.1 timeout 20 ibv_devinfo 2>&1)
+expect "ibv_devinfo (address not local)" "$out" 'state:\s+PORT_DOWN \(1\)'
+
 if [ -n "$uroce" ]; then
   want=$(UROCE_DEVICES=$a2 ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD= timeout 20 "$uroce" devinfo -v 2>&1)
   got=$(UROCE_DEVICES=$a2 timeout 20 ibv_devinfo -v 2>&1 |

@@ -114,6 +114,7 @@ struct Context {
   std::unique_ptr<Device> query_dev;  // attributes, ports and GIDs before (and after) the network
   int async_placeholder = -1;         // context.async_fd; becomes the UdpDevice's async eventfd
   std::uint32_t ifindex = 0;          // the interface holding the address (GID entries)
+  bool address_local = true;          // an interface holds the address (else the port is down)
 
   std::mutex mu;  // guards the lazy open and the maps below (never held with the device lock)
   std::unique_ptr<engine::UdpDevice> owner;
@@ -148,6 +149,8 @@ engine::UdpDevice* net(Context* ctx);
 // Whether ibv_post_send / ibv_wr_complete run a progress round in the posting thread (unless
 // UROCE_NO_TX_ON_POST is set).
 bool transmit_on_post();
+
+void mark_down_if_not_local(Context* ctx, ibv_port_attr* a);
 
 // Errc values are errno values.
 inline int err(Errc e) { return static_cast<int>(e); }

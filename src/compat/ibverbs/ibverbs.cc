@@ -190,6 +190,18 @@ void to_ibv_port_attr(const PortAttr& a, ibv_port_attr* o) {
   o->link_layer = static_cast<std::uint8_t>(a.link_layer);
 }
 
+}  // namespace
+
+// An address that no interface holds cannot carry traffic (opening the device will fail):
+// its port reads as down, as rxe's does when its netdev has no carrier.
+void mark_down_if_not_local(Context* ctx, ibv_port_attr* a) {
+  if (ctx->address_local) return;
+  a->state = IBV_PORT_DOWN;
+  a->phys_state = 3;  // Disabled
+}
+
+namespace {
+
 Gid to_gid(const ibv_gid& g) {
   Gid r;
   std::memcpy(r.raw.data(), g.raw, 16);
@@ -668,6 +680,7 @@ int vop_query_port(ibv_context* c, std::uint8_t port_num, ibv_port_attr* attr, s
   if (!r.ok()) return err(r.error());
   ibv_port_attr full;
   to_ibv_port_attr(r.value(), &full);
+  mark_down_if_not_local(ctx_of(c), &full);
   std::memcpy(attr, &full, std::min(len, sizeof full));
   return 0;
 }
@@ -788,6 +801,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     // that is on no interface (yet) reads as Ethernet's 1500 until then.
     auto mtu = datapath::interface_mtu(d->spec.ip);
     ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
+    ctx->address_local = mtu.ok();
     ctx->config.seed = fresh_seed();
     ctx->ifindex = interface_index(d->spec.ip);
     auto qd = Device::create(ctx->config);
@@ -854,6 +868,7 @@ UROCE_EXPORT int ibv_query_port(ibv_context* context, uint8_t port_num,
   }
   ibv_port_attr full;
   to_ibv_port_attr(r.value(), &full);
+  mark_down_if_not_local(ctx_of(context), &full);
   std::memcpy(static_cast<void*>(port_attr), &full, offsetof(ibv_port_attr, port_cap_flags2));
   return 0;
 }
