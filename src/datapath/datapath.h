@@ -15,11 +15,18 @@ class Datapath {
  public:
   virtual ~Datapath() = default;
   // Transmits one packet: `o` says where to (the datapath fills in what it owns, such as
-  // MAC addresses), `transport_headers` is BTH plus extension headers, `payload` is gathered
-  // from registered memory (valid for this call only). The datapath adds pad and ICRC.
-  // Returns false when it has no room now (the caller retries later).
+  // MAC addresses), `transport_headers` is BTH plus extension headers (copied), `payload` is
+  // gathered from registered memory. The datapath adds pad and ICRC. A datapath may queue the
+  // packet and read `payload` later, up to the next flush(): the caller keeps that memory as it
+  // is until then. Returns false when it has no room now (the caller retries later).
   virtual bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                     std::span<const ConstBytes> payload) = 0;
+  // Puts queued packets on the wire. Afterwards no queued packet refers to the caller's memory
+  // any more: what the network cannot take now (backpressure) the datapath has copied and
+  // sends on a later send() or flush(). The engine calls it at the end of every flush_tx.
+  virtual void flush(Instant /*now*/) {}
+  // True while packets wait in the datapath for room on the network (see flush()).
+  virtual bool tx_queued() const { return false; }
 };
 
 }  // namespace uroce::datapath

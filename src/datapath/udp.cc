@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -10,7 +12,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "wire/icrc.h"
@@ -39,6 +44,26 @@ void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage
   }
 }
 
+// A "0" or "1" from the environment, or an error message for anything else.
+Result<std::optional<bool>, std::string> env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::optional<bool>{};
+  if (std::strcmp(v, "0") == 0) return std::optional<bool>{false};
+  if (std::strcmp(v, "1") == 0) return std::optional<bool>{true};
+  return Err{std::string(name) + " must be 0 or 1, not '" + v + "'"};
+}
+
+// Control-message room for IP_TOS/IPV6_TCLASS and UDP_SEGMENT (send) or TOS, TTL and UDP_GRO
+// (receive), aligned for cmsghdr.
+struct alignas(cmsghdr) Control {
+  std::array<std::byte, 128> bytes;
+};
+
+// A datagram's largest UDP payload on IPv4 (65535 - 20 - 8); used for IPv6 too, conservatively.
+constexpr std::size_t kMaxUdpPayload = 65507;
+// Receive buffers: a datagram, or a GRO batch, which the kernel keeps under 64 KiB.
+constexpr std::size_t kRxBufferBytes = 65536;
+
 std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
   const std::size_t at = ip.v6 ? 12 : 0;
   return {0x02, 0x00, ip.bytes[at], ip.bytes[at + 1], ip.bytes[at + 2], ip.bytes[at + 3]};
@@ -46,7 +71,7 @@ std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
 
 }  // namespace
 
-Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
+Result<std::string, std::string> interface_name(const wire::IpAddress& local) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return Err{errno_text("getifaddrs")};
   std::string name;
@@ -64,6 +89,72 @@ Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
   // 127.0.0.0/8 is all loopback, though only 127.0.0.1 is listed as an address of lo.
   if (name.empty() && !local.v6 && local.bytes[0] == 127) name = "lo";
   if (name.empty()) return Err{std::string("no network interface has this address")};
+  return name;
+}
+
+std::optional<bool> udp_segmentation_feature(const std::string& ifname) {
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ) return std::nullopt;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  auto ethtool = [&](void* data) {
+    ifreq req{};
+    std::strncpy(req.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+    req.ifr_data = static_cast<char*>(data);
+    return ::ioctl(fd, SIOCETHTOOL, &req) == 0;
+  };
+  std::optional<bool> on;
+  // The feature names (ETH_SS_FEATURES), to find tx-udp-segmentation's bit, then the bits.
+  // ethtool_sset_info ends in a flexible array: one 32-bit count follows it here.
+  std::array<std::uint64_t, (sizeof(ethtool_sset_info) + sizeof(std::uint32_t) + 7) / 8> sset{};
+  auto* info = reinterpret_cast<ethtool_sset_info*>(sset.data());
+  info->cmd = ETHTOOL_GSSET_INFO;
+  info->sset_mask = 1ull << ETH_SS_FEATURES;
+  std::uint32_t count = 0;
+  if (ethtool(info) && info->sset_mask != 0) {
+    std::memcpy(&count, reinterpret_cast<const std::byte*>(info) + sizeof(ethtool_sset_info),
+                sizeof count);
+  }
+  if (count > 0 && count < 4096) {
+    const std::uint32_t n = count;
+    std::vector<std::uint64_t> names((sizeof(ethtool_gstrings) + n * ETH_GSTRING_LEN + 7) / 8);
+    auto* gs = reinterpret_cast<ethtool_gstrings*>(names.data());
+    gs->cmd = ETHTOOL_GSTRINGS;
+    gs->string_set = ETH_SS_FEATURES;
+    gs->len = n;
+    const std::uint32_t blocks = (n + 31) / 32;
+    std::vector<std::uint64_t> bits(
+        (sizeof(ethtool_gfeatures) + blocks * sizeof(ethtool_get_features_block) + 7) / 8);
+    auto* gf = reinterpret_cast<ethtool_gfeatures*>(bits.data());
+    gf->cmd = ETHTOOL_GFEATURES;
+    gf->size = blocks;
+    if (ethtool(gs) && ethtool(gf)) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const char* name = reinterpret_cast<const char*>(gs->data) + i * ETH_GSTRING_LEN;
+        if (std::strncmp(name, "tx-udp-segmentation", ETH_GSTRING_LEN) == 0) {
+          on = (gf->features[i / 32].active >> (i % 32) & 1u) != 0;
+          break;
+        }
+      }
+    }
+  }
+  ::close(fd);
+  return on;
+}
+
+bool hardware_udp_segmentation(const std::string& ifname) {
+  // Virtual devices (lo, veth, bridges, tunnels) have no backing device: the kernel segments
+  // their GSO datagrams in software, or hands them on whole.
+  if (ifname.empty() || ifname.size() >= IFNAMSIZ || ifname.find('/') != std::string::npos ||
+      ::access(("/sys/class/net/" + ifname + "/device").c_str(), F_OK) != 0) {
+    return false;
+  }
+  return udp_segmentation_feature(ifname).value_or(true);  // cannot tell: assume the worst
+}
+
+Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
+  auto found = interface_name(local);
+  if (!found.ok()) return Err{found.error()};
+  const std::string name = found.value();
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Err{errno_text("socket")};
   ifreq req{};
@@ -74,8 +165,66 @@ Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
   return static_cast<std::uint32_t>(req.ifr_mtu);
 }
 
+struct UdpDatapath::TxSlot {
+  std::array<std::byte, 64> headers;  // BTH and extension headers (copied)
+  std::array<std::byte, 8> tail;      // pad, then the ICRC of the id the packet goes out with
+  std::array<ConstBytes, kMaxPieces> pieces;  // payload: registered memory, or `owned`
+  std::uint8_t header_bytes = 0;
+  std::uint8_t pad = 0;
+  std::uint8_t num_pieces = 0;
+  std::uint8_t tos = 0;
+  std::uint8_t ttl = 0;
+  bool owns_payload = false;
+  std::uint16_t dst_port = 0;
+  std::uint32_t roce_bytes = 0;  // BTH through ICRC: the UDP payload
+  std::uint32_t icrc0 = 0;       // ICRC with identification 0
+  wire::IpAddress dst;
+  std::vector<std::byte> owned;  // the payload, copied when it waits across a flush
+};
+
+struct UdpDatapath::TxScratch {
+  std::vector<mmsghdr> msgs;
+  std::vector<std::size_t> run;  // packets per message
+  std::vector<iovec> iov;
+  std::vector<sockaddr_storage> addr;
+  std::vector<Control> control;
+};
+
+struct UdpDatapath::RxRing {
+  std::vector<std::byte> buffers;  // rx_batch buffers of kRxBufferBytes
+  std::vector<mmsghdr> msgs;
+  std::vector<iovec> iov;
+  std::vector<sockaddr_storage> from;
+  std::vector<Control> control;
+};
+
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
-  const bool v6 = options.local.v6;
+  UdpOptions opt = options;
+  if (opt.use_environment) {
+    auto gso = env_switch("UROCE_UDP_GSO");
+    if (!gso.ok()) return Err{gso.error()};
+    if (gso.value()) {
+      opt.gso = *gso.value();
+      opt.gso_on_hardware = *gso.value();  // asked for by name: trusted
+    }
+    auto gro = env_switch("UROCE_UDP_GRO");
+    if (!gro.ok()) return Err{gro.error()};
+    if (gro.value()) opt.gro = *gro.value();
+    if (const char* b = std::getenv("UROCE_UDP_BATCH"); b != nullptr && *b != '\0') {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(b, &end, 10);
+      if (*end != '\0' || n < 1 || n > kMaxBatch) {
+        return Err{"UROCE_UDP_BATCH must be a number from 1 to " + std::to_string(kMaxBatch) +
+                   ", not '" + b + "'"};
+      }
+      opt.tx_batch = n;
+    }
+  }
+  if (opt.tx_batch < 1 || opt.tx_batch > kMaxBatch || opt.rx_batch < 1 ||
+      opt.rx_batch > kMaxBatch) {
+    return Err{"tx_batch and rx_batch must be from 1 to " + std::to_string(kMaxBatch)};
+  }
+  const bool v6 = opt.local.v6;
   const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Err{errno_text("socket")};
   auto fail = [fd](const char* what) {
@@ -107,29 +256,85 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
       return Err{fail("setsockopt")};
     }
   }
+  std::string gso_note;
+  if (opt.gso) {
+    // UDP_SEGMENT is given per send; a kernel that knows the option answers this query.
+    int size = 0;
+    socklen_t len = sizeof size;
+    opt.gso = ::getsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, &len) == 0;
+    if (!opt.gso) gso_note = "off: the kernel has no UDP_SEGMENT";
+  }
+  if (opt.gso && !v6 && !opt.gso_on_hardware) {
+    // A NIC that segments UDP itself numbers the segments' IPv4 identifications as it likes
+    // (most count up from the first, as the kernel does, but none could be checked here); a
+    // wrong guess would break every segment's ICRC at a receiver that checks it.
+    auto name = interface_name(opt.local);
+    if (name.ok() && hardware_udp_segmentation(name.value())) {
+      opt.gso = false;
+      gso_note = "off: " + name.value() +
+                 " segments UDP in hardware (tx-udp-segmentation), whose IPv4 identifications "
+                 "are unverified; UROCE_UDP_GSO=1 uses GSO anyway";
+    }
+  }
+  if (opt.gro) opt.gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+  if (opt.rcvbuf_bytes != 0) {
+    const int bytes = static_cast<int>(std::min<std::size_t>(opt.rcvbuf_bytes, INT_MAX / 2));
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);  // capped by rmem_max
+    }
+  }
   sockaddr_storage ss;
   socklen_t len = 0;
-  to_sockaddr(options.local, options.port, ss, len);
+  to_sockaddr(opt.local, opt.port, ss, len);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     char addr[INET6_ADDRSTRLEN] = {};
-    ::inet_ntop(v6 ? AF_INET6 : AF_INET, options.local.bytes.data(), addr, sizeof addr);
+    ::inet_ntop(v6 ? AF_INET6 : AF_INET, opt.local.bytes.data(), addr, sizeof addr);
     const std::string msg = "cannot bind " + std::string(addr) + " port " +
-                            std::to_string(options.port) + ": " + std::strerror(errno);
+                            std::to_string(opt.port) + ": " + std::strerror(errno);
     ::close(fd);
     return Err{msg};
   }
-  return std::unique_ptr<UdpDatapath>(new UdpDatapath(fd, options.local, options.port));
+  std::unique_ptr<UdpDatapath> dp(new UdpDatapath(fd, opt));
+  dp->gso_note_ = opt.gso ? "on" : gso_note.empty() ? "off" : gso_note;
+  return dp;
 }
 
-UdpDatapath::UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t port)
-    : fd_(fd), local_(local), port_(port) {}
+UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
+    : fd_(fd),
+      local_(options.local),
+      port_(options.port),
+      gso_(options.gso),
+      gro_(options.gro),
+      tx_batch_(options.tx_batch),
+      rx_batch_(options.rx_batch),
+      sendmmsg_hook_(options.sendmmsg_hook),
+      slots_(options.tx_batch),
+      tx_scratch_(std::make_unique<TxScratch>()),
+      rx_(std::make_unique<RxRing>()) {
+  TxScratch& t = *tx_scratch_;
+  t.msgs.resize(tx_batch_);
+  t.run.resize(tx_batch_);
+  t.iov.resize(tx_batch_ * (2 + kMaxPieces));
+  t.addr.resize(tx_batch_);
+  t.control.resize(tx_batch_);
+  RxRing& r = *rx_;
+  r.buffers.resize(rx_batch_ * kRxBufferBytes);
+  r.msgs.resize(rx_batch_);
+  r.iov.resize(rx_batch_);
+  r.from.resize(rx_batch_);
+  r.control.resize(rx_batch_);
+  for (std::size_t i = 0; i < rx_batch_; ++i) {
+    r.iov[i] = iovec{r.buffers.data() + i * kRxBufferBytes, kRxBufferBytes};
+  }
+}
 
 UdpDatapath::~UdpDatapath() { ::close(fd_); }
 
 wire::OuterHeaders UdpDatapath::outer(const wire::IpAddress& src, const wire::IpAddress& dst,
                                       std::uint16_t sport, std::uint16_t dport, std::uint8_t tos,
                                       std::uint8_t ttl) {
-  // What the kernel writes for an unconnected socket with IP_PMTUDISC_DO: DF, identification 0.
+  // What the kernel writes for an unconnected socket with IP_PMTUDISC_DO: DF, identification 0
+  // (GSO segments after the first: see send()).
   wire::OuterHeaders h;
   h.src = src;
   h.dst = dst;
@@ -144,154 +349,370 @@ wire::OuterHeaders UdpDatapath::outer(const wire::IpAddress& src, const wire::Ip
   return h;
 }
 
+const wire::Ipv4IdIcrcDelta& UdpDatapath::id_delta(std::size_t roce_bytes) {
+  for (const auto& d : deltas_) {
+    if (d && d->roce_bytes() == roce_bytes) return *d;
+  }
+  auto& d = deltas_[next_delta_];
+  next_delta_ = (next_delta_ + 1) % deltas_.size();
+  d.emplace(roce_bytes);
+  return *d;
+}
+
 bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transport_headers,
                        std::span<const ConstBytes> payload) {
+  if (queued_ == tx_batch_) {
+    drain();
+    if (queued_ == tx_batch_) return false;  // the socket is full: the caller retries later
+  }
+  TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
+  UROCE_CHECK(transport_headers.size() <= t.headers.size());
   std::size_t payload_bytes = 0;
-  for (ConstBytes p : payload) payload_bytes += p.size();
-  const std::size_t pad = wire::pad_for(payload_bytes);
-  const std::size_t roce = transport_headers.size() + payload_bytes + pad + wire::kIcrcBytes;
-  wire::OuterHeaders h = outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl);
-  std::array<std::byte, 48> ip_udp;
-  const std::size_t n = wire::write_outer(ip_udp, h, roce);
-  wire::IcrcAccumulator acc(ConstBytes(ip_udp).first(n), transport_headers);
-  for (ConstBytes p : payload) acc.update(p);
-  std::array<std::byte, 8> tail{};  // pad, then the ICRC, least significant byte first
-  acc.update(ConstBytes(tail).first(pad));
-  store_le32(tail, pad, acc.value());
-
-  std::array<iovec, 2 + kMaxPieces> iov;
-  std::size_t k = 0;
-  iov[k++] = iovec{const_cast<std::byte*>(transport_headers.data()), transport_headers.size()};
+  std::size_t pieces = 0;
   for (ConstBytes p : payload) {
-    if (p.empty()) continue;
-    if (k + 1 >= iov.size()) return false;  // more pieces than an SGE list can have
-    iov[k++] = iovec{const_cast<std::byte*>(p.data()), p.size()};
+    payload_bytes += p.size();
+    pieces += p.empty() ? 0 : 1;
   }
-  iov[k++] = iovec{tail.data(), pad + wire::kIcrcBytes};
-  sockaddr_storage ss;
-  socklen_t len = 0;
-  to_sockaddr(o.dst, o.dst_port, ss, len);
-  msghdr msg{};
-  msg.msg_name = &ss;
-  msg.msg_namelen = len;
-  msg.msg_iov = iov.data();
-  msg.msg_iovlen = k;
-  // DSCP and ECN from the QP's traffic class, per packet (rxe: the address vector's
-  // traffic_class becomes the IPv4 TOS byte / IPv6 traffic class).
-  alignas(cmsghdr) std::array<std::byte, CMSG_SPACE(sizeof(int))> control{};
-  if (o.traffic_class != 0) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = o.dst.v6 ? IPPROTO_IPV6 : IPPROTO_IP;
-    c->cmsg_type = o.dst.v6 ? IPV6_TCLASS : IP_TOS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    const int tos = o.traffic_class;
-    std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
-  }
-  const ssize_t sent = ::sendmsg(fd_, &msg, 0);
-  if (sent < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return false;
-    ++counters_.tx_errors;  // unreachable peer, ...: the packet is lost, as on a wire
+  if (pieces > kMaxPieces) {
+    ++counters_.tx_errors;  // more pieces than an SGE list can have: lost, as on a wire
     return true;
   }
-  ++counters_.tx_packets;
-  counters_.tx_bytes += static_cast<std::uint64_t>(sent);
-  if (tap_) {
-    h.ethernet = true;
-    tap_buf_.resize(roce + 128);
-    tap_buf_.resize(wire::build_frame_gather(tap_buf_, h, transport_headers, payload));
-    tap_(tap_buf_, true);
+  t.pad = wire::pad_for(payload_bytes);
+  t.roce_bytes = static_cast<std::uint32_t>(transport_headers.size() + payload_bytes + t.pad +
+                                            wire::kIcrcBytes);
+  t.dst = o.dst;
+  t.dst_port = o.dst_port;
+  t.tos = o.traffic_class;
+  t.ttl = o.ttl;
+  t.header_bytes = static_cast<std::uint8_t>(transport_headers.size());
+  std::copy(transport_headers.begin(), transport_headers.end(), t.headers.begin());
+  t.num_pieces = 0;
+  for (ConstBytes p : payload) {
+    if (!p.empty()) t.pieces[t.num_pieces++] = p;
   }
+  t.owns_payload = false;
+  // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
+  std::array<std::byte, 48> ip_udp;
+  const std::size_t n = wire::write_outer(
+      ip_udp, outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl), t.roce_bytes);
+  wire::IcrcAccumulator acc(ConstBytes(ip_udp).first(n), transport_headers);
+  for (ConstBytes p : payload) acc.update(p);
+  t.tail = {};
+  acc.update(ConstBytes(t.tail).first(t.pad));
+  t.icrc0 = acc.value();
+  ++queued_;
+  if (queued_ == tx_batch_) drain();
   return true;
 }
 
+void UdpDatapath::flush(Instant) {
+  if (queued_ != 0) drain();
+}
+
+std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) const {
+  if (!gso_ || available < 2) return 1;
+  const TxSlot& a = slots_[(head_ + first) % tx_batch_];
+  std::size_t bytes = a.roce_bytes;
+  std::size_t iovs = 2u + a.num_pieces;
+  std::size_t n = 1;
+  while (n < available && n < kMaxGsoSegments) {
+    const TxSlot& b = slots_[(head_ + first + n) % tx_batch_];
+    // Same destination and TOS (one datagram has one of each); a segment no larger than the
+    // first (all but the last are exactly gso_size).
+    if (!(b.dst == a.dst) || b.dst_port != a.dst_port || b.tos != a.tos ||
+        b.roce_bytes > a.roce_bytes || bytes + b.roce_bytes > kMaxUdpPayload ||
+        iovs + 2u + b.num_pieces > IOV_MAX) {
+      break;
+    }
+    if (b.roce_bytes < a.roce_bytes && n + 1 < available) {
+      // A short segment ends the datagram; but one that starts its own run of equal sizes
+      // (a First packet with its RETH followed by Middle packets) is better left to that run.
+      const TxSlot& c = slots_[(head_ + first + n + 1) % tx_batch_];
+      if (c.dst == b.dst && c.dst_port == b.dst_port && c.tos == b.tos &&
+          c.roce_bytes == b.roce_bytes) {
+        break;
+      }
+    }
+    bytes += b.roce_bytes;
+    iovs += 2u + b.num_pieces;
+    ++n;
+    if (b.roce_bytes < a.roce_bytes) break;  // a short segment ends the datagram
+  }
+  return n;
+}
+
+void UdpDatapath::drain() {
+  TxScratch& s = *tx_scratch_;
+  while (queued_ != 0) {
+    // Messages from the head of the queue: one per GSO run (or per packet without GSO).
+    std::size_t nmsg = 0;
+    std::size_t iov_used = 0;
+    for (std::size_t at = 0; at < queued_ && nmsg < s.msgs.size(); ++nmsg) {
+      const std::size_t n = run_length(at, queued_ - at);
+      const TxSlot& a = slots_[(head_ + at) % tx_batch_];
+      iovec* const first_iov = &s.iov[iov_used];
+      for (std::size_t k = 0; k < n; ++k) {
+        TxSlot& t = slots_[(head_ + at + k) % tx_batch_];
+        // Segment k of an IPv4 GSO datagram goes out with identification k (the kernel
+        // numbers them from the first datagram's 0): its ICRC covers that id.
+        std::uint32_t icrc = t.icrc0;
+        if (k != 0 && !local_.v6) icrc ^= id_delta(t.roce_bytes)(static_cast<std::uint16_t>(k));
+        store_le32(t.tail, t.pad, icrc);
+        s.iov[iov_used++] = iovec{t.headers.data(), t.header_bytes};
+        for (std::size_t i = 0; i < t.num_pieces; ++i) {
+          s.iov[iov_used++] = iovec{const_cast<std::byte*>(t.pieces[i].data()), t.pieces[i].size()};
+        }
+        s.iov[iov_used++] = iovec{t.tail.data(), t.pad + wire::kIcrcBytes};
+      }
+      mmsghdr& m = s.msgs[nmsg];
+      m = mmsghdr{};
+      socklen_t alen = 0;
+      to_sockaddr(a.dst, a.dst_port, s.addr[nmsg], alen);
+      m.msg_hdr.msg_name = &s.addr[nmsg];
+      m.msg_hdr.msg_namelen = alen;
+      m.msg_hdr.msg_iov = first_iov;
+      m.msg_hdr.msg_iovlen = static_cast<std::size_t>(&s.iov[iov_used] - first_iov);
+      // DSCP and ECN from the QP's traffic class, per packet (rxe: the address vector's
+      // traffic_class becomes the IPv4 TOS byte / IPv6 traffic class); the segment size.
+      std::size_t control = 0;
+      if (a.tos != 0 || n > 1) {
+        m.msg_hdr.msg_control = s.control[nmsg].bytes.data();
+        m.msg_hdr.msg_controllen = s.control[nmsg].bytes.size();
+        cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
+        if (a.tos != 0) {
+          c->cmsg_level = a.dst.v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+          c->cmsg_type = a.dst.v6 ? IPV6_TCLASS : IP_TOS;
+          c->cmsg_len = CMSG_LEN(sizeof(int));
+          const int tos = a.tos;
+          std::memcpy(CMSG_DATA(c), &tos, sizeof tos);
+          control += CMSG_SPACE(sizeof(int));
+          c = CMSG_NXTHDR(&m.msg_hdr, c);
+        }
+        if (n > 1) {
+          c->cmsg_level = SOL_UDP;
+          c->cmsg_type = UDP_SEGMENT;
+          c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+          const auto size = static_cast<std::uint16_t>(a.roce_bytes);
+          std::memcpy(CMSG_DATA(c), &size, sizeof size);
+          control += CMSG_SPACE(sizeof(std::uint16_t));
+        }
+        m.msg_hdr.msg_controllen = control;
+      }
+      s.run[nmsg] = n;
+      at += n;
+    }
+    const auto count = static_cast<unsigned>(nmsg);
+    const int sent = sendmmsg_hook_ ? sendmmsg_hook_(fd_, s.msgs.data(), count)
+                                    : ::sendmmsg(fd_, s.msgs.data(), count, 0);
+    if (sent > 0) {
+      ++counters_.tx_calls;
+      for (int i = 0; i < sent; ++i) {
+        const std::size_t n = s.run[static_cast<std::size_t>(i)];
+        ++counters_.tx_datagrams;
+        if (n > 1) {
+          ++counters_.tx_gso_datagrams;
+          counters_.tx_gso_packets += n;
+        }
+        for (std::size_t k = 0; k < n; ++k) {
+          const TxSlot& t = slots_[head_];
+          ++counters_.tx_packets;
+          counters_.tx_bytes += t.roce_bytes;
+          if (tap_) tap_sent(t, local_.v6 || n == 1 ? 0 : static_cast<std::uint16_t>(k));
+          head_ = (head_ + 1) % tx_batch_;
+          --queued_;
+        }
+      }
+      continue;  // a partial send: the next call sends the rest or reports the error
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+      ++counters_.tx_blocked;
+      pin_queued();
+      return;
+    }
+    if (s.run[0] > 1) {
+      // The kernel or the route refused the GSO datagram (no UDP_SEGMENT support on the path,
+      // segments larger than the route's MTU, ...): send packet by packet from now on.
+      gso_ = false;
+      gso_note_ = std::string("off: the kernel refused a GSO datagram: ") + std::strerror(errno);
+      ++counters_.tx_gso_fallbacks;
+      continue;
+    }
+    ++counters_.tx_errors;  // unreachable peer, ...: the packet is lost, as on a wire
+    head_ = (head_ + 1) % tx_batch_;
+    --queued_;
+  }
+}
+
+void UdpDatapath::pin_queued() {
+  // The packets wait past this flush: their payload may not stay as it is (a completed send's
+  // buffer is the application's again), so it moves into the slot.
+  for (std::size_t i = 0; i < queued_; ++i) {
+    TxSlot& t = slots_[(head_ + i) % tx_batch_];
+    if (t.owns_payload) continue;
+    std::size_t bytes = 0;
+    for (std::size_t p = 0; p < t.num_pieces; ++p) bytes += t.pieces[p].size();
+    t.owned.resize(bytes);
+    std::size_t off = 0;
+    for (std::size_t p = 0; p < t.num_pieces; ++p) {
+      std::copy(t.pieces[p].begin(), t.pieces[p].end(), t.owned.begin() + static_cast<long>(off));
+      off += t.pieces[p].size();
+    }
+    t.num_pieces = bytes == 0 ? 0 : 1;
+    t.pieces[0] = ConstBytes(t.owned);
+    t.owns_payload = true;
+    ++counters_.tx_copied;
+  }
+}
+
+void UdpDatapath::tap_sent(const TxSlot& t, std::uint16_t ipv4_id) {
+  // The frame as it left, with the ICRC bytes that were sent (not recomputed), so that a
+  // capture checked by `uroce pcap check` checks what went on the wire.
+  wire::OuterHeaders h = outer(local_, t.dst, port_, t.dst_port, t.tos, t.ttl);
+  h.ethernet = true;
+  h.ipv4_id = ipv4_id;
+  tap_buf_.resize(wire::outer_size(h) + t.roce_bytes);
+  std::size_t at = wire::write_outer(tap_buf_, h, t.roce_bytes);
+  auto put = [&](ConstBytes b) {
+    std::copy(b.begin(), b.end(), tap_buf_.begin() + static_cast<long>(at));
+    at += b.size();
+  };
+  put(ConstBytes(t.headers).first(t.header_bytes));
+  for (std::size_t p = 0; p < t.num_pieces; ++p) put(t.pieces[p]);
+  put(ConstBytes(t.tail).first(t.pad + wire::kIcrcBytes));
+  tap_(tap_buf_, true);
+}
+
 std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
-  std::size_t count = 0;
-  for (; count < max; ++count) {
-    sockaddr_storage from{};
-    iovec iov{rx_buf_.data(), rx_buf_.size()};
-    alignas(cmsghdr) std::array<std::byte, 256> control{};
-    msghdr msg{};
-    msg.msg_name = &from;
-    msg.msg_namelen = sizeof from;
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    const ssize_t got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
-    if (got < 0) break;  // EAGAIN: nothing more (other errors: try again next time)
-    ++counters_.rx_packets;
-    counters_.rx_bytes += static_cast<std::uint64_t>(got);
-    RxMeta meta;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      int v = 0;
-      if ((c->cmsg_level == IPPROTO_IP && (c->cmsg_type == IP_TOS || c->cmsg_type == IP_TTL))) {
-        // IP_TOS arrives as one byte, IP_TTL as an int.
-        if (c->cmsg_type == IP_TOS) {
-          meta.tos = *reinterpret_cast<const std::uint8_t*>(CMSG_DATA(c));
-        } else {
+  RxRing& r = *rx_;
+  std::size_t datagrams = 0;
+  std::size_t packets = 0;
+  while (datagrams < max) {
+    const std::size_t want = std::min(rx_batch_, max - datagrams);
+    for (std::size_t i = 0; i < want; ++i) {
+      msghdr& h = r.msgs[i].msg_hdr;
+      h = msghdr{};
+      h.msg_name = &r.from[i];
+      h.msg_namelen = sizeof(sockaddr_storage);
+      h.msg_iov = &r.iov[i];
+      h.msg_iovlen = 1;
+      h.msg_control = r.control[i].bytes.data();
+      h.msg_controllen = r.control[i].bytes.size();
+      r.msgs[i].msg_len = 0;
+    }
+    const int got =
+        ::recvmmsg(fd_, r.msgs.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+    if (got <= 0) break;  // EAGAIN: nothing more (other errors: try again next time)
+    ++counters_.rx_calls;
+    for (int i = 0; i < got; ++i) {
+      const auto idx = static_cast<std::size_t>(i);
+      msghdr& msg = r.msgs[idx].msg_hdr;
+      const std::size_t len = r.msgs[idx].msg_len;
+      ++counters_.rx_datagrams;
+      RxMeta meta;
+      std::size_t segment = 0;  // GRO: the size of each coalesced packet but the last
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        int v = 0;
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) {
+          meta.tos = *reinterpret_cast<const std::uint8_t*>(CMSG_DATA(c));  // one byte
+        } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) {
           std::memcpy(&v, CMSG_DATA(c), sizeof v);
           meta.ttl = static_cast<std::uint8_t>(v);
+        } else if (c->cmsg_level == IPPROTO_IPV6 &&
+                   (c->cmsg_type == IPV6_TCLASS || c->cmsg_type == IPV6_HOPLIMIT)) {
+          std::memcpy(&v, CMSG_DATA(c), sizeof v);
+          (c->cmsg_type == IPV6_TCLASS ? meta.tos : meta.ttl) = static_cast<std::uint8_t>(v);
+        } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          std::memcpy(&v, CMSG_DATA(c), sizeof v);
+          segment = v > 0 ? static_cast<std::size_t>(v) : 0;
         }
-      } else if (c->cmsg_level == IPPROTO_IPV6 &&
-                 (c->cmsg_type == IPV6_TCLASS || c->cmsg_type == IPV6_HOPLIMIT)) {
-        std::memcpy(&v, CMSG_DATA(c), sizeof v);
-        (c->cmsg_type == IPV6_TCLASS ? meta.tos : meta.ttl) = static_cast<std::uint8_t>(v);
+      }
+      const auto& from = r.from[idx];
+      if (from.ss_family == AF_INET6) {
+        const auto* sa = reinterpret_cast<const sockaddr_in6*>(&from);
+        meta.src.v6 = true;
+        std::memcpy(meta.src.bytes.data(), &sa->sin6_addr, 16);
+        meta.src_port = ntohs(sa->sin6_port);
+      } else {
+        const auto* sa = reinterpret_cast<const sockaddr_in*>(&from);
+        std::memcpy(meta.src.bytes.data(), &sa->sin_addr, 4);
+        meta.src_port = ntohs(sa->sin_port);
+      }
+      const ConstBytes data(static_cast<const std::byte*>(r.iov[idx].iov_base), len);
+      if ((msg.msg_flags & MSG_TRUNC) != 0) {
+        // Larger than any buffer: not a RoCE packet (nor a GRO batch of them).
+        ++counters_.rx_packets;
+        counters_.rx_bytes += len;
+        ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kPayloadTooLong)];
+        ++packets;
+        continue;
+      }
+      if (segment == 0 || segment >= len) {
+        handle_packet(data, meta, handler);
+        ++packets;
+        continue;
+      }
+      // GRO: equal-size packets of one flow, the last possibly shorter.
+      ++counters_.rx_gro_datagrams;
+      for (std::size_t off = 0; off < len; off += segment) {
+        handle_packet(data.subspan(off, std::min(segment, len - off)), meta, handler);
+        ++counters_.rx_gro_packets;
+        ++packets;
       }
     }
-    if (from.ss_family == AF_INET6) {
-      const auto* sa = reinterpret_cast<const sockaddr_in6*>(&from);
-      meta.src.v6 = true;
-      std::memcpy(meta.src.bytes.data(), &sa->sin6_addr, 16);
-      meta.src_port = ntohs(sa->sin6_port);
-    } else {
-      const auto* sa = reinterpret_cast<const sockaddr_in*>(&from);
-      std::memcpy(meta.src.bytes.data(), &sa->sin_addr, 4);
-      meta.src_port = ntohs(sa->sin_port);
-    }
-    const ConstBytes roce = ConstBytes(rx_buf_).first(static_cast<std::size_t>(got));
-    auto pkt = wire::parse_roce(roce);
-    if (!pkt.ok()) {
-      ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
-      continue;
-    }
-    // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
-    // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
-    // visible to a UDP socket: uroce's own senders use 0; for others (rxe uses nonzero ones) the
-    // identification is recovered from the ICRC itself (wire::icrc_recover_ipv4_identification),
-    // which leaves a 16-bit check against corruption instead of 32.
-    wire::OuterHeaders o = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
-    std::array<std::byte, 48> ip_udp;
-    std::size_t n = wire::write_outer(ip_udp, o, roce.size());
-    meta.icrc_verified = wire::icrc_verify(ConstBytes(ip_udp).first(n), roce);
-    if (!meta.icrc_verified && !local_.v6) {
-      if (auto id = wire::icrc_recover_ipv4_identification(ConstBytes(ip_udp).first(n), roce)) {
-        o.ipv4_id = *id;
-        n = wire::write_outer(ip_udp, o, roce.size());
-        meta.icrc_verified = true;
-        ++counters_.rx_icrc_id_recovered;
-      }
-    }
-    if (!meta.icrc_verified) {
-      ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
-      continue;
-    }
-    meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
-    if (tap_) {
-      tap_buf_.resize(wire::kEthernetBytes + n + roce.size());
-      wire::encode_ethernet(
-          tap_buf_, wire::Ethernet{mac_of(local_), mac_of(meta.src),
-                                   local_.v6 ? wire::kEtherTypeIpv6 : wire::kEtherTypeIpv4});
-      std::copy(ip_udp.begin(), ip_udp.begin() + static_cast<std::ptrdiff_t>(n),
-                tap_buf_.begin() + wire::kEthernetBytes);
-      std::copy(roce.begin(), roce.end(),
-                tap_buf_.begin() + static_cast<std::ptrdiff_t>(wire::kEthernetBytes + n));
-      tap_(tap_buf_, false);
-    }
-    handler(pkt.value(), meta);
+    datagrams += static_cast<std::size_t>(got);
+    if (static_cast<std::size_t>(got) < want) break;  // drained
   }
-  return count;
+  return packets;
+}
+
+void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler) {
+  ++counters_.rx_packets;
+  counters_.rx_bytes += roce.size();
+  auto pkt = wire::parse_roce(roce);
+  if (!pkt.ok()) {
+    ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
+    return;
+  }
+  RxMeta meta = base;
+  // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
+  // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
+  // visible to a UDP socket: uroce's single packets carry 0; its GSO segments (1, 2, ...) and
+  // rxe's packets carry others, recovered from the ICRC itself (solving for the identification
+  // that explains the difference from the ICRC with 0), which leaves a 16-bit check against
+  // corruption instead of 32.
+  wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
+  std::array<std::byte, 48> ip_udp;
+  const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
+  const std::size_t body = roce.size() - wire::kIcrcBytes;
+  const std::uint32_t icrc0 = wire::icrc_compute(ConstBytes(ip_udp).first(n), roce.first(body));
+  const std::uint32_t stored = load_le32(roce, body);
+  meta.icrc_verified = icrc0 == stored;
+  if (!meta.icrc_verified && !local_.v6) {
+    if (auto id = id_delta(roce.size()).solve(icrc0 ^ stored)) {
+      meta.icrc_verified = true;
+      ++counters_.rx_icrc_id_recovered;
+      h.ipv4_id = *id;
+      wire::write_outer(ip_udp, h, roce.size());
+    }
+  }
+  if (!meta.icrc_verified) {
+    ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+    return;
+  }
+  meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+  if (tap_) {
+    tap_buf_.resize(wire::kEthernetBytes + n + roce.size());
+    wire::encode_ethernet(tap_buf_,
+                          wire::Ethernet{mac_of(local_), mac_of(meta.src),
+                                         local_.v6 ? wire::kEtherTypeIpv6 : wire::kEtherTypeIpv4});
+    std::copy(ip_udp.begin(), ip_udp.begin() + static_cast<std::ptrdiff_t>(n),
+              tap_buf_.begin() + wire::kEthernetBytes);
+    std::copy(roce.begin(), roce.end(),
+              tap_buf_.begin() + static_cast<std::ptrdiff_t>(wire::kEthernetBytes + n));
+    tap_(tap_buf_, false);
+  }
+  handler(pkt.value(), meta);
 }
 
 }  // namespace uroce::datapath

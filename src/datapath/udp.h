@@ -4,35 +4,75 @@
 // builds the IP and UDP headers; uroce computes the ICRC over the headers the kernel will write
 // (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
 // TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
-// straight from registered memory (sendmsg with an iovec per piece): no copy on the send side.
+// straight from registered memory (an iovec per piece): no copy on the send side.
 //
-// On receive the ICRC is verified for every packet; a packet whose ICRC is wrong is dropped and
+// Batching. send() queues the packet (its headers copied into the slot, its payload referenced
+// where it lies) and flush() hands the queue to the kernel in one sendmmsg call. Runs of
+// consecutive packets to the same destination with the same TOS whose sizes are equal (the last
+// may be shorter), such as RDMA WRITE Middle packets, go out as one UDP GSO datagram
+// (UDP_SEGMENT): the kernel, or the NIC, cuts it into the packets. With an unconnected socket and
+// DF the first segment carries identification 0 and the kernel's software segmentation numbers
+// the others 1, 2, ... (inet_gso_segment for SKB_GSO_UDP_L4 is not fixed-id); each segment's
+// ICRC is computed for the id it will carry (wire::Ipv4IdIcrcDelta). When the socket has no
+// room (EAGAIN), the unsent packets' payload is copied into their slots and they go first at the
+// next send() or flush(): nothing is lost or sent twice.
+//
+// On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
+// may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
+// reports. The ICRC is verified for every packet; a packet whose ICRC is wrong is dropped and
 // counted (bad_icrc). The one header field a UDP socket does not show is the IPv4
-// identification: uroce's senders use 0; a nonzero one (rxe's) is recovered from the ICRC
-// itself, which still rejects a corrupted packet with probability 1 - 2^-16 (counted as
-// rx_icrc_id_recovered).
+// identification: a packet whose ICRC does not match with identification 0 (uroce's GSO
+// segments, rxe's packets) has its identification recovered from the ICRC itself, which still
+// rejects a corrupted packet with probability 1 - 2^-16 (counted as rx_icrc_id_recovered).
+//
+// Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
+// UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
+// at once, as an unbatched datapath). IPv4 GSO stays off where the NIC segments UDP in hardware
+// (its identifications could not be checked) unless UROCE_UDP_GSO=1 asks for it.
 //
 // Not thread-safe: one engine thread owns a UdpDatapath.
 #pragma once
+
+#include <sys/socket.h>
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "datapath/datapath.h"
 #include "wire/builder.h"
+#include "wire/icrc.h"
 #include "wire/ip.h"
 #include "wire/packet.h"
 
 namespace uroce::datapath {
 
 struct UdpOptions {
+  UdpOptions() = default;
+  UdpOptions(const wire::IpAddress& address, std::uint16_t udp_port = wire::kRoceV2Port)
+      : local(address), port(udp_port) {}
   wire::IpAddress local;
   std::uint16_t port = wire::kRoceV2Port;
+  bool gso = true;            // UDP_SEGMENT for runs of equal-size packets (UROCE_UDP_GSO)
+  bool gro = true;            // UDP_GRO on receive (UROCE_UDP_GRO)
+  std::size_t tx_batch = 64;  // packets queued before flushing by itself (UROCE_UDP_BATCH)
+  std::size_t rx_batch = 16;  // datagrams per recvmmsg call (each buffer is 64 KiB)
+  // Socket receive buffer: the kernel's default (about 208 KiB) overflows under a window of
+  // 128 packets of 4 KiB from several QPs, and each loss costs a retransmission timeout. Root
+  // gets it whole (SO_RCVBUFFORCE); others get up to net.core.rmem_max. 0: the default.
+  std::size_t rcvbuf_bytes = 16u << 20;
+  // IPv4 GSO stays off where the interface segments UDP in hardware (its identifications are
+  // unverified) unless this is set (UROCE_UDP_GSO=1 sets it too).
+  bool gso_on_hardware = false;
+  bool use_environment = true;  // let UROCE_UDP_* override the fields above
+  // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
+  // backpressure. Empty: the system call.
+  std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
 };
 
 // What the receiver knows of a datagram's outer headers.
@@ -49,22 +89,44 @@ struct RxMeta {
 struct UdpCounters {
   std::uint64_t tx_packets = 0;
   std::uint64_t tx_bytes = 0;
-  std::uint64_t tx_errors = 0;  // sendmsg failures other than EAGAIN
+  std::uint64_t tx_errors = 0;         // packets lost to send failures other than EAGAIN
+  std::uint64_t tx_calls = 0;          // sendmmsg calls that sent something
+  std::uint64_t tx_datagrams = 0;      // datagrams handed to the kernel (a GSO run is one)
+  std::uint64_t tx_gso_datagrams = 0;  // of which GSO datagrams (two or more packets)
+  std::uint64_t tx_gso_packets = 0;    // packets sent inside GSO datagrams
+  std::uint64_t tx_blocked = 0;        // flushes that stopped on EAGAIN/ENOBUFS
+  std::uint64_t tx_copied = 0;         // packets whose payload was copied to wait for room
+  std::uint64_t tx_gso_fallbacks = 0;  // GSO sends the kernel refused: GSO switched off
   std::uint64_t rx_packets = 0;
   std::uint64_t rx_bytes = 0;
-  // IPv4 packets from senders with a nonzero identification (rxe), accepted because their ICRC
-  // is valid for some identification (a 16-bit check instead of 32).
+  // IPv4 packets with a nonzero identification (uroce's GSO segments, rxe's packets), accepted
+  // because their ICRC is valid for some identification (a 16-bit check instead of 32).
   std::uint64_t rx_icrc_id_recovered = 0;
+  std::uint64_t rx_calls = 0;          // recvmmsg calls that returned datagrams
+  std::uint64_t rx_datagrams = 0;      // datagrams (buffers) read
+  std::uint64_t rx_gro_datagrams = 0;  // of which coalesced by GRO (two or more packets)
+  std::uint64_t rx_gro_packets = 0;    // packets split out of them
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
 };
 
 // The MTU of the network interface that holds `local` (SIOCGIFMTU), or an error message when no
 // interface has that address.
 Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
+// The name of the network interface that holds `local` (any 127/8 address: lo).
+Result<std::string, std::string> interface_name(const wire::IpAddress& local);
+// Whether `ifname` has tx-udp-segmentation on (ethtool's feature), if that can be read.
+std::optional<bool> udp_segmentation_feature(const std::string& ifname);
+// True when `ifname` is backed by a device (/sys/class/net/NAME/device) with
+// tx-udp-segmentation on: the NIC, not the kernel, cuts GSO datagrams into packets.
+bool hardware_udp_segmentation(const std::string& ifname);
 
 class UdpDatapath final : public Datapath {
  public:
   static constexpr std::size_t kMaxPieces = 64;  // payload pieces per packet (SGEs)
+  static constexpr std::size_t kMaxBatch = 256;  // tx_batch and rx_batch are capped here
+  // Packets in one GSO datagram: below the kernel's UDP_MAX_SEGMENTS (64 or 128 by version),
+  // and the ids a receiver tries (Ipv4IdIcrcDelta::find) stay below 128.
+  static constexpr std::size_t kMaxGsoSegments = 64;
   // A clear message on failure (address not local, port in use, ...).
   static Result<std::unique_ptr<UdpDatapath>, std::string> open(const UdpOptions& options);
   ~UdpDatapath() override;
@@ -74,37 +136,75 @@ class UdpDatapath final : public Datapath {
   int fd() const { return fd_; }
   std::uint16_t port() const { return port_; }
   const UdpCounters& counters() const { return counters_; }
+  // What is in effect (options, environment and what the kernel supports).
+  bool gso() const { return gso_; }
+  bool gro() const { return gro_; }
+  std::size_t tx_batch() const { return tx_batch_; }
+  // Why GSO is on or off ("on", "off", or the reason it was switched off at open).
+  const std::string& gso_note() const { return gso_note_; }
 
+  // Queues the packet; flushes by itself when tx_batch packets are queued. Returns false only
+  // when the queue is full and the socket has no room.
   bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
             std::span<const ConstBytes> payload) override;
+  void flush(Instant now) override;
+  bool tx_queued() const override { return queued_ != 0; }
+  std::size_t queued() const { return queued_; }
 
   // Capture: every packet sent and received, as the Ethernet frame it was (reconstructed: the
   // kernel builds the real headers; MACs are 02:00 followed by the IPv4 address or the last 4
   // bytes of the IPv6 one; a received IPv4 packet shows the identification recovered from its
-  // ICRC).
+  // ICRC; a sent GSO segment the identification the kernel gives it).
   using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 
   using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
-  // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many were
-  // read (valid or not).
+  // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many packets
+  // were read (valid or not; a GRO datagram holds several).
   std::size_t receive(std::size_t max, const RxHandler& handler);
 
  private:
-  UdpDatapath(int fd, const wire::IpAddress& local, std::uint16_t port);
+  struct TxSlot;
+  struct RxRing;
+  struct TxScratch;
+  UdpDatapath(int fd, const UdpOptions& options);
   // The outer headers the kernel puts on a datagram (ICRC input; with an Ethernet header,
   // the capture's frame).
   static wire::OuterHeaders outer(const wire::IpAddress& src, const wire::IpAddress& dst,
                                   std::uint16_t sport, std::uint16_t dport, std::uint8_t tos,
                                   std::uint8_t ttl);
 
+  // Sends queued packets until the queue is empty or the socket is full.
+  void drain();
+  // How many queued packets from `first` can go in one GSO datagram.
+  std::size_t run_length(std::size_t first, std::size_t available) const;
+  void pin_queued();
+  void tap_sent(const TxSlot& slot, std::uint16_t ipv4_id);
+  void handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler);
+  const wire::Ipv4IdIcrcDelta& id_delta(std::size_t roce_bytes);
+
   int fd_;
   wire::IpAddress local_;
   std::uint16_t port_;
+  bool gso_;
+  std::string gso_note_;
+  bool gro_;
+  std::size_t tx_batch_;
+  std::size_t rx_batch_;
+  std::function<int(int, mmsghdr*, unsigned)> sendmmsg_hook_;
   UdpCounters counters_;
   FrameTap tap_;
   std::vector<std::byte> tap_buf_;
-  std::array<std::byte, 65536> rx_buf_;
+  // The transmit queue: a ring of tx_batch slots, queued_ of them in use from head_.
+  std::vector<TxSlot> slots_;
+  std::size_t head_ = 0;
+  std::size_t queued_ = 0;
+  std::unique_ptr<TxScratch> tx_scratch_;
+  std::unique_ptr<RxRing> rx_;
+  // The ICRC deltas of the last few packet lengths seen (full-size packets, short last ones;
+  // a table costs about a microsecond to compute).
+  std::array<std::optional<wire::Ipv4IdIcrcDelta>, 4> deltas_;
+  std::size_t next_delta_ = 0;
 };
 
 }  // namespace uroce::datapath

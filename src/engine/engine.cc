@@ -93,6 +93,12 @@ bool Engine::transmit(Instant now, const transport::TxPacket& tx) {
 }
 
 std::size_t Engine::flush_tx(Instant now, std::size_t budget) {
+  const std::size_t sent = poll_and_transmit(now, budget);
+  dp_.flush(now);
+  return sent;
+}
+
+std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
   std::size_t sent = 0;
   if (has_pending_) {
     if (!transmit(now, pending_)) return 0;

@@ -6,7 +6,8 @@
 //   handle_rx(now, pkt, info)   a validated packet arrived: demux by destination QPN
 //   doorbell(qpn)               an application posted work to a QP
 //   handle_timers(now)          fire every QP timer that is due
-//   flush_tx(now)               transmit for QPs with work, round robin, fair per burst
+//   flush_tx(now)               transmit for QPs with work, round robin, fair per burst, then
+//                               flush the datapath (which may batch)
 //   next_timeout()              when handle_timers() next has work
 #pragma once
 
@@ -49,10 +50,11 @@ class Engine {
   void count_drop(wire::DropReason r) { ++counters_.rx_drops[static_cast<std::size_t>(r)]; }
   void doorbell(std::uint32_t qpn);
   void handle_timers(Instant now);
-  // Sends up to `budget` packets. Returns how many were sent.
+  // Sends up to `budget` packets, then flushes the datapath (which may batch them): no packet
+  // is left queued on the way out referring to registered memory. Returns how many were sent.
   std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX);
   Instant next_timeout();
-  bool has_tx_work() const { return !active_.empty() || has_pending_; }
+  bool has_tx_work() const { return !active_.empty() || has_pending_ || dp_.tx_queued(); }
   const EngineCounters& counters() const { return counters_; }
   const wire::IpAddress& local() const { return local_; }
 
@@ -68,6 +70,7 @@ class Engine {
   void arm(std::uint32_t qpn, const transport::Qp& qp);
   void activate(std::uint32_t qpn);
   bool transmit(Instant now, const transport::TxPacket& tx);
+  std::size_t poll_and_transmit(Instant now, std::size_t budget);
 
   QpDirectory& qps_;
   datapath::Datapath& dp_;

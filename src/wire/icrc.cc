@@ -112,38 +112,80 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
 
 namespace {
 
-// GF(2) polynomials modulo the CRC-32 polynomial in the CRC's reflected bit order: bit 31 holds
-// the coefficient of x^0, bit 0 that of x^31.
-constexpr std::uint32_t kReflectedPoly = 0xEDB88320u;
-constexpr std::uint32_t kOne = 1u << 31;  // x^0
-constexpr std::uint32_t kX = 1u << 30;    // x^1
+// Polynomial arithmetic modulo the CRC-32 polynomial in the reflected representation that the
+// CRC register uses: bit 31 is the coefficient of x^0. (The algebra is the one zlib's
+// crc32_combine rests on: appending n zero bytes multiplies the register by x^(8n).)
+constexpr std::uint32_t kPolyReflected = 0xedb88320u;
 
-std::uint32_t gf2_multiply(std::uint32_t a, std::uint32_t b) {
+constexpr std::uint32_t mul_mod_p(std::uint32_t a, std::uint32_t b) {
   std::uint32_t product = 0;
-  for (std::uint32_t m = kOne; m != 0; m >>= 1) {
+  for (std::uint32_t m = 1u << 31; m != 0; m >>= 1) {
     if ((a & m) != 0) product ^= b;
-    b = (b & 1u) != 0 ? (b >> 1) ^ kReflectedPoly : b >> 1;  // b *= x
+    b = (b & 1u) != 0 ? (b >> 1) ^ kPolyReflected : b >> 1;  // b *= x
   }
   return product;
 }
 
-// x^e modulo the polynomial, by squaring.
-std::uint32_t gf2_x_power(std::uint64_t e) {
-  std::uint32_t result = kOne;
-  std::uint32_t square = kX;  // x^(2^k)
-  for (; e != 0; e >>= 1) {
-    if ((e & 1u) != 0) result = gf2_multiply(result, square);
-    square = gf2_multiply(square, square);
+// x^(8n) mod p.
+constexpr std::uint32_t x_pow_8n(std::size_t n) {
+  std::uint32_t result = 1u << 31;  // x^0
+  std::uint32_t base = 1u << 23;    // x^8
+  while (n != 0) {
+    if ((n & 1u) != 0) result = mul_mod_p(result, base);
+    base = mul_mod_p(base, base);
+    n >>= 1;
   }
   return result;
 }
 
-// Where the identification sits in the ICRC's input: after the 8-byte pseudo-LRH, at bytes 4
-// and 5 of the IPv4 header.
-constexpr std::size_t kIdOffset = 8 + 4;
-constexpr std::size_t kIdPrefixBytes = kIdOffset + 2;
+// The CRC register, started at 0 and not inverted, after the two bytes of a big-endian 16-bit
+// value: the contribution of those bytes alone, before the bytes that follow shift it.
+constexpr std::uint32_t raw_crc_be16(std::uint16_t v) {
+  std::uint32_t c = 0;
+  for (const unsigned byte : {static_cast<unsigned>(v >> 8), static_cast<unsigned>(v & 0xffu)}) {
+    c ^= byte;
+    for (int i = 0; i < 8; ++i) c = (c & 1u) != 0 ? (c >> 1) ^ kPolyReflected : c >> 1;
+  }
+  return c;
+}
 
 }  // namespace
+
+Ipv4IdIcrcDelta::Ipv4IdIcrcDelta(std::size_t roce_bytes) : roce_bytes_(roce_bytes) {
+  UROCE_CHECK(roce_bytes >= kBthBytes + kIcrcBytes);
+  // After the identification (IPv4 bytes 4-5) the ICRC reads the rest of the IPv4 header
+  // (14 bytes), the UDP header (8) and BTH through pad (roce_bytes - 4).
+  const std::uint32_t shift = x_pow_8n(kIpv4Bytes - 6 + kUdpBytes + roce_bytes - kIcrcBytes);
+  for (unsigned b = 0; b < 16; ++b) {
+    bit_[b] = mul_mod_p(shift, raw_crc_be16(static_cast<std::uint16_t>(1u << b)));
+    // Into echelon form.
+    std::uint32_t v = bit_[b];
+    auto c = static_cast<std::uint16_t>(1u << b);
+    for (int top = 31; top >= 0 && v != 0; --top) {
+      const auto t = static_cast<std::size_t>(top);
+      if (((v >> top) & 1u) == 0) continue;
+      if (basis_[t] == 0) {
+        basis_[t] = v;
+        combo_[t] = c;
+        break;
+      }
+      v ^= basis_[t];
+      c = static_cast<std::uint16_t>(c ^ combo_[t]);
+    }
+  }
+}
+
+std::optional<std::uint16_t> Ipv4IdIcrcDelta::solve(std::uint32_t delta) const {
+  std::uint16_t id = 0;
+  for (int top = 31; top >= 0 && delta != 0; --top) {
+    const auto t = static_cast<std::size_t>(top);
+    if (((delta >> top) & 1u) == 0) continue;
+    if (basis_[t] == 0) return std::nullopt;  // no identification explains this difference
+    delta ^= basis_[t];
+    id = static_cast<std::uint16_t>(id ^ combo_[t]);
+  }
+  return id;
+}
 
 std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
                                                               ConstBytes roce_with_icrc) {
@@ -153,42 +195,7 @@ std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
   const std::uint32_t delta =
       icrc_compute(ip_udp, roce_with_icrc.first(n)) ^ load_le32(roce_with_icrc, n);
   if (delta == 0) return std::uint16_t{0};
-
-  // Each identification bit's contribution: the CRC (zero start, no final inversion) of a
-  // 14-byte message holding only that bit, shifted over the rest of the ICRC's input.
-  const std::size_t input_bytes = 8 + ip_udp.size() + n;
-  const std::uint32_t shift = gf2_x_power(8 * std::uint64_t{input_bytes - kIdPrefixBytes});
-  std::array<std::byte, kIdPrefixBytes> zeros{};
-  const std::uint32_t crc_of_zeros = crc32(0, zeros);
-  // Echelon form: basis[b] has its highest set bit at b; combo[b] says which id bits make it.
-  std::array<std::uint32_t, 32> basis{};
-  std::array<std::uint16_t, 32> combo{};
-  for (unsigned bit = 0; bit < 16; ++bit) {
-    std::array<std::byte, kIdPrefixBytes> one_bit{};
-    const std::size_t byte = bit >= 8 ? kIdOffset : kIdOffset + 1;  // big-endian id
-    one_bit[byte] = std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
-    std::uint32_t v = gf2_multiply(crc32(0, one_bit) ^ crc_of_zeros, shift);
-    auto c = static_cast<std::uint16_t>(1u << bit);
-    for (int b = 31; b >= 0 && v != 0; --b) {
-      if (((v >> b) & 1u) == 0) continue;
-      if (basis[static_cast<std::size_t>(b)] == 0) {
-        basis[static_cast<std::size_t>(b)] = v;
-        combo[static_cast<std::size_t>(b)] = c;
-        break;
-      }
-      v ^= basis[static_cast<std::size_t>(b)];
-      c = static_cast<std::uint16_t>(c ^ combo[static_cast<std::size_t>(b)]);
-    }
-  }
-  std::uint32_t rest = delta;
-  std::uint16_t id = 0;
-  for (int b = 31; b >= 0; --b) {
-    if (((rest >> b) & 1u) == 0) continue;
-    if (basis[static_cast<std::size_t>(b)] == 0) return std::nullopt;
-    rest ^= basis[static_cast<std::size_t>(b)];
-    id = static_cast<std::uint16_t>(id ^ combo[static_cast<std::size_t>(b)]);
-  }
-  return id;
+  return Ipv4IdIcrcDelta(roce_with_icrc.size()).solve(delta);
 }
 
 }  // namespace uroce::wire

@@ -16,6 +16,7 @@
 // memory (as in any received or built frame); elsewhere ISA-L's crc32_gzip_refl.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -52,16 +53,42 @@ std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);
 // True when the last 4 bytes of `roce_with_icrc` hold the ICRC of what precedes them.
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc);
 
+// How an IPv4 packet's ICRC depends on its identification field, which the ICRC covers
+// (roce-facts.md). The CRC is affine in its input: for two inputs of the same length,
+// ICRC(id = v) = ICRC(id = 0) ^ delta(v), where delta is linear in v's 16 bits and depends
+// otherwise only on how many bytes follow the identification field (each bit's contribution is
+// that bit's CRC multiplied by x^(8 * rest) modulo the polynomial). A sender whose kernel numbers
+// GSO segments 0, 1, 2, ... turns one ICRC computed with id 0 into each segment's; a receiver
+// on a UDP socket, which never sees the identification, solves for it.
+class Ipv4IdIcrcDelta {
+ public:
+  // For packets whose RoCE part (BTH through ICRC) is `roce_bytes` long.
+  explicit Ipv4IdIcrcDelta(std::size_t roce_bytes);
+  std::size_t roce_bytes() const { return roce_bytes_; }
+  std::uint32_t operator()(std::uint16_t id) const {
+    std::uint32_t d = 0;
+    for (unsigned b = 0; b < 16; ++b) {
+      if ((id >> b) & 1u) d ^= bit_[b];
+    }
+    return d;
+  }
+  // The identification whose delta is `delta` (= the stored ICRC ^ the ICRC computed with
+  // id 0), or nullopt when none has it: the 32x16 system over GF(2), solved in at most 32 steps
+  // from the echelon form the constructor builds. 16 of the ICRC's 32 bits are spent on finding
+  // the id, so a corrupted packet is still rejected with probability 1 - 2^-16.
+  std::optional<std::uint16_t> solve(std::uint32_t delta) const;
+
+ private:
+  std::size_t roce_bytes_;
+  std::array<std::uint32_t, 16> bit_{};    // delta of each single bit of the identification
+  std::array<std::uint32_t, 32> basis_{};  // echelon form: basis_[b]'s highest set bit is b
+  std::array<std::uint16_t, 32> combo_{};  // the identification bits that make basis_[b]
+};
+
 // For an IPv4 packet whose identification the receiver cannot see (a UDP socket does not show
 // it, and rxe sends nonzero ones): the identification that makes the ICRC valid, or nullopt when
-// none does. `ip_udp` is the packet's IP and UDP header with identification 0.
-//
-// The CRC is affine in its input, so the ICRC of the packet with identification `id` is the
-// ICRC with identification 0 XOR a linear function of id's 16 bits: each bit's contribution is
-// a CRC of one bit followed by the rest of the packet as zeros, which is that bit's 14-byte CRC
-// multiplied by x^(8 * rest) modulo the polynomial. Solving the 32x16 system over GF(2) finds
-// the id. 16 of the ICRC's 32 bits are spent on finding it, so a corrupted packet still fails
-// with probability 1 - 2^-16.
+// none does. `ip_udp` is the packet's IP and UDP header with identification 0. (One ICRC pass
+// and Ipv4IdIcrcDelta::solve; a receiver that has the ICRC with id 0 already solves directly.)
 std::optional<std::uint16_t> icrc_recover_ipv4_identification(ConstBytes ip_udp,
                                                               ConstBytes roce_with_icrc);
 

@@ -1,0 +1,381 @@
+// Raw UDP on loopback: what the kernel's UDP path does with no RoCE on top. These are the
+// baselines uroce's RDMA WRITE bandwidth, latency and message rate are compared against
+// (docs/PERFORMANCE.md). Sender and receiver are two processes it forks (127.0.0.1 -> 127.0.0.2),
+// each pinned to its own CPU where there are two. Each command prints one JSON object.
+//
+//   udp_baseline bw --mode gso|mmsg [--seconds S] [--size 65536] [--segment 4096]
+//     Bytes received per second at the receiver over S seconds, and each side's CPU time.
+//     gso: one sendmsg per `size` bytes (at most the largest datagram, 65507 bytes, rounded
+//     down to whole segments) with UDP_SEGMENT = `segment`. mmsg: one sendmmsg of size/segment
+//     datagrams of `segment` bytes. The receiver reads with recvmmsg (16 buffers of 64 KiB)
+//     and UDP_GRO.
+//   udp_baseline pingpong [--iters N] [--size 8]
+//     Two busy-polling processes (non-blocking recv in a spin); one-way latency = round trip / 2
+//     (median; mean and percentiles too).
+//   udp_baseline pps [--size 64] [--batch 32] [--seconds S]
+//     Datagrams of `size` bytes sent with sendmmsg in batches of `batch`, received with recvmmsg
+//     in batches of `batch`: packets received per second.
+//
+// Sockets are unconnected with addresses per message, as uroce's datapath uses them.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <vector>
+
+#include "two_process.h"
+
+namespace {
+
+using namespace uroce::bench;
+
+constexpr std::size_t kMaxDatagram = 65507;
+constexpr std::size_t kRxBuffers = 16;
+constexpr std::size_t kRxBufferBytes = 65536;
+
+sockaddr_in addr(const char* ip, std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+// A UDP socket bound to `ip` (port 0: any), with large buffers; -1 after fail().
+int open_socket(Shared& s, const char* ip, bool nonblocking) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | (nonblocking ? SOCK_NONBLOCK : 0), 0);
+  if (fd < 0) {
+    fail(s, std::string("socket: ") + std::strerror(errno));
+    return -1;
+  }
+  const int big = 64 << 20;
+  // Root may exceed net.core.rmem_max/wmem_max; others get what the limits allow.
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) != 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+  }
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+  }
+  const int pmtu = IP_PMTUDISC_DO;
+  ::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  sockaddr_in a = addr(ip, 0);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    fail(s, std::string("bind ") + ip + ": " + std::strerror(errno));
+    return -1;
+  }
+  return fd;
+}
+
+std::uint16_t port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+// The receiver of bw and pps: recvmmsg batches until the window closes. `gro`: ask for UDP_GRO
+// and count the packets each buffer holds.
+void receive_loop(Shared& s, double seconds, std::size_t batch, bool gro, bool progress_in_bytes) {
+  const int fd = open_socket(s, "127.0.0.2", false);
+  if (fd < 0) return;
+  const int on = 1;
+  if (gro) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
+  ::setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &on, sizeof on);  // the socket's drop count
+  timeval tv{0, 100'000};                                     // wake up to look at the clock
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  batch = std::min(batch, kRxBuffers * 4);
+  std::vector<std::byte> buffers(batch * kRxBufferBytes);
+  std::vector<iovec> iov(batch);
+  std::vector<mmsghdr> msgs(batch);
+  struct alignas(cmsghdr) Control {
+    std::array<std::byte, 64> b;
+  };
+  std::vector<Control> control(batch);
+  for (std::size_t i = 0; i < batch; ++i)
+    iov[i] = {buffers.data() + i * kRxBufferBytes, kRxBufferBytes};
+  s.rx_port = port_of(fd);
+  s.phase.store(kReceiverReady);
+  ReceiverWindow window(s, seconds);
+  while (!window.done()) {
+    if (s.phase.load(std::memory_order_relaxed) == kWindowClosed) return;  // the sender failed
+    for (std::size_t i = 0; i < batch; ++i) {
+      msgs[i].msg_hdr = msghdr{};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_control = control[i].b.data();
+      msgs[i].msg_hdr.msg_controllen = control[i].b.size();
+    }
+    const int n =
+        ::recvmmsg(fd, msgs.data(), static_cast<unsigned>(batch), MSG_WAITFORONE, nullptr);
+    if (n <= 0) continue;
+    window.start();
+    ++s.rx_calls;
+    std::uint64_t got_bytes = 0, got_packets = 0;
+    for (int i = 0; i < n; ++i) {
+      const std::size_t len = msgs[static_cast<std::size_t>(i)].msg_len;
+      got_bytes += len;
+      std::size_t segment = 0;
+      msghdr& h = msgs[static_cast<std::size_t>(i)].msg_hdr;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+          std::uint32_t d = 0;
+          std::memcpy(&d, CMSG_DATA(c), sizeof d);
+          s.extra[8] = d;
+        }
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          int v = 0;
+          std::memcpy(&v, CMSG_DATA(c), sizeof v);
+          segment = static_cast<std::size_t>(v);
+        }
+      }
+      got_packets += segment != 0 && len > segment ? (len + segment - 1) / segment : 1;
+    }
+    s.rx_bytes += got_bytes;
+    s.rx_packets += got_packets;
+    s.rx_progress.fetch_add(progress_in_bytes ? got_bytes : got_packets, std::memory_order_release);
+  }
+}
+
+// Credit windows (see CreditWindow): below the loopback backlog of 1000 packets
+// (net.core.netdev_max_backlog) and far below the socket buffers.
+constexpr std::uint64_t kWindowBytes = 2u << 20;
+constexpr std::uint64_t kWindowPackets = 512;
+
+int bw(const std::string& mode, double seconds, std::size_t size, std::size_t segment) {
+  const std::uint64_t window_bytes = kWindowBytes;
+  if (segment == 0 || segment > kMaxDatagram) {
+    std::fprintf(stderr, "--segment must be from 1 to %zu\n", kMaxDatagram);
+    return 2;
+  }
+  const bool gso = mode == "gso";
+  // gso: bytes per sendmsg; mmsg: datagrams per sendmmsg.
+  const std::size_t per_call =
+      gso ? std::max(segment, std::min(size, kMaxDatagram / segment * segment))
+          : std::max<std::size_t>(1, size / segment);
+  Shared* s = run_pair([&](Shared& sh) { receive_loop(sh, seconds, kRxBuffers, true, true); },
+                       [&](Shared& sh) {
+                         const int fd = open_socket(sh, "127.0.0.1", false);
+                         if (fd < 0) return;
+                         sockaddr_in to = addr("127.0.0.2", sh.rx_port);
+                         std::vector<std::byte> data(gso ? per_call : segment, std::byte{0x5a});
+                         std::vector<mmsghdr> msgs(gso ? 1 : per_call);
+                         iovec iov{data.data(), data.size()};
+                         struct alignas(cmsghdr) Control {
+                           std::array<std::byte, CMSG_SPACE(sizeof(std::uint16_t))> b;
+                         } control{};
+                         for (auto& m : msgs) {
+                           m.msg_hdr = msghdr{};
+                           m.msg_hdr.msg_name = &to;
+                           m.msg_hdr.msg_namelen = sizeof to;
+                           m.msg_hdr.msg_iov = &iov;
+                           m.msg_hdr.msg_iovlen = 1;
+                         }
+                         if (gso && per_call > segment) {
+                           msghdr& h = msgs[0].msg_hdr;
+                           h.msg_control = control.b.data();
+                           h.msg_controllen = control.b.size();
+                           cmsghdr* c = CMSG_FIRSTHDR(&h);
+                           c->cmsg_level = SOL_UDP;
+                           c->cmsg_type = UDP_SEGMENT;
+                           c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+                           const auto seg = static_cast<std::uint16_t>(segment);
+                           std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+                         }
+                         SenderWindow window(sh);
+                         CreditWindow credit(sh, window_bytes);
+                         std::uint64_t sent_total = 0;
+                         while (window.tick()) {
+                           credit.wait(sent_total);
+                           const int n =
+                               ::sendmmsg(fd, msgs.data(), static_cast<unsigned>(msgs.size()), 0);
+                           if (n < 0) {
+                             if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) continue;
+                             fail(sh, std::string("sendmmsg: ") + std::strerror(errno));
+                             return;
+                           }
+                           sent_total += static_cast<std::uint64_t>(n) * data.size();
+                           if (window.open()) {
+                             ++sh.tx_calls;
+                             sh.tx_bytes += static_cast<std::uint64_t>(n) * data.size();
+                           }
+                         }
+                       },
+                       seconds + 20);
+  if (s == nullptr) return 1;
+  std::printf(
+      "{\"mode\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"gbit_per_s\":%.3f,"
+      "\"sender_cpu_s\":%.3f,\"receiver_cpu_s\":%.3f,\"size\":%zu,\"segment\":%zu,"
+      "\"bytes_per_send_call\":%zu,\"rx_packets\":%llu,\"rx_calls\":%llu,\"sent_bytes\":%llu,"
+      "\"send_calls\":%llu,\"sender_stalls\":%llu,\"receiver_socket_drops\":%.0f}\n",
+      mode.c_str(), static_cast<unsigned long long>(s->rx_bytes), s->rx_seconds,
+      static_cast<double>(s->rx_bytes) * 8 / s->rx_seconds / 1e9, s->tx_cpu_s, s->rx_cpu_s, size,
+      segment, gso ? per_call : per_call * segment, static_cast<unsigned long long>(s->rx_packets),
+      static_cast<unsigned long long>(s->rx_calls), static_cast<unsigned long long>(s->tx_bytes),
+      static_cast<unsigned long long>(s->tx_calls), static_cast<unsigned long long>(s->tx_stalls),
+      s->extra[8]);
+  return 0;
+}
+
+int pps(std::size_t size, std::size_t batch, double seconds) {
+  const std::uint64_t window_packets = std::max<std::uint64_t>(kWindowPackets, 2 * batch);
+  if (size > kMaxDatagram || batch == 0 || batch > 1024) {
+    std::fprintf(stderr, "--size must be at most %zu and --batch from 1 to 1024\n", kMaxDatagram);
+    return 2;
+  }
+  Shared* s =
+      run_pair([&](Shared& sh) { receive_loop(sh, seconds, batch, false, false); },
+               [&](Shared& sh) {
+                 const int fd = open_socket(sh, "127.0.0.1", false);
+                 if (fd < 0) return;
+                 sockaddr_in to = addr("127.0.0.2", sh.rx_port);
+                 std::vector<std::byte> data(std::max<std::size_t>(size, 1), std::byte{0x5a});
+                 iovec iov{data.data(), size};
+                 std::vector<mmsghdr> msgs(batch);
+                 for (auto& m : msgs) {
+                   m.msg_hdr = msghdr{};
+                   m.msg_hdr.msg_name = &to;
+                   m.msg_hdr.msg_namelen = sizeof to;
+                   m.msg_hdr.msg_iov = &iov;
+                   m.msg_hdr.msg_iovlen = 1;
+                 }
+                 SenderWindow window(sh);
+                 CreditWindow credit(sh, window_packets);
+                 std::uint64_t sent_total = 0;
+                 while (window.tick()) {
+                   credit.wait(sent_total);
+                   const int n = ::sendmmsg(fd, msgs.data(), static_cast<unsigned>(batch), 0);
+                   if (n < 0) {
+                     if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) continue;
+                     fail(sh, std::string("sendmmsg: ") + std::strerror(errno));
+                     return;
+                   }
+                   sent_total += static_cast<std::uint64_t>(n);
+                   if (window.open()) {
+                     ++sh.tx_calls;
+                     sh.tx_packets += static_cast<std::uint64_t>(n);
+                   }
+                 }
+               },
+               seconds + 20);
+  if (s == nullptr) return 1;
+  std::printf(
+      "{\"pps\":%.0f,\"packets\":%llu,\"seconds\":%.3f,\"size\":%zu,\"batch\":%zu,"
+      "\"sent_pps\":%.0f,\"sender_cpu_s\":%.3f,\"receiver_cpu_s\":%.3f,\"rx_calls\":%llu,"
+      "\"sender_stalls\":%llu}\n",
+      static_cast<double>(s->rx_packets) / s->rx_seconds,
+      static_cast<unsigned long long>(s->rx_packets), s->rx_seconds, size, batch,
+      static_cast<double>(s->tx_packets) / s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s,
+      static_cast<unsigned long long>(s->rx_calls), static_cast<unsigned long long>(s->tx_stalls));
+  return 0;
+}
+
+int pingpong(std::size_t iters, std::size_t size) {
+  if (size == 0 || size > kMaxDatagram || iters == 0) {
+    std::fprintf(stderr, "--size must be from 1 to %zu and --iters positive\n", kMaxDatagram);
+    return 2;
+  }
+  constexpr std::size_t kWarmup = 1000;
+  Shared* s = run_pair(
+      [&](Shared& sh) {
+        // The echo side: spin on a non-blocking recv, send each datagram back.
+        const int fd = open_socket(sh, "127.0.0.2", true);
+        if (fd < 0) return;
+        std::vector<std::byte> buf(kRxBufferBytes);
+        sh.rx_port = port_of(fd);
+        sh.phase.store(kReceiverReady);
+        const double cpu0 = cpu_seconds();
+        while (sh.phase.load(std::memory_order_relaxed) != kWindowClosed) {
+          sockaddr_in from{};
+          socklen_t len = sizeof from;
+          const ssize_t n =
+              ::recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
+          if (n <= 0) continue;
+          ::sendto(fd, buf.data(), static_cast<std::size_t>(n), 0,
+                   reinterpret_cast<sockaddr*>(&from), len);
+        }
+        sh.rx_cpu_s = cpu_seconds() - cpu0;
+      },
+      [&](Shared& sh) {
+        const int fd = open_socket(sh, "127.0.0.1", true);
+        if (fd < 0) return;
+        sockaddr_in to = addr("127.0.0.2", sh.rx_port);
+        std::vector<std::byte> out(size, std::byte{0x5a}), in(kRxBufferBytes);
+        std::vector<double> rtt;
+        rtt.reserve(iters);
+        std::uint64_t resent = 0;
+        const double cpu0 = cpu_seconds();
+        const double t_start = now_seconds();
+        for (std::size_t i = 0; i < kWarmup + iters; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          ::sendto(fd, out.data(), size, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+          for (;;) {
+            if (::recv(fd, in.data(), in.size(), 0) > 0) break;
+            if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) {
+              ++resent;  // lost (it should not happen on loopback): send again
+              ::sendto(fd, out.data(), size, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+            }
+          }
+          const auto t1 = std::chrono::steady_clock::now();
+          if (i >= kWarmup)
+            rtt.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+        sh.tx_cpu_s = cpu_seconds() - cpu0;
+        sh.rx_seconds = now_seconds() - t_start;
+        std::sort(rtt.begin(), rtt.end());
+        double sum = 0;
+        for (double r : rtt) sum += r;
+        auto pct = [&](double p) {
+          return rtt[std::min(rtt.size() - 1,
+                              static_cast<std::size_t>(p * static_cast<double>(rtt.size())))];
+        };
+        sh.extra[0] = pct(0.5);
+        sh.extra[1] = sum / static_cast<double>(rtt.size());
+        sh.extra[2] = pct(0.99);
+        sh.extra[3] = rtt.front();
+        sh.extra[4] = static_cast<double>(resent);
+        sh.phase.store(kWindowClosed);
+      },
+      60 + static_cast<double>(iters) * 1e-3);
+  if (s == nullptr) return 1;
+  std::printf(
+      "{\"one_way_us\":%.3f,\"one_way_us_mean\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,"
+      "\"rtt_us_min\":%.3f,\"iters\":%zu,\"size\":%zu,\"resent\":%.0f,\"seconds\":%.3f,"
+      "\"client_cpu_s\":%.3f,\"server_cpu_s\":%.3f}\n",
+      s->extra[0] / 2, s->extra[1] / 2, s->extra[0], s->extra[2], s->extra[3], iters, size,
+      s->extra[4], s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"udp_baseline: raw UDP over loopback, the baseline for uroce's numbers"};
+  app.require_subcommand(1);
+  std::string mode = "gso";
+  double seconds = 3;
+  std::size_t size = 65536, segment = 4096, iters = 100000, pp_size = 8, pps_size = 64, batch = 32;
+  CLI::App* bw_cmd = app.add_subcommand("bw", "Bandwidth: bytes received per second");
+  bw_cmd->add_option("--mode", mode, "gso or mmsg")->check(CLI::IsMember({"gso", "mmsg"}));
+  bw_cmd->add_option("--seconds", seconds, "measurement window")->check(CLI::Range(0.1, 600.0));
+  bw_cmd->add_option("--size", size, "bytes per send call")->check(CLI::Range(1, 1 << 24));
+  bw_cmd->add_option("--segment", segment, "datagram (GSO segment) size")
+      ->check(CLI::Range(1, 65507));
+  CLI::App* pp_cmd = app.add_subcommand("pingpong", "Latency: round trip / 2, busy polling");
+  pp_cmd->add_option("--iters", iters, "round trips")->check(CLI::Range(1, 100'000'000));
+  pp_cmd->add_option("--size", pp_size, "datagram size")->check(CLI::Range(1, 65507));
+  CLI::App* pps_cmd = app.add_subcommand("pps", "Message rate: datagrams received per second");
+  pps_cmd->add_option("--size", pps_size, "datagram size")->check(CLI::Range(0, 65507));
+  pps_cmd->add_option("--batch", batch, "datagrams per sendmmsg/recvmmsg")
+      ->check(CLI::Range(1, 1024));
+  pps_cmd->add_option("--seconds", seconds, "measurement window")->check(CLI::Range(0.1, 600.0));
+  CLI11_PARSE(app, argc, argv);
+  if (bw_cmd->parsed()) return bw(mode, seconds, size, segment);
+  if (pp_cmd->parsed()) return pingpong(iters, pp_size);
+  return pps(pps_size, batch, seconds);
+}
