@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,7 +76,6 @@ CompatDevice* find_device(ibv_device* device) {
   return nullptr;
 }
 
-constexpr int kSocketBufferBytes = 16 << 20;
 
 // The index of the interface that holds `ip` (as rxe reports its netdev's in the GID entry),
 // 0 when none does. 127.0.0.0/8 is all loopback though lo lists only 127.0.0.1.
@@ -552,18 +550,6 @@ engine::UdpDevice* net(Context* ctx) {
                  engine::ip_to_string(cfg.ip).c_str(), m.c_str());
     errno = m.find("in use") != std::string::npos ? EADDRINUSE : ENODEV;
     return nullptr;
-  }
-  // Socket buffers for a full window of MTU-sized packets (128 PSNs of up to 4 KiB, each
-  // charged at more than its size): with the 208 KiB default a multi-packet message overflows
-  // the receive buffer and every loss costs a retransmission timeout. As `uroce perf` does:
-  // 16 MiB, forced when privileged, else as much as net.core.rmem_max / wmem_max allow.
-  const int bytes = kSocketBufferBytes;
-  const int fd = r.value()->fd();
-  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
-  }
-  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
   }
   engine::ProgressThreadOptions opts;
   if (const char* spin = std::getenv("UROCE_PROGRESS_SPIN_US")) {
