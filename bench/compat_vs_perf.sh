@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# What the drop-in libibverbs.so.1 costs: perftest's ib_write_bw and ib_write_lat (unmodified
+# Debian binaries) over build-release/compat/libibverbs.so.1, beside `uroce perf write_bw` and
+# `uroce perf write_lat` (the same tests on uroce's C++ API), interleaved in one run.
+#
+#   bench/compat_vs_perf.sh [ROUNDS]     # default 3; SERVER_IP / CLIENT_IP to move it
+#
+# Each test runs as two processes on loopback, the server pinned to CPU 0 and the client to
+# CPU 1 when there are two CPUs (as bench/net_bench.sh does), with the tools' defaults: 5000 x
+# 64 KiB RDMA WRITEs for bandwidth, 1000 x 2-byte RDMA WRITE ping-pongs for latency. Prints each
+# client's result line, prefixed by the round and the test.
+set -euo pipefail
+rounds=${1:-3}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$root/build-release
+sip=${SERVER_IP:-127.0.0.201}
+cip=${CLIENT_IP:-127.0.0.202}
+for b in ib_write_bw ib_write_lat; do
+  command -v "$b" >/dev/null || { echo "$b not found (Debian package perftest)" >&2; exit 2; }
+done
+# Configured as bench/net_bench.sh and scripts/demo configure build-release/, so that they share it.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+  -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
+  -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
+  -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF "${launcher[@]}" >/dev/null
+ninja -C "$build" uroce uroce_ibverbs >/dev/null
+
+cpu0=() cpu1=()
+if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
+  cpu0=(taskset -c 0) cpu1=(taskset -c 1)
+fi
+port=19500
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+result() { grep -E '^ *[0-9]+ +[0-9]+ ' "$1" | tail -1; }
+
+uroce_perf() {  # TEST
+  port=$((port + 1))
+  "${cpu0[@]}" timeout 300 "$build/src/tools/uroce" perf "$1" --ip "$sip" -p "$port" \
+    >"$tmp/s" 2>&1 &
+  local s=$!
+  sleep 0.5
+  "${cpu1[@]}" timeout 300 "$build/src/tools/uroce" perf "$1" --ip "$cip" -p "$port" "$sip" \
+    >"$tmp/c" 2>&1 || true
+  wait "$s" || true
+  result "$tmp/c"
+}
+drop_in() {  # PROGRAM
+  port=$((port + 1))
+  LD_LIBRARY_PATH=$build/compat UROCE_DEVICES=$sip "${cpu0[@]}" timeout 300 "$1" -p "$port" \
+    >"$tmp/s" 2>&1 &
+  local s=$!
+  sleep 0.5
+  LD_LIBRARY_PATH=$build/compat UROCE_DEVICES=$cip "${cpu1[@]}" timeout 300 "$1" -p "$port" \
+    "$sip" >"$tmp/c" 2>&1 || true
+  wait "$s" || true
+  result "$tmp/c"
+}
+
+for r in $(seq 1 "$rounds"); do
+  echo "round $r (load average $(cut -d' ' -f1 /proc/loadavg))"
+  echo "  uroce perf write_bw   | $(uroce_perf write_bw)"
+  echo "  ib_write_bw (drop-in) | $(drop_in ib_write_bw)"
+  echo "  uroce perf write_lat  | $(uroce_perf write_lat)"
+  echo "  ib_write_lat (drop-in)| $(drop_in ib_write_lat)"
+done

@@ -1,0 +1,184 @@
+// The drop-in libibverbs.so.1: the objects it hands to applications and what they carry.
+//
+// Every object an application sees is the libibverbs struct of Debian's rdma-core 44 headers
+// (so the static inline verbs in <infiniband/verbs.h> find what they expect at the offsets they
+// expect), followed by uroce's state. The struct is the first member, so a pointer to it is a
+// pointer to the whole object.
+//
+// Devices: one per configured address (engine::configured_devices()). A context answers
+// queries from a plain uroce::Device built from the same configuration; the networked
+// engine::UdpDevice (which binds UDP port 4791 and runs the progress thread) is created when
+// the first resource that needs it is created, so that `ibv_devinfo` works while another
+// process serves the device. Every Device call of a networked context goes through
+// UdpDevice::lock() (the progress thread runs concurrently).
+#pragma once
+
+#include <limits>  // verbs.h's __VERBS_ABI_IS_EXTENDED uses std::numeric_limits in C++
+
+#pragma GCC visibility push(default)
+#include <infiniband/verbs.h>
+#pragma GCC visibility pop
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/device_config.h"
+#include "engine/udp_device.h"
+#include "uroce/verbs.h"
+
+#define UROCE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace uroce::compat {
+
+// What libibverbs allocates for a device: struct verbs_device (libibverbs/driver.h, not
+// installed) starts with struct ibv_device and continues with the provider's ops pointer, a
+// refcount, a list node, the sysfs entry and core_support. Provider libraries loaded next to
+// us (libmlx5's mlx5dv_is_supported()) read that ops pointer: it is null here, so they see a
+// device that is not theirs.
+struct CompatDevice {
+  ibv_device dev;
+  const void* verbs_ops = nullptr;
+  unsigned char verbs_device_rest[64] = {};
+  // uroce's part.
+  engine::DeviceSpec spec;
+  int index = 0;
+};
+
+struct Context;
+
+struct Pd {
+  ibv_pd ibv;
+  PdHandle h;
+};
+
+struct Mr {
+  ibv_mr ibv;
+  MrHandle h;
+};
+
+struct Channel {
+  ibv_comp_channel ibv;
+  std::uint64_t tag = 0;
+  Context* ctx = nullptr;
+};
+
+struct Cq {
+  ibv_cq_ex ibv;  // an ibv_cq prefix (ibv_cq_ex_to_cq casts)
+  CqHandle h;
+  Context* ctx = nullptr;
+  Channel* channel = nullptr;
+  // Extended polling (ibv_start_poll / ibv_next_poll): the completion being read.
+  Wc cur;
+};
+
+struct Srq {
+  ibv_srq ibv;
+  SrqHandle h;
+};
+
+struct Ah {
+  ibv_ah ibv;
+  AhHandle h;
+};
+
+struct Qp {
+  ibv_qp_ex ibv;  // an ibv_qp prefix (qp_base)
+  QpHandle h;
+  QpType type = QpType::kRc;
+  bool ex = false;  // created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: ibv_qp_to_qp_ex() answers
+  std::uint64_t send_ops = 0;
+  // The ibv_wr_* batch between wr_start and wr_complete. SGE lists and inline data are stored
+  // as offsets into pools until wr_complete, since the pools may grow.
+  struct PendingWr {
+    SendWr wr;
+    std::size_t sge_first = 0;
+    std::size_t sge_count = 0;
+    bool inline_data = false;
+  };
+  std::vector<PendingWr> batch;
+  std::vector<Sge> sge_pool;
+  std::vector<std::byte> inline_pool;
+  std::vector<std::pair<std::size_t, std::size_t>> inline_pieces;  // offset, length
+  int batch_error = 0;  // the first error of this batch (wr_complete returns it)
+};
+
+struct Context {
+  verbs_context vctx;  // vctx.context is the ibv_context applications hold
+  CompatDevice* dev = nullptr;
+  DeviceConfig config;
+  std::unique_ptr<Device> query_dev;  // attributes, ports and GIDs before (and after) the network
+  int async_placeholder = -1;         // context.async_fd; becomes the UdpDevice's async eventfd
+  std::uint32_t ifindex = 0;          // the interface holding the address (GID entries)
+  bool address_local = true;          // an interface holds the address (else the port is down)
+
+  std::mutex mu;  // guards the lazy open and the maps below (never held with the device lock)
+  std::unique_ptr<engine::UdpDevice> owner;
+  std::atomic<engine::UdpDevice*> udp{nullptr};
+  std::unordered_map<std::uint64_t, Cq*> cqs;
+  std::unordered_map<std::uint64_t, Qp*> qps;
+  std::unordered_map<std::uint64_t, Srq*> srqs;
+};
+
+inline Context* ctx_of(ibv_context* c) {
+  return reinterpret_cast<Context*>(reinterpret_cast<unsigned char*>(c) -
+                                    offsetof(verbs_context, context));
+}
+inline Pd* pd_of(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
+inline Mr* mr_of(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Cq* cq_of(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+inline Cq* cq_of(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
+inline Srq* srq_of(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+inline Ah* ah_of(ibv_ah* a) { return reinterpret_cast<Ah*>(a); }
+inline Qp* qp_of(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Qp* qp_of(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+
+template <class Tag>
+std::uint64_t key(Handle<Tag> h) {
+  return (std::uint64_t{h.index} << 32) | h.generation;
+}
+
+// The networked device, opening it on first use. nullptr with errno set (and a message on
+// stderr) when it cannot be opened.
+engine::UdpDevice* net(Context* ctx);
+
+// Whether ibv_post_send / ibv_wr_complete run a progress round in the posting thread (unless
+// UROCE_NO_TX_ON_POST is set).
+bool transmit_on_post();
+
+void mark_down_if_not_local(Context* ctx, ibv_port_attr* a);
+
+// Errc values are errno values.
+inline int err(Errc e) { return static_cast<int>(e); }
+
+// Runs `f`, turning an escaping C++ exception (allocation failure) into `fail` with errno
+// ENOMEM: nothing may unwind into C callers.
+template <class R, class F>
+R guarded(R fail, F&& f) noexcept {
+  try {
+    return f();
+  } catch (...) {
+    errno = ENOMEM;
+    return fail;
+  }
+}
+
+// Extended CQ / QP function tables (extended.cc).
+void init_cq_ex_ops(Cq* cq);
+void init_qp_ex_ops(Qp* qp);
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
+
+// Conversions shared by the ordinary and the extended paths (ibverbs.cc).
+void to_ibv_wc(const Wc& w, ibv_wc* o);
+ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
+                         int comp_vector, bool ex);
+// Writes the actual capacities to *cap_out (as the kernel writes them back).
+ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr, bool ex,
+                         std::uint64_t send_ops, ibv_qp_cap* cap_out);
+
+}  // namespace uroce::compat

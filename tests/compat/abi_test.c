@@ -1,0 +1,503 @@
+/* ABI-level checks of the drop-in libibverbs.so.1, written against the distribution's
+ * <infiniband/verbs.h> as any libibverbs application is: the inline verbs, the extended CQ and
+ * QP interfaces (ibv_start_poll, ibv_wr_*), completion channels, async events, and the errors
+ * of what uroce does not offer. One process, one device, an RC pair connected to itself (and a
+ * second pair for the error cases). Run with UROCE_DEVICES=<one loopback address>.
+ * Every wait is bounded (alarm). Exit status 0 when every check passed. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond)                                                                          \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
+              errno, strerror(errno));                                                       \
+      ++failures;                                                                            \
+    }                                                                                        \
+  } while (0)
+
+#define REQUIRE(cond)                                                                          \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: REQUIRE failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
+              errno, strerror(errno));                                                         \
+      exit(1);                                                                                 \
+    }                                                                                          \
+  } while (0)
+
+enum { kBuf = 4096 };
+
+struct side {
+  struct ibv_qp* qp;
+  struct ibv_qp_ex* qpx;
+  struct ibv_cq_ex* cq;
+  struct ibv_mr* mr;
+  uint8_t* buf;
+};
+
+static void connect_qp(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* gid) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                      IBV_ACCESS_LOCAL_WRITE;
+  REQUIRE(ibv_modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 100;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = *gid;
+  a.ah_attr.grh.sgid_index = 0;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  REQUIRE(ibv_modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 100;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  REQUIRE(ibv_modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+  CHECK(qp->state == IBV_QPS_RTS);
+}
+
+/* Polls `cq` with the extended interface until `want` completions came; records them. */
+struct seen {
+  uint64_t wr_id;
+  enum ibv_wc_status status;
+  enum ibv_wc_opcode opcode;
+  uint32_t byte_len;
+  unsigned int wc_flags;
+  uint32_t qp_num;
+  __be32 imm;
+};
+
+static int poll_ex(struct ibv_cq_ex* cq, struct seen* out, int want) {
+  int got = 0;
+  while (got < want) {
+    struct ibv_poll_cq_attr attr = {0};
+    int ret = ibv_start_poll(cq, &attr);
+    if (ret == ENOENT) continue; /* alarm() bounds this loop */
+    REQUIRE(ret == 0);
+    do {
+      struct seen* s = &out[got++];
+      s->wr_id = cq->wr_id;
+      s->status = cq->status;
+      s->opcode = ibv_wc_read_opcode(cq);
+      s->byte_len = ibv_wc_read_byte_len(cq);
+      s->wc_flags = ibv_wc_read_wc_flags(cq);
+      s->qp_num = ibv_wc_read_qp_num(cq);
+      s->imm = ibv_wc_read_imm_data(cq);
+      if (got == want) break;
+      ret = ibv_next_poll(cq);
+    } while (ret == 0);
+    ibv_end_poll(cq);
+  }
+  return got;
+}
+
+static struct seen* find(struct seen* s, int n, uint64_t wr_id) {
+  for (int i = 0; i < n; ++i) {
+    if (s[i].wr_id == wr_id) return &s[i];
+  }
+  return NULL;
+}
+
+int main(void) {
+  alarm(60); /* a hang is a failure */
+
+  /* ---- device list and context ---- */
+  int n = 0;
+  struct ibv_device** list = ibv_get_device_list(&n);
+  REQUIRE(list != NULL && n >= 1);
+  CHECK(list[n] == NULL);
+  CHECK(ibv_get_device_name(list[0]) != NULL);
+  CHECK(ibv_get_device_guid(list[0]) != 0);
+  CHECK(ibv_get_device_index(list[0]) == 0);
+  CHECK(list[0]->node_type == IBV_NODE_CA);
+  struct ibv_context* ctx = ibv_open_device(list[0]);
+  REQUIRE(ctx != NULL);
+  CHECK(verbs_get_ctx(ctx) != NULL);
+  CHECK(ctx->num_comp_vectors == 1);
+  CHECK(ctx->async_fd >= 0);
+
+  /* ---- queries ---- */
+  struct ibv_device_attr_ex dx;
+  REQUIRE(ibv_query_device_ex(ctx, NULL, &dx) == 0);
+  CHECK(dx.orig_attr.vendor_id == 0); /* as rxe: perftest's generic paths */
+  CHECK(dx.orig_attr.phys_port_cnt == 1);
+  CHECK(dx.orig_attr.atomic_cap == IBV_ATOMIC_HCA);
+  CHECK(dx.orig_attr.node_guid == ibv_get_device_guid(list[0]));
+  struct ibv_device_attr da;
+  REQUIRE(ibv_query_device(ctx, &da) == 0);
+  CHECK(da.max_qp_wr == dx.orig_attr.max_qp_wr);
+  struct ibv_port_attr pa;
+  REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
+  CHECK(pa.state == IBV_PORT_ACTIVE);
+  CHECK(pa.link_layer == IBV_LINK_LAYER_ETHERNET);
+  CHECK(pa.gid_tbl_len >= 1);
+  CHECK(ibv_query_port(ctx, 2, &pa) != 0);
+  union ibv_gid gid;
+  REQUIRE(ibv_query_gid(ctx, 1, 0, &gid) == 0);
+  static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  CHECK(memcmp(gid.raw, mapped, 12) == 0); /* IPv4-mapped, as rxe shows an IPv4 netdev */
+  struct ibv_gid_entry ge;
+  REQUIRE(ibv_query_gid_ex(ctx, 1, 0, &ge, 0) == 0);
+  CHECK(ge.gid_type == IBV_GID_TYPE_ROCE_V2);
+  CHECK(ge.ndev_ifindex == if_nametoindex("lo")); /* a loopback address: lo's index */
+  CHECK(memcmp(ge.gid.raw, gid.raw, 16) == 0);
+  CHECK(ibv_query_gid_ex(ctx, 1, 1, &ge, 0) == ENODATA); /* an empty entry */
+  struct ibv_gid_entry table[4];
+  CHECK(ibv_query_gid_table(ctx, table, 4, 0) == 1);
+  __be16 pkey;
+  CHECK(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == htons(0xffff));
+  CHECK(ibv_get_pkey_index(ctx, 1, htons(0xffff)) == 0);
+
+  /* ---- strings and rates ---- */
+  CHECK(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0);
+  CHECK(strcmp(ibv_port_state_str(IBV_PORT_ACTIVE), "active") == 0);
+  CHECK(ibv_rate_to_mbps(IBV_RATE_100_GBPS) == 103125);
+  CHECK(mult_to_ibv_rate(4) == IBV_RATE_10_GBPS);
+  CHECK(ibv_fork_init() == 0);
+
+  /* ---- resources ---- */
+  struct ibv_pd* pd = ibv_alloc_pd(ctx);
+  REQUIRE(pd != NULL);
+  struct side s[2];
+  memset(s, 0, sizeof s);
+  struct ibv_cq_init_attr_ex cqa;
+  memset(&cqa, 0, sizeof cqa);
+  cqa.cqe = 64;
+  cqa.wc_flags = IBV_WC_STANDARD_FLAGS;
+  for (int i = 0; i < 2; ++i) {
+    s[i].buf = aligned_alloc(4096, kBuf);
+    REQUIRE(s[i].buf != NULL);
+    memset(s[i].buf, 0, kBuf);
+    s[i].mr = ibv_reg_mr(pd, s[i].buf, kBuf,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                             IBV_ACCESS_REMOTE_ATOMIC);
+    REQUIRE(s[i].mr != NULL);
+    CHECK(s[i].mr->addr == s[i].buf && s[i].mr->length == kBuf);
+    s[i].cq = ibv_create_cq_ex(ctx, &cqa);
+    REQUIRE(s[i].cq != NULL);
+    CHECK(ibv_cq_ex_to_cq(s[i].cq)->cqe >= 64);
+    struct ibv_qp_init_attr_ex qa;
+    memset(&qa, 0, sizeof qa);
+    qa.send_cq = ibv_cq_ex_to_cq(s[i].cq);
+    qa.recv_cq = ibv_cq_ex_to_cq(s[i].cq);
+    qa.cap.max_send_wr = 32;
+    qa.cap.max_recv_wr = 32;
+    qa.cap.max_send_sge = 2;
+    qa.cap.max_recv_sge = 2;
+    qa.cap.max_inline_data = 64;
+    qa.qp_type = IBV_QPT_RC;
+    qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    qa.pd = pd;
+    qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                        IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    s[i].qp = ibv_create_qp_ex(ctx, &qa);
+    REQUIRE(s[i].qp != NULL);
+    CHECK(qa.cap.max_inline_data >= 64);
+    s[i].qpx = ibv_qp_to_qp_ex(s[i].qp);
+    REQUIRE(s[i].qpx != NULL);
+  }
+  CHECK(ibv_dealloc_pd(pd) == EBUSY); /* still has MRs and QPs */
+  connect_qp(s[0].qp, s[1].qp->qp_num, &gid);
+  connect_qp(s[1].qp, s[0].qp->qp_num, &gid);
+
+  struct ibv_qp_attr qattr;
+  struct ibv_qp_init_attr qinit;
+  REQUIRE(ibv_query_qp(s[0].qp, &qattr, IBV_QP_STATE, &qinit) == 0);
+  CHECK(qattr.qp_state == IBV_QPS_RTS && qattr.dest_qp_num == s[1].qp->qp_num);
+  CHECK(qinit.send_cq == ibv_cq_ex_to_cq(s[0].cq));
+
+  /* ---- the ibv_wr_* API: write, inline send, read, atomics in one batch ---- */
+  uint8_t *a = s[0].buf, *b = s[1].buf;
+  for (int i = 0; i < 256; ++i) a[i] = (uint8_t)i; /* WRITE source */
+  memcpy(b + 1024, "read me, please", 16);         /* READ source */
+  uint64_t counter = 40, cas_word = 7;
+  memcpy(b + 2048, &counter, 8);
+  memcpy(b + 2056, &cas_word, 8);
+
+  struct ibv_sge rsge = {(uintptr_t)(b + 512), 64, s[1].mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 900, .sg_list = &rsge, .num_sge = 1};
+  struct ibv_recv_wr* bad_rwr = NULL;
+  REQUIRE(ibv_post_recv(s[1].qp, &rwr, &bad_rwr) == 0);
+
+  struct ibv_qp_ex* x = s[0].qpx;
+  char inline_msg[32] = "inline hello";
+  ibv_wr_start(x);
+  x->wr_id = 1;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(x, s[1].mr->rkey, (uintptr_t)b);
+  ibv_wr_set_sge(x, s[0].mr->lkey, (uintptr_t)a, 256);
+  x->wr_id = 2;
+  ibv_wr_send_imm(x, htonl(0xabcdef01));
+  ibv_wr_set_inline_data(x, inline_msg, 13);
+  x->wr_id = 3;
+  ibv_wr_rdma_read(x, s[1].mr->rkey, (uintptr_t)(b + 1024));
+  ibv_wr_set_sge(x, s[0].mr->lkey, (uintptr_t)(a + 1024), 16);
+  x->wr_id = 4;
+  ibv_wr_atomic_fetch_add(x, s[1].mr->rkey, (uintptr_t)(b + 2048), 2);
+  ibv_wr_set_sge(x, s[0].mr->lkey, (uintptr_t)(a + 2048), 8);
+  x->wr_id = 5;
+  ibv_wr_atomic_cmp_swp(x, s[1].mr->rkey, (uintptr_t)(b + 2056), 7, 99);
+  ibv_wr_set_sge(x, s[0].mr->lkey, (uintptr_t)(a + 2056), 8);
+  memset(inline_msg, 'X', sizeof inline_msg); /* inline data was copied at set time */
+  REQUIRE(ibv_wr_complete(x) == 0);
+
+  struct seen done[8];
+  poll_ex(s[0].cq, done, 5);
+  for (uint64_t id = 1; id <= 5; ++id) {
+    struct seen* d = find(done, 5, id);
+    CHECK(d != NULL && d->status == IBV_WC_SUCCESS && d->qp_num == s[0].qp->qp_num);
+  }
+  CHECK(find(done, 5, 1)->opcode == IBV_WC_RDMA_WRITE);
+  CHECK(find(done, 5, 2)->opcode == IBV_WC_SEND);
+  CHECK(find(done, 5, 3)->opcode == IBV_WC_RDMA_READ && find(done, 5, 3)->byte_len == 16);
+  CHECK(find(done, 5, 4)->opcode == IBV_WC_FETCH_ADD);
+  CHECK(find(done, 5, 5)->opcode == IBV_WC_COMP_SWAP);
+  poll_ex(s[1].cq, done, 1);
+  CHECK(done[0].wr_id == 900 && done[0].status == IBV_WC_SUCCESS);
+  CHECK(done[0].opcode == IBV_WC_RECV && done[0].byte_len == 13);
+  CHECK((done[0].wc_flags & IBV_WC_WITH_IMM) != 0 && done[0].imm == htonl(0xabcdef01));
+  CHECK(memcmp(b + 512, "inline hello", 13) == 0);
+  for (int i = 0; i < 256; ++i) {
+    if (b[i] != (uint8_t)i) {
+      CHECK(!"RDMA WRITE data");
+      break;
+    }
+  }
+  CHECK(memcmp(a + 1024, "read me, please", 16) == 0);
+  uint64_t v;
+  memcpy(&v, a + 2048, 8);
+  CHECK(v == 40); /* fetch-add returns the old value */
+  memcpy(&v, b + 2048, 8);
+  CHECK(v == 42);
+  memcpy(&v, a + 2056, 8);
+  CHECK(v == 7);
+  memcpy(&v, b + 2056, 8);
+  CHECK(v == 99);
+
+  /* wr_abort posts nothing; a setter before any WR fails the batch. */
+  ibv_wr_start(x);
+  x->wr_id = 6;
+  ibv_wr_rdma_write(x, s[1].mr->rkey, (uintptr_t)b);
+  ibv_wr_set_sge(x, s[0].mr->lkey, (uintptr_t)a, 8);
+  ibv_wr_abort(x);
+  ibv_wr_start(x);
+  ibv_wr_set_sge(x, s[0].mr->lkey, (uintptr_t)a, 8);
+  CHECK(ibv_wr_complete(x) == EINVAL);
+
+  /* ---- ordinary verbs: ibv_post_send (WRITE with immediate), ibv_poll_cq ---- */
+  REQUIRE(ibv_post_recv(s[1].qp, &rwr, &bad_rwr) == 0);
+  struct ibv_sge ssge = {(uintptr_t)a, 32, s[0].mr->lkey};
+  struct ibv_send_wr swr;
+  memset(&swr, 0, sizeof swr);
+  swr.wr_id = 7;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  swr.imm_data = htonl(0x01020304);
+  swr.wr.rdma.remote_addr = (uintptr_t)(b + 3072);
+  swr.wr.rdma.rkey = s[1].mr->rkey;
+  struct ibv_send_wr* bad_swr = NULL;
+  REQUIRE(ibv_post_send(s[0].qp, &swr, &bad_swr) == 0);
+  struct ibv_wc wc;
+  int got;
+  do {
+    got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+  CHECK((wc.wc_flags & IBV_WC_WITH_IMM) != 0 && wc.imm_data == htonl(0x01020304));
+  CHECK(wc.byte_len == 32 && memcmp(b + 3072, a, 32) == 0);
+  do {
+    got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.wr_id == 7 && wc.opcode == IBV_WC_RDMA_WRITE);
+
+  /* Inline data through ibv_post_send: copied at post time, the buffer may change at once. */
+  REQUIRE(ibv_post_recv(s[1].qp, &rwr, &bad_rwr) == 0);
+  char msg[16] = "posted inline";
+  struct ibv_sge isge = {(uintptr_t)msg, 14, 0}; /* no lkey needed for inline data */
+  memset(&swr, 0, sizeof swr);
+  swr.wr_id = 10;
+  swr.sg_list = &isge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  REQUIRE(ibv_post_send(s[0].qp, &swr, &bad_swr) == 0);
+  memset(msg, 'Z', sizeof msg);
+  do {
+    got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.byte_len == 14);
+  CHECK(memcmp(b + 512, "posted inline", 14) == 0);
+  do {
+    got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.wr_id == 10 && wc.opcode == IBV_WC_SEND);
+
+  /* An opcode uroce does not have: EINVAL, bad_wr names it. */
+  swr.opcode = IBV_WR_BIND_MW;
+  CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
+
+  /* ---- completion channel: blocking ibv_get_cq_event ---- */
+  struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+  REQUIRE(ch != NULL && ch->fd >= 0);
+  struct ibv_cq* ecq = ibv_create_cq(ctx, 16, (void*)0x1234, ch, 0);
+  REQUIRE(ecq != NULL);
+  CHECK(ibv_destroy_comp_channel(ch) == EBUSY); /* a CQ uses it */
+  struct ibv_qp_init_attr eqa;
+  memset(&eqa, 0, sizeof eqa);
+  eqa.send_cq = ecq;
+  eqa.recv_cq = ecq;
+  eqa.cap.max_send_wr = 4;
+  eqa.cap.max_recv_wr = 4;
+  eqa.cap.max_send_sge = 1;
+  eqa.cap.max_recv_sge = 1;
+  eqa.qp_type = IBV_QPT_RC;
+  struct ibv_qp* eqp = ibv_create_qp(pd, &eqa);
+  REQUIRE(eqp != NULL);
+  CHECK(ibv_qp_to_qp_ex(eqp) == NULL); /* not created with send_ops_flags */
+  struct ibv_cq_init_attr_ex peer_cqa = cqa;
+  struct ibv_cq_ex* pcq = ibv_create_cq_ex(ctx, &peer_cqa);
+  REQUIRE(pcq != NULL);
+  eqa.send_cq = eqa.recv_cq = ibv_cq_ex_to_cq(pcq);
+  struct ibv_qp* pqp = ibv_create_qp(pd, &eqa);
+  REQUIRE(pqp != NULL);
+  connect_qp(eqp, pqp->qp_num, &gid);
+  connect_qp(pqp, eqp->qp_num, &gid);
+  REQUIRE(ibv_req_notify_cq(ecq, 0) == 0);
+  memset(&swr, 0, sizeof swr);
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  swr.wr.rdma.remote_addr = (uintptr_t)(b + 3072);
+  swr.wr.rdma.rkey = s[1].mr->rkey;
+  swr.opcode = IBV_WR_RDMA_WRITE;
+  swr.wr_id = 8;
+  REQUIRE(ibv_post_send(eqp, &swr, &bad_swr) == 0);
+  struct ibv_cq* ev_cq = NULL;
+  void* ev_ctx = NULL;
+  REQUIRE(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0);
+  CHECK(ev_cq == ecq && ev_ctx == (void*)0x1234);
+  ibv_ack_cq_events(ev_cq, 1);
+  /* The channel fd blocks by default, as libibverbs'; made non-blocking, an empty channel
+   * answers EAGAIN. */
+  CHECK((fcntl(ch->fd, F_GETFL) & O_NONBLOCK) == 0);
+  REQUIRE(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0);
+  errno = 0;
+  CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN);
+  CHECK(ecq->comp_events_completed == 1);
+  CHECK(ibv_poll_cq(ecq, 1, &wc) == 1 && wc.wr_id == 8 && wc.status == IBV_WC_SUCCESS);
+
+  /* ---- async event: an RDMA WRITE with a bad R_Key breaks the responder's QP ---- */
+  swr.wr_id = 9;
+  swr.wr.rdma.rkey = s[1].mr->rkey ^ 0x5a5a00;
+  REQUIRE(ibv_post_send(eqp, &swr, &bad_swr) == 0);
+  do {
+    got = ibv_poll_cq(ecq, 1, &wc);
+  } while (got == 0);
+  CHECK(got == 1 && wc.wr_id == 9 && wc.status == IBV_WC_REM_ACCESS_ERR);
+  struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
+  CHECK(poll(&pfd, 1, 10000) == 1);
+  struct ibv_async_event ae;
+  REQUIRE(ibv_get_async_event(ctx, &ae) == 0);
+  CHECK(ae.event_type == IBV_EVENT_QP_ACCESS_ERR && ae.element.qp == pqp);
+  ibv_ack_async_event(&ae);
+  CHECK((fcntl(ctx->async_fd, F_GETFL) & O_NONBLOCK) == 0);
+  REQUIRE(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0);
+  errno = 0;
+  CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN);
+  CHECK(pqp->events_completed == 1);
+
+  /* ---- what uroce does not offer: the errors libibverbs gives for such a provider ---- */
+  errno = 0;
+  CHECK(ibv_resize_cq(ecq, 64) == EOPNOTSUPP);
+  errno = 0;
+  CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP);
+  struct ibv_xrcd_init_attr xa = {
+      .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = 0};
+  errno = 0;
+  CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP);
+  struct ibv_cq_init_attr_ex tsa = cqa;
+  tsa.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  errno = 0;
+  CHECK(ibv_create_cq_ex(ctx, &tsa) == NULL && errno == EOPNOTSUPP);
+  struct ibv_qp_init_attr_ex mwa;
+  memset(&mwa, 0, sizeof mwa);
+  mwa.send_cq = mwa.recv_cq = ecq;
+  mwa.cap.max_send_wr = mwa.cap.max_recv_wr = 1;
+  mwa.cap.max_send_sge = mwa.cap.max_recv_sge = 1;
+  mwa.qp_type = IBV_QPT_RC;
+  mwa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  mwa.pd = pd;
+  mwa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
+  mwa.comp_mask = IBV_QP_INIT_ATTR_PD;
+  mwa.qp_type = IBV_QPT_RAW_PACKET;
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
+  errno = 0;
+  CHECK(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == NULL &&
+        errno == EOPNOTSUPP);
+  CHECK(ibv_rereg_mr(s[0].mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+        IBV_REREG_MR_ERR_CMD);
+  union ibv_gid mgid;
+  memset(&mgid, 0, sizeof mgid);
+  CHECK(ibv_attach_mcast(s[0].qp, &mgid, 0) == EOPNOTSUPP);
+  struct ibv_td_init_attr tda = {0};
+  errno = 0;
+  CHECK(ibv_alloc_td(ctx, &tda) == NULL && errno == EOPNOTSUPP);
+  struct ibv_modify_cq_attr mca = {0};
+  CHECK(ibv_modify_cq(ecq, &mca) == EOPNOTSUPP);
+  struct ibv_values_ex vals = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+  CHECK(ibv_query_rt_values_ex(ctx, &vals) == EOPNOTSUPP);
+
+  /* ---- teardown ---- */
+  CHECK(ibv_destroy_qp(eqp) == 0);
+  CHECK(ibv_destroy_qp(pqp) == 0);
+  CHECK(ibv_destroy_cq(ecq) == 0);
+  CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)) == 0);
+  CHECK(ibv_destroy_comp_channel(ch) == 0);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(s[i].cq)) == EBUSY); /* a QP uses it */
+    CHECK(ibv_destroy_qp(s[i].qp) == 0);
+    CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(s[i].cq)) == 0);
+    CHECK(ibv_dereg_mr(s[i].mr) == 0);
+    free(s[i].buf);
+  }
+  CHECK(ibv_dealloc_pd(pd) == 0);
+  CHECK(ibv_close_device(ctx) == 0);
+  ibv_free_device_list(list);
+  if (failures == 0) printf("abi_test: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
