@@ -76,7 +76,6 @@ CompatDevice* find_device(ibv_device* device) {
   return nullptr;
 }
 
-
 // The index of the interface that holds `ip` (as rxe reports its netdev's in the GID entry),
 // 0 when none does. 127.0.0.0/8 is all loopback though lo lists only 127.0.0.1.
 std::uint32_t interface_index(const wire::IpAddress& ip) {
