@@ -7,14 +7,21 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <infiniband/sa.h>
 #include <infiniband/verbs.h>
 #include <net/if.h>
 #include <poll.h>
+#include <rdma/ib_user_sa.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Exported by libibverbs (IBVERBS_1.0) for the kernel's SA path records; rdma-core declares them
+ * in a header Debian does not ship (infiniband/marshall.h). */
+void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec* dst, struct ib_user_path_rec* src);
+void ibv_copy_path_rec_to_kern(struct ib_user_path_rec* dst, struct ibv_sa_path_rec* src);
 
 static int failures;
 
@@ -126,8 +133,50 @@ static struct seen* find(struct seen* s, int n, uint64_t wr_id) {
   return NULL;
 }
 
+/* A path record survives the trip to the kernel's layout and back, every field. */
+static void check_path_rec_round_trip(void) {
+  struct ibv_sa_path_rec a, b;
+  struct ib_user_path_rec k;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0xa5, sizeof b);
+  for (int i = 0; i < 16; ++i) {
+    a.dgid.raw[i] = (uint8_t)(i + 1);
+    a.sgid.raw[i] = (uint8_t)(0x40 + i);
+  }
+  a.dlid = htons(0x1234);
+  a.slid = htons(0x4321);
+  a.raw_traffic = 1;
+  a.flow_label = htonl(0xabcde);
+  a.hop_limit = 7;
+  a.traffic_class = 9;
+  a.reversible = 1;
+  a.numb_path = 3;
+  a.pkey = htons(0xffff);
+  a.sl = 2;
+  a.mtu_selector = 1;
+  a.mtu = 3;
+  a.rate_selector = 2;
+  a.rate = 6;
+  a.packet_life_time_selector = 1;
+  a.packet_life_time = 18;
+  a.preference = 4;
+  ibv_copy_path_rec_to_kern(&k, &a);
+  CHECK(memcmp(k.dgid, a.dgid.raw, 16) == 0);
+  CHECK(k.dlid == a.dlid && k.packet_life_time == 18 && k.preference == 4);
+  ibv_copy_path_rec_from_kern(&b, &k);
+  CHECK(memcmp(b.dgid.raw, a.dgid.raw, 16) == 0 && memcmp(b.sgid.raw, a.sgid.raw, 16) == 0);
+  CHECK(b.dlid == a.dlid && b.slid == a.slid && b.raw_traffic == a.raw_traffic);
+  CHECK(b.flow_label == a.flow_label && b.hop_limit == a.hop_limit);
+  CHECK(b.traffic_class == a.traffic_class && b.reversible == a.reversible);
+  CHECK(b.numb_path == a.numb_path && b.pkey == a.pkey && b.sl == a.sl);
+  CHECK(b.mtu_selector == a.mtu_selector && b.mtu == a.mtu && b.rate_selector == a.rate_selector);
+  CHECK(b.rate == a.rate && b.packet_life_time_selector == a.packet_life_time_selector);
+  CHECK(b.packet_life_time == a.packet_life_time && b.preference == a.preference);
+}
+
 int main(void) {
   alarm(60); /* a hang is a failure */
+  check_path_rec_round_trip();
 
   /* ---- device list and context ---- */
   int n = 0;

@@ -289,9 +289,10 @@ UROCE_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr
 // struct ibv_sa_path_rec (infiniband/sa.h) <-> the kernel's ib_user_path_rec.
 #include <infiniband/sa.h>
 
-UROCE_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
-  std::memcpy(dst->dgid.raw, src->dgid, sizeof dst->dgid);
-  std::memcpy(dst->sgid.raw, src->sgid, sizeof dst->sgid);
+namespace {
+// The fields both path-record layouts share under the same names.
+template <class To, class From>
+void copy_path_rec_fields(To* dst, const From* src) {
   dst->dlid = src->dlid;
   dst->slid = src->slid;
   dst->raw_traffic = src->raw_traffic;
@@ -310,27 +311,18 @@ UROCE_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path
   dst->preference = src->preference;
   dst->packet_life_time_selector = src->packet_life_time_selector;
 }
+}  // namespace
+
+UROCE_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src) {
+  std::memcpy(dst->dgid.raw, src->dgid, sizeof dst->dgid);
+  std::memcpy(dst->sgid.raw, src->sgid, sizeof dst->sgid);
+  copy_path_rec_fields(dst, src);
+}
 
 UROCE_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src) {
   std::memcpy(dst->dgid, src->dgid.raw, sizeof src->dgid);
   std::memcpy(dst->sgid, src->sgid.raw, sizeof src->sgid);
-  dst->dlid = src->dlid;
-  dst->slid = src->slid;
-  dst->raw_traffic = src->raw_traffic;
-  dst->flow_label = src->flow_label;
-  dst->hop_limit = src->hop_limit;
-  dst->traffic_class = src->traffic_class;
-  dst->reversible = src->reversible;
-  dst->numb_path = src->numb_path;
-  dst->pkey = src->pkey;
-  dst->sl = src->sl;
-  dst->mtu_selector = src->mtu_selector;
-  dst->mtu = src->mtu;
-  dst->rate_selector = src->rate_selector;
-  dst->rate = src->rate;
-  dst->packet_life_time = src->packet_life_time;
-  dst->preference = src->preference;
-  dst->packet_life_time_selector = src->packet_life_time_selector;
+  copy_path_rec_fields(dst, src);
 }
 
 // ===================================================================== IBVERBS_PRIVATE_34
