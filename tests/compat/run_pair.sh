@@ -28,28 +28,41 @@ if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
   export ASAN_OPTIONS=detect_leaks=0
 fi
 
+args=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-UROCE_DEVICES=$saddr timeout -k 5 "$limit" "$prog" -p "$port" "$@" >"$tmp/server" 2>&1 &
-spid=$!
-# Wait (bounded) until the server listens; a probe connection would consume its one accept.
-for _ in $(seq 1 200); do
-  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-  kill -0 "$spid" 2>/dev/null || break
-  sleep 0.1
-done
-UROCE_DEVICES=$caddr timeout -k 5 "$limit" "$prog" -p "$port" "$@" 127.0.0.1 >"$tmp/client" 2>&1
-crc=$?
-wait "$spid"
-src=$?
+run_once() {
+  UROCE_DEVICES=$saddr timeout -k 5 "$limit" "$prog" -p "$port" "${args[@]}" >"$tmp/server" 2>&1 &
+  spid=$!
+  # Wait (bounded) until the server listens; a probe connection would consume its one accept.
+  for _ in $(seq 1 200); do
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  UROCE_DEVICES=$caddr timeout -k 5 "$limit" "$prog" -p "$port" "${args[@]}" 127.0.0.1 >"$tmp/client" 2>&1
+  crc=$?
+  wait "$spid"
+  src=$?
 
-ok=1
-[ "$src" -eq 0 ] && [ "$crc" -eq 0 ] || ok=0
-grep -Eq -- "$expect" "$tmp/client" || ok=0
-for side in server client; do
-  grep -Eqi -- 'failed|couldn.t|error|mismatch|unable' "$tmp/$side" && ok=0
-done
+  ok=1
+  [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] || ok=0
+  grep -Eq -- "$expect" "$tmp/client" || ok=0
+  for side in server client; do
+    grep -Eqi -- 'failed|couldn.t|error|mismatch|unable' "$tmp/$side" && ok=0
+  done
+}
+
+# perftest calibrates its cycle counter against gettimeofday before each report and gives up
+# ("Correlation coefficient r^2: ... < 0.9", "Can't produce a report") when it was preempted
+# while sampling: the measuring tool failing under CPU contention, not the run. Such a run is
+# repeated once, and says so.
+run_once
+if [ "$ok" -ne 1 ] && grep -q "Correlation coefficient r^2" "$tmp/server" "$tmp/client"; then
+  echo "NOTE: perftest's clock calibration failed under load; running once more"
+  run_once
+fi
 if [ "$ok" -ne 1 ]; then
   echo "FAIL: $prog $* (server exit $src, client exit $crc; 124 = timed out after ${limit}s)"
   echo "----- server (UROCE_DEVICES=$saddr) -----"
