@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "datapath/udp.h"
+#include "support/ip_text.h"
 #include "wire/builder.h"
 #include "wire/packet.h"
 
@@ -34,11 +35,7 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 
-wire::IpAddress v4(const char* s) {
-  wire::IpAddress a;
-  ::inet_pton(AF_INET, s, a.bytes.data());
-  return a;
-}
+using test::v4;
 
 bool run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 

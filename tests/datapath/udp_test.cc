@@ -1,6 +1,7 @@
 // datapath/udp on loopback: real sockets, real kernel headers, the ICRC computed for the headers
 // the kernel writes. Traffic stays on 127.0.0.0/8 and ::1.
 #include "datapath/udp.h"
+#include "support/ip_text.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -25,11 +26,7 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 
-wire::IpAddress v4(const char* s) {
-  wire::IpAddress a;
-  ::inet_pton(AF_INET, s, a.bytes.data());
-  return a;
-}
+using test::v4;
 wire::IpAddress loopback6() {
   wire::IpAddress a;
   a.v6 = true;

@@ -11,15 +11,12 @@
 #include <vector>
 
 #include "engine/udp_device.h"
+#include "support/ip_text.h"
 #include "verbs/address.h"
 
 namespace uroce::engine::test {
 
-inline wire::IpAddress v4(const char* s) {
-  wire::IpAddress a;
-  ::inet_pton(AF_INET, s, a.bytes.data());
-  return a;
-}
+using ::uroce::test::v4;  // support/ip_text.h
 
 inline constexpr std::uint32_t kAllAccess =
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;

@@ -2,6 +2,7 @@
 // exit codes, against real devices of this process (and through the `uroce` binary, another
 // process).
 #include "tools/stats_cmd.h"
+#include "support/ip_text.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -22,11 +23,7 @@
 namespace uroce::tools {
 namespace {
 
-wire::IpAddress v4(const char* s) {
-  wire::IpAddress a;
-  ::inet_pton(AF_INET, s, a.bytes.data());
-  return a;
-}
+using test::v4;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
