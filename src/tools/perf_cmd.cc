@@ -311,13 +311,11 @@ void open_side(Side& s) {
     fail(msg);
   }
   s.dev = std::move(dev.value());
-  // A deep socket receive buffer: a bw run keeps tx_depth messages (8 MiB at the defaults) in
-  // flight with no congestion control yet, and every packet the kernel drops for a full buffer
-  // costs a retransmission timeout. Root may exceed net.core.rmem_max (the FORCE options, as
-  // bench/udp_baseline does); others get what the limit allows.
+  // A bw run keeps tx_depth messages (8 MiB at the defaults) in flight with no congestion
+  // control yet. The datapath already sizes the receive buffer for that (UdpOptions::
+  // rcvbuf_bytes, 16 MiB); the send buffer is the tool's choice. Root may exceed
+  // net.core.wmem_max (the FORCE option, as bench/udp_baseline does); others get the limit.
   const int want = 16 << 20;
-  if (::setsockopt(s.dev->fd(), SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof want) != 0)
-    ::setsockopt(s.dev->fd(), SOL_SOCKET, SO_RCVBUF, &want, sizeof want);
   if (::setsockopt(s.dev->fd(), SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof want) != 0)
     ::setsockopt(s.dev->fd(), SOL_SOCKET, SO_SNDBUF, &want, sizeof want);
   Device& d = s.d();
