@@ -23,6 +23,10 @@ class BoundedRing {
     UROCE_CHECK(count_ > 0);
     return slots_[head_];
   }
+  const T& front() const {
+    UROCE_CHECK(count_ > 0);
+    return slots_[head_];
+  }
   T& back() {
     UROCE_CHECK(count_ > 0);
     return slots_[(head_ + count_ - 1) % slots_.size()];

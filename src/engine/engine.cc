@@ -23,6 +23,7 @@ void Engine::activate(std::uint32_t qpn) {
 
 void Engine::doorbell(std::uint32_t qpn) {
   if (qps_.find_qp(qpn) == nullptr) return;
+  held_ = 0;  // a held QP may have a request now: has_unheld_tx_work() must not say no
   activate(qpn);
 }
 
@@ -92,9 +93,27 @@ bool Engine::transmit(Instant now, const transport::TxPacket& tx) {
   return true;
 }
 
-std::size_t Engine::flush_tx(Instant now, std::size_t budget) {
+std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
+  held_list_.clear();
+  if (hold_acks) {
+    // Set aside the QPs with only an ACK to send; they stay marked active and rejoin the list.
+    for (std::size_t i = 0; i < active_.size();) {
+      transport::Qp* qp = qps_.find_qp(active_[i]);
+      if (qp != nullptr && qp->only_ack_to_send()) {
+        qp->note_ack_held();
+        held_list_.push_back(active_[i]);
+        active_[i] = active_.back();
+        active_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
   const std::size_t sent = poll_and_transmit(now, budget);
   dp_.flush(now);
+  held_ = held_list_.size();
+  counters_.tx_acks_held += held_;
+  active_.insert(active_.end(), held_list_.begin(), held_list_.end());
   return sent;
 }
 

@@ -7,7 +7,8 @@
 //   doorbell(qpn)               an application posted work to a QP
 //   handle_timers(now)          fire every QP timer that is due
 //   flush_tx(now)               transmit for QPs with work, round robin, fair per burst, then
-//                               flush the datapath (which may batch)
+//                               flush the datapath (which may batch); optionally holding QPs
+//                               whose only packet is an ACK for the next flush
 //   next_timeout()              when handle_timers() next has work
 #pragma once
 
@@ -39,6 +40,7 @@ struct EngineCounters {
   std::uint64_t rx_unknown_qpn = 0;
   std::uint64_t tx_backpressure = 0;
   std::uint64_t timer_fires = 0;
+  std::uint64_t tx_acks_held = 0;  // ACKs held by a flush_tx(hold_acks) for the next one
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};  // by DropReason
 };
 
@@ -52,9 +54,22 @@ class Engine {
   void handle_timers(Instant now);
   // Sends up to `budget` packets, then flushes the datapath (which may batch them): no packet
   // is left queued on the way out referring to registered memory. Returns how many were sent.
-  std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX);
+  //
+  // hold_acks: a QP whose only packet is a positive ACK (transport::Qp::only_ack_to_send) stays
+  // active without sending it; held_acks() counts those. The caller sends them with its next
+  // flush without hold_acks, soon: a responder that answers a request with its own next request
+  // (a ping-pong of WRITEs or SENDs) then sends the ACK in the same batch as that request, one
+  // system call per hop instead of two, and the peer, polling for its ACK, finds the request in
+  // the same receive batch. The transport coalesces a held ACK with later ones.
+  std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX, bool hold_acks = false);
   Instant next_timeout();
   bool has_tx_work() const { return !active_.empty() || has_pending_ || dp_.tx_queued(); }
+  // QPs the last flush_tx held with only an ACK to send.
+  std::size_t held_acks() const { return held_; }
+  // Transmit work beyond the ACKs the last flush_tx held.
+  bool has_unheld_tx_work() const {
+    return active_.size() > held_ || has_pending_ || dp_.tx_queued();
+  }
   const EngineCounters& counters() const { return counters_; }
   const wire::IpAddress& local() const { return local_; }
 
@@ -82,6 +97,8 @@ class Engine {
   std::vector<std::uint32_t> due_;                    // scratch for handle_timers
   std::unordered_map<std::uint32_t, bool> is_active_;
   std::size_t next_active_ = 0;
+  std::vector<std::uint32_t> held_list_;  // during flush_tx(hold_acks): set aside
+  std::size_t held_ = 0;
   // A packet the datapath could not take; sent before anything else.
   transport::TxPacket pending_;
   std::uint32_t pending_qpn_ = 0;

@@ -130,6 +130,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"rx_gro_pkts", datapath.rx_gro_packets},
       {"tx_backpressure", engine.tx_backpressure},
       {"timer_fires", engine.timer_fires},
+      {"tx_acks_held", engine.tx_acks_held},
       {"async_events_dropped", async_events_dropped},
       {"qps", qps.size()},
   };

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -48,6 +49,9 @@ Instant deadline_after(Duration timeout) {
 }
 
 std::uint64_t cq_key(CqHandle cq) { return (std::uint64_t{cq.index} << 32) | cq.generation; }
+
+// Set by UdpDevice::QuietDoorbells in the posting thread.
+thread_local bool t_quiet_doorbells = false;
 
 }  // namespace
 
@@ -104,6 +108,11 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
     return Err{std::string("eventfd: ") + std::strerror(errno)};
   }
+  d->app_timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (d->app_timer_fd_ < 0) return Err{std::string("timerfd: ") + std::strerror(errno)};
+  if (const char* hold = std::getenv("UROCE_HOLD_ACKS")) {
+    d->hold_acks_ = std::string_view(hold) != "0";
+  }
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
@@ -115,6 +124,7 @@ UdpDevice::~UdpDevice() {
   if (device_) device_->set_completion_event_handler(nullptr);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (async_fd_ >= 0) ::close(async_fd_);
+  if (app_timer_fd_ >= 0) ::close(app_timer_fd_);
 }
 
 // ---- progress ----
@@ -130,7 +140,14 @@ UdpDevice::Round UdpDevice::round_locked(Instant t, std::size_t tx_budget) {
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);
-  r.sent = engine_->flush_tx(t, tx_budget);
+  // Held ACKs wait for their QP's next request until they are due (acks_due_ is never() while
+  // none are held).
+  r.sent = engine_->flush_tx(t, tx_budget, hold_acks_ && t < acks_due_);
+  if (engine_->held_acks() == 0) {
+    acks_due_ = Instant::never();
+  } else if (acks_due_.is_never()) {
+    acks_due_ = t + kAckHold;
+  }
   sync_async_fd_locked();
   return r;
 }
@@ -139,13 +156,37 @@ bool UdpDevice::progress() {
   if (closed_) return false;
   const Instant t = now();
   Round r;
+  bool wake = false;
   {
     std::lock_guard lk(mu_);
     r = round_locked(t, SIZE_MAX);
+    if (thread_.joinable()) {
+      // Push the activity timer forward (a system call at most every kAppActive / 2).
+      if (t + kAppActive / 2 >
+          Instant::from_ns(app_active_until_.load(std::memory_order_relaxed))) {
+        const Instant until = t + kAppActive;
+        itimerspec its{};
+        // Instant is the steady clock, CLOCK_MONOTONIC on Linux.
+        its.it_value.tv_sec = static_cast<time_t>(until.ns() / 1'000'000'000);
+        its.it_value.tv_nsec = static_cast<long>(until.ns() % 1'000'000'000);
+        ::timerfd_settime(app_timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
+        app_active_until_.store(until.ns(), std::memory_order_relaxed);
+      }
+      // Work this round could not finish (a full socket, doorbells rung quietly) is the
+      // thread's; so are held ACKs due before the thread would next look.
+      wake = engine_->has_unheld_tx_work() ||
+             acks_due_.ns() < sleep_until_.load(std::memory_order_relaxed);
+    }
+  }
+  if (wake && sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) {
+    signal_fd(wake_fd_);
   }
   maybe_serve_stats(t, false);
   return r.received > 0 || r.sent > 0;
 }
+
+UdpDevice::QuietDoorbells::QuietDoorbells() : was_(t_quiet_doorbells) { t_quiet_doorbells = true; }
+UdpDevice::QuietDoorbells::~QuietDoorbells() { t_quiet_doorbells = was_; }
 
 void UdpDevice::wait(Duration max_wait) {
   if (closed_) return;
@@ -153,8 +194,8 @@ void UdpDevice::wait(Duration max_wait) {
   Instant until = max_wait.is_infinite() ? Instant::never() : t + max_wait;
   {
     std::lock_guard lk(mu_);
-    until = std::min(until, engine_->next_timeout());
-    if (engine_->has_tx_work()) until = t;
+    until = std::min({until, engine_->next_timeout(), acks_due_});
+    if (engine_->has_unheld_tx_work()) until = t;
   }
   pollfd p[2] = {{dp_->fd(), POLLIN, 0}, {stats_fd_, POLLIN, 0}};
   timespec ts;
@@ -201,6 +242,7 @@ void UdpDevice::doorbell(std::uint32_t qpn) {
   // call. `sleeping_` is set under mu_, which the caller of post_send() holds too, so a
   // doorbell cannot slip between the thread's last look at the engine and its sleep.
   doorbell_rung_.store(true, std::memory_order_relaxed);
+  if (t_quiet_doorbells) return;  // the poster runs progress() next
   if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) signal_fd(wake_fd_);
 }
 
@@ -209,7 +251,27 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
   bool idle = false;                      // the last round found nothing to do
   Instant next_timer = Instant::never();  // as of the last round
   while (!stop_.load(std::memory_order_acquire)) {
-    const Instant t = now();
+    Instant t = now();
+    // The application runs rounds itself (it polls a CQ or posts): stay out of its way, and
+    // off its socket, whose every datagram would otherwise wake this thread on the CPU the
+    // application is polling from (a context switch per packet, for nothing: the application
+    // takes the packet). The application's rounds keep pushing the activity timer forward;
+    // once it expires (no round for up to kAppActive) this thread takes over again. A
+    // doorbell that needs this thread wakes it.
+    const Instant app_until = Instant::from_ns(app_active_until_.load(std::memory_order_relaxed));
+    if (t < app_until && !doorbell_rung_.load(std::memory_order_relaxed)) {
+      sleep_until_.store(app_until.ns(), std::memory_order_relaxed);
+      sleeping_.store(true);
+      if (!doorbell_rung_.load()) {
+        pollfd p[3] = {{wake_fd_, POLLIN, 0}, {app_timer_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
+        ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, nullptr, nullptr);
+        if ((p[0].revents & POLLIN) != 0) drain_fd(wake_fd_);
+        if ((p[1].revents & POLLIN) != 0) drain_fd(app_timer_fd_);
+        if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
+      }
+      sleeping_.store(false);
+      continue;
+    }
     if (idle && t < spin_until) {
       // Busy-poll without the lock: a doorbell, a datagram or a due timer ends the wait.
       pollfd p{dp_->fd(), POLLIN, 0};
@@ -223,17 +285,24 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
     Round r;
     bool tx_left = false;
     bool sleep = false;
+    Instant wake_at = Instant::never();
     {
       thread_waiting_.store(true, std::memory_order_relaxed);
       std::lock_guard lk(mu_);
       thread_waiting_.store(false, std::memory_order_relaxed);
       doorbell_rung_.store(false, std::memory_order_relaxed);  // this round sees those rung
+      t = now();
       r = round_locked(t, options.tx_budget);
-      tx_left = engine_->has_tx_work();
+      tx_left = engine_->has_unheld_tx_work();
       next_timer = engine_->next_timeout();
+      const bool held = !acks_due_.is_never();
       const bool worked = r.received > 0 || r.sent > 0;
       idle = !worked && !tx_left;
-      if (idle && t >= spin_until) {
+      // Held ACKs: step aside (sleep) so that the application, which may be about to answer,
+      // can send them behind its request; they are due by acks_due_ at the latest.
+      if ((idle && t >= spin_until) || (held && !tx_left)) {
+        wake_at = std::min(next_timer, acks_due_);
+        sleep_until_.store(wake_at.ns(), std::memory_order_relaxed);
         sleeping_.store(true);
         sleep = true;
       }
@@ -256,7 +325,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
     }
     pollfd p[3] = {{dp_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
     timespec ts;
-    ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(next_timer, now(), ts), nullptr);
+    ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(wake_at, now(), ts), nullptr);
     sleeping_.store(false);
     if ((p[1].revents & POLLIN) != 0) drain_fd(wake_fd_);
     if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
@@ -510,6 +579,7 @@ std::uint32_t UdpDevice::outstanding_locked(bool* tx_pending) {
 CloseResult UdpDevice::close(Duration deadline) {
   if (closed_) return close_result_;
   stop_progress_thread();
+  hold_acks_ = false;  // the drain sends everything owed
   CloseResult res;
   if (device_ && dp_ && engine_) {
     const Instant give_up = deadline_after(deadline);

@@ -116,7 +116,19 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
 
   // One round of progress now. Returns true if anything was received or sent. After close():
   // does nothing, returns false.
+  //
+  // A positive ACK a ping-pong QP owes its peer (transport::Qp::only_ack_to_send) waits, for
+  // kAckHold at most, for the request the application is about to post on that QP, and leaves
+  // in the same batch right behind it (Engine::flush_tx's hold_acks): one system call per hop
+  // instead of two, and the peer, polling for its completion, finds the request first. Any
+  // round after kAckHold sends it; in thread mode the progress thread makes sure one comes.
+  // UROCE_HOLD_ACKS=0 turns this off.
   bool progress();
+  static constexpr Duration kAckHold = Duration::us(100);
+  // Thread mode: after an application's progress() round the thread leaves the socket to the
+  // application for this long (a packet then waits at most this long for the thread when the
+  // application stops polling).
+  static constexpr Duration kAppActive = Duration::us(50);
   // Waits until a packet arrives, a timer is due, a stats request comes or `max_wait` passes,
   // then progresses.
   void wait(Duration max_wait);
@@ -139,6 +151,20 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   };
   // Works in both modes (in polling mode the mutex is simply uncontended).
   Locked lock();
+  // While one lives in a thread, doorbells rung by that thread's posts do not wake a sleeping
+  // progress thread: for a caller that runs progress() right after posting (the drop-in
+  // library's ibv_post_send), which transmits and wakes the thread only if work is left over.
+  // Saves the thread a wake-up per post.
+  class QuietDoorbells {
+   public:
+    QuietDoorbells();
+    ~QuietDoorbells();
+    QuietDoorbells(const QuietDoorbells&) = delete;
+    QuietDoorbells& operator=(const QuietDoorbells&) = delete;
+
+   private:
+    bool was_;
+  };
   // Starts the thread. An error message when it is already running or the device is closed.
   std::string start_progress_thread(const ProgressThreadOptions& options = {});
   // Stops and joins the thread (the device goes back to polling mode). No-op when not running.
@@ -236,6 +262,14 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
   std::atomic<bool> doorbell_rung_{false};   // post_send() since the thread's last round
   int wake_fd_ = -1;                         // eventfd: doorbell and stop wake the thread
+  bool hold_acks_ = true;                    // UROCE_HOLD_ACKS
+  Instant acks_due_ = Instant::never();      // held ACKs go by then (under mu_)
+  // Thread mode: until when the application counts as progressing the device itself (about
+  // its last progress() + kAppActive; app_timer_fd_ expires then), and when the sleeping
+  // thread looks again (Instant ns).
+  int app_timer_fd_ = -1;
+  std::atomic<std::int64_t> app_active_until_{0};
+  std::atomic<std::int64_t> sleep_until_{0};
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;

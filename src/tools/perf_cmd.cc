@@ -1318,13 +1318,15 @@ void session(Side& s, std::FILE* out, std::vector<PerfResult>* results) {
     for (auto v : u.rx_drops) drops += v;
     std::fprintf(out,
                  " counters: tx_packets %llu rx_packets %llu timer_fires %llu tx_backpressure "
-                 "%llu tx_errors %llu rx_drops %llu\n",
+                 "%llu tx_errors %llu rx_drops %llu tx_send_calls %llu tx_acks_held %llu\n",
                  static_cast<unsigned long long>(u.tx_packets),
                  static_cast<unsigned long long>(u.rx_packets),
                  static_cast<unsigned long long>(e.timer_fires),
                  static_cast<unsigned long long>(e.tx_backpressure),
                  static_cast<unsigned long long>(u.tx_errors),
-                 static_cast<unsigned long long>(drops));
+                 static_cast<unsigned long long>(drops),
+                 static_cast<unsigned long long>(u.tx_calls),
+                 static_cast<unsigned long long>(e.tx_acks_held));
   }
   // Last handshake: the client waits for the server's BYE so that neither side tears its QPs
   // down while the other still needs an ACK.

@@ -132,6 +132,7 @@ void Qp::reset_state() {
   state_ = QpState::kReset;
   sq_tail_ = 0;
   sq_count_ = 0;
+  ack_held_ = false;
   req_ = Requester{};
   comp_ = Completer{};
   comp_.retry_cnt = attr_.retry_cnt;
@@ -368,6 +369,10 @@ void Qp::handle_timeout(Instant now) {
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
+  if (ack_held_) {
+    ack_held_ = false;  // one request packet at most goes first
+    if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) return true;
+  }
   if (state_ != QpState::kErr && poll_response(out)) return true;
   if (state_ == QpState::kErr) {
     if (!error_nak_pending_) return false;
@@ -393,6 +398,16 @@ bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return error_nak_pending_;
   if (!responses_.empty()) return true;
   return req_.rnr_resume.is_never() && request_ready();
+}
+
+bool Qp::only_ack_to_send() const {
+  if (state_ == QpState::kErr || responses_.size() != 1) return false;
+  if (!req_.sent_any || sq_count_ > 1) return false;
+  const Response& r = responses_.front();
+  if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck) {
+    return false;
+  }
+  return !(req_.rnr_resume.is_never() && request_ready());
 }
 
 }  // namespace uroce::transport

@@ -166,6 +166,18 @@ class Qp {
   Instant poll_timeout() const;
   // True when poll_transmit() would give a packet now (ignoring congestion-control pacing).
   bool has_transmit_work() const;
+  // True when all poll_transmit() would give now is one positive ACK (no NAK, no READ or atomic
+  // response, no request ready) and this QP looks like one side of a ping-pong: it has sent
+  // requests itself and has at most one outstanding, so its application is likely to post the
+  // next one soon. Such an ACK may wait a little to leave together with that request
+  // (Engine::flush_tx's hold_acks). A QP that only responds (a bandwidth test's target) or
+  // streams requests gets its ACKs out at once: its peer's window may be waiting for them.
+  bool only_ack_to_send() const;
+  // The engine held this QP's ACK: when a request is ready with it, the request's first packet
+  // goes out before the ACK. The peer, polling for the completion that ACK brings, then
+  // receives the request first and executes it in the same polling loop (a ping-pong of
+  // RDMA WRITEs whose target spins on memory needs no wake-up that way).
+  void note_ack_held() { ack_held_ = true; }
 
   // Testing hook: number of send WQEs not yet completed.
   std::uint32_t outstanding_send_wqes() const { return sq_count_; }
@@ -354,7 +366,9 @@ class Qp {
     std::uint32_t psn = 0;
     std::uint32_t msn = 0;
   } error_nak_;
-  bool error_nak_pending_ = false;  // 2 * max_dest_rd_atomic + 4: see qp.cc
+  bool error_nak_pending_ = false;
+  bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK  // 2 *
+                           // max_dest_rd_atomic + 4: see qp.cc
 };
 
 }  // namespace uroce::transport

@@ -149,6 +149,22 @@ engine::UdpDevice* net(Context* ctx);
 // Whether ibv_post_send / ibv_wr_complete run a progress round in the posting thread (unless
 // UROCE_NO_TX_ON_POST is set).
 bool transmit_on_post();
+void report_stats_at_close(engine::UdpDevice& u);
+
+// Runs `post(Device&)` under the device lock, then, if transmit_on_post(), a progress round in
+// this thread: the packets leave at once, as a NIC starts on its doorbell, and the doorbell
+// does not wake the progress thread for work this thread does itself.
+template <class F>
+Errc post_then_transmit(engine::UdpDevice* u, F&& post) {
+  if (!transmit_on_post()) return post(*u->lock());
+  Errc e;
+  {
+    engine::UdpDevice::QuietDoorbells quiet;
+    e = post(*u->lock());
+  }
+  u->progress();
+  return e;
+}
 
 void mark_down_if_not_local(Context* ctx, ibv_port_attr* a);
 

@@ -237,8 +237,8 @@ int wr_complete_impl(ibv_qp_ex* iqp) {
     }
     engine::UdpDevice* u = ctx_of(iqp->qp_base.context)->udp.load(std::memory_order_acquire);
     const SendWr* bad = nullptr;
-    result = err(u->lock()->post_send(q->h, t_batch, &bad));
-    if (bad != t_batch.data() && transmit_on_post()) u->progress();  // see op_post_send
+    result =
+        err(post_then_transmit(u, [&](Device& d) { return d.post_send(q->h, t_batch, &bad); }));
   }
   wr_start(iqp);
   return result;

@@ -476,10 +476,9 @@ int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   }
   const SendWr* bad = nullptr;
   Errc e = Errc::kOk;
-  if (!t_send.empty()) e = u->lock()->post_send(qp->h, t_send, &bad);
-  // Transmit from the posting thread at once, as a NIC starts on its doorbell, instead of
-  // waiting for the progress thread to be woken and scheduled.
-  if (bad != t_send.data() && !t_send.empty() && transmit_on_post()) u->progress();
+  if (!t_send.empty()) {
+    e = post_then_transmit(u, [&](Device& d) { return d.post_send(qp->h, t_send, &bad); });
+  }
   if (e != Errc::kOk) {
     if (bad_wr != nullptr) *bad_wr = nth(wr, static_cast<std::size_t>(bad - t_send.data()));
     return err(e);
@@ -528,6 +527,26 @@ void to_ibv_wc(const Wc& w, ibv_wc* o) {
   o->slid = w.slid;
   o->sl = w.sl;
   o->dlid_path_bits = w.dlid_path_bits;
+}
+
+// UROCE_STATS_AT_CLOSE=FILE (or - for stderr): the device's counters, as `uroce stats` prints
+// them, appended when the application closes it: what a short-lived program (a perftest run)
+// did, after the stats endpoint is gone.
+void report_stats_at_close(engine::UdpDevice& u) {
+  const char* where = std::getenv("UROCE_STATS_AT_CLOSE");
+  if (where == nullptr || *where == '\0') return;
+  const std::string text = engine::format_stats_text(u.stats(), true);
+  if (std::string_view(where) == "-") {
+    std::fputs(text.c_str(), stderr);
+    return;
+  }
+  if (std::FILE* f = std::fopen(where, "a")) {
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "uroce libibverbs: UROCE_STATS_AT_CLOSE: cannot open %s: %s\n", where,
+                 std::strerror(errno));
+  }
 }
 
 bool transmit_on_post() {
@@ -827,6 +846,7 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) {
   Context* ctx = ctx_of(context);
   if (ctx->owner) {
     ctx->owner->close();
+    report_stats_at_close(*ctx->owner);
     ctx->owner.reset();
   }
   if (ctx->async_placeholder >= 0) ::close(ctx->async_placeholder);

@@ -1,0 +1,253 @@
+// Held ACKs (UdpDevice::progress, Engine::flush_tx's hold_acks): a QP that plays one side of a
+// ping-pong sends the ACK it owes behind its next request, in one system call; a held ACK
+// still goes out on its own, in polling mode and in thread mode, when no request comes; a QP
+// that only responds never holds one. Over real UDP sockets on loopback; waits are bounded by
+// generous deadlines only as hang guards.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capture/pcap_file.h"
+#include "engine/two_devices.h"
+#include "engine/udp_device.h"
+#include "wire/opcode.h"
+
+namespace uroce::engine {
+namespace {
+
+using test::make_side;
+using test::pair_up;
+using test::Side;
+using test::SideOptions;
+
+constexpr Duration kGiveUp = Duration::s(20);
+
+SendWr write_wr(std::uint64_t id, const Sge& sge, const Side& peer, std::size_t off) {
+  SendWr w;
+  w.wr_id = id;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sg_list = std::span(&sge, 1);
+  w.rdma = {peer.va(off), peer.mr.rkey};
+  w.send_flags = kSendSignaled;
+  return w;
+}
+
+void post_write(Side& from, const Side& to, std::uint64_t id, std::size_t off, std::uint32_t len) {
+  const Sge sge{from.va(off), len, from.mr.lkey};
+  const SendWr w = write_wr(id, sge, to, off);
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(from.dev->lock()->post_send(from.qp, std::span(&w, 1), &bad), Errc::kOk);
+}
+
+// Polling mode: progresses both sides until `s` has a completion (or the hang guard).
+std::optional<Wc> drive_until_completion(Side& s, Side& other) {
+  const Instant give_up = UdpDevice::now() + kGiveUp;
+  while (UdpDevice::now() < give_up) {
+    s.dev->progress();
+    other.dev->progress();
+    Wc wc;
+    auto n = s.dev->lock()->poll_cq(s.cq, std::span(&wc, 1));
+    if (n.ok() && n.value() == 1) return wc;
+  }
+  return std::nullopt;
+}
+
+// Progresses `s` alone until its engine has received `n` packets in all.
+bool receive_until(Side& s, std::uint64_t n) {
+  const Instant give_up = UdpDevice::now() + kGiveUp;
+  while (s.dev->engine().counters().rx_packets < n && UdpDevice::now() < give_up) {
+    s.dev->progress();
+  }
+  return s.dev->engine().counters().rx_packets >= n;
+}
+
+// BTH opcodes of the frames `ip` sent, in capture order (Ethernet + IPv4 + UDP + BTH).
+std::vector<std::uint8_t> opcodes_sent_by(const std::string& pcap, const std::string& ip) {
+  std::vector<std::uint8_t> ops;
+  auto r = capture::PcapReader::open(pcap);
+  EXPECT_TRUE(r.ok()) << r.error();
+  if (!r.ok()) return ops;
+  const wire::IpAddress src = test::v4(ip.c_str());
+  capture::PcapRecord rec;
+  while (true) {
+    auto more = r.value().next(rec);
+    if (!more.ok() || !more.value()) break;
+    if (rec.data.size() < 14 + 20 + 8 + 12) continue;
+    if (std::memcmp(rec.data.data() + 14 + 12, src.bytes.data(), 4) == 0) {
+      ops.push_back(static_cast<std::uint8_t>(rec.data[14 + 20 + 8]));
+    }
+  }
+  return ops;
+}
+
+class AckHold : public ::testing::Test {
+ protected:
+  void SetUp() override { ::unsetenv("UROCE_HOLD_ACKS"); }
+  std::string capture_path(const char* name) {
+    return (std::filesystem::temp_directory_path() /
+            (std::string("uroce-ackhold-") + name + "-" + std::to_string(::getpid()) + ".pcap"))
+        .string();
+  }
+};
+
+TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
+  const std::string cap = capture_path("pingpong");
+  Side a, b;
+  make_side(a, "127.0.46.1");
+  SideOptions bo;
+  bo.capture = cap;
+  make_side(b, "127.0.46.2", bo);
+  pair_up(a, b);
+  // B has sent a request of its own, completed: from now on it looks like a ping-pong side.
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+
+  // A writes to B; B receives it and holds the ACK (no packet leaves B).
+  const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
+  const std::uint64_t b_tx = b.dev->engine().counters().tx_packets;
+  const std::uint64_t b_held = b.dev->engine().counters().tx_acks_held;
+  post_write(a, b, 2, 64, 8);
+  a.dev->progress();
+  ASSERT_TRUE(receive_until(b, b_rx + 1));
+  EXPECT_EQ(b.dev->engine().counters().tx_packets, b_tx);
+  EXPECT_GT(b.dev->engine().counters().tx_acks_held, b_held);
+
+  // B answers with a WRITE of its own: request and ACK leave together, the request first.
+  const std::uint64_t b_calls = b.dev->datapath().counters().tx_calls;
+  post_write(b, a, 3, 128, 8);
+  b.dev->progress();
+  EXPECT_EQ(b.dev->engine().counters().tx_packets, b_tx + 2);
+  EXPECT_EQ(b.dev->datapath().counters().tx_calls, b_calls + 1);
+  auto wa = drive_until_completion(a, b);
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->wr_id, 2u);
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  auto wb = drive_until_completion(b, a);
+  ASSERT_TRUE(wb.has_value());
+  EXPECT_EQ(wb->wr_id, 3u);
+
+  b.dev->close();
+  const std::vector<std::uint8_t> ops = opcodes_sent_by(cap, b.ip);
+  std::filesystem::remove(cap);
+  // What B sent: its first WRITE, then its answer (RDMA WRITE Only) before the ACK it held.
+  const auto write_only = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
+  const auto ack = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
+  EXPECT_EQ(ops, (std::vector<std::uint8_t>{write_only, write_only, ack}));
+}
+
+TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
+  Side a, b;
+  make_side(a, "127.0.46.3");
+  make_side(b, "127.0.46.4");
+  pair_up(a, b);
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  const std::uint64_t held = b.dev->engine().counters().tx_acks_held;
+  // B never posts again; it only keeps progressing (polling mode): A's WRITE still completes.
+  post_write(a, b, 2, 64, 8);
+  auto wa = drive_until_completion(a, b);
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  EXPECT_GT(b.dev->engine().counters().tx_acks_held, held);
+  EXPECT_EQ(b.dev->engine().counters().timer_fires, 0u);  // no retransmission was needed
+  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
+}
+
+TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
+  Side a, b;
+  make_side(a, "127.0.46.5");
+  make_side(b, "127.0.46.6");
+  pair_up(a, b);
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  // B's application posts nothing and runs no round: its thread receives A's WRITE, holds the
+  // ACK for the request that never comes, and sends it when due.
+  post_write(a, b, 2, 64, 8);
+  std::optional<Wc> wa;
+  const Instant give_up = UdpDevice::now() + kGiveUp;
+  while (!wa && UdpDevice::now() < give_up) {
+    a.dev->progress();
+    Wc wc;
+    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
+    if (n.ok() && n.value() == 1) wa = wc;
+  }
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);  // the ACK came, not a retransmission
+  b.dev->stop_progress_thread();
+  EXPECT_GT(b.dev->engine().counters().tx_acks_held, 0u);
+}
+
+TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
+  Side a, b;
+  make_side(a, "127.0.46.7");
+  make_side(b, "127.0.46.8");
+  pair_up(a, b);
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  // A's WRITE waits in B's socket before B's thread starts; B's application then runs one
+  // round itself (as ibv_poll_cq does), which receives the WRITE and holds the ACK, and
+  // stops: the thread must send the ACK.
+  const std::uint64_t rx = b.dev->engine().counters().rx_packets;
+  post_write(a, b, 2, 64, 8);
+  a.dev->progress();
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  const Instant give_up = UdpDevice::now() + kGiveUp;
+  for (bool got = false; !got && UdpDevice::now() < give_up;) {
+    b.dev->progress();
+    auto guard = b.dev->lock();  // the thread runs: read the counters under the lock
+    got = b.dev->engine().counters().rx_packets > rx;
+  }
+  std::optional<Wc> wa;
+  while (!wa && UdpDevice::now() < give_up) {
+    a.dev->progress();
+    Wc wc;
+    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
+    if (n.ok() && n.value() == 1) wa = wc;
+  }
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
+}
+
+TEST_F(AckHold, ResponderOnlyQpNeverHoldsAnAck) {
+  Side a, b;
+  make_side(a, "127.0.46.9");
+  make_side(b, "127.0.46.10");
+  pair_up(a, b);
+  // B has never sent a request: every ACK it owes goes at once (a bandwidth test's target).
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    post_write(a, b, i, 64 * i, 64);
+    ASSERT_TRUE(drive_until_completion(a, b).has_value());
+  }
+  EXPECT_EQ(b.dev->engine().counters().tx_acks_held, 0u);
+}
+
+TEST_F(AckHold, SwitchedOffByTheEnvironment) {
+  ::setenv("UROCE_HOLD_ACKS", "0", 1);
+  Side a, b;
+  make_side(a, "127.0.46.11");
+  make_side(b, "127.0.46.12");
+  ::unsetenv("UROCE_HOLD_ACKS");
+  pair_up(a, b);
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  const std::uint64_t b_tx = b.dev->engine().counters().tx_packets;
+  const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
+  post_write(a, b, 2, 64, 8);
+  a.dev->progress();
+  ASSERT_TRUE(receive_until(b, b_rx + 1));
+  EXPECT_EQ(b.dev->engine().counters().tx_packets, b_tx + 1);  // the ACK left at once
+  EXPECT_EQ(b.dev->engine().counters().tx_acks_held, 0u);
+}
+
+}  // namespace
+}  // namespace uroce::engine
