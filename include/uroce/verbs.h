@@ -281,6 +281,9 @@ class DoorbellHandler {
  public:
   virtual ~DoorbellHandler() = default;
   virtual void doorbell(std::uint32_t qpn) = 0;
+  // The QP is about to be modified or destroyed: a progress engine that holds packets back for
+  // it (an ACK waiting to leave with the next request) sends them now, while they still can.
+  virtual void qp_changing(std::uint32_t /*qpn*/) {}
 };
 
 // ---- the device ----

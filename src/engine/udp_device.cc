@@ -236,6 +236,14 @@ void UdpDevice::stop_progress_thread() {
   drain_fd(wake_fd_);
 }
 
+void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
+  // Inside a Device call (under mu_ in thread mode). Sends every held ACK, not only this QP's:
+  // simpler, and they are all due soon anyway.
+  if (acks_due_.is_never() || !engine_) return;
+  engine_->flush_tx(now(), SIZE_MAX, false);
+  acks_due_ = Instant::never();
+}
+
 void UdpDevice::doorbell(std::uint32_t qpn) {
   engine_->doorbell(qpn);
   // A spinning thread sees the flag without the lock; only a sleeping thread needs the system

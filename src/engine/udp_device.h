@@ -228,6 +228,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // QpDirectory, DoorbellHandler and CompletionEventHandler, for the engine and the device.
   transport::Qp* find_qp(std::uint32_t qpn) override { return device_->find_qp(qpn); }
   void doorbell(std::uint32_t qpn) override;
+  // Held ACKs leave before a QP is modified or destroyed (an application that destroys its QP
+  // right after its last exchange, as ibv_rc_pingpong does, still acknowledges it).
+  void qp_changing(std::uint32_t qpn) override;
   void cq_event(CqHandle cq, std::uint64_t channel) override;
 
  private:

@@ -142,6 +142,7 @@ Errc Device::destroy_qp(QpHandle qp) {
   vd::DeviceState& s = *s_;
   vd::QpObj* q = s.qps.get(to_raw(qp));
   if (q == nullptr) return Errc::kInvalidArgument;
+  if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
   // Unlink from the engine's views first.
   s.qp_by_qpn[q->qpn] = nullptr;
   const std::size_t pos = q->live_pos;
@@ -171,6 +172,7 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   vd::DeviceState& s = *s_;
   vd::QpObj* q = s.qps.get(to_raw(qp));
   if (q == nullptr) return Errc::kInvalidArgument;
+  if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
   const QpType type = q->init.qp_type;
   const QpState actual = q->qp->state();
 

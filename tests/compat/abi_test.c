@@ -11,6 +11,7 @@
 #include <infiniband/verbs.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/ib_user_sa.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,25 @@ void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec* dst, struct ib_user_pat
 void ibv_copy_path_rec_to_kern(struct ib_user_path_rec* dst, struct ibv_sa_path_rec* src);
 
 static int failures;
+
+/* Destroys two QPs and then their CQ from another thread (see the teardown). */
+struct destroy_job {
+  struct ibv_qp* qp1;
+  struct ibv_qp* qp2;
+  struct ibv_cq* cq;
+  int done;
+  int result;
+};
+
+static void* destroy_qps_and_cq(void* arg) {
+  struct destroy_job* j = arg;
+  int r = ibv_destroy_qp(j->qp1);
+  if (r == 0) r = ibv_destroy_qp(j->qp2);
+  if (r == 0) r = ibv_destroy_cq(j->cq);
+  j->result = r;
+  __atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
 
 #define CHECK(cond)                                                                          \
   do {                                                                                       \
@@ -532,9 +552,26 @@ int main(void) {
   CHECK(ibv_query_rt_values_ex(ctx, &vals) == EOPNOTSUPP);
 
   /* ---- teardown ---- */
-  CHECK(ibv_destroy_qp(eqp) == 0);
-  CHECK(ibv_destroy_qp(pqp) == 0);
-  CHECK(ibv_destroy_cq(ecq) == 0);
+  /* rdma-core's ibv_destroy_cq returns only once every completion event it handed out for the
+   * CQ was acknowledged. An event taken and not acknowledged: the destroying thread waits until
+   * ibv_ack_cq_events. (eqp is in the error state: a posted WR completes flushed.) */
+  REQUIRE(ibv_req_notify_cq(ecq, 0) == 0);
+  swr.wr_id = 10;
+  REQUIRE(ibv_post_send(eqp, &swr, &bad_swr) == 0);
+  struct pollfd cfd = {ch->fd, POLLIN, 0};
+  CHECK(poll(&cfd, 1, 10000) == 1);
+  REQUIRE(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ecq);
+  CHECK(ibv_poll_cq(ecq, 1, &wc) == 1 && wc.wr_id == 10 && wc.status == IBV_WC_WR_FLUSH_ERR);
+  struct destroy_job job = {eqp, pqp, ecq, 0, -1};
+  pthread_t destroyer;
+  REQUIRE(pthread_create(&destroyer, NULL, destroy_qps_and_cq, &job) == 0);
+  /* The QPs go; the CQ's destroy waits for the acknowledgement (a wrong implementation returns
+   * at once: this wait only gives it the time to). */
+  for (int i = 0; i < 30 && !__atomic_load_n(&job.done, __ATOMIC_ACQUIRE); ++i) usleep(10000);
+  CHECK(!__atomic_load_n(&job.done, __ATOMIC_ACQUIRE));
+  ibv_ack_cq_events(ecq, 1);
+  REQUIRE(pthread_join(destroyer, NULL) == 0);
+  CHECK(job.done && job.result == 0);
   CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)) == 0);
   CHECK(ibv_destroy_comp_channel(ch) == 0);
   for (int i = 0; i < 2; ++i) {

@@ -218,6 +218,36 @@ TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
   EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
 }
 
+TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
+  Side a, b;
+  make_side(a, "127.0.46.13");
+  make_side(b, "127.0.46.14");
+  pair_up(a, b);
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  // B receives A's last WRITE, holds the ACK, and destroys its QP at once (ibv_rc_pingpong's
+  // last exchange): the ACK must still leave, or A retries forever.
+  const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
+  const std::uint64_t b_tx = b.dev->engine().counters().tx_packets;
+  post_write(a, b, 2, 64, 8);
+  a.dev->progress();
+  ASSERT_TRUE(receive_until(b, b_rx + 1));
+  ASSERT_EQ(b.dev->engine().counters().tx_packets, b_tx);  // held
+  ASSERT_EQ(b.dev->device().destroy_qp(b.qp), Errc::kOk);
+  EXPECT_EQ(b.dev->engine().counters().tx_packets, b_tx + 1);
+  std::optional<Wc> wa;
+  const Instant give_up = UdpDevice::now() + kGiveUp;
+  while (!wa && UdpDevice::now() < give_up) {
+    a.dev->progress();
+    Wc wc;
+    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
+    if (n.ok() && n.value() == 1) wa = wc;
+  }
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
+}
+
 TEST_F(AckHold, ResponderOnlyQpNeverHoldsAnAck) {
   Side a, b;
   make_side(a, "127.0.46.9");

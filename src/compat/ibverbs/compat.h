@@ -74,11 +74,17 @@ struct Cq {
   Channel* channel = nullptr;
   // Extended polling (ibv_start_poll / ibv_next_poll): the completion being read.
   Wc cur;
+  // Events handed out (ibv_get_cq_event, ibv_get_async_event), under ibv.mutex: ibv_destroy_cq
+  // waits until the application acknowledged as many (ibv.comp_events_completed,
+  // ibv.async_events_completed), as rdma-core's does.
+  std::uint32_t comp_events_reported = 0;
+  std::uint32_t async_events_reported = 0;
 };
 
 struct Srq {
   ibv_srq ibv;
   SrqHandle h;
+  std::uint32_t events_reported = 0;  // as Cq's, against ibv.events_completed
 };
 
 struct Ah {
@@ -89,6 +95,7 @@ struct Ah {
 struct Qp {
   ibv_qp_ex ibv;  // an ibv_qp prefix (qp_base)
   QpHandle h;
+  std::uint32_t events_reported = 0;  // as Cq's, against qp_base.events_completed
   QpType type = QpType::kRc;
   bool ex = false;  // created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: ibv_qp_to_qp_ex() answers
   std::uint64_t send_ops = 0;

@@ -310,6 +310,25 @@ void init_sync(pthread_mutex_t* m, pthread_cond_t* c) {
   pthread_cond_init(c, nullptr);
 }
 
+// Counts one more event handed out for an object (under its mutex).
+void note_reported(pthread_mutex_t* m, std::uint32_t* reported) {
+  pthread_mutex_lock(m);
+  ++*reported;
+  pthread_mutex_unlock(m);
+}
+
+// rdma-core's destroy verbs return only once every event handed out for the object was
+// acknowledged (ibv_ack_cq_events, ibv_ack_async_event signal the condition).
+void wait_acked(pthread_mutex_t* m, pthread_cond_t* c, const std::uint32_t* reported,
+                const std::uint32_t* completed, const std::uint32_t* reported2 = nullptr,
+                const std::uint32_t* completed2 = nullptr) {
+  pthread_mutex_lock(m);
+  while (*completed != *reported || (reported2 != nullptr && *completed2 != *reported2)) {
+    pthread_cond_wait(c, m);
+  }
+  pthread_mutex_unlock(m);
+}
+
 void destroy_sync(pthread_mutex_t* m, pthread_cond_t* c) {
   pthread_mutex_destroy(m);
   pthread_cond_destroy(c);
@@ -713,6 +732,7 @@ bool fill_async_event(Context* ctx, const AsyncEvent& e, ibv_async_event* out) {
       auto it = ctx->cqs.find(key(e.cq));
       if (it == ctx->cqs.end()) return false;
       out->element.cq = ibv_cq_ex_to_cq(&it->second->ibv);
+      note_reported(&it->second->ibv.mutex, &it->second->async_events_reported);
       return true;
     }
     case AsyncEventType::kSrqErr:
@@ -720,6 +740,7 @@ bool fill_async_event(Context* ctx, const AsyncEvent& e, ibv_async_event* out) {
       auto it = ctx->srqs.find(key(e.srq));
       if (it == ctx->srqs.end()) return false;
       out->element.srq = &it->second->ibv;
+      note_reported(&it->second->ibv.mutex, &it->second->events_reported);
       return true;
     }
     case AsyncEventType::kQpFatal:
@@ -733,6 +754,7 @@ bool fill_async_event(Context* ctx, const AsyncEvent& e, ibv_async_event* out) {
       auto it = ctx->qps.find(key(e.qp));
       if (it == ctx->qps.end()) return false;
       out->element.qp = &it->second->ibv.qp_base;
+      note_reported(&it->second->ibv.qp_base.mutex, &it->second->events_reported);
       return true;
     }
     case AsyncEventType::kDeviceFatal:
@@ -1111,6 +1133,9 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* icq) {
     ctx->cqs.erase(key(cq->h));
     if (cq->channel != nullptr) --cq->channel->ibv.refcnt;
   }
+  wait_acked(&cq->ibv.mutex, &cq->ibv.cond, &cq->comp_events_reported,
+             &cq->ibv.comp_events_completed, &cq->async_events_reported,
+             &cq->ibv.async_events_completed);
   destroy_sync(&cq->ibv.mutex, &cq->ibv.cond);
   delete cq;
   return 0;
@@ -1138,6 +1163,7 @@ UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
     }
     *cq = ibv_cq_ex_to_cq(&it->second->ibv);
     if (cq_context != nullptr) *cq_context = it->second->ibv.cq_context;
+    note_reported(&it->second->ibv.mutex, &it->second->comp_events_reported);
     return 0;
   }
 }
@@ -1148,7 +1174,7 @@ UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* icq, unsigned int nevents) {
   cq->ctx->udp.load()->ack_cq_events(cq->channel->tag, cq->h, nevents);
   pthread_mutex_lock(&cq->ibv.mutex);
   cq->ibv.comp_events_completed += nevents;
-  pthread_cond_signal(&cq->ibv.cond);
+  pthread_cond_broadcast(&cq->ibv.cond);
   pthread_mutex_unlock(&cq->ibv.mutex);
 }
 
@@ -1218,7 +1244,7 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
   }
   pthread_mutex_lock(m);
   ++*counter;
-  pthread_cond_signal(c);
+  pthread_cond_broadcast(c);
   pthread_mutex_unlock(m);
 }
 
@@ -1279,6 +1305,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
     std::lock_guard lk(ctx->mu);
     ctx->srqs.erase(key(srq_of(srq)->h));
   }
+  wait_acked(&srq->mutex, &srq->cond, &srq_of(srq)->events_reported, &srq->events_completed);
   destroy_sync(&srq->mutex, &srq->cond);
   delete srq_of(srq);
   return 0;
@@ -1428,6 +1455,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
     std::lock_guard lk(ctx->mu);
     ctx->qps.erase(key(qp_of(qp)->h));
   }
+  wait_acked(&qp->mutex, &qp->cond, &qp_of(qp)->events_reported, &qp->events_completed);
   destroy_sync(&qp->mutex, &qp->cond);
   delete qp_of(qp);
   return 0;
