@@ -18,7 +18,10 @@ class Datapath {
   // MAC addresses), `transport_headers` is BTH plus extension headers (copied), `payload` is
   // gathered from registered memory. The datapath adds pad and ICRC. A datapath may queue the
   // packet and read `payload` later, up to the next flush(): the caller keeps that memory as it
-  // is until then. Returns false when it has no room now (the caller retries later).
+  // is until then. Except READ responses: their payload is the responder's registered memory,
+  // which its application may rewrite at any moment, so a datapath must read it once and send
+  // the bytes its ICRC covers (datapath/udp copies it at send()). Returns false when it has no
+  // room now (the caller retries later).
   virtual bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                     std::span<const ConstBytes> payload) = 0;
   // Puts queued packets on the wire. Afterwards no queued packet refers to the caller's memory

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "wire/icrc.h"
+#include "wire/opcode.h"
 
 namespace uroce::datapath {
 
@@ -63,6 +64,12 @@ struct alignas(cmsghdr) Control {
 constexpr std::size_t kMaxUdpPayload = 65507;
 // Receive buffers: a datagram, or a GRO batch, which the kernel keeps under 64 KiB.
 constexpr std::size_t kRxBufferBytes = 65536;
+
+// RC RDMA READ Response First/Middle/Last/Only: payload from the responder's memory.
+bool is_read_response(std::uint8_t opcode) {
+  const wire::OpcodeInfo* info = wire::opcode_info(opcode);
+  return info != nullptr && info->is(wire::kFlagRead) && info->is(wire::kFlagResponse);
+}
 
 std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
   const std::size_t at = ip.v6 ? 12 : 0;
@@ -387,16 +394,38 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   t.header_bytes = static_cast<std::uint8_t>(transport_headers.size());
   std::copy(transport_headers.begin(), transport_headers.end(), t.headers.begin());
   t.num_pieces = 0;
-  for (ConstBytes p : payload) {
-    if (!p.empty()) t.pieces[t.num_pieces++] = p;
-  }
   t.owns_payload = false;
+  // The payload is read once, here, when the packet must leave with exactly these bytes: the
+  // ICRC below covers them, sendmmsg reads them later. A READ response's payload is the
+  // responder's registered memory, which its application may rewrite at any moment (legal:
+  // a NIC sends whatever it reads, with a CRC over the same bytes); read twice, the kernel's
+  // copy could differ from the bytes the ICRC covers and the receiver would drop the packet
+  // (rxe too), forever if the memory keeps changing. With a capture tap the frame is captured
+  // from this copy after it is sent, so the capture shows the bytes that went out.
+  const bool read_response = !transport_headers.empty() &&
+                             is_read_response(std::to_integer<std::uint8_t>(transport_headers[0]));
+  if ((read_response || tap_) && payload_bytes > 0) {
+    t.owned.resize(payload_bytes);
+    std::size_t off = 0;
+    for (ConstBytes p : payload) {
+      std::copy(p.begin(), p.end(), t.owned.begin() + static_cast<long>(off));
+      off += p.size();
+    }
+    t.pieces[0] = ConstBytes(t.owned);
+    t.num_pieces = 1;
+    t.owns_payload = true;
+    if (read_response) ++counters_.tx_snapshots;
+  } else {
+    for (ConstBytes p : payload) {
+      if (!p.empty()) t.pieces[t.num_pieces++] = p;
+    }
+  }
   // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
   std::array<std::byte, 48> ip_udp;
   const std::size_t n = wire::write_outer(
       ip_udp, outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl), t.roce_bytes);
   wire::IcrcAccumulator acc(ConstBytes(ip_udp).first(n), transport_headers);
-  for (ConstBytes p : payload) acc.update(p);
+  for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
   t.tail = {};
   acc.update(ConstBytes(t.tail).first(t.pad));
   t.icrc0 = acc.value();
@@ -567,7 +596,10 @@ void UdpDatapath::pin_queued() {
 
 void UdpDatapath::tap_sent(const TxSlot& t, std::uint16_t ipv4_id) {
   // The frame as it left, with the ICRC bytes that were sent (not recomputed), so that a
-  // capture checked by `uroce pcap check` checks what went on the wire.
+  // capture checked by `uroce pcap check` checks what went on the wire. Called once the kernel
+  // took the packet (never for one still queued or lost to a send error), in the order sent;
+  // with a tap set every slot owns a copy of its payload made at send(), the bytes its ICRC
+  // covers and the kernel sent, whatever the application did to its memory since.
   wire::OuterHeaders h = outer(local_, t.dst, port_, t.dst_port, t.tos, t.ttl);
   h.ethernet = true;
   h.ipv4_id = ipv4_id;

@@ -4,7 +4,11 @@
 // builds the IP and UDP headers; uroce computes the ICRC over the headers the kernel will write
 // (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
 // TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
-// straight from registered memory (an iovec per piece): no copy on the send side.
+// straight from registered memory (an iovec per piece): no copy on the send side, except for
+// READ responses, whose payload is the responder's memory that its application may rewrite at
+// any time: it is copied once at send() and the ICRC computed over the copy, so the packet
+// leaves with the bytes its ICRC covers (tx_snapshots). With a capture tap set every payload is
+// copied so, and each frame is captured from its slot once the kernel has taken it.
 //
 // Batching. send() queues the packet (its headers copied into the slot, its payload referenced
 // where it lies) and flush() hands the queue to the kernel in one sendmmsg call. Runs of
@@ -96,6 +100,7 @@ struct UdpCounters {
   std::uint64_t tx_gso_packets = 0;    // packets sent inside GSO datagrams
   std::uint64_t tx_blocked = 0;        // flushes that stopped on EAGAIN/ENOBUFS
   std::uint64_t tx_copied = 0;         // packets whose payload was copied to wait for room
+  std::uint64_t tx_snapshots = 0;      // READ responses whose payload was copied at send()
   std::uint64_t tx_gso_fallbacks = 0;  // GSO sends the kernel refused: GSO switched off
   std::uint64_t rx_packets = 0;
   std::uint64_t rx_bytes = 0;

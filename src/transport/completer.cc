@@ -180,9 +180,17 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
       }
       const bool first = pkt.op->is(wire::kFlagFirst);
       const bool last = pkt.op->is(wire::kFlagLast);
-      if ((op == Opcode::kRcRdmaReadResponseMiddle || op == Opcode::kRcRdmaReadResponseLast) &&
-          !comp_.read_stream_open) {
-        ++counters_.out_of_sequence;  // a continuation without its First: wait for the retry
+      // The response at the PSN of the latest READ request starts the response to it. At the
+      // READ's first PSN it must be a First or an Only. A re-request of the rest (mid-message)
+      // may be answered with any of them: a hardware responder starts over with First/Only,
+      // rxe continues the original sequence (rxe_resp.c duplicate_request: the resource is
+      // replayed, rdatm_res_state_replay, unless the re-request is at the READ's first PSN;
+      // read_reply then sends Middle, and Last for the final packet). Anywhere else only a
+      // continuation (Middle/Last) of an open stream fits; a First/Only there answers no request
+      // that was sent, and a continuation without a start waits for the retry.
+      const bool starts = psn == w.read_req_psn && (first || psn != w.first_psn);
+      if (!starts && (first || !comp_.read_stream_open)) {
+        ++counters_.out_of_sequence;
         return;
       }
       const std::uint64_t offset =
@@ -201,7 +209,6 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
         fail_wqe(index, WcStatus::kLocProtErr);
         return;
       }
-      (void)first;
       comp_.read_stream_open = !last;
       comp_.psn = wire::psn_add(psn, 1);
       if (last) complete_send(index, WcStatus::kSuccess);

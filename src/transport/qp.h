@@ -206,8 +206,13 @@ class Qp {
     bool started = false;
     std::uint32_t first_psn = 0;
     std::uint32_t last_psn = 0;
-    std::uint64_t sent_bytes = 0;         // bytes already packetized (resume point)
-    std::uint64_t read_bytes = 0;         // RDMA READ: bytes of response placed
+    std::uint64_t sent_bytes = 0;  // bytes already packetized (resume point)
+    std::uint64_t read_bytes = 0;  // RDMA READ: bytes of response placed
+    // RDMA READ: PSN of the latest READ request sent for this WQE (the first one or a
+    // re-request of the rest after a retry). The response packet at this PSN starts a response
+    // stream whatever its opcode: a fresh request gets First/Only, but rxe answers a re-request
+    // that starts mid-message by continuing the original opcode sequence (Middle/Last).
+    std::uint32_t read_req_psn = 0;
     WcStatus error = WcStatus::kSuccess;  // set when this WQE failed; flushed with this status
   };
   SendWqe& sq_at(std::uint32_t i) { return sq_[i % sq_.size()]; }

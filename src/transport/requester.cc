@@ -151,6 +151,7 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     const std::uint64_t done = w.sent_bytes;
     const std::uint64_t rest = w.length - done;
     build_bth(out, Opcode::kRcRdmaReadRequest, dest_qpn, psn, true, false, 0);
+    w.read_req_psn = psn;  // the response at this PSN opens the stream (completer.cc)
     wire::RethMut(MutBytes(out.header).subspan(wire::kBthBytes))
         .encode(wire::Reth{w.remote_addr + done, w.rkey, static_cast<std::uint32_t>(rest)});
     const std::uint32_t npsn =

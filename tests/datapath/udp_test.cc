@@ -398,6 +398,137 @@ TEST(UdpDatapath, TapSeesEveryBatchedPacketAsAValidFrame) {
   }
 }
 
+// The payload bytes of a captured frame (after the outer headers, BTH and extension headers,
+// without pad and ICRC), checked as a valid RoCEv2 frame (its ICRC included).
+Bytes captured_payload(const Bytes& frame) {
+  auto fr = wire::parse_frame(wire::LinkType::kEthernet, frame);
+  EXPECT_TRUE(fr.ok()) << (fr.ok() ? "" : wire::drop_reason_name(fr.error()));
+  if (!fr.ok()) return {};
+  return Bytes(fr->roce.payload.begin(), fr->roce.payload.end());
+}
+
+Bytes slice_of(const Bytes& data, const Packet& p) {
+  return Bytes(data.begin() + static_cast<long>(p.offset),
+               data.begin() + static_cast<long>(p.offset + p.bytes));
+}
+
+// A READ response's payload comes straight from the responder's registered memory, which its
+// application may rewrite at any moment (a NIC sends whatever it reads, with a CRC over those
+// same bytes). The packet must leave with the bytes its ICRC was computed over: here the
+// buffer is rewritten between send() and the flush, and the receiver still gets every packet,
+// ICRC verified, with the bytes as they were at send().
+TEST(UdpDatapath, ReadResponsePayloadRewrittenBeforeTheFlushStillLeavesConsistent) {
+  for (const bool gso : {false, true}) {
+    SCOPED_TRACE(gso ? "gso" : "no gso");
+    auto a = open_dp("127.0.3.89", gso, false);
+    auto b = open_dp("127.0.3.90", false, false);
+    ASSERT_TRUE(a && b);
+    Bytes data = data_of(8 * 1024);
+    const Bytes original = data;
+    const std::vector<Packet> pkts = {
+        {wire::Opcode::kRcRdmaReadResponseFirst, 300, 0, 1024},
+        {wire::Opcode::kRcRdmaReadResponseMiddle, 301, 1024, 1024},
+        {wire::Opcode::kRcRdmaReadResponseMiddle, 302, 2048, 1024},
+        {wire::Opcode::kRcRdmaReadResponseLast, 303, 3072, 1021},  // pad 3
+        {wire::Opcode::kRcRdmaReadResponseOnly, 304, 5000, 700},
+    };
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.90");
+    // The responder's application rewrites the memory before the datapath flushes.
+    for (auto& x : data) x = std::byte{0x5a};
+    a->flush(Instant{});
+    EXPECT_EQ(a->counters().tx_packets, pkts.size());
+    EXPECT_EQ(a->counters().tx_snapshots, pkts.size());
+    expect_packets(receive_all(*b, pkts.size()), pkts, original);
+    EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
+  }
+  // Other payloads (SEND, WRITE: the application keeps them until the WQE completes) are still
+  // sent from where they lie, without a copy.
+  auto a = open_dp("127.0.3.89", true, false);
+  auto b = open_dp("127.0.3.90", false, false);
+  ASSERT_TRUE(a && b);
+  const Bytes data = data_of(8 * 1024);
+  const auto pkts = write_message(4, 1024, 500);
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.90");
+  a->flush(Instant{});
+  expect_packets(receive_all(*b, pkts.size()), pkts, data);
+  EXPECT_EQ(a->counters().tx_snapshots, 0u);
+}
+
+// The capture shows each frame with the bytes it was queued with (those its ICRC covers and that
+// go on the wire), even when the buffer is rewritten between send() and the flush; GSO segments
+// carry the identification and ICRC they left with.
+TEST(UdpDatapath, TapCapturesTheBytesAsQueuedWithAValidIcrc) {
+  for (const bool gso : {false, true}) {
+    SCOPED_TRACE(gso ? "gso" : "no gso");
+    auto a = open_dp("127.0.3.91", gso, false);
+    auto b = open_dp("127.0.3.92", false, false);
+    ASSERT_TRUE(a && b);
+    std::vector<Bytes> sent;
+    a->set_tap([&](ConstBytes f, bool) { sent.emplace_back(f.begin(), f.end()); });
+    Bytes data = data_of(12 * 1024);
+    const Bytes original = data;
+    auto pkts = write_message(8, 1024, 333);
+    pkts.push_back(Packet{wire::Opcode::kRcRdmaReadResponseOnly, 200, 9000, 64});
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.92");
+    for (auto& x : data) x = std::byte{0xa5};
+    a->flush(Instant{});
+    ASSERT_EQ(sent.size(), pkts.size());
+    for (std::size_t i = 0; i < pkts.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ(captured_payload(sent[i]), slice_of(original, pkts[i]));
+    }
+    // The wire carried the same bytes.
+    expect_packets(receive_all(*b, pkts.size()), pkts, original);
+  }
+}
+
+// Under backpressure (EAGAIN, then partial sends) a packet is captured once it has really been
+// handed to the kernel: never before, never twice, in the order sent, with the bytes queued.
+TEST(UdpDatapath, TapRecordsOnlyWhatWasSentInOrderUnderBackpressure) {
+  for (const bool gso : {false, true}) {
+    SCOPED_TRACE(gso ? "gso" : "no gso");
+    int mode = 0;  // 0: EAGAIN; 1: at most 2 messages per call
+    auto hook = [&](int fd, mmsghdr* v, unsigned n) -> int {
+      if (mode == 0) {
+        errno = EAGAIN;
+        return -1;
+      }
+      return ::sendmmsg(fd, v, std::min(n, 2u), 0);
+    };
+    auto a = open_dp("127.0.3.93", gso, false, 8, hook);
+    auto b = open_dp("127.0.3.94", false, false);
+    ASSERT_TRUE(a && b);
+    std::vector<Bytes> sent;
+    a->set_tap([&](ConstBytes f, bool) { sent.emplace_back(f.begin(), f.end()); });
+    Bytes data = data_of(12 * 1024);
+    const Bytes original = data;
+    std::vector<Packet> pkts;
+    for (std::uint32_t i = 0; i < 8; ++i) {
+      pkts.push_back(
+          Packet{wire::Opcode::kRcRdmaWriteMiddle, 40 + i, i * 1024u, 256u + (i / 2) * 64u});
+    }
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.94");
+    a->flush(Instant{});
+    EXPECT_EQ(a->queued(), 8u);
+    EXPECT_TRUE(sent.empty());  // nothing left yet: nothing captured
+    for (auto& x : data) x = std::byte{0x3c};
+    mode = 1;
+    a->flush(Instant{});
+    EXPECT_EQ(a->queued(), 0u);
+    ASSERT_EQ(sent.size(), pkts.size());
+    for (std::size_t i = 0; i < pkts.size(); ++i) {
+      SCOPED_TRACE(i);
+      auto fr = wire::parse_frame(wire::LinkType::kEthernet, sent[i]);
+      ASSERT_TRUE(fr.ok()) << wire::drop_reason_name(fr.error());
+      EXPECT_EQ(fr->roce.bth().psn(), pkts[i].psn);
+      EXPECT_EQ(captured_payload(sent[i]), slice_of(original, pkts[i]));
+    }
+    const auto got = receive_all(*b, pkts.size());
+    expect_packets(got, pkts, original);
+    EXPECT_EQ(b->counters().rx_packets, pkts.size());
+  }
+}
+
 TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
   ::setenv("UROCE_UDP_GSO", "0", 1);
   ::setenv("UROCE_UDP_GRO", "0", 1);

@@ -147,6 +147,7 @@ void Pair::transmit(int from) {
     wire::write_outer(frame, o, roce);
     wire::write_icrc(ConstBytes(frame).subspan(14, 28), MutBytes(frame).subspan(outer, roce));
     ++frames_sent;
+    if (rewrite) rewrite(from, frame);
     if (capture) captured.push_back(frame);
     if (drop && drop(from, frame)) continue;
     if (rng.chance(faults.loss, 1000)) continue;

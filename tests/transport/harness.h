@@ -94,6 +94,9 @@ class Pair {
   Duration one_way = Duration::us(2);
   // Decides whether a frame in flight is dropped: (sender 0/1, frame bytes) -> drop?
   std::function<bool(int, const std::vector<std::byte>&)> drop;
+  // Rewrites a frame in flight (sender 0/1, frame bytes), before `drop` and the faults: lets a
+  // test make one side look like another implementation on the wire.
+  std::function<void(int, std::vector<std::byte>&)> rewrite;
   // Seeded faults applied to every frame: loss, duplication and reordering (extra delay), as
   // numerators over 1000.
   struct Faults {

@@ -222,6 +222,88 @@ void run_mixed(std::uint64_t seed, std::uint32_t loss, std::uint32_t dup, std::u
   *out = c;
 }
 
+// READs against a responder that replays like rxe under seeded loss. rxe answers a READ
+// re-request that starts after the READ's first PSN by continuing the original opcode sequence
+// (rxe_resp.c duplicate_request: rdatm_res_state_replay; read_reply: Middle, then Last) where
+// uroce's responder starts over with First/Only. The wire between the two QPs rewrites b's
+// replies that way: every READ must still complete with the right bytes.
+TEST(RcPair, ReadsCompleteAgainstAnRxeStyleReplayingResponderUnderLoss) {
+  constexpr std::uint32_t kMtu = 1024;
+  std::uint64_t rewritten = 0, timeouts = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Pair p(QpType::kRc, kMtu, static_cast<std::uint32_t>(0xfffff0 + seed % 8), 0xffff00);
+    p.rng = Prng(seed);
+    p.faults = {static_cast<std::uint32_t>(50 + (seed % 4) * 50), 0,
+                static_cast<std::uint32_t>((seed % 3) * 30)};
+    p.connect(/*timeout=*/8);
+    // The PSN range of each READ as first requested: [first, first + npsn).
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> reads;
+    auto original = [&](std::uint32_t psn) -> const std::pair<std::uint32_t, std::uint32_t>* {
+      for (const auto& r : reads) {
+        if (wire::psn_ge(psn, r.first) && wire::psn_lt(psn, wire::psn_add(r.first, r.second))) {
+          return &r;
+        }
+      }
+      return nullptr;
+    };
+    p.rewrite = [&](int from, std::vector<std::byte>& frame) {
+      auto f = wire::parse_frame(wire::LinkType::kEthernet, frame);
+      UROCE_CHECK(f.ok());
+      const wire::Opcode op = f->roce.op->opcode();
+      const std::uint32_t psn = f->roce.bth().psn();
+      if (from == 0 && op == wire::Opcode::kRcRdmaReadRequest) {
+        const std::uint32_t len = f->roce.reth().dma_length();
+        const std::uint32_t npsn = len == 0 ? 1 : (len + kMtu - 1) / kMtu;
+        if (original(psn) == nullptr) reads.emplace_back(psn, npsn);
+        return;
+      }
+      if (from != 1 || (op != wire::Opcode::kRcRdmaReadResponseFirst &&
+                        op != wire::Opcode::kRcRdmaReadResponseOnly)) {
+        return;
+      }
+      const auto* r = original(psn);
+      if (r == nullptr || r->first == psn) return;
+      wire::TransportHeaders h = wire::decode_headers(f->roce);
+      h.bth.opcode = static_cast<std::uint8_t>(op == wire::Opcode::kRcRdmaReadResponseFirst
+                                                   ? wire::Opcode::kRcRdmaReadResponseMiddle
+                                                   : wire::Opcode::kRcRdmaReadResponseLast);
+      const std::vector<std::byte> payload(f->roce.payload.begin(), f->roce.payload.end());
+      frame = craft(p.b.ip, p.a.ip, h, payload);
+      ++rewritten;
+    };
+    fill(p.b, 0, 128 * 1024, static_cast<std::uint8_t>(seed));
+    std::vector<Sge> sges;
+    sges.reserve(16);
+    std::vector<std::uint32_t> lens;
+    for (int i = 0; i < 16; ++i) {
+      const auto len = static_cast<std::uint32_t>(1 + (seed * 389 + i * 1777) % 7000);
+      lens.push_back(len);
+      sges.push_back(sge(p.a, static_cast<std::size_t>(i) * 8192, len));
+      SendRequest r = send_req(static_cast<std::uint64_t>(i), WrOpcode::kRdmaRead, &sges.back(), 1);
+      r.remote_addr = p.b.addr() + static_cast<std::uint64_t>(i) * 8192;
+      r.rkey = p.b.key;
+      ASSERT_EQ(p.a.qp->post_send(r), Errc::kOk);
+    }
+    p.run(Duration::s(100));
+    ASSERT_EQ(p.a.scq.wcs.size(), 16u);
+    for (std::size_t i = 0; i < 16; ++i) {
+      EXPECT_EQ(p.a.scq.wcs[i].wr_id, i);
+      EXPECT_EQ(p.a.scq.wcs[i].status, WcStatus::kSuccess) << wc_status_name(p.a.scq.wcs[i].status);
+      EXPECT_EQ(p.a.scq.wcs[i].byte_len, lens[i]);
+      EXPECT_TRUE(same(p.a, i * 8192, p.b, i * 8192, lens[i])) << "read " << i;
+    }
+    EXPECT_EQ(p.a.qp->state(), QpState::kRts);
+    timeouts += p.a.qp->counters().timeouts;
+    if (HasFailure()) break;
+  }
+  // The replays really happened mid-message, and were answered rxe's way.
+  EXPECT_GT(rewritten, 20u);
+  EXPECT_GT(timeouts, 20u);
+  std::printf("rxe-style replies %llu, timeouts %llu\n", static_cast<unsigned long long>(rewritten),
+              static_cast<unsigned long long>(timeouts));
+}
+
 TEST(RcPair, MixedWorkloadWithoutFaults) {
   transport::QpCounters c;
   run_mixed(1, 0, 0, 0, &c);

@@ -987,6 +987,191 @@ TEST(Completer, ReadResponseAheadOfTheExpectedPsnIsIgnoredThenTheTimeoutResendsT
   EXPECT_EQ(slice(s.e, 0, 700), remote);
 }
 
+// The interop failure against rxe: a 4096-byte READ at MTU 1024, its last response packet
+// lost. After the ACK timeout the requester re-requests the last 1024 bytes at PSN 0x1003, and
+// rxe answers with READ Response Last at that PSN (it replays the original sequence from the
+// middle instead of starting with First/Only). That Last must complete the READ.
+TEST(Completer, RxeStyleLastAnsweringAReRequestOfTheLastPacketCompletesTheRead) {
+  Solo s(QpType::kRc, 1024);
+  s.set(10, 7, 7);
+  const auto remote = pattern(4096, 33);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 8192, 4096))), Errc::kOk);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa, kRkey, 4096}));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 1024, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 2048, 1024));
+  // The Last at 0x1003 is lost.
+  const Instant progress = s.now;
+  EXPECT_EQ(s.e.qp->poll_timeout(), progress + ack_timeout(10));
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(s.e.qp->counters().timeouts, 1u);
+  out = s.drain();
+  EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1003, true)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 3072, kRkey, 1024}));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 3072, 1024));
+  ASSERT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaRead);
+  EXPECT_EQ(s.e.scq.wcs[0].byte_len, 4096u);
+  EXPECT_EQ(slice(s.e, 8192, 4096), remote);
+  EXPECT_EQ(s.e.buf[8191], std::byte{0});  // nothing outside the READ's buffer
+  EXPECT_EQ(s.e.buf[8192 + 4096], std::byte{0});
+  EXPECT_EQ(s.e.qp->counters().out_of_sequence, 0u);
+  // Nothing is outstanding: no more timeouts or retries.
+  EXPECT_TRUE(s.e.qp->poll_timeout().is_never());
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+}
+
+// A response packet lost in the middle of a 4096-byte READ (MTU 1024): the packet after it
+// arrives ahead of the expected PSN and is dropped, the timeout re-requests the rest, and the
+// answer to the re-request completes the READ whether it starts like a fresh response (First
+// ... Last, or Only; a hardware responder) or continues the original sequence (Middle ... Last;
+// rxe replaying from the middle).
+TEST(Completer, ReRequestedReadRestCompletesWithFreshOrReplayedOpcodes) {
+  using O = Opcode;
+  struct Case {
+    const char* name;
+    std::uint32_t lost;          // index of the lost response packet
+    std::vector<Opcode> answer;  // opcodes answering the re-request, from PSN 0x1000 + lost
+  };
+  const std::vector<Case> cases = {
+      {"fresh, two packets", 2, {O::kRcRdmaReadResponseFirst, O::kRcRdmaReadResponseLast}},
+      {"replayed, two packets", 2, {O::kRcRdmaReadResponseMiddle, O::kRcRdmaReadResponseLast}},
+      {"fresh, three packets",
+       1,
+       {O::kRcRdmaReadResponseFirst, O::kRcRdmaReadResponseMiddle, O::kRcRdmaReadResponseLast}},
+      {"replayed, three packets",
+       1,
+       {O::kRcRdmaReadResponseMiddle, O::kRcRdmaReadResponseMiddle, O::kRcRdmaReadResponseLast}},
+      {"fresh, one packet", 3, {O::kRcRdmaReadResponseOnly}},
+      {"replayed, one packet", 3, {O::kRcRdmaReadResponseLast}},
+  };
+  const std::array<Opcode, 4> original = {O::kRcRdmaReadResponseFirst, O::kRcRdmaReadResponseMiddle,
+                                          O::kRcRdmaReadResponseMiddle, O::kRcRdmaReadResponseLast};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Solo s(QpType::kRc, 1024);
+    s.set(10, 7, 7);
+    const auto remote = pattern(4096, 34);
+    ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 1000, 4096))), Errc::kOk);
+    ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+    ASSERT_EQ(s.drain().size(), 2u);
+    for (std::uint32_t i = 0; i < 4; ++i) {
+      if (i == c.lost) continue;
+      read_response(s, original[i], kPsn + i, part(remote, i * 1024, 1024));
+    }
+    // The packets after the lost one were ahead of the expected PSN: dropped, not placed.
+    EXPECT_EQ(s.e.qp->counters().out_of_sequence, 3u - c.lost);
+    EXPECT_EQ(slice(s.e, 1000 + c.lost * 1024, 1024), std::vector<std::byte>(1024));
+    EXPECT_TRUE(s.e.scq.wcs.empty());
+    s.advance(ack_timeout(10));
+    auto out = s.drain();
+    EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, kPsn + c.lost, true),
+                                      pkt(Opcode::kRcSendOnly, 0x1004, true)}));
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + c.lost * 1024, kRkey, (4 - c.lost) * 1024}));
+    ASSERT_EQ(c.answer.size(), 4u - c.lost);
+    for (std::uint32_t i = c.lost; i < 4; ++i) {
+      EXPECT_TRUE(s.e.scq.wcs.empty());
+      read_response(s, c.answer[i - c.lost], kPsn + i, part(remote, i * 1024, 1024));
+    }
+    ASSERT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+    EXPECT_EQ(s.e.scq.wcs[0].wr_id, 1u);
+    EXPECT_EQ(s.e.scq.wcs[0].byte_len, 4096u);
+    EXPECT_EQ(slice(s.e, 1000, 4096), remote);
+    ack(s, 0x1004);
+    EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+    EXPECT_EQ(s.e.qp->counters().out_of_sequence, 3u - c.lost);
+  }
+}
+
+// Only the response at the PSN of the latest READ request may start a stream; Middle and Last
+// anywhere else are continuations and are dropped while no stream is open, and a First or Only
+// anywhere else answers no request that was sent.
+TEST(Completer, ReadResponsesNotAtTheResumePsnStillNeedAnOpenStream) {
+  Solo s(QpType::kRc, 1024);
+  s.set(10, 7, 7);
+  const auto remote = pattern(4096, 35);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 4096))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 1024));
+  // A First in the open stream, at the expected PSN: not the start of any request.
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1001, part(remote, 1024, 1024));
+  EXPECT_EQ(s.e.qp->counters().out_of_sequence, 1u);
+  EXPECT_EQ(slice(s.e, 1024, 1024), std::vector<std::byte>(1024));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 1024, 1024));
+  EXPECT_EQ(slice(s.e, 1024, 1024), vec(part(remote, 1024, 1024)));
+  // The response at 0x1002 is lost; the timeout closes the stream and goes back to 0x1002.
+  s.advance(ack_timeout(10));
+  // Before the re-request leaves, the expected PSN 0x1002 is not the PSN of a request: a
+  // late Middle of the original stream there is dropped (the re-request is coming anyway).
+  const auto rejected = [&] {
+    return s.e.qp->counters().out_of_sequence + s.e.qp->counters().dropped;
+  };
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 2048, 1024));
+  EXPECT_EQ(rejected(), 2u);
+  EXPECT_EQ(slice(s.e, 2048, 1024), std::vector<std::byte>(1024));
+  auto out = s.drain();
+  EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1002, true)});
+  // The re-request is at 0x1002: a Middle or Last at 0x1003 is ahead of it and dropped, and so
+  // are stale ones at 0x1001.
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 3072, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1003, part(remote, 3072, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 1024, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1001, part(remote, 1024, 1024));
+  EXPECT_EQ(rejected(), 6u);
+  EXPECT_EQ(slice(s.e, 2048, 2048), std::vector<std::byte>(2048));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  // The answer to the re-request, rxe-style, completes the READ.
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 2048, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 3072, 1024));
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(slice(s.e, 0, 4096), remote);
+}
+
+// Length checks stay strict for a stream that starts at the resume PSN: a Last there must end
+// exactly at the READ's length, a Middle must be a full PMTU and not reach the end.
+TEST(Completer, WrongLengthAnswersToAReRequestAreBadResponses) {
+  using O = Opcode;
+  struct Case {
+    const char* name;
+    std::vector<std::pair<Opcode, std::uint32_t>> answer;  // from 0x1002, opcode and bytes
+  };
+  const std::vector<Case> cases = {
+      {"Last for two packets", {{O::kRcRdmaReadResponseLast, 1024}}},
+      {"short replayed Middle", {{O::kRcRdmaReadResponseMiddle, 1000}}},
+      {"short Last after a replayed Middle",
+       {{O::kRcRdmaReadResponseMiddle, 1024}, {O::kRcRdmaReadResponseLast, 1000}}},
+      {"Middle where the Last belongs",
+       {{O::kRcRdmaReadResponseMiddle, 1024}, {O::kRcRdmaReadResponseMiddle, 1024}}},
+      {"Only for two packets", {{O::kRcRdmaReadResponseOnly, 1024}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Solo s(QpType::kRc, 1024);
+    s.set(10, 7, 7);
+    const auto remote = pattern(4096, 36);
+    ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 4096))), Errc::kOk);
+    ASSERT_EQ(s.drain().size(), 1u);
+    read_response(s, O::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 1024));
+    read_response(s, O::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 1024, 1024));
+    s.advance(ack_timeout(10));
+    ASSERT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1002, true)});
+    std::uint32_t psn = 0x1002;
+    std::size_t off = 2048;
+    for (const auto& [op, len] : c.answer) {
+      read_response(s, op, psn++, part(remote, off, len));
+      off += len;
+    }
+    EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kBadRespErr)});
+    EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  }
+}
+
 TEST(Completer, AnAckPastAReadMeansItsResponseWasLostSoTheRequesterGoesBack) {
   Solo s(QpType::kRc, 1024);
   const auto remote = pattern(8, 40);
