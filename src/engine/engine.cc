@@ -140,6 +140,15 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
       }
       if (!transmit(now, tx)) {
         pending_ = tx;
+        // The packet waits for room in the datapath, maybe past the completion of its WQE (UC
+        // and UD complete when sent; a READ response's memory belongs to the application):
+        // keep its bytes as they are now.
+        pending_payload_.clear();
+        for (ConstBytes piece : tx.payload()) {
+          pending_payload_.insert(pending_payload_.end(), piece.begin(), piece.end());
+        }
+        pending_.pieces[0] = ConstBytes(pending_payload_);
+        pending_.num_pieces = pending_payload_.empty() ? 0 : 1;
         pending_qpn_ = qpn;
         has_pending_ = true;
         arm(qpn, *qp);

@@ -101,6 +101,7 @@ class Engine {
   std::size_t held_ = 0;
   // A packet the datapath could not take; sent before anything else.
   transport::TxPacket pending_;
+  std::vector<std::byte> pending_payload_;  // pending_'s payload, copied
   std::uint32_t pending_qpn_ = 0;
   bool has_pending_ = false;
 };

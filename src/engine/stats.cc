@@ -125,6 +125,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"tx_gso_datagrams", datapath.tx_gso_datagrams},
       {"tx_gso_pkts", datapath.tx_gso_packets},
       {"tx_blocked", datapath.tx_blocked},
+      {"tx_snapshots", datapath.tx_snapshots},
       {"rx_recv_calls", datapath.rx_calls},
       {"rx_gro_datagrams", datapath.rx_gro_datagrams},
       {"rx_gro_pkts", datapath.rx_gro_packets},
