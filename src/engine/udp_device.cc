@@ -236,6 +236,15 @@ void UdpDevice::stop_progress_thread() {
   drain_fd(wake_fd_);
 }
 
+void UdpDevice::application_waits() {
+  if (!thread_.joinable()) return;
+  if (app_active_until_.exchange(0, std::memory_order_relaxed) == 0) return;
+  // The thread may be asleep off the socket (until the activity timer): wake it.
+  if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) {
+    signal_fd(wake_fd_);
+  }
+}
+
 void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
   // Inside a Device call (under mu_ in thread mode). Sends every held ACK, not only this QP's:
   // simpler, and they are all due soon anyway.
@@ -405,6 +414,7 @@ Result<std::optional<CqHandle>, Errc> UdpDevice::get_cq_event(std::uint64_t chan
     const Instant t = now();
     if (t >= until) return std::optional<CqHandle>();
     if (has_progress_thread() || closed_) {
+      application_waits();
       pollfd p{ch->fd, POLLIN, 0};
       timespec ts;
       ::ppoll(&p, 1, timeout_until(until, t, ts), nullptr);
@@ -459,6 +469,7 @@ std::optional<AsyncEvent> UdpDevice::get_async_event(Duration timeout) {
     const Instant t = now();
     if (t >= until) return std::nullopt;
     if (has_progress_thread() || closed_) {
+      application_waits();
       pollfd p{async_fd_, POLLIN, 0};
       timespec ts;
       ::ppoll(&p, 1, timeout_until(until, t, ts), nullptr);

@@ -165,6 +165,11 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
    private:
     bool was_;
   };
+  // Thread mode: the application is about to block (waiting for a completion or async event)
+  // rather than run rounds: the thread goes back to watching the socket at once instead of
+  // after kAppActive. Called by get_cq_event() and get_async_event() before they block; call
+  // it when arming a CQ for events that will be waited for elsewhere (poll() on the fd).
+  void application_waits();
   // Starts the thread. An error message when it is already running or the device is closed.
   std::string start_progress_thread(const ProgressThreadOptions& options = {});
   // Stops and joins the thread (the device goes back to polling mode). No-op when not running.

@@ -370,7 +370,11 @@ int op_req_notify_cq(ibv_cq* icq, int solicited_only) {
   Cq* cq = cq_of(icq);
   engine::UdpDevice* u = cq->ctx->udp.load(std::memory_order_acquire);
   if (u == nullptr) return EINVAL;
-  return err(u->lock()->req_notify_cq(cq->h, solicited_only != 0));
+  const Errc e = u->lock()->req_notify_cq(cq->h, solicited_only != 0);
+  // Arming a CQ means the application is about to wait for an event (in ibv_get_cq_event, or
+  // in poll() on the channel's fd): the progress thread must watch the socket again.
+  u->application_waits();
+  return err(e);
 }
 
 thread_local std::vector<RecvWr> t_recv;
