@@ -26,18 +26,9 @@ using test::make_side;
 using test::pair_up;
 using test::Side;
 using test::SideOptions;
+using test::write_wr;
 
 constexpr Duration kGiveUp = Duration::s(20);
-
-SendWr write_wr(std::uint64_t id, const Sge& sge, const Side& peer, std::size_t off) {
-  SendWr w;
-  w.wr_id = id;
-  w.opcode = WrOpcode::kRdmaWrite;
-  w.sg_list = std::span(&sge, 1);
-  w.rdma = {peer.va(off), peer.mr.rkey};
-  w.send_flags = kSendSignaled;
-  return w;
-}
 
 void post_write(Side& from, const Side& to, std::uint64_t id, std::size_t off, std::uint32_t len) {
   const Sge sge{from.va(off), len, from.mr.lkey};
@@ -54,6 +45,29 @@ std::optional<Wc> drive_until_completion(Side& s, Side& other) {
     other.dev->progress();
     Wc wc;
     auto n = s.dev->lock()->poll_cq(s.cq, std::span(&wc, 1));
+    if (n.ok() && n.value() == 1) return wc;
+  }
+  return std::nullopt;
+}
+
+// Two connected sides; B has already sent a request of its own and seen it complete, so it
+// looks like one side of a ping-pong from then on.
+void pingpong_pair(Side& a, Side& b, const char* ip_a, const char* ip_b,
+                   const SideOptions& bo = {}) {
+  make_side(a, ip_a);
+  make_side(b, ip_b, bo);
+  pair_up(a, b);
+  post_write(b, a, 1, 0, 8);
+  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+}
+
+// Progresses only `a` (B is left to its thread, or to nobody) until `a` has a completion.
+std::optional<Wc> progress_until_completion(Side& a) {
+  const Instant give_up = UdpDevice::now() + kGiveUp;
+  while (UdpDevice::now() < give_up) {
+    a.dev->progress();
+    Wc wc;
+    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
     if (n.ok() && n.value() == 1) return wc;
   }
   return std::nullopt;
@@ -100,14 +114,9 @@ class AckHold : public ::testing::Test {
 TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   const std::string cap = capture_path("pingpong");
   Side a, b;
-  make_side(a, "127.0.46.1");
   SideOptions bo;
   bo.capture = cap;
-  make_side(b, "127.0.46.2", bo);
-  pair_up(a, b);
-  // B has sent a request of its own, completed: from now on it looks like a ping-pong side.
-  post_write(b, a, 1, 0, 8);
-  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  pingpong_pair(a, b, "127.0.46.1", "127.0.46.2", bo);
 
   // A writes to B; B receives it and holds the ACK (no packet leaves B).
   const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
@@ -144,11 +153,7 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
 
 TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
   Side a, b;
-  make_side(a, "127.0.46.3");
-  make_side(b, "127.0.46.4");
-  pair_up(a, b);
-  post_write(b, a, 1, 0, 8);
-  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  pingpong_pair(a, b, "127.0.46.3", "127.0.46.4");
   const std::uint64_t held = b.dev->engine().counters().tx_acks_held;
   // B never posts again; it only keeps progressing (polling mode): A's WRITE still completes.
   post_write(a, b, 2, 64, 8);
@@ -162,23 +167,12 @@ TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
 
 TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
   Side a, b;
-  make_side(a, "127.0.46.5");
-  make_side(b, "127.0.46.6");
-  pair_up(a, b);
-  post_write(b, a, 1, 0, 8);
-  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  pingpong_pair(a, b, "127.0.46.5", "127.0.46.6");
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   // B's application posts nothing and runs no round: its thread receives A's WRITE, holds the
   // ACK for the request that never comes, and sends it when due.
   post_write(a, b, 2, 64, 8);
-  std::optional<Wc> wa;
-  const Instant give_up = UdpDevice::now() + kGiveUp;
-  while (!wa && UdpDevice::now() < give_up) {
-    a.dev->progress();
-    Wc wc;
-    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
-    if (n.ok() && n.value() == 1) wa = wc;
-  }
+  const std::optional<Wc> wa = progress_until_completion(a);
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
   EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);  // the ACK came, not a retransmission
@@ -188,11 +182,7 @@ TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
 
 TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
   Side a, b;
-  make_side(a, "127.0.46.7");
-  make_side(b, "127.0.46.8");
-  pair_up(a, b);
-  post_write(b, a, 1, 0, 8);
-  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  pingpong_pair(a, b, "127.0.46.7", "127.0.46.8");
   // A's WRITE waits in B's socket before B's thread starts; B's application then runs one
   // round itself (as ibv_poll_cq does), which receives the WRITE and holds the ACK, and
   // stops: the thread must send the ACK.
@@ -206,13 +196,7 @@ TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
     auto guard = b.dev->lock();  // the thread runs: read the counters under the lock
     got = b.dev->engine().counters().rx_packets > rx;
   }
-  std::optional<Wc> wa;
-  while (!wa && UdpDevice::now() < give_up) {
-    a.dev->progress();
-    Wc wc;
-    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
-    if (n.ok() && n.value() == 1) wa = wc;
-  }
+  const std::optional<Wc> wa = progress_until_completion(a);
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
   EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
@@ -220,11 +204,7 @@ TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
 
 TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
   Side a, b;
-  make_side(a, "127.0.46.13");
-  make_side(b, "127.0.46.14");
-  pair_up(a, b);
-  post_write(b, a, 1, 0, 8);
-  ASSERT_TRUE(drive_until_completion(b, a).has_value());
+  pingpong_pair(a, b, "127.0.46.13", "127.0.46.14");
   // B receives A's last WRITE, holds the ACK, and destroys its QP at once (ibv_rc_pingpong's
   // last exchange): the ACK must still leave, or A retries forever.
   const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
@@ -235,14 +215,7 @@ TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
   ASSERT_EQ(b.dev->engine().counters().tx_packets, b_tx);  // held
   ASSERT_EQ(b.dev->device().destroy_qp(b.qp), Errc::kOk);
   EXPECT_EQ(b.dev->engine().counters().tx_packets, b_tx + 1);
-  std::optional<Wc> wa;
-  const Instant give_up = UdpDevice::now() + kGiveUp;
-  while (!wa && UdpDevice::now() < give_up) {
-    a.dev->progress();
-    Wc wc;
-    auto n = a.dev->lock()->poll_cq(a.cq, std::span(&wc, 1));
-    if (n.ok() && n.value() == 1) wa = wc;
-  }
+  const std::optional<Wc> wa = progress_until_completion(a);
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
   EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);

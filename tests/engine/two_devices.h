@@ -113,6 +113,17 @@ inline void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t
       Errc::kOk);
 }
 
+// A signaled RDMA WRITE of `sge` to `peer`'s buffer at `off`.
+inline SendWr write_wr(std::uint64_t id, const Sge& sge, const Side& peer, std::size_t off) {
+  SendWr w;
+  w.wr_id = id;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sg_list = std::span(&sge, 1);
+  w.rdma = {peer.va(off), peer.mr.rkey};
+  w.send_flags = kSendSignaled;
+  return w;
+}
+
 inline void pair_up(Side& a, Side& b, std::uint8_t timeout = 14) {
   connect(a, b, b.ip.c_str(), timeout);
   connect(b, a, a.ip.c_str(), timeout);

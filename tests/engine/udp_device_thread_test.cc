@@ -31,6 +31,7 @@ using test::pair_up;
 using test::Side;
 using test::SideOptions;
 using test::v4;
+using test::write_wr;
 
 // Room for the deep queues these tests run: 256 WRs in flight, 4 MiB of registered memory.
 SideOptions deep() {
@@ -39,16 +40,6 @@ SideOptions deep() {
   o.max_send_wr = 256;
   o.buf_bytes = 4 << 20;
   return o;
-}
-
-SendWr write_wr(std::uint64_t id, const Sge& sge, const Side& peer, std::size_t off) {
-  SendWr w;
-  w.wr_id = id;
-  w.opcode = WrOpcode::kRdmaWrite;
-  w.sg_list = std::span(&sge, 1);
-  w.rdma = {peer.va(off), peer.mr.rkey};
-  w.send_flags = kSendSignaled;
-  return w;
 }
 
 // Thread mode: polls `s`'s CQ through the lock until `n` completions arrived (or 20 s pass).
