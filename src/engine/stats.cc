@@ -133,6 +133,8 @@ NamedCounters DeviceStats::device_counters() const {
       {"timer_fires", engine.timer_fires},
       {"tx_acks_held", engine.tx_acks_held},
       {"async_events_dropped", async_events_dropped},
+      {"thread_wakeups", thread_wakeups},
+      {"thread_rx_pkts", thread_rx_pkts},
       {"qps", qps.size()},
   };
 }

@@ -45,7 +45,11 @@ struct DeviceStats {
   datapath::UdpCounters datapath;
   std::uint64_t async_events_dropped = 0;
   std::uint64_t stats_requests = 0;  // requests served by the stats endpoint
-  std::vector<QpStats> qps;          // every live QP, by QPN
+  // Thread mode: how often the progress thread woke up, and the packets its own rounds received
+  // (the rest were received by the application's rounds).
+  std::uint64_t thread_wakeups = 0;
+  std::uint64_t thread_rx_pkts = 0;
+  std::vector<QpStats> qps;  // every live QP, by QPN
 
   // The device's counters by name, in output order. Counters that come from QPs are sums over
   // the QPs alive at the snapshot (a destroyed QP's counts leave the sums with it).

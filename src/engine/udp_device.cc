@@ -140,26 +140,39 @@ UdpDevice::Round UdpDevice::round_locked(Instant t, std::size_t tx_budget) {
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);
+  r.sent = flush_locked(t, tx_budget);
+  sync_async_fd_locked();
+  return r;
+}
+
+std::size_t UdpDevice::flush_locked(Instant t, std::size_t tx_budget) {
   // Held ACKs wait for their QP's next request until they are due (acks_due_ is never() while
   // none are held).
-  r.sent = engine_->flush_tx(t, tx_budget, hold_acks_ && t < acks_due_);
+  const std::size_t sent = engine_->flush_tx(t, tx_budget, hold_acks_ && t < acks_due_);
   if (engine_->held_acks() == 0) {
     acks_due_ = Instant::never();
   } else if (acks_due_.is_never()) {
     acks_due_ = t + kAckHold;
   }
-  sync_async_fd_locked();
-  return r;
+  return sent;
 }
 
-bool UdpDevice::progress() {
+bool UdpDevice::progress() { return application_round(true); }
+
+bool UdpDevice::transmit() { return application_round(false); }
+
+bool UdpDevice::application_round(bool receive) {
   if (closed_) return false;
   const Instant t = now();
   Round r;
   bool wake = false;
   {
     std::lock_guard lk(mu_);
-    r = round_locked(t, SIZE_MAX);
+    if (receive) {
+      r = round_locked(t, SIZE_MAX);
+    } else {
+      r.sent = flush_locked(t, SIZE_MAX);
+    }
     if (thread_.joinable()) {
       // Push the activity timer forward (a system call at most every kAppActive / 2).
       if (t + kAppActive / 2 >
@@ -258,8 +271,11 @@ void UdpDevice::doorbell(std::uint32_t qpn) {
   // A spinning thread sees the flag without the lock; only a sleeping thread needs the system
   // call. `sleeping_` is set under mu_, which the caller of post_send() holds too, so a
   // doorbell cannot slip between the thread's last look at the engine and its sleep.
+  // A quiet doorbell's poster transmits itself right after (QuietDoorbells): neither wake
+  // the thread nor make it run a round (which would also take the socket from an application
+  // that polls).
+  if (t_quiet_doorbells) return;
   doorbell_rung_.store(true, std::memory_order_relaxed);
-  if (t_quiet_doorbells) return;  // the poster runs progress() next
   if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) signal_fd(wake_fd_);
 }
 
@@ -282,6 +298,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
       if (!doorbell_rung_.load()) {
         pollfd p[3] = {{wake_fd_, POLLIN, 0}, {app_timer_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
         ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, nullptr, nullptr);
+        thread_wakeups_.fetch_add(1, std::memory_order_relaxed);
         if ((p[0].revents & POLLIN) != 0) drain_fd(wake_fd_);
         if ((p[1].revents & POLLIN) != 0) drain_fd(app_timer_fd_);
         if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
@@ -310,6 +327,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
       doorbell_rung_.store(false, std::memory_order_relaxed);  // this round sees those rung
       t = now();
       r = round_locked(t, options.tx_budget);
+      thread_rx_pkts_ += r.received;
       tx_left = engine_->has_unheld_tx_work();
       next_timer = engine_->next_timeout();
       const bool held = !acks_due_.is_never();
@@ -343,6 +361,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
     pollfd p[3] = {{dp_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
     timespec ts;
     ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(wake_at, now(), ts), nullptr);
+    thread_wakeups_.fetch_add(1, std::memory_order_relaxed);
     sleeping_.store(false);
     if ((p[1].revents & POLLIN) != 0) drain_fd(wake_fd_);
     if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
@@ -490,6 +509,8 @@ DeviceStats UdpDevice::stats_locked() {
   s.datapath = dp_ ? dp_->counters() : closed_dp_;
   s.async_events_dropped = device_->async_events_dropped();
   s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
+  s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
+  s.thread_rx_pkts = thread_rx_pkts_;
   for (const transport::Qp* qp : device_->live_qps()) {
     s.qps.push_back(
         QpStats{qp->qpn(), qp->type(), qp->state(), qp->outstanding_send_wqes(), qp->counters()});

@@ -124,6 +124,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // round after kAckHold sends it; in thread mode the progress thread makes sure one comes.
   // UROCE_HOLD_ACKS=0 turns this off.
   bool progress();
+  // progress() without receiving or timers: sends what is ready (what a post just queued).
+  // For a caller that runs progress() itself when it polls; returns true if anything was sent.
+  bool transmit();
   static constexpr Duration kAckHold = Duration::us(100);
   // Thread mode: after an application's progress() round the thread leaves the socket to the
   // application for this long (a packet then waits at most this long for the thread when the
@@ -246,6 +249,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   };
   UdpDevice() = default;
   Round round_locked(Instant t, std::size_t tx_budget);
+  // The transmit part of a round (held ACKs included).
+  std::size_t flush_locked(Instant t, std::size_t tx_budget);
+  bool application_round(bool receive);
   void sync_async_fd_locked();
   void thread_main(ProgressThreadOptions options);
   void open_stats_endpoint();
@@ -292,6 +298,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::mutex stats_mu_;  // one server at a time (thread and an application progress())
   Instant next_stats_check_ = Instant::from_ns(0);
   std::atomic<std::uint64_t> stats_requests_{0};
+  std::atomic<std::uint64_t> thread_wakeups_{0};  // ppoll returns in the thread
+  std::uint64_t thread_rx_pkts_ = 0;              // under mu_
 
   std::atomic<bool> closed_{false};
   CloseResult close_result_;

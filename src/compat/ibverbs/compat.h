@@ -158,9 +158,10 @@ engine::UdpDevice* net(Context* ctx);
 bool transmit_on_post();
 void report_stats_at_close(engine::UdpDevice& u);
 
-// Runs `post(Device&)` under the device lock, then, if transmit_on_post(), a progress round in
-// this thread: the packets leave at once, as a NIC starts on its doorbell, and the doorbell
-// does not wake the progress thread for work this thread does itself.
+// Runs `post(Device&)` under the device lock, then, if transmit_on_post(), transmits from this
+// thread: the packets leave at once, as a NIC starts on its doorbell, and the doorbell does not
+// wake the progress thread for work this thread does itself. (No receive: ibv_poll_cq runs
+// full rounds.)
 template <class F>
 Errc post_then_transmit(engine::UdpDevice* u, F&& post) {
   if (!transmit_on_post()) return post(*u->lock());
@@ -169,7 +170,7 @@ Errc post_then_transmit(engine::UdpDevice* u, F&& post) {
     engine::UdpDevice::QuietDoorbells quiet;
     e = post(*u->lock());
   }
-  u->progress();
+  u->transmit();
   return e;
 }
 
