@@ -34,11 +34,12 @@ if [[ -f $cache/stamp && $(cat "$cache/stamp") == "$stamp_want" && -f $cache/vml
 fi
 
 # User-space packages: busybox for the shell, rdma-core's verbs library, the rxe provider and
-# the ibv_* tools, iproute2 for `rdma link add`, and the shared libraries they link against
-# (checked below with objdump; a missing one fails the build with its name).
-packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils
-          iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1
-          libbpf1 zlib1g libxtables12 libpci3 libudev1)
+# the ibv_* tools, perftest (ib_{send,write,read,atomic}_{bw,lat}), iproute2 for `rdma link
+# add`, and the shared libraries they link against (checked below with objdump; a missing one
+# fails the build with its name).
+packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils perftest
+          libibumad3 librdmacm1 iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0
+          libcap2 libelf1 libbpf1 zlib1g libxtables12 libpci3 libudev1)
 
 debs=$cache/debs
 tree=$cache/tree
@@ -116,8 +117,8 @@ copy_with_libs() {
 }
 provider=$(cd "$tree" && ls usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)
 [[ -n $provider ]] || die "rxe provider library not found"
-for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/rdma sbin/tc \
-         "$provider" \
+for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_{rc,uc,ud,srq}_pingpong \
+         usr/bin/ib_{send,write,read,atomic}_{bw,lat} usr/bin/rdma sbin/tc "$provider" \
          lib/x86_64-linux-gnu/libgcc_s.so.1; do
   copy_with_libs "$f"
 done
