@@ -39,8 +39,8 @@
 #define PROTOCOL "uroce_verbs_check/1"
 
 enum op { OP_SEND, OP_SEND_IMM, OP_WRITE, OP_WRITE_IMM, OP_READ, OP_CAS, OP_FAA, OP_UD, OP_COUNT };
-static const char *const kOpNames[OP_COUNT] = {"send", "send_imm",  "write", "write_imm",
-                                                "read", "cas", "faa", "ud"};
+static const char* const kOpNames[OP_COUNT] = {"send", "send_imm", "write", "write_imm",
+                                               "read", "cas",      "faa",   "ud"};
 
 enum { MAX_SIZES = 64 };
 static const size_t kDefaultSizes[] = {1,    2,    63,   64,   1023,  1024,
@@ -59,7 +59,7 @@ static const uint8_t kGuardByte = 0xa5;
 static const long kRnrDelayNs = 30 * 1000 * 1000;
 
 struct options {
-  const char *dev;
+  const char* dev;
   int ib_port;
   int gid_index;
   int tcp_port;
@@ -73,11 +73,10 @@ struct options {
   int timeout;
   bool verbose;
   bool corrupt;  // self-test only (see usage)
-  const char *server;
+  const char* server;
 };
 
-static struct options g_opt = {
-    .ib_port = 1, .tcp_port = 18600, .iters = 20, .timeout = 60};
+static struct options g_opt = {.ib_port = 1, .tcp_port = 18600, .iters = 20, .timeout = 60};
 static int g_sock = -1;
 static uint64_t g_checks;
 static unsigned g_rnr_delayed;
@@ -89,13 +88,13 @@ static long g_cur_iter = -1;
 // ---------------------------------------------------------------------------------------------
 // Failure reporting
 
-static void tell_peer_raw(const char *line) {
+static void tell_peer_raw(const char* line) {
   if (g_sock < 0) return;
   // Best effort: the peer prints what went wrong here instead of timing out.
   (void)send(g_sock, line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-static void where(char *out, size_t cap) {
+static void where(char* out, size_t cap) {
   out[0] = 0;
   if (g_cur_op < 0) return;
   if (g_cur_iter >= 0) {
@@ -106,7 +105,7 @@ static void where(char *out, size_t cap) {
   }
 }
 
-__attribute__((format(printf, 1, 2), noreturn)) static void fail(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2), noreturn)) static void fail(const char* fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -122,7 +121,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void fail(const char *fmt
   exit(1);
 }
 
-__attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "%s: ", PROG);
@@ -132,7 +131,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const ch
   exit(2);
 }
 
-static void usage(FILE *to) {
+static void usage(FILE* to) {
   fprintf(to,
           "Usage: %s [options] [SERVER_ADDR]\n"
           "Runs RC SEND, SEND with Immediate, RDMA WRITE, RDMA WRITE with Immediate, RDMA READ,\n"
@@ -154,7 +153,7 @@ static void usage(FILE *to) {
           "      --rnr               the server posts each receive only after the client posted\n"
           "                          its message, and %ld ms later (Receiver Not Ready)\n"
           "      --timeout=SEC       bound of every blocking step (default 60)\n"
-          "  -v, --verbose           one line per iteration\n"
+          "  -v, --verbose           a line per verified iteration\n"
           "      --corrupt           SELF-TEST ONLY: the client flips one byte of every message\n"
           "                          it sends or writes, so the run must FAIL (exit 1)\n"
           "Exit status: 0 all checks passed, 1 a check or step failed, 2 bad arguments or the\n"
@@ -173,7 +172,7 @@ static double now_s(void) {
 
 static double deadline(void) { return now_s() + g_opt.timeout; }
 
-static int ms_left(double until, const char *step) {
+static int ms_left(double until, const char* step) {
   const double left = until - now_s();
   if (left <= 0) fail("timed out after %d s waiting for %s", g_opt.timeout, step);
   const double ms = left * 1000.0 + 1.0;
@@ -186,8 +185,7 @@ static int ms_left(double until, const char *step) {
 static char g_rbuf[8192];
 static size_t g_rlen;
 
-__attribute__((format(printf, 2, 3))) static void tcp_send(const char *step, const char *fmt,
-                                                           ...) {
+__attribute__((format(printf, 2, 3))) static void tcp_send(const char* step, const char* fmt, ...) {
   char line[2048];
   va_list ap;
   va_start(ap, fmt);
@@ -212,10 +210,10 @@ __attribute__((format(printf, 2, 3))) static void tcp_send(const char *step, con
 }
 
 // Receives one line (without its newline). A "FAIL ..." line from the peer ends this side too.
-static void tcp_recv(char *out, size_t cap, const char *step) {
+static void tcp_recv(char* out, size_t cap, const char* step) {
   const double until = deadline();
   for (;;) {
-    char *nl = memchr(g_rbuf, '\n', g_rlen);
+    char* nl = memchr(g_rbuf, '\n', g_rlen);
     if (nl != NULL) {
       const size_t len = (size_t)(nl - g_rbuf);
       if (len + 1 > cap) fail("the peer sent a line too long for %s", step);
@@ -249,7 +247,7 @@ static void tcp_recv(char *out, size_t cap, const char *step) {
 }
 
 // Receives one line that must read exactly as `fmt` formats.
-__attribute__((format(printf, 2, 3))) static void tcp_expect(const char *step, const char *fmt,
+__attribute__((format(printf, 2, 3))) static void tcp_expect(const char* step, const char* fmt,
                                                              ...) {
   char want[512];
   va_list ap;
@@ -269,25 +267,30 @@ static void set_nodelay(int fd) {
 }
 
 static void tcp_serve(void) {
-  int fd = socket(AF_INET6, SOCK_STREAM, 0);
-  bool v6 = fd >= 0;
-  if (!v6) fd = socket(AF_INET, SOCK_STREAM, 0);  // a kernel without IPv6
-  if (fd < 0) fail("socket: %s", strerror(errno));
   int one = 1, zero = 0;
-  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  int r;
-  if (v6) {
-    // One socket for IPv4 and IPv6 clients.
+  // One socket for IPv4 and IPv6 clients; IPv4 only on a kernel without IPv6.
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  int r = -1;
+  if (fd >= 0) {
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     struct sockaddr_in6 a = {.sin6_family = AF_INET6,
                              .sin6_port = htons((uint16_t)g_opt.tcp_port),
                              .sin6_addr = in6addr_any};
-    r = bind(fd, (struct sockaddr *)&a, sizeof a);
-  } else {
+    r = bind(fd, (struct sockaddr*)&a, sizeof a);
+    if (r != 0 && errno != EADDRINUSE) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) fail("socket: %s", strerror(errno));
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)g_opt.tcp_port),
                             .sin_addr.s_addr = htonl(INADDR_ANY)};
-    r = bind(fd, (struct sockaddr *)&a, sizeof a);
+    r = bind(fd, (struct sockaddr*)&a, sizeof a);
   }
   if (r != 0 || listen(fd, 1) != 0) {
     fail("couldn't listen to TCP port %d: %s", g_opt.tcp_port, strerror(errno));
@@ -311,7 +314,7 @@ static void tcp_connect(void) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
                            .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
-  struct addrinfo *res = NULL;
+  struct addrinfo* res = NULL;
   char port[16];
   snprintf(port, sizeof port, "%d", g_opt.tcp_port);
   if (getaddrinfo(g_opt.server, port, &hints, &res) != 0 || res == NULL) {
@@ -341,8 +344,8 @@ static void tcp_connect(void) {
       break;
     }
     close(fd);
-    if (err != ECONNREFUSED) fail("couldn't connect to %s port %d: %s", g_opt.server,
-                                  g_opt.tcp_port, strerror(err));
+    if (err != ECONNREFUSED)
+      fail("couldn't connect to %s port %d: %s", g_opt.server, g_opt.tcp_port, strerror(err));
     // The server is not listening yet: try again (a retry interval, not synchronisation).
     (void)ms_left(until, step);
     struct timespec ts = {0, 100 * 1000 * 1000};
@@ -366,8 +369,8 @@ static uint32_t mix32(uint32_t x) {
 }
 
 static uint32_t seed_of(int op, size_t size, uint32_t iter) {
-  return mix32((uint32_t)op * 0x9e3779b9U ^ mix32((uint32_t)size * 0x85ebca6bU ^
-                                                  mix32(iter + 0x01234567U)));
+  return mix32((uint32_t)op * 0x9e3779b9U ^
+               mix32((uint32_t)size * 0x85ebca6bU ^ mix32(iter + 0x01234567U)));
 }
 
 static uint8_t pattern_byte(uint32_t seed, size_t i) {
@@ -376,7 +379,7 @@ static uint8_t pattern_byte(uint32_t seed, size_t i) {
 
 // Fills `n` bytes with the pattern, or with its complement (every byte differs from the
 // pattern's: a buffer that was not written is caught byte by byte).
-static void fill_pattern(uint8_t *p, size_t n, uint32_t seed, bool invert) {
+static void fill_pattern(uint8_t* p, size_t n, uint32_t seed, bool invert) {
   for (size_t i = 0; i < n; i += 4) {
     uint32_t w = mix32(seed + (uint32_t)(i / 4) * 0x9e3779b9U);
     if (invert) w = ~w;
@@ -384,7 +387,7 @@ static void fill_pattern(uint8_t *p, size_t n, uint32_t seed, bool invert) {
   }
 }
 
-static void verify_pattern(const uint8_t *p, size_t n, uint32_t seed, const char *what) {
+static void verify_pattern(const uint8_t* p, size_t n, uint32_t seed, const char* what) {
   size_t first = n, bad = 0;
   for (size_t i = 0; i < n; i += 4) {
     const uint32_t w = mix32(seed + (uint32_t)(i / 4) * 0x9e3779b9U);
@@ -396,17 +399,16 @@ static void verify_pattern(const uint8_t *p, size_t n, uint32_t seed, const char
     }
   }
   if (bad != 0) {
-    fail("%s: %zu of %zu bytes differ, the first at offset %zu: expected 0x%02x, got 0x%02x",
-         what, bad, n, first, pattern_byte(seed, first), p[first]);
+    fail("%s: %zu of %zu bytes differ, the first at offset %zu: expected 0x%02x, got 0x%02x", what,
+         bad, n, first, pattern_byte(seed, first), p[first]);
   }
   ++g_checks;
 }
 
-static void verify_guard(const uint8_t *p, size_t n, const char *what) {
+static void verify_guard(const uint8_t* p, size_t n, const char* what) {
   for (size_t i = 0; i < n; ++i) {
     if (p[i] != kGuardByte) {
-      fail("%s: byte %zu was overwritten: expected 0x%02x, got 0x%02x", what, i, kGuardByte,
-           p[i]);
+      fail("%s: byte %zu was overwritten: expected 0x%02x, got 0x%02x", what, i, kGuardByte, p[i]);
     }
   }
   ++g_checks;
@@ -433,14 +435,14 @@ struct peer {
 };
 
 static struct {
-  struct ibv_context *ctx;
-  struct ibv_pd *pd;
-  struct ibv_comp_channel *channel;
+  struct ibv_context* ctx;
+  struct ibv_pd* pd;
+  struct ibv_comp_channel* channel;
   struct ibv_cq *scq, *rcq;
   struct ibv_qp *qp, *ud_qp;
-  struct ibv_ah *ah;
-  struct ibv_mr *mr;
-  uint8_t *buf;
+  struct ibv_ah* ah;
+  struct ibv_mr* mr;
+  uint8_t* buf;
   size_t len;
   // Regions of buf, each with GUARD bytes around it.
   size_t data_off, atom_off, scratch_off, ud_off;
@@ -453,11 +455,16 @@ static int mtu_bytes(enum ibv_mtu m) { return 128 << (int)m; }
 
 static enum ibv_mtu mtu_enum(int bytes) {
   switch (bytes) {
-    case 256: return IBV_MTU_256;
-    case 512: return IBV_MTU_512;
-    case 1024: return IBV_MTU_1024;
-    case 2048: return IBV_MTU_2048;
-    default: return IBV_MTU_4096;
+    case 256:
+      return IBV_MTU_256;
+    case 512:
+      return IBV_MTU_512;
+    case 1024:
+      return IBV_MTU_1024;
+    case 2048:
+      return IBV_MTU_2048;
+    default:
+      return IBV_MTU_4096;
   }
 }
 
@@ -477,9 +484,9 @@ static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 static void open_device(void) {
   int n = 0;
-  struct ibv_device **list = ibv_get_device_list(&n);
+  struct ibv_device** list = ibv_get_device_list(&n);
   if (list == NULL) fail("ibv_get_device_list: %s", strerror(errno));
-  struct ibv_device *dev = NULL;
+  struct ibv_device* dev = NULL;
   for (int i = 0; i < n && dev == NULL; ++i) {
     if (g_opt.dev == NULL || strcmp(ibv_get_device_name(list[i]), g_opt.dev) == 0) dev = list[i];
   }
@@ -497,8 +504,8 @@ static void open_device(void) {
   if (ibv_query_port(V.ctx, (uint8_t)g_opt.ib_port, &pa) != 0) {
     fail("couldn't query port %d: %s", g_opt.ib_port, strerror(errno));
   }
-  if (pa.state != IBV_PORT_ACTIVE) fail("port %d is not active (state %d)", g_opt.ib_port,
-                                        (int)pa.state);
+  if (pa.state != IBV_PORT_ACTIVE)
+    fail("port %d is not active (state %d)", g_opt.ib_port, (int)pa.state);
   V.me.lid = pa.lid;
   V.me.active_mtu = mtu_bytes(pa.active_mtu);
   V.me.mtu_opt = g_opt.mtu;
@@ -514,7 +521,7 @@ static void open_device(void) {
   V.scratch_off = V.atom_off + 8 + GUARD + GUARD;
   V.ud_off = V.scratch_off + 64 + GUARD + GUARD;
   V.len = round_up(V.ud_off + kGrhBytes + 4096 + GUARD, 4096);
-  if (posix_memalign((void **)&V.buf, 4096, V.len) != 0) fail("out of memory (%zu bytes)", V.len);
+  if (posix_memalign((void**)&V.buf, 4096, V.len) != 0) fail("out of memory (%zu bytes)", V.len);
   memset(V.buf, kGuardByte, V.len);
 
   V.pd = ibv_alloc_pd(V.ctx);
@@ -534,14 +541,12 @@ static void open_device(void) {
   V.rcq = ibv_create_cq(V.ctx, 64, NULL, V.channel, 0);
   if (V.scq == NULL || V.rcq == NULL) fail("ibv_create_cq: %s", strerror(errno));
 
-  struct ibv_qp_init_attr ia = {.send_cq = V.scq,
-                                .recv_cq = V.rcq,
-                                .cap = {.max_send_wr = 16,
-                                        .max_recv_wr = 16,
-                                        .max_send_sge = 1,
-                                        .max_recv_sge = 1},
-                                .qp_type = IBV_QPT_RC,
-                                .sq_sig_all = 1};
+  struct ibv_qp_init_attr ia = {
+      .send_cq = V.scq,
+      .recv_cq = V.rcq,
+      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
+      .qp_type = IBV_QPT_RC,
+      .sq_sig_all = 1};
   V.qp = ibv_create_qp(V.pd, &ia);
   if (V.qp == NULL) fail("ibv_create_qp (RC): %s", strerror(errno));
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
@@ -568,8 +573,8 @@ static void open_device(void) {
                             .pkey_index = 0,
                             .port_num = (uint8_t)g_opt.ib_port,
                             .qkey = kUdQkey};
-    if (ibv_modify_qp(V.ud_qp, &u,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0) {
+    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) !=
+        0) {
       fail("ibv_modify_qp (UD) to INIT: %s", strerror(errno));
     }
     V.me.ud_qpn = V.ud_qp->qp_num;
@@ -577,11 +582,11 @@ static void open_device(void) {
   }
 }
 
-static void gid_text(const union ibv_gid *g, char *out, size_t cap) {
+static void gid_text(const union ibv_gid* g, char* out, size_t cap) {
   if (inet_ntop(AF_INET6, g->raw, out, (socklen_t)cap) == NULL) snprintf(out, cap, "?");
 }
 
-static bool gid_is_v4(const union ibv_gid *g) {
+static bool gid_is_v4(const union ibv_gid* g) {
   static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return memcmp(g->raw, prefix, sizeof prefix) == 0;
 }
@@ -590,7 +595,7 @@ static bool gid_is_v4(const union ibv_gid *g) {
 static void exchange_addresses(void) {
   char gid[64];
   gid_text(&V.me.gid, gid, sizeof gid);
-  const struct peer *m = &V.me;
+  const struct peer* m = &V.me;
   if (g_opt.server != NULL) {
     tcp_send("the address exchange", "ADDR %u %u %u %u %u %s %" PRIu64 " %u %" PRIu64 " %d %d",
              m->lid, m->qpn, m->psn, m->ud_qpn, m->ud_psn, gid, m->addr, m->rkey, m->len,
@@ -598,7 +603,7 @@ static void exchange_addresses(void) {
   }
   char line[512];
   tcp_recv(line, sizeof line, "the peer's addresses");
-  struct peer *p = &V.peer;
+  struct peer* p = &V.peer;
   char pgid[64];
   unsigned lid;
   if (sscanf(line, "ADDR %u %u %u %u %u %63s %" SCNu64 " %u %" SCNu64 " %d %d", &lid, &p->qpn,
@@ -613,17 +618,17 @@ static void exchange_addresses(void) {
              m->lid, m->qpn, m->psn, m->ud_qpn, m->ud_psn, gid, m->addr, m->rkey, m->len,
              m->active_mtu, m->mtu_opt);
   }
-  printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", m->lid, m->qpn,
-         m->psn, gid);
-  printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", p->lid, p->qpn,
-         p->psn, pgid);
+  printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", m->lid, m->qpn, m->psn,
+         gid);
+  printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", p->lid, p->qpn, p->psn,
+         pgid);
   if (V.ud_qp != NULL) {
     printf("  local UD:  QPN 0x%06x, PSN 0x%06x; remote UD: QPN 0x%06x, PSN 0x%06x\n", m->ud_qpn,
            m->ud_psn, p->ud_qpn, p->ud_psn);
   }
   if (p->mtu_opt != 0 && m->mtu_opt != 0 && p->mtu_opt != m->mtu_opt) {
-    printf("%s: the two sides were given different -m: %d here, %d at the peer\n", PROG,
-           m->mtu_opt, p->mtu_opt);
+    printf("%s: the two sides were given different -m: %d here, %d at the peer\n", PROG, m->mtu_opt,
+           p->mtu_opt);
     exit(2);
   }
   const int smaller = m->active_mtu < p->active_mtu ? m->active_mtu : p->active_mtu;
@@ -639,13 +644,12 @@ static void exchange_addresses(void) {
 }
 
 static struct ibv_ah_attr peer_ah(void) {
-  struct ibv_ah_attr ah = {.dlid = V.peer.lid,
-                           .sl = 0,
-                           .is_global = 1,
-                           .port_num = (uint8_t)g_opt.ib_port,
-                           .grh = {.dgid = V.peer.gid,
-                                   .sgid_index = (uint8_t)g_opt.gid_index,
-                                   .hop_limit = 64}};
+  struct ibv_ah_attr ah = {
+      .dlid = V.peer.lid,
+      .sl = 0,
+      .is_global = 1,
+      .port_num = (uint8_t)g_opt.ib_port,
+      .grh = {.dgid = V.peer.gid, .sgid_index = (uint8_t)g_opt.gid_index, .hop_limit = 64}};
   return ah;
 }
 
@@ -658,13 +662,13 @@ static void connect_qps(void) {
                           .min_rnr_timer = 12,  // 0.64 ms
                           .ah_attr = peer_ah()};
   if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
     fail("ibv_modify_qp (RC) to RTR: %s", strerror(errno));
   }
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;   // 4.096 us * 2^14 = 67 ms
+  a.timeout = 14;  // 4.096 us * 2^14 = 67 ms
   a.retry_cnt = 7;
   a.rnr_retry = 7;  // retry forever after an RNR NAK
   a.sq_psn = V.me.psn;
@@ -695,16 +699,24 @@ static void connect_qps(void) {
 // ---------------------------------------------------------------------------------------------
 // Completions
 
-static const char *wc_opcode_name(int op) {
+static const char* wc_opcode_name(int op) {
   switch (op) {
-    case IBV_WC_SEND: return "SEND";
-    case IBV_WC_RDMA_WRITE: return "RDMA_WRITE";
-    case IBV_WC_RDMA_READ: return "RDMA_READ";
-    case IBV_WC_COMP_SWAP: return "COMP_SWAP";
-    case IBV_WC_FETCH_ADD: return "FETCH_ADD";
-    case IBV_WC_RECV: return "RECV";
-    case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
-    default: return "other";
+    case IBV_WC_SEND:
+      return "SEND";
+    case IBV_WC_RDMA_WRITE:
+      return "RDMA_WRITE";
+    case IBV_WC_RDMA_READ:
+      return "RDMA_READ";
+    case IBV_WC_COMP_SWAP:
+      return "COMP_SWAP";
+    case IBV_WC_FETCH_ADD:
+      return "FETCH_ADD";
+    case IBV_WC_RECV:
+      return "RECV";
+    case IBV_WC_RECV_RDMA_WITH_IMM:
+      return "RECV_RDMA_WITH_IMM";
+    default:
+      return "other";
   }
 }
 
@@ -712,7 +724,7 @@ static const char *wc_opcode_name(int op) {
 // polls once more (a completion that arrived before arming raises no event) and waits on the
 // completion channel. The channel wait is also bounded to 50 ms so a lost event costs a little
 // time, not the run.
-static void wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, const char *step) {
+static void wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, const char* step) {
   const double until = deadline();
   for (;;) {
     int n = ibv_poll_cq(cq, 1, wc);
@@ -728,15 +740,15 @@ static void wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, const char *step) {
     int r = poll(&p, 1, ms < 50 ? ms : 50);
     if (r < 0 && errno != EINTR) fail("poll on the completion channel: %s", strerror(errno));
     if (r > 0) {
-      struct ibv_cq *ev_cq;
-      void *ev_ctx;
+      struct ibv_cq* ev_cq;
+      void* ev_ctx;
       if (ibv_get_cq_event(V.channel, &ev_cq, &ev_ctx) == 0) ibv_ack_cq_events(ev_cq, 1);
     }
   }
 }
 
-static void check_wc(const struct ibv_wc *wc, const char *what, uint64_t wr_id,
-                     const struct ibv_qp *qp, int opcode) {
+static void check_wc(const struct ibv_wc* wc, const char* what, uint64_t wr_id,
+                     const struct ibv_qp* qp, int opcode) {
   if (wc->status != IBV_WC_SUCCESS) {
     fail("%s completion: status %s (%d), vendor_err 0x%x, opcode %d", what,
          ibv_wc_status_str(wc->status), (int)wc->status, wc->vendor_err, (int)wc->opcode);
@@ -755,7 +767,7 @@ static void check_wc(const struct ibv_wc *wc, const char *what, uint64_t wr_id,
   ++g_checks;
 }
 
-static void check_imm(const struct ibv_wc *wc, bool want, uint32_t value) {
+static void check_imm(const struct ibv_wc* wc, bool want, uint32_t value) {
   const bool has = (wc->wc_flags & IBV_WC_WITH_IMM) != 0;
   if (has != want) {
     fail("receive completion: IBV_WC_WITH_IMM expected %s, got %s (wc_flags 0x%x)",
@@ -769,25 +781,25 @@ static void check_imm(const struct ibv_wc *wc, bool want, uint32_t value) {
   ++g_checks;
 }
 
-static void check_byte_len(const struct ibv_wc *wc, size_t want) {
-  if (wc->byte_len != want) fail("receive completion: expected byte_len %zu, got %u", want,
-                                 wc->byte_len);
+static void check_byte_len(const struct ibv_wc* wc, size_t want) {
+  if (wc->byte_len != want)
+    fail("receive completion: expected byte_len %zu, got %u", want, wc->byte_len);
   ++g_checks;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Posting
 
-static void post_recv(struct ibv_qp *qp, size_t off, size_t len, uint64_t wr_id) {
-  struct ibv_sge sge = {.addr = (uintptr_t)(V.buf + off), .length = (uint32_t)len,
-                        .lkey = V.mr->lkey};
+static void post_recv(struct ibv_qp* qp, size_t off, size_t len, uint64_t wr_id) {
+  struct ibv_sge sge = {
+      .addr = (uintptr_t)(V.buf + off), .length = (uint32_t)len, .lkey = V.mr->lkey};
   struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
   int r = ibv_post_recv(qp, &wr, &bad);
   if (r != 0) fail("ibv_post_recv: %s", strerror(r));
 }
 
-static void post_send(struct ibv_qp *qp, struct ibv_send_wr *wr) {
-  struct ibv_send_wr *bad = NULL;
+static void post_send(struct ibv_qp* qp, struct ibv_send_wr* wr) {
+  struct ibv_send_wr* bad = NULL;
   wr->send_flags |= IBV_SEND_SIGNALED;
   int r = ibv_post_send(qp, wr, &bad);
   if (r != 0) fail("ibv_post_send: %s", strerror(r));
@@ -812,7 +824,7 @@ static void prepare_target(size_t off, size_t size, uint32_t seed) {
   memset(V.buf + off + size, kGuardByte, GUARD);
 }
 
-static void verify_target(size_t off, size_t size, uint32_t seed, const char *what) {
+static void verify_target(size_t off, size_t size, uint32_t seed, const char* what) {
   char w[96];
   snprintf(w, sizeof w, "%s: the guard before the data", what);
   verify_guard(V.buf + off - GUARD, GUARD, w);
@@ -826,6 +838,11 @@ static void verify_target(size_t off, size_t size, uint32_t seed, const char *wh
 // The steps. In every step the server says "R i" when iteration i may start (its buffers are
 // prepared, its receive posted) and "R n" when all n iterations were verified.
 
+// -v: this side verified (or completed) iteration i of the current step.
+static void iteration_done(unsigned i) {
+  if (g_opt.verbose) printf("  %s size %zu: iteration %u ok\n", kOpNames[g_cur_op], g_cur_size, i);
+}
+
 static void ready(unsigned i) { tcp_send("the step synchronisation", "R %u", i); }
 static void await_ready(unsigned i) {
   char step[64];
@@ -835,12 +852,12 @@ static void await_ready(unsigned i) {
 
 // UD's GRH area per rdma-core and rxe: for RoCE v2 over IPv4, 20 unspecified bytes, then the
 // IPv4 header of the packet; over IPv6, the IPv6 header.
-static void check_grh(const uint8_t *g, size_t size) {
+static void check_grh(const uint8_t* g, size_t size) {
   const union ibv_gid *src = &V.peer.gid, *dst = &V.me.gid;
   // BTH 12 + DETH 8 + payload padded to 4 + ICRC 4, after the 8-byte UDP header.
   const size_t udp_len = 8 + 12 + 8 + round_up(size, 4) + 4;
   if (gid_is_v4(dst)) {
-    const uint8_t *ip = g + 20;
+    const uint8_t* ip = g + 20;
     if (ip[0] != 0x45) fail("GRH area: IPv4 version/IHL: expected 0x45, got 0x%02x", ip[0]);
     if (ip[9] != 17) fail("GRH area: IPv4 protocol: expected 17 (UDP), got %u", ip[9]);
     const unsigned tot = (unsigned)ip[2] << 8 | ip[3];
@@ -859,8 +876,7 @@ static void check_grh(const uint8_t *g, size_t size) {
     if ((g[0] >> 4) != 6) fail("GRH area: IPv6 version: expected 6, got %u", g[0] >> 4);
     if (g[6] != 17) fail("GRH area: IPv6 next header: expected 17 (UDP), got %u", g[6]);
     const unsigned plen = (unsigned)g[4] << 8 | g[5];
-    if (plen != udp_len) fail("GRH area: IPv6 payload length: expected %zu, got %u", udp_len,
-                              plen);
+    if (plen != udp_len) fail("GRH area: IPv6 payload length: expected %zu, got %u", udp_len, plen);
     if (memcmp(g + 8, src->raw, 16) != 0 || memcmp(g + 24, dst->raw, 16) != 0) {
       char s[64], d[64], es[64], ed[64];
       inet_ntop(AF_INET6, g + 8, s, sizeof s);
@@ -877,7 +893,7 @@ static void check_grh(const uint8_t *g, size_t size) {
 static void server_two_sided(int op, size_t size, unsigned n) {
   const bool ud = op == OP_UD;
   const bool rnr = g_opt.rnr && !ud;  // UD has no RNR: a message without a receive is dropped
-  struct ibv_qp *qp = ud ? V.ud_qp : V.qp;
+  struct ibv_qp* qp = ud ? V.ud_qp : V.qp;
   // UD: the GRH area precedes the data in the same buffer.
   const size_t off = ud ? V.ud_off + kGrhBytes : V.data_off;
   for (unsigned i = 0; i < n; ++i) {
@@ -903,8 +919,7 @@ static void server_two_sided(int op, size_t size, unsigned n) {
     if (ud) {
       if ((wc.wc_flags & IBV_WC_GRH) == 0) fail("UD receive completion without IBV_WC_GRH");
       if (wc.src_qp != V.peer.ud_qpn) {
-        fail("UD receive completion: expected src_qp 0x%06x, got 0x%06x", V.peer.ud_qpn,
-             wc.src_qp);
+        fail("UD receive completion: expected src_qp 0x%06x, got 0x%06x", V.peer.ud_qpn, wc.src_qp);
       }
       check_grh(V.buf + V.ud_off, size);
       verify_guard(V.buf + V.ud_off - GUARD, GUARD, "the guard before the UD receive buffer");
@@ -913,6 +928,7 @@ static void server_two_sided(int op, size_t size, unsigned n) {
     } else {
       verify_target(off, size, seed, "received message");
     }
+    iteration_done(i);
   }
 }
 
@@ -923,8 +939,8 @@ static void client_two_sided(int op, size_t size, unsigned n) {
     g_cur_iter = i;
     await_ready(i);
     fill_source(size, seed_of(op, size, i));
-    struct ibv_sge sge = {.addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size,
-                          .lkey = V.mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size, .lkey = V.mr->lkey};
     struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1};
     if (op == OP_SEND_IMM) {
       wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -945,6 +961,7 @@ static void client_two_sided(int op, size_t size, unsigned n) {
     struct ibv_wc wc;
     wait_wc(V.scq, &wc, "the send completion");
     check_wc(&wc, "send", i, ud ? V.ud_qp : V.qp, IBV_WC_SEND);
+    iteration_done(i);
   }
 }
 
@@ -982,6 +999,7 @@ static void server_write(int op, size_t size, unsigned n) {
       tcp_expect(step, "W %u", i);
     }
     verify_target(V.data_off, size, seed, "written data");
+    iteration_done(i);
   }
 }
 
@@ -992,8 +1010,8 @@ static void client_write(int op, size_t size, unsigned n) {
     g_cur_iter = i;
     await_ready(i);
     fill_source(size, seed_of(op, size, i));
-    struct ibv_sge sge = {.addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size,
-                          .lkey = V.mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size, .lkey = V.mr->lkey};
     struct ibv_send_wr wr = {.wr_id = i,
                              .sg_list = &sge,
                              .num_sge = 1,
@@ -1010,6 +1028,7 @@ static void client_write(int op, size_t size, unsigned n) {
     wait_wc(V.scq, &wc, "the write completion");
     check_wc(&wc, "write", i, V.qp, IBV_WC_RDMA_WRITE);
     if (!imm) tcp_send("telling the server the write completed", "W %u", i);
+    iteration_done(i);
   }
 }
 
@@ -1026,6 +1045,7 @@ static void server_read(size_t size, unsigned n) {
     snprintf(step, sizeof step, "the client's read %u to complete", i);
     tcp_expect(step, "D %u", i);
     verify_target(V.data_off, size, seed, "the read source after the read");
+    iteration_done(i);
   }
 }
 
@@ -1035,10 +1055,9 @@ static void client_read(size_t size, unsigned n) {
     await_ready(i);
     const uint32_t seed = seed_of(OP_READ, size, i);
     prepare_target(V.data_off, size, seed);
-    struct ibv_sge sge = {.addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size,
-                          .lkey = V.mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1,
-                             .opcode = IBV_WR_RDMA_READ};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size, .lkey = V.mr->lkey};
+    struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ};
     wr.wr.rdma.remote_addr = V.peer.addr + V.data_off;
     wr.wr.rdma.rkey = V.peer.rkey;
     post_send(V.qp, &wr);
@@ -1047,6 +1066,7 @@ static void client_read(size_t size, unsigned n) {
     check_wc(&wc, "read", i, V.qp, IBV_WC_RDMA_READ);
     verify_target(V.data_off, size, seed, "read data");
     tcp_send("telling the server the read completed", "D %u", i);
+    iteration_done(i);
   }
 }
 
@@ -1061,14 +1081,16 @@ static bool cas_fails(unsigned i) { return i % 4 == 3; }
 static uint64_t atomic_final(int op, unsigned n) {
   uint64_t v = atomic_initial(op);
   for (unsigned i = 0; i < n; ++i) {
-    if (op == OP_FAA) v += faa_add(i);
-    else if (!cas_fails(i)) v = cas_swap(i);
+    if (op == OP_FAA)
+      v += faa_add(i);
+    else if (!cas_fails(i))
+      v = cas_swap(i);
   }
   return v;
 }
 
 static void server_atomic(int op, unsigned n) {
-  uint8_t *w = V.buf + V.atom_off;
+  uint8_t* w = V.buf + V.atom_off;
   memset(w - GUARD, kGuardByte, 8 + 2 * GUARD);
   const uint64_t init = atomic_initial(op);
   memcpy(w, &init, 8);
@@ -1090,7 +1112,7 @@ static void server_atomic(int op, unsigned n) {
 static void client_atomic(int op, unsigned n) {
   await_ready(0);
   uint64_t cur = atomic_initial(op);
-  uint8_t *res = V.buf + V.atom_off;
+  uint8_t* res = V.buf + V.atom_off;
   for (unsigned i = 0; i < n; ++i) {
     g_cur_iter = i;
     const uint64_t poison = ~cur;  // the returned value must overwrite it
@@ -1117,11 +1139,11 @@ static void client_atomic(int op, unsigned n) {
     uint64_t got;
     memcpy(&got, res, 8);
     if (got != cur) {
-      fail("the original value returned: expected 0x%016" PRIx64 ", got 0x%016" PRIx64, cur,
-           got);
+      fail("the original value returned: expected 0x%016" PRIx64 ", got 0x%016" PRIx64, cur, got);
     }
     ++g_checks;
     cur = next;
+    iteration_done(i);
   }
   tcp_send("telling the server the atomics completed", "A %u", n);
 }
@@ -1203,18 +1225,18 @@ static void run_all(void) {
 // ---------------------------------------------------------------------------------------------
 // Options
 
-static bool parse_uint(const char *s, unsigned long long min, unsigned long long max,
-                       unsigned long long *out) {
+static bool parse_uint(const char* s, unsigned long long min, unsigned long long max,
+                       unsigned long long* out) {
   if (s == NULL || *s < '0' || *s > '9') return false;
   errno = 0;
-  char *end = NULL;
+  char* end = NULL;
   unsigned long long v = strtoull(s, &end, 10);
   if (errno != 0 || end == s || *end != 0 || v < min || v > max) return false;
   *out = v;
   return true;
 }
 
-static int int_arg(const char *name, const char *s, int min, int max) {
+static int int_arg(const char* name, const char* s, int min, int max) {
   unsigned long long v;
   if (!parse_uint(s, (unsigned long long)min, (unsigned long long)max, &v)) {
     usage_error("%s must be a number from %d to %d, not '%s'", name, min, max, s);
@@ -1222,17 +1244,19 @@ static int int_arg(const char *name, const char *s, int min, int max) {
   return (int)v;
 }
 
-static void parse_ops(const char *s) {
+static void parse_ops(const char* s) {
   char *copy = strdup(s), *save = NULL;
   if (copy == NULL) usage_error("out of memory");
   g_opt.nops = 0;
-  for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+  for (char* t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
     int op = -1;
     for (int k = 0; k < OP_COUNT; ++k)
       if (strcmp(t, kOpNames[k]) == 0) op = k;
     if (op < 0) {
-      usage_error("unknown operation '%s' in -o (known: send,send_imm,write,write_imm,read,"
-                  "cas,faa,ud)", t);
+      usage_error(
+          "unknown operation '%s' in -o (known: send,send_imm,write,write_imm,read,"
+          "cas,faa,ud)",
+          t);
     }
     for (int k = 0; k < g_opt.nops; ++k)
       if (g_opt.ops[k] == op) usage_error("operation '%s' given twice in -o", t);
@@ -1242,11 +1266,11 @@ static void parse_ops(const char *s) {
   if (g_opt.nops == 0) usage_error("-o names no operation");
 }
 
-static void parse_sizes(const char *s) {
+static void parse_sizes(const char* s) {
   char *copy = strdup(s), *save = NULL;
   if (copy == NULL) usage_error("out of memory");
   g_opt.nsizes = 0;
-  for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+  for (char* t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
     unsigned long long v;
     if (!parse_uint(t, 1, kMaxSize, &v)) {
       usage_error("size '%s' in -s is not a number of bytes from 1 to %zu", t, kMaxSize);
@@ -1258,22 +1282,16 @@ static void parse_sizes(const char *s) {
   if (g_opt.nsizes == 0) usage_error("-s names no size");
 }
 
-static void parse_args(int argc, char **argv) {
+static void parse_args(int argc, char** argv) {
   enum { OPT_RNR = 256, OPT_TIMEOUT, OPT_CORRUPT };
-  static const struct option longs[] = {{"ib-dev", required_argument, NULL, 'd'},
-                                        {"ib-port", required_argument, NULL, 'i'},
-                                        {"gid-idx", required_argument, NULL, 'g'},
-                                        {"port", required_argument, NULL, 'p'},
-                                        {"mtu", required_argument, NULL, 'm'},
-                                        {"ops", required_argument, NULL, 'o'},
-                                        {"sizes", required_argument, NULL, 's'},
-                                        {"iters", required_argument, NULL, 'n'},
-                                        {"rnr", no_argument, NULL, OPT_RNR},
-                                        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-                                        {"verbose", no_argument, NULL, 'v'},
-                                        {"corrupt", no_argument, NULL, OPT_CORRUPT},
-                                        {"help", no_argument, NULL, 'h'},
-                                        {NULL, 0, NULL, 0}};
+  static const struct option longs[] = {
+      {"ib-dev", required_argument, NULL, 'd'},  {"ib-port", required_argument, NULL, 'i'},
+      {"gid-idx", required_argument, NULL, 'g'}, {"port", required_argument, NULL, 'p'},
+      {"mtu", required_argument, NULL, 'm'},     {"ops", required_argument, NULL, 'o'},
+      {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
+      {"rnr", no_argument, NULL, OPT_RNR},       {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"verbose", no_argument, NULL, 'v'},       {"corrupt", no_argument, NULL, OPT_CORRUPT},
+      {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
   for (int k = 0; k < OP_COUNT; ++k) g_opt.ops[k] = k;
   g_opt.nops = OP_COUNT;
   memcpy(g_opt.sizes, kDefaultSizes, sizeof kDefaultSizes);
@@ -1282,10 +1300,18 @@ static void parse_args(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, ":d:i:g:p:m:o:s:n:vh", longs, NULL)) != -1) {
     switch (c) {
-      case 'd': g_opt.dev = optarg; break;
-      case 'i': g_opt.ib_port = int_arg("-i (IB port)", optarg, 1, 255); break;
-      case 'g': g_opt.gid_index = int_arg("-g (GID index)", optarg, 0, 255); break;
-      case 'p': g_opt.tcp_port = int_arg("-p (TCP port)", optarg, 1, 65535); break;
+      case 'd':
+        g_opt.dev = optarg;
+        break;
+      case 'i':
+        g_opt.ib_port = int_arg("-i (IB port)", optarg, 1, 255);
+        break;
+      case 'g':
+        g_opt.gid_index = int_arg("-g (GID index)", optarg, 0, 255);
+        break;
+      case 'p':
+        g_opt.tcp_port = int_arg("-p (TCP port)", optarg, 1, 65535);
+        break;
       case 'm':
         g_opt.mtu = int_arg("-m (MTU)", optarg, 0, 4096);
         if (g_opt.mtu != 0 && g_opt.mtu != 256 && g_opt.mtu != 512 && g_opt.mtu != 1024 &&
@@ -1293,16 +1319,34 @@ static void parse_args(int argc, char **argv) {
           usage_error("-m must be 256, 512, 1024, 2048 or 4096 (or 0), not '%s'", optarg);
         }
         break;
-      case 'o': parse_ops(optarg); break;
-      case 's': parse_sizes(optarg); break;
-      case 'n': g_opt.iters = (unsigned)int_arg("-n (iterations)", optarg, 1, 1000000); break;
-      case OPT_RNR: g_opt.rnr = true; break;
-      case OPT_TIMEOUT: g_opt.timeout = int_arg("--timeout", optarg, 1, 86400); break;
-      case 'v': g_opt.verbose = true; break;
-      case OPT_CORRUPT: g_opt.corrupt = true; break;
-      case 'h': usage(stdout); exit(0);
-      case ':': usage_error("option '%s' needs a value", argv[optind - 1]);
-      default: usage_error("unknown option '%s'", argv[optind - 1]);
+      case 'o':
+        parse_ops(optarg);
+        break;
+      case 's':
+        parse_sizes(optarg);
+        break;
+      case 'n':
+        g_opt.iters = (unsigned)int_arg("-n (iterations)", optarg, 1, 1000000);
+        break;
+      case OPT_RNR:
+        g_opt.rnr = true;
+        break;
+      case OPT_TIMEOUT:
+        g_opt.timeout = int_arg("--timeout", optarg, 1, 86400);
+        break;
+      case 'v':
+        g_opt.verbose = true;
+        break;
+      case OPT_CORRUPT:
+        g_opt.corrupt = true;
+        break;
+      case 'h':
+        usage(stdout);
+        exit(0);
+      case ':':
+        usage_error("option '%s' needs a value", argv[optind - 1]);
+      default:
+        usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) g_opt.server = argv[optind++];
@@ -1311,7 +1355,7 @@ static void parse_args(int argc, char **argv) {
 }
 
 // The options both sides must share, as one line.
-static void config_line(char *out, size_t cap) {
+static void config_line(char* out, size_t cap) {
   size_t o = (size_t)snprintf(out, cap, "CONFIG %s ops=", PROTOCOL);
   for (int k = 0; k < g_opt.nops && o < cap; ++k)
     o += (size_t)snprintf(out + o, cap - o, "%s%s", k ? "," : "", kOpNames[g_opt.ops[k]]);
@@ -1328,15 +1372,16 @@ static void exchange_config(void) {
   tcp_recv(theirs, sizeof theirs, "the peer's options");
   if (g_opt.server == NULL) tcp_send("the option exchange", "%s", mine);
   if (strcmp(mine, theirs) != 0) {
-    printf("%s: the two sides were given different options (-o, -s, -n, --rnr must match):\n"
-           "  here: %s\n  peer: %s\n",
-           PROG, mine + 7, strncmp(theirs, "CONFIG ", 7) == 0 ? theirs + 7 : theirs);
+    printf(
+        "%s: the two sides were given different options (-o, -s, -n, --rnr must match):\n"
+        "  here: %s\n  peer: %s\n",
+        PROG, mine + 7, strncmp(theirs, "CONFIG ", 7) == 0 ? theirs + 7 : theirs);
     fflush(stdout);
     exit(2);
   }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   parse_args(argc, argv);

@@ -18,16 +18,28 @@ if(UROCE_SANITIZE)
 endif()
 
 set(vc_next_port 18900)
-# verbs_check_pair(NAME TIMEOUT SERVER_RC CLIENT_RC REGEX ARGS... [--client CLIENT_ONLY_ARGS...])
+# verbs_check_pair(NAME TIMEOUT SERVER_RC CLIENT_RC REGEX [CAPTURE] [PCAP_EXPECT REGEX] ARGS...
+#                  [--client CLIENT_ONLY_ARGS...])
+# CAPTURE: the server side captures every packet; the capture must pass `uroce pcap check` (and
+# its dump match PCAP_EXPECT). Not with RDMA READ: the capture of a READ response the server sent
+# can show the bytes the server wrote into its buffer after the client's completion (the datapath
+# copies a sent frame into the capture after sendmmsg returns, from the registered memory), so
+# its ICRC does not match; the packet on the wire (the client's capture) is right.
 function(verbs_check_pair name limit src crc regex)
+  cmake_parse_arguments(VC "CAPTURE" "PCAP_EXPECT" "" ${ARGN})
+  set(tool "")
+  if(VC_CAPTURE OR VC_PCAP_EXPECT)
+    set(tool $<TARGET_FILE:uroce>)
+  endif()
   add_test(NAME compat.verbs_check_${name}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/verbs_check_pair.sh $<TARGET_FILE:uroce_verbs_check>
                    ${VC_LIBDIR} ${vc_next_port} 127.77.200.1 127.77.200.2 ${limit} ${src} ${crc}
-                   ${regex} -- ${ARGN})
+                   ${regex} -- ${VC_UNPARSED_ARGUMENTS})
   math(EXPR t "${limit} + 30")
   set_tests_properties(compat.verbs_check_${name} PROPERTIES
-                       ENVIRONMENT "UROCE_TEST_PRELOAD=${VC_PRELOAD}" TIMEOUT ${t}
-                       LABELS compat
+                       ENVIRONMENT
+                       "UROCE_TEST_PRELOAD=${VC_PRELOAD};VC_UROCE=${tool};VC_PCAP_EXPECT=${VC_PCAP_EXPECT}"
+                       TIMEOUT ${t} LABELS compat
                        # Same devices for every case; like the other compat pairs, run alone.
                        RUN_SERIAL TRUE)
   math(EXPR p "${vc_next_port} + 1")
@@ -42,11 +54,16 @@ verbs_check_pair(all_ops 240 0 0 "${VC_PASS}")
 # bytes are segmented differently than at the loopback's 4096.
 verbs_check_pair(all_ops_mtu1024 240 0 0 "${VC_PASS}" -m 1024)
 # Receiver Not Ready: every receive is posted only after the message was, so every SEND, SEND
-# with Immediate and WRITE with Immediate first meets an empty receive queue and must be retried.
-verbs_check_pair(rnr 240 0 0 "rnr: [1-9][0-9]* RNR-delayed messages sent" --rnr
+# with Immediate and WRITE with Immediate first meets an empty receive queue and must be retried;
+# the capture shows the responder's RNR NAKs.
+verbs_check_pair(rnr 240 0 0 "rnr: [1-9][0-9]* RNR-delayed messages sent"
+                 PCAP_EXPECT "RNR NAK" --rnr
                  -o send,send_imm,write_imm -s 1,1024,4097,65536 -n 5)
 # UD alone: data, byte_len, src_qp, IBV_WC_GRH and the IPv4 header in the GRH area.
-verbs_check_pair(ud 120 0 0 "ud size 4096: 20 iterations ok" -o ud)
+verbs_check_pair(ud 120 0 0 "ud size 4096: 20 iterations ok" CAPTURE -o ud)
+# Every op but READ, with the server's capture checked packet by packet (ICRC, structure).
+verbs_check_pair(captured 240 0 0 "${VC_PASS}" CAPTURE
+                 -o send,send_imm,write,write_imm,cas,faa,ud -m 1024)
 # The check can fail: a client that flips one byte of what it writes (--corrupt, a self-test
 # option) is caught by the server, for a WRITE and for a SEND with Immediate; both sides exit 1.
 verbs_check_pair(detects_corrupt_write 120 1 1

@@ -9,6 +9,9 @@
 # server's address. Passes when the server exits SERVER_RC, the client CLIENT_RC (timeout(1)
 # bounds each), REGEX (grep -E) matches the client's output and, when both are to pass, both
 # outputs end in the PASS line. Prints both outputs when it fails.
+# With VC_UROCE naming the uroce tool, the server's device captures every packet (UROCE_PCAP),
+# `uroce pcap check` must accept the capture (ICRC and structure of every packet), and, when
+# VC_PCAP_EXPECT is set, `uroce pcap dump` must match that regex (e.g. RNR NAKs were sent).
 set -u
 prog=$1 libdir=$2 port=$3 saddr=$4 caddr=$5 limit=$6 want_src=$7 want_crc=$8 regex=$9
 shift 9
@@ -27,7 +30,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Each step's own bound stays below the run's, so a hang is reported by the program itself.
 step=$((limit / 2))
-UROCE_DEVICES=$saddr timeout -k 5 "$limit" "$prog" -p "$port" --timeout "$step" \
+capture=()
+[ -n "${VC_UROCE:-}" ] && capture=(UROCE_PCAP="$tmp/server.pcap")
+env "${capture[@]}" UROCE_DEVICES=$saddr timeout -k 5 "$limit" "$prog" -p "$port" --timeout "$step" \
   "${common[@]}" >"$tmp/server" 2>&1 &
 spid=$!
 # Wait (bounded) until the server listens (the client would also retry on its own).
@@ -50,7 +55,19 @@ if [ "$want_src" -eq 0 ] && [ "$want_crc" -eq 0 ]; then
     tail -1 "$tmp/$side" | grep -Eq '^uroce_verbs_check: PASS [0-9]+ checks$' || ok=0
   done
 fi
+pcap_note=""
+if [ -n "${VC_UROCE:-}" ] && [ "$want_src" -eq 0 ]; then
+  if ! "$VC_UROCE" pcap check "$tmp/server.pcap" >"$tmp/check" 2>&1; then
+    ok=0 pcap_note="uroce pcap check rejected the server's capture: $(tail -5 "$tmp/check")"
+  elif [ -n "${VC_PCAP_EXPECT:-}" ] &&
+    ! "$VC_UROCE" pcap dump "$tmp/server.pcap" 2>&1 | grep -Eq -- "$VC_PCAP_EXPECT"; then
+    ok=0 pcap_note="the server's capture has no packet matching '$VC_PCAP_EXPECT'"
+  else
+    pcap_note="capture: $(grep -c . "$tmp/check") lines from uroce pcap check, no error"
+  fi
+fi
 if [ "$ok" -ne 1 ]; then
+  [ -n "$pcap_note" ] && echo "$pcap_note"
   echo "FAIL: uroce_verbs_check ${common[*]} (server exit $src, wanted $want_src; client" \
     "${client_only[*]} exit $crc, wanted $want_crc; 124 = timed out after ${limit}s)"
   echo "----- server (UROCE_DEVICES=$saddr) -----"
@@ -60,6 +77,7 @@ if [ "$ok" -ne 1 ]; then
   exit 1
 fi
 echo "PASS: uroce_verbs_check ${common[*]} / client ${client_only[*]}"
+[ -n "$pcap_note" ] && echo "$pcap_note"
 echo "----- client -----"
 cat "$tmp/client"
 exit 0
