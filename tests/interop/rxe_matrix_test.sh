@@ -25,12 +25,15 @@
 #
 # Evidence, per case, in OUT_DIR/CASE/: host.log and vm.log (both programs' output and exit
 # status), tap.pcap (tcpdump on the VM's tap: every packet, both directions), uroce.pcap (the
-# drop-in's own capture, UROCE_PCAP), counters-{before,after}.txt (rxe0's hw_counters),
-# dmesg.txt (the VM's kernel log during the case), and the checks' outputs. A case passes when
+# drop-in's own capture, UROCE_PCAP), uroce-stats.txt (the drop-in's counters as its device
+# closed, UROCE_STATS_FILE), counters-{before,after}.txt (rxe0's hw_counters), dmesg.txt (the
+# VM's kernel log during the case), and the checks' outputs. A case passes when
 # both programs exit 0 and report their result (the pingpongs' and uroce_verbs_check's data
 # checks included), tcpdump lost nothing, both captures pass `uroce pcap check` and hold the
-# same packets (same_frames.py), rxe accepted every packet uroce sent (its rcvd_pkts counts
-# only packets whose ICRC it verified), the VM's kernel logged no ICRC error, rxe counted no
+# same packets (same_frames.py; rxe's last packets may reach uroce's device as it closes),
+# uroce dropped nothing (no bad ICRC) and sent what the tap saw, rxe accepted every packet uroce
+# sent (its rcvd_pkts counts only packets whose ICRC it verified), the VM's kernel logged no
+# ICRC error, rxe counted no
 # sequence or RNR error, retry or retry-exceeded error beyond what the case's fault causes (and
 # the fault did happen), and the largest packet fits the MTU (and, for messages larger than
 # it, fills it). Captures of passing cases are deleted (UROCE_INTEROP_KEEP=1 keeps them).
@@ -167,6 +170,9 @@ pt_result='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 vc_pass='^uroce_verbs_check: PASS [0-9]+ checks'
 
 case_fail() { why="$*"; }
+stat_sum() { # COUNTER FILE: its sum over the `uroce stats` lines (one per device closed)
+  awk -v c="$1" '{ for (i = 1; i < NF; ++i) if ($i == c) s += $(i + 1) } END { print s + 0 }' "$2"
+}
 
 # One attempt; sets `why` (empty: passed).
 run_once() { # dir server kind limit prog args...
@@ -197,6 +203,7 @@ run_once() { # dir server kind limit prog args...
   local hrc=0
   if [[ $server == host ]]; then
     ip netns exec "$ns" "${host_env[@]}" "UROCE_PCAP=$dir/uroce.pcap" \
+      "UROCE_STATS_FILE=$dir/uroce-stats.txt" \
       timeout -k 5 "$limit" "$host_prog" "${host_args[@]}" >"$dir/host.log" 2>&1 &
     host_pid=$!
     # Wait (bounded) until it listens; a probe connection would consume its one accept.
@@ -221,6 +228,7 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
       case_fail "the VM's server did not start listening"
     if [[ -z $why ]]; then
       ip netns exec "$ns" "${host_env[@]}" "UROCE_PCAP=$dir/uroce.pcap" \
+        "UROCE_STATS_FILE=$dir/uroce-stats.txt" \
         timeout -k 5 "$limit" "$host_prog" "${host_args[@]}" "$vm_ip" >"$dir/host.log" 2>&1 ||
         hrc=$?
     fi
@@ -281,6 +289,21 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
       { case_fail "1 MiB messages at MTU $mtu, but the largest IP packet is $largest bytes"; return 0; }
   fi
 
+  # -- uroce's view: the drop-in's counters as its device closed (UROCE_STATS_FILE) --
+  [[ -s $dir/uroce-stats.txt ]] || { case_fail "the drop-in left no counters (UROCE_STATS_FILE)"; return 0; }
+  local u_sent u_rcvd u_drops u_icrc u_captured
+  u_sent=$(stat_sum sent_pkts "$dir/uroce-stats.txt")
+  u_rcvd=$(stat_sum rcvd_pkts "$dir/uroce-stats.txt")
+  u_drops=$(stat_sum rx_drops "$dir/uroce-stats.txt")
+  u_icrc=$(stat_sum icrc_err "$dir/uroce-stats.txt")
+  read -r _ _ u_captured _ < <(python3 "$here/pcap_summary.py" "$dir/uroce.pcap" "$vm_ip")
+  ((u_drops == 0 && u_icrc == 0)) ||
+    { case_fail "uroce dropped $u_drops received packets ($u_icrc with a bad ICRC)"; return 0; }
+  ((u_sent == sent)) ||
+    { case_fail "uroce counted $u_sent packets sent, the tap saw $sent"; return 0; }
+  ((u_rcvd == u_captured)) ||
+    { case_fail "uroce accepted $u_rcvd of the $u_captured packets it received from rxe"; return 0; }
+
   # -- rxe's view --
   local b=$dir/counters-before.txt a=$dir/counters-after.txt
   local received
@@ -317,7 +340,7 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
       (($(delta "$c" "$b" "$a") > 0)) || { case_fail "no RNR happened (rxe's $c did not move)"; return 0; }
       ;;
   esac
-  note "  $sent packets uroce->rxe (all accepted), $vm_sent rxe->uroce, largest $largest B; $counts"
+  note "  $sent packets uroce->rxe (all accepted), $vm_sent rxe->uroce ($u_rcvd accepted by uroce), largest $largest B; $counts"
 }
 
 # run_case NAME SERVER KIND LIMIT PROG ARGS...

@@ -161,7 +161,7 @@ start_tcpdump() { # PCAP_FILE LOG_FILE
     -w "$1" udp port 4791 >"$2" 2>&1 &
   tcpdump_pid=$!
   # tcpdump prints "listening on tap0" once its capture is open.
-  for _ in $(seq 100); do grep -q 'listening on' "$2" && return 0; sleep 0.1; done
+  for _ in $(seq 100); do grep -qs 'listening on' "$2" && return 0; sleep 0.1; done
   fail "tcpdump did not start (see $2)"
 }
 stop_tcpdump() { # LOG_FILE -> fails when tcpdump lost packets
