@@ -249,6 +249,10 @@ void Qp::retry_from(std::uint32_t psn) {
       w.sent_bytes = std::min(done, w.length);
       w.state = WqeState::kSending;
       if (is_read_or_atomic(w)) ++req_.rd_atomic_inflight;
+      // A READ re-requested from the middle may be answered First..Last (a new request) or as
+      // the continuation of the original response, Middle..Last from `psn`: rxe replays it so
+      // (rxe_resp.c duplicate_request, state rdatm_res_state_replay). Accept both.
+      if (w.opcode == WrOpcode::kRdmaRead) comp_.read_stream_open = true;
       continue;
     }
     w.state = WqeState::kPosted;
