@@ -79,10 +79,13 @@ cp "$tree/bin/busybox" "$root/bin/busybox"
 
 # Kernel modules in load order: virtio NIC, the CRC32 the ICRC needs, the UDP tunnel helpers,
 # the RDMA core, rdma_rxe itself, and netem with prio and u32 (loss injection on the guest's
-# egress, for some packets only: the host kernel may have no netem).
+# egress, for some packets only: the host kernel may have no netem), and the ingress qdisc,
+# mirred and ifb (the same on the guest's ingress: netem on ifb0, where the RoCE packets
+# arriving on eth0 are redirected).
 modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover
          net_failover virtio_net crc32_generic crc32-pclmul udp_tunnel ip6_udp_tunnel configfs
-         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem sch_prio cls_u32)
+         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem sch_prio cls_u32 sch_ingress
+         act_mirred ifb)
 moddir=$tree/lib/modules/$kver
 : >"$root/modorder"
 for m in "${modules[@]}"; do

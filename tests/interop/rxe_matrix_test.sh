@@ -14,10 +14,11 @@
 #   verbs          uroce_verbs_check (tests/interop/verbs_check.c): SEND, SEND with immediate,
 #                  WRITE, WRITE with immediate, READ, CAS, FAA and UD (GRH checked) over sizes
 #                  1 B..1 MiB, data verified; MTU 1024 and 4096
-#   faults         the VM loses 1% and 5% of all its RoCE packets (netem on the guest's egress:
-#                  data, ACKs, READ responses, atomic ACKs) under ib_{write,read,send}_bw,
-#                  ib_send_lat, ib_atomic_bw and uroce_verbs_check; and RNR (uroce_verbs_check
-#                  --rnr: the server posts its receives late)
+#   faults         the VM loses 1% and 5% of all the RoCE packets it sends (netem on the guest's
+#                  egress: data, ACKs, READ responses, atomic ACKs) under ib_{write,read,send}_bw,
+#                  ib_send_lat, ib_atomic_bw and uroce_verbs_check; 5% of those it receives
+#                  (netem on ifb0, where eth0's ingress is redirected: uroce's packets) under the
+#                  same; and RNR (uroce_verbs_check --rnr: the server posts its receives late)
 # Every case runs in both directions: NAME.uroce_server (uroce's side serves, the VM's
 # connects) and NAME.uroce_client. The client is the requester of perftest's bw tests, of the
 # lat tests of READ and atomics, and of uroce_verbs_check; the pingpongs and the SEND/WRITE
@@ -138,24 +139,32 @@ set_mtu() { # 1024 | 4096
   note "MTU $1 (netdev $netdev): rxe0 and uroce0 both report active_mtu $1"
 }
 
-# ---- faults: netem on the guest's egress, for RoCE packets only (TCP carries the tools'
-# connection set-up, which must not suffer) ----
+# ---- faults: netem in the guest, for RoCE packets only (TCP carries the tools' connection
+# set-up, which must not suffer): on eth0's egress (what rxe sends is lost) or, redirected to
+# ifb0, on its ingress (what uroce sends is lost before rxe sees it) ----
 netem=none
-set_netem() { # none | loss PERCENT
+set_netem() { # none | egress PERCENT | ingress PERCENT
   [[ "$*" == "$netem" ]] && return 0
-  local cmd='/sbin/tc qdisc del dev eth0 root 2>/dev/null; true'
-  if [[ $1 == loss ]]; then
+  local match='u32 match ip protocol 17 0xff match ip dport 4791 0xffff'
+  local cmd='/sbin/tc qdisc del dev eth0 root 2>/dev/null; /sbin/tc qdisc del dev eth0 ingress \
+2>/dev/null; /sbin/tc qdisc del dev ifb0 root 2>/dev/null; true'
+  if [[ $1 == egress ]]; then
     cmd+="
 /sbin/tc qdisc add dev eth0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&
 /sbin/tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $2% &&
-/sbin/tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff \
-  match ip dport 4791 0xffff flowid 1:3"
+/sbin/tc filter add dev eth0 parent 1: protocol ip prio 1 $match flowid 1:3"
+  elif [[ $1 == ingress ]]; then
+    cmd+="
+ip link set ifb0 up && /sbin/tc qdisc add dev eth0 handle ffff: ingress &&
+/sbin/tc filter add dev eth0 parent ffff: protocol ip prio 1 $match \
+  action mirred egress redirect dev ifb0 &&
+/sbin/tc qdisc add dev ifb0 root netem loss $2%"
   fi
   vm 30 "$cmd" >"$out/netem.log" 2>&1 || { cat "$out/netem.log"; fail "cannot set netem: $*"; }
   netem="$*"
 }
-netem_dropped() {
-  vm 30 '/sbin/tc -s qdisc show dev eth0' |
+netem_dropped() { # DEV: what its netem qdisc dropped so far
+  vm 30 "/sbin/tc -s qdisc show dev $1" |
     sed -n '/netem/,/dropped/ s/.*dropped \([0-9]*\).*/\1/p' | head -1
 }
 
@@ -191,14 +200,16 @@ run_once() { # dir server kind limit prog args...
   local host_prog=$prog
   [[ $prog == uroce_verbs_check ]] && host_prog=$vcheck
 
+  local netem_dev=
   case $kind in
-    loss*) set_netem loss "${kind#loss}" ;;
+    loss*) set_netem egress "${kind#loss}"; netem_dev=eth0 ;;
+    iloss*) set_netem ingress "${kind#iloss}"; netem_dev=ifb0 ;;
     *) set_netem none ;;
   esac
   vm 30 'dmesg -c >/dev/null' || true
   rxe_counters >"$dir/counters-before.txt" || fail "cannot read rxe's counters"
   local dropped_before=0
-  [[ $kind == loss* ]] && dropped_before=$(netem_dropped)
+  [[ -n $netem_dev ]] && dropped_before=$(netem_dropped "$netem_dev")
   start_tcpdump "$dir/tap.pcap" "$dir/tcpdump.log"
   local hrc=0
   if [[ $server == host ]]; then
@@ -241,7 +252,7 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
   rxe_counters >"$dir/counters-after.txt" || fail "cannot read rxe's counters"
   vm 30 'dmesg -c' >"$dir/dmesg.txt" 2>&1 || true
   local lost=0
-  [[ $kind == loss* ]] && lost=$(($(netem_dropped) - dropped_before))
+  [[ -n $netem_dev ]] && lost=$(($(netem_dropped "$netem_dev") - dropped_before))
   [[ -n $why ]] && return 0
 
   # -- the programs --
@@ -290,26 +301,36 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
   fi
 
   # -- uroce's view: the drop-in's counters as its device closed (UROCE_STATS_FILE) --
-  [[ -s $dir/uroce-stats.txt ]] || { case_fail "the drop-in left no counters (UROCE_STATS_FILE)"; return 0; }
-  local u_sent u_rcvd u_drops u_icrc u_captured
-  u_sent=$(stat_sum sent_pkts "$dir/uroce-stats.txt")
-  u_rcvd=$(stat_sum rcvd_pkts "$dir/uroce-stats.txt")
-  u_drops=$(stat_sum rx_drops "$dir/uroce-stats.txt")
-  u_icrc=$(stat_sum icrc_err "$dir/uroce-stats.txt")
-  read -r _ _ u_captured _ < <(python3 "$here/pcap_summary.py" "$dir/uroce.pcap" "$vm_ip")
-  ((u_drops == 0 && u_icrc == 0)) ||
-    { case_fail "uroce dropped $u_drops received packets ($u_icrc with a bad ICRC)"; return 0; }
-  ((u_sent == sent)) ||
-    { case_fail "uroce counted $u_sent packets sent, the tap saw $sent"; return 0; }
-  ((u_rcvd == u_captured)) ||
-    { case_fail "uroce accepted $u_rcvd of the $u_captured packets it received from rxe"; return 0; }
+  local u_note=
+  if [[ -s $dir/uroce-stats.txt ]]; then
+    local u_sent u_rcvd u_drops u_icrc u_captured
+    u_sent=$(stat_sum sent_pkts "$dir/uroce-stats.txt")
+    u_rcvd=$(stat_sum rcvd_pkts "$dir/uroce-stats.txt")
+    u_drops=$(stat_sum rx_drops "$dir/uroce-stats.txt")
+    u_icrc=$(stat_sum icrc_err "$dir/uroce-stats.txt")
+    read -r _ _ u_captured _ < <(python3 "$here/pcap_summary.py" "$dir/uroce.pcap" "$vm_ip")
+    ((u_drops == 0 && u_icrc == 0)) ||
+      { case_fail "uroce dropped $u_drops received packets ($u_icrc with a bad ICRC)"; return 0; }
+    ((u_sent == sent)) ||
+      { case_fail "uroce counted $u_sent packets sent, the tap saw $sent"; return 0; }
+    ((u_rcvd == u_captured)) ||
+      { case_fail "uroce accepted $u_rcvd of the $u_captured packets it received from rxe"; return 0; }
+    u_note="$u_rcvd accepted by uroce, none dropped"
+  else
+    # The program exited without closing its device (perftest's passive side of
+    # ib_atomic_lat returns from main without ibv_close_device), so the drop-in wrote no
+    # counters: the captures' equality and rxe's rcvd_pkts stand for it.
+    u_note="no uroce counters: the program did not close its device"
+  fi
 
   # -- rxe's view --
   local b=$dir/counters-before.txt a=$dir/counters-after.txt
-  local received
+  local received reached=$sent
+  # netem on the guest's ingress drops some of uroce's packets before rxe sees them.
+  [[ $kind == iloss* ]] && reached=$((sent - lost))
   received=$(delta rcvd_pkts "$b" "$a")
-  ((received == sent)) ||
-    { case_fail "uroce sent $sent packets (tap capture), rxe accepted $received (rcvd_pkts)"; return 0; }
+  ((received == reached)) ||
+    { case_fail "$reached of uroce's packets reached rxe (tap capture, netem), rxe accepted $received (rcvd_pkts)"; return 0; }
   ! grep -qi 'icrc' "$dir/dmesg.txt" || { case_fail "rxe reported ICRC errors (dmesg.txt)"; return 0; }
   local c
   for c in retry_exceeded_err retry_rnr_exceeded_err send_err; do
@@ -328,9 +349,13 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
         (($(delta "$c" "$b" "$a") == 0)) || { case_fail "rxe counted $c without a fault"; return 0; }
       done
       ;;
-    loss*)
+    loss* | iloss*)
       ((lost > 0)) || { case_fail "netem dropped nothing: the case tested no loss"; return 0; }
-      counts="netem dropped $lost of the VM's packets; $counts"
+      if [[ $kind == loss* ]]; then
+        counts="netem dropped $lost of rxe's packets; $counts"
+      else
+        counts="netem dropped $lost of uroce's packets; $counts"
+      fi
       ;;
     rnr)
       # uroce serves: its receives come late, it NAKs with RNR and rxe's requester counts
@@ -340,7 +365,7 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
       (($(delta "$c" "$b" "$a") > 0)) || { case_fail "no RNR happened (rxe's $c did not move)"; return 0; }
       ;;
   esac
-  note "  $sent packets uroce->rxe (all accepted), $vm_sent rxe->uroce ($u_rcvd accepted by uroce), largest $largest B; $counts"
+  note "  $sent packets uroce->rxe (all accepted), $vm_sent rxe->uroce ($u_note), largest $largest B; $counts"
 }
 
 # run_case NAME SERVER KIND LIMIT PROG ARGS...
@@ -433,19 +458,34 @@ case $group in
   verbs)
     for m in 1024 4096; do
       set_mtu "$m"
-      both "verbs_check.m$m" clean 300 uroce_verbs_check -m "$m" -n 3 --timeout 60
+      both "verbs_check.m$m" clean 300 uroce_verbs_check -m "$m" --timeout 60
     done
     ;;
   faults)
     set_mtu 1024
+    # Under loss, RC only: a lost UD datagram is lost for good (nothing retries it), and
+    # uroce_verbs_check would wait for it.
+    rc_ops=send,send_imm,write,write_imm,read,cas,faa
+    # Enough packets from the VM in either direction (data, or one ACK per message) that
+    # netem drops some even at 1%: 4 KiB messages (4 packets at MTU 1024), 1000 of them.
     for loss in 1 5; do
-      both "loss$loss.ib_write_bw" "loss$loss" 180 ib_write_bw -F -m 1024 -s 65536 -n 50
-      both "loss$loss.ib_read_bw" "loss$loss" 180 ib_read_bw -F -m 1024 -s 65536 -n 50
-      both "loss$loss.ib_send_bw" "loss$loss" 180 ib_send_bw -F -m 1024 -s 65536 -n 50
-      both "loss$loss.ib_send_lat" "loss$loss" 180 ib_send_lat -F -m 1024 -s 4096 -n 200
-      both "loss$loss.ib_atomic_bw" "loss$loss" 180 ib_atomic_bw -F -m 1024 -n 300
-      both "loss$loss.verbs_check" "loss$loss" 300 uroce_verbs_check -m 1024 -n 2 --timeout 120
+      both "loss$loss.ib_write_bw" "loss$loss" 180 ib_write_bw -F -m 1024 -s 4096 -n 1000
+      both "loss$loss.ib_read_bw" "loss$loss" 180 ib_read_bw -F -m 1024 -s 4096 -n 1000
+      both "loss$loss.ib_send_bw" "loss$loss" 180 ib_send_bw -F -m 1024 -s 4096 -n 1000
+      both "loss$loss.ib_send_lat" "loss$loss" 180 ib_send_lat -F -m 1024 -s 4096 -n 500
+      both "loss$loss.ib_atomic_bw" "loss$loss" 180 ib_atomic_bw -F -m 1024 -n 1000
+      both "loss$loss.verbs_check" "loss$loss" 300 uroce_verbs_check -m 1024 -n 2 --timeout 120 \
+        -o "$rc_ops"
     done
+    # The other way: the VM loses 5% of uroce's packets as they arrive (uroce's requester
+    # retries, its responder answers re-requests: READs from their middle, atomics replayed).
+    for t in ib_write_bw ib_read_bw ib_send_bw; do
+      both "iloss5.$t" iloss5 180 "$t" -F -m 1024 -s 4096 -n 1000
+    done
+    both "iloss5.ib_atomic_bw" iloss5 180 ib_atomic_bw -F -m 1024 -n 1000
+    both "iloss5.ib_send_lat" iloss5 180 ib_send_lat -F -m 1024 -s 4096 -n 500
+    both "iloss5.verbs_check" iloss5 300 uroce_verbs_check -m 1024 -n 2 --timeout 120 \
+      -o "$rc_ops"
     both "rnr.verbs_check" rnr 300 uroce_verbs_check -m 1024 -n 2 --rnr --timeout 120
     ;;
 esac
