@@ -443,6 +443,12 @@ std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) co
 
 void UdpDatapath::drain() {
   TxScratch& s = *tx_scratch_;
+  // A capture must hold what was sent. The tap rebuilds each frame after the send, from the
+  // slot's pieces, and a payload still in the application's memory may change in between (a
+  // READ response to a duplicate request, sent as the application refills its buffer: seen in
+  // the rxe interop matrix). With a tap, payloads move into their slots first, so that the
+  // kernel and the tap read the same bytes. Only capturing pays for the copy.
+  if (tap_) pin_queued();
   while (queued_ != 0) {
     // Messages from the head of the queue: one per GSO run (or per packet without GSO).
     std::size_t nmsg = 0;
