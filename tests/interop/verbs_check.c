@@ -43,6 +43,7 @@ static const char* const kOpNames[OP_COUNT] = {"send", "send_imm", "write", "wri
                                                "read", "cas",      "faa",   "ud"};
 
 enum { MAX_SIZES = 64 };
+enum { CORRUPT_DATA = 1, CORRUPT_IMM = 2 };
 static const size_t kDefaultSizes[] = {1,    2,    63,   64,   1023,  1024,
                                        1025, 4095, 4096, 4097, 65536, 1048576};
 static const size_t kMaxSize = 64u << 20;
@@ -72,7 +73,7 @@ struct options {
   bool rnr;
   int timeout;
   bool verbose;
-  bool corrupt;  // self-test only (see usage)
+  int corrupt;  // self-test only (see usage): 0 off, CORRUPT_DATA or CORRUPT_IMM
   const char* server;
 };
 
@@ -154,8 +155,9 @@ static void usage(FILE* to) {
           "                          its message, and %ld ms later (Receiver Not Ready)\n"
           "      --timeout=SEC       bound of every blocking step (default 60)\n"
           "  -v, --verbose           a line per verified iteration\n"
-          "      --corrupt           SELF-TEST ONLY: the client flips one byte of every message\n"
-          "                          it sends or writes, so the run must FAIL (exit 1)\n"
+          "      --corrupt[=data|imm] SELF-TEST ONLY: the client flips one bit of every message\n"
+          "                          it sends or writes (data), or of every immediate (imm), so\n"
+          "                          the run must FAIL (exit 1)\n"
           "Exit status: 0 all checks passed, 1 a check or step failed, 2 bad arguments or the\n"
           "two sides were given different options.\n",
           PROG, kRnrDelayNs / 1000000);
@@ -485,7 +487,10 @@ static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 static void open_device(void) {
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL) fail("ibv_get_device_list: %s", strerror(errno));
+  if (list == NULL) {
+    fail("ibv_get_device_list: %s%s", strerror(errno),
+         errno == ENOSYS ? " (no RDMA device: is a provider such as rdma_rxe set up?)" : "");
+  }
   struct ibv_device* dev = NULL;
   for (int i = 0; i < n && dev == NULL; ++i) {
     if (g_opt.dev == NULL || strcmp(ibv_get_device_name(list[i]), g_opt.dev) == 0) dev = list[i];
@@ -814,7 +819,7 @@ static void rnr_delay(void) {
 // The client's message source: the pattern, with one byte flipped under --corrupt.
 static void fill_source(size_t size, uint32_t seed) {
   fill_pattern(V.buf + V.data_off, size, seed, false);
-  if (g_opt.corrupt) V.buf[V.data_off + size / 2] ^= 0x01;  // one bit
+  if (g_opt.corrupt == CORRUPT_DATA) V.buf[V.data_off + size / 2] ^= 0x01;  // one bit
 }
 
 // The receiver's data region before a message: the complement of the pattern, guards around.
@@ -944,7 +949,7 @@ static void client_two_sided(int op, size_t size, unsigned n) {
     struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1};
     if (op == OP_SEND_IMM) {
       wr.opcode = IBV_WR_SEND_WITH_IMM;
-      wr.imm_data = htonl(imm_of(op, size, i));
+      wr.imm_data = htonl(imm_of(op, size, i) ^ (g_opt.corrupt == CORRUPT_IMM ? 1u : 0u));
     } else {
       wr.opcode = IBV_WR_SEND;
     }
@@ -1016,7 +1021,7 @@ static void client_write(int op, size_t size, unsigned n) {
                              .sg_list = &sge,
                              .num_sge = 1,
                              .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE};
-    if (imm) wr.imm_data = htonl(imm_of(op, size, i));
+    if (imm) wr.imm_data = htonl(imm_of(op, size, i) ^ (g_opt.corrupt == CORRUPT_IMM ? 1u : 0u));
     wr.wr.rdma.remote_addr = V.peer.addr + V.data_off;
     wr.wr.rdma.rkey = V.peer.rkey;
     post_send(V.qp, &wr);
@@ -1290,7 +1295,7 @@ static void parse_args(int argc, char** argv) {
       {"mtu", required_argument, NULL, 'm'},     {"ops", required_argument, NULL, 'o'},
       {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
       {"rnr", no_argument, NULL, OPT_RNR},       {"timeout", required_argument, NULL, OPT_TIMEOUT},
-      {"verbose", no_argument, NULL, 'v'},       {"corrupt", no_argument, NULL, OPT_CORRUPT},
+      {"verbose", no_argument, NULL, 'v'},       {"corrupt", optional_argument, NULL, OPT_CORRUPT},
       {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
   for (int k = 0; k < OP_COUNT; ++k) g_opt.ops[k] = k;
   g_opt.nops = OP_COUNT;
@@ -1338,6 +1343,14 @@ static void parse_args(int argc, char** argv) {
         g_opt.verbose = true;
         break;
       case OPT_CORRUPT:
+        if (optarg == NULL || strcmp(optarg, "data") == 0) {
+          g_opt.corrupt = CORRUPT_DATA;
+        } else if (strcmp(optarg, "imm") == 0) {
+          g_opt.corrupt = CORRUPT_IMM;
+        } else {
+          usage_error("--corrupt takes data or imm, not '%s'", optarg);
+        }
+        break;
         g_opt.corrupt = true;
         break;
       case 'h':
@@ -1401,7 +1414,10 @@ int main(int argc, char** argv) {
   } else {
     tcp_expect("the server's QPs to be ready", "READY");
   }
-  if (g_opt.corrupt) printf("SELF-TEST: --corrupt flips one byte of every message sent\n");
+  if (g_opt.corrupt != 0) {
+    printf("SELF-TEST: --corrupt flips one bit of every %s sent\n",
+           g_opt.corrupt == CORRUPT_DATA ? "message" : "immediate");
+  }
   run_all();
   if (g_opt.rnr) {
     printf("rnr: %u RNR-delayed messages %s\n", g_rnr_delayed,
