@@ -14,6 +14,7 @@
 #   "rxe responder": the VM runs the server; "uroce responder": the host does.
 # Uses the image build-vm-image.sh caches, with the program appended to its initramfs; its own
 # namespace (uroce-vc-PID) on 10.124.0.0/24 and fd00:124::/64. Exit 1 when a case failed.
+# VC_VM_MTU=9000: both netdevs at MTU 9000 (active MTU 4096 on both sides) instead of 1500 (1024).
 set -uo pipefail
 build=$(realpath "${1:?usage: verbs_check_vm.sh BUILD_DIR OUT_DIR [CASE_REGEX] [-- ARGS]}")
 out=${2:?usage: verbs_check_vm.sh BUILD_DIR OUT_DIR [CASE_REGEX] [-- ARGS]}
@@ -56,11 +57,12 @@ ip -n "$ns" addr add "$host4/24" dev br0
 ip -n "$ns" addr add "$host6/64" dev br0 nodad
 ip -n "$ns" tuntap add tap0 mode tap
 ip -n "$ns" link set tap0 master br0
-ip -n "$ns" link set tap0 up
-ip -n "$ns" link set br0 up
+mtu=${VC_VM_MTU:-1500}
+ip -n "$ns" link set tap0 mtu "$mtu" up
+ip -n "$ns" link set br0 mtu "$mtu" up
 ip netns exec "$ns" qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 -nodefaults \
   -no-user-config -display none -no-reboot -kernel "$kernel" -initrd "$out/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1 uroce_ip=$vm4/24 uroce_ip6=$vm6/64" \
+  -append "console=ttyS0 quiet panic=-1 uroce_ip=$vm4/24 uroce_ip6=$vm6/64 uroce_mtu=$mtu" \
   -chardev "socket,id=con,path=$sock,server=on,wait=off,logfile=$out/console.log" \
   -serial chardev:con -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
   -device virtio-net-pci,netdev=n0,mac=52:54:00:12:40:02 >"$out/qemu.log" 2>&1 &
