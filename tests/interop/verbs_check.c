@@ -1250,10 +1250,11 @@ static int int_arg(const char* name, const char* s, int min, int max) {
 }
 
 static void parse_ops(const char* s) {
-  char *copy = strdup(s), *save = NULL;
+  char *copy = strdup(s), *rest = copy;
   if (copy == NULL) usage_error("out of memory");
   g_opt.nops = 0;
-  for (char* t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+  for (char* t = strsep(&rest, ","); t != NULL; t = strsep(&rest, ",")) {
+    if (*t == 0) usage_error("-o '%s' has an empty entry", s);
     int op = -1;
     for (int k = 0; k < OP_COUNT; ++k)
       if (strcmp(t, kOpNames[k]) == 0) op = k;
@@ -1272,10 +1273,10 @@ static void parse_ops(const char* s) {
 }
 
 static void parse_sizes(const char* s) {
-  char *copy = strdup(s), *save = NULL;
+  char *copy = strdup(s), *rest = copy;
   if (copy == NULL) usage_error("out of memory");
   g_opt.nsizes = 0;
-  for (char* t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+  for (char* t = strsep(&rest, ","); t != NULL; t = strsep(&rest, ",")) {
     unsigned long long v;
     if (!parse_uint(t, 1, kMaxSize, &v)) {
       usage_error("size '%s' in -s is not a number of bytes from 1 to %zu", t, kMaxSize);
