@@ -13,6 +13,20 @@
 // --timeout. The last line is "uroce_verbs_check: PASS <N> checks" (exit 0) or
 // "uroce_verbs_check: FAIL: ..." (exit 1); bad arguments or different options on the two sides
 // exit 2.
+//
+// The TCP lines, client first where both send:
+//   CONFIG <protocol> ops=.. sizes=.. iters=.. rnr=..   both; must be equal, else exit 2
+//   ADDR lid qpn psn ud_qpn ud_psn gid addr rkey len active_mtu mtu_opt   both
+//   READY                                   server: its QPs are in RTR/RTS
+//   then per (op, size): STEP op size n     client; the server checks it expects that step
+//     R i      server: iteration i may start (target buffer prepared, receive posted)
+//     S i      client, --rnr only: its message is posted (the server posts the receive late)
+//     W i / D i  client: its WRITE / READ i completed (the server checks its buffer)
+//     A n      client: its n atomics completed (the server checks the final word)
+//     R n      server: all n iterations verified
+//   END      both, at the end.   FAIL <text>  either side, when it fails (the other exits too).
+// Every message's data is a pattern of (op, size, iteration, offset); receive buffers hold the
+// pattern's complement before, and GUARD bytes around them must stay untouched.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -484,6 +498,12 @@ static bool has_op(int op) {
 
 static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
+// ibv_modify_qp returns the errno value itself on failure.
+static void modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, const char* what) {
+  const int r = ibv_modify_qp(qp, attr, mask);
+  if (r != 0) fail("ibv_modify_qp %s: %s", what, strerror(r));
+}
+
 static void open_device(void) {
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
@@ -559,10 +579,8 @@ static void open_device(void) {
                           .port_num = (uint8_t)g_opt.ib_port,
                           .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                              IBV_ACCESS_REMOTE_ATOMIC};
-  if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-    fail("ibv_modify_qp (RC) to INIT: %s", strerror(errno));
-  }
+  modify_qp(V.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+            "(RC) to INIT");
   srand48(getpid() ^ (long)time(NULL));
   V.me.qpn = V.qp->qp_num;
   V.me.psn = (uint32_t)lrand48() & 0xffffff;
@@ -578,10 +596,8 @@ static void open_device(void) {
                             .pkey_index = 0,
                             .port_num = (uint8_t)g_opt.ib_port,
                             .qkey = kUdQkey};
-    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) !=
-        0) {
-      fail("ibv_modify_qp (UD) to INIT: %s", strerror(errno));
-    }
+    modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+              "(UD) to INIT");
     V.me.ud_qpn = V.ud_qp->qp_num;
     V.me.ud_psn = (uint32_t)lrand48() & 0xffffff;
   }
@@ -666,11 +682,10 @@ static void connect_qps(void) {
                           .max_dest_rd_atomic = 1,
                           .min_rnr_timer = 12,  // 0.64 ms
                           .ah_attr = peer_ah()};
-  if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-    fail("ibv_modify_qp (RC) to RTR: %s", strerror(errno));
-  }
+  modify_qp(V.qp, &a,
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+            "(RC) to RTR");
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;  // 4.096 us * 2^14 = 67 ms
@@ -678,21 +693,16 @@ static void connect_qps(void) {
   a.rnr_retry = 7;  // retry forever after an RNR NAK
   a.sq_psn = V.me.psn;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
-    fail("ibv_modify_qp (RC) to RTS: %s", strerror(errno));
-  }
+  modify_qp(V.qp, &a,
+            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                IBV_QP_MAX_QP_RD_ATOMIC,
+            "(RC) to RTS");
   if (V.ud_qp != NULL) {
     struct ibv_qp_attr u = {.qp_state = IBV_QPS_RTR};
-    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE) != 0) {
-      fail("ibv_modify_qp (UD) to RTR: %s", strerror(errno));
-    }
+    modify_qp(V.ud_qp, &u, IBV_QP_STATE, "(UD) to RTR");
     u.qp_state = IBV_QPS_RTS;
     u.sq_psn = V.me.ud_psn;
-    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
-      fail("ibv_modify_qp (UD) to RTS: %s", strerror(errno));
-    }
+    modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_SQ_PSN, "(UD) to RTS");
     if (g_opt.server != NULL) {
       struct ibv_ah_attr ah = peer_ah();
       V.ah = ibv_create_ah(V.pd, &ah);
@@ -736,7 +746,8 @@ static void wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, const char* step) {
     if (n < 0) fail("ibv_poll_cq failed (%d) waiting for %s", n, step);
     if (n == 1) return;
     (void)ms_left(until, step);
-    if (ibv_req_notify_cq(cq, 0) != 0) fail("ibv_req_notify_cq: %s", strerror(errno));
+    const int armed = ibv_req_notify_cq(cq, 0);  // 0 or an errno value
+    if (armed != 0) fail("ibv_req_notify_cq: %s", strerror(armed));
     n = ibv_poll_cq(cq, 1, wc);
     if (n < 0) fail("ibv_poll_cq failed (%d) waiting for %s", n, step);
     if (n == 1) return;
