@@ -72,6 +72,11 @@ static const uint8_t kGuardByte = 0xa5;
 // The delay is the fault being injected (the first attempt must meet an empty receive queue),
 // not synchronisation.
 static const long kRnrDelayNs = 30 * 1000 * 1000;
+// UD is unreliable: a UD message lost on the way (the matrix's loss cases) is asked for again
+// after this long without its receive completion. A late original and its resend both
+// arriving is recognised (the earlier message's pattern) and ignored.
+static const double kUdResendS = 0.25;
+enum { UD_HISTORY = 64 };
 
 struct options {
   const char* dev;
@@ -87,7 +92,9 @@ struct options {
   bool rnr;
   int timeout;
   bool verbose;
-  int corrupt;  // self-test only (see usage): 0 off, CORRUPT_DATA or CORRUPT_IMM
+  int corrupt;   // self-test only (see usage): 0 off, CORRUPT_DATA or CORRUPT_IMM
+  bool drop_ud;  // self-test only (see usage)
+  bool dup_ud;   // self-test only (see usage)
   const char* server;
 };
 
@@ -95,6 +102,8 @@ static struct options g_opt = {.ib_port = 1, .tcp_port = 18600, .iters = 20, .ti
 static int g_sock = -1;
 static uint64_t g_checks;
 static unsigned g_rnr_delayed;
+static unsigned g_ud_resends;
+static unsigned g_ud_copies;
 // The step in progress, for failure messages.
 static int g_cur_op = -1;
 static size_t g_cur_size;
@@ -172,6 +181,12 @@ static void usage(FILE* to) {
           "      --corrupt[=data|imm] SELF-TEST ONLY: the client flips one bit of every message\n"
           "                          it sends or writes (data), or of every immediate (imm), so\n"
           "                          the run must FAIL (exit 1)\n"
+          "      --drop-ud           SELF-TEST ONLY: the client does not send the first attempt\n"
+          "                          of every other UD message, as if lost: the run must PASS\n"
+          "                          with the server asking for them again\n"
+          "      --dup-ud            SELF-TEST ONLY: the client sends every UD message once more,\n"
+          "                          into the next one's receive: the run must PASS, the server\n"
+          "                          setting the copies aside\n"
           "Exit status: 0 all checks passed, 1 a check or step failed, 2 bad arguments or the\n"
           "two sides were given different options.\n",
           PROG, kRnrDelayNs / 1000000);
@@ -735,31 +750,36 @@ static const char* wc_opcode_name(int op) {
   }
 }
 
-// Waits (bounded) for the next completion of `cq`: polls, and when it is empty, arms the CQ,
-// polls once more (a completion that arrived before arming raises no event) and waits on the
+// Waits until `until` for the next completion of `cq`: polls, and when it is empty, arms the
+// CQ, polls once more (a completion that arrived before arming raises no event) and waits on the
 // completion channel. The channel wait is also bounded to 50 ms so a lost event costs a little
-// time, not the run.
-static void wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, const char* step) {
-  const double until = deadline();
+// time, not the run. False: none by `until`.
+static bool wait_wc_until(struct ibv_cq* cq, struct ibv_wc* wc, const char* step, double until) {
   for (;;) {
     int n = ibv_poll_cq(cq, 1, wc);
     if (n < 0) fail("ibv_poll_cq failed (%d) waiting for %s", n, step);
-    if (n == 1) return;
-    (void)ms_left(until, step);
+    if (n == 1) return true;
+    if (now_s() >= until) return false;
     const int armed = ibv_req_notify_cq(cq, 0);  // 0 or an errno value
     if (armed != 0) fail("ibv_req_notify_cq: %s", strerror(armed));
     n = ibv_poll_cq(cq, 1, wc);
     if (n < 0) fail("ibv_poll_cq failed (%d) waiting for %s", n, step);
-    if (n == 1) return;
-    int ms = ms_left(until, step);
+    if (n == 1) return true;
+    const double ms = (until - now_s()) * 1000.0 + 1.0;
     struct pollfd p = {.fd = V.channel->fd, .events = POLLIN};
-    int r = poll(&p, 1, ms < 50 ? ms : 50);
+    int r = poll(&p, 1, ms < 1.0 ? 0 : ms < 50.0 ? (int)ms : 50);
     if (r < 0 && errno != EINTR) fail("poll on the completion channel: %s", strerror(errno));
     if (r > 0) {
       struct ibv_cq* ev_cq;
       void* ev_ctx;
       if (ibv_get_cq_event(V.channel, &ev_cq, &ev_ctx) == 0) ibv_ack_cq_events(ev_cq, 1);
     }
+  }
+}
+
+static void wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, const char* step) {
+  if (!wait_wc_until(cq, wc, step, deadline())) {
+    fail("timed out after %d s waiting for %s", g_opt.timeout, step);
   }
 }
 
@@ -859,11 +879,69 @@ static void iteration_done(unsigned i) {
   if (g_opt.verbose) printf("  %s size %zu: iteration %u ok\n", kOpNames[g_cur_op], g_cur_size, i);
 }
 
+// The client's last UD message, for the server's "U i" (send it again).
+static struct {
+  bool armed;
+  unsigned iter;
+  struct ibv_sge sge;
+  struct ibv_send_wr wr;
+} g_ud_last;
+
 static void ready(unsigned i) { tcp_send("the step synchronisation", "R %u", i); }
+
+static void ud_resend(void) {
+  g_ud_last.wr.sg_list = &g_ud_last.sge;
+  post_send(V.ud_qp, &g_ud_last.wr);
+  struct ibv_wc wc;
+  wait_wc(V.scq, &wc, "the send completion of a UD message sent again");
+  check_wc(&wc, "send", g_ud_last.iter, V.ud_qp, IBV_WC_SEND);
+  ++g_ud_resends;
+  if (g_opt.verbose) printf("  ud: iteration %u sent again\n", g_ud_last.iter);
+}
+
 static void await_ready(unsigned i) {
   char step[64];
   snprintf(step, sizeof step, "the server to be ready for iteration %u", i);
-  tcp_expect(step, "R %u", i);
+  for (;;) {
+    char got[256];
+    tcp_recv(got, sizeof got, step);
+    unsigned k;
+    char tail;
+    if (g_ud_last.armed && sscanf(got, "U %u%c", &k, &tail) == 1 && k == g_ud_last.iter) {
+      ud_resend();
+      continue;
+    }
+    char want[32];
+    snprintf(want, sizeof want, "R %u", i);
+    if (strcmp(got, want) != 0) {
+      fail("out of step with the peer at %s: expected \"%s\", got \"%s\"", step, want, got);
+    }
+    return;
+  }
+}
+
+// The server's recently verified UD messages: a late original whose resend was verified (or the
+// other way round) arrives as a copy of one of them.
+static struct {
+  size_t size[UD_HISTORY];
+  uint32_t seed[UD_HISTORY];
+  unsigned n;
+} g_ud_seen;
+
+static bool pattern_matches(const uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != pattern_byte(seed, i)) return false;
+  return true;
+}
+
+static bool ud_duplicate(const struct ibv_wc* wc, const uint8_t* data) {
+  if (wc->status != IBV_WC_SUCCESS || wc->byte_len < kGrhBytes) return false;
+  const size_t size = wc->byte_len - kGrhBytes;
+  const unsigned have = g_ud_seen.n < UD_HISTORY ? g_ud_seen.n : UD_HISTORY;
+  for (unsigned k = 0; k < have; ++k) {
+    if (g_ud_seen.size[k] == size && pattern_matches(data, size, g_ud_seen.seed[k])) return true;
+  }
+  return false;
 }
 
 // UD's GRH area per rdma-core and rxe: for RoCE v2 over IPv4, 20 unspecified bytes, then the
@@ -928,7 +1006,30 @@ static void server_two_sided(int op, size_t size, unsigned n) {
     post_recv(qp, ud ? V.ud_off : off, ud ? kGrhBytes + size : size, i);
     if (!rnr) ready(i);
     struct ibv_wc wc;
-    wait_wc(V.rcq, &wc, "the receive completion");
+    if (!ud) {
+      wait_wc(V.rcq, &wc, "the receive completion");
+    } else {
+      // Lost UD messages are asked for again; copies of earlier ones are put aside.
+      const double give_up = deadline();
+      for (;;) {
+        const double t = now_s() + kUdResendS;
+        if (wait_wc_until(V.rcq, &wc, "the UD receive completion", t < give_up ? t : give_up)) {
+          if (!ud_duplicate(&wc, V.buf + off)) break;
+          ++g_ud_copies;
+          if (g_opt.verbose) printf("  ud: a copy of an earlier message, ignored\n");
+          prepare_target(off, size, seed);
+          memset(V.buf + V.ud_off - GUARD, kGuardByte, GUARD + kGrhBytes);
+          post_recv(qp, V.ud_off, kGrhBytes + size, i);
+          continue;
+        }
+        if (now_s() >= give_up) {
+          fail("timed out after %d s waiting for the UD message (asked for %u times)",
+               g_opt.timeout, g_ud_resends);
+        }
+        tcp_send("asking for a UD message again", "U %u", i);
+        ++g_ud_resends;
+      }
+    }
     check_wc(&wc, "receive", i, qp, IBV_WC_RECV);
     check_imm(&wc, op == OP_SEND_IMM, imm_of(op, size, i));
     check_byte_len(&wc, ud ? kGrhBytes + size : size);
@@ -941,6 +1042,9 @@ static void server_two_sided(int op, size_t size, unsigned n) {
       verify_guard(V.buf + V.ud_off - GUARD, GUARD, "the guard before the UD receive buffer");
       verify_pattern(V.buf + off, size, seed, "received UD message: data");
       verify_guard(V.buf + off + size, GUARD, "received UD message: the guard after the data");
+      g_ud_seen.size[g_ud_seen.n % UD_HISTORY] = size;
+      g_ud_seen.seed[g_ud_seen.n % UD_HISTORY] = seed;
+      ++g_ud_seen.n;
     } else {
       verify_target(off, size, seed, "received message");
     }
@@ -954,6 +1058,9 @@ static void client_two_sided(int op, size_t size, unsigned n) {
   for (unsigned i = 0; i < n; ++i) {
     g_cur_iter = i;
     await_ready(i);
+    // --dup-ud: the previous message once more, now that the server's receive for this one is
+    // posted: it must be recognised as a copy.
+    if (ud && g_opt.dup_ud && i > 0) ud_resend();
     fill_source(size, seed_of(op, size, i));
     struct ibv_sge sge = {
         .addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size, .lkey = V.mr->lkey};
@@ -968,6 +1075,16 @@ static void client_two_sided(int op, size_t size, unsigned n) {
       wr.wr.ud.ah = V.ah;
       wr.wr.ud.remote_qpn = V.peer.ud_qpn;
       wr.wr.ud.remote_qkey = kUdQkey;
+    }
+    if (ud) {
+      g_ud_last.armed = true;
+      g_ud_last.iter = i;
+      g_ud_last.sge = sge;
+      g_ud_last.wr = wr;
+      if (g_opt.drop_ud && i % 2 == 0) {
+        iteration_done(i);  // "lost": the server asks for it again
+        continue;
+      }
     }
     post_send(ud ? V.ud_qp : V.qp, &wr);
     if (rnr) {
@@ -1206,6 +1323,7 @@ static void run_step(int op, size_t size) {
   } else {
     await_ready(n);
   }
+  g_ud_last.armed = false;
   printf("%s size %zu: %u iterations ok\n", kOpNames[op], size, n);
   g_cur_op = -1;
 }
@@ -1300,15 +1418,23 @@ static void parse_sizes(const char* s) {
 }
 
 static void parse_args(int argc, char** argv) {
-  enum { OPT_RNR = 256, OPT_TIMEOUT, OPT_CORRUPT };
-  static const struct option longs[] = {
-      {"ib-dev", required_argument, NULL, 'd'},  {"ib-port", required_argument, NULL, 'i'},
-      {"gid-idx", required_argument, NULL, 'g'}, {"port", required_argument, NULL, 'p'},
-      {"mtu", required_argument, NULL, 'm'},     {"ops", required_argument, NULL, 'o'},
-      {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
-      {"rnr", no_argument, NULL, OPT_RNR},       {"timeout", required_argument, NULL, OPT_TIMEOUT},
-      {"verbose", no_argument, NULL, 'v'},       {"corrupt", optional_argument, NULL, OPT_CORRUPT},
-      {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+  enum { OPT_RNR = 256, OPT_TIMEOUT, OPT_CORRUPT, OPT_DROP_UD, OPT_DUP_UD };
+  static const struct option longs[] = {{"ib-dev", required_argument, NULL, 'd'},
+                                        {"ib-port", required_argument, NULL, 'i'},
+                                        {"gid-idx", required_argument, NULL, 'g'},
+                                        {"port", required_argument, NULL, 'p'},
+                                        {"mtu", required_argument, NULL, 'm'},
+                                        {"ops", required_argument, NULL, 'o'},
+                                        {"sizes", required_argument, NULL, 's'},
+                                        {"iters", required_argument, NULL, 'n'},
+                                        {"rnr", no_argument, NULL, OPT_RNR},
+                                        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+                                        {"verbose", no_argument, NULL, 'v'},
+                                        {"corrupt", optional_argument, NULL, OPT_CORRUPT},
+                                        {"drop-ud", no_argument, NULL, OPT_DROP_UD},
+                                        {"dup-ud", no_argument, NULL, OPT_DUP_UD},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
   for (int k = 0; k < OP_COUNT; ++k) g_opt.ops[k] = k;
   g_opt.nops = OP_COUNT;
   memcpy(g_opt.sizes, kDefaultSizes, sizeof kDefaultSizes);
@@ -1354,6 +1480,12 @@ static void parse_args(int argc, char** argv) {
       case 'v':
         g_opt.verbose = true;
         break;
+      case OPT_DUP_UD:
+        g_opt.dup_ud = true;
+        break;
+      case OPT_DROP_UD:
+        g_opt.drop_ud = true;
+        break;
       case OPT_CORRUPT:
         if (optarg == NULL || strcmp(optarg, "data") == 0) {
           g_opt.corrupt = CORRUPT_DATA;
@@ -1377,6 +1509,9 @@ static void parse_args(int argc, char** argv) {
   if (optind < argc) g_opt.server = argv[optind++];
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (g_opt.corrupt && g_opt.server == NULL) usage_error("--corrupt is for the client only");
+  if ((g_opt.drop_ud || g_opt.dup_ud) && g_opt.server == NULL) {
+    usage_error("--drop-ud and --dup-ud are for the client only");
+  }
 }
 
 // The options both sides must share, as one line.
@@ -1435,6 +1570,11 @@ int main(int argc, char** argv) {
     printf("rnr: %u RNR-delayed messages %s\n", g_rnr_delayed,
            server ? "received (each receive posted late)" : "sent");
   }
+  if (g_ud_resends != 0) {
+    printf("ud: %u UD messages %s (lost on the way, or late)\n", g_ud_resends,
+           server ? "asked for again" : "sent again");
+  }
+  if (g_ud_copies != 0) printf("ud: %u copies of earlier UD messages set aside\n", g_ud_copies);
   // Both sides finished every step; the closing exchange keeps either from leaving early.
   if (server) {
     tcp_expect("the client's end", "END");

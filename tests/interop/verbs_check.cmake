@@ -64,6 +64,14 @@ verbs_check_pair(ud 120 0 0 "ud size 4096: 20 iterations ok" CAPTURE -o ud)
 # Every op but READ, with the server's capture checked packet by packet (ICRC, structure).
 verbs_check_pair(captured 240 0 0 "${VC_PASS}" CAPTURE
                  -o send,send_imm,write,write_imm,cas,faa,ud -m 1024)
+# A lost UD message (--drop-ud, a self-test option: the client skips the first attempt of every
+# other one) is asked for again by the server and the run passes, as in the matrix's loss cases.
+verbs_check_pair(ud_lost_messages_asked_again 120 0 0 "ud: 4 UD messages sent again"
+                 -o ud -s 64,1024 -n 3 --client --drop-ud)
+# A copy of the previous UD message in the current one's receive (--dup-ud, a self-test option)
+# is set aside by the server (else its data check would fail) and the run passes.
+verbs_check_pair(ud_copies_set_aside 120 0 0 "ud: 4 copies of earlier UD messages set aside"
+                 -o ud -s 64,1024 -n 3 --client --dup-ud)
 # The checks can fail: a client that flips one bit of what it writes (--corrupt, a self-test
 # option) is caught by the server, for a WRITE and for a SEND with Immediate; both sides exit 1.
 verbs_check_pair(detects_corrupt_write 120 1 1
