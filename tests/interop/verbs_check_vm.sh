@@ -15,6 +15,8 @@
 # Uses the image build-vm-image.sh caches, with the program appended to its initramfs; its own
 # namespace (uroce-vc-PID) on 10.124.0.0/24 and fd00:124::/64. Exit 1 when a case failed.
 # VC_VM_MTU=9000: both netdevs at MTU 9000 (active MTU 4096 on both sides) instead of 1500 (1024).
+# VC_VM_LOSS=P: netem drops P% of the VM's outgoing packets (RC retransmits, lost UD messages
+# are asked for again).
 set -uo pipefail
 build=$(realpath "${1:?usage: verbs_check_vm.sh BUILD_DIR OUT_DIR [CASE_REGEX] [-- ARGS]}")
 out=${2:?usage: verbs_check_vm.sh BUILD_DIR OUT_DIR [CASE_REGEX] [-- ARGS]}
@@ -81,6 +83,9 @@ gid_index() { sed -n "s/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*$1, RoCE v2
 g4=$(gid_index "::ffff:$vm4") g6=$(gid_index "$vm6")
 [[ -n $g4 && -n $g6 ]] || { echo "rxe0 lacks the GIDs (see $out/vm-devinfo.txt)"; exit 1; }
 echo "VM ready: rxe0 GID index $g4 ($vm4), $g6 ($vm6)"
+if [[ -n ${VC_VM_LOSS:-} ]]; then
+  vm 30 "/sbin/tc qdisc add dev eth0 root netem loss ${VC_VM_LOSS}%; /sbin/tc qdisc show dev eth0"
+fi
 
 preload=
 if readelf -d "$build/compat/libibverbs.so.1" | grep -q libasan; then
