@@ -13,6 +13,20 @@
 // --timeout. The last line is "uroce_verbs_check: PASS <N> checks" (exit 0) or
 // "uroce_verbs_check: FAIL: ..." (exit 1); bad arguments or different options on the two sides
 // exit 2.
+//
+// The TCP lines, client first where both send:
+//   CONFIG <protocol> ops=.. sizes=.. iters=.. rnr=..   both; must be equal, else exit 2
+//   ADDR lid qpn psn ud_qpn ud_psn gid addr rkey len active_mtu mtu_opt   both
+//   READY                                   server: its QPs are in RTR/RTS
+//   then per (op, size): STEP op size n     client; the server checks it expects that step
+//     R i      server: iteration i may start (target buffer prepared, receive posted)
+//     S i      client, --rnr only: its message is posted (the server posts the receive late)
+//     W i / D i  client: its WRITE / READ i completed (the server checks its buffer)
+//     A n      client: its n atomics completed (the server checks the final word)
+//     R n      server: all n iterations verified
+//   END      both, at the end.   FAIL <text>  either side, when it fails (the other exits too).
+// Every message's data is a pattern of (op, size, iteration, offset); receive buffers hold the
+// pattern's complement before, and GUARD bytes around them must stay untouched.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +57,7 @@ static const char* const kOpNames[OP_COUNT] = {"send", "send_imm", "write", "wri
                                                "read", "cas",      "faa",   "ud"};
 
 enum { MAX_SIZES = 64 };
+enum { CORRUPT_DATA = 1, CORRUPT_IMM = 2 };
 static const size_t kDefaultSizes[] = {1,    2,    63,   64,   1023,  1024,
                                        1025, 4095, 4096, 4097, 65536, 1048576};
 static const size_t kMaxSize = 64u << 20;
@@ -57,6 +72,11 @@ static const uint8_t kGuardByte = 0xa5;
 // The delay is the fault being injected (the first attempt must meet an empty receive queue),
 // not synchronisation.
 static const long kRnrDelayNs = 30 * 1000 * 1000;
+// UD is unreliable: a UD message lost on the way (the matrix's loss cases) is asked for again
+// after this long without its receive completion. A late original and its resend both
+// arriving is recognised (the earlier message's pattern) and ignored.
+static const double kUdResendS = 0.25;
+enum { UD_HISTORY = 64 };
 
 struct options {
   const char* dev;
@@ -72,7 +92,9 @@ struct options {
   bool rnr;
   int timeout;
   bool verbose;
-  bool corrupt;  // self-test only (see usage)
+  int corrupt;   // self-test only (see usage): 0 off, CORRUPT_DATA or CORRUPT_IMM
+  bool drop_ud;  // self-test only (see usage)
+  bool dup_ud;   // self-test only (see usage)
   const char* server;
 };
 
@@ -80,6 +102,8 @@ static struct options g_opt = {.ib_port = 1, .tcp_port = 18600, .iters = 20, .ti
 static int g_sock = -1;
 static uint64_t g_checks;
 static unsigned g_rnr_delayed;
+static unsigned g_ud_resends;
+static unsigned g_ud_copies;
 // The step in progress, for failure messages.
 static int g_cur_op = -1;
 static size_t g_cur_size;
@@ -154,8 +178,15 @@ static void usage(FILE* to) {
           "                          its message, and %ld ms later (Receiver Not Ready)\n"
           "      --timeout=SEC       bound of every blocking step (default 60)\n"
           "  -v, --verbose           a line per verified iteration\n"
-          "      --corrupt           SELF-TEST ONLY: the client flips one byte of every message\n"
-          "                          it sends or writes, so the run must FAIL (exit 1)\n"
+          "      --corrupt[=data|imm] SELF-TEST ONLY: the client flips one bit of every message\n"
+          "                          it sends or writes (data), or of every immediate (imm), so\n"
+          "                          the run must FAIL (exit 1)\n"
+          "      --drop-ud           SELF-TEST ONLY: the client does not send the first attempt\n"
+          "                          of every other UD message, as if lost: the run must PASS\n"
+          "                          with the server asking for them again\n"
+          "      --dup-ud            SELF-TEST ONLY: the client sends every UD message once more,\n"
+          "                          into the next one's receive: the run must PASS, the server\n"
+          "                          setting the copies aside\n"
           "Exit status: 0 all checks passed, 1 a check or step failed, 2 bad arguments or the\n"
           "two sides were given different options.\n",
           PROG, kRnrDelayNs / 1000000);
@@ -482,10 +513,19 @@ static bool has_op(int op) {
 
 static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
+// ibv_modify_qp returns the errno value itself on failure.
+static void modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, const char* what) {
+  const int r = ibv_modify_qp(qp, attr, mask);
+  if (r != 0) fail("ibv_modify_qp %s: %s", what, strerror(r));
+}
+
 static void open_device(void) {
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
-  if (list == NULL) fail("ibv_get_device_list: %s", strerror(errno));
+  if (list == NULL) {
+    fail("ibv_get_device_list: %s%s", strerror(errno),
+         errno == ENOSYS ? " (no RDMA device: is a provider such as rdma_rxe set up?)" : "");
+  }
   struct ibv_device* dev = NULL;
   for (int i = 0; i < n && dev == NULL; ++i) {
     if (g_opt.dev == NULL || strcmp(ibv_get_device_name(list[i]), g_opt.dev) == 0) dev = list[i];
@@ -554,10 +594,8 @@ static void open_device(void) {
                           .port_num = (uint8_t)g_opt.ib_port,
                           .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                              IBV_ACCESS_REMOTE_ATOMIC};
-  if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-    fail("ibv_modify_qp (RC) to INIT: %s", strerror(errno));
-  }
+  modify_qp(V.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+            "(RC) to INIT");
   srand48(getpid() ^ (long)time(NULL));
   V.me.qpn = V.qp->qp_num;
   V.me.psn = (uint32_t)lrand48() & 0xffffff;
@@ -573,10 +611,8 @@ static void open_device(void) {
                             .pkey_index = 0,
                             .port_num = (uint8_t)g_opt.ib_port,
                             .qkey = kUdQkey};
-    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) !=
-        0) {
-      fail("ibv_modify_qp (UD) to INIT: %s", strerror(errno));
-    }
+    modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
+              "(UD) to INIT");
     V.me.ud_qpn = V.ud_qp->qp_num;
     V.me.ud_psn = (uint32_t)lrand48() & 0xffffff;
   }
@@ -661,11 +697,10 @@ static void connect_qps(void) {
                           .max_dest_rd_atomic = 1,
                           .min_rnr_timer = 12,  // 0.64 ms
                           .ah_attr = peer_ah()};
-  if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-    fail("ibv_modify_qp (RC) to RTR: %s", strerror(errno));
-  }
+  modify_qp(V.qp, &a,
+            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+            "(RC) to RTR");
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;  // 4.096 us * 2^14 = 67 ms
@@ -673,21 +708,16 @@ static void connect_qps(void) {
   a.rnr_retry = 7;  // retry forever after an RNR NAK
   a.sq_psn = V.me.psn;
   a.max_rd_atomic = 1;
-  if (ibv_modify_qp(V.qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
-    fail("ibv_modify_qp (RC) to RTS: %s", strerror(errno));
-  }
+  modify_qp(V.qp, &a,
+            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                IBV_QP_MAX_QP_RD_ATOMIC,
+            "(RC) to RTS");
   if (V.ud_qp != NULL) {
     struct ibv_qp_attr u = {.qp_state = IBV_QPS_RTR};
-    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE) != 0) {
-      fail("ibv_modify_qp (UD) to RTR: %s", strerror(errno));
-    }
+    modify_qp(V.ud_qp, &u, IBV_QP_STATE, "(UD) to RTR");
     u.qp_state = IBV_QPS_RTS;
     u.sq_psn = V.me.ud_psn;
-    if (ibv_modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) {
-      fail("ibv_modify_qp (UD) to RTS: %s", strerror(errno));
-    }
+    modify_qp(V.ud_qp, &u, IBV_QP_STATE | IBV_QP_SQ_PSN, "(UD) to RTS");
     if (g_opt.server != NULL) {
       struct ibv_ah_attr ah = peer_ah();
       V.ah = ibv_create_ah(V.pd, &ah);
@@ -720,30 +750,36 @@ static const char* wc_opcode_name(int op) {
   }
 }
 
-// Waits (bounded) for the next completion of `cq`: polls, and when it is empty, arms the CQ,
-// polls once more (a completion that arrived before arming raises no event) and waits on the
+// Waits until `until` for the next completion of `cq`: polls, and when it is empty, arms the
+// CQ, polls once more (a completion that arrived before arming raises no event) and waits on the
 // completion channel. The channel wait is also bounded to 50 ms so a lost event costs a little
-// time, not the run.
-static void wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, const char* step) {
-  const double until = deadline();
+// time, not the run. False: none by `until`.
+static bool wait_wc_until(struct ibv_cq* cq, struct ibv_wc* wc, const char* step, double until) {
   for (;;) {
     int n = ibv_poll_cq(cq, 1, wc);
     if (n < 0) fail("ibv_poll_cq failed (%d) waiting for %s", n, step);
-    if (n == 1) return;
-    (void)ms_left(until, step);
-    if (ibv_req_notify_cq(cq, 0) != 0) fail("ibv_req_notify_cq: %s", strerror(errno));
+    if (n == 1) return true;
+    if (now_s() >= until) return false;
+    const int armed = ibv_req_notify_cq(cq, 0);  // 0 or an errno value
+    if (armed != 0) fail("ibv_req_notify_cq: %s", strerror(armed));
     n = ibv_poll_cq(cq, 1, wc);
     if (n < 0) fail("ibv_poll_cq failed (%d) waiting for %s", n, step);
-    if (n == 1) return;
-    int ms = ms_left(until, step);
+    if (n == 1) return true;
+    const double ms = (until - now_s()) * 1000.0 + 1.0;
     struct pollfd p = {.fd = V.channel->fd, .events = POLLIN};
-    int r = poll(&p, 1, ms < 50 ? ms : 50);
+    int r = poll(&p, 1, ms < 1.0 ? 0 : ms < 50.0 ? (int)ms : 50);
     if (r < 0 && errno != EINTR) fail("poll on the completion channel: %s", strerror(errno));
     if (r > 0) {
       struct ibv_cq* ev_cq;
       void* ev_ctx;
       if (ibv_get_cq_event(V.channel, &ev_cq, &ev_ctx) == 0) ibv_ack_cq_events(ev_cq, 1);
     }
+  }
+}
+
+static void wait_wc(struct ibv_cq* cq, struct ibv_wc* wc, const char* step) {
+  if (!wait_wc_until(cq, wc, step, deadline())) {
+    fail("timed out after %d s waiting for %s", g_opt.timeout, step);
   }
 }
 
@@ -814,7 +850,7 @@ static void rnr_delay(void) {
 // The client's message source: the pattern, with one byte flipped under --corrupt.
 static void fill_source(size_t size, uint32_t seed) {
   fill_pattern(V.buf + V.data_off, size, seed, false);
-  if (g_opt.corrupt) V.buf[V.data_off + size / 2] ^= 0x01;  // one bit
+  if (g_opt.corrupt == CORRUPT_DATA) V.buf[V.data_off + size / 2] ^= 0x01;  // one bit
 }
 
 // The receiver's data region before a message: the complement of the pattern, guards around.
@@ -843,11 +879,69 @@ static void iteration_done(unsigned i) {
   if (g_opt.verbose) printf("  %s size %zu: iteration %u ok\n", kOpNames[g_cur_op], g_cur_size, i);
 }
 
+// The client's last UD message, for the server's "U i" (send it again).
+static struct {
+  bool armed;
+  unsigned iter;
+  struct ibv_sge sge;
+  struct ibv_send_wr wr;
+} g_ud_last;
+
 static void ready(unsigned i) { tcp_send("the step synchronisation", "R %u", i); }
+
+static void ud_resend(void) {
+  g_ud_last.wr.sg_list = &g_ud_last.sge;
+  post_send(V.ud_qp, &g_ud_last.wr);
+  struct ibv_wc wc;
+  wait_wc(V.scq, &wc, "the send completion of a UD message sent again");
+  check_wc(&wc, "send", g_ud_last.iter, V.ud_qp, IBV_WC_SEND);
+  ++g_ud_resends;
+  if (g_opt.verbose) printf("  ud: iteration %u sent again\n", g_ud_last.iter);
+}
+
 static void await_ready(unsigned i) {
   char step[64];
   snprintf(step, sizeof step, "the server to be ready for iteration %u", i);
-  tcp_expect(step, "R %u", i);
+  for (;;) {
+    char got[256];
+    tcp_recv(got, sizeof got, step);
+    unsigned k;
+    char tail;
+    if (g_ud_last.armed && sscanf(got, "U %u%c", &k, &tail) == 1 && k == g_ud_last.iter) {
+      ud_resend();
+      continue;
+    }
+    char want[32];
+    snprintf(want, sizeof want, "R %u", i);
+    if (strcmp(got, want) != 0) {
+      fail("out of step with the peer at %s: expected \"%s\", got \"%s\"", step, want, got);
+    }
+    return;
+  }
+}
+
+// The server's recently verified UD messages: a late original whose resend was verified (or the
+// other way round) arrives as a copy of one of them.
+static struct {
+  size_t size[UD_HISTORY];
+  uint32_t seed[UD_HISTORY];
+  unsigned n;
+} g_ud_seen;
+
+static bool pattern_matches(const uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != pattern_byte(seed, i)) return false;
+  return true;
+}
+
+static bool ud_duplicate(const struct ibv_wc* wc, const uint8_t* data) {
+  if (wc->status != IBV_WC_SUCCESS || wc->byte_len < kGrhBytes) return false;
+  const size_t size = wc->byte_len - kGrhBytes;
+  const unsigned have = g_ud_seen.n < UD_HISTORY ? g_ud_seen.n : UD_HISTORY;
+  for (unsigned k = 0; k < have; ++k) {
+    if (g_ud_seen.size[k] == size && pattern_matches(data, size, g_ud_seen.seed[k])) return true;
+  }
+  return false;
 }
 
 // UD's GRH area per rdma-core and rxe: for RoCE v2 over IPv4, 20 unspecified bytes, then the
@@ -912,7 +1006,30 @@ static void server_two_sided(int op, size_t size, unsigned n) {
     post_recv(qp, ud ? V.ud_off : off, ud ? kGrhBytes + size : size, i);
     if (!rnr) ready(i);
     struct ibv_wc wc;
-    wait_wc(V.rcq, &wc, "the receive completion");
+    if (!ud) {
+      wait_wc(V.rcq, &wc, "the receive completion");
+    } else {
+      // Lost UD messages are asked for again; copies of earlier ones are put aside.
+      const double give_up = deadline();
+      for (;;) {
+        const double t = now_s() + kUdResendS;
+        if (wait_wc_until(V.rcq, &wc, "the UD receive completion", t < give_up ? t : give_up)) {
+          if (!ud_duplicate(&wc, V.buf + off)) break;
+          ++g_ud_copies;
+          if (g_opt.verbose) printf("  ud: a copy of an earlier message, ignored\n");
+          prepare_target(off, size, seed);
+          memset(V.buf + V.ud_off - GUARD, kGuardByte, GUARD + kGrhBytes);
+          post_recv(qp, V.ud_off, kGrhBytes + size, i);
+          continue;
+        }
+        if (now_s() >= give_up) {
+          fail("timed out after %d s waiting for the UD message (asked for %u times)",
+               g_opt.timeout, g_ud_resends);
+        }
+        tcp_send("asking for a UD message again", "U %u", i);
+        ++g_ud_resends;
+      }
+    }
     check_wc(&wc, "receive", i, qp, IBV_WC_RECV);
     check_imm(&wc, op == OP_SEND_IMM, imm_of(op, size, i));
     check_byte_len(&wc, ud ? kGrhBytes + size : size);
@@ -925,6 +1042,9 @@ static void server_two_sided(int op, size_t size, unsigned n) {
       verify_guard(V.buf + V.ud_off - GUARD, GUARD, "the guard before the UD receive buffer");
       verify_pattern(V.buf + off, size, seed, "received UD message: data");
       verify_guard(V.buf + off + size, GUARD, "received UD message: the guard after the data");
+      g_ud_seen.size[g_ud_seen.n % UD_HISTORY] = size;
+      g_ud_seen.seed[g_ud_seen.n % UD_HISTORY] = seed;
+      ++g_ud_seen.n;
     } else {
       verify_target(off, size, seed, "received message");
     }
@@ -938,13 +1058,16 @@ static void client_two_sided(int op, size_t size, unsigned n) {
   for (unsigned i = 0; i < n; ++i) {
     g_cur_iter = i;
     await_ready(i);
+    // --dup-ud: the previous message once more, now that the server's receive for this one is
+    // posted: it must be recognised as a copy.
+    if (ud && g_opt.dup_ud && i > 0) ud_resend();
     fill_source(size, seed_of(op, size, i));
     struct ibv_sge sge = {
         .addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size, .lkey = V.mr->lkey};
     struct ibv_send_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1};
     if (op == OP_SEND_IMM) {
       wr.opcode = IBV_WR_SEND_WITH_IMM;
-      wr.imm_data = htonl(imm_of(op, size, i));
+      wr.imm_data = htonl(imm_of(op, size, i) ^ (g_opt.corrupt == CORRUPT_IMM ? 1u : 0u));
     } else {
       wr.opcode = IBV_WR_SEND;
     }
@@ -952,6 +1075,16 @@ static void client_two_sided(int op, size_t size, unsigned n) {
       wr.wr.ud.ah = V.ah;
       wr.wr.ud.remote_qpn = V.peer.ud_qpn;
       wr.wr.ud.remote_qkey = kUdQkey;
+    }
+    if (ud) {
+      g_ud_last.armed = true;
+      g_ud_last.iter = i;
+      g_ud_last.sge = sge;
+      g_ud_last.wr = wr;
+      if (g_opt.drop_ud && i % 2 == 0) {
+        iteration_done(i);  // "lost": the server asks for it again
+        continue;
+      }
     }
     post_send(ud ? V.ud_qp : V.qp, &wr);
     if (rnr) {
@@ -1016,7 +1149,7 @@ static void client_write(int op, size_t size, unsigned n) {
                              .sg_list = &sge,
                              .num_sge = 1,
                              .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE};
-    if (imm) wr.imm_data = htonl(imm_of(op, size, i));
+    if (imm) wr.imm_data = htonl(imm_of(op, size, i) ^ (g_opt.corrupt == CORRUPT_IMM ? 1u : 0u));
     wr.wr.rdma.remote_addr = V.peer.addr + V.data_off;
     wr.wr.rdma.rkey = V.peer.rkey;
     post_send(V.qp, &wr);
@@ -1190,6 +1323,7 @@ static void run_step(int op, size_t size) {
   } else {
     await_ready(n);
   }
+  g_ud_last.armed = false;
   printf("%s size %zu: %u iterations ok\n", kOpNames[op], size, n);
   g_cur_op = -1;
 }
@@ -1245,10 +1379,11 @@ static int int_arg(const char* name, const char* s, int min, int max) {
 }
 
 static void parse_ops(const char* s) {
-  char *copy = strdup(s), *save = NULL;
+  char *copy = strdup(s), *rest = copy;
   if (copy == NULL) usage_error("out of memory");
   g_opt.nops = 0;
-  for (char* t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+  for (char* t = strsep(&rest, ","); t != NULL; t = strsep(&rest, ",")) {
+    if (*t == 0) usage_error("-o '%s' has an empty entry", s);
     int op = -1;
     for (int k = 0; k < OP_COUNT; ++k)
       if (strcmp(t, kOpNames[k]) == 0) op = k;
@@ -1267,10 +1402,10 @@ static void parse_ops(const char* s) {
 }
 
 static void parse_sizes(const char* s) {
-  char *copy = strdup(s), *save = NULL;
+  char *copy = strdup(s), *rest = copy;
   if (copy == NULL) usage_error("out of memory");
   g_opt.nsizes = 0;
-  for (char* t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+  for (char* t = strsep(&rest, ","); t != NULL; t = strsep(&rest, ",")) {
     unsigned long long v;
     if (!parse_uint(t, 1, kMaxSize, &v)) {
       usage_error("size '%s' in -s is not a number of bytes from 1 to %zu", t, kMaxSize);
@@ -1283,15 +1418,23 @@ static void parse_sizes(const char* s) {
 }
 
 static void parse_args(int argc, char** argv) {
-  enum { OPT_RNR = 256, OPT_TIMEOUT, OPT_CORRUPT };
-  static const struct option longs[] = {
-      {"ib-dev", required_argument, NULL, 'd'},  {"ib-port", required_argument, NULL, 'i'},
-      {"gid-idx", required_argument, NULL, 'g'}, {"port", required_argument, NULL, 'p'},
-      {"mtu", required_argument, NULL, 'm'},     {"ops", required_argument, NULL, 'o'},
-      {"sizes", required_argument, NULL, 's'},   {"iters", required_argument, NULL, 'n'},
-      {"rnr", no_argument, NULL, OPT_RNR},       {"timeout", required_argument, NULL, OPT_TIMEOUT},
-      {"verbose", no_argument, NULL, 'v'},       {"corrupt", no_argument, NULL, OPT_CORRUPT},
-      {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+  enum { OPT_RNR = 256, OPT_TIMEOUT, OPT_CORRUPT, OPT_DROP_UD, OPT_DUP_UD };
+  static const struct option longs[] = {{"ib-dev", required_argument, NULL, 'd'},
+                                        {"ib-port", required_argument, NULL, 'i'},
+                                        {"gid-idx", required_argument, NULL, 'g'},
+                                        {"port", required_argument, NULL, 'p'},
+                                        {"mtu", required_argument, NULL, 'm'},
+                                        {"ops", required_argument, NULL, 'o'},
+                                        {"sizes", required_argument, NULL, 's'},
+                                        {"iters", required_argument, NULL, 'n'},
+                                        {"rnr", no_argument, NULL, OPT_RNR},
+                                        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+                                        {"verbose", no_argument, NULL, 'v'},
+                                        {"corrupt", optional_argument, NULL, OPT_CORRUPT},
+                                        {"drop-ud", no_argument, NULL, OPT_DROP_UD},
+                                        {"dup-ud", no_argument, NULL, OPT_DUP_UD},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
   for (int k = 0; k < OP_COUNT; ++k) g_opt.ops[k] = k;
   g_opt.nops = OP_COUNT;
   memcpy(g_opt.sizes, kDefaultSizes, sizeof kDefaultSizes);
@@ -1337,7 +1480,21 @@ static void parse_args(int argc, char** argv) {
       case 'v':
         g_opt.verbose = true;
         break;
+      case OPT_DUP_UD:
+        g_opt.dup_ud = true;
+        break;
+      case OPT_DROP_UD:
+        g_opt.drop_ud = true;
+        break;
       case OPT_CORRUPT:
+        if (optarg == NULL || strcmp(optarg, "data") == 0) {
+          g_opt.corrupt = CORRUPT_DATA;
+        } else if (strcmp(optarg, "imm") == 0) {
+          g_opt.corrupt = CORRUPT_IMM;
+        } else {
+          usage_error("--corrupt takes data or imm, not '%s'", optarg);
+        }
+        break;
         g_opt.corrupt = true;
         break;
       case 'h':
@@ -1352,6 +1509,9 @@ static void parse_args(int argc, char** argv) {
   if (optind < argc) g_opt.server = argv[optind++];
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (g_opt.corrupt && g_opt.server == NULL) usage_error("--corrupt is for the client only");
+  if ((g_opt.drop_ud || g_opt.dup_ud) && g_opt.server == NULL) {
+    usage_error("--drop-ud and --dup-ud are for the client only");
+  }
 }
 
 // The options both sides must share, as one line.
@@ -1401,12 +1561,20 @@ int main(int argc, char** argv) {
   } else {
     tcp_expect("the server's QPs to be ready", "READY");
   }
-  if (g_opt.corrupt) printf("SELF-TEST: --corrupt flips one byte of every message sent\n");
+  if (g_opt.corrupt != 0) {
+    printf("SELF-TEST: --corrupt flips one bit of every %s sent\n",
+           g_opt.corrupt == CORRUPT_DATA ? "message" : "immediate");
+  }
   run_all();
   if (g_opt.rnr) {
     printf("rnr: %u RNR-delayed messages %s\n", g_rnr_delayed,
            server ? "received (each receive posted late)" : "sent");
   }
+  if (g_ud_resends != 0) {
+    printf("ud: %u UD messages %s (lost on the way, or late)\n", g_ud_resends,
+           server ? "asked for again" : "sent again");
+  }
+  if (g_ud_copies != 0) printf("ud: %u copies of earlier UD messages set aside\n", g_ud_copies);
   // Both sides finished every step; the closing exchange keeps either from leaving early.
   if (server) {
     tcp_expect("the client's end", "END");

@@ -64,7 +64,15 @@ verbs_check_pair(ud 120 0 0 "ud size 4096: 20 iterations ok" CAPTURE -o ud)
 # Every op but READ, with the server's capture checked packet by packet (ICRC, structure).
 verbs_check_pair(captured 240 0 0 "${VC_PASS}" CAPTURE
                  -o send,send_imm,write,write_imm,cas,faa,ud -m 1024)
-# The check can fail: a client that flips one byte of what it writes (--corrupt, a self-test
+# A lost UD message (--drop-ud, a self-test option: the client skips the first attempt of every
+# other one) is asked for again by the server and the run passes, as in the matrix's loss cases.
+verbs_check_pair(ud_lost_messages_asked_again 120 0 0 "ud: 4 UD messages sent again"
+                 -o ud -s 64,1024 -n 3 --client --drop-ud)
+# A copy of the previous UD message in the current one's receive (--dup-ud, a self-test option)
+# is set aside by the server (else its data check would fail) and the run passes.
+verbs_check_pair(ud_copies_set_aside 120 0 0 "ud: 4 copies of earlier UD messages set aside"
+                 -o ud -s 64,1024 -n 3 --client --dup-ud)
+# The checks can fail: a client that flips one bit of what it writes (--corrupt, a self-test
 # option) is caught by the server, for a WRITE and for a SEND with Immediate; both sides exit 1.
 verbs_check_pair(detects_corrupt_write 120 1 1
                  "FAIL: the peer failed: written data: data: 1 of 1 bytes differ, the first at offset 0"
@@ -72,6 +80,13 @@ verbs_check_pair(detects_corrupt_write 120 1 1
 verbs_check_pair(detects_corrupt_send_imm 120 1 1
                  "FAIL: the peer failed: received message: data: 1 of 4096 bytes differ, the first at offset 2048"
                  -o send_imm -s 4096 --client --corrupt)
+# UD: the receiver's data check; WRITE with Immediate: its immediate check (--corrupt=imm).
+verbs_check_pair(detects_corrupt_ud 120 1 1
+                 "FAIL: the peer failed: received UD message: data: 1 of 64 bytes differ, the first at offset 32"
+                 -o ud -s 64 --client --corrupt)
+verbs_check_pair(detects_corrupt_imm 120 1 1
+                 "FAIL: the peer failed: receive completion: expected imm_data 0x[0-9a-f]+, got 0x[0-9a-f]+"
+                 -o write_imm -s 1025 --client --corrupt=imm)
 # Different options on the two sides: both refuse with exit 2 before any traffic.
 verbs_check_pair(option_mismatch 120 2 2 "the two sides were given different options" -n 20
                  --client -n 10)
