@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the interop harnesses (rxe_interop_test.sh, rxe_matrix_test.sh); sourced, not run.
 # A network namespace of its own holds a bridge (10.123.0.1/24 and fd00:123::1/64, where uroce
 # binds) and a tap device for a qemu VM (Debian 12's kernel, rdma_rxe's rxe0 on its eth0,
