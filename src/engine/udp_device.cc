@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -663,6 +664,14 @@ CloseResult UdpDevice::close(Duration deadline) {
   }
   closed_ = true;
   close_result_ = res;
+  if (const char* path = std::getenv("UROCE_STATS_FILE"); path != nullptr && *path != '\0') {
+    // Best effort, like the stats endpoint: a file that cannot be written costs nothing else.
+    const std::string line = format_stats_text(stats(), false);
+    if (std::FILE* f = std::fopen(path, "a")) {
+      std::fwrite(line.data(), 1, line.size(), f);
+      std::fclose(f);
+    }
+  }
   return res;
 }
 

@@ -229,7 +229,10 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // still executes the peers' requests: registered memory must stay valid until close()
   // returns (the destructor's included). Call it from one thread, with no
   // guard held and no other thread using the device. Idempotent: a second call returns the
-  // first result.
+  // first result. When the environment variable UROCE_STATS_FILE names a file, the device's
+  // counters at close are appended to it as one `uroce stats` text line (device counters only:
+  // QPs destroyed before close leave the QP sums), so that a program that exits (the drop-in's
+  // users: rdma-core's tools, perftest) still leaves them; the stats endpoint is gone by then.
   CloseResult close(Duration deadline = kCloseDeadline);
   bool is_closed() const { return closed_; }
 

@@ -529,6 +529,36 @@ TEST(UdpDatapath, TapRecordsOnlyWhatWasSentInOrderUnderBackpressure) {
   }
 }
 
+// The tap shows what was sent even when the application changes the payload's memory as soon
+// as the send returns (the drop-in's progress thread sends while the application runs).
+TEST(UdpDatapath, TapShowsWhatWasSentWhenTheBufferChangesRightAfter) {
+  Bytes data = data_of(4096);
+  const Bytes original = data;
+  auto hook = [&](int fd, mmsghdr* v, unsigned n) -> int {
+    const int r = ::sendmmsg(fd, v, n, 0);
+    for (auto& x : data) x = std::byte{0xee};  // the application reuses its buffer at once
+    return r;
+  };
+  auto a = open_dp("127.0.3.98", false, false, 64, hook);
+  auto b = open_dp("127.0.3.99", false, false);
+  ASSERT_TRUE(a && b);
+  std::vector<Bytes> sent;
+  a->set_tap([&](ConstBytes f, bool) { sent.emplace_back(f.begin(), f.end()); });
+  const auto pkts = write_message(4, 1024, 1024);
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.99");
+  a->flush(Instant{});
+  expect_packets(receive_all(*b, pkts.size()), pkts, original);
+  ASSERT_EQ(sent.size(), pkts.size());
+  for (std::size_t i = 0; i < pkts.size(); ++i) {
+    auto fr = wire::parse_frame(wire::LinkType::kEthernet, sent[i]);
+    ASSERT_TRUE(fr.ok()) << "packet " << i << ": " << wire::drop_reason_name(fr.error());
+    EXPECT_EQ(Bytes(fr->roce.payload.begin(), fr->roce.payload.end()),
+              Bytes(original.begin() + static_cast<long>(pkts[i].offset),
+                    original.begin() + static_cast<long>(pkts[i].offset + pkts[i].bytes)))
+        << "packet " << i;
+  }
+}
+
 TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
   ::setenv("UROCE_UDP_GSO", "0", 1);
   ::setenv("UROCE_UDP_GRO", "0", 1);

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,45 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   EXPECT_EQ(frames, sent_a + received_a);
   std::filesystem::remove(cap_a);
   std::filesystem::remove(cap_b);
+}
+
+// UROCE_STATS_FILE: each device appends its counters as it closes, one `uroce stats` line
+// (what the interop harness reads after a drop-in program exited).
+TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
+  const std::string path = temp_path("stats.txt");
+  std::filesystem::remove(path);
+  Side a, b;
+  make_side(a, "127.0.3.96");
+  make_side(b, "127.0.3.97");
+  connect(a, b, "127.0.3.97");
+  connect(b, a, "127.0.3.96");
+  const Sge recv{b.va(0), 64, b.mr.lkey};
+  const RecvWr rwr{1, std::span(&recv, 1)};
+  ASSERT_EQ(b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr), Errc::kOk);
+  const Sge send{a.va(0), 10, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 2;
+  wr.sg_list = std::span(&send, 1);
+  wr.send_flags = kSendSignaled;
+  ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&wr, 1), nullptr), Errc::kOk);
+  ASSERT_EQ(run_until(a, b, 1).size(), 1u);  // the SEND completed: b received it and ACKed
+
+  ::setenv("UROCE_STATS_FILE", path.c_str(), 1);
+  a.dev->close();
+  b.dev->close();
+  a.dev->close();  // idempotent: no second line
+  ::unsetenv("UROCE_STATS_FILE");
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 2u);
+  // a sent one SEND and received its ACK; b the reverse; neither dropped anything.
+  for (const std::string& l : lines) {
+    EXPECT_TRUE(l.starts_with("link uroce0/1 pid " + std::to_string(::getpid()) + " ")) << l;
+    EXPECT_NE(l.find(" sent_pkts 1 rcvd_pkts 1 "), std::string::npos) << l;
+    EXPECT_NE(l.find(" rx_drops 0 icrc_err 0 "), std::string::npos) << l;
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(UdpDevice, PortMtuFollowsTheInterfaceAsRxe) {

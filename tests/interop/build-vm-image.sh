@@ -34,11 +34,12 @@ if [[ -f $cache/stamp && $(cat "$cache/stamp") == "$stamp_want" && -f $cache/vml
 fi
 
 # User-space packages: busybox for the shell, rdma-core's verbs library, the rxe provider and
-# the ibv_* tools, iproute2 for `rdma link add`, and the shared libraries they link against
-# (checked below with objdump; a missing one fails the build with its name).
-packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils
-          iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1
-          libbpf1 zlib1g libxtables12 libpci3 libudev1)
+# the ibv_* tools, perftest (ib_{send,write,read,atomic}_{bw,lat}), iproute2 for `rdma link
+# add`, and the shared libraries they link against (checked below with objdump; a missing one
+# fails the build with its name).
+packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils perftest
+          libibumad3 librdmacm1 iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0
+          libcap2 libelf1 libbpf1 zlib1g libxtables12 libpci3 libudev1)
 
 debs=$cache/debs
 tree=$cache/tree
@@ -78,10 +79,13 @@ cp "$tree/bin/busybox" "$root/bin/busybox"
 
 # Kernel modules in load order: virtio NIC, the CRC32 the ICRC needs, the UDP tunnel helpers,
 # the RDMA core, rdma_rxe itself, and netem with prio and u32 (loss injection on the guest's
-# egress, for some packets only: the host kernel may have no netem).
+# egress, for some packets only: the host kernel may have no netem), and the ingress qdisc,
+# mirred and ifb (the same on the guest's ingress: netem on ifb0, where the RoCE packets
+# arriving on eth0 are redirected).
 modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover
          net_failover virtio_net crc32_generic crc32-pclmul udp_tunnel ip6_udp_tunnel configfs
-         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem sch_prio cls_u32)
+         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem sch_prio cls_u32 sch_ingress
+         act_mirred ifb)
 moddir=$tree/lib/modules/$kver
 : >"$root/modorder"
 for m in "${modules[@]}"; do
@@ -116,8 +120,8 @@ copy_with_libs() {
 }
 provider=$(cd "$tree" && ls usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)
 [[ -n $provider ]] || die "rxe provider library not found"
-for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_rc_pingpong usr/bin/rdma sbin/tc \
-         "$provider" \
+for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_{rc,uc,ud,srq}_pingpong \
+         usr/bin/ib_{send,write,read,atomic}_{bw,lat} usr/bin/rdma sbin/tc "$provider" \
          lib/x86_64-linux-gnu/libgcc_s.so.1; do
   copy_with_libs "$f"
 done

@@ -27,136 +27,21 @@ uroce=$(realpath "${1:?usage: rxe_interop_test.sh UROCE_BINARY OUT_DIR}")
 out=${2:?usage: rxe_interop_test.sh UROCE_BINARY OUT_DIR}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 iters=${UROCE_INTEROP_ITERS:-20}
-boot_timeout=${UROCE_INTEROP_BOOT_TIMEOUT:-180}
 
 rm -rf "$out"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 log=$out/harness.log
 exec > >(tee -a "$log") 2>&1
+# shellcheck source=vm_lib.sh
+source "$here/vm_lib.sh"
 
-note() { printf '[interop %3ds] %s\n' "$SECONDS" "$*"; }
-fail() {
-  note "FAIL: $*"
-  note "logs and captures are in $out"
-  exit 1
-}
-
-# ---- prerequisites: stated, not guessed ----
-((EUID == 0)) || fail "needs root (network namespace, tap device, qemu)"
-for tool in qemu-system-x86_64 tcpdump ip python3 cpio; do
-  command -v "$tool" >/dev/null 2>&1 || fail "missing '$tool' (scripts/install-deps installs it)"
-done
-[[ -c /dev/net/tun ]] || fail "no /dev/net/tun: cannot create the VM's tap device"
+vm_prerequisites
 [[ -x $uroce ]] || fail "no uroce binary at $uroce"
-
-note "VM image (cached under ${UROCE_INTEROP_CACHE:-/var/cache/uroce-interop})"
-image=$("$here/build-vm-image.sh" 2>"$out/build-vm-image.log" | tail -1) ||
-  { cat "$out/build-vm-image.log"; fail "building the VM image failed"; }
-read -r kernel initrd <<<"$image"
-kernel=${UROCE_INTEROP_KERNEL:-$kernel}  # tests: a kernel that does not boot
-
-ns=uroce-ix-$$
-host_ip=10.123.0.1
-vm_ip=10.123.0.2
-host_ip6=fd00:123::1
-vm_ip6=fd00:123::2
-sock=$out/console.sock
-console_log=$out/console.log
-qemu_pid=
-tcpdump_pid=
-uroce_pid=
-
-cleanup() {
-  local rc=$?
-  set +e
-  [[ -n $uroce_pid ]] && kill "$uroce_pid" 2>/dev/null
-  [[ -n $tcpdump_pid ]] && kill -INT "$tcpdump_pid" 2>/dev/null && wait "$tcpdump_pid" 2>/dev/null
-  [[ -z $qemu_pid && -f $out/qemu.pid ]] && qemu_pid=$(cat "$out/qemu.pid")
-  if [[ -n $qemu_pid ]] && kill -0 "$qemu_pid" 2>/dev/null; then
-    kill "$qemu_pid"
-    for _ in $(seq 50); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$qemu_pid" 2>/dev/null
-  fi
-  ip netns del "$ns" 2>/dev/null
-  if ((rc != 0)); then
-    note "exit $rc; logs and captures are in $out"
-    [[ -f $console_log ]] && { note "last console lines:"; tail -n 15 "$console_log"; }
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A run killed without its cleanup (SIGKILL, a ctest timeout) leaves its namespace and VM
-# behind: remove those of runs whose harness is gone (the namespace is named after its pid).
-for stale in $(ip netns list | awk '/^uroce-ix-[0-9]+/ {print $1}'); do
-  kill -0 "${stale#uroce-ix-}" 2>/dev/null && continue
-  note "removing $stale, left by a run that did not clean up"
-  for p in $(ip netns pids "$stale" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  ip netns del "$stale" 2>/dev/null || true
-done
-
-# ---- network: namespace, bridge with uroce's address, tap for the VM ----
-note "namespace $ns: bridge br0 $host_ip/24 $host_ip6/64, tap0"
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-ip -n "$ns" link add br0 type bridge
-ip -n "$ns" addr add "$host_ip/24" dev br0
-ip -n "$ns" addr add "$host_ip6/64" dev br0 nodad
-ip -n "$ns" tuntap add tap0 mode tap
-ip -n "$ns" link set tap0 master br0
-ip -n "$ns" link set tap0 up
-ip -n "$ns" link set br0 up
-inns() { ip netns exec "$ns" "$@"; }
-
-# ---- VM ----
-note "booting the VM (qemu tcg, rxe0 on eth0 $vm_ip)"
-# Background processes are started with `ip netns exec` directly (not through a shell function)
-# so that $! is their own pid, which the cleanup kills.
-ip netns exec "$ns" qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 -nodefaults -no-user-config \
-  -display none -no-reboot \
-  -kernel "$kernel" -initrd "$initrd" \
-  -append "console=ttyS0 quiet panic=-1 uroce_ip=$vm_ip/24 uroce_ip6=$vm_ip6/64" \
-  -chardev "socket,id=con,path=$sock,server=on,wait=off,logfile=$console_log" \
-  -serial chardev:con \
-  -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
-  -device virtio-net-pci,netdev=n0,mac=52:54:00:12:30:02 -pidfile "$out/qemu.pid" \
-  >"$out/qemu.log" 2>&1 &
-qemu_pid=$!
-if ! python3 "$here/vm_console.py" wait-ready "$console_log" "$boot_timeout" "$qemu_pid"; then
-  if ! kill -0 "$qemu_pid" 2>/dev/null; then
-    cat "$out/qemu.log"
-    fail "qemu exited before the VM was ready (see qemu.log, console.log)"
-  fi
-  fail "the VM did not boot within ${boot_timeout}s"
-fi
-note "VM ready"
-vm() { # vm TIMEOUT 'command' -> output on stdout, exit status of the command
-  python3 "$here/vm_console.py" run "$sock" "$1" "$2"
-}
-# The GID table fills in the background (address events): wait, bounded, until it holds
-# both addresses.
-for _ in $(seq 30); do
-  vm 60 'ibv_devinfo -d rxe0 -v; ibv_devices; rdma link show' >"$out/vm-devinfo.txt" ||
-    fail "ibv_devinfo in the VM failed"
-  grep -q "::ffff:$vm_ip, RoCE v2" "$out/vm-devinfo.txt" &&
-    grep -q "[[:space:]]$vm_ip6, RoCE v2" "$out/vm-devinfo.txt" && break
-  sleep 0.5
-done
-grep -q 'PORT_ACTIVE' "$out/vm-devinfo.txt" || fail "rxe0's port is not active"
-# rxe's GID table: usually index 0 the link-local IPv6 address, 1 the IPv4-mapped one, then
-# the global IPv6 address; but the kernel fills it from address events in the background and
-# the link-local entry sometimes appears twice, shifting the others. Look the indices up.
-gid_index() { # address -> its RoCE v2 GID index in rxe0's table
-  sed -n "s/^[[:space:]]*GID\[ *\([0-9]*\)\]:[[:space:]]*$1, RoCE v2.*/\1/p" \
-    "$out/vm-devinfo.txt" | head -1
-}
-vm4_gidx=$(gid_index "::ffff:$vm_ip")
-vm6_gidx=$(gid_index "$vm_ip6")
-[[ -n $vm4_gidx ]] || fail "rxe0 has no IPv4-mapped GID ::ffff:$vm_ip (see vm-devinfo.txt)"
-[[ -n $vm6_gidx ]] || fail "rxe0 has no GID for $vm_ip6 (see vm-devinfo.txt)"
-((vm4_gidx == 1)) || note "rxe0's IPv4-mapped GID is at index $vm4_gidx (usually 1)"
+vm_image
+vm_network
+vm_boot
+vm_gids
 inns "$uroce" devinfo -a "$host_ip" -v >"$out/uroce-devinfo.txt" 2>&1 ||
   fail "uroce devinfo failed (see uroce-devinfo.txt)"
 # The same port attributes as rxe on a 1500-byte netdev (active MTU 1024), line for line as
@@ -169,34 +54,6 @@ grep -q 'active_mtu:.*1024 (3)' "$out/port-uroce.txt" ||
   fail "uroce devinfo: active MTU is not 1024 at netdev MTU 1500"
 diff "$out/port-rxe.txt" "$out/port-uroce.txt" >"$out/port-diff.txt" ||
   { cat "$out/port-diff.txt"; fail "uroce devinfo's port attributes differ from rxe0's"; }
-
-# rxe's per-port counters (hw_counters) as NAME=VALUE lines.
-rxe_counters() {
-  vm 30 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f=$(cat $f)"; done'
-}
-counter() { grep "^$1=" "$2" | cut -d= -f2; }
-delta() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
-
-start_tcpdump() {
-  # --immediate-mode: without it packets still in the kernel's capture block when tcpdump is
-  # stopped are lost. -B: a 32 MiB capture buffer, so that a burst (a go-back-N
-  # retransmission) is not dropped. -Z root: write the file without dropping privileges.
-  ip netns exec "$ns" tcpdump --immediate-mode -B 32768 -Z root -i tap0 -s 0 -U \
-    -w "$out/$1.tap.pcap" \
-    udp port 4791 >"$out/$1.tcpdump.log" 2>&1 &
-  tcpdump_pid=$!
-  # tcpdump prints "listening on tap0" once its capture is open.
-  for _ in $(seq 100); do grep -q 'listening on' "$out/$1.tcpdump.log" && return 0; sleep 0.1; done
-  fail "tcpdump did not start (see $1.tcpdump.log)"
-}
-stop_tcpdump() { # name
-  kill -INT "$tcpdump_pid"
-  wait "$tcpdump_pid" || true
-  tcpdump_pid=
-  # The wire capture is the reference: it must be complete.
-  grep -q '^0 packets dropped by kernel' "$out/$1.tcpdump.log" ||
-    fail "$1: tcpdump lost packets ($(grep 'dropped by kernel' "$out/$1.tcpdump.log"))"
-}
 
 # Checks common to both directions: output lines, captures, rxe's counters.
 check_case() { # name iters uroce_addr
@@ -280,17 +137,17 @@ case_uroce_server() { # name uroce_addr vm_gid_index vm_gid_text size iters
   [[ $name =~ ${UROCE_INTEROP_CASES:-.} ]] || return 0
   note "case $name: uroce ping serves on $addr, ibv_rc_pingpong -g $gidx -s $size -n $n"
   rxe_counters >"$out/$name.counters-before.txt"
-  start_tcpdump "$name"
+  start_tcpdump "$out/$name.tap.pcap" "$out/$name.tcpdump.log"
   ip netns exec "$ns" env UROCE_PCAP="$out/$name.uroce.pcap" "$uroce" ping -a "$addr" \
     -s "$size" -n "$n" -c --timeout 120 --stats >"$out/$name.uroce.log" 2>&1 &
-  uroce_pid=$!
+  host_pid=$!
   for _ in $(seq 100); do grep -q 'local address' "$out/$name.uroce.log" && break; sleep 0.1; done
   grep -q 'local address' "$out/$name.uroce.log" || fail "$name: uroce ping did not start"
   vm 150 "ibv_rc_pingpong -d rxe0 -g $gidx -s $size -n $n -c $host_ip" >"$out/$name.vm.log" ||
     fail "$name: ibv_rc_pingpong (client, VM) failed"
-  wait "$uroce_pid" || { uroce_pid=; fail "$name: uroce ping (server) failed"; }
-  uroce_pid=
-  stop_tcpdump "$name"
+  wait "$host_pid" || { host_pid=; fail "$name: uroce ping (server) failed"; }
+  host_pid=
+  stop_tcpdump "$out/$name.tcpdump.log"
   rxe_counters >"$out/$name.counters-after.txt"
   check_case "$name" "$n" "$addr" "$vgid"
 }
@@ -301,7 +158,7 @@ case_rxe_server() { # name uroce_addr vm_gid_index vm_gid_text size iters
   [[ $name =~ ${UROCE_INTEROP_CASES:-.} ]] || return 0
   note "case $name: ibv_rc_pingpong -g $gidx -s $size -n $n serves, uroce ping on $addr connects"
   rxe_counters >"$out/$name.counters-before.txt"
-  start_tcpdump "$name"
+  start_tcpdump "$out/$name.tap.pcap" "$out/$name.tcpdump.log"
   # Wait (bounded) until the server listens: 18515 = 0x4853, state 0A = LISTEN.
   vm 60 "rm -f /tmp/srv.log; (ibv_rc_pingpong -d rxe0 -g $gidx -s $size -n $n -c \
 >/tmp/srv.log 2>&1; echo \"exit=\$?\" >>/tmp/srv.log) & \
@@ -315,12 +172,11 @@ n=0; until grep -q ':4853 00000000:0000 0A' /proc/net/tcp; do n=\$((n+1)); \
   # (every command the guest runs costs emulated CPU that the server needs).
   vm 120 'wait; cat /tmp/srv.log' >"$out/$name.vm.log" || true
   grep -q '^exit=0' "$out/$name.vm.log" || fail "$name: ibv_rc_pingpong (server, VM) failed"
-  stop_tcpdump "$name"
+  stop_tcpdump "$out/$name.tcpdump.log"
   rxe_counters >"$out/$name.counters-after.txt"
   check_case "$name" "$n" "$addr" "$vgid"
 }
 
-v4gid=::ffff:$vm_ip
 
 # Sizes: 4096 (rc_pingpong's default, 4 packets at MTU 1024), 1 (one packet, inline on rxe's
 # side), 10000 (a partial last packet); small counts: emulated rxe needs ~1 ms per exchange.

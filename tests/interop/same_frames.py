@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares two captures of the same RoCEv2 traffic, from the IP header on.
 
-usage: same_frames.py WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
+usage: same_frames.py [--late-ok] WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
 WIRE.pcap is tcpdump's view of the wire, UROCE.pcap what uroce wrote (UROCE_PCAP). The packets
 sent from each address must be the same in both captures: the same number, in the same order,
 the same bytes from the IP header to the ICRC (the Ethernet header is left out: uroce's capture
@@ -10,6 +10,10 @@ has no real MAC addresses).
   must be exact, IPv4 identification (recovered from the ICRC) and checksums included.
 - What uroce sent, the kernel completed: TTL/hop limit, TOS/traffic class, IPv6 flow label and
   the checksums are the kernel's, so those fields (the ones the ICRC masks) are not compared.
+--late-ok: the last packets the peer sent may be missing from uroce's capture: they reached the
+host when the program had closed its device, or was closing it (it had exited while the peer
+still sent, e.g. ACKs or messages of QPs it destroyed with work outstanding). They are counted
+and printed; the others must match.
 Exit 0 when they match, 1 with the first differences otherwise.
 """
 import ipaddress
@@ -17,34 +21,48 @@ import struct
 import sys
 
 
-def frames(path):
+def frames(path, with_time=False):
+    """The frames of a pcap file; with_time: (seconds, frame) pairs."""
     with open(path, 'rb') as f:
         head = f.read(24)
         magic = struct.unpack('<I', head[:4])[0]
         endian = '<' if magic in (0xa1b2c3d4, 0xa1b23c4d) else '>'
+        # Nanosecond captures have their own magic numbers.
+        frac = 1e-9 if magic in (0xa1b23c4d, 0x4d3cb2a1) else 1e-6
         while True:
             rec = f.read(16)
             if len(rec) < 16:
                 return
-            incl = struct.unpack(endian + 'IIII', rec)[2]
-            yield f.read(incl)
+            sec, sub, incl, _ = struct.unpack(endian + 'IIII', rec)
+            data = f.read(incl)
+            yield (sec + sub * frac, data) if with_time else data
 
 
-def sent_from(path, addr):
-    """IP packets (from the IP header on) whose source is addr."""
+def last_time(path):
+    t = 0.0
+    for when, _ in frames(path, with_time=True):
+        t = max(t, when)
+    return t
+
+
+def sent_from(path, addr, with_time=False):
+    """IP packets (from the IP header on) whose source is addr; with_time: (seconds, packet)."""
     packed = addr.packed
     out = []
-    for fr in frames(path):
+    for when, fr in frames(path, with_time=True):
         off = 14
         ether_type = struct.unpack('>H', fr[12:14])[0]
         if ether_type == 0x8100:
             ether_type = struct.unpack('>H', fr[16:18])[0]
             off = 18
         ip = fr[off:]
+        pkt = None
         if ether_type == 0x0800 and addr.version == 4 and ip[12:16] == packed:
-            out.append(ip[:struct.unpack('>H', ip[2:4])[0]])
+            pkt = ip[:struct.unpack('>H', ip[2:4])[0]]
         elif ether_type == 0x86dd and addr.version == 6 and ip[8:24] == packed:
-            out.append(ip[:40 + struct.unpack('>H', ip[4:6])[0]])
+            pkt = ip[:40 + struct.unpack('>H', ip[4:6])[0]]
+        if pkt is not None:
+            out.append((when, pkt) if with_time else pkt)
     return out
 
 
@@ -66,6 +84,9 @@ def masked(ip):
 
 
 def main(argv):
+    late_ok = len(argv) > 1 and argv[1] == '--late-ok'
+    if late_ok:
+        argv = argv[:1] + argv[2:]
     if len(argv) != 5:
         sys.stderr.write(__doc__)
         return 2
@@ -75,6 +96,16 @@ def main(argv):
         addr = ipaddress.ip_address(text)
         wire = sent_from(wire_path, addr)
         mine = sent_from(uroce_path, addr)
+        if exact and late_ok and len(wire) > len(mine):
+            # The peer's last packets, beyond those uroce captured: the program had closed the
+            # device (or had not read them yet when it closed). Allowed only at the end: the
+            # packets uroce did capture must still be the first ones, exactly.
+            closed = last_time(uroce_path)
+            late = sent_from(wire_path, addr, with_time=True)[len(mine):]
+            print('%s: the last %d packet(s) reached the host as uroce\'s device closed: not in '
+                  'its capture (on the wire %+.6f to %+.6f s after its last captured packet)' %
+                  (text, len(late), late[0][0] - closed, late[-1][0] - closed))
+            wire = wire[:len(mine)]
         if not exact:
             wire = [masked(p) for p in wire]
             mine = [masked(p) for p in mine]

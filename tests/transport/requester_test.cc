@@ -630,6 +630,36 @@ TEST(Completer, SequenceNakMidReadReRequestsOnlyTheRest) {
   EXPECT_EQ(slice(s.e, 2000, 1000), remote);
 }
 
+// A READ re-requested from the middle (here after a lost response and the timeout) may be
+// answered as a continuation of the original response, Middle..Last from the re-requested PSN:
+// rxe does so (rxe_resp.c duplicate_request: a duplicate READ whose PSN is not the resource's
+// first PSN replays in state rdatm_res_state_replay, and read_reply then sends Middle/Last). The
+// requester must accept it as it accepts a fresh First..Last; rejecting it re-requested the same
+// READ forever against rxe (interop matrix, ib_read_bw with 1% loss).
+TEST(Completer, ReadReRequestedMidMessageAcceptsAContinuationAnswer) {
+  Solo s(QpType::kRc, 256);
+  s.set(10, 7, 7);
+  const auto remote = pattern(1000, 31);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 2000, 1000))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1001, part(remote, 256, 256));
+  // 0x1002 is lost; 0x1003 arrives out of sequence and is ignored.
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  s.advance(ack_timeout(10));
+  auto out = s.drain();
+  EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1002, true)}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 512, kRkey, 488}));
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 512, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(s.e.scq.wcs[0].byte_len, 1000u);
+  EXPECT_EQ(slice(s.e, 2000, 1000), remote);
+  EXPECT_TRUE(s.drain().empty());  // nothing re-requested again
+}
+
 // ---- NAKs that fail the WQE -------------------------------------------------------------------
 
 TEST(Completer, ErrorNaksFailTheWqeAndFlushTheRestInOrder) {

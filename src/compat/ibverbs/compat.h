@@ -156,7 +156,6 @@ engine::UdpDevice* net(Context* ctx);
 // Whether ibv_post_send / ibv_wr_complete run a progress round in the posting thread (unless
 // UROCE_NO_TX_ON_POST is set).
 bool transmit_on_post();
-void report_stats_at_close(engine::UdpDevice& u);
 
 // Runs `post(Device&)` under the device lock, then, if transmit_on_post(), transmits from this
 // thread: the packets leave at once, as a NIC starts on its doorbell, and the doorbell does not

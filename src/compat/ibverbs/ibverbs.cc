@@ -552,26 +552,6 @@ void to_ibv_wc(const Wc& w, ibv_wc* o) {
   o->dlid_path_bits = w.dlid_path_bits;
 }
 
-// UROCE_STATS_AT_CLOSE=FILE (or - for stderr): the device's counters, as `uroce stats` prints
-// them, appended when the application closes it: what a short-lived program (a perftest run)
-// did, after the stats endpoint is gone.
-void report_stats_at_close(engine::UdpDevice& u) {
-  const char* where = std::getenv("UROCE_STATS_AT_CLOSE");
-  if (where == nullptr || *where == '\0') return;
-  const std::string text = engine::format_stats_text(u.stats(), true);
-  if (std::string_view(where) == "-") {
-    std::fputs(text.c_str(), stderr);
-    return;
-  }
-  if (std::FILE* f = std::fopen(where, "a")) {
-    std::fputs(text.c_str(), f);
-    std::fclose(f);
-  } else {
-    std::fprintf(stderr, "uroce libibverbs: UROCE_STATS_AT_CLOSE: cannot open %s: %s\n", where,
-                 std::strerror(errno));
-  }
-}
-
 bool transmit_on_post() {
   static const bool on = std::getenv("UROCE_NO_TX_ON_POST") == nullptr;
   return on;
@@ -872,7 +852,6 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) {
   Context* ctx = ctx_of(context);
   if (ctx->owner) {
     ctx->owner->close();
-    report_stats_at_close(*ctx->owner);
     ctx->owner.reset();
   }
   if (ctx->async_placeholder >= 0) ::close(ctx->async_placeholder);
