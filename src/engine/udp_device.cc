@@ -1,8 +1,10 @@
 #include "engine/udp_device.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -53,6 +55,12 @@ std::uint64_t cq_key(CqHandle cq) { return (std::uint64_t{cq.index} << 32) | cq.
 
 // Set by UdpDevice::QuietDoorbells in the posting thread.
 thread_local bool t_quiet_doorbells = false;
+
+// This thread's kernel id, looked up once.
+pid_t my_tid() {
+  thread_local const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  return tid;
+}
 
 }  // namespace
 
@@ -126,6 +134,7 @@ UdpDevice::~UdpDevice() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (async_fd_ >= 0) ::close(async_fd_);
   if (app_timer_fd_ >= 0) ::close(app_timer_fd_);
+  if (app_stat_fd_ >= 0) ::close(app_stat_fd_);
 }
 
 // ---- progress ----
@@ -221,6 +230,7 @@ void UdpDevice::wait(Duration max_wait) {
 // ---- the progress thread ----
 
 UdpDevice::Locked UdpDevice::lock() {
+  app_tid_.store(my_tid(), std::memory_order_relaxed);
   // The mirror of the thread's courtesy: an application that polls in a tight loop would
   // otherwise take the lock straight back every time and starve the progress thread.
   for (int i = 0; i < 64 && thread_waiting_.load(std::memory_order_relaxed); ++i) {
@@ -248,6 +258,26 @@ void UdpDevice::stop_progress_thread() {
   thread_.join();
   sleeping_.store(false);
   drain_fd(wake_fd_);
+}
+
+bool UdpDevice::application_sleeps() {
+  const pid_t tid = app_tid_.load(std::memory_order_relaxed);
+  if (tid <= 0) return false;
+  if (tid != app_stat_tid_) {
+    if (app_stat_fd_ >= 0) ::close(app_stat_fd_);
+    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+    app_stat_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    app_stat_tid_ = tid;
+  }
+  if (app_stat_fd_ < 0) return false;
+  char buf[256];
+  const ssize_t n = ::pread(app_stat_fd_, buf, sizeof buf - 1, 0);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "tid (comm) S ...": the state follows the last ')' (comm may hold anything).
+  const char* close = std::strrchr(buf, ')');
+  if (close == nullptr || close[1] != ' ') return false;
+  return close[2] == 'S' || close[2] == 'D';
 }
 
 void UdpDevice::application_waits() {
@@ -344,7 +374,17 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
       }
     }
     maybe_serve_stats(t, false);
-    if (!idle) spin_until = t + options.spin;
+    if (!idle) {
+      // With no spin configured, spin anyway (kIdleAppSpin) while the application's thread is
+      // asleep (blocked in a system call, as a passive RDMA target waiting on a socket): the
+      // CPU is the thread's, and a stream of packets then costs no wake-up per batch. Never
+      // while the application runs (it may be spinning on memory on this very CPU).
+      Duration spin = options.spin;
+      if (spin == Duration::zero() && options.spin_while_app_sleeps && application_sleeps()) {
+        spin = kIdleAppSpin;
+      }
+      spin_until = t + spin;
+    }
     // Let an application thread that waits for the lock have it before the next round
     // (std::mutex is not fair: this thread would otherwise take it straight back).
     for (int i = 0; i < 64 && app_waiting_.load(std::memory_order_relaxed) > 0; ++i) {

@@ -51,6 +51,8 @@
 // answer) and by the progress thread in thread mode.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <deque>
 #include <map>
@@ -78,6 +80,10 @@ struct ProgressThreadOptions {
   Duration spin = Duration::zero();
   // Packets sent per round before the lock is released.
   std::size_t tx_budget = 256;
+  // With `spin` zero: still busy-poll for UdpDevice::kIdleAppSpin after work while the
+  // application thread that last used the device sleeps in the kernel (a passive target
+  // blocked on a socket), never while it runs.
+  bool spin_while_app_sleeps = true;
 };
 
 // What close() achieved.
@@ -132,6 +138,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // application for this long (a packet then waits at most this long for the thread when the
   // application stops polling).
   static constexpr Duration kAppActive = Duration::us(50);
+  // See ProgressThreadOptions::spin_while_app_sleeps.
+  static constexpr Duration kIdleAppSpin = Duration::us(500);
   // Waits until a packet arrives, a timer is due, a stats request comes or `max_wait` passes,
   // then progresses.
   void wait(Duration max_wait);
@@ -173,6 +181,10 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // after kAppActive. Called by get_cq_event() and get_async_event() before they block; call
   // it when arming a CQ for events that will be waited for elsewhere (poll() on the fd).
   void application_waits();
+  // Whether the application thread that last took lock() is asleep in the kernel (its state in
+  // /proc/self/task/<tid>/stat is S or D). Called by the progress thread only (it keeps that
+  // file open); public for tests.
+  bool application_sleeps();
   // Starts the thread. An error message when it is already running or the device is closed.
   std::string start_progress_thread(const ProgressThreadOptions& options = {});
   // Stops and joins the thread (the device goes back to polling mode). No-op when not running.
@@ -285,6 +297,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // its last progress() + kAppActive; app_timer_fd_ expires then), and when the sleeping
   // thread looks again (Instant ns).
   int app_timer_fd_ = -1;
+  std::atomic<pid_t> app_tid_{0};  // the thread that last took lock()
+  pid_t app_stat_tid_ = 0;         // the progress thread's open /proc/self/task/<tid>/stat
+  int app_stat_fd_ = -1;
   std::atomic<std::int64_t> app_active_until_{0};
   std::atomic<std::int64_t> sleep_until_{0};
 
