@@ -137,7 +137,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // Thread mode: after an application's progress() round the thread leaves the socket to the
   // application for this long (a packet then waits at most this long for the thread when the
   // application stops polling).
-  static constexpr Duration kAppActive = Duration::us(50);
+  static constexpr Duration kAppActive = Duration::us(200);
   // See ProgressThreadOptions::spin_while_app_sleeps.
   static constexpr Duration kIdleAppSpin = Duration::us(500);
   // Waits until a packet arrives, a timer is due, a stats request comes or `max_wait` passes,
