@@ -156,9 +156,10 @@ delta() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
 
 start_tcpdump() { # PCAP_FILE LOG_FILE
   # --immediate-mode: without it packets still in the kernel's capture block when tcpdump is
-  # stopped are lost. -B: a 32 MiB capture buffer, so that a burst (a go-back-N
-  # retransmission) is not dropped. -Z root: write the file without dropping privileges.
-  ip netns exec "$ns" tcpdump --immediate-mode -B 32768 -Z root -i tap0 -s 0 -U \
+  # stopped are lost. -B: a 256 MiB capture buffer, so that a burst (a go-back-N
+  # retransmission, a 1 MiB READ while another process keeps both CPUs busy: 32 MiB once lost
+  # packets then) is not dropped. -Z root: write the file without dropping privileges.
+  ip netns exec "$ns" tcpdump --immediate-mode -B 262144 -Z root -i tap0 -s 0 -U \
     -w "$1" udp port 4791 >"$2" 2>&1 &
   tcpdump_pid=$!
   # tcpdump prints "listening on tap0" once its capture is open.
