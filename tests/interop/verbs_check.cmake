@@ -6,16 +6,6 @@ if(NOT TARGET uroce_ibverbs)
 endif()
 
 set(VC_LIBDIR ${PROJECT_BINARY_DIR}/compat)
-# A sanitizer build of the library needs the sanitizer runtimes preloaded into the
-# uninstrumented program (as tests/compat does for the stock tools).
-set(VC_PRELOAD "")
-if(UROCE_SANITIZE)
-  foreach(rt libasan.so libubsan.so)
-    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=${rt}
-                    OUTPUT_VARIABLE p OUTPUT_STRIP_TRAILING_WHITESPACE)
-    string(APPEND VC_PRELOAD "${p} ")
-  endforeach()
-endif()
 
 set(vc_next_port 18900)
 # verbs_check_pair(NAME TIMEOUT SERVER_RC CLIENT_RC REGEX [CAPTURE] [PCAP_EXPECT REGEX] ARGS...
@@ -38,7 +28,7 @@ function(verbs_check_pair name limit src crc regex)
   math(EXPR t "${limit} + 30")
   set_tests_properties(compat.verbs_check_${name} PROPERTIES
                        ENVIRONMENT
-                       "UROCE_TEST_PRELOAD=${VC_PRELOAD};VC_UROCE=${tool};VC_PCAP_EXPECT=${VC_PCAP_EXPECT}"
+                       "UROCE_TEST_PRELOAD=${UROCE_SANITIZER_PRELOAD};VC_UROCE=${tool};VC_PCAP_EXPECT=${VC_PCAP_EXPECT}"
                        TIMEOUT ${t} LABELS compat
                        # Same devices for every case; like the other compat pairs, run alone.
                        RUN_SERIAL TRUE)
