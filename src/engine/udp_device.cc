@@ -196,9 +196,11 @@ bool UdpDevice::application_round(bool receive) {
         app_active_until_.store(until.ns(), std::memory_order_relaxed);
       }
       // Work this round could not finish (a full socket, doorbells rung quietly) is the
-      // thread's; so are held ACKs due before the thread would next look.
+      // thread's; so are held ACKs due before a thread that watches the socket would next
+      // look. (A thread off the socket leaves them to this application's rounds, and looks
+      // when the activity timer expires: a held ACK waits at most kAppActive then.)
       wake = engine_->has_unheld_tx_work() ||
-             acks_due_.ns() < sleep_until_.load(std::memory_order_relaxed);
+             acks_due_.ns() < ack_watch_until_.load(std::memory_order_relaxed);
     }
   }
   if (wake && sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) {
@@ -324,7 +326,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
     // doorbell that needs this thread wakes it.
     const Instant app_until = Instant::from_ns(app_active_until_.load(std::memory_order_relaxed));
     if (t < app_until && !doorbell_rung_.load(std::memory_order_relaxed)) {
-      sleep_until_.store(app_until.ns(), std::memory_order_relaxed);
+      ack_watch_until_.store(0, std::memory_order_relaxed);  // the application's rounds do
       sleeping_.store(true);
       if (!doorbell_rung_.load()) {
         pollfd p[3] = {{wake_fd_, POLLIN, 0}, {app_timer_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
@@ -368,7 +370,7 @@ void UdpDevice::thread_main(ProgressThreadOptions options) {
       // can send them behind its request; they are due by acks_due_ at the latest.
       if ((idle && t >= spin_until) || (held && !tx_left)) {
         wake_at = std::min(next_timer, acks_due_);
-        sleep_until_.store(wake_at.ns(), std::memory_order_relaxed);
+        ack_watch_until_.store(wake_at.ns(), std::memory_order_relaxed);
         sleeping_.store(true);
         sleep = true;
       }

@@ -127,7 +127,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // kAckHold at most, for the request the application is about to post on that QP, and leaves
   // in the same batch right behind it (Engine::flush_tx's hold_acks): one system call per hop
   // instead of two, and the peer, polling for its completion, finds the request first. Any
-  // round after kAckHold sends it; in thread mode the progress thread makes sure one comes.
+  // round after kAckHold sends it; in thread mode the progress thread makes sure one comes
+  // (kAppActive at most after the application's last round, if that round held it).
   // UROCE_HOLD_ACKS=0 turns this off.
   bool progress();
   // progress() without receiving or timers: sends what is ready (what a post just queued).
@@ -294,14 +295,15 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   bool hold_acks_ = true;                    // UROCE_HOLD_ACKS
   Instant acks_due_ = Instant::never();      // held ACKs go by then (under mu_)
   // Thread mode: until when the application counts as progressing the device itself (about
-  // its last progress() + kAppActive; app_timer_fd_ expires then), and when the sleeping
-  // thread looks again (Instant ns).
+  // its last progress() + kAppActive; app_timer_fd_ expires then), and, while the thread
+  // sleeps watching the socket, when it looks again (Instant ns; 0 while it sleeps off the
+  // socket, leaving held ACKs to the application's rounds).
   int app_timer_fd_ = -1;
   std::atomic<pid_t> app_tid_{0};  // the thread that last took lock()
   pid_t app_stat_tid_ = 0;         // the progress thread's open /proc/self/task/<tid>/stat
   int app_stat_fd_ = -1;
   std::atomic<std::int64_t> app_active_until_{0};
-  std::atomic<std::int64_t> sleep_until_{0};
+  std::atomic<std::int64_t> ack_watch_until_{0};
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;
