@@ -47,6 +47,17 @@ sockaddr_in addr(const char* ip, std::uint16_t port) {
   return a;
 }
 
+// Every message of a send batch: one datagram of `iov` to `to`.
+void address_all(std::vector<mmsghdr>& msgs, sockaddr_in& to, iovec& iov) {
+  for (auto& m : msgs) {
+    m.msg_hdr = msghdr{};
+    m.msg_hdr.msg_name = &to;
+    m.msg_hdr.msg_namelen = sizeof to;
+    m.msg_hdr.msg_iov = &iov;
+    m.msg_hdr.msg_iovlen = 1;
+  }
+}
+
 // A UDP socket bound to `ip` (port 0: any), with large buffers; -1 after fail().
 int open_socket(Shared& s, const char* ip, bool nonblocking) {
   const int fd = ::socket(AF_INET, SOCK_DGRAM | (nonblocking ? SOCK_NONBLOCK : 0), 0);
@@ -169,13 +180,7 @@ int bw(const std::string& mode, double seconds, std::size_t size, std::size_t se
                          struct alignas(cmsghdr) Control {
                            std::array<std::byte, CMSG_SPACE(sizeof(std::uint16_t))> b;
                          } control{};
-                         for (auto& m : msgs) {
-                           m.msg_hdr = msghdr{};
-                           m.msg_hdr.msg_name = &to;
-                           m.msg_hdr.msg_namelen = sizeof to;
-                           m.msg_hdr.msg_iov = &iov;
-                           m.msg_hdr.msg_iovlen = 1;
-                         }
+                         address_all(msgs, to, iov);
                          if (gso && per_call > segment) {
                            msghdr& h = msgs[0].msg_hdr;
                            h.msg_control = control.b.data();
@@ -237,13 +242,7 @@ int pps(std::size_t size, std::size_t batch, double seconds) {
                  std::vector<std::byte> data(std::max<std::size_t>(size, 1), std::byte{0x5a});
                  iovec iov{data.data(), size};
                  std::vector<mmsghdr> msgs(batch);
-                 for (auto& m : msgs) {
-                   m.msg_hdr = msghdr{};
-                   m.msg_hdr.msg_name = &to;
-                   m.msg_hdr.msg_namelen = sizeof to;
-                   m.msg_hdr.msg_iov = &iov;
-                   m.msg_hdr.msg_iovlen = 1;
-                 }
+                 address_all(msgs, to, iov);
                  SenderWindow window(sh);
                  CreditWindow credit(sh, window_packets);
                  std::uint64_t sent_total = 0;

@@ -371,9 +371,8 @@ class Qp {
     std::uint32_t psn = 0;
     std::uint32_t msn = 0;
   } error_nak_;
-  bool error_nak_pending_ = false;
-  bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK  // 2 *
-                           // max_dest_rd_atomic + 4: see qp.cc
+  bool error_nak_pending_ = false;  // 2 * max_dest_rd_atomic + 4: see qp.cc
+  bool ack_held_ = false;           // note_ack_held(): a ready request goes before the ACK
 };
 
 }  // namespace uroce::transport

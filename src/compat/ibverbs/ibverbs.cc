@@ -318,14 +318,12 @@ void note_reported(pthread_mutex_t* m, std::uint32_t* reported) {
 }
 
 // rdma-core's destroy verbs return only once every event handed out for the object was
-// acknowledged (ibv_ack_cq_events, ibv_ack_async_event signal the condition).
+// acknowledged (ibv_ack_cq_events, ibv_ack_async_event signal the condition). Called once the
+// object is out of the context's maps, so `reported` no longer grows.
 void wait_acked(pthread_mutex_t* m, pthread_cond_t* c, const std::uint32_t* reported,
-                const std::uint32_t* completed, const std::uint32_t* reported2 = nullptr,
-                const std::uint32_t* completed2 = nullptr) {
+                const std::uint32_t* completed) {
   pthread_mutex_lock(m);
-  while (*completed != *reported || (reported2 != nullptr && *completed2 != *reported2)) {
-    pthread_cond_wait(c, m);
-  }
+  while (*completed != *reported) pthread_cond_wait(c, m);
   pthread_mutex_unlock(m);
 }
 
@@ -1117,7 +1115,8 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* icq) {
     if (cq->channel != nullptr) --cq->channel->ibv.refcnt;
   }
   wait_acked(&cq->ibv.mutex, &cq->ibv.cond, &cq->comp_events_reported,
-             &cq->ibv.comp_events_completed, &cq->async_events_reported,
+             &cq->ibv.comp_events_completed);
+  wait_acked(&cq->ibv.mutex, &cq->ibv.cond, &cq->async_events_reported,
              &cq->ibv.async_events_completed);
   destroy_sync(&cq->ibv.mutex, &cq->ibv.cond);
   delete cq;
