@@ -56,8 +56,13 @@ Out parse_roce(ConstBytes p) {
     const bool last = op->is(kFlagLast);
     // rxe check_length: First and Middle packets carry exactly one path MTU, a Last packet
     // 1..MTU bytes; only Only packets may be empty. An MTU is a multiple of 4, hence no pad.
-    if (!(first && last) && payload == 0) return Err{DropReason::kEmptyPayload};
-    if (!last && pad != 0) return Err{DropReason::kPaddedNonLastPacket};
+    // For READ responses that is the parser's to enforce. A request of the wrong shape must
+    // reach its responder instead, which NAKs it Invalid Request (class C) as rxe does: dropped
+    // here, it would cost the requester its retry budget.
+    if (op->is(kFlagResponse)) {
+      if (!(first && last) && payload == 0) return Err{DropReason::kEmptyPayload};
+      if (!last && pad != 0) return Err{DropReason::kPaddedNonLastPacket};
+    }
     if (payload > kMaxPayloadBytes) return Err{DropReason::kPayloadTooLong};
   }
   RocePacket pkt;

@@ -180,15 +180,16 @@ TEST(Parser, EveryDropReasonHasACraftedPacket) {
        }},
       {DropReason::kEmptyPayload,
        [] {
-         Bytes f = frame_of(Opcode::kRcSendOnly, 0);
-         BthMut(MutBytes(f).subspan(kRoce)).set_opcode(0x00);  // SEND First
+         Bytes f = frame_of(Opcode::kRcRdmaReadResponseOnly, 0);
+         BthMut(MutBytes(f).subspan(kRoce)).set_opcode(0x0d);  // READ Response First
          refresh_icrc(f);
          return f;
        }},
       {DropReason::kPaddedNonLastPacket,
        [] {
-         Bytes f = frame_of(Opcode::kRcSendOnly, 3);
-         BthMut(MutBytes(f).subspan(kRoce)).set_opcode(0x01);  // SEND Middle, 3 bytes + 1 pad
+         Bytes f = frame_of(Opcode::kRcRdmaReadResponseOnly, 3);
+         // READ Response Middle, 3 bytes + 1 pad
+         BthMut(MutBytes(f).subspan(kRoce)).set_opcode(0x0e);
          refresh_icrc(f);
          return f;
        }},
@@ -217,14 +218,17 @@ TEST(Parser, DropReasonNamesAreUniqueSnakeCase) {
 }
 
 TEST(Parser, AcceptsEveryLegalPayloadShape) {
-  // Only packets may be empty; Last packets need a byte; First/Middle carry whole words.
+  // Only packets may be empty; a READ response Last needs a byte, First/Middle whole words. A
+  // request of another shape is the responder's to NAK (Invalid Request), not the parser's.
   EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcSendOnly, 0)).ok());
   EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcRdmaWriteOnly, 0)).ok());
   EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcRdmaReadResponseOnly, 0)).ok());
   EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcSendLast, 1)).ok());
   EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcSendFirst, 1024)).ok());
   EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kUdSendOnly, 4096)).ok());
-  EXPECT_EQ(frame_error(frame_of(Opcode::kRcSendLast, 0)), DropReason::kEmptyPayload);
+  EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcSendLast, 0)).ok());
+  EXPECT_TRUE(parse_frame(LinkType::kEthernet, frame_of(Opcode::kRcRdmaWriteMiddle, 0)).ok());
+  EXPECT_EQ(frame_error(frame_of(Opcode::kRcRdmaReadResponseLast, 0)), DropReason::kEmptyPayload);
   EXPECT_EQ(frame_error(frame_of(Opcode::kRcRdmaReadResponseMiddle, 0)), DropReason::kEmptyPayload);
 }
 
