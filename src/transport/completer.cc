@@ -17,9 +17,17 @@ namespace uroce::transport {
 
 using wire::Opcode;
 
-void Qp::note_progress(Instant now) {
+void Qp::reset_retry_counters() {
+  // rxe reset_retry_counters: progress restores both budgets and ends the go-back-N mark. Left
+  // set, the mark would compare as "not yet past" again once the completer has moved 2^23 PSNs
+  // beyond it (24-bit PSN comparisons turn round), and suppress the next NAK's recovery.
   comp_.retry_cnt = attr_.retry_cnt;
   comp_.rnr_retry = attr_.rnr_retry;
+  comp_.retry_started = false;
+}
+
+void Qp::note_progress(Instant now) {
+  reset_retry_counters();
   comp_.deadline = comp_.psn == req_.psn ? Instant::never() : now + ack_timeout();
   env_.cc->on_ack(now);
 }
@@ -39,6 +47,7 @@ void Qp::complete_acked_through(std::uint32_t psn) {
     if (w.state != WqeState::kPending || !wire::psn_lt(w.last_psn, psn)) return;
     if (is_read_or_atomic(w)) return;
     comp_.psn = wire::psn_add(w.last_psn, 1);
+    reset_retry_counters();
     complete_send(sq_tail_, WcStatus::kSuccess);
   }
 }

@@ -96,8 +96,12 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
     // Control path: the only place besides the constructor that allocates.
     resources_.assign(a.max_dest_rd_atomic, RdAtomicResource{});
     next_resource_ = 0;
-    // Each READ/atomic response may be followed by one coalesced ACK or NAK.
-    responses_ = BoundedRing<Response>(2 * std::size_t{a.max_dest_rd_atomic} + 4);
+    // Each READ/atomic response may be followed by one coalesced ACK or NAK. A requester within
+    // max_dest_rd_atomic has at most that many READs/atomics waiting for their responses, and
+    // as many again replayed after a retry while the originals still wait: with one ACK or NAK
+    // behind each and one in front, 3 * max_dest_rd_atomic + 1 slots are never exceeded (a
+    // requester beyond its limit finds no room and its READ is dropped, to be retried).
+    responses_ = BoundedRing<Response>(3 * std::size_t{a.max_dest_rd_atomic} + 4);
   }
   if (mask & kQpMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
   if (mask & kQpDestQpn) attr_.dest_qp_num = a.dest_qp_num & wire::kPsnMask;
@@ -140,7 +144,7 @@ void Qp::reset_state() {
   resp_ = Responder{};
   for (auto& r : resources_) r = RdAtomicResource{};
   responses_.clear();
-  error_nak_pending_ = false;
+  drain_responses_in_error_ = false;
   if (!env_.rq_is_srq) {
     while (!env_.rq->empty()) env_.rq->pop();
   }
@@ -231,6 +235,8 @@ void Qp::enter_error() {
   if (state_ == QpState::kErr) return;
   state_ = QpState::kErr;
   attr_.qp_state = state_;
+  // In the error state a QP sends nothing, except what a responder error owes (responder.cc).
+  if (!drain_responses_in_error_) responses_.clear();
   flush();
   if (env_.rq_is_srq && env_.events != nullptr) {
     env_.events->qp_event(qpn_, AsyncEventType::kQpLastWqeReached);
@@ -373,18 +379,12 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
     ack_held_ = false;  // one request packet at most goes first
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) return true;
   }
-  if (state_ != QpState::kErr && poll_response(out)) return true;
   if (state_ == QpState::kErr) {
-    if (!error_nak_pending_) return false;
-    error_nak_pending_ = false;
-    build_bth(out, wire::Opcode::kRcAcknowledge, attr_.dest_qp_num, error_nak_.psn, false, false,
-              0);
-    wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
-        .encode(wire::Aeth{error_nak_.syndrome, error_nak_.msn});
-    out.av = path_;
-    ++counters_.packets_sent;
-    return true;
+    if (drain_responses_in_error_ && poll_response(out)) return true;
+    drain_responses_in_error_ = false;
+    return false;
   }
+  if (poll_response(out)) return true;
   return poll_request(now, out);
 }
 
@@ -395,7 +395,7 @@ Instant Qp::poll_timeout() const {
 }
 
 bool Qp::has_transmit_work() const {
-  if (state_ == QpState::kErr) return error_nak_pending_;
+  if (state_ == QpState::kErr) return drain_responses_in_error_ && !responses_.empty();
   if (!responses_.empty()) return true;
   return req_.rnr_resume.is_never() && request_ready();
 }
@@ -403,6 +403,10 @@ bool Qp::has_transmit_work() const {
 bool Qp::only_ack_to_send() const {
   if (state_ == QpState::kErr || responses_.size() != 1) return false;
   if (!req_.sent_any || sq_count_ > 1) return false;
+  // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's
+  // timeout is not visible here; this QP's own stands in for it (the two sides of a
+  // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.
+  if (attr_.timeout != 0 && attr_.timeout < kMinTimeoutToHoldAck) return false;
   const Response& r = responses_.front();
   if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck) {
     return false;

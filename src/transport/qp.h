@@ -46,6 +46,9 @@ inline constexpr std::uint64_t kMaxMessageBytes = 1ull << 31;
 // rxe: at most 128 unacknowledged PSNs, AckReq at least every 64 packets.
 inline constexpr std::uint32_t kMaxUnackedPsns = 128;
 inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
+// The most PSNs outstanding at once for 24-bit PSN comparisons to hold (wire/psn.h): what one
+// READ of kMaxMessageBytes at MTU 256 needs.
+inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
 
@@ -172,7 +175,12 @@ class Qp {
   // next one soon. Such an ACK may wait a little to leave together with that request
   // (Engine::flush_tx's hold_acks). A QP that only responds (a bandwidth test's target) or
   // streams requests gets its ACKs out at once: its peer's window may be waiting for them.
+  // Never with an ACK timeout below kMinTimeoutToHoldAck.
   bool only_ack_to_send() const;
+  // 4.096 us * 2^8 = 1.05 ms: over five times the longest an engine holds an ACK (UdpDevice:
+  // 100 us, 200 us when the application stops polling), and IBTA lets a timer fire no earlier
+  // than its nominal value.
+  static constexpr std::uint8_t kMinTimeoutToHoldAck = 8;
   // The engine held this QP's ACK: when a request is ready with it, the request's first packet
   // goes out before the ACK. The peer, polling for the completion that ACK brings, then
   // receives the request first and executes it in the same polling loop (a ping-pong of
@@ -239,6 +247,7 @@ class Qp {
   bool scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,
                              ConstBytes data);
   void fail_wqe(std::uint32_t index, WcStatus status);
+  void reset_retry_counters();
   void note_progress(Instant now);
   void handle_retry_timeout(Instant now);
   bool start_retry(std::uint32_t psn);
@@ -257,7 +266,8 @@ class Qp {
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
                      std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp);
   void queue_ack(std::uint8_t syndrome, std::uint32_t psn);
-  void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn);
+  void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn,
+                       bool discard_queued);
 
   // ---- state ----
   void enter_error();
@@ -306,7 +316,8 @@ class Qp {
     Instant deadline = Instant::never();  // local ACK timeout
     bool read_stream_open = false;        // inside First..Last of READ responses
     // A go-back-N started by a NAK or a lost response is not started again by the responses to
-    // packets sent before it, until the completer moves past `retry_psn` (rxe: started_retry).
+    // packets sent before it, until the completer makes progress (rxe: started_retry, cleared
+    // by reset_retry_counters).
     bool retry_started = false;
     std::uint32_t retry_psn = 0;
   } comp_;
@@ -351,28 +362,26 @@ class Qp {
                                 std::uint64_t length, std::uint32_t rkey);
   std::uint32_t next_resource_ = 0;
 
-  // Responses waiting to be sent, in PSN order.
+  // Responses waiting to be sent, in PSN order: READ responses and atomic ACKs, each followed by
+  // at most one ACK or NAK (queue_ack coalesces), so the ring (3 * max_dest_rd_atomic + 4, see
+  // qp.cc) never has to drop an ACK or a NAK.
   struct Response {
     enum class Kind : std::uint8_t { kAck, kRead, kAtomic } kind = Kind::kAck;
     std::uint8_t syndrome = 0;
     std::uint32_t psn = 0;  // ACK: acknowledged PSN; READ: next response PSN
     std::uint32_t msn = 0;
-    std::uint32_t resource = 0;  // READ / atomic
-    std::uint64_t offset = 0;    // READ: bytes already sent
-    std::uint64_t va = 0;        // READ: where this (possibly replayed) response starts
+    std::uint64_t offset = 0;  // READ: bytes already sent
+    std::uint64_t va = 0;      // READ: where this (possibly replayed) response starts
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
+    std::uint64_t orig = 0;  // atomic: the original value, computed when the atomic executed
   };
   BoundedRing<Response> responses_;
 
-  // A responder error's NAK, sent after the QP entered the error state.
-  struct ErrorNak {
-    std::uint8_t syndrome = 0;
-    std::uint32_t psn = 0;
-    std::uint32_t msn = 0;
-  } error_nak_;
-  bool error_nak_pending_ = false;  // 2 * max_dest_rd_atomic + 4: see qp.cc
-  bool ack_held_ = false;           // note_ack_held(): a ready request goes before the ACK
+  // A responder error moved the QP to ERR: the responses queued before it, and its NAK last,
+  // still leave; then nothing.
+  bool drain_responses_in_error_ = false;
+  bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK
 };
 
 }  // namespace uroce::transport

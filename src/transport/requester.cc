@@ -50,9 +50,17 @@ bool Qp::request_ready() const {
   if (req_.next_wqe == sq_tail_ + sq_count_) return false;
   const SendWqe& w = sq_at(req_.next_wqe);
   const bool rc = type_ == QpType::kRc;
-  // The PSN window (rxe: RXE_MAX_UNACKED_PSNS).
-  if (rc && wire::psn_diff(req_.psn, comp_.psn) >= static_cast<std::int32_t>(kMaxUnackedPsns)) {
-    return false;
+  // The PSN window (rxe: RXE_MAX_UNACKED_PSNS), as an unsigned distance: a READ takes all
+  // its response PSNs at once and may leave up to 2^23 of them outstanding.
+  const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
+  if (rc && outstanding >= kMaxUnackedPsns) return false;
+  // A READ of up to 2^31 bytes at MTU 256 spans up to 2^23 PSNs. Behind other outstanding
+  // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn
+  // round (a response would look like one never sent): such a READ waits for an empty window.
+  if (rc && w.opcode == WrOpcode::kRdmaRead && outstanding != 0) {
+    const std::uint64_t rest = w.length - (w.state == WqeState::kPosted ? 0 : w.sent_bytes);
+    const std::uint64_t npsn = rest == 0 ? 1 : (rest + mtu_bytes_ - 1) / mtu_bytes_;
+    if (outstanding + npsn > kMaxPsnSpan) return false;
   }
   if (w.state == WqeState::kPosted) {
     // SQD: no new WQE starts; one started before (and reset by a go-back-N) goes on.

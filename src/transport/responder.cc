@@ -89,17 +89,22 @@ void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn) {
   r.psn = psn;
   r.msn = resp_.msn;
   if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
+    // Behind the last READ or atomic response, at most one ACK or NAK waits: the one that says
+    // the most. Every ACK and NAK at PSN p acknowledges all requests before p, so a later one
+    // at a higher PSN says all an earlier one did (a NAK at p whose gap was filled since, or an
+    // RNR NAK at p whose retry was executed since, is obsolete); one at a lower PSN (a re-ACK of
+    // a duplicate) says nothing new. At the same PSN the newcomer wins (an ACK: p was executed
+    // since; a fatal NAK: the QP's last word), except a sequence NAK, which adds nothing to a
+    // NAK there: replacing an RNR NAK would make the requester spend retry_cnt, not rnr_retry.
     Response& back = responses_.back();
-    const bool back_is_ack = wire::aeth_type(back.syndrome) == wire::AethType::kAck;
-    const bool new_is_ack = wire::aeth_type(syndrome) == wire::AethType::kAck;
-    // Coalesce: a later ACK replaces an ACK; a later NAK replaces an ACK or a NAK. An ACK never
-    // replaces a NAK, which would lose the only NAK of a gap.
-    if (back_is_ack || (!new_is_ack && wire::psn_ge(psn, back.psn))) {
-      back = r;
-      return;
-    }
+    const std::int32_t d = wire::psn_diff(psn, back.psn);
+    const bool back_is_nak = wire::aeth_type(back.syndrome) != wire::AethType::kAck;
+    const bool new_is_seq_nak = syndrome == wire::make_nak_syndrome(NakCode::kPsnSequenceError);
+    if (d > 0 || (d == 0 && !(back_is_nak && new_is_seq_nak))) back = r;
+    return;
   }
-  if (responses_.full()) return;  // the requester's timer recovers
+  // Room is guaranteed: a READ or atomic response is queued only with a slot to spare behind
+  // it (execute_request), and ACKs and NAKs coalesce into one behind each.
   responses_.push_back(r);
 }
 
@@ -119,19 +124,32 @@ void Qp::queue_rd_atomic_response(std::uint32_t resource, std::uint32_t psn, std
   job.kind = r.is_read ? Response::Kind::kRead : Response::Kind::kAtomic;
   job.psn = psn;
   job.msn = r.msn;
-  job.resource = resource;
   job.va = va;
   job.length = length;
   job.rkey = rkey;
+  // The atomic's original value goes with its response now: the resource may be reused by a
+  // later READ or atomic before this response leaves (rxe also builds the atomic ACK from the
+  // value computed when the atomic executes).
+  job.orig = r.orig;
+  UROCE_CHECK(responses_.size() + 1 < responses_.capacity());
   responses_.push_back(job);
 }
 
-void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn) {
+void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn,
+                         bool discard_queued) {
   ++counters_.other_naks_sent;
-  error_nak_ = ErrorNak{nak_syndrome, psn, resp_.msn};
-  error_nak_pending_ = type_ == QpType::kRc;
   if (resp_.has_wqe) complete_recv(status, 0, 0, 0, WcOpcode::kRecv, false, attr_.dest_qp_num);
-  responses_.clear();
+  // Responses go out in PSN order, the NAK after everything before it: READ responses and
+  // atomic ACKs owed to requests accepted before this one still leave, from the error state
+  // (poll_transmit), then the NAK, then nothing. A READ that fails while it is answered
+  // (discard_queued) takes its own rest and what was queued behind it along.
+  if (discard_queued) responses_.clear();
+  if (type_ == QpType::kRc) {
+    queue_ack(nak_syndrome, psn);
+    drain_responses_in_error_ = true;
+  } else {
+    responses_.clear();
+  }
   if (env_.events != nullptr) {
     const NakCode code = static_cast<NakCode>(wire::aeth_value(nak_syndrome));
     env_.events->qp_event(qpn_, code == NakCode::kRemoteAccessError ? AsyncEventType::kQpAccessErr
@@ -199,8 +217,10 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
   }
   // Payload lengths against the path MTU (rxe check_length).
   const std::size_t payload = pkt.payload.size();
+  // First and Middle carry exactly the MTU, Last 1..MTU bytes, Only 0..MTU.
   if (op.is(wire::kFlagPayload)) {
     if (!last && payload != mtu_bytes_) return RespStatus::kInvalidRequest;
+    if (last && !first && payload == 0) return RespStatus::kInvalidRequest;
     if (payload > mtu_bytes_) return RespStatus::kInvalidRequest;
   }
   if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe && !take_recv_wqe()) return RespStatus::kRnr;
@@ -348,6 +368,10 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt) {
       }
       return;
     case RespStatus::kRnr:
+      // The RNR NAK is this run's NAK (IBTA 9.7.5.2.8, one NAK per run as for a sequence
+      // error): the packets behind P are dropped in silence until the requester, after its RNR
+      // timer, resends P.
+      resp_.nak_sent = true;
       ++counters_.rnr_naks_sent;
       queue_ack(wire::make_rnr_nak_syndrome(attr_.min_rnr_timer), psn);
       return;
@@ -356,18 +380,19 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt) {
       return;
     case RespStatus::kInvalidRequest:
       responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kRemInvReqErr,
-                      psn);
+                      psn, false);
       return;
     case RespStatus::kLengthError:
-      responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kLocLenErr, psn);
+      responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kLocLenErr, psn,
+                      false);
       return;
     case RespStatus::kAccessError:
       responder_error(wire::make_nak_syndrome(NakCode::kRemoteAccessError), WcStatus::kRemAccessErr,
-                      psn);
+                      psn, false);
       return;
     case RespStatus::kOperationalError:
       responder_error(wire::make_nak_syndrome(NakCode::kRemoteOperationalError),
-                      WcStatus::kLocProtErr, psn);
+                      WcStatus::kLocProtErr, psn, false);
       return;
   }
 }
@@ -389,11 +414,20 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
     if (!r.valid) continue;
     if (op.is(wire::kFlagRead) && r.is_read && wire::psn_ge(psn, r.first_psn) &&
         wire::psn_le(psn, r.last_psn)) {
-      // Replay from the requested PSN, with the (possibly shortened) range of the new request.
+      // Replay from the requested PSN, with the (possibly shortened) range of the new request,
+      // which must be the saved request or a part of it (rxe duplicate_request): the same rkey
+      // and a range within the saved one, ending where it ends. Anything else is dropped in
+      // silence (class D); it never reaches memory the original request was not checked for.
       const wire::RethView reth = pkt.reth();
-      const std::uint32_t npsn = packets_for(reth.dma_length(), mtu_bytes_);
+      const std::uint64_t va = reth.va();
+      const std::uint64_t length = reth.dma_length();
+      if (reth.rkey() != r.rkey || length > kMaxMessageBytes || length > r.length || va < r.va ||
+          va - r.va > r.length - length) {
+        break;
+      }
+      const std::uint32_t npsn = packets_for(length, mtu_bytes_);
       if (wire::psn_add(psn, std::int64_t{npsn} - 1) != r.last_psn) break;
-      queue_rd_atomic_response(i, psn, reth.va(), reth.dma_length(), reth.rkey());
+      queue_rd_atomic_response(i, psn, va, length, reth.rkey());
       return;
     }
     if (op.is(wire::kFlagAtomic) && !r.is_read && r.first_psn == psn) {
@@ -512,7 +546,7 @@ bool Qp::poll_response(TxPacket& out) {
       const MutBytes hdr(out.header);
       wire::AethMut(hdr.subspan(wire::kBthBytes))
           .encode(wire::Aeth{wire::make_ack_syndrome(), r.msn});
-      wire::AtomicAckEthMut(hdr.subspan(wire::kBthBytes + 4)).set_orig(resources_[r.resource].orig);
+      wire::AtomicAckEthMut(hdr.subspan(wire::kBthBytes + 4)).set_orig(r.orig);
       responses_.pop_front();
       break;
     }
@@ -532,8 +566,8 @@ bool Qp::poll_response(TxPacket& out) {
             env_.memory->resolve(env_.pd, r.rkey, true, r.va + r.offset, len, kAccessRemoteRead);
         if (!mem.ok()) {
           responder_error(wire::make_nak_syndrome(NakCode::kRemoteAccessError),
-                          WcStatus::kRemAccessErr, psn);
-          return false;
+                          WcStatus::kRemAccessErr, psn, true);
+          return poll_response(out);
         }
         out.pieces[0] = mem.value();
         out.num_pieces = 1;

@@ -1,0 +1,413 @@
+// Issue 11's transport audit (IBTA vol. 1 ch. 9; rxe_resp.c, rxe_comp.c): one test per defect
+// found, each crafted to fail on the code before its fix. The defect is named in each test's
+// comment; the audit item number is in its name.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "wire/aeth.h"
+#include "wire/psn.h"
+
+namespace uroce::test {
+namespace {
+
+using transport::SendRequest;
+using wire::NakCode;
+using wire::Opcode;
+using Bytes = std::vector<std::byte>;
+
+constexpr std::uint32_t kEpsn = 0x5000;  // Solo's rq_psn
+constexpr std::uint32_t kPsn = 0x1000;   // Solo's sq_psn
+
+const std::uint8_t kAck = wire::make_ack_syndrome();
+const std::uint8_t kSeqNak = wire::make_nak_syndrome(NakCode::kPsnSequenceError);
+const std::uint8_t kRemAcc = wire::make_nak_syndrome(NakCode::kRemoteAccessError);
+
+wire::TransportHeaders reth_packet(Opcode op, std::uint32_t psn, std::uint64_t va,
+                                   std::uint32_t rkey, std::uint32_t len) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(op);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.bth.ack_req = true;
+  h.reth = wire::Reth{va, rkey, len};
+  return h;
+}
+
+wire::TransportHeaders fetch_add(std::uint32_t psn, std::uint64_t va, std::uint32_t rkey,
+                                 std::uint64_t add) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcFetchAdd);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.bth.ack_req = true;
+  h.atomic_eth = wire::AtomicEth{va, rkey, add, 0};
+  return h;
+}
+
+void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
+  const Sge sge{s.va(off), len, s.e.key};
+  ASSERT_EQ(s.e.qp->post_recv(id, std::span(&sge, 1)), Errc::kOk);
+}
+
+// An ACK-type response from the fictitious peer, to the Solo QP's requester.
+void ack_packet(Solo& s, std::uint32_t psn, std::uint8_t syndrome) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.aeth.syndrome = syndrome;
+  h.aeth.msn = 1;
+  s.feed(h);
+}
+
+SendRequest request(std::uint64_t id, WrOpcode op, std::span<const Sge> sges,
+                    std::uint32_t flags = kSendSignaled) {
+  SendRequest r;
+  r.wr_id = id;
+  r.opcode = op;
+  r.send_flags = flags;
+  r.sges = sges;
+  return r;
+}
+
+// "RC Acknowledge 5003 a0": opcode name, PSN, AETH syndrome (00 without an AETH).
+std::string resp(Opcode op, std::uint32_t psn, std::uint8_t syndrome) {
+  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  char b[32];
+  std::snprintf(b, sizeof b, " %x %02x", psn & wire::kPsnMask,
+                info.has(wire::ExtHeader::kAeth) ? syndrome : 0);
+  return std::string(info.name) + b;
+}
+
+std::string describe(const Solo::Sent& p) {
+  return resp(p.op->opcode(), p.h.bth.psn, p.h.aeth.syndrome);
+}
+
+std::vector<std::string> describe(const std::vector<Solo::Sent>& ps) {
+  std::vector<std::string> out;
+  for (const auto& p : ps) out.push_back(describe(p));
+  return out;
+}
+
+// ---- 1. an error NAK must not discard the responses owed to earlier requests ----------------
+
+// The responder used to clear its whole response queue when it queued a fatal NAK: a READ
+// accepted just before a WRITE with a bad rkey (one receive batch) never got its response.
+TEST(Audit, Item1ErrorNakComesAfterTheResponsesBeforeIt) {
+  Solo s(QpType::kRc, 1024);
+  std::memset(s.e.buf.data() + 8192, 0x5a, 2000);
+  std::uint64_t v = 7;
+  std::memcpy(s.e.buf.data() + 512, &v, 8);
+  s.feed(reth_packet(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), s.e.key, 2000));  // 2 PSNs
+  s.feed(fetch_add(kEpsn + 2, s.va(512), s.e.key, 1));
+  s.feed(reth_packet(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key + 99, 8), pattern(8, 1));
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (std::vector<std::string>{
+                               resp(Opcode::kRcRdmaReadResponseFirst, kEpsn, kAck),
+                               resp(Opcode::kRcRdmaReadResponseLast, kEpsn + 1, kAck),
+                               resp(Opcode::kRcAtomicAcknowledge, kEpsn + 2, kAck),
+                               resp(Opcode::kRcAcknowledge, kEpsn + 3, kRemAcc),
+                           }));
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[2].h.atomic_ack_orig, 7u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_TRUE(s.drain().empty());
+}
+
+// End to end: the READ succeeds and the WRITE fails with REM_ACCESS_ERR, whatever retry_cnt is
+// (with 3 the READ used to fail with RETRY_EXC_ERR; with 7 neither WQE completed).
+TEST(Audit, Item1ReadBeforeABadWriteCompletesEndToEnd) {
+  for (std::uint8_t retry_cnt : {3, 7}) {
+    SCOPED_TRACE("retry_cnt " + std::to_string(retry_cnt));
+    Pair p(QpType::kRc, 1024);
+    p.connect(14, retry_cnt);
+    fill(p.b, 8192, 3000, 4);
+    const Sge r = sge(p.a, 0, 3000);
+    SendRequest rd = request(1, WrOpcode::kRdmaRead, std::span(&r, 1));
+    rd.remote_addr = p.b.addr() + 8192;
+    rd.rkey = p.b.key;
+    ASSERT_EQ(p.a.qp->post_send(rd), Errc::kOk);
+    const Sge w = sge(p.a, 4096, 16);
+    SendRequest wr = request(2, WrOpcode::kRdmaWrite, std::span(&w, 1));
+    wr.remote_addr = p.b.addr();
+    wr.rkey = p.b.key + 1000;  // no such key
+    ASSERT_EQ(p.a.qp->post_send(wr), Errc::kOk);
+    p.run(Duration::s(60));
+    ASSERT_EQ(p.a.scq.wcs.size(), 2u);
+    EXPECT_EQ(p.a.scq.wcs[0].wr_id, 1u);
+    EXPECT_EQ(p.a.scq.wcs[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(p.a.scq.wcs[1].wr_id, 2u);
+    EXPECT_EQ(p.a.scq.wcs[1].status, WcStatus::kRemAccessErr);
+    EXPECT_EQ(slice(p.a, 0, 3000), slice(p.b, 8192, 3000));
+    EXPECT_EQ(p.b.qp->state(), QpState::kErr);
+    EXPECT_EQ(p.a.qp->counters().retransmitted_packets, 0u);
+  }
+}
+
+// ---- 2. an atomic ACK carries its own atomic's original value --------------------------------
+
+// The original value used to be read from the responder resource at transmit time; with
+// max_dest_rd_atomic 1 the second Fetch&Add reused the resource before the first ACK left.
+TEST(Audit, Item2AtomicAckCarriesItsOwnOriginalValue) {
+  Solo s(QpType::kRc);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/1);
+  std::uint64_t v = 10;
+  std::memcpy(s.e.buf.data() + 512, &v, 8);
+  s.feed(fetch_add(kEpsn, s.va(512), s.e.key, 5));
+  s.feed(fetch_add(kEpsn + 1, s.va(512), s.e.key, 5));
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.bth.psn, kEpsn);
+  EXPECT_EQ(out[0].h.atomic_ack_orig, 10u);
+  EXPECT_EQ(out[1].h.bth.psn, kEpsn + 1);
+  EXPECT_EQ(out[1].h.atomic_ack_orig, 15u);
+  std::memcpy(&v, s.e.buf.data() + 512, 8);
+  EXPECT_EQ(v, 20u);
+  // The duplicate of the second (its resource is the live one) returns its saved value.
+  s.feed(fetch_add(kEpsn + 1, s.va(512), s.e.key, 5));
+  const auto again = s.drain();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].h.atomic_ack_orig, 15u);
+}
+
+// ---- 3. a sequence NAK does not overwrite a queued RNR NAK ----------------------------------
+
+// No receive WQE and two SENDs in one batch: the RNR NAK at P used to be replaced by a sequence
+// NAK at P, so the requester spent retry_cnt instead of waiting out the RNR timer.
+TEST(Audit, Item3RnrNakIsNotReplacedByASequenceNak) {
+  Solo s(QpType::kRc);
+  s.feed(Opcode::kRcSendOnly, kEpsn, pattern(8, 0));
+  s.feed(Opcode::kRcSendOnly, kEpsn + 1, pattern(8, 0));
+  s.feed(Opcode::kRcSendOnly, kEpsn + 2, pattern(8, 0));
+  const auto out = s.drain();
+  EXPECT_EQ(describe(out), (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn,
+                                                          wire::make_rnr_nak_syndrome(12))}));
+  EXPECT_EQ(s.e.qp->counters().seq_naks_sent, 0u);
+  EXPECT_EQ(s.e.qp->counters().rnr_naks_sent, 1u);
+  // The retried SEND is executed once a receive WQE is there.
+  post_recv(s, 1, 0, 64);
+  s.feed(Opcode::kRcSendOnly, kEpsn, pattern(8, 0));
+  EXPECT_EQ(describe(s.drain()),
+            (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn, kAck)}));
+}
+
+// End to end with retry_cnt 0: the two SENDs wait for the receiver (rnr_retry 7) and succeed.
+TEST(Audit, Item3SendsWaitOutTheRnrTimerWithoutSpendingRetryCnt) {
+  Pair p(QpType::kRc, 1024);
+  p.connect(14, /*retry_cnt=*/0, /*rnr_retry=*/7, /*min_rnr_timer=*/1);
+  fill(p.a, 0, 64, 3);
+  const Sge s1 = sge(p.a, 0, 32);
+  const Sge s2 = sge(p.a, 32, 32);
+  ASSERT_EQ(p.a.qp->post_send(request(1, WrOpcode::kSend, std::span(&s1, 1))), Errc::kOk);
+  ASSERT_EQ(p.a.qp->post_send(request(2, WrOpcode::kSend, std::span(&s2, 1))), Errc::kOk);
+  p.run(Duration::us(30));  // both SENDs arrive and meet no receive WQE
+  EXPECT_TRUE(p.a.scq.wcs.empty());
+  const Sge r1 = sge(p.b, 1000, 64);
+  const Sge r2 = sge(p.b, 2000, 64);
+  ASSERT_EQ(p.b.qp->post_recv(11, std::span(&r1, 1)), Errc::kOk);
+  ASSERT_EQ(p.b.qp->post_recv(12, std::span(&r2, 1)), Errc::kOk);
+  p.run();
+  ASSERT_EQ(p.a.scq.wcs.size(), 2u);
+  EXPECT_EQ(p.a.scq.wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(p.a.scq.wcs[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(slice(p.b, 1000, 32), slice(p.a, 0, 32));
+  EXPECT_EQ(slice(p.b, 2000, 32), slice(p.a, 32, 32));
+  EXPECT_GE(p.a.qp->counters().rnr_naks_received, 1u);
+  EXPECT_EQ(p.a.qp->counters().seq_naks_received, 0u);
+}
+
+// ---- 4. a duplicate READ must match its saved request -----------------------------------------
+
+// A duplicate READ used to be replayed with whatever va, length and rkey it carried; a bogus
+// rkey there moved the QP to ERR. As rxe: the same rkey, within the saved range, else dropped.
+TEST(Audit, Item4DuplicateReadOutsideTheSavedRequestIsDropped) {
+  Solo s(QpType::kRc, 1024);
+  const std::uint64_t va = s.va(16384);
+  s.feed(reth_packet(Opcode::kRcRdmaReadRequest, kEpsn, va, s.e.key, 3000));  // 3 PSNs
+  ASSERT_EQ(s.drain().size(), 3u);
+  struct Bad {
+    const char* what;
+    std::uint32_t psn;
+    std::uint64_t va;
+    std::uint32_t rkey;
+    std::uint32_t len;
+  };
+  const Bad bad[] = {
+      {"another rkey", kEpsn, va, s.e.key + 7, 3000},
+      {"another rkey mid-message", kEpsn + 1, va + 1024, 0xdead, 1976},
+      {"before the saved range", kEpsn + 1, va - 1024, s.e.key, 1976},
+      {"after the saved range", kEpsn + 1, va + 2048, s.e.key, 1976},
+      {"longer than the saved request", kEpsn, va, s.e.key, 3001},
+      {"longer than 2^31", kEpsn, va, s.e.key, 0x80000001u},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    s.feed(reth_packet(Opcode::kRcRdmaReadRequest, b.psn, b.va, b.rkey, b.len));
+    EXPECT_TRUE(s.drain().empty());
+    EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  }
+  // A proper duplicate of the rest is still replayed.
+  s.feed(reth_packet(Opcode::kRcRdmaReadRequest, kEpsn + 2, va + 2048, s.e.key, 952));
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.psn, kEpsn + 2);
+  EXPECT_EQ(out[0].payload, slice(s.e, 16384 + 2048, 952));
+}
+
+// ---- 6. the go-back-N retry mark is cleared by progress ---------------------------------------
+
+// retry_started was never cleared: after more than 2^23 PSNs of progress following one retry,
+// the mark compared as "not yet past" again and suppressed sequence-NAK recovery (with ACK
+// timeout 0, for ever). As rxe's reset_retry_counters, progress clears it.
+TEST(Audit, Item6SequenceNakRecoveryWorksAfterMoreThan2To23PsnsOfProgress) {
+  QpCap cap = Endpoint::default_cap();
+  cap.max_send_wr = 128;
+  Solo s(QpType::kRc, 4096, kPsn, kEpsn, cap);
+  s.set(/*timeout=*/0, 7, 7);  // no ACK timer: only NAKs can recover a loss
+  transport::TxPacket tx;
+  // One go-back-N at kPsn.
+  ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kRdmaWrite, {}, 0)), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  ack_packet(s, kPsn, kSeqNak);
+  ASSERT_EQ(s.drain().size(), 1u);  // resent
+  ack_packet(s, kPsn, kAck);
+  // More than 2^23 PSNs of progress: zero-length WRITEs, 120 per ACK.
+  std::uint32_t psn = kPsn + 1;
+  constexpr std::uint32_t kBatch = 120;  // below the 128-PSN window
+  for (std::uint32_t done = 0; done < (1u << 23) + 200; done += kBatch) {
+    for (std::uint32_t i = 0; i < kBatch; ++i) {
+      ASSERT_EQ(s.e.qp->post_send(request(2, WrOpcode::kRdmaWrite, {}, 0)), Errc::kOk);
+    }
+    for (std::uint32_t i = 0; i < kBatch; ++i) ASSERT_TRUE(s.e.qp->poll_transmit(s.now, tx));
+    psn = wire::psn_add(psn, kBatch);
+    ack_packet(s, wire::psn_add(psn, -1), kAck);
+    ASSERT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+  }
+  // A lost packet now: the sequence NAK must start a go-back-N.
+  ASSERT_EQ(s.e.qp->post_send(request(3, WrOpcode::kRdmaWrite, {})), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(request(4, WrOpcode::kRdmaWrite, {})), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);
+  ack_packet(s, psn, kSeqNak);  // the first of the two was lost
+  const auto resent = s.drain();
+  ASSERT_EQ(resent.size(), 2u);
+  EXPECT_EQ(resent[0].h.bth.psn, psn);
+  ack_packet(s, wire::psn_add(psn, 1), kAck);
+  ASSERT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.scq.wcs[0].wr_id, 3u);
+  EXPECT_EQ(s.e.scq.wcs[1].status, WcStatus::kSuccess);
+}
+
+// ---- 9. the response queue never drops what the protocol owes --------------------------------
+
+// With max_dest_rd_atomic 1 the response ring has 6 slots. Gaps that fill again (a NAK, a
+// duplicate, the missing packet, the next gap) used to pile up NAK after NAK until the ring
+// was full, and then the ACK owed for the last SEND was dropped.
+TEST(Audit, Item9TheResponseRingKeepsTheAckOwedAfterManyGaps) {
+  Solo s(QpType::kRc);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/1);
+  for (int i = 0; i < 20; ++i) post_recv(s, static_cast<std::uint64_t>(i), 0, 64);
+  s.feed(Opcode::kRcSendOnly, kEpsn, pattern(8, 0));
+  std::uint32_t next = kEpsn + 1;
+  for (int round = 0; round < 10; ++round) {
+    s.feed(Opcode::kRcSendOnly, next + 1, pattern(8, 0));  // a gap: NAK at `next`
+    s.feed(Opcode::kRcSendOnly, next - 1, pattern(8, 0));  // a duplicate: ACK again
+    s.feed(Opcode::kRcSendOnly, next, pattern(8, 0));      // the gap filled
+    ++next;
+  }
+  const auto out = s.drain();
+  ASSERT_FALSE(out.empty());
+  // Whatever was coalesced on the way, the last word is the ACK of the last SEND executed.
+  EXPECT_EQ(describe(out.back()), resp(Opcode::kRcAcknowledge, next - 1, kAck));
+  EXPECT_EQ(out.back().h.aeth.msn, 11u);
+  EXPECT_LE(out.size(), 6u);
+}
+
+// A zero-payload SEND Last (or RDMA WRITE Last) used to be dropped by the parser, which cost the
+// peer its retry budget; rxe's check_length NAKs it Invalid Request (class C).
+TEST(Audit, Item9EmptyLastPacketIsNakedInvalidRequest) {
+  const std::uint8_t inv = wire::make_nak_syndrome(NakCode::kInvalidRequest);
+  {
+    Solo s(QpType::kRc, 1024);
+    post_recv(s, 1, 0, 4096);
+    s.feed(Opcode::kRcSendFirst, kEpsn, pattern(1024, 0), false);
+    s.feed(Opcode::kRcSendLast, kEpsn + 1, {});
+    EXPECT_EQ(describe(s.drain()),
+              (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn + 1, inv)}));
+    EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  }
+  {
+    Solo s(QpType::kRc, 1024);
+    s.feed(reth_packet(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(0), s.e.key, 2048), pattern(1024, 0));
+    s.feed(Opcode::kRcRdmaWriteLast, kEpsn + 1, {});
+    EXPECT_EQ(describe(s.drain()),
+              (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn + 1, inv)}));
+    EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  }
+}
+
+// ---- a message that spans 2^23 PSNs -----------------------------------------------------------
+
+// A 2 GiB READ at MTU 256 takes 2^23 PSNs at once. Sent behind other outstanding PSNs, it used to
+// put the oldest unacknowledged PSN more than 2^23 behind the next one, where 24-bit comparisons
+// turn round: the ACK of the SEND before it was dropped as "never sent", and the window looked
+// open again. It now waits until everything before it is acknowledged, and closes the window.
+TEST(Audit, ReadSpanning2To23PsnsKeepsTheWindowArithmeticSound) {
+  Solo s(QpType::kRc, 256);
+  const Sge small = sge(s.e, 0, 16);
+  ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&small, 1))), Errc::kOk);
+  const Sge huge{s.va(0), 0x80000000u, s.e.key};  // never written: no response is fed
+  SendRequest rd = request(2, WrOpcode::kRdmaRead, std::span(&huge, 1));
+  rd.remote_addr = 0x10000;
+  rd.rkey = 0x77;
+  ASSERT_EQ(s.e.qp->post_send(rd), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(request(3, WrOpcode::kSend, std::span(&small, 1))), Errc::kOk);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);  // the READ waits for the SEND's ACK
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcSendOnly);
+  ack_packet(s, kPsn, kAck);
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);  // the READ; the SEND after it waits for the window
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaReadRequest);
+  EXPECT_EQ(out[0].h.reth.dma_length, 0x80000000u);
+  EXPECT_TRUE(s.drain().empty());
+  // A response inside the READ's range is taken (not dropped as a PSN never sent).
+  const std::uint64_t dropped = s.e.qp->counters().dropped;
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcRdmaReadResponseFirst);
+  h.bth.psn = kPsn + 1;
+  h.aeth.syndrome = kAck;
+  s.feed(h, pattern(256, 9));
+  EXPECT_EQ(s.e.qp->counters().dropped, dropped);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  EXPECT_EQ(slice(s.e, 0, 256), pattern(256, 9));
+}
+
+// ---- a held ACK and a short peer timeout ------------------------------------------------------
+
+// The engine may hold a ping-pong QP's ACK (up to 200 us in UdpDevice) for its next request; a
+// peer whose ACK timeout is shorter (exponent 5: 131 us) would retransmit meanwhile. A QP with
+// a short timeout of its own (standing in for its peer's) never offers its ACK for holding.
+TEST(Audit, ShortAckTimeoutsNeverHoldAnAck) {
+  for (std::uint8_t timeout : {1, 5, 7, 8, 14, 0}) {
+    SCOPED_TRACE("timeout " + std::to_string(timeout));
+    Solo s(QpType::kRc);
+    s.set(timeout, 7, 7);
+    // One side of a ping-pong: it sent a request, which completed, and now gets the peer's.
+    const Sge w = sge(s.e, 0, 8);
+    ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
+    ASSERT_EQ(s.drain().size(), 1u);
+    ack_packet(s, kPsn, kAck);
+    post_recv(s, 1, 4096, 64);
+    s.feed(Opcode::kRcSendOnly, kEpsn, pattern(8, 0));
+    const bool long_enough = timeout == 0 || timeout >= transport::Qp::kMinTimeoutToHoldAck;
+    EXPECT_EQ(s.e.qp->only_ack_to_send(), long_enough);
+    EXPECT_EQ(describe(s.drain()),
+              (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn, kAck)}));
+  }
+}
+
+}  // namespace
+}  // namespace uroce::test
