@@ -712,7 +712,8 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   // visible to a UDP socket: uroce's single packets carry 0; its GSO segments (1, 2, ...) and
   // rxe's packets carry others, recovered from the ICRC itself (solving for the identification
   // that explains the difference from the ICRC with 0), which leaves a 16-bit check against
-  // corruption instead of 32.
+  // corruption instead of 32. Nor is DF: rxe and uroce set it, a sender that does not is
+  // recognised the same way (both tries together: a 15-bit check).
   wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
   std::array<std::byte, 48> ip_udp;
   const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
@@ -721,10 +722,20 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   const std::uint32_t stored = load_le32(roce, body);
   meta.icrc_verified = icrc0 == stored;
   if (!meta.icrc_verified && !local_.v6) {
-    if (auto id = id_delta(roce.size()).solve(icrc0 ^ stored)) {
+    // Only on a mismatch: DF set with some identification, then DF clear (a sender whose
+    // socket does not set it, IP_PMTUDISC_DONT, whose kernel also picks the identification),
+    // each by the same linear solve, so the common path costs nothing more.
+    const wire::Ipv4IdIcrcDelta& d = id_delta(roce.size());
+    if (auto id = d.solve(icrc0 ^ stored)) {
       meta.icrc_verified = true;
       ++counters_.rx_icrc_id_recovered;
       h.ipv4_id = *id;
+      wire::write_outer(ip_udp, h, roce.size());
+    } else if (auto id_df0 = d.solve(icrc0 ^ stored ^ d.df_clear())) {
+      meta.icrc_verified = true;
+      ++counters_.rx_icrc_df_clear;
+      h.ipv4_df = false;
+      h.ipv4_id = *id_df0;
       wire::write_outer(ip_udp, h, roce.size());
     }
   }

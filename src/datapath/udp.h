@@ -27,7 +27,11 @@
 // counted (bad_icrc). The one header field a UDP socket does not show is the IPv4
 // identification: a packet whose ICRC does not match with identification 0 (uroce's GSO
 // segments, rxe's packets) has its identification recovered from the ICRC itself, which still
-// rejects a corrupted packet with probability 1 - 2^-16 (counted as rx_icrc_id_recovered).
+// rejects a corrupted packet with probability 1 - 2^-16 (counted as rx_icrc_id_recovered). The
+// DF flag is not shown either: a packet whose ICRC fits no identification with DF set is tried
+// with DF clear (as a socket with IP_PMTUDISC_DONT sends), again solving for the identification
+// (counted as rx_icrc_df_clear; with both tries a corrupted packet passes with probability
+// 2^-15). A UD receive's GRH area shows the header so recovered (identification, DF).
 //
 // Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
 // UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
@@ -107,6 +111,9 @@ struct UdpCounters {
   // IPv4 packets with a nonzero identification (uroce's GSO segments, rxe's packets), accepted
   // because their ICRC is valid for some identification (a 16-bit check instead of 32).
   std::uint64_t rx_icrc_id_recovered = 0;
+  // IPv4 packets sent with DF clear (a sender with IP_PMTUDISC_DONT; its kernel picks the
+  // identification), accepted because their ICRC is valid for DF=0 and some identification.
+  std::uint64_t rx_icrc_df_clear = 0;
   std::uint64_t rx_calls = 0;          // recvmmsg calls that returned datagrams
   std::uint64_t rx_datagrams = 0;      // datagrams (buffers) read
   std::uint64_t rx_gro_datagrams = 0;  // of which coalesced by GRO (two or more packets)

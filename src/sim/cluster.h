@@ -13,6 +13,8 @@
 //   a counter are exactly its successive values, and its final value adds up;
 // - nothing is written outside the intended places: every host's memory, registered or not,
 //   equals an expected image at the end (and at each completion for the bytes it concerns);
+// - SEND with Invalidate of an ordinary MR (all of uroce's) fails as IBTA and rxe say, checked
+//   once at the end of a run on one RC pair (it takes the pair into the error state);
 // - every frame a host emits passes the wire parser (the checks of `uroce pcap check`);
 // - liveness: once faults stop, every QP finishes within the liveness limit.
 #pragma once

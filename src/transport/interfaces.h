@@ -15,10 +15,11 @@ namespace uroce::transport {
 
 // Why a memory access was refused. Each maps to one NAK or completion status.
 enum class AccessError : std::uint8_t {
-  kInvalidKey,    // no such lkey/rkey (or deregistered, or invalidated)
-  kWrongPd,       // the key belongs to another protection domain
-  kNoPermission,  // the region lacks the access flag
-  kOutOfBounds,   // [addr, addr+length) is not inside the region
+  kInvalidKey,        // no such lkey/rkey (or deregistered, or invalidated)
+  kWrongPd,           // the key belongs to another protection domain
+  kNoPermission,      // the region lacks the access flag
+  kOutOfBounds,       // [addr, addr+length) is not inside the region
+  kNotInvalidatable,  // invalidate(): an ordinary MR (only fast-register MRs and MWs can be)
 };
 
 // Memory protection in one place (implemented by verbs/). Keys are resolved on every access,
@@ -33,7 +34,8 @@ class MemoryResolver {
   virtual Result<MutBytes, AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
                                                 std::uint64_t addr, std::uint64_t length,
                                                 std::uint32_t access) = 0;
-  // Invalidates `rkey` (SEND with Invalidate). Returns why it cannot be, if it cannot.
+  // Invalidates `rkey` (SEND with Invalidate). Returns why it cannot be, if it cannot; the
+  // region is then unchanged (the responder NAKs Invalid Request, IBTA o10-37).
   virtual Result<bool, AccessError> invalidate(std::uint32_t pd, std::uint32_t rkey) = 0;
 };
 

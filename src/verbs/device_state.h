@@ -67,7 +67,6 @@ struct MrObj {
   std::uint32_t access = 0;
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
-  bool invalidated = false;
 };
 
 class CqObj final : public transport::CompletionSink {

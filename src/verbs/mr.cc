@@ -27,7 +27,7 @@ Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) {
   const MrObj* mr = mr_for_key(key);
-  if (mr == nullptr || mr->invalidated) return Err{AccessError::kInvalidKey};
+  if (mr == nullptr) return Err{AccessError::kInvalidKey};
   if ((remote ? mr->rkey : mr->lkey) != key) return Err{AccessError::kInvalidKey};
   if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
   if ((access & ~mr->access) != 0) return Err{AccessError::kNoPermission};
@@ -37,15 +37,18 @@ Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32
   return MutBytes(mr->base + offset, static_cast<std::size_t>(length));
 }
 
-// SEND with Invalidate and LOCAL_INV. IBTA (o10-37) and rxe allow this only for fast-register
-// MRs and memory windows, which uroce does not have; uroce lets it invalidate any MR so that
-// the operations work at all. An invalidated MR refuses every access until it is deregistered.
+// SEND with Invalidate (and LOCAL_INV, which uroce refuses at post time: verbs/qp.cc). IBTA
+// o10-37 and rxe (rxe_invalidate_mr(): -EINVAL unless the type is IB_MR_TYPE_MEM_REG) allow
+// invalidation only of regions made for it: fast-register MRs and memory windows. uroce has
+// neither, so every MR it has is an ordinary one (ibv_reg_mr) and refuses: after the key and PD
+// checks, the answer is kNotInvalidatable and the region stays valid. The responder turns any
+// refusal into NAK Invalid Request (IBV_WC_REM_INV_REQ_ERR at the requester) and the error
+// state, as rxe's responder does.
 Result<bool, AccessError> DeviceState::invalidate(std::uint32_t pd, std::uint32_t rkey) {
-  MrObj* mr = mr_for_key(rkey);
-  if (mr == nullptr || mr->invalidated || mr->rkey != rkey) return Err{AccessError::kInvalidKey};
+  const MrObj* mr = mr_for_key(rkey);
+  if (mr == nullptr || mr->rkey != rkey) return Err{AccessError::kInvalidKey};
   if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
-  mr->invalidated = true;
-  return true;
+  return Err{AccessError::kNotInvalidatable};
 }
 
 }  // namespace verbs::detail

@@ -303,10 +303,16 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
         r.compare_add = wr.atomic.compare_add;
         r.swap = wr.atomic.swap;
         break;
-      case WrOpcode::kSendWithInv:
-      case WrOpcode::kLocalInv:
+      case WrOpcode::kSendWithInv:  // legal to send: the peer may have regions made for it
         r.imm_data = wr.invalidate_rkey;
         break;
+      case WrOpcode::kLocalInv:
+        // Only fast-register MRs and memory windows can be invalidated (IBTA o10-37); uroce has
+        // neither, so a LOCAL_INV could only fail. rxe fails it when the requester reaches it
+        // (rxe_do_local_ops(): IBV_WC_LOC_QP_OP_ERR, QP to error); uroce refuses it at post
+        // time instead, as a provider does for an operation it lacks (EINVAL, bad_wr at it,
+        // the QP unchanged), and advertises no IBV_QP_EX_WITH_LOCAL_INV.
+        return fail(wr, Errc::kInvalidArgument);
       default:
         return fail(wr, Errc::kInvalidArgument);
     }

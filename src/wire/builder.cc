@@ -89,6 +89,7 @@ std::size_t write_outer(MutBytes out, const OuterHeaders& o, std::size_t roce_by
     ip.tos = o.traffic_class;
     ip.total_length = static_cast<std::uint16_t>(kIpv4Bytes + udp_len);
     ip.identification = o.ipv4_id;
+    ip.dont_fragment = o.ipv4_df;
     ip.ttl = o.ttl;
     ip.src = o.src;
     ip.dst = o.dst;

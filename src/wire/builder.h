@@ -64,6 +64,7 @@ struct OuterHeaders {
   std::uint8_t ttl = 64;           // IPv4 TTL / IPv6 hop limit
   std::uint32_t flow_label = 0;    // IPv6 only
   std::uint16_t ipv4_id = 0;
+  bool ipv4_df = true;   // IPv4 Don't Fragment (a socket with IP_PMTUDISC_DONT clears it)
   bool ethernet = true;  // prepend an Ethernet II header
   std::array<std::uint8_t, 6> src_mac{0x02, 0, 0, 0, 0, 1};
   std::array<std::uint8_t, 6> dst_mac{0x02, 0, 0, 0, 0, 2};

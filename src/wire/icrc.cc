@@ -156,6 +156,9 @@ Ipv4IdIcrcDelta::Ipv4IdIcrcDelta(std::size_t roce_bytes) : roce_bytes_(roce_byte
   // After the identification (IPv4 bytes 4-5) the ICRC reads the rest of the IPv4 header
   // (14 bytes), the UDP header (8) and BTH through pad (roce_bytes - 4).
   const std::uint32_t shift = x_pow_8n(kIpv4Bytes - 6 + kUdpBytes + roce_bytes - kIcrcBytes);
+  // DF is bit 14 of the flags/fragment-offset word (IPv4 bytes 6-7), two bytes further on.
+  df_clear_ = mul_mod_p(x_pow_8n(kIpv4Bytes - 8 + kUdpBytes + roce_bytes - kIcrcBytes),
+                        raw_crc_be16(0x4000));
   for (unsigned b = 0; b < 16; ++b) {
     bit_[b] = mul_mod_p(shift, raw_crc_be16(static_cast<std::uint16_t>(1u << b)));
     // Into echelon form.

@@ -77,9 +77,16 @@ class Ipv4IdIcrcDelta {
   // from the echelon form the constructor builds. 16 of the ICRC's 32 bits are spent on finding
   // the id, so a corrupted packet is still rejected with probability 1 - 2^-16.
   std::optional<std::uint16_t> solve(std::uint32_t delta) const;
+  // The same algebra for the DF flag, which the ICRC covers too: a packet sent with DF clear
+  // and identification v has ICRC(DF set, id 0) ^ df_clear() ^ (*this)(v). The 16 identification
+  // bits and DF are 17 distinct bits of one 32-bit word, so their deltas are independent: no
+  // identification with DF set explains a DF-clear packet, and solve(delta ^ df_clear()) finds
+  // the identification of one (with both tries, 15 bits are left against corruption).
+  std::uint32_t df_clear() const { return df_clear_; }
 
  private:
   std::size_t roce_bytes_;
+  std::uint32_t df_clear_ = 0;
   std::array<std::uint32_t, 16> bit_{};    // delta of each single bit of the identification
   std::array<std::uint32_t, 32> basis_{};  // echelon form: basis_[b]'s highest set bit is b
   std::array<std::uint16_t, 32> combo_{};  // the identification bits that make basis_[b]

@@ -223,6 +223,12 @@ int main(void) {
   struct ibv_device_attr da;
   REQUIRE(ibv_query_device(ctx, &da) == 0);
   CHECK(da.max_qp_wr == dx.orig_attr.max_qp_wr);
+  /* No fast-register MRs, memory windows or local invalidation: none advertised (rxe has them). */
+  const unsigned int no_mem_mgt = IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_MEM_WINDOW |
+                                  IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  CHECK((da.device_cap_flags & no_mem_mgt) == 0);
+  CHECK((dx.device_cap_flags_ex & no_mem_mgt) == 0);
+  CHECK(da.max_mw == 0 && da.max_fmr == 0);
   struct ibv_port_attr pa;
   REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
   CHECK(pa.state == IBV_PORT_ACTIVE);
@@ -436,6 +442,12 @@ int main(void) {
   /* An opcode uroce does not have: EINVAL, bad_wr names it. */
   swr.opcode = IBV_WR_BIND_MW;
   CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
+  /* LOCAL_INV: no region of uroce can be invalidated; refused at post time, the QP unchanged. */
+  swr.opcode = IBV_WR_LOCAL_INV;
+  swr.invalidate_rkey = s[0].mr->rkey;
+  CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
+  REQUIRE(ibv_query_qp(s[0].qp, &qattr, IBV_QP_STATE, &qinit) == 0);
+  CHECK(qattr.qp_state == IBV_QPS_RTS);
 
   /* ---- completion channel: blocking ibv_get_cq_event ---- */
   struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
@@ -531,6 +543,17 @@ int main(void) {
   mwa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
   errno = 0;
   CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
+  mwa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_LOCAL_INV; /* nothing to invalidate */
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
+  mwa.qp_type = IBV_QPT_UC;
+  mwa.send_ops_flags = IBV_QP_EX_WITH_SEND_WITH_INV; /* an RC opcode only */
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
+  mwa.qp_type = IBV_QPT_RC; /* SEND with Invalidate stays: the peer may have what it names */
+  struct ibv_qp* invq = ibv_create_qp_ex(ctx, &mwa);
+  CHECK(invq != NULL);
+  if (invq != NULL) CHECK(ibv_destroy_qp(invq) == 0);
   mwa.comp_mask = IBV_QP_INIT_ATTR_PD;
   mwa.qp_type = IBV_QPT_RAW_PACKET;
   errno = 0;

@@ -785,6 +785,77 @@ TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   EXPECT_EQ(got[0].ip_header[5], std::byte{0x34});
 }
 
+// A sender whose socket does not set DF (IP_PMTUDISC_DONT): its kernel sends DF=0 and picks the
+// identification. The ICRC covers both; a receiver that rebuilt the header with DF=1 would drop
+// every such packet. Here the ICRCs are computed for DF=0 and identifications 0 and 0x2345:
+// each is recognised (rx_icrc_df_clear) and its GRH area shows that header; a corrupted one is
+// still dropped.
+TEST(UdpDatapath, Ipv4PacketsSentWithDfClearAreVerified) {
+  auto b = UdpDatapath::open({v4("127.0.3.67"), 4791});
+  ASSERT_TRUE(b.ok()) << b.error();
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  const int dont = IP_PMTUDISC_DONT;
+  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_port = htons(4791);
+  ::inet_pton(AF_INET, "127.0.3.68", &from.sin_addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+  sockaddr_in to = from;
+  ::inet_pton(AF_INET, "127.0.3.67", &to.sin_addr);
+  struct Case {
+    std::size_t len;
+    std::uint16_t id;  // the identification the ICRC is computed for
+    bool corrupt;
+  };
+  const Case cases[] = {{0, 0, false},    {1, 0, false},     {100, 0x2345, false},
+                        {1000, 0, false}, {4000, 0, false},  {300, 0x2345, false},
+                        {64, 0, true},    {64, 0x2345, true}};
+  std::size_t good = 0;
+  for (const Case& c : cases) {
+    wire::OuterHeaders o;
+    o.src = v4("127.0.3.68");
+    o.dst = v4("127.0.3.67");
+    o.src_port = 4791;
+    o.ipv4_df = false;
+    o.ipv4_id = c.id;
+    o.ethernet = false;
+    const Bytes data = data_of(c.len);
+    Bytes frame(8192);
+    frame.resize(wire::build_frame(frame, o, send_only(data.size()), data));
+    Bytes udp_payload(frame.begin() + 28, frame.end());
+    if (c.corrupt) udp_payload[12 + c.len / 2] ^= std::byte{0x10};  // a payload bit
+    good += c.corrupt ? 0 : 1;
+    ASSERT_EQ(::sendto(fd, udp_payload.data(), udp_payload.size(), 0,
+                       reinterpret_cast<sockaddr*>(&to), sizeof to),
+              static_cast<ssize_t>(udp_payload.size()));
+  }
+  ::close(fd);
+  const auto got = receive_all(*b.value(), good);
+  ASSERT_EQ(got.size(), good);
+  std::size_t i = 0;
+  for (const Case& c : cases) {
+    if (c.corrupt) continue;
+    const Received& r = got[i++];
+    EXPECT_TRUE(r.meta.icrc_verified);
+    EXPECT_EQ(r.payload, data_of(c.len)) << c.len;
+    ASSERT_EQ(r.ip_header.size(), 20u);
+    EXPECT_EQ(r.ip_header[6] & std::byte{0x40}, std::byte{0}) << "DF shown clear";
+    EXPECT_EQ(r.ip_header[4], static_cast<std::byte>(c.id >> 8));
+    EXPECT_EQ(r.ip_header[5], static_cast<std::byte>(c.id & 0xff));
+  }
+  for (int tries = 0; tries < 10 && b.value()->counters().rx_packets < std::size(cases); ++tries) {
+    if (!readable(b.value()->fd())) break;
+    b.value()->receive(64, [&](const wire::RocePacket&, const RxMeta&) { ADD_FAILURE(); });
+  }
+  const UdpCounters& k = b.value()->counters();
+  EXPECT_EQ(k.rx_packets, std::size(cases));
+  EXPECT_EQ(k.rx_icrc_df_clear, good);
+  EXPECT_EQ(k.rx_icrc_id_recovered, 0u);
+  EXPECT_EQ(k.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 2u);
+}
+
 TEST(UdpDatapath, GarbageAndBadIcrcAreCountedDrops) {
   auto b = UdpDatapath::open({v4("127.0.0.63"), 4791});
   ASSERT_TRUE(b.ok()) << b.error();

@@ -10,9 +10,10 @@ namespace uroce::test {
 using transport::AccessError;
 
 std::uint32_t TestMemory::add(std::uint32_t pd, void* addr, std::uint64_t length,
-                              std::uint32_t access) {
+                              std::uint32_t access, bool invalidatable) {
   const std::uint32_t key = next_key_++;
-  regions_[key] = Region{pd, reinterpret_cast<std::uint64_t>(addr), length, access, true};
+  regions_[key] =
+      Region{pd, reinterpret_cast<std::uint64_t>(addr), length, access, true, invalidatable};
   return key;
 }
 
@@ -37,6 +38,7 @@ Result<bool, AccessError> TestMemory::invalidate(std::uint32_t pd, std::uint32_t
   auto it = regions_.find(key);
   if (it == regions_.end() || !it->second.valid) return Err{AccessError::kInvalidKey};
   if (it->second.pd != pd) return Err{AccessError::kWrongPd};
+  if (!it->second.invalidatable) return Err{AccessError::kNotInvalidatable};
   it->second.valid = false;
   return true;
 }

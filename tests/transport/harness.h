@@ -27,9 +27,12 @@ class TestMemory : public transport::MemoryResolver {
     std::uint64_t length = 0;
     std::uint32_t access = 0;
     bool valid = true;
+    bool invalidatable = false;  // what a fast-register MR or a memory window would be
   };
-  // Registers [addr, addr+length); returns its key (used as both lkey and rkey).
-  std::uint32_t add(std::uint32_t pd, void* addr, std::uint64_t length, std::uint32_t access);
+  // Registers [addr, addr+length); returns its key (used as both lkey and rkey). Like verbs'
+  // ordinary MRs, a region refuses invalidation unless made `invalidatable`.
+  std::uint32_t add(std::uint32_t pd, void* addr, std::uint64_t length, std::uint32_t access,
+                    bool invalidatable = false);
   void remove(std::uint32_t key) { regions_.at(key).valid = false; }
   std::uint32_t resolves = 0;
 

@@ -148,11 +148,13 @@ TEST(Responder, MultiPacketWriteAndSendWithImmediate) {
   EXPECT_EQ(s.e.rcq.wcs[0].wc_flags, kWcWithImm);
 }
 
-TEST(Responder, SendWithInvalidateInvalidatesTheKey) {
+// The transport's side of SEND with Invalidate when the resolver allows it (a region made for
+// invalidation: verbs has none yet, see ResponderErrors for an ordinary one).
+TEST(Responder, SendWithInvalidateInvalidatesARegionMadeForIt) {
   Solo s(QpType::kRc);
   post_recv(s, 1, 0, 64);
   const std::uint32_t victim =
-      s.e.memory.add(1, s.e.buf.data() + 65536, 4096, kAccessRemoteWrite | kAccessLocalWrite);
+      s.e.memory.add(1, s.e.buf.data() + 65536, 4096, kAccessRemoteWrite | kAccessLocalWrite, true);
   wire::TransportHeaders h;
   h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcSendOnlyInv);
   h.bth.psn = kEpsn;
@@ -317,6 +319,25 @@ TEST(ResponderErrors, FirstAfterFirstIsAnInvalidRequest) {
   expect_error_nak(s, kEpsn + 1, kInvReq, AsyncEventType::kQpReqErr);
   ASSERT_EQ(s.e.rcq.wcs.size(), 1u);  // the held receive WQE completes in error
   EXPECT_EQ(s.e.rcq.wcs[0].status, WcStatus::kRemInvReqErr);
+}
+
+// IBTA o10-37, rxe: a region that cannot be invalidated (an ordinary MR) makes SEND with
+// Invalidate an invalid request; the held receive WQE completes in error, the region stays.
+TEST(ResponderErrors, SendWithInvalidateOfAnOrdinaryRegionIsAnInvalidRequest) {
+  Solo s(QpType::kRc);
+  post_recv(s, 1, 0, 64);
+  const std::uint32_t ordinary =
+      s.e.memory.add(1, s.e.buf.data() + 65536, 4096, kAccessRemoteWrite | kAccessLocalWrite);
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcSendOnlyInv);
+  h.bth.psn = kEpsn;
+  h.bth.ack_req = true;
+  h.ieth_rkey = ordinary;
+  s.feed(h, pattern(4, 0));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+  ASSERT_EQ(s.e.rcq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.rcq.wcs[0].status, WcStatus::kRemInvReqErr);
+  EXPECT_TRUE(s.e.memory.resolve(1, ordinary, true, s.va(65536), 4, kAccessRemoteWrite).ok());
 }
 
 TEST(ResponderErrors, FirstPacketShorterThanTheMtu) {

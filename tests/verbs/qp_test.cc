@@ -546,22 +546,28 @@ struct Side {
   MrInfo mr;
 };
 
-TEST(QpTraffic, RcSendWriteAndReadBetweenTwoDevices) {
-  Side a(kIpA), b(kIpB);
+// Creates an RC QP on each side and connects them (RESET -> RTS); a's QP signals all WRs.
+std::pair<QpInfo, QpInfo> connect_rc(Side& a, Side& b) {
   QpInitAttr ia = a.f.init(QpType::kRc);
   ia.sq_sig_all = true;
   QpInfo qa = *a.f.dev->create_qp(a.f.pd, ia);
   QpInfo qb = b.f.create(QpType::kRc);
   QpAttr to_b = good_attr(qb.qp_num);
   QpAttr to_a = good_attr(qa.qp_num);
-  to_a.ah_attr = ah_to(kIpA);
+  to_a.ah_attr = ah_to(a.f.dev->local_ip());
   std::swap(to_a.rq_psn, to_a.sq_psn);
   a.f.drive(qa.handle, QpType::kRc, QpState::kInit);
   b.f.drive(qb.handle, QpType::kRc, QpState::kInit);
-  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRtr, to_b), Errc::kOk);
-  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRts, to_b), Errc::kOk);
-  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRtr, to_a), Errc::kOk);
-  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRts, to_a), Errc::kOk);
+  EXPECT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRtr, to_b), Errc::kOk);
+  EXPECT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRts, to_b), Errc::kOk);
+  EXPECT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRtr, to_a), Errc::kOk);
+  EXPECT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRts, to_a), Errc::kOk);
+  return {qa, qb};
+}
+
+TEST(QpTraffic, RcSendWriteAndReadBetweenTwoDevices) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
 
   std::memcpy(a.buf.data(), "hello, rxe", 10);
   std::memcpy(b.buf.data() + 2048, "remote data", 11);
@@ -612,18 +618,7 @@ TEST(QpTraffic, RcSendWriteAndReadBetweenTwoDevices) {
 
 TEST(QpTraffic, RcWriteToAMissingKeyIsRefusedByTheResolver) {
   Side a(kIpA), b(kIpB);
-  QpInfo qa = a.f.create(QpType::kRc);
-  QpInfo qb = b.f.create(QpType::kRc);
-  QpAttr to_b = good_attr(qb.qp_num);
-  QpAttr to_a = good_attr(qa.qp_num);
-  to_a.ah_attr = ah_to(kIpA);
-  std::swap(to_a.rq_psn, to_a.sq_psn);
-  a.f.drive(qa.handle, QpType::kRc, QpState::kInit);
-  b.f.drive(qb.handle, QpType::kRc, QpState::kInit);
-  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRtr, to_b), Errc::kOk);
-  ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, QpState::kRts, to_b), Errc::kOk);
-  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRtr, to_a), Errc::kOk);
-  ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, QpState::kRts, to_a), Errc::kOk);
+  const auto [qa, qb] = connect_rc(a, b);
   const std::uint32_t stale_rkey = b.mr.rkey;
   ASSERT_EQ(b.f.dev->dereg_mr(b.mr.handle), Errc::kOk);
   Sge sge{a.mr.iova, 8, a.mr.lkey};
@@ -644,6 +639,90 @@ TEST(QpTraffic, RcWriteToAMissingKeyIsRefusedByTheResolver) {
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
   EXPECT_EQ(ev->qp, qb.handle);
+}
+
+// SEND with Invalidate naming an ordinary MR (IBTA o10-37; rxe_invalidate_mr() refuses any MR
+// but a fast-register one): the responder NAKs Invalid Request, its receive WQE completes with
+// REM_INV_REQ_ERR and its QP enters the error state (class C); the requester's WQE completes
+// with REM_INV_REQ_ERR. The MR stays valid: another QP pair WRITEs into it afterwards.
+TEST(QpTraffic, SendWithInvalidateOfAnOrdinaryMrIsAnInvalidRequestAndTheMrStaysValid) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
+  const MrInfo victim =
+      *b.f.dev->reg_mr(b.f.pd, b.buf.data() + 2048, 1024, kAccessLocalWrite | kAccessRemoteWrite);
+  Sge recv_sge{b.mr.iova, 64, b.mr.lkey};
+  RecvWr rwr{7, {&recv_sge, 1}};
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&rwr, 1}, nullptr), Errc::kOk);
+  std::memcpy(a.buf.data(), "invalidate", 10);
+  Sge sge{a.mr.iova, 10, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::kSendWithInv;
+  wr.sg_list = {&sge, 1};
+  wr.invalidate_rkey = victim.rkey;
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+
+  const auto a_wcs = a.poll();
+  ASSERT_EQ(a_wcs.size(), 1u);
+  EXPECT_EQ(a_wcs[0].wr_id, 1u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kRemInvReqErr);
+  EXPECT_EQ(a.f.state(qa.handle), QpState::kErr);
+  const auto b_wcs = b.poll();
+  ASSERT_EQ(b_wcs.size(), 1u);
+  EXPECT_EQ(b_wcs[0].wr_id, 7u);
+  EXPECT_EQ(b_wcs[0].status, WcStatus::kRemInvReqErr);
+  EXPECT_EQ(b.f.state(qb.handle), QpState::kErr);
+  auto ev = b.f.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kQpReqErr);
+  EXPECT_EQ(ev->qp, qb.handle);
+
+  // The region is as valid as before: a new pair WRITEs into it through its rkey.
+  const auto [qa2, qb2] = connect_rc(a, b);
+  SendWr write;
+  write.wr_id = 2;
+  write.opcode = WrOpcode::kRdmaWrite;
+  write.sg_list = {&sge, 1};
+  write.rdma = {victim.iova + 100, victim.rkey};
+  ASSERT_EQ(a.f.dev->post_send(qa2.handle, {&write, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto a2_wcs = a.poll();
+  ASSERT_EQ(a2_wcs.size(), 1u);
+  EXPECT_EQ(a2_wcs[0].wr_id, 2u);
+  EXPECT_EQ(a2_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 2048 + 100, "invalidate", 10), 0);
+}
+
+// LOCAL_INV: uroce has no region it could invalidate, so it refuses the WR when posted
+// (EINVAL, bad_wr at it, the WRs before it posted) and the QP stays as it was.
+TEST(QpPost, LocalInvalidateIsRefusedAtPostTime) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
+  Sge sge{a.mr.iova, 4, a.mr.lkey};
+  SendWr wrs[2];
+  wrs[0].wr_id = 1;
+  wrs[0].opcode = WrOpcode::kRdmaWrite;
+  wrs[0].sg_list = {&sge, 1};
+  wrs[0].rdma = {b.mr.iova, b.mr.rkey};
+  wrs[1].wr_id = 2;
+  wrs[1].opcode = WrOpcode::kLocalInv;
+  wrs[1].invalidate_rkey = a.mr.rkey;
+  const SendWr* bad = nullptr;
+  EXPECT_EQ(a.f.dev->post_send(qa.handle, wrs, &bad), Errc::kInvalidArgument);
+  EXPECT_EQ(bad, &wrs[1]);
+  EXPECT_EQ(a.f.state(qa.handle), QpState::kRts);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto a_wcs = a.poll();
+  ASSERT_EQ(a_wcs.size(), 1u);  // the WRITE only
+  EXPECT_EQ(a_wcs[0].wr_id, 1u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kSuccess);
+  // a's region is untouched: the same WRITE from it goes through again.
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wrs[0], 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto again = a.poll();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].status, WcStatus::kSuccess);
 }
 
 TEST(QpTraffic, UdSendThroughAnAhWithTheQpsPortAndTheSrqLimitEvent) {
