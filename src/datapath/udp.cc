@@ -290,6 +290,11 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
       ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);  // capped by rmem_max
     }
   }
+  // Bound to the device's own address (UdpDevice's, which Device::create never lets be
+  // unspecified): the kernel delivers only datagrams sent to it, and handle_packet() verifies
+  // each ICRC with that address as the IP destination. That is the destination half of rxe's
+  // check_addr(); the source half is the QP's (transport/qp.cc: RC/UC packets from anyone but
+  // the path's address are dropped).
   sockaddr_storage ss;
   socklen_t len = 0;
   to_sockaddr(opt.local, opt.port, ss, len);

@@ -86,6 +86,7 @@ NamedCounters DeviceStats::device_counters() const {
     q.ud_no_wqe_drops += c.ud_no_wqe_drops;
     q.retry_exceeded += c.retry_exceeded;
     q.rnr_retry_exceeded += c.rnr_retry_exceeded;
+    q.src_addr_mismatch += c.src_addr_mismatch;
   }
   std::uint64_t drops = 0;
   for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) drops += rx_drops(*this, r);
@@ -115,6 +116,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"qp_dropped_pkts", q.dropped},
       {"qkey_violations", q.qkey_violations},
       {"ud_no_wqe_drops", q.ud_no_wqe_drops},
+      {"src_addr_drops", q.src_addr_mismatch},
       {"unknown_qpn", engine.rx_unknown_qpn},
       {"rx_drops", drops},
       {"icrc_err", rx_drops(*this, icrc)},
@@ -162,6 +164,7 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"dropped_pkts", c.dropped},
       {"qkey_violations", c.qkey_violations},
       {"ud_no_wqe_drops", c.ud_no_wqe_drops},
+      {"src_addr_drops", c.src_addr_mismatch},
       {"outstanding_send_wqes", qp.outstanding_send_wqes},
   };
 }

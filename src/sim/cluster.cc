@@ -222,6 +222,9 @@ void Host::handle_frame(Instant now, ConstBytes f) {
     if (parsed.error() == wire::DropReason::kBadIcrc) ++cl->result.icrc_drops;
     return;
   }
+  // No destination check needed: the network routes a frame by its destination address as sent
+  // (network.h), and a frame whose addresses were corrupted on the way fails the ICRC above.
+  // The source goes to the QP, which checks it against its path (transport/qp.cc).
   transport::PacketInfo info;
   info.src = parsed->v6 ? parsed->ipv6.src : parsed->ipv4.src;
   info.src_port = parsed->udp.src_port;

@@ -351,6 +351,23 @@ void Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::
 }
 
 void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInfo& info) {
+  if (type_ != QpType::kUd) {
+    // A connected QP takes packets from its peer only (rxe_recv.c check_type_state() and
+    // check_addr(), RC and UC; UD and QP1 take datagrams from anyone), before anything else:
+    // QPNs and PSNs are easy to guess, and a third host must not write memory, complete or fail
+    // WQEs, nor make the QP NAK, retry or slow down (CNPs and ECN marks included). Below RTR
+    // there is no path to compare with (RESET keeps the old one): drop. The destination is the
+    // datapath's to check: datapath/udp's socket is bound to the device's address, and the
+    // receiver's ICRC covers the destination address it rebuilt from it.
+    if (state_ == QpState::kReset || state_ == QpState::kInit) {
+      ++counters_.dropped;
+      return;
+    }
+    if (!wire::same_host(info.src, path_.dst)) {
+      ++counters_.src_addr_mismatch;
+      return;
+    }
+  }
   const wire::BthView bth = pkt.bth();
   if (!wire::pkey_matches(bth.pkey(), 0xffff)) {
     ++counters_.dropped;

@@ -125,6 +125,9 @@ struct QpCounters {
   // RXE_CNT_RETRY_EXCEEDED and RXE_CNT_RNR_RETRY_EXCEEDED.
   std::uint64_t retry_exceeded = 0;
   std::uint64_t rnr_retry_exceeded = 0;
+  // RC/UC packets whose IP source is not the QP's path (rxe's check_addr()): dropped before they
+  // touch any state, CNPs and ECN marks included.
+  std::uint64_t src_addr_mismatch = 0;
 };
 
 struct QpEnv {

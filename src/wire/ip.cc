@@ -1,5 +1,7 @@
 #include "wire/ip.h"
 
+#include <algorithm>
+
 namespace uroce::wire {
 
 namespace {
@@ -11,7 +13,22 @@ void store_addr(MutBytes b, std::size_t off, std::size_t len, const IpAddress& a
   for (std::size_t i = 0; i < len; ++i) store_u8(b, off + i, a.bytes[i]);
 }
 
+// The IPv4 address of an IPv4-mapped IPv6 address; any other address as it is, the bytes past
+// an IPv4 address cleared.
+IpAddress canonical(const IpAddress& a) {
+  IpAddress c;
+  const bool mapped =
+      a.v6 &&
+      std::all_of(a.bytes.begin(), a.bytes.begin() + 10, [](std::uint8_t x) { return x == 0; }) &&
+      a.bytes[10] == 0xff && a.bytes[11] == 0xff;
+  if (a.v6 && !mapped) return a;
+  std::copy_n(a.bytes.begin() + (mapped ? 12 : 0), 4, c.bytes.begin());
+  return c;
+}
+
 }  // namespace
+
+bool same_host(const IpAddress& a, const IpAddress& b) { return canonical(a) == canonical(b); }
 
 Ethernet decode_ethernet(ConstBytes b) {
   Ethernet h;

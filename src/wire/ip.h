@@ -41,6 +41,12 @@ struct IpAddress {
   bool operator==(const IpAddress&) const = default;
 };
 
+// Whether `a` and `b` name the same host: the same family and address, comparing only the
+// family's bytes (4 for IPv4), and an IPv4-mapped IPv6 address ::ffff:a.b.c.d (the form of an
+// IPv4 address in a RoCE v2 GID, and what a dual-stack socket reports for an IPv4 peer) being
+// the IPv4 address a.b.c.d.
+bool same_host(const IpAddress& a, const IpAddress& b);
+
 struct Ethernet {
   std::array<std::uint8_t, 6> dst{};
   std::array<std::uint8_t, 6> src{};

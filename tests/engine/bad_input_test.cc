@@ -2,6 +2,7 @@
 // with a corrupted ICRC, and a peer that disappears mid-run. The device counts and drops, the
 // traffic that matters completes with its data intact, and a vanished peer ends in error
 // completions within the retry budget.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,7 +10,9 @@
 #include <cstring>
 
 #include "base/prng.h"
+#include "engine/stats.h"
 #include "engine/two_devices.h"
+#include "wire/aeth.h"
 #include "wire/builder.h"
 
 namespace uroce::engine {
@@ -148,6 +151,211 @@ TEST(BadInput, CorruptedIcrcNeverTouchesMemory) {
             static_cast<std::uint64_t>(kPackets));
   for (std::size_t i = 0; i < 4096 + 512; ++i) ASSERT_EQ(b.buf[i], std::byte{0}) << i;
   EXPECT_EQ(b.dev->device().find_qp(b.qpn)->counters().packets_received, 0u);
+}
+
+// A third host that knows a live connection's QPNs, PSNs, rkey and address (all easy to guess)
+// sends well-formed packets with valid ICRCs into it: an RDMA WRITE at the responder's expected
+// PSN, and an RNR NAK, a sequence NAK, an ACK of everything and a remote access NAK at the
+// requester's outstanding PSNs. The QPs take packets only from their path's address (rxe's
+// check_addr()): every forged packet is counted and dropped, and the connection's own traffic
+// before and after completes with its data.
+TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
+  Side a, b;
+  test::make_side(a, "127.0.0.89");
+  test::make_side(b, "127.0.0.90");
+  // ACK timeout 4.096 us * 2^20 (4.3 s): no retransmission while a is driven alone below.
+  test::connect(a, b, "127.0.0.90", 20);
+  test::connect(b, a, "127.0.0.89");
+  for (std::size_t i = 0; i < 131072; ++i) a.buf[i] = static_cast<std::byte>(i * 31 + 7);
+  constexpr std::size_t kLen = 8192;  // 8 packets at MTU 1024
+  constexpr std::size_t kTarget = 262144;
+  std::vector<Sge> sges(12);
+  auto post_writes = [&](int first, int n) {
+    std::vector<SendWr> wrs(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(first + i);
+      sges[k] = Sge{a.va(k * kLen), static_cast<std::uint32_t>(kLen), a.mr.lkey};
+      wrs[static_cast<std::size_t>(i)] = test::write_wr(k, sges[k], b, kTarget + k * kLen);
+    }
+    ASSERT_EQ(a.dev->device().post_send(a.qp, wrs, nullptr), Errc::kOk);
+  };
+  // Before: 8 WRITEs (PSNs 0x100..0x13f).
+  post_writes(0, 8);
+  auto wcs = test::run_until(a, b, 8);
+  ASSERT_EQ(wcs.size(), 8u);
+  for (const Wc& wc : wcs) EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
+  ASSERT_EQ(std::memcmp(a.buf.data(), b.buf.data() + kTarget, 8 * kLen), 0);
+  constexpr std::uint32_t kNextPsn = 0x100 + 8 * 8;
+
+  constexpr std::uint16_t kPort = 4791;
+  RawSender forger("127.0.0.91", kPort);
+  std::vector<std::byte> frame(2048);
+  auto forge = [&](const char* to, const wire::TransportHeaders& h, ConstBytes payload) {
+    wire::OuterHeaders o;
+    o.src = test::v4("127.0.0.91");
+    o.dst = test::v4(to);
+    o.src_port = kPort;  // what the receiver sees and puts in the ICRC's UDP header
+    o.ethernet = false;
+    frame.resize(2048);
+    frame.resize(wire::build_frame(frame, o, h, payload));
+    forger.send(to, ConstBytes(frame).subspan(wire::kIpv4Bytes + wire::kUdpBytes));
+  };
+  // Drives one device alone until it has received `n` more datagrams.
+  auto receive = [](Side& s, std::uint64_t n) {
+    const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
+    const Instant give_up = UdpDevice::now() + Duration::s(20);
+    while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
+      s.dev->progress();
+    }
+    EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
+  };
+  const transport::Qp& qa = *a.dev->device().find_qp(a.qpn);
+  const transport::Qp& qb = *b.dev->device().find_qp(b.qpn);
+
+  // An RDMA WRITE over the data just written, at b's expected PSN, with b's rkey.
+  wire::TransportHeaders w;
+  w.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
+  w.bth.dest_qpn = b.qpn;
+  w.bth.psn = kNextPsn;
+  w.bth.ack_req = true;
+  const std::vector<std::byte> junk(512, std::byte{0xee});
+  w.reth = wire::Reth{b.va(kTarget), b.mr.rkey, static_cast<std::uint32_t>(junk.size())};
+  const std::uint64_t b_sent = qb.counters().packets_sent;
+  forge("127.0.0.90", w, junk);
+  receive(b, 1);
+  EXPECT_EQ(qb.counters().src_addr_mismatch, 1u);
+  EXPECT_EQ(qb.counters().packets_received, 64u);
+  EXPECT_EQ(qb.counters().packets_sent, b_sent);  // no ACK for it
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + kTarget, 8 * kLen), 0);
+
+  // After: 4 more WRITEs (PSNs 0x140..0x15f), sent but not yet received by b; the forged
+  // responses reach a first.
+  const std::uint64_t a_sent = qa.counters().packets_sent + 32;
+  post_writes(8, 4);
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (qa.counters().packets_sent < a_sent && UdpDevice::now() < give_up) a.dev->progress();
+  ASSERT_EQ(qa.counters().packets_sent, a_sent);
+  auto response = [&](std::uint32_t psn, std::uint8_t syndrome) {
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
+    h.bth.dest_qpn = a.qpn;
+    h.bth.psn = psn;
+    h.aeth = wire::Aeth{syndrome, 12};
+    forge("127.0.0.89", h, {});
+  };
+  response(kNextPsn, wire::make_rnr_nak_syndrome(31));
+  response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  response(kNextPsn + 31, wire::make_ack_syndrome());
+  response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kRemoteAccessError));
+  receive(a, 4);
+  Wc early[16];
+  EXPECT_EQ(a.dev->device().poll_cq(a.cq, early).value(), 0u);  // nothing completed or failed
+  EXPECT_EQ(qa.counters().src_addr_mismatch, 4u);
+  EXPECT_EQ(qa.counters().rnr_naks_received, 0u);
+  EXPECT_EQ(qa.counters().seq_naks_received, 0u);
+  EXPECT_EQ(qa.counters().other_naks_received, 0u);
+  EXPECT_EQ(qa.counters().packets_sent, a_sent);  // no retransmission
+  EXPECT_EQ(qa.state(), QpState::kRts);
+  EXPECT_EQ(qa.outstanding_send_wqes(), 4u);
+
+  wcs = test::run_until(a, b, 4);
+  ASSERT_EQ(wcs.size(), 4u);
+  for (const Wc& wc : wcs) EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + kTarget, 12 * kLen), 0);
+  EXPECT_EQ(qb.counters().out_of_sequence, 0u);
+  EXPECT_EQ(qb.counters().duplicate_requests, 0u);
+  // Every forged packet passed the ICRC check and reached its QP.
+  for (Side* s : {&a, &b}) {
+    EXPECT_EQ(total_drops(s->dev->datapath().counters()), 0u);
+    EXPECT_EQ(s->dev->engine().counters().rx_unknown_qpn, 0u);
+  }
+  // `uroce stats`: per QP and summed on the device line.
+  const std::string text = format_stats_text(a.dev->stats(), true);
+  EXPECT_NE(text.find(" src_addr_drops 4 unknown_qpn "), std::string::npos) << text;
+  EXPECT_NE(text.find(" src_addr_drops 4 outstanding_send_wqes "), std::string::npos) << text;
+  EXPECT_NE(format_stats_json(b.dev->stats(), false).find(",\"src_addr_drops\":1,"),
+            std::string::npos);
+}
+
+// The other side of the check: over IPv6 a legitimate peer's packets pass it. Loopback has one
+// IPv6 address, so the two QPs share one device at ::1 (its packets cross its socket).
+TEST(BadInput, AnIpv6PeerPassesTheSourceCheck) {
+  std::vector<std::byte> buf(1 << 16);
+  DeviceConfig cfg;
+  cfg.name = "uroce6";
+  cfg.ip.v6 = true;
+  ASSERT_EQ(::inet_pton(AF_INET6, "::1", cfg.ip.bytes.data()), 1);
+  {
+    // A host without IPv6 (disabled in some containers) has no ::1 to test with.
+    const int fd = ::socket(AF_INET6, SOCK_DGRAM, 0);
+    sockaddr_in6 sa{};
+    sa.sin6_family = AF_INET6;
+    sa.sin6_addr = in6addr_loopback;
+    const bool have_ipv6 = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!have_ipv6) GTEST_SKIP() << "no IPv6 loopback address";
+  }
+  auto opened = UdpDevice::open(cfg, wire::kRoceV2Port, "");
+  ASSERT_TRUE(opened.ok()) << opened.error();
+  UdpDevice& ud = *opened.value();
+  Device& dev = ud.device();
+  const PdHandle pd = dev.alloc_pd().value();
+  const MrInfo mr = dev.reg_mr(pd, buf.data(), buf.size(), test::kAllAccess).value();
+  const CqHandle cq = dev.create_cq(CqInitAttr{64, 0, 0})->handle;
+  QpInitAttr init;
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.cap = QpCap{16, 16, 1, 1, 64};
+  const QpInfo q[2] = {dev.create_qp(pd, init).value(), dev.create_qp(pd, init).value()};
+  for (int i = 0; i < 2; ++i) {
+    QpAttr a;
+    a.qp_state = QpState::kInit;
+    a.port_num = 1;
+    a.qp_access_flags = test::kAllAccess;
+    ASSERT_EQ(dev.modify_qp(q[i].handle, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags),
+              Errc::kOk);
+    a.qp_state = QpState::kRtr;
+    a.ah_attr.dgid = verbs::gid_from_ip(cfg.ip);
+    a.ah_attr.is_global = true;
+    a.path_mtu = Mtu::k1024;
+    a.dest_qp_num = q[1 - i].qp_num;
+    a.max_dest_rd_atomic = 1;
+    ASSERT_EQ(dev.modify_qp(q[i].handle, a,
+                            kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
+                                kQpMaxDestRdAtomic | kQpMinRnrTimer),
+              Errc::kOk);
+    a.qp_state = QpState::kRts;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    ASSERT_EQ(dev.modify_qp(
+                  q[i].handle, a,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
+              Errc::kOk);
+  }
+  for (std::size_t i = 0; i < 4096; ++i) buf[i] = static_cast<std::byte>(i * 7 + 1);
+  const Sge sge{reinterpret_cast<std::uint64_t>(buf.data()), 4096, mr.lkey};
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sg_list = std::span(&sge, 1);
+  w.rdma = {reinterpret_cast<std::uint64_t>(buf.data()) + 32768, mr.rkey};
+  w.send_flags = kSendSignaled;
+  ASSERT_EQ(dev.post_send(q[0].handle, std::span(&w, 1), nullptr), Errc::kOk);
+  std::vector<Wc> got;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (got.empty() && UdpDevice::now() < give_up) {
+    ud.wait(Duration::ms(1));
+    Wc wcs[4];
+    auto k = dev.poll_cq(cq, wcs);
+    if (k.ok()) got.insert(got.end(), wcs, wcs + k.value());
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess) << wc_status_name(got[0].status);
+  EXPECT_EQ(std::memcmp(buf.data(), buf.data() + 32768, 4096), 0);
+  for (const QpInfo& i : q) EXPECT_EQ(dev.find_qp(i.qp_num)->counters().src_addr_mismatch, 0u);
+  EXPECT_EQ(dev.find_qp(q[1].qp_num)->counters().packets_received, 4u);
 }
 
 TEST(BadInput, PeerGoneMidRunEndsInErrorCompletionsWithinTheRetryBudget) {

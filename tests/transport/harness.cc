@@ -232,13 +232,17 @@ void Solo::set(std::uint8_t timeout, std::uint8_t retry_cnt, std::uint8_t rnr_re
                e.qp->path());
 }
 
-void Solo::feed(wire::TransportHeaders h, ConstBytes payload) {
+void Solo::feed(wire::TransportHeaders h, ConstBytes payload) { feed_from(peer, h, payload); }
+
+void Solo::feed_from(const wire::IpAddress& src, wire::TransportHeaders h, ConstBytes payload,
+                     std::uint8_t ecn) {
   h.bth.dest_qpn = e.qp->qpn();
-  const auto frame = craft(peer, e.ip, h, payload);
+  const auto frame = craft(src, e.ip, h, payload);
   auto f = wire::parse_frame(wire::LinkType::kEthernet, frame);
   UROCE_CHECK(f.ok());
   transport::PacketInfo info;
-  info.src = peer;
+  info.src = src;
+  info.ecn = ecn;
   info.ip_header = f->ip_udp.first(20);
   e.qp->handle_packet(now, f->roce, info);
 }

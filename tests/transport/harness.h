@@ -64,6 +64,19 @@ class EventCollector : public transport::EventSink {
   int srq_limits = 0;
 };
 
+// No congestion control (as rxe), counting the feedback it is given.
+class CountingCc final : public cc::CongestionControl {
+ public:
+  Instant next_send_time(Instant now, std::uint32_t) override { return now; }
+  void on_sent(Instant, std::uint32_t) override {}
+  void on_ack(Instant) override {}
+  void on_cnp(Instant) override { ++cnps; }
+  void on_ecn_ce(Instant) override { ++ecn_ce_marks; }
+  bool take_cnp(Instant) override { return false; }
+  int cnps = 0;
+  int ecn_ce_marks = 0;
+};
+
 // One side: a QP with its own CQs, RQ and memory.
 struct Endpoint {
   Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress ip, const QpCap& cap = default_cap());
@@ -73,7 +86,7 @@ struct Endpoint {
   TestMemory memory;
   CqCollector scq, rcq;
   EventCollector events;
-  cc::NoCongestionControl cc;
+  CountingCc cc;
   std::unique_ptr<transport::RecvQueue> rq;
   std::unique_ptr<transport::Qp> qp;
   std::vector<std::byte> buf;  // registered as `key`
@@ -178,6 +191,10 @@ class Solo {
   // is filled in.
   void feed(wire::TransportHeaders h, ConstBytes payload = {});
   void feed(wire::Opcode op, std::uint32_t psn, ConstBytes payload = {}, bool ack_req = true);
+  // As feed(h, payload), from `src` instead of `peer` (a third host, for the source check),
+  // with the IP ECN bits `ecn`.
+  void feed_from(const wire::IpAddress& src, wire::TransportHeaders h, ConstBytes payload = {},
+                 std::uint8_t ecn = 0);
   // Everything the QP transmits now.
   std::vector<Sent> drain();
   void advance(Duration d) {
