@@ -230,7 +230,7 @@ struct QpAttr {
   std::uint8_t min_rnr_timer = 0;
   std::uint8_t port_num = 1;
   std::uint8_t timeout = 0;    // local ACK timeout 4.096 us * 2^timeout; 0 = infinite
-  std::uint8_t retry_cnt = 0;  // 7 = infinite (rxe)
+  std::uint8_t retry_cnt = 0;  // retries after a timeout or NAK; 7 = 7 (IBTA; rxe: infinite)
   std::uint8_t rnr_retry = 0;  // 7 = infinite
 };
 

@@ -6,13 +6,23 @@
 // phase and then a liveness phase (no faults) in which every posted work request must complete.
 //
 // Oracles (a violation ends the run with a message naming the seed):
-// - every posted WR completes exactly once, in posting order per QP, with the expected status;
+// - every posted WR completes exactly once, in posting order per QP, with the expected status:
+//   success, except that an RC QP (retry_cnt 7: 7 retries, as IBTA and hardware) may end a WR
+//   with RETRY_EXC_ERR when the faults justify it (during the fault phase, or within the QP's
+//   retry budget of 8 ACK timeouts after it; never in a run without faults). That is the QP's
+//   first error, every later WR on it flushes, and the application tears the pair down (the
+//   peer QP to ERR, so its WRs flush too); what the failed and flushed WRs did is then unknown
+//   (see below), and the pair's unfinished work is no liveness failure;
 // - every byte delivered equals what was sent: SEND and WRITE contents at the receiver, READ
 //   results at the requester (UC and UD may lose messages, never corrupt them);
 // - atomics are linearizable: the values returned by successful Fetch&Add and Compare&Swap on
-//   a counter are exactly its successive values, and its final value adds up;
+//   a counter are exactly its successive values, and its final value adds up; a value nobody
+//   saw must be the one a failed (possibly executed) atomic took: any for a Fetch&Add, its
+//   compare value for a Compare&Swap;
 // - nothing is written outside the intended places: every host's memory, registered or not,
 //   equals an expected image at the end (and at each completion for the bytes it concerns);
+//   the targets of failed and flushed RC WRs (and the receive buffer a message was being
+//   placed in) hold, byte for byte, the old or the new contents;
 // - SEND with Invalidate of an ordinary MR (all of uroce's) fails as IBTA and rxe say, checked
 //   once at the end of a run on one RC pair (it takes the pair into the error state);
 // - every frame a host emits passes the wire parser (the checks of `uroce pcap check`);
@@ -20,9 +30,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/time.h"
+#include "sim/fault_plan.h"
 #include "uroce/types.h"
 
 namespace uroce::sim {
@@ -41,6 +53,9 @@ struct ClusterOptions {
   std::string pcap_path;  // when set, every frame as sent is written there
   // Scale runs: many QPs with little work each (memory per QP, engine scaling).
   std::uint32_t idle_qps_per_host = 0;
+  // Tests: this fault plan instead of the seed's (its host_count must be `hosts`; its
+  // fault_phase_ns replaces fault_phase_ns). Used only when `faults` is set.
+  std::optional<FaultPlan> plan;
 };
 
 struct ClusterResult {
@@ -55,6 +70,14 @@ struct ClusterResult {
   std::uint64_t icrc_drops = 0;
   std::uint64_t events = 0;
   std::int64_t simulated_ns = 0;
+  // RC QPs whose retries ran out (a WR completed with RETRY_EXC_ERR), and the pairs the
+  // workload then tore down.
+  std::uint64_t retry_exceeded_qps = 0;
+  std::uint64_t torn_down_pairs = 0;
+  // Of the failed or flushed WRs of torn-down pairs, those seen to have run (in part): a WRITE
+  // target, READ destination or receive buffer with new bytes, a counter value only a failed
+  // atomic can have taken.
+  std::uint64_t unfinished_wrs_landed = 0;
 };
 
 ClusterResult run_cluster(const ClusterOptions& options);

@@ -1373,7 +1373,7 @@ void add_perf_options(CLI::App& sub, PerfOptions& o) {
       ->capture_default_str();
   sub.add_option("-u,--qp-timeout", o.qp_timeout, "Local ACK timeout exponent")
       ->capture_default_str();
-  sub.add_option("--retry_count", o.retry_count, "Transport retries (7: infinite)")
+  sub.add_option("--retry_count", o.retry_count, "Transport retries (0..7; never infinite)")
       ->capture_default_str();
   sub.add_flag("--counters", o.counters, "Print this side's engine and socket counters");
 }

@@ -46,8 +46,9 @@ struct PerfOptions {
   // is 17 (0.54 s): the peer's ACKs come from a process, and on a loaded host a process can be
   // off the CPU for most of a second, which a NIC never is.
   std::uint32_t qp_timeout = 17;
-  // Retries after a timeout; 7 would be infinite in uroce (as rxe), so an unreachable peer ends
-  // in RETRY_EXC_ERR after 7 timeouts (about 3.8 s at the defaults).
+  // Retries after a timeout (0..7; 7 is 7 retries in uroce, as IBTA and hardware, where rxe
+  // retries forever): an unreachable peer ends in RETRY_EXC_ERR after 1 + retry_count ACK
+  // timeouts (about 3.8 s at the defaults).
   std::uint32_t retry_count = 6;
   bool counters = false;  // print engine/datapath counters at the end
   bool quiet = false;     // no table (the demo prints its own lines)

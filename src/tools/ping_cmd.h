@@ -7,7 +7,9 @@
 //   values before it answers; the client then sends exactly "done\0".
 // - QP setup: INIT with access 0; RTR with max_dest_rd_atomic 1, min_rnr_timer 12 and a GRH
 //   with hop limit 1 when the peer's GID has a nonzero interface id; RTS with timeout 14,
-//   retry_cnt 7, rnr_retry 7, max_rd_atomic 1; PSN random, 24 bits.
+//   retry_cnt 7, rnr_retry 7, max_rd_atomic 1; PSN random, 24 bits. (rnr_retry 7 is
+//   infinite; retry_cnt 7 is 7 retries in uroce, as in IBTA and hardware, so a SEND to a peer
+//   that stopped answering fails with RETRY_EXC_ERR after 8 x 67 ms; rxe retries it forever.)
 // - Traffic: rx_depth receives posted up front into the one buffer (filled with 0x7b); the
 //   client sends first; each side posts its next SEND once its previous SEND and a RECV have
 //   completed, `iters` times. Receives are reposted when at most one is left.

@@ -7,6 +7,9 @@ namespace uroce::tools {
 int sim_run(const SimCommand& cmd, std::FILE* out) {
   std::uint64_t passed = 0;
   std::uint64_t failed = 0;
+  std::uint64_t retry_exceeded_seeds = 0;  // passing seeds where some RC QP ran out of retries
+  std::uint64_t retry_exceeded_qps = 0;
+  std::uint64_t landed = 0;  // failed or flushed WRs of torn-down pairs seen to have run
   for (std::uint64_t i = 0; i < cmd.swarm; ++i) {
     sim::ClusterOptions o = cmd.cluster;
     o.seed = cmd.cluster.seed + i;
@@ -14,13 +17,17 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
     const sim::ClusterResult r = sim::run_cluster(o);
     if (r.ok) {
       ++passed;
+      if (r.retry_exceeded_qps > 0) ++retry_exceeded_seeds;
+      retry_exceeded_qps += r.retry_exceeded_qps;
+      landed += r.unfinished_wrs_landed;
       if (cmd.verbose || cmd.swarm == 1) {
         std::fprintf(out,
                      "seed %" PRIu64 ": ok: %" PRIu64 " operations, %" PRIu64
                      " frames sent, %" PRIu64 " dropped, %" PRIu64 " ICRC drops, %" PRIu64
-                     " retransmitted, %.3f ms simulated\n",
+                     " retransmitted, %" PRIu64 " QPs retry exceeded, %.3f ms simulated\n",
                      o.seed, r.ops_completed, r.frames_sent, r.frames_dropped, r.icrc_drops,
-                     r.retransmissions, static_cast<double>(r.simulated_ns) / 1e6);
+                     r.retransmissions, r.retry_exceeded_qps,
+                     static_cast<double>(r.simulated_ns) / 1e6);
       }
       continue;
     }
@@ -28,7 +35,11 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
     std::fprintf(out, "FAIL %s\n%s\nreplay: %s\n", r.failure.c_str(), r.plan.c_str(),
                  sim::replay_command(o).c_str());
   }
-  std::fprintf(out, "sim: %" PRIu64 " passed, %" PRIu64 " failed\n", passed, failed);
+  std::fprintf(out,
+               "sim: %" PRIu64 " passed, %" PRIu64 " failed; %" PRIu64
+               " RC QPs ended with retry exceeded (in %" PRIu64 " passing seeds; %" PRIu64
+               " of their pairs' failed or flushed WRs had run)\n",
+               passed, failed, retry_exceeded_qps, retry_exceeded_seeds, landed);
   return failed == 0 ? 0 : 1;
 }
 

@@ -5,7 +5,8 @@
 // that end before p complete; a READ or atomic that ends before p lost its response, so the
 // requester goes back to it. NAK PSN sequence error and the local ACK timeout go back N;
 // RNR NAK waits the responder's timer first. retry_cnt and rnr_retry count consecutive retries
-// without progress (7 means infinite, as rxe).
+// without progress. rnr_retry 7 means infinite; retry_cnt 7 means 7 retries, as IBTA and
+// hardware have it (rxe alone treats retry_cnt 7 as infinite too).
 #include <cstring>
 
 #include "transport/qp.h"
@@ -115,7 +116,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
               fail_wqe(index, WcStatus::kRetryExcErr);
               return;
             }
-            if (comp_.retry_cnt != 7) --comp_.retry_cnt;
+            --comp_.retry_cnt;
             start_retry(psn);
             comp_.deadline = now + ack_timeout();
             return;
@@ -245,7 +246,7 @@ void Qp::handle_retry_timeout(Instant now) {
     fail_wqe(sq_tail_, WcStatus::kRetryExcErr);
     return;
   }
-  if (comp_.retry_cnt != 7) --comp_.retry_cnt;
+  --comp_.retry_cnt;
   comp_.retry_started = true;
   comp_.retry_psn = comp_.psn;
   retry_from(comp_.psn);

@@ -206,7 +206,7 @@ TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
   Side a, b;
   pingpong_pair(a, b, "127.0.46.13", "127.0.46.14");
   // B receives A's last WRITE, holds the ACK, and destroys its QP at once (ibv_rc_pingpong's
-  // last exchange): the ACK must still leave, or A retries forever.
+  // last exchange): the ACK must still leave, or A retries until its WR fails (RETRY_EXC_ERR).
   const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
   const std::uint64_t b_tx = b.dev->engine().counters().tx_packets;
   post_write(a, b, 2, 64, 8);

@@ -191,7 +191,8 @@ case_rxe_server rxe_server_ipv6 "$host_ip6" "$vm6_gidx" "$vm_ip6" 4096 "$iters"
 # 28) on the guest's egress, so both ends recover: uroce's responder NAKs the PSN gaps, rxe
 # retransmits on the NAK or on its timeout when a message's last packet is lost; the data must
 # still check. rxe's ACKs are spared: rc_pingpong's protocol has no way to recover a lost final
-# ACK (the side that sent it has exited and destroyed its QP, so the other retries forever).
+# ACK (the side that sent it has exited and destroyed its QP, so the other retries: rxe forever,
+# uroce 7 times with rc_pingpong's retry_cnt 7, then fails with RETRY_EXC_ERR).
 loss_on() {
   vm 30 '/sbin/tc qdisc del dev eth0 root 2>/dev/null
 /sbin/tc qdisc add dev eth0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&

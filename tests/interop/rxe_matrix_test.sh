@@ -457,8 +457,9 @@ case $group in
         both "ibv_${t}_pingpong.m$m.s1" clean 90 "ibv_${t}_pingpong" -m "$m" -s 1 -n 20 --chk
         # srq_pingpong runs 16 QPs on one SRQ and stops when it has counted `-n` sends and
         # receives over all of them, with up to 15 more sends still outstanding: the side that
-        # finishes last retries those against a peer that is gone (retry count 7: forever, on
-        # rxe as on uroce) until it destroys its QPs. With 1 MiB messages that is a flood
+        # finishes last retries those against a peer that is gone (retry count 7: forever on
+        # rxe; 7 retries on uroce, as IBTA and hardware, then RETRY_EXC_ERR) until it destroys
+        # its QPs. With 1 MiB messages that is a flood
         # (rxe in the VM once soft-locked its CPU in it, at MTU 4096): one QP there.
         local_q=()
         [[ $t == srq ]] && local_q=(-q 1)

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace uroce::sim {
@@ -54,6 +56,83 @@ TEST(Cluster, FaultsAreReallyExercised) {
   EXPECT_GT(retransmissions, 1000u);
   EXPECT_GT(icrc_drops, 20u);  // corruption reached the receivers and the ICRC caught it
   EXPECT_GT(dropped, 500u);
+}
+
+// A fault plan without link faults whose only fault is host 1 isolated from `from_ns` to
+// `to_ns` (0: never healed before the end of the fault phase), the fault phase ending at
+// `phase_ns`; the events may also come after the fault phase (a plan the oracles must reject).
+FaultPlan isolation_plan(std::int64_t phase_ns, std::int64_t from_ns, std::int64_t to_ns) {
+  FaultPlan p;
+  p.seed = 0;
+  p.options.host_count = 2;
+  p.options.fault_phase_ns = phase_ns;
+  p.options.max_partitions = 1;
+  p.default_link.delay_ns = 2000;
+  p.default_link.bandwidth_bps = 25'000'000'000;
+  p.default_link.queue_limit_packets = 0;
+  p.events.push_back({from_ns, NetEventKind::kIsolateHost, 1, 0});
+  if (to_ns != 0) p.events.push_back({to_ns, NetEventKind::kHealHost, 1, 0});
+  p.events.push_back({phase_ns, NetEventKind::kEndFaults, 0, 0});
+  std::stable_sort(p.events.begin(), p.events.end(),
+                   [](const PlannedEvent& x, const PlannedEvent& y) { return x.at_ns < y.at_ns; });
+  return p;
+}
+
+ClusterOptions two_hosts(std::uint64_t seed, const FaultPlan& plan) {
+  ClusterOptions o;
+  o.seed = seed;
+  o.hosts = 2;
+  o.rc_pairs = 3;
+  o.plan = plan;
+  return o;
+}
+
+// retry_cnt 7 is 7 retries: a partition longer than every QP's retry budget (8 ACK timeouts,
+// at most 8 x 67 ms here) ends RC WRs with RETRY_EXC_ERR. The oracles accept it (during the
+// fault phase), the pairs are torn down and their WRs flush, and everything else is still
+// checked exactly: the run passes and reports the QPs.
+TEST(Cluster, APartitionLongerThanTheRetryBudgetEndsRcWorkWithRetryExceeded) {
+  std::uint64_t qps = 0, landed = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE(seed);
+    const ClusterResult r =
+        run_cluster(two_hosts(seed, isolation_plan(800'000'000, 20'000, 700'000'000)));
+    ASSERT_TRUE(r.ok) << r.failure << "\n" << r.plan;
+    // Every RC pair joins hosts 0 and 1, and each still had work when host 1 was cut off.
+    EXPECT_EQ(r.torn_down_pairs, 3u);
+    EXPECT_GE(r.retry_exceeded_qps, 3u);
+    EXPECT_LE(r.retry_exceeded_qps, 6u);
+    EXPECT_GT(r.ops_completed, 0u);
+    qps += r.retry_exceeded_qps;
+    landed += r.unfinished_wrs_landed;
+  }
+  // Some failed or flushed WRs did run (at the responder, with the response lost): the
+  // oracles' old-or-new and counter rules were needed, not only allowed.
+  EXPECT_GT(landed, 0u);
+  std::printf("%llu QPs ended with retry exceeded; %llu failed or flushed WRs had run\n",
+              static_cast<unsigned long long>(qps), static_cast<unsigned long long>(landed));
+}
+
+// A partition shorter than one ACK timeout (at least 262 us here) costs a retry, not the WR.
+TEST(Cluster, APartitionWithinTheRetryBudgetLosesNoWork) {
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE(seed);
+    const ClusterResult r =
+        run_cluster(two_hosts(seed, isolation_plan(1'000'000, 20'000, 120'000)));
+    ASSERT_TRUE(r.ok) << r.failure << "\n" << r.plan;
+    EXPECT_EQ(r.retry_exceeded_qps, 0u);
+    EXPECT_EQ(r.torn_down_pairs, 0u);
+  }
+}
+
+// The oracle is not a blanket pass for RETRY_EXC_ERR: host 1 isolated only after the fault
+// phase ended (so no fault explains a WR that fails more than 8 ACK timeouts later) must fail
+// the run.
+TEST(Cluster, RetryExceededBeyondTheBudgetAfterTheFaultsFailsTheRun) {
+  const ClusterResult r = run_cluster(two_hosts(1, isolation_plan(10'000, 50'000, 0)));
+  ASSERT_FALSE(r.ok);
+  EXPECT_NE(r.failure.find("transport retry counter exceeded"), std::string::npos) << r.failure;
+  EXPECT_NE(r.failure.find("beyond the QP's retry budget"), std::string::npos) << r.failure;
 }
 
 TEST(Cluster, ReplayCommandNamesTheRun) {

@@ -114,7 +114,9 @@ namespace uroce::test {
 namespace {
 
 // A mixed workload under seeded loss, duplication and reordering: everything completes, in
-// order, successfully, with the right bytes.
+// order, successfully, with the right bytes. retry_cnt 7 is 7 retries, not infinite: no WR may
+// meet 8 failed attempts in a row. These seeded runs need at most 5 (they pass with retry_cnt
+// 5 and fail with 4), and a WR that ran out would fail the status check with RETRY_EXC_ERR.
 void run_mixed(std::uint64_t seed, std::uint32_t loss, std::uint32_t dup, std::uint32_t reorder,
                transport::QpCounters* out) {
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -226,7 +228,9 @@ void run_mixed(std::uint64_t seed, std::uint32_t loss, std::uint32_t dup, std::u
 // re-request that starts after the READ's first PSN by continuing the original opcode sequence
 // (rxe_resp.c duplicate_request: rdatm_res_state_replay; read_reply: Middle, then Last) where
 // uroce's responder starts over with First/Only. The wire between the two QPs rewrites b's
-// replies that way: every READ must still complete with the right bytes.
+// replies that way: every READ must still complete with the right bytes. Up to 20% loss with
+// retry_cnt 7 (7 retries): these seeds need at most 5 retries in a row (they pass with
+// retry_cnt 5, fail with 4).
 TEST(RcPair, ReadsCompleteAgainstAnRxeStyleReplayingResponderUnderLoss) {
   constexpr std::uint32_t kMtu = 1024;
   std::uint64_t rewritten = 0, timeouts = 0;
@@ -302,6 +306,73 @@ TEST(RcPair, ReadsCompleteAgainstAnRxeStyleReplayingResponderUnderLoss) {
   EXPECT_GT(timeouts, 20u);
   std::printf("rxe-style replies %llu, timeouts %llu\n", static_cast<unsigned long long>(rewritten),
               static_cast<unsigned long long>(timeouts));
+}
+
+// retry_cnt 7 is 7 retries (IBTA, hardware), not infinite as in rxe: against a peer that never
+// answers (every frame lost), the request goes out 1 + 7 times, one ACK timeout apart, and the
+// 8th timeout ends the WQE with RETRY_EXC_ERR; the WR behind it flushes.
+TEST(RcPair, RetryCountSevenGivesUpOnAPeerThatNeverAnswers) {
+  Pair p(QpType::kRc, 1024);
+  p.connect(/*timeout=*/8, /*retry_cnt=*/7, /*rnr_retry=*/7);
+  p.drop = [](int, const std::vector<std::byte>&) { return true; };
+  p.capture = true;
+  fill(p.a, 0, 3000, 5);
+  const Sge w = sge(p.a, 0, 3000);  // 3 packets at MTU 1024
+  SendRequest wr = send_req(1, WrOpcode::kRdmaWrite, &w, 1);
+  wr.remote_addr = p.b.addr();
+  wr.rkey = p.b.key;
+  ASSERT_EQ(p.a.qp->post_send(wr), Errc::kOk);
+  const Sge s = sge(p.a, 4000, 10);
+  ASSERT_EQ(p.a.qp->post_send(send_req(2, WrOpcode::kSend, &s, 1)), Errc::kOk);
+  const Instant start = p.now;
+  p.run(Duration::s(10));
+  ASSERT_EQ(p.a.scq.wcs.size(), 2u);
+  EXPECT_EQ(p.a.scq.wcs[0].wr_id, 1u);
+  EXPECT_EQ(p.a.scq.wcs[0].status, WcStatus::kRetryExcErr) << wc_status_name(p.a.scq.wcs[0].status);
+  EXPECT_EQ(p.a.scq.wcs[1].wr_id, 2u);
+  EXPECT_EQ(p.a.scq.wcs[1].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(p.a.qp->state(), QpState::kErr);
+  // Time was only ever an input: the failure is exactly 8 ACK timeouts (4.096 us * 2^8) after
+  // the first transmission.
+  EXPECT_EQ((p.now - start).count_ns(), 8 * (std::int64_t{4096} << 8));
+  // 8 transmissions of the request: every packet of both WRs went out 8 times.
+  std::uint32_t first_psn_sent = 0;
+  for (const auto& f : p.captured) {
+    auto parsed = wire::parse_frame(wire::LinkType::kEthernet, f);
+    ASSERT_TRUE(parsed.ok());
+    if (parsed->roce.bth().psn() == 0x100) ++first_psn_sent;
+  }
+  EXPECT_EQ(first_psn_sent, 8u);
+  EXPECT_EQ(p.frames_sent, 8u * 4);
+  const transport::QpCounters& c = p.a.qp->counters();
+  EXPECT_EQ(c.packets_sent, 8u * 4);
+  EXPECT_EQ(c.timeouts, 8u);
+  EXPECT_EQ(c.retransmitted_packets, 7u * 4);
+  EXPECT_EQ(c.retry_exceeded, 1u);
+  EXPECT_EQ(p.b.qp->counters().packets_received, 0u);
+  EXPECT_EQ(p.b.qp->state(), QpState::kRts);
+}
+
+// rnr_retry 7 stays infinite: a responder without receive WQEs RNR NAKs far more than 7 times
+// in a row (with retry_cnt 7), and the SEND completes once a receive is posted.
+TEST(RcPair, RnrRetrySevenIsStillInfinite) {
+  Pair p(QpType::kRc, 1024);
+  p.connect(/*timeout=*/8, /*retry_cnt=*/7, /*rnr_retry=*/7, /*min_rnr_timer=*/1);
+  fill(p.a, 0, 100, 6);
+  const Sge s = sge(p.a, 0, 100);
+  ASSERT_EQ(p.a.qp->post_send(send_req(1, WrOpcode::kSend, &s, 1)), Errc::kOk);
+  p.run(Duration::ms(20));
+  EXPECT_TRUE(p.a.scq.wcs.empty());
+  EXPECT_EQ(p.a.qp->state(), QpState::kRts);
+  EXPECT_GT(p.a.qp->counters().rnr_naks_received, 500u);
+  EXPECT_EQ(p.a.qp->counters().rnr_retry_exceeded, 0u);
+  const Sge r = sge(p.b, 100000, 200);
+  ASSERT_EQ(p.b.qp->post_recv(9, std::span(&r, 1)), Errc::kOk);
+  p.run();
+  ASSERT_EQ(p.a.scq.wcs.size(), 1u);
+  EXPECT_EQ(p.a.scq.wcs[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(p.b.rcq.wcs.size(), 1u);
+  EXPECT_TRUE(same(p.a, 0, p.b, 100000, 100));
 }
 
 TEST(RcPair, MixedWorkloadWithoutFaults) {

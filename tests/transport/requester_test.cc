@@ -895,20 +895,62 @@ TEST(Completer, RetryCountExhaustionFailsAndFlushes) {
   EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
 }
 
-TEST(Completer, RetryCountSevenIsInfinite) {
+// IBTA and hardware: retry_cnt 7 is 7 retries, not infinite (only rxe makes it infinite): the
+// request goes out 8 times, and the 8th timeout fails the WQE.
+TEST(Completer, RetryCountSevenIsSevenRetries) {
   Solo s(QpType::kRc, 1024);
   s.set(8, /*retry_cnt=*/7, 7);
   ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
-  ASSERT_EQ(s.drain().size(), 1u);
-  for (int i = 0; i < 40; ++i) {
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcSendOnly, 0x1000, true),
+                                          pkt(Opcode::kRcSendOnly, 0x1001, true)}));
+  const Instant sent = s.now;
+  for (int i = 0; i < 7; ++i) {
     s.advance(ack_timeout(8));
-    ASSERT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000, true)}) << i;
+    ASSERT_EQ(describe(s.drain()), (Strings{pkt(Opcode::kRcSendOnly, 0x1000, true),
+                                            pkt(Opcode::kRcSendOnly, 0x1001, true)}))
+        << i;
+    ASSERT_TRUE(s.e.scq.wcs.empty()) << i;
   }
-  EXPECT_EQ(s.e.qp->counters().timeouts, 40u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), sent + ack_timeout(8) * 8);
+  s.advance(ack_timeout(8) - Duration::ns(1));
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  s.advance(Duration::ns(1));
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kRetryExcErr), st(WcStatus::kWrFlushErr)}));
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
+  const auto& c = s.e.qp->counters();
+  EXPECT_EQ(c.timeouts, 8u);
+  EXPECT_EQ(c.packets_sent, 16u);  // each of the two requests 1 + 7 times
+  EXPECT_EQ(c.retransmitted_packets, 14u);
+  EXPECT_EQ(c.retry_exceeded, 1u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+}
+
+// rnr_retry 7 stays infinite: RNR NAKs far beyond 7 in a row, interleaved with fewer than 8
+// ACK timeouts (retry_cnt 7), never fail the WQE.
+TEST(Completer, RnrRetrySevenStaysInfiniteWithRetryCountSeven) {
+  Solo s(QpType::kRc, 1024);
+  s.set(8, /*retry_cnt=*/7, /*rnr_retry=*/7);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, 10))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  for (int i = 0; i < 200; ++i) {
+    if (i % 40 == 39) {
+      // Now and then the RNR NAK is lost: the ACK timeout resends instead.
+      s.advance(ack_timeout(8));
+    } else {
+      rnr_nak(s, 0x1000, 1);
+      s.advance(Duration::us(10));
+    }
+    ASSERT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000, true)}) << i;
+    ASSERT_TRUE(s.e.scq.wcs.empty()) << i;
+  }
   EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  EXPECT_EQ(s.e.qp->counters().rnr_naks_received, 195u);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 5u);
   ack(s, 0x1000);
   EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
-  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
 }
 
 TEST(Completer, ProgressResetsTheRetryCount) {
