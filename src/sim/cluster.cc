@@ -1028,12 +1028,11 @@ void final_checks(Cluster& c) {
 // SEND with Invalidate, the negative case the workload leaves out: every MR of uroce is an
 // ordinary one, which only fast-register MRs and memory windows are not (IBTA o10-37,
 // rxe_invalidate_mr()), so it must fail. Checked once per run on the first RC pair not torn
-// down (by retry exceeded), after the
-// workload and its oracles, when the network has no faults left (a run ends after the fault
-// plan's end): the responder NAKs Invalid Request, the SEND and the receive it consumed both
-// complete with REM_INV_REQ_ERR and nothing else, both QPs are in the error state, and the
-// named region is as valid as before. Zero-length, so no byte is written (the arena check runs
-// again after it).
+// down (by retry exceeded), after the workload and its oracles, when the network has no faults
+// left (a run ends after the fault plan's end): the responder NAKs Invalid Request, the SEND
+// and the receive it consumed both complete with REM_INV_REQ_ERR and nothing else, both QPs are
+// in the error state, and the named region is as valid as before. Zero-length, so no byte is
+// written (the arena check runs again after it).
 void check_send_inv(Cluster& c) {
   Side* x = nullptr;
   for (auto& sp : c.sides) {
