@@ -132,8 +132,9 @@ struct Side {
   std::deque<const Op*> incoming;  // RC: the peer's receive-consuming ops, in posting order
   std::map<std::uint64_t, const Op*> incoming_by_id;  // UC/UD: by op id
   std::string name;
-  std::size_t index = 0;         // in Cluster::sides (and the tag of its CQs' channel)
-  std::uint8_t ack_timeout = 0;  // RC: the local ACK timeout code (4.096 us * 2^code)
+  std::size_t index = 0;           // in Cluster::sides (and the tag of its CQs' channel)
+  std::uint8_t ack_timeout = 0;    // RC: the local ACK timeout code (4.096 us * 2^code)
+  std::uint8_t max_rd_atomic = 1;  // RC: READs/atomics its requester may have outstanding
   // RC error handling. A send WR that failed (RETRY_EXC_ERR) or flushed is the QP's first
   // error; every later one must flush. The application then tears the pair down: both QPs in
   // ERR, nothing more posted, the rest of the pair's work no longer awaited.
@@ -424,7 +425,13 @@ bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_ps
     a.rq_psn = rq_psn;
     mask |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
     if (s.type == QpType::kRc) {
-      a.max_dest_rd_atomic = 16;
+      // At least what the peer's requester may have outstanding (what rdma_cm negotiates);
+      // often exactly that, so that responder resources are reused as soon as allowed.
+      a.max_dest_rd_atomic = s.peer->max_rd_atomic;
+      if (c.rng.chance(1, 2)) {
+        a.max_dest_rd_atomic = static_cast<std::uint8_t>(s.peer->max_rd_atomic +
+                                                         c.rng.below(17u - s.peer->max_rd_atomic));
+      }
       a.min_rnr_timer = static_cast<std::uint8_t>(1 + c.rng.below(14));
       mask |= kQpMaxDestRdAtomic | kQpMinRnrTimer;
     }
@@ -438,7 +445,7 @@ bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_ps
     a.timeout = timeout;
     a.retry_cnt = 7;  // 7 retries (IBTA): a long partition fails the WR with RETRY_EXC_ERR
     a.rnr_retry = 7;  // infinite
-    a.max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
+    a.max_rd_atomic = s.max_rd_atomic;
     mask |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
   }
   return dev.modify_qp(s.qp, a, mask) == Errc::kOk;
@@ -1032,7 +1039,10 @@ void final_checks(Cluster& c) {
 // left (a run ends after the fault plan's end): the responder NAKs Invalid Request, the SEND
 // and the receive it consumed both complete with REM_INV_REQ_ERR and nothing else, both QPs are
 // in the error state, and the named region is as valid as before. Zero-length, so no byte is
-// written (the arena check runs again after it).
+// written there (the arena check runs again after it). A READ goes just before it, in the same
+// post: an error NAK must leave after the responses owed to the requests before it, so the READ
+// completes with its data (when the link delivers both requests in one batch, a responder that
+// dropped its queued responses for the NAK would fail it: issue 11, item 1).
 void check_send_inv(Cluster& c) {
   Side* x = nullptr;
   for (auto& sp : c.sides) {
@@ -1048,14 +1058,29 @@ void check_send_inv(Cluster& c) {
   const std::string what = x->name + " SEND_WITH_INV of " + y.name + "'s MR";
   for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);  // polled below
   constexpr std::uint64_t kWrId = ~std::uint64_t{0};
+  constexpr std::uint64_t kReadId = kWrId - 1;
   const RecvWr rwr{kWrId, {}};
-  SendWr wr;
+  // The READ: 2 MTUs and a bit, from the start of y's registered arena past its counter (the
+  // first slot) into the same place of x's: the workload is done with both.
+  constexpr std::size_t kReadOff = kGuardBytes + 64;
+  const std::size_t read_len =
+      std::min<std::size_t>(2 * std::size_t{x->mtu} + 7, hx.arena.size() - 2 * kGuardBytes - 64);
+  const Sge read_sge{hx.va(kReadOff), static_cast<std::uint32_t>(read_len), hx.mr.lkey};
+  const bool with_read = x->depth >= 2;  // a send queue of one takes the SEND alone
+  SendWr wrs[2];
+  wrs[0].wr_id = kReadId;
+  wrs[0].opcode = WrOpcode::kRdmaRead;
+  wrs[0].send_flags = kSendSignaled;
+  wrs[0].sg_list = std::span(&read_sge, 1);
+  wrs[0].rdma.remote_addr = hy.va(kReadOff);
+  wrs[0].rdma.rkey = hy.mr.rkey;
+  SendWr& wr = wrs[1];
   wr.wr_id = kWrId;
   wr.opcode = WrOpcode::kSendWithInv;
   wr.send_flags = kSendSignaled;
   wr.invalidate_rkey = hy.mr.rkey;
   if (hy.dev->post_recv(y.qp, std::span(&rwr, 1), nullptr) != Errc::kOk ||
-      hx.dev->post_send(x->qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
+      hx.dev->post_send(x->qp, std::span(wrs).last(with_read ? 2 : 1), nullptr) != Errc::kOk) {
     c.fail(what + ": could not be posted");
     return;
   }
@@ -1072,7 +1097,10 @@ void check_send_inv(Cluster& c) {
     for (auto& h : c.hosts) h->engine->flush_tx(c.now);
     poll(*hx.dev, x->scq, sent);
     poll(*hy.dev, y.rcq, received);
-    if (!sent.empty() && !received.empty() && c.net.next_event_time().is_never()) break;
+    if (sent.size() >= (with_read ? 2u : 1u) && !received.empty() &&
+        c.net.next_event_time().is_never()) {
+      break;
+    }
     Instant t = c.net.next_event_time();
     for (auto& h : c.hosts) t = earliest(t, h->engine->next_timeout());
     if (t.is_never() || t > deadline) {
@@ -1089,17 +1117,34 @@ void check_send_inv(Cluster& c) {
   std::vector<Wc> others;
   poll(*hx.dev, x->rcq, others);
   poll(*hy.dev, y.scq, others);
-  if (sent.size() != 1 || received.size() != 1 || !others.empty() || sent[0].wr_id != kWrId ||
+  const std::size_t sends = with_read ? 2 : 1;
+  if (sent.size() != sends || received.size() != 1 || !others.empty() ||
+      (with_read && sent[0].wr_id != kReadId) || sent.back().wr_id != kWrId ||
       received[0].wr_id != kWrId) {
     c.fail(what + ": wrong completions (" + std::to_string(sent.size()) + " send, " +
            std::to_string(received.size()) + " receive, " + std::to_string(others.size()) +
            " other)");
     return;
   }
-  if (sent[0].status != WcStatus::kRemInvReqErr || received[0].status != WcStatus::kRemInvReqErr) {
-    c.fail(what + ": completed with " + wc_status_name(sent[0].status) + " / " +
+  if (with_read && sent[0].status != WcStatus::kSuccess) {
+    c.fail(what + ": the READ posted just before it completed with " +
+           wc_status_name(sent[0].status) + ", expected success");
+    return;
+  }
+  if (sent.back().status != WcStatus::kRemInvReqErr ||
+      received[0].status != WcStatus::kRemInvReqErr) {
+    c.fail(what + ": completed with " + wc_status_name(sent.back().status) + " / " +
            wc_status_name(received[0].status) + ", expected REM_INV_REQ_ERR for both");
     return;
+  }
+  // The READ's data: y's bytes (which the arena check holds to y's image); x's image takes them.
+  for (std::size_t i = 0; with_read && i < read_len; ++i) {
+    const std::size_t off = kReadOff + i;
+    if (hx.arena[off] != hy.arena[off]) {
+      c.fail(what + ": the READ before it brought a wrong byte at " + std::to_string(i));
+      return;
+    }
+    hx.expected[off] = hx.arena[off];
   }
   auto qx = hx.dev->query_qp(x->qp);
   auto qy = hy.dev->query_qp(y.qp);
@@ -1201,6 +1246,10 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     ++index;
     const auto psn_x = static_cast<std::uint32_t>(c.rng.below(1u << 24));
     const auto psn_y = static_cast<std::uint32_t>(c.rng.below(1u << 24));
+    if (p.type == QpType::kRc) {
+      x->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
+      y->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
+    }
     if (!connect_side(c, *x, psn_x, psn_y, timeout) ||
         !connect_side(c, *y, psn_y, psn_x, timeout)) {
       c.fail("QP connection failed");
@@ -1265,10 +1314,12 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     return c.result;
   }
   if (!opt.faults) {
-    // A plain data-center link: 2 us, 25 Gb/s.
+    // A plain data-center link: 2 us, 25 Gb/s; or, for half the seeds, no serialization at all,
+    // so that a burst arrives at once and the receiver takes it in one batch (as recvmmsg
+    // does) before its application can post more receive WQEs: RNR NAKs without any fault.
     LinkConfig plain;
     plain.delay_ns = 2000;
-    plain.bandwidth_bps = 25'000'000'000;
+    plain.bandwidth_bps = c.rng.chance(1, 2) ? 25'000'000'000 : 0;
     plain.queue_limit_packets = 0;
     if (!c.net.configure_default(start, plain).ok()) c.fail("network setup failed");
   }
@@ -1325,12 +1376,23 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   c.result.simulated_ns = (c.now - start).count_ns();
   const LinkStats& total = c.net.total_stats();
   c.result.frames_dropped = total.dropped_total();
-  std::uint64_t retry_exceeded = 0;
+  std::uint64_t retry_exceeded = 0, seq_naks = 0, timeouts = 0;
   for (auto& h : c.hosts) {
     for (transport::Qp* qp : h->dev->live_qps()) {
       c.result.retransmissions += qp->counters().retransmitted_packets;
       retry_exceeded += qp->counters().retry_exceeded;
+      seq_naks += qp->counters().seq_naks_sent;
+      timeouts += qp->counters().timeouts;
     }
+  }
+  // A network that loses, duplicates and reorders nothing leaves no PSN gap for a responder to
+  // NAK, and (its queues unbounded, its delay microseconds against ACK timeouts of 262 us and
+  // more) lets no ACK timer expire: RNR NAKs are the only retries it may see. A sequence NAK
+  // there is a responder NAKing its own making (one sent behind an RNR NAK, say).
+  if (c.result.ok && !c.opt.faults && c.result.frames_dropped == 0 &&
+      (seq_naks != 0 || timeouts != 0)) {
+    c.fail("a network without faults saw " + std::to_string(seq_naks) + " sequence NAKs and " +
+           std::to_string(timeouts) + " ACK timeouts");
   }
   // The QPs' own count of exhausted retries is the workload's: none went unnoticed.
   if (c.result.ok && retry_exceeded != c.result.retry_exceeded_qps) {
