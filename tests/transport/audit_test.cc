@@ -61,16 +61,6 @@ void ack_packet(Solo& s, std::uint32_t psn, std::uint8_t syndrome) {
   s.feed(h);
 }
 
-SendRequest request(std::uint64_t id, WrOpcode op, std::span<const Sge> sges,
-                    std::uint32_t flags = kSendSignaled) {
-  SendRequest r;
-  r.wr_id = id;
-  r.opcode = op;
-  r.send_flags = flags;
-  r.sges = sges;
-  return r;
-}
-
 // "RC Acknowledge 5003 a0": opcode name, PSN, AETH syndrome (00 without an AETH).
 std::string resp(Opcode op, std::uint32_t psn, std::uint8_t syndrome) {
   const wire::OpcodeInfo& info = wire::opcode_info(op);

@@ -158,6 +158,17 @@ inline Sge sge(const Endpoint& e, std::size_t off, std::uint32_t len) {
   return Sge{e.addr() + off, len, e.key};
 }
 
+// A send work request over `sges` (the RDMA and atomic fields are the caller's to fill in).
+inline transport::SendRequest request(std::uint64_t id, WrOpcode op, std::span<const Sge> sges,
+                                      std::uint32_t flags = kSendSignaled) {
+  transport::SendRequest r;
+  r.wr_id = id;
+  r.opcode = op;
+  r.send_flags = flags;
+  r.sges = sges;
+  return r;
+}
+
 // Builds a request/response frame as a peer would (for crafted-packet tests).
 std::vector<std::byte> craft(const wire::IpAddress& src, const wire::IpAddress& dst,
                              const wire::TransportHeaders& h, ConstBytes payload);

@@ -73,11 +73,7 @@ std::vector<std::uint64_t> wr_ids(const CqCollector& cq) {
 // A request on the local buffer; RDMA and atomics target kRemoteVa with kRkey.
 SendRequest rq(std::uint64_t id, WrOpcode op, std::span<const Sge> sges,
                std::uint32_t flags = kSendSignaled) {
-  SendRequest r;
-  r.wr_id = id;
-  r.opcode = op;
-  r.send_flags = flags;
-  r.sges = sges;
+  SendRequest r = request(id, op, sges, flags);
   r.remote_addr = kRemoteVa;
   r.rkey = kRkey;
   return r;
