@@ -109,6 +109,12 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
         switch (static_cast<wire::NakCode>(value)) {
           case wire::NakCode::kPsnSequenceError:
             ++counters_.seq_naks_received;
+            // A NAK at p acknowledges every PSN before p: past the oldest unacknowledged one,
+            // that is forward progress, and retry_cnt counts consecutive retries without
+            // progress (rxe resets it on ACKs only, which its infinite retry_cnt 7 hides).
+            // Without this, a long message on a lossy link fails after retry_cnt losses in a
+            // row between two AckReq ACKs, however much got through between them.
+            if (wire::psn_gt(psn, comp_.psn)) reset_retry_counters();
             comp_.psn = psn;
             if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return;
             if (comp_.retry_cnt == 0) {

@@ -288,6 +288,30 @@ TEST(Audit, Item6SequenceNakRecoveryWorksAfterMoreThan2To23PsnsOfProgress) {
   EXPECT_EQ(s.e.scq.wcs[1].status, WcStatus::kSuccess);
 }
 
+// A sequence NAK past the oldest unacknowledged PSN acknowledges new packets: progress, which
+// restores retry_cnt. Without that, with retry_cnt finite (item 7), a long message through a
+// lossy link failed after retry_cnt + 1 losses between two ACKs, however much got through (a
+// 1 MiB SEND at 5% loss against rxe did).
+TEST(Audit, Item7SequenceNaksThatMakeProgressDoNotUseUpRetryCnt) {
+  Solo s(QpType::kRc, 256);
+  s.set(14, /*retry_cnt=*/1, 7);
+  const Sge big = sge(s.e, 0, 256 * 40);  // 40 packets
+  ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&big, 1))), Errc::kOk);
+  std::uint32_t psn = kPsn;
+  ASSERT_EQ(s.drain().size(), 40u);
+  for (int loss = 0; loss < 5; ++loss) {  // one packet lost in every round: 5 NAKs in a row
+    psn += 3;
+    ack_packet(s, psn, kSeqNak);
+    ASSERT_TRUE(s.e.scq.wcs.empty()) << loss;
+    const auto resent = s.drain();
+    ASSERT_FALSE(resent.empty());
+    EXPECT_EQ(resent[0].h.bth.psn, psn);
+  }
+  ack_packet(s, kPsn + 39, kAck);
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+}
+
 // ---- 9. the response queue never drops what the protocol owes --------------------------------
 
 // With max_dest_rd_atomic 1 the response ring has 6 slots. Gaps that fill again (a NAK, a
