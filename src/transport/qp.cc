@@ -49,8 +49,8 @@ bool Qp::is_read_or_atomic(const SendWqe& w) const {
 
 std::uint32_t Qp::packets_of(const SendWqe& w) const {
   if (w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd) return 1;
-  if (type_ == QpType::kUd || w.length == 0) return 1;
-  return static_cast<std::uint32_t>((w.length + mtu_bytes_ - 1) / mtu_bytes_);
+  if (type_ == QpType::kUd) return 1;
+  return packets_for(w.length, mtu_bytes_);
 }
 
 Duration Qp::ack_timeout() const {

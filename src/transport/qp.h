@@ -49,6 +49,10 @@ inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
 // The most PSNs outstanding at once for 24-bit PSN comparisons to hold (wire/psn.h): what one
 // READ of kMaxMessageBytes at MTU 256 needs.
 inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
+// Packets (and so PSNs) a message of `length` bytes takes at path MTU `mtu`: at least one.
+constexpr std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
+}
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
 
@@ -269,8 +273,7 @@ class Qp {
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
                      std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp);
   void queue_ack(std::uint8_t syndrome, std::uint32_t psn);
-  void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn,
-                       bool discard_queued);
+  void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn);
 
   // ---- state ----
   void enter_error();

@@ -58,9 +58,7 @@ bool Qp::request_ready() const {
   // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn
   // round (a response would look like one never sent): such a READ waits for an empty window.
   if (rc && w.opcode == WrOpcode::kRdmaRead && outstanding != 0) {
-    const std::uint64_t rest = w.length - (w.state == WqeState::kPosted ? 0 : w.sent_bytes);
-    const std::uint64_t npsn = rest == 0 ? 1 : (rest + mtu_bytes_ - 1) / mtu_bytes_;
-    if (outstanding + npsn > kMaxPsnSpan) return false;
+    if (outstanding + packets_for(w.length - w.sent_bytes, mtu_bytes_) > kMaxPsnSpan) return false;
   }
   if (w.state == WqeState::kPosted) {
     // SQD: no new WQE starts; one started before (and reset by a go-back-N) goes on.
@@ -162,9 +160,7 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     w.read_req_psn = psn;  // the response at this PSN opens the stream (completer.cc)
     wire::RethMut(MutBytes(out.header).subspan(wire::kBthBytes))
         .encode(wire::Reth{w.remote_addr + done, w.rkey, static_cast<std::uint32_t>(rest)});
-    const std::uint32_t npsn =
-        rest == 0 ? 1 : static_cast<std::uint32_t>((rest + mtu_bytes_ - 1) / mtu_bytes_);
-    req_.psn = wire::psn_add(psn, npsn);
+    req_.psn = wire::psn_add(psn, packets_for(rest, mtu_bytes_));
     w.sent_bytes = w.length;
     w.state = WqeState::kPending;
     ++req_.next_wqe;

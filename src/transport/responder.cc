@@ -32,14 +32,6 @@ enum class Qp::RespStatus : std::uint8_t {
   kBusy,              // no room for the response now: drop, the requester retries
 };
 
-namespace {
-
-std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
-  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
-}
-
-}  // namespace
-
 bool Qp::take_recv_wqe() {
   if (env_.rq->empty()) return false;
   const RecvWqe f = env_.rq->front();
@@ -135,21 +127,15 @@ void Qp::queue_rd_atomic_response(std::uint32_t resource, std::uint32_t psn, std
   responses_.push_back(job);
 }
 
-void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn,
-                         bool discard_queued) {
+void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn) {
+  UROCE_CHECK(type_ == QpType::kRc);  // UC drops a bad message itself; UD has no NAKs
   ++counters_.other_naks_sent;
   if (resp_.has_wqe) complete_recv(status, 0, 0, 0, WcOpcode::kRecv, false, attr_.dest_qp_num);
   // Responses go out in PSN order, the NAK after everything before it: READ responses and
   // atomic ACKs owed to requests accepted before this one still leave, from the error state
-  // (poll_transmit), then the NAK, then nothing. A READ that fails while it is answered
-  // (discard_queued) takes its own rest and what was queued behind it along.
-  if (discard_queued) responses_.clear();
-  if (type_ == QpType::kRc) {
-    queue_ack(nak_syndrome, psn);
-    drain_responses_in_error_ = true;
-  } else {
-    responses_.clear();
-  }
+  // (poll_transmit), then the NAK, then nothing.
+  queue_ack(nak_syndrome, psn);
+  drain_responses_in_error_ = true;
   if (env_.events != nullptr) {
     const NakCode code = static_cast<NakCode>(wire::aeth_value(nak_syndrome));
     env_.events->qp_event(qpn_, code == NakCode::kRemoteAccessError ? AsyncEventType::kQpAccessErr
@@ -380,19 +366,18 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt) {
       return;
     case RespStatus::kInvalidRequest:
       responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kRemInvReqErr,
-                      psn, false);
+                      psn);
       return;
     case RespStatus::kLengthError:
-      responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kLocLenErr, psn,
-                      false);
+      responder_error(wire::make_nak_syndrome(NakCode::kInvalidRequest), WcStatus::kLocLenErr, psn);
       return;
     case RespStatus::kAccessError:
       responder_error(wire::make_nak_syndrome(NakCode::kRemoteAccessError), WcStatus::kRemAccessErr,
-                      psn, false);
+                      psn);
       return;
     case RespStatus::kOperationalError:
       responder_error(wire::make_nak_syndrome(NakCode::kRemoteOperationalError),
-                      WcStatus::kLocProtErr, psn, false);
+                      WcStatus::kLocProtErr, psn);
       return;
   }
 }
@@ -565,8 +550,10 @@ bool Qp::poll_response(TxPacket& out) {
         auto mem =
             env_.memory->resolve(env_.pd, r.rkey, true, r.va + r.offset, len, kAccessRemoteRead);
         if (!mem.ok()) {
+          // The NAK replaces this READ's rest and whatever was queued behind it.
+          responses_.clear();
           responder_error(wire::make_nak_syndrome(NakCode::kRemoteAccessError),
-                          WcStatus::kRemAccessErr, psn, true);
+                          WcStatus::kRemAccessErr, psn);
           return poll_response(out);
         }
         out.pieces[0] = mem.value();

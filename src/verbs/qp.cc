@@ -312,7 +312,6 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
         // (rxe_do_local_ops(): IBV_WC_LOC_QP_OP_ERR, QP to error); uroce refuses it at post
         // time instead, as a provider does for an operation it lacks (EINVAL, bad_wr at it,
         // the QP unchanged), and advertises no IBV_QP_EX_WITH_LOCAL_INV.
-        return fail(wr, Errc::kInvalidArgument);
       default:
         return fail(wr, Errc::kInvalidArgument);
     }
