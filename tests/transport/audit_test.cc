@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "steps.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
@@ -26,29 +27,11 @@ const std::uint8_t kAck = wire::make_ack_syndrome();
 const std::uint8_t kSeqNak = wire::make_nak_syndrome(NakCode::kPsnSequenceError);
 const std::uint8_t kRemAcc = wire::make_nak_syndrome(NakCode::kRemoteAccessError);
 
-wire::TransportHeaders reth_packet(Opcode op, std::uint32_t psn, std::uint64_t va,
-                                   std::uint32_t rkey, std::uint32_t len) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(op);
-  h.bth.psn = psn & wire::kPsnMask;
-  h.bth.ack_req = true;
-  h.reth = wire::Reth{va, rkey, len};
-  return h;
-}
-
 wire::TransportHeaders fetch_add(std::uint32_t psn, std::uint64_t va, std::uint32_t rkey,
                                  std::uint64_t add) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcFetchAdd);
-  h.bth.psn = psn & wire::kPsnMask;
-  h.bth.ack_req = true;
+  wire::TransportHeaders h = request_headers(Opcode::kRcFetchAdd, psn);
   h.atomic_eth = wire::AtomicEth{va, rkey, add, 0};
   return h;
-}
-
-void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
-  const Sge sge{s.va(off), len, s.e.key};
-  ASSERT_EQ(s.e.qp->post_recv(id, std::span(&sge, 1)), Errc::kOk);
 }
 
 // An ACK-type response from the fictitious peer, to the Solo QP's requester.
@@ -89,9 +72,10 @@ TEST(Audit, Item1ErrorNakComesAfterTheResponsesBeforeIt) {
   std::memset(s.e.buf.data() + 8192, 0x5a, 2000);
   std::uint64_t v = 7;
   std::memcpy(s.e.buf.data() + 512, &v, 8);
-  s.feed(reth_packet(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), s.e.key, 2000));  // 2 PSNs
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), s.e.key, 2000));  // 2 PSNs
   s.feed(fetch_add(kEpsn + 2, s.va(512), s.e.key, 1));
-  s.feed(reth_packet(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key + 99, 8), pattern(8, 1));
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key + 99, 8),
+         pattern(8, 1));
   const auto out = s.drain();
   EXPECT_EQ(describe(out), (std::vector<std::string>{
                                resp(Opcode::kRcRdmaReadResponseFirst, kEpsn, kAck),
@@ -214,7 +198,7 @@ TEST(Audit, Item3SendsWaitOutTheRnrTimerWithoutSpendingRetryCnt) {
 TEST(Audit, Item4DuplicateReadOutsideTheSavedRequestIsDropped) {
   Solo s(QpType::kRc, 1024);
   const std::uint64_t va = s.va(16384);
-  s.feed(reth_packet(Opcode::kRcRdmaReadRequest, kEpsn, va, s.e.key, 3000));  // 3 PSNs
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, va, s.e.key, 3000));  // 3 PSNs
   ASSERT_EQ(s.drain().size(), 3u);
   struct Bad {
     const char* what;
@@ -233,12 +217,12 @@ TEST(Audit, Item4DuplicateReadOutsideTheSavedRequestIsDropped) {
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.what);
-    s.feed(reth_packet(Opcode::kRcRdmaReadRequest, b.psn, b.va, b.rkey, b.len));
+    s.feed(reth_headers(Opcode::kRcRdmaReadRequest, b.psn, b.va, b.rkey, b.len));
     EXPECT_TRUE(s.drain().empty());
     EXPECT_EQ(s.e.qp->state(), QpState::kRts);
   }
   // A proper duplicate of the rest is still replayed.
-  s.feed(reth_packet(Opcode::kRcRdmaReadRequest, kEpsn + 2, va + 2048, s.e.key, 952));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 2, va + 2048, s.e.key, 952));
   const auto out = s.drain();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].h.bth.psn, kEpsn + 2);
@@ -352,7 +336,8 @@ TEST(Audit, Item9EmptyLastPacketIsNakedInvalidRequest) {
   }
   {
     Solo s(QpType::kRc, 1024);
-    s.feed(reth_packet(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(0), s.e.key, 2048), pattern(1024, 0));
+    s.feed(reth_headers(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(0), s.e.key, 2048),
+           pattern(1024, 0));
     s.feed(Opcode::kRcRdmaWriteLast, kEpsn + 1, {});
     EXPECT_EQ(describe(s.drain()),
               (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn + 1, inv)}));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "steps.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
@@ -16,21 +17,6 @@ using wire::Opcode;
 using Bytes = std::vector<std::byte>;
 
 constexpr std::uint32_t kEpsn = 0x5000;  // Solo's rq_psn
-
-void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
-  const Sge sge{s.va(off), len, s.e.key};
-  ASSERT_EQ(s.e.qp->post_recv(id, std::span(&sge, 1)), Errc::kOk);
-}
-
-wire::TransportHeaders write_first(Opcode op, std::uint32_t psn, std::uint64_t va,
-                                   std::uint32_t rkey, std::uint32_t len) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(op);
-  h.bth.psn = psn;
-  h.bth.ack_req = true;
-  h.reth = wire::Reth{va, rkey, len};
-  return h;
-}
 
 void expect_ack(const Solo::Sent& s, std::uint32_t psn, std::uint8_t syndrome = 0x1f) {
   EXPECT_EQ(s.op->opcode(), Opcode::kRcAcknowledge);
@@ -111,11 +97,11 @@ TEST(Responder, DuplicateSendIsAckedAgainNeverExecuted) {
 TEST(Responder, DuplicateWriteDoesNotWriteAgain) {
   Solo s(QpType::kRc);
   const Bytes data = pattern(200, 3);
-  s.feed(write_first(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(4096), s.e.key, 200), data);
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(4096), s.e.key, 200), data);
   s.drain();
   EXPECT_EQ(std::memcmp(s.e.buf.data() + 4096, data.data(), 200), 0);
   std::memset(s.e.buf.data() + 4096, 0, 200);  // the application reuses the buffer
-  s.feed(write_first(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(4096), s.e.key, 200), data);
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(4096), s.e.key, 200), data);
   const auto out = s.drain();
   ASSERT_EQ(out.size(), 1u);
   expect_ack(out[0], kEpsn);
@@ -127,7 +113,7 @@ TEST(Responder, MultiPacketWriteAndSendWithImmediate) {
   Solo s(QpType::kRc, 256);
   post_recv(s, 5, 0, 1024);
   const Bytes data = pattern(600, 4);
-  auto h = write_first(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(8192), s.e.key, 600);
+  auto h = reth_headers(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(8192), s.e.key, 600);
   h.bth.ack_req = false;
   s.feed(h, ConstBytes(data).first(256));
   s.feed(Opcode::kRcRdmaWriteMiddle, kEpsn + 1, ConstBytes(data).subspan(256, 256), false);
@@ -155,10 +141,7 @@ TEST(Responder, SendWithInvalidateInvalidatesARegionMadeForIt) {
   post_recv(s, 1, 0, 64);
   const std::uint32_t victim =
       s.e.memory.add(1, s.e.buf.data() + 65536, 4096, kAccessRemoteWrite | kAccessLocalWrite, true);
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcSendOnlyInv);
-  h.bth.psn = kEpsn;
-  h.bth.ack_req = true;
+  wire::TransportHeaders h = request_headers(Opcode::kRcSendOnlyInv, kEpsn);
   h.ieth_rkey = victim;
   s.feed(h, pattern(4, 0));
   s.drain();
@@ -190,7 +173,7 @@ TEST(Responder, ReadIsAnsweredInMtuPacketsAndReplayedFromMidMessage) {
   Solo s(QpType::kRc, 256);
   const Bytes data = pattern(700, 5);
   std::memcpy(s.e.buf.data() + 16384, data.data(), 700);
-  s.feed(write_first(Opcode::kRcRdmaReadRequest, kEpsn, s.va(16384), s.e.key, 700));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, s.va(16384), s.e.key, 700));
   auto out = s.drain();
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaReadResponseFirst);
@@ -203,7 +186,7 @@ TEST(Responder, ReadIsAnsweredInMtuPacketsAndReplayedFromMidMessage) {
   EXPECT_EQ(got, data);
   // The requester lost the last two: it asks again from PSN +1 for the rest.
   std::memset(s.e.buf.data() + 16384, 0xee, 700);  // replay reads memory as it is now
-  s.feed(write_first(Opcode::kRcRdmaReadRequest, kEpsn + 1, s.va(16384 + 256), s.e.key, 444));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 1, s.va(16384 + 256), s.e.key, 444));
   out = s.drain();
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].h.bth.psn, kEpsn + 1);
@@ -223,7 +206,7 @@ TEST(Responder, ReadIsAnsweredInMtuPacketsAndReplayedFromMidMessage) {
 
 TEST(Responder, ZeroLengthReadChecksNoKey) {
   Solo s(QpType::kRc);
-  s.feed(write_first(Opcode::kRcRdmaReadRequest, kEpsn, 0, 0xdead, 0));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, 0, 0xdead, 0));
   const auto out = s.drain();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaReadResponseOnly);
@@ -328,10 +311,7 @@ TEST(ResponderErrors, SendWithInvalidateOfAnOrdinaryRegionIsAnInvalidRequest) {
   post_recv(s, 1, 0, 64);
   const std::uint32_t ordinary =
       s.e.memory.add(1, s.e.buf.data() + 65536, 4096, kAccessRemoteWrite | kAccessLocalWrite);
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcSendOnlyInv);
-  h.bth.psn = kEpsn;
-  h.bth.ack_req = true;
+  wire::TransportHeaders h = request_headers(Opcode::kRcSendOnlyInv, kEpsn);
   h.ieth_rkey = ordinary;
   s.feed(h, pattern(4, 0));
   expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
@@ -373,7 +353,7 @@ TEST(ResponderErrors, QpWithoutRemoteAccessRefusesTheOperation) {
     QpAttr attr;
     attr.qp_access_flags = kAccessLocalWrite;
     s.e.qp->modify(attr, kQpAccessFlags, s.e.qp->path());
-    wire::TransportHeaders h = write_first(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 8);
+    wire::TransportHeaders h = reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 8);
     if (op == 1) h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcRdmaReadRequest);
     if (op == 2) {
       h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcFetchAdd);
@@ -417,7 +397,7 @@ TEST_P(ResponderAccess, ViolationsAreNakedAndTouchNothing) {
       break;
   }
   const Bytes before = s.e.buf;
-  s.feed(write_first(Opcode::kRcRdmaWriteOnly, kEpsn, va, key, len), pattern(len, 1));
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, va, key, len), pattern(len, 1));
   expect_error_nak(s, kEpsn, kRemAcc, AsyncEventType::kQpAccessErr);
   EXPECT_EQ(s.e.buf, before);
 }
@@ -452,7 +432,7 @@ TEST_P(ResponderAccess, ReadAndAtomicViolationsToo) {
     }
     const Bytes before = s.e.buf;
     if (op == 0) {
-      s.feed(write_first(Opcode::kRcRdmaReadRequest, kEpsn, va, key, 64));
+      s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, va, key, 64));
     } else {
       wire::TransportHeaders h;
       h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcCompareSwap);
@@ -481,13 +461,13 @@ TEST(ResponderErrors, MisalignedAtomicIsAnInvalidRequest) {
 TEST(ResponderErrors, ReadWithoutResponderResources) {
   Solo s(QpType::kRc);
   s.set(14, 7, 7, 12, /*max_rd_atomic=*/0);
-  s.feed(write_first(Opcode::kRcRdmaReadRequest, kEpsn, s.va(0), s.e.key, 8));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, s.va(0), s.e.key, 8));
   expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
 }
 
 TEST(ResponderErrors, WriteLengthsMustAddUpToTheReth) {
   Solo s(QpType::kRc);
-  s.feed(write_first(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 100), pattern(64, 0));
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 100), pattern(64, 0));
   expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(s.e.buf[static_cast<std::size_t>(i)], std::byte{0});
 }
@@ -496,7 +476,7 @@ TEST(ResponderErrors, MrDeregisteredBetweenPacketsOfAWrite) {
   Solo s(QpType::kRc, 256);
   const std::uint32_t key =
       s.e.memory.add(1, s.e.buf.data() + 8192, 4096, kAccessRemoteWrite | kAccessLocalWrite);
-  auto h = write_first(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(8192), key, 768);
+  auto h = reth_headers(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(8192), key, 768);
   h.bth.ack_req = false;
   s.feed(h, pattern(256, 1));
   s.e.memory.remove(key);
@@ -509,7 +489,7 @@ TEST(ResponderErrors, MrDeregisteredBetweenPacketsOfAWrite) {
 TEST(ResponderErrors, MrDeregisteredWhileAReadIsAnswered) {
   Solo s(QpType::kRc, 256);
   const std::uint32_t key = s.e.memory.add(1, s.e.buf.data() + 8192, 4096, kAccessRemoteRead);
-  s.feed(write_first(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), key, 768));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), key, 768));
   s.e.memory.remove(key);  // before the responses are polled out
   const auto out = s.drain();
   ASSERT_EQ(out.size(), 1u);

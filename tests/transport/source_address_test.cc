@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "steps.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
@@ -22,32 +23,12 @@ constexpr std::uint32_t kEpsn = 0x5000;   // Solo's rq_psn
 // Solo's QP is 10.0.0.1 and its peer 10.0.0.2.
 const wire::IpAddress kThird = wire::IpAddress::v4(0x0a000003);
 
-wire::TransportHeaders headers(Opcode op, std::uint32_t psn) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(op);
-  h.bth.psn = psn & wire::kPsnMask;
-  h.bth.ack_req = true;
-  return h;
-}
-
-wire::TransportHeaders write(Opcode op, std::uint32_t psn, std::uint64_t va, std::uint32_t rkey,
-                             std::uint32_t len) {
-  wire::TransportHeaders h = headers(op, psn);
-  h.reth = wire::Reth{va, rkey, len};
-  return h;
-}
-
 wire::TransportHeaders aeth(std::uint32_t psn, std::uint8_t syndrome) {
-  wire::TransportHeaders h = headers(Opcode::kRcAcknowledge, psn);
+  wire::TransportHeaders h = request_headers(Opcode::kRcAcknowledge, psn);
   h.bth.ack_req = false;
   h.aeth.syndrome = syndrome;
   h.aeth.msn = 2;
   return h;
-}
-
-void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
-  const Sge sge{s.va(off), len, s.e.key};
-  ASSERT_EQ(s.e.qp->post_recv(id, std::span(&sge, 1)), Errc::kOk);
 }
 
 bool all_zero(const Solo& s, std::size_t off, std::size_t n) {
@@ -62,11 +43,13 @@ TEST(SourceAddress, RcRequestsFromAThirdHostTouchNothing) {
   const Bytes data = pattern(256, 5);
   // An RDMA WRITE at the expected PSN with a valid rkey and address, a SEND that would take the
   // receive WQE, a future PSN that would earn a sequence NAK, a CNP and an ECN CE mark.
-  s.feed_from(kThird, write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
-  s.feed_from(kThird, headers(Opcode::kRcSendOnly, kEpsn), pattern(16, 6));
-  s.feed_from(kThird, write(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key, 256), data);
-  s.feed_from(kThird, headers(Opcode::kCnp, 0));
-  s.feed_from(kThird, write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data, 3);
+  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
+  s.feed_from(kThird, request_headers(Opcode::kRcSendOnly, kEpsn), pattern(16, 6));
+  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key, 256),
+              data);
+  s.feed_from(kThird, request_headers(Opcode::kCnp, 0));
+  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data,
+              3);
   EXPECT_TRUE(s.drain().empty());  // no ACK, no NAK
   EXPECT_TRUE(s.e.rcq.wcs.empty());
   EXPECT_EQ(s.e.rq->size(), 1u);
@@ -83,7 +66,7 @@ TEST(SourceAddress, RcRequestsFromAThirdHostTouchNothing) {
 
   // The ePSN did not move: the peer's own WRITE at that PSN is new, executed and ACKed, and its
   // CNP reaches congestion control.
-  s.feed(write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
   const auto out = s.drain();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].op->opcode(), Opcode::kRcAcknowledge);
@@ -92,7 +75,7 @@ TEST(SourceAddress, RcRequestsFromAThirdHostTouchNothing) {
   EXPECT_EQ(slice(s.e, 0, 256), data);
   EXPECT_EQ(c.duplicate_requests, 0u);
   EXPECT_EQ(c.packets_received, 1u);
-  s.feed(headers(Opcode::kCnp, 0));
+  s.feed(request_headers(Opcode::kCnp, 0));
   EXPECT_EQ(s.e.cc.cnps, 1);
   EXPECT_EQ(c.src_addr_mismatch, 5u);
 }
@@ -101,11 +84,7 @@ TEST(SourceAddress, RcResponsesFromAThirdHostTouchNothing) {
   Solo s(QpType::kRc);
   for (std::uint64_t id = 1; id <= 2; ++id) {
     const Sge sge{s.va(0), 100, s.e.key};
-    transport::SendRequest r;
-    r.wr_id = id;
-    r.opcode = WrOpcode::kRdmaWrite;
-    r.send_flags = kSendSignaled;
-    r.sges = std::span(&sge, 1);
+    transport::SendRequest r = request(id, WrOpcode::kRdmaWrite, std::span(&sge, 1));
     r.remote_addr = 0x7f00'0000'1000;
     r.rkey = 0xabcd;
     ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
@@ -141,9 +120,9 @@ TEST(SourceAddress, UcRequestsFromAThirdHostTouchNothing) {
   Solo s(QpType::kUc);
   post_recv(s, 1, 8192, 64);
   const Bytes data = pattern(1024, 7);
-  s.feed_from(kThird, headers(Opcode::kUcSendOnly, kEpsn), pattern(16, 6));
-  s.feed_from(kThird, write(Opcode::kUcRdmaWriteFirst, kEpsn, s.va(0), s.e.key, 2048), data);
-  s.feed_from(kThird, headers(Opcode::kUcRdmaWriteLast, kEpsn + 1), data);
+  s.feed_from(kThird, request_headers(Opcode::kUcSendOnly, kEpsn), pattern(16, 6));
+  s.feed_from(kThird, reth_headers(Opcode::kUcRdmaWriteFirst, kEpsn, s.va(0), s.e.key, 2048), data);
+  s.feed_from(kThird, request_headers(Opcode::kUcRdmaWriteLast, kEpsn + 1), data);
   EXPECT_TRUE(s.drain().empty());
   EXPECT_TRUE(s.e.rcq.wcs.empty());
   EXPECT_EQ(s.e.rq->size(), 1u);
@@ -153,7 +132,7 @@ TEST(SourceAddress, UcRequestsFromAThirdHostTouchNothing) {
   EXPECT_EQ(c.packets_received, 0u);
 
   // The peer's WRITE at the expected PSN is in sequence (no resynchronization) and placed.
-  s.feed(write(Opcode::kUcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 1024), data);
+  s.feed(reth_headers(Opcode::kUcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 1024), data);
   EXPECT_EQ(slice(s.e, 0, 1024), data);
   EXPECT_EQ(c.out_of_sequence, 0u);
   EXPECT_EQ(c.packets_received, 1u);
@@ -162,7 +141,7 @@ TEST(SourceAddress, UcRequestsFromAThirdHostTouchNothing) {
 TEST(SourceAddress, UdTakesDatagramsFromAnyHost) {
   Solo s(QpType::kUd);
   post_recv(s, 1, 0, 200);
-  wire::TransportHeaders h = headers(Opcode::kUdSendOnly, 0);
+  wire::TransportHeaders h = request_headers(Opcode::kUdSendOnly, 0);
   h.deth = wire::Deth{0x11111111, 0x99};
   s.feed_from(kThird, h, pattern(24, 3));
   ASSERT_EQ(s.e.rcq.wcs.size(), 1u);
@@ -178,11 +157,12 @@ TEST(SourceAddress, TheCheckFollowsAPathChange) {
   av.dst = kThird;
   s.e.qp->modify(QpAttr{}, kQpAv, av);
   const Bytes data = pattern(64, 9);
-  s.feed(write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);  // the old peer
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64),
+         data);  // the old peer
   EXPECT_TRUE(s.drain().empty());
   EXPECT_TRUE(all_zero(s, 0, 64));
   EXPECT_EQ(s.e.qp->counters().src_addr_mismatch, 1u);
-  s.feed_from(kThird, write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);
+  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);
   EXPECT_EQ(s.drain().size(), 1u);
   EXPECT_EQ(slice(s.e, 0, 64), data);
 }
@@ -197,10 +177,10 @@ TEST(SourceAddress, AQpWithoutAPathDropsEverything) {
   // RESET kept the old path's address; INIT has none to check against: drop, from anyone, and
   // no feedback to congestion control either.
   const Bytes data = pattern(64, 9);
-  s.feed(write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);
-  s.feed_from(kThird, write(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);
-  s.feed(headers(Opcode::kCnp, 0));
-  s.feed_from(kThird, headers(Opcode::kCnp, 0));
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);
+  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 64), data);
+  s.feed(request_headers(Opcode::kCnp, 0));
+  s.feed_from(kThird, request_headers(Opcode::kCnp, 0));
   EXPECT_TRUE(s.drain().empty());
   EXPECT_TRUE(all_zero(s, 0, 64));
   EXPECT_EQ(s.e.qp->counters().dropped, 4u);
