@@ -732,24 +732,33 @@ void on_send_completion(Cluster& c, Side& s, const Wc& wc) {
 // A receive WQE of a torn-down RC QP flushed. The first may hold part of the message that was
 // being placed in it (the peer's next receive-consuming op, if a SEND): each byte old or that
 // message's. Later ones were never touched (the final image check).
+// Bytes [off, off + len) of `at` that a failed or flushed WR may or may not have written: each
+// must be as expected or the WR's new content (`fresh`, of which only the first `fresh_len`
+// bytes exist), and the expected image then takes what is there. Returns the offset of the
+// first byte that is neither (nothing is taken then); counts the WR in unfinished_wrs_landed
+// if any new byte landed.
+std::optional<std::size_t> settle_old_or_new(Cluster& c, Host& at, std::size_t off, std::size_t len,
+                                             const std::byte* fresh, std::size_t fresh_len) {
+  bool landed = false;
+  for (std::size_t i = 0; i < len; ++i) {
+    const std::byte got = at.arena[off + i];
+    if (got != at.expected[off + i] && (i >= fresh_len || got != fresh[i])) return i;
+    landed = landed || got != at.expected[off + i];
+    at.expected[off + i] = got;
+  }
+  if (landed) ++c.result.unfinished_wrs_landed;
+  return std::nullopt;
+}
+
 void on_recv_flush(Cluster& c, Side& s, const RecvSlot& slot) {
   if (s.recv_flushed) return;
   s.recv_flushed = true;
   const Op* op = s.incoming.empty() ? nullptr : s.incoming.front();
   if (op == nullptr || op->kind == OpKind::kWriteImm) return;
-  Host& h = *s.host;
-  bool landed = false;
-  for (std::size_t i = 0; i < slot.len; ++i) {
-    const std::byte got = h.arena[slot.off + i];
-    if (got != h.expected[slot.off + i] && (i >= op->len || got != op->data[i])) {
-      c.fail(s.name + ": the flushed receive of " + op_name(op->kind) + " op " +
-             std::to_string(op->id) + " holds a foreign byte at " + std::to_string(i));
-      return;
-    }
-    landed = landed || got != h.expected[slot.off + i];
-    h.expected[slot.off + i] = got;
+  if (auto i = settle_old_or_new(c, *s.host, slot.off, slot.len, op->data.data(), op->len)) {
+    c.fail(s.name + ": the flushed receive of " + op_name(op->kind) + " op " +
+           std::to_string(op->id) + " holds a foreign byte at " + std::to_string(*i));
   }
-  if (landed) ++c.result.unfinished_wrs_landed;
 }
 
 void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
@@ -898,18 +907,11 @@ void settle_uncertain(Cluster& c, Side& s) {
     } else {
       continue;  // SENDs: the receive oracle; atomics: the counter oracle
     }
-    bool landed = false;
-    for (std::size_t i = 0; i < op.len; ++i) {
-      const std::byte got = at->arena[off + i];
-      if (got != at->expected[off + i] && got != new_bytes[i]) {
-        c.fail(s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) +
-               " (failed or flushed) left a foreign byte at " + std::to_string(i));
-        return;
-      }
-      landed = landed || got != at->expected[off + i];
-      at->expected[off + i] = got;
+    if (auto i = settle_old_or_new(c, *at, off, op.len, new_bytes, op.len)) {
+      c.fail(s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) +
+             " (failed or flushed) left a foreign byte at " + std::to_string(*i));
+      return;
     }
-    if (landed) ++c.result.unfinished_wrs_landed;
   }
 }
 
