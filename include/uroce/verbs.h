@@ -277,6 +277,18 @@ class CompletionEventHandler {
 
 // Told when post_send() queued work on a QP, so that the progress engine transmits it (what a
 // NIC's doorbell does). Called from inside post_send(); must not call back into the Device.
+// Where a Device's QP numbers come from. The default is the Device's own cyclic range
+// (0x11..0x20000, as rxe's pool). A device shared by several contexts or processes (the UDP
+// device's coordinator) hands out numbers unique across all of them instead. allocate_qpn()
+// returns nullopt when none is free (create_qp fails with kNoMemory); numbers are never 0 or 1
+// and never above 0xfffffe. Called from create_qp/destroy_qp only.
+class QpnSource {
+ public:
+  virtual ~QpnSource() = default;
+  virtual std::optional<std::uint32_t> allocate_qpn() = 0;
+  virtual void release_qpn(std::uint32_t qpn) = 0;
+};
+
 class DoorbellHandler {
  public:
   virtual ~DoorbellHandler() = default;
@@ -330,6 +342,8 @@ class Device {
   Errc req_notify_cq(CqHandle cq, bool solicited_only);
   void set_completion_event_handler(CompletionEventHandler* handler);
   void set_doorbell_handler(DoorbellHandler* handler);
+  // Before the first create_qp (kBusy once a QP exists). nullptr: the Device's own range.
+  Errc set_qpn_source(QpnSource* source);
 
   // Shared receive queues. srq_limit is ignored at creation (as libibverbs documents); arm it
   // with modify_srq(kSrqLimit). Resizing (kSrqMaxWr) is not supported.

@@ -27,6 +27,8 @@ namespace {
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+}  // namespace
+
 void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage& ss,
                  socklen_t& len) {
   std::memset(&ss, 0, sizeof ss);
@@ -44,6 +46,8 @@ void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage
     len = sizeof(sockaddr_in);
   }
 }
+
+namespace {
 
 // A "0" or "1" from the environment, or an error message for anything else.
 Result<std::optional<bool>, std::string> env_switch(const char* name) {
@@ -206,6 +210,14 @@ struct UdpDatapath::RxRing {
 };
 
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
+  auto r = open_socket(options);
+  // open_socket() closes a socket it made itself on failure; a given one is closed here.
+  if (!r.ok() && options.bound_fd >= 0) ::close(options.bound_fd);
+  return r;
+}
+
+Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open_socket(
+    const UdpOptions& options) {
   UdpOptions opt = options;
   if (opt.use_environment) {
     auto gso = env_switch("UROCE_UDP_GSO");
@@ -232,11 +244,14 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
     return Err{"tx_batch and rx_batch must be from 1 to " + std::to_string(kMaxBatch)};
   }
   const bool v6 = opt.local.v6;
-  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const bool bound = opt.bound_fd >= 0;
+  const int fd =
+      bound ? opt.bound_fd
+            : ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Err{errno_text("socket")};
-  auto fail = [fd](const char* what) {
+  auto fail = [fd, bound](const char* what) {
     std::string msg = errno_text(what);
-    ::close(fd);
+    if (!bound) ::close(fd);
     return msg;
   };
   int on = 1;
@@ -244,7 +259,7 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
     // DF on every datagram; no fragmentation (roce-facts.md).
     int pmtu = IPV6_PMTUDISC_DO;
     if (::setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
-        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0 ||
+        (!bound && ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) ||
         ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof on) != 0 ||
         ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &on, sizeof on) != 0 ||
         // rxe sends RoCEv2 over IPv6 with UDP checksum 0 too (its tunnel socket is set up
@@ -298,7 +313,7 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
   sockaddr_storage ss;
   socklen_t len = 0;
   to_sockaddr(opt.local, opt.port, ss, len);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+  if (!bound && ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     char addr[INET6_ADDRSTRLEN] = {};
     ::inet_ntop(v6 ? AF_INET6 : AF_INET, opt.local.bytes.data(), addr, sizeof addr);
     const std::string msg = "cannot bind " + std::string(addr) + " port " +

@@ -78,6 +78,10 @@ struct UdpOptions {
   // unverified) unless this is set (UROCE_UDP_GSO=1 sets it too).
   bool gso_on_hardware = false;
   bool use_environment = true;  // let UROCE_UDP_* override the fields above
+  // A socket already bound to local:port (a shared device's, from its coordinator; IPv6 ones
+  // with IPV6_V6ONLY set): the datapath sets its options and owns it from open() on, failed
+  // opens included. -1: the datapath creates and binds its own.
+  int bound_fd = -1;
   // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
   // backpressure. Empty: the system call.
   std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
@@ -120,6 +124,10 @@ struct UdpCounters {
   std::uint64_t rx_gro_packets = 0;    // packets split out of them
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
 };
+
+// `ip`:`port` as a socket address.
+void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage& ss,
+                 socklen_t& len);
 
 // The MTU of the network interface that holds `local` (SIOCGIFMTU), or an error message when no
 // interface has that address.
@@ -180,6 +188,7 @@ class UdpDatapath final : public Datapath {
   struct RxRing;
   struct TxScratch;
   UdpDatapath(int fd, const UdpOptions& options);
+  static Result<std::unique_ptr<UdpDatapath>, std::string> open_socket(const UdpOptions& options);
   // The outer headers the kernel puts on a datagram (ICRC input; with an Ethernet header,
   // the capture's frame).
   static wire::OuterHeaders outer(const wire::IpAddress& src, const wire::IpAddress& dst,

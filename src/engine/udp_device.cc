@@ -82,7 +82,8 @@ Instant UdpDevice::now() {
 
 Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConfig& config,
                                                                 std::uint16_t port,
-                                                                const std::string& capture_path) {
+                                                                const std::string& capture_path,
+                                                                Sharing sharing) {
   DeviceConfig cfg = config;
   if (cfg.netdev_mtu == 0) {
     auto mtu = datapath::interface_mtu(cfg.ip);
@@ -91,9 +92,29 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   }
   auto dev = Device::create(cfg);
   if (!dev.ok()) return Err{std::string("invalid device configuration: ") + errc_name(dev.error())};
-  auto dp = datapath::UdpDatapath::open(datapath::UdpOptions{config.ip, port});
-  if (!dp.ok()) return Err{dp.error()};
+  if (sharing == Sharing::kDefault) {
+    const char* env = std::getenv("UROCE_SHARED");
+    sharing =
+        env != nullptr && std::string_view(env) == "0" ? Sharing::kExclusive : Sharing::kShared;
+  }
+  std::unique_ptr<SharedPort> shared;
+  datapath::UdpOptions udp{config.ip, port};
+  if (sharing == Sharing::kShared) {
+    auto sp = SharedPort::join(config.ip, port, cfg.name);
+    if (!sp.ok()) return Err{sp.error()};
+    shared = std::move(sp.value());
+    udp.bound_fd = shared->take_socket();
+    if (Errc e = dev.value()->set_qpn_source(shared.get()); e != Errc::kOk) {
+      return Err{std::string("set_qpn_source: ") + errc_name(e)};
+    }
+  }
+  auto dp = datapath::UdpDatapath::open(udp);
+  if (!dp.ok()) {
+    if (shared) shared->forget_socket();
+    return Err{dp.error()};
+  }
   std::unique_ptr<UdpDevice> d(new UdpDevice());
+  d->shared_ = std::move(shared);
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
   d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
@@ -697,8 +718,10 @@ CloseResult UdpDevice::close(Duration deadline) {
     closed_engine_ = engine_->counters();
     closed_dp_ = dp_->counters();
     engine_.reset();
+    if (shared_) shared_->forget_socket();
     dp_.reset();  // closes the socket
   }
+  if (shared_) shared_->leave();
   if (stats_fd_ >= 0) {
     std::lock_guard sl(stats_mu_);
     ::close(stats_fd_);

@@ -68,6 +68,7 @@
 #include "capture/pcap_file.h"
 #include "datapath/udp.h"
 #include "engine/engine.h"
+#include "engine/shared_port.h"
 #include "engine/stats.h"
 #include "uroce/verbs.h"
 
@@ -104,9 +105,17 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // `capture_path`: write every packet sent and received to this pcap file (readable by
   // Wireshark and `uroce pcap check`); when empty, the environment variable UROCE_PCAP names
   // the file, if set.
+  //
+  // Sharing: by default the device's address and port are shared with every other context
+  // that opens them, in this process or another of the user (engine/shared_port.h): each
+  // UdpDevice is one member of the device's reuseport group, its QP numbers unique across the
+  // device. kExclusive binds the port alone, as before sharing existed (the second opener
+  // then fails with "in use"); kDefault is kShared unless the environment says
+  // UROCE_SHARED=0.
+  enum class Sharing { kDefault, kShared, kExclusive };
   static Result<std::unique_ptr<UdpDevice>, std::string> open(
       const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port,
-      const std::string& capture_path = "");
+      const std::string& capture_path = "", Sharing sharing = Sharing::kDefault);
   // close(kCloseDeadline) unless close() was called.
   ~UdpDevice() override;
   UdpDevice(const UdpDevice&) = delete;
@@ -118,6 +127,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // Valid until close().
   const Engine& engine() const { return *engine_; }
   const datapath::UdpDatapath& datapath() const { return *dp_; }
+  // The device's membership when shared (nullptr when exclusive).
+  SharedPort* shared_port() { return shared_.get(); }
   int fd() const { return dp_ ? dp_->fd() : -1; }
 
   // One round of progress now. Returns true if anything was received or sent. After close():
@@ -278,6 +289,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::shared_ptr<Channel> find_channel(std::uint64_t channel) const;
   std::uint32_t outstanding_locked(bool* tx_pending);
 
+  // Before device_: destroyed after it (destroying its QPs gives their numbers back).
+  std::unique_ptr<SharedPort> shared_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<datapath::UdpDatapath> dp_;
   std::unique_ptr<Engine> engine_;

@@ -23,7 +23,7 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   a.sys_image_guid = a.node_guid;
   a.max_mr_size = UINT64_MAX;
   a.page_size_cap = 0xfffff000;
-  a.vendor_id = 0;
+  a.vendor_id = 0xffffff;  // rxe's RXE_VENDOR_ID: tools that check for a vendor see one
   a.vendor_part_id = 0;
   a.hw_ver = 0;
   a.max_qp = kMaxQp;
@@ -138,7 +138,8 @@ void DeviceState::sweep_srq_limits() {
 }
 
 QpObj* DeviceState::qp_for_qpn(std::uint32_t qpn) const {
-  return qpn < qp_by_qpn.size() ? qp_by_qpn[qpn] : nullptr;
+  const auto it = qp_by_qpn.find(qpn);
+  return it == qp_by_qpn.end() ? nullptr : it->second;
 }
 
 }  // namespace verbs::detail
@@ -229,5 +230,11 @@ void Device::set_completion_event_handler(CompletionEventHandler* handler) {
 }
 
 void Device::set_doorbell_handler(DoorbellHandler* handler) { s_->doorbell_handler = handler; }
+
+Errc Device::set_qpn_source(QpnSource* source) {
+  if (!s_->qp_by_qpn.empty()) return Errc::kBusy;
+  s_->qpn_source = source;
+  return Errc::kOk;
+}
 
 }  // namespace uroce

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "base/handle_table.h"
@@ -153,7 +154,8 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   std::vector<MrObj*> mr_by_index;        // by key index (key >> 8)
   std::vector<std::uint8_t> mr_last_key;  // the key byte last used at each index
   CyclicIdAllocator qpn_alloc;
-  std::vector<QpObj*> qp_by_qpn;
+  QpnSource* qpn_source = nullptr;  // replaces qpn_alloc when set
+  std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;
   std::vector<transport::Qp*> live_qps;
   std::vector<SrqObj*> armed_srqs;  // armed and not yet reported
 

@@ -93,8 +93,12 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   if (has_srq && srq == nullptr) return Err{Errc::kInvalidArgument};
   if (!caps_fit(s.attr, init.cap, has_srq)) return Err{Errc::kInvalidArgument};
   if (s.qps.full()) return Err{Errc::kNoMemory};
-  const std::optional<std::uint32_t> qpn = s.qpn_alloc.allocate();
+  const std::optional<std::uint32_t> qpn =
+      s.qpn_source != nullptr ? s.qpn_source->allocate_qpn() : s.qpn_alloc.allocate();
   if (!qpn) return Err{Errc::kNoMemory};
+  // A source shared with other processes is outside input: a number it should not have given
+  // fails this create_qp instead of aliasing a QP.
+  if (*qpn <= 1 || *qpn >= kQpnMask || s.qp_by_qpn.count(*qpn) != 0) return Err{Errc::kNoMemory};
 
   auto q = std::make_unique<vd::QpObj>();
   q->pd = pd;
@@ -125,8 +129,7 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   const RawHandle h = s.qps.insert(std::move(q));
   UROCE_CHECK(h.generation != 0);
   raw->self = from_raw<QpHandle>(h);
-  if (s.qp_by_qpn.size() <= *qpn) s.qp_by_qpn.resize(std::size_t{*qpn} + 1, nullptr);
-  s.qp_by_qpn[*qpn] = raw;
+  s.qp_by_qpn.emplace(*qpn, raw);
   raw->live_pos = s.live_qps.size();
   s.live_qps.push_back(raw->qp.get());
   // Use counts as the kernel keeps them: one per reference (a CQ used for both send and
@@ -144,13 +147,17 @@ Errc Device::destroy_qp(QpHandle qp) {
   if (q == nullptr) return Errc::kInvalidArgument;
   if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
   // Unlink from the engine's views first.
-  s.qp_by_qpn[q->qpn] = nullptr;
+  s.qp_by_qpn.erase(q->qpn);
   const std::size_t pos = q->live_pos;
   UROCE_ASSERT(s.live_qps[pos] == q->qp.get());
   s.live_qps[pos] = s.live_qps.back();
   s.live_qps.pop_back();
   if (pos < s.live_qps.size()) s.qp_by_qpn[s.live_qps[pos]->qpn()]->live_pos = pos;
-  s.qpn_alloc.release(q->qpn);
+  if (s.qpn_source != nullptr) {
+    s.qpn_source->release_qpn(q->qpn);
+  } else {
+    s.qpn_alloc.release(q->qpn);
+  }
   // Release the parents.
   vd::PdObj* p = s.pds.get(to_raw(q->pd));
   vd::CqObj* scq = s.cqs.get(to_raw(q->init.send_cq));

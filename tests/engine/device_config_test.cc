@@ -1,3 +1,6 @@
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include "engine/device_config.h"
 
 #include <gtest/gtest.h>
@@ -75,10 +78,24 @@ TEST(DeviceConfig, OpenReportsAddressThatIsNotLocal) {
   EXPECT_NE(dev.error().find("192.0.2.1"), std::string::npos) << dev.error();
 }
 
-TEST(DeviceConfig, OpenReportsPortInUse) {
+TEST(DeviceConfig, ASecondOpenSharesTheDevice) {
   auto a = open_device(by_ip("127.0.4.73"));
   ASSERT_TRUE(a.ok()) << a.error();
   auto b = open_device(by_ip("127.0.4.73"));
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_NE(a.value()->shared_port(), nullptr);
+  EXPECT_NE(b.value()->shared_port(), nullptr);
+}
+
+TEST(DeviceConfig, OpenReportsPortInUseByAProgramThatDoesNotShareIt) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(wire::kRoceV2Port);
+  ::inet_pton(AF_INET, "127.0.4.74", &sa.sin_addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  auto b = open_device(by_ip("127.0.4.74"));
+  ::close(fd);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().find("in use"), std::string::npos) << b.error();
 }

@@ -44,6 +44,7 @@ struct SideOptions {
   bool make_channel = false;  // the CQ reports to a new completion channel
   std::string capture;
   std::size_t buf_bytes = 1 << 20;
+  UdpDevice::Sharing sharing = UdpDevice::Sharing::kDefault;
 };
 
 // Opens the device (polling mode) and creates PD, an MR over `buf`, a CQ and an RC QP.
@@ -53,7 +54,7 @@ inline void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
   cfg.ip = v4(ip);
   s.ip = ip;
   s.buf.assign(o.buf_bytes, std::byte{0});
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture);
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture, o.sharing);
   ASSERT_TRUE(d.ok()) << d.error();
   s.dev = std::move(d.value());
   Device& dev = s.dev->device();

@@ -204,9 +204,10 @@ time.sleep(120)" >"$W/holder.out" 2>&1 &
   else
     bad "TCP port in use: rc $rc $(cat "$W/s.err")"
   fi
-  # The RoCE port: another device on the same address.
-  server write_bw 127.0.0.122 19139
-  until_file_has "$W/s.out" "Waiting for client"
+  # The RoCE port: held by a program that does not share it (another uroce process would).
+  python3 -c "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('127.0.0.122',4791)); print('bound',flush=True); time.sleep(120)" >"$W/s.out" 2>&1 &
+  spid=$!
+  until_file_has "$W/s.out" "bound"
   timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.122 -p 19140 --timeout 5 >"$W/s2.out" 2>"$W/s2.err"
   rc=$?
   kill "$spid"

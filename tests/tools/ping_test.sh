@@ -109,11 +109,12 @@ timeout 30 "$uroce" ping -a 127.0.0.134 -p 18703 --timeout 5 >"$work/tcp_in_use"
 expect tcp_port_in_use 1 "Couldn't listen to port 18703: Address already in use" \
   "$work/tcp_in_use" $?
 
-# ---- 4. the RoCE port (UDP 4791) of the address is taken by another uroce ----
-timeout 60 "$uroce" ping -a 127.0.0.135 -p 18704 --timeout 20 >"$work/holder2" 2>&1 &
+# ---- 4. the RoCE port (UDP 4791) of the address is taken by a program that does not share it
+# (another uroce process would share it) ----
+python3 -c "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('127.0.0.135',4791)); print('bound',flush=True); time.sleep(60)" >"$work/holder2" 2>&1 &
 holder=$!
 bg_pids+=($holder)
-wait_for "$work/holder2" 'local address'
+wait_for "$work/holder2" 'bound'
 timeout 30 "$uroce" ping -a 127.0.0.135 -p 18705 --timeout 5 >"$work/udp_in_use" 2>&1
 expect udp_port_in_use 1 "127\.0\.0\.135.*(in use|already)" "$work/udp_in_use" $?
 # devinfo opens no socket: it works while the address is served.

@@ -37,7 +37,7 @@ TEST(Device, AttributesAreRxes) {
   const DeviceAttr& a = dev->query_device();
   EXPECT_EQ(dev->name(), "uroce0");
   EXPECT_EQ(a.fw_ver, "0.0.0");
-  EXPECT_EQ(a.vendor_id, 0u);
+  EXPECT_EQ(a.vendor_id, 0xffffffu);  // RXE_VENDOR_ID
   EXPECT_EQ(a.vendor_part_id, 0u);
   EXPECT_EQ(a.hw_ver, 0u);
   EXPECT_EQ(a.max_qp_wr, 16384u);

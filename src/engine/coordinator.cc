@@ -1,0 +1,402 @@
+#include "engine/coordinator.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "datapath/udp.h"
+#include "engine/devd_protocol.h"
+#include "engine/steering.h"
+
+namespace uroce::engine {
+
+namespace {
+
+std::int64_t monotonic_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+struct Member {
+  int conn = -1;   // -1 once the connection closed (the process is dying: see pidfd)
+  int udp = -1;    // the coordinator's reference to the context's socket
+  int pidfd = -1;  // the process, to learn when it has exited
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string device;
+  std::string comm;
+  std::vector<std::uint32_t> blocks;
+  bool qp1 = false;
+};
+
+class Coordinator {
+ public:
+  Coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& o)
+      : listen_(listen_fd), sink_(sink_fd), opt_(o), used_(devd::kLastBlock + 1, false) {
+    // Start the cyclic block counter somewhere new, so that a coordinator started after an
+    // earlier one exited is unlikely to hand out the QPNs its contexts had (a peer may still
+    // be sending to them).
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    const std::uint64_t mix = (std::uint64_t(ts.tv_sec) * 1'000'003u) ^ std::uint64_t(ts.tv_nsec) ^
+                              (std::uint64_t(::getpid()) << 20);
+    next_block_ = devd::kFirstBlock +
+                  static_cast<std::uint32_t>(mix % (devd::kLastBlock - devd::kFirstBlock));
+  }
+
+  int run() {
+    std::int64_t idle_since = monotonic_ms();  // -1 while a context uses the device
+    std::vector<pollfd> fds;
+    for (;;) {
+      fds.clear();
+      fds.push_back({listen_, POLLIN, 0});
+      fds.push_back({sink_, POLLIN, 0});
+      for (const Member& m : members_) {
+        // A connection, or, once it closed, the process's exit.
+        if (m.conn >= 0) {
+          fds.push_back({m.conn, POLLIN, 0});
+        } else {
+          fds.push_back({m.pidfd, POLLIN, 0});
+        }
+      }
+      int timeout = -1;
+      if (members_.empty()) {
+        const std::int64_t left = idle_since + opt_.linger_ms - monotonic_ms();
+        if (left <= 0) {
+          // Nobody came in time. A connection already waiting still gets served.
+          pollfd p{listen_, POLLIN, 0};
+          if (::poll(&p, 1, 0) <= 0) break;
+        }
+        timeout = static_cast<int>(left > 0 ? left : 0);
+      }
+      const int n = ::poll(fds.data(), fds.size(), timeout);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return 1;
+      }
+      if (fds[1].revents != 0) drain_sink();
+      // Members first (by fd: the vector changes as they leave), then new connections.
+      std::vector<int> ready;
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) ready.push_back(fds[i].fd);
+      }
+      for (int fd : ready) serve_member_fd(fd);
+      if (fds[0].revents != 0) accept_one();
+      if (!members_.empty()) {
+        idle_since = -1;
+      } else if (idle_since < 0) {
+        idle_since = monotonic_ms();
+      }
+    }
+    // The sink first: once the name is free a successor may bind a new group at once.
+    ::close(sink_);
+    ::close(listen_);
+    return 0;
+  }
+
+ private:
+  void drain_sink() {
+    char buf[64];
+    for (int i = 0; i < 256; ++i) {
+      if (::recv(sink_, buf, sizeof buf, MSG_DONTWAIT) < 0) return;
+      ++unsteered_;
+    }
+  }
+
+  static bool send_msg(int fd, const devd::Msg& m, int pass_fd = -1) {
+    iovec iov{const_cast<devd::Msg*>(&m), sizeof m};
+    msghdr h{};
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (pass_fd >= 0) {
+      h.msg_control = control;
+      h.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof pass_fd);
+    }
+    // Never wait for a client: one that does not read its answers is dropped.
+    return ::sendmsg(fd, &h, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof m);
+  }
+
+  static void send_error(int fd, int err, const std::string& text) {
+    devd::Msg m;
+    m.type = devd::MsgType::kError;
+    m.status = err;
+    devd::set_text(m.text, text);
+    send_msg(fd, m);
+  }
+
+  void accept_one() {
+    const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return;
+    // The first message says what the connection is for. A client sends it right after
+    // connecting; wait a little for it rather than keep half-open connections around.
+    pollfd p{c, POLLIN, 0};
+    devd::Msg m;
+    if (::poll(&p, 1, 200) != 1 || ::recv(c, &m, sizeof m, 0) != sizeof m ||
+        m.version != devd::kVersion) {
+      ::close(c);
+      return;
+    }
+    if (m.type == devd::MsgType::kList) {
+      list(c);
+      ::close(c);
+      return;
+    }
+    if (m.type != devd::MsgType::kHello) {
+      ::close(c);
+      return;
+    }
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      ::close(c);
+      return;
+    }
+    if (cred.uid != ::getuid() && !opt_.any_user) {
+      send_error(c, EACCES,
+                 "the device's address is shared by the processes of uid " +
+                     std::to_string(::getuid()) +
+                     " only; that user can start it with UROCE_SHARE=all to share it with "
+                     "every user");
+      ::close(c);
+      return;
+    }
+    const int udp = make_group_socket(opt_.ip, opt_.port);
+    if (udp < 0) {
+      send_error(c, -udp, std::string("cannot add a socket to the device: ") + std::strerror(-udp));
+      ::close(c);
+      return;
+    }
+    Member mem;
+    mem.conn = c;
+    mem.udp = udp;
+    mem.pid = cred.pid;
+    mem.uid = cred.uid;
+    mem.pidfd = pidfd_open(cred.pid);
+    mem.device = devd::get_text(m.device);
+    mem.comm = devd::get_text(m.comm);
+    // The kernel appended the socket at bind: its index is the group's size minus one.
+    members_.push_back(std::move(mem));
+    devd::Msg w;
+    w.type = devd::MsgType::kWelcome;
+    w.index = static_cast<std::uint32_t>(members_.size());
+    if (!send_msg(c, w, udp)) connection_closed(members_.size() - 1);
+  }
+
+  void list(int c) {
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      const Member& mem = members_[i];
+      devd::Msg m;
+      m.type = devd::MsgType::kMember;
+      m.pid = mem.pid;
+      m.uid = mem.uid;
+      m.blocks = static_cast<std::uint32_t>(mem.blocks.size());
+      m.index = static_cast<std::uint32_t>(i + 1);
+      m.qp1 = mem.qp1 ? 1 : 0;
+      m.value = mem.conn >= 0 ? 0 : 1;  // 1: exiting
+      devd::set_text(m.device, mem.device);
+      devd::set_text(m.comm, mem.comm);
+      if (!send_msg(c, m)) return;
+    }
+    devd::Msg end;
+    end.type = devd::MsgType::kListEnd;
+    end.value = static_cast<std::uint32_t>(unsteered_ > 0xffffffffu ? 0xffffffffu : unsteered_);
+    send_msg(c, end);
+  }
+
+  std::size_t find_by_fd(int fd) const {
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (members_[i].conn == fd || (members_[i].conn < 0 && members_[i].pidfd == fd)) return i;
+    }
+    return members_.size();
+  }
+
+  void serve_member_fd(int fd) {
+    const std::size_t i = find_by_fd(fd);
+    if (i == members_.size()) return;
+    Member& mem = members_[i];
+    if (mem.conn < 0) {
+      remove(i);  // the process has exited: the kernel closed its reference
+      return;
+    }
+    devd::Msg m;
+    const ssize_t n = ::recv(mem.conn, &m, sizeof m, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n != static_cast<ssize_t>(sizeof m)) {
+      connection_closed(i);
+      return;
+    }
+    devd::Msg r;
+    switch (m.type) {
+      case devd::MsgType::kAllocBlock: {
+        r.type = devd::MsgType::kBlock;
+        const int err = allocate_block(i, &r.value);
+        r.status = err;
+        break;
+      }
+      case devd::MsgType::kReleaseBlock: {
+        r.type = devd::MsgType::kReleased;
+        r.status = release_block(i, m.value) ? 0 : EINVAL;
+        break;
+      }
+      case devd::MsgType::kClaimQp1: {
+        r.type = devd::MsgType::kQp1;
+        r.status = claim_qp1(i, m.value != 0);
+        break;
+      }
+      case devd::MsgType::kBye:
+        // Its own reference is closed: ours is the last one.
+        remove(i);
+        return;
+      default:
+        connection_closed(i);
+        return;
+    }
+    if (!send_msg(mem.conn, r)) connection_closed(i);
+  }
+
+  int allocate_block(std::size_t i, std::uint32_t* out) {
+    const std::uint32_t range = devd::kLastBlock - devd::kFirstBlock + 1;
+    for (std::uint32_t tries = 0; tries < range; ++tries) {
+      const std::uint32_t b = next_block_;
+      next_block_ = b == devd::kLastBlock ? devd::kFirstBlock : b + 1;
+      if (used_[b]) continue;
+      members_[i].blocks.push_back(b);
+      if (!reprogram()) {
+        members_[i].blocks.pop_back();
+        reprogram();
+        return ENOMEM;  // the program would not fit
+      }
+      used_[b] = true;
+      *out = b;
+      return 0;
+    }
+    return ENOMEM;
+  }
+
+  bool release_block(std::size_t i, std::uint32_t b) {
+    std::vector<std::uint32_t>& bl = members_[i].blocks;
+    for (std::size_t k = 0; k < bl.size(); ++k) {
+      if (bl[k] == b) {
+        bl[k] = bl.back();
+        bl.pop_back();
+        used_[b] = false;
+        reprogram();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  int claim_qp1(std::size_t i, bool on) {
+    for (std::size_t k = 0; k < members_.size(); ++k) {
+      if (k != i && members_[k].qp1 && on) return EBUSY;
+    }
+    members_[i].qp1 = on;
+    reprogram();
+    return 0;
+  }
+
+  // The connection is gone without kBye: the process may still hold its reference (it is
+  // exiting, or it closed the connection by mistake). Stop steering to it at once; leave the
+  // group once the process has exited.
+  void connection_closed(std::size_t i) {
+    Member& mem = members_[i];
+    ::close(mem.conn);
+    mem.conn = -1;
+    release_all(mem);
+    reprogram();
+    if (mem.pidfd < 0) remove(i);  // no pidfd: leave now (the order may be off briefly)
+  }
+
+  void release_all(Member& mem) {
+    for (std::uint32_t b : mem.blocks) used_[b] = false;
+    mem.blocks.clear();
+    mem.qp1 = false;
+  }
+
+  // Closes the last reference: the kernel moves the group's last socket into this index.
+  void remove(std::size_t i) {
+    Member& mem = members_[i];
+    if (mem.conn >= 0) ::close(mem.conn);
+    if (mem.pidfd >= 0) ::close(mem.pidfd);
+    release_all(mem);
+    ::close(mem.udp);
+    if (i + 1 != members_.size()) members_[i] = std::move(members_.back());
+    members_.pop_back();
+    reprogram();
+  }
+
+  bool reprogram() {
+    std::vector<SteeringEntry> entries;
+    std::uint32_t qp1 = 0;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      const Member& mem = members_[i];
+      if (mem.qp1) qp1 = static_cast<std::uint32_t>(i + 1);
+      if (!mem.blocks.empty()) entries.push_back({static_cast<std::uint32_t>(i + 1), mem.blocks});
+    }
+    if (steering_program_size(entries) > BPF_MAXINSNS) return false;
+    return attach_steering_program(sink_, steering_program(entries, qp1)) == 0;
+  }
+
+  int listen_;
+  int sink_;
+  CoordinatorOptions opt_;
+  std::vector<Member> members_;  // members_[k] is the group's index k + 1
+  std::vector<bool> used_;       // by block
+  std::uint32_t next_block_;
+  std::uint64_t unsteered_ = 0;
+};
+
+}  // namespace
+
+int make_group_socket(const wire::IpAddress& ip, std::uint16_t port) {
+  const int fd = ::socket(ip.v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  const int on = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 ||
+      (ip.v6 && ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0)) {
+    const int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  datapath::to_sockaddr(ip, port, ss, len);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& options) {
+  // The group steers nothing to a context until its blocks are in a program: start with one
+  // that sends everything to the sink.
+  if (attach_steering_program(sink_fd, steering_program({}, 0)) != 0) {
+    ::close(sink_fd);
+    ::close(listen_fd);
+    return 1;
+  }
+  return Coordinator(listen_fd, sink_fd, options).run();
+}
+
+}  // namespace uroce::engine

@@ -1,0 +1,41 @@
+// uroce-devd: the coordinator of one shared device (devd_protocol.h). It runs as its own process
+// (src/tools/devd_main.cc), started by the first context that opens the device
+// (shared_port.cc), and returns once no context has used the device for `linger`.
+//
+// What it keeps, in the order the kernel keeps the reuseport group: index 0 is its own socket
+// (the sink: what no context owns, QP1 while nobody claims it), then one socket per context in
+// the order they joined. When a context leaves, the kernel moves the group's last socket into
+// the vacated index; the coordinator holds a reference to every context's socket and closes it
+// itself, at a moment it chooses, so its copy of the order never differs from the kernel's:
+// after a context's kBye (its own reference is closed already), or, when a process dies, once
+// the process has exited (a pidfd), when the kernel has closed its files. Right after each
+// change it attaches the new steering program.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "wire/ip.h"
+
+namespace uroce::engine {
+
+struct CoordinatorOptions {
+  wire::IpAddress ip;
+  std::uint16_t port = 0;
+  // After the last context leaves, wait this long for a new one before exiting.
+  std::int64_t linger_ms = 2000;
+  // Serve contexts of other users too (UROCE_SHARE=all where the coordinator was started).
+  bool any_user = false;
+};
+
+// A socket for the group: UDP, nonblocking, close-on-exec, SO_REUSEPORT (IPV6_V6ONLY for
+// IPv6), bound to ip:port. The fd, or -errno.
+int make_group_socket(const wire::IpAddress& ip, std::uint16_t port);
+
+// Serves the device. `listen_fd`: the listening SOCK_SEQPACKET socket bound to
+// devd::socket_name(ip, port); `sink_fd`: the group's first socket (make_group_socket). Both
+// are closed on return (the sink first, so that a successor's sink never joins this group).
+// Returns 0, or 1 on an unrecoverable error.
+int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& options);
+
+}  // namespace uroce::engine

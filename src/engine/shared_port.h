@@ -1,0 +1,108 @@
+// A context's membership of a shared device (devd_protocol.h): its connection to the device's
+// coordinator, its socket in the device's reuseport group, and the QP numbers it may use.
+//
+//   auto sp = SharedPort::join(ip, 4791, "uroce0");   // starts the coordinator if none runs
+//   UdpOptions o{ip, 4791}; o.bound_fd = sp->take_socket();
+//   device.set_qpn_source(sp.get());                  // QPNs unique across the device
+//   ...
+//   sp->forget_socket(); close the socket; sp->leave();
+//
+// QP numbers come in blocks of 256 from the coordinator: one block is current and hands out its
+// numbers in order, each once; a block goes back when its last QP is destroyed and it is no
+// longer current. The coordinator hands blocks out cyclically over the whole 24-bit space, so
+// a destroyed QP's number is not reused while a peer may still be sending to it (rxe delays
+// reuse likewise).
+//
+// The coordinator is the program UROCE_DEVD names, else the uroce-devd built with this library.
+// It is started with its standard streams on /dev/null and no other file of the starting
+// process, in a session of its own, and exits a while (UROCE_DEVD_LINGER_MS, default 2000)
+// after the last context left. UROCE_SHARE=all in the environment of the process that starts it
+// lets every user's processes join; by default only the starting user's may (others get an
+// error that says so).
+//
+// fork: a child does not inherit any membership. The connections and group sockets of the
+// parent's contexts are replaced in the child by inert placeholders (pthread_atfork), so that the
+// child neither receives the parent's packets nor keeps the parent's contexts alive; the child
+// may open devices itself.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/result.h"
+#include "engine/devd_protocol.h"
+#include "uroce/verbs.h"
+#include "wire/ip.h"
+
+namespace uroce::engine {
+
+// What `uroce stats` shows of a shared device.
+struct SharedMember {
+  pid_t pid = 0;
+  std::uint32_t uid = 0;
+  std::string comm;
+  std::string device;
+  std::uint32_t index = 0;   // its socket's index in the group
+  std::uint32_t blocks = 0;  // QPN blocks held
+  bool qp1 = false;
+  bool exiting = false;  // its process is exiting
+};
+struct SharedDeviceInfo {
+  std::vector<SharedMember> members;
+  std::uint64_t unsteered = 0;  // datagrams the coordinator dropped (no context owns the QPN)
+};
+
+class SharedPort final : public QpnSource {
+ public:
+  // A clear message on failure (address not local, port held by another program, another
+  // user's device, coordinator not found).
+  static Result<std::unique_ptr<SharedPort>, std::string> join(const wire::IpAddress& ip,
+                                                               std::uint16_t port,
+                                                               const std::string& device);
+  // The coordinator's list of contexts, or an error message when the device has none running.
+  static Result<SharedDeviceInfo, std::string> query(const wire::IpAddress& ip, std::uint16_t port);
+
+  ~SharedPort() override;
+  SharedPort(const SharedPort&) = delete;
+  SharedPort& operator=(const SharedPort&) = delete;
+
+  // The group socket, once (-1 after): the caller owns it (UdpOptions::bound_fd).
+  int take_socket();
+  // Call right before closing the socket: a fork after it no longer touches that fd number.
+  void forget_socket();
+  // Says kBye and closes the connection (the socket must be closed already). Idempotent; the
+  // destructor calls it. QPN calls after it allocate nothing.
+  void leave();
+
+  std::optional<std::uint32_t> allocate_qpn() override;
+  void release_qpn(std::uint32_t qpn) override;
+  // Delivers QP1's datagrams (CM MADs) to this context's socket (kBusy: another context has
+  // them), or gives them back to the coordinator.
+  Errc claim_qp1(bool on);
+
+  std::uint32_t group_index() const { return index_; }
+
+ private:
+  SharedPort() = default;
+  // One request, one answer. false when the coordinator is gone.
+  bool call(const devd::Msg& req, devd::Msg& answer);
+
+  std::mutex mu_;
+  int conn_ = -1;
+  int udp_ = -1;         // until take_socket()
+  int udp_number_ = -1;  // the socket's fd number while the fork guard knows it
+  pid_t owner_ = 0;      // the process that joined (a forked child is not a member)
+  std::uint32_t index_ = 0;
+  std::optional<std::uint32_t> current_;                   // the block numbers come from
+  std::uint32_t next_in_block_ = 0;                        // its next unused number
+  std::unordered_map<std::uint32_t, std::uint32_t> live_;  // live QPs per block held
+};
+
+}  // namespace uroce::engine

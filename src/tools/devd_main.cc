@@ -1,0 +1,60 @@
+// uroce-devd: the coordinator of one shared device (engine/coordinator.h). Started by the
+// library (engine/shared_port.cc) with the coordinator's listening socket as fd 3 and the
+// group's first UDP socket as fd 4; not meant to be run by hand.
+//
+//   uroce-devd --ip ADDRESS --port PORT [--linger-ms N] [--any-user]
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "engine/coordinator.h"
+
+int main(int argc, char** argv) {
+  uroce::engine::CoordinatorOptions o;
+  bool have_ip = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (a == "--ip" && v != nullptr) {
+      if (::inet_pton(AF_INET, v, o.ip.bytes.data()) == 1) {
+        o.ip.v6 = false;
+      } else if (::inet_pton(AF_INET6, v, o.ip.bytes.data()) == 1) {
+        o.ip.v6 = true;
+      } else {
+        std::fprintf(stderr, "uroce-devd: '%s' is not an IP address\n", v);
+        return 2;
+      }
+      have_ip = true;
+      ++i;
+    } else if (a == "--port" && v != nullptr) {
+      o.port = static_cast<std::uint16_t>(std::strtoul(v, nullptr, 10));
+      ++i;
+    } else if (a == "--linger-ms" && v != nullptr) {
+      o.linger_ms = std::strtoll(v, nullptr, 10);
+      ++i;
+    } else if (a == "--any-user") {
+      o.any_user = true;
+    } else {
+      std::fprintf(stderr, "uroce-devd: unknown argument '%s' (started by the uroce library)\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  if (!have_ip || o.port == 0) {
+    std::fprintf(stderr, "uroce-devd: --ip and --port are required\n");
+    return 2;
+  }
+  // Detach: the starter waits for this process, which exits as soon as the coordinator runs
+  // in its own child (reparented to init or the nearest subreaper).
+  const pid_t pid = ::fork();
+  if (pid < 0) return 1;
+  if (pid > 0) ::_exit(0);
+  if (::chdir("/") != 0) {
+    // Harmless: it only keeps the starter's working directory busy.
+  }
+  return uroce::engine::run_coordinator(3, 4, o);
+}

@@ -1,0 +1,431 @@
+// One device, many contexts and processes (engine/shared_port.h, engine/coordinator.h): the
+// steering program on the real kernel, traffic between contexts sharing an address, QPN
+// allocation, members leaving (gracefully, killed, forked) and other users.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "datapath/udp.h"
+#include "engine/coordinator.h"
+#include "engine/devd_protocol.h"
+#include "engine/shared_port.h"
+#include "engine/steering.h"
+#include "two_devices.h"
+
+namespace uroce::engine {
+namespace {
+
+using test::kAllAccess;
+using test::Side;
+using test::v4;
+
+// ---- the steering program on the kernel's reuseport group ----
+
+struct Group {
+  wire::IpAddress ip = v4("127.0.0.60");
+  std::uint16_t port = 0;
+  std::vector<int> socks;  // in the kernel's order: socks[i] is index i
+  ~Group() {
+    for (int fd : socks) ::close(fd);
+  }
+};
+
+// A datagram whose BTH says DestQP `qpn` (bytes 5..7), tagged with `tag` after the BTH.
+void send_to(const Group& g, std::uint32_t qpn, std::uint32_t tag, std::size_t bytes = 16) {
+  std::uint8_t d[16] = {};
+  d[5] = static_cast<std::uint8_t>(qpn >> 16);
+  d[6] = static_cast<std::uint8_t>(qpn >> 8);
+  d[7] = static_cast<std::uint8_t>(qpn);
+  std::memcpy(d + 12, &tag, 4);
+  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  datapath::to_sockaddr(g.ip, g.port, ss, len);
+  ASSERT_EQ(::sendto(s, d, bytes, 0, reinterpret_cast<sockaddr*>(&ss), len),
+            static_cast<ssize_t>(bytes));
+  ::close(s);
+}
+
+// The tag of the next datagram on `fd` (waits for it, 10 s at most: a hang guard).
+std::optional<std::uint32_t> next_tag(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 10'000) != 1) return std::nullopt;
+  std::uint8_t d[64] = {};
+  const ssize_t n = ::recv(fd, d, sizeof d, 0);
+  if (n < 16) return n >= 0 ? std::optional<std::uint32_t>(0) : std::nullopt;
+  std::uint32_t tag = 0;
+  std::memcpy(&tag, d + 12, 4);
+  return tag;
+}
+
+bool nothing_waiting(int fd) {
+  std::uint8_t d[64];
+  return ::recv(fd, d, sizeof d, MSG_DONTWAIT) < 0 && errno == EAGAIN;
+}
+
+TEST(SteeringProgram, SendsEachBlockToItsSocketAndFollowsTheKernelWhenAMemberLeaves) {
+  Group g;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = make_group_socket(g.ip, g.port);
+    ASSERT_GE(fd, 0) << std::strerror(-fd);
+    if (g.port == 0) {
+      sockaddr_in a{};
+      socklen_t len = sizeof a;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      g.port = ntohs(a.sin_port);
+    }
+    g.socks.push_back(fd);
+  }
+  // Index 1 holds block 5; 2 holds 7 and 9 and gets QP1; 3 holds 300 blocks (runs of 200).
+  std::vector<std::uint32_t> b1{5}, b2{7, 9}, b3;
+  for (std::uint32_t b = 1000; b < 1300; ++b) b3.push_back(b);
+  std::vector<SteeringEntry> e{{1, b1}, {2, b2}, {3, b3}};
+  ASSERT_EQ(attach_steering_program(g.socks[0], steering_program(e, 2)), 0);
+  EXPECT_EQ(steering_program(e, 2).size(), steering_program_size(e));
+
+  send_to(g, 5 << 8 | 0x11, 1);
+  send_to(g, 9 << 8 | 0xff, 2);
+  send_to(g, 1, 3);                   // QP1
+  send_to(g, 1299u << 8, 4);          // the last block of index 3, in its second run
+  send_to(g, 1000u << 8 | 7, 5);      // its first block
+  send_to(g, 6 << 8, 6);              // nobody's block: index 0
+  send_to(g, 5 << 8, 7, 4);           // too short for a BTH: index 0
+  EXPECT_EQ(next_tag(g.socks[1]), 1u);
+  EXPECT_EQ(next_tag(g.socks[2]), 2u);
+  EXPECT_EQ(next_tag(g.socks[2]), 3u);
+  EXPECT_EQ(next_tag(g.socks[3]), 4u);
+  EXPECT_EQ(next_tag(g.socks[3]), 5u);
+  EXPECT_EQ(next_tag(g.socks[0]), 6u);
+  EXPECT_EQ(next_tag(g.socks[0]), 0u);  // the short one (no tag)
+  for (int fd : g.socks) EXPECT_TRUE(nothing_waiting(fd));
+
+  // Index 1 leaves: the kernel moves the last socket (index 3) into its place, which is what
+  // the coordinator's bookkeeping assumes.
+  ::close(g.socks[1]);
+  g.socks[1] = g.socks[3];
+  g.socks.pop_back();
+  std::vector<SteeringEntry> e2{{1, b3}, {2, b2}};
+  ASSERT_EQ(attach_steering_program(g.socks[0], steering_program(e2, 0)), 0);
+  send_to(g, 1100u << 8, 10);
+  send_to(g, 7 << 8, 11);
+  send_to(g, 5 << 8, 12);  // the departed member's block: index 0
+  send_to(g, 1, 13);       // QP1 unclaimed: index 0
+  EXPECT_EQ(next_tag(g.socks[1]), 10u);
+  EXPECT_EQ(next_tag(g.socks[2]), 11u);
+  EXPECT_EQ(next_tag(g.socks[0]), 12u);
+  EXPECT_EQ(next_tag(g.socks[0]), 13u);
+  for (int fd : g.socks) EXPECT_TRUE(nothing_waiting(fd));
+}
+
+TEST(SteeringProgram, ALargerProgramThanTheKernelTakesIsRefused) {
+  std::vector<std::uint32_t> many(5000);
+  for (std::uint32_t i = 0; i < many.size(); ++i) many[i] = i + 1;
+  std::vector<SteeringEntry> e{{1, many}};
+  EXPECT_GT(steering_program_size(e), std::size_t{BPF_MAXINSNS});
+  const int fd = make_group_socket(v4("127.0.0.60"), 0);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(attach_steering_program(fd, steering_program(e, 0)), E2BIG);
+  ::close(fd);
+}
+
+// ---- contexts sharing one address ----
+
+// Writes `n` bytes of a pattern from a to b over their connected QPs and checks them.
+void write_and_check(Side& a, Side& b, std::size_t n, std::uint8_t seed) {
+  for (std::size_t i = 0; i < n; ++i) a.buf[i] = std::byte(static_cast<std::uint8_t>(i * 7 + seed));
+  Sge sge{a.va(0), static_cast<std::uint32_t>(n), a.mr.lkey};
+  SendWr w = test::write_wr(seed, sge, b, 0);
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&w, 1), &bad), Errc::kOk);
+  auto wcs = test::run_until(a, b, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), n), 0);
+}
+
+TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
+  Side a, b;
+  test::make_side(a, "127.0.0.61");
+  test::make_side(b, "127.0.0.61");
+  ASSERT_NE(a.dev->shared_port(), nullptr);
+  EXPECT_NE(a.qpn, b.qpn);
+  EXPECT_NE(devd::block_of(a.qpn), devd::block_of(b.qpn));
+  test::pair_up(a, b);
+  write_and_check(a, b, 200'000, 1);
+  write_and_check(b, a, 3000, 2);
+
+  auto info = SharedPort::query(v4("127.0.0.61"), wire::kRoceV2Port);
+  ASSERT_TRUE(info.ok()) << info.error();
+  ASSERT_EQ(info->members.size(), 2u);
+  for (const SharedMember& m : info->members) {
+    EXPECT_EQ(m.pid, ::getpid());
+    EXPECT_EQ(m.device, "uroce0");
+    EXPECT_EQ(m.blocks, 1u);
+  }
+}
+
+TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
+  Side a;
+  test::make_side(a, "127.0.0.62");
+  Device& dev = a.dev->device();
+  std::set<std::uint32_t> seen{a.qpn};
+  QpInitAttr init;
+  init.send_cq = a.cq;
+  init.recv_cq = a.cq;
+  init.cap = QpCap{4, 4, 1, 1, 0};
+  // Created and destroyed one by one: rxe would hand out new numbers each time; so do we,
+  // across several blocks.
+  for (int i = 0; i < 700; ++i) {
+    auto qp = dev.create_qp(a.pd, init);
+    ASSERT_TRUE(qp.ok());
+    EXPECT_TRUE(seen.insert(qp->qp_num).second) << std::hex << qp->qp_num;
+    EXPECT_GT(qp->qp_num, 1u);
+    EXPECT_LT(qp->qp_num, 0xffffffu);
+    ASSERT_EQ(dev.destroy_qp(qp->handle), Errc::kOk);
+  }
+  auto info = SharedPort::query(v4("127.0.0.62"), wire::kRoceV2Port);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->members.size(), 1u);
+  // The first block stays (a's QP lives in it) and the current one; the used-up ones went back.
+  EXPECT_EQ(info->members[0].blocks, 2u);
+}
+
+TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
+  // a, b, c join in that order (indices 1, 2, 3). b leaving moves c to index 2 in the kernel;
+  // a and c must keep talking.
+  Side a, b, c;
+  test::make_side(a, "127.0.0.63");
+  test::make_side(b, "127.0.0.63");
+  test::make_side(c, "127.0.0.63");
+  test::pair_up(a, c);
+  write_and_check(a, c, 50'000, 3);
+  b.dev->close();
+  b.dev.reset();
+  write_and_check(a, c, 50'000, 4);
+  write_and_check(c, a, 50'000, 5);
+  // Newcomers get indices 3 and 4 (c moved to 2), and work.
+  Side d, e;
+  test::make_side(d, "127.0.0.63");
+  test::make_side(e, "127.0.0.63");
+  EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
+  EXPECT_EQ(e.dev->shared_port()->group_index(), 4u);
+  test::pair_up(d, e);
+  write_and_check(d, e, 10'000, 6);
+  write_and_check(a, c, 10'000, 7);
+}
+
+TEST(SharedDevice, APortHeldByAnotherProgramGivesAClearError) {
+  const wire::IpAddress ip = v4("127.0.0.64");
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  datapath::to_sockaddr(ip, wire::kRoceV2Port, ss, len);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  DeviceConfig cfg;
+  cfg.name = "uroce0";
+  cfg.ip = ip;
+  auto d = UdpDevice::open(cfg);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().find("port in use"), std::string::npos) << d.error();
+  ::close(fd);
+  // Free again: the device opens.
+  auto d2 = UdpDevice::open(cfg);
+  EXPECT_TRUE(d2.ok()) << d2.error();
+}
+
+TEST(SharedDevice, ANonLocalAddressGivesAClearError) {
+  DeviceConfig cfg;
+  cfg.name = "uroce0";
+  cfg.ip = v4("192.0.2.1");  // TEST-NET-1: never local here
+  cfg.netdev_mtu = 1500;
+  auto d = UdpDevice::open(cfg);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().find("not a local address"), std::string::npos) << d.error();
+}
+
+// Runs `body` in a forked child; returns its exit status (0: passed).
+template <typename F>
+int in_child(F body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(SharedDevice, AnotherUserIsRefusedWithAMessageThatSaysWhy) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  Side a;
+  test::make_side(a, "127.0.0.65");
+  const int rc = in_child([] {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 3;
+    auto sp = SharedPort::join(v4("127.0.0.65"), wire::kRoceV2Port, "uroce0");
+    if (sp.ok()) return 1;
+    return sp.error().find("uid 0") != std::string::npos &&
+                   sp.error().find("UROCE_SHARE=all") != std::string::npos
+               ? 0
+               : 2;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
+  Side a;
+  test::make_side(a, "127.0.0.66");
+  int to_child[2], to_parent[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(to_parent), 0);
+  struct Addr {
+    std::uint32_t qpn;
+    std::uint64_t va;
+    std::uint32_t rkey;
+  };
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child: its own context on the same device; the parent's are not its.
+    Side c;
+    test::make_side(c, "127.0.0.66");
+    if (::testing::Test::HasFatalFailure()) ::_exit(10);
+    Addr mine{c.qpn, c.va(0), c.mr.rkey}, parent{};
+    if (::write(to_parent[1], &mine, sizeof mine) != sizeof mine) ::_exit(11);
+    if (::read(to_child[0], &parent, sizeof parent) != sizeof parent) ::_exit(12);
+    Side p;  // the parent as the child sees it: its QPN and memory
+    p.qpn = parent.qpn;
+    p.ip = "127.0.0.66";
+    test::connect(c, p, "127.0.0.66");
+    for (std::size_t i = 0; i < 4096; ++i) c.buf[i] = std::byte(static_cast<std::uint8_t>(i ^ 0x5a));
+    Sge sge{c.va(0), 4096, c.mr.lkey};
+    SendWr w;
+    w.wr_id = 1;
+    w.opcode = WrOpcode::kRdmaWrite;
+    w.sg_list = std::span(&sge, 1);
+    w.rdma = {parent.va, parent.rkey};
+    w.send_flags = kSendSignaled;
+    const SendWr* bad = nullptr;
+    if (c.dev->device().post_send(c.qp, std::span(&w, 1), &bad) != Errc::kOk) ::_exit(13);
+    Side none;
+    auto wcs = test::run_until(c, none, 1);
+    if (wcs.size() != 1 || wcs[0].status != WcStatus::kSuccess) ::_exit(14);
+    c.dev->close();
+    ::_exit(::testing::Test::HasFailure() ? 15 : 0);
+  }
+  Addr child{};
+  ASSERT_EQ(::read(to_parent[0], &child, sizeof child), static_cast<ssize_t>(sizeof child));
+  EXPECT_NE(child.qpn, a.qpn);
+  Side c;
+  c.qpn = child.qpn;
+  test::connect(a, c, "127.0.0.66");
+  Addr mine{a.qpn, a.va(0), a.mr.rkey};
+  ASSERT_EQ(::write(to_child[1], &mine, sizeof mine), static_cast<ssize_t>(sizeof mine));
+  // Progress (the child's WRITE lands here) until the child is done.
+  int status = 0;
+  const Instant give_up = UdpDevice::now() + Duration::s(30);
+  while (::waitpid(pid, &status, WNOHANG) == 0 && UdpDevice::now() < give_up) {
+    a.dev->wait(Duration::ms(1));
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (std::size_t i = 0; i < 4096; ++i) {
+    ASSERT_EQ(a.buf[i], std::byte(static_cast<std::uint8_t>(i ^ 0x5a))) << i;
+  }
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) ::close(fd);
+}
+
+TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
+  Side a, b;
+  test::make_side(a, "127.0.0.67");
+  test::make_side(b, "127.0.0.67");
+  test::pair_up(a, b);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  // Two children join after a and b (indices 3 and 4), take QP blocks, and are killed.
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 2; ++k) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      Side c;
+      test::make_side(c, "127.0.0.67");
+      const char one = 1;
+      [[maybe_unused]] const ssize_t n = ::write(ready[1], &one, 1);
+      for (;;) c.dev->wait(Duration::ms(100));
+    }
+    kids.push_back(pid);
+  }
+  for (std::size_t k = 0; k < kids.size(); ++k) {
+    char one;
+    ASSERT_EQ(::read(ready[0], &one, 1), 1);
+  }
+  write_and_check(a, b, 100'000, 7);
+  // The first child (index 3) dies first: the second moves into its index.
+  for (pid_t pid : kids) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    write_and_check(a, b, 100'000, 8);
+    write_and_check(b, a, 100'000, 9);
+  }
+  // The coordinator notices both deaths (their process exits), and a newcomer takes index 3.
+  const Instant give_up = UdpDevice::now() + Duration::s(10);
+  std::size_t members = 0;
+  while (UdpDevice::now() < give_up) {
+    auto info = SharedPort::query(v4("127.0.0.67"), wire::kRoceV2Port);
+    ASSERT_TRUE(info.ok());
+    members = info->members.size();
+    if (members == 2) break;
+    a.dev->wait(Duration::ms(1));
+  }
+  EXPECT_EQ(members, 2u);
+  Side d, e;
+  test::make_side(d, "127.0.0.67");
+  test::make_side(e, "127.0.0.67");
+  EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
+  test::pair_up(d, e);
+  write_and_check(e, d, 10'000, 10);
+  write_and_check(a, b, 10'000, 11);
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
+  ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
+  const wire::IpAddress ip = v4("127.0.0.68");
+  {
+    Side a;
+    test::make_side(a, "127.0.0.68");
+    ::unsetenv("UROCE_DEVD_LINGER_MS");
+    EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
+  }
+  // Bounded: the coordinator exits as soon as it sees the last context leave.
+  const Instant give_up = UdpDevice::now() + Duration::s(10);
+  bool gone = false;
+  while (!gone && UdpDevice::now() < give_up) {
+    gone = !SharedPort::query(ip, wire::kRoceV2Port).ok();
+    if (!gone) ::usleep(1000);
+  }
+  EXPECT_TRUE(gone);
+  // And the next one starts a new coordinator.
+  Side b;
+  test::make_side(b, "127.0.0.68");
+  EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
+}
+
+TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
+  DeviceConfig cfg;
+  cfg.name = "uroce0";
+  cfg.ip = v4("127.0.0.69");
+  auto a = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive);
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_EQ(a.value()->shared_port(), nullptr);
+  auto b = UdpDevice::open(cfg);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().find("in use"), std::string::npos) << b.error();
+}
+
+}  // namespace
+}  // namespace uroce::engine
