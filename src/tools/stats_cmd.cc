@@ -12,6 +12,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "engine/device_config.h"
+#include "engine/shared_port.h"
+
 namespace uroce::tools {
 
 namespace {
@@ -153,7 +156,52 @@ int stats_run(const StatsCommand& cmd, std::FILE* out, std::FILE* err) {
     std::fputs(answer.value().c_str(), out);
   }
   if (cmd.json) std::fputs("]\n", out);
+  if (!cmd.json) print_shared_devices(cmd, out);
   return status;
+}
+
+std::vector<std::pair<std::string, std::uint16_t>> find_shared_devices(
+    const std::string& proc_net_unix) {
+  std::vector<std::pair<std::string, std::uint16_t>> found;
+  std::ifstream in(proc_net_unix);
+  std::string line;
+  constexpr std::string_view kDevd = "@uroce-devd/";
+  while (std::getline(in, line)) {
+    const std::size_t at = line.find(kDevd);
+    if (at == std::string::npos) continue;
+    const std::string rest = line.substr(at + kDevd.size());
+    const std::size_t slash = rest.rfind('/');
+    if (slash == std::string::npos) continue;
+    const unsigned long port = std::strtoul(rest.c_str() + slash + 1, nullptr, 10);
+    if (port == 0 || port > 65535) continue;
+    std::pair<std::string, std::uint16_t> dev{rest.substr(0, slash),
+                                              static_cast<std::uint16_t>(port)};
+    if (std::find(found.begin(), found.end(), dev) == found.end()) found.push_back(dev);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
+  for (const auto& [ip_text, port] : find_shared_devices(cmd.proc_net_unix)) {
+    auto ip = engine::parse_ip(ip_text);
+    if (!ip.ok()) continue;
+    auto info = engine::SharedPort::query(ip.value(), port);
+    if (!info.ok()) continue;  // exiting as we asked
+    std::size_t shown = 0;
+    for (const engine::SharedMember& m : info->members) {
+      if (!cmd.device.empty() && m.device != cmd.device) continue;
+      std::fprintf(out, "member %s:%u pid %d comm %s device %s index %u qpn_blocks %u%s%s\n",
+                   ip_text.c_str(), port, static_cast<int>(m.pid), m.comm.c_str(),
+                   m.device.c_str(), m.index, m.blocks, m.qp1 ? " qp1" : "",
+                   m.exiting ? " exiting" : "");
+      ++shown;
+    }
+    if (cmd.device.empty() || shown != 0) {
+      std::fprintf(out, "shared %s:%u contexts %zu unsteered_pkts %llu\n", ip_text.c_str(), port,
+                   info->members.size(), static_cast<unsigned long long>(info->unsteered));
+    }
+  }
 }
 
 }  // namespace uroce::tools

@@ -9,11 +9,18 @@
 //   link uroce0/1 pid 4242 sent_pkts 12 rcvd_pkts 12 duplicate_request 0 ...
 //   qp uroce0/1 pid 4242 lqpn 17 type RC state RTS sent_pkts 6 ...
 //
-// or with --json one JSON array of device objects.
+// or with --json one JSON array of device objects. In text, each shared device (a coordinator's
+// socket "@uroce-devd/<ip>/<port>", engine/shared_port.h) then gets one line per context that
+// uses it and a summary:
+//
+//   member 127.0.0.1:4791 pid 4242 comm ibv_rc_pingpong device uroce0 index 1 qpn_blocks 1
+//   shared 127.0.0.1:4791 contexts 2 unsteered_pkts 0
 #pragma once
 
 #include <cstdio>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -47,6 +54,11 @@ std::vector<StatsEndpoint> find_stats_endpoints(const std::string& proc_net_unix
 // the whole answer, or an error message (no answer within `timeout`, incomplete answer, ...).
 Result<std::string, std::string> query_stats_endpoint(const std::string& socket_name,
                                                       const std::string& request, Duration timeout);
+
+// The shared devices (address, port) whose coordinators are listed in `proc_net_unix`.
+std::vector<std::pair<std::string, std::uint16_t>> find_shared_devices(
+    const std::string& proc_net_unix);
+void print_shared_devices(const StatsCommand& cmd, std::FILE* out);
 
 // The command: prints to `out`, problems to `err`; returns one of the exit codes above.
 int stats_run(const StatsCommand& cmd, std::FILE* out, std::FILE* err);

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Runs an unmodified libibverbs program (ibverbs-utils, perftest) as a server and a client, two
-# processes on one host, each on its own uroce device, over the drop-in libibverbs.so.1.
+# processes on one host, each on its own uroce device, over the drop-in libibverbs.so.1. An
+# address given as `default` runs that side with UROCE_DEVICES unset (the default device,
+# uroce0 on 127.0.0.1): both `default` puts the two processes on one shared device.
 #
 #   run_pair.sh LIBDIR TCP_PORT SERVER_ADDR CLIENT_ADDR TIMEOUT_S EXPECT_REGEX -- PROGRAM ARGS...
 #
@@ -29,11 +31,17 @@ if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
 fi
 
 args=("$@")
+# with_devices ADDR CMD...: CMD with UROCE_DEVICES=ADDR, or without it for `default`.
+with_devices() {
+  local a=$1
+  shift
+  if [ "$a" = default ]; then env -u UROCE_DEVICES "$@"; else UROCE_DEVICES=$a "$@"; fi
+}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 run_once() {
-  UROCE_DEVICES=$saddr timeout -k 5 "$limit" "$prog" -p "$port" "${args[@]}" >"$tmp/server" 2>&1 &
+  with_devices "$saddr" timeout -k 5 "$limit" "$prog" -p "$port" "${args[@]}" >"$tmp/server" 2>&1 &
   spid=$!
   # Wait (bounded) until the server listens; a probe connection would consume its one accept.
   for _ in $(seq 1 200); do
@@ -41,7 +49,7 @@ run_once() {
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1
   done
-  UROCE_DEVICES=$caddr timeout -k 5 "$limit" "$prog" -p "$port" "${args[@]}" 127.0.0.1 >"$tmp/client" 2>&1
+  with_devices "$caddr" timeout -k 5 "$limit" "$prog" -p "$port" "${args[@]}" 127.0.0.1 >"$tmp/client" 2>&1
   crc=$?
   wait "$spid"
   src=$?
