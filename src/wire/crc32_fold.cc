@@ -326,15 +326,15 @@ std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t l
   return ~r;
 }
 
-std::uint32_t crc32_vpclmul512(std::uint32_t crc, const std::byte* data, std::size_t len,
-                               const std::byte* or_mask) {
+std::uint32_t vpclmul512::crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
+                                const std::byte* or_mask) {
   // Fewer than 4 bytes cannot hold the starting register.
   if (len < 4) return crc32_bitwise(crc, data, len, or_mask);
   return crc32_impl(crc, data, len, or_mask);
 }
 
-std::uint32_t copy_crc32_vpclmul512(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                    std::size_t len) {
+std::uint32_t vpclmul512::copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src,
+                                     std::size_t len) {
   if (len < 4) {
     if (len > 0) std::memcpy(dst, src, len);
     return crc32_bitwise(crc, src, len, nullptr);
@@ -344,35 +344,36 @@ std::uint32_t copy_crc32_vpclmul512(std::uint32_t crc, std::byte* dst, const std
 
 }  // namespace detail
 
+namespace {
+
+// Each kernel's entry points, indexed by Kernel (kNone: none).
+struct EntryPoints {
+  std::uint32_t (*crc32)(std::uint32_t, const std::byte*, std::size_t, const std::byte*);
+  std::uint32_t (*copy_crc32)(std::uint32_t, std::byte*, const std::byte*, std::size_t);
+};
+constexpr EntryPoints kEntryPoints[] = {
+    {nullptr, nullptr},
+    {detail::pclmul128::crc32, detail::pclmul128::copy_crc32},
+    {detail::vpclmul256::crc32, detail::vpclmul256::copy_crc32},
+    {detail::vpclmul512::crc32, detail::vpclmul512::copy_crc32},
+};
+static_assert(std::size(kEntryPoints) == std::size(kKernels));
+
+const EntryPoints& entry_points() {
+  const EntryPoints& e = kEntryPoints[static_cast<std::size_t>(selected())];
+  UROCE_CHECK(e.crc32 != nullptr && "a crc32_fold function called without a kernel");
+  return e;
+}
+
+}  // namespace
+
 std::uint32_t crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
                     const std::byte* or_mask) {
-  switch (selected()) {
-    case Kernel::kVpclmul512:
-      return detail::crc32_vpclmul512(crc, data, len, or_mask);
-    case Kernel::kVpclmul256:
-      return detail::crc32_vpclmul256(crc, data, len, or_mask);
-    case Kernel::kPclmul128:
-      return detail::crc32_pclmul128(crc, data, len, or_mask);
-    case Kernel::kNone:
-      break;
-  }
-  UROCE_CHECK(false && "crc32_fold::crc32() without a kernel");
-  return 0;
+  return entry_points().crc32(crc, data, len, or_mask);
 }
 
 std::uint32_t copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src, std::size_t len) {
-  switch (selected()) {
-    case Kernel::kVpclmul512:
-      return detail::copy_crc32_vpclmul512(crc, dst, src, len);
-    case Kernel::kVpclmul256:
-      return detail::copy_crc32_vpclmul256(crc, dst, src, len);
-    case Kernel::kPclmul128:
-      return detail::copy_crc32_pclmul128(crc, dst, src, len);
-    case Kernel::kNone:
-      break;
-  }
-  UROCE_CHECK(false && "crc32_fold::copy_crc32() without a kernel");
-  return 0;
+  return entry_points().copy_crc32(crc, dst, src, len);
 }
 
 }  // namespace uroce::wire::crc32_fold

@@ -57,19 +57,18 @@ inline constexpr std::uint64_t kMu = barrett_mu();
 std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t len,
                             const std::byte* or_mask);
 
-// Each kernel's crc32() and copy_crc32() as crc32_fold.h states them, for any length. Each
-// requires supported() of its kernel.
-std::uint32_t crc32_vpclmul512(std::uint32_t crc, const std::byte* data, std::size_t len,
-                               const std::byte* or_mask);
-std::uint32_t copy_crc32_vpclmul512(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                    std::size_t len);
-std::uint32_t crc32_vpclmul256(std::uint32_t crc, const std::byte* data, std::size_t len,
-                               const std::byte* or_mask);
-std::uint32_t copy_crc32_vpclmul256(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                    std::size_t len);
-std::uint32_t crc32_pclmul128(std::uint32_t crc, const std::byte* data, std::size_t len,
-                              const std::byte* or_mask);
-std::uint32_t copy_crc32_pclmul128(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                   std::size_t len);
+// Each kernel's crc32() and copy_crc32() as crc32_fold.h states them, for any length, in a
+// namespace named after the kernel. Each requires supported() of its kernel.
+#define UROCE_CRC32_FOLD_ENTRY_POINTS(kernel)                                       \
+  namespace kernel {                                                                \
+  std::uint32_t crc32(std::uint32_t crc, const std::byte* data, std::size_t len,    \
+                      const std::byte* or_mask);                                    \
+  std::uint32_t copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src, \
+                           std::size_t len);                                        \
+  }
+UROCE_CRC32_FOLD_ENTRY_POINTS(vpclmul512)
+UROCE_CRC32_FOLD_ENTRY_POINTS(vpclmul256)
+UROCE_CRC32_FOLD_ENTRY_POINTS(pclmul128)
+#undef UROCE_CRC32_FOLD_ENTRY_POINTS
 
 }  // namespace uroce::wire::crc32_fold::detail

@@ -50,15 +50,4 @@ struct Vec {
 #include "wire/crc32_fold_lanes.inc"
 
 }  // namespace pclmul128
-
-std::uint32_t crc32_pclmul128(std::uint32_t crc, const std::byte* data, std::size_t len,
-                              const std::byte* or_mask) {
-  return pclmul128::crc32(crc, data, len, or_mask);
-}
-
-std::uint32_t copy_crc32_pclmul128(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                   std::size_t len) {
-  return pclmul128::copy_crc32(crc, dst, src, len);
-}
-
 }  // namespace uroce::wire::crc32_fold::detail

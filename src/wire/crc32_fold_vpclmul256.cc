@@ -59,15 +59,4 @@ struct Vec {
 #include "wire/crc32_fold_lanes.inc"
 
 }  // namespace vpclmul256
-
-std::uint32_t crc32_vpclmul256(std::uint32_t crc, const std::byte* data, std::size_t len,
-                               const std::byte* or_mask) {
-  return vpclmul256::crc32(crc, data, len, or_mask);
-}
-
-std::uint32_t copy_crc32_vpclmul256(std::uint32_t crc, std::byte* dst, const std::byte* src,
-                                    std::size_t len) {
-  return vpclmul256::copy_crc32(crc, dst, src, len);
-}
-
 }  // namespace uroce::wire::crc32_fold::detail
