@@ -12,13 +12,23 @@
 //   BM_MemcpyThenCrc32  BM_Memcpy followed by BM_Crc32 of the copy: the two-pass equivalent
 // All buffers are reused, so they stay in the L1 cache. The BM_Isal* rows call ISA-L's
 // implementations directly, to see which one crc32_gzip_refl dispatches to and to compare the
-// kernels; BM_IcrcIsal is icrc_compute() with the kernel disabled (the fallback path).
+// kernels; BM_IcrcIsal is icrc_compute() with no kernel selected (the fallback path).
+//
+// Per kernel of wire/crc32_fold.h that the CPU can run (K = pclmul128, vpclmul256, vpclmul512),
+// that kernel selected: BM_Crc32_K, BM_Icrc_K and BM_CopyCrc32_K, the rows above. And what bounds
+// them, measured in the same run:
+//   BM_ClmulPeak_W  independent (V)PCLMULQDQ on W-bit registers (W = 128, 256, 512), 8 chains,
+//                   as fast as the CPU issues them. Folding needs one 64x64-bit product per 8
+//                   input bytes, so each product counts 8 bytes: no CRC-32 by carry-less
+//                   multiplication on W-bit registers can run faster than this "bytes" rate.
+//   BM_Clock        a chain of dependent integer adds (one per cycle): items/s is the clock.
 #include <benchmark/benchmark.h>
 #include <isa-l/crc.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/bytes.h"
@@ -163,20 +173,111 @@ void BM_MemcpyThenCrc32(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 
-void BM_IcrcIsal(benchmark::State& state) {
-  const Packet pkt(static_cast<std::size_t>(state.range(0)));
-  crc32_fold::set_disabled_for_testing(true);
-  UROCE_CHECK(icrc_compute(pkt.ip_udp(), pkt.roce()) == pkt.icrc());
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(icrc_compute(pkt.ip_udp(), pkt.roce()));
-  }
-  crc32_fold::set_disabled_for_testing(false);
-  state.SetBytesProcessed(state.iterations() * state.range(0));
-}
-
 void BM_Crc32(benchmark::State& state) {
   const Packet pkt(static_cast<std::size_t>(state.range(0)));
   const ConstBytes data = pkt.icrc_input();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(wire::crc32(0, data));
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
+// Selects a kernel for its lifetime, then the default one again.
+class KernelScope {
+ public:
+  explicit KernelScope(crc32_fold::Kernel k) { crc32_fold::select_for_testing(k); }
+  ~KernelScope() { crc32_fold::select_for_testing(before_); }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  const crc32_fold::Kernel before_ = crc32_fold::selected();
+};
+
+template <void (*kBench)(benchmark::State&)>
+void BM_WithKernel(benchmark::State& state, crc32_fold::Kernel k) {
+  const KernelScope scope(k);
+  kBench(state);
+}
+
+void BM_IcrcIsal(benchmark::State& state) {
+  BM_WithKernel<BM_Icrc>(state, crc32_fold::Kernel::kNone);
+}
+
+// kBody issues 8 x 64 carry-less multiplies of `bits`-bit registers per call.
+template <void (*kBody)(), int kBits>
+void BM_ClmulPeak(benchmark::State& state) {
+  for (auto _ : state) kBody();
+  // (kBits / 128) products per instruction, 8 input bytes per product.
+  state.SetBytesProcessed(state.iterations() * 8 * 64 * (kBits / 128) * 8);
+}
+
+// Eight chains, x_i = x_i * k (low qwords), in registers 0..7 with k in register 8: independent
+// enough to cover any current latency (3-7 cycles) at one issue per cycle. The values do not
+// matter: the instruction takes as long for any. Inline assembly, so that no target flags are
+// needed (each is registered only where the CPU has its instruction).
+void clmul_chains_128() {
+  asm volatile(
+      ".rept 64\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm0\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm1\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm2\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm3\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm4\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm5\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm6\n\t"
+      "pclmulqdq $0, %%xmm8, %%xmm7\n\t"
+      ".endr" ::
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8");
+}
+void clmul_chains_256() {
+  asm volatile(
+      ".rept 64\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm0, %%ymm0\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm1, %%ymm1\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm2, %%ymm2\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm3, %%ymm3\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm4, %%ymm4\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm5, %%ymm5\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm6, %%ymm6\n\t"
+      "vpclmulqdq $0, %%ymm8, %%ymm7, %%ymm7\n\t"
+      ".endr\n\t"
+      "vzeroupper" ::
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8");
+}
+void clmul_chains_512() {
+  asm volatile(
+      ".rept 64\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm0, %%zmm0\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm1, %%zmm1\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm2, %%zmm2\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm3, %%zmm3\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm4, %%zmm4\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm5, %%zmm5\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm6, %%zmm6\n\t"
+      "vpclmulqdq $0, %%zmm8, %%zmm7, %%zmm7\n\t"
+      ".endr\n\t"
+      "vzeroupper" ::
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8");
+}
+
+// 1000 dependent adds per call: one per cycle on any current x86-64 core.
+void BM_Clock(benchmark::State& state) {
+  std::uint64_t x = 0;
+  for (auto _ : state) {
+    // Register operands: Golden Cove and later execute chains of adds of an immediate at rename.
+    asm volatile(".rept 1000\n\tadd %1, %0\n\t.endr" : "+r"(x) : "r"(std::uint64_t{1}));
+  }
+  benchmark::DoNotOptimize(x);
+  state.SetItemsProcessed(state.iterations() * 1000);
+}
+
+// wire::crc32() over N bytes of any size (no packet: longer than a packet can be), placed as a
+// packet's IP header is (offset 14 from a 64-byte boundary).
+void BM_Crc32Buffer(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<std::byte> storage(n + 2 * kAlignBytes + kEthernetBytes, std::byte{0x5a});
+  const ConstBytes data = Packet::aligned(storage, kEthernetBytes).first(n);
   for (auto _ : state) {
     benchmark::DoNotOptimize(wire::crc32(0, data));
   }
@@ -223,6 +324,14 @@ BENCHMARK(BM_Crc32)->Apply(sizes);
 BENCHMARK(BM_CopyCrc32)->Apply(sizes);
 BENCHMARK(BM_MemcpyThenCrc32)->Apply(sizes);
 BENCHMARK(BM_IcrcIsal)->Apply(sizes);
+BENCHMARK(BM_Clock);
+
+// The per-kernel rows: the sizes above and 256 bytes (ISA-L's best case); for plain CRC-32 also
+// 16 KiB (BM_Crc32Buffer), where the fixed cost of a call no longer shows.
+void kernel_sizes(benchmark::internal::Benchmark* b) {
+  sizes(b);
+  b->Arg(256);
+}
 
 // Registered at run time: the AVX-512 kernel only where the CPU has it.
 [[maybe_unused]] const bool kRegistered = [] {
@@ -234,6 +343,28 @@ BENCHMARK(BM_IcrcIsal)->Apply(sizes);
   }
   if (have_avx512_vpclmul()) {
     benchmark::RegisterBenchmark("BM_IsalBy16", BM_IsalCrc<crc32_gzip_refl_by16_10>)->Apply(sizes);
+  }
+  using crc32_fold::Kernel;
+  for (const Kernel k : crc32_fold::kKernels) {
+    if (k == Kernel::kNone || !crc32_fold::supported(k)) continue;
+    const std::string name = crc32_fold::kernel_name(k);
+    benchmark::RegisterBenchmark(("BM_Crc32_" + name).c_str(), BM_WithKernel<BM_Crc32>, k)
+        ->Apply(kernel_sizes);
+    benchmark::RegisterBenchmark(("BM_Crc32_" + name).c_str(), BM_WithKernel<BM_Crc32Buffer>, k)
+        ->Arg(16384);
+    benchmark::RegisterBenchmark(("BM_Icrc_" + name).c_str(), BM_WithKernel<BM_Icrc>, k)
+        ->Apply(kernel_sizes);
+    benchmark::RegisterBenchmark(("BM_CopyCrc32_" + name).c_str(), BM_WithKernel<BM_CopyCrc32>, k)
+        ->Apply(kernel_sizes);
+  }
+  if (crc32_fold::supported(Kernel::kPclmul128)) {
+    benchmark::RegisterBenchmark("BM_ClmulPeak_128", BM_ClmulPeak<clmul_chains_128, 128>);
+  }
+  if (crc32_fold::supported(Kernel::kVpclmul256)) {
+    benchmark::RegisterBenchmark("BM_ClmulPeak_256", BM_ClmulPeak<clmul_chains_256, 256>);
+  }
+  if (crc32_fold::supported(Kernel::kVpclmul512)) {
+    benchmark::RegisterBenchmark("BM_ClmulPeak_512", BM_ClmulPeak<clmul_chains_512, 512>);
   }
   return true;
 }();

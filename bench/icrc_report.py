@@ -5,6 +5,10 @@ Markdown tables.
 
 Usage: bench/icrc_report.py RESULTS.json
 
+Then, per CRC-32 kernel the CPU can run, its plain CRC-32, ICRC and copy+CRC beside the bound that
+carry-less multiplication sets on its register width (BM_ClmulPeak_W, measured in the same run), and
+the ratios to that bound.
+
 With --benchmark_repetitions it uses the median of the repetitions and shows their coefficient of
 variation; otherwise the single run. GB/s means 10^9 bytes per second (Google Benchmark's own
 console output uses 2^30).
@@ -22,13 +26,17 @@ def load(path):
     medians, cvs, singles = {}, {}, {}
     for b in data['benchmarks']:
         name = b.get('run_name', b['name'])
+        # Bytes per second; BM_Clock's is items (adds, one per cycle) per second: the clock.
+        value = b.get('bytes_per_second', b.get('items_per_second'))
+        if value is None:
+            continue
         if b.get('run_type') == 'aggregate':
             if b.get('aggregate_name') == 'median':
-                medians[name] = b['bytes_per_second']
+                medians[name] = value
             elif b.get('aggregate_name') == 'cv':
-                cvs[name] = b['bytes_per_second']
-        elif 'bytes_per_second' in b:
-            singles.setdefault(name, b['bytes_per_second'])
+                cvs[name] = value
+        else:
+            singles.setdefault(name, value)
     return data['context'], (medians or singles), cvs
 
 
@@ -82,7 +90,47 @@ def main(argv):
     print()
     print(f'Goal (ICRC >= memcpy at {GOAL_MIN_BYTES} B and above): '
           f'{"met" if met else "NOT met"}')
+    kernels(rate, cv)
     return 0
+
+
+KERNELS = (('pclmul128', 128), ('vpclmul256', 256), ('vpclmul512', 512))
+BOUND_GOAL = 0.9  # issue 14: each kernel at >= 0.9x what carry-less multiply allows
+
+
+def kernels(rate, cv):
+    """The per-kernel table: GB/s and the ratio to the carry-less-multiply bound."""
+    clock = rate.get('BM_Clock')
+    present = [(k, w) for k, w in KERNELS if f'BM_ClmulPeak_{w}' in rate]
+    if not present:
+        return
+    print()
+    if clock:
+        print(f'Clock (dependent adds): {clock / 1e9:.2f} GHz')
+    for k, w in present:
+        bound = rate[f'BM_ClmulPeak_{w}']
+        per_cycle = f', {bound / clock:.1f} B/cycle' if clock else ''
+        print()
+        print(f'Kernel {k}: bound (BM_ClmulPeak_{w}) {bound / 1e9:.1f} GB/s{per_cycle}')
+        print()
+        print('| input | crc32 GB/s | ICRC GB/s | copy+CRC GB/s | **crc32/bound** | ICRC/bound '
+              '| copy+CRC/bound |')
+        print('| ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+        sizes = sorted({int(n.split('/')[1]) for n in rate if n.startswith(f'BM_Crc32_{k}/')})
+        for s in sizes:
+            cells, ratios = [], []
+            for kind in ('BM_Crc32', 'BM_Icrc', 'BM_CopyCrc32'):
+                name = f'{kind}_{k}/{s}'
+                if name not in rate:
+                    cells.append('-')
+                    ratios.append('-')
+                    continue
+                c = cv.get(name)
+                spread = f' ±{100 * c:.0f}%' if c is not None else ''
+                cells.append(f'{rate[name] / 1e9:.1f}{spread}')
+                ratios.append(f'{rate[name] / bound:.2f}')
+            ratios[0] = f'**{ratios[0]}**'
+            print(f'| {s} B | ' + ' | '.join(cells + ratios) + ' |')
 
 
 if __name__ == '__main__':

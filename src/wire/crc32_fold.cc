@@ -3,6 +3,10 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <iterator>
+
+#include "base/assert.h"
+#include "wire/crc32_fold_internal.h"
 
 // The arithmetic
 //
@@ -46,6 +50,11 @@
 
 namespace uroce::wire::crc32_fold {
 
+using detail::crc32_bitwise;
+using detail::fold_by_bits;
+using detail::Pair;
+using detail::reduce128;
+
 #define UROCE_VPCLMUL_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,vpclmulqdq,pclmul,sse4.1")))
 
@@ -56,16 +65,6 @@ constexpr int kA = 0xf0;
 constexpr int kB = 0xcc;
 constexpr int kC = 0xaa;
 constexpr int kXor3 = kA ^ kB ^ kC;
-
-// A 128-bit constant pair that folds a lane forward by `bits` (in the low qword, the factor for
-// the lane's first 8 bytes).
-struct Pair {
-  std::uint64_t lo;
-  std::uint64_t hi;
-};
-constexpr Pair fold_by_bits(std::uint32_t bits) {
-  return {fold_constant(bits + 32), fold_constant(bits - 32)};
-}
 
 // Folds each lane of a 64-byte block forward by 4 blocks (the main loop's stride).
 constexpr Pair kFold4 = fold_by_bits(4 * 512);
@@ -88,10 +87,6 @@ constexpr LaneFold lane_fold(std::uint32_t m) {
   return f;
 }
 constexpr LaneFold kLaneFold[4] = {lane_fold(0), lane_fold(1), lane_fold(2), lane_fold(3)};
-
-constexpr std::uint64_t kX96 = fold_constant(96);
-constexpr std::uint64_t kX64 = fold_constant(64);
-constexpr std::uint64_t kMu = barrett_mu();
 
 // Byte masks (bit i: byte i) of the lowest or highest n bits, 1 <= n <= 64 (shifts of at most
 // 63, so no branch).
@@ -121,39 +116,13 @@ UROCE_VPCLMUL_TARGET inline __m512i last_lane(__m512i v) { return _mm512_maskz_m
 // onto lane 3 (so that only the XOR of the four lanes matters).
 UROCE_VPCLMUL_TARGET inline std::uint32_t reduce_lanes(__m512i y) {
   const __m256i y2 = _mm256_xor_si256(_mm512_castsi512_si256(y), _mm512_extracti64x4_epi64(y, 1));
-  __m128i x = _mm_xor_si128(_mm256_castsi256_si128(y2), _mm256_extracti128_si256(y2, 1));
-
-  // 128 -> 96 bits: the first 8 bytes times x^96, added to the last 8.
-  const __m128i mask32 = _mm_setr_epi32(-1, 0, -1, 0);
-  x = _mm_xor_si128(_mm_clmulepi64_si128(x, _mm_cvtsi64_si128(static_cast<long long>(kX96)), 0x00),
-                    _mm_srli_si128(x, 8));
-  // 96 -> 64 bits: the first 4 bytes times x^64, added to the rest.
-  x = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x, mask32),
-                                         _mm_cvtsi64_si128(static_cast<long long>(kX64)), 0x00),
-                    _mm_srli_si128(x, 4));
-  // Barrett reduction to 32 bits.
-  const __m128i poly_mu =
-      _mm_set_epi64x(static_cast<long long>(kMu), static_cast<long long>(kPolyReflected33));
-  __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, mask32), poly_mu, 0x10);
-  t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly_mu, 0x00);
-  return static_cast<std::uint32_t>(_mm_extract_epi32(_mm_xor_si128(x, t), 1));
+  return reduce128(_mm_xor_si128(_mm256_castsi256_si128(y2), _mm256_extracti128_si256(y2, 1)));
 }
 
 UROCE_VPCLMUL_TARGET inline __m512i iota_bytes() {
   return _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928,
                           0x2726252423222120, 0x1f1e1d1c1b1a1918, 0x1716151413121110,
                           0x0f0e0d0c0b0a0908, 0x0706050403020100);
-}
-
-// Bitwise, for inputs shorter than 4 bytes (too short to hold the starting register).
-std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t len,
-                            const std::byte* or_mask) {
-  std::uint32_t r = ~crc;
-  for (std::size_t i = 0; i < len; ++i) {
-    r ^= static_cast<std::uint32_t>(p[i] | (or_mask != nullptr ? or_mask[i] : std::byte{0}));
-    for (int b = 0; b < 8; ++b) r = (r >> 1) ^ ((r & 1u) != 0 ? kPolyReflected : 0u);
-  }
-  return ~r;
 }
 
 // `p - back` as a pointer, possibly before the start of p's object: only for a masked load or
@@ -284,39 +253,127 @@ UROCE_VPCLMUL_TARGET std::uint32_t copy_crc32_impl(std::uint32_t crc, std::byte*
   return kernel<true, false>(crc, dst, src, len, nullptr);
 }
 
-bool detect() {
+bool detect(Kernel k) {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
-         __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul") &&
-         __builtin_cpu_supports("sse4.1");
+  const bool pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+  switch (k) {
+    case Kernel::kNone:
+      return true;
+    case Kernel::kPclmul128:
+      return pclmul;
+    case Kernel::kVpclmul256:
+      return pclmul && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq");
+    case Kernel::kVpclmul512:
+      return pclmul && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+             __builtin_cpu_supports("vpclmulqdq");
+  }
+  return false;
+}
+
+// What the CPU supports (detected once) and which kernel runs.
+struct Selection {
+  bool supported[std::size(kKernels)];
+  Kernel selected;
+};
+Selection& selection() {
+  static Selection s = [] {
+    Selection init{};
+    for (const Kernel k : kKernels) {
+      init.supported[static_cast<std::size_t>(k)] = detect(k);
+      if (init.supported[static_cast<std::size_t>(k)]) init.selected = k;  // the widest wins
+    }
+    return init;
+  }();
+  return s;
 }
 
 }  // namespace
 
-namespace {
-bool disabled_for_testing = false;
-}  // namespace
-
-bool available() {
-  static const bool kAvailable = detect();
-  return kAvailable && !disabled_for_testing;
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::kNone:
+      return "none";
+    case Kernel::kPclmul128:
+      return "pclmul128";
+    case Kernel::kVpclmul256:
+      return "vpclmul256";
+    case Kernel::kVpclmul512:
+      return "vpclmul512";
+  }
+  return "?";
 }
 
-void set_disabled_for_testing(bool disabled) { disabled_for_testing = disabled; }
+bool supported(Kernel k) { return selection().supported[static_cast<std::size_t>(k)]; }
 
-std::uint32_t crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
-                    const std::byte* or_mask) {
+Kernel selected() { return selection().selected; }
+
+void select_for_testing(Kernel k) {
+  UROCE_CHECK(supported(k));
+  selection().selected = k;
+}
+
+namespace detail {
+
+std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t len,
+                            const std::byte* or_mask) {
+  std::uint32_t r = ~crc;
+  for (std::size_t i = 0; i < len; ++i) {
+    const std::byte m = or_mask != nullptr && i < 64 ? or_mask[i] : std::byte{0};
+    r ^= static_cast<std::uint32_t>(p[i] | m);
+    for (int b = 0; b < 8; ++b) r = (r >> 1) ^ ((r & 1u) != 0 ? kPolyReflected : 0u);
+  }
+  return ~r;
+}
+
+std::uint32_t vpclmul512::crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
+                                const std::byte* or_mask) {
+  // Fewer than 4 bytes cannot hold the starting register.
   if (len < 4) return crc32_bitwise(crc, data, len, or_mask);
   return crc32_impl(crc, data, len, or_mask);
 }
 
-std::uint32_t copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src, std::size_t len) {
+std::uint32_t vpclmul512::copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src,
+                                     std::size_t len) {
   if (len < 4) {
     if (len > 0) std::memcpy(dst, src, len);
     return crc32_bitwise(crc, src, len, nullptr);
   }
   return copy_crc32_impl(crc, dst, src, len);
+}
+
+}  // namespace detail
+
+namespace {
+
+// Each kernel's entry points, indexed by Kernel (kNone: none).
+struct EntryPoints {
+  std::uint32_t (*crc32)(std::uint32_t, const std::byte*, std::size_t, const std::byte*);
+  std::uint32_t (*copy_crc32)(std::uint32_t, std::byte*, const std::byte*, std::size_t);
+};
+constexpr EntryPoints kEntryPoints[] = {
+    {nullptr, nullptr},
+    {detail::pclmul128::crc32, detail::pclmul128::copy_crc32},
+    {detail::vpclmul256::crc32, detail::vpclmul256::copy_crc32},
+    {detail::vpclmul512::crc32, detail::vpclmul512::copy_crc32},
+};
+static_assert(std::size(kEntryPoints) == std::size(kKernels));
+
+const EntryPoints& entry_points() {
+  const EntryPoints& e = kEntryPoints[static_cast<std::size_t>(selected())];
+  UROCE_CHECK(e.crc32 != nullptr && "a crc32_fold function called without a kernel");
+  return e;
+}
+
+}  // namespace
+
+std::uint32_t crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
+                    const std::byte* or_mask) {
+  return entry_points().crc32(crc, data, len, or_mask);
+}
+
+std::uint32_t copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src, std::size_t len) {
+  return entry_points().copy_crc32(crc, dst, src, len);
 }
 
 }  // namespace uroce::wire::crc32_fold

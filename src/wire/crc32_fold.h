@@ -1,16 +1,21 @@
-// CRC-32 (zlib's: reflected polynomial 0xEDB88320) by carry-less multiplication folding on 512-bit
-// registers (AVX-512 + VPCLMULQDQ). Internal to src/wire: icrc.h's crc32(), copy_and_crc32() and
-// the ICRC use it where the CPU has the instructions and ISA-L's crc32_gzip_refl otherwise.
+// CRC-32 (zlib's: reflected polynomial 0xEDB88320) by carry-less multiplication folding, in three
+// kernels chosen at run time: 512-bit registers (AVX-512 + VPCLMULQDQ), 256-bit ones (AVX2 +
+// VPCLMULQDQ) and 128-bit ones (PCLMULQDQ only). Internal to src/wire: icrc.h's crc32(),
+// copy_and_crc32() and the ICRC use the widest the CPU has, and ISA-L's crc32_gzip_refl where it
+// has none.
 //
-// Why not only ISA-L: its AVX-512 kernel (crc32_gzip_refl_by16_10) pays a serial 16-byte fold loop
-// for every length that is not a multiple of 256 bytes, a second kernel call for a separately
-// masked ICRC header, and it cannot copy while it reads. This kernel
+// The 512-bit kernel (crc32_fold.cc). Why not only ISA-L: its AVX-512 kernel
+// (crc32_gzip_refl_by16_10) pays a serial 16-byte fold loop for every length that is not a
+// multiple of 256 bytes, a second kernel call for a separately masked ICRC header, and it cannot
+// copy while it reads. This kernel
 //   - treats the first `len % 64` bytes as one zero-padded 64-byte block, so that every other
 //     load is a whole 64-byte block and no length has a slow tail;
 //   - can OR a 64-byte mask into the first 64 bytes of the input as it reads them, which is
 //     exactly the ICRC's masking of the variant header fields (icrc.cc);
 //   - can store every block it loads to a second buffer: a fused copy and CRC.
-// Its speed is bounded by VPCLMULQDQ throughput (docs/PERFORMANCE.md has the numbers).
+// Its speed is bounded by VPCLMULQDQ throughput (docs/PERFORMANCE.md has the numbers). The 256-
+// and 128-bit kernels (crc32_fold_lanes.inc) do the same without masked loads: the first
+// len % 16 bytes become a zero-padded lane by a byte shuffle, and they mask and copy alike.
 //
 // The folding constants are computed at compile time from the polynomial by the constexpr
 // functions below (see "The arithmetic" in crc32_fold.cc); tests/wire/crc32_fold_test.cc checks
@@ -66,21 +71,44 @@ constexpr std::uint64_t barrett_mu() {
   return reflected;
 }
 
-// True when this CPU (and its OS) supports AVX-512 F/BW/VL/VBMI and VPCLMULQDQ (detected once),
-// unless set_disabled_for_testing(true).
-bool available();
+// The kernels, each for the CPUs that have its instructions (checked once, with cpuid through
+// __builtin_cpu_supports; each kernel is compiled with per-function target attributes, so the
+// binary runs on any x86-64 CPU).
+enum class Kernel : std::uint8_t {
+  kNone,        // no kernel: icrc.h's functions call ISA-L's crc32_gzip_refl
+  kPclmul128,   // 128-bit PCLMULQDQ with SSE4.1 (crc32_fold_pclmul128.cc)
+  kVpclmul256,  // 256-bit VPCLMULQDQ with AVX2, no AVX-512 (crc32_fold_vpclmul256.cc)
+  kVpclmul512,  // 512-bit VPCLMULQDQ with AVX-512 F/BW/VL/VBMI (crc32_fold.cc)
+};
+inline constexpr Kernel kKernels[] = {Kernel::kNone, Kernel::kPclmul128, Kernel::kVpclmul256,
+                                      Kernel::kVpclmul512};
 
-// Makes available() false, so that the callers' ISA-L fallback can be tested on any machine. Not
-// thread-safe: for tests only.
-void set_disabled_for_testing(bool disabled);
+// "none", "pclmul128", "vpclmul256" or "vpclmul512".
+const char* kernel_name(Kernel k);
+
+// True when this CPU and its OS can run k (kNone: always).
+bool supported(Kernel k);
+
+// The kernel that crc32() and copy_crc32() below run, and through them icrc.h's functions: the
+// widest supported one, unless select_for_testing() chose another.
+Kernel selected();
+
+// Makes k the selected kernel (kNone: the callers' ISA-L fallback), so that every kernel and the
+// fallback can be tested and measured on one machine. Requires supported(k). Not thread-safe: for
+// tests and benchmarks only.
+void select_for_testing(Kernel k);
+
+// The selected kernel is not kNone.
+inline bool available() { return selected() != Kernel::kNone; }
 
 // crc32(crc, data[0..len)) as zlib computes it, where each of the first min(len, 64) bytes is
-// first ORed with or_mask[i] (or_mask == nullptr: no masking). Requires available().
+// first ORed with or_mask[i] (or_mask == nullptr: no masking), by the selected kernel. Requires
+// available().
 std::uint32_t crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
                     const std::byte* or_mask);
 
-// Copies src[0..len) to dst (not overlapping) and returns crc32(crc, src[0..len)). Requires
-// available().
+// Copies src[0..len) to dst (not overlapping) and returns crc32(crc, src[0..len)), by the
+// selected kernel. Requires available().
 std::uint32_t copy_crc32(std::uint32_t crc, std::byte* dst, const std::byte* src, std::size_t len);
 
 }  // namespace uroce::wire::crc32_fold

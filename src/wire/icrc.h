@@ -11,9 +11,10 @@
 // for IPv6; the version is read from the first nibble) immediately followed by the 8-byte UDP
 // header. Nothing here allocates.
 //
-// Where the CPU has AVX-512 and VPCLMULQDQ the CRC runs in wire/crc32_fold.h's kernel, which masks
-// the variant header fields as it reads them when the IP header and the BTH are contiguous in
-// memory (as in any received or built frame); elsewhere ISA-L's crc32_gzip_refl.
+// Where the CPU has PCLMULQDQ (any x86-64 CPU of the last decade) the CRC runs in the widest of
+// wire/crc32_fold.h's kernels it can run (512-, 256- or 128-bit), which masks the variant header
+// fields as it reads them when the IP header and the BTH are contiguous in memory (as in any
+// received or built frame); elsewhere ISA-L's crc32_gzip_refl.
 #pragma once
 
 #include <array>
@@ -28,8 +29,8 @@ namespace uroce::wire {
 std::uint32_t crc32(std::uint32_t crc, ConstBytes data);
 
 // Copies `src` to the start of `dst` (at least as large; the two must not overlap) and returns
-// crc32(crc, src), in one pass over the bytes where the CPU has AVX-512 and VPCLMULQDQ (memcpy and
-// then crc32() elsewhere). For a send path that copies the payload into the packet anyway.
+// crc32(crc, src), in one pass over the bytes where a crc32_fold.h kernel runs (memcpy and then
+// crc32() elsewhere). For a send path that copies the payload into the packet anyway.
 std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src);
 
 // Incremental ICRC, for packets whose payload is gathered from several buffers.

@@ -1,5 +1,6 @@
-// The VPCLMULQDQ CRC-32 kernel (wire/crc32_fold.h) and the public CRC entry points built on it
-// (wire/icrc.h), cross-checked against ISA-L's table-driven CRC-32 and a bitwise one.
+// The CRC-32 folding kernels (wire/crc32_fold.h: 512-, 256- and 128-bit) and the public CRC entry
+// points built on them (wire/icrc.h), each kernel selected in turn and cross-checked against
+// ISA-L's table-driven CRC-32, ISA-L's dispatched crc32_gzip_refl and a bitwise one.
 #include "wire/crc32_fold.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "crc32_kernel_fixture.h"
 #include "wire/icrc.h"
 
 namespace uroce::wire {
@@ -41,14 +43,12 @@ std::vector<std::byte> random_bytes(std::mt19937& rng, std::size_t n) {
   return v;
 }
 
-#define REQUIRE_KERNEL()                                                   \
-  if (!crc32_fold::available()) {                                          \
-    GTEST_SKIP() << "this CPU lacks AVX-512 (F/BW/VL/VBMI) or VPCLMULQDQ"; \
-  }
+using Crc32Fold = test::WithCrc32Kernel;
+using test::kernel_test_name;
 
 // The constants are derived from the polynomial at compile time; these are the published values
 // (Intel's PCLMULQDQ CRC paper, zlib's crc32_simd.c, ISA-L's crc32_gzip_refl_by8).
-TEST(Crc32Fold, ConstantsMatchThePublishedOnes) {
+TEST(Crc32FoldConstants, MatchThePublishedOnes) {
   static_assert(crc32_fold::fold_constant(4 * 128 + 32) == 0x154442bd4u);  // fold by 512 bits
   static_assert(crc32_fold::fold_constant(4 * 128 - 32) == 0x1c6e41596u);
   static_assert(crc32_fold::fold_constant(128 + 32) == 0x1751997d0u);  // fold by 128 bits
@@ -59,8 +59,7 @@ TEST(Crc32Fold, ConstantsMatchThePublishedOnes) {
   SUCCEED();
 }
 
-TEST(Crc32Fold, EveryLengthUpTo8KiBAtRandomAlignmentsMatchesTheTableCrc) {
-  REQUIRE_KERNEL();
+TEST_P(Crc32Fold, EveryLengthUpTo8KiBAtRandomAlignmentsMatchesTheTableCrc) {
   std::mt19937 rng(20261129);
   const std::vector<std::byte> buf = random_bytes(rng, 8192 + 128);
   for (std::size_t len = 0; len <= 8192; ++len) {
@@ -72,8 +71,29 @@ TEST(Crc32Fold, EveryLengthUpTo8KiBAtRandomAlignmentsMatchesTheTableCrc) {
   }
 }
 
-TEST(Crc32Fold, MatchesBitwiseCrcAndStandardValue) {
-  REQUIRE_KERNEL();
+// Lengths up to 70000 (past every loop and head/tail combination many times over), each at a
+// random alignment with a random starting CRC, against the table CRC and ISA-L's own dispatched
+// crc32_gzip_refl; every 16th also against the bitwise CRC.
+TEST_P(Crc32Fold, RandomLengthsUpTo70000MatchTableIsalAndBitwiseCrc) {
+  std::mt19937 rng(20261201);
+  constexpr std::size_t kMaxLen = 70000;
+  const std::vector<std::byte> buf = random_bytes(rng, kMaxLen + 64);
+  for (int iter = 0; iter < 600; ++iter) {
+    const std::size_t len = rng() % (kMaxLen + 1);
+    const std::size_t align = rng() % 64;
+    const auto crc = static_cast<std::uint32_t>(rng());
+    const std::byte* p = buf.data() + align;
+    const std::uint32_t got = crc32_fold::crc32(crc, p, len, nullptr);
+    ASSERT_EQ(got, table_crc32(crc, p, len)) << "length " << len << ", alignment " << align;
+    ASSERT_EQ(got, crc32_gzip_refl(crc, reinterpret_cast<const unsigned char*>(p), len))
+        << "length " << len << ", alignment " << align;
+    if (iter % 16 == 0) {
+      ASSERT_EQ(got, bitwise_crc32(crc, p, len)) << "length " << len;
+    }
+  }
+}
+
+TEST_P(Crc32Fold, MatchesBitwiseCrcAndStandardValue) {
   const char* s = "123456789";
   EXPECT_EQ(crc32_fold::crc32(0, reinterpret_cast<const std::byte*>(s), 9, nullptr), 0xcbf43926u);
   std::mt19937 rng(7);
@@ -85,8 +105,7 @@ TEST(Crc32Fold, MatchesBitwiseCrcAndStandardValue) {
   }
 }
 
-TEST(Crc32Fold, OrMaskAppliesToTheFirst64BytesOnly) {
-  REQUIRE_KERNEL();
+TEST_P(Crc32Fold, OrMaskAppliesToTheFirst64BytesOnly) {
   std::mt19937 rng(11);
   const std::vector<std::byte> buf = random_bytes(rng, 4096 + 64);
   for (int iter = 0; iter < 3000; ++iter) {
@@ -100,12 +119,14 @@ TEST(Crc32Fold, OrMaskAppliesToTheFirst64BytesOnly) {
   }
 }
 
-TEST(Crc32Fold, CopyCopiesExactlyAndReturnsTheCrc) {
-  REQUIRE_KERNEL();
+TEST_P(Crc32Fold, CopyCopiesExactlyAndReturnsTheCrc) {
   std::mt19937 rng(13);
-  const std::vector<std::byte> src = random_bytes(rng, 8192 + 64);
-  std::vector<std::byte> dst(8192 + 256);
-  for (std::size_t len = 0; len <= 8192; len += 1 + (len > 600 ? rng() % 61 : 0)) {
+  constexpr std::size_t kMaxLen = 70000;
+  const std::vector<std::byte> src = random_bytes(rng, kMaxLen + 64);
+  std::vector<std::byte> dst(kMaxLen + 256);
+  // Every length up to 600, then steps of up to 60 to 8 KiB, then random ones to 70000.
+  for (std::size_t len = 0; len <= kMaxLen;
+       len = len < 8192 ? len + 1 + (len > 600 ? rng() % 61 : 0) : len + 1 + rng() % 4000) {
     const std::size_t s_off = rng() % 64;
     const std::size_t d_off = 64 + rng() % 64;
     std::fill(dst.begin(), dst.end(), std::byte{0xa5});
@@ -126,15 +147,10 @@ TEST(Crc32Fold, CopyCopiesExactlyAndReturnsTheCrc) {
   }
 }
 
-// The public functions, with the kernel and with the ISA-L fallback.
-class Crc32Api : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    if (!GetParam() && !crc32_fold::available()) GTEST_SKIP() << "no AVX-512 VPCLMULQDQ kernel";
-    crc32_fold::set_disabled_for_testing(GetParam());
-  }
-  void TearDown() override { crc32_fold::set_disabled_for_testing(false); }
-};
+INSTANTIATE_TEST_SUITE_P(Kernels, Crc32Fold, test::kFoldKernels, kernel_test_name);
+
+// The public functions, on each kernel and on the ISA-L fallback (kNone).
+using Crc32Api = test::WithCrc32Kernel;
 
 TEST_P(Crc32Api, Crc32AndCopyAndCrc32AgreeWithTheTableCrcInPieces) {
   std::mt19937 rng(17);
@@ -153,8 +169,8 @@ TEST_P(Crc32Api, Crc32AndCopyAndCrc32AgreeWithTheTableCrcInPieces) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KernelAndIsal, Crc32Api, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Isal" : "Kernel"; });
+INSTANTIATE_TEST_SUITE_P(KernelsAndIsal, Crc32Api, ::testing::ValuesIn(crc32_fold::kKernels),
+                         kernel_test_name);
 
 }  // namespace
 }  // namespace uroce::wire

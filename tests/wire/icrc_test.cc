@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "crc32_kernel_fixture.h"
 #include "support/golden.h"
 #include "wire/builder.h"
 #include "wire/crc32_fold.h"
@@ -144,16 +145,9 @@ TEST(Icrc, AccumulatorOverGatheredPiecesEqualsOnePass) {
   EXPECT_EQ(acc.value(), load_le32(roce, roce.size() - 4));
 }
 
-// icrc_compute and IcrcAccumulator with the VPCLMULQDQ kernel (false) and with ISA-L (true), on
-// headers contiguous with the BTH (one masked pass) and in a separate buffer (gathered header).
-class IcrcPaths : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    if (!GetParam() && !crc32_fold::available()) GTEST_SKIP() << "no AVX-512 VPCLMULQDQ kernel";
-    crc32_fold::set_disabled_for_testing(GetParam());
-  }
-  void TearDown() override { crc32_fold::set_disabled_for_testing(false); }
-};
+// icrc_compute and IcrcAccumulator on each CRC-32 kernel and on ISA-L (kNone), on headers
+// contiguous with the BTH (one masked pass) and in a separate buffer (gathered header).
+using IcrcPaths = test::WithCrc32Kernel;
 
 TEST_P(IcrcPaths, ContiguousAndSeparateHeadersMatchTheReference) {
   std::mt19937 rng(4791);
@@ -200,8 +194,8 @@ TEST_P(IcrcPaths, AccumulatorCopyAndUpdateBuildsThePacketAndItsIcrc) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KernelAndIsal, IcrcPaths, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Isal" : "Kernel"; });
+INSTANTIATE_TEST_SUITE_P(KernelsAndIsal, IcrcPaths, ::testing::ValuesIn(crc32_fold::kKernels),
+                         test::kernel_test_name);
 
 // The ICRC of the same IPv4 packet with identification v is the one with identification 0 XOR a
 // delta that depends only on v and the length: checked against the reference on built packets.
