@@ -4,6 +4,11 @@
 # `uroce perf write_lat` (the same tests on uroce's C++ API), interleaved in one run.
 #
 #   bench/compat_vs_perf.sh [ROUNDS]     # default 3; SERVER_IP / CLIENT_IP to move it
+#   bench/compat_vs_perf.sh ROUNDS shared
+#
+# `shared`: what sharing a device costs instead: each test with both processes on one shared
+# device (both on SERVER_IP) beside both on two exclusive devices (UROCE_SHARED=0, one address
+# each, as before devices were shared), for perftest over the drop-in and for `uroce perf`.
 #
 # Each test runs as two processes on loopback, the server pinned to CPU 0 and the client to
 # CPU 1 when there are two CPUs (as bench/net_bench.sh does), with the tools' defaults: 5000 x
@@ -11,6 +16,7 @@
 # client's result line, prefixed by the round and the test.
 set -euo pipefail
 rounds=${1:-3}
+mode=${2:-}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-release
 sip=${SERVER_IP:-127.0.0.201}
@@ -25,7 +31,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
   -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
   -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF "${launcher[@]}" >/dev/null
-ninja -C "$build" uroce uroce_ibverbs >/dev/null
+ninja -C "$build" uroce uroce-devd uroce_ibverbs >/dev/null
 
 cpu0=() cpu1=()
 if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
@@ -36,28 +42,49 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 result() { grep -E '^ *[0-9]+ +[0-9]+ ' "$1" | tail -1; }
 
-uroce_perf() {  # TEST
+# uroce_perf TEST [CLIENT_IP [ENV...]]
+uroce_perf() {
+  local t=$1 c=${2:-$cip}
+  shift $(($# < 2 ? $# : 2))
   port=$((port + 1))
-  "${cpu0[@]}" timeout 300 "$build/src/tools/uroce" perf "$1" --ip "$sip" -p "$port" \
+  env "$@" "${cpu0[@]}" timeout 300 "$build/src/tools/uroce" perf "$t" --ip "$sip" -p "$port" \
     >"$tmp/s" 2>&1 &
   local s=$!
   sleep 0.5
-  "${cpu1[@]}" timeout 300 "$build/src/tools/uroce" perf "$1" --ip "$cip" -p "$port" "$sip" \
+  env "$@" "${cpu1[@]}" timeout 300 "$build/src/tools/uroce" perf "$t" --ip "$c" -p "$port" "$sip" \
     >"$tmp/c" 2>&1 || true
   wait "$s" || true
   result "$tmp/c"
 }
-drop_in() {  # PROGRAM
+# drop_in PROGRAM [CLIENT_IP [ENV...]]
+drop_in() {
+  local prog=$1 c=${2:-$cip}
+  shift $(($# < 2 ? $# : 2))
   port=$((port + 1))
-  LD_LIBRARY_PATH=$build/compat UROCE_DEVICES=$sip "${cpu0[@]}" timeout 300 "$1" -p "$port" \
-    >"$tmp/s" 2>&1 &
+  env LD_LIBRARY_PATH="$build/compat" UROCE_DEVICES="$sip" "$@" "${cpu0[@]}" timeout 300 "$prog" \
+    -p "$port" >"$tmp/s" 2>&1 &
   local s=$!
   sleep 0.5
-  LD_LIBRARY_PATH=$build/compat UROCE_DEVICES=$cip "${cpu1[@]}" timeout 300 "$1" -p "$port" \
-    "$sip" >"$tmp/c" 2>&1 || true
+  env LD_LIBRARY_PATH="$build/compat" UROCE_DEVICES="$c" "$@" "${cpu1[@]}" timeout 300 "$prog" \
+    -p "$port" "$sip" >"$tmp/c" 2>&1 || true
   wait "$s" || true
   result "$tmp/c"
 }
+
+if [[ $mode == shared ]]; then
+  for r in $(seq 1 "$rounds"); do
+    echo "round $r (load average $(cut -d' ' -f1 /proc/loadavg))"
+    echo "  ib_write_bw  two devices | $(drop_in ib_write_bw "$cip" UROCE_SHARED=0)"
+    echo "  ib_write_bw  one shared  | $(drop_in ib_write_bw "$sip")"
+    echo "  ib_write_lat two devices | $(drop_in ib_write_lat "$cip" UROCE_SHARED=0)"
+    echo "  ib_write_lat one shared  | $(drop_in ib_write_lat "$sip")"
+    echo "  perf write_bw  exclusive | $(uroce_perf write_bw "$cip" UROCE_SHARED=0)"
+    echo "  perf write_bw  shared    | $(uroce_perf write_bw "$cip")"
+    echo "  perf write_lat exclusive | $(uroce_perf write_lat "$cip" UROCE_SHARED=0)"
+    echo "  perf write_lat shared    | $(uroce_perf write_lat "$cip")"
+  done
+  exit 0
+fi
 
 for r in $(seq 1 "$rounds"); do
   echo "round $r (load average $(cut -d' ' -f1 /proc/loadavg))"

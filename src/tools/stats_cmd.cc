@@ -192,9 +192,8 @@ void print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
     for (const engine::SharedMember& m : info->members) {
       if (!cmd.device.empty() && m.device != cmd.device) continue;
       std::fprintf(out, "member %s:%u pid %d comm %s device %s index %u qpn_blocks %u%s%s\n",
-                   ip_text.c_str(), port, static_cast<int>(m.pid), m.comm.c_str(),
-                   m.device.c_str(), m.index, m.blocks, m.qp1 ? " qp1" : "",
-                   m.exiting ? " exiting" : "");
+                   ip_text.c_str(), port, static_cast<int>(m.pid), m.comm.c_str(), m.device.c_str(),
+                   m.index, m.blocks, m.qp1 ? " qp1" : "", m.exiting ? " exiting" : "");
       ++shown;
     }
     if (cmd.device.empty() || shown != 0) {

@@ -17,8 +17,8 @@
 //   shared 127.0.0.1:4791 contexts 2 unsteered_pkts 0
 #pragma once
 
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>

@@ -1,7 +1,7 @@
+#include "engine/device_config.h"
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "engine/device_config.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

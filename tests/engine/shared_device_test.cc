@@ -92,11 +92,11 @@ TEST(SteeringProgram, SendsEachBlockToItsSocketAndFollowsTheKernelWhenAMemberLea
 
   send_to(g, 5 << 8 | 0x11, 1);
   send_to(g, 9 << 8 | 0xff, 2);
-  send_to(g, 1, 3);                   // QP1
-  send_to(g, 1299u << 8, 4);          // the last block of index 3, in its second run
-  send_to(g, 1000u << 8 | 7, 5);      // its first block
-  send_to(g, 6 << 8, 6);              // nobody's block: index 0
-  send_to(g, 5 << 8, 7, 4);           // too short for a BTH: index 0
+  send_to(g, 1, 3);               // QP1
+  send_to(g, 1299u << 8, 4);      // the last block of index 3, in its second run
+  send_to(g, 1000u << 8 | 7, 5);  // its first block
+  send_to(g, 6 << 8, 6);          // nobody's block: index 0
+  send_to(g, 5 << 8, 7, 4);       // too short for a BTH: index 0
   EXPECT_EQ(next_tag(g.socks[1]), 1u);
   EXPECT_EQ(next_tag(g.socks[2]), 2u);
   EXPECT_EQ(next_tag(g.socks[2]), 3u);
@@ -300,7 +300,8 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
     p.qpn = parent.qpn;
     p.ip = "127.0.0.66";
     test::connect(c, p, "127.0.0.66");
-    for (std::size_t i = 0; i < 4096; ++i) c.buf[i] = std::byte(static_cast<std::uint8_t>(i ^ 0x5a));
+    for (std::size_t i = 0; i < 4096; ++i)
+      c.buf[i] = std::byte(static_cast<std::uint8_t>(i ^ 0x5a));
     Sge sge{c.va(0), 4096, c.mr.lkey};
     SendWr w;
     w.wr_id = 1;
