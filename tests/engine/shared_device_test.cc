@@ -430,3 +430,35 @@ TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
 
 }  // namespace
 }  // namespace uroce::engine
+
+namespace uroce::engine {
+namespace {
+
+TEST(SharedDevice, QpOneGoesToTheContextThatClaimsIt) {
+  Side a, b;
+  test::make_side(a, "127.0.0.70");
+  test::make_side(b, "127.0.0.70");
+  Group g;  // to send raw datagrams to the device
+  g.ip = v4("127.0.0.70");
+  g.port = wire::kRoceV2Port;
+  ASSERT_EQ(b.dev->shared_port()->claim_qp1(true), Errc::kOk);
+  EXPECT_EQ(a.dev->shared_port()->claim_qp1(true), Errc::kBusy);  // one listener at a time
+  auto info = SharedPort::query(g.ip, wire::kRoceV2Port);
+  ASSERT_TRUE(info.ok());
+  for (const SharedMember& m : info->members) EXPECT_EQ(m.qp1, m.index == 2) << m.index;
+  // A datagram for QP1 reaches b's socket (whose engine has no QP1 yet and counts it), not a's.
+  send_to(g, 1, 99);
+  const Instant give_up = UdpDevice::now() + Duration::s(10);
+  while (b.dev->datapath().counters().rx_datagrams == 0 && UdpDevice::now() < give_up) {
+    b.dev->wait(Duration::ms(1));
+  }
+  a.dev->progress();
+  EXPECT_EQ(b.dev->datapath().counters().rx_datagrams, 1u);
+  EXPECT_EQ(a.dev->datapath().counters().rx_datagrams, 0u);
+  // Given back, and claimed by a.
+  ASSERT_EQ(b.dev->shared_port()->claim_qp1(false), Errc::kOk);
+  EXPECT_EQ(a.dev->shared_port()->claim_qp1(true), Errc::kOk);
+}
+
+}  // namespace
+}  // namespace uroce::engine
