@@ -72,15 +72,17 @@ drop_in() {
 }
 
 if [[ $mode == shared ]]; then
+  xsip=127.0.0.203 xcip=127.0.0.204
   for r in $(seq 1 "$rounds"); do
     echo "round $r (load average $(cut -d' ' -f1 /proc/loadavg))"
-    echo "  ib_write_bw  two devices | $(drop_in ib_write_bw "$cip" UROCE_SHARED=0)"
+    # The exclusive runs use their own addresses: a shared run's coordinator lingers on $sip.
+    echo "  ib_write_bw  two devices | $(sip=$xsip drop_in ib_write_bw "$xcip" UROCE_SHARED=0)"
     echo "  ib_write_bw  one shared  | $(drop_in ib_write_bw "$sip")"
-    echo "  ib_write_lat two devices | $(drop_in ib_write_lat "$cip" UROCE_SHARED=0)"
+    echo "  ib_write_lat two devices | $(sip=$xsip drop_in ib_write_lat "$xcip" UROCE_SHARED=0)"
     echo "  ib_write_lat one shared  | $(drop_in ib_write_lat "$sip")"
-    echo "  perf write_bw  exclusive | $(uroce_perf write_bw "$cip" UROCE_SHARED=0)"
+    echo "  perf write_bw  exclusive | $(sip=$xsip uroce_perf write_bw "$xcip" UROCE_SHARED=0)"
     echo "  perf write_bw  shared    | $(uroce_perf write_bw "$cip")"
-    echo "  perf write_lat exclusive | $(uroce_perf write_lat "$cip" UROCE_SHARED=0)"
+    echo "  perf write_lat exclusive | $(sip=$xsip uroce_perf write_lat "$xcip" UROCE_SHARED=0)"
     echo "  perf write_lat shared    | $(uroce_perf write_lat "$cip")"
   done
   exit 0
