@@ -14,8 +14,7 @@ constexpr Duration kWritableWait = Duration::ms(1);
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config),
-      owner_(config.progress_thread ? Owner::kThread : Owner::kApplication) {
+    : config_(config), owner_(config.progress_thread ? Owner::kThread : Owner::kApplication) {
   UROCE_CHECK(config.tx_budget > 0);
 }
 
@@ -31,6 +30,7 @@ void Scheduler::reconfigure(const SchedulerConfig& config) {
   plan_ = Plan::kRound;
   spin_until_ = Instant::from_ns(0);
   sleep_until_ = Instant::never();
+  watching_ = false;
   watch_until_ = Instant::never();
   if (!config_.hold_acks) acks_due_ = Instant::never();
 }
@@ -74,7 +74,7 @@ AppAfter Scheduler::app_round_end(Instant now, const RoundReport& report) {
   // sleeps on the socket would look by itself. (A thread off the socket leaves them to the
   // owner's rounds, and takes over when the lease ends.)
   if (report.tx_left) doorbell_pending_ = true;
-  if (asleep_ && (report.tx_left || acks_due_ < watch_until_)) {
+  if (asleep_ && (report.tx_left || (watching_ && acks_due_ < watch_until_))) {
     asleep_ = false;
     ++counters_.wake_signals;
     a.wake_thread = true;
@@ -115,7 +115,8 @@ bool Scheduler::doorbell(bool quiet) {
 
 ThreadAction Scheduler::go_to_sleep(ThreadAction::Kind kind, Instant until, bool watch_socket) {
   asleep_ = true;
-  watch_until_ = watch_socket ? until : Instant::never();
+  watching_ = watch_socket;
+  watch_until_ = until;
   ++counters_.thread_sleeps;
   ThreadAction a;
   a.kind = kind;
@@ -191,7 +192,7 @@ void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
 
 void Scheduler::thread_woke(Instant /*now*/) {
   asleep_ = false;
-  watch_until_ = Instant::never();
+  watching_ = false;
   plan_ = Plan::kRound;
 }
 

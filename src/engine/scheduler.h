@@ -67,9 +67,9 @@ struct SchedulerConfig {
 struct RoundReport {
   std::size_t received = 0;
   std::size_t sent = 0;
-  std::size_t held_acks = 0;               // Engine::held_acks()
-  bool tx_left = false;                    // Engine::has_unheld_tx_work()
-  Instant next_timer = Instant::never();   // Engine::next_timeout()
+  std::size_t held_acks = 0;              // Engine::held_acks()
+  bool tx_left = false;                   // Engine::has_unheld_tx_work()
+  Instant next_timer = Instant::never();  // Engine::next_timeout()
 };
 
 // How to run the round about to start.
@@ -83,14 +83,14 @@ enum class Owner : std::uint8_t { kApplication, kThread };
 // What the progress thread does next.
 struct ThreadAction {
   enum class Kind : std::uint8_t {
-    kRound,          // take the device lock and run a round with `plan`; then thread_round_end
-    kSpin,           // busy-poll, without the lock, until `until`, a readable socket or
-                     // doorbell_pending(); then thread_woke
-    kSleep,          // block until `until` (never(): no deadline), a wake-up signal and, with
-                     // watch_socket, a readable socket; then thread_woke
-    kSleepOffSocket, // block until the lease timer fires or a wake-up signal; then thread_woke
-    kWaitWritable,   // the socket is full: block until it is writable (or `until`); then
-                     // thread_woke
+    kRound,           // take the device lock and run a round with `plan`; then thread_round_end
+    kSpin,            // busy-poll, without the lock, until `until`, a readable socket or
+                      // doorbell_pending(); then thread_woke
+    kSleep,           // block until `until` (never(): no deadline), a wake-up signal and, with
+                      // watch_socket, a readable socket; then thread_woke
+    kSleepOffSocket,  // block until the lease timer fires or a wake-up signal; then thread_woke
+    kWaitWritable,    // the socket is full: block until it is writable (or `until`); then
+                      // thread_woke
   };
   Kind kind = Kind::kRound;
   Instant until = Instant::never();
@@ -100,8 +100,8 @@ struct ThreadAction {
 
 // What the application's executor does after its round.
 struct AppAfter {
-  bool wake_thread = false;             // signal the sleeping thread
-  Instant arm_lease = Instant::never(); // re-arm the lease timer to this (never(): leave it)
+  bool wake_thread = false;              // signal the sleeping thread
+  Instant arm_lease = Instant::never();  // re-arm the lease timer to this (never(): leave it)
 };
 
 struct SchedulerCounters {
@@ -112,7 +112,7 @@ struct SchedulerCounters {
   std::uint64_t lease_expiries = 0;      // the thread took the socket when a lease ran out
   std::uint64_t thread_sleeps = 0;
   std::uint64_t thread_spins = 0;
-  std::uint64_t wake_signals = 0;        // wake-ups asked of the executor
+  std::uint64_t wake_signals = 0;  // wake-ups asked of the executor
 };
 
 class Scheduler {
@@ -174,14 +174,15 @@ class Scheduler {
   Instant acks_due_ = Instant::never();
   Instant lease_end_ = Instant::from_ns(0);
   Instant lease_to_arm_ = Instant::never();  // renewed by app_round_begin, for app_round_end
-  bool app_blocked_ = false;  // app_blocks() since its last round
+  bool app_blocked_ = false;                 // app_blocks() since its last round
   bool doorbell_pending_ = false;
   bool asleep_ = false;
   // The thread's plan after its last round or wake-up.
   Plan plan_ = Plan::kRound;
   Instant spin_until_ = Instant::from_ns(0);
   Instant sleep_until_ = Instant::never();
-  // While asleep on the socket: when the thread next looks by itself (never() off the socket).
+  // Asleep on the socket (not off it), and when the thread then looks by itself.
+  bool watching_ = false;
   Instant watch_until_ = Instant::never();
   SchedulerCounters counters_;
 };
