@@ -25,6 +25,7 @@ void Scheduler::reconfigure(const SchedulerConfig& config) {
   lease_end_ = Instant::from_ns(0);
   lease_to_arm_ = Instant::never();
   app_blocked_ = false;
+  streaming_ = false;
   doorbell_pending_ = false;
   asleep_ = false;
   plan_ = Plan::kRound;
@@ -113,8 +114,10 @@ bool Scheduler::doorbell(bool quiet) {
 
 // ---- the progress thread ----
 
-ThreadAction Scheduler::go_to_sleep(ThreadAction::Kind kind, Instant until, bool watch_socket) {
+ThreadAction Scheduler::go_to_sleep(Instant now, ThreadAction::Kind kind, Instant until,
+                                    bool watch_socket) {
   asleep_ = true;
+  slept_at_ = now;
   watching_ = watch_socket;
   watch_until_ = until;
   ++counters_.thread_sleeps;
@@ -135,7 +138,7 @@ ThreadAction Scheduler::thread_next(Instant now) {
       plan_ = Plan::kRound;
     } else if (!doorbell_pending_) {
       // Stay off the application's socket until its lease ends.
-      return go_to_sleep(ThreadAction::Kind::kSleepOffSocket, lease_end_, false);
+      return go_to_sleep(now, ThreadAction::Kind::kSleepOffSocket, lease_end_, false);
     }
   }
   if (doorbell_pending_) plan_ = Plan::kRound;
@@ -156,9 +159,9 @@ ThreadAction Scheduler::thread_next(Instant now) {
       return a;
     }
     case Plan::kSleep:
-      return go_to_sleep(ThreadAction::Kind::kSleep, sleep_until_, true);
+      return go_to_sleep(now, ThreadAction::Kind::kSleep, sleep_until_, true);
     case Plan::kWaitWritable:
-      return go_to_sleep(ThreadAction::Kind::kWaitWritable, sleep_until_, true);
+      return go_to_sleep(now, ThreadAction::Kind::kWaitWritable, sleep_until_, true);
   }
   UROCE_CHECK(false);
   return {};
@@ -171,7 +174,7 @@ void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
   const bool held = !acks_due_.is_never();
   if (worked) {
     Duration spin = config_.spin;
-    if (spin == Duration::zero() && app_blocked_) spin = config_.blocked_app_spin;
+    if (spin == Duration::zero() && (app_blocked_ || streaming_)) spin = config_.blocked_app_spin;
     spin_until_ = now + spin;
   }
   if ((idle && now >= spin_until_) || (held && !report.tx_left)) {
@@ -190,7 +193,10 @@ void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
   }
 }
 
-void Scheduler::thread_woke(Instant /*now*/) {
+void Scheduler::thread_woke(Instant now) {
+  // Only sleeps on the socket tell how fast packets come; a spin or an off-socket sleep
+  // leaves the guess as it was.
+  if (watching_) streaming_ = now - slept_at_ < config_.stream_gap;
   asleep_ = false;
   watching_ = false;
   plan_ = Plan::kRound;

@@ -59,6 +59,11 @@ struct SchedulerConfig {
   // blocked in the library (it said so: app_blocks): the CPU is then nobody else's, and a
   // stream of packets costs no wake-up per batch. Zero: never.
   Duration blocked_app_spin = Duration::us(500);
+  // The thread, with `spin` zero: a sleep on the socket that ended within this much means that
+  // packets come faster than a wake-up is worth (a stream to a passive target): after the next
+  // round that works, spin for blocked_app_spin as for a blocked application, until a sleep
+  // lasts longer again.
+  Duration stream_gap = Duration::us(50);
   // Packets a thread round sends before it lets go of the device.
   std::size_t tx_budget = 256;
 };
@@ -157,6 +162,8 @@ class Scheduler {
   void thread_round_end(Instant now, const RoundReport& report);
   // Back from a kSpin, kSleep, kSleepOffSocket or kWaitWritable (however it ended).
   void thread_woke(Instant now);
+  // The thread spins after its next round that works (SchedulerConfig::stream_gap).
+  bool streaming() const { return streaming_; }
   // A new configuration (start_progress_thread, stop_progress_thread, close): the thread's
   // state starts over (the application owns the socket without a thread, the thread with
   // one); held ACKs stay held.
@@ -165,7 +172,7 @@ class Scheduler {
  private:
   bool hold_now(Instant now) const { return config_.hold_acks && now < acks_due_; }
   void note_acks(Instant now, std::size_t held);
-  ThreadAction go_to_sleep(ThreadAction::Kind kind, Instant until, bool watch_socket);
+  ThreadAction go_to_sleep(Instant now, ThreadAction::Kind kind, Instant until, bool watch_socket);
 
   enum class Plan : std::uint8_t { kRound, kSpin, kSleep, kWaitWritable };
 
@@ -175,6 +182,8 @@ class Scheduler {
   Instant lease_end_ = Instant::from_ns(0);
   Instant lease_to_arm_ = Instant::never();  // renewed by app_round_begin, for app_round_end
   bool app_blocked_ = false;                 // app_blocks() since its last round
+  bool streaming_ = false;  // the thread's last sleep on the socket was short (stream_gap)
+  Instant slept_at_ = Instant::from_ns(0);
   bool doorbell_pending_ = false;
   bool asleep_ = false;
   // The thread's plan after its last round or wake-up.

@@ -32,18 +32,17 @@
 // The owning thread runs rounds of up to 64 datagrams received, due timers, and up to
 // ProgressThreadOptions::tx_budget packets sent, taking the device mutex per round and
 // releasing it between rounds (yielding to an application thread that waits for it). With
-// nothing to do it spins (ProgressThreadOptions::spin, or kBlockedAppSpin after work while the
-// application is blocked in the library) and then sleeps in ppoll() on the socket, the wake-up
-// eventfd and the next timer deadline, never holding the lock while asleep. A doorbell writes
-// the eventfd only when the scheduler says the thread sleeps, so a doorbell on a busy device
-// costs no system call; a doorbell while the application owns the socket still gets a thread
-// round (a poster that does not progress), except a quiet one (QuietDoorbells).
-// The thread writes registered memory (remote WRITEs, atomics, received SENDs, READ
-// responses): read such memory after taking the lock once the completion or message that says
-// it arrived was seen (a completion polled through the guard already orders it). Keep guards
-// short: the thread cannot progress while the application holds one. Never call progress(),
-// wait(), stats(), get_cq_event(), get_async_event() or close() while holding a guard (they
-// take the mutex).
+// nothing to do it spins (ProgressThreadOptions::spin, or blocked_app_spin after work while the
+// application is blocked in the library or packets come in a stream) and then sleeps in ppoll() on
+// the socket, the wake-up eventfd and the next timer deadline, never holding the lock while asleep.
+// A doorbell writes the eventfd only when the scheduler says the thread sleeps, so a doorbell on a
+// busy device costs no system call; a doorbell while the application owns the socket still gets a
+// thread round (a poster that does not progress), except a quiet one (QuietDoorbells). The thread
+// writes registered memory (remote WRITEs, atomics, received SENDs, READ responses): read such
+// memory after taking the lock once the completion or message that says it arrived was seen (a
+// completion polled through the guard already orders it). Keep guards short: the thread cannot
+// progress while the application holds one. Never call progress(), wait(), stats(), get_cq_event(),
+// get_async_event() or close() while holding a guard (they take the mutex).
 //
 // Completion channels (ibv_comp_channel): create_comp_channel() returns a nonzero tag to put in
 // CqInitAttr::channel. A CQ armed with req_notify_cq() that gets a matching completion records
@@ -97,7 +96,8 @@ struct ProgressThreadOptions {
   // Packets sent per round before the lock is released.
   std::size_t tx_budget = 256;
   // With `spin` zero: still busy-poll this long after work while the application is blocked
-  // in the library (application_waits(); SchedulerConfig::blocked_app_spin). Zero: never.
+  // in the library (application_waits()) or packets come in a stream (the thread's sleeps end
+  // within SchedulerConfig::stream_gap): SchedulerConfig::blocked_app_spin. Zero: never.
   Duration blocked_app_spin = Duration::us(500);
 };
 

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "base/prng.h"
+#include "datapath/datapath.h"
 #include "sim/network.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/address.h"
-#include "datapath/datapath.h"
 #include "wire/builder.h"
-#include "wire/packet.h"
 #include "wire/opcode.h"
+#include "wire/packet.h"
 
 namespace uroce::sim {
 
@@ -143,9 +143,8 @@ bool SimHost::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transpo
   frame.resize(wire::build_frame_gather(frame, o, transport_headers, payload));
   run->net.send(now, id, frame);
   ++batch_packets;
-  if (!transport_headers.empty() &&
-      static_cast<std::uint8_t>(transport_headers[0]) ==
-          static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge)) {
+  if (!transport_headers.empty() && static_cast<std::uint8_t>(transport_headers[0]) ==
+                                        static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge)) {
     ++batch_acks;
   }
   return true;
@@ -235,6 +234,7 @@ bool make_host(Run& r, SimHost& h, int index) {
   sc.app_lease = r.opt.app_lease;
   sc.spin = r.opt.spin;
   sc.blocked_app_spin = r.opt.blocked_app_spin;
+  sc.stream_gap = r.opt.stream_gap;
   h.sched = std::make_unique<Scheduler>(sc);
   h.dev->set_doorbell_handler(&h);
   h.dev->set_completion_event_handler(&h);

@@ -58,6 +58,7 @@ struct ProgressSimOptions {
   Duration app_lease = Duration::us(200);
   Duration spin = Duration::zero();
   Duration blocked_app_spin = Duration::us(500);
+  Duration stream_gap = Duration::us(50);
   // ACK timeout code of every QP: 4.096 us * 2^code (8: about 1 ms).
   std::uint8_t ack_timeout = 8;
   Duration limit = Duration::s(10);  // simulated time

@@ -106,8 +106,8 @@ TEST(ProgressSim, BlockingApplicationsHandTheSocketOverExplicitly) {
   }
 }
 
-// The thread spins after work only while the application is blocked in the library; with a
-// polling application it never spins (it may be polling on the thread's CPU).
+// The thread spins after work while the application is blocked in the library; with a polling
+// application it never spins (it may be polling on the thread's CPU).
 TEST(ProgressSim, TheThreadSpinsOnlyForABlockedApplication) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
@@ -120,7 +120,33 @@ TEST(ProgressSim, TheThreadSpinsOnlyForABlockedApplication) {
     EXPECT_EQ(r.host[1].thread_spin_ns, 0);
     o.blocked_app_spin = Duration::zero();
     EXPECT_EQ(run_ok(o).host[0].thread_spin_ns, 0);
+    EXPECT_EQ(run_ok(o).host[1].thread_spin_ns, 0);
   }
+}
+
+// A passive target's thread spins between packets that come in a stream (its sleeps end
+// within stream_gap), and never with stream_gap zero. (Without ACK holding, so that its
+// sleeps end by the next WRITE, not by a held ACK falling due.)
+TEST(ProgressSim, AnIdleTargetsThreadSpinsForAStream) {
+  int streams = 0;  // seeds whose machine is fast enough for a stream
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.workload = Workload::kWrites;
+    o.app[1] = AppModel::kIdle;
+    o.hold_acks = false;
+    const ProgressSimResult r = run_ok(o);
+    SCOPED_TRACE(describe(o));
+    // The next WRITE comes a round trip, a poll gap and a wake-up after the ACK at most.
+    const std::int64_t gap_ns = 2 * r.link_delay_ns + r.max_poll_gap_ns + r.max_wake_latency_ns;
+    if (gap_ns + 2'000 < o.stream_gap.count_ns()) {
+      EXPECT_GT(r.host[1].thread_spin_ns, 0);
+      ++streams;
+    }
+    o.stream_gap = Duration::zero();
+    EXPECT_EQ(run_ok(o).host[1].thread_spin_ns, 0);
+  }
+  EXPECT_GT(streams, 0);
 }
 
 // A passive target whose application does nothing after one WRITE of its own: its thread
