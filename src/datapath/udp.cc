@@ -25,6 +25,29 @@ namespace uroce::datapath {
 
 namespace {
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+#endif
+
+// Copies `payload` (registered memory) into `out`, as a NIC's DMA engine reads it: the
+// application may be rewriting those bytes in another thread at this very moment, which RDMA
+// allows (the responder sends whatever it read, with an ICRC over the same bytes). Under
+// ThreadSanitizer these reads are therefore not race-checked; everything else is.
+void snapshot_registered_memory(std::span<const ConstBytes> payload, std::vector<std::byte>& out) {
+#if defined(__SANITIZE_THREAD__)
+  AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+#endif
+  std::size_t off = 0;
+  for (ConstBytes p : payload) {
+    std::copy(p.begin(), p.end(), out.begin() + static_cast<long>(off));
+    off += p.size();
+  }
+#if defined(__SANITIZE_THREAD__)
+  AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#endif
+}
+
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 }  // namespace
@@ -426,11 +449,7 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
                              is_read_response(std::to_integer<std::uint8_t>(transport_headers[0]));
   if ((read_response || tap_) && payload_bytes > 0) {
     t.owned.resize(payload_bytes);
-    std::size_t off = 0;
-    for (ConstBytes p : payload) {
-      std::copy(p.begin(), p.end(), t.owned.begin() + static_cast<long>(off));
-      off += p.size();
-    }
+    snapshot_registered_memory(payload, t.owned);
     t.pieces[0] = ConstBytes(t.owned);
     t.num_pieces = 1;
     t.owns_payload = true;

@@ -1,10 +1,8 @@
 #include "engine/udp_device.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -26,12 +24,6 @@ namespace {
 constexpr Duration kStatsCheckInterval = Duration::ms(1);
 // How long a polling-mode get_cq_event()/get_async_event() waits in one wait() call.
 constexpr Duration kPollSlice = Duration::ms(10);
-
-void signal_fd(int fd) {
-  const std::uint64_t one = 1;
-  // An eventfd write fails only when the counter would overflow: it is readable then anyway.
-  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
-}
 
 void drain_fd(int fd) {
   std::uint64_t v = 0;
@@ -56,13 +48,13 @@ std::uint64_t cq_key(CqHandle cq) { return (std::uint64_t{cq.index} << 32) | cq.
 // Set by UdpDevice::QuietDoorbells in the posting thread.
 thread_local bool t_quiet_doorbells = false;
 
-// This thread's kernel id, looked up once.
-pid_t my_tid() {
-  thread_local const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
-  return tid;
-}
-
 }  // namespace
+
+void UdpDevice::signal_fd(int fd) {
+  const std::uint64_t one = 1;
+  // An eventfd write fails only when the counter would overflow: it is readable then anyway.
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
 
 struct UdpDevice::Channel {
   int fd = -1;
@@ -138,11 +130,12 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
     return Err{std::string("eventfd: ") + std::strerror(errno)};
   }
-  d->app_timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (d->app_timer_fd_ < 0) return Err{std::string("timerfd: ") + std::strerror(errno)};
+  d->lease_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (d->lease_fd_ < 0) return Err{std::string("timerfd: ") + std::strerror(errno)};
   if (const char* hold = std::getenv("UROCE_HOLD_ACKS")) {
     d->hold_acks_ = std::string_view(hold) != "0";
   }
+  d->sched_.reconfigure(d->base_config());
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
@@ -154,14 +147,27 @@ UdpDevice::~UdpDevice() {
   if (device_) device_->set_completion_event_handler(nullptr);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (async_fd_ >= 0) ::close(async_fd_);
-  if (app_timer_fd_ >= 0) ::close(app_timer_fd_);
-  if (app_stat_fd_ >= 0) ::close(app_stat_fd_);
+  if (lease_fd_ >= 0) ::close(lease_fd_);
 }
 
 // ---- progress ----
 
-UdpDevice::Round UdpDevice::round_locked(Instant t, std::size_t tx_budget) {
-  Round r;
+SchedulerConfig UdpDevice::base_config() const {
+  SchedulerConfig c;
+  c.hold_acks = hold_acks_;
+  c.ack_hold = kAckHold;
+  c.app_lease = kAppLease;
+  return c;
+}
+
+void UdpDevice::engine_state_locked(RoundReport& r, bool want_next_timer) {
+  r.held_acks = engine_->held_acks();
+  r.tx_left = engine_->has_unheld_tx_work();
+  if (want_next_timer) r.next_timer = engine_->next_timeout();
+}
+
+RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_next_timer) {
+  RoundReport r;
   r.received = dp_->receive(64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
     transport::PacketInfo info;
     info.src = meta.src;
@@ -171,62 +177,49 @@ UdpDevice::Round UdpDevice::round_locked(Instant t, std::size_t tx_budget) {
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);
-  r.sent = flush_locked(t, tx_budget);
+  r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
   sync_async_fd_locked();
+  engine_state_locked(r, want_next_timer);
   return r;
-}
-
-std::size_t UdpDevice::flush_locked(Instant t, std::size_t tx_budget) {
-  // Held ACKs wait for their QP's next request until they are due (acks_due_ is never() while
-  // none are held).
-  const std::size_t sent = engine_->flush_tx(t, tx_budget, hold_acks_ && t < acks_due_);
-  if (engine_->held_acks() == 0) {
-    acks_due_ = Instant::never();
-  } else if (acks_due_.is_never()) {
-    acks_due_ = t + kAckHold;
-  }
-  return sent;
 }
 
 bool UdpDevice::progress() { return application_round(true); }
 
 bool UdpDevice::transmit() { return application_round(false); }
 
+void UdpDevice::arm_lease_timer(Instant until) {
+  itimerspec its{};
+  // Instant is the steady clock, CLOCK_MONOTONIC on Linux.
+  its.it_value.tv_sec = static_cast<time_t>(until.ns() / 1'000'000'000);
+  its.it_value.tv_nsec = static_cast<long>(until.ns() % 1'000'000'000);
+  ::timerfd_settime(lease_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
 bool UdpDevice::application_round(bool receive) {
   if (closed_) return false;
   const Instant t = now();
-  Round r;
-  bool wake = false;
+  RoundReport r;
+  AppAfter after;
   {
     std::lock_guard lk(mu_);
+    RoundPlan plan;
+    {
+      std::lock_guard sl(sched_mu_);
+      plan = sched_.app_round_begin(t);
+    }
     if (receive) {
-      r = round_locked(t, SIZE_MAX);
+      r = round_locked(t, plan, false);
     } else {
-      r.sent = flush_locked(t, SIZE_MAX);
+      r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
+      engine_state_locked(r, false);
     }
-    if (thread_.joinable()) {
-      // Push the activity timer forward (a system call at most every kAppActive / 2).
-      if (t + kAppActive / 2 >
-          Instant::from_ns(app_active_until_.load(std::memory_order_relaxed))) {
-        const Instant until = t + kAppActive;
-        itimerspec its{};
-        // Instant is the steady clock, CLOCK_MONOTONIC on Linux.
-        its.it_value.tv_sec = static_cast<time_t>(until.ns() / 1'000'000'000);
-        its.it_value.tv_nsec = static_cast<long>(until.ns() % 1'000'000'000);
-        ::timerfd_settime(app_timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
-        app_active_until_.store(until.ns(), std::memory_order_relaxed);
-      }
-      // Work this round could not finish (a full socket, doorbells rung quietly) is the
-      // thread's; so are held ACKs due before a thread that watches the socket would next
-      // look. (A thread off the socket leaves them to this application's rounds, and looks
-      // when the activity timer expires: a held ACK waits at most kAppActive then.)
-      wake = engine_->has_unheld_tx_work() ||
-             acks_due_.ns() < ack_watch_until_.load(std::memory_order_relaxed);
+    {
+      std::lock_guard sl(sched_mu_);
+      after = sched_.app_round_end(t, r);
     }
+    if (!after.arm_lease.is_never()) arm_lease_timer(after.arm_lease);
   }
-  if (wake && sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) {
-    signal_fd(wake_fd_);
-  }
+  if (after.wake_thread) signal_thread();
   maybe_serve_stats(t, false);
   return r.received > 0 || r.sent > 0;
 }
@@ -240,8 +233,10 @@ void UdpDevice::wait(Duration max_wait) {
   Instant until = max_wait.is_infinite() ? Instant::never() : t + max_wait;
   {
     std::lock_guard lk(mu_);
-    until = std::min({until, engine_->next_timeout(), acks_due_});
-    if (engine_->has_unheld_tx_work()) until = t;
+    RoundReport state;
+    engine_state_locked(state, true);
+    std::lock_guard sl(sched_mu_);
+    until = sched_.app_wait_until(t, until, state);
   }
   pollfd p[2] = {{dp_->fd(), POLLIN, 0}, {stats_fd_, POLLIN, 0}};
   timespec ts;
@@ -253,7 +248,6 @@ void UdpDevice::wait(Duration max_wait) {
 // ---- the progress thread ----
 
 UdpDevice::Locked UdpDevice::lock() {
-  app_tid_.store(my_tid(), std::memory_order_relaxed);
   // The mirror of the thread's courtesy: an application that polls in a tight loop would
   // otherwise take the lock straight back every time and starve the progress thread.
   for (int i = 0; i < 64 && thread_waiting_.load(std::memory_order_relaxed); ++i) {
@@ -269,166 +263,143 @@ std::string UdpDevice::start_progress_thread(const ProgressThreadOptions& option
   if (closed_) return "the device is closed";
   if (thread_.joinable()) return "the progress thread is already running";
   if (options.tx_budget == 0) return "tx_budget must be at least 1";
+  {
+    SchedulerConfig c = base_config();
+    c.progress_thread = true;
+    c.spin = options.spin;
+    c.blocked_app_spin = options.blocked_app_spin;
+    c.tx_budget = options.tx_budget;
+    std::lock_guard sl(sched_mu_);
+    sched_.reconfigure(c);
+  }
   stop_.store(false);
-  thread_ = std::thread(&UdpDevice::thread_main, this, options);
+  thread_ = std::thread(&UdpDevice::thread_main, this);
   return "";
 }
 
 void UdpDevice::stop_progress_thread() {
   if (!thread_.joinable()) return;
   stop_.store(true);
-  signal_fd(wake_fd_);
+  signal_thread();
   thread_.join();
-  sleeping_.store(false);
   drain_fd(wake_fd_);
-}
-
-bool UdpDevice::application_sleeps() {
-  const pid_t tid = app_tid_.load(std::memory_order_relaxed);
-  if (tid <= 0) return false;
-  if (tid != app_stat_tid_) {
-    if (app_stat_fd_ >= 0) ::close(app_stat_fd_);
-    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-    app_stat_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    app_stat_tid_ = tid;
-  }
-  if (app_stat_fd_ < 0) return false;
-  char buf[256];
-  const ssize_t n = ::pread(app_stat_fd_, buf, sizeof buf - 1, 0);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  // "tid (comm) S ...": the state follows the last ')' (comm may hold anything).
-  const char* close = std::strrchr(buf, ')');
-  if (close == nullptr || close[1] != ' ') return false;
-  return close[2] == 'S' || close[2] == 'D';
+  std::lock_guard sl(sched_mu_);
+  sched_.reconfigure(base_config());
 }
 
 void UdpDevice::application_waits() {
-  if (!thread_.joinable()) return;
-  if (app_active_until_.exchange(0, std::memory_order_relaxed) == 0) return;
-  // The thread may be asleep off the socket (until the activity timer): wake it.
-  if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) {
-    signal_fd(wake_fd_);
+  bool wake;
+  {
+    std::lock_guard sl(sched_mu_);
+    wake = sched_.app_blocks(now());
   }
+  if (wake) signal_thread();
+}
+
+SchedulerCounters UdpDevice::scheduler_counters() {
+  std::lock_guard sl(sched_mu_);
+  return sched_.counters();
 }
 
 void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
   // Inside a Device call (under mu_ in thread mode). Sends every held ACK, not only this QP's:
   // simpler, and they are all due soon anyway.
-  if (acks_due_.is_never() || !engine_) return;
+  if (!engine_) return;
+  std::lock_guard sl(sched_mu_);
+  if (sched_.acks_due().is_never()) return;
   engine_->flush_tx(now(), SIZE_MAX, false);
-  acks_due_ = Instant::never();
+  sched_.acks_flushed();
 }
 
 void UdpDevice::doorbell(std::uint32_t qpn) {
   engine_->doorbell(qpn);
-  // A spinning thread sees the flag without the lock; only a sleeping thread needs the system
-  // call. `sleeping_` is set under mu_, which the caller of post_send() holds too, so a
-  // doorbell cannot slip between the thread's last look at the engine and its sleep.
-  // A quiet doorbell's poster transmits itself right after (QuietDoorbells): neither wake
-  // the thread nor make it run a round (which would also take the socket from an application
-  // that polls).
-  if (t_quiet_doorbells) return;
-  doorbell_rung_.store(true, std::memory_order_relaxed);
-  if (sleeping_.load(std::memory_order_relaxed) && sleeping_.exchange(false)) signal_fd(wake_fd_);
+  // Inside post_send (under mu_ in thread mode). A quiet doorbell's poster transmits itself
+  // right after (QuietDoorbells): it neither wakes the thread nor asks it for a round.
+  bool wake;
+  {
+    std::lock_guard sl(sched_mu_);
+    wake = sched_.doorbell(t_quiet_doorbells);
+  }
+  if (wake) signal_thread();
 }
 
-void UdpDevice::thread_main(ProgressThreadOptions options) {
-  Instant spin_until = Instant::from_ns(0);
-  bool idle = false;                      // the last round found nothing to do
-  Instant next_timer = Instant::never();  // as of the last round
+void UdpDevice::thread_spin(Instant until) {
+  // Busy-poll without the lock: a doorbell, a datagram, the application taking the socket or
+  // `until` ends it.
+  for (;;) {
+    const Instant t = now();
+    if (t >= until || stop_.load(std::memory_order_relaxed)) return;
+    {
+      std::lock_guard sl(sched_mu_);
+      if (sched_.doorbell_pending() || sched_.owner() != Owner::kThread) return;
+    }
+    pollfd p{dp_->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) return;
+    maybe_serve_stats(t, false);
+    std::this_thread::yield();
+  }
+}
+
+void UdpDevice::thread_sleep(const ThreadAction& a) {
+  pollfd p[3];
+  nfds_t n = 0;
+  timespec ts;
+  timespec* timeout = nullptr;
+  if (a.kind == ThreadAction::Kind::kSleepOffSocket) {
+    // The lease timer, which application rounds keep pushing forward, ends this sleep.
+    p[n++] = {lease_fd_, POLLIN, 0};
+  } else {
+    const short ev = a.kind == ThreadAction::Kind::kWaitWritable ? POLLIN | POLLOUT : POLLIN;
+    if (a.watch_socket) p[n++] = {dp_->fd(), ev, 0};
+    timeout = timeout_until(a.until, now(), ts);
+  }
+  const nfds_t wake = n;
+  p[n++] = {wake_fd_, POLLIN, 0};
+  const nfds_t stats = n;
+  if (stats_fd_ >= 0) p[n++] = {stats_fd_, POLLIN, 0};
+  ::ppoll(p, n, timeout, nullptr);
+  thread_wakeups_.fetch_add(1, std::memory_order_relaxed);
+  if ((p[wake].revents & POLLIN) != 0) drain_fd(wake_fd_);
+  if (a.kind == ThreadAction::Kind::kSleepOffSocket && (p[0].revents & POLLIN) != 0) {
+    drain_fd(lease_fd_);
+  }
+  if (stats < n && (p[stats].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
+}
+
+void UdpDevice::thread_main() {
   while (!stop_.load(std::memory_order_acquire)) {
-    Instant t = now();
-    // The application runs rounds itself (it polls a CQ or posts): stay out of its way, and
-    // off its socket, whose every datagram would otherwise wake this thread on the CPU the
-    // application is polling from (a context switch per packet, for nothing: the application
-    // takes the packet). The application's rounds keep pushing the activity timer forward;
-    // once it expires (no round for up to kAppActive) this thread takes over again. A
-    // doorbell that needs this thread wakes it.
-    const Instant app_until = Instant::from_ns(app_active_until_.load(std::memory_order_relaxed));
-    if (t < app_until && !doorbell_rung_.load(std::memory_order_relaxed)) {
-      ack_watch_until_.store(0, std::memory_order_relaxed);  // the application's rounds do
-      sleeping_.store(true);
-      if (!doorbell_rung_.load()) {
-        pollfd p[3] = {{wake_fd_, POLLIN, 0}, {app_timer_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
-        ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, nullptr, nullptr);
-        thread_wakeups_.fetch_add(1, std::memory_order_relaxed);
-        if ((p[0].revents & POLLIN) != 0) drain_fd(wake_fd_);
-        if ((p[1].revents & POLLIN) != 0) drain_fd(app_timer_fd_);
-        if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
+    ThreadAction a;
+    {
+      std::lock_guard sl(sched_mu_);
+      a = sched_.thread_next(now());
+    }
+    if (a.kind != ThreadAction::Kind::kRound) {
+      if (a.kind == ThreadAction::Kind::kSpin) {
+        thread_spin(a.until);
+      } else {
+        thread_sleep(a);
       }
-      sleeping_.store(false);
+      std::lock_guard sl(sched_mu_);
+      sched_.thread_woke(now());
       continue;
     }
-    if (idle && t < spin_until) {
-      // Busy-poll without the lock: a doorbell, a datagram or a due timer ends the wait.
-      pollfd p{dp_->fd(), POLLIN, 0};
-      if (!doorbell_rung_.load(std::memory_order_relaxed) && t < next_timer &&
-          ::poll(&p, 1, 0) == 0) {
-        maybe_serve_stats(t, false);
-        std::this_thread::yield();
-        continue;
-      }
-    }
-    Round r;
-    bool tx_left = false;
-    bool sleep = false;
-    Instant wake_at = Instant::never();
+    Instant t;
     {
       thread_waiting_.store(true, std::memory_order_relaxed);
       std::lock_guard lk(mu_);
       thread_waiting_.store(false, std::memory_order_relaxed);
-      doorbell_rung_.store(false, std::memory_order_relaxed);  // this round sees those rung
       t = now();
-      r = round_locked(t, options.tx_budget);
+      const RoundReport r = round_locked(t, a.plan, true);
       thread_rx_pkts_ += r.received;
-      tx_left = engine_->has_unheld_tx_work();
-      next_timer = engine_->next_timeout();
-      const bool held = !acks_due_.is_never();
-      const bool worked = r.received > 0 || r.sent > 0;
-      idle = !worked && !tx_left;
-      // Held ACKs: step aside (sleep) so that the application, which may be about to answer,
-      // can send them behind its request; they are due by acks_due_ at the latest.
-      if ((idle && t >= spin_until) || (held && !tx_left)) {
-        wake_at = std::min(next_timer, acks_due_);
-        ack_watch_until_.store(wake_at.ns(), std::memory_order_relaxed);
-        sleeping_.store(true);
-        sleep = true;
-      }
+      std::lock_guard sl(sched_mu_);
+      sched_.thread_round_end(t, r);
     }
     maybe_serve_stats(t, false);
-    if (!idle) {
-      // With no spin configured, spin anyway (kIdleAppSpin) while the application's thread is
-      // asleep (blocked in a system call, as a passive RDMA target waiting on a socket): the
-      // CPU is the thread's, and a stream of packets then costs no wake-up per batch. Never
-      // while the application runs (it may be spinning on memory on this very CPU).
-      Duration spin = options.spin;
-      if (spin == Duration::zero() && options.spin_while_app_sleeps && application_sleeps()) {
-        spin = kIdleAppSpin;
-      }
-      spin_until = t + spin;
-    }
     // Let an application thread that waits for the lock have it before the next round
     // (std::mutex is not fair: this thread would otherwise take it straight back).
     for (int i = 0; i < 64 && app_waiting_.load(std::memory_order_relaxed) > 0; ++i) {
       std::this_thread::yield();
     }
-    if (!sleep) {
-      if (tx_left && r.sent == 0) {
-        // The socket is full: wait until it drains (or a packet, a doorbell or 1 ms passes).
-        pollfd p[2] = {{dp_->fd(), POLLIN | POLLOUT, 0}, {wake_fd_, POLLIN, 0}};
-        timespec ts;
-        ::ppoll(p, 2, timeout_until(t + Duration::ms(1), t, ts), nullptr);
-      }
-      continue;
-    }
-    pollfd p[3] = {{dp_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {stats_fd_, POLLIN, 0}};
-    timespec ts;
-    ::ppoll(p, stats_fd_ >= 0 ? 3 : 2, timeout_until(wake_at, now(), ts), nullptr);
-    thread_wakeups_.fetch_add(1, std::memory_order_relaxed);
-    sleeping_.store(false);
-    if ((p[1].revents & POLLIN) != 0) drain_fd(wake_fd_);
-    if (stats_fd_ >= 0 && (p[2].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
   }
 }
 
@@ -684,6 +655,10 @@ CloseResult UdpDevice::close(Duration deadline) {
   if (closed_) return close_result_;
   stop_progress_thread();
   hold_acks_ = false;  // the drain sends everything owed
+  {
+    std::lock_guard sl(sched_mu_);
+    sched_.reconfigure(base_config());
+  }
   CloseResult res;
   if (device_ && dp_ && engine_) {
     const Instant give_up = deadline_after(deadline);
@@ -692,7 +667,7 @@ CloseResult UdpDevice::close(Duration deadline) {
       res = CloseResult{};
       {
         std::lock_guard lk(mu_);
-        round_locked(now(), SIZE_MAX);
+        round_locked(now(), RoundPlan{SIZE_MAX, false}, false);
         res.outstanding_send_wqes = outstanding_locked(&res.tx_pending);
         next = engine_->next_timeout();
       }

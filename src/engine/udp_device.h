@@ -18,17 +18,31 @@
 //   { auto d = dev->lock(); d->post_send(qp, wrs, &bad); }   // lock held for this block
 //   { auto d = dev->lock(); n = d->poll_cq(cq, wcs); }
 //
-// The thread takes the same mutex for one bounded round at a time (up to 64 datagrams received,
-// due timers, up to ProgressThreadOptions::tx_budget packets sent) and releases it between
-// rounds, yielding to an application thread that waits for it. With nothing to do it sleeps in
-// ppoll() on the socket, a wake-up eventfd and the next timer deadline, never holding the lock
-// while asleep. post_send()'s doorbell writes the eventfd only when the thread is asleep, so a
-// doorbell on a busy device costs no system call. The thread writes registered memory (remote
-// WRITEs, atomics, received SENDs, READ responses): read such memory after taking the lock
-// once the completion or message that says it arrived was seen (a completion polled through
-// the guard already orders it). Keep guards short: the thread cannot
-// progress while the application holds one. Never call progress(), wait(), stats(),
-// get_cq_event(), get_async_event() or close() while holding a guard (they take the mutex).
+// Progress: who owns the socket. The policy lives in a sans-I/O Scheduler (scheduler.h: its
+// header has the state diagram; the simulator drives the same class, sim/progress_sim.h); this
+// class only carries out its actions. One owner of the socket at a time:
+// - the application's thread while it polls: every progress() or transmit() takes the socket
+//   and renews a lease (kAppLease). The thread then sleeps off the socket (on its wake-up
+//   eventfd and a lease timerfd that application rounds re-arm at most every kAppLease / 2),
+//   so that datagrams do not wake it on the CPU the application polls from;
+// - the progress thread when the application does not poll: at once when the application says
+//   it will block (application_waits(): get_cq_event(), get_async_event(), the drop-in's
+//   ibv_req_notify_cq), or when the lease runs out (an application that went away without a
+//   word). No guessing from /proc whether the application sleeps.
+// The owning thread runs rounds of up to 64 datagrams received, due timers, and up to
+// ProgressThreadOptions::tx_budget packets sent, taking the device mutex per round and
+// releasing it between rounds (yielding to an application thread that waits for it). With
+// nothing to do it spins (ProgressThreadOptions::spin, or blocked_app_spin after work while the
+// application is blocked in the library or packets come in a stream) and then sleeps in ppoll() on
+// the socket, the wake-up eventfd and the next timer deadline, never holding the lock while asleep.
+// A doorbell writes the eventfd only when the scheduler says the thread sleeps, so a doorbell on a
+// busy device costs no system call; a doorbell while the application owns the socket still gets a
+// thread round (a poster that does not progress), except a quiet one (QuietDoorbells). The thread
+// writes registered memory (remote WRITEs, atomics, received SENDs, READ responses): read such
+// memory after taking the lock once the completion or message that says it arrived was seen (a
+// completion polled through the guard already orders it). Keep guards short: the thread cannot
+// progress while the application holds one. Never call progress(), wait(), stats(), get_cq_event(),
+// get_async_event() or close() while holding a guard (they take the mutex).
 //
 // Completion channels (ibv_comp_channel): create_comp_channel() returns a nonzero tag to put in
 // CqInitAttr::channel. A CQ armed with req_notify_cq() that gets a matching completion records
@@ -68,6 +82,7 @@
 #include "capture/pcap_file.h"
 #include "datapath/udp.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "engine/shared_port.h"
 #include "engine/stats.h"
 #include "uroce/verbs.h"
@@ -81,10 +96,10 @@ struct ProgressThreadOptions {
   Duration spin = Duration::zero();
   // Packets sent per round before the lock is released.
   std::size_t tx_budget = 256;
-  // With `spin` zero: still busy-poll for UdpDevice::kIdleAppSpin after work while the
-  // application thread that last used the device sleeps in the kernel (a passive target
-  // blocked on a socket), never while it runs.
-  bool spin_while_app_sleeps = true;
+  // With `spin` zero: still busy-poll this long after work while the application is blocked
+  // in the library (application_waits()) or packets come in a stream (the thread's sleeps end
+  // within SchedulerConfig::stream_gap): SchedulerConfig::blocked_app_spin. Zero: never.
+  Duration blocked_app_spin = Duration::us(500);
 };
 
 // What close() achieved.
@@ -135,23 +150,20 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // does nothing, returns false.
   //
   // A positive ACK a ping-pong QP owes its peer (transport::Qp::only_ack_to_send) waits, for
-  // kAckHold at most, for the request the application is about to post on that QP, and leaves
-  // in the same batch right behind it (Engine::flush_tx's hold_acks): one system call per hop
-  // instead of two, and the peer, polling for its completion, finds the request first. Any
-  // round after kAckHold sends it; in thread mode the progress thread makes sure one comes
-  // (kAppActive at most after the application's last round, if that round held it).
-  // UROCE_HOLD_ACKS=0 turns this off.
+  // kAckHold, for the request the application is about to post on that QP, and leaves in the
+  // same batch right behind it (Engine::flush_tx's hold_acks): one system call per hop instead
+  // of two, and the peer, polling for its completion, finds the request first. The owner's
+  // first round after kAckHold sends it (Scheduler: at most kAckHold + kAppLease in thread
+  // mode). UROCE_HOLD_ACKS=0 turns this off.
   bool progress();
   // progress() without receiving or timers: sends what is ready (what a post just queued).
   // For a caller that runs progress() itself when it polls; returns true if anything was sent.
   bool transmit();
   static constexpr Duration kAckHold = Duration::us(100);
-  // Thread mode: after an application's progress() round the thread leaves the socket to the
-  // application for this long (a packet then waits at most this long for the thread when the
-  // application stops polling).
-  static constexpr Duration kAppActive = Duration::us(200);
-  // See ProgressThreadOptions::spin_while_app_sleeps.
-  static constexpr Duration kIdleAppSpin = Duration::us(500);
+  // Thread mode: an application's round keeps the socket the application's for this long (a
+  // packet then waits at most this long for the thread when the application stops polling
+  // without saying so).
+  static constexpr Duration kAppLease = Duration::us(200);
   // Waits until a packet arrives, a timer is due, a stats request comes or `max_wait` passes,
   // then progresses.
   void wait(Duration max_wait);
@@ -189,14 +201,13 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
     bool was_;
   };
   // Thread mode: the application is about to block (waiting for a completion or async event)
-  // rather than run rounds: the thread goes back to watching the socket at once instead of
-  // after kAppActive. Called by get_cq_event() and get_async_event() before they block; call
-  // it when arming a CQ for events that will be waited for elsewhere (poll() on the fd).
+  // rather than run rounds: it hands the socket to the thread at once instead of when its lease
+  // ends (Scheduler::app_blocks). Called by get_cq_event() and get_async_event() before they
+  // block; call it when arming a CQ for events that will be waited for elsewhere (poll() on
+  // the fd).
   void application_waits();
-  // Whether the application thread that last took lock() is asleep in the kernel (its state in
-  // /proc/self/task/<tid>/stat is S or D). Called by the progress thread only (it keeps that
-  // file open); public for tests.
-  bool application_sleeps();
+  // The scheduler's counters (hand-offs, lease expiries, thread rounds and sleeps).
+  SchedulerCounters scheduler_counters();
   // Starts the thread. An error message when it is already running or the device is closed.
   std::string start_progress_thread(const ProgressThreadOptions& options = {});
   // Stops and joins the thread (the device goes back to polling mode). No-op when not running.
@@ -270,17 +281,19 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
 
  private:
   struct Channel;
-  struct Round {
-    std::size_t received = 0;
-    std::size_t sent = 0;
-  };
   UdpDevice() = default;
-  Round round_locked(Instant t, std::size_t tx_budget);
-  // The transmit part of a round (held ACKs included).
-  std::size_t flush_locked(Instant t, std::size_t tx_budget);
+  // A round with `plan`; the report's next_timer only when `want_next_timer`.
+  RoundReport round_locked(Instant t, const RoundPlan& plan, bool want_next_timer);
+  void engine_state_locked(RoundReport& r, bool want_next_timer);
   bool application_round(bool receive);
   void sync_async_fd_locked();
-  void thread_main(ProgressThreadOptions options);
+  void thread_main();
+  void thread_spin(Instant until);
+  void thread_sleep(const ThreadAction& a);
+  void arm_lease_timer(Instant until);
+  void signal_thread() { signal_fd(wake_fd_); }
+  static void signal_fd(int fd);
+  SchedulerConfig base_config() const;
   void open_stats_endpoint();
   // Serves waiting stats requests if `force` or if the last check is older than 1 ms. Takes
   // the mutex for the snapshot.
@@ -298,25 +311,16 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
 
   // Guards device_, dp_, engine_ and capture_ in thread mode.
   std::mutex mu_;
+  // Guards sched_; taken inside mu_ or alone, never the other way round.
+  std::mutex sched_mu_;
+  Scheduler sched_{SchedulerConfig{}};
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> sleeping_{false};        // the thread is (about to be) asleep in ppoll
   std::atomic<int> app_waiting_{0};          // application threads waiting in lock()
   std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
-  std::atomic<bool> doorbell_rung_{false};   // post_send() since the thread's last round
-  int wake_fd_ = -1;                         // eventfd: doorbell and stop wake the thread
-  bool hold_acks_ = true;                    // UROCE_HOLD_ACKS
-  Instant acks_due_ = Instant::never();      // held ACKs go by then (under mu_)
-  // Thread mode: until when the application counts as progressing the device itself (about
-  // its last progress() + kAppActive; app_timer_fd_ expires then), and, while the thread
-  // sleeps watching the socket, when it looks again (Instant ns; 0 while it sleeps off the
-  // socket, leaving held ACKs to the application's rounds).
-  int app_timer_fd_ = -1;
-  std::atomic<pid_t> app_tid_{0};  // the thread that last took lock()
-  pid_t app_stat_tid_ = 0;         // the progress thread's open /proc/self/task/<tid>/stat
-  int app_stat_fd_ = -1;
-  std::atomic<std::int64_t> app_active_until_{0};
-  std::atomic<std::int64_t> ack_watch_until_{0};
+  int wake_fd_ = -1;       // eventfd: doorbells, hand-offs and stop wake the thread
+  int lease_fd_ = -1;      // timerfd: expires when the application's lease ends
+  bool hold_acks_ = true;  // UROCE_HOLD_ACKS
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;

@@ -11,7 +11,7 @@
 set -u
 libdir=$1 a1=$2 a2=$3 port=$4 uroce=${5:-}
 export LD_LIBRARY_PATH=$libdir
-if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
+if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
   export LD_PRELOAD="${UROCE_TEST_PRELOAD:-}"
   export ASAN_OPTIONS=detect_leaks=0
 fi

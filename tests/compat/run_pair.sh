@@ -25,7 +25,7 @@ fi
 export LD_LIBRARY_PATH=$libdir
 # A sanitizer build of the library needs its runtime loaded first (the programs are not
 # instrumented); leaks of the programs themselves are not ours to report.
-if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
+if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
   export LD_PRELOAD="${UROCE_TEST_PRELOAD:-}"
   export ASAN_OPTIONS=detect_leaks=0
 fi

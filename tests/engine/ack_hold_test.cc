@@ -2,7 +2,9 @@
 // ping-pong sends the ACK it owes behind its next request, in one system call; a held ACK
 // still goes out on its own, in polling mode and in thread mode, when no request comes; a QP
 // that only responds never holds one. Over real UDP sockets on loopback; waits are bounded by
-// generous deadlines only as hang guards.
+// generous deadlines only as hang guards. Only behaviour is asserted here (what was sent, that
+// the peer's WR completes); how long an ACK is held and that it comes before the peer's ACK
+// timeout are properties of the Scheduler with time as an input: tests/sim/progress_sim_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -161,8 +163,6 @@ TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
   EXPECT_GT(b.dev->engine().counters().tx_acks_held, held);
-  EXPECT_EQ(b.dev->engine().counters().timer_fires, 0u);  // no retransmission was needed
-  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
 }
 
 TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
@@ -175,7 +175,6 @@ TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
   const std::optional<Wc> wa = progress_until_completion(a);
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
-  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);  // the ACK came, not a retransmission
   b.dev->stop_progress_thread();
   EXPECT_GT(b.dev->engine().counters().tx_acks_held, 0u);
 }
@@ -199,7 +198,6 @@ TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
   const std::optional<Wc> wa = progress_until_completion(a);
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
-  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
 }
 
 TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
@@ -218,7 +216,6 @@ TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
   const std::optional<Wc> wa = progress_until_completion(a);
   ASSERT_TRUE(wa.has_value());
   EXPECT_EQ(wa->status, WcStatus::kSuccess);
-  EXPECT_EQ(a.dev->engine().counters().timer_fires, 0u);
 }
 
 TEST_F(AckHold, ResponderOnlyQpNeverHoldsAnAck) {

@@ -263,39 +263,6 @@ TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), 1000), 0);
 }
 
-// The thread spins after work only while the application sleeps in the kernel: the device
-// tells an application thread blocked in read() from one that runs.
-TEST(UdpDeviceThread, TellsASleepingApplicationThreadFromARunningOne) {
-  DeviceConfig cfg;
-  cfg.ip = v4("127.0.46.20");
-  auto d = UdpDevice::open(cfg);
-  ASSERT_TRUE(d.ok()) << d.error();
-  UdpDevice& dev = *d.value();
-  EXPECT_FALSE(dev.application_sleeps());  // nobody has used the device yet
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  std::atomic<bool> run{true};
-  std::thread app([&] {
-    { auto g = dev.lock(); }  // this thread is now the device's application thread
-    char c;
-    [[maybe_unused]] const ssize_t n = ::read(fds[0], &c, 1);  // asleep in the kernel
-    while (run.load()) {
-    }  // running
-  });
-  const Instant give_up = UdpDevice::now() + Duration::s(20);
-  bool slept = false;
-  while (!slept && UdpDevice::now() < give_up) slept = dev.application_sleeps();
-  EXPECT_TRUE(slept);
-  ASSERT_EQ(::write(fds[1], "x", 1), 1);
-  bool ran = false;
-  while (!ran && UdpDevice::now() < give_up) ran = !dev.application_sleeps();
-  EXPECT_TRUE(ran);
-  run.store(false);
-  app.join();
-  ::close(fds[0]);
-  ::close(fds[1]);
-}
-
 TEST(UdpDeviceThread, StartTwiceOrAfterCloseIsAClearError) {
   Side a;
   make_side(a, "127.0.1.5", deep());

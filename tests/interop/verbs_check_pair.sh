@@ -21,7 +21,7 @@ while [ $# -gt 0 ] && [ "$1" != "--client" ]; do common+=("$1"); shift; done
 [ "${1:-}" = "--client" ] && shift && client_only=("$@")
 
 export LD_LIBRARY_PATH=$libdir
-if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
+if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
   export LD_PRELOAD="${UROCE_TEST_PRELOAD:-}"
   export ASAN_OPTIONS=detect_leaks=0
 fi

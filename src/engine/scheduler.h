@@ -1,0 +1,199 @@
+// The progress policy of one device, sans-I/O: who owns the socket (runs receive rounds), when a
+// positive ACK may wait for the request behind it, when the progress thread spins, sleeps and on
+// what, and how much a round may send. It reads no clock and makes no system call: every input
+// carries `now`, every output is an action for the caller to carry out. UdpDevice executes
+// its actions over a real socket, eventfds and a timerfd; the simulator (sim/progress_sim.h)
+// executes them over a manual clock, with modeled application threads, and checks them.
+//
+// Ownership. One owner of the socket at a time:
+//
+//           app_round_begin (the application polls: progress(), transmit())
+//        +---------------------------------------------------------------+
+//        |                                                               v
+//   [ kThread ]                                                  [ kApplication ]
+//        ^                                                               |
+//        +---------------------------------------------------------------+
+//           app_blocks (the application says it will block: hand-off at once)
+//           or thread_next() at/after lease_end() (it stopped polling without saying so)
+//
+// While the application owns the socket the progress thread sleeps off the socket (its packets
+// would wake the thread on the CPU the application polls from, for nothing) until the lease
+// ends or something wakes it; it runs a round meanwhile only for a doorbell that asks for one
+// (a post from a thread that does not transmit itself). Every application round renews the
+// lease (to now + app_lease, at most every app_lease / 2: the executor re-arms a timer then,
+// AppAfter::arm_lease). The lease is the only timer in the hand-off, and it is there only for
+// an application that stops polling without a word (nothing tells a library that its caller
+// went off to compute or to block in read() on another socket); an application that blocks in
+// the library (get_cq_event, req_notify_cq) hands over explicitly. Without a progress thread
+// (polling mode) the application always owns the socket.
+//
+// Held ACKs. A round may hold QPs whose only packet is a positive ACK (Engine::flush_tx's
+// hold_acks) so that the ACK leaves in one batch behind the request the application is about
+// to post on that QP. A held ACK leaves by acks_due() (first held + ack_hold) in a round of the
+// owner: the thread sleeps until then at the latest; an owning application's next round sends
+// it, and if that application has stopped polling, the lease's end wakes the thread, so an ACK
+// is held at most ack_hold + app_lease.
+//
+// Threads: not thread-safe; the caller serialises all calls (UdpDevice under its scheduler
+// mutex). Times are the caller's monotonic clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/time.h"
+
+namespace uroce::engine {
+
+struct SchedulerConfig {
+  // A progress thread exists (thread mode); without one the application owns the socket.
+  bool progress_thread = false;
+  // Hold ACKs for the request behind them (UROCE_HOLD_ACKS=0 turns it off).
+  bool hold_acks = true;
+  Duration ack_hold = Duration::us(100);
+  // How long an application round keeps the socket the application's.
+  Duration app_lease = Duration::us(200);
+  // The thread: after a round that did work, busy-poll this long before sleeping.
+  Duration spin = Duration::zero();
+  // The thread, with `spin` zero: after work, busy-poll this long while the application is
+  // blocked in the library (it said so: app_blocks): the CPU is then nobody else's, and a
+  // stream of packets costs no wake-up per batch. Zero: never.
+  Duration blocked_app_spin = Duration::us(500);
+  // The thread, with `spin` zero: a sleep on the socket that ended within this much means that
+  // packets come faster than a wake-up is worth (a stream to a passive target): after the next
+  // round that works, spin for blocked_app_spin as for a blocked application, until a sleep
+  // lasts longer again.
+  Duration stream_gap = Duration::us(50);
+  // Packets a thread round sends before it lets go of the device.
+  std::size_t tx_budget = 256;
+};
+
+// What a round did, as the engine tells it afterwards.
+struct RoundReport {
+  std::size_t received = 0;
+  std::size_t sent = 0;
+  std::size_t held_acks = 0;              // Engine::held_acks()
+  bool tx_left = false;                   // Engine::has_unheld_tx_work()
+  Instant next_timer = Instant::never();  // Engine::next_timeout()
+};
+
+// How to run the round about to start.
+struct RoundPlan {
+  std::size_t tx_budget = SIZE_MAX;
+  bool hold_acks = false;  // Engine::flush_tx's hold_acks
+};
+
+enum class Owner : std::uint8_t { kApplication, kThread };
+
+// What the progress thread does next.
+struct ThreadAction {
+  enum class Kind : std::uint8_t {
+    kRound,           // take the device lock and run a round with `plan`; then thread_round_end
+    kSpin,            // busy-poll, without the lock, until `until`, a readable socket or
+                      // doorbell_pending(); then thread_woke
+    kSleep,           // block until `until` (never(): no deadline), a wake-up signal and, with
+                      // watch_socket, a readable socket; then thread_woke
+    kSleepOffSocket,  // block until the lease timer fires or a wake-up signal; then thread_woke
+    kWaitWritable,    // the socket is full: block until it is writable (or `until`); then
+                      // thread_woke
+  };
+  Kind kind = Kind::kRound;
+  Instant until = Instant::never();
+  bool watch_socket = false;
+  RoundPlan plan;
+};
+
+// What the application's executor does after its round.
+struct AppAfter {
+  bool wake_thread = false;              // signal the sleeping thread
+  Instant arm_lease = Instant::never();  // re-arm the lease timer to this (never(): leave it)
+};
+
+struct SchedulerCounters {
+  std::uint64_t app_rounds = 0;
+  std::uint64_t thread_rounds = 0;
+  std::uint64_t handoffs_to_app = 0;     // the application took the socket from the thread
+  std::uint64_t handoffs_to_thread = 0;  // explicit: app_blocks
+  std::uint64_t lease_expiries = 0;      // the thread took the socket when a lease ran out
+  std::uint64_t thread_sleeps = 0;
+  std::uint64_t thread_spins = 0;
+  std::uint64_t wake_signals = 0;  // wake-ups asked of the executor
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  const SchedulerConfig& config() const { return config_; }
+  Owner owner() const { return owner_; }
+  // When held ACKs must leave (never() while none are held).
+  Instant acks_due() const { return acks_due_; }
+  // The application owns the socket until then (thread mode).
+  Instant lease_end() const { return lease_end_; }
+  // A doorbell asked the thread for a round it has not started yet.
+  bool doorbell_pending() const { return doorbell_pending_; }
+  // The thread is in (or about to enter) a kSleep, kSleepOffSocket or kWaitWritable.
+  bool thread_asleep() const { return asleep_; }
+  const SchedulerCounters& counters() const { return counters_; }
+
+  // ---- the application's thread ----
+
+  // The application runs a round (progress(), or transmit(): receive or not): it takes the
+  // socket and renews its lease.
+  RoundPlan app_round_begin(Instant now);
+  AppAfter app_round_end(Instant now, const RoundReport& report);
+  // The application is about to block in the library (a completion or async event): the
+  // socket goes to the thread at once. Returns whether to wake the thread.
+  bool app_blocks(Instant now);
+  // Polling mode: how long wait() may block (until `max_until` at most) before the next round.
+  Instant app_wait_until(Instant now, Instant max_until, const RoundReport& state) const;
+
+  // ---- any thread ----
+
+  // A post rang a doorbell. `quiet`: its poster transmits itself right after (transmit()), so
+  // the thread need not. Returns whether to wake the thread.
+  bool doorbell(bool quiet);
+  // Held ACKs were sent outside a round (a QP about to change): none are held any more.
+  void acks_flushed() { acks_due_ = Instant::never(); }
+
+  // ---- the progress thread ----
+
+  ThreadAction thread_next(Instant now);
+  void thread_round_end(Instant now, const RoundReport& report);
+  // Back from a kSpin, kSleep, kSleepOffSocket or kWaitWritable (however it ended).
+  void thread_woke(Instant now);
+  // The thread spins after its next round that works (SchedulerConfig::stream_gap).
+  bool streaming() const { return streaming_; }
+  // A new configuration (start_progress_thread, stop_progress_thread, close): the thread's
+  // state starts over (the application owns the socket without a thread, the thread with
+  // one); held ACKs stay held.
+  void reconfigure(const SchedulerConfig& config);
+
+ private:
+  bool hold_now(Instant now) const { return config_.hold_acks && now < acks_due_; }
+  void note_acks(Instant now, std::size_t held);
+  ThreadAction go_to_sleep(Instant now, ThreadAction::Kind kind, Instant until, bool watch_socket);
+
+  enum class Plan : std::uint8_t { kRound, kSpin, kSleep, kWaitWritable };
+
+  SchedulerConfig config_;
+  Owner owner_;
+  Instant acks_due_ = Instant::never();
+  Instant lease_end_ = Instant::from_ns(0);
+  Instant lease_to_arm_ = Instant::never();  // renewed by app_round_begin, for app_round_end
+  bool app_blocked_ = false;                 // app_blocks() since its last round
+  bool streaming_ = false;  // the thread's last sleep on the socket was short (stream_gap)
+  Instant slept_at_ = Instant::from_ns(0);
+  bool doorbell_pending_ = false;
+  bool asleep_ = false;
+  // The thread's plan after its last round or wake-up.
+  Plan plan_ = Plan::kRound;
+  Instant spin_until_ = Instant::from_ns(0);
+  Instant sleep_until_ = Instant::never();
+  // Asleep on the socket (not off it), and when the thread then looks by itself.
+  bool watching_ = false;
+  Instant watch_until_ = Instant::never();
+  SchedulerCounters counters_;
+};
+
+}  // namespace uroce::engine

@@ -1,0 +1,91 @@
+// The progress model under a manual clock: two hosts, each the real verbs device, engine and
+// engine::Scheduler (the same policy UdpDevice executes over real sockets), over the simulated
+// network, with the two threads a process has modeled around them: an application thread that
+// polls, blocks on completion events or does nothing, and (optionally) the progress thread.
+// The harness carries out the Scheduler's actions as UdpDevice does (rounds, spins, sleeps on
+// or off the socket, the lease timer, wake-up signals), with seeded wake-up latencies, poll
+// gaps and link delays, and checks after every event:
+// - one owner: the thread runs no round while the application owns the socket unless a
+//   doorbell asked for one;
+// - every message arrives, byte for byte, and every WR completes successfully;
+// - no request is retransmitted: every ACK, held or not, reached its requester before the
+//   ACK timeout (the network loses nothing);
+// - liveness: the workload finishes within the run's limit (a thread asleep that nothing
+//   wakes, or a held ACK nobody sends, ends it there).
+// A failure names the seed; the result also reports what the policy did (hand-offs, lease
+// expiries, rounds, sleeps, spins, held ACKs and how long the longest was held, flushes that
+// carried only an ACK) for tests to assert on: time is an input here, so those are exact.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/time.h"
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+
+namespace uroce::sim {
+
+// What a simulated application thread does.
+enum class AppModel : std::uint8_t {
+  kPolling,        // polls in a loop: a progress() round every poll gap
+  kBlocking,       // arms its CQ, blocks for a completion event (application_waits), wakes
+  kIdle,           // opened the device and never calls it again (a passive target)
+  kPollThenStop,   // polls until `switch_after` messages, then goes away without a word
+  kPollThenBlock,  // polls until `switch_after` messages, then blocks for events
+};
+const char* app_model_name(AppModel m);
+
+enum class Workload : std::uint8_t {
+  // Host 0 and 1 take turns: a SEND, the peer's receive completes, it SENDs back (what
+  // ibv_rc_pingpong does); `messages` each way.
+  kPingPong,
+  // Host 0 WRITEs `messages` times to host 1, one at a time, each after the last completed;
+  // host 1 did one WRITE of its own first (so it holds ACKs like a ping-pong side would).
+  kWrites,
+};
+
+struct ProgressSimOptions {
+  std::uint64_t seed = 1;
+  Workload workload = Workload::kPingPong;
+  AppModel app[2] = {AppModel::kPolling, AppModel::kPolling};
+  bool thread[2] = {true, true};  // each host's progress thread
+  std::uint32_t messages = 100;
+  std::uint32_t switch_after = 30;  // kPollThenStop / kPollThenBlock
+  // The policy (SchedulerConfig minus progress_thread, which `thread` sets).
+  bool hold_acks = true;
+  Duration ack_hold = Duration::us(100);
+  Duration app_lease = Duration::us(200);
+  Duration spin = Duration::zero();
+  Duration blocked_app_spin = Duration::us(500);
+  Duration stream_gap = Duration::us(50);
+  // ACK timeout code of every QP: 4.096 us * 2^code (8: about 1 ms).
+  std::uint8_t ack_timeout = 8;
+  Duration limit = Duration::s(10);  // simulated time
+};
+
+struct HostReport {
+  engine::SchedulerCounters sched;
+  engine::EngineCounters engine;
+  std::uint64_t flushes = 0;           // flushes that sent something
+  std::uint64_t lone_ack_flushes = 0;  // ... only ACKs
+  std::int64_t max_ack_held_ns = 0;    // the longest time ACKs stayed held
+  std::uint64_t thread_wakeups = 0;    // sleeps that ended
+  std::int64_t thread_spin_ns = 0;     // time the thread busy-polled
+  std::uint64_t messages_received = 0;
+};
+
+struct ProgressSimResult {
+  bool ok = true;
+  std::string failure;  // "seed N at t=...: what"
+  HostReport host[2];
+  std::int64_t simulated_ns = 0;
+  // The bounds the run drew from its seed.
+  std::int64_t max_wake_latency_ns = 0;
+  std::int64_t max_poll_gap_ns = 0;
+  std::int64_t link_delay_ns = 0;
+};
+
+ProgressSimResult run_progress_sim(const ProgressSimOptions& options);
+
+}  // namespace uroce::sim

@@ -1,0 +1,218 @@
+// The progress model (engine::Scheduler) under the simulator's clock: who owns the socket,
+// how held ACKs leave, what a polling, a blocking and an idle application cost the progress
+// thread, and the hand-offs between them. Each case runs a list of seeds (link delay, wake-up
+// latency and poll gaps are drawn from the seed); a failure names its seed, and
+// ProgressSimOptions{.seed = N, ...} with the case's settings replays it. Time is an input
+// here, so the bounds below are exact, not tolerances for a busy machine.
+#include "sim/progress_sim.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace uroce::sim {
+namespace {
+
+constexpr std::uint64_t kSeeds = 12;
+
+std::string describe(const ProgressSimOptions& o) {
+  return "seed " + std::to_string(o.seed) + " (" + app_model_name(o.app[0]) + "/" +
+         app_model_name(o.app[1]) + ", threads " + std::to_string(o.thread[0]) + "/" +
+         std::to_string(o.thread[1]) + ")";
+}
+
+// Runs `o` and fails the test, naming the seed, when the run's own oracles do.
+ProgressSimResult run_ok(const ProgressSimOptions& o) {
+  const ProgressSimResult r = run_progress_sim(o);
+  EXPECT_TRUE(r.ok) << describe(o) << ": " << r.failure;
+  return r;
+}
+
+// The longest an ACK may stay held when the host's owner is an application that polls, or
+// the thread (which sleeps until the ACK is due): the hold, plus a poll gap or a wake-up.
+std::int64_t hold_bound_ns(const ProgressSimOptions& o, const ProgressSimResult& r) {
+  return o.ack_hold.count_ns() + std::max(r.max_poll_gap_ns, r.max_wake_latency_ns) + 2'000;
+}
+
+TEST(ProgressSim, PollingPingPongKeepsTheSocketAndSendsEveryAckBehindTheNextRequest) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    const ProgressSimResult r = run_ok(o);
+    for (int h = 0; h < 2; ++h) {
+      SCOPED_TRACE(describe(o) + " host " + std::to_string(h));
+      const HostReport& x = r.host[h];
+      EXPECT_EQ(x.messages_received, o.messages);
+      // The application took the socket once and kept it: its rounds renew the lease before it
+      // ends, so the thread never took it back and never woke on its own.
+      EXPECT_EQ(x.sched.handoffs_to_app, 1u);
+      EXPECT_EQ(x.sched.lease_expiries, 0u);
+      EXPECT_LE(x.thread_wakeups, 1u);
+      EXPECT_EQ(x.thread_spin_ns, 0);
+      // Every ACK but the very last rode behind the answer: no flush carried only an ACK.
+      EXPECT_GT(x.engine.tx_acks_held, 0u);
+      EXPECT_LE(x.lone_ack_flushes, 1u);
+      EXPECT_LE(x.max_ack_held_ns, hold_bound_ns(o, r));
+    }
+  }
+}
+
+TEST(ProgressSim, PollingModeWithoutThreadsHoldsAcksTheSameWay) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.thread[0] = o.thread[1] = false;
+    const ProgressSimResult r = run_ok(o);
+    for (int h = 0; h < 2; ++h) {
+      SCOPED_TRACE(describe(o) + " host " + std::to_string(h));
+      EXPECT_EQ(r.host[h].sched.thread_rounds, 0u);
+      EXPECT_LE(r.host[h].lone_ack_flushes, 1u);
+      EXPECT_LE(r.host[h].max_ack_held_ns, hold_bound_ns(o, r));
+    }
+  }
+}
+
+TEST(ProgressSim, WithoutAckHoldingEveryAckLeavesAlone) {
+  ProgressSimOptions o;
+  o.hold_acks = false;
+  const ProgressSimResult r = run_ok(o);
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(r.host[h].engine.tx_acks_held, 0u);
+    EXPECT_GT(r.host[h].lone_ack_flushes, o.messages / 2);
+  }
+}
+
+// A sleeping application (ibv_rc_pingpong -e): it blocks for completion events, the thread
+// owns the socket meanwhile, and each post's transmit round and re-arm hand it back and forth
+// explicitly: never by the lease.
+TEST(ProgressSim, BlockingApplicationsHandTheSocketOverExplicitly) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.app[0] = o.app[1] = AppModel::kBlocking;
+    const ProgressSimResult r = run_ok(o);
+    for (int h = 0; h < 2; ++h) {
+      SCOPED_TRACE(describe(o) + " host " + std::to_string(h));
+      const HostReport& x = r.host[h];
+      EXPECT_EQ(x.messages_received, o.messages);
+      EXPECT_EQ(x.sched.lease_expiries, 0u);
+      EXPECT_GE(x.sched.handoffs_to_thread, o.messages);
+      EXPECT_GT(x.sched.thread_rounds, o.messages);  // the thread received every message
+      // Wake-up latencies stay below the hold: the answer still carries the ACK.
+      EXPECT_LE(x.lone_ack_flushes, 1u);
+      EXPECT_LE(x.max_ack_held_ns, hold_bound_ns(o, r));
+    }
+  }
+}
+
+// The thread spins after work while the application is blocked in the library; with a polling
+// application it never spins (it may be polling on the thread's CPU).
+TEST(ProgressSim, TheThreadSpinsOnlyForABlockedApplication) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.app[0] = AppModel::kBlocking;
+    o.app[1] = AppModel::kPolling;
+    const ProgressSimResult r = run_ok(o);
+    SCOPED_TRACE(describe(o));
+    EXPECT_GT(r.host[0].thread_spin_ns, 0);
+    EXPECT_EQ(r.host[1].thread_spin_ns, 0);
+    o.blocked_app_spin = Duration::zero();
+    EXPECT_EQ(run_ok(o).host[0].thread_spin_ns, 0);
+    EXPECT_EQ(run_ok(o).host[1].thread_spin_ns, 0);
+  }
+}
+
+// A passive target's thread spins between packets that come in a stream (its sleeps end
+// within stream_gap), and never with stream_gap zero. (Without ACK holding, so that its
+// sleeps end by the next WRITE, not by a held ACK falling due.)
+TEST(ProgressSim, AnIdleTargetsThreadSpinsForAStream) {
+  int streams = 0;  // seeds whose machine is fast enough for a stream
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.workload = Workload::kWrites;
+    o.app[1] = AppModel::kIdle;
+    o.hold_acks = false;
+    const ProgressSimResult r = run_ok(o);
+    SCOPED_TRACE(describe(o));
+    // The next WRITE comes a round trip, a poll gap and a wake-up after the ACK at most.
+    const std::int64_t gap_ns = 2 * r.link_delay_ns + r.max_poll_gap_ns + r.max_wake_latency_ns;
+    if (gap_ns + 2'000 < o.stream_gap.count_ns()) {
+      EXPECT_GT(r.host[1].thread_spin_ns, 0);
+      ++streams;
+    }
+    o.stream_gap = Duration::zero();
+    EXPECT_EQ(run_ok(o).host[1].thread_spin_ns, 0);
+  }
+  EXPECT_GT(streams, 0);
+}
+
+// A passive target whose application does nothing after one WRITE of its own: its thread
+// receives every WRITE and sends the ACKs it held once they are due (no request comes).
+TEST(ProgressSim, IdleTargetsThreadSendsTheAcksItHolds) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.workload = Workload::kWrites;
+    o.app[1] = AppModel::kIdle;
+    const ProgressSimResult r = run_ok(o);
+    SCOPED_TRACE(describe(o));
+    const HostReport& t = r.host[1];
+    EXPECT_GT(t.engine.tx_acks_held, 0u);
+    EXPECT_GT(t.sched.thread_rounds, o.messages);
+    // Its one WRITE's transmit round leased it the socket once; the lease ran out once.
+    EXPECT_EQ(t.sched.lease_expiries, 1u);
+    // The thread sleeps until the held ACK is due, and wakes for it.
+    EXPECT_LE(t.max_ack_held_ns,
+              o.app_lease.count_ns() + o.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+  }
+}
+
+// Hand-off: an application that polls and then blocks hands the socket to the thread at once;
+// one that polls and then goes away without a word keeps it until its lease ends, once.
+TEST(ProgressSim, AnApplicationThatBlocksHandsOverAtOnce) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.app[1] = AppModel::kPollThenBlock;
+    const ProgressSimResult r = run_ok(o);
+    SCOPED_TRACE(describe(o));
+    EXPECT_EQ(r.host[1].sched.lease_expiries, 0u);
+    EXPECT_GE(r.host[1].sched.handoffs_to_thread, o.messages - o.switch_after);
+    EXPECT_LE(r.host[1].lone_ack_flushes, 1u);
+  }
+}
+
+TEST(ProgressSim, AnApplicationThatStopsSilentlyLosesTheSocketWhenItsLeaseEnds) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.workload = Workload::kWrites;
+    o.app[1] = AppModel::kPollThenStop;
+    const ProgressSimResult r = run_ok(o);
+    SCOPED_TRACE(describe(o));
+    const HostReport& t = r.host[1];
+    EXPECT_EQ(t.sched.lease_expiries, 1u);
+    EXPECT_EQ(t.sched.handoffs_to_thread, 0u);
+    EXPECT_LE(t.max_ack_held_ns,
+              o.app_lease.count_ns() + o.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+  }
+}
+
+// The canary: a policy that holds ACKs past the peer's ACK timeout (about 1 ms here) must be
+// caught by the run's oracle (the requester retransmits).
+TEST(ProgressSim, CanaryAHoldLongerThanTheAckTimeoutIsCaught) {
+  ProgressSimOptions o;
+  o.workload = Workload::kWrites;
+  o.app[1] = AppModel::kIdle;
+  o.ack_hold = Duration::ms(5);
+  const ProgressSimResult r = run_progress_sim(o);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.failure.find("retransmitted"), std::string::npos) << r.failure;
+  EXPECT_NE(r.failure.find("seed 1 "), std::string::npos) << r.failure;
+}
+
+}  // namespace
+}  // namespace uroce::sim
