@@ -390,14 +390,7 @@ std::optional<std::uint32_t> SharedPort::allocate_qpn() {
     if (current_) {
       const std::uint32_t old = *current_;
       current_.reset();
-      if (live_[old] == 0) {
-        live_.erase(old);
-        devd::Msg rel;
-        rel.type = devd::MsgType::kReleaseBlock;
-        rel.value = old;
-        devd::Msg ans;
-        call(rel, ans);
-      }
+      if (live_[old] == 0) give_back(old);
     }
     devd::Msg req;
     req.type = devd::MsgType::kAllocBlock;
@@ -421,10 +414,14 @@ void SharedPort::release_qpn(std::uint32_t qpn) {
   auto it = live_.find(b);
   if (it == live_.end() || it->second == 0) return;
   if (--it->second != 0 || (current_ && *current_ == b)) return;
-  live_.erase(it);
+  give_back(b);
+}
+
+void SharedPort::give_back(std::uint32_t block) {
+  live_.erase(block);
   devd::Msg rel;
   rel.type = devd::MsgType::kReleaseBlock;
-  rel.value = b;
+  rel.value = block;
   devd::Msg ans;
   call(rel, ans);
 }

@@ -93,6 +93,8 @@ class SharedPort final : public QpnSource {
   SharedPort() = default;
   // One request, one answer. false when the coordinator is gone.
   bool call(const devd::Msg& req, devd::Msg& answer);
+  // A block whose numbers are all handed out and whose QPs are all gone, back to the coordinator.
+  void give_back(std::uint32_t block);
 
   std::mutex mu_;
   int conn_ = -1;

@@ -227,14 +227,8 @@ bool make_host(Run& r, SimHost& h, int index) {
   if (!dev.ok()) return false;
   h.dev = std::move(dev.value());
   h.engine = std::make_unique<engine::Engine>(h, h, h.ip);
-  engine::SchedulerConfig sc;
+  engine::SchedulerConfig sc = r.opt.policy;
   sc.progress_thread = r.opt.thread[index];
-  sc.hold_acks = r.opt.hold_acks;
-  sc.ack_hold = r.opt.ack_hold;
-  sc.app_lease = r.opt.app_lease;
-  sc.spin = r.opt.spin;
-  sc.blocked_app_spin = r.opt.blocked_app_spin;
-  sc.stream_gap = r.opt.stream_gap;
   h.sched = std::make_unique<Scheduler>(sc);
   h.dev->set_doorbell_handler(&h);
   h.dev->set_completion_event_handler(&h);

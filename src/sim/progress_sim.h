@@ -52,13 +52,8 @@ struct ProgressSimOptions {
   bool thread[2] = {true, true};  // each host's progress thread
   std::uint32_t messages = 100;
   std::uint32_t switch_after = 30;  // kPollThenStop / kPollThenBlock
-  // The policy (SchedulerConfig minus progress_thread, which `thread` sets).
-  bool hold_acks = true;
-  Duration ack_hold = Duration::us(100);
-  Duration app_lease = Duration::us(200);
-  Duration spin = Duration::zero();
-  Duration blocked_app_spin = Duration::us(500);
-  Duration stream_gap = Duration::us(50);
+  // The policy (its progress_thread is ignored: `thread` sets it per side).
+  engine::SchedulerConfig policy;
   // ACK timeout code of every QP: 4.096 us * 2^code (8: about 1 ms).
   std::uint8_t ack_timeout = 8;
   Duration limit = Duration::s(10);  // simulated time

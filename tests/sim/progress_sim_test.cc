@@ -32,7 +32,7 @@ ProgressSimResult run_ok(const ProgressSimOptions& o) {
 // The longest an ACK may stay held when the host's owner is an application that polls, or
 // the thread (which sleeps until the ACK is due): the hold, plus a poll gap or a wake-up.
 std::int64_t hold_bound_ns(const ProgressSimOptions& o, const ProgressSimResult& r) {
-  return o.ack_hold.count_ns() + std::max(r.max_poll_gap_ns, r.max_wake_latency_ns) + 2'000;
+  return o.policy.ack_hold.count_ns() + std::max(r.max_poll_gap_ns, r.max_wake_latency_ns) + 2'000;
 }
 
 TEST(ProgressSim, PollingPingPongKeepsTheSocketAndSendsEveryAckBehindTheNextRequest) {
@@ -75,7 +75,7 @@ TEST(ProgressSim, PollingModeWithoutThreadsHoldsAcksTheSameWay) {
 
 TEST(ProgressSim, WithoutAckHoldingEveryAckLeavesAlone) {
   ProgressSimOptions o;
-  o.hold_acks = false;
+  o.policy.hold_acks = false;
   const ProgressSimResult r = run_ok(o);
   for (int h = 0; h < 2; ++h) {
     EXPECT_EQ(r.host[h].engine.tx_acks_held, 0u);
@@ -118,7 +118,7 @@ TEST(ProgressSim, TheThreadSpinsOnlyForABlockedApplication) {
     SCOPED_TRACE(describe(o));
     EXPECT_GT(r.host[0].thread_spin_ns, 0);
     EXPECT_EQ(r.host[1].thread_spin_ns, 0);
-    o.blocked_app_spin = Duration::zero();
+    o.policy.blocked_app_spin = Duration::zero();
     EXPECT_EQ(run_ok(o).host[0].thread_spin_ns, 0);
     EXPECT_EQ(run_ok(o).host[1].thread_spin_ns, 0);
   }
@@ -134,16 +134,16 @@ TEST(ProgressSim, AnIdleTargetsThreadSpinsForAStream) {
     o.seed = seed;
     o.workload = Workload::kWrites;
     o.app[1] = AppModel::kIdle;
-    o.hold_acks = false;
+    o.policy.hold_acks = false;
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
     // The next WRITE comes a round trip, a poll gap and a wake-up after the ACK at most.
     const std::int64_t gap_ns = 2 * r.link_delay_ns + r.max_poll_gap_ns + r.max_wake_latency_ns;
-    if (gap_ns + 2'000 < o.stream_gap.count_ns()) {
+    if (gap_ns + 2'000 < o.policy.stream_gap.count_ns()) {
       EXPECT_GT(r.host[1].thread_spin_ns, 0);
       ++streams;
     }
-    o.stream_gap = Duration::zero();
+    o.policy.stream_gap = Duration::zero();
     EXPECT_EQ(run_ok(o).host[1].thread_spin_ns, 0);
   }
   EXPECT_GT(streams, 0);
@@ -165,8 +165,8 @@ TEST(ProgressSim, IdleTargetsThreadSendsTheAcksItHolds) {
     // Its one WRITE's transmit round leased it the socket once; the lease ran out once.
     EXPECT_EQ(t.sched.lease_expiries, 1u);
     // The thread sleeps until the held ACK is due, and wakes for it.
-    EXPECT_LE(t.max_ack_held_ns,
-              o.app_lease.count_ns() + o.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+    EXPECT_LE(t.max_ack_held_ns, o.policy.app_lease.count_ns() + o.policy.ack_hold.count_ns() +
+                                     r.max_wake_latency_ns + 2'000);
   }
 }
 
@@ -196,8 +196,8 @@ TEST(ProgressSim, AnApplicationThatStopsSilentlyLosesTheSocketWhenItsLeaseEnds) 
     const HostReport& t = r.host[1];
     EXPECT_EQ(t.sched.lease_expiries, 1u);
     EXPECT_EQ(t.sched.handoffs_to_thread, 0u);
-    EXPECT_LE(t.max_ack_held_ns,
-              o.app_lease.count_ns() + o.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+    EXPECT_LE(t.max_ack_held_ns, o.policy.app_lease.count_ns() + o.policy.ack_hold.count_ns() +
+                                     r.max_wake_latency_ns + 2'000);
   }
 }
 
@@ -207,7 +207,7 @@ TEST(ProgressSim, CanaryAHoldLongerThanTheAckTimeoutIsCaught) {
   ProgressSimOptions o;
   o.workload = Workload::kWrites;
   o.app[1] = AppModel::kIdle;
-  o.ack_hold = Duration::ms(5);
+  o.policy.ack_hold = Duration::ms(5);
   const ProgressSimResult r = run_progress_sim(o);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.failure.find("retransmitted"), std::string::npos) << r.failure;
