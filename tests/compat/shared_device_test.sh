@@ -4,6 +4,7 @@
 #   2. six such pairs beside two ib_send_bw -e pairs whose servers are killed with SIGKILL
 #      mid-transfer: the six pass, each ib_send_bw client (its SENDs in flight) gets an error
 #      completion and exits non-zero, and nothing hangs;
+#      `uroce stats` meanwhile lists the contexts;
 #   3. a new pair started afterwards passes.
 # Event-driven programs (-e) sleep while they wait, so two CPUs suffice. Every process runs
 # under `timeout` as a hang guard only.
@@ -94,6 +95,17 @@ for k in 1 2; do
   done
   [ $started -eq 1 ] || { echo "FAIL: send_bw client $k never started"; cat "$tmp/wc$k"; fail=1; }
 done
+# `uroce stats` shows who uses the device: a line per context (the four ib_send_bw among them)
+# and the device's summary.
+env -u LD_PRELOAD "$uroce" stats >"$tmp/stats" 2>&1
+members=$(grep -c "^member 127.0.0.1:4791 pid [0-9]* comm ib_send_bw device uroce0 index [0-9]* qpn_blocks 1" "$tmp/stats")
+if [ "$members" -ge 4 ] && grep -Eq "^shared 127.0.0.1:4791 contexts [0-9]+ unsteered_pkts [0-9]+" "$tmp/stats"; then
+  echo "ok: uroce stats lists the device's contexts ($members ib_send_bw)"
+else
+  echo "FAIL: uroce stats does not list the shared device's contexts:"
+  cat "$tmp/stats"
+  fail=1
+fi
 for k in 1 2; do
   # timeout(1)'s child is the program.
   victim=$(env -u LD_PRELOAD pgrep -P "${wspid[$k]}" ib_send_bw)

@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "datapath/udp.h"
@@ -22,6 +24,20 @@
 namespace uroce::engine {
 namespace {
 
+// The test's addresses: 127.0.0.N, or SHARED_DEVICE_TEST_NET.N (the unprivileged run uses its
+// own, so that a coordinator of the root run still lingering there does not refuse it).
+std::string at_text(int host) {
+  const char* net = std::getenv("SHARED_DEVICE_TEST_NET");
+  return std::string(net != nullptr && *net != '\0' ? net : "127.0.0") + "." + std::to_string(host);
+}
+// As a C string that lives until the end of the test program.
+const char* at(int host) {
+  static std::map<int, std::string> names;
+  auto [it, inserted] = names.try_emplace(host, "");
+  if (inserted) it->second = at_text(host);
+  return it->second.c_str();
+}
+
 using test::kAllAccess;
 using test::Side;
 using test::v4;
@@ -29,7 +45,7 @@ using test::v4;
 // ---- the steering program on the kernel's reuseport group ----
 
 struct Group {
-  wire::IpAddress ip = v4("127.0.0.60");
+  wire::IpAddress ip = v4(at(60));
   std::uint16_t port = 0;
   std::vector<int> socks;  // in the kernel's order: socks[i] is index i
   ~Group() {
@@ -129,7 +145,7 @@ TEST(SteeringProgram, ALargerProgramThanTheKernelTakesIsRefused) {
   for (std::uint32_t i = 0; i < many.size(); ++i) many[i] = i + 1;
   std::vector<SteeringEntry> e{{1, many}};
   EXPECT_GT(steering_program_size(e), std::size_t{BPF_MAXINSNS});
-  const int fd = make_group_socket(v4("127.0.0.60"), 0);
+  const int fd = make_group_socket(v4(at(60)), 0);
   ASSERT_GE(fd, 0);
   EXPECT_EQ(attach_steering_program(fd, steering_program(e, 0)), E2BIG);
   ::close(fd);
@@ -152,8 +168,8 @@ void write_and_check(Side& a, Side& b, std::size_t n, std::uint8_t seed) {
 
 TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
   Side a, b;
-  test::make_side(a, "127.0.0.61");
-  test::make_side(b, "127.0.0.61");
+  test::make_side(a, at(61));
+  test::make_side(b, at(61));
   ASSERT_NE(a.dev->shared_port(), nullptr);
   EXPECT_NE(a.qpn, b.qpn);
   EXPECT_NE(devd::block_of(a.qpn), devd::block_of(b.qpn));
@@ -161,7 +177,7 @@ TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
   write_and_check(a, b, 200'000, 1);
   write_and_check(b, a, 3000, 2);
 
-  auto info = SharedPort::query(v4("127.0.0.61"), wire::kRoceV2Port);
+  auto info = SharedPort::query(v4(at(61)), wire::kRoceV2Port);
   ASSERT_TRUE(info.ok()) << info.error();
   ASSERT_EQ(info->members.size(), 2u);
   for (const SharedMember& m : info->members) {
@@ -173,7 +189,7 @@ TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
 
 TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
   Side a;
-  test::make_side(a, "127.0.0.62");
+  test::make_side(a, at(62));
   Device& dev = a.dev->device();
   std::set<std::uint32_t> seen{a.qpn};
   QpInitAttr init;
@@ -190,7 +206,7 @@ TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
     EXPECT_LT(qp->qp_num, 0xffffffu);
     ASSERT_EQ(dev.destroy_qp(qp->handle), Errc::kOk);
   }
-  auto info = SharedPort::query(v4("127.0.0.62"), wire::kRoceV2Port);
+  auto info = SharedPort::query(v4(at(62)), wire::kRoceV2Port);
   ASSERT_TRUE(info.ok());
   ASSERT_EQ(info->members.size(), 1u);
   // The first block stays (a's QP lives in it) and the current one; the used-up ones went back.
@@ -201,9 +217,9 @@ TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
   // a, b, c join in that order (indices 1, 2, 3). b leaving moves c to index 2 in the kernel;
   // a and c must keep talking.
   Side a, b, c;
-  test::make_side(a, "127.0.0.63");
-  test::make_side(b, "127.0.0.63");
-  test::make_side(c, "127.0.0.63");
+  test::make_side(a, at(63));
+  test::make_side(b, at(63));
+  test::make_side(c, at(63));
   test::pair_up(a, c);
   write_and_check(a, c, 50'000, 3);
   b.dev->close();
@@ -212,8 +228,8 @@ TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
   write_and_check(c, a, 50'000, 5);
   // Newcomers get indices 3 and 4 (c moved to 2), and work.
   Side d, e;
-  test::make_side(d, "127.0.0.63");
-  test::make_side(e, "127.0.0.63");
+  test::make_side(d, at(63));
+  test::make_side(e, at(63));
   EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
   EXPECT_EQ(e.dev->shared_port()->group_index(), 4u);
   test::pair_up(d, e);
@@ -222,7 +238,7 @@ TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
 }
 
 TEST(SharedDevice, APortHeldByAnotherProgramGivesAClearError) {
-  const wire::IpAddress ip = v4("127.0.0.64");
+  const wire::IpAddress ip = v4(at(64));
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_storage ss;
   socklen_t len = 0;
@@ -263,10 +279,10 @@ int in_child(F body) {
 TEST(SharedDevice, AnotherUserIsRefusedWithAMessageThatSaysWhy) {
   if (::getuid() != 0) GTEST_SKIP() << "needs root to become another user";
   Side a;
-  test::make_side(a, "127.0.0.65");
+  test::make_side(a, at(65));
   const int rc = in_child([] {
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 3;
-    auto sp = SharedPort::join(v4("127.0.0.65"), wire::kRoceV2Port, "uroce0");
+    auto sp = SharedPort::join(v4(at(65)), wire::kRoceV2Port, "uroce0");
     if (sp.ok()) return 1;
     return sp.error().find("uid 0") != std::string::npos &&
                    sp.error().find("UROCE_SHARE=all") != std::string::npos
@@ -278,7 +294,7 @@ TEST(SharedDevice, AnotherUserIsRefusedWithAMessageThatSaysWhy) {
 
 TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
   Side a;
-  test::make_side(a, "127.0.0.66");
+  test::make_side(a, at(66));
   int to_child[2], to_parent[2];
   ASSERT_EQ(::pipe(to_child), 0);
   ASSERT_EQ(::pipe(to_parent), 0);
@@ -291,15 +307,15 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
   if (pid == 0) {
     // The child: its own context on the same device; the parent's are not its.
     Side c;
-    test::make_side(c, "127.0.0.66");
+    test::make_side(c, at(66));
     if (::testing::Test::HasFatalFailure()) ::_exit(10);
     Addr mine{c.qpn, c.va(0), c.mr.rkey}, parent{};
     if (::write(to_parent[1], &mine, sizeof mine) != sizeof mine) ::_exit(11);
     if (::read(to_child[0], &parent, sizeof parent) != sizeof parent) ::_exit(12);
     Side p;  // the parent as the child sees it: its QPN and memory
     p.qpn = parent.qpn;
-    p.ip = "127.0.0.66";
-    test::connect(c, p, "127.0.0.66");
+    p.ip = at(66);
+    test::connect(c, p, at(66));
     for (std::size_t i = 0; i < 4096; ++i)
       c.buf[i] = std::byte(static_cast<std::uint8_t>(i ^ 0x5a));
     Sge sge{c.va(0), 4096, c.mr.lkey};
@@ -322,7 +338,7 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
   EXPECT_NE(child.qpn, a.qpn);
   Side c;
   c.qpn = child.qpn;
-  test::connect(a, c, "127.0.0.66");
+  test::connect(a, c, at(66));
   Addr mine{a.qpn, a.va(0), a.mr.rkey};
   ASSERT_EQ(::write(to_child[1], &mine, sizeof mine), static_cast<ssize_t>(sizeof mine));
   // Progress (the child's WRITE lands here) until the child is done.
@@ -341,8 +357,8 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
 
 TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
   Side a, b;
-  test::make_side(a, "127.0.0.67");
-  test::make_side(b, "127.0.0.67");
+  test::make_side(a, at(67));
+  test::make_side(b, at(67));
   test::pair_up(a, b);
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
@@ -352,7 +368,7 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       Side c;
-      test::make_side(c, "127.0.0.67");
+      test::make_side(c, at(67));
       const char one = 1;
       [[maybe_unused]] const ssize_t n = ::write(ready[1], &one, 1);
       for (;;) c.dev->wait(Duration::ms(100));
@@ -375,7 +391,7 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
   const Instant give_up = UdpDevice::now() + Duration::s(10);
   std::size_t members = 0;
   while (UdpDevice::now() < give_up) {
-    auto info = SharedPort::query(v4("127.0.0.67"), wire::kRoceV2Port);
+    auto info = SharedPort::query(v4(at(67)), wire::kRoceV2Port);
     ASSERT_TRUE(info.ok());
     members = info->members.size();
     if (members == 2) break;
@@ -383,8 +399,8 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
   }
   EXPECT_EQ(members, 2u);
   Side d, e;
-  test::make_side(d, "127.0.0.67");
-  test::make_side(e, "127.0.0.67");
+  test::make_side(d, at(67));
+  test::make_side(e, at(67));
   EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
   test::pair_up(d, e);
   write_and_check(e, d, 10'000, 10);
@@ -395,10 +411,10 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
 
 TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
   ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
-  const wire::IpAddress ip = v4("127.0.0.68");
+  const wire::IpAddress ip = v4(at(68));
   {
     Side a;
-    test::make_side(a, "127.0.0.68");
+    test::make_side(a, at(68));
     ::unsetenv("UROCE_DEVD_LINGER_MS");
     EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
   }
@@ -412,14 +428,14 @@ TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
   EXPECT_TRUE(gone);
   // And the next one starts a new coordinator.
   Side b;
-  test::make_side(b, "127.0.0.68");
+  test::make_side(b, at(68));
   EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
 }
 
 TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
   DeviceConfig cfg;
   cfg.name = "uroce0";
-  cfg.ip = v4("127.0.0.69");
+  cfg.ip = v4(at(69));
   auto a = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive);
   ASSERT_TRUE(a.ok()) << a.error();
   EXPECT_EQ(a.value()->shared_port(), nullptr);
@@ -436,10 +452,10 @@ namespace {
 
 TEST(SharedDevice, QpOneGoesToTheContextThatClaimsIt) {
   Side a, b;
-  test::make_side(a, "127.0.0.70");
-  test::make_side(b, "127.0.0.70");
+  test::make_side(a, at(70));
+  test::make_side(b, at(70));
   Group g;  // to send raw datagrams to the device
-  g.ip = v4("127.0.0.70");
+  g.ip = v4(at(70));
   g.port = wire::kRoceV2Port;
   ASSERT_EQ(b.dev->shared_port()->claim_qp1(true), Errc::kOk);
   EXPECT_EQ(a.dev->shared_port()->claim_qp1(true), Errc::kBusy);  // one listener at a time
