@@ -478,3 +478,29 @@ TEST(SharedDevice, QpOneGoesToTheContextThatClaimsIt) {
 
 }  // namespace
 }  // namespace uroce::engine
+
+namespace uroce::engine {
+namespace {
+
+TEST(SharedDevice, AKeyOfOneContextIsNeverAcceptedForAnothersQp) {
+  // a, b and c share the address; c is connected to b. c aims a WRITE at a's memory with a's
+  // rkey, through b's QP: b checks the key against its own MRs only, and refuses it.
+  Side a, b, c;
+  test::make_side(a, at(71));
+  test::make_side(b, at(71));
+  test::make_side(c, at(71));
+  test::pair_up(b, c);
+  for (std::size_t i = 0; i < 4096; ++i) c.buf[i] = std::byte{0xee};
+  Sge sge{c.va(0), 4096, c.mr.lkey};
+  SendWr w = test::write_wr(1, sge, a, 0);  // a's address and rkey
+  const SendWr* bad = nullptr;
+  ASSERT_EQ(c.dev->device().post_send(c.qp, std::span(&w, 1), &bad), Errc::kOk);
+  auto wcs = test::run_until(c, b, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr) << wc_status_name(wcs[0].status);
+  a.dev->progress();
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(a.buf[i], std::byte{0}) << i;
+}
+
+}  // namespace
+}  // namespace uroce::engine
