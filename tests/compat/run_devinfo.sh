@@ -58,7 +58,7 @@ mkfifo "$tmpd/in"
 # Another program holds the device's port without sharing it (a plain UDP socket, as another
 # RDMA stack would): querying still works, and a process that needs the network fails cleanly,
 # saying why. (Other uroce processes share the device: tests/compat/shared_device_test.sh.)
-python3 -c "import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('$a1',4791)); print('bound',flush=True); sys.stdin.read()" <"$tmpd/in" >"$tmpd/holder" 2>&1 &
+env -u LD_PRELOAD python3 -c "import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('$a1',4791)); print('bound',flush=True); sys.stdin.read()" <"$tmpd/in" >"$tmpd/holder" 2>&1 &
 holder=$!
 exec 7>"$tmpd/in"
 bound=0

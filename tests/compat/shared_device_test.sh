@@ -17,7 +17,7 @@ for p in ibv_rc_pingpong ib_send_bw; do
 done
 export LD_LIBRARY_PATH=$libdir
 unset UROCE_DEVICES
-if readelf -d "$libdir/libibverbs.so.1" | grep -q 'libasan'; then
+if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
   export LD_PRELOAD="${UROCE_TEST_PRELOAD:-}"
   export ASAN_OPTIONS=detect_leaks=0
 fi
