@@ -1,0 +1,510 @@
+// One or two CM endpoints fed crafted MADs with an explicit `now`: the happy paths, duplicates,
+// stale MADs, every timeout, as cm.c answers them.
+#include "cm/cm.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+namespace uroce::cm {
+namespace {
+
+using wire::CmAttr;
+using wire::CmRejReason;
+
+constexpr std::uint64_t kService = wire::rdma_service_id(wire::RdmaPortSpace::kTcp, 7471);
+
+CmPeer peer(std::uint8_t last) {
+  CmPeer p;
+  p.gid = wire::ipv4_mapped_gid(0x0a000000u | last);
+  return p;
+}
+
+CmAttr attr_of(const CmOutMad& m) {
+  return static_cast<CmAttr>(load_be16(m.mad, wire::kMadOffAttrId));
+}
+
+template <class M>
+M message_of(const CmOutMad& m) {
+  auto parsed = wire::parse_cm_mad(m.mad);
+  UROCE_CHECK(parsed.ok());
+  return std::get<M>(parsed->message);
+}
+
+// Two endpoints A (10.0.0.1) and B (10.0.0.2) and a wire between them that the test drives.
+class CmPair : public ::testing::Test {
+ protected:
+  CmPair() : a_(config(1)), b_(config(2)) {}
+
+  static CmConfig config(std::uint64_t seed) {
+    CmConfig c;
+    c.seed = seed;
+    c.local_ca_guid = 0x0200000000000000ull + seed;
+    return c;
+  }
+
+  std::vector<CmOutMad> drain(CmEndpoint& e) {
+    std::vector<CmOutMad> out;
+    while (auto m = e.poll_transmit()) out.push_back(*m);
+    return out;
+  }
+  std::vector<CmEvent> events(CmEndpoint& e) {
+    std::vector<CmEvent> out;
+    while (auto ev = e.poll_event()) out.push_back(*ev);
+    return out;
+  }
+  // Delivers everything A and B have to send, both ways, until quiet; `keep` may drop a MAD.
+  void pump(std::function<bool(const CmOutMad&, bool from_a)> keep = nullptr) {
+    for (int round = 0; round < 32; ++round) {
+      auto from_a = drain(a_);
+      auto from_b = drain(b_);
+      if (from_a.empty() && from_b.empty()) return;
+      for (const auto& m : from_a) {
+        if (!keep || keep(m, true)) (void)b_.handle_mad(now_, peer(1), m.mad);
+      }
+      for (const auto& m : from_b) {
+        if (!keep || keep(m, false)) (void)a_.handle_mad(now_, peer(2), m.mad);
+      }
+    }
+    FAIL() << "the CM did not go quiet";
+  }
+
+  ConnectParams connect_params() {
+    ConnectParams p;
+    p.peer = peer(2);
+    p.local_gid = peer(1).gid;
+    p.service_id = kService;
+    p.local_qpn = 0x11;
+    p.starting_psn = 0xabcdef;
+    p.responder_resources = 4;
+    p.initiator_depth = 8;
+    p.retry_count = 6;
+    p.rnr_retry_count = 5;
+    p.path_mtu = 3;
+    return p;
+  }
+  AcceptParams accept_params() {
+    AcceptParams p;
+    p.local_qpn = 0x22;
+    p.starting_psn = 0x123456;
+    p.responder_resources = 16;  // clamped to the REQ's initiator depth (8)
+    p.initiator_depth = 2;
+    p.rnr_retry_count = 4;
+    return p;
+  }
+
+  // Connects A to B up to B's REP (B accepted); returns (A's ID, B's ID).
+  std::pair<ConnId, ConnId> up_to_rep(bool deliver_rep = true) {
+    EXPECT_TRUE(b_.listen(kService).ok());
+    const std::vector<std::byte> pd = {std::byte{1}, std::byte{2}, std::byte{3}};
+    auto p = connect_params();
+    p.private_data = pd;
+    auto a_id = a_.connect(now_, p);
+    EXPECT_TRUE(a_id.ok());
+    pump();
+    auto evs = events(b_);
+    EXPECT_EQ(evs.size(), 1u);
+    EXPECT_EQ(evs[0].type, CmEventType::kConnectRequest);
+    EXPECT_EQ(evs[0].private_data_bytes, 92u);
+    EXPECT_EQ(evs[0].private_data[2], 3);
+    EXPECT_EQ(evs[0].offered_initiator_depth, 8);
+    const ConnId b_id = evs[0].id;
+    EXPECT_TRUE(b_.accept(now_, b_id, accept_params()).ok());
+    if (deliver_rep) pump();
+    return {*a_id, b_id};
+  }
+
+  std::pair<ConnId, ConnId> establish() {
+    auto [a_id, b_id] = up_to_rep();
+    auto evs = events(a_);
+    EXPECT_EQ(evs.size(), 1u);
+    EXPECT_EQ(evs[0].type, CmEventType::kConnectResponse);
+    EXPECT_TRUE(a_.establish(now_, a_id).ok());
+    pump();
+    return {a_id, b_id};
+  }
+
+  Instant now_ = Instant::from_ns(1'000'000'000);
+  CmEndpoint a_;
+  CmEndpoint b_;
+};
+
+TEST_F(CmPair, ConnectNegotiatesMatchingQpAttributes) {
+  auto [a_id, b_id] = up_to_rep();
+  auto a_evs = events(a_);
+  ASSERT_EQ(a_evs.size(), 1u);
+  ASSERT_TRUE(a_.establish(now_, a_id).ok());
+  pump();
+  a_evs = events(a_);
+  auto b_evs = events(b_);
+  ASSERT_EQ(a_evs.size(), 1u);
+  ASSERT_EQ(b_evs.size(), 1u);
+  EXPECT_EQ(a_evs[0].type, CmEventType::kEstablished);
+  EXPECT_EQ(b_evs[0].type, CmEventType::kEstablished);
+  const QpAttributes& qa = a_evs[0].qp;
+  const QpAttributes& qb = b_evs[0].qp;
+  EXPECT_EQ(qa.local_qpn, 0x11u);
+  EXPECT_EQ(qa.remote_qpn, 0x22u);
+  EXPECT_EQ(qb.local_qpn, 0x22u);
+  EXPECT_EQ(qb.remote_qpn, 0x11u);
+  EXPECT_EQ(qa.sq_psn, qb.rq_psn);
+  EXPECT_EQ(qa.rq_psn, qb.sq_psn);
+  EXPECT_EQ(qb.max_dest_rd_atomic, 8);  // min(16, REQ initiator depth 8)
+  EXPECT_EQ(qb.max_rd_atomic, 2);       // min(2, REQ responder resources 4)
+  EXPECT_EQ(qa.max_rd_atomic, qb.max_dest_rd_atomic);
+  EXPECT_EQ(qa.max_dest_rd_atomic, qb.max_rd_atomic);
+  EXPECT_EQ(qa.path_mtu, 3);
+  EXPECT_EQ(qb.path_mtu, 3);
+  EXPECT_EQ(qa.retry_count, 6);
+  EXPECT_EQ(qb.retry_count, 6);
+  EXPECT_EQ(qa.rnr_retry, 4);
+  EXPECT_EQ(qb.rnr_retry, 4);
+  // cm_ack_timeout(15, 18) = 19 on both sides (rxe's ACK delay 15, IBoE lifetime 18).
+  EXPECT_EQ(qa.ack_timeout, 19);
+  EXPECT_EQ(qb.ack_timeout, 19);
+  EXPECT_EQ(a_.poll_timeout(), Instant::never());
+  EXPECT_EQ(b_.poll_timeout(), Instant::never());
+}
+
+TEST_F(CmPair, ReqCarriesTheKernelsTimeoutsAndRoceLids) {
+  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  auto out = drain(a_);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(attr_of(out[0]), CmAttr::kReq);
+  const auto req = message_of<wire::CmReq>(out[0]);
+  EXPECT_EQ(req.remote_cm_response_timeout, 20);
+  EXPECT_EQ(req.local_cm_response_timeout, 20);
+  EXPECT_EQ(req.max_cm_retries, 15);
+  EXPECT_EQ(req.primary_local_lid, 0xffff);
+  EXPECT_EQ(req.primary_remote_lid, 0xffff);
+  EXPECT_EQ(req.service_id, kService);
+  // 2 * 2^(18-8) + 2^(20-8) ms.
+  EXPECT_EQ(a_.poll_timeout(), now_ + Duration::ms(2 * 1024 + 4096));
+}
+
+TEST_F(CmPair, NoListenerIsRejectedWithInvalidServiceId) {
+  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  pump();
+  auto evs = events(a_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kRejected);
+  EXPECT_EQ(evs[0].reason, CmRejReason::kInvalidServiceId);
+  EXPECT_EQ(a_.connection_count(), 0u);
+  EXPECT_EQ(b_.connection_count(), 0u);
+}
+
+TEST_F(CmPair, ConsumerRejectReachesTheActiveSideAndAnswersARetransmittedReq) {
+  ASSERT_TRUE(b_.listen(kService).ok());
+  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  auto req = drain(a_);
+  ASSERT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kAccepted);
+  const ConnId b_id = events(b_)[0].id;
+  const std::vector<std::byte> why = {std::byte{0x42}};
+  ASSERT_TRUE(b_.reject(now_, b_id, why).ok());
+  auto rej = drain(b_);
+  ASSERT_EQ(rej.size(), 1u);
+  ASSERT_EQ(attr_of(rej[0]), CmAttr::kRej);
+  // The REQ again (the REJ was lost): the same REJ again.
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
+  auto again = drain(b_);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].mad, rej[0].mad);
+  ASSERT_EQ(a_.handle_mad(now_, peer(2), rej[0].mad), CmRx::kAccepted);
+  auto evs = events(a_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kRejected);
+  EXPECT_EQ(evs[0].reason, CmRejReason::kConsumerDefined);
+  EXPECT_EQ(evs[0].private_data[0], 0x42);
+}
+
+TEST_F(CmPair, RetransmittedReqGetsTheSameRep) {
+  ASSERT_TRUE(b_.listen(kService).ok());
+  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  auto req = drain(a_);
+  ASSERT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kAccepted);
+  // Before accept(), a duplicate is dropped (the user has the request).
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
+  EXPECT_TRUE(drain(b_).empty());
+  ASSERT_TRUE(b_.accept(now_, events(b_)[0].id, accept_params()).ok());
+  auto rep = drain(b_);
+  ASSERT_EQ(rep.size(), 1u);
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
+  auto again = drain(b_);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].mad, rep[0].mad);
+  EXPECT_EQ(b_.connection_count(), 1u);
+}
+
+TEST_F(CmPair, DuplicateRepGetsTheRtuAgain) {
+  auto [a_id, b_id] = up_to_rep(false);
+  auto rep = drain(b_);
+  ASSERT_EQ(rep.size(), 1u);
+  ASSERT_EQ(a_.handle_mad(now_, peer(2), rep[0].mad), CmRx::kAccepted);
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), rep[0].mad), CmRx::kDuplicate);  // before the RTU
+  EXPECT_TRUE(drain(a_).empty());
+  ASSERT_TRUE(a_.establish(now_, a_id).ok());
+  auto rtu = drain(a_);
+  ASSERT_EQ(rtu.size(), 1u);
+  ASSERT_EQ(attr_of(rtu[0]), CmAttr::kRtu);
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), rep[0].mad), CmRx::kDuplicate);
+  auto again = drain(a_);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].mad, rtu[0].mad);
+  (void)b_id;
+}
+
+TEST_F(CmPair, ReqForAConnectionInTimewaitGetsStaleConnection) {
+  auto [a_id, b_id] = establish();
+  ASSERT_TRUE(a_.disconnect(now_, a_id, {}).ok());
+  pump();
+  for (const auto& e : events(b_)) {
+    if (e.type == CmEventType::kDisconnected) {
+      ASSERT_TRUE(b_.disconnect(now_, b_id, {}).ok());
+    }
+  }
+  pump();
+  (void)events(a_);
+  // B is in timewait; A's old REQ shows up late.
+  wire::CmReq req;
+  req.local_comm_id = a_id.value;
+  req.service_id = kService;
+  req.local_qpn = 0x11;
+  req.path_mtu = 3;
+  auto bytes = wire::build_cm_mad(wire::CmMad{7, req});
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), bytes), CmRx::kDuplicate);
+  auto out = drain(b_);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(attr_of(out[0]), CmAttr::kRej);
+  const auto rej = message_of<wire::CmRej>(out[0]);
+  EXPECT_EQ(rej.reason, static_cast<std::uint16_t>(CmRejReason::kStaleConn));
+  EXPECT_EQ(rej.remote_comm_id, a_id.value);
+}
+
+TEST_F(CmPair, StaleMadsForUnknownIdsAreAnsweredAsCmDoes) {
+  wire::CmRep rep;
+  rep.local_comm_id = 0x1234;
+  rep.remote_comm_id = 0x5678;
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), wire::build_cm_mad(wire::CmMad{1, rep})), CmRx::kAnswered);
+  auto out = drain(a_);
+  ASSERT_EQ(out.size(), 1u);
+  const auto rej = message_of<wire::CmRej>(out[0]);
+  EXPECT_EQ(rej.reason, static_cast<std::uint16_t>(CmRejReason::kInvalidCommId));
+  EXPECT_EQ(rej.local_comm_id, 0x5678u);
+  EXPECT_EQ(rej.remote_comm_id, 0x1234u);
+
+  wire::CmDreq dreq;
+  dreq.local_comm_id = 0x1234;
+  dreq.remote_comm_id = 0x5678;
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), wire::build_cm_mad(wire::CmMad{2, dreq})),
+            CmRx::kAnswered);
+  out = drain(a_);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(attr_of(out[0]), CmAttr::kDrep);
+  EXPECT_EQ(message_of<wire::CmDrep>(out[0]).remote_comm_id, 0x1234u);
+
+  for (const wire::CmMessage& m : std::vector<wire::CmMessage>{
+           wire::CmRtu{1, 2, {}}, wire::CmDrep{1, 2, {}}, wire::CmMra{1, 2, 0, 24, {}},
+           wire::CmRej{}, wire::CmSidrRep{}}) {
+    EXPECT_EQ(a_.handle_mad(now_, peer(2), wire::build_cm_mad(wire::CmMad{3, m})), CmRx::kDropped);
+  }
+  EXPECT_TRUE(drain(a_).empty());
+  EXPECT_TRUE(events(a_).empty());
+  EXPECT_EQ(a_.connection_count(), 0u);
+}
+
+TEST_F(CmPair, MalformedMadsAreCounted) {
+  std::array<std::byte, 100> junk{};
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), junk), CmRx::kMalformed);
+  auto m = wire::build_cm_mad(wire::CmMad{1, wire::CmRtu{}});
+  m[2] = std::byte{1};
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), m), CmRx::kMalformed);
+  EXPECT_EQ(a_.counters().rx_malformed, 2u);
+}
+
+TEST_F(CmPair, ReqRetriesFifteenTimesThenUnreachable) {
+  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  ASSERT_EQ(drain(a_).size(), 1u);
+  int retransmits = 0;
+  for (;;) {
+    const Instant t = a_.poll_timeout();
+    ASSERT_FALSE(t.is_never());
+    EXPECT_EQ(t - now_, Duration::ms(6144));
+    now_ = t;
+    a_.handle_timeout(now_);
+    auto out = drain(a_);
+    ASSERT_EQ(out.size(), 1u);
+    if (attr_of(out[0]) == CmAttr::kRej) {
+      EXPECT_EQ(message_of<wire::CmRej>(out[0]).reason,
+                static_cast<std::uint16_t>(CmRejReason::kTimeout));
+      break;
+    }
+    ASSERT_EQ(attr_of(out[0]), CmAttr::kReq);
+    ++retransmits;
+  }
+  EXPECT_EQ(retransmits, 15);
+  auto evs = events(a_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kUnreachable);
+  EXPECT_EQ(a_.connection_count(), 0u);
+}
+
+TEST_F(CmPair, RepTimeoutRejectsAndTheActiveSideLeavesToo) {
+  auto [a_id, b_id] = up_to_rep();
+  ASSERT_TRUE(a_.establish(now_, a_id).ok());
+  (void)drain(a_);  // every RTU is lost
+  (void)events(a_);
+  int reps = 0;
+  while (!b_.poll_timeout().is_never()) {
+    now_ = b_.poll_timeout();
+    b_.handle_timeout(now_);
+    for (const auto& m : drain(b_)) {
+      if (attr_of(m) == CmAttr::kRep) ++reps;
+      if (attr_of(m) == CmAttr::kRej) {
+        EXPECT_EQ(a_.handle_mad(now_, peer(2), m.mad), CmRx::kAccepted);
+      }
+    }
+    if (b_.connection_count() == 0) break;
+  }
+  EXPECT_EQ(reps, 15);
+  auto b_evs = events(b_);
+  ASSERT_EQ(b_evs.size(), 2u);
+  EXPECT_EQ(b_evs[0].type, CmEventType::kUnreachable);
+  EXPECT_EQ(b_evs[1].type, CmEventType::kTimewaitExit);
+  auto a_evs = events(a_);
+  ASSERT_EQ(a_evs.size(), 1u);
+  EXPECT_EQ(a_evs[0].type, CmEventType::kDisconnected);
+  (void)b_id;
+}
+
+TEST_F(CmPair, CommEstablishedBeforeTheRtu) {
+  auto [a_id, b_id] = up_to_rep();
+  ASSERT_TRUE(b_.handle_comm_established(now_, b_id).ok());
+  auto evs = events(b_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kEstablished);
+  EXPECT_EQ(b_.poll_timeout(), Instant::never());
+  ASSERT_TRUE(a_.establish(now_, a_id).ok());
+  pump();
+  EXPECT_TRUE(events(b_).empty());  // the late RTU is a duplicate
+}
+
+TEST_F(CmPair, MraStretchesTheReqTimer) {
+  auto cfg = config(2);
+  cfg.send_mra = true;
+  CmEndpoint b(cfg);
+  ASSERT_TRUE(b.listen(kService).ok());
+  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  auto req = drain(a_);
+  ASSERT_EQ(b.handle_mad(now_, peer(1), req[0].mad), CmRx::kAccepted);
+  auto mra = drain(b);
+  ASSERT_EQ(mra.size(), 1u);
+  ASSERT_EQ(attr_of(mra[0]), CmAttr::kMra);
+  EXPECT_EQ(message_of<wire::CmMra>(mra[0]).service_timeout, 24);
+  ASSERT_EQ(a_.handle_mad(now_, peer(2), mra[0].mad), CmRx::kAccepted);
+  // 2^(24-8) + 2^(19-8) ms.
+  EXPECT_EQ(a_.poll_timeout(), now_ + Duration::ms(65536 + 2048));
+  // A duplicate REQ gets the MRA again.
+  EXPECT_EQ(b.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
+  auto again = drain(b);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].mad, mra[0].mad);
+}
+
+TEST_F(CmPair, DisconnectBothWaysAndTimewaitExit) {
+  auto [a_id, b_id] = establish();
+  (void)events(a_);
+  (void)events(b_);
+  ASSERT_TRUE(a_.disconnect(now_, a_id, {}).ok());
+  pump();
+  auto b_evs = events(b_);
+  ASSERT_EQ(b_evs.size(), 1u);
+  EXPECT_EQ(b_evs[0].type, CmEventType::kDisconnected);
+  EXPECT_EQ(b_.disconnect(now_, a_id, {}).ok(), false);
+  ASSERT_TRUE(b_.disconnect(now_, b_id, {}).ok());
+  pump();
+  auto a_evs = events(a_);
+  ASSERT_EQ(a_evs.size(), 1u);
+  EXPECT_EQ(a_evs[0].type, CmEventType::kDisconnected);
+  // TIMEWAIT: 2^(18+1-8) ms.
+  EXPECT_EQ(a_.poll_timeout(), now_ + Duration::ms(2048));
+  now_ = now_ + Duration::ms(2048);
+  a_.handle_timeout(now_);
+  auto a_exit = events(a_);
+  ASSERT_EQ(a_exit.size(), 1u);
+  EXPECT_EQ(a_exit[0].type, CmEventType::kTimewaitExit);
+  // The passive side stays until A's REQ could no longer be retransmitted: 16 REQ timeouts of
+  // 2 * 2^(18-8) + 2^(20-8) ms from the REQ, plus two lifetimes.
+  EXPECT_EQ(b_.poll_timeout(), Instant::from_ns(1'000'000'000) + Duration::ms(16 * 6144 + 2048));
+  now_ = b_.poll_timeout();
+  b_.handle_timeout(now_);
+  auto b_exit = events(b_);
+  ASSERT_EQ(b_exit.size(), 1u);
+  EXPECT_EQ(b_exit[0].type, CmEventType::kTimewaitExit);
+  EXPECT_EQ(a_.connection_count() + b_.connection_count(), 0u);
+}
+
+TEST_F(CmPair, SimultaneousDisconnect) {
+  auto [a_id, b_id] = establish();
+  (void)events(a_);
+  (void)events(b_);
+  ASSERT_TRUE(a_.disconnect(now_, a_id, {}).ok());
+  ASSERT_TRUE(b_.disconnect(now_, b_id, {}).ok());
+  pump();
+  EXPECT_EQ(events(a_).at(0).type, CmEventType::kDisconnected);
+  EXPECT_EQ(events(b_).at(0).type, CmEventType::kDisconnected);
+  now_ = now_ + Duration::s(120);
+  a_.handle_timeout(now_);
+  b_.handle_timeout(now_);
+  EXPECT_EQ(a_.connection_count() + b_.connection_count(), 0u);
+}
+
+TEST_F(CmPair, SidrResolvesAndUnknownServiceIsUnsupported) {
+  const std::uint64_t udp = wire::rdma_service_id(wire::RdmaPortSpace::kUdp, 5);
+  ASSERT_TRUE(b_.listen(udp).ok());
+  SidrParams p;
+  p.peer = peer(2);
+  p.service_id = udp;
+  ASSERT_TRUE(a_.sidr_resolve(now_, p).ok());
+  auto req = drain(a_);
+  ASSERT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kAccepted);
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
+  auto evs = events(b_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kSidrRequest);
+  ASSERT_TRUE(
+      b_.sidr_reply(now_, evs[0].id, wire::SidrStatus::kSuccess, 0x77, 0x11111111, {}).ok());
+  pump();
+  auto a_evs = events(a_);
+  ASSERT_EQ(a_evs.size(), 1u);
+  EXPECT_EQ(a_evs[0].type, CmEventType::kSidrReply);
+  EXPECT_EQ(a_evs[0].sidr_qpn, 0x77u);
+  EXPECT_EQ(a_evs[0].sidr_qkey, 0x11111111u);
+
+  p.service_id = udp + 1;
+  ASSERT_TRUE(a_.sidr_resolve(now_, p).ok());
+  pump();
+  a_evs = events(a_);
+  ASSERT_EQ(a_evs.size(), 1u);
+  EXPECT_EQ(a_evs[0].sidr_status, wire::SidrStatus::kUnsupported);
+}
+
+TEST_F(CmPair, BadArgumentsAreErrors) {
+  std::vector<std::byte> big(93);
+  auto p = connect_params();
+  p.private_data = big;
+  EXPECT_EQ(a_.connect(now_, p).error(), CmError::kInvalidArgument);
+  p = connect_params();
+  p.retry_count = 8;
+  EXPECT_EQ(a_.connect(now_, p).error(), CmError::kInvalidArgument);
+  EXPECT_EQ(a_.establish(now_, ConnId{42}).error(), CmError::kUnknownId);
+  auto id = a_.connect(now_, connect_params());
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(a_.accept(now_, *id, accept_params()).error(), CmError::kInvalidState);
+  EXPECT_EQ(a_.disconnect(now_, *id, {}).error(), CmError::kInvalidState);
+  ASSERT_TRUE(b_.listen(kService).ok());
+  EXPECT_EQ(b_.listen(kService).error(), CmError::kBusy);
+}
+
+}  // namespace
+}  // namespace uroce::cm
