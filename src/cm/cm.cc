@@ -142,6 +142,32 @@ void CmEndpoint::send_rej(const CmPeer& to, std::uint64_t tid, std::uint32_t loc
   if (keep != nullptr) *keep = bytes;
 }
 
+std::array<std::byte, wire::kMadBytes> CmEndpoint::send_drep(const CmPeer& to, std::uint64_t tid,
+                                                             std::uint32_t local_id,
+                                                             std::uint32_t remote_id,
+                                                             ConstBytes private_data) {
+  wire::CmDrep drep;
+  drep.local_comm_id = local_id;
+  drep.remote_comm_id = remote_id;
+  const bool fits = wire::set_private_data(drep.private_data, private_data);
+  UROCE_ASSERT(fits);
+  return send(to, CmMad{tid, drep});
+}
+
+std::array<std::byte, wire::kMadBytes> CmEndpoint::send_mra(const Conn& c, CmMsgResponse what) {
+  wire::CmMra mra;
+  mra.local_comm_id = c.local_id;
+  mra.remote_comm_id = c.remote_id;
+  mra.message_mraed = static_cast<std::uint8_t>(what);
+  mra.service_timeout = config_.mra_service_timeout;
+  return send(c.peer, CmMad{c.tid, mra});
+}
+
+void CmEndpoint::stop_timer(Conn& c) {
+  c.request.reset();
+  c.deadline = Instant::never();
+}
+
 void CmEndpoint::arm(Instant now, Conn& c, Duration timeout, std::uint8_t retries) {
   c.timeout = timeout;
   c.max_retries = retries;
@@ -174,33 +200,8 @@ CmEvent CmEndpoint::event_for(CmEventType t, const Conn& c) const {
 
 // ---- user calls ----
 
-Result<ConnId, CmError> CmEndpoint::connect(Instant now, const ConnectParams& p) {
-  if (p.private_data.size() > wire::CmReq::kPrivateDataBytes || p.retry_count > 7 ||
-      p.rnr_retry_count > 7 || p.path_mtu < 1 || p.path_mtu > 5 || p.local_qpn > 0xffffff ||
-      p.starting_psn > 0xffffff || p.flow_label > 0xfffff || p.sl > 15) {
-    return Err{CmError::kInvalidArgument};
-  }
-  auto made = new_conn();
-  if (!made.ok()) return Err{made.error()};
-  Conn& c = **made;
-  c.active = true;
-  c.peer = p.peer;
-  c.service_id = p.service_id;
-  c.tid = new_tid(c.local_id);
-  c.qp.local_qpn = p.local_qpn;
-  c.qp.sq_psn = p.starting_psn;
-  c.qp.max_rd_atomic = p.initiator_depth;
-  c.qp.max_dest_rd_atomic = p.responder_resources;
-  c.qp.path_mtu = p.path_mtu;
-  c.qp.retry_count = p.retry_count;
-  c.qp.pkey = p.pkey;
-  c.qp.remote_gid = p.peer.gid;
-  c.qp.flow_label = p.flow_label;
-  c.qp.traffic_class = p.traffic_class;
-  c.qp.hop_limit = p.hop_limit;
-  c.qp.sl = p.sl;
-
-  // cm.c cm_format_req with cma.c's parameters, RoCE style: permissive LIDs, subnet local.
+// cm.c cm_format_req with cma.c's parameters, RoCE style: permissive LIDs, subnet local.
+wire::CmReq CmEndpoint::format_req(const Conn& c, const ConnectParams& p) const {
   wire::CmReq req;
   req.local_comm_id = c.local_id;
   req.service_id = p.service_id;
@@ -231,7 +232,36 @@ Result<ConnId, CmError> CmEndpoint::connect(Instant now, const ConnectParams& p)
   req.primary_local_ack_timeout = cm_ack_timeout(config_.ca_ack_delay, config_.packet_life_time);
   const bool fits = wire::set_private_data(req.private_data, p.private_data);
   UROCE_ASSERT(fits);
-  c.request = send(c.peer, CmMad{c.tid, req});
+  return req;
+}
+
+Result<ConnId, CmError> CmEndpoint::connect(Instant now, const ConnectParams& p) {
+  if (p.private_data.size() > wire::CmReq::kPrivateDataBytes || p.retry_count > 7 ||
+      p.rnr_retry_count > 7 || p.path_mtu < 1 || p.path_mtu > 5 || p.local_qpn > 0xffffff ||
+      p.starting_psn > 0xffffff || p.flow_label > 0xfffff || p.sl > 15) {
+    return Err{CmError::kInvalidArgument};
+  }
+  auto made = new_conn();
+  if (!made.ok()) return Err{made.error()};
+  Conn& c = **made;
+  c.active = true;
+  c.peer = p.peer;
+  c.service_id = p.service_id;
+  c.tid = new_tid(c.local_id);
+  c.qp.local_qpn = p.local_qpn;
+  c.qp.sq_psn = p.starting_psn;
+  c.qp.max_rd_atomic = p.initiator_depth;
+  c.qp.max_dest_rd_atomic = p.responder_resources;
+  c.qp.path_mtu = p.path_mtu;
+  c.qp.retry_count = p.retry_count;
+  c.qp.pkey = p.pkey;
+  c.qp.remote_gid = p.peer.gid;
+  c.qp.flow_label = p.flow_label;
+  c.qp.traffic_class = p.traffic_class;
+  c.qp.hop_limit = p.hop_limit;
+  c.qp.sl = p.sl;
+
+  c.request = send(c.peer, CmMad{c.tid, format_req(c, p)});
   c.state = State::kReqSent;
   // cm.c ib_send_cm_req: twice the path lifetime plus the peer's response time.
   const Duration timeout = cm_time_to_duration(config_.packet_life_time) * 2 +
@@ -349,12 +379,7 @@ Result<ConnId, CmError> CmEndpoint::disconnect(Instant now, ConnId id, ConstByte
     if (private_data.size() > wire::CmDrep::kPrivateDataBytes) {
       return Err{CmError::kInvalidArgument};
     }
-    wire::CmDrep drep;
-    drep.local_comm_id = c->local_id;
-    drep.remote_comm_id = c->remote_id;
-    const bool fits = wire::set_private_data(drep.private_data, private_data);
-    UROCE_ASSERT(fits);
-    const auto bytes = send(c->peer, CmMad{c->tid, drep});
+    const auto bytes = send_drep(c->peer, c->tid, c->local_id, c->remote_id, private_data);
     enter_timewait(now, *c);
     c->reply = bytes;
     return id;
@@ -371,8 +396,7 @@ Result<ConnId, CmError> CmEndpoint::handle_comm_established(Instant now, ConnId 
     return Err{CmError::kInvalidState};
   }
   c->state = State::kEstablished;
-  c->request.reset();
-  c->deadline = Instant::never();
+  stop_timer(*c);
   emit(event_for(CmEventType::kEstablished, *c));
   return id;
 }
@@ -470,70 +494,37 @@ CmRx CmEndpoint::handle_mad(Instant now, const CmPeer& from, ConstBytes bytes) {
   return rx;
 }
 
-CmRx CmEndpoint::on_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmReq& m) {
-  // cm.c cm_match_req: the same remote ID from the same peer is a retransmission.
-  for (auto& [id, c] : conns_) {
-    if (c.active || c.sidr || c.peer != from || c.remote_id != m.local_comm_id) {
-      continue;
-    }
-    switch (c.state) {
-      case State::kMraReqSent:
-        resend(c.peer, *c.reply);  // cm_dup_req_handler: the MRA again
-        break;
-      case State::kRepSent:
-      case State::kMraRepRcvd:
-        // The same REP again. cm.c drops it and lets the REP's own timer resend; answering
-        // at once recovers a lost REP sooner and the active side ignores the duplicate.
-        resend(c.peer, *c.request);
-        break;
-      case State::kTimewait:
-        if (c.reply.has_value() && load_be16(*c.reply, wire::kMadOffAttrId) ==
-                                       static_cast<std::uint16_t>(wire::CmAttr::kRej)) {
-          resend(c.peer, *c.reply);  // the consumer's REJ again
-        } else {
-          // cm_dup_req_handler: a REQ for a connection in timewait is stale.
-          send_rej(from, tid, c.local_id, m.local_comm_id, CmMsgResponse::kReq,
-                   CmRejReason::kStaleConn, {}, nullptr);
-        }
-        break;
-      default:
-        break;  // REQ_RCVD (the user has it), ESTABLISHED and later: dropped
-    }
-    return CmRx::kDuplicate;
+void CmEndpoint::on_dup_req(Conn& c, std::uint64_t tid, const wire::CmReq& m) {
+  switch (c.state) {
+    case State::kMraReqSent:
+      resend(c.peer, *c.reply);  // cm_dup_req_handler: the MRA again
+      return;
+    case State::kRepSent:
+    case State::kMraRepRcvd:
+      // The same REP again. cm.c drops it and lets the REP's own timer resend; answering at
+      // once recovers a lost REP sooner and the active side ignores the duplicate.
+      resend(c.peer, *c.request);
+      return;
+    case State::kTimewait:
+      if (c.reply.has_value() && load_be16(*c.reply, wire::kMadOffAttrId) ==
+                                     static_cast<std::uint16_t>(wire::CmAttr::kRej)) {
+        resend(c.peer, *c.reply);  // the consumer's REJ again
+      } else {
+        // cm_dup_req_handler: a REQ for a connection in timewait is stale.
+        send_rej(c.peer, tid, c.local_id, m.local_comm_id, CmMsgResponse::kReq,
+                 CmRejReason::kStaleConn, {}, nullptr);
+      }
+      return;
+    default:
+      return;  // REQ_RCVD (the user has it), ESTABLISHED and later: dropped
   }
-  // cm.c cm_insert_remote_qpn: a new REQ from a QP that is still connected here is stale.
-  for (auto& [id, c] : conns_) {
-    if (!c.active && !c.sidr && c.peer == from && c.qp.remote_qpn == m.local_qpn &&
-        c.state != State::kTimewait) {
-      send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kStaleConn, {},
-               nullptr);
-      return CmRx::kAnswered;
-    }
-  }
-  auto listener = listeners_.find(m.service_id);
-  if (listener == listeners_.end()) {
-    // cm.c cm_req_handler: no listener, REJ Invalid Service ID.
-    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kInvalidServiceId, {},
-             nullptr);
-    return CmRx::kAnswered;
-  }
-  if (m.transport_service_type != 0 || m.path_mtu < 1 || m.path_mtu > 5) {
-    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq,
-             m.transport_service_type != 0 ? CmRejReason::kInvalidTransportType
-                                           : CmRejReason::kInvalidMtu,
-             {}, nullptr);
-    return CmRx::kAnswered;
-  }
-  auto made = new_conn();
-  if (!made.ok()) {
-    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kNoResources, {},
-             nullptr);
-    return CmRx::kAnswered;
-  }
-  Conn& c = **made;
+}
+
+// A passive connection from a REQ: what the QP takes from it, and the REP's timer.
+void CmEndpoint::start_passive(Instant now, Conn& c, const CmPeer& from, std::uint64_t tid,
+                               const wire::CmReq& m) {
   c.active = false;
   c.peer = from;
-  c.listener = listener->second;
   c.service_id = m.service_id;
   c.remote_id = m.local_comm_id;
   c.tid = tid;
@@ -572,13 +563,50 @@ CmRx CmEndpoint::on_req(Instant now, const CmPeer& from, std::uint64_t tid, cons
   }
   c.req_retransmits_end =
       now + req_timeout * (std::int64_t{m.max_cm_retries} + 1) + cm_time_to_duration(life) * 2;
+}
+
+CmRx CmEndpoint::on_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmReq& m) {
+  // cm.c cm_match_req: the same remote ID from the same peer is a retransmission.
+  for (auto& [id, c] : conns_) {
+    if (!c.active && !c.sidr && c.peer == from && c.remote_id == m.local_comm_id) {
+      on_dup_req(c, tid, m);
+      return CmRx::kDuplicate;
+    }
+  }
+  // cm.c cm_insert_remote_qpn: a new REQ from a QP that is still connected here is stale.
+  for (auto& [id, c] : conns_) {
+    if (!c.active && !c.sidr && c.peer == from && c.qp.remote_qpn == m.local_qpn &&
+        c.state != State::kTimewait) {
+      send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kStaleConn, {},
+               nullptr);
+      return CmRx::kAnswered;
+    }
+  }
+  auto listener = listeners_.find(m.service_id);
+  if (listener == listeners_.end()) {
+    // cm.c cm_req_handler: no listener, REJ Invalid Service ID.
+    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kInvalidServiceId, {},
+             nullptr);
+    return CmRx::kAnswered;
+  }
+  if (m.transport_service_type != 0 || m.path_mtu < 1 || m.path_mtu > 5) {
+    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq,
+             m.transport_service_type != 0 ? CmRejReason::kInvalidTransportType
+                                           : CmRejReason::kInvalidMtu,
+             {}, nullptr);
+    return CmRx::kAnswered;
+  }
+  auto made = new_conn();
+  if (!made.ok()) {
+    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kNoResources, {},
+             nullptr);
+    return CmRx::kAnswered;
+  }
+  Conn& c = **made;
+  start_passive(now, c, from, tid, m);
+  c.listener = listener->second;
   if (config_.send_mra) {
-    wire::CmMra mra;
-    mra.local_comm_id = c.local_id;
-    mra.remote_comm_id = c.remote_id;
-    mra.message_mraed = static_cast<std::uint8_t>(CmMsgResponse::kReq);
-    mra.service_timeout = config_.mra_service_timeout;
-    c.reply = send(from, CmMad{tid, mra});
+    c.reply = send_mra(c, CmMsgResponse::kReq);
     c.state = State::kMraReqSent;
   }
   CmEvent e = event_for(CmEventType::kConnectRequest, c);
@@ -689,16 +717,10 @@ CmRx CmEndpoint::on_rep(Instant now, const CmPeer& from, std::uint64_t tid, cons
   c->qp.rnr_retry = m.rnr_retry_count;
   c->qp.srq = m.srq != 0;
   c->qp.ack_timeout = cm_ack_timeout(m.target_ack_delay, config_.packet_life_time);
-  c->request.reset();
-  c->deadline = Instant::never();
+  stop_timer(*c);
   c->state = State::kRepRcvd;
   if (config_.send_mra) {
-    wire::CmMra mra;
-    mra.local_comm_id = c->local_id;
-    mra.remote_comm_id = c->remote_id;
-    mra.message_mraed = static_cast<std::uint8_t>(CmMsgResponse::kRep);
-    mra.service_timeout = config_.mra_service_timeout;
-    c->reply = send(from, CmMad{c->tid, mra});
+    c->reply = send_mra(*c, CmMsgResponse::kRep);
     c->state = State::kMraRepSent;
   }
   CmEvent e = event_for(CmEventType::kConnectResponse, *c);
@@ -713,8 +735,7 @@ CmRx CmEndpoint::on_rtu(Instant now, const CmPeer& from, const wire::CmRtu& m) {
   if (c == nullptr || m.local_comm_id != c->remote_id) return CmRx::kDropped;
   if (c->state != State::kRepSent && c->state != State::kMraRepRcvd) return CmRx::kDuplicate;
   c->state = State::kEstablished;
-  c->request.reset();
-  c->deadline = Instant::never();
+  stop_timer(*c);
   emit(event_for(CmEventType::kEstablished, *c));
   return CmRx::kAccepted;
 }
@@ -725,10 +746,7 @@ CmRx CmEndpoint::on_dreq(Instant now, const CmPeer& from, std::uint64_t tid,
   if (c == nullptr || m.local_comm_id != c->remote_id) {
     // cm.c cm_dreq_handler -> cm_issue_drep: a DREQ for no ID gets a DREP anyway, so that the
     // peer leaves DREQ_SENT at once.
-    wire::CmDrep drep;
-    drep.local_comm_id = m.remote_comm_id;
-    drep.remote_comm_id = m.local_comm_id;
-    send(from, CmMad{tid, drep});
+    send_drep(from, tid, m.remote_comm_id, m.local_comm_id, {});
     return CmRx::kAnswered;
   }
   if (m.remote_qpn_eecn != c->qp.local_qpn) return CmRx::kDropped;  // cm.c: not our QP
@@ -736,8 +754,7 @@ CmRx CmEndpoint::on_dreq(Instant now, const CmPeer& from, std::uint64_t tid,
     case State::kRepSent:
     case State::kMraRepRcvd:
     case State::kEstablished: {
-      c->request.reset();
-      c->deadline = Instant::never();
+      stop_timer(*c);
       c->tid = tid;
       c->state = State::kDreqRcvd;
       CmEvent e = event_for(CmEventType::kDisconnected, *c);
@@ -747,10 +764,7 @@ CmRx CmEndpoint::on_dreq(Instant now, const CmPeer& from, std::uint64_t tid,
     }
     case State::kDreqSent: {
       // Both sides disconnect at once: answer, and the DREQ we sent ends too.
-      wire::CmDrep drep;
-      drep.local_comm_id = c->local_id;
-      drep.remote_comm_id = c->remote_id;
-      const auto bytes = send(from, CmMad{tid, drep});
+      const auto bytes = send_drep(from, tid, c->local_id, c->remote_id, {});
       enter_timewait(now, *c);
       c->reply = bytes;
       CmEvent e = event_for(CmEventType::kDisconnected, *c);
@@ -758,15 +772,11 @@ CmRx CmEndpoint::on_dreq(Instant now, const CmPeer& from, std::uint64_t tid,
       emit(e);
       return CmRx::kAccepted;
     }
-    case State::kTimewait: {
+    case State::kTimewait:
       // cm.c cm_dreq_handler: in timewait, the DREP again (also after a REP timeout or a REJ,
       // so that the peer's DREQ_SENT ends at once).
-      wire::CmDrep drep;
-      drep.local_comm_id = c->local_id;
-      drep.remote_comm_id = c->remote_id;
-      send(from, CmMad{tid, drep});
+      send_drep(from, tid, c->local_id, c->remote_id, {});
       return CmRx::kDuplicate;
-    }
     case State::kDreqRcvd:
       return CmRx::kDuplicate;
     default:

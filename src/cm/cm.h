@@ -291,6 +291,10 @@ class CmEndpoint {
   };
 
   CmRx on_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmReq& m);
+  wire::CmReq format_req(const Conn& c, const ConnectParams& p) const;
+  void on_dup_req(Conn& c, std::uint64_t tid, const wire::CmReq& m);
+  void start_passive(Instant now, Conn& c, const CmPeer& from, std::uint64_t tid,
+                     const wire::CmReq& m);
   CmRx on_mra(Instant now, const CmPeer& from, const wire::CmMra& m);
   CmRx on_rej(Instant now, const CmPeer& from, const wire::CmRej& m);
   CmRx on_rep(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmRep& m);
@@ -313,6 +317,11 @@ class CmEndpoint {
   void send_rej(const CmPeer& to, std::uint64_t tid, std::uint32_t local_id,
                 std::uint32_t remote_id, wire::CmMsgResponse what, wire::CmRejReason reason,
                 ConstBytes private_data, std::array<std::byte, wire::kMadBytes>* keep);
+  std::array<std::byte, wire::kMadBytes> send_drep(const CmPeer& to, std::uint64_t tid,
+                                                   std::uint32_t local_id, std::uint32_t remote_id,
+                                                   ConstBytes private_data);
+  std::array<std::byte, wire::kMadBytes> send_mra(const Conn& c, wire::CmMsgResponse what);
+  void stop_timer(Conn& c);
   void arm(Instant now, Conn& c, Duration timeout, std::uint8_t retries);
   void enter_timewait(Instant now, Conn& c);
   void erase(Conn& c);

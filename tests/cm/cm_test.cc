@@ -70,6 +70,16 @@ class CmPair : public ::testing::Test {
     FAIL() << "the CM did not go quiet";
   }
 
+  // `mad` delivered to `e` again is a duplicate that `e` answers with `want` again, byte for byte.
+  void expect_answered_again(CmEndpoint& e, const CmPeer& from,
+                             const std::array<std::byte, wire::kMadBytes>& mad,
+                             const CmOutMad& want) {
+    EXPECT_EQ(e.handle_mad(now_, from, mad), CmRx::kDuplicate);
+    auto again = drain(e);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].mad, want.mad);
+  }
+
   ConnectParams connect_params() {
     ConnectParams p;
     p.peer = peer(2);
@@ -206,10 +216,7 @@ TEST_F(CmPair, ConsumerRejectReachesTheActiveSideAndAnswersARetransmittedReq) {
   ASSERT_EQ(rej.size(), 1u);
   ASSERT_EQ(attr_of(rej[0]), CmAttr::kRej);
   // The REQ again (the REJ was lost): the same REJ again.
-  EXPECT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
-  auto again = drain(b_);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].mad, rej[0].mad);
+  expect_answered_again(b_, peer(1), req[0].mad, rej[0]);
   ASSERT_EQ(a_.handle_mad(now_, peer(2), rej[0].mad), CmRx::kAccepted);
   auto evs = events(a_);
   ASSERT_EQ(evs.size(), 1u);
@@ -229,10 +236,7 @@ TEST_F(CmPair, RetransmittedReqGetsTheSameRep) {
   ASSERT_TRUE(b_.accept(now_, events(b_)[0].id, accept_params()).ok());
   auto rep = drain(b_);
   ASSERT_EQ(rep.size(), 1u);
-  EXPECT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
-  auto again = drain(b_);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].mad, rep[0].mad);
+  expect_answered_again(b_, peer(1), req[0].mad, rep[0]);
   EXPECT_EQ(b_.connection_count(), 1u);
 }
 
@@ -247,10 +251,7 @@ TEST_F(CmPair, DuplicateRepGetsTheRtuAgain) {
   auto rtu = drain(a_);
   ASSERT_EQ(rtu.size(), 1u);
   ASSERT_EQ(attr_of(rtu[0]), CmAttr::kRtu);
-  EXPECT_EQ(a_.handle_mad(now_, peer(2), rep[0].mad), CmRx::kDuplicate);
-  auto again = drain(a_);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].mad, rtu[0].mad);
+  expect_answered_again(a_, peer(2), rep[0].mad, rtu[0]);
   (void)b_id;
 }
 
@@ -405,10 +406,7 @@ TEST_F(CmPair, MraStretchesTheReqTimer) {
   // 2^(24-8) + 2^(19-8) ms.
   EXPECT_EQ(a_.poll_timeout(), now_ + Duration::ms(65536 + 2048));
   // A duplicate REQ gets the MRA again.
-  EXPECT_EQ(b.handle_mad(now_, peer(1), req[0].mad), CmRx::kDuplicate);
-  auto again = drain(b);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].mad, mra[0].mad);
+  expect_answered_again(b, peer(1), req[0].mad, mra[0]);
 }
 
 TEST_F(CmPair, DisconnectBothWaysAndTimewaitExit) {
