@@ -112,7 +112,7 @@ CmEndpoint::Conn* CmEndpoint::find(std::uint32_t local_id, const CmPeer& from) {
 
 CmEndpoint::Conn* CmEndpoint::find_mut(ConnId id) {
   auto it = conns_.find(id.value);
-  return it == conns_.end() ? nullptr : &it->second;
+  return it == conns_.end() || it->second.destroyed ? nullptr : &it->second;
 }
 
 std::array<std::byte, wire::kMadBytes> CmEndpoint::send(const CmPeer& to, const CmMad& mad) {
@@ -185,7 +185,11 @@ void CmEndpoint::enter_timewait(Instant now, Conn& c) {
 
 void CmEndpoint::erase(Conn& c) { conns_.erase(c.local_id); }
 
-void CmEndpoint::emit(CmEvent e) { events_.push_back(e); }
+void CmEndpoint::emit(CmEvent e) {
+  auto it = conns_.find(e.id.value);
+  if (it != conns_.end() && it->second.destroyed) return;
+  events_.push_back(e);
+}
 
 CmEvent CmEndpoint::event_for(CmEventType t, const Conn& c) const {
   CmEvent e;
@@ -385,6 +389,58 @@ Result<ConnId, CmError> CmEndpoint::disconnect(Instant now, ConnId id, ConstByte
     return id;
   }
   return Err{CmError::kInvalidState};
+}
+
+void CmEndpoint::send_req_timeout_rej(const Conn& c) {
+  // REJ Timeout of our REQ with our CA GUID as its ARI, by which a passive side that never told
+  // us its ID finds its connection (cm.c cm_acquire_rejected_id).
+  wire::CmRej rej;
+  rej.local_comm_id = c.local_id;
+  rej.remote_comm_id = c.remote_id;
+  rej.message_rejected = static_cast<std::uint8_t>(CmMsgResponse::kReq);
+  rej.reason = static_cast<std::uint16_t>(CmRejReason::kTimeout);
+  rej.rejected_info_length = 8;
+  store_be64(as_mut_bytes(rej.ari.data(), rej.ari.size()), 0, config_.local_ca_guid);
+  send(c.peer, CmMad{c.tid, rej});
+}
+
+Result<ConnId, CmError> CmEndpoint::destroy(Instant now, ConnId id) {
+  Conn* c = find_mut(id);
+  if (c == nullptr) return Err{CmError::kUnknownId};
+  switch (c->state) {
+    case State::kReqSent:
+    case State::kMraReqRcvd:
+      send_req_timeout_rej(*c);
+      erase(*c);
+      return id;
+    case State::kSidrReqSent:
+      erase(*c);
+      return id;
+    case State::kReqRcvd:
+    case State::kMraReqSent:
+    case State::kRepRcvd:
+    case State::kMraRepSent:
+      (void)reject(now, id, {});
+      break;
+    case State::kRepSent:
+    case State::kMraRepRcvd:
+      send_rej(c->peer, c->tid, c->local_id, c->remote_id, CmMsgResponse::kOther,
+               CmRejReason::kConsumerDefined, {}, nullptr);
+      enter_timewait(now, *c);
+      break;
+    case State::kEstablished:
+    case State::kDreqRcvd:
+      (void)disconnect(now, id, {});
+      break;
+    case State::kSidrReqRcvd:
+      (void)sidr_reply(now, id, wire::SidrStatus::kReject, 0, 0, {});
+      break;
+    case State::kDreqSent:
+    case State::kTimewait:
+      break;
+  }
+  if (Conn* left = find_mut(id)) left->destroyed = true;
+  return id;
 }
 
 Result<ConnId, CmError> CmEndpoint::handle_comm_established(Instant now, ConnId id) {
@@ -881,17 +937,8 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
   switch (c.state) {
     case State::kReqSent:
     case State::kMraReqRcvd: {
-      // cm.c: IB_CM_REQ_ERROR (rdma_cm: UNREACHABLE); destroying the ID then sends REJ
-      // Timeout with our CA GUID as its ARI, by which a passive side that never told us its
-      // ID finds its connection (cm_acquire_rejected_id).
-      wire::CmRej rej;
-      rej.local_comm_id = c.local_id;
-      rej.remote_comm_id = c.remote_id;
-      rej.message_rejected = static_cast<std::uint8_t>(CmMsgResponse::kReq);
-      rej.reason = static_cast<std::uint16_t>(CmRejReason::kTimeout);
-      rej.rejected_info_length = 8;
-      store_be64(as_mut_bytes(rej.ari.data(), rej.ari.size()), 0, config_.local_ca_guid);
-      send(c.peer, CmMad{c.tid, rej});
+      // cm.c: IB_CM_REQ_ERROR (rdma_cm: UNREACHABLE); destroying the ID then sends REJ Timeout.
+      send_req_timeout_rej(c);
       CmEvent e = event_for(CmEventType::kUnreachable, c);
       e.reason = CmRejReason::kTimeout;
       emit(e);

@@ -227,6 +227,13 @@ class CmEndpoint {
   // ESTABLISHED: sends a DREQ. DREQ_RCVD: sends the DREP.
   Result<ConnId, CmError> disconnect(Instant now, ConnId id, ConstBytes private_data);
 
+  // rdma_destroy_id: the ID is the user's no more (no further events; calls on it give
+  // kUnknownId), and the CM does what cm.c's cm_destroy_id does for its state: REJ Timeout in
+  // REQ_SENT, REJ Consumer Defined while connecting, DREQ when established, DREP when a DREQ
+  // came, SIDR_REP Reject for a SIDR request; a connection that still has a DREQ or a timewait
+  // to go through finishes it silently.
+  Result<ConnId, CmError> destroy(Instant now, ConnId id);
+
   // The QP received its first packet before the RTU (ib_cm_notify(IB_EVENT_COMM_EST)): a
   // passive side in REP_SENT is established as if the RTU had come (cm.c cm_establish).
   // kInvalidState in any other state but ESTABLISHED (which is a no-op).
@@ -267,7 +274,8 @@ class CmEndpoint {
   struct Conn {
     State state = State::kReqSent;
     bool active = false;
-    bool sidr = false;  // a SIDR exchange, not a connection
+    bool sidr = false;       // a SIDR exchange, not a connection
+    bool destroyed = false;  // the user let go of it: no events
     std::uint32_t local_id = 0;
     std::uint32_t remote_id = 0;
     CmPeer peer;
@@ -304,6 +312,7 @@ class CmEndpoint {
   CmRx on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmSidrReq& m);
   CmRx on_sidr_rep(Instant now, const CmPeer& from, const wire::CmSidrRep& m);
   void on_timeout(Instant now, Conn& c);
+  void send_req_timeout_rej(const Conn& c);
 
   // A connection that a MAD from `from` refers to by our local ID, or nullptr.
   Conn* find(std::uint32_t local_id, const CmPeer& from);

@@ -346,8 +346,7 @@ class CmSim {
                  [this, index, side_index, role] { probe(index, side_index, role); });
         if (role == 0 || prng_.below(2) == 0) {
           const ConnId id = ev.id;
-          schedule(now_ + ms(1000, 120'000),
-                   [this, ep, id] { (void)eps_[ep].disconnect(now_, id, {}); });
+          close_later(ep, side_index, id, ms(1000, 120'000));
         }
         return;
       }
@@ -365,8 +364,9 @@ class CmSim {
           s.down_at = now_;
         }
         const ConnId id = ev.id;
-        // As rdma_cm users do: rdma_disconnect() on DISCONNECTED (sends the DREP if it is due).
-        schedule(now_ + ms(0, 500), [this, ep, id] { (void)eps_[ep].disconnect(now_, id, {}); });
+        // As rdma_cm users do: rdma_disconnect() (sends the DREP if it is due) or
+        // rdma_destroy_id() on DISCONNECTED.
+        close_later(ep, side_index, id, ms(0, 500));
         return;
       }
       case CmEventType::kTimewaitExit:
@@ -408,7 +408,12 @@ class CmSim {
     owner_[{ep, ev.id.value}] = {index, a.side[1], 1};
     const ConnId id = ev.id;
     if (a.may_reject && prng_.below(8) == 0) {
-      schedule(now_ + ms(0, 3000), [this, ep, id] { (void)eps_[ep].reject(now_, id, {}); });
+      const std::size_t side_index = a.side[1];
+      if (prng_.below(2) == 0) {
+        destroy_later(ep, side_index, id, ms(0, 3000));  // rdma_destroy_id() before accept
+      } else {
+        schedule(now_ + ms(0, 3000), [this, ep, id] { (void)eps_[ep].reject(now_, id, {}); });
+      }
       return;
     }
     AcceptParams p;
@@ -420,6 +425,29 @@ class CmSim {
     // Sometimes later than the REQ's timeout, so that the REQ is retransmitted meanwhile.
     const Duration delay = prng_.below(4) == 0 ? ms(0, 12'000) : ms(0, 500);
     schedule(now_ + delay, [this, ep, id, p] { (void)eps_[ep].accept(now_, id, p); });
+  }
+
+  // rdma_disconnect(), or now and then rdma_destroy_id() (after which the ID gives no events).
+  void close_later(int ep, std::size_t side_index, ConnId id, Duration delay) {
+    if (prng_.below(4) != 0) {
+      schedule(now_ + delay, [this, ep, id] { (void)eps_[ep].disconnect(now_, id, {}); });
+    } else {
+      destroy_later(ep, side_index, id, delay);
+    }
+  }
+
+  void destroy_later(int ep, std::size_t side_index, ConnId id, Duration delay) {
+    schedule(now_ + delay, [this, ep, side_index, id] {
+      if (!eps_[ep].destroy(now_, id).ok()) return;
+      Side& s = sides_[side_index];
+      trace(ep, "destroy id " + std::to_string(id.value));
+      if (s.up) {
+        s.up = false;
+        s.down_at = now_;
+      }
+      if (!s.established) s.failed = true;
+      s.gone = true;
+    });
   }
 
   // The data path as the CM sees it: a packet from an up side reaches the peer's QP.

@@ -487,6 +487,46 @@ TEST_F(CmPair, SidrResolvesAndUnknownServiceIsUnsupported) {
   EXPECT_EQ(a_evs[0].sidr_status, wire::SidrStatus::kUnsupported);
 }
 
+TEST_F(CmPair, DestroyWhileConnectingRejectsTheRequest) {
+  ASSERT_TRUE(b_.listen(kService).ok());
+  auto a_id = a_.connect(now_, connect_params());
+  ASSERT_TRUE(a_id.ok());
+  pump();
+  auto b_evs = events(b_);
+  ASSERT_EQ(b_evs.size(), 1u);
+  ASSERT_TRUE(a_.destroy(now_, *a_id).ok());
+  EXPECT_EQ(a_.connection_count(), 0u);
+  pump();
+  // REJ Timeout, found by the active side's ID although B never told A its own.
+  b_evs = events(b_);
+  ASSERT_EQ(b_evs.size(), 1u);
+  EXPECT_EQ(b_evs[0].type, CmEventType::kRejected);
+  EXPECT_EQ(b_evs[0].reason, CmRejReason::kTimeout);
+  EXPECT_EQ(b_.accept(now_, b_evs[0].id, accept_params()).error(), CmError::kInvalidState);
+  EXPECT_TRUE(events(a_).empty());
+  EXPECT_EQ(a_.destroy(now_, *a_id).error(), CmError::kUnknownId);
+}
+
+TEST_F(CmPair, DestroyWhenEstablishedDisconnectsSilently) {
+  auto [a_id, b_id] = establish();
+  (void)events(a_);
+  (void)events(b_);
+  ASSERT_TRUE(a_.destroy(now_, a_id).ok());
+  EXPECT_EQ(a_.disconnect(now_, a_id, {}).error(), CmError::kUnknownId);
+  pump();
+  auto b_evs = events(b_);
+  ASSERT_EQ(b_evs.size(), 1u);
+  EXPECT_EQ(b_evs[0].type, CmEventType::kDisconnected);
+  ASSERT_TRUE(b_.destroy(now_, b_id).ok());  // sends the DREP
+  pump();
+  now_ = now_ + Duration::s(200);
+  a_.handle_timeout(now_);
+  b_.handle_timeout(now_);
+  EXPECT_TRUE(events(a_).empty());
+  EXPECT_TRUE(events(b_).empty());
+  EXPECT_EQ(a_.connection_count() + b_.connection_count(), 0u);
+}
+
 TEST_F(CmPair, BadArgumentsAreErrors) {
   std::vector<std::byte> big(93);
   auto p = connect_params();
