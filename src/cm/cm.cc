@@ -63,7 +63,8 @@ void copy_private_data(CmEvent& e, const std::array<std::uint8_t, N>& pd) {
 }  // namespace
 
 CmEndpoint::CmEndpoint(const CmConfig& config) : config_(config), prng_(config.seed) {
-  UROCE_CHECK(config_.max_cm_retries <= 15 && config_.max_connections > 0);
+  UROCE_CHECK(config_.max_cm_retries <= 15 && config_.max_connections > 0 &&
+              config_.max_tx_queue > 0);
   // cm.c: local IDs are an allocation index XORed with a random operand, so that IDs of a
   // restarted CM differ from the last run's (stale MADs then miss).
   id_operand_ = static_cast<std::uint32_t>(prng_.next());
@@ -118,12 +119,17 @@ CmEndpoint::Conn* CmEndpoint::find_mut(ConnId id) {
 std::array<std::byte, wire::kMadBytes> CmEndpoint::send(const CmPeer& to, const CmMad& mad) {
   CmOutMad out{to, {}};
   wire::build_cm_mad(mad, out.mad);
-  tx_.push_back(out);
-  ++counters_.tx;
+  resend(to, out.mad);
   return out.mad;
 }
 
 void CmEndpoint::resend(const CmPeer& to, const std::array<std::byte, wire::kMadBytes>& mad) {
+  // A MAD is a datagram: one that finds the queue full is lost like one lost on the wire, and
+  // the retransmission timers recover it.
+  if (tx_.size() >= config_.max_tx_queue) {
+    ++counters_.tx_dropped;
+    return;
+  }
   tx_.push_back(CmOutMad{to, mad});
   ++counters_.tx;
 }
@@ -179,11 +185,33 @@ void CmEndpoint::enter_timewait(Instant now, Conn& c) {
   // cm.c cm_enter_timewait: wait 2^(av.timeout-8) ms, av.timeout being the lifetime + 1.
   c.state = State::kTimewait;
   c.request.reset();
+  forget_remote_qpn(c);  // the QP may connect again: a new REQ from it is no longer stale
   c.deadline = now + cm_time_to_duration(static_cast<std::uint8_t>(config_.packet_life_time + 1));
   if (!c.active && !c.sidr) c.deadline = std::max(c.deadline, c.req_retransmits_end);
 }
 
-void CmEndpoint::erase(Conn& c) { conns_.erase(c.local_id); }
+void CmEndpoint::erase(Conn& c) {
+  if (!c.active) {
+    const auto it = by_remote_.find(RemoteKey{c.sidr, c.peer, c.remote_id});
+    if (it != by_remote_.end() && it->second == c.local_id) by_remote_.erase(it);
+    forget_remote_qpn(c);
+  }
+  conns_.erase(c.local_id);
+}
+
+void CmEndpoint::forget_remote_qpn(const Conn& c) {
+  if (c.active || c.sidr) return;
+  const auto it = by_remote_qpn_.find({c.peer, c.qp.remote_qpn});
+  if (it != by_remote_qpn_.end() && it->second == c.local_id) by_remote_qpn_.erase(it);
+}
+
+CmEndpoint::Conn* CmEndpoint::find_passive(bool sidr, const CmPeer& from, std::uint32_t remote_id) {
+  const auto it = by_remote_.find(RemoteKey{sidr, from, remote_id});
+  if (it == by_remote_.end()) return nullptr;
+  auto c = conns_.find(it->second);
+  UROCE_ASSERT(c != conns_.end());
+  return &c->second;
+}
 
 void CmEndpoint::emit(CmEvent e) {
   auto it = conns_.find(e.id.value);
@@ -619,24 +647,21 @@ void CmEndpoint::start_passive(Instant now, Conn& c, const CmPeer& from, std::ui
   }
   c.req_retransmits_end =
       now + req_timeout * (std::int64_t{m.max_cm_retries} + 1) + cm_time_to_duration(life) * 2;
+  by_remote_[RemoteKey{false, from, m.local_comm_id}] = c.local_id;
+  by_remote_qpn_[{from, m.local_qpn}] = c.local_id;
 }
 
 CmRx CmEndpoint::on_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmReq& m) {
   // cm.c cm_match_req: the same remote ID from the same peer is a retransmission.
-  for (auto& [id, c] : conns_) {
-    if (!c.active && !c.sidr && c.peer == from && c.remote_id == m.local_comm_id) {
-      on_dup_req(c, tid, m);
-      return CmRx::kDuplicate;
-    }
+  if (Conn* c = find_passive(false, from, m.local_comm_id)) {
+    on_dup_req(*c, tid, m);
+    return CmRx::kDuplicate;
   }
   // cm.c cm_insert_remote_qpn: a new REQ from a QP that is still connected here is stale.
-  for (auto& [id, c] : conns_) {
-    if (!c.active && !c.sidr && c.peer == from && c.qp.remote_qpn == m.local_qpn &&
-        c.state != State::kTimewait) {
-      send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kStaleConn, {},
-               nullptr);
-      return CmRx::kAnswered;
-    }
+  if (by_remote_qpn_.contains({from, m.local_qpn})) {
+    send_rej(from, tid, 0, m.local_comm_id, CmMsgResponse::kReq, CmRejReason::kStaleConn, {},
+             nullptr);
+    return CmRx::kAnswered;
   }
   auto listener = listeners_.find(m.service_id);
   if (listener == listeners_.end()) {
@@ -698,12 +723,7 @@ CmRx CmEndpoint::on_rej(Instant now, const CmPeer& from, const wire::CmRej& m) {
       m.remote_comm_id == 0) {
     // cm.c cm_acquire_rejected_id: a REJ Timeout of a REQ names the connection by the sender's
     // ID (and its CA GUID in the ARI; the peer's GID stands in for it here).
-    for (auto& [id, conn] : conns_) {
-      if (!conn.active && !conn.sidr && conn.peer == from && conn.remote_id == m.local_comm_id) {
-        c = &conn;
-        break;
-      }
-    }
+    c = find_passive(false, from, m.local_comm_id);
   }
   if (c == nullptr) return CmRx::kDropped;
   // cm.c cm_acquire_rejected_id: once the peer's ID is known, the REJ must carry it (a REJ of a
@@ -854,11 +874,9 @@ CmRx CmEndpoint::on_drep(Instant now, const CmPeer& from, const wire::CmDrep& m)
 CmRx CmEndpoint::on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid,
                              const wire::CmSidrReq& m) {
   (void)now;
-  for (auto& [id, c] : conns_) {
-    if (!c.active && c.sidr && c.peer == from && c.remote_id == m.request_id) {
-      if (c.state == State::kTimewait && c.reply.has_value()) resend(from, *c.reply);
-      return CmRx::kDuplicate;  // cm.c cm_insert_remote_sidr: dropped
-    }
+  if (Conn* c = find_passive(true, from, m.request_id)) {
+    if (c->state == State::kTimewait && c->reply.has_value()) resend(from, *c->reply);
+    return CmRx::kDuplicate;  // cm.c cm_insert_remote_sidr: dropped
   }
   auto listener = listeners_.find(m.service_id);
   auto made =
@@ -882,6 +900,7 @@ CmRx CmEndpoint::on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid,
   c.tid = tid;
   c.qp.pkey = m.partition_key;
   c.state = State::kSidrReqRcvd;
+  by_remote_[RemoteKey{true, from, m.request_id}] = c.local_id;
   CmEvent e = event_for(CmEventType::kSidrRequest, c);
   copy_private_data(e, m.private_data);
   emit(e);

@@ -66,7 +66,10 @@ struct CmConfig {
   // IDs (CMA_CM_MRA_SETTING: service timeout 24).
   bool send_mra = false;
   std::uint8_t mra_service_timeout = 24;
-  std::size_t max_connections = 4096;  // bound of the ID table; a REQ over it is REJected
+  // Bound of the ID table (a REQ over it is REJected No Resources). Timewait entries count:
+  // a passive one stays until the peer's REQ retransmissions are over (about 100 s by default).
+  std::size_t max_connections = 65536;
+  std::size_t max_tx_queue = 4096;  // MADs not yet polled; more are dropped (and counted)
 };
 
 // 2^(iba_time - 8) ms, at least 1 ms: cm.c's cm_convert_to_ms (4.096 us * 2^t, rounded).
@@ -206,6 +209,7 @@ struct CmCounters {
   std::uint64_t rx_dropped = 0;
   std::uint64_t rx_malformed = 0;
   std::uint64_t tx = 0;
+  std::uint64_t tx_dropped = 0;  // the transmit queue was full (nobody polls it)
   std::uint64_t retransmits = 0;
 };
 
@@ -317,6 +321,9 @@ class CmEndpoint {
   // A connection that a MAD from `from` refers to by our local ID, or nullptr.
   Conn* find(std::uint32_t local_id, const CmPeer& from);
   Conn* find_mut(ConnId id);
+  // A passive connection (or SIDR request) by the peer's ID for it.
+  Conn* find_passive(bool sidr, const CmPeer& from, std::uint32_t remote_id);
+  void forget_remote_qpn(const Conn& c);
   Result<Conn*, CmError> new_conn();
   std::uint64_t new_tid(std::uint32_t local_id);
 
@@ -343,7 +350,17 @@ class CmEndpoint {
   std::uint32_t next_id_ = 0;
   std::uint32_t next_tid_ = 0;
   std::uint32_t next_listen_ = 0;
-  std::map<std::uint32_t, Conn> conns_;          // by local communication ID
+  std::map<std::uint32_t, Conn> conns_;  // by local communication ID
+  // Passive connections and SIDR requests by the peer's ID (cm.c's remote ID and remote SIDR
+  // tables), and passive connections not yet in timewait by the peer's QPN (remote QPN table).
+  struct RemoteKey {
+    bool sidr = false;
+    CmPeer peer;
+    std::uint32_t remote_id = 0;
+    auto operator<=>(const RemoteKey&) const = default;
+  };
+  std::map<RemoteKey, std::uint32_t> by_remote_;
+  std::map<std::pair<CmPeer, std::uint32_t>, std::uint32_t> by_remote_qpn_;
   std::map<std::uint64_t, ListenId> listeners_;  // by service ID
   std::deque<CmOutMad> tx_;
   std::deque<CmEvent> events_;

@@ -282,6 +282,25 @@ TEST_F(CmPair, ReqForAConnectionInTimewaitGetsStaleConnection) {
   EXPECT_EQ(rej.remote_comm_id, a_id.value);
 }
 
+TEST_F(CmPair, NewReqFromAConnectedQpIsStale) {
+  auto [a_id, b_id] = establish();
+  // Another REQ from A's QP 0x11, under a new communication ID, while B is connected to it.
+  auto other = a_.connect(now_, connect_params());
+  ASSERT_TRUE(other.ok());
+  pump();
+  bool rejected = false;
+  for (const auto& e : events(a_)) {
+    if (e.id == *other && e.type == CmEventType::kRejected) {
+      EXPECT_EQ(e.reason, CmRejReason::kStaleConn);
+      rejected = true;
+    }
+  }
+  EXPECT_TRUE(rejected);
+  EXPECT_EQ(b_.connection_count(), 1u);
+  (void)a_id;
+  (void)b_id;
+}
+
 TEST_F(CmPair, StaleMadsForUnknownIdsAreAnsweredAsCmDoes) {
   wire::CmRep rep;
   rep.local_comm_id = 0x1234;
