@@ -187,7 +187,7 @@ void CmEndpoint::enter_timewait(Instant now, Conn& c) {
   c.request.reset();
   forget_remote_qpn(c);  // the QP may connect again: a new REQ from it is no longer stale
   c.deadline = now + cm_time_to_duration(static_cast<std::uint8_t>(config_.packet_life_time + 1));
-  if (!c.active && !c.sidr) c.deadline = std::max(c.deadline, c.req_retransmits_end);
+  if (!c.active) c.deadline = std::max(c.deadline, c.req_retransmits_end);
 }
 
 void CmEndpoint::erase(Conn& c) {
@@ -873,7 +873,6 @@ CmRx CmEndpoint::on_drep(Instant now, const CmPeer& from, const wire::CmDrep& m)
 
 CmRx CmEndpoint::on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid,
                              const wire::CmSidrReq& m) {
-  (void)now;
   if (Conn* c = find_passive(true, from, m.request_id)) {
     if (c->state == State::kTimewait && c->reply.has_value()) resend(from, *c->reply);
     return CmRx::kDuplicate;  // cm.c cm_insert_remote_sidr: dropped
@@ -900,6 +899,12 @@ CmRx CmEndpoint::on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid,
   c.tid = tid;
   c.qp.pkey = m.partition_key;
   c.state = State::kSidrReqRcvd;
+  // A SIDR_REQ does not say how long its sender retries; assume rdma_cm's (and ours): max CM
+  // retries of 2^(CMA_CM_RESPONSE_TIMEOUT-8) ms, plus two lifetimes in flight.
+  c.req_retransmits_end = now +
+                          cm_time_to_duration(config_.cm_response_timeout) *
+                              (std::int64_t{config_.max_cm_retries} + 1) +
+                          cm_time_to_duration(config_.packet_life_time) * 2;
   by_remote_[RemoteKey{true, from, m.request_id}] = c.local_id;
   CmEvent e = event_for(CmEventType::kSidrRequest, c);
   copy_private_data(e, m.private_data);
@@ -989,7 +994,8 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
       return;
     }
     case State::kTimewait:
-      emit(event_for(CmEventType::kTimewaitExit, c));
+      // A SIDR reply's tombstone ends silently: its user has been done with it since the reply.
+      if (!c.sidr) emit(event_for(CmEventType::kTimewaitExit, c));
       erase(c);
       return;
     default:

@@ -20,7 +20,8 @@
 //   ESTABLISHED --disconnect()/DREQ--> DREQ_SENT --DREP or retries out--> TIMEWAIT --> gone
 //   ESTABLISHED --DREQ received--> DREQ_RCVD --disconnect()/DREP--> TIMEWAIT --> gone
 //   SIDR: sidr_resolve() --SIDR_REQ--> SIDR_REQ_SENT --SIDR_REP--> gone (kSidrReply)
-//         SIDR_REQ --> SIDR_REQ_RCVD --sidr_reply()--> TIMEWAIT (answers duplicates) --> gone
+//         SIDR_REQ --> SIDR_REQ_RCVD --sidr_reply()--> TIMEWAIT (answers duplicates with the
+//         same SIDR_REP until the requester's retries are over) --> gone
 //
 // Timers (cm.c): REQ every 2 * 2^(packet_life_time-8) + 2^(remote_cm_response_timeout-8) ms,
 // REP every 2^(local_cm_response_timeout-8) ms of the REQ, DREQ like the side's first message;
@@ -294,7 +295,8 @@ class CmEndpoint {
     std::uint8_t max_retries = 0;
     std::uint8_t retries_left = 0;
     Instant deadline = Instant::never();
-    // Passive: until when the active side may still retransmit its REQ (see enter_timewait).
+    // Passive: until when the active side may still retransmit its REQ or SIDR_REQ (see
+    // enter_timewait).
     Instant req_retransmits_end;
     // The last request (REQ, REP, DREQ, SIDR_REQ) for retransmission, and the last reply
     // (MRA, RTU, DREP, REJ, SIDR_REP) for answering duplicates.

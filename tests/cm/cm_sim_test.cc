@@ -27,6 +27,7 @@ namespace {
 
 constexpr std::uint64_t kService = wire::rdma_service_id(wire::RdmaPortSpace::kTcp, 7471);
 constexpr std::uint64_t kNoService = wire::rdma_service_id(wire::RdmaPortSpace::kTcp, 9);
+constexpr std::uint64_t kUdpService = wire::rdma_service_id(wire::RdmaPortSpace::kUdp, 7471);
 
 struct Faults {
   std::uint64_t loss_per_1000 = 0;
@@ -68,8 +69,10 @@ class CmSim {
       : seed_(seed), prng_(seed), eps_{CmEndpoint(config(seed, 0)), CmEndpoint(config(seed, 1))} {
     faults_ = faults_from_seed(prng_);
     faults_.canary_corrupt_rep_psn = canary;
-    UROCE_CHECK(eps_[0].listen(kService).ok());
-    UROCE_CHECK(eps_[1].listen(kService).ok());
+    for (auto& e : eps_) {
+      UROCE_CHECK(e.listen(kService).ok());
+      UROCE_CHECK(e.listen(kUdpService).ok());
+    }
   }
 
   // Runs the fault phase and the liveness phase; returns "" or what went wrong.
@@ -80,6 +83,13 @@ class CmSim {
       const int from = static_cast<int>(prng_.below(2));
       const bool listener = prng_.below(10) != 0;
       schedule(at, [this, from, listener] { start_attempt(from, listener, true); });
+    }
+    const int sidr_attempts = static_cast<int>(prng_.range(0, 3));
+    for (int i = 0; i < sidr_attempts; ++i) {
+      const Instant at = now_ + Duration::ms(static_cast<std::int64_t>(prng_.range(0, 60'000)));
+      const int from = static_cast<int>(prng_.below(2));
+      const bool listener = prng_.below(8) != 0;
+      schedule(at, [this, from, listener] { start_sidr(from, listener); });
     }
     if (!run_until_quiet()) return failure_;
     if (!check_final("fault phase")) return failure_;
@@ -114,6 +124,13 @@ class CmSim {
     return eps_[0].counters().rx_answered + eps_[1].counters().rx_answered;
   }
   std::uint64_t qp_errors() const { return qp_errors_; }
+  int sidr_resolved() const {
+    int n = 0;
+    for (const auto& a : sidr_) {
+      n += a.got_reply && a.got_status == wire::SidrStatus::kSuccess ? 1 : 0;
+    }
+    return n;
+  }
 
  private:
   struct Side {
@@ -134,6 +151,21 @@ class CmSim {
     std::uint32_t passive_qpn = 0;
     std::vector<std::byte> private_data;
     std::size_t side[2] = {0, 0};  // indexes into sides_: 0 active, 1 passive
+  };
+  // A UD ID's address resolution (rdma_resolve_route for RDMA_PS_UDP): SIDR_REQ, SIDR_REP.
+  struct SidrAttempt {
+    int active_ep = 0;
+    bool listener = true;
+    int requests_seen = 0;  // kSidrRequest events on the passive side
+    bool replied = false;   // the passive application answered (or destroyed)
+    wire::SidrStatus reply_status = wire::SidrStatus::kSuccess;
+    std::uint32_t reply_qpn = 0;
+    std::uint32_t reply_qkey = 0;
+    int results = 0;  // kSidrReply or kUnreachable on the active side
+    bool got_reply = false;
+    wire::SidrStatus got_status = wire::SidrStatus::kSuccess;
+    std::uint32_t got_qpn = 0;
+    std::uint32_t got_qkey = 0;
   };
   struct InFlight {
     Instant at;
@@ -223,6 +255,98 @@ class CmSim {
     return index;
   }
 
+  void start_sidr(int from, bool listener) {
+    SidrAttempt a;
+    a.active_ep = from;
+    a.listener = listener;
+    sidr_.push_back(a);
+    const auto index = static_cast<std::uint32_t>(sidr_.size() - 1);
+    std::array<std::byte, 4> pd{};
+    store_be32(pd, 0, index);  // the passive application finds the attempt by it
+    SidrParams p;
+    p.peer = peer_of(1 - from);
+    p.service_id = listener ? kUdpService : kNoService;
+    p.private_data = pd;
+    auto id = eps_[from].sidr_resolve(now_, p);
+    UROCE_CHECK(id.ok());
+    sidr_owner_[{from, id->value}] = index;
+  }
+
+  void on_sidr_request(int ep, const CmEvent& ev) {
+    const std::uint32_t index = load_be32(as_bytes(ev.private_data.data(), 4), 0);
+    if (index >= sidr_.size() || sidr_[index].active_ep != 1 - ep) {
+      fail("a SIDR request nobody sent");
+      return;
+    }
+    SidrAttempt& a = sidr_[index];
+    if (++a.requests_seen > 1) {
+      fail("a second SIDR request for one resolve");
+      return;
+    }
+    const ConnId id = ev.id;
+    // Sometimes later than the SIDR_REQ's timeout (4 s), so that it is retransmitted meanwhile.
+    const Duration delay = prng_.below(4) == 0 ? ms(0, 9000) : ms(0, 300);
+    a.replied = true;
+    if (prng_.below(8) == 0) {
+      a.reply_status = wire::SidrStatus::kReject;  // rdma_destroy_id: SIDR_REP Reject
+      schedule(now_ + delay, [this, ep, id] { UROCE_CHECK(eps_[ep].destroy(now_, id).ok()); });
+      return;
+    }
+    a.reply_qpn = next_qpn_++;
+    a.reply_qkey = static_cast<std::uint32_t>(prng_.next());
+    const std::uint32_t qpn = a.reply_qpn;
+    const std::uint32_t qkey = a.reply_qkey;
+    schedule(now_ + delay, [this, ep, id, qpn, qkey] {
+      UROCE_CHECK(eps_[ep].sidr_reply(now_, id, wire::SidrStatus::kSuccess, qpn, qkey, {}).ok());
+    });
+  }
+
+  // kSidrReply or kUnreachable for a SIDR ID; false when the ID is not one.
+  bool on_sidr_result(int ep, const CmEvent& ev) {
+    auto it = sidr_owner_.find({ep, ev.id.value});
+    if (it == sidr_owner_.end()) return false;
+    SidrAttempt& a = sidr_[it->second];
+    if (++a.results > 1) {
+      fail("two results for one SIDR resolve");
+      return true;
+    }
+    if (ev.type == CmEventType::kSidrReply) {
+      a.got_reply = true;
+      a.got_status = ev.sidr_status;
+      a.got_qpn = ev.sidr_qpn;
+      a.got_qkey = ev.sidr_qkey;
+    } else if (ev.type != CmEventType::kUnreachable) {
+      fail("a SIDR ID got " + std::string(cm_event_name(ev.type)));
+    }
+    return true;
+  }
+
+  bool check_sidr(const std::string& where) {
+    for (std::size_t i = 0; i < sidr_.size(); ++i) {
+      const SidrAttempt& a = sidr_[i];
+      const std::string tag = where + "SIDR " + std::to_string(i) + ": ";
+      if (a.results != 1) {
+        fail(tag + "no result");
+        return false;
+      }
+      if (!a.got_reply) continue;  // unreachable: every SIDR_REQ or SIDR_REP was lost
+      if (!a.listener) {
+        if (a.got_status != wire::SidrStatus::kUnsupported || a.requests_seen != 0) {
+          fail(tag + "no listener, yet not Unsupported");
+          return false;
+        }
+        continue;
+      }
+      if (!a.replied || a.got_status != a.reply_status ||
+          (a.got_status == wire::SidrStatus::kSuccess &&
+           (a.got_qpn != a.reply_qpn || a.got_qkey != a.reply_qkey))) {
+        fail(tag + "the SIDR_REP received is not the one sent");
+        return false;
+      }
+    }
+    return true;
+  }
+
   std::size_t new_side() {
     sides_.emplace_back();
     return sides_.size() - 1;
@@ -306,6 +430,11 @@ class CmSim {
       on_connect_request(ep, ev);
       return;
     }
+    if (ev.type == CmEventType::kSidrRequest) {
+      on_sidr_request(ep, ev);
+      return;
+    }
+    if (on_sidr_result(ep, ev)) return;
     auto it = owner_.find({ep, ev.id.value});
     if (it == owner_.end()) {
       fail(std::string("event ") + std::string(cm_event_name(ev.type)) + " for an unknown ID");
@@ -532,7 +661,7 @@ class CmSim {
       }
     }
     checked_ = attempts_.size();
-    return true;
+    return check_sidr(where);
   }
 
   std::uint64_t seed_;
@@ -542,6 +671,8 @@ class CmSim {
   Instant now_ = Instant::from_ns(0);
   std::vector<Attempt> attempts_;
   std::deque<Side> sides_;
+  std::vector<SidrAttempt> sidr_;
+  std::map<std::pair<int, std::uint32_t>, std::uint32_t> sidr_owner_;
   // (endpoint, ID) -> (attempt, side, role)
   std::map<std::pair<int, std::uint32_t>, std::tuple<std::size_t, std::size_t, int>> owner_;
   std::priority_queue<InFlight, std::vector<InFlight>, std::greater<InFlight>> wire_;
@@ -567,6 +698,7 @@ TEST(CmSim, SeedsUnderLossDuplicationReorderingAndPartitions) {
   std::uint64_t duplicates = 0;
   std::uint64_t answered = 0;
   std::uint64_t qp_errors = 0;
+  int sidr = 0;
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     CmSim sim(seed, false);
     const std::string failure = sim.run();
@@ -577,18 +709,21 @@ TEST(CmSim, SeedsUnderLossDuplicationReorderingAndPartitions) {
     duplicates += sim.duplicates();
     answered += sim.answered();
     qp_errors += sim.qp_errors();
+    sidr += sim.sidr_resolved();
   }
   // The runs must exercise the interesting paths, not only clean connects.
   EXPECT_GT(both, 200);
   EXPECT_GT(retransmits, 100u);
   EXPECT_GT(duplicates, 100u);
   EXPECT_GT(answered, 10u);
+  EXPECT_GT(sidr, 100);
   std::printf(
       "cm sim: %llu seeds, %d connections up on both sides, %d up alone and torn down; "
-      "%llu retransmissions, %llu duplicates received, %llu stale MADs answered, %llu QP errors\n",
+      "%llu retransmissions, %llu duplicates received, %llu stale MADs answered, %llu QP errors; "
+      "%d SIDR resolves\n",
       static_cast<unsigned long long>(kSeeds), both, half_open,
       static_cast<unsigned long long>(retransmits), static_cast<unsigned long long>(duplicates),
-      static_cast<unsigned long long>(answered), static_cast<unsigned long long>(qp_errors));
+      static_cast<unsigned long long>(answered), static_cast<unsigned long long>(qp_errors), sidr);
 }
 
 // The canary: a channel that corrupts the REP's starting PSN. The oracle must notice.
