@@ -546,6 +546,79 @@ TEST_F(CmPair, DestroyWhenEstablishedDisconnectsSilently) {
   EXPECT_EQ(a_.connection_count() + b_.connection_count(), 0u);
 }
 
+// Random MADs (a valid header, any attribute, any data) at endpoints with connections in many
+// states, half of them naming a live communication ID: never a crash or an assertion, and the
+// endpoints still drain to nothing.
+TEST_F(CmPair, RandomMadsNeverBreakTheMachine) {
+  Prng prng(7);
+  ASSERT_TRUE(b_.listen(kService).ok());
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t i = 0; i < 6; ++i) {
+    auto p = connect_params();
+    p.local_qpn = 0x100 + i;
+    auto a_id = a_.connect(now_, p);
+    ASSERT_TRUE(a_id.ok());
+    ids.push_back(a_id->value);
+    pump();
+    for (const auto& e : events(b_)) {
+      ids.push_back(e.id.value);
+      if (i > 0) {  // connection 0 stays in REQ_RCVD
+        ASSERT_TRUE(b_.accept(now_, e.id, accept_params()).ok());
+      }
+    }
+    pump();
+    for (const auto& e : events(a_)) {
+      if (i % 2 == 0) {  // odd ones stay in REP_RCVD
+        ASSERT_TRUE(a_.establish(now_, e.id).ok());
+      }
+    }
+    pump();
+    (void)events(b_);
+  }
+  for (int i = 0; i < 20000; ++i) {
+    std::array<std::byte, wire::kMadBytes> mad{};
+    for (auto& b : mad) b = std::byte(prng.below(256));
+    mad[0] = std::byte{1};
+    mad[1] = std::byte{0x07};
+    mad[2] = std::byte{2};
+    mad[3] = std::byte{0x03};
+    mad[16] = std::byte{0};
+    mad[17] = std::byte(0x10 + prng.below(9));
+    if (prng.below(2) == 0) {
+      store_be32(mad, wire::kMadHeaderBytes + (prng.below(2) == 0 ? 0 : 4),
+                 ids[prng.below(ids.size())]);
+    }
+    now_ = now_ + Duration::ms(static_cast<std::int64_t>(prng.below(50)));
+    CmEndpoint& to = prng.below(2) == 0 ? a_ : b_;
+    (void)to.handle_mad(now_, prng.below(2) == 0 ? peer(1) : peer(2), mad);
+    to.handle_timeout(now_);
+    (void)drain(to);
+    for (const auto& e : events(to)) {
+      if (e.type == CmEventType::kDisconnected) (void)to.disconnect(now_, e.id, {});
+      if (e.type == CmEventType::kConnectRequest || e.type == CmEventType::kConnectResponse ||
+          e.type == CmEventType::kSidrRequest) {
+        (void)to.destroy(now_, e.id);
+      }
+    }
+  }
+  // Everything ends: the established connections by disconnect, the rest by their timers.
+  for (std::uint32_t id : ids) {
+    (void)a_.destroy(now_, ConnId{id});
+    (void)b_.destroy(now_, ConnId{id});
+  }
+  for (int i = 0; i < 10000 && !(a_.poll_timeout().is_never() && b_.poll_timeout().is_never());
+       ++i) {
+    now_ = earliest(a_.poll_timeout(), b_.poll_timeout());
+    a_.handle_timeout(now_);
+    b_.handle_timeout(now_);
+    pump();
+    (void)events(a_);
+    (void)events(b_);
+  }
+  EXPECT_EQ(a_.connection_count(), 0u);
+  EXPECT_EQ(b_.connection_count(), 0u);
+}
+
 TEST_F(CmPair, BadArgumentsAreErrors) {
   std::vector<std::byte> big(93);
   auto p = connect_params();
