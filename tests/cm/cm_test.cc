@@ -619,6 +619,80 @@ TEST_F(CmPair, RandomMadsNeverBreakTheMachine) {
   EXPECT_EQ(b_.connection_count(), 0u);
 }
 
+TEST_F(CmPair, DreqRetriesThenDisconnectedAndTimewait) {
+  auto [a_id, b_id] = establish();
+  (void)events(a_);
+  ASSERT_TRUE(a_.disconnect(now_, a_id, {}).ok());
+  int dreqs = 0;
+  while (a_.connection_count() > 0) {
+    for (const auto& m : drain(a_)) dreqs += attr_of(m) == CmAttr::kDreq ? 1 : 0;  // all lost
+    ASSERT_FALSE(a_.poll_timeout().is_never());
+    now_ = a_.poll_timeout();
+    a_.handle_timeout(now_);
+  }
+  EXPECT_EQ(dreqs, 16);  // the first and 15 retries
+  auto evs = events(a_);
+  ASSERT_EQ(evs.size(), 2u);
+  EXPECT_EQ(evs[0].type, CmEventType::kDisconnected);
+  EXPECT_EQ(evs[1].type, CmEventType::kTimewaitExit);
+  (void)b_id;
+}
+
+TEST_F(CmPair, ReqsTheCmCannotServeAreRejected) {
+  ASSERT_TRUE(b_.listen(kService).ok());
+  wire::CmReq req;
+  req.local_comm_id = 99;
+  req.service_id = kService;
+  req.path_mtu = 3;
+  req.transport_service_type = 1;  // UC
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), wire::build_cm_mad(wire::CmMad{1, req})), CmRx::kAnswered);
+  req.transport_service_type = 0;
+  req.path_mtu = 7;
+  EXPECT_EQ(b_.handle_mad(now_, peer(1), wire::build_cm_mad(wire::CmMad{2, req})), CmRx::kAnswered);
+  auto out = drain(b_);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(message_of<wire::CmRej>(out[0]).reason,
+            static_cast<std::uint16_t>(CmRejReason::kInvalidTransportType));
+  EXPECT_EQ(message_of<wire::CmRej>(out[1]).reason,
+            static_cast<std::uint16_t>(CmRejReason::kInvalidMtu));
+  EXPECT_EQ(message_of<wire::CmRej>(out[1]).remote_comm_id, 99u);
+  EXPECT_TRUE(events(b_).empty());
+  EXPECT_EQ(b_.connection_count(), 0u);
+}
+
+TEST_F(CmPair, RejNamingAnotherPeerIdIsDropped) {
+  auto [a_id, b_id] = up_to_rep();
+  wire::CmRej rej;
+  rej.local_comm_id = b_id.value + 1;  // not B's ID
+  rej.remote_comm_id = a_id.value;
+  rej.reason = static_cast<std::uint16_t>(CmRejReason::kConsumerDefined);
+  EXPECT_EQ(a_.handle_mad(now_, peer(2), wire::build_cm_mad(wire::CmMad{1, rej})), CmRx::kDropped);
+  EXPECT_EQ(a_.handle_mad(now_, peer(3), wire::build_cm_mad(wire::CmMad{1, rej})),
+            CmRx::kDropped);         // nor from another peer
+  ASSERT_EQ(events(a_).size(), 1u);  // only the connect response
+}
+
+TEST_F(CmPair, MraOnRepAndADuplicateRepGetsTheMraAgain) {
+  auto cfg = config(1);
+  cfg.send_mra = true;
+  CmEndpoint a(cfg);
+  ASSERT_TRUE(b_.listen(kService).ok());
+  ASSERT_TRUE(a.connect(now_, connect_params()).ok());
+  auto req = drain(a);
+  ASSERT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kAccepted);
+  ASSERT_TRUE(b_.accept(now_, events(b_)[0].id, accept_params()).ok());
+  auto rep = drain(b_);
+  ASSERT_EQ(a.handle_mad(now_, peer(2), rep[0].mad), CmRx::kAccepted);
+  auto mra = drain(a);
+  ASSERT_EQ(mra.size(), 1u);
+  ASSERT_EQ(attr_of(mra[0]), CmAttr::kMra);
+  EXPECT_EQ(message_of<wire::CmMra>(mra[0]).message_mraed, 1);  // the REP
+  expect_answered_again(a, peer(2), rep[0].mad, mra[0]);
+  // B waits the MRA's service timeout before resending the REP.
+  ASSERT_EQ(b_.handle_mad(now_, peer(1), mra[0].mad), CmRx::kAccepted);
+  EXPECT_EQ(b_.poll_timeout(), now_ + Duration::ms(65536 + 2048));
+}
+
 TEST_F(CmPair, BadArgumentsAreErrors) {
   std::vector<std::byte> big(93);
   auto p = connect_params();
