@@ -19,6 +19,9 @@
 //
 //   ESTABLISHED --disconnect()/DREQ--> DREQ_SENT --DREP or retries out--> TIMEWAIT --> gone
 //   ESTABLISHED --DREQ received--> DREQ_RCVD --disconnect()/DREP--> TIMEWAIT --> gone
+//   REQ retries out: REJ Timeout, gone (kUnreachable). REP retries out: REJ Timeout, TIMEWAIT
+//   (kUnreachable). REJ received while connecting: gone or TIMEWAIT (kRejected); once up:
+//   TIMEWAIT (kDisconnected).
 //   SIDR: sidr_resolve() --SIDR_REQ--> SIDR_REQ_SENT --SIDR_REP--> gone (kSidrReply)
 //         SIDR_REQ --> SIDR_REQ_RCVD --sidr_reply()--> TIMEWAIT (answers duplicates with the
 //         same SIDR_REP until the requester's retries are over) --> gone
@@ -30,6 +33,16 @@
 // side at least until the active side's last REQ retransmission has come and gone, so that a REQ
 // the passive side has already rejected or given up on gets a REJ again instead of starting a new
 // connection (cm.c forgets such a REQ at once and would offer it to the user again).
+//
+// Duplicates and stale MADs (cm.c's answers unless said otherwise):
+//   REQ again: dropped in REQ_RCVD; the MRA again in MRA_REQ_SENT; the same REP again in
+//     REP_SENT (cm.c drops it and waits for its REP timer); the consumer's REJ again, or REJ Stale
+//     Connection, in TIMEWAIT. A new REQ from a QP connected here: REJ Stale Connection. No
+//     listener: REJ Invalid Service ID.
+//   REP again: the RTU again when ESTABLISHED, the MRA again in MRA_REP_SENT; a REP for no ID:
+//     REJ Invalid Communication ID.
+//   DREQ for no ID, or in TIMEWAIT: a DREP. SIDR_REQ for no listener: SIDR_REP Unsupported.
+//   RTU, DREP, MRA, REJ, SIDR_REP for no ID: dropped. Anything that does not parse: counted.
 #pragma once
 
 #include <array>
