@@ -971,8 +971,9 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
     }
     case State::kRepSent:
     case State::kMraRepRcvd: {
-      // No RTU: REJ Timeout (IBTA 12.9.8.x) so that an active side that got a REP does not stay
-      // up alone; timewait answers a late REQ with REJ Stale Connection.
+      // No RTU. cm.c reports IB_CM_REP_ERROR and forgets the ID; uroce also sends REJ Timeout,
+      // so that an active side that got a REP does not stay up alone, and keeps a timewait that
+      // answers a late REQ with REJ Stale Connection.
       send_rej(c.peer, c.tid, c.local_id, c.remote_id, CmMsgResponse::kOther, CmRejReason::kTimeout,
                {}, nullptr);
       CmEvent e = event_for(CmEventType::kUnreachable, c);
