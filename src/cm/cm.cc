@@ -232,7 +232,7 @@ CmEvent CmEndpoint::event_for(CmEventType t, const Conn& c) const {
 
 // ---- user calls ----
 
-// cm.c cm_format_req with cma.c's parameters, RoCE style: permissive LIDs, subnet local.
+// cm.c cm_format_req with cma.c's parameters, RoCE style: permissive LIDs.
 wire::CmReq CmEndpoint::format_req(const Conn& c, const ConnectParams& p) const {
   wire::CmReq req;
   req.local_comm_id = c.local_id;
@@ -243,7 +243,7 @@ wire::CmReq CmEndpoint::format_req(const Conn& c, const ConnectParams& p) const 
   req.initiator_depth = p.initiator_depth;
   req.remote_cm_response_timeout = config_.cm_response_timeout;
   req.transport_service_type = 0;  // RC
-  req.end_to_end_flow_control = 1;
+  req.end_to_end_flow_control = p.flow_control ? 1 : 0;
   req.starting_psn = p.starting_psn;
   req.local_cm_response_timeout = config_.cm_response_timeout;
   req.retry_count = p.retry_count;
@@ -260,7 +260,7 @@ wire::CmReq CmEndpoint::format_req(const Conn& c, const ConnectParams& p) const 
   req.primary_traffic_class = p.traffic_class;
   req.primary_hop_limit = p.hop_limit;
   req.primary_sl = p.sl;
-  req.primary_subnet_local = 1;
+  req.primary_subnet_local = p.hop_limit <= 1 ? 1 : 0;  // cm.c cm_format_req
   req.primary_local_ack_timeout = cm_ack_timeout(config_.ca_ack_delay, config_.packet_life_time);
   const bool fits = wire::set_private_data(req.private_data, p.private_data);
   UROCE_ASSERT(fits);
@@ -327,7 +327,7 @@ Result<QpAttributes, CmError> CmEndpoint::accept(Instant now, ConnId id, const A
   rep.initiator_depth = c->qp.max_rd_atomic;
   rep.target_ack_delay = config_.ca_ack_delay;
   rep.failover_accepted = 0;
-  rep.end_to_end_flow_control = 1;
+  rep.end_to_end_flow_control = p.flow_control ? 1 : 0;
   rep.rnr_retry_count = p.rnr_retry_count;
   rep.srq = p.srq ? 1 : 0;
   rep.local_ca_guid = config_.local_ca_guid;

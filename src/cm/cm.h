@@ -135,6 +135,7 @@ struct ConnectParams {
   std::uint8_t rnr_retry_count = 7;  // <= 7
   std::uint8_t path_mtu = 3;         // 1..5
   bool srq = false;
+  bool flow_control = false;  // rdma_conn_param.flow_control (End-to-End Flow Control)
   std::uint16_t pkey = 0xffff;
   std::uint32_t flow_label = 0;
   std::uint8_t traffic_class = 0;
@@ -152,6 +153,7 @@ struct AcceptParams {
   std::uint8_t initiator_depth = 0;
   std::uint8_t rnr_retry_count = 7;
   bool srq = false;
+  bool flow_control = false;
   ConstBytes private_data;  // <= 196 bytes
 };
 

@@ -7,6 +7,9 @@
 #include <functional>
 #include <vector>
 
+#include "support/golden.h"
+#include "wire/packet.h"
+
 namespace uroce::cm {
 namespace {
 
@@ -71,8 +74,7 @@ class CmPair : public ::testing::Test {
   }
 
   // `mad` delivered to `e` again is a duplicate that `e` answers with `want` again, byte for byte.
-  void expect_answered_again(CmEndpoint& e, const CmPeer& from,
-                             const std::array<std::byte, wire::kMadBytes>& mad,
+  void expect_answered_again(CmEndpoint& e, const CmPeer& from, ConstBytes mad,
                              const CmOutMad& want) {
     EXPECT_EQ(e.handle_mad(now_, from, mad), CmRx::kDuplicate);
     auto again = drain(e);
@@ -691,6 +693,101 @@ TEST_F(CmPair, MraOnRepAndADuplicateRepGetsTheMraAgain) {
   // B waits the MRA's service timeout before resending the REP.
   ASSERT_EQ(b_.handle_mad(now_, peer(1), mra[0].mad), CmRx::kAccepted);
   EXPECT_EQ(b_.poll_timeout(), now_ + Duration::ms(65536 + 2048));
+}
+
+// The kernel's REQ from rping (tests/data/golden/rping.pcap) at a uroce listener: a connect
+// request with its rdma_cm header, and a REP that answers that REQ's IDs and offers. And given
+// the kernel's parameters, uroce's REQ and REP are the kernel's bytes but for the local ID.
+TEST_F(CmPair, KernelRpingReqIsServedAndOurReqAndRepAreTheKernels) {
+  std::optional<std::vector<std::byte>> req_bytes;
+  std::optional<std::vector<std::byte>> rep_bytes;
+  for (const auto& fr : test::load_frames(test::data_dir() + "/golden/rping.pcap")) {
+    auto f = wire::parse_frame(wire::LinkType::kEthernet, fr.view());
+    ASSERT_TRUE(f.ok());
+    if (f->roce.bth().decode().dest_qpn != wire::kGsiQpn) continue;
+    const auto attr = static_cast<CmAttr>(load_be16(f->roce.payload, wire::kMadOffAttrId));
+    if (attr == CmAttr::kReq && !req_bytes)
+      req_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
+    if (attr == CmAttr::kRep && !rep_bytes)
+      rep_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
+  }
+  ASSERT_TRUE(req_bytes.has_value() && rep_bytes.has_value());
+  const auto req = std::get<wire::CmReq>(wire::parse_cm_mad(*req_bytes)->message);
+  ASSERT_TRUE(b_.listen(req.service_id).ok());
+  CmPeer kernel;
+  kernel.gid = req.primary_local_gid;
+  ASSERT_EQ(b_.handle_mad(now_, kernel, *req_bytes), CmRx::kAccepted);
+  auto evs = events(b_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kConnectRequest);
+  EXPECT_TRUE(wire::parse_cma_header(as_bytes(evs[0].private_data.data(), 92)).ok());
+  EXPECT_EQ(evs[0].qp.remote_qpn, req.local_qpn);
+  EXPECT_EQ(evs[0].qp.rq_psn, req.starting_psn);
+  ASSERT_TRUE(b_.accept(now_, evs[0].id, accept_params()).ok());
+  auto out = drain(b_);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].to, kernel);
+  const auto rep = message_of<wire::CmRep>(out[0]);
+  EXPECT_EQ(rep.remote_comm_id, req.local_comm_id);
+  EXPECT_EQ(load_be64(out[0].mad, wire::kMadOffTransactionId),
+            load_be64(*req_bytes, wire::kMadOffTransactionId));
+  EXPECT_LE(rep.responder_resources, req.initiator_depth);
+  EXPECT_LE(rep.initiator_depth, req.responder_resources);
+  // The kernel's REQ again: the same REP.
+  expect_answered_again(b_, kernel, *req_bytes, out[0]);
+
+  // uroce's REP from the kernel's passive side's parameters is the kernel's REP, byte for byte
+  // but for the communication ID.
+  const auto krep = std::get<wire::CmRep>(wire::parse_cm_mad(*rep_bytes)->message);
+  CmConfig pcfg = config(10);
+  pcfg.local_ca_guid = krep.local_ca_guid;
+  CmEndpoint passive(pcfg);
+  ASSERT_TRUE(passive.listen(req.service_id).ok());
+  ASSERT_EQ(passive.handle_mad(now_, kernel, *req_bytes), CmRx::kAccepted);
+  AcceptParams ap;
+  ap.local_qpn = krep.local_qpn;
+  ap.starting_psn = krep.starting_psn;
+  ap.responder_resources = krep.responder_resources;
+  ap.initiator_depth = krep.initiator_depth;
+  ap.rnr_retry_count = krep.rnr_retry_count;
+  ap.private_data = as_bytes(krep.private_data.data(), krep.private_data.size());
+  ASSERT_TRUE(passive.accept(now_, passive.poll_event()->id, ap).ok());
+  auto our_rep_mad = drain(passive).at(0).mad;
+  store_be32(our_rep_mad, wire::kMadHeaderBytes, krep.local_comm_id);
+  for (std::size_t i = 0; i < wire::kMadBytes; ++i) {
+    EXPECT_EQ(our_rep_mad[i], (*rep_bytes)[i]) << "REP byte " << i;
+  }
+
+  // uroce's REQ from the same parameters is the kernel's, field for field, but for the
+  // communication ID (each side draws its own).
+  CmConfig cfg = config(9);
+  cfg.local_ca_guid = req.local_ca_guid;
+  CmEndpoint a(cfg);
+  ConnectParams p;
+  p.peer.gid = req.primary_remote_gid;
+  p.local_gid = req.primary_local_gid;
+  p.service_id = req.service_id;
+  p.local_qpn = req.local_qpn;
+  p.starting_psn = req.starting_psn;
+  p.responder_resources = req.responder_resources;
+  p.initiator_depth = req.initiator_depth;
+  p.retry_count = req.retry_count;
+  p.rnr_retry_count = req.rnr_retry_count;
+  p.path_mtu = req.path_mtu;
+  p.flow_label = req.primary_flow_label;
+  p.traffic_class = req.primary_traffic_class;
+  p.hop_limit = req.primary_hop_limit;
+  p.sl = req.primary_sl;
+  p.private_data = as_bytes(req.private_data.data(), req.private_data.size());
+  ASSERT_TRUE(a.connect(now_, p).ok());
+  auto ours = message_of<wire::CmReq>(drain(a).at(0));
+  ours.local_comm_id = req.local_comm_id;
+  EXPECT_TRUE(ours == req);
+  const auto ours_bytes = wire::build_cm_mad(wire::CmMad{0, ours});
+  const auto theirs = wire::build_cm_mad(wire::CmMad{0, req});
+  for (std::size_t i = 0; i < wire::kMadBytes; ++i) {
+    EXPECT_EQ(ours_bytes[i], theirs[i]) << "MAD byte " << i;
+  }
 }
 
 TEST_F(CmPair, BadArgumentsAreErrors) {
