@@ -47,6 +47,13 @@ class CmPair : public ::testing::Test {
     return c;
   }
 
+  // A peer that sends MRAs, as cma.c does for user-space IDs.
+  static CmConfig mra_config(std::uint64_t seed) {
+    CmConfig c = config(seed);
+    c.send_mra = true;
+    return c;
+  }
+
   std::vector<CmOutMad> drain(CmEndpoint& e) {
     std::vector<CmOutMad> out;
     while (auto m = e.poll_transmit()) out.push_back(*m);
@@ -412,9 +419,7 @@ TEST_F(CmPair, CommEstablishedBeforeTheRtu) {
 }
 
 TEST_F(CmPair, MraStretchesTheReqTimer) {
-  auto cfg = config(2);
-  cfg.send_mra = true;
-  CmEndpoint b(cfg);
+  CmEndpoint b(mra_config(2));
   ASSERT_TRUE(b.listen(kService).ok());
   ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
   auto req = drain(a_);
@@ -675,9 +680,7 @@ TEST_F(CmPair, RejNamingAnotherPeerIdIsDropped) {
 }
 
 TEST_F(CmPair, MraOnRepAndADuplicateRepGetsTheMraAgain) {
-  auto cfg = config(1);
-  cfg.send_mra = true;
-  CmEndpoint a(cfg);
+  CmEndpoint a(mra_config(1));
   ASSERT_TRUE(b_.listen(kService).ok());
   ASSERT_TRUE(a.connect(now_, connect_params()).ok());
   auto req = drain(a);
