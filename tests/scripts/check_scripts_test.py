@@ -182,6 +182,18 @@ class CorePurityTest(TreeTest):
                          {"src/base/clock.h:2", "src/base/clock.h:4"}, result.stdout)
         self.assertIn("(included from src/wire/packet.h:3)", result.stdout)
 
+    def test_connection_manager_is_core(self):
+        write_tree(self.root, {
+            "src/wire/psn.h": "#pragma once\n",
+            "src/cm/cm.cc": """
+                #include <chrono>
+                auto t() { return std::chrono::steady_clock::now(); }
+                """,
+        })
+        result = self.purity()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout), {"src/cm/cm.cc:1", "src/cm/cm.cc:2"})
+
     def test_root_without_core_is_an_error(self):
         write_tree(self.root, {"src/base/bytes.h": "#pragma once\n"})
         result = self.purity()
