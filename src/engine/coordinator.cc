@@ -321,9 +321,12 @@ class Coordinator {
     Member& mem = members_[i];
     ::close(mem.conn);
     mem.conn = -1;
+    if (mem.pidfd < 0) {
+      remove(i);  // no pidfd: leave now (the order may be off briefly)
+      return;
+    }
     release_all(mem);
     reprogram();
-    if (mem.pidfd < 0) remove(i);  // no pidfd: leave now (the order may be off briefly)
   }
 
   void release_all(Member& mem) {
@@ -352,7 +355,6 @@ class Coordinator {
       if (mem.qp1) qp1 = static_cast<std::uint32_t>(i + 1);
       if (!mem.blocks.empty()) entries.push_back({static_cast<std::uint32_t>(i + 1), mem.blocks});
     }
-    if (steering_program_size(entries) > BPF_MAXINSNS) return false;
     return attach_steering_program(sink_, steering_program(entries, qp1)) == 0;
   }
 

@@ -22,19 +22,9 @@ sock_filter jump(std::uint16_t code, std::uint32_t k, std::uint8_t jt, std::uint
 
 }  // namespace
 
-std::size_t steering_program_size(std::span<const SteeringEntry> entries) {
-  std::size_t n = 6;  // the prologue (5) and the final "return 0"
-  for (const SteeringEntry& e : entries) {
-    const std::size_t runs = (e.blocks.size() + kRun - 1) / kRun;
-    n += e.blocks.size() + 2 * runs;
-  }
-  return n;
-}
-
 std::vector<sock_filter> steering_program(std::span<const SteeringEntry> entries,
                                           std::uint32_t qp1_index) {
   std::vector<sock_filter> p;
-  p.reserve(steering_program_size(entries));
   // A = the BTH's bytes 4..7 (reserved byte, DestQP); a datagram shorter than 8 bytes makes
   // the load fail, which ends the program with 0: the coordinator's socket.
   p.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, 4));

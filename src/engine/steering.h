@@ -24,13 +24,13 @@ struct SteeringEntry {
   std::span<const std::uint32_t> blocks;
 };
 
-// The program's length for these entries, without building it.
-std::size_t steering_program_size(std::span<const SteeringEntry> entries);
-// The program. Its length is steering_program_size(entries); the kernel takes at most
-// BPF_MAXINSNS (4096) instructions, about 4000 blocks (a million QPs).
+// The program: 6 instructions, plus per entry one per block and two per run of up to 200
+// blocks. The kernel takes at most BPF_MAXINSNS (4096) instructions, about 4000 blocks (a
+// million QPs).
 std::vector<sock_filter> steering_program(std::span<const SteeringEntry> entries,
                                           std::uint32_t qp1_index);
-// Attaches it to the group of `fd` (any member). 0 or errno.
+// Attaches it to the group of `fd` (any member). 0 or errno (E2BIG: longer than the kernel
+// takes).
 int attach_steering_program(int fd, const std::vector<sock_filter>& program);
 
 }  // namespace uroce::engine
