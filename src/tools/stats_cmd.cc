@@ -50,18 +50,24 @@ bool parse_endpoint(std::string_view path, StatsEndpoint& out) {
   return true;
 }
 
+// The socket paths listed in `proc_net_unix`: the last column ("Num RefCount Protocol Flags
+// Type St Inode Path"); the names uroce binds hold no spaces.
+std::vector<std::string> unix_socket_paths(const std::string& proc_net_unix) {
+  std::vector<std::string> paths;
+  std::ifstream in(proc_net_unix);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t sp = line.find_last_of(' ');
+    paths.push_back(sp == std::string::npos ? line : line.substr(sp + 1));
+  }
+  return paths;
+}
+
 }  // namespace
 
 std::vector<StatsEndpoint> find_stats_endpoints(const std::string& proc_net_unix) {
   std::vector<StatsEndpoint> found;
-  std::ifstream in(proc_net_unix);
-  std::string line;
-  while (std::getline(in, line)) {
-    // The path is the last column ("Num RefCount Protocol Flags Type St Inode Path"); the
-    // names uroce binds hold no spaces.
-    const std::size_t sp = line.find_last_of(' ');
-    const std::string_view path =
-        sp == std::string::npos ? std::string_view(line) : std::string_view(line).substr(sp + 1);
+  for (const std::string& path : unix_socket_paths(proc_net_unix)) {
     StatsEndpoint e;
     if (parse_endpoint(path, e)) found.push_back(std::move(e));
   }
@@ -163,13 +169,10 @@ int stats_run(const StatsCommand& cmd, std::FILE* out, std::FILE* err) {
 std::vector<std::pair<std::string, std::uint16_t>> find_shared_devices(
     const std::string& proc_net_unix) {
   std::vector<std::pair<std::string, std::uint16_t>> found;
-  std::ifstream in(proc_net_unix);
-  std::string line;
   constexpr std::string_view kDevd = "@uroce-devd/";
-  while (std::getline(in, line)) {
-    const std::size_t at = line.find(kDevd);
-    if (at == std::string::npos) continue;
-    const std::string rest = line.substr(at + kDevd.size());
+  for (const std::string& path : unix_socket_paths(proc_net_unix)) {
+    if (!path.starts_with(kDevd)) continue;
+    const std::string rest = path.substr(kDevd.size());
     const std::size_t slash = rest.rfind('/');
     if (slash == std::string::npos) continue;
     const unsigned long port = std::strtoul(rest.c_str() + slash + 1, nullptr, 10);
