@@ -57,7 +57,7 @@ struct Msg {
   std::int32_t status = 0;  // 0 or an errno value
   std::uint32_t version = kVersion;
   std::uint32_t value = 0;  // a block, a flag
-  std::int32_t pid = 0;
+  std::int32_t pid = 0;     // kMember (the coordinator takes a client's pid from SO_PEERCRED)
   std::uint32_t uid = 0;
   std::uint32_t blocks = 0;  // kMember: blocks held
   std::uint32_t index = 0;   // kMember: the socket's index in the group (0 is the coordinator's)

@@ -276,7 +276,6 @@ Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(const wire::Ip
     }
     devd::Msg hello;
     hello.type = devd::MsgType::kHello;
-    hello.pid = ::getpid();
     devd::set_text(hello.device, device);
     devd::set_text(hello.comm, this_comm());
     devd::Msg w;
