@@ -14,7 +14,8 @@
 // socket_name(ip, port). Every message is one Msg. The context says kHello and gets kWelcome
 // with its socket attached (SCM_RIGHTS) or kError; then kAllocBlock -> kBlock,
 // kReleaseBlock -> kReleased, kClaimQp1 -> kQp1; kBye before it closes the connection says its
-// socket is closed already. A connection that says kList instead of kHello gets one kMember per
+// socket is closed already. A connection that says kCmHello is librdmacm's (devd_cm_protocol.h).
+// A connection that says kList instead of kHello gets one kMember per
 // context and then kListEnd (for `uroce stats`).
 #pragma once
 
@@ -50,6 +51,7 @@ enum class MsgType : std::uint32_t {
   kMember,
   kListEnd,
   kBye,
+  kCmHello,  // the connection is an rdma_cm event channel's (devd_cm_protocol.h)
 };
 
 struct Msg {

@@ -1,0 +1,2 @@
+// The drop-in librdmacm's connection manager (rdmacm.h).
+#include "compat/rdmacm/rdmacm.h"
