@@ -10,10 +10,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "datapath/udp.h"
+#include "engine/cm_server.h"
 #include "engine/devd_protocol.h"
 #include "engine/steering.h"
 
@@ -43,8 +45,12 @@ struct Member {
 
 class Coordinator {
  public:
-  Coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& o)
-      : listen_(listen_fd), sink_(sink_fd), opt_(o), used_(devd::kLastBlock + 1, false) {
+  Coordinator(int listen_fd, std::unique_ptr<CmServer> cm, const CoordinatorOptions& o)
+      : listen_(listen_fd),
+        sink_(cm->sink_fd()),
+        cm_(std::move(cm)),
+        opt_(o),
+        used_(devd::kLastBlock + 1, false) {
     // Start the cyclic block counter somewhere new, so that a coordinator started after an
     // earlier one exited is unlikely to hand out the QPNs its contexts had (a peer may still
     // be sending to them).
@@ -71,8 +77,9 @@ class Coordinator {
           fds.push_back({m.pidfd, POLLIN, 0});
         }
       }
+      cm_->add_pollfds(fds);
       int timeout = -1;
-      if (members_.empty()) {
+      if (idle()) {
         const std::int64_t left = idle_since + opt_.linger_ms - monotonic_ms();
         if (left <= 0) {
           // Nobody came in time. A connection already waiting still gets served.
@@ -81,38 +88,54 @@ class Coordinator {
         }
         timeout = static_cast<int>(left > 0 ? left : 0);
       }
+      const Instant due = cm_->next_deadline();
+      if (due != Instant::never()) {
+        // Rounded up: a timer is never served early.
+        const std::int64_t ms = (due.ns() - now().ns() + 999'999) / 1'000'000;
+        const int t = static_cast<int>(ms < 0 ? 0 : (ms > 60'000 ? 60'000 : ms));
+        if (timeout < 0 || t < timeout) timeout = t;
+      }
       const int n = ::poll(fds.data(), fds.size(), timeout);
       if (n < 0) {
         if (errno == EINTR) continue;
         return 1;
       }
-      if (fds[1].revents != 0) drain_sink();
-      // Members first (by fd: the vector changes as they leave), then new connections.
+      if (fds[1].revents != 0) cm_->on_sink_readable(now());
+      // Members and CM clients first (by fd: the vectors change as they leave), then new
+      // connections.
       std::vector<int> ready;
       for (std::size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents != 0) ready.push_back(fds[i].fd);
       }
-      for (int fd : ready) serve_member_fd(fd);
+      for (int fd : ready) {
+        if (cm_->owns(fd)) {
+          cm_->on_client_readable(now(), fd);
+        } else {
+          serve_member_fd(fd);
+        }
+      }
+      if (due != Instant::never() && now() >= due) cm_->on_timeout(now());
       if (fds[0].revents != 0) accept_one();
-      if (!members_.empty()) {
+      if (!idle()) {
         idle_since = -1;
       } else if (idle_since < 0) {
         idle_since = monotonic_ms();
       }
     }
     // The sink first: once the name is free a successor may bind a new group at once.
-    ::close(sink_);
+    cm_.reset();
     ::close(listen_);
     return 0;
   }
 
  private:
-  void drain_sink() {
-    char buf[64];
-    for (int i = 0; i < 256; ++i) {
-      if (::recv(sink_, buf, sizeof buf, MSG_DONTWAIT) < 0) return;
-      ++unsteered_;
-    }
+  // Nobody uses the device: no context, no event channel.
+  bool idle() const { return members_.empty() && !cm_->has_clients(); }
+
+  static Instant now() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return Instant::from_ns(std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec);
   }
 
   static bool send_msg(int fd, const devd::Msg& m, int pass_fd = -1) {
@@ -159,7 +182,7 @@ class Coordinator {
       ::close(c);
       return;
     }
-    if (m.type != devd::MsgType::kHello) {
+    if (m.type != devd::MsgType::kHello && m.type != devd::MsgType::kCmHello) {
       ::close(c);
       return;
     }
@@ -176,6 +199,16 @@ class Coordinator {
                      " only; that user can start it with UROCE_SHARE=all to share it with "
                      "every user");
       ::close(c);
+      return;
+    }
+    if (m.type == devd::MsgType::kCmHello) {
+      devd::Msg w;
+      w.type = devd::MsgType::kWelcome;
+      if (send_msg(c, w)) {
+        cm_->add_client(c, cred.pid);
+      } else {
+        ::close(c);
+      }
       return;
     }
     const int udp = make_group_socket(opt_.ip, opt_.port);
@@ -217,7 +250,8 @@ class Coordinator {
     }
     devd::Msg end;
     end.type = devd::MsgType::kListEnd;
-    end.value = static_cast<std::uint32_t>(unsteered_ > 0xffffffffu ? 0xffffffffu : unsteered_);
+    const std::uint64_t unsteered = cm_->counters().unsteered;
+    end.value = static_cast<std::uint32_t>(unsteered > 0xffffffffu ? 0xffffffffu : unsteered);
     send_msg(c, end);
   }
 
@@ -359,12 +393,12 @@ class Coordinator {
   }
 
   int listen_;
-  int sink_;
+  int sink_;  // cm_'s (it owns it)
+  std::unique_ptr<CmServer> cm_;
   CoordinatorOptions opt_;
   std::vector<Member> members_;  // members_[k] is the group's index k + 1
   std::vector<bool> used_;       // by block
   std::uint32_t next_block_;
-  std::uint64_t unsteered_ = 0;
 };
 
 }  // namespace
@@ -398,7 +432,16 @@ int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& option
     ::close(listen_fd);
     return 1;
   }
-  return Coordinator(listen_fd, sink_fd, options).run();
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  const std::uint64_t seed = (std::uint64_t(ts.tv_sec) * 1'000'000'007u) ^
+                             std::uint64_t(ts.tv_nsec) ^ (std::uint64_t(::getpid()) << 32);
+  auto cm = CmServer::open(options.ip, options.port, sink_fd, seed);
+  if (!cm.ok()) {
+    ::close(listen_fd);
+    return 1;
+  }
+  return Coordinator(listen_fd, std::move(cm.value()), options).run();
 }
 
 }  // namespace uroce::engine

@@ -253,9 +253,19 @@ Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uin
 
 }  // namespace
 
-Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(const wire::IpAddress& ip,
-                                                                  std::uint16_t port,
-                                                                  const std::string& device) {
+namespace {
+
+struct Connected {
+  int conn = -1;
+  int udp = -1;  // the socket passed with kWelcome, if any
+  devd::Msg welcome;
+};
+
+// Connects to the device's coordinator (starting one when none runs) and says `hello`; the
+// connection once the coordinator has answered kWelcome.
+Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std::uint16_t port,
+                                                 const std::string& device,
+                                                 const devd::Msg& hello, bool want_socket) {
   const std::string name = devd::socket_name(ip, port);
   // A coordinator that is exiting, or one just being started by another process, keeps us
   // waiting a little: retry for up to 10 s.
@@ -274,37 +284,60 @@ Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(const wire::Ip
       }
       return Err{std::string("cannot reach the device coordinator: ") + std::strerror(-conn)};
     }
-    devd::Msg hello;
-    hello.type = devd::MsgType::kHello;
-    devd::set_text(hello.device, device);
-    devd::set_text(hello.comm, this_comm());
-    devd::Msg w;
-    int udp = -1;
-    if (send_msg(conn, hello) && recv_msg(conn, w, 10'000, &udp)) {
-      if (w.type == devd::MsgType::kError) {
+    Connected c;
+    if (send_msg(conn, hello) && recv_msg(conn, c.welcome, 10'000, &c.udp)) {
+      if (c.welcome.type == devd::MsgType::kError) {
         ::close(conn);
-        if (udp >= 0) ::close(udp);
-        return Err{"device " + device + " (" + ip_to_string(ip) + "): " + devd::get_text(w.text)};
+        if (c.udp >= 0) ::close(c.udp);
+        return Err{"device " + device + " (" + ip_to_string(ip) +
+                   "): " + devd::get_text(c.welcome.text)};
       }
-      if (w.type == devd::MsgType::kWelcome && udp >= 0) {
-        std::unique_ptr<SharedPort> sp(new SharedPort());
-        sp->conn_ = conn;
-        sp->udp_ = udp;
-        sp->udp_number_ = udp;
-        sp->owner_ = ::getpid();
-        sp->index_ = w.index;
-        guard_fd(conn);
-        guard_fd(udp);
-        return sp;
+      if (c.welcome.type == devd::MsgType::kWelcome && (c.udp >= 0 || !want_socket)) {
+        c.conn = conn;
+        return c;
       }
     }
     // The coordinator closed the connection (it is exiting) or said something else: again.
-    if (udp >= 0) ::close(udp);
+    if (c.udp >= 0) ::close(c.udp);
     ::close(conn);
     sleep_ms(5);
   }
   return Err{"the device coordinator for " + ip_to_string(ip) + " port " + std::to_string(port) +
              " did not answer"};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(const wire::IpAddress& ip,
+                                                                  std::uint16_t port,
+                                                                  const std::string& device) {
+  devd::Msg hello;
+  hello.type = devd::MsgType::kHello;
+  devd::set_text(hello.device, device);
+  devd::set_text(hello.comm, this_comm());
+  auto c = connect_and_greet(ip, port, device, hello, true);
+  if (!c.ok()) return Err{c.error()};
+  std::unique_ptr<SharedPort> sp(new SharedPort());
+  sp->conn_ = c.value().conn;
+  sp->udp_ = c.value().udp;
+  sp->udp_number_ = c.value().udp;
+  sp->owner_ = ::getpid();
+  sp->index_ = c.value().welcome.index;
+  guard_fd(sp->conn_);
+  guard_fd(sp->udp_);
+  return sp;
+}
+
+Result<int, std::string> SharedPort::connect_cm(const wire::IpAddress& ip, std::uint16_t port,
+                                                const std::string& device) {
+  devd::Msg hello;
+  hello.type = devd::MsgType::kCmHello;
+  devd::set_text(hello.device, device);
+  devd::set_text(hello.comm, this_comm());
+  auto c = connect_and_greet(ip, port, device, hello, false);
+  if (!c.ok()) return Err{c.error()};
+  if (c.value().udp >= 0) ::close(c.value().udp);
+  return c.value().conn;
 }
 
 Result<SharedDeviceInfo, std::string> SharedPort::query(const wire::IpAddress& ip,

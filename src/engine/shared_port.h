@@ -66,6 +66,10 @@ class SharedPort final : public QpnSource {
   static Result<std::unique_ptr<SharedPort>, std::string> join(const wire::IpAddress& ip,
                                                                std::uint16_t port,
                                                                const std::string& device);
+  // A connection for an rdma_cm event channel (devd_cm_protocol.h), to the coordinator it
+  // starts when none runs; the caller owns the fd (close-on-exec). A clear message on failure.
+  static Result<int, std::string> connect_cm(const wire::IpAddress& ip, std::uint16_t port,
+                                             const std::string& device);
   // The coordinator's list of contexts, or an error message when the device has none running.
   static Result<SharedDeviceInfo, std::string> query(const wire::IpAddress& ip, std::uint16_t port);
 

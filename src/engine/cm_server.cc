@@ -1,0 +1,609 @@
+#include "engine/cm_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "verbs/address.h"
+#include "wire/builder.h"
+#include "wire/cm_mad.h"
+#include "wire/opcode.h"
+
+namespace uroce::engine {
+
+namespace {
+
+// rdma_cm's event types and values (rdma_cma.h; the header is not needed here).
+enum : std::uint32_t {
+  kAddrResolved = 0,
+  kAddrError = 1,
+  kRouteResolved = 2,
+  kConnectRequest = 4,
+  kConnectResponse = 5,
+  kUnreachable = 7,
+  kRejected = 8,
+  kEstablished = 9,
+  kDisconnected = 10,
+  kTimewaitExit = 15,
+};
+constexpr std::uint32_t kQptUd = 4;        // IBV_QPT_UD
+constexpr std::uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
+// The kernel's ephemeral port range (net.ipv4.ip_local_port_range's default).
+constexpr std::uint16_t kEphemeralFirst = 32768;
+constexpr std::uint16_t kEphemeralLast = 60999;
+
+bool is_port_space(std::uint32_t ps) {
+  return ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kTcp) ||
+         ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp) ||
+         ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kIpoib) ||
+         ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kIb);
+}
+
+std::uint64_t service_of(std::uint32_t ps, std::uint16_t port) {
+  return wire::rdma_service_id(static_cast<wire::RdmaPortSpace>(ps), port);
+}
+
+bool is_unspecified(const devd::CmAddr& a) {
+  for (std::uint8_t b : a.bytes) {
+    if (b != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddress& ip,
+                                                              std::uint16_t port, int sink_fd,
+                                                              std::uint64_t seed) {
+  datapath::UdpOptions o(ip, port);
+  o.bound_fd = sink_fd;
+  o.gso = false;
+  o.gro = false;
+  o.rcvbuf_bytes = 0;
+  o.use_environment = false;
+  o.tx_batch = 16;
+  auto dp = datapath::UdpDatapath::open(o);
+  if (!dp.ok()) return Err{dp.error()};
+  return std::unique_ptr<CmServer>(new CmServer(ip, port, std::move(dp.value()), seed));
+}
+
+namespace {
+cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
+  cm::CmConfig c;
+  c.seed = seed;
+  c.local_ca_guid = verbs::node_guid_from_ip(ip);
+  // As cma.c does for a user-space ID: an MRA on every REQ and REP received, so that the peer
+  // waits for an application that takes its time to accept.
+  c.send_mra = false;
+  return c;
+}
+}  // namespace
+
+CmServer::CmServer(const wire::IpAddress& ip, std::uint16_t port,
+                   std::unique_ptr<datapath::UdpDatapath> dp, std::uint64_t seed)
+    : ip_(ip),
+      port_(port),
+      dp_(std::move(dp)),
+      cm_(config_for(ip, seed)),
+      psn_(static_cast<std::uint32_t>(seed) & 0xffffff),
+      next_ephemeral_(static_cast<std::uint16_t>(
+          kEphemeralFirst + (seed >> 24) % (kEphemeralLast - kEphemeralFirst + 1))) {}
+
+CmServer::~CmServer() {
+  for (const auto& [fd, c] : clients_) ::close(fd);
+}
+
+void CmServer::add_client(int fd, pid_t pid) { clients_[fd] = Client{pid}; }
+
+void CmServer::add_pollfds(std::vector<pollfd>& fds) const {
+  for (const auto& [fd, c] : clients_) fds.push_back({fd, POLLIN, 0});
+}
+
+devd::CmAddr CmServer::local_addr(std::uint16_t port) const {
+  devd::CmAddr a;
+  a.family = ip_.v6 ? 6 : 4;
+  std::memcpy(a.bytes, ip_.bytes.data(), 16);
+  a.port = port;
+  return a;
+}
+
+cm::Gid CmServer::gid_of(const devd::CmAddr& a) const {
+  wire::IpAddress ip;
+  ip.v6 = a.family == 6;
+  std::memcpy(ip.bytes.data(), a.bytes, 16);
+  const uroce::Gid g = verbs::gid_from_ip(ip);
+  cm::Gid out{};
+  std::memcpy(out.data(), g.raw.data(), 16);
+  return out;
+}
+
+CmServer::Id* CmServer::id_of(int fd, std::uint32_t number) {
+  auto it = ids_.find(number);
+  if (it == ids_.end() || it->second.client != fd) return nullptr;
+  return &it->second;
+}
+
+CmServer::Id* CmServer::id_by_conn(cm::ConnId c) {
+  auto it = by_conn_.find(c.value);
+  if (it == by_conn_.end()) return nullptr;
+  auto id = ids_.find(it->second);
+  return id == ids_.end() ? nullptr : &id->second;
+}
+
+int CmServer::bind_id(Id& id, std::uint16_t port) {
+  if (id.bound) return EINVAL;
+  if (port == 0) {
+    const std::uint32_t span = kEphemeralLast - kEphemeralFirst + 1;
+    for (std::uint32_t i = 0; i < span; ++i) {
+      const std::uint16_t p = next_ephemeral_;
+      next_ephemeral_ = p == kEphemeralLast ? kEphemeralFirst : static_cast<std::uint16_t>(p + 1);
+      if (ports_.count({id.ps, p}) == 0) {
+        port = p;
+        break;
+      }
+    }
+    if (port == 0) return EADDRNOTAVAIL;
+  } else if (ports_.count({id.ps, port}) != 0) {
+    return EADDRINUSE;
+  }
+  ports_.insert({id.ps, port});
+  id.bound = true;
+  id.src.port = port;
+  return 0;
+}
+
+void CmServer::destroy_id(Instant now, Id& id) {
+  if (id.has_conn) {
+    (void)cm_.destroy(now, id.conn);
+    by_conn_.erase(id.conn.value);
+  }
+  if (id.listening) {
+    (void)cm_.stop_listen(id.listen);
+    by_listen_.erase(id.listen.value);
+  }
+  if (id.bound && id.listener == 0) ports_.erase({id.ps, id.src.port});
+  ids_.erase(id.number);
+}
+
+void CmServer::drop_client(Instant now, int fd) {
+  std::vector<std::uint32_t> mine;
+  for (const auto& [n, id] : ids_) {
+    if (id.client == fd) mine.push_back(n);
+  }
+  for (std::uint32_t n : mine) destroy_id(now, ids_.at(n));
+  clients_.erase(fd);
+  ::close(fd);
+  ++counters_.client_drops;
+  pump(now);
+}
+
+void CmServer::send(int fd, const devd::CmMsg& m) {
+  if (clients_.count(fd) == 0) return;
+  // Never wait for a client: one whose socket is full is dropped (its IDs with it), as one
+  // that closed.
+  if (::send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof m)) {
+    pending_drops_.push_back(fd);
+  }
+}
+
+void CmServer::on_client_readable(Instant now, int fd) {
+  if (clients_.count(fd) == 0) return;
+  for (int i = 0; i < 64; ++i) {
+    devd::CmMsg m;
+    const ssize_t n = ::recv(fd, &m, sizeof m, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    if (n != static_cast<ssize_t>(sizeof m)) {
+      drop_client(now, fd);
+      return;
+    }
+    const devd::CmMsg r = handle(now, fd, m);
+    send(fd, r);
+    pump(now);
+  }
+  for (int d : pending_drops_) {
+    if (clients_.count(d) != 0) drop_client(now, d);
+  }
+  pending_drops_.clear();
+}
+
+devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
+  devd::CmMsg r;
+  r.type = devd::CmMsgType::kReply;
+  r.id = m.id;
+  auto fail = [&](int err) {
+    r.status = err;
+    return r;
+  };
+  if (m.type == devd::CmMsgType::kCreateId) {
+    if (!is_port_space(m.ps)) return fail(EPROTONOSUPPORT);
+    Id id;
+    id.number = next_id_++;
+    if (next_id_ == 0) next_id_ = 1;
+    id.client = fd;
+    id.ps = m.ps;
+    id.qp_type = m.qp_type;
+    ids_[id.number] = id;
+    r.id = id.number;
+    return r;
+  }
+  Id* id = m.type == devd::CmMsgType::kMigrate ? nullptr : id_of(fd, m.id);
+  if (m.type == devd::CmMsgType::kMigrate) {
+    auto it = ids_.find(m.id);
+    if (it == ids_.end()) return fail(ENOENT);
+    auto from = clients_.find(it->second.client);
+    if (from == clients_.end() || from->second.pid != clients_.at(fd).pid) return fail(ENOENT);
+    it->second.client = fd;
+    return r;
+  }
+  if (id == nullptr) return fail(ENOENT);
+  const bool ud = id->qp_type == kQptUd || id->ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp);
+  switch (m.type) {
+    case devd::CmMsgType::kDestroyId:
+      destroy_id(now, *id);
+      return r;
+    case devd::CmMsgType::kBind: {
+      if (m.src.family != 0 && !is_unspecified(m.src)) {
+        // Only the device's own address (or the wildcard) is bindable here.
+        if (std::memcmp(m.src.bytes, ip_.bytes.data(), ip_.v6 ? 16 : 4) != 0 ||
+            (m.src.family == 6) != ip_.v6) {
+          return fail(EADDRNOTAVAIL);
+        }
+      }
+      id->src = m.src;
+      if (const int e = bind_id(*id, m.src.port); e != 0) return fail(e);
+      r.src = id->src;
+      return r;
+    }
+    case devd::CmMsgType::kResolveAddr: {
+      if (!id->bound) {
+        id->src = local_addr(0);
+        if (const int e = bind_id(*id, m.src.port); e != 0) return fail(e);
+      }
+      const std::uint16_t p = id->src.port;
+      id->src = local_addr(p);
+      id->dst = m.dst;
+      r.src = id->src;
+      r.dst = id->dst;
+      devd::CmMsg ev;
+      ev.type = devd::CmMsgType::kEvent;
+      ev.id = id->number;
+      ev.event = kAddrResolved;
+      ev.src = id->src;
+      ev.dst = id->dst;
+      send(fd, r);
+      send(fd, ev);
+      r.type = devd::CmMsgType::kReply;
+      r.value = 1;  // already sent
+      return r;
+    }
+    case devd::CmMsgType::kResolveRoute: {
+      if (id->dst.family == 0) return fail(EINVAL);
+      devd::CmMsg ev;
+      ev.type = devd::CmMsgType::kEvent;
+      ev.id = id->number;
+      ev.event = kRouteResolved;
+      ev.src = id->src;
+      ev.dst = id->dst;
+      send(fd, r);
+      send(fd, ev);
+      r.value = 1;
+      return r;
+    }
+    case devd::CmMsgType::kListen: {
+      if (id->listening) return r;  // the kernel accepts a second listen (a new backlog)
+      if (!id->bound) {
+        id->src = local_addr(0);
+        if (const int e = bind_id(*id, 0); e != 0) return fail(e);
+      }
+      auto l = cm_.listen(service_of(id->ps, id->src.port));
+      if (!l.ok()) return fail(EADDRINUSE);
+      id->listening = true;
+      id->listen = l.value();
+      by_listen_[l.value().value] = id->number;
+      r.src = id->src;
+      return r;
+    }
+    case devd::CmMsgType::kConnect: {
+      if (id->has_conn || id->listening || id->dst.family == 0) return fail(EINVAL);
+      wire::CmaHeader h;
+      h.ip_version = id->src.family == 6 ? 6 : 4;
+      h.src_port = id->src.port;
+      const cm::Gid sg = gid_of(id->src);
+      const cm::Gid dg = gid_of(id->dst);
+      std::memcpy(h.src_addr.data(), sg.data(), 16);
+      std::memcpy(h.dst_addr.data(), dg.data(), 16);
+      std::array<std::uint8_t, wire::CmSidrReq::kPrivateDataBytes> pd{};
+      const std::size_t user_max =
+          ud ? wire::kCmaSidrReqUserPrivateDataBytes : wire::kCmaReqUserPrivateDataBytes;
+      if (m.conn.private_data_len > user_max) return fail(EINVAL);
+      auto enc = wire::encode_cma_private_data(
+          h, ConstBytes(reinterpret_cast<const std::byte*>(m.conn.private_data),
+                        m.conn.private_data_len),
+          MutBytes(reinterpret_cast<std::byte*>(pd.data()), pd.size()));
+      if (!enc.ok()) return fail(EINVAL);
+      const ConstBytes pdata(reinterpret_cast<const std::byte*>(pd.data()), enc.value());
+      Result<cm::ConnId, cm::CmError> c = Err{cm::CmError::kInvalidArgument};
+      if (ud) {
+        cm::SidrParams p;
+        p.peer = cm::CmPeer{dg};
+        p.service_id = service_of(id->ps, id->dst.port);
+        p.private_data = pdata;
+        c = cm_.sidr_resolve(now, p);
+      } else {
+        cm::ConnectParams p;
+        p.peer = cm::CmPeer{dg};
+        p.local_gid = sg;
+        p.service_id = service_of(id->ps, id->dst.port);
+        p.local_qpn = m.conn.qp_num;
+        p.starting_psn = m.conn.starting_psn & 0xffffff;
+        p.responder_resources = m.conn.responder_resources;
+        p.initiator_depth = m.conn.initiator_depth;
+        p.retry_count = m.conn.retry_count > 7 ? 7 : m.conn.retry_count;
+        p.rnr_retry_count = m.conn.rnr_retry_count > 7 ? 7 : m.conn.rnr_retry_count;
+        p.path_mtu = m.conn.path_mtu >= 1 && m.conn.path_mtu <= 5 ? m.conn.path_mtu : 3;
+        p.srq = m.conn.srq != 0;
+        p.flow_control = m.conn.flow_control != 0;
+        p.private_data = pdata;
+        c = cm_.connect(now, p);
+      }
+      if (!c.ok()) return fail(c.error() == cm::CmError::kBusy ? ENOMEM : EINVAL);
+      id->has_conn = true;
+      id->conn = c.value();
+      id->active = true;
+      by_conn_[c.value().value] = id->number;
+      return r;
+    }
+    case devd::CmMsgType::kAccept: {
+      if (!id->has_conn) return fail(EINVAL);
+      const ConstBytes pdata(reinterpret_cast<const std::byte*>(m.conn.private_data),
+                             m.conn.private_data_len);
+      if (id->active) {
+        auto e = cm_.establish(now, id->conn);
+        return e.ok() ? r : fail(EINVAL);
+      }
+      if (ud) {
+        const std::uint32_t qkey = m.conn.qkey != 0 ? m.conn.qkey : kRdmaUdpQkey;
+        auto e = cm_.sidr_reply(now, id->conn, wire::SidrStatus::kSuccess, m.conn.qp_num, qkey,
+                                pdata);
+        return e.ok() ? r : fail(EINVAL);
+      }
+      cm::AcceptParams p;
+      p.local_qpn = m.conn.qp_num;
+      p.starting_psn = m.conn.starting_psn & 0xffffff;
+      p.responder_resources = m.conn.responder_resources;
+      p.initiator_depth = m.conn.initiator_depth;
+      p.rnr_retry_count = m.conn.rnr_retry_count > 7 ? 7 : m.conn.rnr_retry_count;
+      p.srq = m.conn.srq != 0;
+      p.flow_control = m.conn.flow_control != 0;
+      p.private_data = pdata;
+      auto q = cm_.accept(now, id->conn, p);
+      if (!q.ok()) return fail(EINVAL);
+      r.qp = q.value();
+      return r;
+    }
+    case devd::CmMsgType::kReject: {
+      if (!id->has_conn) return fail(EINVAL);
+      const ConstBytes pdata(reinterpret_cast<const std::byte*>(m.conn.private_data),
+                             m.conn.private_data_len);
+      if (ud && !id->active) {
+        auto e = cm_.sidr_reply(now, id->conn, wire::SidrStatus::kReject, 0, 0, pdata);
+        return e.ok() ? r : fail(EINVAL);
+      }
+      auto e = cm_.reject(now, id->conn, pdata);
+      return e.ok() ? r : fail(EINVAL);
+    }
+    case devd::CmMsgType::kDisconnect: {
+      if (!id->has_conn) return fail(EINVAL);
+      auto e = cm_.disconnect(now, id->conn, {});
+      return e.ok() ? r : fail(EINVAL);
+    }
+    case devd::CmMsgType::kNotify: {
+      if (!id->has_conn) return fail(EINVAL);
+      (void)cm_.handle_comm_established(now, id->conn);
+      return r;
+    }
+    default:
+      return fail(EINVAL);
+  }
+}
+
+void CmServer::deliver(const cm::CmEvent& e) {
+  devd::CmMsg ev;
+  ev.type = devd::CmMsgType::kEvent;
+  if (e.type == cm::CmEventType::kConnectRequest || e.type == cm::CmEventType::kSidrRequest) {
+    auto l = by_listen_.find(e.listener.value);
+    Id* lid = nullptr;
+    if (l != by_listen_.end()) {
+      auto it = ids_.find(l->second);
+      if (it != ids_.end()) lid = &it->second;
+    }
+    const bool sidr = e.type == cm::CmEventType::kSidrRequest;
+    const ConstBytes pd(reinterpret_cast<const std::byte*>(e.private_data.data()),
+                        e.private_data_bytes);
+    auto h = wire::parse_cma_header(pd);
+    if (lid == nullptr || !h.ok()) {
+      // A listener gone, or a REQ that is not rdma_cm's: refuse it (cma.c rejects a REQ whose
+      // private data has no valid cma_hdr).
+      if (sidr) {
+        (void)cm_.sidr_reply(Instant{}, e.id, wire::SidrStatus::kReject, 0, 0, {});
+      } else {
+        (void)cm_.reject(Instant{}, e.id, {});
+      }
+      return;
+    }
+    Id id;
+    id.number = next_id_++;
+    if (next_id_ == 0) next_id_ = 1;
+    id.client = lid->client;
+    id.ps = lid->ps;
+    id.qp_type = lid->qp_type;
+    id.has_conn = true;
+    id.conn = e.id;
+    id.listener = lid->number;
+    id.bound = true;
+    const std::uint8_t fam = h.value().ip_version == 6 ? 6 : 4;
+    id.src.family = fam;
+    id.dst.family = fam;
+    const std::size_t off = fam == 6 ? 0 : 12;
+    const std::size_t len = fam == 6 ? 16 : 4;
+    std::memcpy(id.src.bytes, h.value().dst_addr.data() + off, len);
+    std::memcpy(id.dst.bytes, h.value().src_addr.data() + off, len);
+    id.src.port = lid->src.port;
+    id.dst.port = h.value().src_port;
+    ids_[id.number] = id;
+    by_conn_[e.id.value] = id.number;
+    ev.id = id.number;
+    ev.listen_id = lid->number;
+    ev.event = kConnectRequest;
+    ev.src = id.src;
+    ev.dst = id.dst;
+    const std::size_t user = e.private_data_bytes - wire::kCmaHeaderBytes;
+    std::memcpy(ev.conn.private_data, e.private_data.data() + wire::kCmaHeaderBytes, user);
+    ev.conn.private_data_len = static_cast<std::uint8_t>(user);
+    ev.conn.responder_resources = e.offered_responder_resources;
+    ev.conn.initiator_depth = e.offered_initiator_depth;
+    ev.conn.retry_count = e.qp.retry_count;
+    ev.conn.rnr_retry_count = e.qp.rnr_retry;
+    ev.conn.srq = e.qp.srq ? 1 : 0;
+    ev.conn.qp_num = e.qp.remote_qpn;
+    ev.qp = e.qp;
+    send(id.client, ev);
+    return;
+  }
+  Id* id = id_by_conn(e.id);
+  if (id == nullptr) return;
+  ev.id = id->number;
+  ev.src = id->src;
+  ev.dst = id->dst;
+  ev.qp = e.qp;
+  std::memcpy(ev.conn.private_data, e.private_data.data(),
+              std::min<std::size_t>(e.private_data_bytes, sizeof ev.conn.private_data));
+  ev.conn.private_data_len = static_cast<std::uint8_t>(
+      std::min<std::size_t>(e.private_data_bytes, sizeof ev.conn.private_data));
+  bool forget = false;  // the CM is done with the connection
+  switch (e.type) {
+    case cm::CmEventType::kConnectResponse:
+      ev.event = kConnectResponse;
+      ev.conn.responder_resources = e.qp.max_dest_rd_atomic;
+      ev.conn.initiator_depth = e.qp.max_rd_atomic;
+      ev.conn.rnr_retry_count = e.qp.rnr_retry;
+      ev.conn.srq = e.qp.srq ? 1 : 0;
+      ev.conn.qp_num = e.qp.remote_qpn;
+      break;
+    case cm::CmEventType::kEstablished:
+      // The active side's librdmacm reports ESTABLISHED itself once it has sent the RTU
+      // (ucma_process_conn_resp); the kernel sends no second one.
+      if (id->active) return;
+      ev.event = kEstablished;
+      break;
+    case cm::CmEventType::kRejected:
+      ev.event = kRejected;
+      ev.status = static_cast<std::int32_t>(e.reason);
+      break;
+    case cm::CmEventType::kUnreachable:
+      ev.event = kUnreachable;
+      ev.status = -ETIMEDOUT;
+      break;
+    case cm::CmEventType::kDisconnected:
+      ev.event = kDisconnected;
+      break;
+    case cm::CmEventType::kTimewaitExit:
+      ev.event = kTimewaitExit;
+      forget = true;
+      break;
+    case cm::CmEventType::kSidrReply:
+      forget = true;
+      if (e.sidr_status != wire::SidrStatus::kSuccess) {
+        ev.event = kUnreachable;
+        ev.status = static_cast<std::int32_t>(e.sidr_status);
+        break;
+      }
+      ev.event = kEstablished;
+      ev.conn.qp_num = e.sidr_qpn;
+      ev.conn.qkey = e.sidr_qkey;
+      break;
+    default:
+      return;
+  }
+  if (forget || e.type == cm::CmEventType::kRejected || e.type == cm::CmEventType::kUnreachable) {
+    // The ID may connect again (rdma_connect after a REJ is allowed by rdma_cm only on a new
+    // ID; keeping it simple: the connection is over).
+    by_conn_.erase(id->conn.value);
+    id->has_conn = false;
+  }
+  send(id->client, ev);
+}
+
+void CmServer::pump(Instant now) {
+  while (auto e = cm_.poll_event()) deliver(*e);
+  while (auto out = cm_.poll_transmit()) {
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kUdSendOnly);
+    h.bth.pkey = 0xffff;
+    h.bth.dest_qpn = wire::kGsiQpn;
+    h.bth.psn = psn_;
+    psn_ = (psn_ + 1) & 0xffffff;
+    h.deth.qkey = wire::kGsiQkey;
+    h.deth.src_qpn = wire::kGsiQpn;
+    std::array<std::byte, 32> hdr{};
+    const std::size_t hn = wire::write_headers(MutBytes(hdr), h, wire::kMadBytes);
+    wire::OuterHeaders o;
+    o.src = ip_;
+    auto peer = verbs::ip_from_gid(uroce::Gid{out->to.gid});
+    if (!peer) {
+      ++counters_.tx_failed;
+      continue;
+    }
+    o.dst = *peer;
+    o.src_port = verbs::rxe_default_udp_sport(wire::kGsiQpn);
+    o.dst_port = port_;
+    o.ethernet = false;
+    const ConstBytes payload[1] = {ConstBytes(out->mad)};
+    if (dp_->send(now, o, ConstBytes(hdr).first(hn), payload)) {
+      ++counters_.tx_mads;
+    } else {
+      ++counters_.tx_failed;
+    }
+    // The datapath reads the payload until its flush: the MAD lives in this iteration only.
+    dp_->flush(now);
+  }
+}
+
+void CmServer::on_sink_readable(Instant now) {
+  dp_->receive(64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+    const wire::BthView bth = pkt.bth();
+    if (bth.dest_qpn() != wire::kGsiQpn) {
+      ++counters_.unsteered;
+      return;
+    }
+    if (!meta.icrc_verified || pkt.op->opcode() != wire::Opcode::kUdSendOnly ||
+        pkt.deth().qkey() != wire::kGsiQkey) {
+      ++counters_.rx_bad;
+      return;
+    }
+    if (pkt.payload.size() != wire::kMadBytes ||
+        static_cast<std::uint8_t>(pkt.payload[wire::kMadOffMgmtClass]) != wire::kMgmtClassCm) {
+      ++counters_.rx_not_cm;
+      return;
+    }
+    const uroce::Gid g = verbs::gid_from_ip(meta.src);
+    cm::CmPeer from;
+    std::memcpy(from.gid.data(), g.raw.data(), 16);
+    ++counters_.rx_mads;
+    (void)cm_.handle_mad(now, from, pkt.payload);
+  });
+  pump(now);
+}
+
+void CmServer::on_timeout(Instant now) {
+  cm_.handle_timeout(now);
+  pump(now);
+  for (int d : pending_drops_) {
+    if (clients_.count(d) != 0) drop_client(now, d);
+  }
+  pending_drops_.clear();
+}
+
+}  // namespace uroce::engine

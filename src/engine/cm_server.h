@@ -1,0 +1,125 @@
+// The device's connection manager, in its coordinator (uroce-devd): the IB CM (cm/cm.h) on QP 1,
+// and rdma_cm's IDs, addresses and port spaces for the drop-in librdmacm's event channels
+// (devd_cm_protocol.h). This is what the kernel's cm.c, cma.c and ucma.c are for a kernel
+// device, in one place: every process of the device reaches it, so listeners in different
+// processes each get their own connections, and when a process goes its IDs are torn down as the
+// kernel does when the rdma_cm file is closed.
+//
+// QP 1 is the group's sink socket (index 0, where the steering program sends DestQP 1 and every
+// QPN no context owns): CmServer reads it, hands CM MADs to the CM and counts the rest
+// (`unsteered`), and sends the CM's MADs from it as UD SEND Only packets from QP 1 to QP 1 with
+// Q_Key 0x80010000.
+//
+// Single-threaded: the coordinator's loop calls it when its fds are readable or its deadline has
+// come; it never blocks (a client that does not read its events is dropped).
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "base/time.h"
+#include "cm/cm.h"
+#include "datapath/udp.h"
+#include "engine/devd_cm_protocol.h"
+#include "wire/ip.h"
+
+namespace uroce::engine {
+
+struct CmServerCounters {
+  std::uint64_t rx_mads = 0;        // CM MADs handed to the CM
+  std::uint64_t rx_not_cm = 0;      // QP 1 packets that are not CM MADs (other classes, sizes)
+  std::uint64_t rx_bad = 0;         // QP 1 packets with a bad ICRC, opcode or Q_Key
+  std::uint64_t unsteered = 0;      // packets for a QPN nobody owns
+  std::uint64_t tx_mads = 0;
+  std::uint64_t tx_failed = 0;      // MADs the socket did not take
+  std::uint64_t client_drops = 0;   // clients dropped (closed, or not reading their events)
+};
+
+class CmServer {
+ public:
+  // `sink_fd`: the group's first socket (owned from here on). `seed`: the CM's IDs and the
+  // ephemeral ports' start.
+  static Result<std::unique_ptr<CmServer>, std::string> open(const wire::IpAddress& ip,
+                                                             std::uint16_t port, int sink_fd,
+                                                             std::uint64_t seed);
+  ~CmServer();
+  CmServer(const CmServer&) = delete;
+  CmServer& operator=(const CmServer&) = delete;
+
+  int sink_fd() const { return dp_->fd(); }
+
+  // A connection that said kCmHello (and got kWelcome): an event channel of process `pid`.
+  void add_client(int fd, pid_t pid);
+  bool has_clients() const { return !clients_.empty(); }
+  void add_pollfds(std::vector<pollfd>& fds) const;
+  // Whether `fd` is one of its clients'.
+  bool owns(int fd) const { return clients_.count(fd) != 0; }
+
+  void on_sink_readable(Instant now);
+  void on_client_readable(Instant now, int fd);
+  void on_timeout(Instant now);
+  // When on_timeout() is next due (Instant::never() when nothing waits).
+  Instant next_deadline() const { return cm_.poll_timeout(); }
+
+  const CmServerCounters& counters() const { return counters_; }
+  const cm::CmCounters& cm_counters() const { return cm_.counters(); }
+
+ private:
+  struct Id {
+    std::uint32_t number = 0;
+    int client = -1;  // the channel connection that gets its events
+    std::uint32_t ps = 0;
+    std::uint32_t qp_type = 0;
+    devd::CmAddr src;
+    devd::CmAddr dst;
+    bool bound = false;  // holds (ps, src.port)
+    bool listening = false;
+    cm::ListenId listen{};
+    bool has_conn = false;
+    cm::ConnId conn{};
+    bool active = false;
+    std::uint32_t listener = 0;  // a passive connection's listener
+    std::uint32_t qkey = 0;      // UD: the Q_Key of its QP
+  };
+  struct Client {
+    pid_t pid = 0;
+  };
+
+  CmServer(const wire::IpAddress& ip, std::uint16_t port,
+           std::unique_ptr<datapath::UdpDatapath> dp, std::uint64_t seed);
+
+  devd::CmMsg handle(Instant now, int fd, const devd::CmMsg& m);
+  int bind_id(Id& id, std::uint16_t port);
+  void destroy_id(Instant now, Id& id);
+  void drop_client(Instant now, int fd);
+  void pump(Instant now);  // the CM's events to clients, its MADs to the wire
+  void deliver(const cm::CmEvent& e);
+  void send(int fd, const devd::CmMsg& m);
+  Id* id_of(int fd, std::uint32_t number);
+  Id* id_by_conn(cm::ConnId c);
+  devd::CmAddr local_addr(std::uint16_t port) const;
+  cm::Gid gid_of(const devd::CmAddr& a) const;
+
+  wire::IpAddress ip_;
+  std::uint16_t port_;
+  std::unique_ptr<datapath::UdpDatapath> dp_;
+  cm::CmEndpoint cm_;
+  std::uint32_t psn_ = 0;
+  std::map<int, Client> clients_;
+  std::vector<int> pending_drops_;  // clients whose socket was full, dropped after the call
+  std::map<std::uint32_t, Id> ids_;
+  std::uint32_t next_id_ = 1;
+  std::map<std::uint32_t, std::uint32_t> by_conn_;    // ConnId -> ID
+  std::map<std::uint32_t, std::uint32_t> by_listen_;  // ListenId -> ID
+  std::set<std::pair<std::uint32_t, std::uint16_t>> ports_;  // (ps, port) bound
+  std::uint16_t next_ephemeral_;
+  CmServerCounters counters_;
+};
+
+}  // namespace uroce::engine
