@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "capture/pcap_file.h"
+#include "tools/pcap_cm.h"
 #include "wire/aeth.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
@@ -42,6 +43,8 @@ struct FileStats {
   std::uint64_t not_roce = 0;
   std::uint64_t cut = 0;  // cut by the capture's snaplen: cannot be verified
   std::map<std::uint8_t, std::uint64_t> per_opcode;
+  std::map<std::uint16_t, std::uint64_t> per_cm_attr;         // valid CM MADs (QP 1)
+  std::map<std::uint8_t, std::uint64_t> per_other_mad_class;  // valid MADs of other classes
 
   void add(const FileStats& o) {
     frames += o.frames;
@@ -50,6 +53,8 @@ struct FileStats {
     not_roce += o.not_roce;
     cut += o.cut;
     for (const auto& [op, n] : o.per_opcode) per_opcode[op] += n;
+    for (const auto& [a, n] : o.per_cm_attr) per_cm_attr[a] += n;
+    for (const auto& [c, n] : o.per_other_mad_class) per_other_mad_class[c] += n;
   }
   bool bad() const { return invalid != 0 || cut != 0; }
 };
@@ -66,6 +71,42 @@ void print_stats(std::FILE* out, const char* label, const FileStats& s) {
     std::fprintf(out, "  0x%02x %-36.*s %10" PRIu64 "\n", unsigned{op},
                  static_cast<int>(name.size()), name.data(), n);
   }
+  for (const auto& [attr, n] : s.per_cm_attr) {
+    const auto name = wire::cm_attr_name(static_cast<wire::CmAttr>(attr));
+    std::fprintf(out, "  CM   0x%04x %-29.*s %10" PRIu64 "\n", unsigned{attr},
+                 static_cast<int>(name.size()), name.data(), n);
+  }
+  for (const auto& [mgmt_class, n] : s.per_other_mad_class) {
+    std::fprintf(out, "  MAD  class 0x%02x (not CM)%17s %10" PRIu64 "\n", unsigned{mgmt_class}, "",
+                 n);
+  }
+}
+
+void print_invalid(std::FILE* out, const std::string& file, std::uint64_t frame,
+                   std::string_view name, std::string_view text) {
+  std::fprintf(out, "%s: frame %" PRIu64 ": invalid: %.*s (%.*s)\n", file.c_str(), frame,
+               static_cast<int>(name.size()), name.data(), static_cast<int>(text.size()),
+               text.data());
+}
+
+// A valid RoCEv2 packet is counted by opcode; one to or from QP 1 must also be a valid MAD.
+void count_packet(const std::string& file, std::uint64_t frame, const wire::RocePacket& p,
+                  FileStats& stats, std::FILE* out) {
+  if (is_gsi_packet(p)) {
+    const auto mad = parse_gsi_packet(p);
+    if (!mad.ok()) {
+      ++stats.invalid;
+      print_invalid(out, file, frame, mad.error().name, mad.error().text);
+      return;
+    }
+    if (mad->cm) {
+      ++stats.per_cm_attr[static_cast<std::uint16_t>(wire::cm_attr_of(mad->cm->message))];
+    } else {
+      ++stats.per_other_mad_class[mad->mgmt_class];
+    }
+  }
+  ++stats.roce;
+  ++stats.per_opcode[p.bth().opcode()];
 }
 
 // Opens a capture and checks that uroce can decode its link type.
@@ -118,8 +159,7 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
       }
       auto frame = wire::parse_frame(link, rec.data);
       if (frame.ok()) {
-        ++stats.roce;
-        ++stats.per_opcode[frame->roce.bth().opcode()];
+        count_packet(file, rec.index, frame->roce, stats, out);
         continue;
       }
       if (wire::is_not_roce(frame.error())) {
@@ -127,11 +167,8 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
         continue;
       }
       ++stats.invalid;
-      const auto text = wire::drop_reason_text(frame.error());
-      const auto name = wire::drop_reason_name(frame.error());
-      std::fprintf(out, "%s: frame %" PRIu64 ": invalid: %.*s (%.*s)\n", file.c_str(), rec.index,
-                   static_cast<int>(name.size()), name.data(), static_cast<int>(text.size()),
-                   text.data());
+      print_invalid(out, file, rec.index, wire::drop_reason_name(frame.error()),
+                    wire::drop_reason_text(frame.error()));
     }
     print_stats(out, file.c_str(), stats);
     total.add(stats);
@@ -143,7 +180,8 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
 
 namespace {
 
-void dump_roce(std::FILE* out, const wire::Frame& f) {
+// Returns false when the packet is invalid (a malformed MAD to or from QP 1).
+bool dump_roce(std::FILE* out, const wire::Frame& f) {
   const wire::RocePacket& p = f.roce;
   const wire::Bth bth = p.bth().decode();
   std::fprintf(out,
@@ -177,6 +215,16 @@ void dump_roce(std::FILE* out, const wire::Frame& f) {
   if (p.op->has(ExtHeader::kIeth)) std::fprintf(out, "  IETH R_Key 0x%08x\n", h.ieth_rkey);
   if (p.op->is(wire::kFlagCnp)) std::fprintf(out, "  CNP (congestion notification)\n");
   std::fprintf(out, "  payload %zu bytes, pad %u\n", p.payload.size(), unsigned{p.pad});
+  if (!is_gsi_packet(p)) return true;
+  const auto mad = parse_gsi_packet(p);
+  if (!mad.ok()) {
+    const GsiError& e = mad.error();
+    std::fprintf(out, "  MAD  INVALID: %.*s (%s)\n", static_cast<int>(e.name.size()), e.name.data(),
+                 e.text.c_str());
+    return false;
+  }
+  dump_gsi_mad(out, *mad);
+  return true;
 }
 
 }  // namespace
@@ -223,7 +271,7 @@ int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
                    unsigned{f.ipv4.ttl}, unsigned{f.ipv4.identification},
                    f.ipv4.dont_fragment ? " DF" : "");
     }
-    dump_roce(out, f);
+    if (!dump_roce(out, f)) any_invalid = true;
     const std::size_t n = f.roce.bytes.size() - wire::kIcrcBytes;
     const std::uint32_t expected = wire::icrc_compute(f.ip_udp, f.roce.bytes.first(n));
     if (expected == f.roce.icrc()) {

@@ -13,13 +13,15 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInvalidPackets = 1;
 inline constexpr int kExitFileError = 2;
 
-// Decodes every RoCEv2 packet of each file, verifies its ICRC and structure, prints per-opcode
-// counts and each invalid packet with its reason. Returns kExitInvalidPackets if any packet is
-// invalid, kExitFileError if a file cannot be read, else kExitOk.
+// Decodes every RoCEv2 packet of each file, verifies its ICRC and structure (and, for a packet to
+// or from QP 1, that it is one well-formed MAD: see tools/pcap_cm.h), prints per-opcode and
+// per-CM-attribute counts and each invalid packet with its reason. Returns kExitInvalidPackets if
+// any packet is invalid, kExitFileError if a file cannot be read, else kExitOk.
 int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE* err);
 
 // Prints a per-packet decode of every frame: addresses, opcode, every header field, the AETH
-// syndrome decoded, and the ICRC status. Returns kExitInvalidPackets if any RoCEv2 packet was
+// syndrome decoded, a QP 1 packet's MAD (a CM MAD's every field and private data, with its
+// rdma_cm header) and the ICRC status. Returns kExitInvalidPackets if any RoCEv2 packet was
 // invalid, kExitFileError if the file cannot be read.
 int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err);
 

@@ -89,6 +89,47 @@ CmAttr cm_attr_of(const CmMessage& m) {
   return std::visit([](const auto& msg) { return std::decay_t<decltype(msg)>::kAttr; }, m);
 }
 
+std::optional<std::string_view> cm_rej_reason_name(std::uint16_t reason) {
+  switch (reason) {
+#define UROCE_CM_REJ_NAME(e, value, name) \
+  case value:                             \
+    return name;
+    UROCE_CM_REJ_REASONS(UROCE_CM_REJ_NAME)
+#undef UROCE_CM_REJ_NAME
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string_view> cm_msg_response_name(std::uint8_t what) {
+  switch (static_cast<CmMsgResponse>(what)) {
+    case CmMsgResponse::kReq:
+      return "REQ";
+    case CmMsgResponse::kRep:
+      return "REP";
+    case CmMsgResponse::kOther:
+      return "other";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string_view> sidr_status_name(std::uint8_t status) {
+  switch (static_cast<SidrStatus>(status)) {
+    case SidrStatus::kSuccess:
+      return "success";
+    case SidrStatus::kUnsupported:
+      return "unsupported";
+    case SidrStatus::kReject:
+      return "reject";
+    case SidrStatus::kNoQp:
+      return "no_qp";
+    case SidrStatus::kRedirect:
+      return "redirect";
+    case SidrStatus::kUnsupportedVersion:
+      return "unsupported_version";
+  }
+  return std::nullopt;
+}
+
 std::string_view cm_parse_error_name(CmParseError e) {
   switch (e) {
     case CmParseError::kBadLength:
@@ -186,6 +227,31 @@ std::optional<RdmaServiceId> parse_rdma_ip_service_id(std::uint64_t service_id) 
     return RdmaServiceId{RdmaPortSpace::kUdp, port};
   }
   return std::nullopt;
+}
+
+std::optional<RdmaServiceId> parse_rdma_service_id(std::uint64_t service_id) {
+  if (service_id >> 32 != 0) return std::nullopt;
+  const auto ps = static_cast<std::uint16_t>(service_id >> 16);
+  const auto port = static_cast<std::uint16_t>(service_id);
+  for (const RdmaPortSpace known :
+       {RdmaPortSpace::kIpoib, RdmaPortSpace::kTcp, RdmaPortSpace::kUdp, RdmaPortSpace::kIb}) {
+    if (ps == static_cast<std::uint16_t>(known)) return RdmaServiceId{known, port};
+  }
+  return std::nullopt;
+}
+
+std::string_view rdma_port_space_name(RdmaPortSpace ps) {
+  switch (ps) {
+    case RdmaPortSpace::kIpoib:
+      return "RDMA_PS_IPOIB";
+    case RdmaPortSpace::kTcp:
+      return "RDMA_PS_TCP";
+    case RdmaPortSpace::kUdp:
+      return "RDMA_PS_UDP";
+    case RdmaPortSpace::kIb:
+      return "RDMA_PS_IB";
+  }
+  return "unknown";
 }
 
 std::string_view cma_header_error_name(CmaHeaderError e) {

@@ -57,40 +57,18 @@ enum class CmAttr : std::uint16_t {
 
 std::string_view cm_attr_name(CmAttr a);
 
-// REJ reasons (IBTA table 109; the kernel's enum ib_cm_rej_reason).
+// REJ reasons (IBTA table 109; the kernel's enum ib_cm_rej_reason), from cm_mad.def.
 enum class CmRejReason : std::uint16_t {
-  kNoQp = 1,
-  kNoEec = 2,
-  kNoResources = 3,
-  kTimeout = 4,
-  kUnsupported = 5,
-  kInvalidCommId = 6,
-  kInvalidCommInstance = 7,
-  kInvalidServiceId = 8,
-  kInvalidTransportType = 9,
-  kStaleConn = 10,
-  kRdcNotExist = 11,
-  kInvalidGid = 12,
-  kInvalidLid = 13,
-  kInvalidSl = 14,
-  kInvalidTrafficClass = 15,
-  kInvalidHopLimit = 16,
-  kInvalidPacketRate = 17,
-  kPortCmRedirect = 24,
-  kPortRedirect = 25,
-  kInvalidMtu = 26,
-  kInsufficientRespResources = 27,
-  kConsumerDefined = 28,
-  kInvalidRnrRetry = 29,
-  kDuplicateLocalCommId = 30,
-  kInvalidClassVersion = 31,
-  kInvalidFlowLabel = 32,
-  kInvalidAltFlowLabel = 33,
-  kVendorOptionNotSupported = 35,
+#define UROCE_CM_REJ_ENUM(e, value, name) k##e = value,
+  UROCE_CM_REJ_REASONS(UROCE_CM_REJ_ENUM)
+#undef UROCE_CM_REJ_ENUM
 };
+// "consumer_defined" for 28; nullopt for a value the table does not list.
+std::optional<std::string_view> cm_rej_reason_name(std::uint16_t reason);
 
 // The message a REJ or MRA refers to (IBTA tables 107 and 108; cm.c's CM_MSG_RESPONSE_*).
 enum class CmMsgResponse : std::uint8_t { kReq = 0, kRep = 1, kOther = 2 };
+std::optional<std::string_view> cm_msg_response_name(std::uint8_t what);  // "REQ", "REP", "other"
 
 // SIDR_REP status (IBTA table 120; the kernel's enum ib_cm_sidr_status).
 enum class SidrStatus : std::uint8_t {
@@ -101,6 +79,7 @@ enum class SidrStatus : std::uint8_t {
   kRedirect = 4,
   kUnsupportedVersion = 5,
 };
+std::optional<std::string_view> sidr_status_name(std::uint8_t status);  // "success", "no_qp", ...
 
 // Length limits of the REJ's ARI and the SIDR_REP's additional information (IBTA 12.6.7, 12.11.2).
 inline constexpr std::size_t kCmAriMaxBytes = 72;
@@ -191,6 +170,47 @@ UROCE_CM_ATTRS(UROCE_CM_LOCS)
 #undef UROCE_CM_BYTES_LOC
 #undef UROCE_CM_LOC
 
+// One field of a message as for_each_cm_field() yields it: its cm_mad.def name and location, and
+// its value (an integer field, `bytes` empty) or its bytes (a byte string: GIDs, ARI, additional
+// information; `bytes` views the message, valid while the message lives).
+struct CmFieldView {
+  std::string_view name;
+  std::size_t byte = 0;  // offset from the start of the data, as in cm_mad.def
+  unsigned bit = 0;
+  unsigned bits = 0;
+  std::uint64_t value = 0;
+  ConstBytes bytes;
+  bool is_bytes() const { return !bytes.empty(); }
+};
+
+// for_each_cm_field(msg, fn) calls fn(const CmFieldView&) for every field of the message, in
+// cm_mad.def order; the private data is not a field: cm_private_data(msg) views it. For tools that
+// print or compare any message. Both take a message struct (an exact overload each, so that no
+// temporary CmMessage is made) or a CmMessage; the views point into the argument.
+#define UROCE_CM_VISIT_INT(m, byte, bit, bits) fn(CmFieldView{#m, byte, bit, bits, msg.m, {}});
+#define UROCE_CM_VISIT_BYTES(m, byte, n) \
+  fn(CmFieldView{#m, byte, 0, (n)*8, 0, as_bytes(msg.m.data(), msg.m.size())});
+#define UROCE_CM_VISITOR(T, id, name, fields, pd_off, pd_bytes)        \
+  template <typename Fn>                                               \
+  void for_each_cm_field(const Cm##T& msg, Fn&& fn) {                  \
+    fields(UROCE_CM_VISIT_INT, UROCE_CM_VISIT_BYTES)                   \
+  }                                                                    \
+  inline ConstBytes cm_private_data(const Cm##T& msg) {                \
+    return as_bytes(msg.private_data.data(), msg.private_data.size()); \
+  }
+UROCE_CM_ATTRS(UROCE_CM_VISITOR)
+#undef UROCE_CM_VISITOR
+#undef UROCE_CM_VISIT_BYTES
+#undef UROCE_CM_VISIT_INT
+
+template <typename Fn>
+void for_each_cm_field(const CmMessage& m, Fn&& fn) {
+  std::visit([&](const auto& msg) { for_each_cm_field(msg, fn); }, m);
+}
+inline ConstBytes cm_private_data(const CmMessage& m) {
+  return std::visit([](const auto& msg) { return cm_private_data(msg); }, m);
+}
+
 namespace detail {
 // Fields lie inside the data, before the private data, and do not overlap one another.
 template <std::size_t N>
@@ -242,6 +262,11 @@ struct RdmaServiceId {
   std::uint16_t port;
 };
 std::optional<RdmaServiceId> parse_rdma_ip_service_id(std::uint64_t service_id);
+// The port space and port of a service ID in any of rdma_cm's four port spaces (the form
+// rdma_get_service_id() gives an IP-addressed ID), or nullopt. The REQ or SIDR_REQ of such an ID
+// carries a cma_hdr; a native IB ID (AF_IB) of RDMA_PS_IB may not.
+std::optional<RdmaServiceId> parse_rdma_service_id(std::uint64_t service_id);
+std::string_view rdma_port_space_name(RdmaPortSpace ps);  // "RDMA_PS_TCP", ...
 static_assert(rdma_service_id(RdmaPortSpace::kTcp, 0) == 0x0000000001060000ull);
 
 // struct cma_hdr: the first 36 bytes of the private data of a REQ or SIDR_REQ from rdma_cm.

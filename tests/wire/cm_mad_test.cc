@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace uroce::wire {
@@ -374,6 +375,58 @@ TEST(CmaHeader, Ipv6AndErrors) {
   EXPECT_EQ(parse_cma_header(area).error(), CmaHeaderError::kBadIpVersion);
 }
 
+// The visitor yields every field of cm_mad.def, in its order, at its location, with the
+// message's value; the private data is not among them.
+TEST(CmMad, FieldVisitorYieldsEveryFieldInTableOrder) {
+  const CmReq r = sample_req();
+  std::vector<CmFieldView> seen;
+  for_each_cm_field(r, [&](const CmFieldView& f) { seen.push_back(f); });
+  ASSERT_EQ(seen.size(), std::size(kCmReqFields));
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].byte, kCmReqFields[i].byte) << seen[i].name;
+    EXPECT_EQ(seen[i].bit, kCmReqFields[i].bit) << seen[i].name;
+    EXPECT_EQ(seen[i].bits, kCmReqFields[i].bits) << seen[i].name;
+  }
+  EXPECT_EQ(seen.front().name, "local_comm_id");
+  EXPECT_EQ(seen.front().value, r.local_comm_id);
+  EXPECT_EQ(seen.back().name, "sap_supported");
+  const auto qpn = std::find_if(seen.begin(), seen.end(),
+                                [](const CmFieldView& f) { return f.name == "local_qpn"; });
+  ASSERT_NE(qpn, seen.end());
+  EXPECT_EQ(qpn->value, r.local_qpn);
+  EXPECT_FALSE(qpn->is_bytes());
+  const auto gid = std::find_if(seen.begin(), seen.end(),
+                                [](const CmFieldView& f) { return f.name == "primary_local_gid"; });
+  ASSERT_NE(gid, seen.end());
+  ASSERT_TRUE(gid->is_bytes());
+  ASSERT_EQ(gid->bytes.size(), 16u);
+  EXPECT_EQ(static_cast<std::uint8_t>(gid->bytes[15]), r.primary_local_gid[15]);
+  const ConstBytes pd = cm_private_data(r);
+  EXPECT_EQ(pd.size(), CmReq::kPrivateDataBytes);
+  EXPECT_EQ(static_cast<const void*>(pd.data()), static_cast<const void*>(r.private_data.data()));
+
+  // Every attribute: as many fields as its table lists.
+  std::size_t n = 0;
+#define UROCE_COUNT_FIELDS(T, id, name, fields, pd_off, pd_bytes) \
+  n = 0;                                                          \
+  for_each_cm_field(Cm##T{}, [&](const CmFieldView&) { ++n; });   \
+  EXPECT_EQ(n, std::size(kCm##T##Fields)) << name;
+  UROCE_CM_ATTRS(UROCE_COUNT_FIELDS)
+#undef UROCE_COUNT_FIELDS
+}
+
+TEST(CmMad, ValueNames) {
+  EXPECT_EQ(cm_rej_reason_name(28), "consumer_defined");
+  EXPECT_EQ(cm_rej_reason_name(static_cast<std::uint16_t>(CmRejReason::kStaleConn)), "stale_conn");
+  EXPECT_EQ(cm_rej_reason_name(18), "invalid_alt_gid");
+  EXPECT_EQ(cm_rej_reason_name(34), std::nullopt);
+  EXPECT_EQ(cm_rej_reason_name(0), std::nullopt);
+  EXPECT_EQ(cm_msg_response_name(1), "REP");
+  EXPECT_EQ(cm_msg_response_name(3), std::nullopt);
+  EXPECT_EQ(sidr_status_name(3), "no_qp");
+  EXPECT_EQ(sidr_status_name(6), std::nullopt);
+}
+
 TEST(RdmaServiceId, PortSpaces) {
   EXPECT_EQ(rdma_service_id(RdmaPortSpace::kTcp, 7471), 0x0000000001061d2full);
   EXPECT_EQ(rdma_service_id(RdmaPortSpace::kUdp, 1), 0x0000000001110001ull);
@@ -383,6 +436,19 @@ TEST(RdmaServiceId, PortSpaces) {
   EXPECT_EQ(t->port, 7471);
   EXPECT_EQ(parse_rdma_ip_service_id(0x00000000013f0001ull), std::nullopt);
   EXPECT_EQ(parse_rdma_ip_service_id(0x0000000101060001ull), std::nullopt);
+
+  // Any of the four port spaces, as rdma_get_service_id() forms an IP-addressed ID's.
+  for (const auto ps :
+       {RdmaPortSpace::kIpoib, RdmaPortSpace::kTcp, RdmaPortSpace::kUdp, RdmaPortSpace::kIb}) {
+    const auto sid = parse_rdma_service_id(rdma_service_id(ps, 4791));
+    ASSERT_TRUE(sid.has_value());
+    EXPECT_EQ(sid->port_space, ps);
+    EXPECT_EQ(sid->port, 4791);
+  }
+  EXPECT_EQ(rdma_port_space_name(RdmaPortSpace::kIb), "RDMA_PS_IB");
+  EXPECT_EQ(rdma_port_space_name(RdmaPortSpace::kIpoib), "RDMA_PS_IPOIB");
+  EXPECT_EQ(parse_rdma_service_id(0x0000000001070001ull), std::nullopt);
+  EXPECT_EQ(parse_rdma_service_id(0x0000000101060001ull), std::nullopt);
 }
 
 }  // namespace
