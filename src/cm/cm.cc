@@ -281,7 +281,9 @@ Result<ConnId, CmError> CmEndpoint::connect(Instant now, const ConnectParams& p)
   c.service_id = p.service_id;
   c.tid = new_tid(c.local_id);
   c.qp.local_qpn = p.local_qpn;
-  c.qp.sq_psn = p.starting_psn;
+  // The REQ's Starting PSN is the first PSN the active side receives (cm.c's
+  // ib_send_cm_req keeps it as rq_psn; see ConnectParams).
+  c.qp.rq_psn = p.starting_psn;
   c.qp.max_rd_atomic = p.initiator_depth;
   c.qp.max_dest_rd_atomic = p.responder_resources;
   c.qp.path_mtu = p.path_mtu;
@@ -313,7 +315,7 @@ Result<QpAttributes, CmError> CmEndpoint::accept(Instant now, ConnId id, const A
     return Err{CmError::kInvalidArgument};
   }
   c->qp.local_qpn = p.local_qpn;
-  c->qp.sq_psn = p.starting_psn;
+  c->qp.rq_psn = p.starting_psn;  // the REP's Starting PSN: what the passive side receives
   c->qp.max_dest_rd_atomic = std::min(p.responder_resources, c->offered_initiator_depth);
   c->qp.max_rd_atomic = std::min(p.initiator_depth, c->offered_responder_resources);
   c->qp.rnr_retry = p.rnr_retry_count;  // cm.c ib_send_cm_rep keeps the REP's count
@@ -615,7 +617,7 @@ void CmEndpoint::start_passive(Instant now, Conn& c, const CmPeer& from, std::ui
   c.offered_responder_resources = m.responder_resources;
   c.offered_initiator_depth = m.initiator_depth;
   c.qp.remote_qpn = m.local_qpn;
-  c.qp.rq_psn = m.starting_psn;
+  c.qp.sq_psn = m.starting_psn;  // the passive side sends from the REQ's Starting PSN
   c.qp.path_mtu = m.path_mtu;
   c.qp.ack_timeout = m.primary_local_ack_timeout;
   c.qp.retry_count = m.retry_count;
@@ -786,7 +788,7 @@ CmRx CmEndpoint::on_rep(Instant now, const CmPeer& from, std::uint64_t tid, cons
   }
   c->remote_id = m.local_comm_id;
   c->qp.remote_qpn = m.local_qpn;
-  c->qp.rq_psn = m.starting_psn;
+  c->qp.sq_psn = m.starting_psn;  // the active side sends from the REP's Starting PSN
   // cm.c cm_rep_handler: our initiator depth is the peer's responder resources and vice versa.
   c->qp.max_rd_atomic = m.responder_resources;
   c->qp.max_dest_rd_atomic = m.initiator_depth;

@@ -105,8 +105,8 @@ struct ListenId {
 struct QpAttributes {
   std::uint32_t local_qpn = 0;
   std::uint32_t remote_qpn = 0;         // dest_qp_num
-  std::uint32_t sq_psn = 0;             // our starting PSN
-  std::uint32_t rq_psn = 0;             // the peer's starting PSN
+  std::uint32_t sq_psn = 0;             // the first PSN we send (the peer's Starting PSN)
+  std::uint32_t rq_psn = 0;             // the first PSN we receive (our Starting PSN)
   std::uint8_t max_rd_atomic = 0;       // our initiator depth
   std::uint8_t max_dest_rd_atomic = 0;  // our responder resources
   std::uint8_t path_mtu = 0;            // IB MTU enum (1 = 256 ... 5 = 4096)
@@ -128,6 +128,10 @@ struct ConnectParams {
   Gid local_gid{};
   std::uint64_t service_id = 0;
   std::uint32_t local_qpn = 0;
+  // The REQ's (and AcceptParams': the REP's) Starting PSN. Linux's cm.c takes each side's
+  // Starting PSN as the first PSN that side *receives*: the active side sends from the REP's and
+  // the passive side from the REQ's (ib_send_cm_req keeps the REQ's as rq_psn, cm_rep_handler
+  // the REP's as sq_psn; the golden rping capture between two rxe hosts shows it on the wire).
   std::uint32_t starting_psn = 0;
   std::uint8_t responder_resources = 0;
   std::uint8_t initiator_depth = 0;

@@ -698,6 +698,64 @@ TEST_F(CmPair, MraOnRepAndADuplicateRepGetsTheMraAgain) {
   EXPECT_EQ(b_.poll_timeout(), now_ + Duration::ms(65536 + 2048));
 }
 
+// Which side sends from which Starting PSN, as two rxe hosts did it (the golden rping capture):
+// the active side's first RC packet carries the REP's Starting PSN, the passive side's the
+// REQ's; and the QP attributes the CM gives each side say the same.
+TEST_F(CmPair, StartingPsnsAreUsedAsLinuxUsesThem) {
+  std::optional<wire::CmReq> req;
+  std::optional<wire::CmRep> rep;
+  wire::IpAddress active_ip;
+  std::optional<std::uint32_t> first_from_active;
+  std::optional<std::uint32_t> first_from_passive;
+  for (const auto& fr : test::load_frames(test::data_dir() + "/golden/rping.pcap")) {
+    auto f = wire::parse_frame(wire::LinkType::kEthernet, fr.view());
+    ASSERT_TRUE(f.ok());
+    const auto bth = f->roce.bth().decode();
+    if (bth.dest_qpn == wire::kGsiQpn) {
+      auto mad = wire::parse_cm_mad(f->roce.payload);
+      ASSERT_TRUE(mad.ok());
+      if (auto* q = std::get_if<wire::CmReq>(&mad->message); q != nullptr && !req) {
+        req = *q;
+        active_ip = f->ipv4.src;
+      }
+      if (auto* r = std::get_if<wire::CmRep>(&mad->message); r != nullptr && !rep) rep = *r;
+      continue;
+    }
+    if (!req || !rep || (bth.opcode & 0x1f) > 0x10) continue;  // requests only, not ACKs
+    if (bth.opcode == 0x11 || bth.opcode == 0x10) continue;
+    if (f->ipv4.src == active_ip) {
+      if (!first_from_active) first_from_active = bth.psn;
+    } else if (!first_from_passive) {
+      first_from_passive = bth.psn;
+    }
+  }
+  ASSERT_TRUE(req && rep && first_from_active && first_from_passive);
+  EXPECT_EQ(*first_from_active, rep->starting_psn);
+  EXPECT_EQ(*first_from_passive, req->starting_psn);
+
+  // The same from uroce's CM: a connects with the REQ's PSN, b accepts with the REP's.
+  ASSERT_TRUE(b_.listen(kService).ok());
+  ConnectParams p = connect_params();
+  p.starting_psn = req->starting_psn;
+  ASSERT_TRUE(a_.connect(now_, p).ok());
+  for (const auto& m : drain(a_)) (void)b_.handle_mad(now_, peer(1), m.mad);
+  auto evs = events(b_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].qp.sq_psn, req->starting_psn);
+  AcceptParams ap = accept_params();
+  ap.starting_psn = rep->starting_psn;
+  auto qb = b_.accept(now_, evs[0].id, ap);
+  ASSERT_TRUE(qb.ok());
+  EXPECT_EQ(qb->sq_psn, req->starting_psn);
+  EXPECT_EQ(qb->rq_psn, rep->starting_psn);
+  for (const auto& m : drain(b_)) (void)a_.handle_mad(now_, peer(2), m.mad);
+  auto ea = events(a_);
+  ASSERT_EQ(ea.size(), 1u);
+  ASSERT_EQ(ea[0].type, CmEventType::kConnectResponse);
+  EXPECT_EQ(ea[0].qp.sq_psn, rep->starting_psn);
+  EXPECT_EQ(ea[0].qp.rq_psn, req->starting_psn);
+}
+
 // The kernel's REQ from rping (tests/data/golden/rping.pcap) at a uroce listener: a connect
 // request with its rdma_cm header, and a REP that answers that REQ's IDs and offers. And given
 // the kernel's parameters, uroce's REQ and REP are the kernel's bytes but for the local ID.
@@ -725,7 +783,8 @@ TEST_F(CmPair, KernelRpingReqIsServedAndOurReqAndRepAreTheKernels) {
   EXPECT_EQ(evs[0].type, CmEventType::kConnectRequest);
   EXPECT_TRUE(wire::parse_cma_header(as_bytes(evs[0].private_data.data(), 92)).ok());
   EXPECT_EQ(evs[0].qp.remote_qpn, req.local_qpn);
-  EXPECT_EQ(evs[0].qp.rq_psn, req.starting_psn);
+  // Linux's convention (ConnectParams::starting_psn): the passive side sends from the REQ's.
+  EXPECT_EQ(evs[0].qp.sq_psn, req.starting_psn);
   ASSERT_TRUE(b_.accept(now_, evs[0].id, accept_params()).ok());
   auto out = drain(b_);
   ASSERT_EQ(out.size(), 1u);

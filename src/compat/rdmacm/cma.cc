@@ -1329,7 +1329,7 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     if (id->qp != nullptr) {
       // The QP goes to RTR and RTS before the REP leaves, with what the REP will carry.
       p->qp_attr.local_qpn = id->qp->qp_num;
-      p->qp_attr.sq_psn = p->psn;
+      p->qp_attr.rq_psn = p->psn;  // the REP's Starting PSN (cm.h: what we receive)
       p->qp_attr.max_dest_rd_atomic = rr;
       p->qp_attr.max_rd_atomic = idp;
       p->have_qp_attr = true;
