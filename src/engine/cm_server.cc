@@ -597,6 +597,49 @@ void CmServer::on_sink_readable(Instant now) {
   pump(now);
 }
 
+void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
+  for (const auto& [n, id] : ids_) {
+    devd::Msg m;
+    m.type = devd::MsgType::kCmId;
+    auto c = clients_.find(id.client);
+    m.pid = c == clients_.end() ? 0 : c->second.pid;
+    m.index = id.ps;
+    m.value = id.src.port;
+    std::string state = id.listening ? "listening"
+                        : id.has_conn ? (id.active ? "connecting_or_connected" : "passive")
+                        : id.bound    ? "bound"
+                                      : "idle";
+    if (id.dst.family != 0) {
+      wire::IpAddress ip;
+      ip.v6 = id.dst.family == 6;
+      std::memcpy(ip.bytes.data(), id.dst.bytes, 16);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, " peer_port %u", id.dst.port);
+      state += buf;
+    }
+    devd::set_text(m.text, state);
+    send(m);
+  }
+  const cm::CmCounters& c = cm_.counters();
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "cm_ids %zu cm_connections %zu rx_mads %llu rx_malformed %llu rx_duplicate %llu "
+                "rx_dropped %llu tx_mads %llu retransmits %llu qp1_bad %llu qp1_not_cm %llu",
+                ids_.size(), cm_.connection_count(),
+                static_cast<unsigned long long>(counters_.rx_mads),
+                static_cast<unsigned long long>(c.rx_malformed),
+                static_cast<unsigned long long>(c.rx_duplicate),
+                static_cast<unsigned long long>(c.rx_dropped),
+                static_cast<unsigned long long>(counters_.tx_mads),
+                static_cast<unsigned long long>(c.retransmits),
+                static_cast<unsigned long long>(counters_.rx_bad),
+                static_cast<unsigned long long>(counters_.rx_not_cm));
+  devd::Msg m;
+  m.type = devd::MsgType::kCmStats;
+  devd::set_text(m.text, text);
+  send(m);
+}
+
 void CmServer::on_timeout(Instant now) {
   cm_.handle_timeout(now);
   pump(now);

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -27,6 +28,7 @@
 #include "cm/cm.h"
 #include "datapath/udp.h"
 #include "engine/devd_cm_protocol.h"
+#include "engine/devd_protocol.h"
 #include "wire/ip.h"
 
 namespace uroce::engine {
@@ -68,6 +70,8 @@ class CmServer {
   Instant next_deadline() const { return cm_.poll_timeout(); }
 
   const CmServerCounters& counters() const { return counters_; }
+  // `uroce stats`: one kCmId per ID, then a kCmStats.
+  void list(const std::function<void(const devd::Msg&)>& send) const;
   const cm::CmCounters& cm_counters() const { return cm_.counters(); }
 
  private:

@@ -248,6 +248,9 @@ class Coordinator {
       devd::set_text(m.comm, mem.comm);
       if (!send_msg(c, m)) return;
     }
+    bool ok = true;
+    cm_->list([&](const devd::Msg& m) { ok = ok && send_msg(c, m); });
+    if (!ok) return;
     devd::Msg end;
     end.type = devd::MsgType::kListEnd;
     const std::uint64_t unsteered = cm_->counters().unsteered;

@@ -16,7 +16,7 @@
 // kReleaseBlock -> kReleased, kClaimQp1 -> kQp1; kBye before it closes the connection says its
 // socket is closed already. A connection that says kCmHello is librdmacm's (devd_cm_protocol.h).
 // A connection that says kList instead of kHello gets one kMember per
-// context and then kListEnd (for `uroce stats`).
+// context, one kCmId per rdma_cm ID, a kCmStats and then kListEnd (for `uroce stats`).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,8 @@ enum class MsgType : std::uint32_t {
   kListEnd,
   kBye,
   kCmHello,  // the connection is an rdma_cm event channel's (devd_cm_protocol.h)
+  kCmId,     // kList: one rdma_cm ID (pid, index: port space, value: port, text: its state)
+  kCmStats,  // kList: the CM's counters (text: "name value" pairs)
 };
 
 struct Msg {

@@ -356,6 +356,19 @@ Result<SharedDeviceInfo, std::string> SharedPort::query(const wire::IpAddress& i
         ended = true;
         break;
       }
+      if (m.type == devd::MsgType::kCmId) {
+        SharedCmId id;
+        id.pid = m.pid;
+        id.port_space = m.index;
+        id.port = static_cast<std::uint16_t>(m.value);
+        id.state = devd::get_text(m.text);
+        info.cm_ids.push_back(std::move(id));
+        continue;
+      }
+      if (m.type == devd::MsgType::kCmStats) {
+        info.cm_counters = devd::get_text(m.text);
+        continue;
+      }
       if (m.type != devd::MsgType::kMember) break;
       SharedMember s;
       s.pid = m.pid;

@@ -54,8 +54,16 @@ struct SharedMember {
   bool qp1 = false;
   bool exiting = false;  // its process is exiting
 };
+struct SharedCmId {
+  pid_t pid = 0;
+  std::uint32_t port_space = 0;  // rdma_port_space
+  std::uint16_t port = 0;
+  std::string state;
+};
 struct SharedDeviceInfo {
   std::vector<SharedMember> members;
+  std::vector<SharedCmId> cm_ids;
+  std::string cm_counters;  // "name value" pairs
   std::uint64_t unsteered = 0;  // datagrams the coordinator dropped (no context owns the QPN)
 };
 

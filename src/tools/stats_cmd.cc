@@ -199,9 +199,22 @@ void print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
                    m.index, m.blocks, m.qp1 ? " qp1" : "", m.exiting ? " exiting" : "");
       ++shown;
     }
-    if (cmd.device.empty() || shown != 0) {
+    // rdma_cm's IDs (as `rdma resource show cm_id` lists them) and the CM's counters: the
+    // coordinator's, whatever device name its contexts gave.
+    for (const engine::SharedCmId& id : info->cm_ids) {
+      const char* ps = id.port_space == 0x0106   ? "tcp"
+                       : id.port_space == 0x0111 ? "udp"
+                       : id.port_space == 0x013f ? "ib"
+                                                 : "ipoib";
+      std::fprintf(out, "cm_id %s:%u pid %d ps %s port %u state %s\n", ip_text.c_str(), port,
+                   static_cast<int>(id.pid), ps, id.port, id.state.c_str());
+    }
+    if (cmd.device.empty() || shown != 0 || !info->cm_ids.empty()) {
       std::fprintf(out, "shared %s:%u contexts %zu unsteered_pkts %llu\n", ip_text.c_str(), port,
                    info->members.size(), static_cast<unsigned long long>(info->unsteered));
+      if (!info->cm_counters.empty()) {
+        std::fprintf(out, "cm %s:%u %s\n", ip_text.c_str(), port, info->cm_counters.c_str());
+      }
     }
   }
 }
