@@ -1,0 +1,119 @@
+#!/bin/bash
+# Runs an unmodified rdma_cm program (rdmacm-utils, perftest -R, qperf) as a server and a client,
+# two processes on one host over the drop-in librdmacm.so.1 and libibverbs.so.1, each with its
+# own uroce device (or both on one).
+#
+#   rdmacm_pair.sh LIBDIR UROCE SERVER_ADDR CLIENT_ADDR READY TIMEOUT_S EXPECT_REGEX \
+#       -- SERVER_CMD... -- CLIENT_CMD...
+#
+# Each side runs with UROCE_DEVICES set to its address. In the commands, @S@ stands for the
+# server's address. READY says when the server is ready for the client: `cm:PS:PORT` once
+# `uroce stats` lists an rdma_cm ID of port space PS (tcp, udp) listening on PORT at the server's
+# device, `tcp:PORT` once a TCP socket listens on PORT (qperf's control connection). Passes when
+# both exit 0 within TIMEOUT_S, the client's output matches EXPECT_REGEX (grep -E) and neither
+# prints a sanitizer report. With EXPECT_FAIL=1 in the environment the client must exit non-zero
+# instead (and no server is waited for when SERVER_CMD is `none`). Prints both outputs on
+# failure.
+set -u
+libdir=$1 uroce=$2 saddr=$3 caddr=$4 ready=$5 limit=$6 expect=$7
+shift 7
+[ "$1" = "--" ] && shift
+server=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  server+=("${1//@S@/$saddr}")
+  shift
+done
+shift
+client=()
+for a in "$@"; do client+=("${a//@S@/$saddr}"); done
+for p in "${server[0]}" "${client[0]}"; do
+  if [ "$p" != none ] && ! command -v "$p" >/dev/null; then
+    echo "SKIP: $p is not installed"
+    exit 77
+  fi
+done
+
+export LD_LIBRARY_PATH=$libdir
+if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
+  preload="${UROCE_TEST_PRELOAD:-}"
+  export ASAN_OPTIONS=detect_leaks=0
+else
+  preload=
+fi
+tmp=$(mktemp -d)
+spid=
+cleanup() {
+  [ -n "$spid" ] && kill "$spid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+dump() {
+  echo "--- server: ${server[*]}"
+  cat "$tmp/server" 2>/dev/null
+  echo "--- client: ${client[*]}"
+  cat "$tmp/client"
+  echo "--- uroce stats"
+  env -u LD_PRELOAD "$uroce" stats 2>&1 | grep -E '^(cm|shared)' || true
+}
+
+src=0
+if [ "${server[0]}" != none ]; then
+  UROCE_DEVICES=$saddr LD_PRELOAD=$preload timeout -k 5 "$limit" "${server[@]}" >"$tmp/server" 2>&1 &
+  spid=$!
+  # Ready when the server listens: its rdma_cm ID in the coordinator's list, or its TCP socket.
+  kind=${ready%%:*}
+  up=0
+  for _ in $(seq 1 300); do
+    kill -0 "$spid" 2>/dev/null || break
+    if [ "$kind" = cm ]; then
+      ps_port=${ready#cm:}
+      ps=${ps_port%%:*} port=${ps_port#*:}
+      if env -u LD_PRELOAD "$uroce" stats 2>/dev/null |
+        grep -Eq "^cm_id $saddr:4791 pid [0-9]+ ps $ps port $port state listening"; then
+        up=1
+        break
+      fi
+    else
+      if ss -Hltn "sport = :${ready#tcp:}" 2>/dev/null | grep -q .; then
+        up=1
+        break
+      fi
+    fi
+    sleep 0.1
+  done
+  if [ "$up" -ne 1 ]; then
+    echo "FAIL: the server never listened ($ready)"
+    dump
+    exit 1
+  fi
+fi
+UROCE_DEVICES=$caddr LD_PRELOAD=$preload timeout -k 5 "$limit" "${client[@]}" >"$tmp/client" 2>&1
+crc=$?
+if [ -n "$spid" ]; then
+  if [ "${EXPECT_FAIL:-0}" = 1 ]; then
+    kill "$spid" 2>/dev/null
+  fi
+  wait "$spid"
+  src=$?
+  spid=
+  [ "${EXPECT_FAIL:-0}" = 1 ] && src=0
+fi
+
+ok=1
+if [ "${EXPECT_FAIL:-0}" = 1 ]; then
+  [ "$crc" -ne 0 ] && [ "$crc" -ne 124 ] || ok=0
+else
+  [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] || ok=0
+fi
+grep -Eq -- "$expect" "$tmp/client" || ok=0
+if grep -Eq 'AddressSanitizer|ThreadSanitizer|runtime error' "$tmp/client" "$tmp/server" 2>/dev/null; then
+  ok=0
+fi
+if [ "$ok" -ne 1 ]; then
+  echo "FAIL: server exit $src, client exit $crc, expected /$expect/"
+  dump
+  exit 1
+fi
+echo "PASS: ${client[*]}"
+grep -E -- "$expect" "$tmp/client" | tail -3
