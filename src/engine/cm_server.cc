@@ -28,7 +28,7 @@ enum : std::uint32_t {
   kDisconnected = 10,
   kTimewaitExit = 15,
 };
-constexpr std::uint32_t kQptUd = 4;        // IBV_QPT_UD
+constexpr std::uint32_t kQptUd = 4;                 // IBV_QPT_UD
 constexpr std::uint32_t kRdmaUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
 // The kernel's ephemeral port range (net.ipv4.ip_local_port_range's default).
 constexpr std::uint16_t kEphemeralFirst = 32768;
@@ -238,7 +238,8 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
     return r;
   }
   if (id == nullptr) return fail(ENOENT);
-  const bool ud = id->qp_type == kQptUd || id->ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp);
+  const bool ud =
+      id->qp_type == kQptUd || id->ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp);
   switch (m.type) {
     case devd::CmMsgType::kDestroyId:
       destroy_id(now, *id);
@@ -319,8 +320,9 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
           ud ? wire::kCmaSidrReqUserPrivateDataBytes : wire::kCmaReqUserPrivateDataBytes;
       if (m.conn.private_data_len > user_max) return fail(EINVAL);
       auto enc = wire::encode_cma_private_data(
-          h, ConstBytes(reinterpret_cast<const std::byte*>(m.conn.private_data),
-                        m.conn.private_data_len),
+          h,
+          ConstBytes(reinterpret_cast<const std::byte*>(m.conn.private_data),
+                     m.conn.private_data_len),
           MutBytes(reinterpret_cast<std::byte*>(pd.data()), pd.size()));
       if (!enc.ok()) return fail(EINVAL);
       const ConstBytes pdata(reinterpret_cast<const std::byte*>(pd.data()), enc.value());
@@ -365,8 +367,8 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
       }
       if (ud) {
         const std::uint32_t qkey = m.conn.qkey != 0 ? m.conn.qkey : kRdmaUdpQkey;
-        auto e = cm_.sidr_reply(now, id->conn, wire::SidrStatus::kSuccess, m.conn.qp_num, qkey,
-                                pdata);
+        auto e =
+            cm_.sidr_reply(now, id->conn, wire::SidrStatus::kSuccess, m.conn.qp_num, qkey, pdata);
         return e.ok() ? r : fail(EINVAL);
       }
       cm::AcceptParams p;
@@ -605,7 +607,7 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
     m.pid = c == clients_.end() ? 0 : c->second.pid;
     m.index = id.ps;
     m.value = id.src.port;
-    std::string state = id.listening ? "listening"
+    std::string state = id.listening  ? "listening"
                         : id.has_conn ? (id.active ? "connecting_or_connected" : "passive")
                         : id.bound    ? "bound"
                                       : "idle";

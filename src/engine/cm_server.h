@@ -34,13 +34,13 @@
 namespace uroce::engine {
 
 struct CmServerCounters {
-  std::uint64_t rx_mads = 0;        // CM MADs handed to the CM
-  std::uint64_t rx_not_cm = 0;      // QP 1 packets that are not CM MADs (other classes, sizes)
-  std::uint64_t rx_bad = 0;         // QP 1 packets with a bad ICRC, opcode or Q_Key
-  std::uint64_t unsteered = 0;      // packets for a QPN nobody owns
+  std::uint64_t rx_mads = 0;    // CM MADs handed to the CM
+  std::uint64_t rx_not_cm = 0;  // QP 1 packets that are not CM MADs (other classes, sizes)
+  std::uint64_t rx_bad = 0;     // QP 1 packets with a bad ICRC, opcode or Q_Key
+  std::uint64_t unsteered = 0;  // packets for a QPN nobody owns
   std::uint64_t tx_mads = 0;
-  std::uint64_t tx_failed = 0;      // MADs the socket did not take
-  std::uint64_t client_drops = 0;   // clients dropped (closed, or not reading their events)
+  std::uint64_t tx_failed = 0;     // MADs the socket did not take
+  std::uint64_t client_drops = 0;  // clients dropped (closed, or not reading their events)
 };
 
 class CmServer {
@@ -95,8 +95,8 @@ class CmServer {
     pid_t pid = 0;
   };
 
-  CmServer(const wire::IpAddress& ip, std::uint16_t port,
-           std::unique_ptr<datapath::UdpDatapath> dp, std::uint64_t seed);
+  CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
+           std::uint64_t seed);
 
   devd::CmMsg handle(Instant now, int fd, const devd::CmMsg& m);
   int bind_id(Id& id, std::uint16_t port);
@@ -119,8 +119,8 @@ class CmServer {
   std::vector<int> pending_drops_;  // clients whose socket was full, dropped after the call
   std::map<std::uint32_t, Id> ids_;
   std::uint32_t next_id_ = 1;
-  std::map<std::uint32_t, std::uint32_t> by_conn_;    // ConnId -> ID
-  std::map<std::uint32_t, std::uint32_t> by_listen_;  // ListenId -> ID
+  std::map<std::uint32_t, std::uint32_t> by_conn_;           // ConnId -> ID
+  std::map<std::uint32_t, std::uint32_t> by_listen_;         // ListenId -> ID
   std::set<std::pair<std::uint32_t, std::uint16_t>> ports_;  // (ps, port) bound
   std::uint16_t next_ephemeral_;
   CmServerCounters counters_;

@@ -264,8 +264,8 @@ struct Connected {
 // Connects to the device's coordinator (starting one when none runs) and says `hello`; the
 // connection once the coordinator has answered kWelcome.
 Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std::uint16_t port,
-                                                 const std::string& device,
-                                                 const devd::Msg& hello, bool want_socket) {
+                                                 const std::string& device, const devd::Msg& hello,
+                                                 bool want_socket) {
   const std::string name = devd::socket_name(ip, port);
   // A coordinator that is exiting, or one just being started by another process, keeps us
   // waiting a little: retry for up to 10 s.

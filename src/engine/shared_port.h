@@ -63,7 +63,7 @@ struct SharedCmId {
 struct SharedDeviceInfo {
   std::vector<SharedMember> members;
   std::vector<SharedCmId> cm_ids;
-  std::string cm_counters;  // "name value" pairs
+  std::string cm_counters;      // "name value" pairs
   std::uint64_t unsteered = 0;  // datagrams the coordinator dropped (no context owns the QPN)
 };
 

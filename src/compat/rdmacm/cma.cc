@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "compat/rdmacm/rdmacm.h"
-#include "engine/device_config.h"
 #include "engine/devd_cm_protocol.h"
+#include "engine/device_config.h"
 #include "engine/shared_port.h"
 
 namespace uroce::rdmacm {
@@ -1095,8 +1095,8 @@ UROCE_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp
       ah.grh.traffic_class = p->tos_set ? p->tos : q.traffic_class;
       ah.grh.sgid_index = 0;
       ah.sl = q.sl;
-      *qp_attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+      *qp_attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
       return 0;
     }
     case IBV_QPS_RTS:
@@ -1250,7 +1250,8 @@ void conn_to_msg(Id* p, const rdma_conn_param* c, CmMsg& req) {
     req.conn.retry_count = c->retry_count;
     req.conn.rnr_retry_count = c->rnr_retry_count;
     if (c->private_data != nullptr && c->private_data_len != 0) {
-      const std::size_t n = std::min<std::size_t>(c->private_data_len, sizeof req.conn.private_data);
+      const std::size_t n =
+          std::min<std::size_t>(c->private_data_len, sizeof req.conn.private_data);
       std::memcpy(req.conn.private_data, c->private_data, n);
       req.conn.private_data_len = static_cast<std::uint8_t>(n);
     }
@@ -1319,8 +1320,10 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   conn_to_msg(p, conn_param, req);
   // What the REQ offers bounds ours (rdma_accept's clamps): our responder resources by its
   // initiator depth, our initiator depth by its responder resources.
-  std::uint8_t rr = conn_param != nullptr ? req.conn.responder_resources : p->remote.initiator_depth;
-  std::uint8_t idp = conn_param != nullptr ? req.conn.initiator_depth : p->remote.responder_resources;
+  std::uint8_t rr =
+      conn_param != nullptr ? req.conn.responder_resources : p->remote.initiator_depth;
+  std::uint8_t idp =
+      conn_param != nullptr ? req.conn.initiator_depth : p->remote.responder_resources;
   rr = std::min(rr, p->remote.initiator_depth);
   idp = std::min(idp, p->remote.responder_resources);
   req.conn.responder_resources = rr;

@@ -1,0 +1,280 @@
+// The CM in a device's coordinator (engine/cm_server.h), from the wire and from its protocol: a
+// raw RoCEv2 endpoint on a second address sends it CM MADs, good and bad, and reads what it
+// answers; an rdma_cm event channel's connection (SharedPort::connect_cm) drives it with CmMsg.
+// Bad input is counted (uroce stats' "cm" line) and never stops it serving.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "datapath/udp.h"
+#include "engine/device_config.h"
+#include "engine/devd_cm_protocol.h"
+#include "engine/shared_port.h"
+#include "verbs/address.h"
+#include "wire/builder.h"
+#include "wire/cm_mad.h"
+
+namespace uroce::engine {
+namespace {
+
+constexpr char kDevice[] = "127.77.97.1";
+constexpr char kPeer[] = "127.77.97.2";
+
+wire::IpAddress ip(const char* s) { return parse_ip(s).value(); }
+
+cm::Gid gid(const char* s) {
+  const uroce::Gid g = verbs::gid_from_ip(ip(s));
+  cm::Gid out{};
+  std::memcpy(out.data(), g.raw.data(), 16);
+  return out;
+}
+
+std::map<std::string, std::uint64_t> cm_counters() {
+  auto info = SharedPort::query(ip(kDevice), wire::kRoceV2Port);
+  EXPECT_TRUE(info.ok());
+  std::map<std::string, std::uint64_t> out;
+  if (!info.ok()) return out;
+  std::istringstream in(info->cm_counters);
+  std::string name;
+  std::uint64_t v = 0;
+  while (in >> name >> v) out[name] = v;
+  return out;
+}
+
+class CmServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // An event channel's connection starts the coordinator (and keeps it).
+    auto c = SharedPort::connect_cm(ip(kDevice), wire::kRoceV2Port, "uroce0");
+    ASSERT_TRUE(c.ok()) << c.error();
+    chan_ = c.value();
+    datapath::UdpOptions o(ip(kPeer));
+    o.use_environment = false;
+    o.gso = false;
+    o.gro = false;
+    auto dp = datapath::UdpDatapath::open(o);
+    ASSERT_TRUE(dp.ok()) << dp.error();
+    dp_ = std::move(dp.value());
+  }
+  void TearDown() override {
+    if (chan_ >= 0) ::close(chan_);
+  }
+
+  // Sends a UD SEND Only packet with `payload` to the device's QP `qpn`.
+  void send(ConstBytes payload, std::uint32_t qpn = 1, std::uint32_t qkey = wire::kGsiQkey) {
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kUdSendOnly);
+    h.bth.dest_qpn = qpn;
+    h.bth.psn = psn_++;
+    h.deth.qkey = qkey;
+    h.deth.src_qpn = 1;
+    std::array<std::byte, 32> hdr{};
+    const std::size_t n = wire::write_headers(MutBytes(hdr), h, payload.size());
+    wire::OuterHeaders o;
+    o.src = ip(kPeer);
+    o.dst = ip(kDevice);
+    o.ethernet = false;
+    const ConstBytes pieces[1] = {payload};
+    ASSERT_TRUE(dp_->send(Instant{}, o, ConstBytes(hdr).first(n), pieces));
+    dp_->flush(Instant{});
+  }
+
+  // The next CM MAD the device sends us (bounded wait).
+  std::optional<wire::CmMad> receive() {
+    std::optional<wire::CmMad> got;
+    for (int i = 0; i < 100 && !got; ++i) {
+      pollfd p{dp_->fd(), POLLIN, 0};
+      if (::poll(&p, 1, 100) != 1) continue;
+      dp_->receive(16, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+        EXPECT_TRUE(meta.icrc_verified);
+        EXPECT_EQ(pkt.bth().dest_qpn(), wire::kGsiQpn);
+        EXPECT_EQ(pkt.deth().qkey(), wire::kGsiQkey);
+        EXPECT_EQ(pkt.deth().src_qpn(), wire::kGsiQpn);
+        auto m = wire::parse_cm_mad(pkt.payload);
+        if (m.ok()) got = *m;
+      });
+    }
+    return got;
+  }
+
+  devd::CmMsg call(const devd::CmMsg& req) {
+    EXPECT_EQ(::send(chan_, &req, sizeof req, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof req));
+    for (;;) {
+      devd::CmMsg m;
+      pollfd p{chan_, POLLIN, 0};
+      EXPECT_EQ(::poll(&p, 1, 10'000), 1);
+      EXPECT_EQ(::recv(chan_, &m, sizeof m, 0), static_cast<ssize_t>(sizeof m));
+      if (m.type == devd::CmMsgType::kReply) return m;
+      events_.push_back(m);
+    }
+  }
+
+  std::optional<devd::CmMsg> next_event() {
+    if (!events_.empty()) {
+      devd::CmMsg m = events_.front();
+      events_.erase(events_.begin());
+      return m;
+    }
+    pollfd p{chan_, POLLIN, 0};
+    if (::poll(&p, 1, 10'000) != 1) return std::nullopt;
+    devd::CmMsg m;
+    if (::recv(chan_, &m, sizeof m, 0) != static_cast<ssize_t>(sizeof m)) return std::nullopt;
+    return m;
+  }
+
+  wire::CmReq req_for(std::uint16_t port) {
+    wire::CmReq r;
+    r.local_comm_id = 0x11223344;
+    r.service_id = wire::rdma_service_id(wire::RdmaPortSpace::kTcp, port);
+    r.local_ca_guid = 0x0200000000000002ull;
+    r.local_qpn = 0x000345;
+    r.starting_psn = 0x123456;
+    r.responder_resources = 1;
+    r.initiator_depth = 1;
+    r.remote_cm_response_timeout = 20;
+    r.local_cm_response_timeout = 20;
+    r.retry_count = 7;
+    r.rnr_retry_count = 7;
+    r.path_mtu = 3;
+    r.max_cm_retries = 15;
+    r.partition_key = 0xffff;
+    r.primary_local_lid = 0xffff;
+    r.primary_remote_lid = 0xffff;
+    r.primary_local_gid = gid(kPeer);
+    r.primary_remote_gid = gid(kDevice);
+    r.primary_hop_limit = 64;
+    r.primary_packet_rate = 3;
+    r.primary_local_ack_timeout = 18;
+    r.primary_subnet_local = 1;
+    wire::CmaHeader h;
+    h.src_port = 40000;
+    h.src_addr = gid(kPeer);
+    h.dst_addr = gid(kDevice);
+    std::array<std::byte, 92> pd{};
+    auto n = wire::encode_cma_private_data(h, {}, MutBytes(pd));
+    EXPECT_TRUE(n.ok());
+    std::memcpy(r.private_data.data(), pd.data(), 92);
+    return r;
+  }
+
+  int chan_ = -1;
+  std::unique_ptr<datapath::UdpDatapath> dp_;
+  std::uint32_t psn_ = 0;
+  std::vector<devd::CmMsg> events_;
+};
+
+TEST_F(CmServerTest, AnswersTheWireAsTheKernelDoesAndCountsWhatIsBad) {
+  // A REQ for a service nobody listens on: REJ Invalid Service ID.
+  auto mad = wire::build_cm_mad(wire::CmMad{0x77, req_for(9)});
+  send(mad);
+  auto ans = receive();
+  ASSERT_TRUE(ans.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
+  EXPECT_EQ(ans->transaction_id, 0x77u);
+  EXPECT_EQ(std::get<wire::CmRej>(ans->message).reason,
+            static_cast<std::uint16_t>(wire::CmRejReason::kInvalidServiceId));
+
+  // A REP for no REQ: REJ Invalid Communication ID.
+  wire::CmRep rep;
+  rep.local_comm_id = 0x55;
+  rep.remote_comm_id = 0x99;
+  rep.local_qpn = 0x400;
+  send(wire::build_cm_mad(wire::CmMad{0x78, rep}));
+  ans = receive();
+  ASSERT_TRUE(ans.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
+  EXPECT_EQ(std::get<wire::CmRej>(ans->message).reason,
+            static_cast<std::uint16_t>(wire::CmRejReason::kInvalidCommId));
+
+  auto before = cm_counters();
+  // Malformed: an unknown CM attribute, a bad class version, a truncated MAD, a wrong Q_Key,
+  // garbage to an unowned QPN.
+  auto bad = mad;
+  store_be16(bad, wire::kMadOffAttrId, 0x0042);
+  send(bad);
+  bad = mad;
+  bad[wire::kMadOffClassVersion] = std::byte{1};
+  send(bad);
+  send(ConstBytes(mad).first(100));
+  send(mad, 1, 0x1234);
+  send(mad, 0x7fff00);
+  // None of them gets an answer; a good one after them still does.
+  send(wire::build_cm_mad(wire::CmMad{0x79, req_for(9)}));
+  ans = receive();
+  ASSERT_TRUE(ans.has_value());
+  EXPECT_EQ(ans->transaction_id, 0x79u);
+  auto after = cm_counters();
+  EXPECT_EQ(after["rx_malformed"] - before["rx_malformed"], 2u);
+  EXPECT_EQ(after["qp1_not_cm"] - before["qp1_not_cm"], 1u);
+  EXPECT_EQ(after["qp1_bad"] - before["qp1_bad"], 1u);
+  auto info = SharedPort::query(ip(kDevice), wire::kRoceV2Port);
+  ASSERT_TRUE(info.ok());
+  EXPECT_GE(info->unsteered, 1u);
+}
+
+TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kCreateId;
+  m.ps = 0x0106;
+  m.qp_type = 2;
+  auto r = call(m);
+  ASSERT_EQ(r.status, 0);
+  const std::uint32_t id = r.id;
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kBind;
+  m.id = id;
+  m.src.family = 4;
+  std::memcpy(m.src.bytes, ip(kDevice).bytes.data(), 4);
+  m.src.port = 7480;
+  ASSERT_EQ(call(m).status, 0);
+  // The port is taken now.
+  devd::CmMsg c;
+  c.type = devd::CmMsgType::kCreateId;
+  c.ps = 0x0106;
+  auto other = call(c);
+  m.id = other.id;
+  EXPECT_EQ(call(m).status, EADDRINUSE);
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kListen;
+  m.id = id;
+  ASSERT_EQ(call(m).status, 0);
+
+  send(wire::build_cm_mad(wire::CmMad{0x80, req_for(7480)}));
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 4u);  // RDMA_CM_EVENT_CONNECT_REQUEST
+  EXPECT_EQ(ev->listen_id, id);
+  EXPECT_EQ(ev->conn.qp_num, 0x345u);
+  EXPECT_EQ(ev->dst.port, 40000);
+  EXPECT_EQ(ev->conn.private_data_len, 56);
+  EXPECT_EQ(ev->qp.sq_psn, 0x123456u);  // the passive side sends from the REQ's PSN
+
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kReject;
+  m.id = ev->id;
+  m.conn.private_data[0] = 0xab;
+  m.conn.private_data_len = 1;
+  ASSERT_EQ(call(m).status, 0);
+  auto ans = receive();
+  ASSERT_TRUE(ans.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
+  const auto& rej = std::get<wire::CmRej>(ans->message);
+  EXPECT_EQ(rej.reason, static_cast<std::uint16_t>(wire::CmRejReason::kConsumerDefined));
+  EXPECT_EQ(rej.remote_comm_id, 0x11223344u);
+  EXPECT_EQ(rej.private_data[0], 0xab);
+
+  // Commands on an ID that is not this channel's fail; unknown commands too.
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kDisconnect;
+  m.id = 0xdeadbeef;
+  EXPECT_EQ(call(m).status, ENOENT);
+}
+
+}  // namespace
+}  // namespace uroce::engine
