@@ -198,8 +198,7 @@ void CmServer::on_client_readable(Instant now, int fd) {
       drop_client(now, fd);
       return;
     }
-    const devd::CmMsg r = handle(now, fd, m);
-    send(fd, r);
+    if (const auto r = handle(now, fd, m)) send(fd, *r);
     pump(now);
   }
   for (int d : pending_drops_) {
@@ -208,7 +207,7 @@ void CmServer::on_client_readable(Instant now, int fd) {
   pending_drops_.clear();
 }
 
-devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
+std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
   devd::CmMsg r;
   r.type = devd::CmMsgType::kReply;
   r.id = m.id;
@@ -273,11 +272,11 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
       ev.event = kAddrResolved;
       ev.src = id->src;
       ev.dst = id->dst;
+      // The reply first, then the event (the library reads them in that order).
+      r.value = 1;
       send(fd, r);
       send(fd, ev);
-      r.type = devd::CmMsgType::kReply;
-      r.value = 1;  // already sent
-      return r;
+      return std::nullopt;
     }
     case devd::CmMsgType::kResolveRoute: {
       if (id->dst.family == 0) return fail(EINVAL);
@@ -287,10 +286,11 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
       ev.event = kRouteResolved;
       ev.src = id->src;
       ev.dst = id->dst;
+      // The reply first, then the event (the library reads them in that order).
+      r.value = 1;
       send(fd, r);
       send(fd, ev);
-      r.value = 1;
-      return r;
+      return std::nullopt;
     }
     case devd::CmMsgType::kListen: {
       if (id->listening) return r;  // the kernel accepts a second listen (a new backlog)

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -98,7 +99,8 @@ class CmServer {
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
            std::uint64_t seed);
 
-  devd::CmMsg handle(Instant now, int fd, const devd::CmMsg& m);
+  // The reply to a command (nullopt: already sent, with what follows it).
+  std::optional<devd::CmMsg> handle(Instant now, int fd, const devd::CmMsg& m);
   int bind_id(Id& id, std::uint16_t port);
   void destroy_id(Instant now, Id& id);
   void drop_client(Instant now, int fd);

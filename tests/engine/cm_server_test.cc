@@ -276,5 +276,40 @@ TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
   EXPECT_EQ(call(m).status, ENOENT);
 }
 
+// Every command gets exactly one reply, and the events it causes come after it: address and
+// route resolution answer, then report.
+TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kCreateId;
+  m.ps = 0x0106;
+  m.qp_type = 2;
+  const std::uint32_t id = call(m).id;
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kResolveAddr;
+  m.id = id;
+  m.dst.family = 4;
+  std::memcpy(m.dst.bytes, ip(kPeer).bytes.data(), 4);
+  m.dst.port = 7999;
+  auto r = call(m);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.src.port, 0);  // an ephemeral port
+  m.type = devd::CmMsgType::kResolveRoute;
+  EXPECT_EQ(call(m).status, 0);
+  // The next command's reply is its own (an unknown ID), not a leftover.
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kDestroyId;
+  m.id = 0xfffffff0;
+  EXPECT_EQ(call(m).status, ENOENT);
+  auto e1 = next_event();
+  auto e2 = next_event();
+  ASSERT_TRUE(e1 && e2);
+  EXPECT_EQ(e1->type, devd::CmMsgType::kEvent);
+  EXPECT_EQ(e1->event, 0u);  // ADDR_RESOLVED
+  EXPECT_EQ(e2->event, 2u);  // ROUTE_RESOLVED
+  EXPECT_EQ(e1->id, id);
+  pollfd p{chan_, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "a message more than the replies and events";
+}
+
 }  // namespace
 }  // namespace uroce::engine
