@@ -79,7 +79,8 @@ if [ "${server[0]}" != none ]; then
         break
       fi
     else
-      if ss -Hltn "sport = :${ready#tcp:}" 2>/dev/null | grep -q .; then
+      sp=$(env -u LD_PRELOAD pgrep -P "$spid" | head -1)
+      if [ -n "$sp" ] && ss -Hltnp "sport = :${ready#tcp:}" 2>/dev/null | grep -q "pid=$sp,"; then
         up=1
         break
       fi
