@@ -640,6 +640,12 @@ Event* convert(Channel* ch, const Queued& q) {
     fill_path(id);
     id->remote = m.conn;
     id->qp_attr = m.qp;
+    // What rdma_init_qp_attr says before rdma_accept, for an application that drives its own
+    // QP to RTR first: the PSN our REP will carry, and the resources the REQ offers (the
+    // accept clamps to the same).
+    id->qp_attr.rq_psn = id->psn;
+    id->qp_attr.max_dest_rd_atomic = m.conn.initiator_depth;
+    id->qp_attr.max_rd_atomic = m.conn.responder_resources;
     id->have_qp_attr = true;
     if (listen->sync) {
       Channel* own = new_channel();
