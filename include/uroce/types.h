@@ -12,6 +12,7 @@ enum class Errc : int {
   kOk = 0,
   kPermission = 1,        // EPERM
   kNoEntry = 2,           // ENOENT
+  kInterrupted = 4,       // EINTR: a signal ended a blocking wait
   kNoMemory = 12,         // ENOMEM
   kBusy = 16,             // EBUSY: resource still has children or is in use
   kInvalidArgument = 22,  // EINVAL

@@ -1,6 +1,7 @@
 #include "engine/udp_device.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -273,7 +274,16 @@ std::string UdpDevice::start_progress_thread(const ProgressThreadOptions& option
     sched_.reconfigure(c);
   }
   stop_.store(false);
+  // The thread takes none of the application's signals: a process-directed signal (qperf's
+  // SIGALRM, a Ctrl-C) goes to an application thread, whose blocking call it interrupts, as
+  // with libibverbs, which runs no thread. It starts with every signal blocked (the mask is
+  // inherited); this thread's own mask is put back at once.
+  sigset_t all;
+  sigset_t old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   thread_ = std::thread(&UdpDevice::thread_main, this);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return "";
 }
 
@@ -471,7 +481,11 @@ Result<std::optional<CqHandle>, Errc> UdpDevice::get_cq_event(std::uint64_t chan
       application_waits();
       pollfd p{ch->fd, POLLIN, 0};
       timespec ts;
-      ::ppoll(&p, 1, timeout_until(until, t, ts), nullptr);
+      // A signal ends the wait, as it ends libibverbs' read() of the channel's fd (qperf stops
+      // its timed tests with SIGALRM while it blocks here).
+      if (::ppoll(&p, 1, timeout_until(until, t, ts), nullptr) < 0 && errno == EINTR) {
+        return Err{Errc::kInterrupted};
+      }
       if (closed_ && (p.revents & POLLIN) == 0) return std::optional<CqHandle>();
     } else {
       wait(std::min(until - t, kPollSlice));

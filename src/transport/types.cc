@@ -12,6 +12,8 @@ const char* errc_name(Errc e) {
       return "operation not permitted";
     case Errc::kNoEntry:
       return "no such entry";
+    case Errc::kInterrupted:
+      return "interrupted";
     case Errc::kNoMemory:
       return "out of memory";
     case Errc::kBusy:

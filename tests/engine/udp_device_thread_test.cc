@@ -4,10 +4,13 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <chrono>
+#include <csignal>
 
 #include <atomic>
 #include <cstddef>
@@ -353,6 +356,41 @@ void check_completion_channel(bool thread_mode) {
   EXPECT_EQ(a.dev->destroy_comp_channel(channel), Errc::kOk);
   EXPECT_EQ(a.dev->comp_channel_fd(channel), -1);
   EXPECT_FALSE(a.dev->get_cq_event(channel, Duration::zero()).ok());
+}
+
+// A process-directed signal ends a blocked get_cq_event() with kInterrupted (EINTR from the
+// drop-in), as it ends libibverbs' read() of the channel's fd: programs stop timed loops that
+// way (qperf's SIGALRM). The progress thread takes no signal, so the application's thread does.
+void on_alarm(int) {}
+TEST(UdpDeviceThread, ASignalEndsABlockedCqEventWait) {
+  Side a;
+  SideOptions oa = deep();
+  oa.make_channel = true;
+  make_side(a, "127.0.1.10", oa);
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  struct sigaction sa {};
+  sa.sa_handler = on_alarm;  // no SA_RESTART
+  struct sigaction old {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, &old), 0);
+  std::atomic<bool> done{false};
+  // Signals the waiting thread until it has returned (a signal that lands before the wait
+  // begins is simply sent again).
+  std::thread kicker([&] {
+    sigset_t mine;
+    sigemptyset(&mine);
+    sigaddset(&mine, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &mine, nullptr);  // not for this thread: the process's other two
+    while (!done.load()) {
+      ::kill(::getpid(), SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto r = a.dev->get_cq_event(1, Duration::s(30));
+  done = true;
+  kicker.join();
+  ::sigaction(SIGUSR1, &old, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), Errc::kInterrupted);
 }
 
 TEST(UdpDeviceThread, CompletionChannelInThreadMode) { check_completion_channel(true); }

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -69,6 +70,8 @@ struct Device {
 };
 
 std::mutex g_mu;
+// An event was acknowledged (under g_mu). Never destroyed, as g_ids.
+std::condition_variable& g_acked = *new std::condition_variable();
 std::vector<Device>* g_devices = nullptr;
 std::vector<ibv_context*>* g_context_list = nullptr;
 
@@ -249,9 +252,10 @@ struct Channel {
   int efd = -1;              // readable while `queue` has events
   std::mutex mu;
   std::deque<Queued> queue;
-  std::map<int, int> conns;  // device -> connection
-  bool dead = false;         // destroyed (its memory stays: see rdma_destroy_event_channel)
-  int waiters = 0;           // threads in epoll_wait on it
+  std::map<int, int> conns;      // device -> connection
+  bool dead = false;             // destroyed (its memory stays: see rdma_destroy_event_channel)
+  int waiters = 0;               // threads in epoll_wait on it
+  bool was_nonblocking = false;  // its fd was O_NONBLOCK when it was destroyed
 };
 
 // Destroyed application channels: a thread may still be blocked in rdma_get_cm_event on one
@@ -403,6 +407,7 @@ Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 struct Event {
   rdma_cm_event pub{};  // first
   Id* id = nullptr;
+  Id* counted = nullptr;  // the ID whose events_out counts it (rdma_destroy_id waits for it)
   std::uint8_t private_data[224] = {};
 };
 
@@ -617,14 +622,18 @@ Event* convert(Channel* ch, const Queued& q) {
   Id* listen = nullptr;
   {
     std::lock_guard lk(g_mu);
+    // The ID the event is for counts it from here on (events_out), so that rdma_destroy_id on
+    // another thread waits for it; a listener, for as long as its new ID is being made.
     if (m.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
       auto l = g_ids.find({q.dev, m.listen_id});
       if (l == g_ids.end() || l->second->destroyed) return nullptr;
       listen = l->second;
+      ++listen->events_out;
     } else {
       auto it = g_ids.find({q.dev, m.id});
       if (it == g_ids.end() || it->second->destroyed) return nullptr;
       id = it->second;
+      ++id->events_out;
     }
   }
   auto* e = new Event();
@@ -734,9 +743,18 @@ Event* convert(Channel* ch, const Queued& q) {
   }
   e->id = id;
   e->pub.id = &id->pub;
-  std::lock_guard lk(g_mu);
-  ++id->events_out;
+  // A CONNECT_REQUEST counts against its listener, as rdma-core's does: an application may
+  // destroy the new ID (a refused request) before acknowledging the event.
+  e->counted = listen != nullptr ? listen : id;
   return e;
+}
+
+// A call on a destroyed channel. With the stock library the fd is closed: a thread that was
+// about to read it when another destroyed the channel (rping's event thread, between two
+// events) would more often have been inside read() already, blocked for good, than after it.
+// So a blocking channel blocks the caller for good; a non-blocking one fails with EBADF.
+[[noreturn]] void wait_forever() {
+  for (;;) ::pause();
 }
 
 int get_event(Channel* ch, rdma_cm_event** out) {
@@ -744,8 +762,12 @@ int get_event(Channel* ch, rdma_cm_event** out) {
     Queued q;
     bool have = false;
     {
-      std::lock_guard lk(ch->mu);
-      if (ch->dead) return fail(EBADF);
+      std::unique_lock lk(ch->mu);
+      if (ch->dead) {
+        if (ch->was_nonblocking) return fail(EBADF);
+        lk.unlock();
+        wait_forever();
+      }
       if (ch->queue.empty()) pump(ch);
       if (!ch->queue.empty()) {
         q = ch->queue.front();
@@ -762,8 +784,12 @@ int get_event(Channel* ch, rdma_cm_event** out) {
     }
     int epfd;
     {
-      std::lock_guard lk(ch->mu);
-      if (ch->dead) return fail(EBADF);
+      std::unique_lock lk(ch->mu);
+      if (ch->dead) {
+        if (ch->was_nonblocking) return fail(EBADF);
+        lk.unlock();
+        wait_forever();
+      }
       epfd = ch->pub.fd;
       ++ch->waiters;
     }
@@ -783,7 +809,7 @@ int get_event(Channel* ch, rdma_cm_event** out) {
         ::close(ch->pub.fd);
       }
       lk.unlock();
-      for (;;) ::pause();
+      wait_forever();
     }
     if (flags >= 0 && (flags & O_NONBLOCK) != 0) return fail(EAGAIN);
     if (n < 0 && wait_errno != EINTR) return fail(wait_errno);
@@ -929,6 +955,8 @@ UROCE_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
     for (const auto& [dev, fd] : ch->conns) ::close(fd);
     ch->conns.clear();
     ch->queue.clear();
+    const int flags = ::fcntl(ch->pub.fd, F_GETFL);
+    ch->was_nonblocking = flags >= 0 && (flags & O_NONBLOCK) != 0;
     ch->dead = true;
     if (ch->waiters == 0) {
       ::close(ch->efd);
@@ -954,9 +982,10 @@ UROCE_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
   auto* e = reinterpret_cast<Event*>(event);
   {
     std::lock_guard lk(g_mu);
-    --e->id->events_out;
-    release_id(e->id);
+    --e->counted->events_out;
+    release_id(e->counted);
   }
+  g_acked.notify_all();
   delete e;
   return 0;
 }
@@ -1006,7 +1035,10 @@ UROCE_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
     g_ids.erase({s.dev, s.number});
   }
   p->subs.clear();
-  std::lock_guard lk(g_mu);
+  // As rdma-core's: wait until the application has acknowledged every event it was given for
+  // the ID (an event thread that still holds one is done with it by then).
+  std::unique_lock lk(g_mu);
+  g_acked.wait(lk, [&] { return p->events_out == 0; });
   p->destroyed = true;
   release_id(p);
   return 0;
