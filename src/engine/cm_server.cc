@@ -198,8 +198,10 @@ void CmServer::on_client_readable(Instant now, int fd) {
       drop_client(now, fd);
       return;
     }
-    const devd::CmMsg r = handle(now, fd, m);
+    std::optional<devd::CmMsg> after;
+    const devd::CmMsg r = handle(now, fd, m, after);
     send(fd, r);
+    if (after) send(fd, *after);
     pump(now);
   }
   for (int d : pending_drops_) {
@@ -208,7 +210,8 @@ void CmServer::on_client_readable(Instant now, int fd) {
   pending_drops_.clear();
 }
 
-devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
+devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m,
+                             std::optional<devd::CmMsg>& after) {
   devd::CmMsg r;
   r.type = devd::CmMsgType::kReply;
   r.id = m.id;
@@ -267,29 +270,22 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
       id->dst = m.dst;
       r.src = id->src;
       r.dst = id->dst;
-      devd::CmMsg ev;
+      devd::CmMsg& ev = after.emplace();
       ev.type = devd::CmMsgType::kEvent;
       ev.id = id->number;
       ev.event = kAddrResolved;
       ev.src = id->src;
       ev.dst = id->dst;
-      send(fd, r);
-      send(fd, ev);
-      r.type = devd::CmMsgType::kReply;
-      r.value = 1;  // already sent
       return r;
     }
     case devd::CmMsgType::kResolveRoute: {
       if (id->dst.family == 0) return fail(EINVAL);
-      devd::CmMsg ev;
+      devd::CmMsg& ev = after.emplace();
       ev.type = devd::CmMsgType::kEvent;
       ev.id = id->number;
       ev.event = kRouteResolved;
       ev.src = id->src;
       ev.dst = id->dst;
-      send(fd, r);
-      send(fd, ev);
-      r.value = 1;
       return r;
     }
     case devd::CmMsgType::kListen: {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -98,7 +99,10 @@ class CmServer {
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
            std::uint64_t seed);
 
-  devd::CmMsg handle(Instant now, int fd, const devd::CmMsg& m);
+  // The reply to a client's command; `after`: an event for the client that must follow the reply
+  // (ADDR_RESOLVED, ROUTE_RESOLVED), sent by the caller. Exactly one reply per command: the
+  // library takes the next kReply on its connection as the answer to its next command.
+  devd::CmMsg handle(Instant now, int fd, const devd::CmMsg& m, std::optional<devd::CmMsg>& after);
   int bind_id(Id& id, std::uint16_t port);
   void destroy_id(Instant now, Id& id);
   void drop_client(Instant now, int fd);

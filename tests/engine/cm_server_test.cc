@@ -13,8 +13,8 @@
 #include <string>
 
 #include "datapath/udp.h"
-#include "engine/device_config.h"
 #include "engine/devd_cm_protocol.h"
+#include "engine/device_config.h"
 #include "engine/shared_port.h"
 #include "verbs/address.h"
 #include "wire/builder.h"
@@ -274,6 +274,55 @@ TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
   m.type = devd::CmMsgType::kDisconnect;
   m.id = 0xdeadbeef;
   EXPECT_EQ(call(m).status, ENOENT);
+}
+
+// Address and route resolution answer with a reply and then an event. The library takes the next
+// kReply on its connection as the answer to its next command, so there must be exactly one: a
+// second reply to rdma_resolve_addr once became the answer to the next rdma_create_id, which
+// then shared the first ID's number (ucmatose -c 2: both ADDR_RESOLVED events went to one ID).
+TEST_F(CmServerTest, EachCommandHasOneReplyAndResolvedEventsComeAfterIt) {
+  auto create = [&] {
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kCreateId;
+    m.ps = 0x0106;
+    m.qp_type = 2;
+    const devd::CmMsg r = call(m);
+    EXPECT_EQ(r.status, 0);
+    return r.id;
+  };
+  const std::uint32_t a = create();
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kResolveAddr;
+  m.id = a;
+  m.dst.family = 4;
+  std::memcpy(m.dst.bytes, ip(kPeer).bytes.data(), 4);
+  m.dst.port = 7481;
+  devd::CmMsg r = call(m);
+  ASSERT_EQ(r.type, devd::CmMsgType::kReply);
+  ASSERT_EQ(r.status, 0);
+  const std::uint32_t b = create();
+  EXPECT_NE(b, a);
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kResolveRoute;
+  m.id = a;
+  ASSERT_EQ(call(m).status, 0);
+  const std::uint32_t c = create();
+  EXPECT_NE(c, a);
+  EXPECT_NE(c, b);
+  // The events, each for the ID resolved, and nothing else: no reply left over.
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, devd::CmMsgType::kEvent);
+  EXPECT_EQ(ev->event, 0u);  // RDMA_CM_EVENT_ADDR_RESOLVED
+  EXPECT_EQ(ev->id, a);
+  ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, devd::CmMsgType::kEvent);
+  EXPECT_EQ(ev->event, 2u);  // RDMA_CM_EVENT_ROUTE_RESOLVED
+  EXPECT_EQ(ev->id, a);
+  EXPECT_TRUE(events_.empty());
+  pollfd p{chan_, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
 }
 
 }  // namespace
