@@ -60,6 +60,10 @@ class CmServer {
   // A connection that said kCmHello (and got kWelcome): an event channel of process `pid`.
   void add_client(int fd, pid_t pid);
   bool has_clients() const { return !clients_.empty(); }
+  // The CM still retransmits a request (cm::CmEndpoint::retransmitting): a DREQ of a process
+  // that has gone, a REP waiting for its RTU. The coordinator stays up until it is answered or
+  // its retries run out, as the kernel's CM does.
+  bool retransmitting() const { return cm_.retransmitting(); }
   void add_pollfds(std::vector<pollfd>& fds) const;
   // Whether `fd` is one of its clients'.
   bool owns(int fd) const { return clients_.count(fd) != 0; }

@@ -129,8 +129,11 @@ class Coordinator {
   }
 
  private:
-  // Nobody uses the device: no context, no event channel.
-  bool idle() const { return members_.empty() && !cm_->has_clients(); }
+  // Nobody uses the device: no context, no event channel, and the CM retransmits nothing (a
+  // process that disconnected and exited leaves its DREQ to the CM, which must see it answered
+  // or given up, as the kernel's does: exiting earlier lost the DREQ's retransmissions, and the
+  // peer then retried its own DREQ for a minute against a closed port).
+  bool idle() const { return members_.empty() && !cm_->has_clients() && !cm_->retransmitting(); }
 
   static Instant now() {
     timespec ts{};
