@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/time.h"
+#include "capture/pcap_file.h"
 #include "cm/cm.h"
 #include "datapath/udp.h"
 #include "engine/devd_cm_protocol.h"
@@ -47,10 +48,12 @@ struct CmServerCounters {
 class CmServer {
  public:
   // `sink_fd`: the group's first socket (owned from here on). `seed`: the CM's IDs and the
-  // ephemeral ports' start.
+  // ephemeral ports' start. `capture_path`: a pcap file for every packet the sink sends and
+  // receives (empty: none), written until the server is destroyed.
   static Result<std::unique_ptr<CmServer>, std::string> open(const wire::IpAddress& ip,
                                                              std::uint16_t port, int sink_fd,
-                                                             std::uint64_t seed);
+                                                             std::uint64_t seed,
+                                                             const std::string& capture_path = {});
   ~CmServer();
   CmServer(const CmServer&) = delete;
   CmServer& operator=(const CmServer&) = delete;
@@ -120,6 +123,7 @@ class CmServer {
 
   wire::IpAddress ip_;
   std::uint16_t port_;
+  std::unique_ptr<capture::PcapWriter> capture_;  // before dp_, whose tap writes to it
   std::unique_ptr<datapath::UdpDatapath> dp_;
   cm::CmEndpoint cm_;
   std::uint32_t psn_ = 0;
