@@ -727,13 +727,24 @@ Event* convert(Channel* ch, const Queued& q) {
   return e;
 }
 
+// A call that was waiting when its channel was destroyed never returns, as a read() blocked on the
+// kernel's rdma_cm file does when another thread closes it: rping's event thread is in
+// rdma_get_cm_event when its main thread destroys the channel and returns from main, and exits
+// the process with an error if the call fails. (The ID's own events, which the kernel drops with
+// the ID, wake it here: destroying an ID reads the coordinator's last messages for it.)
+// (No condition variable: a static one's destructor at exit would wait for this thread.)
+[[noreturn]] void wait_forever() {
+  for (;;) ::pause();
+}
+
 int get_event(Channel* ch, rdma_cm_event** out) {
-  for (;;) {
+  for (bool waited = false;; waited = true) {
     Queued q;
     bool have = false;
     {
       std::lock_guard lk(ch->mu);
-      if (ch->dead) return fail(EBADF);
+      if (ch->dead && !waited) return fail(EBADF);  // the call came after the destroy
+      if (ch->dead) break;
       if (ch->queue.empty()) pump(ch);
       if (!ch->queue.empty()) {
         q = ch->queue.front();
@@ -752,17 +763,20 @@ int get_event(Channel* ch, rdma_cm_event** out) {
     if (flags >= 0 && (flags & O_NONBLOCK) != 0) return fail(EAGAIN);
     epoll_event ev[8];
     const int n = ::epoll_wait(ch->pub.fd, ev, 8, -1);
-    if (n < 0 && errno != EINTR) return -1;
+    const int wait_errno = errno;
+    std::lock_guard lk(ch->mu);
+    // Destroyed meanwhile (its fd too, perhaps before epoll_wait saw it).
+    if (ch->dead) break;
+    if (n < 0 && wait_errno != EINTR) return fail(wait_errno);
     // A connection that closed (its coordinator died) stays readable: the next pump reads its
     // end and finds nothing; do not spin on it.
-    std::lock_guard lk(ch->mu);
-    if (ch->dead) return fail(EBADF);
     for (int i = 0; i < n; ++i) {
       if ((ev[i].events & (EPOLLHUP | EPOLLERR)) != 0 && ev[i].data.fd != ch->efd) {
         ::epoll_ctl(ch->pub.fd, EPOLL_CTL_DEL, ev[i].data.fd, nullptr);
       }
     }
   }
+  wait_forever();
 }
 
 int complete(Id* id) {
