@@ -212,10 +212,7 @@ void CmServer::on_client_readable(Instant now, int fd) {
       drop_client(now, fd);
       return;
     }
-    std::optional<devd::CmMsg> after;
-    const devd::CmMsg r = handle(now, fd, m, after);
-    send(fd, r);
-    if (after) send(fd, *after);
+    if (const auto r = handle(now, fd, m)) send(fd, *r);
     pump(now);
   }
   for (int d : pending_drops_) {
@@ -224,8 +221,7 @@ void CmServer::on_client_readable(Instant now, int fd) {
   pending_drops_.clear();
 }
 
-devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m,
-                             std::optional<devd::CmMsg>& after) {
+std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
   devd::CmMsg r;
   r.type = devd::CmMsgType::kReply;
   r.id = m.id;
@@ -284,23 +280,31 @@ devd::CmMsg CmServer::handle(Instant now, int fd, const devd::CmMsg& m,
       id->dst = m.dst;
       r.src = id->src;
       r.dst = id->dst;
-      devd::CmMsg& ev = after.emplace();
+      devd::CmMsg ev;
       ev.type = devd::CmMsgType::kEvent;
       ev.id = id->number;
       ev.event = kAddrResolved;
       ev.src = id->src;
       ev.dst = id->dst;
-      return r;
+      // The reply first, then the event (the library reads them in that order).
+      r.value = 1;
+      send(fd, r);
+      send(fd, ev);
+      return std::nullopt;
     }
     case devd::CmMsgType::kResolveRoute: {
       if (id->dst.family == 0) return fail(EINVAL);
-      devd::CmMsg& ev = after.emplace();
+      devd::CmMsg ev;
       ev.type = devd::CmMsgType::kEvent;
       ev.id = id->number;
       ev.event = kRouteResolved;
       ev.src = id->src;
       ev.dst = id->dst;
-      return r;
+      // The reply first, then the event (the library reads them in that order).
+      r.value = 1;
+      send(fd, r);
+      send(fd, ev);
+      return std::nullopt;
     }
     case devd::CmMsgType::kListen: {
       if (id->listening) return r;  // the kernel accepts a second listen (a new backlog)

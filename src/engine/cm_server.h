@@ -106,10 +106,8 @@ class CmServer {
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
            std::uint64_t seed);
 
-  // The reply to a client's command; `after`: an event for the client that must follow the reply
-  // (ADDR_RESOLVED, ROUTE_RESOLVED), sent by the caller. Exactly one reply per command: the
-  // library takes the next kReply on its connection as the answer to its next command.
-  devd::CmMsg handle(Instant now, int fd, const devd::CmMsg& m, std::optional<devd::CmMsg>& after);
+  // The reply to a command (nullopt: already sent, with what follows it).
+  std::optional<devd::CmMsg> handle(Instant now, int fd, const devd::CmMsg& m);
   int bind_id(Id& id, std::uint16_t port);
   void destroy_id(Instant now, Id& id);
   void drop_client(Instant now, int fd);

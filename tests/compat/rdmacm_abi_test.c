@@ -5,7 +5,8 @@
  *   - event channels: a pollable fd, EAGAIN when non-blocking and empty;
  *   - address and route resolution (the events, id->verbs, the route's GIDs and path record);
  *   - connect / accept with private data both ways, the QP's states, data over the connection
- *     (SEND and RDMA WRITE), disconnect from either side;
+ *     (SEND and RDMA WRITE), disconnect from either side; the same with QPs the application
+ *     drives itself (rdma_init_qp_attr, rdma_establish);
  *   - rdma_init_qp_attr's values, rdma_reject with private data (REJECTED, status 28),
  *     a connect to a port nobody listens on (REJECTED, status 8);
  *   - UD over SIDR: the ud parameters, an AH from them, a datagram through it;
@@ -317,6 +318,102 @@ static void rc_connection(struct rdma_event_channel *sch, struct rdma_event_chan
   free_conn(&sv);
 }
 
+/* Moves `qp` to `state` with what rdma_init_qp_attr says for `id`. */
+static void drive(struct rdma_cm_id *id, struct ibv_qp *qp, enum ibv_qp_state state) {
+  struct ibv_qp_attr a;
+  int mask = 0;
+  memset(&a, 0, sizeof a);
+  a.qp_state = state;
+  CHECK(rdma_init_qp_attr(id, &a, &mask) == 0, "rdma_init_qp_attr(%d)", state);
+  CHECK(ibv_modify_qp(qp, &a, mask) == 0, "ibv_modify_qp to %d with mask %#x", state, mask);
+}
+
+/* Applications that drive their own QPs (UCX does): QPs from ibv_create_qp, not on the IDs; the
+ * QP numbers in the connection parameters; each side moves its QP with rdma_init_qp_attr; the
+ * active side answers CONNECT_RESPONSE with rdma_establish. Then data flows. */
+static void own_qps(struct rdma_event_channel *sch, struct rdma_event_channel *cch,
+                    uint16_t port) {
+  struct conn cl, sv;
+  memset(&cl, 0, sizeof cl);
+  memset(&sv, 0, sizeof sv);
+  resolve(cch, &cl, port, RDMA_PS_TCP);
+  cl.pd = ibv_alloc_pd(cl.id->verbs);
+  cl.cq = ibv_create_cq(cl.id->verbs, 16, NULL, NULL, 0);
+  cl.mr = ibv_reg_mr(cl.pd, cl.buf, sizeof cl.buf, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_qp_init_attr a;
+  memset(&a, 0, sizeof a);
+  a.send_cq = a.recv_cq = cl.cq;
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 8;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  struct ibv_qp *cqp = ibv_create_qp(cl.pd, &a);
+  CHECK(cqp != NULL, "ibv_create_qp (client)");
+  drive(cl.id, cqp, IBV_QPS_INIT);
+  struct rdma_conn_param cp;
+  memset(&cp, 0, sizeof cp);
+  cp.qp_num = cqp->qp_num;
+  cp.responder_resources = 1;
+  cp.initiator_depth = 1;
+  cp.retry_count = 7;
+  cp.rnr_retry_count = 7;
+  CHECK(rdma_connect(cl.id, &cp) == 0, "rdma_connect with the application's QP");
+
+  struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  CHECK(e->param.conn.qp_num == cqp->qp_num, "the REQ carries the application's QPN");
+  sv.id = e->id;
+  rdma_ack_cm_event(e);
+  sv.pd = ibv_alloc_pd(sv.id->verbs);
+  sv.cq = ibv_create_cq(sv.id->verbs, 16, NULL, NULL, 0);
+  sv.mr = ibv_reg_mr(sv.pd, sv.buf, sizeof sv.buf, IBV_ACCESS_LOCAL_WRITE);
+  a.send_cq = a.recv_cq = sv.cq;
+  struct ibv_qp *sqp = ibv_create_qp(sv.pd, &a);
+  CHECK(sqp != NULL, "ibv_create_qp (server)");
+  drive(sv.id, sqp, IBV_QPS_INIT);
+  drive(sv.id, sqp, IBV_QPS_RTR);
+  drive(sv.id, sqp, IBV_QPS_RTS);
+  struct ibv_sge s = {(uintptr_t)sv.buf, 64, sv.mr->lkey};
+  struct ibv_recv_wr rw, *rbad;
+  memset(&rw, 0, sizeof rw);
+  rw.sg_list = &s;
+  rw.num_sge = 1;
+  CHECK(ibv_post_recv(sqp, &rw, &rbad) == 0, "ibv_post_recv");
+  memset(&cp, 0, sizeof cp);
+  cp.qp_num = sqp->qp_num;
+  cp.responder_resources = 1;
+  cp.initiator_depth = 1;
+  CHECK(rdma_accept(sv.id, &cp) == 0, "rdma_accept with the application's QP");
+
+  e = expect_event(cch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+  CHECK(e->param.conn.qp_num == sqp->qp_num, "the REP carries the server's QPN");
+  rdma_ack_cm_event(e);
+  drive(cl.id, cqp, IBV_QPS_RTR);
+  drive(cl.id, cqp, IBV_QPS_RTS);
+  CHECK(rdma_establish(cl.id) == 0, "rdma_establish");
+  rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED));
+
+  strcpy(cl.buf, "own qp");
+  struct ibv_sge cs = {(uintptr_t)cl.buf, 7, cl.mr->lkey};
+  struct ibv_send_wr w, *bad;
+  memset(&w, 0, sizeof w);
+  w.sg_list = &cs;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_SEND;
+  w.send_flags = IBV_SEND_SIGNALED;
+  CHECK(ibv_post_send(cqp, &w, &bad) == 0, "ibv_post_send");
+  wait_wc(&cl);
+  wait_wc(&sv);
+  CHECK(strcmp(sv.buf, "own qp") == 0, "the SEND over the application's QPs");
+
+  CHECK(rdma_disconnect(cl.id) == 0, "rdma_disconnect");
+  rdma_ack_cm_event(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+  CHECK(rdma_disconnect(sv.id) == 0, "rdma_disconnect (server)");
+  rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+  ibv_destroy_qp(cqp);
+  ibv_destroy_qp(sqp);
+  free_conn(&cl);
+  free_conn(&sv);
+}
+
 static void rejected(struct rdma_event_channel *sch, struct rdma_event_channel *cch,
                      uint16_t port) {
   struct conn cl;
@@ -325,11 +422,25 @@ static void rejected(struct rdma_event_channel *sch, struct rdma_event_channel *
   make_qp(&cl, IBV_QPT_RC);
   struct rdma_conn_param cp;
   memset(&cp, 0, sizeof cp);
+  /* More private data than a REQ carries after rdma_cm's header (56 bytes): EINVAL. */
+  char big[200];
+  memset(big, 0x5a, sizeof big);
+  cp.private_data = big;
+  cp.private_data_len = 57;
+  CHECK(rdma_connect(cl.id, &cp) != 0 && errno == EINVAL, "57 bytes of REQ private data");
+  cp.private_data = NULL;
+  cp.private_data_len = 0;
   cp.retry_count = 7;
   CHECK(rdma_connect(cl.id, &cp) == 0, "rdma_connect");
   struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
   struct rdma_cm_id *req = e->id;
   rdma_ack_cm_event(e);
+  /* More than a REP (196) or a REJ (148) carries: EINVAL, and the request is still there. */
+  memset(&cp, 0, sizeof cp);
+  cp.private_data = big;
+  cp.private_data_len = 197;
+  CHECK(rdma_accept(req, &cp) != 0 && errno == EINVAL, "197 bytes of REP private data");
+  CHECK(rdma_reject(req, big, 149) != 0 && errno == EINVAL, "149 bytes of REJ private data");
   const char no[] = "go away";
   CHECK(rdma_reject(req, no, sizeof no) == 0, "rdma_reject");
   e = expect_event(cch, RDMA_CM_EVENT_REJECTED);
@@ -596,6 +707,7 @@ int main(int argc, char **argv) {
   rdma_destroy_id(dup);
 
   rc_connection(sch, cch, listener, port);
+  own_qps(sch, cch, port);
   rejected(sch, cch, port);
   nobody_listens(cch, (uint16_t)(port + 100));
   ud_sidr(sch, cch);

@@ -12,8 +12,9 @@
 # device, `tcp:PORT` once a TCP socket listens on PORT (qperf's control connection). Passes when
 # both exit 0 within TIMEOUT_S, the client's output matches EXPECT_REGEX (grep -E) and neither
 # prints a sanitizer report. With EXPECT_FAIL=1 in the environment the client must exit non-zero
-# instead (and no server is waited for when SERVER_CMD is `none`). Prints both outputs on
-# failure.
+# instead (and no server is waited for when SERVER_CMD is `none`). With SERVER_STAYS=1 the server
+# is one that serves until killed (cmtime's): it is stopped once the client is done. Prints both
+# outputs on failure.
 set -u
 libdir=$1 uroce=$2 saddr=$3 caddr=$4 ready=$5 limit=$6 expect=$7
 shift 7
@@ -69,13 +70,17 @@ if [ "${server[0]}" != none ]; then
     if [ "$kind" = cm ]; then
       ps_port=${ready#cm:}
       ps=${ps_port%%:*} port=${ps_port#*:}
-      if env -u LD_PRELOAD "$uroce" stats 2>/dev/null |
-        grep -Eq "^cm_id $saddr:4791 pid [0-9]+ ps $ps port $port state listening"; then
+      # The server's own listener (timeout's child), not one of an earlier server that has
+      # exited but that the coordinator has not yet noticed.
+      sp=$(env -u LD_PRELOAD pgrep -P "$spid" | head -1)
+      if [ -n "$sp" ] && env -u LD_PRELOAD "$uroce" stats 2>/dev/null |
+        grep -Eq "^cm_id $saddr:4791 pid $sp ps $ps port $port state listening"; then
         up=1
         break
       fi
     else
-      if ss -Hltn "sport = :${ready#tcp:}" 2>/dev/null | grep -q .; then
+      sp=$(env -u LD_PRELOAD pgrep -P "$spid" | head -1)
+      if [ -n "$sp" ] && ss -Hltnp "sport = :${ready#tcp:}" 2>/dev/null | grep -q "pid=$sp,"; then
         up=1
         break
       fi
@@ -91,13 +96,13 @@ fi
 UROCE_DEVICES=$caddr LD_PRELOAD=$preload timeout -k 5 "$limit" "${client[@]}" >"$tmp/client" 2>&1
 crc=$?
 if [ -n "$spid" ]; then
-  if [ "${EXPECT_FAIL:-0}" = 1 ]; then
-    kill "$spid" 2>/dev/null
-  fi
+  stays=0
+  [ "${EXPECT_FAIL:-0}" = 1 ] || [ "${SERVER_STAYS:-0}" = 1 ] && stays=1
+  [ "$stays" = 1 ] && kill "$spid" 2>/dev/null
   wait "$spid"
   src=$?
   spid=
-  [ "${EXPECT_FAIL:-0}" = 1 ] && src=0
+  [ "$stays" = 1 ] && src=0
 fi
 
 ok=1

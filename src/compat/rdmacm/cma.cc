@@ -640,6 +640,12 @@ Event* convert(Channel* ch, const Queued& q) {
     fill_path(id);
     id->remote = m.conn;
     id->qp_attr = m.qp;
+    // What rdma_init_qp_attr says before rdma_accept, for an application that drives its own
+    // QP to RTR first: the PSN our REP will carry, and the resources the REQ offers (the
+    // accept clamps to the same).
+    id->qp_attr.rq_psn = id->psn;
+    id->qp_attr.max_dest_rd_atomic = m.conn.initiator_depth;
+    id->qp_attr.max_rd_atomic = m.conn.responder_resources;
     id->have_qp_attr = true;
     if (listen->sync) {
       Channel* own = new_channel();
@@ -801,6 +807,79 @@ void ack_sync_event(Id* id) {
   }
 }
 
+// A wildcard bind (INADDR_ANY, in6addr_any): the port on every device (of the family; an IPv6
+// wildcard takes the IPv4 devices too, as without AFONLY), chosen now as the kernel chooses it at
+// bind, so that rdma_get_src_port() tells it before rdma_listen. A later rdma_resolve_addr keeps
+// the device it picks; rdma_listen listens on all of them.
+bool bind_any(Id* p, std::uint16_t port) {
+  std::vector<int> devs;
+  {
+    std::lock_guard lk(g_mu);
+    std::vector<Device>& all = devices();
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (all[i].opened && (p->v6 || !all[i].ip.v6)) devs.push_back(static_cast<int>(i));
+    }
+  }
+  if (devs.empty()) {
+    errno = ENODEV;
+    return false;
+  }
+  Channel* ch = chan(p->pub.channel);
+  for (int dev : devs) {
+    if (!ensure_sub(p, dev)) return false;
+    CmMsg req;
+    req.type = CmMsgType::kBind;
+    req.id = p->subs.back().number;
+    req.src.port = port;
+    CmMsg r;
+    std::lock_guard lk(ch->mu);
+    if (!call(ch, dev, req, r)) return false;
+    if (r.status != 0) {
+      errno = r.status;
+      return false;
+    }
+    port = r.src.port;  // the first device picks an ephemeral port; the others take the same
+  }
+  p->bound_any = true;
+  p->any_port = port;
+  sockaddr_storage& ss = p->pub.route.addr.src_storage;
+  std::memset(&ss, 0, sizeof ss);
+  if (p->v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+  }
+  if (devs.size() == 1) set_device(p, devs.front());
+  return true;
+}
+
+// Keeps only the sub on `dev` (a wildcard-bound ID resolving to one device).
+void keep_only(Id* p, int dev) {
+  Channel* ch = chan(p->pub.channel);
+  std::vector<Sub> keep;
+  for (const Sub& s : p->subs) {
+    if (s.dev == dev) {
+      keep.push_back(s);
+      continue;
+    }
+    CmMsg req;
+    req.type = CmMsgType::kDestroyId;
+    req.id = s.number;
+    CmMsg r;
+    {
+      std::lock_guard lk(ch->mu);
+      (void)call(ch, s.dev, req, r);
+    }
+    std::lock_guard lk(g_mu);
+    g_ids.erase({s.dev, s.number});
+  }
+  p->subs.swap(keep);
+}
+
 }  // namespace
 
 EpDefaults& ep_defaults(rdma_cm_id* id) { return id_of(id)->ep; }
@@ -922,14 +1001,7 @@ UROCE_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
   if (!p->subs.empty() || p->bound_any) return fail(EINVAL);
   p->v6 = addr->sa_family == AF_INET6;
   auto ip = ip_of(addr);
-  if (ip && is_any(*ip)) {
-    // Not yet on a device: a listen goes to every device, a resolve to the one it picks.
-    p->bound_any = true;
-    p->any_port = port_of(addr);
-    std::memcpy(&id->route.addr.src_storage, addr,
-                p->v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-    return 0;
-  }
+  if (ip && is_any(*ip)) return bind_any(p, port_of(addr)) ? 0 : -1;
   int dev;
   {
     std::lock_guard lk(g_mu);
@@ -956,11 +1028,15 @@ UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr*
   }
   Id* p = id_of(id);
   ack_sync_event(p);
-  if (p->subs.empty() && !p->bound_any) p->v6 = dst_addr->sa_family == AF_INET6;
-  int dev = primary_dev(p);
+  if (p->subs.empty()) p->v6 = dst_addr->sa_family == AF_INET6;
+  int dev = p->bound_any ? -1 : primary_dev(p);
   if (dev < 0) {
     std::lock_guard lk(g_mu);
     dev = pick_device(devices(), src_addr, dst_addr);
+  }
+  if (dev >= 0 && p->bound_any) {
+    keep_only(p, dev);
+    p->bound_any = false;
   }
   if (dev < 0) {
     // No uroce device reaches it: ADDR_ERROR, as the kernel reports a destination it has no
@@ -1005,59 +1081,20 @@ UROCE_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
 UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
   if (id == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
-  std::vector<int> devs;
-  if (!p->subs.empty()) {
-    devs.push_back(primary_dev(p));
-  } else {
-    std::lock_guard lk(g_mu);
-    std::vector<Device>& all = devices();
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      // An IPv6 wildcard takes the IPv4 devices too (no AFONLY), an IPv4 one only those.
-      if (all[i].opened && (p->v6 || !all[i].ip.v6)) devs.push_back(static_cast<int>(i));
-    }
-  }
-  if (devs.empty()) return fail(ENODEV);
-  std::uint16_t port = p->bound_any ? p->any_port : 0;
-  bool bound = !p->subs.empty();
-  for (int dev : devs) {
-    if (!ensure_sub(p, dev)) return -1;
-    Sub s{};
-    for (const Sub& x : p->subs) {
-      if (x.dev == dev) s = x;
-    }
-    Channel* ch = chan(id->channel);
-    CmMsg r;
-    if (!bound || dev != devs.front()) {
-      CmMsg req;
-      req.type = CmMsgType::kBind;
-      req.id = s.number;
-      req.src.port = port;
-      std::lock_guard lk(ch->mu);
-      if (!call(ch, dev, req, r)) return -1;
-      if (r.status != 0) return fail(r.status);
-      port = r.src.port;  // the first device picks an ephemeral port; the others use it
-    }
+  // Not bound: the wildcard address and an ephemeral port, as the kernel does.
+  if (p->subs.empty() && !bind_any(p, 0)) return -1;
+  Channel* ch = chan(id->channel);
+  for (const Sub& s : p->subs) {
     CmMsg req;
     req.type = CmMsgType::kListen;
     req.id = s.number;
     req.backlog = backlog;
+    CmMsg r;
     std::lock_guard lk(ch->mu);
-    if (!call(ch, dev, req, r)) return -1;
+    if (!call(ch, s.dev, req, r)) return -1;
     if (r.status != 0) return fail(r.status);
-    if (p->subs.size() == 1 && !p->bound_any) {
-      fill_route(p, r.src, CmAddr{});
-    }
-    port = r.src.port;
+    if (!p->bound_any) fill_route(p, r.src, CmAddr{});
   }
-  if (p->bound_any) {
-    // The wildcard address with the port in use.
-    if (p->v6) {
-      reinterpret_cast<sockaddr_in6*>(&id->route.addr.src_storage)->sin6_port = htons(port);
-    } else {
-      reinterpret_cast<sockaddr_in*>(&id->route.addr.src_storage)->sin_port = htons(port);
-    }
-  }
-  if (devs.size() == 1) set_device(p, devs.front());
   return 0;
 }
 
