@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -160,7 +161,10 @@ int CmServer::bind_id(Id& id, std::uint16_t port) {
     }
     if (port == 0) return EADDRNOTAVAIL;
   } else if (ports_.count({id.ps, port}) != 0) {
-    return EADDRINUSE;
+    // Perhaps held by an ID of a process that has exited (its server, restarted at once):
+    // reap the clients whose connection is closed, as the kernel has by then.
+    reap_closed_clients();
+    if (ports_.count({id.ps, port}) != 0) return EADDRINUSE;
   }
   ports_.insert({id.ps, port});
   id.bound = true;
@@ -181,7 +185,37 @@ void CmServer::destroy_id(Instant now, Id& id) {
   ids_.erase(id.number);
 }
 
+void CmServer::reap_closed_clients() {
+  std::vector<int> closed;
+  for (const auto& [fd, c] : clients_) {
+    pollfd p{fd, POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0) {
+      closed.push_back(fd);
+    }
+  }
+  for (int fd : closed) pending_drops_.push_back(fd);
+  // Their IDs go now (the ports with them); the connections are closed after the call.
+  for (int fd : closed) {
+    std::vector<std::uint32_t> mine;
+    for (const auto& [n, id] : ids_) {
+      if (id.client == fd) mine.push_back(n);
+    }
+    for (std::uint32_t n : mine) destroy_id(reap_now_, ids_.at(n));
+  }
+}
+
+void CmServer::flush_drops(Instant now) {
+  while (!pending_drops_.empty()) {
+    const int fd = pending_drops_.back();
+    pending_drops_.pop_back();
+    if (clients_.count(fd) != 0) drop_client(now, fd);
+  }
+}
+
 void CmServer::drop_client(Instant now, int fd) {
+  // Its fd number is free for reuse from here on: nothing may still name it for a drop.
+  pending_drops_.erase(std::remove(pending_drops_.begin(), pending_drops_.end(), fd),
+                       pending_drops_.end());
   std::vector<std::uint32_t> mine;
   for (const auto& [n, id] : ids_) {
     if (id.client == fd) mine.push_back(n);
@@ -210,18 +244,17 @@ void CmServer::on_client_readable(Instant now, int fd) {
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
     if (n != static_cast<ssize_t>(sizeof m)) {
       drop_client(now, fd);
-      return;
+      break;
     }
     if (const auto r = handle(now, fd, m)) send(fd, *r);
     pump(now);
+    if (clients_.count(fd) == 0) break;
   }
-  for (int d : pending_drops_) {
-    if (clients_.count(d) != 0) drop_client(now, d);
-  }
-  pending_drops_.clear();
+  flush_drops(now);
 }
 
 std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
+  reap_now_ = now;
   devd::CmMsg r;
   r.type = devd::CmMsgType::kReply;
   r.id = m.id;
@@ -611,6 +644,7 @@ void CmServer::on_sink_readable(Instant now) {
     (void)cm_.handle_mad(now, from, pkt.payload);
   });
   pump(now);
+  flush_drops(now);
 }
 
 void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
@@ -659,10 +693,7 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
 void CmServer::on_timeout(Instant now) {
   cm_.handle_timeout(now);
   pump(now);
-  for (int d : pending_drops_) {
-    if (clients_.count(d) != 0) drop_client(now, d);
-  }
-  pending_drops_.clear();
+  flush_drops(now);
 }
 
 }  // namespace uroce::engine

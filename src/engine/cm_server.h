@@ -111,6 +111,10 @@ class CmServer {
   int bind_id(Id& id, std::uint16_t port);
   void destroy_id(Instant now, Id& id);
   void drop_client(Instant now, int fd);
+  // Drops the clients a send found unable to take a message (pending_drops_).
+  void flush_drops(Instant now);
+  // Destroys the IDs of clients whose connection the peer has closed (dropped after the call).
+  void reap_closed_clients();
   void pump(Instant now);  // the CM's events to clients, its MADs to the wire
   void deliver(const cm::CmEvent& e);
   void send(int fd, const devd::CmMsg& m);
@@ -126,7 +130,9 @@ class CmServer {
   cm::CmEndpoint cm_;
   std::uint32_t psn_ = 0;
   std::map<int, Client> clients_;
-  std::vector<int> pending_drops_;  // clients whose socket was full, dropped after the call
+  std::vector<int> pending_drops_;
+  Instant reap_now_{};  // the time of the command being handled  // clients whose socket was full,
+                        // dropped after the call
   std::map<std::uint32_t, Id> ids_;
   std::uint32_t next_id_ = 1;
   std::map<std::uint32_t, std::uint32_t> by_conn_;           // ConnId -> ID

@@ -301,6 +301,17 @@ static void rc_connection(struct rdma_event_channel *sch, struct rdma_event_chan
   w.wr.rdma.rkey = rkey;
   CHECK(ibv_post_send(sv.id->qp, &w, &bad) == 0, "ibv_post_send WRITE");
   wait_wc(&sv);
+  /* A SEND behind it tells the client the WRITE has landed (RC keeps their order): the client
+   * reads its memory after its receive completion, as an application must. */
+  memset(&w, 0, sizeof w);
+  w.sg_list = &s2;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_SEND;
+  w.send_flags = IBV_SEND_SIGNALED;
+  CHECK(ibv_post_send(sv.id->qp, &w, &bad) == 0, "ibv_post_send SEND");
+  wait_wc(&sv);
+  wc = wait_wc(&cl);
+  CHECK(wc.opcode == IBV_WC_RECV, "the client's receive");
   CHECK(strcmp(cl.buf + 1024, "written by the server") == 0, "the WRITE landed");
 
   /* The client disconnects: both QPs end in ERR, both sides see DISCONNECTED. */

@@ -13,8 +13,9 @@
 # both exit 0 within TIMEOUT_S, the client's output matches EXPECT_REGEX (grep -E) and neither
 # prints a sanitizer report. With EXPECT_FAIL=1 in the environment the client must exit non-zero
 # instead (and no server is waited for when SERVER_CMD is `none`). With SERVER_STAYS=1 the server
-# is one that serves until killed (cmtime's): it is stopped once the client is done. Prints both
-# outputs on failure.
+# is one that serves until killed (cmtime's): it is stopped once the client is done. RETRY_IF=RE
+# retries (up to 3 attempts) a failure whose client output matches RE: a race of the program's
+# own. Prints both outputs on failure.
 set -u
 libdir=$1 uroce=$2 saddr=$3 caddr=$4 ready=$5 limit=$6 expect=$7
 shift 7
@@ -98,6 +99,8 @@ crc=$?
 if [ -n "$spid" ]; then
   stays=0
   [ "${EXPECT_FAIL:-0}" = 1 ] || [ "${SERVER_STAYS:-0}" = 1 ] && stays=1
+  # A client that failed leaves its server waiting for it: stop the server (bounded) too.
+  [ "$crc" -ne 0 ] && kill "$spid" 2>/dev/null
   [ "$stays" = 1 ] && kill "$spid" 2>/dev/null
   wait "$spid"
   src=$?
@@ -116,6 +119,16 @@ if grep -Eq 'AddressSanitizer|ThreadSanitizer|runtime error' "$tmp/client" "$tmp
   ok=0
 fi
 if [ "$ok" -ne 1 ]; then
+  # RETRY_IF: a known race of the program itself, retried (up to 3 attempts in all) when the
+  # client's output shows it.
+  attempt=${RDMACM_PAIR_ATTEMPT:-1}
+  if [ -n "${RETRY_IF:-}" ] && [ "$attempt" -lt 3 ] && grep -Eq -- "$RETRY_IF" "$tmp/client"; then
+    echo "attempt $attempt: the client hit /$RETRY_IF/; once more"
+    rm -rf "$tmp"
+    trap - EXIT
+    RDMACM_PAIR_ATTEMPT=$((attempt + 1)) exec "$0" "$libdir" "$uroce" "$saddr" "$caddr" "$ready" \
+      "$limit" "$expect" -- "${server[@]}" -- "${client[@]}"
+  fi
   echo "FAIL: server exit $src, client exit $crc, expected /$expect/"
   dump
   exit 1

@@ -311,5 +311,59 @@ TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "a message more than the replies and events";
 }
 
+// A channel whose socket fills up (it stops reading its events) is dropped, and a channel that
+// connects afterwards (the coordinator may give it the same fd number) is served as any other.
+TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kCreateId;
+  m.ps = 0x0106;
+  m.qp_type = 2;
+  const std::uint32_t id = call(m).id;
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kBind;
+  m.id = id;
+  m.src.port = 7490;
+  ASSERT_EQ(call(m).status, 0);
+  m.type = devd::CmMsgType::kListen;
+  ASSERT_EQ(call(m).status, 0);
+  // REQs with distinct communication IDs: a CONNECT_REQUEST each, which this channel never
+  // reads, until its socket is full and the coordinator drops it.
+  for (std::uint32_t i = 0; i < 2000; ++i) {
+    wire::CmReq r = req_for(7490);
+    r.local_comm_id = 0x1000 + i;
+    r.local_qpn = 0x1000 + i;
+    send(wire::build_cm_mad(wire::CmMad{0x9000 + i, r}));
+    if (i % 64 == 63) {
+      // The coordinator closes its end once it has dropped the channel.
+      pollfd p{chan_, POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP)) != 0) break;
+    }
+  }
+  ::close(chan_);
+  chan_ = -1;
+  // A new channel: it works, several commands in a row.
+  for (int k = 0; k < 3; ++k) {
+    auto c = SharedPort::connect_cm(ip(kDevice), wire::kRoceV2Port, "uroce0");
+    ASSERT_TRUE(c.ok()) << c.error();
+    chan_ = c.value();
+    events_.clear();
+    devd::CmMsg n;
+    n.type = devd::CmMsgType::kCreateId;
+    n.ps = 0x0106;
+    n.qp_type = 2;
+    auto r = call(n);
+    ASSERT_EQ(r.status, 0);
+    n = devd::CmMsg{};
+    n.type = devd::CmMsgType::kBind;
+    n.id = r.id;
+    n.src.port = 7490;  // free again: the dropped channel's listener is gone
+    ASSERT_EQ(call(n).status, 0);
+    n.type = devd::CmMsgType::kDestroyId;
+    ASSERT_EQ(call(n).status, 0);
+    ::close(chan_);
+    chan_ = -1;
+  }
+}
+
 }  // namespace
 }  // namespace uroce::engine

@@ -251,6 +251,7 @@ struct Channel {
   std::deque<Queued> queue;
   std::map<int, int> conns;  // device -> connection
   bool dead = false;         // destroyed (its memory stays: see rdma_destroy_event_channel)
+  int waiters = 0;           // threads in epoll_wait on it
 };
 
 // Destroyed application channels: a thread may still be blocked in rdma_get_cm_event on one
@@ -392,7 +393,10 @@ struct Id {
   std::uint32_t ud_qkey = RDMA_UDP_QKEY;
 };
 
-std::map<std::pair<int, std::uint32_t>, Id*> g_ids;  // under g_mu
+// Under g_mu. Never destroyed: a thread of the application may still use the library while
+// another runs the process's exit handlers (rping's event thread does).
+std::map<std::pair<int, std::uint32_t>, Id*>& g_ids =
+    *new std::map<std::pair<int, std::uint32_t>, Id*>();
 
 Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
@@ -570,7 +574,9 @@ void modify_err(Id* id) {
 // ---- events ----
 
 // The synchronous ID's wait for its next event (ucma_complete).
-int complete(Id* id);
+// `sync`: the ID's, read before the command that the event answers (an asynchronous ID may be
+// destroyed by another thread as soon as that command is sent).
+int complete(Id* id, bool sync);
 
 void copy_conn(Event* e, const CmMsg& m) {
   std::memcpy(e->private_data, m.conn.private_data, sizeof e->private_data);
@@ -765,14 +771,28 @@ int get_event(Channel* ch, rdma_cm_event** out) {
       *out = &e->pub;
       return 0;
     }
-    const int flags = ::fcntl(ch->pub.fd, F_GETFL);
-    if (flags >= 0 && (flags & O_NONBLOCK) != 0) return fail(EAGAIN);
+    int epfd;
+    {
+      std::lock_guard lk(ch->mu);
+      if (ch->dead) break;
+      epfd = ch->pub.fd;
+      ++ch->waiters;
+    }
+    const int flags = ::fcntl(epfd, F_GETFL);
     epoll_event ev[8];
-    const int n = ::epoll_wait(ch->pub.fd, ev, 8, -1);
+    const int n = flags >= 0 && (flags & O_NONBLOCK) != 0 ? 0 : ::epoll_wait(epfd, ev, 8, -1);
     const int wait_errno = errno;
     std::lock_guard lk(ch->mu);
-    // Destroyed meanwhile (its fd too, perhaps before epoll_wait saw it).
-    if (ch->dead) break;
+    --ch->waiters;
+    if (ch->dead) {
+      // The last waiter out closes the fds the destroy left open for it.
+      if (ch->waiters == 0) {
+        ::close(ch->efd);
+        ::close(ch->pub.fd);
+      }
+      break;
+    }
+    if (flags >= 0 && (flags & O_NONBLOCK) != 0) return fail(EAGAIN);
     if (n < 0 && wait_errno != EINTR) return fail(wait_errno);
     // A connection that closed (its coordinator died) stays readable: the next pump reads its
     // end and finds nothing; do not spin on it.
@@ -785,8 +805,8 @@ int get_event(Channel* ch, rdma_cm_event** out) {
   wait_forever();
 }
 
-int complete(Id* id) {
-  if (!id->sync) return 0;
+int complete(Id* id, bool sync) {
+  if (!sync) return 0;
   if (id->pub.event != nullptr) {
     rdma_ack_cm_event(id->pub.event);
     id->pub.event = nullptr;
@@ -917,9 +937,15 @@ UROCE_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
     for (const auto& [dev, fd] : ch->conns) ::close(fd);
     ch->conns.clear();
     ch->queue.clear();
-    ::close(ch->efd);
-    ::close(ch->pub.fd);
     ch->dead = true;
+    if (ch->waiters == 0) {
+      ::close(ch->efd);
+      ::close(ch->pub.fd);
+    } else {
+      // Threads wait in epoll_wait on it: wake them, and the last one closes (get_event).
+      const std::uint64_t one = 1;
+      (void)!::write(ch->efd, &one, sizeof one);
+    }
   }
   std::lock_guard lk(g_graveyard_mu);
   if (g_graveyard == nullptr) g_graveyard = new std::vector<Channel*>();
@@ -1027,6 +1053,7 @@ UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr*
     return fail(EAFNOSUPPORT);
   }
   Id* p = id_of(id);
+  const bool sync = p->sync;
   ack_sync_event(p);
   if (p->subs.empty()) p->v6 = dst_addr->sa_family == AF_INET6;
   int dev = p->bound_any ? -1 : primary_dev(p);
@@ -1062,20 +1089,22 @@ UROCE_EXPORT int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr*
   req.dst = to_cm(dst_addr);
   CmMsg r;
   if (!command(p, req, r)) return -1;
-  fill_route(p, r.src, r.dst);
-  return complete(p);
+  // The route is the ADDR_RESOLVED event's to fill in (rdma-core's ucma_query_addr), on whatever
+  // thread reads it: an event thread may be doing so already.
+  return complete(p, sync);
 }
 
 UROCE_EXPORT int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
   (void)timeout_ms;
   if (id == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
+  const bool sync = p->sync;
   ack_sync_event(p);
   CmMsg req;
   req.type = CmMsgType::kResolveRoute;
   CmMsg r;
   if (!command(p, req, r)) return -1;
-  return complete(p);
+  return complete(p, sync);
 }
 
 UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
@@ -1329,6 +1358,7 @@ void conn_to_msg(Id* p, const rdma_conn_param* c, CmMsg& req) {
 UROCE_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
+  const bool sync = p->sync;
   ack_sync_event(p);
   if (conn_param != nullptr && conn_param->private_data_len != 0 &&
       conn_param->private_data == nullptr) {
@@ -1344,7 +1374,7 @@ UROCE_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   p->initiator_depth = req.conn.initiator_depth;
   CmMsg r;
   if (!command(p, req, r)) return -1;
-  return complete(p);
+  return complete(p, sync);
 }
 
 UROCE_EXPORT int rdma_establish(rdma_cm_id* id) {
@@ -1362,6 +1392,7 @@ UROCE_EXPORT int rdma_establish(rdma_cm_id* id) {
 UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   if (id == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
+  const bool sync = p->sync;
   if (id->qp == nullptr && conn_param == nullptr) return fail(EINVAL);
   if (conn_param != nullptr && conn_param->private_data_len > (is_ud(p) ? 136 : 196)) {
     return fail(EINVAL);
@@ -1386,6 +1417,7 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
       p->qp_attr.rq_psn = p->psn;  // the REP's Starting PSN (cm.h: what we receive)
       p->qp_attr.max_dest_rd_atomic = rr;
       p->qp_attr.max_rd_atomic = idp;
+      p->qp_attr.rnr_retry = req.conn.rnr_retry_count;  // the REP's (cm.c keeps it for RTS)
       p->have_qp_attr = true;
       if (modify_rtr(p, rr) != 0 || modify_rts(p, idp) != 0) {
         const int e = errno;
@@ -1394,18 +1426,25 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
       }
     }
   }
+  // What the REP carries, for rdma_init_qp_attr: set before it leaves (the ID is not touched
+  // after it: an event thread may destroy it once the connection is up).
+  const bool ud = is_ud(p);
+  if (!ud) {
+    p->qp_attr.local_qpn = req.conn.qp_num;
+    p->qp_attr.rq_psn = p->psn;
+    p->qp_attr.max_dest_rd_atomic = rr;
+    p->qp_attr.max_rd_atomic = idp;
+    p->qp_attr.rnr_retry = req.conn.rnr_retry_count;
+    p->have_qp_attr = true;
+  }
   CmMsg r;
   if (!command(p, req, r)) {
     const int e = errno;
     modify_err(p);
     return fail(e);
   }
-  if (!is_ud(p)) {
-    p->qp_attr = r.qp;
-    p->have_qp_attr = true;
-  }
-  if (is_ud(p)) return 0;  // SIDR: nothing more comes
-  return complete(p);
+  if (ud) return 0;  // SIDR: nothing more comes
+  return complete(p, sync);
 }
 
 UROCE_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
