@@ -948,11 +948,20 @@ void CmEndpoint::handle_timeout(Instant now) {
   }
 }
 
+bool CmEndpoint::retries_request(State s) {
+  return s == State::kReqSent || s == State::kMraReqRcvd || s == State::kRepSent ||
+         s == State::kMraRepRcvd || s == State::kDreqSent || s == State::kSidrReqSent;
+}
+
+bool CmEndpoint::retransmitting() const {
+  for (const auto& [id, c] : conns_) {
+    if (retries_request(c.state)) return true;
+  }
+  return false;
+}
+
 void CmEndpoint::on_timeout(Instant now, Conn& c) {
-  const bool retrying = c.state == State::kReqSent || c.state == State::kMraReqRcvd ||
-                        c.state == State::kRepSent || c.state == State::kMraRepRcvd ||
-                        c.state == State::kDreqSent || c.state == State::kSidrReqSent;
-  if (retrying && c.retries_left > 0) {
+  if (retries_request(c.state) && c.retries_left > 0) {
     UROCE_ASSERT(c.request.has_value());
     --c.retries_left;
     resend(c.peer, *c.request);

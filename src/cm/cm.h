@@ -277,6 +277,11 @@ class CmEndpoint {
 
   const CmCounters& counters() const { return counters_; }
   std::size_t connection_count() const { return conns_.size(); }
+  // Whether a connection still has a request of its own to retransmit (a REQ, REP, DREQ or
+  // SIDR_REQ waiting for its answer, MRA waits included): the CM has work left that no peer will
+  // start for it. Timewait entries do not count: they only answer what comes. The coordinator
+  // stays up while this holds, as the kernel's CM outlives the process that disconnected.
+  bool retransmitting() const;
 
  private:
   enum class State : std::uint8_t {
@@ -337,6 +342,8 @@ class CmEndpoint {
   CmRx on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmSidrReq& m);
   CmRx on_sidr_rep(Instant now, const CmPeer& from, const wire::CmSidrRep& m);
   void on_timeout(Instant now, Conn& c);
+  // The states that retransmit their request when the timer fires.
+  static bool retries_request(State s);
   void send_req_timeout_rej(const Conn& c);
 
   // A connection that a MAD from `from` refers to by our local ID, or nullptr.

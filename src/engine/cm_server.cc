@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "verbs/address.h"
@@ -57,7 +58,8 @@ bool is_unspecified(const devd::CmAddr& a) {
 
 Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddress& ip,
                                                               std::uint16_t port, int sink_fd,
-                                                              std::uint64_t seed) {
+                                                              std::uint64_t seed,
+                                                              const std::string& capture_path) {
   datapath::UdpOptions o(ip, port);
   o.bound_fd = sink_fd;
   o.gso = false;
@@ -67,7 +69,19 @@ Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddr
   o.tx_batch = 16;
   auto dp = datapath::UdpDatapath::open(o);
   if (!dp.ok()) return Err{dp.error()};
-  return std::unique_ptr<CmServer>(new CmServer(ip, port, std::move(dp.value()), seed));
+  std::unique_ptr<CmServer> s(new CmServer(ip, port, std::move(dp.value()), seed));
+  if (!capture_path.empty()) {
+    auto w = capture::PcapWriter::open(capture_path);
+    if (!w.ok()) return Err{"capture: " + w.error()};
+    s->capture_ = std::make_unique<capture::PcapWriter>(std::move(w.value()));
+    capture::PcapWriter* writer = s->capture_.get();
+    s->dp_->set_tap([writer](ConstBytes frame, bool) {
+      // Wall-clock timestamps, as a device's capture has (udp_device.cc): they line up.
+      const auto t = std::chrono::system_clock::now().time_since_epoch();
+      writer->write(frame, std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
+    });
+  }
+  return s;
 }
 
 namespace {

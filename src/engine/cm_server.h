@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/time.h"
+#include "capture/pcap_file.h"
 #include "cm/cm.h"
 #include "datapath/udp.h"
 #include "engine/devd_cm_protocol.h"
@@ -47,10 +48,12 @@ struct CmServerCounters {
 class CmServer {
  public:
   // `sink_fd`: the group's first socket (owned from here on). `seed`: the CM's IDs and the
-  // ephemeral ports' start.
+  // ephemeral ports' start. `capture_path`: a pcap file for every packet the sink sends and
+  // receives (empty: none), written until the server is destroyed.
   static Result<std::unique_ptr<CmServer>, std::string> open(const wire::IpAddress& ip,
                                                              std::uint16_t port, int sink_fd,
-                                                             std::uint64_t seed);
+                                                             std::uint64_t seed,
+                                                             const std::string& capture_path = {});
   ~CmServer();
   CmServer(const CmServer&) = delete;
   CmServer& operator=(const CmServer&) = delete;
@@ -60,6 +63,10 @@ class CmServer {
   // A connection that said kCmHello (and got kWelcome): an event channel of process `pid`.
   void add_client(int fd, pid_t pid);
   bool has_clients() const { return !clients_.empty(); }
+  // The CM still retransmits a request (cm::CmEndpoint::retransmitting): a DREQ of a process
+  // that has gone, a REP waiting for its RTU. The coordinator stays up until it is answered or
+  // its retries run out, as the kernel's CM does.
+  bool retransmitting() const { return cm_.retransmitting(); }
   void add_pollfds(std::vector<pollfd>& fds) const;
   // Whether `fd` is one of its clients'.
   bool owns(int fd) const { return clients_.count(fd) != 0; }
@@ -118,6 +125,7 @@ class CmServer {
 
   wire::IpAddress ip_;
   std::uint16_t port_;
+  std::unique_ptr<capture::PcapWriter> capture_;  // before dp_, whose tap writes to it
   std::unique_ptr<datapath::UdpDatapath> dp_;
   cm::CmEndpoint cm_;
   std::uint32_t psn_ = 0;

@@ -129,8 +129,11 @@ class Coordinator {
   }
 
  private:
-  // Nobody uses the device: no context, no event channel.
-  bool idle() const { return members_.empty() && !cm_->has_clients(); }
+  // Nobody uses the device: no context, no event channel, and the CM retransmits nothing (a
+  // process that disconnected and exited leaves its DREQ to the CM, which must see it answered
+  // or given up, as the kernel's does: exiting earlier lost the DREQ's retransmissions, and the
+  // peer then retried its own DREQ for a minute against a closed port).
+  bool idle() const { return members_.empty() && !cm_->has_clients() && !cm_->retransmitting(); }
 
   static Instant now() {
     timespec ts{};
@@ -439,7 +442,7 @@ int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& option
   ::clock_gettime(CLOCK_REALTIME, &ts);
   const std::uint64_t seed = (std::uint64_t(ts.tv_sec) * 1'000'000'007u) ^
                              std::uint64_t(ts.tv_nsec) ^ (std::uint64_t(::getpid()) << 32);
-  auto cm = CmServer::open(options.ip, options.port, sink_fd, seed);
+  auto cm = CmServer::open(options.ip, options.port, sink_fd, seed, options.capture_path);
   if (!cm.ok()) {
     ::close(listen_fd);
     return 1;

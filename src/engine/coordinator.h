@@ -26,6 +26,10 @@ struct CoordinatorOptions {
   std::int64_t linger_ms = 2000;
   // Serve contexts of other users too (UROCE_SHARE=all where the coordinator was started).
   bool any_user = false;
+  // Write every packet its own socket (the sink: QP 1's CM MADs, and what no context owns) sends
+  // and receives to this pcap file (UROCE_DEVD_PCAP where the coordinator was started); empty:
+  // none. A context's own packets are in its UROCE_PCAP capture.
+  std::string capture_path;
 };
 
 // A socket for the group: UDP, nonblocking, close-on-exec, SO_REUSEPORT (IPV6_V6ONLY for

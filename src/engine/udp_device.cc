@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <set>
 #include <string_view>
 
 namespace uroce::engine {
@@ -66,6 +67,54 @@ struct UdpDevice::Channel {
     if (fd >= 0) ::close(fd);
   }
 };
+
+namespace {
+
+// UROCE_STATS_FILE: appends one counters line (best effort, like the stats endpoint: a file that
+// cannot be written costs nothing else).
+void append_stats_line(const std::string& line) {
+  const char* path = std::getenv("UROCE_STATS_FILE");
+  if (path == nullptr || *path == '\0') return;
+  if (std::FILE* f = std::fopen(path, "a")) {
+    std::fwrite(line.data(), 1, line.size(), f);
+    std::fclose(f);
+  }
+}
+
+// The devices opened with UROCE_STATS_FILE set and not closed yet, for the exit hook (leaked:
+// the hook may run after static destructors). Under g_open_mu, which the hook holds while it
+// stops them, so that none is closed (and freed) meanwhile.
+std::mutex g_open_mu;
+std::set<UdpDevice*>* g_open = nullptr;
+pid_t g_open_pid = 0;
+
+void stop_open_devices_at_exit() {
+  std::lock_guard lk(g_open_mu);
+  // A forked child inherits the hook, not the devices' threads.
+  if (g_open == nullptr || ::getpid() != g_open_pid) return;
+  for (UdpDevice* d : *g_open) d->stop_at_exit();
+  g_open->clear();
+}
+
+void remember_open(UdpDevice* d) {
+  std::lock_guard lk(g_open_mu);
+  if (g_open == nullptr) {
+    g_open = new std::set<UdpDevice*>();
+    std::atexit(stop_open_devices_at_exit);
+  }
+  if (g_open_pid != ::getpid()) {  // a forked child: its own devices only
+    g_open->clear();
+    g_open_pid = ::getpid();
+  }
+  g_open->insert(d);
+}
+
+void forget_open(UdpDevice* d) {
+  std::lock_guard lk(g_open_mu);
+  if (g_open != nullptr) g_open->erase(d);
+}
+
+}  // namespace
 
 Instant UdpDevice::now() {
   return Instant::from_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -140,6 +189,9 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
+  if (const char* path = std::getenv("UROCE_STATS_FILE"); path != nullptr && *path != '\0') {
+    remember_open(d.get());
+  }
   return d;
 }
 
@@ -197,7 +249,7 @@ void UdpDevice::arm_lease_timer(Instant until) {
 }
 
 bool UdpDevice::application_round(bool receive) {
-  if (closed_) return false;
+  if (closed_ || stopped_at_exit_) return false;
   const Instant t = now();
   RoundReport r;
   AppAfter after;
@@ -229,7 +281,7 @@ UdpDevice::QuietDoorbells::QuietDoorbells() : was_(t_quiet_doorbells) { t_quiet_
 UdpDevice::QuietDoorbells::~QuietDoorbells() { t_quiet_doorbells = was_; }
 
 void UdpDevice::wait(Duration max_wait) {
-  if (closed_) return;
+  if (closed_ || stopped_at_exit_) return;
   const Instant t = now();
   Instant until = max_wait.is_infinite() ? Instant::never() : t + max_wait;
   {
@@ -665,8 +717,22 @@ std::uint32_t UdpDevice::outstanding_locked(bool* tx_pending) {
   return n;
 }
 
+void UdpDevice::stop_at_exit() {
+  if (closed_ || stopped_at_exit_) return;
+  stop_progress_thread();
+  std::string line;
+  {
+    std::lock_guard lk(mu_);
+    if (engine_) (void)engine_->flush_tx(now(), SIZE_MAX, false);
+    stopped_at_exit_ = true;
+    line = format_stats_text(stats_locked(), false);
+  }
+  append_stats_line(line);
+}
+
 CloseResult UdpDevice::close(Duration deadline) {
   if (closed_) return close_result_;
+  forget_open(this);
   stop_progress_thread();
   hold_acks_ = false;  // the drain sends everything owed
   {
@@ -676,7 +742,8 @@ CloseResult UdpDevice::close(Duration deadline) {
   CloseResult res;
   if (device_ && dp_ && engine_) {
     const Instant give_up = deadline_after(deadline);
-    for (;;) {
+    // Stopped at exit: nothing more goes out.
+    while (!stopped_at_exit_) {
       Instant next;
       res = CloseResult{};
       {
@@ -718,14 +785,8 @@ CloseResult UdpDevice::close(Duration deadline) {
   }
   closed_ = true;
   close_result_ = res;
-  if (const char* path = std::getenv("UROCE_STATS_FILE"); path != nullptr && *path != '\0') {
-    // Best effort, like the stats endpoint: a file that cannot be written costs nothing else.
-    const std::string line = format_stats_text(stats(), false);
-    if (std::FILE* f = std::fopen(path, "a")) {
-      std::fwrite(line.data(), 1, line.size(), f);
-      std::fclose(f);
-    }
-  }
+  // Once per device: stop_at_exit() may have appended them already.
+  if (!stopped_at_exit_) append_stats_line(format_stats_text(stats(), false));
   return res;
 }
 

@@ -270,6 +270,13 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // users: rdma-core's tools, perftest) still leaves them; the stats endpoint is gone by then.
   CloseResult close(Duration deadline = kCloseDeadline);
   bool is_closed() const { return closed_; }
+  // With UROCE_STATS_FILE set when the device opened: called as the process exits (atexit) for a
+  // device the program left open (librdmacm keeps its contexts open until the process ends, as
+  // rdma-core's does): sends what is queued now (held ACKs included), stops the device (no more
+  // rounds: what it sent and received is final, as the process's death would make it a moment
+  // later) and appends its counters to the file, as close() does. close() afterwards frees what
+  // it holds and appends nothing. Not for use while the process goes on.
+  void stop_at_exit();
 
   // QpDirectory, DoorbellHandler and CompletionEventHandler, for the engine and the device.
   transport::Qp* find_qp(std::uint32_t qpn) override { return device_->find_qp(qpn); }
@@ -339,6 +346,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::uint64_t thread_rx_pkts_ = 0;              // under mu_
 
   std::atomic<bool> closed_{false};
+  std::atomic<bool> stopped_at_exit_{false};  // stop_at_exit(): no more rounds
   CloseResult close_result_;
   EngineCounters closed_engine_;  // the engine's and datapath's last counters, after close()
   datapath::UdpCounters closed_dp_;

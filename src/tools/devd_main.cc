@@ -3,6 +3,9 @@
 // group's first UDP socket as fd 4; not meant to be run by hand.
 //
 //   uroce-devd --ip ADDRESS --port PORT [--linger-ms N] [--any-user]
+//
+// UROCE_DEVD_PCAP=FILE (inherited from the process that started it): capture what the
+// coordinator's own socket sends and receives (QP 1's CM MADs) to FILE.
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -44,6 +47,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (const char* p = std::getenv("UROCE_DEVD_PCAP"); p != nullptr) o.capture_path = p;
   if (!have_ip || o.port == 0) {
     std::fprintf(stderr, "uroce-devd: --ip and --port are required\n");
     return 2;

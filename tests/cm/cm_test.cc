@@ -645,6 +645,34 @@ TEST_F(CmPair, DreqRetriesThenDisconnectedAndTimewait) {
   (void)b_id;
 }
 
+// retransmitting(): a request waits for its answer (the coordinator stays up while it does, even
+// when every process is gone); a connection that is up, or in timewait, has nothing of its own to
+// send.
+TEST_F(CmPair, RetransmittingWhileARequestWaitsForItsAnswer) {
+  EXPECT_FALSE(a_.retransmitting());
+  auto [a_id, b_id] = up_to_rep(false);
+  EXPECT_TRUE(a_.retransmitting());  // REQ_SENT
+  EXPECT_TRUE(b_.retransmitting());  // REP_SENT
+  pump();
+  EXPECT_FALSE(a_.retransmitting());  // REP_RCVD: the user establishes
+  ASSERT_TRUE(a_.establish(now_, a_id).ok());
+  pump();
+  EXPECT_FALSE(b_.retransmitting());  // ESTABLISHED
+  ASSERT_TRUE(a_.disconnect(now_, a_id, {}).ok());
+  EXPECT_TRUE(a_.retransmitting());  // DREQ_SENT
+  pump();
+  EXPECT_FALSE(b_.retransmitting());                // DREQ_RCVD: its user answers
+  ASSERT_TRUE(b_.disconnect(now_, b_id, {}).ok());  // the DREP, lost
+  ASSERT_EQ(drain(b_).size(), 1u);
+  EXPECT_TRUE(a_.retransmitting());
+  now_ = a_.poll_timeout();
+  a_.handle_timeout(now_);  // the DREQ again, answered from B's timewait
+  pump();
+  EXPECT_FALSE(a_.retransmitting());  // TIMEWAIT
+  EXPECT_FALSE(b_.retransmitting());
+  EXPECT_EQ(a_.connection_count(), 1u);
+}
+
 TEST_F(CmPair, ReqsTheCmCannotServeAreRejected) {
   ASSERT_TRUE(b_.listen(kService).ok());
   wire::CmReq req;

@@ -13,7 +13,10 @@
  *   - rdma_migrate_id: the connection's later events come on the new channel;
  *   - a synchronous ID (no channel): rdma_resolve_addr returns with its event in id->event;
  *   - listeners in two processes, each with its own connections, and a dead process's
- *     listener gone (a connect to it is REJECTED).
+ *     listener gone (a connect to it is REJECTED);
+ *   - a thread blocked in rdma_get_cm_event stays blocked when another destroys the channel
+ *     (as a read() of the kernel's rdma_cm file does), and a later non-blocking call fails with
+ *     EBADF.
  * Prints "rdmacm_abi_test: PASS N checks" or the first failure. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -21,6 +24,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <signal.h>
 #include <stdint.h>
@@ -573,6 +577,63 @@ static void synchronous(uint16_t port) {
   CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id (synchronous)");
 }
 
+/* rping's event thread: rdma_get_cm_event in a loop, exiting the process if it fails. */
+struct reader {
+  struct rdma_event_channel *ch;
+  int events;
+  int returned;
+  int err;
+};
+
+static void *reader_main(void *arg) {
+  struct reader *r = arg;
+  for (;;) {
+    struct rdma_cm_event *e;
+    if (rdma_get_cm_event(r->ch, &e) != 0) {
+      r->err = errno;
+      __atomic_store_n(&r->returned, 1, __ATOMIC_SEQ_CST);
+      return NULL;
+    }
+    rdma_ack_cm_event(e);
+    __atomic_add_fetch(&r->events, 1, __ATOMIC_SEQ_CST);
+  }
+}
+
+/* The main thread resolves an ID on the reader's channel, destroys the ID while its last event is
+ * under way (the reader wakes for it and finds the ID gone) and destroys the channel: the reader
+ * must stay in rdma_get_cm_event (it once returned EBADF there, and rping's exited with an
+ * error). It is left blocked, as a thread in read() on the kernel's closed file is. */
+static void blocked_reader(uint16_t port) {
+  static struct reader r;
+  r.ch = rdma_create_event_channel();
+  CHECK(r.ch != NULL, "rdma_create_event_channel");
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, reader_main, &r) == 0, "pthread_create");
+  struct rdma_cm_id *id;
+  CHECK(rdma_create_id(r.ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  struct sockaddr_in src = addr_of(client_ip, 0);
+  struct sockaddr_in dst = addr_of(server_ip, port);
+  CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0,
+        "rdma_resolve_addr");
+  for (int i = 0; i < 500 && __atomic_load_n(&r.events, __ATOMIC_SEQ_CST) < 1; ++i) usleep(10000);
+  CHECK(r.events == 1, "the reader got ADDR_RESOLVED");
+  CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route");
+  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  /* Non-blocking from here on: the waiting reader is not affected, and the call below fails
+   * instead of blocking (a blocking call on a destroyed channel blocks for good). */
+  int fl = fcntl(r.ch->fd, F_GETFL);
+  CHECK(fl >= 0 && fcntl(r.ch->fd, F_SETFL, fl | O_NONBLOCK) == 0, "fcntl");
+  rdma_destroy_event_channel(r.ch);
+  /* It would return at once: 200 ms is plenty to see it. */
+  for (int i = 0; i < 20 && !__atomic_load_n(&r.returned, __ATOMIC_SEQ_CST); ++i) usleep(10000);
+  CHECK(!r.returned, "the blocked reader returned (errno %d) when the channel was destroyed",
+        r.err);
+  pthread_detach(t);
+  /* A non-blocking call on a destroyed channel fails, as read() on a closed fd. */
+  struct rdma_cm_event *e;
+  CHECK(rdma_get_cm_event(r.ch, &e) != 0 && errno == EBADF, "a destroyed channel: EBADF");
+}
+
 /* A child process listens on `port` and serves one connection; the parent connects to it while
  * its own listener keeps its own. Then the child is killed: a connect gets REJECTED. */
 static void two_processes(struct rdma_event_channel *sch, struct rdma_event_channel *cch,
@@ -669,6 +730,7 @@ int main(int argc, char **argv) {
   migrate(sch, cch, port);
   synchronous(port);
   two_processes(sch, cch, listener, port);
+  blocked_reader(port);
   rdma_destroy_id(listener);
   rdma_destroy_event_channel(sch);
   rdma_destroy_event_channel(cch);

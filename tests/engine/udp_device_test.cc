@@ -7,8 +7,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +156,53 @@ TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
   // a sent one SEND and received its ACK; b the reverse; neither dropped anything.
   for (const std::string& l : lines) {
     EXPECT_TRUE(l.starts_with("link uroce0/1 pid " + std::to_string(::getpid()) + " ")) << l;
+    EXPECT_NE(l.find(" sent_pkts 1 rcvd_pkts 1 "), std::string::npos) << l;
+    EXPECT_NE(l.find(" rx_drops 0 icrc_err 0 "), std::string::npos) << l;
+  }
+  std::filesystem::remove(path);
+}
+
+// A program that exits with its device open (librdmacm keeps its contexts until then) still leaves
+// its counters: the device stops at exit and appends them, once.
+TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
+  const std::string path = temp_path("stats-exit.txt");
+  std::filesystem::remove(path);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::setenv("UROCE_STATS_FILE", path.c_str(), 1);
+    // Never closed, as the drop-in's contexts are (and still reachable: no leak report).
+    static Side* kept[2];
+    kept[0] = new Side();
+    kept[1] = new Side();
+    Side& a = *kept[0];
+    Side& b = *kept[1];
+    make_side(a, "127.0.3.98");
+    make_side(b, "127.0.3.99");
+    connect(a, b, "127.0.3.99");
+    connect(b, a, "127.0.3.98");
+    const Sge recv{b.va(0), 64, b.mr.lkey};
+    const RecvWr rwr{1, std::span(&recv, 1)};
+    bool ok = b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr) == Errc::kOk;
+    const Sge send{a.va(0), 10, a.mr.lkey};
+    SendWr wr;
+    wr.wr_id = 2;
+    wr.sg_list = std::span(&send, 1);
+    wr.send_flags = kSendSignaled;
+    ok = ok && a.dev->device().post_send(a.qp, std::span(&wr, 1), nullptr) == Errc::kOk;
+    ok = ok && run_until(a, b, 1).size() == 1u;
+    std::exit(ok && !::testing::Test::HasFailure() ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const std::string& l : lines) {
+    EXPECT_TRUE(l.starts_with("link uroce0/1 pid " + std::to_string(pid) + " ")) << l;
     EXPECT_NE(l.find(" sent_pkts 1 rcvd_pkts 1 "), std::string::npos) << l;
     EXPECT_NE(l.find(" rx_drops 0 icrc_err 0 "), std::string::npos) << l;
   }

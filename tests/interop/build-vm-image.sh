@@ -5,10 +5,13 @@
 # installed on the host).
 #
 # usage: build-vm-image.sh [CACHE_DIR]      (default: $UROCE_INTEROP_CACHE or /var/cache/uroce-interop)
-# output: CACHE_DIR/vmlinuz, CACHE_DIR/initramfs.cpio.gz (paths printed on the last line)
+# output: CACHE_DIR/image-HASH/vmlinuz, CACHE_DIR/image-HASH/initramfs.cpio.gz (paths printed on
+# the last line), HASH that of this script and the guest init
 #
-# Reruns are fast: the downloaded .debs and the unpacked tree are kept, and the image is only
-# rebuilt when this script or the guest init changed (a stamp holds their hash).
+# Reruns are fast: the downloaded .debs and the unpacked tree are kept (in CACHE_DIR/tree-HASH,
+# HASH that of the package list), and an image is built once for each version of this script and
+# the guest init. Versions live side by side, so that test runs of different branches sharing one
+# cache (at the same time, or one after the other) neither rebuild each other's image nor boot it.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,25 +29,27 @@ exec 9>"$cache/.lock"
 flock -w 900 9 || die "another build holds $cache/.lock for more than 900 s"
 
 stamp_want=$(cat "${BASH_SOURCE[0]}" "$here/vm-init.sh" | sha256sum | cut -c1-16)
-if [[ -f $cache/stamp && $(cat "$cache/stamp") == "$stamp_want" && -f $cache/vmlinuz &&
-      -f $cache/initramfs.cpio.gz ]]; then
+image=$cache/image-$stamp_want
+if [[ -f $image/stamp && $(cat "$image/stamp") == "$stamp_want" && -f $image/vmlinuz &&
+      -f $image/initramfs.cpio.gz ]]; then
   echo "build-vm-image: cached image is current"
-  echo "$cache/vmlinuz $cache/initramfs.cpio.gz"
+  echo "$image/vmlinuz $image/initramfs.cpio.gz"
   exit 0
 fi
 
 # User-space packages: busybox for the shell, rdma-core's verbs library, the rxe provider and
-# the ibv_* tools, perftest (ib_{send,write,read,atomic}_{bw,lat}), iproute2 for `rdma link
-# add`, and the shared libraries they link against (checked below with objdump; a missing one
-# fails the build with its name).
+# the ibv_* tools, perftest (ib_{send,write,read,atomic}_{bw,lat}), librdmacm and rdmacm-utils
+# (rping, udaddy, ucmatose) over the kernel's rdma_cm, iproute2 for `rdma link add`, and the
+# shared libraries they link against (checked below with objdump; a missing one fails the build
+# with its name).
 packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils perftest
-          libibumad3 librdmacm1 iproute2 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0
-          libcap2 libelf1 libbpf1 zlib1g libxtables12 libpci3 libudev1)
+          libibumad3 librdmacm1 rdmacm-utils iproute2 libnl-3-200 libnl-route-3-200 libmnl0
+          libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g libxtables12 libpci3 libudev1)
 
-debs=$cache/debs
-tree=$cache/tree
 # The unpacked tree is reused while the package list is the same.
 tree_want=$(echo "${packages[*]}" | sha256sum | cut -c1-16)
+debs=$cache/tree-$tree_want.debs
+tree=$cache/tree-$tree_want
 if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
   # linux-image-amd64 is a metapackage; the real image is the package it depends on.
   kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
@@ -71,21 +76,25 @@ kver=$(ls "$tree/lib/modules" | head -1)
 [[ -n $kver && -f $tree/boot/vmlinuz-$kver ]] || die "no kernel found in $tree"
 [[ -f $tree/lib/modules/$kver/modules.dep ]] || depmod -b "$tree" "$kver"
 
-root=$cache/root
-rm -rf "$root"
+# Built under a temporary name, renamed when complete.
+rm -rf "$image.tmp"
+mkdir -p "$image.tmp"
+root=$image.tmp/root
 mkdir -p "$root"/{bin,sbin,etc,proc,sys,dev,tmp,run,root,lib64,usr/bin,usr/sbin}
 mkdir -p "$root/etc/libibverbs.d" "$root/lib/modules/$kver"
 cp "$tree/bin/busybox" "$root/bin/busybox"
 
 # Kernel modules in load order: virtio NIC, the CRC32 the ICRC needs, the UDP tunnel helpers,
-# the RDMA core, rdma_rxe itself, and netem with prio and u32 (loss injection on the guest's
-# egress, for some packets only: the host kernel may have no netem), and the ingress qdisc,
-# mirred and ifb (the same on the guest's ingress: netem on ifb0, where the RoCE packets
-# arriving on eth0 are redirected).
+# the RDMA core, the connection manager and its user-space interface (rdma_ucm:
+# /dev/infiniband/rdma_cm, which devtmpfs creates), rdma_rxe itself, and netem with prio and u32
+# (loss injection on the guest's egress, for some packets only: the host kernel may have no
+# netem), the ingress qdisc, mirred and ifb (the same on the guest's ingress: netem on ifb0,
+# where the RoCE packets arriving on eth0 are redirected), and police (drops the first CM MAD of
+# a kind: a token bucket that holds one packet and refills over minutes).
 modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci failover
          net_failover virtio_net crc32_generic crc32-pclmul udp_tunnel ip6_udp_tunnel configfs
-         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_rxe sch_netem sch_prio cls_u32 sch_ingress
-         act_mirred ifb)
+         ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_ucm rdma_rxe sch_netem sch_prio cls_u32
+         sch_ingress act_mirred ifb act_police)
 moddir=$tree/lib/modules/$kver
 : >"$root/modorder"
 for m in "${modules[@]}"; do
@@ -121,7 +130,8 @@ copy_with_libs() {
 provider=$(cd "$tree" && ls usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so | head -1)
 [[ -n $provider ]] || die "rxe provider library not found"
 for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_{rc,uc,ud,srq}_pingpong \
-         usr/bin/ib_{send,write,read,atomic}_{bw,lat} usr/bin/rdma sbin/tc "$provider" \
+         usr/bin/ib_{send,write,read,atomic}_{bw,lat} usr/bin/rping usr/bin/udaddy \
+         usr/bin/ucmatose usr/bin/rdma sbin/tc "$provider" \
          lib/x86_64-linux-gnu/libgcc_s.so.1; do
   copy_with_libs "$f"
 done
@@ -133,9 +143,10 @@ echo 'root:x:0:' >"$root/etc/group"
 echo '127.0.0.1 localhost' >"$root/etc/hosts"
 install -m 755 "$here/vm-init.sh" "$root/init"
 
-cp "$tree/boot/vmlinuz-$kver" "$cache/vmlinuz"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -6) >"$cache/initramfs.cpio.gz.tmp"
-mv "$cache/initramfs.cpio.gz.tmp" "$cache/initramfs.cpio.gz"
-echo "$stamp_want" >"$cache/stamp"
-echo "build-vm-image: kernel $kver, initramfs $(du -h "$cache/initramfs.cpio.gz" | cut -f1)"
-echo "$cache/vmlinuz $cache/initramfs.cpio.gz"
+cp "$tree/boot/vmlinuz-$kver" "$image.tmp/vmlinuz"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -6) >"$image.tmp/initramfs.cpio.gz"
+echo "$stamp_want" >"$image.tmp/stamp"
+rm -rf "$image"
+mv "$image.tmp" "$image"
+echo "build-vm-image: kernel $kver, initramfs $(du -h "$image/initramfs.cpio.gz" | cut -f1)"
+echo "$image/vmlinuz $image/initramfs.cpio.gz"

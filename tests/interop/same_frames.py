@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares two captures of the same RoCEv2 traffic, from the IP header on.
 
-usage: same_frames.py [--late-ok] WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
+usage: same_frames.py [--late-ok] [--qp1 only|none] WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
 WIRE.pcap is tcpdump's view of the wire, UROCE.pcap what uroce wrote (UROCE_PCAP). The packets
 sent from each address must be the same in both captures: the same number, in the same order,
 the same bytes from the IP header to the ICRC (the Ethernet header is left out: uroce's capture
@@ -14,6 +14,9 @@ has no real MAC addresses).
 host when the program had closed its device, or was closing it (it had exited while the peer
 still sent, e.g. ACKs or messages of QPs it destroyed with work outstanding). They are counted
 and printed; the others must match.
+--qp1 only|none: compare only the packets to QP 1 (the connection manager's MADs, which uroce's
+device coordinator sends and receives, in its own capture: UROCE_DEVD_PCAP), or all the others
+(a program's own, in its UROCE_PCAP capture); in both captures.
 Exit 0 when they match, 1 with the first differences otherwise.
 """
 import ipaddress
@@ -45,8 +48,17 @@ def last_time(path):
     return t
 
 
-def sent_from(path, addr, with_time=False):
-    """IP packets (from the IP header on) whose source is addr; with_time: (seconds, packet)."""
+def dest_qp(ip):
+    """The BTH's destination QP of a RoCEv2 packet (from its IP header on), or None."""
+    off = (ip[0] & 0xf) * 4 if ip[0] >> 4 == 4 else 40
+    if len(ip) < off + 8 + 8:
+        return None
+    return struct.unpack('>I', ip[off + 8 + 4:off + 8 + 8])[0] & 0xffffff
+
+
+def sent_from(path, addr, with_time=False, qp1=None):
+    """IP packets (from the IP header on) whose source is addr; with_time: (seconds, packet).
+    qp1: None, all of them; 'only', those to QP 1; 'none', the others."""
     packed = addr.packed
     out = []
     for when, fr in frames(path, with_time=True):
@@ -61,6 +73,8 @@ def sent_from(path, addr, with_time=False):
             pkt = ip[:struct.unpack('>H', ip[2:4])[0]]
         elif ether_type == 0x86dd and addr.version == 6 and ip[8:24] == packed:
             pkt = ip[:40 + struct.unpack('>H', ip[4:6])[0]]
+        if pkt is not None and qp1 is not None and (dest_qp(pkt) == 1) != (qp1 == 'only'):
+            pkt = None
         if pkt is not None:
             out.append((when, pkt) if with_time else pkt)
     return out
@@ -87,6 +101,10 @@ def main(argv):
     late_ok = len(argv) > 1 and argv[1] == '--late-ok'
     if late_ok:
         argv = argv[:1] + argv[2:]
+    qp1 = None
+    if len(argv) > 2 and argv[1] == '--qp1' and argv[2] in ('only', 'none'):
+        qp1 = argv[2]
+        argv = argv[:1] + argv[3:]
     if len(argv) != 5:
         sys.stderr.write(__doc__)
         return 2
@@ -94,14 +112,14 @@ def main(argv):
     ok = True
     for text, exact in ((argv[3], True), (argv[4], False)):
         addr = ipaddress.ip_address(text)
-        wire = sent_from(wire_path, addr)
-        mine = sent_from(uroce_path, addr)
+        wire = sent_from(wire_path, addr, qp1=qp1)
+        mine = sent_from(uroce_path, addr, qp1=qp1)
         if exact and late_ok and len(wire) > len(mine):
             # The peer's last packets, beyond those uroce captured: the program had closed the
             # device (or had not read them yet when it closed). Allowed only at the end: the
             # packets uroce did capture must still be the first ones, exactly.
             closed = last_time(uroce_path)
-            late = sent_from(wire_path, addr, with_time=True)[len(mine):]
+            late = sent_from(wire_path, addr, with_time=True, qp1=qp1)[len(mine):]
             print('%s: the last %d packet(s) reached the host as uroce\'s device closed: not in '
                   'its capture (on the wire %+.6f to %+.6f s after its last captured packet)' %
                   (text, len(late), late[0][0] - closed, late[-1][0] - closed))

@@ -797,13 +797,10 @@ int get_event(Channel* ch, rdma_cm_event** out) {
     epoll_event ev[8];
     const int n = flags >= 0 && (flags & O_NONBLOCK) != 0 ? 0 : ::epoll_wait(epfd, ev, 8, -1);
     const int wait_errno = errno;
-    std::unique_lock lk(ch->mu);
+    std::lock_guard lk(ch->mu);
     --ch->waiters;
     if (ch->dead) {
-      // Destroyed while this thread waited in it (rping destroys its channel while its event
-      // thread waits): as a read() on the stock library's closed fd, it waits on for events that
-      // no longer come, and the thread ends with the process. The last waiter out closes the
-      // fds the destroy left open for it.
+      // The last waiter out closes the fds the destroy left open for it.
       if (ch->waiters == 0) {
         ::close(ch->efd);
         ::close(ch->pub.fd);
@@ -821,6 +818,7 @@ int get_event(Channel* ch, rdma_cm_event** out) {
       }
     }
   }
+  wait_forever();
 }
 
 int complete(Id* id, bool sync) {
