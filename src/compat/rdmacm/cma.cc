@@ -797,10 +797,13 @@ int get_event(Channel* ch, rdma_cm_event** out) {
     epoll_event ev[8];
     const int n = flags >= 0 && (flags & O_NONBLOCK) != 0 ? 0 : ::epoll_wait(epfd, ev, 8, -1);
     const int wait_errno = errno;
-    std::lock_guard lk(ch->mu);
+    std::unique_lock lk(ch->mu);
     --ch->waiters;
     if (ch->dead) {
-      // The last waiter out closes the fds the destroy left open for it.
+      // Destroyed while this thread waited in it (rping destroys its channel while its event
+      // thread waits): as a read() on the stock library's closed fd, it waits on for events that
+      // no longer come, and the thread ends with the process. The last waiter out closes the
+      // fds the destroy left open for it.
       if (ch->waiters == 0) {
         ::close(ch->efd);
         ::close(ch->pub.fd);
