@@ -143,7 +143,7 @@ void CmEndpoint::send_rej(const CmPeer& to, std::uint64_t tid, std::uint32_t loc
   rej.message_rejected = static_cast<std::uint8_t>(what);
   rej.reason = static_cast<std::uint16_t>(reason);
   const bool fits = wire::set_private_data(rej.private_data, private_data);
-  UROCE_ASSERT(fits);
+  UROCE_CHECK(fits);
   const auto bytes = send(to, CmMad{tid, rej});
   if (keep != nullptr) *keep = bytes;
 }
@@ -156,7 +156,7 @@ std::array<std::byte, wire::kMadBytes> CmEndpoint::send_drep(const CmPeer& to, s
   drep.local_comm_id = local_id;
   drep.remote_comm_id = remote_id;
   const bool fits = wire::set_private_data(drep.private_data, private_data);
-  UROCE_ASSERT(fits);
+  UROCE_CHECK(fits);
   return send(to, CmMad{tid, drep});
 }
 
@@ -263,7 +263,7 @@ wire::CmReq CmEndpoint::format_req(const Conn& c, const ConnectParams& p) const 
   req.primary_subnet_local = p.hop_limit <= 1 ? 1 : 0;  // cm.c cm_format_req
   req.primary_local_ack_timeout = cm_ack_timeout(config_.ca_ack_delay, config_.packet_life_time);
   const bool fits = wire::set_private_data(req.private_data, p.private_data);
-  UROCE_ASSERT(fits);
+  UROCE_CHECK(fits);
   return req;
 }
 
@@ -334,7 +334,7 @@ Result<QpAttributes, CmError> CmEndpoint::accept(Instant now, ConnId id, const A
   rep.srq = p.srq ? 1 : 0;
   rep.local_ca_guid = config_.local_ca_guid;
   const bool fits = wire::set_private_data(rep.private_data, p.private_data);
-  UROCE_ASSERT(fits);
+  UROCE_CHECK(fits);
   c->request = send(c->peer, CmMad{c->tid, rep});
   c->reply.reset();
   c->state = State::kRepSent;
@@ -401,7 +401,7 @@ Result<ConnId, CmError> CmEndpoint::disconnect(Instant now, ConnId id, ConstByte
     dreq.remote_comm_id = c->remote_id;
     dreq.remote_qpn_eecn = c->qp.remote_qpn;
     const bool fits = wire::set_private_data(dreq.private_data, private_data);
-    UROCE_ASSERT(fits);
+    UROCE_CHECK(fits);
     c->tid = new_tid(c->local_id);
     c->request = send(c->peer, CmMad{c->tid, dreq});
     c->state = State::kDreqSent;
@@ -504,7 +504,7 @@ Result<ConnId, CmError> CmEndpoint::sidr_resolve(Instant now, const SidrParams& 
   req.partition_key = p.pkey;
   req.service_id = p.service_id;
   const bool fits = wire::set_private_data(req.private_data, p.private_data);
-  UROCE_ASSERT(fits);
+  UROCE_CHECK(fits);
   c.request = send(c.peer, CmMad{c.tid, req});
   c.state = State::kSidrReqSent;
   // cma.c cma_resolve_ib_udp: 2^(CMA_CM_RESPONSE_TIMEOUT-8) ms, CMA_MAX_CM_RETRIES.
@@ -528,7 +528,7 @@ Result<ConnId, CmError> CmEndpoint::sidr_reply(Instant now, ConnId id, wire::Sid
   rep.service_id = c->service_id;
   rep.qkey = qkey;
   const bool fits = wire::set_private_data(rep.private_data, private_data);
-  UROCE_ASSERT(fits);
+  UROCE_CHECK(fits);
   const auto bytes = send(c->peer, CmMad{c->tid, rep});
   // cm.c forgets the request at once; keeping the reply through a timewait answers a
   // retransmitted SIDR_REQ with the same SIDR_REP instead of a second request to the user.
