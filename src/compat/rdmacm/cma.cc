@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -250,8 +251,10 @@ struct Channel {
   std::mutex mu;
   std::deque<Queued> queue;
   std::map<int, int> conns;  // device -> connection
-  bool dead = false;         // destroyed (its memory stays: see rdma_destroy_event_channel)
-  int waiters = 0;           // threads in epoll_wait on it
+  // Destroyed (its memory stays: see rdma_destroy_event_channel). Set under mu; read without it
+  // as a call comes in.
+  std::atomic<bool> dead{false};
+  int waiters = 0;  // threads in epoll_wait on it
 };
 
 // Destroyed application channels: a thread may still be blocked in rdma_get_cm_event on one
@@ -750,12 +753,15 @@ Event* convert(Channel* ch, const Queued& q) {
 }
 
 int get_event(Channel* ch, rdma_cm_event** out) {
-  for (bool waited = false;; waited = true) {
+  // A call that came after the destroy fails (as read() on the closed fd); one that came before
+  // waits on, even if it still waits for the channel's lock (held by the destroying thread's
+  // commands) when the destroy happens.
+  if (ch->dead) return fail(EBADF);
+  for (;;) {
     Queued q;
     bool have = false;
     {
       std::lock_guard lk(ch->mu);
-      if (ch->dead && !waited) return fail(EBADF);  // the call came after the destroy
       if (ch->dead) break;
       if (ch->queue.empty()) pump(ch);
       if (!ch->queue.empty()) {
