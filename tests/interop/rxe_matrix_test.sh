@@ -558,6 +558,9 @@ run_case() {
   while [[ -n $why && ${runner:-} == run_cm_once && $1 == ib_* ]] && ((attempt < 4)) &&
     grep -qs 'RDMA_CM_EVENT_REJECTED; error: 8' "$client_log"; do
     note "  perftest's second connection came before its server listened ($why); once more"
+    # The failed attempt's evidence stays beside the case's.
+    rm -rf "$dir.attempt$attempt"
+    mv "$dir" "$dir.attempt$attempt"
     "$runner" "$dir" "$server" "$kind" "$limit" "$prog" "$@"
     attempt=$((attempt + 1))
   done
