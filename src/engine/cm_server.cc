@@ -253,6 +253,19 @@ void CmServer::on_client_readable(Instant now, int fd) {
   flush_drops(now);
 }
 
+void CmServer::reply_then_event(int fd, const devd::CmMsg& reply, const Id& id,
+                                std::uint32_t event) {
+  devd::CmMsg ev;
+  ev.type = devd::CmMsgType::kEvent;
+  ev.id = id.number;
+  ev.event = event;
+  ev.src = id.src;
+  ev.dst = id.dst;
+  // The reply first, then the event (the library reads them in that order).
+  send(fd, reply);
+  send(fd, ev);
+}
+
 std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
   reap_now_ = now;
   devd::CmMsg r;
@@ -313,30 +326,12 @@ std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmM
       id->dst = m.dst;
       r.src = id->src;
       r.dst = id->dst;
-      devd::CmMsg ev;
-      ev.type = devd::CmMsgType::kEvent;
-      ev.id = id->number;
-      ev.event = kAddrResolved;
-      ev.src = id->src;
-      ev.dst = id->dst;
-      // The reply first, then the event (the library reads them in that order).
-      r.value = 1;
-      send(fd, r);
-      send(fd, ev);
+      reply_then_event(fd, r, *id, kAddrResolved);
       return std::nullopt;
     }
     case devd::CmMsgType::kResolveRoute: {
       if (id->dst.family == 0) return fail(EINVAL);
-      devd::CmMsg ev;
-      ev.type = devd::CmMsgType::kEvent;
-      ev.id = id->number;
-      ev.event = kRouteResolved;
-      ev.src = id->src;
-      ev.dst = id->dst;
-      // The reply first, then the event (the library reads them in that order).
-      r.value = 1;
-      send(fd, r);
-      send(fd, ev);
+      reply_then_event(fd, r, *id, kRouteResolved);
       return std::nullopt;
     }
     case devd::CmMsgType::kListen: {

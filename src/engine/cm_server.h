@@ -108,6 +108,8 @@ class CmServer {
 
   // The reply to a command (nullopt: already sent, with what follows it).
   std::optional<devd::CmMsg> handle(Instant now, int fd, const devd::CmMsg& m);
+  // Address and route resolution: the command's reply, then its event for `id`.
+  void reply_then_event(int fd, const devd::CmMsg& reply, const Id& id, std::uint32_t event);
   int bind_id(Id& id, std::uint16_t port);
   void destroy_id(Instant now, Id& id);
   void drop_client(Instant now, int fd);

@@ -897,6 +897,21 @@ bool bind_any(Id* p, std::uint16_t port) {
   return true;
 }
 
+// Destroys an ID's number on a device's coordinator; its events still queued go nowhere
+// (convert finds no ID).
+void destroy_sub(Channel* ch, const Sub& s) {
+  CmMsg req;
+  req.type = CmMsgType::kDestroyId;
+  req.id = s.number;
+  CmMsg r;
+  {
+    std::lock_guard lk(ch->mu);
+    (void)call(ch, s.dev, req, r);
+  }
+  std::lock_guard lk(g_mu);
+  g_ids.erase({s.dev, s.number});
+}
+
 // Keeps only the sub on `dev` (a wildcard-bound ID resolving to one device).
 void keep_only(Id* p, int dev) {
   Channel* ch = chan(p->pub.channel);
@@ -904,18 +919,9 @@ void keep_only(Id* p, int dev) {
   for (const Sub& s : p->subs) {
     if (s.dev == dev) {
       keep.push_back(s);
-      continue;
+    } else {
+      destroy_sub(ch, s);
     }
-    CmMsg req;
-    req.type = CmMsgType::kDestroyId;
-    req.id = s.number;
-    CmMsg r;
-    {
-      std::lock_guard lk(ch->mu);
-      (void)call(ch, s.dev, req, r);
-    }
-    std::lock_guard lk(g_mu);
-    g_ids.erase({s.dev, s.number});
   }
   p->subs.swap(keep);
 }
@@ -1023,19 +1029,7 @@ UROCE_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
   Id* p = id_of(id);
   ack_sync_event(p);
   Channel* ch = chan(id->channel);
-  for (const Sub& s : p->subs) {
-    CmMsg req;
-    req.type = CmMsgType::kDestroyId;
-    req.id = s.number;
-    CmMsg r;
-    {
-      std::lock_guard lk(ch->mu);
-      (void)call(ch, s.dev, req, r);
-      // Its events still queued go nowhere (convert finds no ID).
-    }
-    std::lock_guard lk(g_mu);
-    g_ids.erase({s.dev, s.number});
-  }
+  for (const Sub& s : p->subs) destroy_sub(ch, s);
   p->subs.clear();
   // As rdma-core's: wait until the application has acknowledged every event it was given for
   // the ID (an event thread that still holds one is done with it by then).
