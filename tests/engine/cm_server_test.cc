@@ -23,8 +23,9 @@
 namespace uroce::engine {
 namespace {
 
-constexpr char kDevice[] = "127.77.97.1";
-constexpr char kPeer[] = "127.77.97.2";
+// Each test on its own pair of addresses (127.77.97-100.x): ctest runs them in parallel.
+std::string g_device;
+std::string g_peer;
 
 wire::IpAddress ip(const char* s) { return parse_ip(s).value(); }
 
@@ -36,7 +37,7 @@ cm::Gid gid(const char* s) {
 }
 
 std::map<std::string, std::uint64_t> cm_counters() {
-  auto info = SharedPort::query(ip(kDevice), wire::kRoceV2Port);
+  auto info = SharedPort::query(ip(g_device.c_str()), wire::kRoceV2Port);
   EXPECT_TRUE(info.ok());
   std::map<std::string, std::uint64_t> out;
   if (!info.ok()) return out;
@@ -50,11 +51,21 @@ std::map<std::string, std::uint64_t> cm_counters() {
 class CmServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    static const std::map<std::string, int> nets = {
+        {"AnswersTheWireAsTheKernelDoesAndCountsWhatIsBad", 97},
+        {"AListenerGetsTheRequestAndItsRejectReachesTheWire", 98},
+        {"OneReplyPerCommandAndEventsAfterIt", 99},
+        {"AChannelThatStopsReadingIsDroppedAndItsSuccessorServed", 100},
+    };
+    const auto it = nets.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_NE(it, nets.end()) << "give the test its own addresses";
+    g_device = "127.77." + std::to_string(it->second) + ".1";
+    g_peer = "127.77." + std::to_string(it->second) + ".2";
     // An event channel's connection starts the coordinator (and keeps it).
-    auto c = SharedPort::connect_cm(ip(kDevice), wire::kRoceV2Port, "uroce0");
+    auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0");
     ASSERT_TRUE(c.ok()) << c.error();
     chan_ = c.value();
-    datapath::UdpOptions o(ip(kPeer));
+    datapath::UdpOptions o(ip(g_peer.c_str()));
     o.use_environment = false;
     o.gso = false;
     o.gro = false;
@@ -77,8 +88,8 @@ class CmServerTest : public ::testing::Test {
     std::array<std::byte, 32> hdr{};
     const std::size_t n = wire::write_headers(MutBytes(hdr), h, payload.size());
     wire::OuterHeaders o;
-    o.src = ip(kPeer);
-    o.dst = ip(kDevice);
+    o.src = ip(g_peer.c_str());
+    o.dst = ip(g_device.c_str());
     o.ethernet = false;
     const ConstBytes pieces[1] = {payload};
     ASSERT_TRUE(dp_->send(Instant{}, o, ConstBytes(hdr).first(n), pieces));
@@ -146,16 +157,16 @@ class CmServerTest : public ::testing::Test {
     r.partition_key = 0xffff;
     r.primary_local_lid = 0xffff;
     r.primary_remote_lid = 0xffff;
-    r.primary_local_gid = gid(kPeer);
-    r.primary_remote_gid = gid(kDevice);
+    r.primary_local_gid = gid(g_peer.c_str());
+    r.primary_remote_gid = gid(g_device.c_str());
     r.primary_hop_limit = 64;
     r.primary_packet_rate = 3;
     r.primary_local_ack_timeout = 18;
     r.primary_subnet_local = 1;
     wire::CmaHeader h;
     h.src_port = 40000;
-    h.src_addr = gid(kPeer);
-    h.dst_addr = gid(kDevice);
+    h.src_addr = gid(g_peer.c_str());
+    h.dst_addr = gid(g_device.c_str());
     std::array<std::byte, 92> pd{};
     auto n = wire::encode_cma_private_data(h, {}, MutBytes(pd));
     EXPECT_TRUE(n.ok());
@@ -213,7 +224,7 @@ TEST_F(CmServerTest, AnswersTheWireAsTheKernelDoesAndCountsWhatIsBad) {
   EXPECT_EQ(after["rx_malformed"] - before["rx_malformed"], 2u);
   EXPECT_EQ(after["qp1_not_cm"] - before["qp1_not_cm"], 1u);
   EXPECT_EQ(after["qp1_bad"] - before["qp1_bad"], 1u);
-  auto info = SharedPort::query(ip(kDevice), wire::kRoceV2Port);
+  auto info = SharedPort::query(ip(g_device.c_str()), wire::kRoceV2Port);
   ASSERT_TRUE(info.ok());
   EXPECT_GE(info->unsteered, 1u);
 }
@@ -230,7 +241,7 @@ TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
   m.type = devd::CmMsgType::kBind;
   m.id = id;
   m.src.family = 4;
-  std::memcpy(m.src.bytes, ip(kDevice).bytes.data(), 4);
+  std::memcpy(m.src.bytes, ip(g_device.c_str()).bytes.data(), 4);
   m.src.port = 7480;
   ASSERT_EQ(call(m).status, 0);
   // The port is taken now.
@@ -288,7 +299,7 @@ TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
   m.type = devd::CmMsgType::kResolveAddr;
   m.id = id;
   m.dst.family = 4;
-  std::memcpy(m.dst.bytes, ip(kPeer).bytes.data(), 4);
+  std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
   m.dst.port = 7999;
   auto r = call(m);
   EXPECT_EQ(r.status, 0);
@@ -343,7 +354,7 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
   chan_ = -1;
   // A new channel: it works, several commands in a row.
   for (int k = 0; k < 3; ++k) {
-    auto c = SharedPort::connect_cm(ip(kDevice), wire::kRoceV2Port, "uroce0");
+    auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0");
     ASSERT_TRUE(c.ok()) << c.error();
     chan_ = c.value();
     events_.clear();
