@@ -339,6 +339,18 @@ bool call(Channel* ch, int dev, const CmMsg& req, CmMsg& reply) {
   }
 }
 
+// A command under the channel's lock, its reply's status as errno: false when the coordinator
+// is gone or refused it.
+bool request(Channel* ch, int dev, const CmMsg& req, CmMsg& reply) {
+  std::lock_guard lk(ch->mu);
+  if (!call(ch, dev, req, reply)) return false;
+  if (reply.status != 0) {
+    errno = reply.status;
+    return false;
+  }
+  return true;
+}
+
 Channel* new_channel() {
   auto* ch = new Channel();
   ch->pub.fd = ::epoll_create1(EPOLL_CLOEXEC);
@@ -441,14 +453,7 @@ bool ensure_sub(Id* id, int dev) {
   req.ps = id->pub.ps;
   req.qp_type = id->pub.qp_type;
   CmMsg r;
-  {
-    std::lock_guard lk(ch->mu);
-    if (!call(ch, dev, req, r)) return false;
-  }
-  if (r.status != 0) {
-    errno = r.status;
-    return false;
-  }
+  if (!request(ch, dev, req, r)) return false;
   id->subs.push_back(Sub{dev, r.id});
   std::lock_guard lk(g_mu);
   g_ids[{dev, r.id}] = id;
@@ -463,14 +468,7 @@ bool command(Id* id, CmMsg req, CmMsg& r) {
     return false;
   }
   req.id = id->subs.front().number;
-  Channel* ch = chan(id->pub.channel);
-  std::lock_guard lk(ch->mu);
-  if (!call(ch, dev, req, r)) return false;
-  if (r.status != 0) {
-    errno = r.status;
-    return false;
-  }
-  return true;
+  return request(chan(id->pub.channel), dev, req, r);
 }
 
 void fill_route(Id* id, const CmAddr& src, const CmAddr& dst) {
@@ -872,12 +870,7 @@ bool bind_any(Id* p, std::uint16_t port) {
     req.id = p->subs.back().number;
     req.src.port = port;
     CmMsg r;
-    std::lock_guard lk(ch->mu);
-    if (!call(ch, dev, req, r)) return false;
-    if (r.status != 0) {
-      errno = r.status;
-      return false;
-    }
+    if (!request(ch, dev, req, r)) return false;
     port = r.src.port;  // the first device picks an ephemeral port; the others take the same
   }
   p->bound_any = true;
@@ -1139,9 +1132,7 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
     req.id = s.number;
     req.backlog = backlog;
     CmMsg r;
-    std::lock_guard lk(ch->mu);
-    if (!call(ch, s.dev, req, r)) return -1;
-    if (r.status != 0) return fail(r.status);
+    if (!request(ch, s.dev, req, r)) return -1;
     if (!p->bound_any) fill_route(p, r.src, CmAddr{});
   }
   return 0;
@@ -1540,10 +1531,10 @@ UROCE_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     req.type = CmMsgType::kMigrate;
     req.id = s.number;
     CmMsg r;
-    std::lock_guard lk(to->mu);
-    if (!call(to, s.dev, req, r) || r.status != 0) {
+    if (!request(to, s.dev, req, r)) {
+      const int e = errno;
       if (sync) free_channel(to);
-      return fail(r.status != 0 ? r.status : ENODEV);
+      return fail(e);
     }
   }
   // What the old channel already holds for the ID moves with it.
