@@ -139,6 +139,17 @@ class CmServerTest : public ::testing::Test {
     return m;
   }
 
+  // A new RDMA_PS_TCP ID of an RC QP on this channel; its number.
+  std::uint32_t create_id() {
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kCreateId;
+    m.ps = 0x0106;
+    m.qp_type = 2;
+    const devd::CmMsg r = call(m);
+    EXPECT_EQ(r.status, 0);
+    return r.id;
+  }
+
   wire::CmReq req_for(std::uint16_t port) {
     wire::CmReq r;
     r.local_comm_id = 0x11223344;
@@ -230,14 +241,8 @@ TEST_F(CmServerTest, AnswersTheWireAsTheKernelDoesAndCountsWhatIsBad) {
 }
 
 TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
+  const std::uint32_t id = create_id();
   devd::CmMsg m;
-  m.type = devd::CmMsgType::kCreateId;
-  m.ps = 0x0106;
-  m.qp_type = 2;
-  auto r = call(m);
-  ASSERT_EQ(r.status, 0);
-  const std::uint32_t id = r.id;
-  m = devd::CmMsg{};
   m.type = devd::CmMsgType::kBind;
   m.id = id;
   m.src.family = 4;
@@ -245,11 +250,7 @@ TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
   m.src.port = 7480;
   ASSERT_EQ(call(m).status, 0);
   // The port is taken now.
-  devd::CmMsg c;
-  c.type = devd::CmMsgType::kCreateId;
-  c.ps = 0x0106;
-  auto other = call(c);
-  m.id = other.id;
+  m.id = create_id();
   EXPECT_EQ(call(m).status, EADDRINUSE);
   m = devd::CmMsg{};
   m.type = devd::CmMsgType::kListen;
@@ -290,12 +291,8 @@ TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
 // Every command gets exactly one reply, and the events it causes come after it: address and
 // route resolution answer, then report.
 TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
+  const std::uint32_t id = create_id();
   devd::CmMsg m;
-  m.type = devd::CmMsgType::kCreateId;
-  m.ps = 0x0106;
-  m.qp_type = 2;
-  const std::uint32_t id = call(m).id;
-  m = devd::CmMsg{};
   m.type = devd::CmMsgType::kResolveAddr;
   m.id = id;
   m.dst.family = 4;
@@ -325,12 +322,8 @@ TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
 // A channel whose socket fills up (it stops reading its events) is dropped, and a channel that
 // connects afterwards (the coordinator may give it the same fd number) is served as any other.
 TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
+  const std::uint32_t id = create_id();
   devd::CmMsg m;
-  m.type = devd::CmMsgType::kCreateId;
-  m.ps = 0x0106;
-  m.qp_type = 2;
-  const std::uint32_t id = call(m).id;
-  m = devd::CmMsg{};
   m.type = devd::CmMsgType::kBind;
   m.id = id;
   m.src.port = 7490;
@@ -359,14 +352,8 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
     chan_ = c.value();
     events_.clear();
     devd::CmMsg n;
-    n.type = devd::CmMsgType::kCreateId;
-    n.ps = 0x0106;
-    n.qp_type = 2;
-    auto r = call(n);
-    ASSERT_EQ(r.status, 0);
-    n = devd::CmMsg{};
     n.type = devd::CmMsgType::kBind;
-    n.id = r.id;
+    n.id = create_id();
     n.src.port = 7490;  // free again: the dropped channel's listener is gone
     ASSERT_EQ(call(n).status, 0);
     n.type = devd::CmMsgType::kDestroyId;
