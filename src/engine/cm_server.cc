@@ -59,7 +59,8 @@ bool is_unspecified(const devd::CmAddr& a) {
 Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddress& ip,
                                                               std::uint16_t port, int sink_fd,
                                                               std::uint64_t seed,
-                                                              const std::string& capture_path) {
+                                                              const std::string& capture_path,
+                                                              Duration listen_grace) {
   datapath::UdpOptions o(ip, port);
   o.bound_fd = sink_fd;
   o.gso = false;
@@ -69,7 +70,7 @@ Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddr
   o.tx_batch = 16;
   auto dp = datapath::UdpDatapath::open(o);
   if (!dp.ok()) return Err{dp.error()};
-  std::unique_ptr<CmServer> s(new CmServer(ip, port, std::move(dp.value()), seed));
+  std::unique_ptr<CmServer> s(new CmServer(ip, port, std::move(dp.value()), seed, listen_grace));
   if (!capture_path.empty()) {
     auto w = capture::PcapWriter::open(capture_path);
     if (!w.ok()) return Err{"capture: " + w.error()};
@@ -97,14 +98,16 @@ cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
 }  // namespace
 
 CmServer::CmServer(const wire::IpAddress& ip, std::uint16_t port,
-                   std::unique_ptr<datapath::UdpDatapath> dp, std::uint64_t seed)
+                   std::unique_ptr<datapath::UdpDatapath> dp, std::uint64_t seed,
+                   Duration listen_grace)
     : ip_(ip),
       port_(port),
       dp_(std::move(dp)),
       cm_(config_for(ip, seed)),
       psn_(static_cast<std::uint32_t>(seed) & 0xffffff),
       next_ephemeral_(static_cast<std::uint16_t>(
-          kEphemeralFirst + (seed >> 24) % (kEphemeralLast - kEphemeralFirst + 1))) {}
+          kEphemeralFirst + (seed >> 24) % (kEphemeralLast - kEphemeralFirst + 1))),
+      listen_grace_(listen_grace) {}
 
 CmServer::~CmServer() {
   for (const auto& [fd, c] : clients_) ::close(fd);
@@ -346,6 +349,8 @@ std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmM
       id->listen = l.value();
       by_listen_[l.value().value] = id->number;
       r.src = id->src;
+      // Their events follow the reply (pump).
+      release_held(now, id->ps, id->src.port);
       return r;
     }
     case devd::CmMsgType::kConnect: {
@@ -636,6 +641,7 @@ void CmServer::on_sink_readable(Instant now) {
     cm::CmPeer from;
     std::memcpy(from.gid.data(), g.raw.data(), 16);
     ++counters_.rx_mads;
+    if (hold_for_listen(now, from, pkt.payload)) return;
     (void)cm_.handle_mad(now, from, pkt.payload);
   });
   pump(now);
@@ -669,7 +675,8 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   char text[256];
   std::snprintf(text, sizeof text,
                 "cm_ids %zu cm_connections %zu rx_mads %llu rx_malformed %llu rx_duplicate %llu "
-                "rx_dropped %llu tx_mads %llu retransmits %llu qp1_bad %llu qp1_not_cm %llu",
+                "rx_dropped %llu tx_mads %llu retransmits %llu qp1_bad %llu qp1_not_cm %llu "
+                "req_held %llu",
                 ids_.size(), cm_.connection_count(),
                 static_cast<unsigned long long>(counters_.rx_mads),
                 static_cast<unsigned long long>(c.rx_malformed),
@@ -678,14 +685,74 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
                 static_cast<unsigned long long>(counters_.tx_mads),
                 static_cast<unsigned long long>(c.retransmits),
                 static_cast<unsigned long long>(counters_.rx_bad),
-                static_cast<unsigned long long>(counters_.rx_not_cm));
+                static_cast<unsigned long long>(counters_.rx_not_cm),
+                static_cast<unsigned long long>(counters_.req_held));
   devd::Msg m;
   m.type = devd::MsgType::kCmStats;
   devd::set_text(m.text, text);
   send(m);
 }
 
+Instant CmServer::next_deadline() const {
+  const Instant cm = cm_.poll_timeout();
+  return held_.empty() ? cm : std::min(cm, held_.front().until);
+}
+
+// A REQ that comes before the listen of the port it names. The kernel REJects it at once
+// (Invalid Service ID); a program that sends its peer the port between rdma_bind_addr and
+// rdma_listen (Debian 12's qperf) then fails whenever its peer is quicker than its own next
+// system call. Such a REQ waits here, only while an ID holds the port and for listen_grace_ at
+// most: the listen hands it to the CM as if it had just come, and otherwise it is REJected as
+// the kernel does, listen_grace_ late. A REQ for a port nobody holds is answered at once.
+bool CmServer::hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes mad) {
+  if (listen_grace_ <= Duration::zero()) return false;
+  auto m = wire::parse_cm_mad(mad);
+  if (!m.ok()) return false;
+  std::uint64_t service = 0;
+  if (const auto* req = std::get_if<wire::CmReq>(&m->message)) {
+    service = req->service_id;
+  } else if (const auto* sidr = std::get_if<wire::CmSidrReq>(&m->message)) {
+    service = sidr->service_id;
+  } else {
+    return false;
+  }
+  const auto sid = wire::parse_rdma_ip_service_id(service);
+  if (!sid) return false;
+  const auto ps = static_cast<std::uint32_t>(sid->port_space);
+  if (ports_.count({ps, sid->port}) == 0) return false;
+  for (const auto& [n, id] : ids_) {
+    if (id.listening && id.ps == ps && id.src.port == sid->port) return false;
+  }
+  constexpr std::size_t kMaxHeld = 64;
+  if (held_.size() >= kMaxHeld) return false;  // answered at once, as the kernel does
+  HeldReq h;
+  h.until = now + listen_grace_;
+  h.from = from;
+  h.ps = ps;
+  h.port = sid->port;
+  std::memcpy(h.mad.data(), mad.data(), wire::kMadBytes);
+  held_.push_back(h);
+  ++counters_.req_held;
+  return true;
+}
+
+void CmServer::release_held(Instant now, std::uint32_t ps, std::uint16_t port) {
+  // Taken out first: handle_mad may not hold them again (a listener is there, or they are due).
+  std::vector<HeldReq> go;
+  for (auto it = held_.begin(); it != held_.end();) {
+    const bool take = ps == 0 ? it->until <= now : it->ps == ps && it->port == port;
+    if (take) {
+      go.push_back(*it);
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const HeldReq& h : go) (void)cm_.handle_mad(now, h.from, ConstBytes(h.mad));
+}
+
 void CmServer::on_timeout(Instant now) {
+  release_held(now, 0, 0);
   cm_.handle_timeout(now);
   pump(now);
   flush_drops(now);

@@ -43,17 +43,21 @@ struct CmServerCounters {
   std::uint64_t tx_mads = 0;
   std::uint64_t tx_failed = 0;     // MADs the socket did not take
   std::uint64_t client_drops = 0;  // clients dropped (closed, or not reading their events)
+  std::uint64_t req_held = 0;      // REQs that came for a bound port before its listen
 };
 
 class CmServer {
  public:
   // `sink_fd`: the group's first socket (owned from here on). `seed`: the CM's IDs and the
   // ephemeral ports' start. `capture_path`: a pcap file for every packet the sink sends and
-  // receives (empty: none), written until the server is destroyed.
-  static Result<std::unique_ptr<CmServer>, std::string> open(const wire::IpAddress& ip,
-                                                             std::uint16_t port, int sink_fd,
-                                                             std::uint64_t seed,
-                                                             const std::string& capture_path = {});
+  // receives (empty: none), written until the server is destroyed. `listen_grace`: how long a
+  // REQ (or SIDR_REQ) for a port that an ID has bound but does not listen on yet waits for the
+  // listen before it is REJected (Invalid Service ID, as the kernel answers at once). Programs
+  // that tell their peer the port between rdma_bind_addr and rdma_listen (Debian 12's qperf
+  // 0.4.11, fixed upstream in 2018) count on the listen coming before the REQ.
+  static Result<std::unique_ptr<CmServer>, std::string> open(
+      const wire::IpAddress& ip, std::uint16_t port, int sink_fd, std::uint64_t seed,
+      const std::string& capture_path = {}, Duration listen_grace = Duration::ms(100));
   ~CmServer();
   CmServer(const CmServer&) = delete;
   CmServer& operator=(const CmServer&) = delete;
@@ -75,7 +79,7 @@ class CmServer {
   void on_client_readable(Instant now, int fd);
   void on_timeout(Instant now);
   // When on_timeout() is next due (Instant::never() when nothing waits).
-  Instant next_deadline() const { return cm_.poll_timeout(); }
+  Instant next_deadline() const;
 
   const CmServerCounters& counters() const { return counters_; }
   // `uroce stats`: one kCmId per ID, then a kCmStats.
@@ -104,7 +108,7 @@ class CmServer {
   };
 
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
-           std::uint64_t seed);
+           std::uint64_t seed, Duration listen_grace);
 
   // The reply to a command (nullopt: already sent, with what follows it).
   std::optional<devd::CmMsg> handle(Instant now, int fd, const devd::CmMsg& m);
@@ -123,6 +127,11 @@ class CmServer {
   Id* id_of(int fd, std::uint32_t number);
   Id* id_by_conn(cm::ConnId c);
   devd::CmAddr local_addr(std::uint16_t port) const;
+  // A REQ or SIDR_REQ for a port an ID has bound but not yet listens on waits for the listen,
+  // up to listen_grace_ (see cm_server.cc): true when `mad` is one and is now held.
+  bool hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes mad);
+  // Hands the held requests for (ps, port), or all those due by `now` when ps is 0, to the CM.
+  void release_held(Instant now, std::uint32_t ps, std::uint16_t port);
   cm::Gid gid_of(const devd::CmAddr& a) const;
 
   wire::IpAddress ip_;
@@ -132,15 +141,23 @@ class CmServer {
   cm::CmEndpoint cm_;
   std::uint32_t psn_ = 0;
   std::map<int, Client> clients_;
-  std::vector<int> pending_drops_;
-  Instant reap_now_{};  // the time of the command being handled  // clients whose socket was full,
-                        // dropped after the call
+  std::vector<int> pending_drops_;  // clients whose socket was full, dropped after the call
+  Instant reap_now_{};              // the time of the command being handled
   std::map<std::uint32_t, Id> ids_;
   std::uint32_t next_id_ = 1;
   std::map<std::uint32_t, std::uint32_t> by_conn_;           // ConnId -> ID
   std::map<std::uint32_t, std::uint32_t> by_listen_;         // ListenId -> ID
   std::set<std::pair<std::uint32_t, std::uint16_t>> ports_;  // (ps, port) bound
   std::uint16_t next_ephemeral_;
+  struct HeldReq {
+    Instant until;
+    cm::CmPeer from;
+    std::uint32_t ps = 0;
+    std::uint16_t port = 0;
+    std::array<std::byte, wire::kMadBytes> mad{};
+  };
+  std::vector<HeldReq> held_;  // at most kMaxHeld, oldest first
+  Duration listen_grace_;
   CmServerCounters counters_;
 };
 

@@ -442,7 +442,8 @@ int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& option
   ::clock_gettime(CLOCK_REALTIME, &ts);
   const std::uint64_t seed = (std::uint64_t(ts.tv_sec) * 1'000'000'007u) ^
                              std::uint64_t(ts.tv_nsec) ^ (std::uint64_t(::getpid()) << 32);
-  auto cm = CmServer::open(options.ip, options.port, sink_fd, seed, options.capture_path);
+  auto cm = CmServer::open(options.ip, options.port, sink_fd, seed, options.capture_path,
+                           Duration::ms(options.cm_listen_grace_ms));
   if (!cm.ok()) {
     ::close(listen_fd);
     return 1;

@@ -30,6 +30,9 @@ struct CoordinatorOptions {
   // and receives to this pcap file (UROCE_DEVD_PCAP where the coordinator was started); empty:
   // none. A context's own packets are in its UROCE_PCAP capture.
   std::string capture_path;
+  // How long a REQ for a port that is bound but not yet listened on waits for the listen
+  // (UROCE_CM_LISTEN_GRACE_MS; see CmServer).
+  std::int64_t cm_listen_grace_ms = 100;
 };
 
 // A socket for the group: UDP, nonblocking, close-on-exec, SO_REUSEPORT (IPV6_V6ONLY for

@@ -48,6 +48,15 @@ int main(int argc, char** argv) {
     }
   }
   if (const char* p = std::getenv("UROCE_DEVD_PCAP"); p != nullptr) o.capture_path = p;
+  if (const char* g = std::getenv("UROCE_CM_LISTEN_GRACE_MS"); g != nullptr && *g != '\0') {
+    char* end = nullptr;
+    const long long ms = std::strtoll(g, &end, 10);
+    if (*end != '\0' || ms < 0 || ms > 3'600'000) {
+      std::fprintf(stderr, "uroce-devd: UROCE_CM_LISTEN_GRACE_MS='%s' is not 0..3600000\n", g);
+      return 2;
+    }
+    o.cm_listen_grace_ms = ms;
+  }
   if (!have_ip || o.port == 0) {
     std::fprintf(stderr, "uroce-devd: --ip and --port are required\n");
     return 2;

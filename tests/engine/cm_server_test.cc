@@ -56,11 +56,25 @@ class CmServerTest : public ::testing::Test {
         {"AListenerGetsTheRequestAndItsRejectReachesTheWire", 98},
         {"OneReplyPerCommandAndEventsAfterIt", 99},
         {"AChannelThatStopsReadingIsDroppedAndItsSuccessorServed", 100},
+        {"ARequestBeforeTheListenWaitsForIt", 101},
+        {"ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace", 102},
+    };
+    // The coordinator reads it when it starts (connect_cm below starts it): 10 minutes, so
+    // that the listen comes in time however slow the machine; 1 ms, so that the REJ comes.
+    static const std::map<std::string, const char*> graces = {
+        {"ARequestBeforeTheListenWaitsForIt", "600000"},
+        {"ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace", "1"},
     };
     const auto it = nets.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_NE(it, nets.end()) << "give the test its own addresses";
     g_device = "127.77." + std::to_string(it->second) + ".1";
     g_peer = "127.77." + std::to_string(it->second) + ".2";
+    const auto g = graces.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    if (g != graces.end()) {
+      ::setenv("UROCE_CM_LISTEN_GRACE_MS", g->second, 1);
+    } else {
+      ::unsetenv("UROCE_CM_LISTEN_GRACE_MS");
+    }
     // An event channel's connection starts the coordinator (and keeps it).
     auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0");
     ASSERT_TRUE(c.ok()) << c.error();
@@ -137,6 +151,17 @@ class CmServerTest : public ::testing::Test {
     devd::CmMsg m;
     if (::recv(chan_, &m, sizeof m, 0) != static_cast<ssize_t>(sizeof m)) return std::nullopt;
     return m;
+  }
+
+  // Binds `id` to the device's address and `port`.
+  void bind(std::uint32_t id, std::uint16_t port) {
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kBind;
+    m.id = id;
+    m.src.family = 4;
+    std::memcpy(m.src.bytes, ip(g_device.c_str()).bytes.data(), 4);
+    m.src.port = port;
+    ASSERT_EQ(call(m).status, 0);
   }
 
   // A new RDMA_PS_TCP ID of an RC QP on this channel; its number.
@@ -361,6 +386,46 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
     ::close(chan_);
     chan_ = -1;
   }
+}
+
+// A REQ that comes between rdma_bind_addr and rdma_listen (a program that tells its peer the
+// port before it listens: Debian's qperf) is held and handed to the listener when it listens.
+TEST_F(CmServerTest, ARequestBeforeTheListenWaitsForIt) {
+  const std::uint32_t id = create_id();
+  bind(id, 7490);
+  auto before = cm_counters();
+  send(wire::build_cm_mad(wire::CmMad{0x90, req_for(7490)}));
+  // The REQ has been read when a REQ after it (for a port nobody holds) has its answer.
+  send(wire::build_cm_mad(wire::CmMad{0x91, req_for(7491)}));
+  auto ans = receive();
+  ASSERT_TRUE(ans.has_value());
+  EXPECT_EQ(ans->transaction_id, 0x91u);
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
+  EXPECT_EQ(cm_counters()["req_held"] - before["req_held"], 1u);
+
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kListen;
+  m.id = id;
+  ASSERT_EQ(call(m).status, 0);
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 4u);  // RDMA_CM_EVENT_CONNECT_REQUEST
+  EXPECT_EQ(ev->listen_id, id);
+  EXPECT_EQ(ev->conn.qp_num, 0x345u);
+}
+
+// Held no longer than the grace: then REJected with Invalid Service ID, as the kernel answers.
+TEST_F(CmServerTest, ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace) {
+  const std::uint32_t id = create_id();
+  bind(id, 7492);
+  send(wire::build_cm_mad(wire::CmMad{0x92, req_for(7492)}));
+  auto ans = receive();
+  ASSERT_TRUE(ans.has_value());
+  EXPECT_EQ(ans->transaction_id, 0x92u);
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
+  EXPECT_EQ(std::get<wire::CmRej>(ans->message).reason,
+            static_cast<std::uint16_t>(wire::CmRejReason::kInvalidServiceId));
+  EXPECT_EQ(cm_counters()["req_held"], 1u);
 }
 
 }  // namespace
