@@ -110,6 +110,11 @@ struct PacketInfo {
   PacketClass cls = PacketClass::kOther;
   std::uint32_t dest_qpn = 0;
   wire::IpAddress peer;  // the remote end (destination on tx, source on rx)
+  // Carried through a hold unchanged, for the datapath (not matched on): the peer's UDP port,
+  // the IP TOS / traffic class and TTL / hop limit.
+  std::uint16_t peer_port = 0;
+  std::uint8_t tos = 0;
+  std::uint8_t ttl = 0;
 };
 
 // A packet's class and DestQP from its transport headers (`roce`: BTH onwards, as the UDP
@@ -117,8 +122,8 @@ struct PacketInfo {
 PacketInfo classify(ConstBytes roce, Direction dir, const wire::IpAddress& peer);
 
 struct Match {
-  std::uint8_t dirs = 3;              // bit 1: tx, bit 2: rx
-  std::uint32_t classes = 0x7f;       // bit (1 << PacketClass)
+  std::uint8_t dirs = 3;         // bit 1: tx, bit 2: rx
+  std::uint32_t classes = 0x7f;  // bit (1 << PacketClass)
   std::optional<wire::IpAddress> peer;
   std::optional<std::uint32_t> qpn;
   bool matches(const PacketInfo& p) const;
@@ -126,10 +131,10 @@ struct Match {
 };
 
 struct GilbertElliott {
-  Ratio p;                  // good -> bad, per packet
-  Ratio r;                  // bad -> good, per packet
-  Ratio loss_bad{1, 1};     // h
-  Ratio loss_good{0, 1};    // k
+  Ratio p;                // good -> bad, per packet
+  Ratio r;                // bad -> good, per packet
+  Ratio loss_bad{1, 1};   // h
+  Ratio loss_good{0, 1};  // k
   bool operator==(const GilbertElliott&) const = default;
 };
 
@@ -214,10 +219,10 @@ enum class Injected : std::uint8_t {
   kLoss,
   kBurstLoss,
   kPartition,
-  kQueueFull,   // rate limit's queue overflowed
-  kDuplicate,   // the extra copy
+  kQueueFull,  // rate limit's queue overflowed
+  kDuplicate,  // the extra copy
   kReorder,
-  kDelay,       // delay or jitter held it
+  kDelay,  // delay or jitter held it
   kCorrupt,
 };
 inline constexpr std::size_t kInjectedCount = 8;
