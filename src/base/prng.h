@@ -9,6 +9,19 @@
 
 namespace uroce {
 
+// splitmix64's finalizer: a bijection that mixes every input bit into every output bit.
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Mixes a seed with a tag into an independent seed (mix64 over both): how one seed gives the
+// seeds of independent streams (a simulated link's faults, a fault rule's, a harness's own).
+constexpr std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t tag) {
+  return mix64(mix64(seed) ^ mix64(tag + 0x9e3779b97f4a7c15ull));
+}
+
 class Prng {
  public:
   explicit Prng(std::uint64_t seed) {

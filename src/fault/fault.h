@@ -50,8 +50,9 @@
 //                                        several partition= items add windows
 //   and, anywhere (it applies to the whole spec):
 //     seed=N                             default 1; the seed in use is printed at device open
-//   R: a probability: P% (up to 4 decimals: 0.0001%), or N/D, or 0
-//   TIME: a number with ns, us, ms or s (e.g. 200us, 1.5ms, 2s)
+//   R: a probability: P% (up to 4 decimals: 0.0001%), or N/D, or 0 (kept in lowest terms)
+//   TIME: a number with ns, us, ms or s (e.g. 200us, 1.5ms, 2s); delay, jitter and reorder_by
+//         up to 1 h, partition times up to 30 days
 //
 // Examples: "loss=1%,dup=0.5%,reorder=1%,seed=7";
 //           "dir=tx,class=ack,loss=5%;peer=10.0.0.2,partition=2s+2s".
@@ -178,24 +179,36 @@ struct FaultSpec {
   std::vector<Rule> rules;
   bool empty() const { return rules.empty(); }
   static Result<FaultSpec, std::string> parse(std::string_view text);
-  std::string to_string() const;  // canonical; "" for the empty spec
+  // Canonical: "" for the empty spec with the default seed ("seed=N" with another seed). Items
+  // at their default values are left out, and so are modifiers whose fault is off
+  // (corrupt_bits= without corruption, queue= without a rate, reorder_by= without reordering).
+  std::string to_string() const;
   bool operator==(const FaultSpec&) const = default;
 };
 
 // --- The fate of one packet (shared with the simulator) ---
 
+inline constexpr std::uint32_t kMaxCorruptBits = 64;
+
 // The random streams and the burst state of one rule or one simulated link.
 struct FateState {
   enum Stream : std::size_t { kLoss, kDuplication, kJitter, kReordering, kCorruption, kCount };
-  explicit FateState(std::uint64_t seed);  // each stream seeded from (seed, stream)
+  // streams[k] is seeded with derive_seed(seed, k) (base/prng.h): the simulator's seeding of a
+  // link's streams, so that a link's FateState draws what its streams always drew.
+  explicit FateState(std::uint64_t seed);
   std::array<Prng, kCount> streams;
-  bool burst_bad = false;  // Gilbert-Elliott: in the bad state
+  bool burst_bad = false;  // Gilbert-Elliott: in the bad state (the burst loss uses kLoss)
 };
 
 struct CopyFate {
   std::int64_t extra_delay_ns = 0;  // delay + jitter (+ reorder_delay_ns when reordered by time)
   bool reordered = false;           // reordering drawn for this copy
-  bool corrupted = false;           // corrupt with flip_bits() using the kCorruption stream
+  bool corrupted = false;
+  // When corrupted: the kCorruption stream as it was after this copy's draw. decide() has moved
+  // the stream past the bit positions already (for `corruptible_bytes`), so that the next copy
+  // and packet draw what they would have drawn had the bits been flipped right then; flip them
+  // with flip_bits(bytes, from, f.corrupt_bits, *corrupt_rng) over exactly that many bytes.
+  std::optional<Prng> corrupt_rng;
 };
 
 struct Fate {
@@ -207,11 +220,14 @@ struct Fate {
 
 // Draws the fate of one packet: loss (or burst) from its stream, then duplication, then per
 // copy jitter, reordering and corruption, each from its own stream and only when that fault is
-// on. The rate limit and partitions are not part of it (they depend on time and queue).
-Fate decide(const Faults& f, FateState& s);
+// on (a lost packet draws nothing more). `corruptible_bytes`: the size of the span a corrupted
+// copy's bits will be flipped in (see CopyFate::corrupt_rng). The rate limit and partitions are
+// not part of it (they depend on time and queue).
+Fate decide(const Faults& f, FateState& s, std::size_t corruptible_bytes);
 
-// Flips `bits` distinct bits of bytes[from, end), positions drawn from `rng`.
-void flip_bits(MutableBytes bytes, std::size_t from, std::uint32_t bits, Prng& rng);
+// Flips min(bits, 8 * (bytes.size() - from)) distinct bits of bytes[from, end), positions drawn
+// from `rng` (Floyd's sampling: `bits` draws, no rejection). bits <= kMaxCorruptBits.
+void flip_bits(MutBytes bytes, std::size_t from, std::uint32_t bits, Prng& rng);
 
 // --- The stage of a real datapath ---
 
@@ -243,10 +259,29 @@ struct FaultEvent {
   std::size_t rule = 0;             // index in the spec
 };
 
+// Packets the stage holds at once, at most; a copy that would exceed it is dropped and counted
+// as kQueueFull (a delay at a high packet rate must not hold unbounded memory).
+inline constexpr std::size_t kMaxHeldPackets = std::size_t{1} << 16;
+
+// Semantics, per rule and direction (a rule's tx and rx packets have their own random streams,
+// rate limit and reorder count): partitions first (kPartition), then the rate limit (a packet
+// leaves when the transmitter is free: FIFO, each packet occupying it for
+// ceil(8 * bytes * 1e9 / rate) ns, bytes being the packet as submitted; a packet that finds
+// queue_packets packets not yet completely serialized, the one being serialized included, is
+// dropped as kQueueFull), then decide(): a lost packet has used the transmitter; each copy is
+// due at its departure plus its extra delay. A copy reordered by packets is released when
+// reorder_packets more packets of its rule and direction have been submitted (after those
+// packets: it then takes its place in the due order behind what was already due), or 1 s after
+// it came, whichever is first (and never before its delay).
+//
+// Not thread-safe: one owner (the datapath's transmit or receive path, under its lock).
 class FaultStage {
  public:
-  // `start`: the origin of partition windows.
+  // `start`: the origin of partition windows. `spec` must be valid (as parse() returns them).
   FaultStage(FaultSpec spec, Instant start);
+  ~FaultStage();
+  FaultStage(FaultStage&&) noexcept;
+  FaultStage& operator=(FaultStage&&) noexcept;
 
   const FaultSpec& spec() const { return spec_; }
 
@@ -266,7 +301,8 @@ class FaultStage {
     bool corrupted = false;
   };
   // The next packet due by `now` (in due order, ties in submit order), into `out` (its buffer
-  // reused). False when none is.
+  // reused). False when none is. A `now` earlier than one submit() or poll() already had counts
+  // as that one (the transmit and receive paths may read the clock apart).
   bool poll(Instant now, Out& out);
   // When the next held packet is due; Instant::never() when none is held.
   Instant next_deadline() const;
@@ -283,7 +319,7 @@ class FaultStage {
   struct Held;
   FaultSpec spec_;
   Instant start_;
-  std::vector<FateState> states_;  // per rule
+  std::vector<FateState> states_;  // per rule and direction: [2 * rule + (rx ? 1 : 0)]
   std::uint64_t events_lost_ = 0;
   std::array<StageCounters, 2> counters_{};
   std::array<std::uint64_t, 2> seen_{};
