@@ -37,6 +37,7 @@ namespace uroce {
 
 namespace transport {
 class Qp;
+struct QpCounters;
 class MemoryResolver;
 }  // namespace transport
 
@@ -386,6 +387,8 @@ class Device {
   transport::Qp* find_qp(std::uint32_t qpn) const;
   // Every live QP; invalidated by create_qp() and destroy_qp().
   std::span<transport::Qp* const> live_qps() const;
+  // The sums of the counters of every QP destroyed so far (device-wide counters keep them).
+  const transport::QpCounters& destroyed_qp_counters() const;
   // The resolver that every QP of this device uses (the MR table).
   transport::MemoryResolver& memory();
 

@@ -1,6 +1,6 @@
 // The datapath interface: the only code that makes system calls on the packet path lives behind
 // it (datapath/udp, and later raw sockets and AF_XDP); the simulator has one too. It depends on
-// base and wire only.
+// base, wire and fault only.
 #pragma once
 
 #include <span>
@@ -30,6 +30,10 @@ class Datapath {
   virtual void flush(Instant /*now*/) {}
   // True while packets wait in the datapath for room on the network (see flush()).
   virtual bool tx_queued() const { return false; }
+  // When the datapath next has something to do by itself (a packet its fault stage holds back
+  // falls due): the engine's next timeout includes it, and its flush(now) and receive at that
+  // time do it. Instant::never() when nothing waits.
+  virtual Instant next_deadline() const { return Instant::never(); }
 };
 
 }  // namespace uroce::datapath

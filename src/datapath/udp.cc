@@ -34,7 +34,16 @@ extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
 // application may be rewriting those bytes in another thread at this very moment, which RDMA
 // allows (the responder sends whatever it read, with an ICRC over the same bytes). Under
 // ThreadSanitizer these reads are therefore not race-checked; everything else is.
-void snapshot_registered_memory(std::span<const ConstBytes> payload, std::vector<std::byte>& out) {
+// Whether a rule of the stage takes the packet: those that none takes do not enter it, so that
+// its packet numbers (in the fault log) count only the packets its rules aim at.
+bool matches_a_rule(const fault::FaultStage& s, const fault::PacketInfo& info) {
+  for (const fault::Rule& r : s.spec().rules) {
+    if (r.match.matches(info)) return true;
+  }
+  return false;
+}
+
+void snapshot_registered_memory(std::span<const ConstBytes> payload, MutBytes out) {
 #if defined(__SANITIZE_THREAD__)
   AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
 #endif
@@ -209,6 +218,7 @@ struct UdpDatapath::TxSlot {
   std::uint8_t tos = 0;
   std::uint8_t ttl = 0;
   bool owns_payload = false;
+  bool raw = false;  // built whole by the fault stage: `owned` is BTH to ICRC, sent alone as is
   std::uint16_t dst_port = 0;
   std::uint32_t roce_bytes = 0;  // BTH through ICRC: the UDP payload
   std::uint32_t icrc0 = 0;       // ICRC with identification 0
@@ -409,8 +419,45 @@ const wire::Ipv4IdIcrcDelta& UdpDatapath::id_delta(std::size_t roce_bytes) {
   return *d;
 }
 
-bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transport_headers,
+bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                        std::span<const ConstBytes> payload) {
+  if (tx_faults_ != nullptr) {
+    now = fault_clock(now);
+    // Held packets first (they are older); then this one, built whole, through the stage.
+    if (!release_tx_faults(now)) return false;
+    std::size_t payload_bytes = 0;
+    for (ConstBytes p : payload) payload_bytes += p.size();
+    const std::size_t pad = wire::pad_for(payload_bytes);
+    const std::size_t total = transport_headers.size() + payload_bytes + pad + wire::kIcrcBytes;
+    fault_build_.resize(total);
+    std::size_t at = 0;
+    std::copy(transport_headers.begin(), transport_headers.end(), fault_build_.begin());
+    at += transport_headers.size();
+    snapshot_registered_memory(payload, MutBytes(fault_build_).subspan(at, payload_bytes));
+    at += payload_bytes;
+    std::fill_n(fault_build_.begin() + static_cast<std::ptrdiff_t>(at), pad, std::byte{0});
+    at += pad;
+    std::array<std::byte, 48> ip_udp;
+    const std::size_t n = wire::write_outer(
+        ip_udp, outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl), total);
+    const std::uint32_t icrc =
+        wire::icrc_compute(ConstBytes(ip_udp).first(n), ConstBytes(fault_build_).first(at));
+    store_le32(fault_build_, at, icrc);
+    fault::PacketInfo info =
+        fault::classify(ConstBytes(fault_build_), fault::Direction::kTx, o.dst);
+    info.peer_port = o.dst_port;
+    info.tos = o.traffic_class;
+    info.ttl = o.ttl;
+    const auto v = matches_a_rule(*tx_faults_, info)
+                       ? tx_faults_->submit(now, info, ConstBytes(fault_build_))
+                       : fault::FaultStage::Verdict::kPass;
+    drain_fault_events();
+    if (v == fault::FaultStage::Verdict::kTaken) {
+      release_tx_faults(now);  // what is due now (a reordered packet's successors let it go)
+      return true;
+    }
+    // Passed untouched: the usual way, zero-copy and GSO.
+  }
   if (queued_ == tx_batch_) {
     drain();
     if (queued_ == tx_batch_) return false;  // the socket is full: the caller retries later
@@ -438,6 +485,7 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   std::copy(transport_headers.begin(), transport_headers.end(), t.headers.begin());
   t.num_pieces = 0;
   t.owns_payload = false;
+  t.raw = false;
   // The payload is read once, here, when the packet must leave with exactly these bytes: the
   // ICRC below covers them, sendmmsg reads them later. A READ response's payload is the
   // responder's registered memory, which its application may rewrite at any moment (legal:
@@ -449,7 +497,7 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
                              is_read_response(std::to_integer<std::uint8_t>(transport_headers[0]));
   if ((read_response || tap_) && payload_bytes > 0) {
     t.owned.resize(payload_bytes);
-    snapshot_registered_memory(payload, t.owned);
+    snapshot_registered_memory(payload, MutBytes(t.owned));
     t.pieces[0] = ConstBytes(t.owned);
     t.num_pieces = 1;
     t.owns_payload = true;
@@ -473,13 +521,112 @@ bool UdpDatapath::send(Instant, const wire::OuterHeaders& o, ConstBytes transpor
   return true;
 }
 
-void UdpDatapath::flush(Instant) {
+Instant UdpDatapath::fault_clock(Instant now) {
+  // Two threads may each read the clock before one of them takes the device's lock: the later
+  // call can bring the earlier time. The stages see time that never goes back.
+  fault_now_ = std::max(fault_now_, now);
+  return fault_now_;
+}
+
+void UdpDatapath::flush(Instant now) {
+  if (tx_faults_ != nullptr) release_tx_faults(fault_clock(now));
   if (queued_ != 0) drain();
+}
+
+void UdpDatapath::set_faults(const fault::FaultSpec& spec, Instant start) {
+  if (spec.empty()) {
+    // Held packets are let go at once: clearing the faults heals the network.
+    if (tx_faults_ != nullptr) {
+      std::vector<fault::FaultStage::Out> rest;
+      fault::FaultStage::Out o;
+      while (tx_faults_->poll(Instant::never(), o)) rest.push_back(o);
+      if (fault_out_pending_) rest.insert(rest.begin(), fault_out_);
+      fault_out_pending_ = false;
+      tx_faults_.reset();
+      for (const auto& r : rest) {
+        if (!queue_raw(r.info, ConstBytes(r.bytes))) break;  // the socket's queue is full: lost
+      }
+    }
+    rx_faults_.reset();  // what it held is lost, as packets in a cut cable
+    return;
+  }
+  fault_now_ = start;
+  tx_faults_ = std::make_unique<fault::FaultStage>(spec, start);
+  fault::FaultSpec rx = spec;
+  rx.seed = spec.seed ^ 0x9e3779b97f4a7c15ull;
+  rx_faults_ = std::make_unique<fault::FaultStage>(rx, start);
+  fault_out_pending_ = false;
+}
+
+const fault::FaultSpec& UdpDatapath::fault_spec() const {
+  static const fault::FaultSpec kNone;
+  return tx_faults_ != nullptr ? tx_faults_->spec() : kNone;
+}
+
+fault::StageCounters UdpDatapath::fault_counters(fault::Direction d) const {
+  const fault::FaultStage* s = d == fault::Direction::kTx ? tx_faults_.get() : rx_faults_.get();
+  return s != nullptr ? s->counters(d) : fault::StageCounters{};
+}
+
+Instant UdpDatapath::next_deadline() const {
+  if (tx_faults_ == nullptr) return Instant::never();
+  Instant t = std::min(tx_faults_->next_deadline(), rx_faults_->next_deadline());
+  if (fault_out_pending_) t = Instant{};  // waits for room: retried at once
+  return t;
+}
+
+void UdpDatapath::drain_fault_events() {
+  for (auto* s : {tx_faults_.get(), rx_faults_.get()}) {
+    if (s == nullptr) continue;
+    while (auto e = s->poll_event()) {
+      if (fault_events_) fault_events_(*e);
+    }
+  }
+}
+
+bool UdpDatapath::release_tx_faults(Instant now) {
+  for (;;) {
+    if (!fault_out_pending_) {
+      if (!tx_faults_->poll(now, fault_out_)) break;
+      fault_out_pending_ = true;
+    }
+    if (!queue_raw(fault_out_.info, ConstBytes(fault_out_.bytes))) return false;
+    fault_out_pending_ = false;
+  }
+  drain_fault_events();
+  return true;
+}
+
+bool UdpDatapath::queue_raw(const fault::PacketInfo& info, ConstBytes roce) {
+  if (roce.size() < wire::kBthBytes + wire::kIcrcBytes) return true;  // nothing to send
+  if (queued_ == tx_batch_) {
+    drain();
+    if (queued_ == tx_batch_) return false;
+  }
+  TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
+  t.raw = true;
+  t.dst = info.peer;
+  t.dst_port = info.peer_port;
+  t.tos = info.tos;
+  t.ttl = info.ttl;
+  t.header_bytes = 0;
+  t.pad = 0;
+  t.roce_bytes = static_cast<std::uint32_t>(roce.size());
+  const std::size_t body = roce.size() - wire::kIcrcBytes;
+  t.owned.assign(roce.begin(), roce.begin() + static_cast<std::ptrdiff_t>(body));
+  t.pieces[0] = ConstBytes(t.owned);
+  t.num_pieces = 1;
+  t.owns_payload = true;
+  t.icrc0 = load_le32(roce, body);  // as built, or as corrupted
+  ++queued_;
+  if (queued_ == tx_batch_) drain();
+  return true;
 }
 
 std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) const {
   if (!gso_ || available < 2) return 1;
   const TxSlot& a = slots_[(head_ + first) % tx_batch_];
+  if (a.raw) return 1;
   std::size_t bytes = a.roce_bytes;
   std::size_t iovs = 2u + a.num_pieces;
   std::size_t n = 1;
@@ -487,7 +634,7 @@ std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) co
     const TxSlot& b = slots_[(head_ + first + n) % tx_batch_];
     // Same destination and TOS (one datagram has one of each); a segment no larger than the
     // first (all but the last are exactly gso_size).
-    if (!(b.dst == a.dst) || b.dst_port != a.dst_port || b.tos != a.tos ||
+    if (b.raw || !(b.dst == a.dst) || b.dst_port != a.dst_port || b.tos != a.tos ||
         b.roce_bytes > a.roce_bytes || bytes + b.roce_bytes > kMaxUdpPayload ||
         iovs + 2u + b.num_pieces > IOV_MAX) {
       break;
@@ -654,10 +801,16 @@ void UdpDatapath::tap_sent(const TxSlot& t, std::uint16_t ipv4_id) {
   tap_(tap_buf_, true);
 }
 
-std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
+std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& handler) {
   RxRing& r = *rx_;
   std::size_t datagrams = 0;
   std::size_t packets = 0;
+  rx_now_ = now;
+  if (rx_faults_ != nullptr) {
+    now = rx_now_ = fault_clock(now);
+    // Held packets that are due, then the socket.
+    packets += release_rx_faults(now, handler);
+  }
   while (datagrams < max) {
     const std::size_t want = std::min(rx_batch_, max - datagrams);
     for (std::size_t i = 0; i < want; ++i) {
@@ -719,14 +872,14 @@ std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
         continue;
       }
       if (segment == 0 || segment >= len) {
-        handle_packet(data, meta, handler);
+        receive_packet(data, meta, handler);
         ++packets;
         continue;
       }
       // GRO: equal-size packets of one flow, the last possibly shorter.
       ++counters_.rx_gro_datagrams;
       for (std::size_t off = 0; off < len; off += segment) {
-        handle_packet(data.subspan(off, std::min(segment, len - off)), meta, handler);
+        receive_packet(data.subspan(off, std::min(segment, len - off)), meta, handler);
         ++counters_.rx_gro_packets;
         ++packets;
       }
@@ -737,14 +890,51 @@ std::size_t UdpDatapath::receive(std::size_t max, const RxHandler& handler) {
   return packets;
 }
 
+std::size_t UdpDatapath::release_rx_faults(Instant now, const RxHandler& handler) {
+  std::size_t n = 0;
+  while (rx_faults_->poll(now, fault_out_rx_)) {
+    RxMeta meta;
+    meta.src = fault_out_rx_.info.peer;
+    meta.src_port = fault_out_rx_.info.peer_port;
+    meta.tos = fault_out_rx_.info.tos;
+    meta.ttl = fault_out_rx_.info.ttl;
+    handle_packet(ConstBytes(fault_out_rx_.bytes), meta, handler);
+    ++n;
+  }
+  drain_fault_events();
+  return n;
+}
+
+void UdpDatapath::receive_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler) {
+  if (rx_faults_ != nullptr) {
+    fault::PacketInfo info = fault::classify(roce, fault::Direction::kRx, base.src);
+    info.peer_port = base.src_port;
+    info.tos = base.tos;
+    info.ttl = base.ttl;
+    const auto v = matches_a_rule(*rx_faults_, info) ? rx_faults_->submit(rx_now_, info, roce)
+                                                      : fault::FaultStage::Verdict::kPass;
+    drain_fault_events();
+    if (v == fault::FaultStage::Verdict::kTaken) {
+      // Dropped, or held: what is due at once (a copy, a corrupted packet) comes out now.
+      release_rx_faults(rx_now_, handler);
+      return;
+    }
+  }
+  handle_packet(roce, base, handler);
+}
+
 void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler) {
   ++counters_.rx_packets;
   counters_.rx_bytes += roce.size();
-  auto pkt = wire::parse_roce(roce);
-  if (!pkt.ok()) {
-    ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
+  if (roce.size() < wire::kBthBytes + wire::kIcrcBytes) {
+    const auto too_short = wire::parse_roce(roce);  // names what is missing
+    ++counters_.rx_drops[static_cast<std::size_t>(
+        too_short.ok() ? wire::DropReason::kBadIcrc : too_short.error())];
     return;
   }
+  // The ICRC first, then the headers: a packet corrupted on the way is a bad ICRC whichever
+  // bits were hit (its header's "errors" mean nothing), and only an intact packet's header is
+  // judged.
   RxMeta meta = base;
   // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
   // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
@@ -780,6 +970,11 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   }
   if (!meta.icrc_verified) {
     ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+    return;
+  }
+  auto pkt = wire::parse_roce(roce);
+  if (!pkt.ok()) {
+    ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
     return;
   }
   meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);

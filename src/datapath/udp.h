@@ -23,8 +23,8 @@
 //
 // On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
 // may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
-// reports. The ICRC is verified for every packet; a packet whose ICRC is wrong is dropped and
-// counted (bad_icrc). The one header field a UDP socket does not show is the IPv4
+// reports. The ICRC is verified for every packet, before its headers are parsed; a packet whose
+// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. The one header field a UDP socket does not show is the IPv4
 // identification: a packet whose ICRC does not match with identification 0 (uroce's GSO
 // segments, rxe's packets) has its identification recovered from the ICRC itself, which still
 // rejects a corrupted packet with probability 1 - 2^-16 (counted as rx_icrc_id_recovered). The
@@ -37,6 +37,14 @@
 // UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
 // at once, as an unbatched datapath). IPv4 GSO stays off where the NIC segments UDP in hardware
 // (its identifications could not be checked) unless UROCE_UDP_GSO=1 asks for it.
+//
+// Faults (set_faults, fault/fault.h): a FaultStage on transmit, between send() and the socket, and
+// one on receive, between the socket and the ICRC check, so that what a rule corrupts on either
+// side is caught as a bad ICRC. A packet that no rule matches goes its way untouched; one that a
+// rule holds back (delay, reordering, the rate limit's queue) leaves the stage when due, from
+// flush(now) on transmit and receive(now, ...) on receive, and next_deadline() says when that is.
+// A transmitted packet that a rule matches is built whole (headers, payload, pad, ICRC) and sent
+// as it comes out of the stage, without GSO.
 //
 // Not thread-safe: one engine thread owns a UdpDatapath.
 #pragma once
@@ -53,6 +61,7 @@
 
 #include "base/result.h"
 #include "datapath/datapath.h"
+#include "fault/fault.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
 #include "wire/ip.h"
@@ -178,10 +187,30 @@ class UdpDatapath final : public Datapath {
   using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 
+  // Faults from `spec` from now on (an empty spec: none); `start` is the origin of its
+  // partition windows. The receive stage draws from the spec's seed mixed with a constant, so
+  // the two directions' choices are independent and both follow from the one seed.
+  void set_faults(const fault::FaultSpec& spec, Instant start);
+  bool has_faults() const { return tx_faults_ != nullptr; }
+  // The spec in effect (empty when none).
+  const fault::FaultSpec& fault_spec() const;
+  // The stage's counters of direction `d` (zero when there are no faults).
+  fault::StageCounters fault_counters(fault::Direction d) const;
+  // Every fault injected, as it is: for a capture's companion log.
+  using FaultEventSink = std::function<void(const fault::FaultEvent&)>;
+  void set_fault_events(FaultEventSink sink) { fault_events_ = std::move(sink); }
+  // When a held packet is next due (Instant::never() without one).
+  Instant next_deadline() const override;
+
   using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
   // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many packets
   // were read (valid or not; a GRO datagram holds several).
-  std::size_t receive(std::size_t max, const RxHandler& handler);
+  std::size_t receive(std::size_t max, const RxHandler& handler) {
+    return receive(rx_now_, max, handler);
+  }
+  // The same at `now`: received packets that the receive stage holds leave it when due, before
+  // the socket is read (counted in the result too).
+  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler);
 
  private:
   struct TxSlot;
@@ -202,6 +231,16 @@ class UdpDatapath final : public Datapath {
   void pin_queued();
   void tap_sent(const TxSlot& slot, std::uint16_t ipv4_id);
   void handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler);
+  // handle_packet after the receive stage (which may take the packet).
+  void receive_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler);
+  // Queues a packet built whole (BTH to ICRC) as one datagram: the transmit stage's output.
+  bool queue_raw(const fault::PacketInfo& info, ConstBytes roce);
+  // Moves the transmit stage's due packets to the queue (false: the queue is full).
+  bool release_tx_faults(Instant now);
+  // Hands the receive stage's due packets to handle_packet; how many.
+  std::size_t release_rx_faults(Instant now, const RxHandler& handler);
+  void drain_fault_events();
+  Instant fault_clock(Instant now);
   const wire::Ipv4IdIcrcDelta& id_delta(std::size_t roce_bytes);
 
   int fd_;
@@ -226,6 +265,17 @@ class UdpDatapath final : public Datapath {
   // a table costs about a microsecond to compute).
   std::array<std::optional<wire::Ipv4IdIcrcDelta>, 4> deltas_;
   std::size_t next_delta_ = 0;
+  // Faults: the two stages (both or neither), a packet being built or released, the time of
+  // the last receive(now, ...).
+  std::unique_ptr<fault::FaultStage> tx_faults_;
+  std::unique_ptr<fault::FaultStage> rx_faults_;
+  std::vector<std::byte> fault_build_;
+  fault::FaultStage::Out fault_out_;
+  fault::FaultStage::Out fault_out_rx_;
+  bool fault_out_pending_ = false;  // fault_out_ holds a transmit packet the queue had no room for
+  FaultEventSink fault_events_;
+  Instant rx_now_{};
+  Instant fault_now_{};  // the latest time the stages have seen
 };
 
 }  // namespace uroce::datapath

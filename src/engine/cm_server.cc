@@ -621,7 +621,7 @@ void CmServer::pump(Instant now) {
 }
 
 void CmServer::on_sink_readable(Instant now) {
-  dp_->receive(64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+  dp_->receive(now, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
     const wire::BthView bth = pkt.bth();
     if (bth.dest_qpn() != wire::kGsiQpn) {
       ++counters_.unsteered;
@@ -694,8 +694,15 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
 }
 
 Instant CmServer::next_deadline() const {
-  const Instant cm = cm_.poll_timeout();
-  return held_.empty() ? cm : std::min(cm, held_.front().until);
+  Instant t = std::min(cm_.poll_timeout(), dp_->next_deadline());
+  return held_.empty() ? t : std::min(t, held_.front().until);
+}
+
+Result<fault::FaultSpec, std::string> CmServer::set_faults(const std::string& text, Instant now) {
+  auto spec = fault::FaultSpec::parse(text);
+  if (!spec.ok()) return Err{spec.error()};
+  dp_->set_faults(spec.value(), now);
+  return spec;
 }
 
 // A REQ that comes before the listen of the port it names. The kernel REJects it at once
@@ -754,6 +761,11 @@ void CmServer::release_held(Instant now, std::uint32_t ps, std::uint16_t port) {
 void CmServer::on_timeout(Instant now) {
   release_held(now, 0, 0);
   cm_.handle_timeout(now);
+  if (dp_->has_faults()) {
+    // What the fault stage held that is due: received MADs to the CM, sent ones to the wire.
+    on_sink_readable(now);
+    dp_->flush(now);
+  }
   pump(now);
   flush_drops(now);
 }

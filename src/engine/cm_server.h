@@ -80,6 +80,9 @@ class CmServer {
   void on_timeout(Instant now);
   // When on_timeout() is next due (Instant::never() when nothing waits).
   Instant next_deadline() const;
+  // Faults on the CM's own packets (the coordinator applies UROCE_FAULTS of the process that
+  // started it, so that class=cm rules reach the CM MADs); "" clears them.
+  Result<fault::FaultSpec, std::string> set_faults(const std::string& text, Instant now);
 
   const CmServerCounters& counters() const { return counters_; }
   // `uroce stats`: one kCmId per ID, then a kCmStats.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -447,6 +448,17 @@ int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& option
   if (!cm.ok()) {
     ::close(listen_fd);
     return 1;
+  }
+  if (!options.faults.empty()) {
+    timespec mono{};
+    ::clock_gettime(CLOCK_MONOTONIC, &mono);
+    auto f = cm.value()->set_faults(
+        options.faults, Instant::from_ns(std::int64_t(mono.tv_sec) * 1'000'000'000 + mono.tv_nsec));
+    if (!f.ok()) {
+      std::fprintf(stderr, "uroce-devd: UROCE_FAULTS: %s\n", f.error().c_str());
+      ::close(listen_fd);
+      return 1;
+    }
   }
   return Coordinator(listen_fd, std::move(cm.value()), options).run();
 }

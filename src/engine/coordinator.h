@@ -33,6 +33,8 @@ struct CoordinatorOptions {
   // How long a REQ for a port that is bound but not yet listened on waits for the listen
   // (UROCE_CM_LISTEN_GRACE_MS; see CmServer).
   std::int64_t cm_listen_grace_ms = 100;
+  // Faults on the coordinator's own packets (the CM's MADs): UROCE_FAULTS where it was started.
+  std::string faults;
 };
 
 // A socket for the group: UDP, nonblocking, close-on-exec, SO_REUSEPORT (IPV6_V6ONLY for

@@ -116,9 +116,16 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     while (words >> word) w.push_back(word);
     if (w.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
-    if (w.size() != 2) return Err{where + "expected 'name address'"};
+    if (w.size() != 2 && !(w.size() == 3 && w[2].starts_with("faults="))) {
+      return Err{where + "expected 'name address [faults=SPEC]'"};
+    }
     auto d = parse_entry(w[0], w[1], out.size());
     if (!d.ok()) return Err{where + d.error()};
+    if (w.size() == 3) {
+      d.value().faults = w[2].substr(std::string_view("faults=").size());
+      auto f = fault::FaultSpec::parse(d.value().faults);
+      if (!f.ok()) return Err{where + f.error()};
+    }
     out.push_back(d.value());
   }
   if (out.empty()) return Err{path + ": names no device"};

@@ -65,14 +65,17 @@ void Engine::handle_timers(Instant now) {
 }
 
 Instant Engine::next_timeout() {
+  // The datapath's own deadline (a packet its fault stage holds) counts: flush_tx and the
+  // receive at that time release it.
+  const Instant dp = dp_.next_deadline();
   // Drop superseded entries so the answer is the real next deadline.
   while (!timers_.empty()) {
     const Timer& t = timers_.top();
     auto it = armed_.find(t.qpn);
-    if (it != armed_.end() && it->second == t.at) return t.at;
+    if (it != armed_.end() && it->second == t.at) return std::min(t.at, dp);
     timers_.pop();
   }
-  return Instant::never();
+  return dp;
 }
 
 bool Engine::transmit(Instant now, const transport::TxPacket& tx) {

@@ -9,7 +9,8 @@
 //   flush_tx(now)               transmit for QPs with work, round robin, fair per burst, then
 //                               flush the datapath (which may batch); optionally holding QPs
 //                               whose only packet is an ACK for the next flush
-//   next_timeout()              when handle_timers() next has work
+//   next_timeout()              when handle_timers() next has work, or the datapath (a packet
+//                               its fault stage holds back falls due)
 #pragma once
 
 #include <cstdint>

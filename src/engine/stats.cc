@@ -68,26 +68,9 @@ std::string link_name(const DeviceStats& s) {
 }  // namespace
 
 NamedCounters DeviceStats::device_counters() const {
-  transport::QpCounters q;
-  for (const QpStats& qp : qps) {
-    const transport::QpCounters& c = qp.counters;
-    q.retransmitted_packets += c.retransmitted_packets;
-    q.timeouts += c.timeouts;
-    q.rnr_naks_received += c.rnr_naks_received;
-    q.rnr_naks_sent += c.rnr_naks_sent;
-    q.seq_naks_received += c.seq_naks_received;
-    q.seq_naks_sent += c.seq_naks_sent;
-    q.other_naks_received += c.other_naks_received;
-    q.other_naks_sent += c.other_naks_sent;
-    q.duplicate_requests += c.duplicate_requests;
-    q.out_of_sequence += c.out_of_sequence;
-    q.dropped += c.dropped;
-    q.qkey_violations += c.qkey_violations;
-    q.ud_no_wqe_drops += c.ud_no_wqe_drops;
-    q.retry_exceeded += c.retry_exceeded;
-    q.rnr_retry_exceeded += c.rnr_retry_exceeded;
-    q.src_addr_mismatch += c.src_addr_mismatch;
-  }
+  // Destroyed QPs count too, as rxe's device counters do.
+  transport::QpCounters q = destroyed_qps;
+  for (const QpStats& qp : qps) q += qp.counters;
   std::uint64_t drops = 0;
   for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) drops += rx_drops(*this, r);
   const auto icrc = static_cast<std::size_t>(wire::DropReason::kBadIcrc);
@@ -182,6 +165,21 @@ std::string format_stats_text(const DeviceStats& s, bool with_qps) {
     append_u64(out, n);
   }
   out += '\n';
+  if (!s.faults.empty()) {
+    out += "faults " + link_name(s) + " pid " + std::to_string(s.pid) + " seed ";
+    append_u64(out, s.fault_seed);
+    out += " spec \"" + s.faults + "\"";
+    for (const auto& [dir, c] : {std::pair{"tx", &s.fault_tx}, std::pair{"rx", &s.fault_rx}}) {
+      out += std::string(" ") + dir + "_packets ";
+      append_u64(out, c->packets);
+      for (std::size_t k = 0; k < fault::kInjectedCount; ++k) {
+        out += std::string(" ") + dir + "_" +
+               std::string(fault::to_string(static_cast<fault::Injected>(k))) + " ";
+        append_u64(out, c->injected[k]);
+      }
+    }
+    out += '\n';
+  }
   if (!with_qps) return out;
   for (const QpStats& qp : s.qps) {
     out += "qp " + link_name(s) + " pid " + std::to_string(s.pid) + " lqpn " +
@@ -207,6 +205,24 @@ std::string format_stats_json(const DeviceStats& s, bool with_qps) {
     append_u64(out, rx_drops(s, r));
   }
   out += '}';
+  if (!s.faults.empty()) {
+    out += ",\"faults\":{\"spec\":";
+    append_json_string(out, s.faults);
+    out += ",\"seed\":";
+    append_u64(out, s.fault_seed);
+    for (const auto& [dir, c] : {std::pair{"tx", &s.fault_tx}, std::pair{"rx", &s.fault_rx}}) {
+      out += std::string(",\"") + dir + "\":{\"packets\":";
+      append_u64(out, c->packets);
+      for (std::size_t k = 0; k < fault::kInjectedCount; ++k) {
+        out += ',';
+        append_json_string(out, fault::to_string(static_cast<fault::Injected>(k)));
+        out += ':';
+        append_u64(out, c->injected[k]);
+      }
+      out += '}';
+    }
+    out += '}';
+  }
   if (with_qps) {
     out += ",\"qps\":[";
     bool first = true;

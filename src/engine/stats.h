@@ -7,9 +7,12 @@
 // Text form, one line per device and with QPs one line per QP (`rdma statistic show` style):
 //   link uroce0/1 pid 4242 sent_pkts 12 rcvd_pkts 12 ...
 //   qp uroce0/1 pid 4242 lqpn 17 type RC state RTS sent_pkts 6 ...
+//   faults uroce0/1 pid 4242 seed 7 spec "loss=1%,seed=7" tx_packets 10 tx_loss 1 ... rx_...
+//     (only while the device has faults: each direction's matched packets and injections)
 // JSON form: one object per device, {"ifname":"uroce0","port":1,"pid":4242,"sent_pkts":12,...,
 // "drops":{"bad_icrc":0,...},"qps":[{"lqpn":17,"type":"RC","state":"RTS",...}]} ("qps" only
-// when asked for).
+// when asked for; "faults":{"spec":...,"seed":...,"tx":{"packets":...,"loss":...},"rx":{...}}
+// while it has faults).
 //
 // Bytes: a device's sent_bytes/rcvd_bytes count whole RoCEv2 packets as UDP carries them (BTH
 // through ICRC); a QP's sent_payload_bytes/rcvd_payload_bytes count payload only.
@@ -50,9 +53,16 @@ struct DeviceStats {
   std::uint64_t thread_wakeups = 0;
   std::uint64_t thread_rx_pkts = 0;
   std::vector<QpStats> qps;  // every live QP, by QPN
+  transport::QpCounters destroyed_qps;  // the sums of the QPs destroyed since open
+  // Faults (fault/fault.h): the spec in effect ("" when none), its seed, what each direction's
+  // stage did.
+  std::string faults;
+  std::uint64_t fault_seed = 0;
+  fault::StageCounters fault_tx;
+  fault::StageCounters fault_rx;
 
   // The device's counters by name, in output order. Counters that come from QPs are sums over
-  // the QPs alive at the snapshot (a destroyed QP's counts leave the sums with it).
+  // every QP the device has had (destroyed_qps plus the live ones), as rxe's are.
   NamedCounters device_counters() const;
 };
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,8 @@
 #include <deque>
 #include <set>
 #include <string_view>
+
+#include "engine/device_config.h"
 
 namespace uroce::engine {
 
@@ -114,6 +117,25 @@ void forget_open(UdpDevice* d) {
   if (g_open != nullptr) g_open->erase(d);
 }
 
+// The fault spec for device `name` at `ip`: UROCE_FAULTS_<NAME> (the name with every character
+// but letters and digits as '_'), else UROCE_FAULTS, else the config file's faults= for it; ""
+// for none, or why the configuration cannot be read.
+Result<std::string, std::string> configured_faults(const std::string& name,
+                                                   const wire::IpAddress& ip) {
+  std::string var = "UROCE_FAULTS_";
+  for (char c : name) var += std::isalnum(static_cast<unsigned char>(c)) != 0 ? c : '_';
+  for (const std::string& v : {var, std::string("UROCE_FAULTS")}) {
+    if (const char* e = std::getenv(v.c_str()); e != nullptr) return std::string(e);
+  }
+  if (std::getenv("UROCE_DEVICES") != nullptr) return std::string();  // no file in use
+  auto list = configured_devices();
+  if (!list.ok()) return std::string();  // the device was opened by address: no entry
+  for (const DeviceSpec& d : list.value()) {
+    if (d.name == name && d.ip == ip) return d.faults;
+  }
+  return std::string();
+}
+
 }  // namespace
 
 Instant UdpDevice::now() {
@@ -175,6 +197,14 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
       writer->write(frame, std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
     });
   }
+  if (!path.empty()) d->fault_log_path_ = path + ".faults";
+  d->faults_start_ = now();
+  if (auto text = configured_faults(cfg.name, cfg.ip); !text.ok()) {
+    return Err{text.error()};
+  } else if (!text.value().empty()) {
+    auto f = d->set_faults(text.value());
+    if (!f.ok()) return Err{f.error()};
+  }
   d->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   d->async_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
@@ -221,7 +251,7 @@ void UdpDevice::engine_state_locked(RoundReport& r, bool want_next_timer) {
 
 RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_next_timer) {
   RoundReport r;
-  r.received = dp_->receive(64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+  r.received = dp_->receive(t, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
     transport::PacketInfo info;
     info.src = meta.src;
     info.src_port = meta.src_port;
@@ -608,6 +638,18 @@ DeviceStats UdpDevice::stats_locked() {
   s.pid = static_cast<int>(::getpid());
   s.engine = engine_ ? engine_->counters() : closed_engine_;
   s.datapath = dp_ ? dp_->counters() : closed_dp_;
+  s.destroyed_qps = device_->destroyed_qp_counters();
+  if (dp_ && dp_->has_faults()) {
+    s.faults = dp_->fault_spec().to_string();
+    s.fault_seed = dp_->fault_spec().seed;
+    s.fault_tx = dp_->fault_counters(fault::Direction::kTx);
+    s.fault_rx = dp_->fault_counters(fault::Direction::kRx);
+  } else if (!dp_) {
+    s.faults = closed_faults_.faults;
+    s.fault_seed = closed_faults_.fault_seed;
+    s.fault_tx = closed_faults_.fault_tx;
+    s.fault_rx = closed_faults_.fault_rx;
+  }
   s.async_events_dropped = device_->async_events_dropped();
   s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
@@ -619,6 +661,71 @@ DeviceStats UdpDevice::stats_locked() {
   std::sort(s.qps.begin(), s.qps.end(),
             [](const QpStats& a, const QpStats& b) { return a.qpn < b.qpn; });
   return s;
+}
+
+Result<fault::FaultSpec, std::string> UdpDevice::set_faults(const std::string& text) {
+  auto spec = fault::FaultSpec::parse(text);
+  if (!spec.ok()) return Err{device_->name() + ": " + spec.error()};
+  {
+    std::lock_guard lk(mu_);
+    if (!dp_) return Err{device_->name() + ": the device is closed"};
+    if (!spec->empty() && !fault_log_path_.empty() && fault_log_ == nullptr) {
+      fault_log_ = std::fopen(fault_log_path_.c_str(), "w");
+      if (fault_log_ != nullptr) {
+        std::fprintf(fault_log_,
+                     "# uroce faults of %s (pid %d): time_ns dir packet kind class dest_qpn peer "
+                     "rule\n",
+                     device_->name().c_str(), static_cast<int>(::getpid()));
+      }
+    }
+    if (fault_log_ != nullptr) {
+      std::fprintf(fault_log_, "# spec \"%s\" seed %llu\n", spec->to_string().c_str(),
+                   static_cast<unsigned long long>(spec->seed));
+      std::FILE* log = fault_log_;
+      dp_->set_fault_events([log](const fault::FaultEvent& e) {
+        // Wall-clock time, as the capture's timestamps: the log lines up with it.
+        const auto t = std::chrono::system_clock::now().time_since_epoch();
+        std::fprintf(log, "%lld %s %llu %s %s %u %s %zu\n",
+                     static_cast<long long>(
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(t).count()),
+                     e.info.dir == fault::Direction::kTx ? "tx" : "rx",
+                     static_cast<unsigned long long>(e.packet_number),
+                     std::string(fault::to_string(e.kind)).c_str(),
+                     std::string(fault::to_string(e.info.cls)).c_str(), e.info.dest_qpn,
+                     ip_to_string(e.info.peer).c_str(), e.rule);
+      });
+    }
+    dp_->set_faults(spec.value(), now());
+  }
+  if (!spec->empty()) {
+    std::fprintf(stderr, "uroce: %s: faults \"%s\" (seed %llu)\n", device_->name().c_str(),
+                 spec->to_string().c_str(), static_cast<unsigned long long>(spec->seed));
+  }
+  return spec;
+}
+
+std::string UdpDevice::faults() {
+  std::lock_guard lk(mu_);
+  return dp_ ? dp_->fault_spec().to_string() : std::string();
+}
+
+std::string UdpDevice::serve_faults_request(std::string_view r) {
+  // "faults show" | "faults set SPEC" | "faults clear"
+  r.remove_prefix(std::string_view("faults").size());
+  while (!r.empty() && r.front() == ' ') r.remove_prefix(1);
+  std::string text;
+  if (r == "show") {
+    return "ok " + faults() + "\n";
+  } else if (r == "clear") {
+    text.clear();
+  } else if (r.starts_with("set ")) {
+    text = std::string(r.substr(4));
+  } else {
+    return "error: unknown faults request (expected show, set SPEC or clear)\n";
+  }
+  auto f = set_faults(text);
+  if (!f.ok()) return "error: " + f.error() + "\n";
+  return "ok " + f->to_string() + "\n";
 }
 
 DeviceStats UdpDevice::stats() {
@@ -655,7 +762,7 @@ void UdpDevice::maybe_serve_stats(Instant t, bool force) {
   if (!force && t < next_stats_check_) return;
   next_stats_check_ = t + kStatsCheckInterval;
   for (int i = 0; i < 16; ++i) {
-    char req[128];
+    char req[2048];
     sockaddr_un from{};
     socklen_t from_len = sizeof from;
     const ssize_t n = ::recvfrom(stats_fd_, req, sizeof req - 1, MSG_DONTWAIT,
@@ -663,13 +770,18 @@ void UdpDevice::maybe_serve_stats(Instant t, bool force) {
     if (n < 0) return;
     // An unbound sender has no address to answer to.
     if (from_len <= static_cast<socklen_t>(offsetof(sockaddr_un, sun_path))) continue;
-    const std::string_view r(req, static_cast<std::size_t>(n));
+    std::string_view r(req, static_cast<std::size_t>(n));
+    while (!r.empty() && (r.back() == '\n' || r.back() == ' ')) r.remove_suffix(1);
     const bool json = r.starts_with("json");
     const bool text = r.starts_with("text");
     const bool with_qps = r.find(" qp") != std::string_view::npos;
     std::string body;
-    if (!json && !text) {
-      body = "error: unknown request (expected \"text\" or \"json\", optionally \" qp\")\n";
+    if (r.starts_with("faults")) {
+      body = serve_faults_request(r);
+    } else if (!json && !text) {
+      body =
+          "error: unknown request (expected \"text\" or \"json\", optionally \" qp\", or "
+          "\"faults show|set SPEC|clear\")\n";
     } else {
       stats_requests_.fetch_add(1, std::memory_order_relaxed);
       DeviceStats s;
@@ -769,10 +881,14 @@ CloseResult UdpDevice::close(Duration deadline) {
     std::lock_guard lk(mu_);
     device_->set_doorbell_handler(nullptr);
     dp_->set_tap(nullptr);
+    dp_->set_fault_events(nullptr);
     if (capture_) capture_->flush();
     capture_.reset();
+    if (fault_log_ != nullptr) std::fclose(fault_log_);
+    fault_log_ = nullptr;
     closed_engine_ = engine_->counters();
     closed_dp_ = dp_->counters();
+    closed_faults_ = stats_locked();  // its faults fields, while dp_ still has them
     engine_.reset();
     if (shared_) shared_->forget_socket();
     dp_.reset();  // closes the socket

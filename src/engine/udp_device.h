@@ -62,12 +62,21 @@
 // more datagrams, each a marker byte, '+' (more follow) or '.' (the last), then up to
 // kStatsChunk bytes of the text or JSON. Requests are served by progress()/wait() in polling mode
 // (checked at most every millisecond, so a device whose application never progresses does not
-// answer) and by the progress thread in thread mode.
+// answer) and by the progress thread in thread mode. The same socket takes "faults show",
+// "faults set SPEC" and "faults clear" (`uroce faults`), answered "ok SPEC" or "error: WHY".
+//
+// Faults: a fault spec (fault/fault.h) from UROCE_FAULTS_<NAME> (this device), else
+// UROCE_FAULTS (every device), else the device's `faults=SPEC` in the config file, applies from
+// open on; set_faults() replaces it. Opening with a malformed spec fails with the message. The
+// spec in use, with its seed, is printed on stderr at open and in `uroce stats`; with UROCE_PCAP
+// every injected fault is a line of PCAP.faults (time, direction, packet number, kind, class,
+// DestQP, peer), which `uroce pcap dump` shows beside the packets.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -247,6 +256,15 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // ---- counters ----
 
   DeviceStats stats();
+
+  // ---- faults (fault/fault.h) ----
+
+  // Replaces the device's fault spec (text in the grammar; "" clears it) from now on, as
+  // UROCE_FAULTS does at open and `uroce faults -d DEV set|clear` through the stats endpoint.
+  // A malformed spec changes nothing: the message names the bad item.
+  Result<fault::FaultSpec, std::string> set_faults(const std::string& text);
+  // The spec in effect, canonical ("" when none).
+  std::string faults();
   // The stats endpoint's abstract socket name, without the leading NUL ("" if none).
   const std::string& stats_socket_name() const { return stats_name_; }
 
@@ -308,6 +326,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   DeviceStats stats_locked();
   std::shared_ptr<Channel> find_channel(std::uint64_t channel) const;
   std::uint32_t outstanding_locked(bool* tx_pending);
+  // The answer to a "faults ..." request of the stats endpoint.
+  std::string serve_faults_request(std::string_view request);
 
   // Before device_: destroyed after it (destroying its QPs gives their numbers back).
   std::unique_ptr<SharedPort> shared_;
@@ -315,6 +335,10 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::unique_ptr<datapath::UdpDatapath> dp_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<capture::PcapWriter> capture_;
+  // UROCE_PCAP's companion log of injected faults (PCAP.faults), opened with the first fault.
+  std::string fault_log_path_;
+  std::FILE* fault_log_ = nullptr;
+  Instant faults_start_{};
 
   // Guards device_, dp_, engine_ and capture_ in thread mode.
   std::mutex mu_;
@@ -350,6 +374,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   CloseResult close_result_;
   EngineCounters closed_engine_;  // the engine's and datapath's last counters, after close()
   datapath::UdpCounters closed_dp_;
+  DeviceStats closed_faults_;  // its faults fields: the last ones, after close()
 };
 
 }  // namespace uroce::engine

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     }
   }
   if (const char* p = std::getenv("UROCE_DEVD_PCAP"); p != nullptr) o.capture_path = p;
+  if (const char* f = std::getenv("UROCE_FAULTS"); f != nullptr) o.faults = f;
   if (const char* g = std::getenv("UROCE_CM_LISTEN_GRACE_MS"); g != nullptr && *g != '\0') {
     char* end = nullptr;
     const long long ms = std::strtoll(g, &end, 10);

@@ -3,8 +3,11 @@
 #include <arpa/inet.h>
 
 #include <cinttypes>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string_view>
+#include <vector>
 
 #include "capture/pcap_file.h"
 #include "tools/pcap_cm.h"
@@ -229,7 +232,48 @@ bool dump_roce(std::FILE* out, const wire::Frame& f) {
 
 }  // namespace
 
+namespace {
+
+// A line of a capture's companion log of injected faults (FILE.faults, engine/udp_device.h):
+// "time_ns dir packet kind class dest_qpn peer rule"; '#' lines are comments.
+struct FaultLine {
+  std::int64_t ts_ns = 0;
+  std::string text;  // the rest, as written
+};
+
+std::vector<FaultLine> read_fault_log(const std::string& path, std::FILE* out) {
+  std::vector<FaultLine> lines;
+  std::ifstream in(path);
+  if (!in) return lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      std::fprintf(out, "%s\n", line.c_str());
+      continue;
+    }
+    std::istringstream words(line);
+    FaultLine f;
+    if (!(words >> f.ts_ns)) continue;
+    std::getline(words, f.text);
+    lines.push_back(f);
+  }
+  return lines;
+}
+
+}  // namespace
+
 int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
+  // Injected faults beside the packets, by time (a dropped packet is in the log only).
+  const std::vector<FaultLine> faults = read_fault_log(file + ".faults", out);
+  std::size_t next_fault = 0;
+  auto print_faults_until = [&](std::int64_t ts_ns) {
+    for (; next_fault < faults.size() && faults[next_fault].ts_ns <= ts_ns; ++next_fault) {
+      const FaultLine& f = faults[next_fault];
+      std::fprintf(out, "fault t=%" PRId64 ".%09" PRId64 "%s\n", f.ts_ns / 1'000'000'000,
+                   f.ts_ns % 1'000'000'000, f.text.c_str());
+    }
+  };
   auto reader = open_capture(file);
   if (!reader.ok()) {
     std::fprintf(err, "uroce pcap dump: %s\n", reader.error().c_str());
@@ -245,6 +289,7 @@ int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
       return kExitFileError;
     }
     if (!more.value()) break;
+    print_faults_until(rec.ts_ns);
     std::fprintf(out, "#%" PRIu64 " t=%" PRId64 ".%09" PRId64 " len %u", rec.index,
                  rec.ts_ns / 1'000'000'000, rec.ts_ns % 1'000'000'000, rec.orig_len);
     auto frame = wire::parse_frame(link, rec.data, wire::FrameOptions{.verify_icrc = false});
@@ -281,6 +326,7 @@ int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
       std::fprintf(out, "  ICRC 0x%08x BAD (expected 0x%08x)\n", f.roce.icrc(), expected);
     }
   }
+  print_faults_until(INT64_MAX);
   return any_invalid ? kExitInvalidPackets : kExitOk;
 }
 

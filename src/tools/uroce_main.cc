@@ -10,6 +10,7 @@
 #include "tools/pcap_cmd.h"
 #include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
+#include "tools/faults_cmd.h"
 #include "tools/stats_cmd.h"
 
 int main(int argc, char** argv) {
@@ -74,6 +75,16 @@ int main(int argc, char** argv) {
   stats->add_flag("--qp", stats_cmd.qp, "A line per QP too");
   stats->add_flag("--json", stats_cmd.json, "One JSON array");
 
+  uroce::tools::FaultsCommand faults_cmd;
+  CLI::App* faults = app.add_subcommand(
+      "faults",
+      "A running device's faults, live: `faults -d DEV show`, `set SPEC` (the UROCE_FAULTS "
+      "grammar), `clear`");
+  faults->add_option("-d,--dev", faults_cmd.device, "The device")->required();
+  faults->add_option("-p,--pid", faults_cmd.pid, "Only this process's");
+  faults->add_option("action", faults_cmd.action, "show, set or clear")->required();
+  faults->add_option("spec", faults_cmd.spec, "For set: the faults (see README)");
+
   uroce::tools::PerfOptions perf_opt;
   CLI::App* perf = app.add_subcommand(
       "perf",
@@ -93,6 +104,7 @@ int main(int argc, char** argv) {
   if (check->parsed()) return uroce::tools::pcap_check(check_files, stdout, stderr);
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
   if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);
+  if (faults->parsed()) return uroce::tools::faults_run(faults_cmd, stdout, stderr);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
     return uroce::tools::sim_run(sim_cmd, stdout);

@@ -132,6 +132,31 @@ struct QpCounters {
   // RC/UC packets whose IP source is not the QP's path (rxe's check_addr()): dropped before they
   // touch any state, CNPs and ECN marks included.
   std::uint64_t src_addr_mismatch = 0;
+
+  // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
+  QpCounters& operator+=(const QpCounters& o) {
+    packets_sent += o.packets_sent;
+    bytes_sent += o.bytes_sent;
+    packets_received += o.packets_received;
+    bytes_received += o.bytes_received;
+    retransmitted_packets += o.retransmitted_packets;
+    timeouts += o.timeouts;
+    rnr_naks_received += o.rnr_naks_received;
+    rnr_naks_sent += o.rnr_naks_sent;
+    seq_naks_received += o.seq_naks_received;
+    seq_naks_sent += o.seq_naks_sent;
+    other_naks_received += o.other_naks_received;
+    other_naks_sent += o.other_naks_sent;
+    duplicate_requests += o.duplicate_requests;
+    out_of_sequence += o.out_of_sequence;
+    dropped += o.dropped;
+    qkey_violations += o.qkey_violations;
+    ud_no_wqe_drops += o.ud_no_wqe_drops;
+    retry_exceeded += o.retry_exceeded;
+    rnr_retry_exceeded += o.rnr_retry_exceeded;
+    src_addr_mismatch += o.src_addr_mismatch;
+    return *this;
+  }
 };
 
 struct QpEnv {

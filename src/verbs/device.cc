@@ -223,6 +223,8 @@ transport::Qp* Device::find_qp(std::uint32_t qpn) const {
 
 std::span<transport::Qp* const> Device::live_qps() const { return s_->live_qps; }
 
+const transport::QpCounters& Device::destroyed_qp_counters() const { return s_->destroyed_qps; }
+
 transport::MemoryResolver& Device::memory() { return *s_; }
 
 void Device::set_completion_event_handler(CompletionEventHandler* handler) {

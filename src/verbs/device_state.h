@@ -157,6 +157,7 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   QpnSource* qpn_source = nullptr;  // replaces qpn_alloc when set
   std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;
   std::vector<transport::Qp*> live_qps;
+  transport::QpCounters destroyed_qps;  // summed at destroy_qp
   std::vector<SrqObj*> armed_srqs;  // armed and not yet reported
 
   BoundedRing<AsyncEvent> events;

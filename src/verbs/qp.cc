@@ -147,6 +147,7 @@ Errc Device::destroy_qp(QpHandle qp) {
   if (q == nullptr) return Errc::kInvalidArgument;
   if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
   // Unlink from the engine's views first.
+  s.destroyed_qps += q->qp->counters();
   s.qp_by_qpn.erase(q->qpn);
   const std::size_t pos = q->live_pos;
   UROCE_ASSERT(s.live_qps[pos] == q->qp.get());

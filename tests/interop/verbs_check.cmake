@@ -97,3 +97,25 @@ add_test(NAME compat.verbs_check_no_server_times_out
                  $<TARGET_FILE:uroce_verbs_check>)
 set_tests_properties(compat.verbs_check_no_server_times_out PROPERTIES LABELS compat TIMEOUT 30
     PASS_REGULAR_EXPRESSION "FAIL: timed out after 1 s waiting for the server 127.0.0.1 port 18919")
+
+# Every op under faults that both processes' devices inject (UROCE_FAULTS, issue 15), the data of
+# every iteration still verified; tests/compat/faults_pair.sh checks the counters (each
+# corruption caught by the receiver's ICRC check, losses retransmitted).
+foreach(f tx loss5)
+  if(f STREQUAL "tx")
+    set(spec "dir=tx,loss=1%,dup=1%,reorder=1%,corrupt=0.1%,seed=25")
+    set(checks loss,dup,reorder)
+  else()
+    set(spec "loss=5%,seed=26")
+    set(checks loss)
+  endif()
+  add_test(NAME compat.faults.${f}.verbs_check
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/compat/faults_pair.sh ${spec} ${checks}
+                   ${CMAKE_CURRENT_SOURCE_DIR}/verbs_check_pair.sh
+                   $<TARGET_FILE:uroce_verbs_check> ${VC_LIBDIR} ${vc_next_port} 127.77.201.1
+                   127.77.201.2 300 0 0 "${VC_PASS}" -- -m 1024 -n 5)
+  set_tests_properties(compat.faults.${f}.verbs_check PROPERTIES
+                       ENVIRONMENT "UROCE_TEST_PRELOAD=${UROCE_SANITIZER_PRELOAD}" TIMEOUT 330
+                       LABELS "compat;faults" RUN_SERIAL TRUE)
+  math(EXPR vc_next_port "${vc_next_port} + 1")
+endforeach()

@@ -1,0 +1,80 @@
+#!/bin/bash
+# An unmodified libibverbs program (ibverbs-utils, perftest, uroce_verbs_check) as server and
+# client over the drop-in, both with the same faults in their uroce device (UROCE_FAULTS), then
+# a check of what the counters say:
+#
+#   faults_pair.sh SPEC CHECKS RUNNER ARGS...
+#
+# RUNNER ARGS: the pair to run (run_pair.sh, or tests/interop/verbs_check_pair.sh, with theirs).
+# Both processes append their counters to one UROCE_STATS_FILE at exit (a `link` and a `faults`
+# line each). Always checked: every packet corrupted by either side's stage (tx_corrupt of the
+# sender, rx_corrupt of the receiver) was dropped by a receiver's ICRC check, no more and no
+# fewer (the sums over both sides: drop_bad_icrc = tx_corrupt + rx_corrupt; so a spec must not
+# corrupt on transmit what it then loses or duplicates on receive). CHECKS, comma
+# separated: `loss` (some packets were lost, and the transport retransmitted: retransmitted_pkts
+# > 0), `dup` (some duplicated), `reorder`, `corrupt` (some corrupted), `partition` (packets
+# dropped by a partition window, and retransmitted), `none`. With FAULTS_EXPECT_FAIL=REGEX the
+# pair must fail instead, its output (the runner prints both sides') matching REGEX: a
+# partition longer than the QPs' retry budget.
+set -u
+spec=$1 checks=$2
+shift 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export UROCE_FAULTS=$spec
+export UROCE_STATS_FILE=$tmp/stats.txt
+"$@" >"$tmp/run.log" 2>&1
+rc=$?
+cat "$tmp/run.log"
+if [[ -n ${FAULTS_EXPECT_FAIL:-} ]]; then
+  ((rc != 0)) || { echo "FAIL: the pair passed; expected it to fail with /$FAULTS_EXPECT_FAIL/"; exit 1; }
+  # FAULTS_EXPECT_FAIL_LINES: at least that many lines match (one per side).
+  n=$(grep -Ec -- "$FAULTS_EXPECT_FAIL" "$tmp/run.log")
+  ((n >= ${FAULTS_EXPECT_FAIL_LINES:-1})) ||
+    { echo "FAIL: $n lines of /$FAULTS_EXPECT_FAIL/ in the output, expected ${FAULTS_EXPECT_FAIL_LINES:-1}"; exit 1; }
+elif ((rc != 0)); then
+  exit "$rc"
+fi
+# sum NAME LINE_KIND: NAME's value summed over the file's lines of that kind.
+sum() {
+  awk -v name="$1" -v kind="$2" '$1 == kind { for (i = 2; i < NF; i++) if ($i == name) s += $(i + 1) }
+    END { print s + 0 }' "$tmp/stats.txt"
+}
+fail() {
+  echo "FAIL: $*"
+  echo "----- counters (UROCE_STATS_FILE) -----"
+  cat "$tmp/stats.txt"
+  exit 1
+}
+[[ $(grep -c '^faults ' "$tmp/stats.txt") -ge 2 ]] || fail "both sides should report their faults"
+corrupted=$(($(sum tx_corrupt faults) + $(sum rx_corrupt faults)))
+bad_icrc=$(sum drop_bad_icrc link)
+((bad_icrc == corrupted)) ||
+  fail "the receivers dropped $bad_icrc packets for a bad ICRC; the stages corrupted $corrupted"
+IFS=, read -ra want <<<"$checks"
+for c in "${want[@]}"; do
+  case $c in
+    loss)
+      lost=$(($(sum tx_loss faults) + $(sum rx_loss faults) + $(sum tx_burst_loss faults) +
+        $(sum rx_burst_loss faults)))
+      ((lost > 0)) || fail "no packet was lost"
+      (($(sum retransmitted_pkts link) > 0)) || fail "$lost packets lost and none retransmitted"
+      ;;
+    dup)
+      ((($(sum tx_duplicate faults) + $(sum rx_duplicate faults)) > 0)) || fail "no packet duplicated"
+      ;;
+    reorder)
+      ((($(sum tx_reorder faults) + $(sum rx_reorder faults)) > 0)) || fail "no packet reordered"
+      ;;
+    corrupt) ((corrupted > 0)) || fail "no packet corrupted" ;;
+    partition)
+      cut=$(($(sum tx_partition faults) + $(sum rx_partition faults)))
+      ((cut > 0)) || fail "no packet met the partition"
+      (($(sum retransmitted_pkts link) > 0)) || fail "$cut packets cut off and none retransmitted"
+      ;;
+    none) ;;
+    *) fail "unknown check '$c'" ;;
+  esac
+done
+echo "PASS: faults '$spec': $(grep '^faults ' "$tmp/stats.txt" | head -2 | cut -c1-400 | tr '\n' ' ')"
+echo "      bad ICRC drops $bad_icrc = corruptions $corrupted; retransmitted $(sum retransmitted_pkts link)"

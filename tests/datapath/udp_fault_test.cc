@@ -1,0 +1,186 @@
+// datapath/udp with a fault stage (fault/fault.h) on loopback: what a rule does on transmit and
+// on receive reaches the real socket, with time an input (the `now` given to send, flush and
+// receive), so nothing here waits on a clock. Addresses 127.0.6.x.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <vector>
+
+#include "datapath/udp.h"
+#include "support/ip_text.h"
+#include "wire/builder.h"
+
+namespace uroce::datapath {
+namespace {
+
+using test::v4;
+
+std::unique_ptr<UdpDatapath> open_at(const char* ip) {
+  UdpOptions o(v4(ip));
+  o.use_environment = false;
+  o.gso = false;
+  o.gro = false;
+  auto dp = UdpDatapath::open(o);
+  EXPECT_TRUE(dp.ok()) << dp.error();
+  return dp.ok() ? std::move(dp.value()) : nullptr;
+}
+
+fault::FaultSpec spec(const char* text) {
+  auto s = fault::FaultSpec::parse(text);
+  EXPECT_TRUE(s.ok()) << s.error();
+  return s.ok() ? s.value() : fault::FaultSpec{};
+}
+
+// Sends `n` RC SEND Only packets (PSN i, 64 bytes of payload) to `to` at time `now`.
+void send_n(UdpDatapath& from, const char* to, int n, Instant now, std::uint32_t first_psn = 0) {
+  // The datapath may read a payload until its flush (Datapath::send).
+  std::vector<std::array<std::byte, 64>> payloads(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+    h.bth.dest_qpn = 0x11;
+    h.bth.psn = first_psn + static_cast<std::uint32_t>(i);
+    std::array<std::byte, 64>& payload = payloads[static_cast<std::size_t>(i)];
+    payload[0] = static_cast<std::byte>(i);
+    std::array<std::byte, 64> hdr{};
+    const std::size_t hn = wire::write_headers(hdr, h, payload.size());
+    wire::OuterHeaders o;
+    o.dst = v4(to);
+    o.ethernet = false;
+    const ConstBytes pieces[1] = {ConstBytes(payload)};
+    ASSERT_TRUE(from.send(now, o, ConstBytes(hdr).first(hn), pieces));
+  }
+  from.flush(now);
+}
+
+// The PSNs of the valid packets received by `dp` at `now` until `want` came or nothing more
+// comes (bounded wait for the socket: synchronization, not a sleep).
+std::vector<std::uint32_t> receive_psns(UdpDatapath& dp, std::size_t want, Instant now) {
+  std::vector<std::uint32_t> got;
+  for (int tries = 0; tries < 50 && got.size() < want; ++tries) {
+    dp.receive(now, 64, [&](const wire::RocePacket& p, const RxMeta& m) {
+      EXPECT_TRUE(m.icrc_verified);
+      got.push_back(p.bth().psn());
+    });
+    if (got.size() >= want) break;
+    pollfd p{dp.fd(), POLLIN, 0};
+    if (::poll(&p, 1, tries < 5 ? 2000 : 20) != 1 && tries >= 5) break;
+  }
+  return got;
+}
+
+std::uint64_t bad_icrc(const UdpDatapath& dp) {
+  return dp.counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+}
+
+TEST(UdpFaults, NoFaultsByDefaultAndAnEmptySpecClears) {
+  auto a = open_at("127.0.6.1");
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(a->has_faults());
+  EXPECT_EQ(a->next_deadline(), Instant::never());
+  a->set_faults(spec("loss=1%"), Instant{});
+  EXPECT_TRUE(a->has_faults());
+  EXPECT_EQ(a->fault_spec().to_string(), spec("loss=1%").to_string());
+  a->set_faults(fault::FaultSpec{}, Instant{});
+  EXPECT_FALSE(a->has_faults());
+}
+
+TEST(UdpFaults, TransmitLossAndCorruptionReachTheWireAndTheReceiversIcrcCatchesEveryCorruption) {
+  auto a = open_at("127.0.6.2");
+  auto b = open_at("127.0.6.3");
+  ASSERT_TRUE(a && b);
+  a->set_faults(spec("dir=tx,loss=20%,corrupt=20%,corrupt_bits=3,seed=11"), Instant{});
+  const Instant t = Instant::from_ns(1'000'000);
+  send_n(*a, "127.0.6.3", 200, t);
+  const fault::StageCounters c = a->fault_counters(fault::Direction::kTx);
+  const auto lost = c.injected[static_cast<std::size_t>(fault::Injected::kLoss)];
+  const auto corrupted = c.injected[static_cast<std::size_t>(fault::Injected::kCorrupt)];
+  EXPECT_EQ(c.packets, 200u);
+  EXPECT_GT(lost, 0u);
+  EXPECT_GT(corrupted, 0u);
+  const std::size_t good = 200 - lost - corrupted;
+  auto got = receive_psns(*b, good, t);
+  // Wait for the corrupted ones too: every packet that left has been read when the counts add up.
+  for (int i = 0; i < 50 && b->counters().rx_packets < 200 - lost; ++i) {
+    pollfd p{b->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) == 1) receive_psns(*b, 0, t);
+  }
+  EXPECT_EQ(got.size(), good);
+  EXPECT_EQ(b->counters().rx_packets, 200 - lost);
+  EXPECT_EQ(bad_icrc(*b), corrupted);
+}
+
+TEST(UdpFaults, DelayHoldsAPacketUntilItsTimeWhichNextDeadlineTells) {
+  auto a = open_at("127.0.6.4");
+  auto b = open_at("127.0.6.5");
+  ASSERT_TRUE(a && b);
+  a->set_faults(spec("dir=tx,delay=5ms"), Instant{});
+  const Instant t0 = Instant::from_ns(10'000'000);
+  send_n(*a, "127.0.6.5", 3, t0);
+  EXPECT_EQ(a->counters().tx_packets, 0u);
+  EXPECT_EQ(a->next_deadline(), t0 + Duration::ms(5));
+  a->flush(t0 + (Duration::ms(5) - Duration::ns(1)));
+  EXPECT_EQ(a->counters().tx_packets, 0u);
+  a->flush(t0 + Duration::ms(5));
+  EXPECT_EQ(a->counters().tx_packets, 3u);
+  EXPECT_EQ(a->next_deadline(), Instant::never());
+  EXPECT_EQ(receive_psns(*b, 3, t0), (std::vector<std::uint32_t>{0, 1, 2}));
+}
+
+TEST(UdpFaults, ReceiveDuplicationAndReceiveDelay) {
+  auto a = open_at("127.0.6.6");
+  auto b = open_at("127.0.6.7");
+  ASSERT_TRUE(a && b);
+  b->set_faults(spec("dir=rx,dup=100%"), Instant{});
+  const Instant t = Instant::from_ns(1'000'000);
+  send_n(*a, "127.0.6.7", 2, t);
+  EXPECT_EQ(receive_psns(*b, 4, t), (std::vector<std::uint32_t>{0, 0, 1, 1}));
+
+  b->set_faults(spec("dir=rx,delay=1ms"), Instant{});
+  send_n(*a, "127.0.6.7", 1, t, 7);
+  // Read from the socket, held by the stage: nothing delivered before its time.
+  pollfd p{b->fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  std::size_t early = 0;
+  b->receive(t, 64, [&](const wire::RocePacket&, const RxMeta&) { ++early; });
+  EXPECT_EQ(early, 0u);
+  EXPECT_EQ(b->counters().rx_packets, 4u);  // the stage has it (the four before it counted)
+  EXPECT_EQ(b->next_deadline(), t + Duration::ms(1));
+  EXPECT_EQ(receive_psns(*b, 1, t + Duration::ms(1)), (std::vector<std::uint32_t>{7}));
+}
+
+TEST(UdpFaults, AimedRulesTouchOnlyTheirPackets) {
+  auto a = open_at("127.0.6.8");
+  auto b = open_at("127.0.6.9");
+  auto c = open_at("127.0.6.10");
+  ASSERT_TRUE(a && b && c);
+  // Everything to .9 is lost; .10 is another peer.
+  a->set_faults(spec("dir=tx,peer=127.0.6.9,loss=100%"), Instant{});
+  const Instant t = Instant::from_ns(1'000'000);
+  send_n(*a, "127.0.6.9", 5, t);
+  send_n(*a, "127.0.6.10", 5, t);
+  EXPECT_EQ(receive_psns(*c, 5, t).size(), 5u);
+  EXPECT_EQ(a->counters().tx_packets, 5u);
+  EXPECT_EQ(a->fault_counters(fault::Direction::kTx).packets, 5u);
+}
+
+TEST(UdpFaults, TheSameSeedGivesTheSameFaultsAtTheSamePackets) {
+  std::vector<std::vector<std::uint32_t>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto a = open_at("127.0.6.11");
+    auto b = open_at("127.0.6.12");
+    ASSERT_TRUE(a && b);
+    a->set_faults(spec("dir=tx,loss=30%,seed=5"), Instant{});
+    std::vector<std::uint32_t> events;
+    a->set_fault_events([&](const fault::FaultEvent& e) {
+      events.push_back(static_cast<std::uint32_t>(e.packet_number));
+    });
+    send_n(*a, "127.0.6.12", 100, Instant::from_ns(1'000'000));
+    runs.push_back(events);
+  }
+  EXPECT_FALSE(runs[0].empty());
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+}  // namespace
+}  // namespace uroce::datapath
