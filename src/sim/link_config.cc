@@ -110,7 +110,7 @@ Result<LinkConfig, std::string> LinkConfig::from_faults(const fault::Faults& f,
   c.reordering = f.reordering;
   if (!f.reordering.is_zero()) c.reorder_delay_ns = f.reorder_delay_ns;
   c.corruption = f.corruption;
-  c.corrupt_bits = f.corrupt_bits;
+  if (!f.corruption.is_zero()) c.corrupt_bits = f.corrupt_bits;
   if (auto why = c.invalid_reason()) return Err{std::string(*why)};
   return c;
 }
