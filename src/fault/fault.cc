@@ -860,6 +860,8 @@ Result<Ratio, std::string> parse_ratio(std::string_view s) {
   return r.value();
 }
 
+std::string address_string(const wire::IpAddress& a) { return ip_string(a); }
+
 std::string_view to_string(PacketClass c) {
   const auto i = static_cast<std::size_t>(c);
   return i < kPacketClassCount ? kClassNames[i] : "?";

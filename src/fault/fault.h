@@ -105,6 +105,10 @@ enum class PacketClass : std::uint8_t {
 inline constexpr std::size_t kPacketClassCount = 7;
 std::string_view to_string(PacketClass c);  // "req", "ack", "read", "atomic", "cnp", "cm", "other"
 
+// An address as the grammar writes it (peer=): dotted IPv4; IPv6 as RFC 5952 (lowercase, the
+// longest run of zero groups as "::", an IPv4-mapped address with its IPv4 tail).
+std::string address_string(const wire::IpAddress& a);
+
 // What a rule can match a packet on.
 struct PacketInfo {
   Direction dir = Direction::kTx;
