@@ -273,7 +273,8 @@ inline constexpr std::size_t kMaxHeldPackets = std::size_t{1} << 16;
 // packets: it then takes its place in the due order behind what was already due), or 1 s after
 // it came, whichever is first (and never before its delay).
 //
-// Not thread-safe: one owner (the datapath's transmit or receive path, under its lock).
+// Not thread-safe: one owner at a time (a device's datapath, under its lock; its transmit and
+// receive paths share the stage).
 class FaultStage {
  public:
   // `start`: the origin of partition windows. `spec` must be valid (as parse() returns them).
