@@ -30,13 +30,11 @@ constexpr std::size_t kMaxPooledBuffers = 256;
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
 }
 
@@ -859,6 +857,8 @@ Result<Ratio, std::string> parse_ratio(std::string_view s) {
   if (!r.ok()) return Err{quoted(s) + ": " + r.error()};
   return r.value();
 }
+
+std::string address_string(const wire::IpAddress& a) { return ip_string(a); }
 
 std::string_view to_string(PacketClass c) {
   const auto i = static_cast<std::size_t>(c);

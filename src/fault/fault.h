@@ -105,6 +105,10 @@ enum class PacketClass : std::uint8_t {
 inline constexpr std::size_t kPacketClassCount = 7;
 std::string_view to_string(PacketClass c);  // "req", "ack", "read", "atomic", "cnp", "cm", "other"
 
+// An address as the grammar writes it (peer=): dotted IPv4; IPv6 as RFC 5952 (lowercase, the
+// longest run of zero groups as "::", an IPv4-mapped address with its IPv4 tail).
+std::string address_string(const wire::IpAddress& a);
+
 // What a rule can match a packet on.
 struct PacketInfo {
   Direction dir = Direction::kTx;
@@ -274,7 +278,8 @@ inline constexpr std::size_t kMaxHeldPackets = std::size_t{1} << 16;
 // packets: it then takes its place in the due order behind what was already due), or 1 s after
 // it came, whichever is first (and never before its delay).
 //
-// Not thread-safe: one owner (the datapath's transmit or receive path, under its lock).
+// Not thread-safe: one owner at a time (a device's datapath, under its lock; its transmit and
+// receive paths share the stage).
 class FaultStage {
  public:
   // `start`: the origin of partition windows. `spec` must be valid (as parse() returns them).

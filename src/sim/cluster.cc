@@ -1179,6 +1179,7 @@ std::string replay_command(const ClusterOptions& o) {
   if (o.ops_per_qp != ClusterOptions{}.ops_per_qp) cmd += " --ops " + std::to_string(o.ops_per_qp);
   if (o.max_message_bytes != 0) cmd += " --max-msg " + std::to_string(o.max_message_bytes);
   if (o.idle_qps_per_host != 0) cmd += " --idle-qps " + std::to_string(o.idle_qps_per_host);
+  if (o.fault_spec && o.faults) cmd += " --faults '" + o.fault_spec->to_string() + "'";
   if (o.plan && o.faults) cmd += " (and the test's own fault plan)";
   return cmd;
 }
@@ -1310,7 +1311,17 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     c.fail("the fault plan is for " + std::to_string(plan.options.host_count) + " hosts");
     return c.result;
   }
-  c.result.plan = opt.faults ? plan.to_string() : "no faults";
+  if (opt.faults && opt.fault_spec) {
+    auto p = plan.with_faults(*opt.fault_spec);
+    if (!p.ok()) {
+      c.fail("the fault spec does not fit the simulator: " + p.error());
+      return c.result;
+    }
+    plan = std::move(p.value());
+  }
+  std::vector<wire::IpAddress> addresses;
+  for (auto& h : c.hosts) addresses.push_back(h->ip);
+  c.result.plan = opt.faults ? plan.to_string(addresses) : "no faults";
   if (opt.faults && !plan.install(c.net, start, ids).ok()) {
     c.fail("fault plan could not be installed");
     return c.result;

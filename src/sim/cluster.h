@@ -34,6 +34,7 @@
 #include <string>
 
 #include "base/time.h"
+#include "fault/fault.h"
 #include "sim/fault_plan.h"
 #include "uroce/types.h"
 
@@ -56,12 +57,16 @@ struct ClusterOptions {
   // Tests: this fault plan instead of the seed's (its host_count must be `hosts`; its
   // fault_phase_ns replaces fault_phase_ns). Used only when `faults` is set.
   std::optional<FaultPlan> plan;
+  // `uroce sim --faults SPEC`: the plan's faults from a fault spec instead of the seed's
+  // (FaultPlan::with_faults: the run fails, saying why, if the spec does not fit). Used only
+  // when `faults` is set.
+  std::optional<fault::FaultSpec> fault_spec;
 };
 
 struct ClusterResult {
   bool ok = true;
   std::string failure;  // the first oracle violation
-  std::string plan;     // the fault plan, printable
+  std::string plan;     // the fault plan, printable, with its replay on every host
   std::uint64_t ops_completed = 0;
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_delivered = 0;

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "base/time.h"
+#include "fault/fault.h"
 #include "sim/link_config.h"
 #include "sim/network.h"
 
@@ -64,8 +66,27 @@ struct FaultPlan {
   // for 1 ns .. fault_phase_ns / 4.
   static FaultPlan generate(std::uint64_t seed, const FaultPlanOptions& options);
 
-  // Multi-line, exact (integer ratios and nanoseconds), starting with the seed.
+  // Multi-line, exact (integer ratios and nanoseconds), starting with the seed; then the
+  // default link's faults as a fault spec line, `replay: UROCE_FAULTS='dir=tx,...'`, to replay
+  // on every host of a real run (LinkConfig::faults() says what the grammar cannot carry).
   std::string to_string() const;
+  // The same, with the replay of every link: for each host, the fault spec for its device
+  // (`replay host 0 (10.99.0.11): UROCE_FAULTS='...'`): a dir=tx,peer= rule for each peer whose
+  // link has an override or partitions (the windows in which the link is cut or either host
+  // isolated, from the plan's start), then the default's. Faults stop at fault_phase_ns in the
+  // plan, not in a spec: clear the specs then (`uroce faults -d DEV clear`). host_addresses[i]
+  // is plan host i's; its size must be options.host_count.
+  std::string to_string(std::span<const wire::IpAddress> host_addresses) const;
+
+  // This plan with the faults of `spec` (uroce sim --faults) instead of the seed's: the default
+  // link gets the spec's faults on this plan's network shape (the spec's delay= and rate= with
+  // queue=, when given, replace the seed's delay and bandwidth with its queue limit), no link has
+  // an override, and the partitions are the spec's (every host isolated in each window, within
+  // the fault phase). Fails, saying why, for what the simulated links cannot carry: more than
+  // one rule, match keys (dir=tx alone is accepted: a link's faults are its sender's), reordering
+  // by packets, or more partition windows in the fault phase than the network can schedule. The
+  // spec's seed is not used: the network's draws come from the run's seed.
+  Result<FaultPlan, std::string> with_faults(const fault::FaultSpec& spec) const;
 
   // Configures `net` (the default and the overrides, at `start`) and schedules the events at
   // start + at_ns. hosts[i] is the network's HostId of plan host i; hosts.size() must be

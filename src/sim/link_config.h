@@ -2,6 +2,11 @@
 // transmit queue, and the probabilistic faults (loss, duplication, reordering, corruption, ECN
 // marking). Every probability is an integer ratio, so that a printed configuration reproduces
 // exactly (TigerBeetle's convention).
+//
+// The per-frame faults are those of the real datapath's fault stage (fault/fault.h): the same
+// Ratio, and the same fault::decide() and fault::flip_bits() decide each frame's fate
+// (network.cc). faults() and from_faults() convert between a link and the fault grammar's
+// Faults, so that a simulated link's faults can be replayed against real processes.
 #pragma once
 
 #include <cstdint>
@@ -9,23 +14,19 @@
 #include <string>
 #include <string_view>
 
+#include "base/result.h"
+#include "fault/fault.h"
+
 namespace uroce::sim {
 
 // A probability num/den with 0 <= num <= den and den > 0. The default is zero ("off").
-struct Ratio {
-  std::uint32_t num = 0;
-  std::uint32_t den = 1;
-
-  constexpr bool is_zero() const { return num == 0; }
-  constexpr bool valid() const { return den > 0 && num <= den; }
-  bool operator==(const Ratio&) const = default;
-};
-
-std::string to_string(Ratio r);  // "3/100", or "0" when off
+// to_string(Ratio): "3/100", or "0" when off.
+using Ratio = fault::Ratio;
+using fault::to_string;
 
 // Upper bounds that keep every computed time far from int64 overflow and every loop short.
 inline constexpr std::int64_t kMaxLinkDelayNs = 3'600'000'000'000;  // one hour
-inline constexpr std::uint32_t kMaxCorruptBits = 64;
+inline constexpr std::uint32_t kMaxCorruptBits = fault::kMaxCorruptBits;
 
 struct LinkConfig {
   // Propagation delay, added to every frame once it has been serialized.
@@ -49,6 +50,9 @@ struct LinkConfig {
 
   // Loss on the wire: the frame has used the transmitter, then vanishes.
   Ratio loss;
+  // Gilbert-Elliott loss instead of `loss` when set (fault::GilbertElliott; drawn from the loss
+  // stream). No fault plan sets it: `uroce sim --faults burst=...` does.
+  std::optional<fault::GilbertElliott> burst;
   // One extra copy of the frame is delivered.
   Ratio duplication;
   // The frame (copy) is held back reorder_delay_ns more, so that frames sent after it within
@@ -66,14 +70,28 @@ struct LinkConfig {
   // Why the configuration is unusable, or nullopt when it is valid.
   std::optional<std::string_view> invalid_reason() const;
 
-  // The same link with every fault off: no jitter, loss, duplication, reordering, corruption or
-  // probabilistic ECN marking. Delay, bandwidth, queue limits and queue-based ECN marking are
-  // the network's shape, not faults, and are kept. The liveness phase runs on these.
+  // The same link with every fault off: no jitter, loss, burst, duplication, reordering,
+  // corruption or probabilistic ECN marking. Delay, bandwidth, queue limits and queue-based ECN
+  // marking are the network's shape, not faults, and are kept. The liveness phase runs on these.
   LinkConfig without_faults() const;
+
+  // The link in the fault grammar's terms: delay, jitter, loss or burst, duplication,
+  // reordering by time, corruption, and the bandwidth as a rate with queue_limit_packets as its
+  // queue (no limit: NetworkOptions' default in-flight bound). Not expressible there, and left
+  // out: queue_limit_bytes, ECN marking (probabilistic or by queue depth), and a reordering with
+  // reorder_delay_ns 0 (the stage's reorder by packets is another fault: it is left out).
+  fault::Faults faults() const;
+  // `shape` with the faults of `f`: every field that Faults has (delay, jitter, bandwidth and
+  // queue limit in packets included; a rate of 0 is no bandwidth limit), the others from
+  // `shape`. Fails, saying why, for what the simulator cannot do: reordering by packets (the
+  // network reorders by time), or a result that invalid_reason() refuses.
+  static Result<LinkConfig, std::string> from_faults(const fault::Faults& f,
+                                                     const LinkConfig& shape);
+  static Result<LinkConfig, std::string> from_faults(const fault::Faults& f);  // on LinkConfig{}
 };
 
 // One line, every field, exact values: "delay_ns=10000 jitter_ns=0 bandwidth_bps=10000000000
-// queue_limit_packets=64 ... ecn_mark=1/50".
+// queue_limit_packets=64 ... ecn_mark=1/50" (then " burst=P:R:H:K" when a burst is set).
 std::string to_string(const LinkConfig& c);
 
 }  // namespace uroce::sim

@@ -8,13 +8,6 @@ namespace {
 
 constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ull;
 
-// splitmix64's finalizer: a bijection that mixes every input bit into every output bit.
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 constexpr std::uint64_t absorb(std::uint64_t h, std::uint64_t word) {
   return mix64(h + kGolden + mix64(word));
 }
@@ -48,29 +41,7 @@ Duration serialization_time(std::size_t bytes, std::uint64_t bandwidth_bps) {
   return Duration::ns(static_cast<std::int64_t>(ns));
 }
 
-// Flips exactly min(k, bits) distinct bits (Floyd's sampling: k draws, no rejection loop).
-void flip_bits(MutBytes frame, std::uint32_t k, Prng& prng) {
-  const std::uint64_t n = std::uint64_t{frame.size()} * 8;
-  const std::uint64_t count = std::min<std::uint64_t>(k, n);
-  std::array<std::uint64_t, kMaxCorruptBits> chosen{};
-  std::size_t size = 0;
-  for (std::uint64_t j = n - count; j < n; ++j) {
-    const std::uint64_t t = prng.below(j + 1);
-    const bool seen = std::find(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(size),
-                                t) != chosen.begin() + static_cast<std::ptrdiff_t>(size);
-    chosen[size++] = seen ? j : t;
-  }
-  for (std::size_t i = 0; i < size; ++i) {
-    const std::uint64_t bit = chosen[i];
-    frame[bit / 8] ^= std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
-  }
-}
-
 }  // namespace
-
-std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t tag) {
-  return mix64(mix64(seed) ^ mix64(tag + kGolden));
-}
 
 std::string_view sim_error_name(SimError e) {
   switch (e) {
@@ -315,17 +286,16 @@ bool Network::host_isolated(HostId h) const {
 
 // ---- frames -----------------------------------------------------------------------------
 
+// Stream k of the link is seeded with derive_seed(link seed, k): FateState's streams 0 .. 4,
+// then ECN marking's.
+Network::Link::Link(HostId f, HostId t, std::uint64_t seed)
+    : from(f), to(t), fate(seed), ecn(derive_seed(seed, kStreamEcn)) {}
+
 Network::Link& Network::link(HostId from, HostId to) {
-  auto [it, inserted] = links_.try_emplace({from, to});
-  Link& l = it->second;
-  if (inserted) {
-    l.from = from;
-    l.to = to;
-    const std::uint64_t s = link_seed(seed_, hosts_[from].ip, hosts_[to].ip);
-    l.streams.reserve(kStreamCount);
-    for (std::size_t k = 0; k < kStreamCount; ++k) l.streams.emplace_back(derive_seed(s, k));
-  }
-  return l;
+  auto it = links_.find({from, to});
+  if (it != links_.end()) return it->second;
+  const std::uint64_t s = link_seed(seed_, hosts_[from].ip, hosts_[to].ip);
+  return links_.try_emplace({from, to}, from, to, s).first->second;
 }
 
 std::vector<std::byte> Network::acquire_buffer(ConstBytes contents) {
@@ -424,22 +394,23 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   }
 
   // Each fault draws from its own stream, and only when it is on: turning one fault on or off
-  // does not change the choices of the others.
-  if (!c.loss.is_zero() && l.streams[kStreamLoss].chance(c.loss.num, c.loss.den)) {
-    return drop(now, from, to, &l, DropCause::kLoss, frame);
-  }
+  // does not change the choices of the others. The fate is the fault stage's (corruption flips
+  // bits anywhere in the Ethernet frame); ECN marking is the network's own.
+  fault::Faults faults = c.faults();
+  // A reordering with no delay only marks the copy here (faults() leaves it out, as the stage
+  // would reorder such a packet by packets): drawn all the same, as it always was.
+  if (c.reorder_delay_ns == 0) faults.reordering = c.reordering;
+  fault::Fate fate = fault::decide(faults, l.fate, frame.size());
+  if (fate.lost) return drop(now, from, to, &l, DropCause::kLoss, frame);
   std::vector<std::byte> first = acquire_buffer(frame);
   bool ecn = ecn_by_queue;
-  if (!c.ecn_mark.is_zero() && l.streams[kStreamEcn].chance(c.ecn_mark.num, c.ecn_mark.den)) {
-    ecn = true;
-  }
+  if (!c.ecn_mark.is_zero() && l.ecn.chance(c.ecn_mark.num, c.ecn_mark.den)) ecn = true;
   const bool marked = ecn && mark_ce(first, *ip);
   if (marked) {
     ++l.stats.ecn_marked;
     ++total_.ecn_marked;
   }
-  const bool dup = !c.duplication.is_zero() &&
-                   l.streams[kStreamDuplication].chance(c.duplication.num, c.duplication.den);
+  const bool dup = fate.copies == 2;
   std::vector<std::byte> second;
   if (dup) {
     ++l.stats.duplicated;
@@ -447,31 +418,24 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
     second = acquire_buffer(first);
   }
 
-  for (int copy = 0; copy < (dup ? 2 : 1); ++copy) {
+  for (std::size_t copy = 0; copy < fate.copies; ++copy) {
     std::vector<std::byte>& buf = copy == 0 ? first : second;
     if (copy == 1 && slots_.size() - free_slots_.size() >= options_.max_in_flight_frames) {
       drop(now, from, to, &l, DropCause::kInFlightLimit, buf);
       release_buffer(std::move(buf));
       break;
     }
-    Instant arrival = tx_end + Duration::ns(c.delay_ns);
-    if (c.jitter_ns > 0) {
-      const auto jitter_ns = static_cast<std::uint64_t>(c.jitter_ns);
-      arrival =
-          arrival +
-          Duration::ns(static_cast<std::int64_t>(l.streams[kStreamJitter].range(0, jitter_ns)));
-    }
-    const bool reordered = !c.reordering.is_zero() &&
-                           l.streams[kStreamReordering].chance(c.reordering.num, c.reordering.den);
+    fault::CopyFate& cf = fate.copy[copy];
+    // extra_delay_ns: delay + jitter (+ reorder_delay_ns when reordered).
+    const Instant arrival = tx_end + Duration::ns(cf.extra_delay_ns);
+    const bool reordered = cf.reordered;
     if (reordered) {
-      arrival = arrival + Duration::ns(c.reorder_delay_ns);
       ++l.stats.reordered;
       ++total_.reordered;
     }
-    const bool corrupted = !c.corruption.is_zero() &&
-                           l.streams[kStreamCorruption].chance(c.corruption.num, c.corruption.den);
+    const bool corrupted = cf.corrupted;
     if (corrupted) {
-      flip_bits(buf, c.corrupt_bits, l.streams[kStreamCorruption]);
+      fault::flip_bits(buf, 0, c.corrupt_bits, *cf.corrupt_rng);
       ++l.stats.corrupted;
       ++total_.corrupted;
     }

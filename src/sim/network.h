@@ -23,6 +23,10 @@
 //   arrival   -> dropped (partition) if the link is cut now or was cut while the frame was in
 //                flight; otherwise delivered: handed out by poll_delivery in (time, seq) order.
 //
+// Each frame's fate (loss, duplication, and per copy jitter, reordering and corruption) is
+// fault::decide()'s, the real datapath's fault stage's, on the link's fault::FateState; ECN
+// marking and the transmit queue are the network's own.
+//
 // Determinism: every random choice comes from a per-link stream (see network.cc, link_seed())
 // that is a pure function of (network seed, source IP, destination IP, kind of fault). A link's
 // choices therefore do not depend on other links' traffic, on when the link was first used, on
@@ -50,6 +54,7 @@
 #include "base/prng.h"
 #include "base/result.h"
 #include "base/time.h"
+#include "fault/fault.h"
 #include "sim/frame_peek.h"
 #include "sim/link_config.h"
 #include "wire/ip.h"
@@ -232,15 +237,9 @@ class Network {
   void set_tap(FrameTap* tap) { tap_ = tap; }
 
  private:
-  enum Stream : std::size_t {
-    kStreamLoss,
-    kStreamDuplication,
-    kStreamJitter,
-    kStreamReordering,
-    kStreamCorruption,
-    kStreamEcn,
-    kStreamCount,
-  };
+  // A link's streams: fault::FateState's (loss, duplication, jitter, reordering, corruption:
+  // 0 .. 4), then ECN marking's.
+  static constexpr std::size_t kStreamEcn = fault::FateState::kCount;
 
   struct Host {
     wire::IpAddress ip;
@@ -254,6 +253,7 @@ class Network {
   };
 
   struct Link {
+    Link(HostId f, HostId t, std::uint64_t seed);
     HostId from = kNoHost;
     HostId to = kNoHost;
     std::optional<LinkConfig> own;  // nullopt: the network's default
@@ -264,7 +264,8 @@ class Network {
     Instant tx_busy_until;             // when the transmitter finishes the last queued frame
     std::deque<QueuedFrame> tx_queue;  // frames not completely serialized yet
     std::size_t tx_queue_bytes = 0;
-    std::vector<Prng> streams;  // kStreamCount streams, see link_seed()
+    fault::FateState fate;  // the streams of kStreamEcn's predecessors, see link_seed()
+    Prng ecn;
     LinkStats stats;
   };
 
@@ -335,6 +336,6 @@ class Network {
 
 // Mixes a seed with a tag into an independent seed (splitmix64 finalizer over both): how a
 // harness derives the network's seed, the fault plan's and its own from one run seed.
-std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t tag);
+using uroce::derive_seed;
 
 }  // namespace uroce::sim

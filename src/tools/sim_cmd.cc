@@ -4,6 +4,17 @@
 
 namespace uroce::tools {
 
+std::optional<std::string> sim_check(const SimCommand& cmd) {
+  if (!cmd.cluster.faults || !cmd.cluster.fault_spec) return std::nullopt;
+  // The spec fits every seed's plan alike: it is checked against the first one's.
+  sim::FaultPlanOptions po;
+  po.host_count = cmd.cluster.hosts;
+  po.fault_phase_ns = cmd.cluster.fault_phase_ns;
+  auto p = sim::FaultPlan::generate(cmd.cluster.seed, po).with_faults(*cmd.cluster.fault_spec);
+  if (!p.ok()) return p.error();
+  return std::nullopt;
+}
+
 int sim_run(const SimCommand& cmd, std::FILE* out) {
   std::uint64_t passed = 0;
   std::uint64_t failed = 0;

@@ -3,8 +3,10 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "fault/fault.h"
 #include "tools/demo_cmd.h"
 #include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
@@ -61,7 +63,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
   bool no_faults = false;
-  sim->add_flag("--no-faults", no_faults, "No loss, duplication, reordering, corruption");
+  CLI::Option* no_faults_flag =
+      sim->add_flag("--no-faults", no_faults, "No loss, duplication, reordering, corruption");
+  std::string fault_spec;
+  CLI::Option* faults_opt = sim->add_option(
+      "--faults", fault_spec,
+      "Every link's faults in UROCE_FAULTS' grammar (one rule, no match keys but dir=tx), "
+      "instead of the seed's: e.g. 'loss=2%,dup=1%,reorder=1%,reorder_by=50us'");
+  faults_opt->excludes(no_faults_flag);
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
@@ -107,6 +116,18 @@ int main(int argc, char** argv) {
   if (faults->parsed()) return uroce::tools::faults_run(faults_cmd, stdout, stderr);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
+    if (faults_opt->count() > 0) {
+      auto spec = uroce::fault::FaultSpec::parse(fault_spec);
+      if (!spec.ok()) {
+        std::fprintf(stderr, "uroce sim --faults: %s\n", spec.error().c_str());
+        return 2;
+      }
+      sim_cmd.cluster.fault_spec = std::move(spec.value());
+    }
+    if (auto why = uroce::tools::sim_check(sim_cmd)) {
+      std::fprintf(stderr, "uroce sim --faults: %s\n", why->c_str());
+      return 2;
+    }
     return uroce::tools::sim_run(sim_cmd, stdout);
   }
   if (perf->parsed()) return uroce::tools::perf_run(perf_opt, stdout, stderr);

@@ -194,6 +194,19 @@ class CorePurityTest(TreeTest):
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
         self.assertEqual(reported_locations(result.stdout), {"src/cm/cm.cc:1", "src/cm/cm.cc:2"})
 
+    def test_fault_stage_is_core(self):
+        write_tree(self.root, {
+            "src/wire/psn.h": "#pragma once\n",
+            "src/fault/fault.cc": """
+                #include <sys/socket.h>
+                int s() { return ::socket(2, 2, 0); }
+                """,
+        })
+        result = self.purity()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout),
+                         {"src/fault/fault.cc:1", "src/fault/fault.cc:2"})
+
     def test_root_without_core_is_an_error(self):
         write_tree(self.root, {"src/base/bytes.h": "#pragma once\n"})
         result = self.purity()

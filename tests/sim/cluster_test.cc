@@ -143,5 +143,32 @@ TEST(Cluster, ReplayCommandNamesTheRun) {
   EXPECT_EQ(replay_command(o), "uroce sim --seed 77 --no-faults --hosts 4");
 }
 
+// `uroce sim --faults SPEC`: the spec's faults on every link instead of the seed's, and every
+// host's replay of them in the plan.
+TEST(Cluster, RunsUnderAFaultSpec) {
+  ClusterOptions o;
+  o.seed = 5;
+  o.fault_spec =
+      fault::FaultSpec::parse("loss=3%,dup=1%,corrupt=0.5%,reorder=2%,reorder_by=20us").value();
+  const ClusterResult r = run_cluster(o);
+  ASSERT_TRUE(r.ok) << r.failure << "\n" << r.plan;
+  EXPECT_GT(r.frames_dropped, 0u);
+  EXPECT_GT(r.retransmissions, 0u);
+  EXPECT_NE(r.plan.find("loss=3/100"), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find("  replay host 0 ("), std::string::npos) << r.plan;
+  EXPECT_NE(r.plan.find(",loss=3%,dup=1%,reorder=2%,reorder_by=20us,"), std::string::npos)
+      << r.plan;
+  EXPECT_EQ(replay_command(o),
+            "uroce sim --seed 5 --faults 'loss=3%,dup=1%,reorder=2%,reorder_by=20us,"
+            "corrupt=0.5%'");
+
+  o.fault_spec = fault::FaultSpec::parse("class=ack,loss=3%").value();
+  const ClusterResult bad = run_cluster(o);
+  EXPECT_FALSE(bad.ok);
+  EXPECT_NE(bad.failure.find("the fault spec does not fit the simulator: match keys"),
+            std::string::npos)
+      << bad.failure;
+}
+
 }  // namespace
 }  // namespace uroce::sim

@@ -233,5 +233,178 @@ TEST(FaultPlan, InstallSchedulesEventsAtStartPlusOffset) {
   EXPECT_EQ(p.install(net, at_ns(7'000), hosts).error(), SimError::kInvalidConfig);
 }
 
+// ---- the plan in the fault grammar ------------------------------------------------------
+
+std::vector<wire::IpAddress> addresses(std::uint32_t n) {
+  std::vector<wire::IpAddress> a;
+  for (std::uint32_t i = 0; i < n; ++i) a.push_back(v4(static_cast<std::uint8_t>(11 + i)));
+  return a;
+}
+
+// Faults as the grammar prints them (which keeps ratios in lowest terms: 50/1000 is 5%).
+std::string printed(const fault::Faults& f) {
+  fault::FaultSpec s;
+  s.rules.push_back(fault::Rule{{}, f, {}});
+  return s.to_string();
+}
+
+// The spec in `line` between UROCE_FAULTS=' and '.
+fault::FaultSpec spec_in(const std::string& s, const std::string& prefix) {
+  const std::size_t at = s.find(prefix + "UROCE_FAULTS='");
+  EXPECT_NE(at, std::string::npos) << prefix << "\n" << s;
+  if (at == std::string::npos) return {};
+  const std::size_t from = at + prefix.size() + 14;
+  auto spec = fault::FaultSpec::parse(s.substr(from, s.find('\'', from) - from));
+  EXPECT_TRUE(spec.ok()) << s;
+  return spec.ok() ? spec.value() : fault::FaultSpec{};
+}
+
+TEST(FaultPlan, PrintsEachHostsReplayInTheFaultGrammar) {
+  FaultPlan p;
+  p.options.host_count = 3;
+  p.options.fault_phase_ns = 1'000'000;
+  p.default_link.delay_ns = 2'000;
+  p.default_link.loss = {1, 50};
+  p.default_link.reordering = {1, 100};
+  p.default_link.reorder_delay_ns = 30'000;
+  LinkConfig other = p.default_link;
+  other.loss = {};
+  other.corruption = {1, 1000};
+  other.corrupt_bits = 2;
+  other.bandwidth_bps = 1'000'000'000;
+  other.queue_limit_packets = 32;
+  p.overrides = {{0, 1, other}};
+  p.events = {{100'000, NetEventKind::kCutLink, 0, 1},
+              {200'000, NetEventKind::kHealLink, 0, 1},
+              {300'000, NetEventKind::kIsolateHost, 2, 0},
+              {400'000, NetEventKind::kHealHost, 2, 0},
+              {1'000'000, NetEventKind::kEndFaults, 0, 0}};
+  const std::string plain = p.to_string();
+  EXPECT_NE(plain.find("  replay: UROCE_FAULTS='dir=tx,loss=2%,reorder=1%,reorder_by=30us,"
+                       "delay=2us' (the default link only"),
+            std::string::npos)
+      << plain;
+  const std::string s = p.to_string(addresses(3));
+  EXPECT_EQ(s.rfind(plain, 0), 0u);
+  const std::string d = "dir=tx,loss=2%,reorder=1%,reorder_by=30us,delay=2us";
+  EXPECT_NE(s.find("  replay host 0 (10.0.0.11): UROCE_FAULTS='dir=tx,peer=10.0.0.12,reorder=1%,"
+                   "reorder_by=30us,delay=2us,corrupt=0.1%,corrupt_bits=2,rate=1gbit,queue=32,"
+                   "partition=100us+100us;dir=tx,peer=10.0.0.13,loss=2%,reorder=1%,reorder_by="
+                   "30us,delay=2us,partition=300us+100us;" +
+                   d + "'\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("  replay host 1 (10.0.0.12): UROCE_FAULTS='dir=tx,peer=10.0.0.13,loss=2%,"
+                   "reorder=1%,reorder_by=30us,delay=2us,partition=300us+100us;" +
+                   d + "'\n"),
+            std::string::npos)
+      << s;
+  // Host 2 was isolated: its sends to both peers were cut.
+  const fault::FaultSpec h2 = spec_in(s, "replay host 2 (10.0.0.13): ");
+  ASSERT_EQ(h2.rules.size(), 3u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(h2.rules[i].match.peer, v4(static_cast<std::uint8_t>(11 + i)));
+    EXPECT_EQ(h2.rules[i].partitions, (std::vector<fault::Partition>{{300'000, 100'000, 0}}));
+    EXPECT_EQ(printed(h2.rules[i].faults), printed(p.default_link.faults()));
+  }
+  EXPECT_EQ(printed(h2.rules[2].faults), printed(p.default_link.faults()));
+  EXPECT_FALSE(h2.rules[2].match.peer.has_value());
+}
+
+TEST(FaultPlan, EveryGeneratedPlansReplayParsesToItsLinksFaults) {
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const FaultPlan p = FaultPlan::generate(seed, four_hosts());
+    const std::string s = p.to_string(addresses(4));
+    SCOPED_TRACE(s);
+    const fault::FaultSpec all = spec_in(s, "replay: ");
+    ASSERT_EQ(all.rules.size(), 1u);
+    EXPECT_EQ(printed(all.rules[0].faults), printed(p.default_link.faults()));
+    for (std::uint32_t h = 0; h < 4; ++h) {
+      const std::string prefix =
+          "replay host " + std::to_string(h) + " (10.0.0." + std::to_string(11 + h) + "): ";
+      const fault::FaultSpec spec = spec_in(s, prefix);
+      ASSERT_FALSE(spec.rules.empty());
+      EXPECT_EQ(printed(spec.rules.back().faults), printed(p.default_link.faults()));
+      for (const LinkOverride& o : p.overrides) {
+        if (o.from != h) continue;
+        const auto rule = std::find_if(spec.rules.begin(), spec.rules.end(), [&](const auto& r) {
+          return r.match.peer == v4(static_cast<std::uint8_t>(11 + o.to));
+        });
+        ASSERT_NE(rule, spec.rules.end());
+        EXPECT_EQ(printed(rule->faults), printed(o.config.faults()));
+      }
+    }
+  }
+}
+
+TEST(FaultPlan, WithFaultsTakesTheSpecOnTheSeedsShape) {
+  const FaultPlan seed_plan = FaultPlan::generate(1234, four_hosts());
+  auto spec = [](std::string_view t) { return fault::FaultSpec::parse(t).value(); };
+  auto p = seed_plan.with_faults(
+      spec("dir=tx,loss=2%,dup=1/3,reorder=1%,reorder_by=50us,corrupt=0.5%,corrupt_bits=3,"
+           "jitter=7us,partition=10ms+5ms/20ms,partition=12ms+10ms"));
+  ASSERT_TRUE(p.ok()) << p.error();
+  const LinkConfig& c = p->default_link;
+  EXPECT_EQ(c.loss, (Ratio{1, 50}));
+  EXPECT_EQ(c.duplication, (Ratio{1, 3}));
+  EXPECT_EQ(c.reordering, (Ratio{1, 100}));
+  EXPECT_EQ(c.reorder_delay_ns, 50'000);
+  EXPECT_EQ(c.corruption, (Ratio{1, 200}));
+  EXPECT_EQ(c.corrupt_bits, 3u);
+  EXPECT_EQ(c.jitter_ns, 7'000);
+  EXPECT_TRUE(c.ecn_mark.is_zero());
+  // The seed's network shape stays.
+  EXPECT_EQ(c.delay_ns, seed_plan.default_link.delay_ns);
+  EXPECT_EQ(c.bandwidth_bps, seed_plan.default_link.bandwidth_bps);
+  EXPECT_EQ(c.queue_limit_packets, seed_plan.default_link.queue_limit_packets);
+  EXPECT_TRUE(p->overrides.empty());
+  // Windows [10, 22) ms (the second partition overlaps the first's) and [30, 35) ms of the
+  // 50 ms phase: every host isolated, then healed.
+  std::vector<std::int64_t> isolations, heals;
+  for (const PlannedEvent& e : p->events) {
+    if (e.kind == NetEventKind::kIsolateHost) isolations.push_back(e.at_ns);
+    if (e.kind == NetEventKind::kHealHost) heals.push_back(e.at_ns);
+  }
+  const std::int64_t ms = 1'000'000;
+  auto four = [](std::int64_t t) { return std::vector<std::int64_t>(4, t); };
+  std::vector<std::int64_t> want_iso = four(10 * ms), want_heal = four(22 * ms);
+  for (std::int64_t t : four(30 * ms)) want_iso.push_back(t);
+  for (std::int64_t t : four(35 * ms)) want_heal.push_back(t);
+  EXPECT_EQ(isolations, want_iso);
+  EXPECT_EQ(heals, want_heal);
+  EXPECT_EQ(p->events.back(), (PlannedEvent{50 * ms, NetEventKind::kEndFaults, 0, 0}));
+  EXPECT_TRUE(std::is_sorted(p->events.begin(), p->events.end(),
+                             [](const auto& x, const auto& y) { return x.at_ns < y.at_ns; }));
+
+  // delay= and rate= replace the seed's.
+  auto q = seed_plan.with_faults(spec("delay=3us,rate=10mbit,queue=5"));
+  ASSERT_TRUE(q.ok()) << q.error();
+  EXPECT_EQ(q->default_link.delay_ns, 3'000);
+  EXPECT_EQ(q->default_link.bandwidth_bps, 10'000'000u);
+  EXPECT_EQ(q->default_link.queue_limit_packets, 5u);
+  EXPECT_TRUE(q->default_link.loss.is_zero());
+  EXPECT_EQ(q->events.size(), 1u);
+
+  // Gilbert-Elliott bursts are simulated too.
+  auto b = seed_plan.with_faults(spec("burst=1%:20%"));
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->default_link.burst.has_value());
+  EXPECT_EQ(b->default_link.burst->r, (Ratio{1, 5}));
+
+  // What the simulated links cannot carry is refused, saying why.
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"loss=1%;dup=1%", "one rule only"},
+           {"class=ack,loss=1%", "match keys"},
+           {"dir=rx,loss=1%", "match keys"},
+           {"peer=10.0.0.1,loss=1%", "match keys"},
+           {"reorder=1%", "reorders by time only"},
+           {"partition=0s+1ns/2ns", "partition windows in the fault phase"},
+       }) {
+    auto r = seed_plan.with_faults(spec(text));
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.error().find(why), std::string::npos) << text << ": " << r.error();
+  }
+}
+
 }  // namespace
 }  // namespace uroce::sim

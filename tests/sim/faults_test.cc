@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "sim/fault_plan.h"
 #include "sim/network.h"
 #include "sim_frames.h"
 #include "wire/packet.h"
@@ -351,6 +352,62 @@ TEST(Faults, QueueDepthMarking) {
       EXPECT_EQ(marked, std::vector<bool>(6, false));
     }
   }
+}
+
+// ---- the fault grammar's faults on a link -------------------------------------------------
+
+TEST(Faults, GilbertElliottLossesComeInRuns) {
+  LinkConfig c;
+  c.delay_ns = 1'000;
+  c.burst = fault::GilbertElliott{{1, 100}, {1, 4}, {1, 1}, {0, 1}};
+  const LinkRun r = run_link(17, c, 20'000, 1'000);
+  const std::uint64_t lost = r.stats.dropped(DropCause::kLoss);
+  expect_binomial(lost, 20'000, {4, 104}, "burst loss (p / (p + r))");  // loose: runs
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < r.lost_psns.size(); ++i) {
+    runs += i == 0 || r.lost_psns[i] != r.lost_psns[i - 1] + 1;
+  }
+  // Mean run 1 / r = 4 (independent losses at this rate: 1.04).
+  EXPECT_GT(static_cast<double>(lost) / static_cast<double>(runs), 3.0);
+  EXPECT_TRUE(c.without_faults().burst == std::nullopt);
+  EXPECT_NE(to_string(c).find(" burst=1/100:1/4:1/1:0"), std::string::npos) << to_string(c);
+}
+
+// A link's faults in the grammar and back: every generated link survives the trip.
+TEST(Faults, LinkConfigConvertsToAndFromTheFaultGrammar) {
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    FaultPlanOptions po;
+    po.host_count = 3;
+    const FaultPlan p = FaultPlan::generate(seed, po);
+    std::vector<LinkConfig> links = {p.default_link};
+    for (const LinkOverride& o : p.overrides) links.push_back(o.config);
+    for (const LinkConfig& c : links) {
+      const fault::Faults f = c.faults();
+      EXPECT_EQ(f.loss, c.loss);
+      EXPECT_EQ(f.delay_ns, c.delay_ns);
+      EXPECT_EQ(f.rate_bps, c.bandwidth_bps);
+      auto back = LinkConfig::from_faults(f, c);
+      ASSERT_TRUE(back.ok()) << back.error();
+      EXPECT_EQ(back.value(), c) << to_string(c);
+      // And through the grammar's text.
+      fault::FaultSpec spec;
+      spec.rules.push_back(fault::Rule{{}, f, {}});
+      auto parsed = fault::FaultSpec::parse(spec.to_string());
+      ASSERT_TRUE(parsed.ok()) << spec.to_string() << ": " << parsed.error();
+      // (The grammar keeps ratios in lowest terms: the same probabilities print alike.)
+      auto again = LinkConfig::from_faults(parsed->rules[0].faults, c);
+      ASSERT_TRUE(again.ok());
+      fault::FaultSpec reprinted;
+      reprinted.rules.push_back(fault::Rule{{}, again->faults(), {}});
+      EXPECT_EQ(reprinted.to_string(), spec.to_string());
+    }
+  }
+  fault::Faults by_packets;
+  by_packets.reordering = {1, 10};
+  EXPECT_FALSE(LinkConfig::from_faults(by_packets).ok());
+  fault::Faults too_long;
+  too_long.delay_ns = 2 * kMaxLinkDelayNs;
+  EXPECT_FALSE(LinkConfig::from_faults(too_long).ok());
 }
 
 }  // namespace
