@@ -38,12 +38,12 @@ if [[ -f $image/stamp && $(cat "$image/stamp") == "$stamp_want" && -f $image/vml
 fi
 
 # User-space packages: busybox for the shell, rdma-core's verbs library, the rxe provider and
-# the ibv_* tools, perftest (ib_{send,write,read,atomic}_{bw,lat}), librdmacm and rdmacm-utils
-# (rping, udaddy, ucmatose) over the kernel's rdma_cm, iproute2 for `rdma link add`, and the
-# shared libraries they link against (checked below with objdump; a missing one fails the build
-# with its name).
+# the ibv_* tools, perftest (ib_{send,write,read,atomic}_{bw,lat}), librdmacm, rdmacm-utils
+# (rping, udaddy, ucmatose, rdma_server, rdma_client, cmtime) and qperf over the kernel's
+# rdma_cm, iproute2 for `rdma link add`, and the shared libraries they link against (checked
+# below with objdump; a missing one fails the build with its name).
 packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils perftest
-          libibumad3 librdmacm1 rdmacm-utils iproute2 libnl-3-200 libnl-route-3-200 libmnl0
+          libibumad3 librdmacm1 rdmacm-utils qperf iproute2 libnl-3-200 libnl-route-3-200 libmnl0
           libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g libxtables12 libpci3 libudev1)
 
 # The unpacked tree is reused while the package list is the same.
@@ -131,7 +131,8 @@ provider=$(cd "$tree" && ls usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so
 [[ -n $provider ]] || die "rxe provider library not found"
 for f in usr/bin/ibv_devinfo usr/bin/ibv_devices usr/bin/ibv_{rc,uc,ud,srq}_pingpong \
          usr/bin/ib_{send,write,read,atomic}_{bw,lat} usr/bin/rping usr/bin/udaddy \
-         usr/bin/ucmatose usr/bin/rdma sbin/tc "$provider" \
+         usr/bin/ucmatose usr/bin/rdma_server usr/bin/rdma_client usr/bin/cmtime usr/bin/qperf \
+         usr/bin/rdma sbin/tc "$provider" \
          lib/x86_64-linux-gnu/libgcc_s.so.1; do
   copy_with_libs "$f"
 done

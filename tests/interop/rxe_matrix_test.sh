@@ -21,10 +21,13 @@
 #                  same; and RNR (uroce_verbs_check --rnr: the server posts its receives late)
 #   rdmacm         rdma_cm programs, over the kernel's rdma_cm in the VM and over the drop-in
 #                  librdmacm.so.1 (uroce's CM in the device's coordinator) on the host: rping -C
-#                  100 -v over IPv4 and IPv6, ucmatose (2 connections), udaddy (UD, SIDR),
-#                  ib_send_bw, ib_write_bw and ib_read_lat with -R; and lost CM MADs: the first
-#                  REQ, REP, RTU and DREQ of either side dropped in the VM (cmdrop cases), the
-#                  connections established and torn down all the same by the CMs' retries
+#                  100 -v, ucmatose (2 connections), udaddy (UD, SIDR) and rdma_server /
+#                  rdma_client (synchronous endpoints) over IPv4 and IPv6; cmtime (10
+#                  connections at once), qperf -cm1 rc_bw and rc_lat, and ib_send_bw,
+#                  ib_write_bw and ib_read_lat with -R over IPv4 (Debian 12's qperf and
+#                  perftest do rdma_cm over IPv4 only); and lost CM MADs: the first REQ, REP, RTU
+#                  and DREQ of either side dropped in the VM (cmdrop cases), the connections
+#                  established and torn down all the same by the CMs' retries
 # Every case runs in both directions: NAME.uroce_server (uroce's side serves, the VM's
 # connects) and NAME.uroce_client. The client is the requester of perftest's bw tests, of the
 # lat tests of READ and atomics, and of uroce_verbs_check; the pingpongs and the SEND/WRITE
@@ -45,7 +48,9 @@
 # the fault did happen), and the largest packet fits the MTU (and, for messages larger than
 # it, fills it). In the rdmacm group the CM MADs (to and from QP 1) are uroce's coordinator's:
 # its capture (devd.pcap, UROCE_DEVD_PCAP) holds the same MADs as the wire, and the program's
-# counters and capture the rest. Captures of passing cases are deleted (UROCE_INTEROP_KEEP=1 keeps them).
+# counters and capture the rest; and no program in the VM crashed (its kernel log: a crash of a
+# server's child shows in no exit status), but for qperf 0.4.11's own after each test (see
+# check_run). Captures of passing cases are deleted (UROCE_INTEROP_KEEP=1 keeps them).
 # A case listed in known_failures below is run and reported as KNOWN FAILURE, not failed.
 #
 # Environment: UROCE_INTEROP_CASES (regex of case names), UROCE_INTEROP_KEEP,
@@ -81,7 +86,7 @@ case $group in
     ;;
   rdmacm)
     [[ -e $libdir/librdmacm.so.1 ]] || fail "no drop-in librdmacm.so.1 in $libdir"
-    for tool in rping ucmatose udaddy; do
+    for tool in rping ucmatose udaddy rdma_server rdma_client cmtime qperf; do
       command -v "$tool" >/dev/null 2>&1 || fail "missing '$tool' (scripts/install-deps installs it)"
     done
     ;;
@@ -370,8 +375,9 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
 # that netem or a filter dropped before rxe saw them), expect_client and expect_server (the
 # programs' success lines; empty: none), h_ip and v_ip (the addresses of the run), cm (set: an
 # rdma_cm run, whose CM MADs to and from QP 1 uroce's coordinator sends, receives and captures
-# in devd.pcap: the program's own counters and capture hold the rest) and bad_re (more
-# failure messages). ARGS: the programs' arguments.
+# in devd.pcap: the program's own counters and capture hold the rest), nodata (set: the
+# program's QPs send nothing, its own capture may hold no packet) and bad_re (more failure
+# messages). ARGS: the programs' arguments.
 check_run() {
   # -- the programs --
   ((hrc == 0)) || { case_fail "the host's $prog exited $hrc (124: timed out after ${limit}s)"; return 0; }
@@ -390,8 +396,18 @@ check_run() {
   # -- the captures --
   grep -q '^0 packets dropped by kernel' "$dir/tcpdump.log" ||
     { case_fail "tcpdump lost packets"; return 0; }
-  [[ -s $dir/uroce.pcap ]] || { case_fail "the drop-in wrote no capture (UROCE_PCAP)"; return 0; }
   local f captures=(tap uroce) own=()
+  if [[ -n ${nodata:-} ]]; then
+    # nodata (cmtime): the program's QPs send nothing, so every packet on the wire is a CM MAD,
+    # and the program's capture holds no packet: none at all, not even its file header, when
+    # the harness stopped the program (a server that serves until killed) before it flushed it.
+    python3 "$here/pcap_summary.py" --qp1 none "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-own.txt"
+    [[ $(awk '{ n += $3 } END { print n + 0 }' "$dir/packets-own.txt") == 0 ]] ||
+      { case_fail "packets other than CM MADs on the wire (packets-own.txt)"; return 0; }
+    [[ -s $dir/uroce.pcap ]] || captures=(tap)
+  else
+    [[ -s $dir/uroce.pcap ]] || { case_fail "the drop-in wrote no capture (UROCE_PCAP)"; return 0; }
+  fi
   if [[ -n $cm ]]; then
     captures+=(devd)
     own=(--qp1 none)
@@ -400,11 +416,15 @@ check_run() {
   for f in "${captures[@]}"; do
     "$uroce" pcap check "$dir/$f.pcap" >"$dir/$f.pcap.check.txt" 2>&1 ||
       { case_fail "uroce pcap check failed on $f.pcap"; return 0; }
-    grep -q ', 0 invalid' "$dir/$f.pcap.check.txt" && ! grep -q ', 0 valid' "$dir/$f.pcap.check.txt" ||
-      { case_fail "$f.pcap holds invalid packets or none"; return 0; }
+    grep -q ', 0 invalid' "$dir/$f.pcap.check.txt" ||
+      { case_fail "$f.pcap holds invalid packets"; return 0; }
+    [[ $f == uroce && -n ${nodata:-} ]] && continue
+    ! grep -q ', 0 valid' "$dir/$f.pcap.check.txt" || { case_fail "$f.pcap holds no packet"; return 0; }
   done
-  python3 "$here/same_frames.py" --late-ok "${own[@]}" "$dir/tap.pcap" "$dir/uroce.pcap" "$v_ip" \
-    "$h_ip" >"$dir/same-frames.txt" 2>&1 || { case_fail "uroce's capture differs from the wire"; return 0; }
+  if [[ -s $dir/uroce.pcap ]]; then
+    python3 "$here/same_frames.py" --late-ok "${own[@]}" "$dir/tap.pcap" "$dir/uroce.pcap" "$v_ip" \
+      "$h_ip" >"$dir/same-frames.txt" 2>&1 || { case_fail "uroce's capture differs from the wire"; return 0; }
+  fi
   if [[ -n $cm ]]; then
     # Every CM MAD on the wire is the coordinator's, sent or received, and nothing else is.
     # The peer's last MADs may come as the coordinator exits (a DREP for a DREQ of ours that
@@ -486,6 +506,20 @@ check_run() {
     return 0
   fi
   ! grep -qi 'icrc' "$dir/dmesg.txt" || { case_fail "rxe reported ICRC errors (dmesg.txt)"; return 0; }
+  # rdma_cm runs: no program in the VM crashed, whatever its exit status said (a server's
+  # child: qperf's). Except one, qperf 0.4.11's own: its server's child for a test ends it with
+  # rdma_destroy_qp on its listening ID (the connection's ID was never stored for it: fixed
+  # after 0.4.11, "Use the rdma_cm_id from CMINFO rather than from the event"), for which
+  # rdma-core's librdmacm calls ibv_destroy_qp(NULL), and the child segfaults once the test and
+  # its results are done. (uroce's drop-in returns at an ID without a QP.)
+  local crash_ok='^$' crashes= crash_note=
+  [[ $prog == qperf && $server == vm ]] &&
+    crash_ok='qperf\[[0-9]+\]: segfault at 0 ip [0-9a-f]+ sp [0-9a-f]+ error 4 in libibverbs\.so\.1\['
+  [[ -n $cm ]] && crashes=$(grep -E 'segfault|general protection|traps:|Oops|BUG:' "$dir/dmesg.txt" |
+    grep -Ev "$crash_ok" | head -1 || true)
+  [[ -z $crashes ]] || { case_fail "in the VM: $crashes (dmesg.txt)"; return 0; }
+  [[ $crash_ok != '^$' ]] && grep -Eq "$crash_ok" "$dir/dmesg.txt" &&
+    crash_note="; qperf's server child segfaulted after the test (qperf 0.4.11's own bug)"
   local c
   for c in retry_exceeded_err retry_rnr_exceeded_err send_err; do
     (($(delta "$c" "$b" "$a") == 0)) || { case_fail "rxe counted $c"; return 0; }
@@ -528,7 +562,7 @@ check_run() {
     cm_v=$(sed -n "s/^$v_ip .* mads //p" "$dir/packets-cm.txt")
     cm_note="; CM MADs uroce->rxe $cm_u, rxe->uroce $cm_v${drops_note:+; $drops_note}"
   fi
-  note "  $sent packets uroce->rxe (all accepted$late_note), $vm_sent rxe->uroce ($u_note), largest $largest B; ${counts% }$cm_note"
+  note "  $sent packets uroce->rxe (all accepted$late_note), $vm_sent rxe->uroce ($u_note), largest $largest B; ${counts% }$cm_note$crash_note"
 }
 
 # run_case NAME SERVER KIND LIMIT PROG ARGS...
@@ -553,12 +587,16 @@ run_case() {
   # rejects the REQ (no listener: reason 8). perftest 4.5's client then retries through freed
   # memory (rdma_cm_destroy_cma frees the nodes it connects again), failing. The tool's race, not
   # the run's (1 attempt in 2 lost it in some full runs of the group): the whole run again, up to
-  # 10 attempts, as later perftest retries its connect 10 times.
-  local attempt=1 client_log=$dir/vm.log
-  [[ $server == vm ]] && client_log=$dir/host.log
-  while [[ -n $why && ${runner:-} == run_cm_once && $1 == ib_* ]] && ((attempt < 10)) &&
-    grep -qs 'RDMA_CM_EVENT_REJECTED; error: 8' "$client_log"; do
-    note "  perftest's second connection came before its server listened ($why); once more"
+  # 10 attempts, as later perftest retries its connect 10 times. qperf 0.4.11 (Debian 12's) has
+  # a race of the same kind: its server sends the client the port of its test's rdma_cm ID
+  # before it calls rdma_listen on it (qperf after 0.4.11 listens first: "Fix rdmacm race"),
+  # and a REQ that comes first is REJECTED; the client says "unexpected event from RDMA CM:
+  # Event rejected", without the reason: the wire's REJ must give reason 8 (invalid service
+  # ID: no listener).
+  local attempt=1
+  while [[ -n $why && ${runner:-} == run_cm_once ]] && ((attempt < 10)) &&
+    cm_race_lost "$dir" "$server" "$1"; do
+    note "  ${1%% *}'s test connection came before its server listened ($why); once more"
     # The failed attempt's evidence stays beside the case's.
     rm -rf "$dir.attempt$attempt"
     mv "$dir" "$dir.attempt$attempt"
@@ -584,6 +622,21 @@ run_case() {
   note "  $result ($((SECONDS - t0)) s)"
 }
 
+# 0 when the failed rdma_cm run in DIR lost its program's own race (see run_case): perftest's or
+# qperf's client connected before its server listened, and was REJECTED for it.
+cm_race_lost() { # DIR SERVER SERVER_COMMAND
+  local client_log=$1/vm.log
+  [[ $2 == vm ]] && client_log=$1/host.log
+  case $3 in
+    ib_*) grep -qs 'RDMA_CM_EVENT_REJECTED; error: 8' "$client_log" ;;
+    qperf*)
+      grep -qs 'unexpected event from RDMA CM: Event rejected' "$client_log" &&
+        "$uroce" pcap dump "$1/tap.pcap" 2>/dev/null | grep -q 'reason 0x0008 (invalid_service_id)'
+      ;;
+    *) return 1 ;;
+  esac
+}
+
 # Both directions: NAME.uroce_server (the VM's program connects to uroce's) and
 # NAME.uroce_client.
 both() { # NAME KIND LIMIT PROG ARGS...
@@ -604,7 +657,11 @@ both() { # NAME KIND LIMIT PROG ARGS...
 # UROCE_DEVD_LINGER_MS=0: the coordinator exits once nobody uses the device and its CM has
 # nothing left to retransmit, and the run waits for that (bounded) before it stops tcpdump, so
 # that the captures hold every retransmission. The server is ready when its ID listens: `uroce
-# stats` on the host, `rdma resource show cm_id` in the VM.
+# stats` on the host, `rdma resource show cm_id` in the VM; qperf's when its TCP port listens
+# (its control connection: it becomes an rdma_cm listener only when a test starts, on a port of
+# its own). cmtime's and qperf's servers serve until killed: once their client is done (and
+# qperf's child for the test has exited), they are stopped, and that counts as exit 0 when they
+# were still running.
 run_cm_once() {
   local dir=$1 server=$2 kind=$3 limit=$4 family=$5 scmd=$6 ccmd=$7
   why=
@@ -617,8 +674,12 @@ run_cm_once() {
   [[ $server == vm ]] && saddr=$v_ip
   scmd=${scmd//@S@/$saddr} ccmd=${ccmd//@S@/$saddr}
   scmd=${scmd//@P@/$port} ccmd=${ccmd//@P@/$port}
-  local prog=${scmd%% *} lport=$port
+  local prog=${scmd%% *} lport=$port ready=cm stays= nodata=
   [[ $prog == udaddy ]] && lport=7174  # udaddy's one port (its -p is the port space)
+  [[ $prog == qperf ]] && ready=tcp
+  [[ $prog == cmtime || $prog == qperf ]] && stays=1
+  # cmtime only connects and disconnects: its QPs send nothing, all its packets are CM MADs.
+  [[ $prog == cmtime ]] && nodata=1
   local drops= drops_note= lost=0
   case $kind in
     cmdrop:*) drops=${kind#cmdrop:}; set_cmdrop "$fam" "$drops" ;;
@@ -639,8 +700,13 @@ run_cm_once() {
     host_pid=$!
     local up=
     for _ in $(seq 300); do
-      inns env "UROCE_DEVICES=uroce0=$h_ip" "$uroce" stats 2>/dev/null |
-        grep -Eq "^cm_id $h_ip:4791 pid [0-9]+ ps [a-z]+ port $lport state listening" && { up=1; break; }
+      if [[ $ready == tcp ]]; then
+        inns ss -Hltn "sport = :$lport" 2>/dev/null | grep -q . && { up=1; break; }
+      else
+        inns env "UROCE_DEVICES=uroce0=$h_ip" "$uroce" stats 2>/dev/null |
+          grep -Eq "^cm_id $h_ip:4791 pid [0-9]+ ps [a-z]+ port $lport state listening" &&
+          { up=1; break; }
+      fi
       kill -0 "$host_pid" 2>/dev/null || break
       sleep 0.1
     done
@@ -648,27 +714,59 @@ run_cm_once() {
     if [[ -z $why ]]; then
       vm $((limit + 30)) "timeout $limit $ccmd 2>&1; echo exit=\$?" >"$dir/vm.log" || true
     fi
-    # A client that failed (or never ran) leaves a server that waits for it: stopped (timeout
-    # passes the signal on), not waited for.
-    [[ -z $why ]] && grep -q '^exit=0' "$dir/vm.log" || kill "$host_pid" 2>/dev/null || true
+    # A client that failed (or never ran) leaves a server that waits for it, and a server that
+    # serves until killed waits for the next: stopped (timeout passes the signal on), not waited
+    # for. The latter first lets a child of its that serves the test (qperf's) exit (bounded).
+    local client_ok= stopped=
+    [[ -z $why ]] && grep -q '^exit=0' "$dir/vm.log" && client_ok=1
+    if [[ -n $stays && -n $client_ok ]]; then
+      local sp
+      sp=$(pgrep -P "$host_pid" | head -1 || true)
+      for _ in $(seq 100); do
+        [[ -n $sp ]] && pgrep -P "$sp" >/dev/null || break
+        sleep 0.1
+      done
+    fi
+    if [[ -z $client_ok || -n $stays ]] && kill -0 "$host_pid" 2>/dev/null; then
+      kill "$host_pid" 2>/dev/null && stopped=1
+    fi
     wait "$host_pid" || hrc=$?
     host_pid=
+    if [[ -n $stays && -n $client_ok && -n $stopped ]]; then
+      echo "(the harness stopped the server, which serves until killed: exit $hrc)" >>"$dir/host.log"
+      hrc=0
+    fi
   else
     # The server's pid in /tmp/srv.pid (busybox's timeout runs the program in its own process).
+    local listening="rdma resource show cm_id 2>/dev/null | \
+grep -Eq 'state LISTEN .*src-addr [^ ]*:$lport( |\$)'"
+    [[ $ready == tcp ]] &&  # hex port in /proc/net/tcp{,6}, state 0A = LISTEN
+      listening="grep -q ':$(printf '%04X' "$lport") [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6"
     vm 60 "rm -f /tmp/srv.log; (timeout $limit $scmd >/tmp/srv.log 2>&1 & echo \$! >/tmp/srv.pid; \
-wait \$!; echo \"exit=\$?\" >>/tmp/srv.log) & n=0; until rdma resource show cm_id 2>/dev/null | \
-grep -Eq 'state LISTEN .*src-addr [^ ]*:$lport( |\$)'; do n=\$((n+1)); [ \$n -gt 300 ] && break; \
-sleep 0.1; done; [ \$n -le 300 ]" >"$dir/vm-start.log" ||
+wait \$!; echo \"exit=\$?\" >>/tmp/srv.log) & n=0; until $listening; do n=\$((n+1)); \
+[ \$n -gt 300 ] && break; sleep 0.1; done; [ \$n -le 300 ]" >"$dir/vm-start.log" ||
       case_fail "the VM's $prog did not start listening"
     if [[ -z $why ]]; then
       ip netns exec "$ns" "${env[@]}" timeout -k 5 "$limit" "${cargv[@]}" >"$dir/host.log" 2>&1 ||
         hrc=$?
     fi
-    # A client that failed (or never ran) leaves a server that waits for it: stopped, not waited
-    # for.
+    # A client that failed (or never ran) leaves a server that waits for it, and a server that
+    # serves until killed waits for the next: stopped, not waited for. The latter first lets
+    # its children (qperf's for the test) exit (bounded), and marks its log when it was still
+    # running.
     local stop=
-    ((hrc == 0)) && [[ -z $why ]] || stop='kill $(cat /tmp/srv.pid) 2>/dev/null; '
+    if ((hrc == 0)) && [[ -z $why && -n $stays ]]; then
+      stop='p=$(cat /tmp/srv.pid); n=0; while [ $n -lt 100 ] && grep -qs "^[0-9]* ([^)]*) [A-Z] $p " \
+/proc/[0-9]*/stat; do n=$((n+1)); sleep 0.1; done; kill $p 2>/dev/null && \
+echo "(the harness stopped the server, which serves until killed)" >>/tmp/srv.log; '
+    elif ((hrc != 0)) || [[ -n $why ]]; then
+      stop='kill $(cat /tmp/srv.pid) 2>/dev/null; '
+    fi
     vm $((limit + 30)) "${stop}wait; cat /tmp/srv.log" >"$dir/vm.log" || true
+    # Stopped by the harness (SIGTERM: 143) while it served: a success.
+    if [[ -n $stays ]] && grep -q '^(the harness stopped the server' "$dir/vm.log"; then
+      sed -i 's/^exit=143\r\?$/exit=0 (143: stopped by the harness)/' "$dir/vm.log"
+    fi
   fi
   echo "exit=$hrc" >>"$dir/host.log"
   # A DREQ the peer has not answered yet is the coordinator's to retransmit: it stays up until
@@ -686,14 +784,38 @@ sleep 0.1; done; [ \$n -le 300 ]" >"$dir/vm-start.log" ||
   fi
   [[ -n $why ]] && return 0
   local expect_client expect_server=
+  local bad_re='rdma_get_cm_event|Bad file descriptor|RDMA_CM_EVENT_(REJECTED|UNREACHABLE|CONNECT_ERROR|ADDR_ERROR|ROUTE_ERROR)'
   case $prog in
     rping) expect_client='^ping data: rdma-ping-99: ' expect_server='^server ping data: rdma-ping-99: ' ;;
     ucmatose | udaddy) expect_client='^data transfers complete' expect_server=$expect_client ;;
+    rdma_server) expect_client='^rdma_client: end 0$' expect_server='^rdma_server: end 0$' ;;
+    # cmtime's table comes whatever happened (a failed step only prints "error" or "failure"
+    # lines), and its server prints nothing: the CM MADs are counted below.
+    cmtime) expect_client='^disconnect +: +[0-9.]+' bad_re+='|failure|failing' ;;
+    qperf) expect_client='^ *(bw|latency) += +[0-9.]+ ' bad_re+='|unexpected event' ;;
     *) expect_client=$pt_result ;;
   esac
   local cm=1
-  local bad_re='rdma_get_cm_event|Bad file descriptor|RDMA_CM_EVENT_(REJECTED|UNREACHABLE|CONNECT_ERROR|ADDR_ERROR|ROUTE_ERROR)'
   check_run "$scmd" "$ccmd"
+  [[ -z $why && $prog == cmtime ]] && check_cmtime "$ccmd"
+  return 0
+}
+
+# cmtime -c N: every one of the N connections was established and torn down, as the CM MADs
+# show: the client sent N REQs, RTUs and DREQs, the server N REPs and DREPs (or more: a MAD may
+# be retransmitted). Reads run_cm_once's dir, server, h_ip and v_ip.
+check_cmtime() { # CLIENT_COMMAND
+  local n=${1##*-c } client_ip=$h_ip server_ip=$v_ip k side mad got line
+  n=${n%% *}
+  [[ $server == host ]] && { client_ip=$v_ip server_ip=$h_ip; }
+  for k in client:REQ client:RTU client:DREQ server:REP server:DREP; do
+    side=${k%%:*} mad=${k#*:}
+    [[ $side == client ]] && line=$(grep "^$client_ip " "$dir/packets-cm.txt")
+    [[ $side == server ]] && line=$(grep "^$server_ip " "$dir/packets-cm.txt")
+    got=0
+    [[ $line =~ (^|[ ,])$mad:([0-9]+) ]] && got=${BASH_REMATCH[2]}
+    ((got >= n)) || { case_fail "cmtime -c $n, but its $side sent $got ${mad}s"; return 0; }
+  done
 }
 
 # cm_both NAME KIND LIMIT ipv4|ipv6 'SERVER COMMAND' 'CLIENT COMMAND': both directions.
@@ -767,8 +889,25 @@ case $group in
       cm_both "ucmatose.$f" clean 60 "$f" 'ucmatose -b @S@ -p @P@ -c 2 -C 10' \
         'ucmatose -s @S@ -p @P@ -c 2 -C 10'
       cm_both "udaddy.$f" clean 60 "$f" 'udaddy -b @S@ -c 2 -C 10' 'udaddy -s @S@ -c 2 -C 10'
+      # Synchronous endpoints (rdma_getaddrinfo, rdma_create_ep, rdma_get_request, one SEND
+      # each way).
+      cm_both "rdma_server.$f" clean 60 "$f" 'rdma_server -s @S@ -p @P@' \
+        'rdma_client -s @S@ -p @P@'
     done
-    # perftest with -R: rdma_cm finds the device and connects the QPs (rdma_getaddrinfo).
+    # 10 connections set up and torn down at once (cmtime: its server serves until killed).
+    cm_both cmtime.ipv4 clean 60 ipv4 'cmtime -b @S@ -p @P@' 'cmtime -s @S@ -p @P@ -c 10'
+    # qperf's RC tests over rdma_cm (-cm1), one test per client run. rc_bw sends a number of
+    # messages (-n), not for a time (-t): a timed rc_bw stops with up to 1024 messages
+    # outstanding and disconnects, so that the ACKs of the last ones reach a QP in the error
+    # state, which rxe does not count (nor can the tap tell which they were). rc_lat ignores -n
+    # (it would never end): 1 s, with one message outstanding at most. qperf 0.4.11's rdma_cm
+    # is IPv4 only (its client resolves the server as AF_INET, its server binds INADDR_ANY).
+    cm_both qperf.rc_bw clean 60 ipv4 'qperf -lp @P@' 'qperf -cm1 -lp @P@ -n 200 @S@ rc_bw'
+    cm_both qperf.rc_lat clean 60 ipv4 'qperf -lp @P@' 'qperf -cm1 -lp @P@ -t 1 @S@ rc_lat'
+    # perftest with -R: rdma_cm finds the device and connects the QPs (rdma_getaddrinfo). Over
+    # IPv4 only: Debian 12's perftest (4.5-0.17) asks for AF_INET in every rdma_cm path (client,
+    # server, rdma_getaddrinfo) whatever --ipv6 says (that option chooses the GID of the
+    # non-CM exchange); IPv6 over rdma_cm came with perftest 23.07's --ipv6-addr.
     for t in ib_send_bw ib_write_bw ib_read_lat; do
       cm_both "$t.R" clean 90 ipv4 "$t -R -F -n 100 -p @P@" "$t -R -F -n 100 -p @P@ @S@"
     done
