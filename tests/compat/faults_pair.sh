@@ -9,8 +9,9 @@
 # Both processes append their counters to one UROCE_STATS_FILE at exit (a `link` and a `faults`
 # line each). Always checked: every packet corrupted by either side's stage (tx_corrupt of the
 # sender, rx_corrupt of the receiver) was dropped by a receiver's ICRC check, no more and no
-# fewer (the sums over both sides: drop_bad_icrc = tx_corrupt + rx_corrupt; so a spec must not
-# corrupt on transmit what it then loses or duplicates on receive). CHECKS, comma
+# fewer (the sums over both sides: drop_bad_icrc = tx_corrupt + rx_corrupt; exact when the
+# corruption is on receive, where the check follows at once: one on transmit may still be in
+# flight, or held back, when the receiver closes). CHECKS, comma
 # separated: `loss` (some packets were lost, and the transport retransmitted: retransmitted_pkts
 # > 0), `dup` (some duplicated), `reorder`, `corrupt` (some corrupted), `partition` (packets
 # dropped by a partition window, and retransmitted), `none`. With FAULTS_EXPECT_FAIL=REGEX the

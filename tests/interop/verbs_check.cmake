@@ -103,7 +103,7 @@ set_tests_properties(compat.verbs_check_no_server_times_out PROPERTIES LABELS co
 # corruption caught by the receiver's ICRC check, losses retransmitted).
 foreach(f tx loss5)
   if(f STREQUAL "tx")
-    set(spec "dir=tx,loss=1%,dup=1%,reorder=1%,corrupt=0.1%,seed=25")
+    set(spec "dir=tx,loss=1%,dup=1%,reorder=1%$<SEMICOLON>dir=rx,corrupt=0.1%,seed=25")
     set(checks loss,dup,reorder)
   else()
     set(spec "loss=5%,seed=26")
