@@ -912,7 +912,7 @@ void UdpDatapath::receive_packet(ConstBytes roce, const RxMeta& base, const RxHa
     info.tos = base.tos;
     info.ttl = base.ttl;
     const auto v = matches_a_rule(*rx_faults_, info) ? rx_faults_->submit(rx_now_, info, roce)
-                                                      : fault::FaultStage::Verdict::kPass;
+                                                     : fault::FaultStage::Verdict::kPass;
     drain_fault_events();
     if (v == fault::FaultStage::Verdict::kTaken) {
       // Dropped, or held: what is due at once (a copy, a corrupted packet) comes out now.
@@ -928,8 +928,8 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   counters_.rx_bytes += roce.size();
   if (roce.size() < wire::kBthBytes + wire::kIcrcBytes) {
     const auto too_short = wire::parse_roce(roce);  // names what is missing
-    ++counters_.rx_drops[static_cast<std::size_t>(
-        too_short.ok() ? wire::DropReason::kBadIcrc : too_short.error())];
+    ++counters_.rx_drops[static_cast<std::size_t>(too_short.ok() ? wire::DropReason::kBadIcrc
+                                                                 : too_short.error())];
     return;
   }
   // The ICRC first, then the headers: a packet corrupted on the way is a bad ICRC whichever

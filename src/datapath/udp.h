@@ -24,14 +24,15 @@
 // On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
 // may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
 // reports. The ICRC is verified for every packet, before its headers are parsed; a packet whose
-// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. The one header field a UDP socket does not show is the IPv4
-// identification: a packet whose ICRC does not match with identification 0 (uroce's GSO
-// segments, rxe's packets) has its identification recovered from the ICRC itself, which still
-// rejects a corrupted packet with probability 1 - 2^-16 (counted as rx_icrc_id_recovered). The
-// DF flag is not shown either: a packet whose ICRC fits no identification with DF set is tried
-// with DF clear (as a socket with IP_PMTUDISC_DONT sends), again solving for the identification
-// (counted as rx_icrc_df_clear; with both tries a corrupted packet passes with probability
-// 2^-15). A UD receive's GRH area shows the header so recovered (identification, DF).
+// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. The one header
+// field a UDP socket does not show is the IPv4 identification: a packet whose ICRC does not match
+// with identification 0 (uroce's GSO segments, rxe's packets) has its identification recovered from
+// the ICRC itself, which still rejects a corrupted packet with probability 1 - 2^-16 (counted as
+// rx_icrc_id_recovered). The DF flag is not shown either: a packet whose ICRC fits no
+// identification with DF set is tried with DF clear (as a socket with IP_PMTUDISC_DONT sends),
+// again solving for the identification (counted as rx_icrc_df_clear; with both tries a corrupted
+// packet passes with probability 2^-15). A UD receive's GRH area shows the header so recovered
+// (identification, DF).
 //
 // Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
 // UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet

@@ -52,7 +52,7 @@ struct DeviceStats {
   // (the rest were received by the application's rounds).
   std::uint64_t thread_wakeups = 0;
   std::uint64_t thread_rx_pkts = 0;
-  std::vector<QpStats> qps;  // every live QP, by QPN
+  std::vector<QpStats> qps;             // every live QP, by QPN
   transport::QpCounters destroyed_qps;  // the sums of the QPs destroyed since open
   // Faults (fault/fault.h): the spec in effect ("" when none), its seed, what each direction's
   // stage did.

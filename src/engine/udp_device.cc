@@ -149,6 +149,12 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
                                                                 const std::string& capture_path,
                                                                 Sharing sharing) {
   DeviceConfig cfg = config;
+  // The faults first: a malformed spec opens nothing.
+  auto fault_text = configured_faults(cfg.name, cfg.ip);
+  if (!fault_text.ok()) return Err{fault_text.error()};
+  if (auto f = fault::FaultSpec::parse(fault_text.value()); !f.ok()) {
+    return Err{cfg.name + ": " + f.error()};
+  }
   if (cfg.netdev_mtu == 0) {
     auto mtu = datapath::interface_mtu(cfg.ip);
     if (!mtu.ok()) return Err{"cannot find the interface MTU: " + mtu.error()};
@@ -198,13 +204,6 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
     });
   }
   if (!path.empty()) d->fault_log_path_ = path + ".faults";
-  d->faults_start_ = now();
-  if (auto text = configured_faults(cfg.name, cfg.ip); !text.ok()) {
-    return Err{text.error()};
-  } else if (!text.value().empty()) {
-    auto f = d->set_faults(text.value());
-    if (!f.ok()) return Err{f.error()};
-  }
   d->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   d->async_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
@@ -219,6 +218,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
+  if (!fault_text.value().empty()) (void)d->set_faults(fault_text.value());  // parsed above
   if (const char* path = std::getenv("UROCE_STATS_FILE"); path != nullptr && *path != '\0') {
     remember_open(d.get());
   }
@@ -685,14 +685,14 @@ Result<fault::FaultSpec, std::string> UdpDevice::set_faults(const std::string& t
       dp_->set_fault_events([log](const fault::FaultEvent& e) {
         // Wall-clock time, as the capture's timestamps: the log lines up with it.
         const auto t = std::chrono::system_clock::now().time_since_epoch();
-        std::fprintf(log, "%lld %s %llu %s %s %u %s %zu\n",
-                     static_cast<long long>(
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(t).count()),
-                     e.info.dir == fault::Direction::kTx ? "tx" : "rx",
-                     static_cast<unsigned long long>(e.packet_number),
-                     std::string(fault::to_string(e.kind)).c_str(),
-                     std::string(fault::to_string(e.info.cls)).c_str(), e.info.dest_qpn,
-                     ip_to_string(e.info.peer).c_str(), e.rule);
+        std::fprintf(
+            log, "%lld %s %llu %s %s %u %s %zu\n",
+            static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(t).count()),
+            e.info.dir == fault::Direction::kTx ? "tx" : "rx",
+            static_cast<unsigned long long>(e.packet_number),
+            std::string(fault::to_string(e.kind)).c_str(),
+            std::string(fault::to_string(e.info.cls)).c_str(), e.info.dest_qpn,
+            ip_to_string(e.info.peer).c_str(), e.rule);
       });
     }
     dp_->set_faults(spec.value(), now());

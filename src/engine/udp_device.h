@@ -338,7 +338,6 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // UROCE_PCAP's companion log of injected faults (PCAP.faults), opened with the first fault.
   std::string fault_log_path_;
   std::FILE* fault_log_ = nullptr;
-  Instant faults_start_{};
 
   // Guards device_, dp_, engine_ and capture_ in thread mode.
   std::mutex mu_;

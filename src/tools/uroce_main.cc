@@ -8,11 +8,11 @@
 
 #include "fault/fault.h"
 #include "tools/demo_cmd.h"
+#include "tools/faults_cmd.h"
 #include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
 #include "tools/perf_cmd.h"
 #include "tools/sim_cmd.h"
-#include "tools/faults_cmd.h"
 #include "tools/stats_cmd.h"
 
 int main(int argc, char** argv) {

@@ -158,7 +158,7 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;
   std::vector<transport::Qp*> live_qps;
   transport::QpCounters destroyed_qps;  // summed at destroy_qp
-  std::vector<SrqObj*> armed_srqs;  // armed and not yet reported
+  std::vector<SrqObj*> armed_srqs;      // armed and not yet reported
 
   BoundedRing<AsyncEvent> events;
   std::uint64_t events_dropped = 0;
