@@ -691,6 +691,24 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   m.type = devd::MsgType::kCmStats;
   devd::set_text(m.text, text);
   send(m);
+  if (dp_->has_faults()) {
+    std::string line;
+    // What the fault stage did to the CM's own packets (class=cm rules, UROCE_FAULTS).
+    for (const auto d : {fault::Direction::kTx, fault::Direction::kRx}) {
+      const fault::StageCounters c = dp_->fault_counters(d);
+      const char* dir = d == fault::Direction::kTx ? "tx" : "rx";
+      line += std::string(line.empty() ? "" : " ") + "fault_" + dir + "_packets " +
+              std::to_string(c.packets);
+      for (std::size_t k = 0; k < fault::kInjectedCount; ++k) {
+        if (c.injected[k] == 0) continue;
+        line += std::string(" fault_") + dir + "_" +
+                std::string(fault::to_string(static_cast<fault::Injected>(k))) + " " +
+                std::to_string(c.injected[k]);
+      }
+    }
+    devd::set_text(m.text, line);
+    send(m);
+  }
 }
 
 Instant CmServer::next_deadline() const {

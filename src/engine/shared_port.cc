@@ -366,7 +366,9 @@ Result<SharedDeviceInfo, std::string> SharedPort::query(const wire::IpAddress& i
         continue;
       }
       if (m.type == devd::MsgType::kCmStats) {
-        info.cm_counters = devd::get_text(m.text);
+        // One or more (a message holds 255 bytes of text): "name value" pairs, joined.
+        if (!info.cm_counters.empty()) info.cm_counters += ' ';
+        info.cm_counters += devd::get_text(m.text);
         continue;
       }
       if (m.type != devd::MsgType::kMember) break;

@@ -58,6 +58,7 @@ class CmServerTest : public ::testing::Test {
         {"AChannelThatStopsReadingIsDroppedAndItsSuccessorServed", 100},
         {"ARequestBeforeTheListenWaitsForIt", 101},
         {"ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace", 102},
+        {"FaultsReachTheCmsOwnPackets", 103},
     };
     // The coordinator reads it when it starts (connect_cm below starts it): 10 minutes, so
     // that the listen comes in time however slow the machine; 1 ms, so that the REJ comes.
@@ -75,6 +76,12 @@ class CmServerTest : public ::testing::Test {
     } else {
       ::unsetenv("UROCE_CM_LISTEN_GRACE_MS");
     }
+    // The coordinator applies the UROCE_FAULTS of the process that starts it.
+    if (it->second == 103) {
+      ::setenv("UROCE_FAULTS", "dir=tx,class=cm,loss=100%,seed=3", 1);
+    } else {
+      ::unsetenv("UROCE_FAULTS");
+    }
     // An event channel's connection starts the coordinator (and keeps it).
     auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0");
     ASSERT_TRUE(c.ok()) << c.error();
@@ -89,6 +96,7 @@ class CmServerTest : public ::testing::Test {
   }
   void TearDown() override {
     if (chan_ >= 0) ::close(chan_);
+    ::unsetenv("UROCE_FAULTS");
   }
 
   // Sends a UD SEND Only packet with `payload` to the device's QP `qpn`.
@@ -426,6 +434,27 @@ TEST_F(CmServerTest, ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace
   EXPECT_EQ(std::get<wire::CmRej>(ans->message).reason,
             static_cast<std::uint16_t>(wire::CmRejReason::kInvalidServiceId));
   EXPECT_EQ(cm_counters()["req_held"], 1u);
+}
+
+// class=cm faults reach the CM's MADs (the coordinator's own socket): the REJ for a REQ nobody
+// listens for is lost on the way out, and the CM's counters say so.
+TEST_F(CmServerTest, FaultsReachTheCmsOwnPackets) {
+  send(wire::build_cm_mad(wire::CmMad{0xa0, req_for(7493)}));
+  std::map<std::string, std::uint64_t> c;
+  for (int i = 0; i < 1000 && c["fault_tx_loss"] == 0; ++i) {
+    c = cm_counters();
+    if (c["fault_tx_loss"] == 0) {
+      pollfd p{dp_->fd(), POLLIN, 0};
+      ::poll(&p, 1, 10);  // a bounded wait between queries
+    }
+  }
+  EXPECT_EQ(c["fault_tx_loss"], 1u);
+  EXPECT_EQ(c["fault_tx_packets"], 1u);
+  EXPECT_EQ(c["tx_mads"], 1u);  // the CM sent it; the stage lost it
+  // Nothing came, nor can come: it never left.
+  std::size_t got = 0;
+  dp_->receive(16, [&](const wire::RocePacket&, const datapath::RxMeta&) { ++got; });
+  EXPECT_EQ(got, 0u);
 }
 
 }  // namespace
