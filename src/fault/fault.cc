@@ -69,26 +69,31 @@ std::optional<std::uint64_t> parse_decimal(std::string_view s, std::uint64_t max
   return v;
 }
 
+// 1 to `max_digits` hexadecimal digits (either case), no prefix.
+std::optional<std::uint64_t> parse_hex(std::string_view s, std::size_t max_digits) {
+  if (s.empty() || s.size() > max_digits) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    unsigned d = 0;
+    if (is_digit(c)) {
+      d = static_cast<unsigned>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      d = static_cast<unsigned>(c - 'a' + 10);
+    } else if (c >= 'A' && c <= 'F') {
+      d = static_cast<unsigned>(c - 'A' + 10);
+    } else {
+      return std::nullopt;
+    }
+    v = (v << 4) | d;
+  }
+  return v;
+}
+
 // Decimal, or hexadecimal with 0x.
 std::optional<std::uint64_t> parse_integer(std::string_view s, std::uint64_t max) {
   if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    std::uint64_t v = 0;
-    s.remove_prefix(2);
-    if (s.size() > 16) return std::nullopt;
-    for (char c : s) {
-      unsigned d = 0;
-      if (is_digit(c)) {
-        d = static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        d = static_cast<unsigned>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        d = static_cast<unsigned>(c - 'A' + 10);
-      } else {
-        return std::nullopt;
-      }
-      v = (v << 4) | d;
-    }
-    if (v > max) return std::nullopt;
+    const auto v = parse_hex(s.substr(2), 16);
+    if (!v || *v > max) return std::nullopt;
     return v;
   }
   return parse_decimal(s, max);
@@ -281,22 +286,9 @@ std::optional<std::array<std::uint8_t, 4>> parse_ipv4(std::string_view s) {
 }
 
 std::optional<std::uint16_t> parse_hex16(std::string_view s) {
-  if (s.empty() || s.size() > 4) return std::nullopt;
-  unsigned v = 0;
-  for (char c : s) {
-    unsigned d = 0;
-    if (is_digit(c)) {
-      d = static_cast<unsigned>(c - '0');
-    } else if (c >= 'a' && c <= 'f') {
-      d = static_cast<unsigned>(c - 'a' + 10);
-    } else if (c >= 'A' && c <= 'F') {
-      d = static_cast<unsigned>(c - 'A' + 10);
-    } else {
-      return std::nullopt;
-    }
-    v = (v << 4) | d;
-  }
-  return static_cast<std::uint16_t>(v);
+  const auto v = parse_hex(s, 4);
+  if (!v) return std::nullopt;
+  return static_cast<std::uint16_t>(*v);
 }
 
 // The groups of one side of "::" (an IPv4 tail allowed when `last`); nullopt if malformed.
