@@ -30,10 +30,6 @@ extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
 #endif
 
-// Copies `payload` (registered memory) into `out`, as a NIC's DMA engine reads it: the
-// application may be rewriting those bytes in another thread at this very moment, which RDMA
-// allows (the responder sends whatever it read, with an ICRC over the same bytes). Under
-// ThreadSanitizer these reads are therefore not race-checked; everything else is.
 // Whether a rule of the stage takes the packet: those that none takes do not enter it, so that
 // its packet numbers (in the fault log) count only the packets its rules aim at.
 bool matches_a_rule(const fault::FaultStage& s, const fault::PacketInfo& info) {
@@ -43,6 +39,10 @@ bool matches_a_rule(const fault::FaultStage& s, const fault::PacketInfo& info) {
   return false;
 }
 
+// Copies `payload` (registered memory) into `out`, as a NIC's DMA engine reads it: the
+// application may be rewriting those bytes in another thread at this very moment, which RDMA
+// allows (the responder sends whatever it read, with an ICRC over the same bytes). Under
+// ThreadSanitizer these reads are therefore not race-checked; everything else is.
 void snapshot_registered_memory(std::span<const ConstBytes> payload, MutBytes out) {
 #if defined(__SANITIZE_THREAD__)
   AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
@@ -425,6 +425,13 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     now = fault_clock(now);
     // Held packets first (they are older); then this one, built whole, through the stage.
     if (!release_tx_faults(now)) return false;
+    // Room first: a packet refused here is sent again by the caller, and must enter the stage
+    // once, when it is taken (entered each time, it would be counted and drawn for again, and
+    // backpressure would move the seed's faults to other packets).
+    if (queued_ == tx_batch_) {
+      drain();
+      if (queued_ == tx_batch_) return false;
+    }
     std::size_t payload_bytes = 0;
     for (ConstBytes p : payload) payload_bytes += p.size();
     const std::size_t pad = wire::pad_for(payload_bytes);

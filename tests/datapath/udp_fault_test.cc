@@ -182,5 +182,86 @@ TEST(UdpFaults, TheSameSeedGivesTheSameFaultsAtTheSamePackets) {
   EXPECT_EQ(runs[0], runs[1]);
 }
 
+// A packet the socket has no room for (send() returns false: the caller sends it again later)
+// enters the stage once, when the datapath takes it: the attempts it refused are neither counted
+// nor drawn, so that backpressure does not change which packets the seed's faults hit.
+TEST(UdpFaults, APacketRefusedForWantOfRoomEntersTheStageOnceWhenItIsTaken) {
+  struct Run {
+    std::vector<std::uint32_t> events;  // the packet numbers of the faults
+    std::vector<std::uint32_t> received;
+    std::uint64_t packets = 0;  // the stage's count
+    std::uint64_t refused = 0;  // send() calls that returned false
+  };
+  std::vector<Run> runs;
+  for (const bool backpressure : {false, true}) {
+    Run r;
+    bool blocked = backpressure;
+    UdpOptions o(v4("127.0.6.13"));
+    o.use_environment = false;
+    o.gso = false;
+    o.gro = false;
+    o.tx_batch = 2;
+    o.sendmmsg_hook = [&](int fd, mmsghdr* v, unsigned n) -> int {
+      if (blocked) {
+        errno = EAGAIN;
+        return -1;
+      }
+      return ::sendmmsg(fd, v, n, 0);
+    };
+    auto opened = UdpDatapath::open(o);
+    ASSERT_TRUE(opened.ok()) << opened.error();
+    UdpDatapath& a = *opened.value();
+    auto b = open_at("127.0.6.14");
+    ASSERT_TRUE(b);
+    a.set_faults(spec("dir=tx,loss=30%,seed=5"), Instant{});
+    a.set_fault_events([&](const fault::FaultEvent& e) {
+      r.events.push_back(static_cast<std::uint32_t>(e.packet_number));
+    });
+    const Instant t = Instant::from_ns(1'000'000);
+    constexpr int kPackets = 20;
+    for (int i = 0; i < kPackets; ++i) {
+      wire::TransportHeaders h;
+      h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+      h.bth.dest_qpn = 0x11;
+      h.bth.psn = static_cast<std::uint32_t>(i);
+      std::array<std::byte, 64> payload{};
+      std::array<std::byte, 64> hdr{};
+      const std::size_t hn = wire::write_headers(hdr, h, payload.size());
+      wire::OuterHeaders out;
+      out.dst = v4("127.0.6.14");
+      out.ethernet = false;
+      const ConstBytes pieces[1] = {ConstBytes(payload)};
+      // Refused while the socket is blocked, tried again three times, then taken once it has
+      // room (and blocked again for the next).
+      int tries = 0;
+      while (!a.send(t, out, ConstBytes(hdr).first(hn), pieces)) {
+        ++r.refused;
+        if (++tries == 3) {
+          blocked = false;
+          a.flush(t);
+        }
+        ASSERT_LT(tries, 10);
+      }
+      a.flush(t);  // the payload is read by the flush at the latest (Datapath::send)
+      blocked = backpressure;
+    }
+    blocked = false;
+    a.flush(t);
+    const fault::StageCounters c = a.fault_counters(fault::Direction::kTx);
+    r.packets = c.packets;
+    const auto lost = c.injected[static_cast<std::size_t>(fault::Injected::kLoss)];
+    r.received = receive_psns(*b, kPackets - lost, t);
+    EXPECT_EQ(r.packets, static_cast<std::uint64_t>(kPackets));
+    EXPECT_EQ(r.events.size(), lost);
+    EXPECT_EQ(r.received.size() + lost, static_cast<std::size_t>(kPackets));
+    runs.push_back(r);
+  }
+  EXPECT_EQ(runs[0].refused, 0u);
+  EXPECT_GT(runs[1].refused, 0u);  // the backpressure happened
+  EXPECT_FALSE(runs[0].events.empty());
+  EXPECT_EQ(runs[0].events, runs[1].events);
+  EXPECT_EQ(runs[0].received, runs[1].received);
+}
+
 }  // namespace
 }  // namespace uroce::datapath

@@ -18,7 +18,14 @@
 #                  egress: data, ACKs, READ responses, atomic ACKs) under ib_{write,read,send}_bw,
 #                  ib_send_lat, ib_atomic_bw and uroce_verbs_check; 5% of those it receives
 #                  (netem on ifb0, where eth0's ingress is redirected: uroce's packets) under the
-#                  same; and RNR (uroce_verbs_check --rnr: the server posts its receives late)
+#                  same; RNR (uroce_verbs_check --rnr: the server posts its receives late); and
+#                  loss in uroce's own fault stage (UROCE_FAULTS in the host's program, no netem;
+#                  see uroce_fault_spec): 5% of uroce's requests as the requester (ureq5:
+#                  ib_{write,send,read}_bw as client, ib_{write,send}_bw -b as server), of its
+#                  atomic requests (uatomic5), of its ACKs and atomic ACKs as the responder
+#                  (uack5: ib_{write,send,atomic}_bw as server), of its READ responses (uread5:
+#                  ib_read_bw as server), of all it sends (utx5: uroce_verbs_check both ways) and
+#                  of all it receives (urx5: ib_write_bw, ib_read_bw, uroce_verbs_check both ways)
 #   rdmacm         rdma_cm programs, over the kernel's rdma_cm in the VM and over the drop-in
 #                  librdmacm.so.1 (uroce's CM in the device's coordinator) on the host: rping -C
 #                  100 -v, ucmatose (2 connections), udaddy (UD, SIDR) and rdma_server /
@@ -37,7 +44,9 @@
 # status), tap.pcap (tcpdump on the VM's tap: every packet, both directions), uroce.pcap (the
 # drop-in's own capture, UROCE_PCAP), uroce-stats.txt (the drop-in's counters as its device
 # closed, UROCE_STATS_FILE), counters-{before,after}.txt (rxe0's hw_counters), dmesg.txt (the
-# VM's kernel log during the case), and the checks' outputs. A case passes when
+# VM's kernel log during the case), and the checks' outputs; with uroce's own faults, also
+# uroce-faults.txt (the UROCE_FAULTS given) and uroce.pcap.faults (the capture's companion
+# log: every fault its stage injected). A case passes when
 # both programs exit 0 and report their result (the pingpongs' and uroce_verbs_check's data
 # checks included), tcpdump lost nothing, both captures pass `uroce pcap check` and hold the
 # same packets (same_frames.py; rxe's last packets may reach uroce's device as it closes),
@@ -46,9 +55,14 @@
 # ICRC error, rxe counted no
 # sequence or RNR error, retry or retry-exceeded error beyond what the case's fault causes (and
 # the fault did happen), and the largest packet fits the MTU (and, for messages larger than
-# it, fills it). In the rdmacm group the CM MADs (to and from QP 1) are uroce's coordinator's:
-# its capture (devd.pcap, UROCE_DEVD_PCAP) holds the same MADs as the wire, and the program's
-# counters and capture the rest; and no program in the VM crashed (its kernel log: a crash of a
+# it, fills it). With uroce's own faults the captures are compared without the packets its
+# receive stage dropped (on the wire only; what its transmit stage dropped is on neither), and
+# check_ufaults requires the stage to have dropped packets of the aimed class and nothing else,
+# its log and counters to agree with the captures, and the side that must recover to have
+# retransmitted (uroce's retransmitted_pkts, rxe's duplicate_request, out_of_seq_request,
+# completer_retry_err, rcvd_seq_err, as the case says). In the rdmacm group the CM MADs (to
+# and from QP 1) are uroce's coordinator's: its capture (devd.pcap, UROCE_DEVD_PCAP) holds the
+# same MADs as the wire, and the program's counters and capture the rest; and no program in the VM crashed (its kernel log: a crash of a
 # server's child shows in no exit status), but for qperf 0.4.11's own after each test (see
 # check_run). Captures of passing cases are deleted (UROCE_INTEROP_KEEP=1 keeps them).
 # A case listed in known_failures below is run and reported as KNOWN FAILURE, not failed.
@@ -187,6 +201,28 @@ netem_dropped() { # DEV: what its netem qdisc dropped so far
     sed -n '/netem/,/dropped/ s/.*dropped \([0-9]*\).*/\1/p' | head -1
 }
 
+# ---- faults in uroce's own datapath (u* kinds): UROCE_FAULTS in the host's program, the VM
+# without netem. uroce's transmit stage drops its packets of one class (a packet it drops never
+# reaches the wire: neither the tap nor its own capture has it), or its receive stage drops what
+# rxe sent (on the tap, not in uroce's capture: same_frames.py --rx-faults takes those out of the
+# comparison, by the companion log of uroce's capture, uroce.pcap.faults). The seed comes from
+# the case's name, the same in each run (the packets it hits depend on the packet sequence too,
+# which timing changes: retransmissions, coalesced ACKs). ----
+uroce_fault_spec() { # KIND CASE -> the case's UROCE_FAULTS
+  local match rate=${1##*[a-z]}
+  case ${1%"$rate"} in
+    ureq) match='dir=tx,class=req' ;;        # its requests: SEND, WRITE, READ request
+    uatomic) match='dir=tx,class=atomic' ;;  # its CmpSwap, FetchAdd requests
+    uack) match='dir=tx,class=ack' ;;        # its ACKs, NAKs and atomic ACKs
+    uread) match='dir=tx,class=read' ;;      # its READ responses
+    utx) match='dir=tx' ;;                   # all it sends
+    urx) match='dir=rx' ;;                   # all it receives
+    *) return 1 ;;
+  esac
+  [[ $rate =~ ^[0-9]+$ ]] || return 1
+  echo "$match,loss=$rate%,seed=$(printf '%s' "$2" | cksum | cut -d' ' -f1)"
+}
+
 # ---- CM MAD drops (rdmacm group): the first MAD of a kind from one side, dropped in the guest
 # (cmdrop kinds). A u32 filter matches the MAD (IPv4 or IPv6 without options, UDP port 4791,
 # BTH DestQP 1 at UDP payload bytes 5-7, MAD class 7 at byte 21, the attribute at 36-37) and a
@@ -306,10 +342,17 @@ run_once() { # dir server kind limit prog args...
   local host_prog=$prog
   [[ $prog == uroce_verbs_check ]] && host_prog=$vcheck
 
-  local netem_dev=
+  local netem_dev='' ufaults=() spec
   case $kind in
     loss*) set_netem egress "${kind#loss}"; netem_dev=eth0 ;;
     iloss*) set_netem ingress "${kind#iloss}"; netem_dev=ifb0 ;;
+    u*)
+      # uroce's own fault stage, in the host's program only; no netem.
+      set_netem none
+      spec=$(uroce_fault_spec "$kind" "$(basename "$dir")") || fail "unknown kind '$kind'"
+      ufaults=("UROCE_FAULTS=$spec")
+      echo "$spec" >"$dir/uroce-faults.txt"
+      ;;
     *) set_netem none ;;
   esac
   vm 30 'dmesg -c >/dev/null' || true
@@ -319,7 +362,7 @@ run_once() { # dir server kind limit prog args...
   start_tcpdump "$dir/tap.pcap" "$dir/tcpdump.log"
   local hrc=0
   if [[ $server == host ]]; then
-    ip netns exec "$ns" "${host_env[@]}" "UROCE_PCAP=$dir/uroce.pcap" \
+    ip netns exec "$ns" "${host_env[@]}" "${ufaults[@]}" "UROCE_PCAP=$dir/uroce.pcap" \
       "UROCE_STATS_FILE=$dir/uroce-stats.txt" \
       timeout -k 5 "$limit" "$host_prog" "${host_args[@]}" >"$dir/host.log" 2>&1 &
     host_pid=$!
@@ -344,7 +387,7 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
 [ \$n -gt 300 ] && exit 1; sleep 0.1; done" >"$dir/vm-start.log" ||
       case_fail "the VM's server did not start listening"
     if [[ -z $why ]]; then
-      ip netns exec "$ns" "${host_env[@]}" "UROCE_PCAP=$dir/uroce.pcap" \
+      ip netns exec "$ns" "${host_env[@]}" "${ufaults[@]}" "UROCE_PCAP=$dir/uroce.pcap" \
         "UROCE_STATS_FILE=$dir/uroce-stats.txt" \
         timeout -k 5 "$limit" "$host_prog" "${host_args[@]}" "$vm_ip" >"$dir/host.log" 2>&1 ||
         hrc=$?
@@ -422,8 +465,11 @@ check_run() {
     ! grep -q ', 0 valid' "$dir/$f.pcap.check.txt" || { case_fail "$f.pcap holds no packet"; return 0; }
   done
   if [[ -s $dir/uroce.pcap ]]; then
-    python3 "$here/same_frames.py" --late-ok "${own[@]}" "$dir/tap.pcap" "$dir/uroce.pcap" "$v_ip" \
-      "$h_ip" >"$dir/same-frames.txt" 2>&1 || { case_fail "uroce's capture differs from the wire"; return 0; }
+    # What uroce's own receive stage dropped is on the wire only (u* kinds: its fault log).
+    local rxf=()
+    [[ -s $dir/uroce.pcap.faults ]] && rxf=(--rx-faults "$dir/uroce.pcap.faults")
+    python3 "$here/same_frames.py" --late-ok "${own[@]}" "${rxf[@]}" "$dir/tap.pcap" "$dir/uroce.pcap" \
+      "$v_ip" "$h_ip" >"$dir/same-frames.txt" 2>&1 || { case_fail "uroce's capture differs from the wire"; return 0; }
   fi
   if [[ -n $cm ]]; then
     # Every CM MAD on the wire is the coordinator's, sent or received, and nothing else is.
@@ -470,6 +516,10 @@ check_run() {
     ((u_rcvd == u_captured)) ||
       { case_fail "uroce accepted $u_rcvd of the $u_captured packets it received from rxe"; return 0; }
     u_note="$u_rcvd accepted by uroce, none dropped"
+    local u_faulted
+    u_faulted=$(stat_sum rx_loss "$dir/uroce-stats.txt")
+    ((u_faulted == 0)) ||
+      u_note="$u_rcvd accepted by uroce, $u_faulted lost to its own receive stage, no other dropped"
   else
     # The program exited without closing its device (perftest's passive side of
     # ib_atomic_lat returns from main without ibv_close_device), so the drop-in wrote no
@@ -547,6 +597,11 @@ check_run() {
         counts="netem dropped $lost of uroce's packets; $counts"
       fi
       ;;
+    u*)
+      # uroce's own stage: it dropped what the case aims at, and the right side recovered.
+      check_ufaults || return 0
+      counts="$ufaults_note; $counts"
+      ;;
     rnr)
       # uroce serves: its receives come late, it NAKs with RNR and rxe's requester counts
       # rcvd_rnr_err; rxe serves: rxe's responder sends the RNR NAKs (send_rnr_err).
@@ -565,8 +620,125 @@ check_run() {
   note "  $sent packets uroce->rxe (all accepted$late_note), $vm_sent rxe->uroce ($u_note), largest $largest B; ${counts% }$cm_note$crash_note"
 }
 
+# The checks of a u* kind (see uroce_fault_spec), from uroce's counters at exit
+# (uroce-stats.txt: its `faults` line and its `link` line), its fault log (uroce.pcap.faults)
+# and rxe's counters (counters-{before,after}.txt). Reads check_run's locals. Sets ufaults_note; returns 1 (with `why` set) when a check fails:
+# - uroce's stage applied the case's spec and dropped packets (its loss counter of the case's
+#   direction > 0), nothing else: no other fault kind, nothing in the other direction;
+# - its log lists each of them (as many loss lines as the counter says), all of the aimed class;
+# - what it took and did not drop went on, and nothing more: uroce's packets of the class on the
+#   wire (tap.pcap) on transmit, rxe's packets in uroce's capture on receive;
+# - uroce counted no retry exceeded;
+# - the side that must recover did, as its counters show (rxe's: the deltas):
+#     its requests lost (ureq, uatomic; utx with uroce as the requester): uroce retransmitted
+#       (retransmitted_pkts) what rxe's responder found missing (out_of_seq_request);
+#     its READ responses (uread), atomic ACKs (uack under ib_atomic_bw; utx with uroce as the
+#       responder): rxe's requester asked again (completer_retry_err + rcvd_seq_err: a timeout
+#       or a NAK made it retry) and uroce's responder answered a duplicate (duplicate_request);
+#     rxe's requests lost on receive (urx, uroce serves): uroce NAKed the gap (send_seq_err) and
+#       rxe retried;
+#     rxe's READ responses or atomic ACKs lost on receive (urx, uroce the requester under
+#       ib_read_bw, ib_atomic_bw, uroce_verbs_check): uroce retransmitted its requests and rxe
+#       answered duplicates (duplicate_request);
+#   plain ACKs lost (uack under WRITE and SEND; urx with uroce as their requester) need no
+#   recovery: an ACK acknowledges every earlier PSN, the next one covers a lost one (and a lost
+#   last one is the requester's timeout). Their counters are reported, nothing more is required.
+check_ufaults() {
+  local s=$dir/uroce-stats.txt log=$dir/uroce.pcap.faults spec d=tx cls
+  spec=$(cat "$dir/uroce-faults.txt")
+  [[ $kind == urx* ]] && d=rx
+  [[ -s $s ]] || { case_fail "no uroce counters: what its fault stage did is unknown"; return 1; }
+  grep -q "^faults .* seed ${spec##*seed=} spec " "$s" ||
+    { case_fail "uroce's counters have no faults line of seed ${spec##*seed=}: UROCE_FAULTS '$spec' not applied"; return 1; }
+  local lost k n extra=
+  lost=$(stat_sum "${d}_loss" "$s")
+  ((lost > 0)) || { case_fail "uroce's $d stage ($spec) dropped nothing: the case tested no loss"; return 1; }
+  for k in tx_loss tx_burst_loss tx_partition tx_queue_full tx_duplicate tx_reorder tx_delay \
+    tx_corrupt rx_loss rx_burst_loss rx_partition rx_queue_full rx_duplicate rx_reorder rx_delay \
+    rx_corrupt; do
+    [[ $k == "${d}_loss" ]] && continue
+    n=$(stat_sum "$k" "$s")
+    ((n == 0)) || extra+=" $k $n"
+  done
+  [[ -z $extra ]] || { case_fail "uroce's stage ($spec) injected more than $d loss:$extra"; return 1; }
+  # The log: one line per loss, "time_ns dir packet kind class dest_qpn peer rule".
+  [[ -s $log ]] || { case_fail "uroce's capture has no fault log (uroce.pcap.faults)"; return 1; }
+  local logged by_class
+  logged=$(awk -v d="$d" '$1 !~ /^#/ && $2 == d && $4 == "loss"' "$log" | wc -l)
+  ((logged == lost)) ||
+    { case_fail "uroce counted $lost ${d}_loss, its fault log lists $logged"; return 1; }
+  by_class=$(awk -v d="$d" '$1 !~ /^#/ && $2 == d && $4 == "loss" { n[$5]++ }
+    END { for (c in n) printf "%s%s:%d", (s++ ? "," : ""), c, n[c] }' "$log")
+  case $kind in
+    ureq*) cls=req ;; uatomic*) cls=atomic ;; uack*) cls=ack ;; uread*) cls='read' ;; *) cls='' ;;
+  esac
+  if [[ -n $cls && $by_class != "$cls:$lost" ]]; then
+    case_fail "uroce's stage aimed at class $cls, its log lists the losses as $by_class"
+    return 1
+  fi
+  # What the stage took and did not drop, and only that, went on: on transmit, uroce's packets
+  # of the class on the wire (a dropped one is not); on receive, rxe's packets in uroce's
+  # capture (its device had them).
+  local took passed classes where="uroce's capture"
+  took=$(stat_sum "${d}_packets" "$s")
+  if [[ $d == tx ]]; then
+    passed=$own_sent where='the wire'
+    if [[ -n $cls ]]; then
+      classes=$(python3 "$here/pcap_summary.py" --classes "$dir/tap.pcap" "$h_ip" | sed -n 's/.* classes //p')
+      passed=0
+      [[ ,$classes, =~ ,$cls:([0-9]+), ]] && passed=${BASH_REMATCH[1]}
+    fi
+  else
+    passed=$u_captured
+  fi
+  ((took - lost == passed)) ||
+    { case_fail "uroce's $d stage took $took packets${cls:+ of class $cls} and dropped $lost, but $where has $passed"; return 1; }
+  for k in retry_exceeded_err retry_rnr_exceeded_err; do
+    (($(stat_sum "$k" "$s") == 0)) || { case_fail "uroce counted $k"; return 1; }
+  done
+  # What must have moved: u:COUNTER, uroce's; r:COUNTER, rxe's delta; r:retried, rxe's
+  # completer_retry_err + rcvd_seq_err.
+  local want=() w v got=
+  case $kind in
+    ureq* | uatomic*) want=(u:retransmitted_pkts r:out_of_seq_request) ;;
+    uread*) want=(r:retried u:duplicate_request) ;;
+    uack*) [[ $prog == ib_atomic_bw ]] && want=(r:retried u:duplicate_request) ;;
+    utx*)
+      if [[ $server == vm ]]; then
+        want=(u:retransmitted_pkts r:out_of_seq_request)
+      else
+        want=(r:retried u:duplicate_request)
+      fi
+      ;;
+    urx*)
+      if [[ $server == host ]]; then
+        want=(u:send_seq_err r:retried)
+      elif [[ $prog == ib_read_bw || $prog == ib_atomic_bw || $prog == uroce_verbs_check ]]; then
+        want=(u:retransmitted_pkts r:duplicate_request)
+      fi
+      ;;
+  esac
+  for w in u:retransmitted_pkts u:duplicate_request u:send_seq_err u:rcvd_seq_err \
+    r:out_of_seq_request r:duplicate_request r:retried; do
+    case $w in
+      u:*) v=$(stat_sum "${w#u:}" "$s") ;;
+      r:retried) v=$(($(delta completer_retry_err "$b" "$a") + $(delta rcvd_seq_err "$b" "$a"))) ;;
+      r:*) v=$(delta "${w#r:}" "$b" "$a") ;;
+    esac
+    if [[ " ${want[*]} " == *" $w "* ]]; then
+      ((v > 0)) ||
+        { case_fail "uroce's stage dropped $lost packets ($by_class), but $w stayed 0 (u: uroce's counter, r: rxe's)"; return 1; }
+    fi
+    got+="${got:+ }$w+$v"
+  done
+  ufaults_note="uroce's $d stage dropped $lost ($by_class; '$spec'); ${got}${want[*]:+ (required: ${want[*]})}"
+  return 0
+}
+
 # run_case NAME SERVER KIND LIMIT PROG ARGS...
-#   SERVER: host (uroce's side serves) or vm; KIND: clean, loss1, loss5, rnr
+#   SERVER: host (uroce's side serves) or vm; KIND: clean, lossN and ilossN (netem in the VM:
+#   N% of what rxe sends, of what it receives), rnr, cmdrop:... (run_cm_once), or one of
+#   uroce_fault_spec's (ureqN, uatomicN, uackN, ureadN, utxN, urxN: uroce's own stage)
 run_case() {
   local name=$1 server=$2 kind=$3 limit=$4 prog=$5
   shift 5
@@ -949,6 +1121,28 @@ case $group in
     both "iloss5.ib_send_lat" iloss5 180 ib_send_lat -F -m 1024 -s 4096 -n 500
     both "iloss5.verbs_check" iloss5 300 uroce_verbs_check -m 1024 -n 2 --timeout 120
     both "rnr.verbs_check" rnr 300 uroce_verbs_check -m 1024 -n 2 --rnr --timeout 120
+    # uroce's own fault stage (UROCE_FAULTS in the host's program; the VM runs no netem): 5% of
+    # one class of what uroce sends, where uroce sends that class: its requests as the requester
+    # (perftest's client; its server too with -b, both sides sending), its atomic requests, its
+    # ACKs and atomic ACKs as the responder, its READ responses; then 5% of everything it sends
+    # (uroce_verbs_check) and of everything it receives.
+    local_args=(-F -m 1024 -s 4096 -n 1000)
+    for t in ib_write_bw ib_send_bw ib_read_bw; do
+      run_case "ureq5.$t.uroce_client" vm ureq5 180 "$t" "${local_args[@]}"
+    done
+    for t in ib_write_bw ib_send_bw; do
+      run_case "ureq5.$t.b.uroce_server" host ureq5 180 "$t" -b "${local_args[@]}"
+    done
+    run_case uatomic5.ib_atomic_bw.uroce_client vm uatomic5 180 ib_atomic_bw -F -m 1024 -n 1000
+    run_case uack5.ib_write_bw.uroce_server host uack5 180 ib_write_bw "${local_args[@]}"
+    run_case uack5.ib_send_bw.uroce_server host uack5 180 ib_send_bw "${local_args[@]}"
+    run_case uack5.ib_atomic_bw.uroce_server host uack5 180 ib_atomic_bw -F -m 1024 -n 1000
+    run_case uread5.ib_read_bw.uroce_server host uread5 180 ib_read_bw "${local_args[@]}"
+    both utx5.verbs_check utx5 300 uroce_verbs_check -m 1024 -n 2 --timeout 120
+    for t in ib_write_bw ib_read_bw; do
+      both "urx5.$t" urx5 180 "$t" "${local_args[@]}"
+    done
+    both urx5.verbs_check urx5 300 uroce_verbs_check -m 1024 -n 2 --timeout 120
     ;;
 esac
 set_netem none

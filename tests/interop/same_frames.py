@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares two captures of the same RoCEv2 traffic, from the IP header on.
 
-usage: same_frames.py [--late-ok] [--qp1 only|none] WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
+usage: same_frames.py [--late-ok] [--qp1 only|none] [--rx-faults LOG]
+                     WIRE.pcap UROCE.pcap PEER_ADDRESS UROCE_ADDRESS
 WIRE.pcap is tcpdump's view of the wire, UROCE.pcap what uroce wrote (UROCE_PCAP). The packets
 sent from each address must be the same in both captures: the same number, in the same order,
 the same bytes from the IP header to the ICRC (the Ethernet header is left out: uroce's capture
@@ -17,6 +18,15 @@ and printed; the others must match.
 --qp1 only|none: compare only the packets to QP 1 (the connection manager's MADs, which uroce's
 device coordinator sends and receives, in its own capture: UROCE_DEVD_PCAP), or all the others
 (a program's own, in its UROCE_PCAP capture); in both captures.
+--rx-faults LOG: uroce's capture has a companion log of the faults its device injected
+(UROCE_PCAP's FILE.faults: "time_ns dir packet kind class dest_qpn peer rule"). A packet its
+transmit stage dropped is neither on the wire nor in its capture, nothing to do; one its receive
+stage dropped (rx loss, burst_loss, partition, queue_full) is on the wire and not in its
+capture: those are taken out of the peer's packets on the wire before the comparison, by their
+number (the receive stage's count of the packets it took, from 1: the peer's packets in wire
+order when its rules take every packet and uroce has one peer, as in the matrix; not with
+--qp1), each checked against the log's DestQP. Other receive faults (duplicate, reorder, delay, corrupt) change what uroce
+captured in ways this comparison does not undo: refused (exit 2).
 Exit 0 when they match, 1 with the first differences otherwise.
 """
 import ipaddress
@@ -97,6 +107,30 @@ def masked(ip):
     return bytes(b)
 
 
+RX_DROPS = ('loss', 'burst_loss', 'partition', 'queue_full')
+
+
+def rx_dropped(path):
+    """{packet number: dest_qpn} of the packets uroce's receive stage dropped (the fault log at
+    path), or a string saying why the log cannot be used."""
+    dropped = {}
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if not words or words[0].startswith('#'):
+                continue
+            if len(words) < 8:
+                return 'malformed line in %s: %s' % (path, line.strip())
+            _, direction, number, kind, _, qpn = words[:6]
+            if direction != 'rx':
+                continue
+            if kind not in RX_DROPS:
+                return ('%s: uroce\'s receive stage injected %s: its capture cannot be compared '
+                        'with the wire by taking out dropped packets' % (path, kind))
+            dropped[int(number)] = int(qpn)
+    return dropped
+
+
 def main(argv):
     late_ok = len(argv) > 1 and argv[1] == '--late-ok'
     if late_ok:
@@ -105,6 +139,16 @@ def main(argv):
     if len(argv) > 2 and argv[1] == '--qp1' and argv[2] in ('only', 'none'):
         qp1 = argv[2]
         argv = argv[:1] + argv[3:]
+    dropped = {}
+    if len(argv) > 2 and argv[1] == '--rx-faults':
+        dropped = rx_dropped(argv[2])
+        argv = argv[:1] + argv[3:]
+        if isinstance(dropped, str):
+            print(dropped)
+            return 2
+        if dropped and qp1 is not None:
+            print('--rx-faults with --qp1: the receive stage\'s numbers count every packet')
+            return 2
     if len(argv) != 5:
         sys.stderr.write(__doc__)
         return 2
@@ -114,6 +158,21 @@ def main(argv):
         addr = ipaddress.ip_address(text)
         wire = sent_from(wire_path, addr, qp1=qp1)
         mine = sent_from(uroce_path, addr, qp1=qp1)
+        if exact and dropped:
+            # The peer's packets that uroce's receive stage dropped: on the wire, never captured.
+            wrong = [n for n, qpn in sorted(dropped.items())
+                     if n > len(wire) or dest_qp(wire[n - 1]) != qpn]
+            if wrong:
+                n = wrong[0]
+                print('%s: the fault log\'s receive drop #%d (DestQP %d) is %s' %
+                      (text, n, dropped[n], 'beyond the %d packets on the wire' % len(wire)
+                       if n > len(wire) else 'packet %d on the wire, to DestQP %s' %
+                       (n, dest_qp(wire[n - 1]))))
+                ok = False
+                continue
+            print('%s: %d packet(s) dropped by uroce\'s receive stage (its fault log): left out' %
+                  (text, len(dropped)))
+            wire = [p for i, p in enumerate(wire, 1) if i not in dropped]
         if exact and late_ok and len(wire) > len(mine):
             # The peer's last packets, beyond those uroce captured: the program had closed the
             # device (or had not read them yet when it closed). Allowed only at the end: the
