@@ -724,11 +724,14 @@ Result<fault::FaultSpec, std::string> CmServer::set_faults(const std::string& te
 }
 
 // A REQ that comes before the listen of the port it names. The kernel REJects it at once
-// (Invalid Service ID); a program that sends its peer the port between rdma_bind_addr and
-// rdma_listen (Debian 12's qperf) then fails whenever its peer is quicker than its own next
-// system call. Such a REQ waits here, only while an ID holds the port and for listen_grace_ at
-// most: the listen hands it to the CM as if it had just come, and otherwise it is REJected as
-// the kernel does, listen_grace_ late. A REQ for a port nobody holds is answered at once.
+// (Invalid Service ID); a program whose server tells its peer to connect before it has listened
+// then fails whenever the peer is quicker: Debian 12's qperf sends the port between
+// rdma_bind_addr and rdma_listen, perftest -R's client connects its data QPs as soon as the
+// control connection has told it to, while the server creates, binds and listens on a new ID
+// (the client's retry then reuses destroyed IDs). On the kernel the server's system calls
+// nearly always win; through the coordinator they take a few round trips. Such a REQ waits here
+// for listen_grace_ at most: a listen on its port hands it to the CM as if it had just come,
+// and otherwise it is REJected as the kernel does, listen_grace_ late.
 bool CmServer::hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes mad) {
   if (listen_grace_ <= Duration::zero()) return false;
   auto m = wire::parse_cm_mad(mad);
@@ -744,7 +747,6 @@ bool CmServer::hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes m
   const auto sid = wire::parse_rdma_ip_service_id(service);
   if (!sid) return false;
   const auto ps = static_cast<std::uint32_t>(sid->port_space);
-  if (ports_.count({ps, sid->port}) == 0) return false;
   for (const auto& [n, id] : ids_) {
     if (id.listening && id.ps == ps && id.src.port == sid->port) return false;
   }

@@ -43,7 +43,7 @@ struct CmServerCounters {
   std::uint64_t tx_mads = 0;
   std::uint64_t tx_failed = 0;     // MADs the socket did not take
   std::uint64_t client_drops = 0;  // clients dropped (closed, or not reading their events)
-  std::uint64_t req_held = 0;      // REQs that came for a bound port before its listen
+  std::uint64_t req_held = 0;      // REQs that came for a port before its listen
 };
 
 class CmServer {
@@ -51,10 +51,10 @@ class CmServer {
   // `sink_fd`: the group's first socket (owned from here on). `seed`: the CM's IDs and the
   // ephemeral ports' start. `capture_path`: a pcap file for every packet the sink sends and
   // receives (empty: none), written until the server is destroyed. `listen_grace`: how long a
-  // REQ (or SIDR_REQ) for a port that an ID has bound but does not listen on yet waits for the
-  // listen before it is REJected (Invalid Service ID, as the kernel answers at once). Programs
-  // that tell their peer the port between rdma_bind_addr and rdma_listen (Debian 12's qperf
-  // 0.4.11, fixed upstream in 2018) count on the listen coming before the REQ.
+  // REQ (or SIDR_REQ) for an rdma_cm port nobody listens on yet waits for a listen before it is
+  // REJected (Invalid Service ID, which the kernel answers at once). Programs whose server lets
+  // its peer connect before it has listened (Debian 12's qperf 0.4.11 and perftest -R) count on
+  // the listen coming before the REQ.
   static Result<std::unique_ptr<CmServer>, std::string> open(
       const wire::IpAddress& ip, std::uint16_t port, int sink_fd, std::uint64_t seed,
       const std::string& capture_path = {}, Duration listen_grace = Duration::ms(100));
@@ -130,8 +130,8 @@ class CmServer {
   Id* id_of(int fd, std::uint32_t number);
   Id* id_by_conn(cm::ConnId c);
   devd::CmAddr local_addr(std::uint16_t port) const;
-  // A REQ or SIDR_REQ for a port an ID has bound but not yet listens on waits for the listen,
-  // up to listen_grace_ (see cm_server.cc): true when `mad` is one and is now held.
+  // A REQ or SIDR_REQ for a port nobody listens on waits for a listen, up to listen_grace_
+  // (see cm_server.cc): true when `mad` is one and is now held.
   bool hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes mad);
   // Hands the held requests for (ps, port), or all those due by `now` when ps is 0, to the CM.
   void release_held(Instant now, std::uint32_t ps, std::uint16_t port);

@@ -30,7 +30,7 @@ struct CoordinatorOptions {
   // and receives to this pcap file (UROCE_DEVD_PCAP where the coordinator was started); empty:
   // none. A context's own packets are in its UROCE_PCAP capture.
   std::string capture_path;
-  // How long a REQ for a port that is bound but not yet listened on waits for the listen
+  // How long a REQ for a port nobody listens on waits for a listen
   // (UROCE_CM_LISTEN_GRACE_MS; see CmServer).
   std::int64_t cm_listen_grace_ms = 100;
   // Faults on the coordinator's own packets (the CM's MADs): UROCE_FAULTS where it was started.

@@ -57,14 +57,14 @@ class CmServerTest : public ::testing::Test {
         {"OneReplyPerCommandAndEventsAfterIt", 99},
         {"AChannelThatStopsReadingIsDroppedAndItsSuccessorServed", 100},
         {"ARequestBeforeTheListenWaitsForIt", 101},
-        {"ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace", 102},
+        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", 102},
         {"FaultsReachTheCmsOwnPackets", 103},
     };
     // The coordinator reads it when it starts (connect_cm below starts it): 10 minutes, so
     // that the listen comes in time however slow the machine; 1 ms, so that the REJ comes.
     static const std::map<std::string, const char*> graces = {
         {"ARequestBeforeTheListenWaitsForIt", "600000"},
-        {"ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace", "1"},
+        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", "1"},
     };
     const auto it = nets.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_NE(it, nets.end()) << "give the test its own addresses";
@@ -396,20 +396,26 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
   }
 }
 
-// A REQ that comes between rdma_bind_addr and rdma_listen (a program that tells its peer the
-// port before it listens: Debian's qperf) is held and handed to the listener when it listens.
+// A REQ that comes before the listen (a program that lets its peer connect before it listens:
+// Debian's qperf, perftest -R) is held and handed to the listener when it listens.
 TEST_F(CmServerTest, ARequestBeforeTheListenWaitsForIt) {
   const std::uint32_t id = create_id();
   bind(id, 7490);
   auto before = cm_counters();
   send(wire::build_cm_mad(wire::CmMad{0x90, req_for(7490)}));
-  // The REQ has been read when a REQ after it (for a port nobody holds) has its answer.
+  // Held for a port nobody has bound yet too.
   send(wire::build_cm_mad(wire::CmMad{0x91, req_for(7491)}));
+  // Both have been read when a MAD after them has its answer (a REP for no REQ: REJ at once).
+  wire::CmRep rep;
+  rep.local_comm_id = 0x56;
+  rep.remote_comm_id = 0x9a;
+  rep.local_qpn = 0x401;
+  send(wire::build_cm_mad(wire::CmMad{0x92, rep}));
   auto ans = receive();
   ASSERT_TRUE(ans.has_value());
-  EXPECT_EQ(ans->transaction_id, 0x91u);
+  EXPECT_EQ(ans->transaction_id, 0x92u);
   ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
-  EXPECT_EQ(cm_counters()["req_held"] - before["req_held"], 1u);
+  EXPECT_EQ(cm_counters()["req_held"] - before["req_held"], 2u);
 
   devd::CmMsg m;
   m.type = devd::CmMsgType::kListen;
@@ -422,18 +428,21 @@ TEST_F(CmServerTest, ARequestBeforeTheListenWaitsForIt) {
   EXPECT_EQ(ev->conn.qp_num, 0x345u);
 }
 
-// Held no longer than the grace: then REJected with Invalid Service ID, as the kernel answers.
-TEST_F(CmServerTest, ARequestForABoundPortNobodyListensOnIsRejectedAfterTheGrace) {
+// Held no longer than the grace: then REJected with Invalid Service ID, as the kernel answers,
+// for a bound port and for one nobody holds.
+TEST_F(CmServerTest, ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace) {
   const std::uint32_t id = create_id();
   bind(id, 7492);
-  send(wire::build_cm_mad(wire::CmMad{0x92, req_for(7492)}));
-  auto ans = receive();
-  ASSERT_TRUE(ans.has_value());
-  EXPECT_EQ(ans->transaction_id, 0x92u);
-  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
-  EXPECT_EQ(std::get<wire::CmRej>(ans->message).reason,
-            static_cast<std::uint16_t>(wire::CmRejReason::kInvalidServiceId));
-  EXPECT_EQ(cm_counters()["req_held"], 1u);
+  for (std::uint16_t port : {7492, 7494}) {
+    send(wire::build_cm_mad(wire::CmMad{port, req_for(port)}));
+    auto ans = receive();
+    ASSERT_TRUE(ans.has_value());
+    EXPECT_EQ(ans->transaction_id, port);
+    ASSERT_TRUE(std::holds_alternative<wire::CmRej>(ans->message));
+    EXPECT_EQ(std::get<wire::CmRej>(ans->message).reason,
+              static_cast<std::uint16_t>(wire::CmRejReason::kInvalidServiceId));
+  }
+  EXPECT_EQ(cm_counters()["req_held"], 2u);
 }
 
 // class=cm faults reach the CM's MADs (the coordinator's own socket): the REJ for a REQ nobody
