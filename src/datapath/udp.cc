@@ -542,18 +542,11 @@ void UdpDatapath::flush(Instant now) {
 
 void UdpDatapath::set_faults(const fault::FaultSpec& spec, Instant start) {
   if (spec.empty()) {
-    // Held packets are let go at once: clearing the faults heals the network.
-    if (tx_faults_ != nullptr) {
-      std::vector<fault::FaultStage::Out> rest;
-      fault::FaultStage::Out o;
-      while (tx_faults_->poll(Instant::never(), o)) rest.push_back(o);
-      if (fault_out_pending_) rest.insert(rest.begin(), fault_out_);
-      fault_out_pending_ = false;
-      tx_faults_.reset();
-      for (const auto& r : rest) {
-        if (!queue_raw(r.info, ConstBytes(r.bytes))) break;  // the socket's queue is full: lost
-      }
-    }
+    // Held packets are let go at once: clearing the faults heals the network (what the socket's
+    // queue has no room for is lost).
+    if (tx_faults_ != nullptr) release_tx_faults(Instant::never());
+    tx_faults_.reset();
+    fault_out_pending_ = false;
     rx_faults_.reset();  // what it held is lost, as packets in a cut cable
     return;
   }
@@ -812,12 +805,9 @@ std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& 
   RxRing& r = *rx_;
   std::size_t datagrams = 0;
   std::size_t packets = 0;
-  rx_now_ = now;
-  if (rx_faults_ != nullptr) {
-    now = rx_now_ = fault_clock(now);
-    // Held packets that are due, then the socket.
-    packets += release_rx_faults(now, handler);
-  }
+  rx_now_ = rx_faults_ != nullptr ? fault_clock(now) : now;
+  // Held packets that are due, then the socket.
+  if (rx_faults_ != nullptr) packets += release_rx_faults(rx_now_, handler);
   while (datagrams < max) {
     const std::size_t want = std::min(rx_batch_, max - datagrams);
     for (std::size_t i = 0; i < want; ++i) {

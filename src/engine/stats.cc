@@ -165,11 +165,11 @@ std::string format_stats_text(const DeviceStats& s, bool with_qps) {
     append_u64(out, n);
   }
   out += '\n';
-  if (!s.faults.empty()) {
+  if (!s.faults.spec.empty()) {
     out += "faults " + link_name(s) + " pid " + std::to_string(s.pid) + " seed ";
-    append_u64(out, s.fault_seed);
-    out += " spec \"" + s.faults + "\"";
-    for (const auto& [dir, c] : {std::pair{"tx", &s.fault_tx}, std::pair{"rx", &s.fault_rx}}) {
+    append_u64(out, s.faults.seed);
+    out += " spec \"" + s.faults.spec + "\"";
+    for (const auto& [dir, c] : {std::pair{"tx", &s.faults.tx}, std::pair{"rx", &s.faults.rx}}) {
       out += std::string(" ") + dir + "_packets ";
       append_u64(out, c->packets);
       for (std::size_t k = 0; k < fault::kInjectedCount; ++k) {
@@ -205,12 +205,12 @@ std::string format_stats_json(const DeviceStats& s, bool with_qps) {
     append_u64(out, rx_drops(s, r));
   }
   out += '}';
-  if (!s.faults.empty()) {
+  if (!s.faults.spec.empty()) {
     out += ",\"faults\":{\"spec\":";
-    append_json_string(out, s.faults);
+    append_json_string(out, s.faults.spec);
     out += ",\"seed\":";
-    append_u64(out, s.fault_seed);
-    for (const auto& [dir, c] : {std::pair{"tx", &s.fault_tx}, std::pair{"rx", &s.fault_rx}}) {
+    append_u64(out, s.faults.seed);
+    for (const auto& [dir, c] : {std::pair{"tx", &s.faults.tx}, std::pair{"rx", &s.faults.rx}}) {
       out += std::string(",\"") + dir + "\":{\"packets\":";
       append_u64(out, c->packets);
       for (std::size_t k = 0; k < fault::kInjectedCount; ++k) {

@@ -40,6 +40,15 @@ struct QpStats {
 
 using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;
 
+// A device's faults (fault/fault.h): the spec in effect ("" when none), its seed, and what each
+// direction's stage did.
+struct FaultStats {
+  std::string spec;
+  std::uint64_t seed = 0;
+  fault::StageCounters tx;
+  fault::StageCounters rx;
+};
+
 struct DeviceStats {
   std::string name;
   std::uint8_t port = 1;
@@ -54,12 +63,7 @@ struct DeviceStats {
   std::uint64_t thread_rx_pkts = 0;
   std::vector<QpStats> qps;             // every live QP, by QPN
   transport::QpCounters destroyed_qps;  // the sums of the QPs destroyed since open
-  // Faults (fault/fault.h): the spec in effect ("" when none), its seed, what each direction's
-  // stage did.
-  std::string faults;
-  std::uint64_t fault_seed = 0;
-  fault::StageCounters fault_tx;
-  fault::StageCounters fault_rx;
+  FaultStats faults;
 
   // The device's counters by name, in output order. Counters that come from QPs are sums over
   // every QP the device has had (destroyed_qps plus the live ones), as rxe's are.

@@ -639,17 +639,7 @@ DeviceStats UdpDevice::stats_locked() {
   s.engine = engine_ ? engine_->counters() : closed_engine_;
   s.datapath = dp_ ? dp_->counters() : closed_dp_;
   s.destroyed_qps = device_->destroyed_qp_counters();
-  if (dp_ && dp_->has_faults()) {
-    s.faults = dp_->fault_spec().to_string();
-    s.fault_seed = dp_->fault_spec().seed;
-    s.fault_tx = dp_->fault_counters(fault::Direction::kTx);
-    s.fault_rx = dp_->fault_counters(fault::Direction::kRx);
-  } else if (!dp_) {
-    s.faults = closed_faults_.faults;
-    s.fault_seed = closed_faults_.fault_seed;
-    s.fault_tx = closed_faults_.fault_tx;
-    s.fault_rx = closed_faults_.fault_rx;
-  }
+  s.faults = dp_ ? fault_stats_locked() : closed_faults_;
   s.async_events_dropped = device_->async_events_dropped();
   s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
@@ -726,6 +716,16 @@ std::string UdpDevice::serve_faults_request(std::string_view r) {
   auto f = set_faults(text);
   if (!f.ok()) return "error: " + f.error() + "\n";
   return "ok " + f->to_string() + "\n";
+}
+
+FaultStats UdpDevice::fault_stats_locked() const {
+  FaultStats f;
+  if (!dp_->has_faults()) return f;
+  f.spec = dp_->fault_spec().to_string();
+  f.seed = dp_->fault_spec().seed;
+  f.tx = dp_->fault_counters(fault::Direction::kTx);
+  f.rx = dp_->fault_counters(fault::Direction::kRx);
+  return f;
 }
 
 DeviceStats UdpDevice::stats() {
@@ -888,7 +888,7 @@ CloseResult UdpDevice::close(Duration deadline) {
     fault_log_ = nullptr;
     closed_engine_ = engine_->counters();
     closed_dp_ = dp_->counters();
-    closed_faults_ = stats_locked();  // its faults fields, while dp_ still has them
+    closed_faults_ = fault_stats_locked();
     engine_.reset();
     if (shared_) shared_->forget_socket();
     dp_.reset();  // closes the socket

@@ -324,6 +324,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // the mutex for the snapshot.
   void maybe_serve_stats(Instant t, bool force);
   DeviceStats stats_locked();
+  FaultStats fault_stats_locked() const;  // dp_ open
   std::shared_ptr<Channel> find_channel(std::uint64_t channel) const;
   std::uint32_t outstanding_locked(bool* tx_pending);
   // The answer to a "faults ..." request of the stats endpoint.
@@ -373,7 +374,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   CloseResult close_result_;
   EngineCounters closed_engine_;  // the engine's and datapath's last counters, after close()
   datapath::UdpCounters closed_dp_;
-  DeviceStats closed_faults_;  // its faults fields: the last ones, after close()
+  FaultStats closed_faults_;  // the last ones, after close()
 };
 
 }  // namespace uroce::engine
