@@ -986,7 +986,7 @@ TEST(UdpDatapath, HardwareSegmentationKeepsIpv4GsoOff) {
   EXPECT_FALSE(hardware_udp_segmentation("no-such-if0"));
   EXPECT_FALSE(hardware_udp_segmentation("../../etc"));
   EXPECT_FALSE(interface_name(v4("192.0.2.1")).ok());
-  auto a = open_dp("127.0.3.89", true, false);
+  auto a = open_dp("127.0.3.140", true, false);
   ASSERT_TRUE(a);
   if (a->gso()) {
     EXPECT_EQ(a->gso_note(), "on");
@@ -1016,7 +1016,7 @@ TEST(UdpDatapath, HardwareSegmentationKeepsIpv4GsoOff) {
 }
 
 TEST(UdpDatapath, ReceiveBufferIsLargerThanTheKernelDefault) {
-  auto a = open_dp("127.0.3.92", false, false);
+  auto a = open_dp("127.0.3.141", false, false);
   ASSERT_TRUE(a);
   int bytes = 0;
   socklen_t len = sizeof bytes;

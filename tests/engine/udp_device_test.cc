@@ -177,10 +177,10 @@ TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
     kept[1] = new Side();
     Side& a = *kept[0];
     Side& b = *kept[1];
-    make_side(a, "127.0.3.98");
-    make_side(b, "127.0.3.99");
-    connect(a, b, "127.0.3.99");
-    connect(b, a, "127.0.3.98");
+    make_side(a, "127.0.3.144");
+    make_side(b, "127.0.3.145");
+    connect(a, b, "127.0.3.145");
+    connect(b, a, "127.0.3.144");
     const Sge recv{b.va(0), 64, b.mr.lkey};
     const RecvWr rwr{1, std::span(&recv, 1)};
     bool ok = b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr) == Errc::kOk;
@@ -246,10 +246,10 @@ TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
 // queued in the datapath once the engine has flushed.
 TEST(UdpDevice, LongWriteGoesOutInGsoRunsWithVerifiedIcrcs) {
   Side a, b;
-  make_side(a, "127.0.3.90");
-  make_side(b, "127.0.3.91");
-  connect(a, b, "127.0.3.91");
-  connect(b, a, "127.0.3.90");
+  make_side(a, "127.0.3.142");
+  make_side(b, "127.0.3.143");
+  connect(a, b, "127.0.3.143");
+  connect(b, a, "127.0.3.142");
   if (!a.dev->datapath().gso() || a.dev->datapath().tx_batch() < 2) {
     GTEST_SKIP() << "no UDP GSO here (or UROCE_UDP_GSO=0 / UROCE_UDP_BATCH=1)";
   }

@@ -366,7 +366,7 @@ TEST(UdpDeviceThread, ASignalEndsABlockedCqEventWait) {
   Side a;
   SideOptions oa = deep();
   oa.make_channel = true;
-  make_side(a, "127.0.1.10", oa);
+  make_side(a, "127.0.1.250", oa);
   ASSERT_EQ(a.dev->start_progress_thread(), "");
   struct sigaction sa {};
   sa.sa_handler = on_alarm;  // no SA_RESTART
