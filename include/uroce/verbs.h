@@ -297,6 +297,10 @@ class DoorbellHandler {
   // The QP is about to be modified or destroyed: a progress engine that holds packets back for
   // it (an ACK waiting to leave with the next request) sends them now, while they still can.
   virtual void qp_changing(std::uint32_t /*qpn*/) {}
+  // The QP is about to be destroyed (after qp_changing, while the engine can still find it): a
+  // progress engine may keep what it needs to acknowledge its peer's retransmissions
+  // (transport/closed_qps.h).
+  virtual void qp_destroying(std::uint32_t /*qpn*/) {}
 };
 
 // ---- the device ----

@@ -621,9 +621,16 @@ void CmServer::pump(Instant now) {
 }
 
 void CmServer::on_sink_readable(Instant now) {
+  std::vector<transport::TxPacket> acks;  // for closed QPs, sent once the batch is read
   dp_->receive(now, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
     const wire::BthView bth = pkt.bth();
     if (bth.dest_qpn() != wire::kGsiQpn) {
+      transport::TxPacket ack;
+      if (meta.icrc_verified && acks.size() < kMaxClosedAcks &&
+          closed_.answer(now, pkt, meta.src, ack)) {
+        acks.push_back(ack);
+        return;
+      }
       ++counters_.unsteered;
       return;
     }
@@ -644,8 +651,21 @@ void CmServer::on_sink_readable(Instant now) {
     if (hold_for_listen(now, from, pkt.payload)) return;
     (void)cm_.handle_mad(now, from, pkt.payload);
   });
+  for (const transport::TxPacket& ack : acks) send_closed_qp_ack(now, ack);
+  if (!acks.empty()) dp_->flush(now);
   pump(now);
   flush_drops(now);
+}
+
+void CmServer::send_closed_qp_ack(Instant now, const transport::TxPacket& ack) {
+  wire::OuterHeaders o = transport::outer_headers(ip_, ack.av);
+  o.dst_port = port_;
+  o.ethernet = false;
+  if (dp_->send(now, o, ack.header_span(), {})) {
+    ++counters_.closed_qp_acks;
+  } else {
+    ++counters_.tx_failed;
+  }
 }
 
 void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
@@ -676,7 +696,7 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   std::snprintf(text, sizeof text,
                 "cm_ids %zu cm_connections %zu rx_mads %llu rx_malformed %llu rx_duplicate %llu "
                 "rx_dropped %llu tx_mads %llu retransmits %llu qp1_bad %llu qp1_not_cm %llu "
-                "req_held %llu",
+                "req_held %llu closed_qp_acks %llu",
                 ids_.size(), cm_.connection_count(),
                 static_cast<unsigned long long>(counters_.rx_mads),
                 static_cast<unsigned long long>(c.rx_malformed),
@@ -686,7 +706,8 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
                 static_cast<unsigned long long>(c.retransmits),
                 static_cast<unsigned long long>(counters_.rx_bad),
                 static_cast<unsigned long long>(counters_.rx_not_cm),
-                static_cast<unsigned long long>(counters_.req_held));
+                static_cast<unsigned long long>(counters_.req_held),
+                static_cast<unsigned long long>(counters_.closed_qp_acks));
   devd::Msg m;
   m.type = devd::MsgType::kCmStats;
   devd::set_text(m.text, text);
@@ -712,7 +733,7 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
 }
 
 Instant CmServer::next_deadline() const {
-  Instant t = std::min(cm_.poll_timeout(), dp_->next_deadline());
+  Instant t = std::min({cm_.poll_timeout(), dp_->next_deadline(), closed_.last_until()});
   return held_.empty() ? t : std::min(t, held_.front().until);
 }
 

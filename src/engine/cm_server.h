@@ -31,6 +31,7 @@
 #include "datapath/udp.h"
 #include "engine/devd_cm_protocol.h"
 #include "engine/devd_protocol.h"
+#include "transport/closed_qps.h"
 #include "wire/ip.h"
 
 namespace uroce::engine {
@@ -41,9 +42,10 @@ struct CmServerCounters {
   std::uint64_t rx_bad = 0;     // QP 1 packets with a bad ICRC, opcode or Q_Key
   std::uint64_t unsteered = 0;  // packets for a QPN nobody owns
   std::uint64_t tx_mads = 0;
-  std::uint64_t tx_failed = 0;     // MADs the socket did not take
-  std::uint64_t client_drops = 0;  // clients dropped (closed, or not reading their events)
-  std::uint64_t req_held = 0;      // REQs that came for a port before its listen
+  std::uint64_t tx_failed = 0;       // MADs the socket did not take
+  std::uint64_t client_drops = 0;    // clients dropped (closed, or not reading their events)
+  std::uint64_t req_held = 0;        // REQs that came for a port before its listen
+  std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for a closed context's QPs
 };
 
 class CmServer {
@@ -78,8 +80,14 @@ class CmServer {
   void on_sink_readable(Instant now);
   void on_client_readable(Instant now, int fd);
   void on_timeout(Instant now);
-  // When on_timeout() is next due (Instant::never() when nothing waits).
+  // When on_timeout() is next due (Instant::never() when nothing waits), or a closed QP expires.
   Instant next_deadline() const;
+  // A context destroyed an RC QP (devd kClosedQp): once the context has gone and the QP's block
+  // is unsteered, its peer's retransmissions of requests it executed reach this socket and are
+  // acknowledged (transport/closed_qps.h) until `until`.
+  void keep_closed_qp(const transport::ClosedQp& q) { closed_.add(q); }
+  // Closed QPs still answered at `now`: the coordinator stays while there are any.
+  bool keeps_closed_qps(Instant now) { return closed_.live(now) != 0; }
   // Faults on the CM's own packets (the coordinator applies UROCE_FAULTS of the process that
   // started it, so that class=cm rules reach the CM MADs); "" clears them.
   Result<fault::FaultSpec, std::string> set_faults(const std::string& text, Instant now);
@@ -162,6 +170,9 @@ class CmServer {
   std::vector<HeldReq> held_;  // at most kMaxHeld, oldest first
   Duration listen_grace_;
   CmServerCounters counters_;
+  transport::ClosedQps closed_;
+  static constexpr std::size_t kMaxClosedAcks = 64;  // per receive batch
+  void send_closed_qp_ack(Instant now, const transport::TxPacket& ack);
 };
 
 }  // namespace uroce::engine

@@ -133,8 +133,13 @@ class Coordinator {
   // Nobody uses the device: no context, no event channel, and the CM retransmits nothing (a
   // process that disconnected and exited leaves its DREQ to the CM, which must see it answered
   // or given up, as the kernel's does: exiting earlier lost the DREQ's retransmissions, and the
-  // peer then retried its own DREQ for a minute against a closed port).
-  bool idle() const { return members_.empty() && !cm_->has_clients() && !cm_->retransmitting(); }
+  // peer then retried its own DREQ for a minute against a closed port), and no closed QP is
+  // still answered for (transport/closed_qps.h: the peer of a QP whose process exited right
+  // after its last message may still retransmit that message for an ACK that was lost).
+  bool idle() {
+    return members_.empty() && !cm_->has_clients() && !cm_->retransmitting() &&
+           !cm_->keeps_closed_qps(now());
+  }
 
   static Instant now() {
     timespec ts{};
@@ -302,6 +307,10 @@ class Coordinator {
         r.status = claim_qp1(i, m.value != 0);
         break;
       }
+      case devd::MsgType::kClosedQp:
+        cm_->keep_closed_qp(devd::closed_qp_from(m, now()));
+        r.type = devd::MsgType::kClosedQp;
+        break;
       case devd::MsgType::kBye:
         // Its own reference is closed: ours is the last one.
         remove(i);

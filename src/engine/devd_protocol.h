@@ -20,8 +20,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
+#include "transport/closed_qps.h"
 #include "wire/ip.h"
 
 namespace uroce::engine::devd {
@@ -54,6 +57,10 @@ enum class MsgType : std::uint32_t {
   kCmHello,  // the connection is an rdma_cm event channel's (devd_cm_protocol.h)
   kCmId,     // kList: one rdma_cm ID (pid, index: port space, value: port, text: its state)
   kCmStats,  // kList: the CM's counters (text: "name value" pairs)
+  // A context destroyed an RC QP: value its QPN, index the peer's QPN, blocks the responder's
+  // ePSN, qp1 its MSN, status how long to answer for it (ms), text the path (ClosedQpPath).
+  // Answered with kClosedQp.
+  kClosedQp,
 };
 
 struct Msg {
@@ -86,6 +93,32 @@ std::string get_text(const char (&field)[N]) {
   std::size_t n = 0;
   while (n < N && field[n] != '\0') ++n;
   return std::string(field, n);
+}
+
+// kClosedQp: a destroyed QP's closed state, answered for `life` from its arrival.
+inline Msg closed_qp_msg(const transport::ClosedQp& q, Duration life) {
+  static_assert(std::is_trivially_copyable_v<transport::AddressVector> &&
+                sizeof(transport::AddressVector) <= sizeof(Msg::text));
+  Msg m;
+  m.type = MsgType::kClosedQp;
+  m.value = q.qpn;
+  m.index = q.remote_qpn;
+  m.blocks = q.epsn;
+  m.qp1 = q.msn;
+  const std::int64_t ms = life.count_ns() / 1'000'000;
+  m.status = static_cast<std::int32_t>(ms < 0 ? 0 : (ms > 3'600'000 ? 3'600'000 : ms));
+  std::memcpy(m.text, &q.path, sizeof q.path);
+  return m;
+}
+inline transport::ClosedQp closed_qp_from(const Msg& m, Instant now) {
+  transport::ClosedQp q;
+  q.qpn = m.value & 0xffffff;
+  q.remote_qpn = m.index & 0xffffff;
+  q.epsn = m.blocks & 0xffffff;
+  q.msn = m.qp1 & 0xffffff;
+  std::memcpy(&q.path, m.text, sizeof q.path);
+  q.until = now + Duration::ms(m.status < 0 ? 0 : m.status);
+  return q;
 }
 
 }  // namespace uroce::engine::devd

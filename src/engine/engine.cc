@@ -34,12 +34,26 @@ void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
   const std::uint32_t qpn = pkt.bth().dest_qpn();
   transport::Qp* qp = qps_.find_qp(qpn);
   if (qp == nullptr) {
+    transport::TxPacket ack;
+    if (closed_acks_.size() < kMaxClosedAcks && closed_.answer(now, pkt, info.src, ack)) {
+      closed_acks_.push_back(ack);
+      ++counters_.closed_qp_acks;
+      return;
+    }
     ++counters_.rx_unknown_qpn;  // rxe drops these silently too
     return;
   }
   qp->handle_packet(now, pkt, info);
   arm(qpn, *qp);
   activate(qpn);
+}
+
+std::optional<transport::ClosedQp> Engine::qp_destroying(Instant now, std::uint32_t qpn) {
+  const transport::Qp* qp = qps_.find_qp(qpn);
+  if (qp == nullptr) return std::nullopt;
+  auto c = transport::closed_state(*qp, now);
+  if (c) closed_.add(*c);
+  return c;
 }
 
 void Engine::handle_timers(Instant now) {
@@ -79,15 +93,7 @@ Instant Engine::next_timeout() {
 }
 
 bool Engine::transmit(Instant now, const transport::TxPacket& tx) {
-  wire::OuterHeaders o;
-  o.src = local_;
-  o.dst = tx.av.dst;
-  o.src.v6 = tx.av.dst.v6;
-  o.src_port = tx.av.udp_sport;
-  o.traffic_class = tx.av.traffic_class;
-  o.ttl = tx.av.hop_limit;
-  o.flow_label = tx.av.flow_label;
-  if (!dp_.send(now, o, tx.header_span(), tx.payload())) {
+  if (!dp_.send(now, transport::outer_headers(local_, tx.av), tx.header_span(), tx.payload())) {
     ++counters_.tx_backpressure;
     return false;
   }
@@ -127,6 +133,11 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
     has_pending_ = false;
     ++sent;
     if (transport::Qp* qp = qps_.find_qp(pending_qpn_)) arm(pending_qpn_, *qp);
+  }
+  while (!closed_acks_.empty() && sent < budget) {
+    if (!transmit(now, closed_acks_.back())) return sent;  // an ACK has no payload to keep
+    closed_acks_.pop_back();
+    ++sent;
   }
   transport::TxPacket tx;
   // Round robin over active QPs, kBurst packets each per turn.

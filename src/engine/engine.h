@@ -21,6 +21,7 @@
 
 #include "base/time.h"
 #include "datapath/datapath.h"
+#include "transport/closed_qps.h"
 #include "transport/qp.h"
 #include "wire/packet.h"
 
@@ -41,7 +42,8 @@ struct EngineCounters {
   std::uint64_t rx_unknown_qpn = 0;
   std::uint64_t tx_backpressure = 0;
   std::uint64_t timer_fires = 0;
-  std::uint64_t tx_acks_held = 0;  // ACKs held by a flush_tx(hold_acks) for the next one
+  std::uint64_t tx_acks_held = 0;    // ACKs held by a flush_tx(hold_acks) for the next one
+  std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for destroyed QPs (ClosedQps)
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};  // by DropReason
 };
 
@@ -52,6 +54,11 @@ class Engine {
   void handle_rx(Instant now, const wire::RocePacket& pkt, const transport::PacketInfo& info);
   void count_drop(wire::DropReason r) { ++counters_.rx_drops[static_cast<std::size_t>(r)]; }
   void doorbell(std::uint32_t qpn);
+  // The QP is being destroyed (still found in the directory): keeps its closed state
+  // (transport/closed_qps.h), so that a retransmission of a request it executed is acknowledged
+  // again. Returns that state (nullopt for a QP with nothing to keep), for the device's
+  // coordinator, which answers for the QP once its context has gone.
+  std::optional<transport::ClosedQp> qp_destroying(Instant now, std::uint32_t qpn);
   void handle_timers(Instant now);
   // Sends up to `budget` packets, then flushes the datapath (which may batch them): no packet
   // is left queued on the way out referring to registered memory. Returns how many were sent.
@@ -64,12 +71,14 @@ class Engine {
   // the same receive batch. The transport coalesces a held ACK with later ones.
   std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX, bool hold_acks = false);
   Instant next_timeout();
-  bool has_tx_work() const { return !active_.empty() || has_pending_ || dp_.tx_queued(); }
+  bool has_tx_work() const {
+    return !active_.empty() || has_pending_ || !closed_acks_.empty() || dp_.tx_queued();
+  }
   // QPs the last flush_tx held with only an ACK to send.
   std::size_t held_acks() const { return held_; }
   // Transmit work beyond the ACKs the last flush_tx held.
   bool has_unheld_tx_work() const {
-    return active_.size() > held_ || has_pending_ || dp_.tx_queued();
+    return active_.size() > held_ || has_pending_ || !closed_acks_.empty() || dp_.tx_queued();
   }
   const EngineCounters& counters() const { return counters_; }
   const wire::IpAddress& local() const { return local_; }
@@ -105,6 +114,11 @@ class Engine {
   std::vector<std::byte> pending_payload_;  // pending_'s payload, copied
   std::uint32_t pending_qpn_ = 0;
   bool has_pending_ = false;
+  // Destroyed QPs, and the ACKs they owe (sent before anything else; a few at most: one per
+  // retransmitted duplicate, and more than kMaxClosedAcks waiting are dropped as the peer retries).
+  transport::ClosedQps closed_;
+  std::vector<transport::TxPacket> closed_acks_;
+  static constexpr std::size_t kMaxClosedAcks = 64;
 };
 
 }  // namespace uroce::engine

@@ -473,6 +473,14 @@ void SharedPort::give_back(std::uint32_t block) {
   call(rel, ans);
 }
 
+void SharedPort::keep_closed_qp(const transport::ClosedQp& q, Duration life) {
+  std::lock_guard lk(mu_);
+  devd::Msg ans;
+  // An old coordinator answers an unknown request by closing the connection: the same as its
+  // going away, which call() reports as false; the closed QP is then only this context's.
+  (void)call(devd::closed_qp_msg(q, life), ans);
+}
+
 Errc SharedPort::claim_qp1(bool on) {
   std::lock_guard lk(mu_);
   devd::Msg req;

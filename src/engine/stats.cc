@@ -101,6 +101,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"ud_no_wqe_drops", q.ud_no_wqe_drops},
       {"src_addr_drops", q.src_addr_mismatch},
       {"unknown_qpn", engine.rx_unknown_qpn},
+      {"closed_qp_acks", engine.closed_qp_acks},
       {"rx_drops", drops},
       {"icrc_err", rx_drops(*this, icrc)},
       {"icrc_id_recovered", datapath.rx_icrc_id_recovered},

@@ -403,6 +403,15 @@ void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
   sched_.acks_flushed();
 }
 
+void UdpDevice::qp_destroying(std::uint32_t qpn) {
+  // Inside destroy_qp (under mu_ in thread mode), right after qp_changing. The coordinator gets
+  // the closed QP too: it answers for it once this context has closed (its block taken back).
+  if (!engine_) return;
+  const Instant t = now();
+  auto closed = engine_->qp_destroying(t, qpn);
+  if (closed && shared_) shared_->keep_closed_qp(*closed, closed->until - t);
+}
+
 void UdpDevice::doorbell(std::uint32_t qpn) {
   engine_->doorbell(qpn);
   // Inside post_send (under mu_ in thread mode). A quiet doorbell's poster transmits itself
@@ -886,6 +895,9 @@ CloseResult UdpDevice::close(Duration deadline) {
     capture_.reset();
     if (fault_log_ != nullptr) std::fclose(fault_log_);
     fault_log_ = nullptr;
+    // The QPs the application left go as if it had destroyed them (the kernel destroys a
+    // process's QPs when it exits): the coordinator answers for them.
+    for (transport::Qp* qp : device_->live_qps()) qp_destroying(qp->qpn());
     closed_engine_ = engine_->counters();
     closed_dp_ = dp_->counters();
     closed_faults_ = fault_stats_locked();

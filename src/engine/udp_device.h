@@ -302,6 +302,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // Held ACKs leave before a QP is modified or destroyed (an application that destroys its QP
   // right after its last exchange, as ibv_rc_pingpong does, still acknowledges it).
   void qp_changing(std::uint32_t qpn) override;
+  void qp_destroying(std::uint32_t qpn) override;
   void cq_event(CqHandle cq, std::uint64_t channel) override;
 
  private:

@@ -102,6 +102,7 @@ struct SimHost final : engine::QpDirectory,
   void cq_event(CqHandle, std::uint64_t) override;
   void doorbell(std::uint32_t n) override;
   void qp_changing(std::uint32_t) override;
+  void qp_destroying(std::uint32_t n) override;
 };
 
 struct Run {
@@ -173,6 +174,8 @@ void SimHost::qp_changing(std::uint32_t) {
   engine->flush_tx(run->now, SIZE_MAX, false);
   sched->acks_flushed();
 }
+
+void SimHost::qp_destroying(std::uint32_t n) { engine->qp_destroying(run->now, n); }
 
 // ---- setup ---------------------------------------------------------------------------------
 

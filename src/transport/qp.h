@@ -66,6 +66,19 @@ struct AddressVector {
   bool operator==(const AddressVector&) const = default;
 };
 
+// The outer headers of a packet from `local` along `av` (the datapath adds the rest).
+inline wire::OuterHeaders outer_headers(const wire::IpAddress& local, const AddressVector& av) {
+  wire::OuterHeaders o;
+  o.src = local;
+  o.dst = av.dst;
+  o.src.v6 = av.dst.v6;
+  o.src_port = av.udp_sport;
+  o.traffic_class = av.traffic_class;
+  o.ttl = av.hop_limit;
+  o.flow_label = av.flow_label;
+  return o;
+}
+
 // A send work request as the transport takes it (verbs resolved the AH of a UD request).
 struct SendRequest {
   std::uint64_t wr_id = 0;
@@ -184,6 +197,9 @@ class Qp {
   const QpCap& cap() const { return cap_; }
   const QpCounters& counters() const { return counters_; }
   const AddressVector& path() const { return path_; }
+  // The responder's next expected PSN and its MSN (ClosedQps keeps them when the QP goes).
+  std::uint32_t responder_psn() const { return resp_.psn; }
+  std::uint32_t responder_msn() const { return resp_.msn; }
 
   // Applies attributes; verbs validated the transition and mask. `path` is the resolved form of
   // attr.ah_attr when mask has kQpAv. Moving to ERR flushes; to RESET clears all state.

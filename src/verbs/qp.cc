@@ -145,7 +145,10 @@ Errc Device::destroy_qp(QpHandle qp) {
   vd::DeviceState& s = *s_;
   vd::QpObj* q = s.qps.get(to_raw(qp));
   if (q == nullptr) return Errc::kInvalidArgument;
-  if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
+  if (s.doorbell_handler != nullptr) {
+    s.doorbell_handler->qp_changing(q->qpn);
+    s.doorbell_handler->qp_destroying(q->qpn);
+  }
   // Unlink from the engine's views first.
   s.destroyed_qps += q->qp->counters();
   s.qp_by_qpn.erase(q->qpn);
