@@ -3,8 +3,11 @@
 // (docs/PERFORMANCE.md). Sender and receiver are two processes it forks (127.0.0.1 -> 127.0.0.2),
 // each pinned to its own CPU where there are two. Each command prints one JSON object.
 //
-//   udp_baseline bw --mode gso|mmsg [--seconds S] [--size 65536] [--segment 4096]
+//   udp_baseline bw --mode gso|mmsg [--seconds S] [--size 65536] [--segment 4096] [--window B]
 //     Bytes received per second at the receiver over S seconds, and each side's CPU time.
+//     --window: the sender's credit window in bytes (CreditWindow; 0: none, the sender sends
+//     as fast as the kernel takes its datagrams and the receiving socket drops what it cannot
+//     hold, counted in receiver_socket_drops).
 //     gso: one sendmsg per `size` bytes (at most the largest datagram, 65507 bytes, rounded
 //     down to whole segments) with UDP_SEGMENT = `segment`. mmsg: one sendmmsg of size/segment
 //     datagrams of `segment` bytes. The receiver reads with recvmmsg (16 buffers of 64 KiB)
@@ -158,8 +161,8 @@ void receive_loop(Shared& s, double seconds, std::size_t batch, bool gro, bool p
 constexpr std::uint64_t kWindowBytes = 2u << 20;
 constexpr std::uint64_t kWindowPackets = 512;
 
-int bw(const std::string& mode, double seconds, std::size_t size, std::size_t segment) {
-  const std::uint64_t window_bytes = kWindowBytes;
+int bw(const std::string& mode, double seconds, std::size_t size, std::size_t segment,
+       std::uint64_t window_bytes) {
   if (segment == 0 || segment > kMaxDatagram) {
     std::fprintf(stderr, "--segment must be from 1 to %zu\n", kMaxDatagram);
     return 2;
@@ -196,7 +199,7 @@ int bw(const std::string& mode, double seconds, std::size_t size, std::size_t se
                          CreditWindow credit(sh, window_bytes);
                          std::uint64_t sent_total = 0;
                          while (window.tick()) {
-                           credit.wait(sent_total);
+                           if (window_bytes != 0) credit.wait(sent_total);
                            const int n =
                                ::sendmmsg(fd, msgs.data(), static_cast<unsigned>(msgs.size()), 0);
                            if (n < 0) {
@@ -217,13 +220,14 @@ int bw(const std::string& mode, double seconds, std::size_t size, std::size_t se
       "{\"mode\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"gbit_per_s\":%.3f,"
       "\"sender_cpu_s\":%.3f,\"receiver_cpu_s\":%.3f,\"size\":%zu,\"segment\":%zu,"
       "\"bytes_per_send_call\":%zu,\"rx_packets\":%llu,\"rx_calls\":%llu,\"sent_bytes\":%llu,"
-      "\"send_calls\":%llu,\"sender_stalls\":%llu,\"receiver_socket_drops\":%.0f}\n",
+      "\"send_calls\":%llu,\"sender_stalls\":%llu,\"receiver_socket_drops\":%.0f,"
+      "\"window_bytes\":%llu}\n",
       mode.c_str(), static_cast<unsigned long long>(s->rx_bytes), s->rx_seconds,
       static_cast<double>(s->rx_bytes) * 8 / s->rx_seconds / 1e9, s->tx_cpu_s, s->rx_cpu_s, size,
       segment, gso ? per_call : per_call * segment, static_cast<unsigned long long>(s->rx_packets),
       static_cast<unsigned long long>(s->rx_calls), static_cast<unsigned long long>(s->tx_bytes),
       static_cast<unsigned long long>(s->tx_calls), static_cast<unsigned long long>(s->tx_stalls),
-      s->extra[8]);
+      s->extra[8], static_cast<unsigned long long>(window_bytes));
   return 0;
 }
 
@@ -359,12 +363,15 @@ int main(int argc, char** argv) {
   std::string mode = "gso";
   double seconds = 3;
   std::size_t size = 65536, segment = 4096, iters = 100000, pp_size = 8, pps_size = 64, batch = 32;
+  std::uint64_t window = kWindowBytes;
   CLI::App* bw_cmd = app.add_subcommand("bw", "Bandwidth: bytes received per second");
   bw_cmd->add_option("--mode", mode, "gso or mmsg")->check(CLI::IsMember({"gso", "mmsg"}));
   bw_cmd->add_option("--seconds", seconds, "measurement window")->check(CLI::Range(0.1, 600.0));
   bw_cmd->add_option("--size", size, "bytes per send call")->check(CLI::Range(1, 1 << 24));
   bw_cmd->add_option("--segment", segment, "datagram (GSO segment) size")
       ->check(CLI::Range(1, 65507));
+  bw_cmd->add_option("--window", window, "sender's credit window in bytes (0: none)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 30));
   CLI::App* pp_cmd = app.add_subcommand("pingpong", "Latency: round trip / 2, busy polling");
   pp_cmd->add_option("--iters", iters, "round trips")->check(CLI::Range(1, 100'000'000));
   pp_cmd->add_option("--size", pp_size, "datagram size")->check(CLI::Range(1, 65507));
@@ -374,7 +381,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   pps_cmd->add_option("--seconds", seconds, "measurement window")->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
-  if (bw_cmd->parsed()) return bw(mode, seconds, size, segment);
+  if (bw_cmd->parsed()) return bw(mode, seconds, size, segment, window);
   if (pp_cmd->parsed()) return pingpong(iters, pp_size);
   return pps(pps_size, batch, seconds);
 }
