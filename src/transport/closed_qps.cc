@@ -78,8 +78,8 @@ std::optional<ClosedQp> closed_state(const Qp& qp, Instant now) {
   Duration life = kMaxClosedLife;
   const QpAttr& a = qp.attr();
   if (a.timeout != 0 && a.timeout < 31) {
-    const Duration budget = Duration::ns(4096) * (std::int64_t{1} << a.timeout) *
-                            (std::int64_t{a.retry_cnt} + 1);
+    const Duration budget =
+        Duration::ns(4096) * (std::int64_t{1} << a.timeout) * (std::int64_t{a.retry_cnt} + 1);
     life = std::clamp(budget, kMinClosedLife, kMaxClosedLife);
   }
   ClosedQp c;
