@@ -34,6 +34,15 @@ class UdpBaseline(unittest.TestCase):
             self.assertGreater(r["gbit_per_s"], 0)
             self.assertGreaterEqual(r["seconds"], 0.3)
 
+    def test_bw_window(self):
+        # The sender's credit window is reported; 0 sends without one.
+        for window in ("0", "8388608"):
+            r = run_json(UDP_BASELINE, "bw", "--mode", "gso", "--seconds", "0.3", "--window", window)
+            self.assertEqual(r["window_bytes"], int(window))
+            self.assertGreater(r["bytes"], 0)
+        r = run_json(UDP_BASELINE, "bw", "--mode", "gso", "--seconds", "0.3")
+        self.assertEqual(r["window_bytes"], 2 << 20)
+
     def test_pingpong(self):
         r = run_json(UDP_BASELINE, "pingpong", "--iters", "2000", "--size", "8")
         self.assertGreater(r["one_way_us"], 0)
@@ -46,7 +55,8 @@ class UdpBaseline(unittest.TestCase):
         self.assertEqual(r["batch"], 8)
 
     def test_bad_arguments_fail_clearly(self):
-        for args in (["bw", "--mode", "tcp"], ["pps", "--batch", "0"], ["nosuch"], []):
+        for args in (["bw", "--mode", "tcp"], ["bw", "--window", "-1"], ["pps", "--batch", "0"],
+                     ["nosuch"], []):
             p = subprocess.run([UDP_BASELINE, *args], capture_output=True, text=True,
                                timeout=30, check=False)
             self.assertNotEqual(p.returncode, 0, args)
