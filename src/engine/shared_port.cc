@@ -476,8 +476,7 @@ void SharedPort::give_back(std::uint32_t block) {
 void SharedPort::keep_closed_qp(const transport::ClosedQp& q, Duration life) {
   std::lock_guard lk(mu_);
   devd::Msg ans;
-  // An old coordinator answers an unknown request by closing the connection: the same as its
-  // going away, which call() reports as false; the closed QP is then only this context's.
+  // A coordinator that has gone (call() false) leaves the closed QP to this context's engine.
   (void)call(devd::closed_qp_msg(q, life), ans);
 }
 
