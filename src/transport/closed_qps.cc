@@ -76,11 +76,8 @@ std::optional<ClosedQp> closed_state(const Qp& qp, Instant now) {
     return std::nullopt;
   }
   Duration life = kMaxClosedLife;
-  const QpAttr& a = qp.attr();
-  if (a.timeout != 0 && a.timeout < 31) {
-    const Duration budget =
-        Duration::ns(4096) * (std::int64_t{1} << a.timeout) * (std::int64_t{a.retry_cnt} + 1);
-    life = std::clamp(budget, kMinClosedLife, kMaxClosedLife);
+  if (const Duration t = qp.ack_timeout(); !t.is_infinite()) {
+    life = std::clamp(t * (std::int64_t{qp.attr().retry_cnt} + 1), kMinClosedLife, kMaxClosedLife);
   }
   ClosedQp c;
   c.qpn = qp.qpn();

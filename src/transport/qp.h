@@ -200,6 +200,8 @@ class Qp {
   // The responder's next expected PSN and its MSN (ClosedQps keeps them when the QP goes).
   std::uint32_t responder_psn() const { return resp_.psn; }
   std::uint32_t responder_msn() const { return resp_.msn; }
+  // The local ACK timeout, 4.096 us * 2^timeout (infinite for timeout 0).
+  Duration ack_timeout() const;
 
   // Applies attributes; verbs validated the transition and mask. `path` is the resolved form of
   // attr.ah_attr when mask has kQpAv. Moving to ERR flushes; to RESET clears all state.
@@ -323,7 +325,6 @@ class Qp {
   void reset_state();
   void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
                  bool ack_req, bool solicited, std::uint32_t payload_bytes);
-  Duration ack_timeout() const;
 
   std::uint32_t qpn_;
   QpType type_;
