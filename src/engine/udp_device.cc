@@ -251,6 +251,11 @@ void UdpDevice::engine_state_locked(RoundReport& r, bool want_next_timer) {
 
 RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_next_timer) {
   RoundReport r;
+  // What was posted since the last round leaves first: a request must not wait behind the
+  // read of the socket, which is a system call (about a microsecond) even when it finds
+  // nothing, and is on every hop of a ping-pong (the answer is posted right after the
+  // question arrives, then the next round sends it).
+  if (engine_->has_unheld_tx_work()) r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
   r.received = dp_->receive(t, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
     transport::PacketInfo info;
     info.src = meta.src;
@@ -260,7 +265,8 @@ RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);
-  r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
+  if (r.sent < plan.tx_budget)
+    r.sent += engine_->flush_tx(t, plan.tx_budget - r.sent, plan.hold_acks);
   sync_async_fd_locked();
   engine_state_locked(r, want_next_timer);
   return r;

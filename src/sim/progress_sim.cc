@@ -370,6 +370,11 @@ void note_held(Run& r, SimHost& h) {
 
 RoundReport round(Run& r, SimHost& h, const RoundPlan& plan, bool receive) {
   RoundReport rep;
+  // As UdpDevice::round_locked: what was posted since the last round leaves before the socket
+  // is read.
+  if (receive && h.engine->has_unheld_tx_work()) {
+    rep.sent = h.engine->flush_tx(r.now, plan.tx_budget, plan.hold_acks);
+  }
   if (receive) {
     while (rep.received < kRxBurst && !h.socket.empty()) {
       const std::vector<std::byte> f = std::move(h.socket.front());
@@ -388,7 +393,9 @@ RoundReport round(Run& r, SimHost& h, const RoundPlan& plan, bool receive) {
     }
     h.engine->handle_timers(r.now);
   }
-  rep.sent = h.engine->flush_tx(r.now, plan.tx_budget, plan.hold_acks);
+  if (rep.sent < plan.tx_budget) {
+    rep.sent += h.engine->flush_tx(r.now, plan.tx_budget - rep.sent, plan.hold_acks);
+  }
   rep.held_acks = h.engine->held_acks();
   rep.tx_left = h.engine->has_unheld_tx_work();
   rep.next_timer = h.engine->next_timeout();

@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "capture/pcap_file.h"
@@ -103,6 +105,27 @@ std::vector<std::uint8_t> opcodes_sent_by(const std::string& pcap, const std::st
   return ops;
 }
 
+// (source address, BTH opcode) of every frame in a capture, in capture order: a device's
+// capture records what it receives when its round takes it from the socket and what it sends
+// when the kernel has taken it, so the order is the order of the round's steps.
+std::vector<std::pair<std::string, std::uint8_t>> frames_in(const std::string& pcap) {
+  std::vector<std::pair<std::string, std::uint8_t>> out;
+  auto r = capture::PcapReader::open(pcap);
+  EXPECT_TRUE(r.ok()) << r.error();
+  if (!r.ok()) return out;
+  capture::PcapRecord rec;
+  while (true) {
+    auto more = r.value().next(rec);
+    if (!more.ok() || !more.value()) break;
+    if (rec.data.size() < 14 + 20 + 8 + 12) continue;
+    char src[16];
+    const auto* a = reinterpret_cast<const unsigned char*>(rec.data.data() + 14 + 12);
+    std::snprintf(src, sizeof src, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
+    out.emplace_back(src, static_cast<std::uint8_t>(rec.data[14 + 20 + 8]));
+  }
+  return out;
+}
+
 class AckHold : public ::testing::Test {
  protected:
   void SetUp() override { ::unsetenv("UROCE_HOLD_ACKS"); }
@@ -151,6 +174,41 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   const auto write_only = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
   const auto ack = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
   EXPECT_EQ(ops, (std::vector<std::uint8_t>{write_only, write_only, ack}));
+}
+
+TEST_F(AckHold, ARoundSendsWhatWasPostedBeforeItReadsTheSocket) {
+  // A ping-pong's answer is posted right after the question arrives; the next round must send
+  // it before it reads the socket (a system call even when that finds nothing), not after.
+  const std::string cap = capture_path("tx-first");
+  Side a, b;
+  SideOptions bo;
+  bo.capture = cap;
+  pingpong_pair(a, b, "127.0.46.15", "127.0.46.16", bo);
+  // A's WRITE waits in B's socket; B's application posts a WRITE of its own and runs a round.
+  post_write(a, b, 2, 64, 8);
+  a.dev->progress();
+  const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
+  const std::uint64_t b_tx = b.dev->engine().counters().tx_packets;
+  post_write(b, a, 3, 128, 8);
+  b.dev->progress();
+  EXPECT_EQ(b.dev->engine().counters().rx_packets, b_rx + 1);  // the round read A's WRITE
+  EXPECT_GE(b.dev->engine().counters().tx_packets, b_tx + 1);  // and sent B's
+  auto wa = drive_until_completion(a, b);
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  auto wb = drive_until_completion(b, a);
+  ASSERT_TRUE(wb.has_value());
+  EXPECT_EQ(wb->status, WcStatus::kSuccess);
+
+  b.dev->close();
+  const auto frames = frames_in(cap);
+  std::filesystem::remove(cap);
+  // In B's capture: pingpong_pair's WRITE and A's ACK of it; then B's answer, sent before the
+  // round took A's second WRITE from the socket.
+  const auto write_only = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
+  ASSERT_GE(frames.size(), 4u);
+  EXPECT_EQ(frames[2], std::make_pair(b.ip, write_only));
+  EXPECT_EQ(frames[3], std::make_pair(a.ip, write_only));
 }
 
 TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
