@@ -3,10 +3,17 @@
 #   - iperf3, one TCP stream (127.0.0.1 -> 127.0.0.2), -t SECONDS;
 #   - bench/udp_baseline bw --mode gso and --mode mmsg (raw UDP, 64 KiB per send call),
 #     udp_baseline pingpong (8-byte one-way latency) and udp_baseline pps (64-byte datagrams);
-#   - uroce perf write_bw -s 65536 -D SECONDS, write_lat -s 8, and write_bw -s 64 with a deep
-#     queue (message rate), each as two processes (server $SERVER_IP, client $CLIENT_IP).
+#   - udp_baseline pingpong --size 40 --datagrams 2 --gso: each hop a 40-byte datagram and a
+#     20-byte one in one UDP_SEGMENT send, received whole with UDP_GRO, which is what an RC
+#     ping-pong of 8-byte WRITEs asks of the kernel (the request and the ACK of the peer's, which
+#     uroce holds for it): the floor of the kernel path under uroce's latency;
+#   - uroce perf write_bw, read_bw and send_bw -s 65536 -D SECONDS, write_lat -s 8, and write_bw
+#     -s 64 with a deep queue (message rate), each as two processes (server $SERVER_IP, client
+#     $CLIENT_IP).
 # Prints the raw JSON lines and a markdown table of ratios: RDMA WRITE bandwidth / iperf3 and
-# / UDP GSO, latency ratio, message-rate ratio, and CPU seconds per GB on each side.
+# / UDP GSO, READ and SEND bandwidth / WRITE's, latency ratios (median and 99th percentile, against
+# the one-datagram ping-pong and against the two-datagram floor), message-rate ratio, and CPU
+# seconds per GB on each side.
 # Each pair of processes is pinned to CPUs 0 and 1 where the host has two (as udp_baseline pins
 # its own). Release build in build-release/.
 #
@@ -75,9 +82,10 @@ if ((have_udp_baseline)); then
   "$B" bw --mode gso --seconds "$S" --size 65536 >"$tmp/gso.json"
   "$B" bw --mode mmsg --seconds "$S" --size 65536 >"$tmp/mmsg.json"
   "$B" pingpong --iters 20000 --size 8 >"$tmp/pingpong.json"
+  "$B" pingpong --iters 20000 --size 40 --datagrams 2 --gso >"$tmp/pingpong2.json"
   "$B" pps --size 64 --batch 32 --seconds "$S" >"$tmp/pps.json"
 else
-  for f in gso mmsg pingpong pps; do echo '{}' >"$tmp/$f.json"; done
+  for f in gso mmsg pingpong pingpong2 pps; do echo '{}' >"$tmp/$f.json"; done
 fi
 
 # uroce perf: server and client as two processes; the client's JSON line has both sides' CPU.
@@ -91,11 +99,13 @@ perf() {
   wait $srv
 }
 perf write_bw write_bw -s 65536 -D "$S"
+perf read_bw read_bw -s 65536 -D "$S"
+perf send_bw send_bw -s 65536 -D "$S"
 perf write_lat write_lat -s 8 -n 20000
 perf msgrate write_bw -s 64 -t 1024 -D "$S"
 
 echo "## raw results ($S s per bandwidth run)"
-for f in iperf gso mmsg pingpong pps write_bw write_lat msgrate; do
+for f in iperf gso mmsg pingpong pingpong2 pps write_bw read_bw send_bw write_lat msgrate; do
   if [[ $f == iperf ]]; then
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d.get("end",{});
 print(json.dumps({"iperf3_gbit_per_s": e.get("sum_received",{}).get("bits_per_second",0)/1e9,
@@ -119,6 +129,7 @@ def load(name):
     return {}
 ip, gso, mmsg, pp, pps = (load(n) for n in ("iperf", "gso", "mmsg", "pingpong", "pps"))
 wb, wl, mr = load("write_bw"), load("write_lat"), load("msgrate")
+rb, sb, pp2 = load("read_bw"), load("send_bw"), load("pingpong2")
 ie = ip.get("end", {})
 ip_gbps = ie.get("sum_received", {}).get("bits_per_second", 0) / 1e9
 ip_bytes = ie.get("sum_received", {}).get("bytes", 0)
@@ -140,7 +151,11 @@ rows = [
     ("RDMA WRITE 64 KiB bandwidth vs iperf3 TCP", fmt(u_gbps, " Gb/s"), fmt(ip_gbps, " Gb/s"), ratio(u_gbps, ip_gbps)),
     ("RDMA WRITE 64 KiB bandwidth vs UDP GSO" + na, fmt(u_gbps, " Gb/s"), fmt(gso.get("gbit_per_s", float("nan")), " Gb/s"), ratio(u_gbps, gso.get("gbit_per_s", float("nan")))),
     ("RDMA WRITE 64 KiB bandwidth vs UDP sendmmsg" + na, fmt(u_gbps, " Gb/s"), fmt(mmsg.get("gbit_per_s", float("nan")), " Gb/s"), ratio(u_gbps, mmsg.get("gbit_per_s", float("nan")))),
+    ("RDMA READ 64 KiB bandwidth vs RDMA WRITE's", fmt(rb.get("bw_avg_gbit_s", float("nan")), " Gb/s"), fmt(u_gbps, " Gb/s"), ratio(rb.get("bw_avg_gbit_s", float("nan")), u_gbps)),
+    ("SEND 64 KiB bandwidth vs RDMA WRITE's", fmt(sb.get("bw_avg_gbit_s", float("nan")), " Gb/s"), fmt(u_gbps, " Gb/s"), ratio(sb.get("bw_avg_gbit_s", float("nan")), u_gbps)),
     ("8 B one-way latency (median; uroce t_typical) vs UDP ping-pong" + na, fmt(wl.get("t_typical_us", float("nan")), " us"), fmt(pp.get("one_way_us", float("nan")), " us"), ratio(wl.get("t_typical_us", float("nan")), pp.get("one_way_us", float("nan")))),
+    ("8 B one-way latency, 99th percentile vs UDP ping-pong (rtt p99 / 2)" + na, fmt(wl.get("t_p99_us", float("nan")), " us"), fmt(pp.get("rtt_us_p99", float("nan")) / 2 if pp else float("nan"), " us"), ratio(wl.get("t_p99_us", float("nan")), pp.get("rtt_us_p99", float("nan")) / 2 if pp else float("nan"))),
+    ("8 B one-way latency (median) vs two-datagram GSO ping-pong (an RC hop's kernel floor)" + na, fmt(wl.get("t_typical_us", float("nan")), " us"), fmt(pp2.get("one_way_us", float("nan")), " us"), ratio(wl.get("t_typical_us", float("nan")), pp2.get("one_way_us", float("nan")))),
     ("64 B message rate (write_bw -t 1024) vs UDP sendmmsg/recvmmsg" + na, fmt(mr.get("msg_rate_mpps", float("nan")), " Mpps"), fmt(pps.get("pps", float("nan")) / 1e6 if pps else float("nan"), " Mpps"), ratio(mr.get("msg_rate_mpps", float("nan")), pps.get("pps", float("nan")) / 1e6 if pps else float("nan"))),
 ]
 gso_bytes = gso.get("bytes", 0)

@@ -12,9 +12,14 @@
 //     down to whole segments) with UDP_SEGMENT = `segment`. mmsg: one sendmmsg of size/segment
 //     datagrams of `segment` bytes. The receiver reads with recvmmsg (16 buffers of 64 KiB)
 //     and UDP_GRO.
-//   udp_baseline pingpong [--iters N] [--size 8]
+//   udp_baseline pingpong [--iters N] [--size 8] [--datagrams 1] [--gso]
 //     Two busy-polling processes (non-blocking recv in a spin); one-way latency = round trip / 2
-//     (median; mean and percentiles too).
+//     (median; mean and percentiles too). --datagrams D > 1: each hop is D datagrams, the first
+//     of `size` bytes, the others of 20 (an RC ACK: BTH, AETH, ICRC), sent in one sendmmsg and
+//     read with recvmmsg until all D have come; with --gso in one send call with UDP_SEGMENT
+//     (the others min(20, size) bytes) and received with UDP_GRO, as uroce sends a request with
+//     the ACK it held for it. `--size 40 --datagrams 2 --gso` is what an RC ping-pong of 8-byte
+//     WRITEs asks of the kernel per hop.
 //   udp_baseline pps [--size 64] [--batch 32] [--seconds S]
 //     Datagrams of `size` bytes sent with sendmmsg in batches of `batch`, received with recvmmsg
 //     in batches of `batch`: packets received per second.
@@ -278,37 +283,123 @@ int pps(std::size_t size, std::size_t batch, double seconds) {
   return 0;
 }
 
-int pingpong(std::size_t iters, std::size_t size) {
-  if (size == 0 || size > kMaxDatagram || iters == 0) {
-    std::fprintf(stderr, "--size must be from 1 to %zu and --iters positive\n", kMaxDatagram);
+// One hop of pingpong: D datagrams in one sendmmsg (one sendto for D = 1), the first of `size`
+// bytes, the others of kAckBytes.
+constexpr std::size_t kAckBytes = 20;  // BTH 12 + AETH 4 + ICRC 4
+void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::size_t size,
+              std::size_t datagrams, bool gso) {
+  if (gso && datagrams > 1) {
+    // One send call, one socket buffer: the kernel cuts it into `size`-byte datagrams, the last
+    // shorter (kAckBytes, at most `size`).
+    const std::size_t total = size * (datagrams - 1) + std::min(kAckBytes, size);
+    iovec iov{out.data(), total};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(std::uint16_t))> ctl{};
+    msghdr m{};
+    m.msg_name = const_cast<sockaddr_in*>(&to);
+    m.msg_namelen = sizeof to;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.data();
+    m.msg_controllen = ctl.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+    const auto seg = static_cast<std::uint16_t>(size);
+    std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    ::sendmsg(fd, &m, 0);
+    return;
+  }
+  if (datagrams == 1) {
+    ::sendto(fd, out.data(), size, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
+    return;
+  }
+  std::array<iovec, 8> iov{};
+  std::array<mmsghdr, 8> m{};
+  for (std::size_t i = 0; i < datagrams; ++i) {
+    iov[i] = {out.data(), i == 0 ? size : kAckBytes};
+    m[i].msg_hdr.msg_name = const_cast<sockaddr_in*>(&to);
+    m[i].msg_hdr.msg_namelen = sizeof to;
+    m[i].msg_hdr.msg_iov = &iov[i];
+    m[i].msg_hdr.msg_iovlen = 1;
+  }
+  ::sendmmsg(fd, m.data(), static_cast<unsigned>(datagrams), 0);
+}
+
+// Datagrams read by one non-blocking try (recv for D = 1, recvmmsg of up to `want` otherwise);
+// the sender's address in `from` where asked for.
+std::size_t receive_some(int fd, std::vector<std::byte>& in, std::size_t datagrams,
+                         std::size_t want, sockaddr_in* from, bool gso, std::size_t size) {
+  if (gso && datagrams > 1) {
+    // UDP_GRO on: the hop's datagrams come as one buffer (or one by one where the kernel did
+    // not keep them together): count them by length.
+    socklen_t len = sizeof(sockaddr_in);
+    const ssize_t n = ::recvfrom(fd, in.data(), in.size(), 0, reinterpret_cast<sockaddr*>(from),
+                                 from != nullptr ? &len : nullptr);
+    if (n <= 0) return 0;
+    return (static_cast<std::size_t>(n) + size - 1) / size;
+  }
+  if (datagrams == 1) {
+    socklen_t len = sizeof(sockaddr_in);
+    const ssize_t n = ::recvfrom(fd, in.data(), in.size(), 0, reinterpret_cast<sockaddr*>(from),
+                                 from != nullptr ? &len : nullptr);
+    return n > 0 ? 1 : 0;
+  }
+  std::array<iovec, 8> iov{};
+  std::array<mmsghdr, 8> m{};
+  const std::size_t slot = in.size() / 8;
+  for (std::size_t i = 0; i < want; ++i) {
+    iov[i] = {in.data() + i * slot, slot};
+    m[i].msg_hdr.msg_iov = &iov[i];
+    m[i].msg_hdr.msg_iovlen = 1;
+  }
+  if (from != nullptr) {
+    m[0].msg_hdr.msg_name = from;
+    m[0].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+  }
+  const int got = ::recvmmsg(fd, m.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+  return got > 0 ? static_cast<std::size_t>(got) : 0;
+}
+
+int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gso) {
+  if (size == 0 || size > kMaxDatagram || iters == 0 || datagrams == 0 || datagrams > 8) {
+    std::fprintf(stderr,
+                 "--size must be from 1 to %zu, --iters positive, --datagrams from 1 to 8\n",
+                 kMaxDatagram);
     return 2;
   }
   constexpr std::size_t kWarmup = 1000;
   Shared* s = run_pair(
       [&](Shared& sh) {
-        // The echo side: spin on a non-blocking recv, send each datagram back.
+        // The echo side: spin on non-blocking receives, answer each hop with one of its own.
         const int fd = open_socket(sh, "127.0.0.2", true);
         if (fd < 0) return;
-        std::vector<std::byte> buf(kRxBufferBytes);
+        const int on = 1;
+        if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
+        std::vector<std::byte> buf(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
+        std::vector<std::byte> out(std::max(size, kAckBytes), std::byte{0xa5});
         sh.rx_port = port_of(fd);
         sh.phase.store(kReceiverReady);
         const double cpu0 = cpu_seconds();
+        std::size_t have = 0;
+        sockaddr_in from{};
         while (sh.phase.load(std::memory_order_relaxed) != kWindowClosed) {
-          sockaddr_in from{};
-          socklen_t len = sizeof from;
-          const ssize_t n =
-              ::recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
-          if (n <= 0) continue;
-          ::sendto(fd, buf.data(), static_cast<std::size_t>(n), 0,
-                   reinterpret_cast<sockaddr*>(&from), len);
+          have += receive_some(fd, buf, datagrams, datagrams - have, have == 0 ? &from : nullptr,
+                               gso, size);
+          if (have < datagrams) continue;
+          have = 0;
+          send_hop(fd, from, out, size, datagrams, gso);
         }
         sh.rx_cpu_s = cpu_seconds() - cpu0;
       },
       [&](Shared& sh) {
         const int fd = open_socket(sh, "127.0.0.1", true);
         if (fd < 0) return;
+        const int on = 1;
+        if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
         sockaddr_in to = addr("127.0.0.2", sh.rx_port);
-        std::vector<std::byte> out(size, std::byte{0x5a}), in(kRxBufferBytes);
+        std::vector<std::byte> out(std::max(size, kAckBytes), std::byte{0x5a});
+        std::vector<std::byte> in(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
         std::vector<double> rtt;
         rtt.reserve(iters);
         std::uint64_t resent = 0;
@@ -316,12 +407,17 @@ int pingpong(std::size_t iters, std::size_t size) {
         const double t_start = now_seconds();
         for (std::size_t i = 0; i < kWarmup + iters; ++i) {
           const auto t0 = std::chrono::steady_clock::now();
-          ::sendto(fd, out.data(), size, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+          send_hop(fd, to, out, size, datagrams, gso);
+          std::size_t have = 0;
           for (;;) {
-            if (::recv(fd, in.data(), in.size(), 0) > 0) break;
+            have += receive_some(fd, in, datagrams, datagrams - have, nullptr, gso, size);
+            if (have >= datagrams) break;
             if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) {
-              ++resent;  // lost (it should not happen on loopback): send again
-              ::sendto(fd, out.data(), size, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+              // Lost (it should not happen on loopback): the hop again. A late straggler of the
+              // lost one counts for the next round trip, which then reads as a short one.
+              ++resent;
+              have = 0;
+              send_hop(fd, to, out, size, datagrams, gso);
             }
           }
           const auto t1 = std::chrono::steady_clock::now();
@@ -349,9 +445,9 @@ int pingpong(std::size_t iters, std::size_t size) {
   std::printf(
       "{\"one_way_us\":%.3f,\"one_way_us_mean\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,"
       "\"rtt_us_min\":%.3f,\"iters\":%zu,\"size\":%zu,\"resent\":%.0f,\"seconds\":%.3f,"
-      "\"client_cpu_s\":%.3f,\"server_cpu_s\":%.3f}\n",
+      "\"client_cpu_s\":%.3f,\"server_cpu_s\":%.3f,\"datagrams\":%zu,\"gso\":%s}\n",
       s->extra[0] / 2, s->extra[1] / 2, s->extra[0], s->extra[2], s->extra[3], iters, size,
-      s->extra[4], s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s);
+      s->extra[4], s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s, datagrams, gso ? "true" : "false");
   return 0;
 }
 
@@ -375,6 +471,11 @@ int main(int argc, char** argv) {
   CLI::App* pp_cmd = app.add_subcommand("pingpong", "Latency: round trip / 2, busy polling");
   pp_cmd->add_option("--iters", iters, "round trips")->check(CLI::Range(1, 100'000'000));
   pp_cmd->add_option("--size", pp_size, "datagram size")->check(CLI::Range(1, 65507));
+  std::size_t datagrams = 1;
+  pp_cmd->add_option("--datagrams", datagrams, "datagrams per hop (sendmmsg/recvmmsg when > 1)")
+      ->check(CLI::Range(1, 8));
+  bool pp_gso = false;
+  pp_cmd->add_flag("--gso", pp_gso, "a hop of several datagrams is one send call with UDP_SEGMENT");
   CLI::App* pps_cmd = app.add_subcommand("pps", "Message rate: datagrams received per second");
   pps_cmd->add_option("--size", pps_size, "datagram size")->check(CLI::Range(0, 65507));
   pps_cmd->add_option("--batch", batch, "datagrams per sendmmsg/recvmmsg")
@@ -382,6 +483,6 @@ int main(int argc, char** argv) {
   pps_cmd->add_option("--seconds", seconds, "measurement window")->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
   if (bw_cmd->parsed()) return bw(mode, seconds, size, segment, window);
-  if (pp_cmd->parsed()) return pingpong(iters, pp_size);
+  if (pp_cmd->parsed()) return pingpong(iters, pp_size, datagrams, pp_gso);
   return pps(pps_size, batch, seconds);
 }
