@@ -112,8 +112,8 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
 
 PendingIcrc::PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload,
                          IcrcCheck* check)
-    : acc_(ip_udp, roce_with_icrc.first(static_cast<std::size_t>(payload.data() -
-                                                                 roce_with_icrc.data()))),
+    : acc_(ip_udp,
+           roce_with_icrc.first(static_cast<std::size_t>(payload.data() - roce_with_icrc.data()))),
       rest_(roce_with_icrc.subspan(
           static_cast<std::size_t>(payload.data() - roce_with_icrc.data()),
           roce_with_icrc.size() - kIcrcBytes -
@@ -139,8 +139,8 @@ bool PendingIcrc::finish() {
   finished_ = true;
   acc_.update(rest_.subspan(copied_));
   const std::uint32_t computed = acc_.value();
-  verified_ = computed == stored_ ||
-              (check_ != nullptr && check_->accepts(roce_bytes_, computed, stored_));
+  verified_ =
+      computed == stored_ || (check_ != nullptr && check_->accepts(roce_bytes_, computed, stored_));
   return verified_;
 }
 

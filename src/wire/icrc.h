@@ -76,8 +76,7 @@ class PendingIcrc {
   // `ip_udp` as for icrc_compute(); `roce_with_icrc` the packet from the BTH through the ICRC;
   // `payload` the payload within it (after the transport headers, before the pad). `check`
   // may be null: equal or rejected.
-  PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload,
-              IcrcCheck* check);
+  PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload, IcrcCheck* check);
   PendingIcrc(const PendingIcrc&) = delete;
   PendingIcrc& operator=(const PendingIcrc&) = delete;
 

@@ -212,16 +212,17 @@ TEST_P(IcrcPaths, PendingIcrcCopiesThePayloadAndAgreesWithVerify) {
     frame[0] = static_cast<std::byte>((v6 ? 0x60 : 0x40) | 5);
     const MutBytes roce_mut = MutBytes(frame).subspan(ip_udp_len);
     const std::size_t body = roce_mut.size() - 4;
-    store_le32(roce_mut, body, reference_icrc(ConstBytes(frame).first(ip_udp_len),
-                                              ConstBytes(roce_mut).first(body)));
+    store_le32(
+        roce_mut, body,
+        reference_icrc(ConstBytes(frame).first(ip_udp_len), ConstBytes(roce_mut).first(body)));
     const bool corrupt = iter % 2 == 0;
     if (corrupt) {
       const std::size_t bit = rng() % (frame.size() * 8);
       // Not in a masked (variant) field, which the ICRC does not cover, nor in the IP version
       // (which says how long the IP header is).
       const std::size_t byte = bit / 8;
-      const bool masked = v6 ? byte == 0 || (byte >= 1 && byte <= 3) ||
-                                   byte == 7 || byte == 46 || byte == 47 || byte == 52
+      const bool masked = v6 ? byte == 0 || (byte >= 1 && byte <= 3) || byte == 7 || byte == 46 ||
+                                   byte == 47 || byte == 52
                              : byte == 0 || byte == 1 || byte == 8 || byte == 10 || byte == 11 ||
                                    byte == 26 || byte == 27 || byte == 32;
       if (!masked) frame[byte] ^= static_cast<std::byte>(1u << (bit % 8));
