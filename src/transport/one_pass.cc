@@ -53,9 +53,9 @@ std::size_t Qp::request_target(const wire::RocePacket& pkt, std::span<MutBytes> 
   if (op.is(wire::kFlagSend)) {
     if (resp_.in_message != MsgKind::kSend || !resp_.has_wqe) return 0;
     std::size_t pieces = 0;
-    const ScatterResult r = scatter_targets(
-        *env_.memory, env_.pd, std::span(resp_.wqe_sges).first(resp_.wqe_num_sge),
-        resp_.recv_offset, payload, out, pieces);
+    const ScatterResult r =
+        scatter_targets(*env_.memory, env_.pd, std::span(resp_.wqe_sges).first(resp_.wqe_num_sge),
+                        resp_.recv_offset, payload, out, pieces);
     return r == ScatterResult::kOk ? pieces : 0;
   }
   UROCE_ASSERT(op.is(wire::kFlagWrite));
