@@ -97,9 +97,18 @@ struct Host final : engine::QpDirectory, datapath::Datapath {
   std::vector<std::uint64_t> counter_successes;  // values returned by successful atomics
   std::vector<std::uint64_t> counter_failures;   // values returned by failed CAS
   std::vector<std::byte> aimed;                  // a received frame with aimed corruption
-  // Arena ranges [first, second) that a packet placed in one pass wrote before it failed its
-  // ICRC: undefined until its retransmission rewrites them (ClusterResult::unverified_bytes_left).
-  std::vector<std::pair<std::size_t, std::size_t>> unverified;
+  // Arena ranges [begin, end) that a packet placed in one pass wrote before it failed its ICRC:
+  // undefined until its retransmission rewrites them (ClusterResult::unverified_bytes_left). A
+  // WRITE or READ continuation's range lies inside what its intact self writes (the state
+  // knows the message's length); a SEND continuation's may run up to a path MTU past the end
+  // of the message, inside the receive buffer (the responder does not know a SEND's length
+  // before its Last arrives): `recv_buffer`.
+  struct Unverified {
+    std::size_t begin = 0;
+    std::size_t end = 0;
+    bool recv_buffer = false;
+  };
+  std::vector<Unverified> unverified;
 
   std::uint64_t va(std::size_t off) const {
     return reinterpret_cast<std::uint64_t>(arena.data()) + off;
@@ -112,9 +121,10 @@ struct Host final : engine::QpDirectory, datapath::Datapath {
   void flush(Instant) override {}
   void handle_frame(Instant now, ConstBytes f);
   void deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pending);
-  bool in_unverified(std::size_t off) const {
-    return std::any_of(unverified.begin(), unverified.end(),
-                       [off](const auto& r) { return off >= r.first && off < r.second; });
+  bool in_unverified(std::size_t off, bool recv_buffer_only = false) const {
+    return std::any_of(unverified.begin(), unverified.end(), [&](const Unverified& r) {
+      return off >= r.begin && off < r.end && (r.recv_buffer || !recv_buffer_only);
+    });
   }
 };
 
@@ -345,7 +355,7 @@ void Host::deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pen
     // The only registered memory is the arena.
     UROCE_CHECK(w.data() >= arena.data() && w.data() + w.size() <= arena.data() + arena.size());
     const auto off = static_cast<std::size_t>(w.data() - arena.data());
-    unverified.emplace_back(off, off + w.size());
+    unverified.push_back({off, off + w.size(), frame.roce.op->is(wire::kFlagSend)});
   }
 }
 
@@ -712,9 +722,24 @@ bool region_equals(Cluster& c, Host& h, std::size_t off, ConstBytes want, const 
     return false;
   }
   std::memcpy(h.expected.data() + off, want.data(), want.size());
-  // What a failed one-pass packet left there was rewritten: those bytes are defined again.
-  std::erase_if(h.unverified,
-                [&](const auto& r) { return r.first < off + want.size() && r.second > off; });
+  // What a failed one-pass packet left there was rewritten: those bytes are defined again. Only
+  // a SEND's may reach past the message (the rest of its receive buffer, checked at the end).
+  const std::size_t end = off + want.size();
+  std::vector<Host::Unverified> keep;
+  for (const Host::Unverified& r : h.unverified) {
+    if (r.begin >= end || r.end <= off) {
+      keep.push_back(r);
+      continue;
+    }
+    if (!r.recv_buffer && (r.begin < off || r.end > end)) {
+      c.fail(what + ": a packet placed in one pass wrote [" + std::to_string(r.begin) + ", " +
+             std::to_string(r.end) + "), beyond the target");
+      return false;
+    }
+    if (r.begin < off) keep.push_back({r.begin, off, true});
+    if (r.end > end) keep.push_back({end, r.end, true});
+  }
+  h.unverified = std::move(keep);
   return true;
 }
 
@@ -1114,6 +1139,13 @@ void final_checks(Cluster& c) {
       if (i % kPage == 0 && i + kPage <= h.arena.size() &&
           std::memcmp(h.arena.data() + i, h.expected.data() + i, kPage) == 0) {
         i += kPage - 1;
+        continue;
+      }
+      if (h.exempt[i] == 0 && h.arena[i] != h.expected[i] && h.in_unverified(i, true)) {
+        // Past the end of a SEND, in its receive buffer: left by a SEND continuation placed in
+        // one pass that then failed its ICRC (Host::Unverified).
+        ++c.result.unverified_bytes_left;
+        h.expected[i] = h.arena[i];
         continue;
       }
       if (h.exempt[i] == 0 && h.arena[i] != h.expected[i]) {
