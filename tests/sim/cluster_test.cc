@@ -201,7 +201,8 @@ TEST(Cluster, AimedHeaderCorruptionPlacesNoByteWrong) {
   std::printf("aimed %llu, ICRC drops %llu, one-pass packets %llu (%llu failed), bytes left %llu\n",
               static_cast<unsigned long long>(aimed), static_cast<unsigned long long>(icrc_drops),
               static_cast<unsigned long long>(one_pass),
-              static_cast<unsigned long long>(one_pass_drops), static_cast<unsigned long long>(left));
+              static_cast<unsigned long long>(one_pass_drops),
+              static_cast<unsigned long long>(left));
   // The corruption was really aimed and caught, and continuations were really placed in one
   // pass, some of them corrupted ones that the ICRC then rejected.
   EXPECT_GT(aimed, 500u);
