@@ -24,7 +24,9 @@
 // On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
 // may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
 // reports. The ICRC is verified for every packet, before its headers are parsed; a packet whose
-// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. The one header
+// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. Except with
+// set_deferred_icrc (the engine's mode, issue 14): a message continuation that parses reaches the
+// handler unverified, which checks it in the pass that places its payload. The one header
 // field a UDP socket does not show is the IPv4 identification: a packet whose ICRC does not match
 // with identification 0 (uroce's GSO segments, rxe's packets) has its identification recovered from
 // the ICRC itself, which still rejects a corrupted packet with probability 1 - 2^-16 (counted as
