@@ -37,11 +37,10 @@ std::size_t Qp::request_target(const wire::RocePacket& pkt, std::span<MutBytes> 
       state_ != QpState::kSqe) {
     return 0;
   }
-  const wire::Transport want = type_ == QpType::kRc ? wire::Transport::kRc : wire::Transport::kUc;
-  if (op.transport != want) return 0;
-  // handle_rc_request() / handle_uc_request(): the expected PSN, nothing to resynchronize.
+  // icrc_deferrable() let RC packets through only: an RC QP's.
+  if (type_ != QpType::kRc || op.transport != wire::Transport::kRc) return 0;
+  // handle_rc_request(): the expected PSN (not a duplicate, not a gap).
   if (pkt.bth().psn() != resp_.psn) return 0;
-  if (type_ == QpType::kUc && resp_.uc_drop_until_first) return 0;
   // execute_request(): a continuation of the message in progress, of the length the path MTU
   // gives it (Middle exactly the MTU, Last 1..MTU; empty ones were refused above).
   const std::size_t payload = pkt.payload.size();

@@ -226,11 +226,14 @@ class Qp {
   // QP's state alone chose, fills `out` (kMaxSge entries) with that destination, resolved with
   // the same checks handle_packet() makes, in payload order, and returns how many pieces; else 0.
   // That is the next expected PSN of a message in progress that a verified packet started: RC
-  // and UC SEND and WRITE Middle/Last at the responder's ePSN (the receive WQE at recv_offset,
-  // the WRITE at write_va, its length exactly as execute_request() requires), and RC READ
-  // response Middle/Last at the completer's PSN inside an open response stream. A corrupted
-  // packet placed there writes only bytes its intact successor rewrites (RDMA leaves them
-  // undefined until the operation completes); nothing of its own headers picks the place.
+  // SEND and WRITE Middle/Last at the responder's ePSN (the receive WQE at recv_offset, the
+  // WRITE at write_va, its length exactly as execute_request() requires), and RC READ response
+  // Middle/Last at the completer's PSN inside an open response stream (wire::icrc_deferrable:
+  // not UC, which retransmits nothing). A corrupted packet placed there writes only bytes that
+  // the retransmission of its PSN rewrites (RDMA leaves them undefined until the operation
+  // completes; a SEND's, whose length the responder learns only at its Last, may run up to a
+  // path MTU past the message's end inside the receive buffer); nothing of its own headers
+  // picks the place.
   // Changes nothing. The caller, after copying, calls handle_packet() with payload_placed set
   // (if the ICRC holds) before anything else reaches this QP.
   std::size_t one_pass_target(const wire::RocePacket& pkt, const PacketInfo& info,

@@ -105,19 +105,19 @@ class PendingIcrc {
 };
 
 // The packets whose ICRC a receiver may check in the same pass as it places their payload: the
-// continuations (Middle and Last, with payload) of RC and UC SENDs and WRITEs and of RC READ
-// responses, whose destination the receiver's state chose when an earlier, verified packet
-// started the message. Every other packet's own headers would choose where it goes (a RETH, a
-// receive WQE taken, an atomic, a UD datagram) or it carries nothing to place: it is verified
-// before anything reads it.
+// continuations (Middle and Last, with payload) of RC SENDs, WRITEs and READ responses, whose
+// destination the receiver's state chose when an earlier, verified packet started the message,
+// and whose bytes, if the packet turns out corrupted, the retransmission of that PSN writes
+// again. Every other packet's own headers would choose where it goes (a RETH, a receive WQE
+// taken, an atomic, a UD datagram) or it carries nothing to place: it is verified before
+// anything reads it. UC is left out: nothing is retransmitted there, so what a corrupted
+// continuation placed would stay in the target of a message that never completes.
 constexpr bool icrc_deferrable(const OpcodeInfo& op) {
+  if (op.transport != Transport::kRc) return false;
   if (op.is(kFlagFirst) || !op.is(kFlagPayload)) return false;
   if (!op.is(kFlagMiddle) && !op.is(kFlagLast)) return false;
-  if (op.is(kFlagRequest)) {
-    return (op.is(kFlagSend) || op.is(kFlagWrite)) &&
-           (op.transport == Transport::kRc || op.transport == Transport::kUc);
-  }
-  return op.is(kFlagResponse) && op.is(kFlagRead) && op.transport == Transport::kRc;
+  if (op.is(kFlagRequest)) return op.is(kFlagSend) || op.is(kFlagWrite);
+  return op.is(kFlagResponse) && op.is(kFlagRead);
 }
 
 // ICRC of a packet; `roce` runs from the BTH to the end of the pad (the ICRC itself excluded).
