@@ -33,8 +33,9 @@ bool Engine::check_pending(const wire::RocePacket& pkt, transport::PacketInfo& i
                            transport::Qp* qp) {
   wire::PendingIcrc& pending = *info.pending;
   info.pending = nullptr;
-  // The QP is the one the unverified QPN names: if corruption named another, what it says
-  // still places the bytes only where that QP's own next packet goes.
+  // The QP that the unverified QPN names. Should corruption have named another QP, that QP's
+  // state alone still decides where the bytes go: where its own next packet, which writes them
+  // again, goes.
   const std::size_t pieces = qp != nullptr ? qp->one_pass_target(pkt, info, placement_) : 0;
   for (std::size_t i = 0; i < pieces; ++i) pending.copy_payload(placement_[i]);
   UROCE_ASSERT(pieces == 0 || pending.copied_bytes() == pkt.payload.size());
