@@ -99,14 +99,11 @@ struct Host final : engine::QpDirectory, datapath::Datapath {
   std::vector<std::byte> aimed;                  // a received frame with aimed corruption
   // Arena ranges [begin, end) that a packet placed in one pass wrote before it failed its ICRC:
   // undefined until its retransmission rewrites them (ClusterResult::unverified_bytes_left). A
-  // WRITE or READ continuation's range lies inside what its intact self writes (the state
-  // knows the message's length); a SEND continuation's may run up to a path MTU past the end
-  // of the message, inside the receive buffer (the responder does not know a SEND's length
-  // before its Last arrives): `recv_buffer`.
+  // WRITE or READ continuation's range must lie inside what its intact self writes (the state
+  // knows the message's length); one that reaches beyond fails the run.
   struct Unverified {
     std::size_t begin = 0;
     std::size_t end = 0;
-    bool recv_buffer = false;
   };
   std::vector<Unverified> unverified;
 
@@ -121,10 +118,9 @@ struct Host final : engine::QpDirectory, datapath::Datapath {
   void flush(Instant) override {}
   void handle_frame(Instant now, ConstBytes f);
   void deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pending);
-  bool in_unverified(std::size_t off, bool recv_buffer_only = false) const {
-    return std::any_of(unverified.begin(), unverified.end(), [&](const Unverified& r) {
-      return off >= r.begin && off < r.end && (r.recv_buffer || !recv_buffer_only);
-    });
+  bool in_unverified(std::size_t off) const {
+    return std::any_of(unverified.begin(), unverified.end(),
+                       [&](const Unverified& r) { return off >= r.begin && off < r.end; });
   }
 };
 
@@ -355,7 +351,8 @@ void Host::deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pen
     // The only registered memory is the arena.
     UROCE_CHECK(w.data() >= arena.data() && w.data() + w.size() <= arena.data() + arena.size());
     const auto off = static_cast<std::size_t>(w.data() - arena.data());
-    unverified.push_back({off, off + w.size(), frame.roce.op->is(wire::kFlagSend)});
+    UROCE_CHECK(!frame.roce.op->is(wire::kFlagSend));  // wire::icrc_deferrable
+    unverified.push_back({off, off + w.size()});
   }
 }
 
@@ -722,8 +719,7 @@ bool region_equals(Cluster& c, Host& h, std::size_t off, ConstBytes want, const 
     return false;
   }
   std::memcpy(h.expected.data() + off, want.data(), want.size());
-  // What a failed one-pass packet left there was rewritten: those bytes are defined again. Only
-  // a SEND's may reach past the message (the rest of its receive buffer, checked at the end).
+  // What a failed one-pass packet left there was rewritten: those bytes are defined again.
   const std::size_t end = off + want.size();
   std::vector<Host::Unverified> keep;
   for (const Host::Unverified& r : h.unverified) {
@@ -731,13 +727,11 @@ bool region_equals(Cluster& c, Host& h, std::size_t off, ConstBytes want, const 
       keep.push_back(r);
       continue;
     }
-    if (!r.recv_buffer && (r.begin < off || r.end > end)) {
+    if (r.begin < off || r.end > end) {
       c.fail(what + ": a packet placed in one pass wrote [" + std::to_string(r.begin) + ", " +
              std::to_string(r.end) + "), beyond the target");
       return false;
     }
-    if (r.begin < off) keep.push_back({r.begin, off, true});
-    if (r.end > end) keep.push_back({end, r.end, true});
   }
   h.unverified = std::move(keep);
   return true;
@@ -1139,13 +1133,6 @@ void final_checks(Cluster& c) {
       if (i % kPage == 0 && i + kPage <= h.arena.size() &&
           std::memcmp(h.arena.data() + i, h.expected.data() + i, kPage) == 0) {
         i += kPage - 1;
-        continue;
-      }
-      if (h.exempt[i] == 0 && h.arena[i] != h.expected[i] && h.in_unverified(i, true)) {
-        // Past the end of a SEND, in its receive buffer: left by a SEND continuation placed in
-        // one pass that then failed its ICRC (Host::Unverified).
-        ++c.result.unverified_bytes_left;
-        h.expected[i] = h.arena[i];
         continue;
       }
       if (h.exempt[i] == 0 && h.arena[i] != h.expected[i]) {

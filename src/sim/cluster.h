@@ -90,11 +90,9 @@ struct ClusterResult {
   // and of those, the ones whose check then failed (counted in icrc_drops too).
   std::uint64_t one_pass_packets = 0;
   std::uint64_t one_pass_icrc_drops = 0;
-  // Bytes that such failed packets left behind: in the target of a WR that then failed or
-  // flushed (never rewritten: RDMA leaves that memory undefined), or, for a SEND, in the receive
-  // buffer past the end of the message (a SEND continuation carries up to a path MTU and the
-  // responder learns the message's length only at its Last). Each lies where the WR's own next
-  // packet could have gone; anywhere else the memory oracles see them as foreign bytes.
+  // Bytes that such failed packets left behind in the target of a WR that then failed or
+  // flushed (never rewritten: RDMA leaves that memory undefined). Each lies where the WR's own
+  // next packet would have gone; anywhere else the memory oracles see them as foreign bytes.
   std::uint64_t unverified_bytes_left = 0;
   std::uint64_t events = 0;
   std::int64_t simulated_ns = 0;

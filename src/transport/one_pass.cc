@@ -49,15 +49,8 @@ std::size_t Qp::request_target(const wire::RocePacket& pkt, std::span<MutBytes> 
   // A continuation that takes a receive WQE (WRITE Last with immediate) is placed in one pass
   // only when the WQE is already held: taking one is a change of state for the verified path.
   if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe) return 0;
-  if (op.is(wire::kFlagSend)) {
-    if (resp_.in_message != MsgKind::kSend || !resp_.has_wqe) return 0;
-    std::size_t pieces = 0;
-    const ScatterResult r =
-        scatter_targets(*env_.memory, env_.pd, std::span(resp_.wqe_sges).first(resp_.wqe_num_sge),
-                        resp_.recv_offset, payload, out, pieces);
-    return r == ScatterResult::kOk ? pieces : 0;
-  }
-  UROCE_ASSERT(op.is(wire::kFlagWrite));
+  // icrc_deferrable() lets no SEND through (its length is unknown before its Last).
+  if (!op.is(wire::kFlagWrite)) return 0;
   if (resp_.in_message != MsgKind::kWrite) return 0;
   if ((attr_.qp_access_flags & kAccessRemoteWrite) == 0) return 0;
   // The packets add up to the RETH's DMA length exactly.

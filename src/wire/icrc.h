@@ -105,18 +105,23 @@ class PendingIcrc {
 };
 
 // The packets whose ICRC a receiver may check in the same pass as it places their payload: the
-// continuations (Middle and Last, with payload) of RC SENDs, WRITEs and READ responses, whose
-// destination the receiver's state chose when an earlier, verified packet started the message,
-// and whose bytes, if the packet turns out corrupted, the retransmission of that PSN writes
-// again. Every other packet's own headers would choose where it goes (a RETH, a receive WQE
-// taken, an atomic, a UD datagram) or it carries nothing to place: it is verified before
-// anything reads it. UC is left out: nothing is retransmitted there, so what a corrupted
-// continuation placed would stay in the target of a message that never completes.
+// continuations (Middle and Last, with payload) of RC WRITEs and READ responses, whose
+// destination and length the receiver's state fixed when an earlier, verified packet started the
+// message (the RETH's range, the READ's), and whose bytes, if the packet turns out corrupted,
+// the retransmission of that PSN writes again. Every other packet's own headers would choose
+// where it goes (a RETH, a receive WQE taken, an atomic, a UD datagram) or it carries nothing to
+// place: it is verified before anything reads it. Left out as well:
+//   - UC: nothing is retransmitted there, so what a corrupted continuation placed would stay in
+//     the target of a message that never completes;
+//   - SEND continuations: the responder does not know a SEND's length before its Last, so a
+//     corrupted continuation (a Middle's length where the real packet is a shorter Last) could
+//     write past the end of the message, into bytes of the receive buffer that nothing writes
+//     again.
 constexpr bool icrc_deferrable(const OpcodeInfo& op) {
   if (op.transport != Transport::kRc) return false;
   if (op.is(kFlagFirst) || !op.is(kFlagPayload)) return false;
   if (!op.is(kFlagMiddle) && !op.is(kFlagLast)) return false;
-  if (op.is(kFlagRequest)) return op.is(kFlagSend) || op.is(kFlagWrite);
+  if (op.is(kFlagRequest)) return op.is(kFlagWrite);
   return op.is(kFlagResponse) && op.is(kFlagRead);
 }
 

@@ -181,7 +181,7 @@ TEST(Cluster, RunsUnderAFaultSpec) {
 // and the command that replays it on failure.
 TEST(Cluster, AimedHeaderCorruptionPlacesNoByteWrong) {
   std::uint64_t aimed = 0, one_pass = 0, one_pass_drops = 0, icrc_drops = 0, left = 0;
-  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
     ClusterOptions o;
     o.seed = seed;
     o.hosts = 2;
@@ -208,7 +208,7 @@ TEST(Cluster, AimedHeaderCorruptionPlacesNoByteWrong) {
   EXPECT_GT(aimed, 500u);
   EXPECT_GE(icrc_drops, aimed);
   EXPECT_GT(one_pass, 1000u);
-  EXPECT_GT(one_pass_drops, 10u);
+  EXPECT_GT(one_pass_drops, 5u);
 }
 
 TEST(Cluster, ReplayCommandNamesAimedCorruption) {
