@@ -409,6 +409,27 @@ wire::OuterHeaders UdpDatapath::outer(const wire::IpAddress& src, const wire::Ip
   return h;
 }
 
+bool UdpDatapath::explain_icrc(std::size_t roce_bytes, std::uint32_t delta, wire::OuterHeaders* h) {
+  if (local_.v6) return false;
+  // DF set with some identification, then DF clear (a sender whose socket does not set it,
+  // IP_PMTUDISC_DONT, whose kernel also picks the identification).
+  const wire::Ipv4IdIcrcDelta& d = id_delta(roce_bytes);
+  if (auto id = d.solve(delta)) {
+    ++counters_.rx_icrc_id_recovered;
+    if (h != nullptr) h->ipv4_id = *id;
+    return true;
+  }
+  if (auto id_df0 = d.solve(delta ^ d.df_clear())) {
+    ++counters_.rx_icrc_df_clear;
+    if (h != nullptr) {
+      h->ipv4_df = false;
+      h->ipv4_id = *id_df0;
+    }
+    return true;
+  }
+  return false;
+}
+
 const wire::Ipv4IdIcrcDelta& UdpDatapath::id_delta(std::size_t roce_bytes) {
   for (const auto& d : deltas_) {
     if (d && d->roce_bytes() == roce_bytes) return *d;
@@ -931,7 +952,8 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   }
   // The ICRC first, then the headers: a packet corrupted on the way is a bad ICRC whichever
   // bits were hit (its header's "errors" mean nothing), and only an intact packet's header is
-  // judged.
+  // judged. Except, with deferred checks, a continuation of a message in progress: its check is
+  // the handler's, in the pass that places its payload (set_deferred_icrc).
   RxMeta meta = base;
   // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
   // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
@@ -943,33 +965,36 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
   std::array<std::byte, 48> ip_udp;
   const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
+  std::optional<Result<wire::RocePacket, wire::DropReason>> early;
+  if (defer_icrc_ && !tap_) {
+    early = wire::parse_roce(roce);
+    if (early->ok() && wire::icrc_deferrable(*early->value().op)) {
+      deferred_check_.dp = this;
+      wire::PendingIcrc pending(ConstBytes(ip_udp).first(n), roce, early->value().payload,
+                                &deferred_check_);
+      meta.pending = &pending;
+      meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+      handler(early->value(), meta);
+      // The handler decided what the packet is (and counted a failed check as bad_icrc).
+      UROCE_CHECK(pending.finished());
+      return;
+    }
+  }
   const std::size_t body = roce.size() - wire::kIcrcBytes;
   const std::uint32_t icrc0 = wire::icrc_compute(ConstBytes(ip_udp).first(n), roce.first(body));
   const std::uint32_t stored = load_le32(roce, body);
   meta.icrc_verified = icrc0 == stored;
-  if (!meta.icrc_verified && !local_.v6) {
-    // Only on a mismatch: DF set with some identification, then DF clear (a sender whose
-    // socket does not set it, IP_PMTUDISC_DONT, whose kernel also picks the identification),
-    // each by the same linear solve, so the common path costs nothing more.
-    const wire::Ipv4IdIcrcDelta& d = id_delta(roce.size());
-    if (auto id = d.solve(icrc0 ^ stored)) {
-      meta.icrc_verified = true;
-      ++counters_.rx_icrc_id_recovered;
-      h.ipv4_id = *id;
-      wire::write_outer(ip_udp, h, roce.size());
-    } else if (auto id_df0 = d.solve(icrc0 ^ stored ^ d.df_clear())) {
-      meta.icrc_verified = true;
-      ++counters_.rx_icrc_df_clear;
-      h.ipv4_df = false;
-      h.ipv4_id = *id_df0;
-      wire::write_outer(ip_udp, h, roce.size());
-    }
+  // Only on a mismatch: DF set with some identification, then DF clear, each by the same linear
+  // solve, so the common path costs nothing more.
+  if (!meta.icrc_verified && explain_icrc(roce.size(), icrc0 ^ stored, &h)) {
+    meta.icrc_verified = true;
+    wire::write_outer(ip_udp, h, roce.size());
   }
   if (!meta.icrc_verified) {
     ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
     return;
   }
-  auto pkt = wire::parse_roce(roce);
+  auto pkt = early ? std::move(*early) : wire::parse_roce(roce);
   if (!pkt.ok()) {
     ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
     return;

@@ -24,7 +24,9 @@
 // On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
 // may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
 // reports. The ICRC is verified for every packet, before its headers are parsed; a packet whose
-// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. The one header
+// ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. Except with
+// set_deferred_icrc (the engine's mode, issue 14): a message continuation that parses reaches the
+// handler unverified, which checks it in the pass that places its payload. The one header
 // field a UDP socket does not show is the IPv4 identification: a packet whose ICRC does not match
 // with identification 0 (uroce's GSO segments, rxe's packets) has its identification recovered from
 // the ICRC itself, which still rejects a corrupted packet with probability 1 - 2^-16 (counted as
@@ -104,6 +106,11 @@ struct RxMeta {
   std::uint8_t tos = 0;  // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
   std::uint8_t ttl = 0;
   bool icrc_verified = false;
+  // With set_deferred_icrc(true): a packet whose ICRC is not checked yet (icrc_verified false),
+  // for the handler to check, in the same pass as it places the payload, before anything else
+  // reads the packet (engine::Engine::handle_rx does). Null otherwise. Valid during the handler
+  // call only, which must finish() it.
+  wire::PendingIcrc* pending = nullptr;
   ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
                          // valid during the handler call only
 };
@@ -188,6 +195,13 @@ class UdpDatapath final : public Datapath {
   using FrameTap = std::function<void(ConstBytes frame, bool sent)>;
   void set_tap(FrameTap tap) { tap_ = std::move(tap); }
 
+  // One pass over the payload on receive (issue 14): the ICRC of a packet that
+  // wire::icrc_deferrable() allows and that parses is left to the handler (RxMeta::pending),
+  // with the same identification and DF recovery as here (counted the same). Off by default:
+  // only a handler that checks it may turn it on. Not while a tap is set (a capture shows
+  // received packets as verified).
+  void set_deferred_icrc(bool on) { defer_icrc_ = on; }
+
   // Faults from `spec` from now on (an empty spec: none); `start` is the origin of its
   // partition windows. The receive stage draws from the spec's seed mixed with a constant, so
   // the two directions' choices are independent and both follow from the one seed.
@@ -243,6 +257,17 @@ class UdpDatapath final : public Datapath {
   void drain_fault_events();
   Instant fault_clock(Instant now);
   const wire::Ipv4IdIcrcDelta& id_delta(std::size_t roce_bytes);
+  // Whether an IPv4 identification (DF set) or, failing that, DF clear and an identification
+  // explains `delta` (the stored ICRC ^ the one computed with identification 0, DF set) for a
+  // packet of `roce_bytes`; counts which, and writes it into `h` when given.
+  bool explain_icrc(std::size_t roce_bytes, std::uint32_t delta, wire::OuterHeaders* h);
+  // The same, as the check of a deferred ICRC (RxMeta::pending).
+  struct DeferredCheck final : wire::IcrcCheck {
+    UdpDatapath* dp = nullptr;
+    bool accepts(std::size_t roce_bytes, std::uint32_t computed, std::uint32_t stored) override {
+      return dp->explain_icrc(roce_bytes, computed ^ stored, nullptr);
+    }
+  };
 
   int fd_;
   wire::IpAddress local_;
@@ -277,6 +302,8 @@ class UdpDatapath final : public Datapath {
   FaultEventSink fault_events_;
   Instant rx_now_{};
   Instant fault_now_{};  // the latest time the stages have seen
+  bool defer_icrc_ = false;
+  DeferredCheck deferred_check_;
 };
 
 }  // namespace uroce::datapath

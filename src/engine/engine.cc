@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "base/assert.h"
+
 namespace uroce::engine {
 
 Engine::Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local)
@@ -27,12 +29,33 @@ void Engine::doorbell(std::uint32_t qpn) {
   activate(qpn);
 }
 
+bool Engine::check_pending(const wire::RocePacket& pkt, transport::PacketInfo& info,
+                           transport::Qp* qp) {
+  wire::PendingIcrc& pending = *info.pending;
+  info.pending = nullptr;
+  // The QP that the unverified QPN names. Should corruption have named another QP, that QP's
+  // state alone still decides where the bytes go: where its own next packet, which writes them
+  // again, goes.
+  const std::size_t pieces = qp != nullptr ? qp->one_pass_target(pkt, info, placement_) : 0;
+  for (std::size_t i = 0; i < pieces; ++i) pending.copy_payload(placement_[i]);
+  UROCE_ASSERT(pieces == 0 || pending.copied_bytes() == pkt.payload.size());
+  if (pieces > 0) ++counters_.rx_one_pass;
+  if (!pending.finish()) {
+    count_drop(wire::DropReason::kBadIcrc);
+    return false;
+  }
+  info.payload_placed = pieces > 0;
+  return true;
+}
+
 void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
-                       const transport::PacketInfo& info) {
-  ++counters_.rx_packets;
-  counters_.rx_bytes += pkt.bytes.size();
+                       const transport::PacketInfo& info_in) {
   const std::uint32_t qpn = pkt.bth().dest_qpn();
   transport::Qp* qp = qps_.find_qp(qpn);
+  transport::PacketInfo info = info_in;
+  if (info.pending != nullptr && !check_pending(pkt, info, qp)) return;
+  ++counters_.rx_packets;
+  counters_.rx_bytes += pkt.bytes.size();
   if (qp == nullptr) {
     transport::TxPacket ack;
     if (closed_acks_.size() < kMaxClosedAcks && closed_.answer(now, pkt, info.src, ack)) {

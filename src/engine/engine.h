@@ -3,7 +3,9 @@
 // production, the simulator in tests) passes `now`, which is what lets the simulator reuse it
 // unchanged.
 //
-//   handle_rx(now, pkt, info)   a validated packet arrived: demux by destination QPN
+//   handle_rx(now, pkt, info)   a packet arrived: demux by destination QPN. Parsed, and verified
+//                               unless info.pending says its ICRC is to be checked here, in the
+//                               same pass as its payload is placed (issue 14)
 //   doorbell(qpn)               an application posted work to a QP
 //   handle_timers(now)          fire every QP timer that is due
 //   flush_tx(now)               transmit for QPs with work, round robin, fair per burst, then
@@ -44,6 +46,9 @@ struct EngineCounters {
   std::uint64_t timer_fires = 0;
   std::uint64_t tx_acks_held = 0;    // ACKs held by a flush_tx(hold_acks) for the next one
   std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for destroyed QPs (ClosedQps)
+  // Packets whose payload was placed in the same pass as their ICRC was checked (issue 14),
+  // failed checks included (those are counted as bad_icrc drops too).
+  std::uint64_t rx_one_pass = 0;
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};  // by DropReason
 };
 
@@ -51,6 +56,10 @@ class Engine {
  public:
   Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local);
 
+  // With info.pending: the ICRC is checked first, while the payload is copied to where the QP's
+  // state says it goes (transport::Qp::one_pass_target), or with no copy where it says nothing;
+  // a packet that fails it is a bad_icrc drop and reaches nothing else (no QP, no closed QP, no
+  // counter but that drop). pkt.payload must not alias anything the packet may be placed in.
   void handle_rx(Instant now, const wire::RocePacket& pkt, const transport::PacketInfo& info);
   void count_drop(wire::DropReason r) { ++counters_.rx_drops[static_cast<std::size_t>(r)]; }
   void doorbell(std::uint32_t qpn);
@@ -92,6 +101,9 @@ class Engine {
     std::uint32_t qpn;
     bool operator>(const Timer& o) const { return at > o.at || (at == o.at && qpn > o.qpn); }
   };
+  // The deferred ICRC check of handle_rx: places the payload in the same pass where `qp` says it
+  // goes. False (and counted) when the check fails. Clears info.pending.
+  bool check_pending(const wire::RocePacket& pkt, transport::PacketInfo& info, transport::Qp* qp);
   void arm(std::uint32_t qpn, const transport::Qp& qp);
   void activate(std::uint32_t qpn);
   bool transmit(Instant now, const transport::TxPacket& tx);
@@ -101,6 +113,7 @@ class Engine {
   datapath::Datapath& dp_;
   wire::IpAddress local_;
   EngineCounters counters_;
+  std::array<MutBytes, transport::kMaxSge> placement_;  // check_pending's scratch
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::unordered_map<std::uint32_t, Instant> armed_;  // earliest deadline in timers_ per QP
   std::vector<std::uint32_t> active_;                 // round-robin order

@@ -106,6 +106,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"icrc_err", rx_drops(*this, icrc)},
       {"icrc_id_recovered", datapath.rx_icrc_id_recovered},
       {"icrc_df_clear", datapath.rx_icrc_df_clear},
+      {"rx_one_pass_pkts", engine.rx_one_pass},
       {"send_err", datapath.tx_errors},
       // Batching (datapath/udp): system calls, GSO/GRO datagrams and the packets in them.
       {"tx_send_calls", datapath.tx_calls},

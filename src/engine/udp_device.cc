@@ -188,6 +188,9 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
   d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
+  // The engine checks the ICRC of message continuations in the pass that places their payload
+  // (issue 14): round_locked hands it RxMeta::pending.
+  d->dp_->set_deferred_icrc(true);
   std::string path = capture_path;
   if (path.empty()) {
     if (const char* env = std::getenv("UROCE_PCAP")) path = env;
@@ -262,6 +265,7 @@ RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_
     info.src_port = meta.src_port;
     info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
     info.ip_header = meta.ip_header;
+    info.pending = meta.pending;
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);

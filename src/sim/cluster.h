@@ -22,10 +22,15 @@
 // - nothing is written outside the intended places: every host's memory, registered or not,
 //   equals an expected image at the end (and at each completion for the bytes it concerns);
 //   the targets of failed and flushed RC WRs (and the receive buffer a message was being
-//   placed in) hold, byte for byte, the old or the new contents;
+//   placed in) hold, byte for byte, the old or the new contents, or bytes that a packet placed
+//   in one pass (issue 14) left where its intact self would have gone before it failed its
+//   ICRC (the host records each such range as the engine writes it);
 // - SEND with Invalidate of an ordinary MR (all of uroce's) fails as IBTA and rxe say, checked
 //   once at the end of a run on one RC pair (it takes the pair into the error state);
 // - every frame a host emits passes the wire parser (the checks of `uroce pcap check`);
+// Hosts receive as the engine's deferred path does in production (datapath/udp): the ICRC of a
+// message continuation is checked in the pass that places its payload, every other packet's
+// before it is read.
 // - liveness: once faults stop, every QP finishes within the liveness limit.
 #pragma once
 
@@ -61,6 +66,12 @@ struct ClusterOptions {
   // (FaultPlan::with_faults: the run fails, saying why, if the spec does not fit). Used only
   // when `faults` is set.
   std::optional<fault::FaultSpec> fault_spec;
+  // Corruption aimed at the fields that say where bytes go (issue 14's safety rule): during the
+  // fault phase, this many of every 1000 frames a host receives get one bit flipped in the BTH
+  // opcode, pad count, destination QPN or PSN, in the RETH's address, rkey or length, or else
+  // in the payload, pad or ICRC (the link's own corruption flips bits anywhere, mostly in the
+  // payload). On top of the plan's faults; a run without faults has none.
+  std::uint32_t aimed_corruption_per_mille = 0;
 };
 
 struct ClusterResult {
@@ -73,6 +84,16 @@ struct ClusterResult {
   std::uint64_t frames_dropped = 0;
   std::uint64_t retransmissions = 0;
   std::uint64_t icrc_drops = 0;
+  // Frames given aimed corruption (ClusterOptions::aimed_corruption_per_mille).
+  std::uint64_t aimed_corruptions = 0;
+  // Packets whose payload the engines placed in the same pass as their ICRC check (issue 14),
+  // and of those, the ones whose check then failed (counted in icrc_drops too).
+  std::uint64_t one_pass_packets = 0;
+  std::uint64_t one_pass_icrc_drops = 0;
+  // Bytes that such failed packets left behind in the target of a WR that then failed or
+  // flushed (never rewritten: RDMA leaves that memory undefined). Each lies where the WR's own
+  // next packet would have gone; anywhere else the memory oracles see them as foreign bytes.
+  std::uint64_t unverified_bytes_left = 0;
   std::uint64_t events = 0;
   std::int64_t simulated_ns = 0;
   // RC QPs whose retries ran out (a WR completed with RETRY_EXC_ERR), and the pairs the

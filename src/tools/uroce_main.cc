@@ -71,6 +71,11 @@ int main(int argc, char** argv) {
       "Every link's faults in UROCE_FAULTS' grammar (one rule, no match keys but dir=tx), "
       "instead of the seed's: e.g. 'loss=2%,dup=1%,reorder=1%,reorder_by=50us'");
   faults_opt->excludes(no_faults_flag);
+  sim->add_option("--aim-corruption", sim_cmd.cluster.aimed_corruption_per_mille,
+                  "Frames per 1000 received in the fault phase with a bit flipped in a header "
+                  "field that places data (opcode, QPN, PSN, pad, RETH) or in the payload")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 

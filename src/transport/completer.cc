@@ -60,7 +60,7 @@ bool Qp::scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t of
          ScatterResult::kOk;
 }
 
-void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
+void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) {
   if (type_ != QpType::kRc || (state_ != QpState::kRts && state_ != QpState::kSqd)) {
     ++counters_.dropped;
     return;
@@ -221,7 +221,8 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt) {
         fail_wqe(index, WcStatus::kBadRespErr);
         return;
       }
-      if (len > 0 && !scatter_read_response(w, index, offset, pkt.payload)) {
+      UROCE_ASSERT(!placed || !first);  // only a continuation is placed before (one_pass_target)
+      if (len > 0 && !placed && !scatter_read_response(w, index, offset, pkt.payload)) {
         fail_wqe(index, WcStatus::kLocProtErr);
         return;
       }

@@ -36,6 +36,11 @@ std::span<Sge> Qp::sges_of(std::uint32_t index) {
   return std::span<Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
 }
 
+std::span<const Sge> Qp::sges_of(std::uint32_t index) const {
+  const std::size_t slot = index % sq_.size();
+  return std::span<const Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
+}
+
 std::span<std::byte> Qp::inline_of(std::uint32_t index) {
   const std::size_t slot = index % sq_.size();
   return std::span<std::byte>(sq_inline_)
@@ -379,7 +384,7 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
   }
   if (info.ecn == 3) env_.cc->on_ecn_ce(now);
   if (pkt.op->is(wire::kFlagResponse)) {
-    handle_response(now, pkt);
+    handle_response(now, pkt, info.payload_placed);
   } else {
     handle_request(now, pkt, info);
   }

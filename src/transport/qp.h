@@ -32,6 +32,7 @@
 #include "transport/recv_queue.h"
 #include "uroce/types.h"
 #include "wire/builder.h"
+#include "wire/icrc.h"
 #include "wire/ip.h"
 #include "wire/packet.h"
 
@@ -101,6 +102,13 @@ struct PacketInfo {
   std::uint16_t src_port = 0;
   std::uint8_t ecn = 0;  // IP ECN bits (3 = CE)
   ConstBytes ip_header;  // for a UD receive's GRH area (20 or 40 bytes; may be empty)
+  // The packet's ICRC is not checked yet: the engine checks it, in the same pass as it places
+  // the payload where Qp::one_pass_target() says, before the QP sees the packet. Null: the
+  // receiver verified it already (every receiver but the engine's deferred path).
+  wire::PendingIcrc* pending = nullptr;
+  // The payload is in place already (at the destination one_pass_target() gave, just before
+  // this handle_packet() call): the QP does everything else as usual but does not copy it.
+  bool payload_placed = false;
 };
 
 // A packet to transmit: transport headers built, payload gathered by reference (zero copy; the
@@ -213,6 +221,23 @@ class Qp {
   Errc post_recv(std::uint64_t wr_id, std::span<const Sge> sges);
 
   void handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
+  // One pass over the payload on receive (issue 14). For a packet whose ICRC is not checked yet:
+  // when it, if intact, would be placed by handle_packet() as it is, at a destination that this
+  // QP's state alone chose, fills `out` (kMaxSge entries) with that destination, resolved with
+  // the same checks handle_packet() makes, in payload order, and returns how many pieces; else 0.
+  // That is the next expected PSN of a message in progress that a verified packet started: RC
+  // SEND and WRITE Middle/Last at the responder's ePSN (the receive WQE at recv_offset, the
+  // WRITE at write_va, its length exactly as execute_request() requires), and RC READ response
+  // Middle/Last at the completer's PSN inside an open response stream (wire::icrc_deferrable:
+  // not UC, which retransmits nothing). A corrupted packet placed there writes only bytes that
+  // the retransmission of its PSN rewrites (RDMA leaves them undefined until the operation
+  // completes; a SEND's, whose length the responder learns only at its Last, may run up to a
+  // path MTU past the message's end inside the receive buffer); nothing of its own headers
+  // picks the place.
+  // Changes nothing. The caller, after copying, calls handle_packet() with payload_placed set
+  // (if the ICRC holds) before anything else reaches this QP.
+  std::size_t one_pass_target(const wire::RocePacket& pkt, const PacketInfo& info,
+                              std::span<MutBytes> out) const;
   void handle_timeout(Instant now);
   bool poll_transmit(Instant now, TxPacket& out);
   // The earliest time handle_timeout() or poll_transmit() has work (never() when idle).
@@ -276,6 +301,7 @@ class Qp {
   SendWqe& sq_at(std::uint32_t i) { return sq_[i % sq_.size()]; }
   const SendWqe& sq_at(std::uint32_t i) const { return sq_[i % sq_.size()]; }
   std::span<Sge> sges_of(std::uint32_t index);
+  std::span<const Sge> sges_of(std::uint32_t index) const;
   std::span<std::byte> inline_of(std::uint32_t index);
   bool is_read_or_atomic(const SendWqe& w) const;
   std::uint32_t packets_of(const SendWqe& w) const;
@@ -291,11 +317,12 @@ class Qp {
   void complete_unreliable_sends();
 
   // ---- completer (completer.cc) ----
-  void handle_response(Instant now, const wire::RocePacket& pkt);
+  void handle_response(Instant now, const wire::RocePacket& pkt, bool placed);
   void complete_send(std::uint32_t index, WcStatus status);
   void complete_acked_through(std::uint32_t psn);
   bool scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,
                              ConstBytes data);
+  std::size_t read_response_target(const wire::RocePacket& pkt, std::span<MutBytes> out) const;
   void fail_wqe(std::uint32_t index, WcStatus status);
   void reset_retry_counters();
   void note_progress(Instant now);
@@ -304,13 +331,15 @@ class Qp {
 
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
-  void handle_rc_request(const wire::RocePacket& pkt);
-  void handle_uc_request(const wire::RocePacket& pkt);
+  void handle_rc_request(const wire::RocePacket& pkt, bool placed);
+  void handle_uc_request(const wire::RocePacket& pkt, bool placed);
+  std::size_t request_target(const wire::RocePacket& pkt, std::span<MutBytes> out) const;
   void handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info);
   void handle_duplicate(const wire::RocePacket& pkt);
   bool poll_response(TxPacket& out);
   enum class RespStatus : std::uint8_t;
-  RespStatus execute_request(const wire::RocePacket& pkt);
+  // `placed`: the payload is in place already (PacketInfo::payload_placed).
+  RespStatus execute_request(const wire::RocePacket& pkt, bool placed);
   bool take_recv_wqe();
   RespStatus scatter_into_recv(std::uint64_t offset, ConstBytes data);
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,

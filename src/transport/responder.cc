@@ -162,10 +162,10 @@ void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& 
   counters_.bytes_received += pkt.payload.size();
   switch (type_) {
     case QpType::kRc:
-      handle_rc_request(pkt);
+      handle_rc_request(pkt, info.payload_placed);
       break;
     case QpType::kUc:
-      handle_uc_request(pkt);
+      handle_uc_request(pkt, info.payload_placed);
       break;
     case QpType::kUd:
       handle_ud_request(pkt, info);
@@ -173,7 +173,7 @@ void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& 
   }
 }
 
-Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
+Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
   const wire::OpcodeInfo& op = *pkt.op;
   const std::uint32_t psn = pkt.bth().psn();
   const bool first = op.is(wire::kFlagFirst);
@@ -212,11 +212,15 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
   if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe && !take_recv_wqe()) return RespStatus::kRnr;
 
   const bool solicited = pkt.bth().solicited();
+  // Only a continuation is ever placed before it gets here (one_pass_target).
+  UROCE_ASSERT(!placed || !first);
   if (send) {
     if (first) resp_.recv_offset = 0;
-    if (const RespStatus s = scatter_into_recv(resp_.recv_offset, pkt.payload);
-        s != RespStatus::kOk) {
-      return s;
+    if (!placed) {
+      if (const RespStatus s = scatter_into_recv(resp_.recv_offset, pkt.payload);
+          s != RespStatus::kOk) {
+        return s;
+      }
     }
     resp_.recv_offset += payload;
     resp_.psn = wire::psn_add(psn, 1);
@@ -266,7 +270,7 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
       auto mem = env_.memory->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va, payload,
                                       kAccessRemoteWrite);
       if (!mem.ok()) return RespStatus::kAccessError;
-      std::memcpy(mem.value().data(), pkt.payload.data(), payload);
+      if (!placed) std::memcpy(mem.value().data(), pkt.payload.data(), payload);
     }
     resp_.write_va += payload;
     resp_.write_resid -= payload;
@@ -326,7 +330,7 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt) {
   return RespStatus::kOk;
 }
 
-void Qp::handle_rc_request(const wire::RocePacket& pkt) {
+void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   const std::uint32_t psn = pkt.bth().psn();
   const std::int32_t d = wire::psn_diff(psn, resp_.psn);
   if (d > 0) {
@@ -345,7 +349,7 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt) {
     handle_duplicate(pkt);
     return;
   }
-  const RespStatus s = execute_request(pkt);
+  const RespStatus s = execute_request(pkt, placed);
   switch (s) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
@@ -438,7 +442,7 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
   ++counters_.dropped;  // no saved resource: a class D error, the request is dropped
 }
 
-void Qp::handle_uc_request(const wire::RocePacket& pkt) {
+void Qp::handle_uc_request(const wire::RocePacket& pkt, bool placed) {
   const std::uint32_t psn = pkt.bth().psn();
   const bool first = pkt.op->is(wire::kFlagFirst);
   if (psn != resp_.psn) {
@@ -457,7 +461,7 @@ void Qp::handle_uc_request(const wire::RocePacket& pkt) {
     }
     resp_.uc_drop_until_first = false;
   }
-  if (execute_request(pkt) != RespStatus::kOk) {
+  if (execute_request(pkt, placed) != RespStatus::kOk) {
     // UC reports nothing to the sender: the whole message is dropped (the receive WQE, if one
     // was taken, is kept for the next message).
     ++counters_.dropped;

@@ -1,29 +1,49 @@
 #include "transport/sgl.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+
+#include "transport/qp.h"
 
 namespace uroce::transport {
 
-ScatterResult scatter(MemoryResolver& memory, std::uint32_t pd, std::span<const Sge> sges,
-                      std::uint64_t offset, ConstBytes data) {
+ScatterResult scatter_targets(MemoryResolver& memory, std::uint32_t pd, std::span<const Sge> sges,
+                              std::uint64_t offset, std::uint64_t length, std::span<MutBytes> out,
+                              std::size_t& pieces) {
+  UROCE_CHECK(out.size() >= sges.size());
+  pieces = 0;
   std::uint64_t total = 0;
   for (const Sge& s : sges) total += s.length;
-  if (offset > total || data.size() > total - offset) return ScatterResult::kTooLong;
+  if (offset > total || length > total - offset) return ScatterResult::kTooLong;
   std::uint64_t skip = offset;
-  std::size_t done = 0;
+  std::uint64_t done = 0;
   for (const Sge& s : sges) {
-    if (done == data.size()) break;
+    if (done == length) break;
     if (skip >= s.length) {
       skip -= s.length;
       continue;
     }
-    const std::size_t n = std::min<std::uint64_t>(s.length - skip, data.size() - done);
+    const std::uint64_t n = std::min<std::uint64_t>(s.length - skip, length - done);
     auto mem = memory.resolve(pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
     if (!mem.ok()) return ScatterResult::kAccessError;
-    std::memcpy(mem.value().data(), data.data() + done, n);
+    out[pieces++] = mem.value();
     done += n;
     skip = 0;
+  }
+  return ScatterResult::kOk;
+}
+
+ScatterResult scatter(MemoryResolver& memory, std::uint32_t pd, std::span<const Sge> sges,
+                      std::uint64_t offset, ConstBytes data) {
+  std::array<MutBytes, kMaxSge> pieces;
+  std::size_t n = 0;
+  const ScatterResult r = scatter_targets(memory, pd, sges, offset, data.size(), pieces, n);
+  if (r != ScatterResult::kOk) return r;
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::memcpy(pieces[i].data(), data.data() + done, pieces[i].size());
+    done += pieces[i].size();
   }
   return ScatterResult::kOk;
 }

@@ -18,7 +18,15 @@ enum class ScatterResult : std::uint8_t {
   kAccessError,  // an SGE's lkey did not resolve (pieces before it may have been written)
 };
 
-// Writes `data` at byte `offset` of the concatenation of `sges`, with local write access.
+// Where scatter() would write `length` bytes at byte `offset` of `sges`: each piece resolved with
+// local write access, in order, into `out` (at least sges.size() long); `pieces` says how many.
+// kOk only when every piece resolved (then their sizes add up to `length`).
+ScatterResult scatter_targets(MemoryResolver& memory, std::uint32_t pd, std::span<const Sge> sges,
+                              std::uint64_t offset, std::uint64_t length, std::span<MutBytes> out,
+                              std::size_t& pieces);
+
+// Writes `data` at byte `offset` of the concatenation of `sges`, with local write access: the
+// pieces scatter_targets() gives, after all of them resolved (nothing is written otherwise).
 ScatterResult scatter(MemoryResolver& memory, std::uint32_t pd, std::span<const Sge> sges,
                       std::uint64_t offset, ConstBytes data);
 

@@ -110,6 +110,40 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
   return icrc_compute(ip_udp, roce_with_icrc.first(n)) == load_le32(roce_with_icrc, n);
 }
 
+PendingIcrc::PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload,
+                         IcrcCheck* check)
+    : acc_(ip_udp,
+           roce_with_icrc.first(static_cast<std::size_t>(payload.data() - roce_with_icrc.data()))),
+      rest_(roce_with_icrc.subspan(
+          static_cast<std::size_t>(payload.data() - roce_with_icrc.data()),
+          roce_with_icrc.size() - kIcrcBytes -
+              static_cast<std::size_t>(payload.data() - roce_with_icrc.data()))),
+      payload_bytes_(payload.size()),
+      stored_(load_le32(roce_with_icrc, roce_with_icrc.size() - kIcrcBytes)),
+      roce_bytes_(roce_with_icrc.size()),
+      check_(check) {
+  // The payload lies inside the packet, after the BTH and before the ICRC.
+  UROCE_CHECK(payload.data() >= roce_with_icrc.data() + kBthBytes);
+  UROCE_CHECK(payload.size() <= rest_.size());
+}
+
+void PendingIcrc::copy_payload(MutBytes dst) {
+  UROCE_CHECK(!finished_);
+  UROCE_CHECK(dst.size() <= payload_bytes_ - copied_);
+  acc_.copy_and_update(dst, rest_.subspan(copied_, dst.size()));
+  copied_ += dst.size();
+}
+
+bool PendingIcrc::finish() {
+  UROCE_CHECK(!finished_);
+  finished_ = true;
+  acc_.update(rest_.subspan(copied_));
+  const std::uint32_t computed = acc_.value();
+  verified_ =
+      computed == stored_ || (check_ != nullptr && check_->accepts(roce_bytes_, computed, stored_));
+  return verified_;
+}
+
 namespace {
 
 // Polynomial arithmetic modulo the CRC-32 polynomial in the reflected representation that the

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "base/bytes.h"
+#include "wire/opcode.h"
 
 namespace uroce::wire {
 
@@ -47,6 +48,82 @@ class IcrcAccumulator {
  private:
   std::uint32_t crc_;
 };
+
+// How a receiver accepts an ICRC that differs from the one it computed: datapath/udp, which
+// cannot see the IPv4 identification and DF flag, accepts one that some identification (and DF)
+// explains (Ipv4IdIcrcDelta). Without one, only an equal ICRC is accepted.
+class IcrcCheck {
+ public:
+  virtual ~IcrcCheck() = default;
+  // `computed` is the ICRC of the packet's bytes as the receiver has them, `stored` the one it
+  // carries; `roce_bytes` is its length from the BTH through the ICRC.
+  virtual bool accepts(std::size_t roce_bytes, std::uint32_t computed, std::uint32_t stored) = 0;
+};
+
+// The ICRC check of a received packet, computed in the same pass as its payload is copied to
+// where the transport places it (issue 14: one pass over the payload on receive).
+//
+// Built over the masked outer headers and the transport headers; then copy_payload() copies the
+// payload to its destinations, in order, folding each byte into the CRC as it goes; finish()
+// folds in whatever was not copied (all of it, for a packet that is not placed this way) and the
+// pad, and runs the check, once. Before finish() nothing about the packet is known to be intact:
+// a caller may place its payload only where validated state, not the packet's own headers, says
+// it belongs (transport::Qp::one_pass_target).
+//
+// The spans and the check must outlive the object. Nothing here allocates.
+class PendingIcrc {
+ public:
+  // `ip_udp` as for icrc_compute(); `roce_with_icrc` the packet from the BTH through the ICRC;
+  // `payload` the payload within it (after the transport headers, before the pad). `check`
+  // may be null: equal or rejected.
+  PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload, IcrcCheck* check);
+  PendingIcrc(const PendingIcrc&) = delete;
+  PendingIcrc& operator=(const PendingIcrc&) = delete;
+
+  std::size_t payload_bytes() const { return payload_bytes_; }
+  // Payload bytes copied so far.
+  std::size_t copied_bytes() const { return copied_; }
+  // Copies the next dst.size() bytes of the payload to `dst` (at most what is left of it) and
+  // folds them into the CRC. Only before finish().
+  void copy_payload(MutBytes dst);
+  // Folds in the rest of the payload and the pad and checks the ICRC; the verdict is kept.
+  // Once only.
+  bool finish();
+  bool finished() const { return finished_; }
+  bool verified() const { return verified_; }
+
+ private:
+  IcrcAccumulator acc_;
+  ConstBytes rest_;  // payload and pad
+  std::size_t payload_bytes_;
+  std::size_t copied_ = 0;
+  std::uint32_t stored_;
+  std::size_t roce_bytes_;
+  IcrcCheck* check_;
+  bool finished_ = false;
+  bool verified_ = false;
+};
+
+// The packets whose ICRC a receiver may check in the same pass as it places their payload: the
+// continuations (Middle and Last, with payload) of RC WRITEs and READ responses, whose
+// destination and length the receiver's state fixed when an earlier, verified packet started the
+// message (the RETH's range, the READ's), and whose bytes, if the packet turns out corrupted,
+// the retransmission of that PSN writes again. Every other packet's own headers would choose
+// where it goes (a RETH, a receive WQE taken, an atomic, a UD datagram) or it carries nothing to
+// place: it is verified before anything reads it. Left out as well:
+//   - UC: nothing is retransmitted there, so what a corrupted continuation placed would stay in
+//     the target of a message that never completes;
+//   - SEND continuations: the responder does not know a SEND's length before its Last, so a
+//     corrupted continuation (a Middle's length where the real packet is a shorter Last) could
+//     write past the end of the message, into bytes of the receive buffer that nothing writes
+//     again.
+constexpr bool icrc_deferrable(const OpcodeInfo& op) {
+  if (op.transport != Transport::kRc) return false;
+  if (op.is(kFlagFirst) || !op.is(kFlagPayload)) return false;
+  if (!op.is(kFlagMiddle) && !op.is(kFlagLast)) return false;
+  if (op.is(kFlagRequest)) return op.is(kFlagWrite);
+  return op.is(kFlagResponse) && op.is(kFlagRead);
+}
 
 // ICRC of a packet; `roce` runs from the BTH to the end of the pad (the ICRC itself excluded).
 std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);

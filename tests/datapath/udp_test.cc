@@ -856,6 +856,99 @@ TEST(UdpDatapath, Ipv4PacketsSentWithDfClearAreVerified) {
   EXPECT_EQ(k.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 2u);
 }
 
+// With deferred checks (issue 14, the engine's mode): a message continuation reaches the
+// handler unverified, with RxMeta::pending, whose check recovers the identification and DF as
+// the datapath's own does (counted the same); every other packet is verified first, as before.
+TEST(UdpDatapath, DeferredChecksRecoverIdentificationAndDfAndRejectCorruption) {
+  auto b = UdpDatapath::open({v4("127.0.3.69"), 4791});
+  ASSERT_TRUE(b.ok()) << b.error();
+  b.value()->set_deferred_icrc(true);
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  const int dont = IP_PMTUDISC_DONT;
+  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_port = htons(4791);
+  ::inet_pton(AF_INET, "127.0.3.70", &from.sin_addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+  sockaddr_in to = from;
+  ::inet_pton(AF_INET, "127.0.3.69", &to.sin_addr);
+  struct Case {
+    wire::Opcode op;
+    bool df;
+    std::uint16_t id;
+    bool corrupt;
+  };
+  const Case cases[] = {
+      {wire::Opcode::kRcRdmaWriteMiddle, false, 0, false},
+      {wire::Opcode::kRcRdmaWriteLast, false, 0x2345, false},  // DF clear, some id
+      {wire::Opcode::kRcSendMiddle, false, 0x0102, true},
+      {wire::Opcode::kRcRdmaReadResponseMiddle, false, 0, true},
+      {wire::Opcode::kRcSendOnly, false, 0x0a0b, false},  // not deferred: verified first
+      {wire::Opcode::kRcSendOnly, false, 0, true},
+  };
+  for (const Case& c : cases) {
+    wire::OuterHeaders o;
+    o.src = v4("127.0.3.70");
+    o.dst = v4("127.0.3.69");
+    o.src_port = 4791;
+    o.ipv4_df = c.df;
+    o.ipv4_id = c.id;
+    o.ethernet = false;
+    const Bytes data = data_of(256);
+    wire::TransportHeaders h = send_only(data.size());
+    h.bth.opcode = static_cast<std::uint8_t>(c.op);
+    Bytes frame(8192);
+    frame.resize(wire::build_frame(frame, o, h, data));
+    Bytes udp_payload(frame.begin() + 28, frame.end());
+    if (c.corrupt) udp_payload[12 + 100] ^= std::byte{0x04};  // a payload bit
+    ASSERT_EQ(::sendto(fd, udp_payload.data(), udp_payload.size(), 0,
+                       reinterpret_cast<sockaddr*>(&to), sizeof to),
+              static_cast<ssize_t>(udp_payload.size()));
+  }
+  ::close(fd);
+  struct Seen {
+    wire::Opcode op;
+    bool pending;
+    bool verified;
+  };
+  std::vector<Seen> seen;
+  for (int tries = 0; tries < 20 && b.value()->counters().rx_packets < std::size(cases); ++tries) {
+    if (!readable(b.value()->fd())) break;
+    b.value()->receive(64, [&](const wire::RocePacket& pkt, const RxMeta& meta) {
+      if (meta.pending != nullptr) {
+        EXPECT_FALSE(meta.icrc_verified);
+        EXPECT_EQ(meta.pending->payload_bytes(), 256u);
+        Bytes out(256);
+        meta.pending->copy_payload(out);
+        const bool ok = meta.pending->finish();
+        if (ok) {
+          EXPECT_EQ(out, data_of(256));
+        }
+        seen.push_back({pkt.op->opcode(), true, ok});
+      } else {
+        seen.push_back({pkt.op->opcode(), false, meta.icrc_verified});
+      }
+    });
+  }
+  ASSERT_EQ(seen.size(), 5u);  // the corrupted SEND Only never reaches the handler
+  std::size_t i = 0;
+  for (const Case& c : cases) {
+    if (c.op == wire::Opcode::kRcSendOnly && c.corrupt) continue;
+    EXPECT_EQ(seen[i].op, c.op) << i;
+    EXPECT_EQ(seen[i].pending, wire::icrc_deferrable(wire::opcode_info(c.op))) << i;
+    EXPECT_EQ(seen[i].verified, !c.corrupt) << i;
+    ++i;
+  }
+  const UdpCounters& k = b.value()->counters();
+  EXPECT_EQ(k.rx_packets, std::size(cases));
+  EXPECT_EQ(k.rx_icrc_df_clear, 3u);  // the intact ones, deferred or not
+  // The datapath counts only the one it verified itself; the handler (the engine) counts the
+  // deferred ones it rejects.
+  EXPECT_EQ(k.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 1u);
+}
+
 TEST(UdpDatapath, GarbageAndBadIcrcAreCountedDrops) {
   auto b = UdpDatapath::open({v4("127.0.0.63"), 4791});
   ASSERT_TRUE(b.ok()) << b.error();

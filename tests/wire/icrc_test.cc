@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -194,6 +195,77 @@ TEST_P(IcrcPaths, AccumulatorCopyAndUpdateBuildsThePacketAndItsIcrc) {
   }
 }
 
+// PendingIcrc: the same verdict as icrc_verify whatever is copied through it, in however many
+// pieces, and the copied bytes are the payload's. Random packets, random header and pad lengths,
+// random splits of the payload, intact or with one bit flipped anywhere (headers, payload, pad,
+// ICRC); separate headers (as datapath/udp rebuilds them) or contiguous (as a frame holds them).
+TEST_P(IcrcPaths, PendingIcrcCopiesThePayloadAndAgreesWithVerify) {
+  std::mt19937 rng(1414);
+  for (int iter = 0; iter < 400; ++iter) {
+    const bool v6 = iter % 3 == 1;
+    const std::size_t ip_udp_len = (v6 ? 40 : 20) + 8;
+    const std::size_t hdr_len = 12 + 4 * (rng() % 8);  // BTH and 0..28 bytes of ext headers
+    const std::size_t payload_len = iter < 40 ? static_cast<std::size_t>(iter) : rng() % 4200;
+    const std::size_t pad = rng() % 4;
+    std::vector<std::byte> frame(ip_udp_len + hdr_len + payload_len + pad + 4);
+    for (auto& b : frame) b = static_cast<std::byte>(rng());
+    frame[0] = static_cast<std::byte>((v6 ? 0x60 : 0x40) | 5);
+    const MutBytes roce_mut = MutBytes(frame).subspan(ip_udp_len);
+    const std::size_t body = roce_mut.size() - 4;
+    store_le32(
+        roce_mut, body,
+        reference_icrc(ConstBytes(frame).first(ip_udp_len), ConstBytes(roce_mut).first(body)));
+    const bool corrupt = iter % 2 == 0;
+    if (corrupt) {
+      const std::size_t bit = rng() % (frame.size() * 8);
+      // Not in a masked (variant) field, which the ICRC does not cover, nor in the IP version
+      // (which says how long the IP header is).
+      const std::size_t byte = bit / 8;
+      const bool masked = v6 ? byte == 0 || (byte >= 1 && byte <= 3) || byte == 7 || byte == 46 ||
+                                   byte == 47 || byte == 52
+                             : byte == 0 || byte == 1 || byte == 8 || byte == 10 || byte == 11 ||
+                                   byte == 26 || byte == 27 || byte == 32;
+      if (!masked) frame[byte] ^= static_cast<std::byte>(1u << (bit % 8));
+    }
+    std::vector<std::byte> ip_udp_copy(frame.begin(),
+                                       frame.begin() + static_cast<std::ptrdiff_t>(ip_udp_len));
+    const ConstBytes roce = ConstBytes(frame).subspan(ip_udp_len);
+    const ConstBytes payload = roce.subspan(hdr_len, payload_len);
+    const bool want = icrc_verify(ConstBytes(frame).first(ip_udp_len), roce);
+    for (const bool contiguous : {true, false}) {
+      const ConstBytes ip_udp =
+          contiguous ? ConstBytes(frame).first(ip_udp_len) : ConstBytes(ip_udp_copy);
+      PendingIcrc p(ip_udp, roce, payload, nullptr);
+      ASSERT_EQ(p.payload_bytes(), payload_len);
+      // Copy a random prefix of the payload, in up to 4 random pieces, into guarded buffers.
+      const std::size_t copy_len = payload_len == 0 ? 0 : rng() % (payload_len + 1);
+      std::vector<std::byte> out(copy_len + 16, std::byte{0xa5});
+      std::size_t done = 0;
+      for (int piece = 0; piece < 4 && done < copy_len; ++piece) {
+        const std::size_t n = piece == 3 ? copy_len - done : rng() % (copy_len - done + 1);
+        p.copy_payload(MutBytes(out).subspan(8 + done, n));
+        done += n;
+      }
+      ASSERT_EQ(p.copied_bytes(), done);
+      EXPECT_FALSE(p.finished());
+      ASSERT_EQ(p.finish(), want) << "iteration " << iter << " contiguous " << contiguous;
+      EXPECT_TRUE(p.finished());
+      EXPECT_EQ(p.verified(), want);
+      ASSERT_TRUE(std::equal(payload.begin(), payload.begin() + static_cast<std::ptrdiff_t>(done),
+                             out.begin() + 8));
+      for (std::size_t i = 0; i < 8; ++i) {
+        ASSERT_EQ(out[i], std::byte{0xa5});
+      }
+      for (std::size_t i = 8 + done; i < out.size(); ++i) {
+        ASSERT_EQ(out[i], std::byte{0xa5});
+      }
+    }
+    if (!corrupt) {
+      ASSERT_TRUE(want) << "iteration " << iter;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KernelsAndIsal, IcrcPaths, ::testing::ValuesIn(crc32_fold::kKernels),
                          test::kernel_test_name);
 
@@ -371,6 +443,42 @@ TEST(IcrcIdentification, CorruptionOutsideTheIdentificationIsStillCaught) {
     }
   }
   EXPECT_EQ(passed, 0u) << "of " << tried;
+}
+
+// The check hook sees the computed and stored ICRCs and the length, and decides: here the
+// identification recovery datapath/udp does, over a packet sent with a nonzero identification.
+TEST(PendingIcrc, CheckHookCanAcceptWhatAnIdentificationExplains) {
+  OuterHeaders o;
+  o.src = IpAddress::v4(0x0a000001);
+  o.dst = IpAddress::v4(0x0a000002);
+  o.ipv4_id = 0x1234;
+  TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcRdmaWriteMiddle);
+  std::vector<std::byte> payload(1024, std::byte{0x3c});
+  std::vector<std::byte> frame(2048);
+  frame.resize(build_frame(frame, o, h, payload));
+  const ConstBytes roce = ConstBytes(frame).subspan(42);
+  // The receiver's view: identification 0.
+  std::vector<std::byte> ip_udp(frame.begin() + 14, frame.begin() + 42);
+  ip_udp[4] = ip_udp[5] = std::byte{0};
+  struct Recover final : IcrcCheck {
+    std::optional<std::uint16_t> found;
+    bool accepts(std::size_t roce_bytes, std::uint32_t computed, std::uint32_t stored) override {
+      found = Ipv4IdIcrcDelta(roce_bytes).solve(computed ^ stored);
+      return found.has_value();
+    }
+  } recover;
+  const ConstBytes pl = roce.subspan(12, payload.size());
+  {
+    PendingIcrc plain(ip_udp, roce, pl, nullptr);
+    EXPECT_FALSE(plain.finish());
+  }
+  PendingIcrc p(ip_udp, roce, pl, &recover);
+  std::vector<std::byte> out(payload.size());
+  p.copy_payload(out);
+  EXPECT_TRUE(p.finish());
+  EXPECT_EQ(recover.found, std::optional<std::uint16_t>(0x1234));
+  EXPECT_EQ(out, payload);
 }
 
 TEST(IcrcIdentification, RejectsShortInputAndIpv6) {
