@@ -119,7 +119,7 @@ struct Context {
   CompatDevice* dev = nullptr;
   DeviceConfig config;
   std::unique_ptr<Device> query_dev;  // attributes, ports and GIDs before (and after) the network
-  int async_placeholder = -1;         // context.async_fd; becomes the UdpDevice's async eventfd
+  int async_placeholder = -1;         // context.async_fd: the UdpDevice signals this file
   std::uint32_t ifindex = 0;          // the interface holding the address (GID entries)
   bool address_local = true;          // an interface holds the address (else the port is down)
 

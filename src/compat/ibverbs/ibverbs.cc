@@ -594,6 +594,19 @@ engine::UdpDevice* net(Context* ctx) {
     errno = m.find("in use") != std::string::npos ? EADDRINUSE : ENODEV;
     return nullptr;
   }
+  // context->async_fd must stay the file the application got from ibv_open_device: UCX, for
+  // one, makes it non-blocking and adds it to an epoll set right away, and an epoll set
+  // watches the open file, not the number (replacing the file behind the number, as dup3 onto
+  // it would, silently drops it from the set). So the device signals the application's file:
+  // its own async fd number is made to name that file, before the progress thread can signal
+  // it. The device queues no async event before its first QP, so nothing is lost in between.
+  if (::dup3(ctx->async_placeholder, r.value()->async_event_fd(), O_CLOEXEC) < 0) {
+    const int e = errno;
+    std::fprintf(stderr, "uroce libibverbs: %s: async fd: %s\n", cfg.name.c_str(),
+                 std::strerror(e));
+    errno = e;
+    return nullptr;
+  }
   engine::ProgressThreadOptions opts;
   if (const char* spin = std::getenv("UROCE_PROGRESS_SPIN_US")) {
     opts.spin = Duration::us(std::strtoll(spin, nullptr, 10));
@@ -604,14 +617,6 @@ engine::UdpDevice* net(Context* ctx) {
     errno = ENOMEM;
     return nullptr;
   }
-  // context->async_fd now names the device's async-event eventfd (the number stays the same,
-  // so an application that saved it polls the right file).
-  // The application's O_NONBLOCK choice carries over to the device's file.
-  const bool nonblocking = is_nonblocking(ctx->async_placeholder);
-  if (::dup3(r.value()->async_event_fd(), ctx->async_placeholder, O_CLOEXEC) < 0) {
-    std::fprintf(stderr, "uroce libibverbs: dup3 async fd: %s\n", std::strerror(errno));
-  }
-  if (!nonblocking) make_blocking(ctx->async_placeholder);
   ctx->owner = std::move(r.value());
   ctx->udp.store(ctx->owner.get(), std::memory_order_release);
   return ctx->owner.get();
