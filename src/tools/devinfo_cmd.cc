@@ -234,6 +234,7 @@ Result<std::unique_ptr<Device>, std::string> make_device(const engine::DeviceSpe
   cfg.name = spec.name;
   cfg.ip = spec.ip;
   cfg.netdev_mtu = mtu.value();
+  cfg.link_speed_mbps = datapath::interface_speed_mbps(spec.ip);  // as the drop-in's
   auto dev = Device::create(cfg);
   if (!dev.ok()) {
     return Err{spec.name + " (" + engine::ip_to_string(spec.ip) + "): cannot create the device: " +

@@ -839,6 +839,11 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     auto mtu = datapath::interface_mtu(d->spec.ip);
     ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
     ctx->address_local = mtu.ok();
+    ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
+    // One completion vector per online CPU, as rxe has (num_possible_cpus()): applications
+    // pass their CPU as comp_vector (UCX does); uroce accepts any below this.
+    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    ctx->config.num_comp_vectors = cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
     ctx->config.seed = fresh_seed();
     ctx->ifindex = interface_index(d->spec.ip);
     auto qd = Device::create(ctx->config);
@@ -862,7 +867,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     c.device = device;
     c.cmd_fd = -1;
     c.async_fd = ctx->async_placeholder;
-    c.num_comp_vectors = 1;
+    c.num_comp_vectors = static_cast<int>(ctx->config.num_comp_vectors);
     pthread_mutex_init(&c.mutex, nullptr);
     c.abi_compat = __VERBS_ABI_IS_EXTENDED;
     c.ops.poll_cq = op_poll_cq;
