@@ -840,10 +840,8 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
     ctx->address_local = mtu.ok();
     ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
-    // One completion vector per online CPU, as rxe has (num_possible_cpus()): applications
-    // pass their CPU as comp_vector (UCX does); uroce accepts any below this.
-    const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-    ctx->config.num_comp_vectors = cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
+    // Applications pass their CPU as comp_vector (UCX does); uroce accepts any below this.
+    ctx->config.num_comp_vectors = engine::host_num_comp_vectors();
     ctx->config.seed = fresh_seed();
     ctx->ifindex = interface_index(d->spec.ip);
     auto qd = Device::create(ctx->config);
