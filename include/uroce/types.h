@@ -113,6 +113,14 @@ enum WcFlag : std::uint32_t {
   kWcWithInv = 8,
 };
 
+// The network header a received datagram came in (the kernel's enum rdma_network_type, which
+// rxe sets in ib_wc.network_hdr_type): what a UD receive's GRH area holds.
+enum class NetworkHdr : std::uint8_t {
+  kNone = 0,  // not a UD receive, or not known
+  kIpv4 = 1,  // the GRH area: 20 bytes of padding, then the IPv4 header
+  kIpv6 = 2,  // the GRH area: the IPv6 header
+};
+
 struct Sge {
   std::uint64_t addr = 0;
   std::uint32_t length = 0;
@@ -134,6 +142,7 @@ struct Wc {
   std::uint16_t slid = 0;
   std::uint8_t sl = 0;
   std::uint8_t dlid_path_bits = 0;
+  NetworkHdr network_hdr = NetworkHdr::kNone;  // successful UD receives only
 };
 
 // Asynchronous events (IBV_EVENT_*).

@@ -170,7 +170,25 @@ struct DeviceConfig {
   std::uint32_t netdev_mtu = 1500;  // >= 336: the active MTU must be at least 256
   std::uint64_t seed = 0;           // for MR keys: one seed, one sequence of keys
   std::uint32_t async_event_queue_depth = 1024;
+  // Completion vectors (ibv_context.num_comp_vectors): rxe has one per CPU. uroce's CQs share
+  // the device's progress, so a vector only has to be accepted: any below this number is.
+  std::uint32_t num_comp_vectors = 1;
+  // The interface's speed in Mb/s, from which the port's active width and speed derive as the
+  // kernel derives them for RoCE (link_rate_for_eth_speed); 0 when unknown, which the kernel
+  // reads as 1000.
+  std::uint32_t link_speed_mbps = 0;
 };
+
+// The port's active_width (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) for an Ethernet link
+// of `mbps` (0: unknown), as the kernel's ib_get_eth_speed() gives them for a RoCE port: its
+// table without lane counts (Linux before 6.2, and 6.2+ when the driver reports none), up to
+// 4X EDR for anything above 40 Gb/s. Applications turn these into a bandwidth and a latency
+// (UCX does), so they should say roughly what the link carries.
+struct LinkRate {
+  std::uint8_t width = 1;  // 1X
+  std::uint8_t speed = 1;  // SDR
+};
+LinkRate link_rate_for_eth_speed(std::uint32_t mbps);
 
 // ---- object attributes ----
 
@@ -187,7 +205,7 @@ struct MrInfo {
 struct CqInitAttr {
   std::uint32_t cqe = 0;          // 1..max_cqe; rounded up as rxe does (see CqInfo)
   std::uint64_t channel = 0;      // opaque tag handed to the CompletionEventHandler
-  std::uint32_t comp_vector = 0;  // must be 0 (one completion vector)
+  std::uint32_t comp_vector = 0;  // below DeviceConfig::num_comp_vectors
 };
 struct CqInfo {
   CqHandle handle;

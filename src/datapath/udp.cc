@@ -1,6 +1,7 @@
 #include "datapath/udp.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/ethtool.h>
 #include <linux/sockios.h>
@@ -206,6 +207,31 @@ Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
   ::close(fd);
   if (rc != 0) return Err{errno_text("SIOCGIFMTU")};
   return static_cast<std::uint32_t>(req.ifr_mtu);
+}
+
+std::uint32_t interface_speed_mbps(const wire::IpAddress& local) {
+  constexpr std::uint32_t kLoopbackMbps = 25000;
+  auto found = interface_name(local);
+  if (!found.ok() || found.value().size() >= IFNAMSIZ) return 0;
+  const std::string& name = found.value();
+  const std::string path = "/sys/class/net/" + name + "/speed";
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    std::array<char, 32> text{};
+    const ssize_t n = ::read(fd, text.data(), text.size() - 1);
+    ::close(fd);
+    // Reading fails (EINVAL) for an interface without link settings; -1 is SPEED_UNKNOWN.
+    if (n > 0) {
+      const long mbps = std::strtol(text.data(), nullptr, 10);
+      if (mbps > 0 && mbps <= INT_MAX) return static_cast<std::uint32_t>(mbps);
+    }
+  }
+  const int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return 0;
+  ifreq req{};
+  std::strncpy(req.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  const bool loopback = ::ioctl(sock, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_LOOPBACK);
+  ::close(sock);
+  return loopback ? kLoopbackMbps : 0;
 }
 
 struct UdpDatapath::TxSlot {

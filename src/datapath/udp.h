@@ -149,6 +149,13 @@ void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage
 // The MTU of the network interface that holds `local` (SIOCGIFMTU), or an error message when no
 // interface has that address.
 Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
+// The speed in Mb/s of the network interface that holds `local`, for the port's active width
+// and speed (link_rate_for_eth_speed in <uroce/verbs.h>): the kernel's
+// (/sys/class/net/NAME/speed, what ethtool shows) when it knows one. A loopback interface has
+// none; there uroce moves data at memory-copy speed, measured at 26-33 Gb/s for 64 KiB RDMA
+// WRITEs (docs/PERFORMANCE.md), so it reads as 25000 (1X EDR). Any other interface without one
+// (some virtual NICs): 0, unknown.
+std::uint32_t interface_speed_mbps(const wire::IpAddress& local);
 // The name of the network interface that holds `local` (any 127/8 address: lo).
 Result<std::string, std::string> interface_name(const wire::IpAddress& local);
 // Whether `ifname` has tx-udp-segmentation on (ethtool's feature), if that can be read.

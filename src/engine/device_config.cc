@@ -181,6 +181,11 @@ Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel) {
   return Err{"no device named '" + sel.name + "' (configured: " + describe(list.value()) + ")"};
 }
 
+std::uint32_t host_num_comp_vectors() {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
+}
+
 Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel) {
   auto spec = resolve_device(sel);
   if (!spec.ok()) return Err{spec.error()};

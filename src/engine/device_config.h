@@ -42,6 +42,10 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
 // The configured devices (see above). An error message for a malformed configuration.
 Result<std::vector<DeviceSpec>, std::string> configured_devices();
 
+// DeviceConfig::num_comp_vectors for a device of this host: one per online CPU, as rxe has
+// one per CPU (num_possible_cpus()). The drop-in and `uroce devinfo` both report it.
+std::uint32_t host_num_comp_vectors();
+
 // What a tool asks for: a device by name (empty: the first configured one), or an address
 // (then the device is named `name`, or after its position in the list when it is configured,
 // or uroce0).

@@ -140,7 +140,7 @@ void print_cap_flags(std::FILE* out, std::uint32_t flags) {
   if (unknown != 0) std::fprintf(out, "\t\t\t\t\tUnknown flags: 0x%x\n", unknown);
 }
 
-void print_device_limits(std::FILE* out, const DeviceAttr& a) {
+void print_device_limits(std::FILE* out, const DeviceAttr& a, std::uint32_t num_comp_vectors) {
   std::fprintf(out, "\tmax_mr_size:\t\t\t0x%llx\n", static_cast<unsigned long long>(a.max_mr_size));
   std::fprintf(out, "\tpage_size_cap:\t\t\t0x%llx\n",
                static_cast<unsigned long long>(a.page_size_cap));
@@ -176,7 +176,7 @@ void print_device_limits(std::FILE* out, const DeviceAttr& a) {
   std::fprintf(out, "\tmax_srq_sge:\t\t\t%u\n", a.max_srq_sge);
   std::fprintf(out, "\tmax_pkeys:\t\t\t%u\n", a.max_pkeys);
   std::fprintf(out, "\tlocal_ca_ack_delay:\t\t%u\n", a.local_ca_ack_delay);
-  std::fprintf(out, "\tnum_comp_vectors:\t\t1\n");
+  std::fprintf(out, "\tnum_comp_vectors:\t\t%u\n", num_comp_vectors);
 }
 
 void print_port(std::FILE* out, const Device& dev, std::uint8_t port, const PortAttr& p,
@@ -234,6 +234,8 @@ Result<std::unique_ptr<Device>, std::string> make_device(const engine::DeviceSpe
   cfg.name = spec.name;
   cfg.ip = spec.ip;
   cfg.netdev_mtu = mtu.value();
+  cfg.link_speed_mbps = datapath::interface_speed_mbps(spec.ip);  // as the drop-in's
+  cfg.num_comp_vectors = engine::host_num_comp_vectors();
   auto dev = Device::create(cfg);
   if (!dev.ok()) {
     return Err{spec.name + " (" + engine::ip_to_string(spec.ip) + "): cannot create the device: " +
@@ -305,7 +307,7 @@ int devinfo_run(const DevinfoOptions& opt, std::FILE* out, std::FILE* err) {
     std::fprintf(out, "\tvendor_part_id:\t\t\t%u\n", a.vendor_part_id);
     std::fprintf(out, "\thw_ver:\t\t\t\t0x%x\n", a.hw_ver);
     std::fprintf(out, "\tphys_port_cnt:\t\t\t%u\n", a.phys_port_cnt);
-    if (opt.verbose) print_device_limits(out, a);
+    if (opt.verbose) print_device_limits(out, a, engine::host_num_comp_vectors());
     for (std::uint8_t port = 1; port <= a.phys_port_cnt; ++port) {
       if (opt.ib_port != 0 && opt.ib_port != port) continue;
       auto p = d.query_port(port);

@@ -60,12 +60,23 @@ void NetCommands::add_to(CLI::App& app) {
       ->check(CLI::Range(1, 255));
   devinfo_cmd_->add_flag("-l,--list", devinfo_.list, "Only list the device names");
   devinfo_cmd_->add_flag("-v,--verbose", devinfo_.verbose, "Every attribute");
+
+  setup_cmd_ = app.add_subcommand(
+      "setup",
+      "As root, once: /dev/infiniband/uverbsN for each device (links to /dev/null), which UCX "
+      "needs to see the drop-in's devices");
+  setup_cmd_->add_flag("--undo", setup_.undo, "Remove them (and the directory, if left empty)");
+  setup_cmd_->add_option("--count", setup_.count, "How many (default: the configured devices)")
+      ->check(CLI::Range(1, 64));
+  setup_cmd_->add_option("--dir", setup_.dir, "Another directory than /dev/infiniband (tests)")
+      ->capture_default_str();
 }
 
 std::optional<int> NetCommands::run() {
   if (ping_cmd_->parsed()) return ping_run(ping_, stdout, stderr);
   if (devices_cmd_->parsed()) return devices_run(stdout, stderr);
   if (devinfo_cmd_->parsed()) return devinfo_run(devinfo_, stdout, stderr);
+  if (setup_cmd_->parsed()) return setup_run(setup_, stdout, stderr);
   return std::nullopt;
 }
 

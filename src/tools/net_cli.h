@@ -1,5 +1,5 @@
-// The command-line side of `uroce ping`, `uroce devices` and `uroce devinfo`: their options,
-// registered on the `uroce` app, kept out of uroce_main.cc.
+// The command-line side of `uroce ping`, `uroce devices`, `uroce devinfo` and `uroce setup`:
+// their options, registered on the `uroce` app, kept out of uroce_main.cc.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 
 #include "tools/devinfo_cmd.h"
 #include "tools/ping_cmd.h"
+#include "tools/setup_cmd.h"
 
 namespace uroce::tools {
 
@@ -20,9 +21,11 @@ class NetCommands {
  private:
   PingOptions ping_;
   DevinfoOptions devinfo_;
+  SetupOptions setup_;
   CLI::App* ping_cmd_ = nullptr;
   CLI::App* devices_cmd_ = nullptr;
   CLI::App* devinfo_cmd_ = nullptr;
+  CLI::App* setup_cmd_ = nullptr;
 };
 
 }  // namespace uroce::tools

@@ -343,7 +343,8 @@ class Qp {
   bool take_recv_wqe();
   RespStatus scatter_into_recv(std::uint64_t offset, ConstBytes data);
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
-                     std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp);
+                     std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp,
+                     NetworkHdr network_hdr = NetworkHdr::kNone);
   void queue_ack(std::uint8_t syndrome, std::uint32_t psn);
   void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn);
 

@@ -58,7 +58,8 @@ Qp::RespStatus Qp::scatter_into_recv(std::uint64_t offset, ConstBytes data) {
 }
 
 void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
-                       std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp) {
+                       std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp,
+                       NetworkHdr network_hdr) {
   UROCE_CHECK(resp_.has_wqe);
   Wc wc;
   wc.wr_id = resp_.wqe_id;
@@ -69,6 +70,7 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
   wc.qp_num = qpn_;
   wc.src_qp = src_qp;
   wc.wc_flags = wc_flags;
+  wc.network_hdr = network_hdr;
   resp_.has_wqe = false;
   resp_.recv_offset = 0;
   env_.recv_cq->push(wc, solicited);
@@ -484,10 +486,13 @@ void Qp::handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info) 
   }
   // The GRH area (rxe): for IPv4, 20 zero bytes then the IPv4 header; for IPv6, its header.
   std::array<std::byte, kGrhBytes> grh{};
+  NetworkHdr network_hdr = NetworkHdr::kNone;
   if (info.ip_header.size() == 20) {
     std::copy(info.ip_header.begin(), info.ip_header.end(), grh.begin() + 20);
+    network_hdr = NetworkHdr::kIpv4;
   } else if (info.ip_header.size() == kGrhBytes) {
     std::copy(info.ip_header.begin(), info.ip_header.end(), grh.begin());
+    network_hdr = NetworkHdr::kIpv6;
   }
   RespStatus s = scatter_into_recv(0, grh);
   if (s == RespStatus::kOk) s = scatter_into_recv(kGrhBytes, pkt.payload);
@@ -515,7 +520,7 @@ void Qp::handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info) 
     imm = pkt.immdt().value();
   }
   complete_recv(WcStatus::kSuccess, static_cast<std::uint32_t>(kGrhBytes + pkt.payload.size()),
-                flags, imm, WcOpcode::kRecv, pkt.bth().solicited(), deth.src_qpn());
+                flags, imm, WcOpcode::kRecv, pkt.bth().solicited(), deth.src_qpn(), network_hdr);
 }
 
 bool Qp::poll_response(TxPacket& out) {

@@ -48,7 +48,7 @@ Result<CqInfo, Errc> Device::create_cq(const CqInitAttr& attr) {
   vd::DeviceState& s = *s_;
   // rxe_cq_chk_attr() and ib_uverbs' comp_vector check.
   if (attr.cqe == 0 || attr.cqe > s.attr.max_cqe) return Err{Errc::kInvalidArgument};
-  if (attr.comp_vector != 0) return Err{Errc::kInvalidArgument};
+  if (attr.comp_vector >= s.config.num_comp_vectors) return Err{Errc::kInvalidArgument};
   if (s.cqs.full()) return Err{Errc::kNoMemory};
   // rxe_queue_init() sizes the ring to a power of two with one slot kept free and reports the
   // rest: cqe becomes 2^k - 1 >= cqe (max_cqe is itself of that form).

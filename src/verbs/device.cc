@@ -56,7 +56,7 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   return a;
 }
 
-PortAttr make_port_attr(Mtu active_mtu) {
+PortAttr make_port_attr(Mtu active_mtu, LinkRate rate) {
   PortAttr p;
   p.state = PortState::kActive;
   p.max_mtu = Mtu::k4096;
@@ -66,8 +66,8 @@ PortAttr make_port_attr(Mtu active_mtu) {
   p.max_msg_sz = static_cast<std::uint32_t>(transport::kMaxMessageBytes);
   p.pkey_tbl_len = 1;
   p.max_vl_num = 1;
-  p.active_width = 1;  // 1X and SDR: what the kernel reports for a netdev of unknown speed
-  p.active_speed = 1;
+  p.active_width = rate.width;
+  p.active_speed = rate.speed;
   p.phys_state = 5;  // LinkUp
   p.link_layer = LinkLayer::kEthernet;
   return p;
@@ -78,7 +78,8 @@ PortAttr make_port_attr(Mtu active_mtu) {
 DeviceState::DeviceState(const DeviceConfig& cfg)
     : config(cfg),
       attr(make_device_attr(cfg.ip)),
-      port(make_port_attr(*port_mtu_for_netdev(cfg.netdev_mtu))),
+      port(make_port_attr(*port_mtu_for_netdev(cfg.netdev_mtu),
+                          link_rate_for_eth_speed(cfg.link_speed_mbps))),
       gid{gid_from_ip(cfg.ip), GidType::kRoceV2},
       prng(cfg.seed),
       // The first MR index is drawn from the seed (rxe starts at 1): together with the random
@@ -144,11 +145,25 @@ QpObj* DeviceState::qp_for_qpn(std::uint32_t qpn) const {
 
 }  // namespace verbs::detail
 
+LinkRate link_rate_for_eth_speed(std::uint32_t mbps) {
+  // ib_get_eth_speed(): an unknown speed counts as SPEED_1000.
+  if (mbps == 0) mbps = 1000;
+  constexpr std::uint8_t k1x = 1, k4x = 2;                           // IB_WIDTH_*
+  constexpr std::uint8_t kSdr = 1, kDdr = 2, kFdr10 = 8, kEdr = 32;  // IB_SPEED_*
+  if (mbps <= 1000) return {k1x, kSdr};
+  if (mbps <= 10000) return {k1x, kFdr10};
+  if (mbps <= 20000) return {k4x, kDdr};
+  if (mbps <= 25000) return {k1x, kEdr};
+  if (mbps <= 40000) return {k4x, kFdr10};
+  return {k4x, kEdr};
+}
+
 Result<std::unique_ptr<Device>, Errc> Device::create(const DeviceConfig& config) {
   if (config.name.empty() || config.name.size() > 63) return Err{Errc::kInvalidArgument};
   if (verbs::ip_is_unspecified(config.ip)) return Err{Errc::kInvalidArgument};
   if (!verbs::port_mtu_for_netdev(config.netdev_mtu)) return Err{Errc::kInvalidArgument};
   if (config.async_event_queue_depth == 0) return Err{Errc::kInvalidArgument};
+  if (config.num_comp_vectors == 0) return Err{Errc::kInvalidArgument};
   return std::unique_ptr<Device>(new Device(std::make_unique<DeviceState>(config)));
 }
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 /* Exported by libibverbs (IBVERBS_1.0) for the kernel's SA path records; rdma-core declares them
@@ -194,6 +195,120 @@ static void check_path_rec_round_trip(void) {
   CHECK(b.packet_life_time == a.packet_life_time && b.preference == a.preference);
 }
 
+/* A UD QP of `cq` (receives) and `scq` (sends) in RTS with Q_Key 0x11. */
+static struct ibv_qp* ud_qp(struct ibv_pd* pd, struct ibv_cq* scq, struct ibv_cq* cq) {
+  struct ibv_qp_init_attr qa;
+  memset(&qa, 0, sizeof qa);
+  qa.send_cq = scq;
+  qa.recv_cq = cq;
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.qp_type = IBV_QPT_UD;
+  struct ibv_qp* qp = ibv_create_qp(pd, &qa);
+  REQUIRE(qp != NULL);
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = 0x11;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
+  a.qp_state = IBV_QPS_RTR;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+  a.qp_state = IBV_QPS_RTS;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+  return qp;
+}
+
+/* UD datagrams from the device to itself over IPv4: a receive completion's sl is 2, where
+ * mlx5 reports the L3 type of a RoCE v2 datagram (2 IPv4, 1 IPv6) and UCX's UD transport reads
+ * it (`wc.sl & 7`) to find the destination address in the GRH area; the same through
+ * ibv_wc_read_sl of an extended CQ. Send completions keep 0, and an AH made from the receive
+ * completion gets sl 0, not the L3 type. */
+static void check_ud_sl(struct ibv_context* ctx, struct ibv_pd* pd, const union ibv_gid* gid) {
+  struct ibv_cq* scq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+  struct ibv_cq* rcq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
+  struct ibv_cq_init_attr_ex xa;
+  memset(&xa, 0, sizeof xa);
+  xa.cqe = 8;
+  xa.wc_flags = IBV_WC_STANDARD_FLAGS;
+  struct ibv_cq_ex* xcq = ibv_create_cq_ex(ctx, &xa);
+  REQUIRE(scq != NULL && rcq != NULL && xcq != NULL);
+  struct ibv_qp* qa = ud_qp(pd, scq, rcq);
+  struct ibv_qp* qb = ud_qp(pd, scq, ibv_cq_ex_to_cq(xcq));
+  static char buf[3][256];
+  struct ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  REQUIRE(mr != NULL);
+  struct ibv_sge rs[2] = {{(uintptr_t)buf[1], 256, mr->lkey}, {(uintptr_t)buf[2], 256, mr->lkey}};
+  struct ibv_recv_wr rwr[2];
+  memset(rwr, 0, sizeof rwr);
+  struct ibv_recv_wr* bad_rwr = NULL;
+  for (int i = 0; i < 2; ++i) {
+    rwr[i].wr_id = 100 + i;
+    rwr[i].sg_list = &rs[i];
+    rwr[i].num_sge = 1;
+  }
+  REQUIRE(ibv_post_recv(qa, &rwr[0], &bad_rwr) == 0);
+  REQUIRE(ibv_post_recv(qb, &rwr[1], &bad_rwr) == 0);
+  struct ibv_ah_attr aa;
+  memset(&aa, 0, sizeof aa);
+  aa.is_global = 1;
+  aa.grh.dgid = *gid;
+  aa.grh.hop_limit = 64;
+  aa.port_num = 1;
+  struct ibv_ah* ah = ibv_create_ah(pd, &aa);
+  REQUIRE(ah != NULL);
+  memcpy(buf[0], "datagram", 8);
+  struct ibv_sge ss = {(uintptr_t)buf[0], 16, mr->lkey};
+  struct ibv_send_wr swr;
+  memset(&swr, 0, sizeof swr);
+  swr.sg_list = &ss;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  swr.wr.ud.ah = ah;
+  swr.wr.ud.remote_qkey = 0x11;
+  struct ibv_send_wr* bad_swr = NULL;
+  for (int i = 0; i < 2; ++i) {
+    swr.wr_id = 200 + i;
+    swr.wr.ud.remote_qpn = i == 0 ? qa->qp_num : qb->qp_num;
+    REQUIRE(ibv_post_send(qa, &swr, &bad_swr) == 0);
+  }
+  struct ibv_wc wc;
+  for (int i = 0; i < 2; ++i) {
+    int got;
+    do {
+      got = ibv_poll_cq(scq, 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.status == IBV_WC_SUCCESS && wc.sl == 0);
+  }
+  int got;
+  do {
+    got = ibv_poll_cq(rcq, 1, &wc);
+  } while (got == 0);
+  REQUIRE(got == 1);
+  CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 100 && (wc.wc_flags & IBV_WC_GRH) != 0);
+  CHECK(wc.sl == 2);
+  struct ibv_ah_attr back;
+  REQUIRE(ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh*)buf[1], &back) == 0);
+  CHECK(back.sl == 0 && back.is_global == 1 && memcmp(back.grh.dgid.raw, gid->raw, 16) == 0);
+  struct ibv_poll_cq_attr pa = {0};
+  int rc;
+  do {
+    rc = ibv_start_poll(xcq, &pa);
+  } while (rc == ENOENT);
+  REQUIRE(rc == 0);
+  CHECK(xcq->status == IBV_WC_SUCCESS && xcq->wr_id == 101);
+  CHECK((ibv_wc_read_wc_flags(xcq) & IBV_WC_GRH) != 0);
+  CHECK(ibv_wc_read_sl(xcq) == 2);
+  ibv_end_poll(xcq);
+  CHECK(memcmp(buf[2] + 40, "datagram", 8) == 0);
+  CHECK(ibv_destroy_ah(ah) == 0);
+  CHECK(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0);
+  CHECK(ibv_dereg_mr(mr) == 0);
+  CHECK(ibv_destroy_cq(scq) == 0 && ibv_destroy_cq(rcq) == 0);
+  CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(xcq)) == 0);
+}
+
 int main(void) {
   alarm(60); /* a hang is a failure */
   check_path_rec_round_trip();
@@ -210,8 +325,17 @@ int main(void) {
   struct ibv_context* ctx = ibv_open_device(list[0]);
   REQUIRE(ctx != NULL);
   CHECK(verbs_get_ctx(ctx) != NULL);
-  CHECK(ctx->num_comp_vectors == 1);
+  /* One completion vector per online CPU, as rxe (UCX asks for its CPU's). */
+  CHECK(ctx->num_comp_vectors == (int)sysconf(_SC_NPROCESSORS_ONLN));
   CHECK(ctx->async_fd >= 0);
+  /* The async fd as the application first sees it, in an epoll set (as UCX puts it right
+   * after ibv_open_device): it must stay that file for the context's life, and the set must
+   * report the async event below (after ibv_alloc_pd has brought the device up). */
+  const int async_fd0 = ctx->async_fd;
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  REQUIRE(ep >= 0);
+  struct epoll_event epe = {.events = EPOLLIN, .data = {.u64 = 0xa5}};
+  REQUIRE(epoll_ctl(ep, EPOLL_CTL_ADD, ctx->async_fd, &epe) == 0);
 
   /* ---- queries ---- */
   struct ibv_device_attr_ex dx;
@@ -235,6 +359,9 @@ int main(void) {
   CHECK(pa.link_layer == IBV_LINK_LAYER_ETHERNET);
   CHECK(pa.gid_tbl_len >= 1);
   CHECK(ibv_query_port(ctx, 2, &pa) != 0);
+  /* A loopback address: lo has no speed, and uroce reads it as 25 Gb/s (1X EDR), about what
+   * it moves there (not the kernel's 1X SDR for an unknown speed). */
+  CHECK(pa.active_width == 1 && pa.active_speed == 32);
   union ibv_gid gid;
   REQUIRE(ibv_query_gid(ctx, 1, 0, &gid) == 0);
   static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -261,6 +388,20 @@ int main(void) {
   /* ---- resources ---- */
   struct ibv_pd* pd = ibv_alloc_pd(ctx);
   REQUIRE(pd != NULL);
+  {
+    /* The same number, and the same open file: the epoll set still holds it (a set drops a
+     * file when it is closed, as dup3 onto its number would; then ADD would succeed). Every
+     * eventfd has the same inode, so fstat cannot tell. */
+    CHECK(ctx->async_fd == async_fd0);
+    errno = 0;
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, ctx->async_fd, &epe) == -1 && errno == EEXIST);
+    const int last = ctx->num_comp_vectors - 1;
+    struct ibv_cq* vcq = ibv_create_cq(ctx, 4, NULL, NULL, last);
+    CHECK(vcq != NULL && ibv_destroy_cq(vcq) == 0);
+    errno = 0;
+    CHECK(ibv_create_cq(ctx, 4, NULL, NULL, last + 1) == NULL && errno == EINVAL);
+  }
+  check_ud_sl(ctx, pd, &gid);
   struct side s[2];
   memset(s, 0, sizeof s);
   struct ibv_cq_init_attr_ex cqa;
@@ -509,6 +650,9 @@ int main(void) {
   CHECK(got == 1 && wc.wr_id == 9 && wc.status == IBV_WC_REM_ACCESS_ERR);
   struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
   CHECK(poll(&pfd, 1, 10000) == 1);
+  struct epoll_event got_ev;
+  CHECK(epoll_wait(ep, &got_ev, 1, 10000) == 1 && got_ev.data.u64 == 0xa5 &&
+        (got_ev.events & EPOLLIN) != 0);
   struct ibv_async_event ae;
   REQUIRE(ibv_get_async_event(ctx, &ae) == 0);
   CHECK(ae.event_type == IBV_EVENT_QP_ACCESS_ERR && ae.element.qp == pqp);
@@ -605,6 +749,9 @@ int main(void) {
     free(s[i].buf);
   }
   CHECK(ibv_dealloc_pd(pd) == 0);
+  /* What UCX does at cleanup; it failed (ENOENT) while the drop-in replaced the file. */
+  CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, ctx->async_fd, NULL) == 0);
+  close(ep);
   CHECK(ibv_close_device(ctx) == 0);
   ibv_free_device_list(list);
   if (failures == 0) printf("abi_test: all checks passed\n");

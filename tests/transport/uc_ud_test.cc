@@ -331,6 +331,8 @@ TEST(UdPair, ReceiveBufferStartsWithTheGrhArea) {
   EXPECT_EQ(wc.wc_flags, static_cast<std::uint32_t>(kWcGrh));
   EXPECT_EQ(wc.src_qp, 0x11u);
   EXPECT_EQ(wc.qp_num, 0x12u);
+  EXPECT_EQ(wc.network_hdr, NetworkHdr::kIpv4);  // what the GRH area holds (the drop-in's sl)
+  EXPECT_EQ(u.p.a.scq.wcs[0].network_hdr, NetworkHdr::kNone);  // a send completion: none
   // RoCEv2 over IPv4 (rxe): 20 zero bytes, then the IPv4 header as received.
   ASSERT_EQ(u.p.captured.size(), 1u);
   const std::vector<std::byte>& frame = u.p.captured[0];
@@ -548,6 +550,7 @@ TEST(UdReceiver, GrhAreaOfAnIpv6DatagramIsItsIpv6Header) {
   ASSERT_EQ(s.e.rcq.wcs.size(), 1u);
   EXPECT_EQ(s.e.rcq.wcs[0].status, WcStatus::kSuccess);
   EXPECT_EQ(s.e.rcq.wcs[0].byte_len, 64u);
+  EXPECT_EQ(s.e.rcq.wcs[0].network_hdr, NetworkHdr::kIpv6);
   const std::vector<std::byte> ipv6(frame.begin() + 14, frame.begin() + 54);
   EXPECT_EQ(ipv6[0] >> 4, std::byte{6});
   EXPECT_EQ(slice(s.e, 0, 40), ipv6);

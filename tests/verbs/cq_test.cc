@@ -44,6 +44,16 @@ TEST(Cq, SizeIsCheckedAndRoundedAsRxeDoes) {
   }
 }
 
+TEST(Cq, AnyCompletionVectorBelowTheConfiguredNumberIsAccepted) {
+  DeviceConfig cfg = testing::test_config();
+  cfg.num_comp_vectors = 4;  // the drop-in: one per online CPU
+  auto dev = make_device(cfg);
+  for (std::uint32_t v = 0; v < 4; ++v) EXPECT_TRUE(dev->create_cq(CqInitAttr{1, 0, v}).ok());
+  EXPECT_EQ(dev->create_cq(CqInitAttr{1, 0, 4}).error(), Errc::kInvalidArgument);
+  cfg.num_comp_vectors = 0;
+  EXPECT_EQ(Device::create(cfg).error(), Errc::kInvalidArgument);
+}
+
 TEST(Cq, PollsInOrderUpToTheSpaceGiven) {
   auto dev = make_device();
   CqHandle cq = dev->create_cq(CqInitAttr{7, 0, 0})->handle;

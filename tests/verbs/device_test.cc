@@ -1,6 +1,8 @@
 // Device, port and GID attributes as rxe reports them; PD lifetime; the async event queue.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "verbs/device_state.h"
 #include "verbs_test_util.h"
 
@@ -89,6 +91,30 @@ TEST(Device, PortIsActiveEthernetWithTheNetdevsMtu) {
   DeviceConfig jumbo = test_config();
   jumbo.netdev_mtu = 9000;
   EXPECT_EQ(make_device(jumbo)->query_port(1)->active_mtu, Mtu::k4096);
+}
+
+TEST(Device, PortWidthAndSpeedFollowTheLinkSpeedAsTheKernelsForRoce) {
+  // ib_get_eth_speed() without lane counts: (Mb/s, IB_WIDTH_*, IB_SPEED_*).
+  const std::array<std::array<std::uint32_t, 3>, 9> table = {{{0, 1, 1},  // unknown: as 1000
+                                                              {100, 1, 1},
+                                                              {1000, 1, 1},
+                                                              {10000, 1, 8},   // 1X FDR10
+                                                              {20000, 2, 2},   // 4X DDR
+                                                              {25000, 1, 32},  // 1X EDR
+                                                              {40000, 2, 8},   // 4X FDR10
+                                                              {100000, 2, 32},
+                                                              {400000, 2, 32}}};  // not NDR
+  for (const auto& [mbps, width, speed] : table) {
+    const LinkRate r = link_rate_for_eth_speed(mbps);
+    EXPECT_EQ(r.width, width) << mbps;
+    EXPECT_EQ(r.speed, speed) << mbps;
+  }
+  DeviceConfig cfg = test_config();
+  EXPECT_EQ(make_device(cfg)->query_port(1)->active_speed, 1);  // unknown: 1X SDR
+  cfg.link_speed_mbps = 25000;
+  auto p = make_device(cfg)->query_port(1);
+  EXPECT_EQ(p->active_width, 1);
+  EXPECT_EQ(p->active_speed, 32);
 }
 
 TEST(Device, GidTableHoldsTheIpv4MappedAddress) {

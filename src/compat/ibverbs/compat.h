@@ -119,7 +119,7 @@ struct Context {
   CompatDevice* dev = nullptr;
   DeviceConfig config;
   std::unique_ptr<Device> query_dev;  // attributes, ports and GIDs before (and after) the network
-  int async_placeholder = -1;         // context.async_fd; becomes the UdpDevice's async eventfd
+  int async_placeholder = -1;         // context.async_fd: the UdpDevice signals this file
   std::uint32_t ifindex = 0;          // the interface holding the address (GID entries)
   bool address_local = true;          // an interface holds the address (else the port is down)
 
@@ -198,6 +198,9 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
 
 // Conversions shared by the ordinary and the extended paths (ibverbs.cc).
 void to_ibv_wc(const Wc& w, ibv_wc* o);
+// ibv_wc.sl (and ibv_wc_read_sl) of a completion: the L3 type of a UD receive, as mlx5 reports
+// it (ibverbs.cc says why).
+std::uint8_t wc_sl(const Wc& w);
 ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
                          int comp_vector, bool ex);
 // Writes the actual capacities to *cap_out (as the kernel writes them back).

@@ -50,7 +50,7 @@ std::uint32_t cq_read_qp_num(ibv_cq_ex* c) { return cur(c).qp_num; }
 std::uint32_t cq_read_src_qp(ibv_cq_ex* c) { return cur(c).src_qp; }
 unsigned int cq_read_wc_flags(ibv_cq_ex* c) { return cur(c).wc_flags; }
 std::uint32_t cq_read_slid(ibv_cq_ex* c) { return cur(c).slid; }
-std::uint8_t cq_read_sl(ibv_cq_ex* c) { return cur(c).sl; }
+std::uint8_t cq_read_sl(ibv_cq_ex* c) { return wc_sl(cur(c)); }
 std::uint8_t cq_read_dlid_path_bits(ibv_cq_ex* c) { return cur(c).dlid_path_bits; }
 // Not offered (create_cq_ex refuses these wc_flags); present so that a stray call reads 0.
 std::uint64_t cq_read_zero64(ibv_cq_ex*) { return 0; }

@@ -530,6 +530,30 @@ int vop_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
 
 }  // namespace
 
+// RoCE has no service level on the wire (a VLAN's PCP is the closest thing, and uroce sends
+// none), so ibv_wc.sl carries nothing for RoCE v2 ... except on mlx5, whose CQE puts a received
+// datagram's L3 type where IB puts the SL: 2 for RoCE v2 over IPv4, 1 over IPv6, 0 for a GRH
+// (RoCE v1 or IB). Applications rely on it: UCX's UD transport (uct_ud_iface_check_grh,
+// UCX_UD_VERBS_ETH_DGID_CHECK, on by default on RoCE) takes the type from `wc.sl & 7` to find
+// the destination address in the GRH area, and with 0 it compares 16 bytes where an IPv4
+// datagram's area holds padding and the IPv4 header, and drops every datagram. The mapping is
+// made here, where the ibv_wc is made, not in the transport: uroce's own completion says what
+// the kernel's ib_wc says (network_hdr, as rxe sets network_hdr_type), and the SL-as-L3-type
+// convention is how a provider presents it through ibv_wc. Only successful UD receives carry
+// a network header type; every other completion keeps the transport's sl (0).
+std::uint8_t wc_sl(const Wc& w) {
+  if (w.status != WcStatus::kSuccess || (w.wc_flags & kWcGrh) == 0) return w.sl;
+  switch (w.network_hdr) {
+    case NetworkHdr::kIpv4:
+      return 2;
+    case NetworkHdr::kIpv6:
+      return 1;
+    case NetworkHdr::kNone:
+      break;
+  }
+  return w.sl;
+}
+
 void to_ibv_wc(const Wc& w, ibv_wc* o) {
   o->wr_id = w.wr_id;
   o->status = static_cast<ibv_wc_status>(w.status);
@@ -546,7 +570,7 @@ void to_ibv_wc(const Wc& w, ibv_wc* o) {
   o->wc_flags = w.wc_flags;
   o->pkey_index = w.pkey_index;
   o->slid = w.slid;
-  o->sl = w.sl;
+  o->sl = wc_sl(w);
   o->dlid_path_bits = w.dlid_path_bits;
 }
 
@@ -570,6 +594,19 @@ engine::UdpDevice* net(Context* ctx) {
     errno = m.find("in use") != std::string::npos ? EADDRINUSE : ENODEV;
     return nullptr;
   }
+  // context->async_fd must stay the file the application got from ibv_open_device: UCX, for
+  // one, makes it non-blocking and adds it to an epoll set right away, and an epoll set
+  // watches the open file, not the number (replacing the file behind the number, as dup3 onto
+  // it would, silently drops it from the set). So the device signals the application's file:
+  // its own async fd number is made to name that file, before the progress thread can signal
+  // it. The device queues no async event before its first QP, so nothing is lost in between.
+  if (::dup3(ctx->async_placeholder, r.value()->async_event_fd(), O_CLOEXEC) < 0) {
+    const int e = errno;
+    std::fprintf(stderr, "uroce libibverbs: %s: async fd: %s\n", cfg.name.c_str(),
+                 std::strerror(e));
+    errno = e;
+    return nullptr;
+  }
   engine::ProgressThreadOptions opts;
   if (const char* spin = std::getenv("UROCE_PROGRESS_SPIN_US")) {
     opts.spin = Duration::us(std::strtoll(spin, nullptr, 10));
@@ -580,14 +617,6 @@ engine::UdpDevice* net(Context* ctx) {
     errno = ENOMEM;
     return nullptr;
   }
-  // context->async_fd now names the device's async-event eventfd (the number stays the same,
-  // so an application that saved it polls the right file).
-  // The application's O_NONBLOCK choice carries over to the device's file.
-  const bool nonblocking = is_nonblocking(ctx->async_placeholder);
-  if (::dup3(r.value()->async_event_fd(), ctx->async_placeholder, O_CLOEXEC) < 0) {
-    std::fprintf(stderr, "uroce libibverbs: dup3 async fd: %s\n", std::strerror(errno));
-  }
-  if (!nonblocking) make_blocking(ctx->async_placeholder);
   ctx->owner = std::move(r.value());
   ctx->udp.store(ctx->owner.get(), std::memory_order_release);
   return ctx->owner.get();
@@ -810,6 +839,9 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     auto mtu = datapath::interface_mtu(d->spec.ip);
     ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
     ctx->address_local = mtu.ok();
+    ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
+    // Applications pass their CPU as comp_vector (UCX does); uroce accepts any below this.
+    ctx->config.num_comp_vectors = engine::host_num_comp_vectors();
     ctx->config.seed = fresh_seed();
     ctx->ifindex = interface_index(d->spec.ip);
     auto qd = Device::create(ctx->config);
@@ -833,7 +865,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     c.device = device;
     c.cmd_fd = -1;
     c.async_fd = ctx->async_placeholder;
-    c.num_comp_vectors = 1;
+    c.num_comp_vectors = static_cast<int>(ctx->config.num_comp_vectors);
     pthread_mutex_init(&c.mutex, nullptr);
     c.abi_compat = __VERBS_ABI_IS_EXTENDED;
     c.ops.poll_cq = op_poll_cq;
@@ -1374,7 +1406,10 @@ UROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv
   ah_attr->grh.flow_label = flow;
   ah_attr->grh.hop_limit = 0xff;
   ah_attr->grh.traffic_class = tclass;
-  ah_attr->sl = wc->sl;
+  // Not wc->sl: on RoCE that is the datagram's L3 type (wc_sl), not a service level to answer
+  // with. rdma-core copies it over, which on mlx5 gives an IPv4 peer's AH sl 2 (a priority on a
+  // VLAN); uroce sends no VLAN tag, and 0 is what an application building the AH itself uses.
+  ah_attr->sl = 0;
   ah_attr->port_num = port_num;
   return 0;
 }
