@@ -284,7 +284,8 @@ int pps(std::size_t size, std::size_t batch, double seconds) {
 }
 
 // One hop of pingpong: D datagrams in one sendmmsg (one sendto for D = 1), the first of `size`
-// bytes, the others of kAckBytes.
+// bytes, the others of kAckBytes; or, with `gso`, one send of all D. `out` holds at least
+// D * max(size, kAckBytes) bytes.
 constexpr std::size_t kAckBytes = 20;  // BTH 12 + AETH 4 + ICRC 4
 void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::size_t size,
               std::size_t datagrams, bool gso) {
@@ -377,7 +378,7 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         const int on = 1;
         if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
         std::vector<std::byte> buf(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
-        std::vector<std::byte> out(std::max(size, kAckBytes), std::byte{0xa5});
+        std::vector<std::byte> out(std::max(size, kAckBytes) * datagrams, std::byte{0xa5});
         sh.rx_port = port_of(fd);
         sh.phase.store(kReceiverReady);
         const double cpu0 = cpu_seconds();
@@ -398,7 +399,7 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         const int on = 1;
         if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
         sockaddr_in to = addr("127.0.0.2", sh.rx_port);
-        std::vector<std::byte> out(std::max(size, kAckBytes), std::byte{0x5a});
+        std::vector<std::byte> out(std::max(size, kAckBytes) * datagrams, std::byte{0x5a});
         std::vector<std::byte> in(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
         std::vector<double> rtt;
         rtt.reserve(iters);
