@@ -47,13 +47,35 @@ inns "$uroce" devinfo -a "$host_ip" -v >"$out/uroce-devinfo.txt" 2>&1 ||
 # The same port attributes as rxe on a 1500-byte netdev (active MTU 1024), line for line as
 # ibv_devinfo -v prints them. (max_msg_sz differs on purpose: rxe's is 8 MiB.)
 port_fields='state|max_mtu|active_mtu|sm_lid|port_lid|port_lmc|link_layer|port_cap_flags|'
-port_fields+='max_vl_num|pkey_tbl_len|gid_tbl_len|subnet_timeout|active_width|active_speed|phys_state'
+port_fields+='max_vl_num|pkey_tbl_len|gid_tbl_len|subnet_timeout|phys_state'
 grep -E "^[[:space:]]+($port_fields):" "$out/vm-devinfo.txt" | tr -d '\r' >"$out/port-rxe.txt"
 grep -E "^[[:space:]]+($port_fields):" "$out/uroce-devinfo.txt" >"$out/port-uroce.txt"
 grep -q 'active_mtu:.*1024 (3)' "$out/port-uroce.txt" ||
   fail "uroce devinfo: active MTU is not 1024 at netdev MTU 1500"
 diff "$out/port-rxe.txt" "$out/port-uroce.txt" >"$out/port-diff.txt" ||
   { cat "$out/port-diff.txt"; fail "uroce devinfo's port attributes differ from rxe0's"; }
+# Width and speed: each side's follow its own interface's speed by the kernel's RoCE table
+# (ib_get_eth_speed; an unknown speed counts as 1000 Mb/s), and the two interfaces differ (the
+# VM's virtio NIC reports none; the host's bridge reports its tap's), so each is checked against
+# the table for its own interface rather than against the other.
+rate_lines() { # Mb/s -> the two lines ibv_devinfo -v prints
+  local mbps=$1 w='1X (1)' sp='2.5 Gbps (1)'
+  ((mbps > 0)) || mbps=1000
+  if ((mbps <= 1000)); then :
+  elif ((mbps <= 10000)); then sp='10.0 Gbps (8)'
+  elif ((mbps <= 20000)); then w='4X (2)' sp='5.0 Gbps (2)'
+  elif ((mbps <= 25000)); then sp='25.0 Gbps (32)'
+  elif ((mbps <= 40000)); then w='4X (2)' sp='10.0 Gbps (8)'
+  else w='4X (2)' sp='25.0 Gbps (32)'; fi
+  printf 'active_width: %s\nactive_speed: %s\n' "$w" "$sp"
+}
+rate_of() { grep -E '^[[:space:]]+active_(width|speed):' "$1" | tr -d '\r' | sed -E 's/^[[:space:]]+//; s/:[[:space:]]+/: /'; }
+host_mbps=$(inns cat /sys/class/net/br0/speed 2>/dev/null || echo 0)
+[[ $host_mbps =~ ^-?[0-9]+$ ]] || host_mbps=0
+[[ "$(rate_of "$out/uroce-devinfo.txt")" == "$(rate_lines "$host_mbps")" ]] ||
+  fail "uroce devinfo's width/speed are not the kernel's for br0 at $host_mbps Mb/s: $(rate_of "$out/uroce-devinfo.txt")"
+[[ "$(rate_of "$out/vm-devinfo.txt")" == "$(rate_lines 0)" ]] ||
+  fail "rxe0's width/speed are not the kernel's for a NIC without a speed: $(rate_of "$out/vm-devinfo.txt")"
 
 # Checks common to both directions: output lines, captures, rxe's counters.
 check_case() { # name iters uroce_addr
