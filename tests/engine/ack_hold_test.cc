@@ -86,25 +86,6 @@ bool receive_until(Side& s, std::uint64_t n) {
   return s.dev->engine().counters().rx_packets >= n;
 }
 
-// BTH opcodes of the frames `ip` sent, in capture order (Ethernet + IPv4 + UDP + BTH).
-std::vector<std::uint8_t> opcodes_sent_by(const std::string& pcap, const std::string& ip) {
-  std::vector<std::uint8_t> ops;
-  auto r = capture::PcapReader::open(pcap);
-  EXPECT_TRUE(r.ok()) << r.error();
-  if (!r.ok()) return ops;
-  const wire::IpAddress src = test::v4(ip.c_str());
-  capture::PcapRecord rec;
-  while (true) {
-    auto more = r.value().next(rec);
-    if (!more.ok() || !more.value()) break;
-    if (rec.data.size() < 14 + 20 + 8 + 12) continue;
-    if (std::memcmp(rec.data.data() + 14 + 12, src.bytes.data(), 4) == 0) {
-      ops.push_back(static_cast<std::uint8_t>(rec.data[14 + 20 + 8]));
-    }
-  }
-  return ops;
-}
-
 // (source address, BTH opcode) of every frame in a capture, in capture order: a device's
 // capture records what it receives when its round takes it from the socket and what it sends
 // when the kernel has taken it, so the order is the order of the round's steps.
@@ -124,6 +105,15 @@ std::vector<std::pair<std::string, std::uint8_t>> frames_in(const std::string& p
     out.emplace_back(src, static_cast<std::uint8_t>(rec.data[14 + 20 + 8]));
   }
   return out;
+}
+
+// BTH opcodes of the frames `ip` sent, in capture order.
+std::vector<std::uint8_t> opcodes_sent_by(const std::string& pcap, const std::string& ip) {
+  std::vector<std::uint8_t> ops;
+  for (const auto& [src, op] : frames_in(pcap)) {
+    if (src == ip) ops.push_back(op);
+  }
+  return ops;
 }
 
 class AckHold : public ::testing::Test {
