@@ -104,7 +104,7 @@ check_case() { # name iters uroce_addr
     fail "$name: uroce pcap check failed on $name.uroce.pcap"
   local peer=$vm_ip
   [[ $addr == *:* ]] && peer=$vm_ip6
-  python3 "$here/same_frames.py" "$out/$name.tap.pcap" "$out/$name.uroce.pcap" "$peer" "$addr" \
+  "$py" "$here/same_frames.py" "$out/$name.tap.pcap" "$out/$name.uroce.pcap" "$peer" "$addr" \
     >"$out/$name.same-frames.txt" 2>&1 ||
     { cat "$out/$name.same-frames.txt"; fail "$name: uroce's capture differs from the wire"; }
   # rxe counts a packet in rcvd_pkts only after its ICRC check passed (rxe_recv.c, rxe_rcv:

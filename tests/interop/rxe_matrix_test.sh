@@ -355,8 +355,7 @@ run_once() { # dir server kind limit prog args...
       ;;
     *) set_netem none ;;
   esac
-  vm 30 'dmesg -c >/dev/null' || true
-  rxe_counters >"$dir/counters-before.txt" || fail "cannot read rxe's counters"
+  vm_case_begin "$dir/counters-before.txt" || fail "cannot read rxe's counters"
   local dropped_before=0
   [[ -n $netem_dev ]] && dropped_before=$(netem_dropped "$netem_dev")
   start_tcpdump "$dir/tap.pcap" "$dir/tcpdump.log"
@@ -398,8 +397,7 @@ n=0; until grep -q ':$hex [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6; do n=\$((
   kill -INT "$tcpdump_pid"
   wait "$tcpdump_pid" || true
   tcpdump_pid=
-  rxe_counters >"$dir/counters-after.txt" || fail "cannot read rxe's counters"
-  vm 30 'dmesg -c' >"$dir/dmesg.txt" 2>&1 || true
+  vm_case_end "$dir/counters-after.txt" "$dir/dmesg.txt" || fail "cannot read rxe's counters"
   local lost=0
   [[ -n $netem_dev ]] && lost=$(($(netem_dropped "$netem_dev") - dropped_before))
   [[ -n $why ]] && return 0
@@ -444,7 +442,7 @@ check_run() {
     # nodata (cmtime): the program's QPs send nothing, so every packet on the wire is a CM MAD,
     # and the program's capture holds no packet: none at all, not even its file header, when
     # the harness stopped the program (a server that serves until killed) before it flushed it.
-    python3 "$here/pcap_summary.py" --qp1 none "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-own.txt"
+    "$py" "$here/pcap_summary.py" --qp1 none "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-own.txt"
     [[ $(awk '{ n += $3 } END { print n + 0 }' "$dir/packets-own.txt") == 0 ]] ||
       { case_fail "packets other than CM MADs on the wire (packets-own.txt)"; return 0; }
     [[ -s $dir/uroce.pcap ]] || captures=(tap)
@@ -468,26 +466,26 @@ check_run() {
     # What uroce's own receive stage dropped is on the wire only (u* kinds: its fault log).
     local rxf=()
     [[ -s $dir/uroce.pcap.faults ]] && rxf=(--rx-faults "$dir/uroce.pcap.faults")
-    python3 "$here/same_frames.py" --late-ok "${own[@]}" "${rxf[@]}" "$dir/tap.pcap" "$dir/uroce.pcap" \
+    "$py" "$here/same_frames.py" --late-ok "${own[@]}" "${rxf[@]}" "$dir/tap.pcap" "$dir/uroce.pcap" \
       "$v_ip" "$h_ip" >"$dir/same-frames.txt" 2>&1 || { case_fail "uroce's capture differs from the wire"; return 0; }
   fi
   if [[ -n $cm ]]; then
     # Every CM MAD on the wire is the coordinator's, sent or received, and nothing else is.
     # The peer's last MADs may come as the coordinator exits (a DREP for a DREQ of ours that
     # crossed the peer's: the connection is in timewait already, nothing waits for it).
-    python3 "$here/same_frames.py" --late-ok --qp1 only "$dir/tap.pcap" "$dir/devd.pcap" "$v_ip" \
+    "$py" "$here/same_frames.py" --late-ok --qp1 only "$dir/tap.pcap" "$dir/devd.pcap" "$v_ip" \
       "$h_ip" >"$dir/same-frames-cm.txt" 2>&1 ||
       { case_fail "the coordinator's capture of the CM MADs differs from the wire"; return 0; }
   fi
-  python3 "$here/pcap_summary.py" "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets.txt"
+  "$py" "$here/pcap_summary.py" "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets.txt"
   local sent vm_sent max_u max_v late_u own_sent
   read -r _ _ sent _ max_u _ late_u < <(grep "^$h_ip " "$dir/packets.txt")
   read -r _ _ vm_sent _ max_v _ _ < <(grep "^$v_ip " "$dir/packets.txt")
   own_sent=$sent
   if [[ -n $cm ]]; then
     # The program's device sent what is not to QP 1; the coordinator the rest.
-    python3 "$here/pcap_summary.py" "${own[@]}" "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-own.txt"
-    python3 "$here/pcap_summary.py" --qp1 only "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-cm.txt"
+    "$py" "$here/pcap_summary.py" "${own[@]}" "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-own.txt"
+    "$py" "$here/pcap_summary.py" --qp1 only "$dir/tap.pcap" "$h_ip" "$v_ip" >"$dir/packets-cm.txt"
     read -r _ _ own_sent _ < <(grep "^$h_ip " "$dir/packets-own.txt")
     # rxe's packets after uroce's last one may have reached the coordinator, not the program.
     read -r _ _ _ _ _ _ late_u _ < <(grep "^$h_ip " "$dir/packets-own.txt")
@@ -508,7 +506,7 @@ check_run() {
     u_rcvd=$(stat_sum rcvd_pkts "$dir/uroce-stats.txt")
     u_drops=$(stat_sum rx_drops "$dir/uroce-stats.txt")
     u_icrc=$(stat_sum icrc_err "$dir/uroce-stats.txt")
-    read -r _ _ u_captured _ _ _ < <(python3 "$here/pcap_summary.py" "${own[@]}" "$dir/uroce.pcap" "$v_ip")
+    read -r _ _ u_captured _ _ _ < <("$py" "$here/pcap_summary.py" "${own[@]}" "$dir/uroce.pcap" "$v_ip")
     ((u_drops == 0 && u_icrc == 0)) ||
       { case_fail "uroce dropped $u_drops received packets ($u_icrc with a bad ICRC)"; return 0; }
     ((u_sent == own_sent)) ||
@@ -684,7 +682,7 @@ check_ufaults() {
   if [[ $d == tx ]]; then
     passed=$own_sent where='the wire'
     if [[ -n $cls ]]; then
-      classes=$(python3 "$here/pcap_summary.py" --classes "$dir/tap.pcap" "$h_ip" | sed -n 's/.* classes //p')
+      classes=$("$py" "$here/pcap_summary.py" --classes "$dir/tap.pcap" "$h_ip" | sed -n 's/.* classes //p')
       passed=0
       [[ ,$classes, =~ ,$cls:([0-9]+), ]] && passed=${BASH_REMATCH[1]}
     fi
@@ -858,8 +856,7 @@ run_cm_once() {
     *) set_netem none ;;
   esac
   devd_gone "$h_ip" 0 || { case_fail "a coordinator of an earlier case still serves $h_ip"; return 0; }
-  vm 30 'dmesg -c >/dev/null' || true
-  rxe_counters >"$dir/counters-before.txt" || fail "cannot read rxe's counters"
+  vm_case_begin "$dir/counters-before.txt" || fail "cannot read rxe's counters"
   start_tcpdump "$dir/tap.pcap" "$dir/tcpdump.log"
   local env=("${host_env[@]}" "UROCE_DEVICES=uroce0=$h_ip" "UROCE_PCAP=$dir/uroce.pcap"
     "UROCE_STATS_FILE=$dir/uroce-stats.txt" "UROCE_DEVD_PCAP=$dir/devd.pcap"
@@ -947,8 +944,7 @@ echo "(the harness stopped the server, which serves until killed)" >>/tmp/srv.lo
   kill -INT "$tcpdump_pid"
   wait "$tcpdump_pid" || true
   tcpdump_pid=
-  rxe_counters >"$dir/counters-after.txt" || fail "cannot read rxe's counters"
-  vm 30 'dmesg -c' >"$dir/dmesg.txt" 2>&1 || true
+  vm_case_end "$dir/counters-after.txt" "$dir/dmesg.txt" || fail "cannot read rxe's counters"
   if [[ -n $drops ]]; then
     cmdrop_counts >"$dir/cmdrops.txt"
     # uroce's MADs that the guest dropped before rxe saw them.

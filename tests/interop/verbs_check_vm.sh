@@ -69,9 +69,11 @@ ip netns exec "$ns" qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 -nodefa
   -serial chardev:con -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
   -device virtio-net-pci,netdev=n0,mac=52:54:00:12:40:02 >"$out/qemu.log" 2>&1 &
 qemu_pid=$!
-python3 "$here/vm_console.py" wait-ready "$out/console.log" 240 "$qemu_pid" ||
+# The interpreter itself: a version manager's python3 shim costs up to a second a call.
+py=$(python3 -c 'import sys; print(sys.executable)')
+"$py" "$here/vm_console.py" wait-ready "$out/console.log" 240 "$qemu_pid" ||
   { echo "the VM did not boot (see $out/console.log)"; exit 1; }
-vm() { python3 "$here/vm_console.py" run "$sock" "$1" "$2" | tr -d '\r'; }
+vm() { "$py" "$here/vm_console.py" run "$sock" "$1" "$2" | tr -d '\r'; }
 for _ in $(seq 30); do  # the GID table fills from address events: wait (bounded) for both
   vm 60 'ibv_devinfo -d rxe0 -v' >"$out/vm-devinfo.txt"
   grep -q "::ffff:$vm4, RoCE v2" "$out/vm-devinfo.txt" &&

@@ -62,23 +62,28 @@ def run(sock_path, timeout, cmd):
     s.connect(sock_path)
     s.settimeout(0.1)
 
-    def read_for(seconds):
-        end = time.monotonic() + seconds
-        data = b''
-        while time.monotonic() < end:
-            try:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            except socket.timeout:
-                pass
-        return data
-
-    # A fresh prompt, and no echo so that the output holds only what the command printed.
-    s.sendall(b'\nstty -echo 2>/dev/null\n')
-    read_for(0.3)
+    # A fresh prompt, and no echo so that the output holds only what the command printed; then
+    # everything up to a marker of this call's own is discarded (the prompt, what an earlier
+    # command left behind). The marker is split in the command so that only its output, not its
+    # echo, matches.
     tag = 'U%d_%d' % (os.getpid(), int(time.monotonic() * 1000))
+    s.sendall(('\nstty -echo 2>/dev/null; echo "@@sync""%s@@"\n' % tag).encode())
+    synced = re.compile(rb'@@sync' + tag.encode() + rb'@@\r?\n')
+    pending = b''
+    while True:
+        if time.monotonic() >= deadline:
+            sys.stderr.write('vm_console: the guest shell did not answer within %.0f s\n' % timeout)
+            return 124
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            sys.stderr.write('vm_console: the console closed\n')
+            return 124
+        pending += chunk
+        if synced.search(pending):
+            break
     s.sendall(('%s\necho "@@%s:$?@@"\n' % (cmd, tag)).encode())
     marker = re.compile(rb'@@' + tag.encode() + rb':(\d+)@@')
     out = b''

@@ -57,6 +57,9 @@ vm_prerequisites() {
     command -v "$tool" >/dev/null 2>&1 || fail "missing '$tool' (scripts/install-deps installs it)"
   done
   [[ -c /dev/net/tun ]] || fail "no /dev/net/tun: cannot create the VM's tap device"
+  # The interpreter itself, found once: a version manager's `python3` (pyenv's shim) is a
+  # script that costs up to a second a call, and a case makes about ten.
+  py=$(python3 -c 'import sys; print(sys.executable)') || fail "python3 does not run"
 }
 
 # Sets kernel and initrd.
@@ -107,7 +110,7 @@ vm_boot() { # [initrd to boot instead of the image's]
     -device virtio-net-pci,netdev=n0,mac=52:54:00:12:30:02 -pidfile "$out/qemu.pid" \
     >"$out/qemu.log" 2>&1 &
   qemu_pid=$!
-  if ! python3 "$here/vm_console.py" wait-ready "$console_log" "$boot_timeout" "$qemu_pid"; then
+  if ! "$py" "$here/vm_console.py" wait-ready "$console_log" "$boot_timeout" "$qemu_pid"; then
     if ! kill -0 "$qemu_pid" 2>/dev/null; then
       cat "$out/qemu.log"
       fail "qemu exited before the VM was ready (see qemu.log, console.log)"
@@ -118,7 +121,7 @@ vm_boot() { # [initrd to boot instead of the image's]
 }
 
 vm() { # vm TIMEOUT 'command' -> output on stdout, exit status of the command
-  python3 "$here/vm_console.py" run "$sock" "$1" "$2"
+  "$py" "$here/vm_console.py" run "$sock" "$1" "$2"
 }
 
 # Waits until rxe0's GID table holds both addresses; writes vm-devinfo.txt; sets vm4_gidx and
@@ -147,9 +150,26 @@ gid_index() { # address -> its RoCE v2 GID index in rxe0's table
     "$out/vm-devinfo.txt" | head -1
 }
 
-# rxe's per-port counters (hw_counters) as NAME=VALUE lines.
+# rxe's per-port counters (hw_counters) as NAME=VALUE lines: one process in the guest (a fork
+# per counter costs seconds under TCG).
+rxe_counters_cmd='grep -H "" /sys/class/infiniband/rxe0/ports/1/hw_counters/*'
 rxe_counters() {
-  vm 30 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f=$(cat $f)"; done'
+  local text
+  text=$(vm 30 "$rxe_counters_cmd") || return 1
+  sed -n 's|^.*/hw_counters/\([^:]*\):|\1=|p' <<<"$text"
+}
+# Before a case: the guest's kernel log emptied and rxe's counters (FILE), in one console call.
+vm_case_begin() { # COUNTERS_FILE
+  local text
+  text=$(vm 30 "dmesg -c >/dev/null; $rxe_counters_cmd") || return 1
+  sed -n 's|^.*/hw_counters/\([^:]*\):|\1=|p' <<<"$text" >"$1"
+}
+# After a case: rxe's counters (FILE) and the guest's kernel log since vm_case_begin (FILE).
+vm_case_end() { # COUNTERS_FILE DMESG_FILE
+  local text
+  text=$(vm 30 "$rxe_counters_cmd; echo @@dmesg@@; dmesg -c") || return 1
+  sed -n '/^@@dmesg@@$/q; s|^.*/hw_counters/\([^:]*\):|\1=|p' <<<"$text" >"$1"
+  sed '1,/^@@dmesg@@$/d' <<<"$text" >"$2"
 }
 counter() { grep "^$1=" "$2" | cut -d= -f2; }
 delta() { echo $(($(counter "$1" "$3") - $(counter "$1" "$2"))); }
