@@ -12,9 +12,11 @@
 # info: `ucx_info -d` on the device at ADDR lists rc_verbs and ud_verbs on uroce0:1.
 # perf: for each TEST:SIZE:ITERS, `ucx_perftest` as a server (on SERVER_ADDR) and a client (on
 # CLIENT_ADDR, connecting over TCP_PORT) with UCX_TLS=TLS and UCX_NET_DEVICES=uroce0:1; each
-# must exit 0 and the client print its "Final:" line. Then uroce's counters (UROCE_STATS_FILE of
-# every run) must show the data went through uroce: each side received at least the bytes the
-# tests moved. With rc_verbs in TLS, the client's captures (UROCE_PCAP) must show RC packets
+# must exit 0 and the client print its "Final:" line. A UCT test (am_lat, put_bw, ...) is
+# TEST:SIZE:ITERS:LAYOUT (short, bcopy, zcopy) and runs on TLS's first transport alone
+# (ucx_perftest -x TL -d uroce0:1 -D LAYOUT): no UCP above it, no wire-up transport beside it.
+# Then uroce's counters (UROCE_STATS_FILE of every run) must show the data went through uroce:
+# each side received or sent at least the bytes the tests moved. With rc_verbs in TLS, the client's captures (UROCE_PCAP) must show RC packets
 # carrying at least that much payload: the data went over RC QPs, not over UD.
 set -u
 mode=$1 libdir=$2 uroce=$3
@@ -74,10 +76,12 @@ export UCX_TLS=$tls UCX_NET_DEVICES=uroce0:1
 moved=0 # bytes the tests moved (size x iterations, summed)
 run=0
 for spec in "$@"; do
-  IFS=: read -r test size iters <<<"$spec"
+  IFS=: read -r test size iters layout <<<"$spec"
   run=$((run + 1))
+  uct=()
+  [[ -n $layout ]] && uct=(-x "${tls%%,*}" -d uroce0:1 -D "$layout")
   UROCE_DEVICES=$saddr UROCE_STATS_FILE=$tmp/server.stats \
-    timeout -k 5 60 ucx_perftest -p "$port" >"$tmp/server.$run" 2>&1 &
+    timeout -k 5 60 ucx_perftest -p "$port" "${uct[@]}" >"$tmp/server.$run" 2>&1 &
   spid=$!
   # Wait (bounded) until the server listens; a probe connection would be taken for the client.
   for _ in $(seq 1 200); do
@@ -86,21 +90,21 @@ for spec in "$@"; do
     sleep 0.1
   done
   UROCE_DEVICES=$caddr UROCE_STATS_FILE=$tmp/client.stats UROCE_PCAP=$tmp/client.$run.pcap \
-    timeout -k 5 60 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" \
-    >"$tmp/client.$run" 2>&1
+    timeout -k 5 60 ucx_perftest 127.0.0.1 -p "$port" "${uct[@]}" -t "$test" -s "$size" \
+    -n "$iters" >"$tmp/client.$run" 2>&1
   crc=$?
   wait "$spid"
   src=$?
   if ((src != 0 || crc != 0)) || ! grep -q '^Final:' "$tmp/client.$run" ||
     grep -Eq 'UCX +(ERROR|WARN)|Fatal' "$tmp/server.$run" "$tmp/client.$run"; then
-    echo "FAIL: UCX_TLS=$tls $test -s $size -n $iters (server exit $src, client exit $crc)"
+    echo "FAIL: UCX_TLS=$tls ${uct[*]} $test -s $size -n $iters (server exit $src, client exit $crc)"
     echo "----- server (UROCE_DEVICES=$saddr) -----"
     cat "$tmp/server.$run"
     echo "----- client (UROCE_DEVICES=$caddr) -----"
     cat "$tmp/client.$run"
     exit 1
   fi
-  echo "ok: UCX_TLS=$tls $test -s $size -n $iters: $(grep '^Final:' "$tmp/client.$run")"
+  echo "ok: UCX_TLS=$tls ${uct[*]} $test -s $size -n $iters: $(grep '^Final:' "$tmp/client.$run")"
   moved=$((moved + size * iters))
 done
 
@@ -114,9 +118,10 @@ for side in server client; do
   rcvd=$(field rcvd_bytes "$tmp/$side.stats")
   sent=$(field sent_bytes "$tmp/$side.stats")
   echo "uroce counters, $side: sent_bytes $sent rcvd_bytes $rcvd (the tests moved $moved bytes)"
-  # ucp_put_bw moves data from the client to the server, tag_bw too; tag_lat both ways. Either
-  # side received at least the tests' bytes: the server the puts and sends, the client the
-  # RDMA READ responses of a rendezvous (or the server's replies).
+  # ucp_put_bw moves data from the client to the server, tag_bw too; tag_lat and am_lat both
+  # ways; ucp_get from the server to the client. Either side received at least the tests' bytes
+  # or sent them: the server the puts and sends, the client the RDMA READ responses of a
+  # rendezvous or of a get (or the server's replies).
   ((rcvd + sent >= moved)) || fail=1
 done
 if [[ $tls == *rc_verbs* ]]; then
