@@ -78,9 +78,10 @@ unset UCX_TLS UCX_NET_DEVICES LD_PRELOAD
 # --mca pml ucx: pml ucx or fail (no silent ob1); pml_ucx_devices any: Open MPI 4.1 takes UCX
 # only for devices whose sysfs driver name matches mlx* unless told otherwise. btl ^openib:
 # Open MPI's own verbs BTL stays out (it would open uroce0 beside UCX). btl ofi and mtl ofi
-# (libfabric) stay out as well: unused under pml ucx, their probe of libfabric's providers adds
-# some 18 s to every rank's MPI_Init here. mpi_yield_when_idle: four ranks and their devices'
-# progress threads share this machine's few cores; a rank waiting in MPI yields.
+# (libfabric) stay out as well: unused under pml ucx, and with them every rank's MPI_Init takes
+# some 18 s more here (their libfabric probe; not yet looked into). mpi_yield_when_idle: four
+# ranks and their devices' progress threads share this machine's few cores; a rank waiting in
+# MPI yields.
 mca=(--mca plm_rsh_agent "$tmp/agent" --mca pml ucx --mca pml_ucx_devices any
   --mca btl '^openib,ofi' --mca mtl '^ofi' --mca mpi_yield_when_idle 1)
 lossy=()
