@@ -91,7 +91,8 @@ if [[ -n $loss ]]; then
   # UCX_RNDV_SCHEME=put_zcopy: the rendezvous of large messages by RDMA WRITE instead of the
   # default RDMA READ (get_zcopy). With READ, 1% loss ends the ping-pong at 1 MiB and above in
   # "transport retry counter exceeded" on an RC QP (up to 64 KiB it completes): uroce's
-  # recovery of large READs under loss is at fault, not yet found; see issue 16.
+  # recovery of lost READ responses with several READs outstanding is at fault (ib_read_bw
+  # -s 4194304 fails the same way, with -o 1 it completes), not yet found; see README.
   lossy=(-x UCX_RC_TIMEOUT=100ms -x UCX_RNDV_SCHEME=put_zcopy)
 fi
 (
