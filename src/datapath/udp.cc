@@ -266,6 +266,10 @@ struct UdpDatapath::RxRing {
   std::vector<iovec> iov;
   std::vector<sockaddr_storage> from;
   std::vector<Control> control;
+  // msgs[0, dirty) may have been written by the kernel since they were last set (it writes the
+  // name and control lengths, the flags and msg_len of each datagram it returns); the others
+  // are as receive() sets them. All of them at first.
+  std::size_t dirty = 0;
 };
 
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
@@ -412,6 +416,7 @@ UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
   for (std::size_t i = 0; i < rx_batch_; ++i) {
     r.iov[i] = iovec{r.buffers.data() + i * kRxBufferBytes, kRxBufferBytes};
   }
+  r.dirty = rx_batch_;
 }
 
 UdpDatapath::~UdpDatapath() { ::close(fd_); }
@@ -878,7 +883,10 @@ std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& 
   if (rx_faults_ != nullptr) packets += release_rx_faults(rx_now_, handler);
   while (datagrams < max) {
     const std::size_t want = std::min(rx_batch_, max - datagrams);
-    for (std::size_t i = 0; i < want; ++i) {
+    // Only the headers that an earlier call may have written are set again: a round that finds
+    // the socket empty (most of them, while a ping-pong waits) sets one, not rx_batch.
+    const std::size_t reset = std::min(want, r.dirty);
+    for (std::size_t i = 0; i < reset; ++i) {
       msghdr& h = r.msgs[i].msg_hdr;
       h = msghdr{};
       h.msg_name = &r.from[i];
@@ -891,6 +899,9 @@ std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& 
     }
     const int got =
         ::recvmmsg(fd_, r.msgs.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+    // Those it returned, and (in case) the one it stopped at; beyond `want`, what was not set.
+    r.dirty = std::max(r.dirty > want ? r.dirty : 0,
+                       std::min(want, got > 0 ? static_cast<std::size_t>(got) + 1 : 1));
     if (got <= 0) break;  // EAGAIN: nothing more (other errors: try again next time)
     ++counters_.rx_calls;
     for (int i = 0; i < got; ++i) {
