@@ -89,7 +89,10 @@ std::uint32_t icrc_of(ConstBytes ip_udp, ConstBytes bth_onward) {
 // The CRC register continued from `crc` over `data`, whose first min(64, size) bytes are ORed
 // with `mask` first.
 std::uint32_t crc_masked(std::uint32_t crc, ConstBytes data, const Mask& mask) {
-  if (crc32_fold::available()) {
+  // The kernels take a masked input of 16 bytes or more (a shorter one, such as the 12-byte BTH
+  // of a Middle packet whose payload follows in another call, would go to the bitwise CRC):
+  // shorter ones are masked into a buffer here.
+  if (crc32_fold::available() && data.size() >= 16) {
     return crc32_fold::crc32(crc, data.data(), data.size(), mask.data());
   }
   alignas(kMaskBytes) Mask head{};
