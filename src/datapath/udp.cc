@@ -266,6 +266,10 @@ struct UdpDatapath::RxRing {
   std::vector<iovec> iov;
   std::vector<sockaddr_storage> from;
   std::vector<Control> control;
+  // msgs[0, dirty) may have been written by the kernel since they were last set (it writes the
+  // name and control lengths, the flags and msg_len of each datagram it returns); the others
+  // are as receive() sets them. All of them at first.
+  std::size_t dirty = 0;
 };
 
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
@@ -412,6 +416,7 @@ UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
   for (std::size_t i = 0; i < rx_batch_; ++i) {
     r.iov[i] = iovec{r.buffers.data() + i * kRxBufferBytes, kRxBufferBytes};
   }
+  r.dirty = rx_batch_;
 }
 
 UdpDatapath::~UdpDatapath() { ::close(fd_); }
@@ -464,6 +469,30 @@ const wire::Ipv4IdIcrcDelta& UdpDatapath::id_delta(std::size_t roce_bytes) {
   next_delta_ = (next_delta_ + 1) % deltas_.size();
   d.emplace(roce_bytes);
   return *d;
+}
+
+std::uint32_t UdpDatapath::outer_icrc(bool sent, const wire::IpAddress& peer,
+                                      std::uint16_t peer_port, std::size_t roce_bytes) {
+  for (const OuterIcrc& e : outer_icrc_) {
+    if (e.valid && e.roce_bytes == roce_bytes && e.peer_port == peer_port && e.sent == sent &&
+        e.peer == peer) {
+      return e.state;
+    }
+  }
+  OuterIcrc& e = outer_icrc_[next_outer_icrc_];
+  next_outer_icrc_ = (next_outer_icrc_ + 1) % outer_icrc_.size();
+  // TOS and TTL are masked by the ICRC: any will do.
+  const wire::OuterHeaders h = sent ? outer(local_, peer, port_, peer_port, 0, 0)
+                                    : outer(peer, local_, peer_port, port_, 0, 0);
+  std::array<std::byte, 48> ip_udp;
+  const std::size_t n = wire::write_outer(ip_udp, h, roce_bytes);
+  e.peer = peer;
+  e.roce_bytes = static_cast<std::uint32_t>(roce_bytes);
+  e.peer_port = peer_port;
+  e.sent = sent;
+  e.state = wire::icrc_outer_state(ConstBytes(ip_udp).first(n));
+  e.valid = true;
+  return e.state;
 }
 
 bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
@@ -562,10 +591,7 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     }
   }
   // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
-  std::array<std::byte, 48> ip_udp;
-  const std::size_t n = wire::write_outer(
-      ip_udp, outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl), t.roce_bytes);
-  wire::IcrcAccumulator acc(ConstBytes(ip_udp).first(n), transport_headers);
+  wire::IcrcAccumulator acc(outer_icrc(true, o.dst, o.dst_port, t.roce_bytes), transport_headers);
   for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
   t.tail = {};
   acc.update(ConstBytes(t.tail).first(t.pad));
@@ -857,7 +883,10 @@ std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& 
   if (rx_faults_ != nullptr) packets += release_rx_faults(rx_now_, handler);
   while (datagrams < max) {
     const std::size_t want = std::min(rx_batch_, max - datagrams);
-    for (std::size_t i = 0; i < want; ++i) {
+    // Only the headers that an earlier call may have written are set again: a round that finds
+    // the socket empty (most of them, while a ping-pong waits) sets one, not rx_batch.
+    const std::size_t reset = std::min(want, r.dirty);
+    for (std::size_t i = 0; i < reset; ++i) {
       msghdr& h = r.msgs[i].msg_hdr;
       h = msghdr{};
       h.msg_name = &r.from[i];
@@ -870,6 +899,9 @@ std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& 
     }
     const int got =
         ::recvmmsg(fd_, r.msgs.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+    // Those it returned, and (in case) the one it stopped at; beyond `want`, what was not set.
+    r.dirty = std::max(r.dirty > want ? r.dirty : 0,
+                       std::min(want, got > 0 ? static_cast<std::size_t>(got) + 1 : 1));
     if (got <= 0) break;  // EAGAIN: nothing more (other errors: try again next time)
     ++counters_.rx_calls;
     for (int i = 0; i < got; ++i) {
@@ -981,25 +1013,27 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   // judged. Except, with deferred checks, a continuation of a message in progress: its check is
   // the handler's, in the pass that places its payload (set_deferred_icrc).
   RxMeta meta = base;
-  // The headers as the sender's kernel wrote them, with TOS and TTL as received. They are the
-  // ICRC's input and, for a UD receive, the GRH area. A sender's IPv4 identification is not
-  // visible to a UDP socket: uroce's single packets carry 0; its GSO segments (1, 2, ...) and
-  // rxe's packets carry others, recovered from the ICRC itself (solving for the identification
-  // that explains the difference from the ICRC with 0), which leaves a 16-bit check against
-  // corruption instead of 32. Nor is DF: rxe and uroce set it, a sender that does not is
-  // recognised the same way (both tries together: a 15-bit check).
-  wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
-  std::array<std::byte, 48> ip_udp;
-  const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
+  // What the headers as the sender's kernel wrote them owe the ICRC. A sender's IPv4
+  // identification is not visible to a UDP socket: uroce's single packets carry 0; its GSO
+  // segments (1, 2, ...) and rxe's packets carry others, recovered from the ICRC itself (solving
+  // for the identification that explains the difference from the ICRC with 0), which leaves a
+  // 16-bit check against corruption instead of 32. Nor is DF: rxe and uroce set it, a sender that
+  // does not is recognised the same way (both tries together: a 15-bit check).
+  const std::uint32_t outer_state = outer_icrc(false, meta.src, meta.src_port, roce.size());
   std::optional<Result<wire::RocePacket, wire::DropReason>> early;
   if (defer_icrc_ && !tap_) {
     early = wire::parse_roce(roce);
     if (early->ok() && wire::icrc_deferrable(*early->value().op)) {
       deferred_check_.dp = this;
-      wire::PendingIcrc pending(ConstBytes(ip_udp).first(n), roce, early->value().payload,
-                                &deferred_check_);
+      wire::PendingIcrc pending(outer_state, roce, early->value().payload, &deferred_check_);
       meta.pending = &pending;
-      meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+      // An RC continuation, never UD: its IP header is shown only when all are.
+      std::array<std::byte, 48> ip_udp;
+      if (!ip_header_ud_only_) {
+        const std::size_t n = wire::write_outer(
+            ip_udp, outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl), roce.size());
+        meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+      }
       handler(early->value(), meta);
       // The handler decided what the packet is (and counted a failed check as bad_icrc).
       UROCE_CHECK(pending.finished());
@@ -1007,14 +1041,22 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
     }
   }
   const std::size_t body = roce.size() - wire::kIcrcBytes;
-  const std::uint32_t icrc0 = wire::icrc_compute(ConstBytes(ip_udp).first(n), roce.first(body));
+  const std::uint32_t icrc0 = wire::icrc_continue(outer_state, roce.first(body));
   const std::uint32_t stored = load_le32(roce, body);
   meta.icrc_verified = icrc0 == stored;
+  // The headers themselves (TOS and TTL as received, the identification and DF that explain the
+  // ICRC) are written only where they are read (set_ip_header_for_ud_only).
+  std::uint16_t ipv4_id = 0;
+  bool ipv4_df = true;
   // Only on a mismatch: DF set with some identification, then DF clear, each by the same linear
   // solve, so the common path costs nothing more.
-  if (!meta.icrc_verified && explain_icrc(roce.size(), icrc0 ^ stored, &h)) {
-    meta.icrc_verified = true;
-    wire::write_outer(ip_udp, h, roce.size());
+  if (!meta.icrc_verified) {
+    wire::OuterHeaders found;
+    if (explain_icrc(roce.size(), icrc0 ^ stored, &found)) {
+      meta.icrc_verified = true;
+      ipv4_id = found.ipv4_id;
+      ipv4_df = found.ipv4_df;
+    }
   }
   if (!meta.icrc_verified) {
     ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
@@ -1025,8 +1067,16 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
     ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
     return;
   }
-  meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+  std::array<std::byte, 48> ip_udp;
+  if (tap_ || !ip_header_ud_only_ || pkt.value().op->transport == wire::Transport::kUd) {
+    wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
+    h.ipv4_id = ipv4_id;
+    h.ipv4_df = ipv4_df;
+    const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
+    meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
+  }
   if (tap_) {
+    const std::size_t n = meta.ip_header.size() + wire::kUdpBytes;
     tap_buf_.resize(wire::kEthernetBytes + n + roce.size());
     wire::encode_ethernet(tap_buf_,
                           wire::Ethernet{mac_of(local_), mac_of(meta.src),

@@ -112,7 +112,7 @@ struct RxMeta {
   // call only, which must finish() it.
   wire::PendingIcrc* pending = nullptr;
   ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
-                         // valid during the handler call only
+                         // valid during the handler call only (set_ip_header_for_ud_only)
 };
 
 struct UdpCounters {
@@ -208,6 +208,10 @@ class UdpDatapath final : public Datapath {
   // only a handler that checks it may turn it on. Not while a tap is set (a capture shows
   // received packets as verified).
   void set_deferred_icrc(bool on) { defer_icrc_ = on; }
+  // RxMeta::ip_header only for UD packets (the only ones whose receive reads it, for the GRH
+  // area) and with a tap set: a packet's ICRC does not need its IP header written (issue 14).
+  // Off by default: every verified packet shows it.
+  void set_ip_header_for_ud_only(bool on) { ip_header_ud_only_ = on; }
 
   // Faults from `spec` from now on (an empty spec: none); `start` is the origin of its
   // partition windows. The receive stage draws from the spec's seed mixed with a constant, so
@@ -264,6 +268,12 @@ class UdpDatapath final : public Datapath {
   void drain_fault_events();
   Instant fault_clock(Instant now);
   const wire::Ipv4IdIcrcDelta& id_delta(std::size_t roce_bytes);
+  // What the outer headers of a packet of `roce_bytes` (BTH through ICRC) between this socket
+  // and `peer`:`peer_port`, sent (`sent`) or received, owe its ICRC with identification 0 and DF
+  // set (wire::icrc_outer_state): kept for the last few peers and lengths, so that a packet's
+  // ICRC does not write and read its IP and UDP headers again.
+  std::uint32_t outer_icrc(bool sent, const wire::IpAddress& peer, std::uint16_t peer_port,
+                           std::size_t roce_bytes);
   // Whether an IPv4 identification (DF set) or, failing that, DF clear and an identification
   // explains `delta` (the stored ICRC ^ the one computed with identification 0, DF set) for a
   // packet of `roce_bytes`; counts which, and writes it into `h` when given.
@@ -298,6 +308,16 @@ class UdpDatapath final : public Datapath {
   // a table costs about a microsecond to compute).
   std::array<std::optional<wire::Ipv4IdIcrcDelta>, 4> deltas_;
   std::size_t next_delta_ = 0;
+  struct OuterIcrc {
+    wire::IpAddress peer;
+    std::uint32_t roce_bytes = 0;
+    std::uint32_t state = 0;
+    std::uint16_t peer_port = 0;
+    bool sent = false;
+    bool valid = false;
+  };
+  std::array<OuterIcrc, 8> outer_icrc_{};
+  std::size_t next_outer_icrc_ = 0;
   // Faults: the two stages (both or neither), a packet being built or released, the time of
   // the last receive(now, ...).
   std::unique_ptr<fault::FaultStage> tx_faults_;
@@ -310,6 +330,7 @@ class UdpDatapath final : public Datapath {
   Instant rx_now_{};
   Instant fault_now_{};  // the latest time the stages have seen
   bool defer_icrc_ = false;
+  bool ip_header_ud_only_ = false;
   DeferredCheck deferred_check_;
 };
 

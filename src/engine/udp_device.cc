@@ -191,6 +191,8 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   // The engine checks the ICRC of message continuations in the pass that places their payload
   // (issue 14): round_locked hands it RxMeta::pending.
   d->dp_->set_deferred_icrc(true);
+  // Its receive reads the IP header of UD packets only (the GRH area).
+  d->dp_->set_ip_header_for_ud_only(true);
   std::string path = capture_path;
   if (path.empty()) {
     if (const char* env = std::getenv("UROCE_PCAP")) path = env;

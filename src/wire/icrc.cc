@@ -45,6 +45,13 @@ constexpr Mask make_mask(bool v6) {
 }
 alignas(kMaskBytes) constexpr Mask kMaskV4 = make_mask(false);
 alignas(kMaskBytes) constexpr Mask kMaskV6 = make_mask(true);
+// The same over the first 64 bytes from the BTH on: byte 4 only.
+constexpr Mask make_bth_mask() {
+  Mask m{};
+  m[4] = std::byte{0xff};
+  return m;
+}
+alignas(kMaskBytes) constexpr Mask kMaskBth = make_bth_mask();
 
 // The CRC register (zlib convention) after the pseudo-LRH, the masked IP, UDP and BTH headers
 // and the rest of `bth_onward`.
@@ -79,7 +86,36 @@ std::uint32_t icrc_of(ConstBytes ip_udp, ConstBytes bth_onward) {
   return from_bth == bth_onward.size() ? crc : crc32(crc, bth_onward.subspan(from_bth));
 }
 
+// The CRC register continued from `crc` over `data`, whose first min(64, size) bytes are ORed
+// with `mask` first.
+std::uint32_t crc_masked(std::uint32_t crc, ConstBytes data, const Mask& mask) {
+  // The kernels take a masked input of 16 bytes or more (a shorter one, such as the 12-byte BTH
+  // of a Middle packet whose payload follows in another call, would go to the bitwise CRC):
+  // shorter ones are masked into a buffer here.
+  if (crc32_fold::available() && data.size() >= 16) {
+    return crc32_fold::crc32(crc, data.data(), data.size(), mask.data());
+  }
+  alignas(kMaskBytes) Mask head{};
+  const std::size_t head_len = std::min(data.size(), kMaskBytes);
+  std::memcpy(head.data(), data.data(), head_len);
+  for (std::size_t i = 0; i < kMaskBytes; ++i) head[i] |= mask[i];
+  crc = crc32(crc, ConstBytes(head).first(head_len));
+  return head_len == data.size() ? crc : crc32(crc, data.subspan(head_len));
+}
+
 }  // namespace
+
+std::uint32_t icrc_outer_state(ConstBytes ip_udp) {
+  UROCE_CHECK(!ip_udp.empty());
+  const bool v6 = (static_cast<unsigned>(ip_udp[0]) >> 4) == 6;
+  UROCE_CHECK(ip_udp.size() == (v6 ? kIpv6Bytes : kIpv4Bytes) + kUdpBytes);
+  return crc_masked(kCrcAfterPseudoLrh, ip_udp, v6 ? kMaskV6 : kMaskV4);
+}
+
+std::uint32_t icrc_continue(std::uint32_t outer_state, ConstBytes bth_onward) {
+  UROCE_CHECK(bth_onward.size() >= kBthBytes);
+  return crc_masked(outer_state, bth_onward, kMaskBth);
+}
 
 std::uint32_t crc32(std::uint32_t crc, ConstBytes data) {
   if (crc32_fold::available()) {
@@ -102,6 +138,9 @@ std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src) {
 IcrcAccumulator::IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward)
     : crc_(icrc_of(ip_udp, bth_onward)) {}
 
+IcrcAccumulator::IcrcAccumulator(std::uint32_t outer_state, ConstBytes bth_onward)
+    : crc_(icrc_continue(outer_state, bth_onward)) {}
+
 std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce) { return icrc_of(ip_udp, roce); }
 
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
@@ -112,7 +151,11 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
 
 PendingIcrc::PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload,
                          IcrcCheck* check)
-    : acc_(ip_udp,
+    : PendingIcrc(icrc_outer_state(ip_udp), roce_with_icrc, payload, check) {}
+
+PendingIcrc::PendingIcrc(std::uint32_t outer_state, ConstBytes roce_with_icrc, ConstBytes payload,
+                         IcrcCheck* check)
+    : acc_(outer_state,
            roce_with_icrc.first(static_cast<std::size_t>(payload.data() - roce_with_icrc.data()))),
       rest_(roce_with_icrc.subspan(
           static_cast<std::size_t>(payload.data() - roce_with_icrc.data()),

@@ -34,12 +34,27 @@ std::uint32_t crc32(std::uint32_t crc, ConstBytes data);
 // crc32() elsewhere). For a send path that copies the payload into the packet anyway.
 std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src);
 
+// What a packet's ICRC owes its outer headers: the CRC register (zlib convention) after the
+// pseudo-LRH and the masked IP and UDP headers `ip_udp`. It depends only on the fields the ICRC
+// covers there (addresses, ports, lengths, the IPv4 identification and DF), not on the masked
+// ones (TOS, TTL, the IPv4 header checksum, the IPv6 traffic class, flow label and hop limit, the
+// UDP checksum): a sender or receiver that sees the same covered fields again may keep it and
+// start each packet's ICRC from it (icrc_continue()), instead of writing the headers again.
+std::uint32_t icrc_outer_state(ConstBytes ip_udp);
+
+// The ICRC of a packet whose outer headers left `outer_state` (icrc_outer_state()): continues
+// over the masked BTH (the first 12 bytes of `bth_onward`) and the rest of `bth_onward`.
+// icrc_continue(icrc_outer_state(ip_udp), roce) == icrc_compute(ip_udp, roce).
+std::uint32_t icrc_continue(std::uint32_t outer_state, ConstBytes bth_onward);
+
 // Incremental ICRC, for packets whose payload is gathered from several buffers.
 class IcrcAccumulator {
  public:
   // Feeds the masked pseudo-LRH, IP and UDP headers, and the masked BTH (the first 12 bytes of
   // `bth_onward`) followed by the rest of `bth_onward`.
   IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward);
+  // The same from the state the outer headers left (icrc_outer_state()).
+  IcrcAccumulator(std::uint32_t outer_state, ConstBytes bth_onward);
   void update(ConstBytes data) { crc_ = crc32(crc_, data); }
   // Copies `src` to the start of `dst` as copy_and_crc32() does and feeds it.
   void copy_and_update(MutBytes dst, ConstBytes src) { crc_ = copy_and_crc32(crc_, dst, src); }
@@ -77,6 +92,9 @@ class PendingIcrc {
   // `payload` the payload within it (after the transport headers, before the pad). `check`
   // may be null: equal or rejected.
   PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload, IcrcCheck* check);
+  // The same from the state the outer headers left (icrc_outer_state()).
+  PendingIcrc(std::uint32_t outer_state, ConstBytes roce_with_icrc, ConstBytes payload,
+              IcrcCheck* check);
   PendingIcrc(const PendingIcrc&) = delete;
   PendingIcrc& operator=(const PendingIcrc&) = delete;
 

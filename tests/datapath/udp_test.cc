@@ -611,6 +611,48 @@ TEST(UdpDatapath, Ipv4LoopbackWithAVerifiedIcrc) {
   EXPECT_EQ(a.value()->counters().tx_packets, 5u);
 }
 
+// With set_ip_header_for_ud_only (the engine's mode) an RC packet is verified without its IP
+// header being shown; a UD datagram still shows the header (its GRH area), TOS and source as
+// received, with the checksum a real header has.
+TEST(UdpDatapath, IpHeaderOnlyForUdWhenAsked) {
+  auto a = UdpDatapath::open({v4("127.0.0.63"), 4791});
+  auto b = UdpDatapath::open({v4("127.0.0.64"), 4791});
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  b.value()->set_ip_header_for_ud_only(true);
+  const Bytes data = data_of(100);
+  send_gathered(*a.value(), v4("127.0.0.64"), 4791, data, 0x68);
+  auto got = receive_all(*b.value(), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].meta.icrc_verified);
+  EXPECT_EQ(got[0].payload, data);
+  EXPECT_TRUE(got[0].ip_header.empty());
+
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kUdSendOnly);
+  h.bth.dest_qpn = 0x22;
+  h.deth.qkey = 0x11111111;
+  h.deth.src_qpn = 0x33;
+  std::array<std::byte, 64> hdr{};
+  const std::size_t n = wire::write_headers(hdr, h, data.size());
+  wire::OuterHeaders o;
+  o.dst = v4("127.0.0.64");
+  o.dst_port = 4791;
+  o.traffic_class = 0x68;
+  const std::array<ConstBytes, 1> pieces = {ConstBytes(data)};
+  ASSERT_TRUE(a.value()->send(Instant{}, o, ConstBytes(hdr).first(n), pieces));
+  a.value()->flush(Instant{});
+  got = receive_all(*b.value(), 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].meta.icrc_verified);
+  EXPECT_EQ(got[0].payload, data);
+  ASSERT_EQ(got[0].ip_header.size(), 20u);
+  EXPECT_EQ(static_cast<int>(got[0].ip_header[0]), 0x45);
+  EXPECT_EQ(static_cast<int>(got[0].ip_header[1]), 0x68);
+  EXPECT_EQ(std::memcmp(got[0].ip_header.data() + 12, v4("127.0.0.63").bytes.data(), 4), 0);
+  EXPECT_EQ(wire::ipv4_header_checksum(got[0].ip_header), load_be16(got[0].ip_header, 10));
+}
+
 TEST(UdpDatapath, Ipv6LoopbackWithAVerifiedIcrc) {
   auto a = UdpDatapath::open({loopback6(), 4791});
   auto b = UdpDatapath::open({loopback6(), 4792});

@@ -172,6 +172,47 @@ TEST_P(IcrcPaths, ContiguousAndSeparateHeadersMatchTheReference) {
   }
 }
 
+// The outer headers' part kept apart (icrc_outer_state) and continued over the BTH onward
+// (icrc_continue, the accumulator and PendingIcrc built from it) gives the reference ICRC, on
+// every kernel; the fields the ICRC masks (TOS, TTL, checksums; traffic class, flow label, hop
+// limit) do not change the state, every covered byte does.
+TEST_P(IcrcPaths, OuterStateContinuedOverTheBthMatchesTheReference) {
+  std::mt19937 rng(14);
+  for (int iter = 0; iter < 400; ++iter) {
+    const bool v6 = iter % 2 == 1;
+    const std::size_t ip_udp_len = (v6 ? 40 : 20) + 8;
+    const std::size_t roce_len =
+        12 + (iter < 200 ? static_cast<std::size_t>(iter / 2) : rng() % 5000);
+    std::vector<std::byte> ip_udp(ip_udp_len);
+    for (auto& b : ip_udp) b = static_cast<std::byte>(rng());
+    ip_udp[0] = static_cast<std::byte>((v6 ? 0x60 : 0x40) | (rng() & 0xf));
+    std::vector<std::byte> roce(roce_len);
+    for (auto& b : roce) b = static_cast<std::byte>(rng());
+    const std::uint32_t want = reference_icrc(ip_udp, roce);
+    const std::uint32_t state = icrc_outer_state(ip_udp);
+    ASSERT_EQ(icrc_continue(state, roce), want) << "iteration " << iter;
+    const std::size_t hdr = std::min<std::size_t>(roce_len, 12 + rng() % 40);
+    IcrcAccumulator acc(state, ConstBytes(roce).first(hdr));
+    acc.update(ConstBytes(roce).subspan(hdr));
+    ASSERT_EQ(acc.value(), want) << "iteration " << iter;
+    // Every masked byte changed: the same state. One covered bit changed: another.
+    std::vector<std::byte> masked = ip_udp;
+    const std::vector<std::size_t> variant = v6 ? std::vector<std::size_t>{1, 2, 3, 7, 46, 47}
+                                                : std::vector<std::size_t>{1, 8, 10, 11, 26, 27};
+    for (std::size_t i : variant) masked[i] = static_cast<std::byte>(rng());
+    masked[0] = (masked[0] & std::byte{0xf0}) | static_cast<std::byte>(v6 ? rng() & 0xf : 0);
+    if (!v6) masked[0] = ip_udp[0];
+    ASSERT_EQ(icrc_outer_state(masked), state) << "iteration " << iter;
+    std::vector<std::byte> covered = ip_udp;
+    std::size_t at = 0;
+    do {
+      at = rng() % ip_udp_len;
+    } while (at == 0 || std::find(variant.begin(), variant.end(), at) != variant.end());
+    covered[at] ^= static_cast<std::byte>(1u << (rng() % 8));
+    ASSERT_NE(icrc_outer_state(covered), state) << "iteration " << iter << " byte " << at;
+  }
+}
+
 TEST_P(IcrcPaths, AccumulatorCopyAndUpdateBuildsThePacketAndItsIcrc) {
   std::mt19937 rng(99);
   for (int iter = 0; iter < 200; ++iter) {
