@@ -5,7 +5,8 @@
 #   libfabric_test.sh LIBDIR NET CTRL_PORT
 #
 # Makes namespaces uroce-fab-PID-a and -b joined by a veth pair, NET.1/24 and NET.2/24 (NET: three
-# octets, e.g. 10.126.0), with uroce0 of each namespace on its own address (UROCE_DEVICES).
+# octets, e.g. 10.126.0; netns_lib.sh), with uroce0 of each namespace on its own address
+# (UROCE_DEVICES).
 # Skipped (77) when not root or when libfabric-bin is not installed.
 #
 # - `fi_info -p verbs` in a namespace lists the verbs provider's three kinds of endpoint on
@@ -42,31 +43,17 @@ fi
 # Nothing from the user's libfabric configuration.
 for v in $(env | sed -n 's/^\(FI_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
 
-a=uroce-fab-$$-a b=uroce-fab-$$-b
-ip_a=$net.1 ip_b=$net.2
 tmp=$(mktemp -d)
-cleanup() {
-  for ns in "$a" "$b"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$ns" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# The namespaces and their veth pair: netns_lib.sh, as the UCX and MPI tests make theirs.
+source "$(dirname "$0")/netns_lib.sh"
+netns_reap uroce-fab
+trap 'netns_pair_del; rm -rf "$tmp"' EXIT
 fail() {
   echo "FAIL: $*"
   exit 1
 }
-
-ip netns add "$a" && ip netns add "$b" || fail "cannot create network namespaces"
-ip link add fab$$a type veth peer name fab$$b || fail "cannot create a veth pair"
-ip link set fab$$a netns "$a" && ip link set fab$$b netns "$b" || fail "cannot move the veth ends"
-ip -n "$a" addr add "$ip_a/24" dev fab$$a && ip -n "$b" addr add "$ip_b/24" dev fab$$b ||
-  fail "cannot address the veth ends"
-for ns in "$a" "$b"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$a" link set fab$$a up && ip -n "$b" link set fab$$b up || fail "cannot bring the veth up"
+netns_pair "uroce-fab-$$" "$net" || fail "cannot make the network namespaces"
+a=$NS_A b=$NS_B ip_a=$ADDR_A ip_b=$ADDR_B
 
 in_a() { ip netns exec "$a" env UROCE_DEVICES="uroce0=$ip_a" "$@"; }
 in_b() { ip netns exec "$b" env UROCE_DEVICES="uroce0=$ip_b" "$@"; }

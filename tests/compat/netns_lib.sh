@@ -1,5 +1,5 @@
-# Two network namespaces standing in for two hosts, for the UCX and MPI tests (issue 16):
-# sourced, not run.
+# Two network namespaces standing in for two hosts, for the UCX, MPI and libfabric tests
+# (issue 16): sourced, not run.
 #
 #   netns_pair PREFIX NET    # PREFIX-a with NET.1/24, PREFIX-b with NET.2/24 (NET: a.b.c)
 #   netns_pair_del           # both removed (and what still runs in them ended); idempotent
