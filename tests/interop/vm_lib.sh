@@ -151,24 +151,25 @@ gid_index() { # address -> its RoCE v2 GID index in rxe0's table
 }
 
 # rxe's per-port counters (hw_counters) as NAME=VALUE lines: one process in the guest (a fork
-# per counter costs seconds under TCG).
+# per counter costs seconds under TCG), its `grep -H` lines turned into NAME=VALUE here.
 rxe_counters_cmd='grep -H "" /sys/class/infiniband/rxe0/ports/1/hw_counters/*'
+counters_of() { sed -n 's|^.*/hw_counters/\([^:]*\):|\1=|p'; }
 rxe_counters() {
   local text
   text=$(vm 30 "$rxe_counters_cmd") || return 1
-  sed -n 's|^.*/hw_counters/\([^:]*\):|\1=|p' <<<"$text"
+  counters_of <<<"$text"
 }
 # Before a case: the guest's kernel log emptied and rxe's counters (FILE), in one console call.
 vm_case_begin() { # COUNTERS_FILE
   local text
   text=$(vm 30 "dmesg -c >/dev/null; $rxe_counters_cmd") || return 1
-  sed -n 's|^.*/hw_counters/\([^:]*\):|\1=|p' <<<"$text" >"$1"
+  counters_of <<<"$text" >"$1"
 }
 # After a case: rxe's counters (FILE) and the guest's kernel log since vm_case_begin (FILE).
 vm_case_end() { # COUNTERS_FILE DMESG_FILE
   local text
   text=$(vm 30 "$rxe_counters_cmd; echo @@dmesg@@; dmesg -c") || return 1
-  sed -n '/^@@dmesg@@$/q; s|^.*/hw_counters/\([^:]*\):|\1=|p' <<<"$text" >"$1"
+  sed '/^@@dmesg@@$/q' <<<"$text" | counters_of >"$1"
   sed '1,/^@@dmesg@@$/d' <<<"$text" >"$2"
 }
 counter() { grep "^$1=" "$2" | cut -d= -f2; }
