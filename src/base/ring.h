@@ -45,6 +45,10 @@ class BoundedRing {
     head_ = (head_ + 1) % slots_.size();
     --count_;
   }
+  void pop_back() {
+    UROCE_CHECK(count_ > 0);
+    --count_;
+  }
   void clear() {
     head_ = 0;
     count_ = 0;

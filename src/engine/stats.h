@@ -1,8 +1,8 @@
 // Counters of a UdpDevice: a snapshot of the engine's, the datapath's and every live QP's
 // counters, with names in the spirit of the kernel's `rdma statistic` (rxe's hw_counters:
 // sent_pkts, rcvd_pkts, duplicate_request, out_of_seq_request, rcvd_rnr_err, send_rnr_err,
-// rcvd_seq_err, retry_exceeded_err, retry_rnr_exceeded_err) where the meaning matches, and
-// uroce's own names for the rest.
+// rcvd_seq_err, retry_exceeded_err, retry_rnr_exceeded_err; ConnectX's implied_nak_seq_err)
+// where the meaning matches, and uroce's own names for the rest.
 //
 // Text form, one line per device and with QPs one line per QP (`rdma statistic show` style):
 //   link uroce0/1 pid 4242 sent_pkts 12 rcvd_pkts 12 ...

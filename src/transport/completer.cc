@@ -2,8 +2,9 @@
 // WQEs and completes them in order (IBTA 9.7.5.2, 9.9; rxe_comp.c).
 //
 // A response with PSN p implicitly acknowledges every request before p: SEND and WRITE WQEs
-// that end before p complete; a READ or atomic that ends before p lost its response, so the
-// requester goes back to it. NAK PSN sequence error and the local ACK timeout go back N;
+// that end before p complete; a READ or atomic that ends before p, or a READ response after a
+// gap, means a response was lost, and the requester goes back to it at once (implied NAK).
+// NAK PSN sequence error and the local ACK timeout go back N;
 // RNR NAK waits the responder's timer first. retry_cnt and rnr_retry count consecutive retries
 // without progress. rnr_retry 7 means infinite; retry_cnt 7 means 7 retries, as IBTA and
 // hardware have it (rxe alone treats retry_cnt 7 as infinite too).
@@ -33,12 +34,35 @@ void Qp::note_progress(Instant now) {
   env_.cc->on_ack(now);
 }
 
-bool Qp::start_retry(std::uint32_t psn) {
-  if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return false;
+bool Qp::start_retry(std::uint32_t psn, bool restart) {
+  if (!restart && comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return false;
   comp_.retry_started = true;
   comp_.retry_psn = psn;
+  comp_.stream_psn = wire::psn_add(comp_.psn, -1);
   retry_from(psn);
   return true;
+}
+
+void Qp::implied_nak(std::uint32_t psn) {
+  // A READ response or atomic ACK at `psn`, beyond the PSN the completer waits for: the response
+  // at comp_.psn was lost. Go back to it now, as a sequence NAK would make it (IBTA's implied
+  // NAK; hardware counts it as implied_nak_seq_err, rdmavt restarts the same way), not one ACK
+  // timeout later: with several large READs outstanding, waiting costs the timeout plus every
+  // response sent meanwhile, all beyond the gap and dropped.
+  if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) {
+    // Going back already. Behind the lost packet the rest of its stream is still arriving, its
+    // PSNs rising: no new request for those. A PSN below the last one seen starts a newer
+    // stream (the replay), whose own first packets were lost as well: ask again. (Reordering
+    // can look the same and cost a spare request, never a retry: implied NAKs spend no
+    // retry_cnt and leave the ACK timer alone, so that without progress the timeouts still end
+    // the WQE. A duplicate, at the same PSN, asks nothing.)
+    const bool newer_stream = wire::psn_lt(psn, comp_.stream_psn);
+    comp_.stream_psn = psn;
+    if (!newer_stream) return;
+  }
+  ++counters_.implied_naks;
+  start_retry(comp_.psn, /*restart=*/true);
+  comp_.stream_psn = psn;
 }
 
 void Qp::complete_acked_through(std::uint32_t psn) {
@@ -79,7 +103,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   if (wire::psn_lt(w.last_psn, psn)) {
     // A READ or atomic ends before this response: its own response was lost. Go back to it.
     ++counters_.out_of_sequence;
-    start_retry(comp_.psn);
+    implied_nak(psn);
     return;
   }
   const Opcode op = pkt.op->opcode();
@@ -190,8 +214,9 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
         return;
       }
       if (psn != comp_.psn) {
-        // An earlier response packet was lost: wait for the timeout (rxe does the same).
+        // An earlier response packet was lost (rxe waits for the timeout here).
         ++counters_.out_of_sequence;
+        implied_nak(psn);
         return;
       }
       const bool first = pkt.op->is(wire::kFlagFirst);
@@ -254,9 +279,7 @@ void Qp::handle_retry_timeout(Instant now) {
     return;
   }
   --comp_.retry_cnt;
-  comp_.retry_started = true;
-  comp_.retry_psn = comp_.psn;
-  retry_from(comp_.psn);
+  start_retry(comp_.psn, /*restart=*/true);
   comp_.deadline = now + ack_timeout();
 }
 

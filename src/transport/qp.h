@@ -139,6 +139,9 @@ struct QpCounters {
   std::uint64_t rnr_naks_sent = 0;
   std::uint64_t seq_naks_received = 0;
   std::uint64_t seq_naks_sent = 0;
+  // A READ response or atomic ACK beyond the expected PSN made the requester go back at once
+  // (an implied NAK; ConnectX's implied_nak_seq_err) instead of waiting for its ACK timeout.
+  std::uint64_t implied_naks = 0;
   std::uint64_t other_naks_received = 0;
   std::uint64_t other_naks_sent = 0;
   std::uint64_t duplicate_requests = 0;
@@ -166,6 +169,7 @@ struct QpCounters {
     rnr_naks_sent += o.rnr_naks_sent;
     seq_naks_received += o.seq_naks_received;
     seq_naks_sent += o.seq_naks_sent;
+    implied_naks += o.implied_naks;
     other_naks_received += o.other_naks_received;
     other_naks_sent += o.other_naks_sent;
     duplicate_requests += o.duplicate_requests;
@@ -327,7 +331,9 @@ class Qp {
   void reset_retry_counters();
   void note_progress(Instant now);
   void handle_retry_timeout(Instant now);
-  bool start_retry(std::uint32_t psn);
+  // Go back N from `psn`, unless a go-back from no later PSN is under way (or `restart`).
+  bool start_retry(std::uint32_t psn, bool restart = false);
+  void implied_nak(std::uint32_t psn);
 
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
@@ -336,6 +342,7 @@ class Qp {
   std::size_t request_target(const wire::RocePacket& pkt, std::span<MutBytes> out) const;
   void handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info);
   void handle_duplicate(const wire::RocePacket& pkt);
+  void drop_responses_from(std::uint32_t psn);
   bool poll_response(TxPacket& out);
   enum class RespStatus : std::uint8_t;
   // `placed`: the payload is in place already (PacketInfo::payload_placed).
@@ -398,6 +405,8 @@ class Qp {
     // by reset_retry_counters).
     bool retry_started = false;
     std::uint32_t retry_psn = 0;
+    // While going back: the PSN of the last response seen beyond the gap (implied_nak).
+    std::uint32_t stream_psn = 0;
   } comp_;
 
   // Responder.

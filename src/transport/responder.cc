@@ -388,6 +388,26 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   }
 }
 
+void Qp::drop_responses_from(std::uint32_t psn) {
+  // A READ or atomic asked for again at PSN p: the requester went back to p (its completer has
+  // every response before p; go-back-N resends each request after p too). Every response still
+  // queued for p or later is obsolete, and a READ stream that reaches p would only send packets
+  // beyond the requester's gap, each dropped there: the replay takes their place. rxe likewise
+  // abandons the READ it was answering for the replayed one. The queue is in PSN order, so the
+  // obsolete ones are its tail. A network's duplicate of an old request may drop responses that
+  // are still needed; the requester's implied NAK or timeout asks for them again.
+  while (!responses_.empty()) {
+    const Response& r = responses_.back();
+    // The last PSN this entry would send (an ACK's is the PSN it acknowledges).
+    const std::uint32_t last =
+        r.kind == Response::Kind::kRead
+            ? wire::psn_add(r.psn, std::int64_t{packets_for(r.length - r.offset, mtu_bytes_)} - 1)
+            : r.psn;
+    if (wire::psn_lt(last, psn)) return;
+    responses_.pop_back();
+  }
+}
+
 void Qp::handle_duplicate(const wire::RocePacket& pkt) {
   const std::uint32_t psn = pkt.bth().psn();
   const wire::OpcodeInfo& op = *pkt.op;
@@ -418,6 +438,7 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       }
       const std::uint32_t npsn = packets_for(length, mtu_bytes_);
       if (wire::psn_add(psn, std::int64_t{npsn} - 1) != r.last_psn) break;
+      drop_responses_from(psn);
       queue_rd_atomic_response(i, psn, va, length, reth.rkey());
       return;
     }
@@ -437,6 +458,7 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       }
 #endif
       // Never executed twice: the saved original value is sent again.
+      drop_responses_from(psn);
       queue_rd_atomic_response(i, psn, r.va, r.length, r.rkey);
       return;
     }

@@ -255,10 +255,10 @@ void Solo::feed(wire::Opcode op, std::uint32_t psn, ConstBytes payload, bool ack
   feed(h, payload);
 }
 
-std::vector<Solo::Sent> Solo::drain() {
+std::vector<Solo::Sent> Solo::drain(std::size_t max) {
   std::vector<Sent> out;
   transport::TxPacket tx;
-  for (int n = 0; n < 100000 && e.qp->poll_transmit(now, tx); ++n) {
+  while (out.size() < max && e.qp->poll_transmit(now, tx)) {
     std::vector<std::byte> roce(tx.header_span().begin(), tx.header_span().end());
     std::vector<std::byte> payload;
     for (ConstBytes piece : tx.payload()) payload.insert(payload.end(), piece.begin(), piece.end());

@@ -207,7 +207,8 @@ class Solo {
   void feed_from(const wire::IpAddress& src, wire::TransportHeaders h, ConstBytes payload = {},
                  std::uint8_t ecn = 0);
   // Everything the QP transmits now.
-  std::vector<Sent> drain();
+  // Everything the QP has to send now, or its first `max` packets.
+  std::vector<Sent> drain(std::size_t max = 100000);
   void advance(Duration d) {
     now = now + d;
     e.qp->handle_timeout(now);

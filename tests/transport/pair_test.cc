@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
+#include <set>
 #include <string>
 
 #include "harness.h"
@@ -306,6 +308,61 @@ TEST(RcPair, ReadsCompleteAgainstAnRxeStyleReplayingResponderUnderLoss) {
   EXPECT_GT(timeouts, 20u);
   std::printf("rxe-style replies %llu, timeouts %llu\n", static_cast<unsigned long long>(rewritten),
               static_cast<unsigned long long>(timeouts));
+}
+
+// A lost READ response packet is asked for again as soon as the next one shows the gap (an
+// implied NAK), not one ACK timeout later: 16 READs outstanding, first copies of response packets
+// lost mid-READ and at a READ's last packet (seen from the next READ's first), and a packet of a
+// replay lost too. Every READ completes with its data, no ACK timeout fires, and the whole run
+// takes less simulated time than one ACK timeout (67 ms at timeout 14): the harness's time, an
+// input, not the wall clock's. (Here every response of a burst arrives before the requester can
+// answer, so each go-back sends the rest of the burst again; over a real link the responder
+// drops what it had queued, ARepeatedReadReplacesTheResponsesQueuedFromItsPsnOn.)
+TEST(RcPair, ALostReadResponseIsAskedForAgainAtOnceNotAfterTheAckTimeout) {
+  constexpr std::uint32_t kMtu = 1024, kReads = 16, kLen = 32 * 1024, kPsn = 0xffff80;
+  Pair p(QpType::kRc, kMtu, kPsn, 0x200);  // the READs' PSNs wrap past 2^24
+  p.connect(/*timeout=*/14);
+  // (PSN offset from the first READ's, which copy of it) lost.
+  const std::set<std::pair<std::uint32_t, int>> lose = {
+      {5, 1}, {6, 2}, {31, 1}, {40, 1}, {100, 1}, {263, 1}, {300, 1}, {301, 1}, {477, 1}};
+  std::map<std::uint32_t, int> copies;
+  std::uint64_t dropped = 0, responses = 0;
+  p.drop = [&](int from, const std::vector<std::byte>& frame) {
+    if (from != 1) return false;
+    auto f = wire::parse_frame(wire::LinkType::kEthernet, frame);
+    UROCE_CHECK(f.ok());
+    if (!f->roce.op->is(wire::kFlagRead)) return false;
+    ++responses;
+    const auto off = static_cast<std::uint32_t>(wire::psn_diff(f->roce.bth().psn(), kPsn));
+    const bool lost = lose.count({off, ++copies[off]}) > 0;
+    dropped += lost ? 1 : 0;
+    return lost;
+  };
+  fill(p.b, 0, kReads * kLen, 77);
+  std::vector<Sge> sges(kReads);
+  for (std::uint32_t i = 0; i < kReads; ++i) {
+    sges[i] = sge(p.a, i * kLen, kLen);
+    SendRequest r = send_req(i, WrOpcode::kRdmaRead, &sges[i], 1);
+    r.remote_addr = p.b.addr() + i * kLen;
+    r.rkey = p.b.key;
+    ASSERT_EQ(p.a.qp->post_send(r), Errc::kOk);
+  }
+  const Instant start = p.now;
+  p.run(Duration::s(10));
+  ASSERT_EQ(p.a.scq.wcs.size(), kReads);
+  for (std::uint32_t i = 0; i < kReads; ++i) {
+    EXPECT_EQ(p.a.scq.wcs[i].wr_id, i);
+    EXPECT_EQ(p.a.scq.wcs[i].status, WcStatus::kSuccess) << wc_status_name(p.a.scq.wcs[i].status);
+  }
+  EXPECT_TRUE(same(p.a, 0, p.b, 0, kReads * kLen));
+  EXPECT_EQ(dropped, lose.size());
+  const transport::QpCounters& c = p.a.qp->counters();
+  EXPECT_EQ(c.timeouts, 0u);
+  EXPECT_GE(c.implied_naks, 2u);  // the first loss, and the replay's
+  EXPECT_LT((p.now - start).count_ns(), Duration::ms(67).count_ns());
+  std::printf("response packets %llu for %u, implied NAKs %llu\n",
+              static_cast<unsigned long long>(responses), kReads * kLen / kMtu,
+              static_cast<unsigned long long>(c.implied_naks));
 }
 
 // retry_cnt 7 is 7 retries (IBTA, hardware), not infinite as in rxe: against a peer that never

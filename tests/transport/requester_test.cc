@@ -1028,31 +1028,57 @@ TEST(Completer, ReadResponsesLandAtTheirOffsetsInAMultiSgeBuffer) {
   EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
 }
 
-TEST(Completer, ReadResponseAheadOfTheExpectedPsnIsIgnoredThenTheTimeoutResendsTheRest) {
+// A READ response beyond the expected PSN is not placed, and tells the requester that the one
+// before it was lost: it asks again for the rest at once (an implied NAK, as hardware does; rxe
+// waits for its ACK timeout). It spends no retry and leaves the ACK timer running from the last
+// progress. More packets of the old stream behind the gap do not ask again; a replay that lost
+// its own first packet does (its PSNs start below the old stream's), and so does a new gap once
+// the replay makes progress.
+TEST(Completer, ReadResponseAheadOfTheExpectedPsnAsksForTheRestAtOnce) {
   Solo s(QpType::kRc, 256);
   s.set(10, 7, 7);
-  const auto remote = pattern(700, 32);
-  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 700))), Errc::kOk);
+  const auto remote = pattern(1000, 32);  // PSNs 0x1000..0x1003
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 1000))), Errc::kOk);
   ASSERT_EQ(s.drain().size(), 1u);
   s.advance(Duration::us(50));
   read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
   const Instant progress = s.now;
   s.advance(Duration::us(50));
-  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1002, part(remote, 512, 188));  // ahead
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 512, 256));  // ahead
   EXPECT_TRUE(s.e.scq.wcs.empty());
   EXPECT_EQ(s.e.qp->counters().out_of_sequence, 1u);
-  EXPECT_EQ(slice(s.e, 512, 188), std::vector<std::byte>(188));  // not placed
-  EXPECT_TRUE(s.drain().empty());
-  EXPECT_EQ(s.e.qp->poll_timeout(), progress + ack_timeout(10));
-  s.advance(progress + ack_timeout(10) - s.now);
-  const auto out = s.drain();
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
+  EXPECT_EQ(slice(s.e, 512, 256), std::vector<std::byte>(256));  // not placed
+  auto out = s.drain();
   EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1001, true)});
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 444}));
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 744}));
+  EXPECT_EQ(s.e.qp->poll_timeout(), progress + ack_timeout(10));
+  // The rest of the first stream, still on its way: dropped, no second request.
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
+  EXPECT_TRUE(s.drain().empty());
+  // The replay loses its first packet: its second, below the first stream's last, asks again;
+  // its third, rising again, does not.
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 512, 256));
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 2u);
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 2u);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 744}));
+  // The second replay: its first packet is progress; its third lost, the fourth asks again.
   read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1001, part(remote, 256, 256));
-  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1002, part(remote, 512, 188));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 3u);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 512, kRkey, 488}));
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1002, part(remote, 512, 256));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
   EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
-  EXPECT_EQ(slice(s.e, 0, 700), remote);
+  EXPECT_EQ(slice(s.e, 0, 1000), remote);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
 }
 
 // The interop failure against rxe: a 4096-byte READ at MTU 1024, its last response packet
@@ -1094,10 +1120,11 @@ TEST(Completer, RxeStyleLastAnsweringAReRequestOfTheLastPacketCompletesTheRead) 
 }
 
 // A response packet lost in the middle of a 4096-byte READ (MTU 1024): the packet after it
-// arrives ahead of the expected PSN and is dropped, the timeout re-requests the rest, and the
-// answer to the re-request completes the READ whether it starts like a fresh response (First
-// ... Last, or Only; a hardware responder) or continues the original sequence (Middle ... Last;
-// rxe replaying from the middle).
+// arrives ahead of the expected PSN and is dropped and re-requests the rest (an implied NAK; the
+// ones behind it are dropped too), or for the last packet the timeout does, and the answer to
+// the re-request completes the READ whether it starts like a fresh response (First ... Last, or
+// Only; a hardware responder) or continues the original sequence (Middle ... Last; rxe
+// replaying from the middle).
 TEST(Completer, ReRequestedReadRestCompletesWithFreshOrReplayedOpcodes) {
   using O = Opcode;
   struct Case {
@@ -1131,11 +1158,15 @@ TEST(Completer, ReRequestedReadRestCompletesWithFreshOrReplayedOpcodes) {
       if (i == c.lost) continue;
       read_response(s, original[i], kPsn + i, part(remote, i * 1024, 1024));
     }
-    // The packets after the lost one were ahead of the expected PSN: dropped, not placed.
-    EXPECT_EQ(s.e.qp->counters().out_of_sequence, 3u - c.lost);
+    // The packets after the lost one were ahead of the expected PSN: dropped, not placed; the
+    // first of them asked again (implied NAK), the rest came in behind that (never sent, for
+    // now: the re-request has not gone out). The last packet lost: the timeout asks again.
+    const std::uint64_t ahead = c.lost < 3 ? 1 : 0;
+    EXPECT_EQ(s.e.qp->counters().out_of_sequence, ahead);
+    EXPECT_EQ(s.e.qp->counters().implied_naks, ahead);
     EXPECT_EQ(slice(s.e, 1000 + c.lost * 1024, 1024), std::vector<std::byte>(1024));
     EXPECT_TRUE(s.e.scq.wcs.empty());
-    s.advance(ack_timeout(10));
+    if (ahead == 0) s.advance(ack_timeout(10));
     auto out = s.drain();
     EXPECT_EQ(describe(out), (Strings{pkt(Opcode::kRcRdmaReadRequest, kPsn + c.lost, true),
                                       pkt(Opcode::kRcSendOnly, 0x1004, true)}));
@@ -1152,7 +1183,8 @@ TEST(Completer, ReRequestedReadRestCompletesWithFreshOrReplayedOpcodes) {
     EXPECT_EQ(slice(s.e, 1000, 4096), remote);
     ack(s, 0x1004);
     EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2}));
-    EXPECT_EQ(s.e.qp->counters().out_of_sequence, 3u - c.lost);
+    EXPECT_EQ(s.e.qp->counters().out_of_sequence, ahead);
+    EXPECT_EQ(s.e.qp->counters().timeouts, 1 - ahead);
   }
 }
 

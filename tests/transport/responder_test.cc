@@ -204,6 +204,53 @@ TEST(Responder, ReadIsAnsweredInMtuPacketsAndReplayedFromMidMessage) {
   EXPECT_EQ(out[0].h.aeth.msn, 2u);
 }
 
+// A READ asked for again at PSN p means the requester went back to p: whatever the responder
+// still had queued from p on (the rest of that READ's first stream, the next READ's responses) is
+// obsolete, each packet beyond the requester's gap, and the replay takes its place (rxe abandons
+// the READ in progress likewise). The next READ's responses come again when it is asked again.
+TEST(Responder, ARepeatedReadReplacesTheResponsesQueuedFromItsPsnOn) {
+  Solo s(QpType::kRc, 256);
+  const Bytes data = pattern(1536, 9);
+  std::memcpy(s.e.buf.data() + 8192, data.data(), data.size());
+  // A: 1024 bytes at PSNs +0..+3; B: 512 bytes at +4..+5.
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), s.e.key, 1024));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 4, s.va(9216), s.e.key, 512));
+  auto out = s.drain(3);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2].h.bth.psn, kEpsn + 2);
+  // The requester lost +1 and, seeing +2, asks again from +1 (then B again, go-back-N).
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 1, s.va(8192 + 256), s.e.key, 768));
+  out = s.drain();
+  ASSERT_EQ(out.size(), 3u);  // not A's +3 and B's +4, +5 of the first streams as well
+  Bytes got;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].h.bth.psn, kEpsn + 1 + i);
+    got.insert(got.end(), out[i].payload.begin(), out[i].payload.end());
+  }
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaReadResponseFirst);
+  EXPECT_EQ(out[2].op->opcode(), Opcode::kRcRdmaReadResponseLast);
+  EXPECT_EQ(got, Bytes(data.begin() + 256, data.begin() + 1024));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 4, s.va(9216), s.e.key, 512));
+  out = s.drain();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].h.bth.psn, kEpsn + 4);
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaReadResponseFirst);
+  EXPECT_EQ(out[1].h.bth.psn, kEpsn + 5);
+  EXPECT_EQ(s.e.qp->counters().duplicate_requests, 2u);
+}
+
+// Responses queued before the repeated request's PSN stay: the requester has not seen them.
+TEST(Responder, ARepeatedReadKeepsTheResponsesQueuedBeforeIt) {
+  Solo s(QpType::kRc, 256);
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, s.va(8192), s.e.key, 512));
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 2, s.va(9216), s.e.key, 512));
+  // B (+2, +3) repeated before anything left: A's +0, +1 still go, then B once.
+  s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn + 2, s.va(9216), s.e.key, 512));
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 4u);
+  for (std::uint32_t i = 0; i < 4; ++i) EXPECT_EQ(out[i].h.bth.psn, kEpsn + i);
+}
+
 TEST(Responder, ZeroLengthReadChecksNoKey) {
   Solo s(QpType::kRc);
   s.feed(reth_headers(Opcode::kRcRdmaReadRequest, kEpsn, 0, 0xdead, 0));
