@@ -41,12 +41,10 @@ scripts/install-deps >/dev/null
 cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
   -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
   -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF >/dev/null
-ninja -C build-release uroce uroce-devd uroce_ibverbs >/dev/null
+ninja -C build-release uroce uroce-devd uroce_ibverbs mpi_pingpong >/dev/null
 U=build-release/src/tools/uroce
 LIB=$(cd build-release/compat && pwd)
 PP=$PWD/build-release/bench/mpi_pingpong
-mkdir -p "$(dirname "$PP")"
-mpicc -O2 -Wall -Wextra -Werror -o "$PP" bench/mpi_pingpong.c
 "$U" setup >/dev/null
 
 tmp=$(mktemp -d)
