@@ -27,21 +27,14 @@
 # 18950-18959 (on the wildcard address, as Open MPI does; only lo's address is given out).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-R=${1:-3}
+source bench/rounds_lib.sh
+R=$(rounds_arg mpi_bench "${1:-3}")
 SIP=${SERVER_IP:-127.0.11.1}
 CIP=${CLIENT_IP:-127.0.11.2}
 LAT_ITERS=${LAT_ITERS:-20000}
 BW_ITERS=${BW_ITERS:-300}
-[[ $R =~ ^[0-9]+$ && $R -ge 1 ]] || {
-  echo "mpi_bench: ROUNDS must be a positive integer" >&2
-  exit 2
-}
 
-scripts/install-deps >/dev/null
-cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
-  -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
-  -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF >/dev/null
-ninja -C build-release uroce uroce-devd uroce_ibverbs mpi_pingpong >/dev/null
+release_build uroce uroce-devd uroce_ibverbs mpi_pingpong
 U=build-release/src/tools/uroce
 LIB=$(cd build-release/compat && pwd)
 PP=$PWD/build-release/bench/mpi_pingpong
@@ -102,12 +95,7 @@ run() { # uroce|tcp
     fi
     echo "uroce0 at $addr: sent_bytes $sent rcvd_bytes $rcvd (ping-pong: $moved each way)"
   done
-  # The coordinators of uroce's devices linger briefly after their last client: let them go so
-  # that the next run starts from the same state.
-  for _ in $(seq 100); do
-    pgrep -f "uroce-devd --ip ($SIP|$CIP) " >/dev/null || break
-    sleep 0.05
-  done
+  devd_gone "$SIP" "$CIP"
 }
 
 declare -A vals
@@ -120,7 +108,6 @@ for ((r = 1; r <= R; ++r)); do
   done
 done
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 ub=$(median <<<"${vals[uroce.bw]}") tb=$(median <<<"${vals[tcp.bw]}")
 ul=$(median <<<"${vals[uroce.lat]}") tl=$(median <<<"${vals[tcp.lat]}")
 echo
@@ -133,4 +120,4 @@ row() { # LABEL FORMAT UROCE TCP GOAL
 row "ping-pong 1 MiB (MB/s)" %.0f "$ub" "$tb" ">= 1.0x"
 row "ping-pong 8 B (us one-way, median)" %.2f "$ul" "$tl" "<= 1.0x"
 echo
-echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "CPU: $(cpu_model)"
