@@ -108,16 +108,11 @@ for ((r = 1; r <= R; ++r)); do
   done
 done
 
-ub=$(median <<<"${vals[uroce.bw]}") tb=$(median <<<"${vals[tcp.bw]}")
-ul=$(median <<<"${vals[uroce.lat]}") tl=$(median <<<"${vals[tcp.lat]}")
 echo
 echo "| measure (median of $R rounds) | pml ucx, uroce | pml ob1, btl tcp | ratio | goal |"
 echo "| --- | --- | --- | --- | --- |"
-row() { # LABEL FORMAT UROCE TCP GOAL
-  awk -v l="$1" -v f="$2" -v u="$3" -v t="$4" -v g="$5" \
-    'BEGIN { printf "| %s | " f " | " f " | %.2fx | %s |\n", l, u, t, u / t, g }'
-}
-row "ping-pong 1 MiB (MB/s)" %.0f "$ub" "$tb" ">= 1.0x"
-row "ping-pong 8 B (us one-way, median)" %.2f "$ul" "$tl" "<= 1.0x"
+ratio_row "ping-pong 1 MiB (MB/s)" %.0f "${vals[uroce.bw]}" "${vals[tcp.bw]}" ">= 1.0x"
+ratio_row "ping-pong 8 B (us one-way, median)" %.2f "${vals[uroce.lat]}" "${vals[tcp.lat]}" \
+  "<= 1.0x"
 echo
 echo "CPU: $(cpu_model)"

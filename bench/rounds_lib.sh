@@ -37,5 +37,14 @@ devd_gone() {
 # one of an even count).
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
+# ratio_row LABEL FORMAT UROCE_VALUES TCP_VALUES GOAL: a row of the Markdown table the benchmarks
+# print: each side's median over the rounds (printf FORMAT), and their ratio.
+ratio_row() {
+  local u t
+  u=$(median <<<"$3") t=$(median <<<"$4")
+  awk -v l="$1" -v f="$2" -v u="$u" -v t="$t" -v g="$5" \
+    'BEGIN { printf "| %s | " f " | " f " | %.2fx | %s |\n", l, u, t, u / t, g }'
+}
+
 # cpu_model: the first "model name" of /proc/cpuinfo.
 cpu_model() { sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1; }

@@ -76,12 +76,10 @@ for ((r = 1; r <= R; ++r)); do
   done
 done
 
-ub=$(median <<<"${vals[uroce.bw]}") tb=$(median <<<"${vals[tcp.bw]}")
-ul=$(median <<<"${vals[uroce.lat]}") tl=$(median <<<"${vals[tcp.lat]}")
 echo
 echo "| measure (median of $R rounds) | uroce (rc_verbs) | UCX tcp | ratio | goal |"
 echo "| --- | --- | --- | --- | --- |"
-awk -v u="$ub" -v t="$tb" 'BEGIN { printf "| ucp_put_bw 1 MiB (MB/s) | %.0f | %.0f | %.2fx | >= 1.0x |\n", u, t, u / t }'
-awk -v u="$ul" -v t="$tl" 'BEGIN { printf "| tag_lat 8 B (us, typical) | %.2f | %.2f | %.2fx | <= 1.0x |\n", u, t, u / t }'
+ratio_row "ucp_put_bw 1 MiB (MB/s)" %.0f "${vals[uroce.bw]}" "${vals[tcp.bw]}" ">= 1.0x"
+ratio_row "tag_lat 8 B (us, typical)" %.2f "${vals[uroce.lat]}" "${vals[tcp.lat]}" "<= 1.0x"
 echo
 echo "CPU: $(cpu_model)"
