@@ -45,13 +45,14 @@ trap 'rm -rf "$tmp"' EXIT
 # Nothing from the user's UCX configuration or preloads.
 unset UCX_TLS UCX_NET_DEVICES LD_PRELOAD
 if (($(nproc) >= 2)); then
-  place=(--map-by core --bind-to core)
-else
-  place=(--oversubscribe --bind-to none)
+  place=(--map-by core --bind-to core --mca mpi_yield_when_idle 0)
+else # two busy-polling ranks on one CPU would take turns by the scheduler's time slice
+  place=(--oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 fi
-# btl ^openib (uroce arm: only self) keeps Open MPI's own verbs BTL off the device; mtl ^ofi
-# spares every MPI_Init libfabric's slow probe (README, "Open MPI").
-common=(--allow-run-as-root "${place[@]}" --mca mpi_yield_when_idle 0 --mca mtl '^ofi'
+# The uroce arm's `--mca btl self` keeps Open MPI's own verbs BTL (openib) off the device and
+# every other BTL's sockets closed; mtl ^ofi spares every MPI_Init libfabric's slow probe
+# (README, "Open MPI").
+common=(--allow-run-as-root "${place[@]}" --mca mtl '^ofi'
   --mca oob_tcp_if_include lo --mca oob_tcp_dynamic_ipv4_ports 18950-18959)
 
 # One run of mpi_pingpong over uroce|tcp; prints its output (metric lines) or fails.
