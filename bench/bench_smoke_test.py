@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """Smoke test of bench/udp_baseline and bench/datapath_bench: each command runs briefly, prints
 one JSON object with the documented fields, moves data, and (datapath_bench) verifies every
-ICRC; bad arguments fail with a message. No timing thresholds: only that things happened.
+ICRC; bad arguments fail with a message. With MPI_PINGPONG (and MPIEXEC, default mpirun) in the
+environment, bench/mpi_pingpong as 2 ranks over Open MPI's pml ob1 (btl tcp,self on lo): one
+line per metric with the documented fields, and no numbers but a failure when a message arrives
+corrupted. No timing thresholds: only that things happened.
 
 Usage: bench_smoke_test.py UDP_BASELINE DATAPATH_BENCH
 """
 import json
+import os
 import subprocess
 import sys
 import unittest
 
 UDP_BASELINE = DATAPATH_BENCH = None
+MPI_PINGPONG = os.environ.get("MPI_PINGPONG")
+MPIEXEC = os.environ.get("MPIEXEC") or "mpirun"
 
 
 def run_json(*args):
@@ -93,6 +99,61 @@ class DatapathBench(unittest.TestCase):
         p = subprocess.run([DATAPATH_BENCH, "--mode", "xdp"], capture_output=True, text=True,
                            timeout=30, check=False)
         self.assertNotEqual(p.returncode, 0)
+
+
+def mpi_pingpong(*args):
+    """mpi_pingpong ARGS as 2 ranks over pml ob1, TCP on lo only (BTL ports 18940-18949)."""
+    cmd = [MPIEXEC, "--allow-run-as-root", "-np", "2", "--mca", "pml", "ob1", "--mca", "btl",
+           "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_tcp_port_min_v4",
+           "18940", "--mca", "btl_tcp_port_range_v4", "10", "--mca", "oob_tcp_if_include", "lo",
+           "--mca", "mtl", "^ofi", MPI_PINGPONG, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=100, check=False)
+
+
+def mpi_lines(stdout):
+    """{metric or "moved": {key: value}} of mpi_pingpong's "mpi_pingpong: k=v ..." lines."""
+    out = {}
+    for line in stdout.splitlines():
+        if not line.startswith("mpi_pingpong: "):
+            continue
+        fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        name = fields.pop("metric", "moved")
+        if name in out:
+            raise AssertionError(f"{name} printed twice: {stdout!r}")
+        out[name] = fields
+    return out
+
+
+@unittest.skipUnless(MPI_PINGPONG, "MPI_PINGPONG is not set (Open MPI not found at build time)")
+class MpiPingpong(unittest.TestCase):
+    def test_one_line_per_metric(self):
+        p = mpi_pingpong("200", "3")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        m = mpi_lines(p.stdout)
+        self.assertEqual(set(m), {"latency", "bandwidth", "moved"}, p.stdout)
+        lat, bw = m["latency"], m["bandwidth"]
+        self.assertEqual((lat["bytes"], lat["iters"]), ("8", "200"))
+        self.assertGreater(float(lat["one_way_us_min"]), 0)
+        self.assertLessEqual(float(lat["one_way_us_min"]), float(lat["one_way_us_median"]))
+        self.assertEqual((bw["bytes"], bw["iters"]), ("1048576", "3"))
+        # MB/s is 2 MiB over the median round trip (us): the two printed numbers agree.
+        self.assertAlmostEqual(float(bw["mb_per_s"]) * float(bw["rtt_us_median"]), 2 * 1048576,
+                               delta=2 * 1048576 * 0.01)
+        # Warm-up: a tenth of the iterations, at least one: 20 x 8 B and 1 x 1 MiB.
+        self.assertEqual(m["moved"]["moved"], str(8 * (20 + 200) + 1048576 * (1 + 3)))
+
+    def test_corrupted_message_fails_without_numbers(self):
+        p = mpi_pingpong("--corrupt", "200", "3")
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertEqual(mpi_lines(p.stdout), {}, p.stdout)
+        self.assertIn("wrong byte at 1048576 B, iteration 3", p.stderr)
+
+    def test_bad_arguments_fail(self):
+        for args in (["0"], ["1", "2", "3"]):
+            p = mpi_pingpong(*args)
+            self.assertNotEqual(p.returncode, 0, args)
+            self.assertEqual(mpi_lines(p.stdout), {}, args)
+            self.assertIn("usage: ", p.stderr, args)
 
 
 if __name__ == "__main__":

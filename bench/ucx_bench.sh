@@ -13,19 +13,12 @@
 # Environment: SERVER_IP, CLIENT_IP (default 127.0.0.1, 127.0.0.2) for uroce's devices.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-R=${1:-3}
+source bench/rounds_lib.sh
+R=$(rounds_arg ucx_bench "${1:-3}")
 SIP=${SERVER_IP:-127.0.0.1}
 CIP=${CLIENT_IP:-127.0.0.2}
-[[ $R =~ ^[0-9]+$ && $R -ge 1 ]] || {
-  echo "ucx_bench: ROUNDS must be a positive integer" >&2
-  exit 2
-}
 
-scripts/install-deps >/dev/null
-cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
-  -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
-  -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF >/dev/null
-ninja -C build-release uroce uroce-devd uroce_ibverbs >/dev/null
+release_build uroce uroce-devd uroce_ibverbs
 U=build-release/src/tools/uroce
 LIB=$(cd build-release/compat && pwd)
 "$U" setup >/dev/null
@@ -67,9 +60,7 @@ perftest() { # uroce|tcp TEST SIZE ITERS
   }
   wait "$srv" || true
   grep '^Final:' "$tmp/client"
-  # The coordinator of uroce's devices lingers briefly after its last client: let it go so that
-  # the next run starts from the same state.
-  for _ in $(seq 100); do pgrep -x uroce-devd >/dev/null || break; sleep 0.05; done
+  devd_gone "$SIP" "$CIP"
 }
 
 declare -A vals
@@ -85,13 +76,10 @@ for ((r = 1; r <= R; ++r)); do
   done
 done
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-ub=$(median <<<"${vals[uroce.bw]}") tb=$(median <<<"${vals[tcp.bw]}")
-ul=$(median <<<"${vals[uroce.lat]}") tl=$(median <<<"${vals[tcp.lat]}")
 echo
 echo "| measure (median of $R rounds) | uroce (rc_verbs) | UCX tcp | ratio | goal |"
 echo "| --- | --- | --- | --- | --- |"
-awk -v u="$ub" -v t="$tb" 'BEGIN { printf "| ucp_put_bw 1 MiB (MB/s) | %.0f | %.0f | %.2fx | >= 1.0x |\n", u, t, u / t }'
-awk -v u="$ul" -v t="$tl" 'BEGIN { printf "| tag_lat 8 B (us, typical) | %.2f | %.2f | %.2fx | <= 1.0x |\n", u, t, u / t }'
+ratio_row "ucp_put_bw 1 MiB (MB/s)" %.0f "${vals[uroce.bw]}" "${vals[tcp.bw]}" ">= 1.0x"
+ratio_row "tag_lat 8 B (us, typical)" %.2f "${vals[uroce.lat]}" "${vals[tcp.lat]}" "<= 1.0x"
 echo
-echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "CPU: $(cpu_model)"

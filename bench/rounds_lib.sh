@@ -1,0 +1,50 @@
+# shellcheck shell=bash
+# What bench/ucx_bench.sh and bench/mpi_bench.sh share: two transports measured alternately for
+# ROUNDS rounds over the Release drop-in, medians and ratios. Sourced from the repository's root.
+
+# rounds_arg NAME VALUE: VALUE if it is a positive integer, else a message naming NAME and exit 2.
+rounds_arg() {
+  [[ $2 =~ ^[0-9]+$ && $2 -ge 1 ]] || {
+    echo "$1: ROUNDS must be a positive integer" >&2
+    exit 2
+  }
+  echo "$2"
+}
+
+# release_build TARGET...: build-release/ configured as the benchmarks have it (Release, no
+# sanitizer, benchmarks without tests), and TARGETs built there.
+release_build() {
+  scripts/install-deps >/dev/null
+  cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
+    -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
+    -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF >/dev/null
+  ninja -C build-release "$@" >/dev/null
+}
+
+# devd_gone ADDR...: waits (up to 5 s) until the coordinators of uroce's devices on ADDRs have
+# exited; they linger briefly after their last client, and the next run should start from the
+# same state. Coordinators of other addresses (other users of the machine) do not count.
+devd_gone() {
+  local re
+  re=$(printf '%s|' "$@")
+  for _ in $(seq 100); do
+    pgrep -f "uroce-devd --ip (${re%|}) " >/dev/null || return 0
+    sleep 0.05
+  done
+}
+
+# median: the median of the numbers on stdin (separated by spaces or newlines; the lower middle
+# one of an even count).
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+# ratio_row LABEL FORMAT UROCE_VALUES TCP_VALUES GOAL: a row of the Markdown table the benchmarks
+# print: each side's median over the rounds (printf FORMAT), and their ratio.
+ratio_row() {
+  local u t
+  u=$(median <<<"$3") t=$(median <<<"$4")
+  awk -v l="$1" -v f="$2" -v u="$u" -v t="$t" -v g="$5" \
+    'BEGIN { printf "| %s | " f " | " f " | %.2fx | %s |\n", l, u, t, u / t, g }'
+}
+
+# cpu_model: the first "model name" of /proc/cpuinfo.
+cpu_model() { sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1; }
