@@ -25,12 +25,7 @@ for b in ib_write_bw ib_write_lat; do
   command -v "$b" >/dev/null || { echo "$b not found (Debian package perftest)" >&2; exit 2; }
 done
 # Configured as bench/net_bench.sh and scripts/demo configure build-release/, so that they share it.
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-  -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
-  -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
-  -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF "${launcher[@]}" >/dev/null
+(cd "$root" && source bench/rounds_lib.sh && configure_release)
 ninja -C "$build" uroce uroce-devd uroce_ibverbs >/dev/null
 
 cpu0=() cpu1=()

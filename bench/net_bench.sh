@@ -31,14 +31,8 @@ CIP=${CLIENT_IP:-127.0.0.2}
 }
 
 scripts/install-deps >/dev/null
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-  -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-# The compilers as scripts/demo gives them, so that the two share build-release/ without a
-# reconfiguration from scratch.
-cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
-  -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
-  -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF "${launcher[@]}" >/dev/null
+source bench/rounds_lib.sh
+configure_release
 targets=(uroce)
 have_udp_baseline=0
 B=${UDP_BASELINE:-build-release/bench/udp_baseline} # UDP_BASELINE: a binary built elsewhere

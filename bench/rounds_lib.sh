@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# What bench/ucx_bench.sh and bench/mpi_bench.sh share: two transports measured alternately for
-# ROUNDS rounds over the Release drop-in, medians and ratios. Sourced from the repository's root.
+# What the benchmark scripts share: the Release build (all of them), and for bench/ucx_bench.sh and
+# bench/mpi_bench.sh two transports measured alternately for ROUNDS rounds over the Release
+# drop-in, medians and ratios. Sourced from the repository's root.
 
 # rounds_arg NAME VALUE: VALUE if it is a positive integer, else a message naming NAME and exit 2.
 rounds_arg() {
@@ -11,13 +12,31 @@ rounds_arg() {
   echo "$2"
 }
 
-# release_build TARGET...: build-release/ configured as the benchmarks have it (Release, no
-# sanitizer, benchmarks without tests), and TARGETs built there.
+# configure_release: build-release/ (of the current directory, the repository's root) configured
+# as the benchmarks and scripts/demo have it: Release, no sanitizer, benchmarks without tests,
+# the compilers as scripts/demo gives them (so that they share it), ccache where there is one.
+# Twice when needed: a build-release/ configured before with other compiler paths has its cache
+# deleted by the first run, which then drops the other -D values (CMAKE_BUILD_TYPE among them: an
+# unoptimised build, measured at a third of the speed).
+configure_release() {
+  local launcher=() i
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  for i in 1 2; do
+    cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
+      -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
+      -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF "${launcher[@]}" \
+      >/dev/null 2>&1
+    grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' build-release/CMakeCache.txt && return 0
+  done
+  echo "configure_release: build-release/ is not a Release build; remove it and run again" >&2
+  exit 1
+}
+
+# release_build TARGET...: build-release/ configured (configure_release) and TARGETs built there.
 release_build() {
   scripts/install-deps >/dev/null
-  cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
-    -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
-    -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF >/dev/null
+  configure_release
   ninja -C build-release "$@" >/dev/null
 }
 
