@@ -42,6 +42,12 @@ if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
 fi
 # Nothing from the user's libfabric configuration.
 for v in $(env | sed -n 's/^\(FI_[A-Z_]*\)=.*/\1/p'); do unset "$v"; done
+# Under ThreadSanitizer, without libfabric's memory monitor: its madvise hook, called by glibc as
+# a thread exits, takes a lock through ThreadSanitizer's interceptor after the thread's state is
+# gone (UCX's hooks do the same, ucx_test.sh).
+if readelf -d "$libdir/libibverbs.so.1" | grep -q libtsan; then
+  export FI_MR_CACHE_MONITOR=disabled
+fi
 
 tmp=$(mktemp -d)
 # The namespaces and their veth pair: netns_lib.sh, as the UCX and MPI tests make theirs.

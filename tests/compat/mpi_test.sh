@@ -74,6 +74,12 @@ preload=()
 if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
   preload=(-x "LD_PRELOAD=${UROCE_TEST_PRELOAD:-}" -x ASAN_OPTIONS=detect_leaks=0)
 fi
+if readelf -d "$libdir/libibverbs.so.1" | grep -q libtsan; then
+  # UCX's memory hooks crash under ThreadSanitizer as a thread exits (ucx_test.sh says how), and
+  # so does Open MPI's (its memory patcher), at the end of a run that passed.
+  preload+=(-x UCX_MEM_MALLOC_HOOKS=no -x UCX_MEM_MMAP_HOOK_MODE=none -x UCX_MEM_EVENTS=no
+    --mca memory '^patcher')
+fi
 unset UCX_TLS UCX_NET_DEVICES LD_PRELOAD
 # --mca pml ucx: pml ucx or fail (no silent ob1); pml_ucx_devices any: Open MPI 4.1 takes UCX
 # only for devices whose sysfs driver name matches mlx* unless told otherwise. btl ^openib:

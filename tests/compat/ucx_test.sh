@@ -50,6 +50,12 @@ if readelf -d "$libdir/libibverbs.so.1" | grep -Eq 'libasan|libtsan'; then
   export LD_PRELOAD="${UROCE_TEST_PRELOAD:-}"
   export ASAN_OPTIONS=detect_leaks=0
 fi
+# Under ThreadSanitizer, without UCX's memory hooks: its madvise hook, called by glibc as a
+# thread exits, takes a lock through ThreadSanitizer's interceptor after the thread's state is
+# gone and crashes ucx_info -d with or without uroce (rdma-core's libibverbs alike).
+if readelf -d "$libdir/libibverbs.so.1" | grep -q libtsan; then
+  export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+fi
 # Only uroce's device, and nothing from the user's UCX configuration.
 unset UCX_TLS UCX_NET_DEVICES UCX_UD_VERBS_ETH_DGID_CHECK
 tmp=$(mktemp -d)
