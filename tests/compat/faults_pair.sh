@@ -36,11 +36,9 @@ if [[ -n ${FAULTS_EXPECT_FAIL:-} ]]; then
 elif ((rc != 0)); then
   exit "$rc"
 fi
+source "$(dirname "$0")/stats_lib.sh"
 # sum NAME LINE_KIND: NAME's value summed over the file's lines of that kind.
-sum() {
-  awk -v name="$1" -v kind="$2" '$1 == kind { for (i = 2; i < NF; i++) if ($i == name) s += $(i + 1) }
-    END { print s + 0 }' "$tmp/stats.txt"
-}
+sum() { stats_sum "$1" "$2" "$tmp/stats.txt"; }
 fail() {
   echo "FAIL: $*"
   echo "----- counters (UROCE_STATS_FILE) -----"

@@ -83,10 +83,7 @@ echo "fi_info -p verbs lists:"
 sed 's/^/  /' <<<"$found"
 
 # ---- fi_pingpong ----
-stat_of() { # COUNTER FILE: the counter summed over the file's `link` lines
-  awk -v c="$1" '$1 == "link" { for (i = 2; i < NF; ++i) if ($i == c) s += $(i + 1) }
-    END { print s + 0 }' "$2"
-}
+source "$(dirname "$0")/stats_lib.sh"
 run=0
 pingpong() { # EP_TYPE PROVIDER SIZE ITERS
   local ep=$1 prov=$2 size=$3 iters=$4 srv rc_s rc_c
@@ -121,13 +118,13 @@ pingpong() { # EP_TYPE PROVIDER SIZE ITERS
   for side in a b; do
     [[ -s $d/$side.stats ]] || fail "$what: no counters from namespace $side"
     local rcvd
-    rcvd=$(stat_of rcvd_bytes "$d/$side.stats")
+    rcvd=$(stats_sum rcvd_bytes link "$d/$side.stats")
     ((rcvd >= moved)) ||
       fail "$what: uroce in namespace $side received $rcvd bytes, fewer than the $moved sent to it"
   done
   printf '  %-34s %s | uroce: a rcvd %s B, b rcvd %s B\n' "$prov $ep $size B" \
-    "$(awk '{print $7 " us/xfer"}' <<<"$line")" "$(stat_of rcvd_bytes "$d/a.stats")" \
-    "$(stat_of rcvd_bytes "$d/b.stats")"
+    "$(awk '{print $7 " us/xfer"}' <<<"$line")" "$(stats_sum rcvd_bytes link "$d/a.stats")" \
+    "$(stats_sum rcvd_bytes link "$d/b.stats")"
 }
 
 echo "fi_pingpong between $ip_b and $ip_a:"

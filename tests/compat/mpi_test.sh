@@ -123,11 +123,7 @@ fail() {
 ((rc == 0)) || fail "mpirun exited $rc"
 grep -q '^mpi_check: PASS' "$tmp/out" || fail "mpi_check did not pass"
 
-# sum NAME KIND FILE: NAME's values on FILE's lines of KIND (`link`, `faults`), summed.
-sum() {
-  awk -v n="$1" -v k="$2" '$1 == k { for (i = 2; i < NF; i++) if ($i == n) s += $(i + 1) }
-                           END { print s + 0 }' "$3"
-}
+source "$(dirname "$0")/stats_lib.sh"
 read -r each_way pairs < <(sed -n 's/^mpi_check: ping-pong moved \([0-9]*\) bytes each way per pair, \([0-9]*\) pairs$/\1 \2/p' "$tmp/out")
 crossing=$((each_way * pairs)) # bytes from one namespace to the other, either way
 retransmitted=0 implied=0
@@ -136,20 +132,20 @@ for addr in "$ADDR_A" "$ADDR_B"; do
   [[ -s $f ]] || fail "no counters from the devices at $addr"
   pids=$(awk '$1 == "link" { for (i = 2; i < NF; i++) if ($i == "pid") print $(i + 1) }' "$f" |
     sort -u | wc -l)
-  sent=$(sum sent_bytes link "$f") rcvd=$(sum rcvd_bytes link "$f")
+  sent=$(stats_sum sent_bytes link "$f") rcvd=$(stats_sum rcvd_bytes link "$f")
   echo "uroce0 at $addr: $pids processes, sent_bytes $sent, rcvd_bytes $rcvd" \
     "(the ping-pong alone: $crossing bytes each way)"
   ((pids == 2)) || fail "expected the 2 ranks of the namespace on uroce0 at $addr, saw $pids"
   ((sent >= crossing && rcvd >= crossing)) ||
     fail "uroce0 at $addr did not carry the ping-pong's bytes"
   if [[ -n $loss ]]; then
-    lost=$(sum tx_loss faults "$f")
+    lost=$(stats_sum tx_loss faults "$f")
     echo "uroce0 at $addr: $lost packets lost on transmit (UROCE_FAULTS)," \
-      "$(sum retransmitted_pkts link "$f") retransmitted," \
-      "$(sum implied_nak_seq_err link "$f") READ responses asked for again (implied NAK)"
+      "$(stats_sum retransmitted_pkts link "$f") retransmitted," \
+      "$(stats_sum implied_nak_seq_err link "$f") READ responses asked for again (implied NAK)"
     ((lost > 0)) || fail "no packet was lost at $addr"
-    retransmitted=$((retransmitted + $(sum retransmitted_pkts link "$f")))
-    implied=$((implied + $(sum implied_nak_seq_err link "$f")))
+    retransmitted=$((retransmitted + $(stats_sum retransmitted_pkts link "$f")))
+    implied=$((implied + $(stats_sum implied_nak_seq_err link "$f")))
   fi
 done
 if [[ -n $loss ]]; then

@@ -160,15 +160,11 @@ else
   pair all "$tmp/batch"
 fi
 
-# field NAME FILE: NAME's values on the file's `link` lines, summed (one line per run).
-field() {
-  awk -v n="$1" '$1 == "link" { for (i = 2; i < NF; i++) if ($i == n) s += $(i + 1) }
-                 END { print s + 0 }' "$2"
-}
+source "$(dirname "$0")/stats_lib.sh"
 fail=0
 for side in server client; do
-  rcvd=$(field rcvd_bytes "$tmp/$side.stats")
-  sent=$(field sent_bytes "$tmp/$side.stats")
+  rcvd=$(stats_sum rcvd_bytes link "$tmp/$side.stats")
+  sent=$(stats_sum sent_bytes link "$tmp/$side.stats")
   echo "uroce counters, $side: sent_bytes $sent rcvd_bytes $rcvd (the tests moved $moved bytes)"
   # ucp_put_bw moves data from the client to the server, tag_bw too; tag_lat and am_lat both
   # ways; ucp_get from the server to the client. Either side received at least the tests' bytes
