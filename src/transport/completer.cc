@@ -34,8 +34,12 @@ void Qp::note_progress(Instant now) {
   env_.cc->on_ack(now);
 }
 
+bool Qp::going_back() const {
+  return comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn);
+}
+
 bool Qp::start_retry(std::uint32_t psn, bool restart) {
-  if (!restart && comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return false;
+  if (!restart && going_back()) return false;
   comp_.retry_started = true;
   comp_.retry_psn = psn;
   comp_.stream_psn = wire::psn_add(comp_.psn, -1);
@@ -49,7 +53,7 @@ void Qp::implied_nak(std::uint32_t psn) {
   // NAK; hardware counts it as implied_nak_seq_err, rdmavt restarts the same way), not one ACK
   // timeout later: with several large READs outstanding, waiting costs the timeout plus every
   // response sent meanwhile, all beyond the gap and dropped.
-  if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) {
+  if (going_back()) {
     // Going back already. Behind the lost packet the rest of its stream is still arriving, its
     // PSNs rising: no new request for those. A PSN below the last one seen starts a newer
     // stream (the replay), whose own first packets were lost as well: ask again. (Reordering
@@ -140,7 +144,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
             // row between two AckReq ACKs, however much got through between them.
             if (wire::psn_gt(psn, comp_.psn)) reset_retry_counters();
             comp_.psn = psn;
-            if (comp_.retry_started && wire::psn_le(comp_.psn, comp_.retry_psn)) return;
+            if (going_back()) return;
             if (comp_.retry_cnt == 0) {
               ++counters_.retry_exceeded;
               fail_wqe(index, WcStatus::kRetryExcErr);

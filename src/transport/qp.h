@@ -331,7 +331,9 @@ class Qp {
   void reset_retry_counters();
   void note_progress(Instant now);
   void handle_retry_timeout(Instant now);
-  // Go back N from `psn`, unless a go-back from no later PSN is under way (or `restart`).
+  // A go-back-N is under way and the completer has not passed the PSN it went back to.
+  bool going_back() const;
+  // Go back N from `psn`, unless going_back() (or `restart`).
   bool start_retry(std::uint32_t psn, bool restart = false);
   void implied_nak(std::uint32_t psn);
 
