@@ -26,7 +26,7 @@ configure_release() {
     cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DUROCE_SANITIZE=OFF \
       -DCMAKE_C_COMPILER="${CC:-gcc}" -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
       -DUROCE_BUILD_TESTS=OFF -DUROCE_BUILD_BENCH=ON -DUROCE_BUILD_FUZZ=OFF "${launcher[@]}" \
-      >/dev/null 2>&1
+      >/dev/null
     grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' build-release/CMakeCache.txt && return 0
   done
   echo "configure_release: build-release/ is not a Release build; remove it and run again" >&2
