@@ -174,8 +174,15 @@ set_mtu() { # 1024 | 4096
 
 # ---- faults: netem in the guest, for RoCE packets only (TCP carries the tools' connection
 # set-up, which must not suffer): on eth0's egress (what rxe sends is lost) or, redirected to
-# ifb0, on its ingress (what uroce sends is lost before rxe sees it) ----
+# ifb0, on its ingress (what uroce sends is lost before rxe sees it). netem queues at most
+# `limit` packets (1000 by default) and tail-drops beyond; rxe answers a repeated READ with the
+# rest of its response at once, and when qemu drains the guest's NIC slowly (a busy CI machine;
+# reproduced with two busy loops on the host) the backlog passes 1000: the tail drop shows as
+# rxe's send_err (ip_local_out refused the packet), which the cases fail on. The limit is raised
+# so that netem loses only the percentage asked for; 20000 packets of at most a 4 KiB MTU are
+# well inside the guest's memory. ----
 netem=none
+netem_limit=20000
 set_netem() { # none | egress PERCENT | ingress PERCENT
   [[ "$*" == "$netem" ]] && return 0
   local match='u32 match ip protocol 17 0xff match ip dport 4791 0xffff'
@@ -184,14 +191,14 @@ set_netem() { # none | egress PERCENT | ingress PERCENT
   if [[ $1 == egress ]]; then
     cmd+="
 /sbin/tc qdisc add dev eth0 root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 &&
-/sbin/tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $2% &&
+/sbin/tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $2% limit $netem_limit &&
 /sbin/tc filter add dev eth0 parent 1: protocol ip prio 1 $match flowid 1:3"
   elif [[ $1 == ingress ]]; then
     cmd+="
 ip link set ifb0 up && /sbin/tc qdisc add dev eth0 handle ffff: ingress &&
 /sbin/tc filter add dev eth0 parent ffff: protocol ip prio 1 $match \
   action mirred egress redirect dev ifb0 &&
-/sbin/tc qdisc add dev ifb0 root netem loss $2%"
+/sbin/tc qdisc add dev ifb0 root netem loss $2% limit $netem_limit"
   fi
   vm 30 "$cmd" >"$out/netem.log" 2>&1 || { cat "$out/netem.log"; fail "cannot set netem: $*"; }
   netem="$*"
