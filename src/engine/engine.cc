@@ -17,6 +17,9 @@ void Engine::arm(std::uint32_t qpn, const transport::Qp& qp) {
 }
 
 void Engine::activate(std::uint32_t qpn) {
+  // A doorbell, a packet or a timer may have given a QP whose ACK the last flush held something
+  // else to send: has_unheld_tx_work() must not say no until the next flush has looked.
+  held_ = 0;
   bool& flag = is_active_[qpn];
   if (flag) return;
   flag = true;
@@ -25,7 +28,6 @@ void Engine::activate(std::uint32_t qpn) {
 
 void Engine::doorbell(std::uint32_t qpn) {
   if (qps_.find_qp(qpn) == nullptr) return;
-  held_ = 0;  // a held QP may have a request now: has_unheld_tx_work() must not say no
   activate(qpn);
 }
 
@@ -162,7 +164,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
     closed_acks_.pop_back();
     ++sent;
   }
-  transport::TxPacket tx;
+  transport::TxPacket& tx = tx_;
   // Round robin over active QPs, kBurst packets each per turn.
   while (sent < budget && !active_.empty()) {
     if (next_active_ >= active_.size()) next_active_ = 0;

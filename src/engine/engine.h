@@ -124,6 +124,9 @@ class Engine {
   std::size_t held_ = 0;
   // A packet the datapath could not take; sent before anything else.
   transport::TxPacket pending_;
+  // What poll_and_transmit builds each packet in: a member, so that a call does not initialise
+  // the 600-odd bytes of a TxPacket (its 32 payload pieces) each time.
+  transport::TxPacket tx_;
   std::vector<std::byte> pending_payload_;  // pending_'s payload, copied
   std::uint32_t pending_qpn_ = 0;
   bool has_pending_ = false;

@@ -271,7 +271,11 @@ RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);
-  if (r.sent < plan.tx_budget)
+  // Again for what the packets and timers made, or for held ACKs whose hold is over. A round
+  // with neither (a ping-pong's empty polls while its ACK waits for the next request) skips
+  // it: setting the same ACKs aside again is all it would do.
+  const bool release_held = !plan.hold_acks && engine_->held_acks() > 0;
+  if (r.sent < plan.tx_budget && (engine_->has_unheld_tx_work() || release_held))
     r.sent += engine_->flush_tx(t, plan.tx_budget - r.sent, plan.hold_acks);
   sync_async_fd_locked();
   engine_state_locked(r, want_next_timer);
@@ -778,10 +782,11 @@ void UdpDevice::open_stats_endpoint() {
 
 void UdpDevice::maybe_serve_stats(Instant t, bool force) {
   if (stats_fd_ < 0) return;
+  if (!force && t.ns() < next_stats_check_ns_.load(std::memory_order_relaxed)) return;
   std::unique_lock sl(stats_mu_, std::try_to_lock);
   if (!sl.owns_lock()) return;  // the other progress caller is serving
-  if (!force && t < next_stats_check_) return;
-  next_stats_check_ = t + kStatsCheckInterval;
+  if (!force && t.ns() < next_stats_check_ns_.load(std::memory_order_relaxed)) return;
+  next_stats_check_ns_.store((t + kStatsCheckInterval).ns(), std::memory_order_relaxed);
   for (int i = 0; i < 16; ++i) {
     char req[2048];
     sockaddr_un from{};

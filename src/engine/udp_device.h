@@ -365,7 +365,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   int stats_fd_ = -1;
   std::string stats_name_;
   std::mutex stats_mu_;  // one server at a time (thread and an application progress())
-  Instant next_stats_check_ = Instant::from_ns(0);
+  // Read before stats_mu_ is tried, so that most rounds look at one word and take no lock.
+  std::atomic<std::int64_t> next_stats_check_ns_{0};
   std::atomic<std::uint64_t> stats_requests_{0};
   std::atomic<std::uint64_t> thread_wakeups_{0};  // ppoll returns in the thread
   std::uint64_t thread_rx_pkts_ = 0;              // under mu_
