@@ -89,6 +89,11 @@ class Engine {
   bool has_unheld_tx_work() const {
     return active_.size() > held_ || has_pending_ || !closed_acks_.empty() || dp_.tx_queued();
   }
+  // Whether flush_tx(now, budget, hold_acks) has anything to do: work beyond the held ACKs, or
+  // held ACKs that may leave now. A flush without either only sets the same ACKs aside again.
+  bool has_tx_work_to_flush(bool hold_acks) const {
+    return has_unheld_tx_work() || (!hold_acks && held_ > 0);
+  }
   const EngineCounters& counters() const { return counters_; }
   const wire::IpAddress& local() const { return local_; }
 

@@ -271,11 +271,9 @@ RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_
     engine_->handle_rx(t, pkt, info);
   });
   engine_->handle_timers(t);
-  // Again for what the packets and timers made, or for held ACKs whose hold is over. A round
-  // with neither (a ping-pong's empty polls while its ACK waits for the next request) skips
-  // it: setting the same ACKs aside again is all it would do.
-  const bool release_held = !plan.hold_acks && engine_->held_acks() > 0;
-  if (r.sent < plan.tx_budget && (engine_->has_unheld_tx_work() || release_held))
+  // Again for what the packets and timers made, or for held ACKs whose hold is over; not in a
+  // round with neither (a ping-pong's empty polls while its ACK waits for the next request).
+  if (r.sent < plan.tx_budget && engine_->has_tx_work_to_flush(plan.hold_acks))
     r.sent += engine_->flush_tx(t, plan.tx_budget - r.sent, plan.hold_acks);
   sync_async_fd_locked();
   engine_state_locked(r, want_next_timer);

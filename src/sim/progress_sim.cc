@@ -408,10 +408,9 @@ RoundReport round(Run& r, SimHost& h, const RoundPlan& plan, bool receive) {
     }
     h.engine->handle_timers(r.now);
   }
-  // As round_locked: a receiving round flushes again only for new work or ACKs whose hold is
-  // over; transmit() (no receive) always flushes.
-  const bool release_held = !plan.hold_acks && h.engine->held_acks() > 0;
-  if (rep.sent < plan.tx_budget && (!receive || h.engine->has_unheld_tx_work() || release_held)) {
+  // As round_locked: a receiving round flushes again only if there is something to flush;
+  // transmit() (no receive) always flushes.
+  if (rep.sent < plan.tx_budget && (!receive || h.engine->has_tx_work_to_flush(plan.hold_acks))) {
     rep.sent += h.engine->flush_tx(r.now, plan.tx_budget - rep.sent, plan.hold_acks);
   }
   rep.held_acks = h.engine->held_acks();
