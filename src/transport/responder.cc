@@ -444,7 +444,8 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
     }
     if (op.is(wire::kFlagAtomic) && !r.is_read && r.first_psn == psn) {
 #ifdef UROCE_CANARY
-      // The canary (CMake option UROCE_CANARY): a deliberate bug that the simulator must catch.
+      // The canary (defined only in tests/sim's uroce_sim_canary): a deliberate bug that the
+      // simulator must catch.
       // A duplicate atomic is executed a second time, as a responder without saved atomic
       // results would do.
       if (auto mem = env_.memory->resolve(env_.pd, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
