@@ -13,14 +13,15 @@
 #   uroce0: FI_EP_MSG (domain uroce0: libfabric finds it by binding an rdma_cm ID to each
 #   interface's address, so it needs librdmacm and an interface other than lo), FI_EP_DGRAM
 #   (uroce0-dgram, UD) and FI_EP_RDM over UD (verbs;ofi_rxd).
-# - `fi_pingpong -c` (data checked) between the namespaces over FI_EP_DGRAM (verbs) and over
-#   FI_EP_RDM (verbs;ofi_rxd, libfabric's reliability layer over UD), at several sizes up to
-#   the port's MTU (DGRAM) and up to 1 MiB (RDM): both sides exit 0, the client prints the
-#   size's result line, and uroce's counters (UROCE_STATS_FILE) show each side received at
-#   least the bytes it was sent (size x iterations).
-# Not yet: fi_pingpong over FI_EP_MSG. With no address given, its server asks the verbs
-# provider for "localhost" and binds an rdma_cm ID to 127.0.0.1; the kernel's rdma_cm attaches
-# a loopback address to its first RDMA device, the drop-in's refuses it (EADDRNOTAVAIL).
+# - `fi_pingpong -c` (data checked) between the namespaces over FI_EP_MSG (verbs: RC connected
+#   by rdma_cm), over FI_EP_DGRAM (verbs) and over FI_EP_RDM (verbs;ofi_rxd, libfabric's
+#   reliability layer over UD), at several sizes up to 1 MiB (MSG, RDM) and up to the port's MTU
+#   (DGRAM): both sides exit 0, the client prints the size's result line, and uroce's counters
+#   (UROCE_STATS_FILE) show each side received at least the bytes it was sent (size x
+#   iterations). Over MSG the server asks the verbs provider for "localhost": the provider binds
+#   an rdma_cm ID to 127.0.0.1 (bound as the wildcard, no device attached, as the kernel's
+#   rdma_cm does) and then listens on the device's own address; it moves each accepted ID to the
+#   channel it is already on (rdma_migrate_id).
 set -u
 libdir=$1 net=$2 port=$3
 
@@ -128,6 +129,7 @@ pingpong() { # EP_TYPE PROVIDER SIZE ITERS
 }
 
 echo "fi_pingpong between $ip_b and $ip_a:"
+for size in 1 4096 65536 1048576; do pingpong msg verbs "$size" 10; done
 for size in 1 256 1024; do pingpong dgram verbs "$size" 20; done
 for size in 1 4096 65536 1048576; do pingpong rdm 'verbs;ofi_rxd' "$size" 10; done
 echo "PASS"

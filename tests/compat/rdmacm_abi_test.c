@@ -541,6 +541,10 @@ static void migrate(struct rdma_event_channel *sch, struct rdma_event_channel *c
   struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
   sv.id = e->id;
   rdma_ack_cm_event(e);
+  /* To the channel it is on: nothing to do (libfabric's verbs provider does this for every
+   * request it accepts). */
+  CHECK(rdma_migrate_id(sv.id, sch) == 0, "rdma_migrate_id to its own channel");
+  CHECK(sv.id->channel == sch, "the ID's channel is unchanged");
   struct rdma_event_channel *other = rdma_create_event_channel();
   CHECK(other != NULL, "a second channel");
   nonblocking(other);
@@ -562,6 +566,46 @@ static void migrate(struct rdma_event_channel *sch, struct rdma_event_channel *c
   rdma_destroy_event_channel(other);
 }
 
+/* A loopback address that no device has (127.77.96.9): bound as the wildcard, as the kernel's
+ * rdma_cm binds it (its cma_any_addr counts loopback addresses): no device attached, the address
+ * kept as given, and a listen on it hears a REQ to a device's own address. libfabric's verbs
+ * provider binds "localhost" so to find that no device owns it. */
+static void loopback_bind(struct rdma_event_channel *sch, struct rdma_event_channel *cch) {
+  struct rdma_cm_id *l;
+  CHECK(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  struct sockaddr_in a = addr_of("127.77.96.9", 0);
+  CHECK(rdma_bind_addr(l, (struct sockaddr *)&a) == 0, "rdma_bind_addr 127.77.96.9");
+  CHECK(l->verbs == NULL, "no device attached to a loopback bind");
+  const struct sockaddr_in *got = (const struct sockaddr_in *)rdma_get_local_addr(l);
+  CHECK(got->sin_family == AF_INET && got->sin_addr.s_addr == a.sin_addr.s_addr,
+        "the bound address is kept as given");
+  const uint16_t port = src_port(l);
+  CHECK(port != 0, "an ephemeral port is chosen at bind");
+  CHECK(rdma_listen(l, 4) == 0, "rdma_listen on the loopback bind");
+  struct conn cl;
+  memset(&cl, 0, sizeof cl);
+  resolve(cch, &cl, port, RDMA_PS_TCP);
+  make_qp(&cl, IBV_QPT_RC);
+  struct rdma_conn_param cp;
+  memset(&cp, 0, sizeof cp);
+  CHECK(rdma_connect(cl.id, &cp) == 0, "rdma_connect");
+  struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  CHECK(e->listen_id == l, "the REQ to %s reaches the loopback-bound listener", server_ip);
+  struct rdma_cm_id *req = e->id;
+  rdma_ack_cm_event(e);
+  CHECK(rdma_reject(req, NULL, 0) == 0, "rdma_reject");
+  rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_REJECTED));
+  CHECK(rdma_destroy_id(req) == 0, "rdma_destroy_id (rejected request)");
+  free_conn(&cl);
+  CHECK(rdma_destroy_id(l) == 0, "rdma_destroy_id (loopback listener)");
+  /* An address that is not loopback and no device's: still refused. */
+  CHECK(rdma_create_id(sch, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  a = addr_of("192.0.2.77", 0);
+  CHECK(rdma_bind_addr(l, (struct sockaddr *)&a) != 0 && errno == EADDRNOTAVAIL,
+        "a bind of no device's address: EADDRNOTAVAIL");
+  rdma_destroy_id(l);
+}
+
 static void synchronous(uint16_t port) {
   struct rdma_cm_id *id;
   CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id without a channel");
@@ -575,6 +619,19 @@ static void synchronous(uint16_t port) {
   CHECK(id->event != NULL && id->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
         "ROUTE_RESOLVED in id->event");
   CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id (synchronous)");
+  /* Resolved synchronously, then moved to a channel (libfabric's verbs provider does so with
+   * every connecting endpoint): the last synchronous event is acknowledged on the way, so that
+   * rdma_destroy_id does not wait for it. */
+  struct rdma_event_channel *ch = rdma_create_event_channel();
+  CHECK(ch != NULL, "rdma_create_event_channel");
+  CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id without a channel");
+  CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0,
+        "synchronous rdma_resolve_addr");
+  CHECK(rdma_resolve_route(id, 2000) == 0, "synchronous rdma_resolve_route");
+  CHECK(rdma_migrate_id(id, ch) == 0, "rdma_migrate_id from synchronous to a channel");
+  CHECK(id->channel == ch, "the ID's channel");
+  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id (migrated)");
+  rdma_destroy_event_channel(ch);
 }
 
 /* rping's event thread: rdma_get_cm_event in a loop, exiting the process if it fails. */
@@ -729,6 +786,7 @@ int main(int argc, char **argv) {
   nobody_listens(cch, (uint16_t)(port + 100));
   ud_sidr(sch, cch);
   migrate(sch, cch, port);
+  loopback_bind(sch, cch);
   synchronous(port);
   two_processes(sch, cch, listener, port);
   blocked_reader(port);

@@ -142,6 +142,15 @@ bool is_any(const wire::IpAddress& ip) {
   return true;
 }
 
+// 127.0.0.0/8 or ::1 (an IPv4-mapped loopback address is IPv4 here: ip_of).
+bool is_loopback(const wire::IpAddress& ip) {
+  if (!ip.v6) return ip.bytes[0] == 127;
+  for (std::size_t i = 0; i < 15; ++i) {
+    if (ip.bytes[i] != 0) return false;
+  }
+  return ip.bytes[15] == 1;
+}
+
 std::uint16_t port_of(const sockaddr* sa) {
   if (sa == nullptr) return 0;
   if (sa->sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
@@ -848,8 +857,9 @@ void ack_sync_event(Id* id) {
 // A wildcard bind (INADDR_ANY, in6addr_any): the port on every device (of the family; an IPv6
 // wildcard takes the IPv4 devices too, as without AFONLY), chosen now as the kernel chooses it at
 // bind, so that rdma_get_src_port() tells it before rdma_listen. A later rdma_resolve_addr keeps
-// the device it picks; rdma_listen listens on all of them.
-bool bind_any(Id* p, std::uint16_t port) {
+// the device it picks; rdma_listen listens on all of them. `shown`, when given, is the address
+// the ID reports as its source (a loopback address bound as the wildcard: see rdma_bind_addr).
+bool bind_any(Id* p, std::uint16_t port, const sockaddr* shown = nullptr) {
   std::vector<int> devs;
   {
     std::lock_guard lk(g_mu);
@@ -885,6 +895,17 @@ bool bind_any(Id* p, std::uint16_t port) {
     auto* a = reinterpret_cast<sockaddr_in*>(&ss);
     a->sin_family = AF_INET;
     a->sin_port = htons(port);
+  }
+  if (shown != nullptr) {
+    // The kernel keeps a loopback bind's address as given, with no device attached.
+    if (shown->sa_family == AF_INET6) {
+      std::memcpy(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr,
+                  &reinterpret_cast<const sockaddr_in6*>(shown)->sin6_addr, sizeof(in6_addr));
+    } else {
+      std::memcpy(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr,
+                  &reinterpret_cast<const sockaddr_in*>(shown)->sin_addr, sizeof(in_addr));
+    }
+    return true;
   }
   if (devs.size() == 1) set_device(p, devs.front());
   return true;
@@ -1046,6 +1067,11 @@ UROCE_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
     std::lock_guard lk(g_mu);
     dev = pick_device(devices(), addr, nullptr);
   }
+  // A loopback address no device has: the kernel binds it as the wildcard (its cma_any_addr
+  // counts loopback addresses), attaches no device (id->verbs stays NULL), and a listen on it
+  // listens on every device. libfabric's verbs provider binds "localhost" so to learn that no
+  // device owns it, and then offers the devices' own addresses.
+  if (dev < 0 && ip && is_loopback(*ip)) return bind_any(p, port_of(addr), addr) ? 0 : -1;
   if (dev < 0) return fail(EADDRNOTAVAIL);
   if (!ensure_sub(p, dev)) return -1;
   set_device(p, dev);
@@ -1523,6 +1549,9 @@ UROCE_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
   if (id == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
   const bool sync = channel == nullptr;
+  // To the channel it is on already: nothing moves (the kernel's ucma_migrate_id answers so;
+  // libfabric's verbs provider does it for every connection it accepts).
+  if (!sync && channel == id->channel) return 0;
   Channel* to = sync ? new_channel() : chan(channel);
   if (to == nullptr) return fail(ENOMEM);
   Channel* from = chan(id->channel);
@@ -1556,7 +1585,12 @@ UROCE_EXPORT int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     from->queue.swap(keep);
     queue_drained(from);
   }
-  if (p->sync) free_channel(from);
+  if (p->sync) {
+    // The last event of its synchronous calls is acknowledged as its channel goes (as
+    // rdma-core's rdma_migrate_id does), or rdma_destroy_id would wait for it forever.
+    ack_sync_event(p);
+    free_channel(from);
+  }
   id->channel = &to->pub;
   p->sync = sync;
   return 0;
