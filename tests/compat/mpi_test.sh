@@ -84,8 +84,9 @@ unset UCX_TLS UCX_NET_DEVICES LD_PRELOAD
 # --mca pml ucx: pml ucx or fail (no silent ob1); pml_ucx_devices any: Open MPI 4.1 takes UCX
 # only for devices whose sysfs driver name matches mlx* unless told otherwise. btl ^openib:
 # Open MPI's own verbs BTL stays out (it would open uroce0 beside UCX). btl ofi and mtl ofi
-# (libfabric) stay out as well: unused under pml ucx, and with them every rank's MPI_Init takes
-# some 18 s more here (their libfabric probe; not yet looked into). mpi_yield_when_idle: four
+# (libfabric) stay out as well: unused under pml ucx, and with ASan's runtime preloaded into the
+# ranks btl ofi's provider selection takes ~10 s of MPI_Init (hwloc's PCI topology: libpciaccess
+# reads the PCI ID database with growing reallocs; ~0.45 s without ASan). mpi_yield_when_idle: four
 # ranks and their devices' progress threads share this machine's few cores; a rank waiting in
 # MPI yields.
 mca=(--mca plm_rsh_agent "$tmp/agent" --mca pml ucx --mca pml_ucx_devices any
