@@ -1,7 +1,13 @@
 #include "capture/pcap_file.h"
 
+#include <fcntl.h>
 #include <pcap/pcap.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 
 namespace uroce::capture {
@@ -73,6 +79,62 @@ Result<PcapWriter, std::string> PcapWriter::open(const std::string& path, int li
     return Err{path + ": " + err};
   }
   return PcapWriter(p, d);
+}
+
+namespace {
+
+// The n-th name for `path` (n >= 2): the number before the extension of the file's name.
+std::string numbered(const std::string& path, int n) {
+  const std::size_t slash = path.rfind('/');
+  const std::size_t dot = path.rfind('.');
+  const bool ext = dot != std::string::npos && dot > (slash == std::string::npos ? 0 : slash + 1);
+  const std::string tag = "-" + std::to_string(n);
+  return ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
+}  // namespace
+
+Result<PcapWriter, std::string> PcapWriter::open_unshared(const std::string& path,
+                                                          std::string* chosen, int link_type) {
+  constexpr int kMaxNames = 1000;
+  for (int n = 1; n <= kMaxNames; ++n) {
+    const std::string name = n == 1 ? path : numbered(path, n);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return Err{name + ": " + std::strerror(errno)};
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(fd);
+      if (e == EWOULDBLOCK) continue;  // another writer's
+      return Err{name + ": flock: " + std::strerror(e)};
+    }
+    if (::ftruncate(fd, 0) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return Err{name + ": " + std::strerror(e)};
+    }
+    std::FILE* f = ::fdopen(fd, "wb");
+    if (f == nullptr) {
+      const int e = errno;
+      ::close(fd);
+      return Err{name + ": " + std::strerror(e)};
+    }
+    pcap* p =
+        pcap_open_dead_with_tstamp_precision(to_dlt(link_type), 262144, PCAP_TSTAMP_PRECISION_NANO);
+    if (p == nullptr) {
+      std::fclose(f);
+      return Err{std::string("pcap_open_dead failed")};
+    }
+    pcap_dumper* d = pcap_dump_fopen(p, f);  // owns f (and the lock) from here on
+    if (d == nullptr) {
+      std::string err = pcap_geterr(p);
+      pcap_close(p);
+      std::fclose(f);
+      return Err{name + ": " + err};
+    }
+    if (chosen != nullptr) *chosen = name;
+    return PcapWriter(p, d);
+  }
+  return Err{path + ": " + std::to_string(kMaxNames) + " names of it are all in use"};
 }
 
 PcapWriter::PcapWriter(PcapWriter&& o) noexcept

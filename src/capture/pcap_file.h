@@ -45,6 +45,14 @@ class PcapWriter {
  public:
   // link_type: a LINKTYPE_* value (1 = Ethernet, 101 = raw IP).
   static Result<PcapWriter, std::string> open(const std::string& path, int link_type = 1);
+  // As open, for a capture several writers may be given the same name for (UROCE_PCAP in the
+  // environment of a program that opens the device more than once, or of several processes):
+  // the writer holds an exclusive flock on its file while open, and when `path` is held by
+  // another writer takes the first free of PATH-2, PATH-3, ... (the number before the extension:
+  // x.pcap -> x-2.pcap). A file no writer holds is truncated and reused. `*chosen` is the name
+  // taken.
+  static Result<PcapWriter, std::string> open_unshared(const std::string& path, std::string* chosen,
+                                                       int link_type = 1);
   PcapWriter(PcapWriter&& o) noexcept;
   PcapWriter& operator=(PcapWriter&& o) noexcept;
   PcapWriter(const PcapWriter&) = delete;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "verbs/address.h"
@@ -72,8 +73,14 @@ Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddr
   if (!dp.ok()) return Err{dp.error()};
   std::unique_ptr<CmServer> s(new CmServer(ip, port, std::move(dp.value()), seed, listen_grace));
   if (!capture_path.empty()) {
-    auto w = capture::PcapWriter::open(capture_path);
+    // Another device's coordinator may have been started with the same UROCE_DEVD_PCAP.
+    std::string chosen;
+    auto w = capture::PcapWriter::open_unshared(capture_path, &chosen);
     if (!w.ok()) return Err{"capture: " + w.error()};
+    if (chosen != capture_path) {
+      std::fprintf(stderr, "uroce-devd: %s is another capture's; capturing to %s\n",
+                   capture_path.c_str(), chosen.c_str());
+    }
     s->capture_ = std::make_unique<capture::PcapWriter>(std::move(w.value()));
     capture::PcapWriter* writer = s->capture_.get();
     s->dp_->set_tap([writer](ConstBytes frame, bool) {

@@ -198,8 +198,16 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
     if (const char* env = std::getenv("UROCE_PCAP")) path = env;
   }
   if (!path.empty()) {
-    auto w = capture::PcapWriter::open(path);
+    // UROCE_PCAP is the same for every device a process opens (UCX opens one several times) and
+    // for every process of a job: each capture gets a file of its own (PATH-2, ...).
+    std::string chosen;
+    auto w = capture::PcapWriter::open_unshared(path, &chosen);
     if (!w.ok()) return Err{"capture: " + w.error()};
+    if (chosen != path) {
+      std::fprintf(stderr, "uroce: %s is another device's capture; capturing to %s\n", path.c_str(),
+                   chosen.c_str());
+      path = chosen;
+    }
     d->capture_ = std::make_unique<capture::PcapWriter>(std::move(w.value()));
     capture::PcapWriter* writer = d->capture_.get();
     d->dp_->set_tap([writer](ConstBytes frame, bool) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,78 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("uroce_capture_test_" + std::to_string(::getpid()) + "_" + name))
       .string();
+}
+
+// The frames of a capture, in order.
+std::vector<std::vector<std::byte>> frames_of(const std::string& path) {
+  std::vector<std::vector<std::byte>> out;
+  auto r = PcapReader::open(path);
+  EXPECT_TRUE(r.ok()) << path << ": " << (r.ok() ? "" : r.error());
+  if (!r.ok()) return out;
+  PcapRecord rec;
+  for (;;) {
+    auto more = r->next(rec);
+    EXPECT_TRUE(more.ok());
+    if (!more.ok() || !more.value()) break;
+    out.emplace_back(rec.data.begin(), rec.data.end());
+  }
+  return out;
+}
+
+// Writers given one name (UROCE_PCAP of a program that opens the device twice): the second takes
+// NAME-2 before the extension while the first holds NAME; each file holds its own writer's
+// frames only; a name no writer holds any more is taken again, truncated.
+TEST(Pcap, UnsharedWritersGivenOneNameEachGetAFile) {
+  const std::string path = temp_path("shared.pcap");
+  const std::string second = temp_path("shared-2.pcap");
+  const std::string third = temp_path("shared-3.pcap");
+  const auto golden = test::load_frames(test::data_dir() + "/golden/rc_send_multi.pcap");
+  ASSERT_GE(golden.size(), 3u);
+  std::string chosen1, chosen2, chosen3;
+  {
+    auto a = PcapWriter::open_unshared(path, &chosen1);
+    ASSERT_TRUE(a.ok()) << a.error();
+    auto b = PcapWriter::open_unshared(path, &chosen2);
+    ASSERT_TRUE(b.ok()) << b.error();
+    auto c = PcapWriter::open_unshared(path, &chosen3);
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_EQ(chosen1, path);
+    EXPECT_EQ(chosen2, second);
+    EXPECT_EQ(chosen3, third);
+    a->write(golden[0].view(), 1);
+    b->write(golden[1].view(), 2);
+    c->write(golden[2].view(), 3);
+    c->write(golden[0].view(), 4);
+  }
+  const auto fa = frames_of(path);
+  const auto fb = frames_of(second);
+  const auto fc = frames_of(third);
+  ASSERT_EQ(fa.size(), 1u);
+  ASSERT_EQ(fb.size(), 1u);
+  ASSERT_EQ(fc.size(), 2u);
+  EXPECT_TRUE(
+      std::equal(fa[0].begin(), fa[0].end(), golden[0].view().begin(), golden[0].view().end()));
+  EXPECT_TRUE(
+      std::equal(fb[0].begin(), fb[0].end(), golden[1].view().begin(), golden[1].view().end()));
+  // All closed: the first name is free again, and what it held is gone.
+  {
+    std::string again;
+    auto d = PcapWriter::open_unshared(path, &again);
+    ASSERT_TRUE(d.ok()) << d.error();
+    EXPECT_EQ(again, path);
+  }
+  EXPECT_TRUE(frames_of(path).empty());
+  // A name without an extension gets the number at its end.
+  const std::string bare = temp_path("bare");
+  {
+    std::string n1, n2;
+    auto x = PcapWriter::open_unshared(bare, &n1);
+    auto y = PcapWriter::open_unshared(bare, &n2);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(n2, bare + "-2");
+  }
+  EXPECT_FALSE(PcapWriter::open_unshared("/nonexistent/dir/out.pcap", nullptr).ok());
+  for (const std::string& f : {path, second, third, bare, bare + "-2"}) std::remove(f.c_str());
 }
 
 TEST(Pcap, WriteThenReadGivesBackFramesAndNanosecondTimestamps) {
