@@ -88,8 +88,11 @@ std::string numbered(const std::string& path, int n) {
   const std::size_t slash = path.rfind('/');
   const std::size_t dot = path.rfind('.');
   const bool ext = dot != std::string::npos && dot > (slash == std::string::npos ? 0 : slash + 1);
-  const std::string tag = "-" + std::to_string(n);
-  return ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+  std::string out = ext ? path.substr(0, dot) : path;
+  out += '-';
+  out += std::to_string(n);
+  if (ext) out.append(path, dot, std::string::npos);
+  return out;
 }
 
 }  // namespace
