@@ -184,6 +184,15 @@ static void resolve(struct rdma_event_channel *ch, struct conn *c, uint16_t port
   CHECK(memcmp(c->id->route.addr.addr.ibaddr.dgid.raw, want.raw, 16) == 0, "the route's DGID");
 }
 
+/* A client RC QP on client_ip connecting to server_ip:port with default parameters. */
+static void connect_rc(struct rdma_event_channel *cch, struct conn *c, uint16_t port) {
+  resolve(cch, c, port, RDMA_PS_TCP);
+  make_qp(c, IBV_QPT_RC);
+  struct rdma_conn_param cp;
+  memset(&cp, 0, sizeof cp);
+  CHECK(rdma_connect(c->id, &cp) == 0, "rdma_connect");
+}
+
 /* ---- the cases ---- */
 
 static void rc_connection(struct rdma_event_channel *sch, struct rdma_event_channel *cch,
@@ -467,11 +476,7 @@ static void rejected(struct rdma_event_channel *sch, struct rdma_event_channel *
 static void nobody_listens(struct rdma_event_channel *cch, uint16_t port) {
   struct conn cl;
   memset(&cl, 0, sizeof cl);
-  resolve(cch, &cl, port, RDMA_PS_TCP);
-  make_qp(&cl, IBV_QPT_RC);
-  struct rdma_conn_param cp;
-  memset(&cp, 0, sizeof cp);
-  CHECK(rdma_connect(cl.id, &cp) == 0, "rdma_connect");
+  connect_rc(cch, &cl, port);
   struct rdma_cm_event *e = expect_event(cch, RDMA_CM_EVENT_REJECTED);
   CHECK(e->status == 8, "REJECTED with reason 8 (invalid service ID), got %d", e->status);
   rdma_ack_cm_event(e);
@@ -533,11 +538,7 @@ static void migrate(struct rdma_event_channel *sch, struct rdma_event_channel *c
   struct conn cl, sv;
   memset(&cl, 0, sizeof cl);
   memset(&sv, 0, sizeof sv);
-  resolve(cch, &cl, port, RDMA_PS_TCP);
-  make_qp(&cl, IBV_QPT_RC);
-  struct rdma_conn_param cp;
-  memset(&cp, 0, sizeof cp);
-  CHECK(rdma_connect(cl.id, &cp) == 0, "rdma_connect");
+  connect_rc(cch, &cl, port);
   struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
   sv.id = e->id;
   rdma_ack_cm_event(e);
@@ -551,6 +552,7 @@ static void migrate(struct rdma_event_channel *sch, struct rdma_event_channel *c
   CHECK(rdma_migrate_id(sv.id, other) == 0, "rdma_migrate_id");
   CHECK(sv.id->channel == other, "the ID's channel");
   make_qp(&sv, IBV_QPT_RC);
+  struct rdma_conn_param cp;
   memset(&cp, 0, sizeof cp);
   CHECK(rdma_accept(sv.id, &cp) == 0, "rdma_accept");
   rdma_ack_cm_event(expect_event(cch, RDMA_CM_EVENT_ESTABLISHED));
@@ -584,11 +586,7 @@ static void loopback_bind(struct rdma_event_channel *sch, struct rdma_event_chan
   CHECK(rdma_listen(l, 4) == 0, "rdma_listen on the loopback bind");
   struct conn cl;
   memset(&cl, 0, sizeof cl);
-  resolve(cch, &cl, port, RDMA_PS_TCP);
-  make_qp(&cl, IBV_QPT_RC);
-  struct rdma_conn_param cp;
-  memset(&cp, 0, sizeof cp);
-  CHECK(rdma_connect(cl.id, &cp) == 0, "rdma_connect");
+  connect_rc(cch, &cl, port);
   struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
   CHECK(e->listen_id == l, "the REQ to %s reaches the loopback-bound listener", server_ip);
   struct rdma_cm_id *req = e->id;
