@@ -5,6 +5,11 @@
 #
 #   bench/compat_vs_perf.sh [ROUNDS]     # default 3; SERVER_IP / CLIENT_IP to move it
 #   bench/compat_vs_perf.sh ROUNDS shared
+#   BASELINE=/path/to/other/build-release bench/compat_vs_perf.sh [ROUNDS]
+#
+# BASELINE: also the drop-in of another (Release) build, e.g. of the commit before a change
+# (`git worktree add /tmp/old COMMIT`, then configure_release and build it there), in every
+# round beside this one's, so that a change to the drop-in is measured side by side.
 #
 # `shared`: what sharing a device costs instead: each test with both processes on one shared
 # device (both on SERVER_IP) beside both on two exclusive devices (UROCE_SHARED=0, one address
@@ -21,6 +26,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-release
 sip=${SERVER_IP:-127.0.0.201}
 cip=${CLIENT_IP:-127.0.0.202}
+if [[ -n ${BASELINE:-} && ! -e $BASELINE/compat/libibverbs.so.1 ]]; then
+  echo "BASELINE: no compat/libibverbs.so.1 under $BASELINE" >&2
+  exit 2
+fi
 for b in ib_write_bw ib_write_lat; do
   command -v "$b" >/dev/null || { echo "$b not found (Debian package perftest)" >&2; exit 2; }
 done
@@ -51,16 +60,16 @@ uroce_perf() {
   wait "$s" || true
   result "$tmp/c"
 }
-# drop_in PROGRAM [CLIENT_IP [ENV...]]
+# drop_in PROGRAM [CLIENT_IP [ENV...]]; the drop-in of $lib (this build's unless set)
 drop_in() {
-  local prog=$1 c=${2:-$cip}
+  local prog=$1 c=${2:-$cip} l=${lib:-$build/compat}
   shift $(($# < 2 ? $# : 2))
   port=$((port + 1))
-  env LD_LIBRARY_PATH="$build/compat" UROCE_DEVICES="$sip" "$@" "${cpu0[@]}" timeout 300 "$prog" \
+  env LD_LIBRARY_PATH="$l" UROCE_DEVICES="$sip" "$@" "${cpu0[@]}" timeout 300 "$prog" \
     -p "$port" >"$tmp/s" 2>&1 &
   local s=$!
   sleep 0.5
-  env LD_LIBRARY_PATH="$build/compat" UROCE_DEVICES="$c" "$@" "${cpu1[@]}" timeout 300 "$prog" \
+  env LD_LIBRARY_PATH="$l" UROCE_DEVICES="$c" "$@" "${cpu1[@]}" timeout 300 "$prog" \
     -p "$port" "$sip" >"$tmp/c" 2>&1 || true
   wait "$s" || true
   result "$tmp/c"
@@ -87,6 +96,10 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r (load average $(cut -d' ' -f1 /proc/loadavg))"
   echo "  uroce perf write_bw   | $(uroce_perf write_bw)"
   echo "  ib_write_bw (drop-in) | $(drop_in ib_write_bw)"
+  [[ -z ${BASELINE:-} ]] ||
+    echo "  ib_write_bw (baseline)| $(lib=$BASELINE/compat drop_in ib_write_bw)"
   echo "  uroce perf write_lat  | $(uroce_perf write_lat)"
   echo "  ib_write_lat (drop-in)| $(drop_in ib_write_lat)"
+  [[ -z ${BASELINE:-} ]] ||
+    echo "  ib_write_lat (baseline)| $(lib=$BASELINE/compat drop_in ib_write_lat)"
 done

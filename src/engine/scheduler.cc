@@ -23,7 +23,7 @@ void Scheduler::reconfigure(const SchedulerConfig& config) {
   config_ = config;
   owner_ = config.progress_thread ? Owner::kThread : Owner::kApplication;
   lease_end_ = Instant::from_ns(0);
-  lease_to_arm_ = Instant::never();
+  off_socket_until_ = Instant::never();
   app_blocked_ = false;
   streaming_ = false;
   doorbell_pending_ = false;
@@ -55,11 +55,8 @@ RoundPlan Scheduler::app_round_begin(Instant now) {
       ++counters_.handoffs_to_app;
     }
     // Renewed here, not after the round, so that the thread cannot take the socket back in
-    // the middle of it. At most every app_lease / 2: each renewal costs the executor a timer.
-    if (now + config_.app_lease / 2 > lease_end_) {
-      lease_end_ = now + config_.app_lease;
-      lease_to_arm_ = lease_end_;
-    }
+    // the middle of it. A store: the thread looks at it when its sleep ends.
+    lease_end_ = now + config_.app_lease;
   }
   return RoundPlan{SIZE_MAX, hold_now(now)};
 }
@@ -68,8 +65,6 @@ AppAfter Scheduler::app_round_end(Instant now, const RoundReport& report) {
   note_acks(now, report.held_acks);
   AppAfter a;
   if (!config_.progress_thread) return a;
-  a.arm_lease = lease_to_arm_;
-  lease_to_arm_ = Instant::never();
   // Work this round could not finish (a full socket, doorbells rung quietly) is the thread's,
   // even while the application owns the socket. So are held ACKs due before a thread that
   // sleeps on the socket would look by itself. (A thread off the socket leaves them to the
@@ -130,6 +125,9 @@ ThreadAction Scheduler::go_to_sleep(Instant now, ThreadAction::Kind kind, Instan
 
 ThreadAction Scheduler::thread_next(Instant now) {
   UROCE_CHECK(config_.progress_thread);
+  // An off-socket sleep that ran to its end (not one a signal ended).
+  const bool lease_looked = now >= off_socket_until_;
+  off_socket_until_ = Instant::never();
   if (owner_ == Owner::kApplication) {
     if (now >= lease_end_) {
       // The application stopped polling without a word: the socket is the thread's again.
@@ -137,8 +135,13 @@ ThreadAction Scheduler::thread_next(Instant now) {
       ++counters_.lease_expiries;
       plan_ = Plan::kRound;
     } else if (!doorbell_pending_) {
-      // Stay off the application's socket until its lease ends.
-      return go_to_sleep(now, ThreadAction::Kind::kSleepOffSocket, lease_end_, false);
+      // Stay off the application's socket until its lease ends (again, when it was renewed
+      // while the thread slept).
+      if (lease_looked) ++counters_.lease_renewed;
+      ThreadAction a = go_to_sleep(now, ThreadAction::Kind::kSleepOffSocket, lease_end_, false);
+      a.slack = config_.lease_slack;
+      off_socket_until_ = lease_end_;
+      return a;
     }
   }
   if (doorbell_pending_) plan_ = Plan::kRound;

@@ -20,19 +20,26 @@
 // would wake the thread on the CPU the application polls from, for nothing) until the lease
 // ends or something wakes it; it runs a round meanwhile only for a doorbell that asks for one
 // (a post from a thread that does not transmit itself). Every application round renews the
-// lease (to now + app_lease, at most every app_lease / 2: the executor re-arms a timer then,
-// AppAfter::arm_lease). The lease is the only timer in the hand-off, and it is there only for
-// an application that stops polling without a word (nothing tells a library that its caller
-// went off to compute or to block in read() on another socket); an application that blocks in
-// the library (get_cq_event, req_notify_cq) hands over explicitly. Without a progress thread
-// (polling mode) the application always owns the socket.
+// lease (to now + app_lease) in memory: the application's thread arms no timer. The thread
+// sleeps until the lease's end as it was when it went to sleep, with `lease_slack` of slack
+// (the kernel may end the sleep that much later, with a timer interrupt it takes anyway), and
+// if the application renewed it meanwhile sleeps again until the new end: while the
+// application polls, the thread wakes about once per app_lease + lease_slack. (Re-arming a
+// near timer on every renewal, as this did before, cost the application's thread 22 us per
+// timerfd_settime under a PVM hypervisor: a fifth of its time at one renewal per 100 us.) The
+// lease is the only timer in the hand-off, and it is there only for an application that stops
+// polling without a word (nothing tells a library that its caller went off to compute or to
+// block in read() on another socket): the thread takes the socket back app_lease to app_lease
+// + lease_slack after its last round. An application that blocks in the library
+// (get_cq_event, req_notify_cq) hands over explicitly. Without a progress thread (polling
+// mode) the application always owns the socket.
 //
 // Held ACKs. A round may hold QPs whose only packet is a positive ACK (Engine::flush_tx's
 // hold_acks) so that the ACK leaves in one batch behind the request the application is about
 // to post on that QP. A held ACK leaves by acks_due() (first held + ack_hold) in a round of the
 // owner: the thread sleeps until then at the latest; an owning application's next round sends
 // it, and if that application has stopped polling, the lease's end wakes the thread, so an ACK
-// is held at most ack_hold + app_lease.
+// is held at most ack_hold + app_lease + lease_slack.
 //
 // Threads: not thread-safe; the caller serialises all calls (UdpDevice under its scheduler
 // mutex). Times are the caller's monotonic clock.
@@ -53,6 +60,11 @@ struct SchedulerConfig {
   Duration ack_hold = Duration::us(100);
   // How long an application round keeps the socket the application's.
   Duration app_lease = Duration::us(200);
+  // How much later than the lease's end the thread may wake to look at it (ThreadAction::
+  // slack): a timer the kernel programs for the thread alone costs the application's CPU about
+  // 50 us a wake-up under a PVM hypervisor; with 2 ms of slack half the wake-ups ride on the
+  // scheduler tick (250 Hz) and the thread's looks cost the polling application about 1%.
+  Duration lease_slack = Duration::ms(2);
   // The thread: after a round that did work, busy-poll this long before sleeping.
   Duration spin = Duration::zero();
   // The thread, with `spin` zero: after work, busy-poll this long while the application is
@@ -93,20 +105,23 @@ struct ThreadAction {
                       // doorbell_pending(); then thread_woke
     kSleep,           // block until `until` (never(): no deadline), a wake-up signal and, with
                       // watch_socket, a readable socket; then thread_woke
-    kSleepOffSocket,  // block until the lease timer fires or a wake-up signal; then thread_woke
+    kSleepOffSocket,  // block until `until` (the lease's end, with `slack`) or a wake-up
+                      // signal; then thread_woke
     kWaitWritable,    // the socket is full: block until it is writable (or `until`); then
                       // thread_woke
   };
   Kind kind = Kind::kRound;
   Instant until = Instant::never();
+  // A sleep may end up to this much after `until` (the kernel's timer slack: the executor's
+  // timer then fires with one the CPU takes anyway); zero: as close to `until` as it can.
+  Duration slack = Duration::zero();
   bool watch_socket = false;
   RoundPlan plan;
 };
 
 // What the application's executor does after its round.
 struct AppAfter {
-  bool wake_thread = false;              // signal the sleeping thread
-  Instant arm_lease = Instant::never();  // re-arm the lease timer to this (never(): leave it)
+  bool wake_thread = false;  // signal the sleeping thread
 };
 
 struct SchedulerCounters {
@@ -115,6 +130,7 @@ struct SchedulerCounters {
   std::uint64_t handoffs_to_app = 0;     // the application took the socket from the thread
   std::uint64_t handoffs_to_thread = 0;  // explicit: app_blocks
   std::uint64_t lease_expiries = 0;      // the thread took the socket when a lease ran out
+  std::uint64_t lease_renewed = 0;       // the thread woke at a lease's end and found it renewed
   std::uint64_t thread_sleeps = 0;
   std::uint64_t thread_spins = 0;
   std::uint64_t wake_signals = 0;  // wake-ups asked of the executor
@@ -180,8 +196,8 @@ class Scheduler {
   Owner owner_;
   Instant acks_due_ = Instant::never();
   Instant lease_end_ = Instant::from_ns(0);
-  Instant lease_to_arm_ = Instant::never();  // renewed by app_round_begin, for app_round_end
-  bool app_blocked_ = false;                 // app_blocks() since its last round
+  Instant off_socket_until_ = Instant::never();  // the end of the thread's off-socket sleep
+  bool app_blocked_ = false;                     // app_blocks() since its last round
   bool streaming_ = false;  // the thread's last sleep on the socket was short (stream_gap)
   Instant slept_at_ = Instant::from_ns(0);
   bool doorbell_pending_ = false;

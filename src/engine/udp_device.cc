@@ -3,8 +3,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -222,8 +222,6 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
     return Err{std::string("eventfd: ") + std::strerror(errno)};
   }
-  d->lease_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (d->lease_fd_ < 0) return Err{std::string("timerfd: ") + std::strerror(errno)};
   if (const char* hold = std::getenv("UROCE_HOLD_ACKS")) {
     d->hold_acks_ = std::string_view(hold) != "0";
   }
@@ -243,7 +241,6 @@ UdpDevice::~UdpDevice() {
   if (device_) device_->set_completion_event_handler(nullptr);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (async_fd_ >= 0) ::close(async_fd_);
-  if (lease_fd_ >= 0) ::close(lease_fd_);
 }
 
 // ---- progress ----
@@ -292,14 +289,6 @@ bool UdpDevice::progress() { return application_round(true); }
 
 bool UdpDevice::transmit() { return application_round(false); }
 
-void UdpDevice::arm_lease_timer(Instant until) {
-  itimerspec its{};
-  // Instant is the steady clock, CLOCK_MONOTONIC on Linux.
-  its.it_value.tv_sec = static_cast<time_t>(until.ns() / 1'000'000'000);
-  its.it_value.tv_nsec = static_cast<long>(until.ns() % 1'000'000'000);
-  ::timerfd_settime(lease_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
-}
-
 bool UdpDevice::application_round(bool receive) {
   if (closed_ || stopped_at_exit_) return false;
   const Instant t = now();
@@ -322,7 +311,6 @@ bool UdpDevice::application_round(bool receive) {
       std::lock_guard sl(sched_mu_);
       after = sched_.app_round_end(t, r);
     }
-    if (!after.arm_lease.is_never()) arm_lease_timer(after.arm_lease);
   }
   if (after.wake_thread) signal_thread();
   maybe_serve_stats(t, false);
@@ -463,19 +451,23 @@ void UdpDevice::thread_spin(Instant until) {
   }
 }
 
+void UdpDevice::set_timer_slack(Duration slack) {
+  // The thread's timer slack: how much later than asked the kernel may end its ppoll timeouts
+  // (ppoll's timeout takes the larger of it and 0.1% of the span). Set only when it changes.
+  if (slack == thread_slack_) return;
+  thread_slack_ = slack;
+  // 0 restores the thread's default (50 us, inherited).
+  ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack.count_ns()), 0, 0, 0);
+}
+
 void UdpDevice::thread_sleep(const ThreadAction& a) {
   pollfd p[3];
   nfds_t n = 0;
+  const short ev = a.kind == ThreadAction::Kind::kWaitWritable ? POLLIN | POLLOUT : POLLIN;
+  if (a.watch_socket) p[n++] = {dp_->fd(), ev, 0};
   timespec ts;
-  timespec* timeout = nullptr;
-  if (a.kind == ThreadAction::Kind::kSleepOffSocket) {
-    // The lease timer, which application rounds keep pushing forward, ends this sleep.
-    p[n++] = {lease_fd_, POLLIN, 0};
-  } else {
-    const short ev = a.kind == ThreadAction::Kind::kWaitWritable ? POLLIN | POLLOUT : POLLIN;
-    if (a.watch_socket) p[n++] = {dp_->fd(), ev, 0};
-    timeout = timeout_until(a.until, now(), ts);
-  }
+  timespec* timeout = timeout_until(a.until, now(), ts);
+  set_timer_slack(a.slack);
   const nfds_t wake = n;
   p[n++] = {wake_fd_, POLLIN, 0};
   const nfds_t stats = n;
@@ -483,13 +475,11 @@ void UdpDevice::thread_sleep(const ThreadAction& a) {
   ::ppoll(p, n, timeout, nullptr);
   thread_wakeups_.fetch_add(1, std::memory_order_relaxed);
   if ((p[wake].revents & POLLIN) != 0) drain_fd(wake_fd_);
-  if (a.kind == ThreadAction::Kind::kSleepOffSocket && (p[0].revents & POLLIN) != 0) {
-    drain_fd(lease_fd_);
-  }
   if (stats < n && (p[stats].revents & POLLIN) != 0) maybe_serve_stats(now(), true);
 }
 
 void UdpDevice::thread_main() {
+  thread_slack_ = Duration::zero();  // a new thread starts with the default
   while (!stop_.load(std::memory_order_acquire)) {
     ThreadAction a;
     {

@@ -22,9 +22,10 @@
 // header has the state diagram; the simulator drives the same class, sim/progress_sim.h); this
 // class only carries out its actions. One owner of the socket at a time:
 // - the application's thread while it polls: every progress() or transmit() takes the socket
-//   and renews a lease (kAppLease). The thread then sleeps off the socket (on its wake-up
-//   eventfd and a lease timerfd that application rounds re-arm at most every kAppLease / 2),
-//   so that datagrams do not wake it on the CPU the application polls from;
+//   and renews a lease (kAppLease), a store in memory. The thread then sleeps off the socket
+//   (on its wake-up eventfd, with a timeout at the lease's end and SchedulerConfig::
+//   lease_slack of timer slack, again while rounds renew it), so that datagrams do not wake it
+//   on the CPU the application polls from;
 // - the progress thread when the application does not poll: at once when the application says
 //   it will block (application_waits(): get_cq_event(), get_async_event(), the drop-in's
 //   ibv_req_notify_cq), or when the lease runs out (an application that went away without a
@@ -316,7 +317,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   void thread_main();
   void thread_spin(Instant until);
   void thread_sleep(const ThreadAction& a);
-  void arm_lease_timer(Instant until);
+  // The progress thread's timer slack (ThreadAction::slack); only that thread calls it.
+  void set_timer_slack(Duration slack);
   void signal_thread() { signal_fd(wake_fd_); }
   static void signal_fd(int fd);
   SchedulerConfig base_config() const;
@@ -350,9 +352,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::atomic<bool> stop_{false};
   std::atomic<int> app_waiting_{0};          // application threads waiting in lock()
   std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
-  int wake_fd_ = -1;       // eventfd: doorbells, hand-offs and stop wake the thread
-  int lease_fd_ = -1;      // timerfd: expires when the application's lease ends
-  bool hold_acks_ = true;  // UROCE_HOLD_ACKS
+  int wake_fd_ = -1;  // eventfd: doorbells, hand-offs and stop wake the thread
+  Duration thread_slack_ = Duration::zero();  // the progress thread's timer slack (set_timer_slack)
+  bool hold_acks_ = true;                     // UROCE_HOLD_ACKS
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;

@@ -512,7 +512,8 @@ Instant thread_due(const Run& r, const SimHost& h) {
     case SimHost::ThreadState::kSleep:
       return std::min({h.action.until, h.signal_at, h.io_at});
     case SimHost::ThreadState::kOffSocket:
-      return std::min(h.sched->lease_end(), h.signal_at);
+      // The latest the executor's timeout may fire (UdpDevice: ppoll with the timer slack).
+      return std::min(h.action.until + h.action.slack, h.signal_at);
   }
   return Instant::never();
 }

@@ -3,7 +3,7 @@
 // network, with the two threads a process has modeled around them: an application thread that
 // polls, blocks on completion events or does nothing, and (optionally) the progress thread.
 // The harness carries out the Scheduler's actions as UdpDevice does (rounds, spins, sleeps on
-// or off the socket, the lease timer, wake-up signals), with seeded wake-up latencies, poll
+// or off the socket until the lease ends, wake-up signals), with seeded wake-up latencies, poll
 // gaps and link delays, and checks after every event:
 // - one owner: the thread runs no round while the application owns the socket unless a
 //   doorbell asked for one;
@@ -54,8 +54,9 @@ struct ProgressSimOptions {
   std::uint32_t switch_after = 30;  // kPollThenStop / kPollThenBlock
   // The policy (its progress_thread is ignored: `thread` sets it per side).
   engine::SchedulerConfig policy;
-  // ACK timeout code of every QP: 4.096 us * 2^code (8: about 1 ms).
-  std::uint8_t ack_timeout = 8;
+  // ACK timeout code of every QP: 4.096 us * 2^code (12: 16.8 ms, the shortest with which a QP
+  // offers its ACKs for holding, transport::Qp::kMinTimeoutToHoldAck).
+  std::uint8_t ack_timeout = 12;
   Duration limit = Duration::s(10);  // simulated time
 };
 

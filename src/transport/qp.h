@@ -256,10 +256,11 @@ class Qp {
   // streams requests gets its ACKs out at once: its peer's window may be waiting for them.
   // Never with an ACK timeout below kMinTimeoutToHoldAck.
   bool only_ack_to_send() const;
-  // 4.096 us * 2^8 = 1.05 ms: over five times the longest an engine holds an ACK (UdpDevice:
-  // 100 us, 200 us when the application stops polling), and IBTA lets a timer fire no earlier
-  // than its nominal value.
-  static constexpr std::uint8_t kMinTimeoutToHoldAck = 8;
+  // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
+  // (UdpDevice: 100 us, 2.3 ms when the application stops polling: the hold, the lease and its
+  // timer slack), and IBTA lets a timer fire no earlier than its nominal value. perftest and
+  // ibv_rc_pingpong set 14.
+  static constexpr std::uint8_t kMinTimeoutToHoldAck = 12;
   // The engine held this QP's ACK: when a request is ready with it, the request's first packet
   // goes out before the ACK. The peer, polling for the completion that ACK brings, then
   // receives the request first and executes it in the same polling loop (a ping-pong of

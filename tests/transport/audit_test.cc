@@ -386,11 +386,11 @@ TEST(Audit, ReadSpanning2To23PsnsKeepsTheWindowArithmeticSound) {
 
 // ---- a held ACK and a short peer timeout ------------------------------------------------------
 
-// The engine may hold a ping-pong QP's ACK (up to 200 us in UdpDevice) for its next request; a
-// peer whose ACK timeout is shorter (exponent 5: 131 us) would retransmit meanwhile. A QP with
+// The engine may hold a ping-pong QP's ACK (up to 2.3 ms in UdpDevice) for its next request; a
+// peer whose ACK timeout is shorter (exponent 9: 2.1 ms) would retransmit meanwhile. A QP with
 // a short timeout of its own (standing in for its peer's) never offers its ACK for holding.
 TEST(Audit, ShortAckTimeoutsNeverHoldAnAck) {
-  for (std::uint8_t timeout : {1, 5, 7, 8, 14, 0}) {
+  for (std::uint8_t timeout : {1, 5, 8, 9, 11, 12, 14, 0}) {
     SCOPED_TRACE("timeout " + std::to_string(timeout));
     Solo s(QpType::kRc);
     s.set(timeout, 7, 7);
