@@ -23,6 +23,7 @@
 #include "base/time.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "transport/qp.h"
 
 namespace uroce::sim {
 
@@ -54,9 +55,9 @@ struct ProgressSimOptions {
   std::uint32_t switch_after = 30;  // kPollThenStop / kPollThenBlock
   // The policy (its progress_thread is ignored: `thread` sets it per side).
   engine::SchedulerConfig policy;
-  // ACK timeout code of every QP: 4.096 us * 2^code (12: 16.8 ms, the shortest with which a QP
-  // offers its ACKs for holding, transport::Qp::kMinTimeoutToHoldAck).
-  std::uint8_t ack_timeout = 12;
+  // ACK timeout code of every QP: 4.096 us * 2^code; by default the shortest with which a QP
+  // offers its ACKs for holding (12: 16.8 ms).
+  std::uint8_t ack_timeout = transport::Qp::kMinTimeoutToHoldAck;
   Duration limit = Duration::s(10);  // simulated time
 };
 
