@@ -44,13 +44,18 @@ bool matches_a_rule(const fault::FaultStage& s, const fault::PacketInfo& info) {
 // application may be rewriting those bytes in another thread at this very moment, which RDMA
 // allows (the responder sends whatever it read, with an ICRC over the same bytes). Under
 // ThreadSanitizer these reads are therefore not race-checked; everything else is.
-void snapshot_registered_memory(std::span<const ConstBytes> payload, MutBytes out) {
+// With `acc`, the copied bytes are fed to it in the same pass.
+void snapshot_registered_memory(std::span<const ConstBytes> payload, MutBytes out,
+                                wire::IcrcAccumulator* acc = nullptr) {
 #if defined(__SANITIZE_THREAD__)
   AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
 #endif
   std::size_t off = 0;
   for (ConstBytes p : payload) {
-    std::copy(p.begin(), p.end(), out.begin() + static_cast<long>(off));
+    if (acc != nullptr)
+      acc->copy_and_update(out.subspan(off), p);
+    else
+      std::copy(p.begin(), p.end(), out.begin() + static_cast<long>(off));
     off += p.size();
   }
 #if defined(__SANITIZE_THREAD__)
@@ -578,9 +583,13 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   // from this copy after it is sent, so the capture shows the bytes that went out.
   const bool read_response = !transport_headers.empty() &&
                              is_read_response(std::to_integer<std::uint8_t>(transport_headers[0]));
+  // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
+  wire::IcrcAccumulator acc(outer_icrc(true, o.dst, o.dst_port, t.roce_bytes), transport_headers);
   if ((read_response || tap_) && payload_bytes > 0) {
+    // Copied and CRC'd in one pass (the fused kernel where the CPU has one): the ICRC covers
+    // exactly the bytes the copy holds.
     t.owned.resize(payload_bytes);
-    snapshot_registered_memory(payload, MutBytes(t.owned));
+    snapshot_registered_memory(payload, MutBytes(t.owned), &acc);
     t.pieces[0] = ConstBytes(t.owned);
     t.num_pieces = 1;
     t.owns_payload = true;
@@ -589,10 +598,8 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     for (ConstBytes p : payload) {
       if (!p.empty()) t.pieces[t.num_pieces++] = p;
     }
+    for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
   }
-  // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
-  wire::IcrcAccumulator acc(outer_icrc(true, o.dst, o.dst_port, t.roce_bytes), transport_headers);
-  for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
   t.tail = {};
   acc.update(ConstBytes(t.tail).first(t.pad));
   t.icrc0 = acc.value();

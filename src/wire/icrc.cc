@@ -132,7 +132,8 @@ std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src) {
     return crc32_fold::copy_crc32(crc, dst.data(), src.data(), src.size());
   }
   if (!src.empty()) std::memcpy(dst.data(), src.data(), src.size());
-  return crc32(crc, src);
+  // Over the copy: `src` may be memory another thread rewrites (a READ response's snapshot).
+  return crc32(crc, ConstBytes(dst.first(src.size())));
 }
 
 IcrcAccumulator::IcrcAccumulator(ConstBytes ip_udp, ConstBytes bth_onward)

@@ -30,8 +30,9 @@ namespace uroce::wire {
 std::uint32_t crc32(std::uint32_t crc, ConstBytes data);
 
 // Copies `src` to the start of `dst` (at least as large; the two must not overlap) and returns
-// crc32(crc, src), in one pass over the bytes where a crc32_fold.h kernel runs (memcpy and then
-// crc32() elsewhere). For a send path that copies the payload into the packet anyway.
+// the crc32() of the bytes as copied, in one pass over the bytes where a crc32_fold.h kernel runs
+// (memcpy and then crc32() of the copy elsewhere): each byte is read once, so the CRC covers the
+// copy even while another thread rewrites `src`. For a send path that copies the payload anyway.
 std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src);
 
 // What a packet's ICRC owes its outer headers: the CRC register (zlib convention) after the

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "crc32_kernel_fixture.h"
@@ -167,6 +169,37 @@ TEST_P(Crc32Api, Crc32AndCopyAndCrc32AgreeWithTheTableCrcInPieces) {
     EXPECT_EQ(copy_and_crc32(c1, MutBytes(dst).subspan(cut), s.subspan(cut)), want);
     EXPECT_TRUE(std::equal(s.begin(), s.end(), dst.begin()));
   }
+}
+
+// A READ response's payload is the responder's memory, which its application may rewrite while
+// the datapath snapshots it: the CRC must be that of the bytes the copy holds, whatever the
+// source holds by then (each byte read once). A writer thread rewrites the source throughout;
+// a kernel or fallback that read the source twice (copy, then CRC) would disagree with the
+// copy's own CRC in some of the calls.
+TEST_P(Crc32Api, CopyAndCrc32CoversTheCopyWhileTheSourceChanges) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "races on the source on purpose";
+#else
+  constexpr std::size_t kWords = 4096 / 8;
+  std::vector<std::uint64_t> src(kWords);
+  std::vector<std::byte> dst(kWords * 8);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (std::uint64_t v = 1; !stop.load(std::memory_order_relaxed); ++v)
+      for (std::uint64_t& w : src)
+        std::atomic_ref<std::uint64_t>(w).store(v * 0x9e3779b97f4a7c15ull,
+                                                std::memory_order_relaxed);
+  });
+  int wrong = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const auto* p = reinterpret_cast<const std::byte*>(src.data());
+    const std::uint32_t got = copy_and_crc32(0, dst, ConstBytes(p, dst.size()));
+    wrong += got != table_crc32(0, dst.data(), dst.size()) ? 1 : 0;
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(wrong, 0);
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelsAndIsal, Crc32Api, ::testing::ValuesIn(crc32_fold::kKernels),
