@@ -47,26 +47,43 @@ bool Qp::start_retry(std::uint32_t psn, bool restart) {
   return true;
 }
 
-void Qp::implied_nak(std::uint32_t psn) {
+void Qp::implied_nak(Instant now, std::uint32_t psn) {
   // A READ response or atomic ACK at `psn`, beyond the PSN the completer waits for: the response
   // at comp_.psn was lost. Go back to it now, as a sequence NAK would make it (IBTA's implied
   // NAK; hardware counts it as implied_nak_seq_err, rdmavt restarts the same way), not one ACK
   // timeout later: with several large READs outstanding, waiting costs the timeout plus every
   // response sent meanwhile, all beyond the gap and dropped.
+  //
+  // Each response of a rising stream here also re-arms the ACK timer: the responder is alive and
+  // still sending what it was asked before. rxe serves a re-request only after the stream it is
+  // sending (one packet after another, each request in turn), so a timeout now would only queue
+  // one more whole replay behind it; on a slow responder every such replay makes the next
+  // timeout likelier, until retry_cnt runs out while the responder works through our duplicates
+  // (the interop matrix's urx5 case against a slowed VM did exactly that with a 1 MiB READ).
+  // Without responses the timer runs as before. Bounded all the same: a stream rises through at
+  // most the PSNs outstanding, and a newer stream without progress spends a retry.
   if (going_back()) {
     // Going back already. Behind the lost packet the rest of its stream is still arriving, its
     // PSNs rising: no new request for those. A PSN below the last one seen starts a newer
-    // stream (the replay), whose own first packets were lost as well: ask again. (Reordering
-    // can look the same and cost a spare request, never a retry: implied NAKs spend no
-    // retry_cnt and leave the ACK timer alone, so that without progress the timeouts still end
-    // the WQE. A duplicate, at the same PSN, asks nothing.)
+    // stream (the replay), whose own first packets were lost as well: ask again, for a retry.
+    // (Reordering can look the same and cost a spare request. A duplicate, at the same PSN,
+    // asks nothing and does not re-arm the timer.)
     const bool newer_stream = wire::psn_lt(psn, comp_.stream_psn);
+    const bool rising = wire::psn_gt(psn, comp_.stream_psn);
     comp_.stream_psn = psn;
+    if (rising) comp_.deadline = now + ack_timeout();
     if (!newer_stream) return;
+    if (comp_.retry_cnt == 0) {
+      ++counters_.retry_exceeded;
+      fail_wqe(sq_tail_, WcStatus::kRetryExcErr);
+      return;
+    }
+    --comp_.retry_cnt;
   }
   ++counters_.implied_naks;
   start_retry(comp_.psn, /*restart=*/true);
   comp_.stream_psn = psn;
+  comp_.deadline = now + ack_timeout();
 }
 
 void Qp::complete_acked_through(std::uint32_t psn) {
@@ -98,6 +115,17 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   // silently dropped).
   if (sq_count_ == 0 || wire::psn_lt(psn, comp_.psn) || wire::psn_ge(psn, req_.psn)) {
     ++counters_.dropped;
+    // A stale response while requests are outstanding: the responder is still answering ones
+    // we sent before, replays that rxe sends one after another, each to its end (a READ asked
+    // again more than once, the last READ's or this one's). Ours comes after them, so the timer
+    // waits for silence, as in implied_nak(), and does not go back again meanwhile: each
+    // request would queue one more replay. A duplicate of the last stale PSN does not re-arm it.
+    // (Each stream answers a request that was sent, so they end; a peer that kept sending stale
+    // responses could hold the QP open, as it can with RNR NAKs and rnr_retry 7.)
+    if (sq_count_ > 0 && wire::psn_lt(psn, comp_.psn) && comp_.deadline != Instant::never()) {
+      if (psn != comp_.stale_psn) comp_.deadline = now + ack_timeout();
+      comp_.stale_psn = psn;
+    }
     return;
   }
   complete_acked_through(psn);
@@ -107,7 +135,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   if (wire::psn_lt(w.last_psn, psn)) {
     // A READ or atomic ends before this response: its own response was lost. Go back to it.
     ++counters_.out_of_sequence;
-    implied_nak(psn);
+    implied_nak(now, psn);
     return;
   }
   const Opcode op = pkt.op->opcode();
@@ -220,7 +248,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
       if (psn != comp_.psn) {
         // An earlier response packet was lost (rxe waits for the timeout here).
         ++counters_.out_of_sequence;
-        implied_nak(psn);
+        implied_nak(now, psn);
         return;
       }
       const bool first = pkt.op->is(wire::kFlagFirst);

@@ -336,7 +336,7 @@ class Qp {
   bool going_back() const;
   // Go back N from `psn`, unless going_back() (or `restart`).
   bool start_retry(std::uint32_t psn, bool restart = false);
-  void implied_nak(std::uint32_t psn);
+  void implied_nak(Instant now, std::uint32_t psn);
 
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
@@ -410,6 +410,8 @@ class Qp {
     std::uint32_t retry_psn = 0;
     // While going back: the PSN of the last response seen beyond the gap (implied_nak).
     std::uint32_t stream_psn = 0;
+    // The PSN of the last stale response (below psn): handle_response.
+    std::uint32_t stale_psn = 0;
   } comp_;
 
   // Responder.

@@ -1030,8 +1030,8 @@ TEST(Completer, ReadResponsesLandAtTheirOffsetsInAMultiSgeBuffer) {
 
 // A READ response beyond the expected PSN is not placed, and tells the requester that the one
 // before it was lost: it asks again for the rest at once (an implied NAK, as hardware does; rxe
-// waits for its ACK timeout). It spends no retry and leaves the ACK timer running from the last
-// progress. More packets of the old stream behind the gap do not ask again; a replay that lost
+// waits for its ACK timeout). It spends no retry and re-arms the ACK timer (the responder is
+// alive). More packets of the old stream behind the gap do not ask again; a replay that lost
 // its own first packet does (its PSNs start below the old stream's), and so does a new gap once
 // the replay makes progress.
 TEST(Completer, ReadResponseAheadOfTheExpectedPsnAsksForTheRestAtOnce) {
@@ -1053,7 +1053,8 @@ TEST(Completer, ReadResponseAheadOfTheExpectedPsnAsksForTheRestAtOnce) {
   EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1001, true)});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 744}));
-  EXPECT_EQ(s.e.qp->poll_timeout(), progress + ack_timeout(10));
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ack_timeout(10));
+  EXPECT_GT(s.now, progress);
   // The rest of the first stream, still on its way: dropped, no second request.
   read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
   EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
@@ -1078,6 +1079,145 @@ TEST(Completer, ReadResponseAheadOfTheExpectedPsnAsksForTheRestAtOnce) {
   read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 232));
   EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
   EXPECT_EQ(slice(s.e, 0, 1000), remote);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+}
+
+// rxe answers a re-request only after the stream it is sending, and a slow one (the interop
+// matrix's urx5 case against a slowed VM) sends that stream for longer than the ACK timeout. While
+// the old stream's packets keep coming, each re-arms the timer: timing out there would only queue
+// one more whole replay behind it, and with a 1 MiB READ those replays piled up until retry_cnt
+// ran out. When the stream stops, the timer runs again and asks once more; the replay completes
+// the READ.
+TEST(Completer, ASlowOldStreamBehindAReadReRequestKeepsTheAckTimerFromFiring) {
+  Solo s(QpType::kRc, 256);
+  s.set(10, /*retry_cnt=*/1, 7);
+  const auto remote = pattern(4096, 91);  // PSNs 0x1000..0x100f
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 4096))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  // 0x1001 lost: 0x1002 asks for the rest at once.
+  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 512, 256));
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 3840}));
+  // The rest of the old stream, each packet 0.9 ACK timeouts after the one before: 12 timeouts'
+  // time without progress, and none fires.
+  const Duration gap = Duration::ns(ack_timeout(10).count_ns() * 9 / 10);
+  for (std::uint32_t psn = 0x1003; psn <= 0x100f; ++psn) {
+    s.advance(gap);
+    read_response(
+        s, psn == 0x100f ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle, psn,
+        part(remote, (psn - 0x1000) * 256, 256));
+    EXPECT_TRUE(s.drain().empty()) << hex(psn);
+  }
+  // A duplicate does not re-arm it.
+  const Instant armed = s.e.qp->poll_timeout();
+  EXPECT_EQ(armed, s.now + ack_timeout(10));
+  s.advance(gap);
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x100f, part(remote, 3840, 256));
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->poll_timeout(), armed);
+  // Silence: the timer fires and asks again, for one of the retries.
+  s.advance(ack_timeout(10));
+  EXPECT_EQ(s.e.qp->counters().timeouts, 1u);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 3840}));
+  // The replay, rxe style (Middle from the re-requested PSN), completes the READ.
+  for (std::uint32_t psn = 0x1001; psn <= 0x100f; ++psn) {
+    read_response(
+        s, psn == 0x100f ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle, psn,
+        part(remote, (psn - 0x1000) * 256, 256));
+  }
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+  EXPECT_EQ(slice(s.e, 0, 4096), remote);
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
+}
+
+// The same for the replays of a READ already complete: rxe still sends them (one for each time
+// the READ was asked again), and the next READ's answer comes after them. They re-arm the timer
+// while they rise, so the next READ does not time out behind them and ask again (which would
+// queue one more replay, of its own, behind them).
+TEST(Completer, StaleReplaysOfAnEarlierReadKeepTheNextReadsTimerFromFiring) {
+  Solo s(QpType::kRc, 256);
+  s.set(10, /*retry_cnt=*/1, 7);
+  const auto remote = pattern(1024, 23);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 1024))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 1024, 1024))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 2u);  // PSNs 0x1000..0x1003 and 0x1004..0x1007
+  for (std::uint32_t psn = 0x1000; psn <= 0x1003; ++psn) {
+    read_response(s,
+                  psn == 0x1000   ? Opcode::kRcRdmaReadResponseFirst
+                  : psn == 0x1003 ? Opcode::kRcRdmaReadResponseLast
+                                  : Opcode::kRcRdmaReadResponseMiddle,
+                  psn, part(remote, (psn - 0x1000) * 256, 256));
+  }
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
+  // Three replays of the first READ from its middle, a packet every 0.9 ACK timeouts: nine
+  // timeouts' time, none fires.
+  const Duration gap = Duration::ns(ack_timeout(10).count_ns() * 9 / 10);
+  for (int replay = 0; replay < 3; ++replay) {
+    for (std::uint32_t psn = 0x1001; psn <= 0x1003; ++psn) {
+      s.advance(gap);
+      read_response(
+          s, psn == 0x1003 ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle,
+          psn, part(remote, (psn - 0x1000) * 256, 256));
+      EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ack_timeout(10));
+    }
+  }
+  // A duplicate of the last does not re-arm it.
+  const Instant armed = s.e.qp->poll_timeout();
+  s.advance(gap);
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 256));
+  EXPECT_EQ(s.e.qp->poll_timeout(), armed);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+  EXPECT_TRUE(s.drain().empty());
+  // The second READ's answer.
+  for (std::uint32_t psn = 0x1004; psn <= 0x1007; ++psn) {
+    read_response(s,
+                  psn == 0x1004   ? Opcode::kRcRdmaReadResponseFirst
+                  : psn == 0x1007 ? Opcode::kRcRdmaReadResponseLast
+                                  : Opcode::kRcRdmaReadResponseMiddle,
+                  psn, part(remote, (psn - 0x1004) * 256, 256));
+  }
+  EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(WcStatus::kSuccess)}));
+  EXPECT_EQ(slice(s.e, 1024, 1024), remote);
+  // Nothing outstanding: stale packets arm no timer.
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 256));
+  EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
+}
+
+// The bound on that: a replay that loses its own first packet (a newer stream, below the last
+// PSN seen, with no progress) asks again and spends a retry, so a responder whose streams never
+// bring the missing packet ends the WQE after retry_cnt of them, timer or no timer.
+TEST(Completer, ReplaysThatNeverBringTheMissingReadResponseSpendTheRetries) {
+  Solo s(QpType::kRc, 256);
+  s.set(10, /*retry_cnt=*/2, 7);
+  const auto remote = pattern(1024, 17);  // PSNs 0x1000..0x1003
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 1024))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  // Each stream's responses, the requests they make sent at once (as the engine does).
+  auto stream_without_its_first = [&] {
+    std::size_t requests = 0;
+    for (std::uint32_t psn = 0x1001; psn <= 0x1003; ++psn) {
+      read_response(
+          s, psn == 0x1003 ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle,
+          psn, part(remote, (psn - 0x1000) * 256, 256));
+      requests += s.drain().size();
+    }
+    return requests;
+  };
+  EXPECT_EQ(stream_without_its_first(), 1u);  // the first stream: an implied NAK, no retry spent
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
+  EXPECT_EQ(stream_without_its_first(), 1u);  // replay 1: a retry
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 2u);
+  EXPECT_EQ(stream_without_its_first(), 1u);  // replay 2: the last retry
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 3u);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(stream_without_its_first(), 0u);  // replay 3: none left
+  EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kRetryExcErr)});
+  EXPECT_EQ(s.e.qp->counters().retry_exceeded, 1u);
   EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
 }
 
