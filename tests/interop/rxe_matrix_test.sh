@@ -795,9 +795,26 @@ run_case() {
     n_fail=$((n_fail + 1))
     echo "$why" >"$dir/FAILED"
     note "  FAIL: $why; logs and captures: $dir"
+    failure_evidence "$dir"
   fi
   results+=("$(printf '%-58s %4ds  %s' "$name" $((SECONDS - t0)) "$result")")
   note "  $result ($((SECONDS - t0)) s)"
+}
+
+# A failed case's evidence in the output itself (CI shows the output, not the folders): the
+# last lines of both programs' logs, uroce's retry counters and rxe's counter changes.
+failure_evidence() { # DIR
+  local f line
+  for f in host.log vm.log; do
+    [[ -s $1/$f ]] || continue
+    while IFS= read -r line; do note "    $f: ${line:0:200}"; done < <(tail -n 4 "$1/$f")
+  done
+  if [[ -s $1/uroce-stats.txt ]]; then
+    line=$(grep -m1 '^link ' "$1/uroce-stats.txt" | grep -oE '(ack_timeouts|implied_nak_seq_err|retry_exceeded_err|retransmitted_pkts|out_of_seq_request|duplicate_request|rcvd_seq_err|send_seq_err|qp_dropped_pkts) [0-9]+' | tr '\n' ' ')
+    [[ -z $line ]] || note "    uroce: $line"
+  fi
+  [[ -s $1/counters-delta.txt ]] && note "    rxe: $(head -c 300 "$1/counters-delta.txt")"
+  return 0
 }
 
 # 0 when the failed rdma_cm run in DIR lost its program's own race (see run_case): perftest's or
