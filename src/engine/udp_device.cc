@@ -64,7 +64,10 @@ void UdpDevice::signal_fd(int fd) {
 struct UdpDevice::Channel {
   int fd = -1;
   std::mutex mu;
-  std::deque<CqHandle> events;                               // not yet taken by get_cq_event()
+  std::deque<CqHandle> events;  // not yet taken by get_cq_event()
+  // cq_event() deferred the signal of the first event (defer_channel_signals_): fd is not
+  // readable yet. get_cq_event() clears it when it takes the last event.
+  bool signal_owed = false;
   std::unordered_map<std::uint64_t, std::uint32_t> unacked;  // per CQ: taken, not acked
   ~Channel() {
     if (fd >= 0) ::close(fd);
@@ -294,6 +297,8 @@ bool UdpDevice::application_round(bool receive) {
   const Instant t = now();
   RoundReport r;
   AppAfter after;
+  // Per application thread, so that its capacity stays between rounds.
+  thread_local std::vector<std::shared_ptr<Channel>> signals;
   {
     std::lock_guard lk(mu_);
     RoundPlan plan;
@@ -301,17 +306,21 @@ bool UdpDevice::application_round(bool receive) {
       std::lock_guard sl(sched_mu_);
       plan = sched_.app_round_begin(t);
     }
+    defer_channel_signals_ = true;
     if (receive) {
       r = round_locked(t, plan, false);
     } else {
       r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
       engine_state_locked(r, false);
     }
+    defer_channel_signals_ = false;
+    take_deferred_channels(signals);
     {
       std::lock_guard sl(sched_mu_);
       after = sched_.app_round_end(t, r);
     }
   }
+  if (!signals.empty()) signal_deferred_channels(signals);
   if (after.wake_thread) signal_thread();
   maybe_serve_stats(t, false);
   return r.received > 0 || r.sent > 0;
@@ -480,6 +489,7 @@ void UdpDevice::thread_sleep(const ThreadAction& a) {
 
 void UdpDevice::thread_main() {
   thread_slack_ = Duration::zero();  // a new thread starts with the default
+  std::vector<std::shared_ptr<Channel>> signals;
   while (!stop_.load(std::memory_order_acquire)) {
     ThreadAction a;
     {
@@ -502,11 +512,15 @@ void UdpDevice::thread_main() {
       std::lock_guard lk(mu_);
       thread_waiting_.store(false, std::memory_order_relaxed);
       t = now();
+      defer_channel_signals_ = true;
       const RoundReport r = round_locked(t, a.plan, true);
+      defer_channel_signals_ = false;
+      take_deferred_channels(signals);
       thread_rx_pkts_ += r.received;
       std::lock_guard sl(sched_mu_);
       sched_.thread_round_end(t, r);
     }
+    signal_deferred_channels(signals);
     maybe_serve_stats(t, false);
     // Let an application thread that waits for the lock have it before the next round
     // (std::mutex is not fair: this thread would otherwise take it straight back).
@@ -558,8 +572,34 @@ void UdpDevice::cq_event(CqHandle cq, std::uint64_t channel) {
   auto ch = find_channel(channel);
   if (!ch) return;  // a CQ without a (live) channel: nobody to tell
   std::lock_guard cl(ch->mu);
-  if (ch->events.empty()) signal_fd(ch->fd);
+  if (ch->events.empty()) {
+    if (defer_channel_signals_) {
+      if (!ch->signal_owed) {
+        ch->signal_owed = true;
+        deferred_signals_.push_back(ch);
+      }
+    } else {
+      signal_fd(ch->fd);
+    }
+  }
   ch->events.push_back(cq);
+}
+
+void UdpDevice::take_deferred_channels(std::vector<std::shared_ptr<Channel>>& out) {
+  if (!deferred_signals_.empty()) std::swap(out, deferred_signals_);
+}
+
+void UdpDevice::signal_deferred_channels(std::vector<std::shared_ptr<Channel>>& out) {
+  for (const auto& ch : out) {
+    // Under the channel's mutex (held for a few instructions), but no longer under the
+    // device's: the fd is readable exactly while events wait and no signal is owed, so
+    // get_cq_event() never reads an fd nobody wrote (the drop-in makes it blocking). Unless
+    // get_cq_event() took the events meanwhile: then it cleared the debt and the fd stays quiet.
+    std::lock_guard cl(ch->mu);
+    if (ch->signal_owed && !ch->events.empty()) signal_fd(ch->fd);
+    ch->signal_owed = false;
+  }
+  out.clear();
 }
 
 Result<std::optional<CqHandle>, Errc> UdpDevice::get_cq_event(std::uint64_t channel,
@@ -574,7 +614,15 @@ Result<std::optional<CqHandle>, Errc> UdpDevice::get_cq_event(std::uint64_t chan
         const CqHandle cq = ch->events.front();
         ch->events.pop_front();
         ++ch->unacked[cq_key(cq)];
-        if (ch->events.empty()) drain_fd(ch->fd);  // readable exactly while events wait
+        if (ch->events.empty()) {
+          // Readable exactly while events wait: drain what was written, or cancel the signal
+          // still owed (nothing was written yet; a read would block on a blocking fd).
+          if (ch->signal_owed) {
+            ch->signal_owed = false;
+          } else {
+            drain_fd(ch->fd);
+          }
+        }
         return std::optional<CqHandle>(cq);
       }
     }

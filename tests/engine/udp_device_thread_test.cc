@@ -2,6 +2,7 @@
 // close() and counters, over real UDP sockets on loopback. Waits are bounded by generous
 // deadlines only as hang guards; nothing here depends on timing.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,6 +15,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -395,6 +398,82 @@ TEST(UdpDeviceThread, ASignalEndsABlockedCqEventWait) {
 
 TEST(UdpDeviceThread, CompletionChannelInThreadMode) { check_completion_channel(true); }
 TEST(UdpDeviceThread, CompletionChannelInPollingMode) { check_completion_channel(false); }
+
+// rping's pattern, through the engine: a CQ thread of the application waits for completion
+// events on a blocking channel fd (the drop-in makes it blocking, as libibverbs' is) and polls
+// the CQ after each, while the progress thread completes the work the main thread posts. The
+// progress thread signals each event after its round has let go of the device's mutex; a CQ
+// thread that takes the event before that signal must cancel it, not read the fd (a read of
+// an fd nobody wrote blocks, holding the channel's mutex the signaller needs: a deadlock that
+// stopped the whole device). A watchdog turns a hang into a failure.
+TEST(UdpDeviceThread, ACqThreadOnABlockingChannelGetsEveryEventWhileTheThreadCompletesWork) {
+  Side a, b;
+  SideOptions oa = deep();
+  oa.make_channel = true;
+  make_side(a, "127.0.1.40", oa);
+  make_side(b, "127.0.1.41", deep());
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_EQ(a.dev->start_progress_thread(), "");
+  const std::uint64_t channel = 1;  // the first channel of the device
+  const int fd = a.dev->comp_channel_fd(channel);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK), 0);
+  ASSERT_EQ(a.dev->lock()->req_notify_cq(a.cq, false), Errc::kOk);
+
+  constexpr std::uint64_t kWrites = 20000;
+  constexpr std::uint64_t kWindow = 8;
+  std::atomic<std::uint64_t> completed{0};
+  std::atomic<bool> failed{false};
+  std::atomic<bool> done{false};
+  std::thread cq_thread([&] {
+    while (completed.load() < kWrites && !failed.load()) {
+      auto ev = a.dev->get_cq_event(channel, Duration::s(20));
+      if (!ev.ok() || !ev.value().has_value()) {
+        failed = true;
+        break;
+      }
+      a.dev->ack_cq_events(channel, *ev.value(), 1);
+      auto d = a.dev->lock();
+      if (d->req_notify_cq(a.cq, false) != Errc::kOk) failed = true;
+      Wc wcs[16];
+      for (;;) {
+        auto k = d->poll_cq(a.cq, wcs);
+        if (!k.ok()) failed = true;
+        if (!k.ok() || k.value() == 0) break;
+        for (std::size_t i = 0; i < k.value(); ++i) {
+          if (wcs[i].status != WcStatus::kSuccess) failed = true;
+        }
+        completed += k.value();
+      }
+    }
+    done = true;
+  });
+  std::thread watchdog([&] {
+    const Instant give_up = UdpDevice::now() + Duration::s(60);
+    while (!done.load() && UdpDevice::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!done.load()) {
+      std::fprintf(stderr, "the CQ thread hangs after %llu of %llu completions\n",
+                   static_cast<unsigned long long>(completed.load()),
+                   static_cast<unsigned long long>(kWrites));
+      std::abort();
+    }
+  });
+  const Sge sge{a.va(0), 64, a.mr.lkey};
+  for (std::uint64_t i = 0; i < kWrites && !failed.load(); ++i) {
+    while (i - completed.load() >= kWindow && !failed.load() && !done.load()) {
+      std::this_thread::yield();
+    }
+    const SendWr w = write_wr(i, sge, b, 0);
+    ASSERT_EQ(a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  }
+  cq_thread.join();
+  watchdog.join();
+  EXPECT_FALSE(failed.load());
+  EXPECT_EQ(completed.load(), kWrites);
+}
 
 // A CQ of one entry overflows: the async event fd turns readable and get_async_event() gives
 // the CQ error for that CQ.
