@@ -113,7 +113,8 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   const std::uint32_t psn = pkt.bth().psn();
   // Stale (already acknowledged) or never sent: ignore (rxe check_psn: duplicate responses are
   // silently dropped).
-  if (sq_count_ == 0 || wire::psn_lt(psn, comp_.psn) || wire::psn_ge(psn, req_.psn)) {
+  const bool stale = wire::psn_lt(psn, comp_.psn);
+  if (sq_count_ == 0 || stale || wire::psn_ge(psn, req_.psn)) {
     ++counters_.dropped;
     // A stale response while requests are outstanding: the responder is still answering ones
     // we sent before, replays that rxe sends one after another, each to its end (a READ asked
@@ -122,7 +123,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
     // request would queue one more replay. A duplicate of the last stale PSN does not re-arm it.
     // (Each stream answers a request that was sent, so they end; a peer that kept sending stale
     // responses could hold the QP open, as it can with RNR NAKs and rnr_retry 7.)
-    if (sq_count_ > 0 && wire::psn_lt(psn, comp_.psn) && comp_.deadline != Instant::never()) {
+    if (sq_count_ > 0 && stale && comp_.deadline != Instant::never()) {
       if (psn != comp_.stale_psn) comp_.deadline = now + ack_timeout();
       comp_.stale_psn = psn;
     }

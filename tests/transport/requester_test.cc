@@ -120,6 +120,18 @@ ConstBytes part(const std::vector<std::byte>& v, std::size_t off, std::size_t n)
 
 std::vector<std::byte> vec(ConstBytes b) { return {b.begin(), b.end()}; }
 
+// The packet at `psn` of the response stream to a READ of `remote.size()` bytes (a multiple of
+// 256, the MTU of these tests) at PSNs `first`..: First at `first`, Last at its last PSN, Middle
+// between (a replay from the middle starts with Middle, as rxe's does).
+void read_stream_packet(Solo& s, const std::vector<std::byte>& remote, std::uint32_t first,
+                        std::uint32_t psn) {
+  const std::uint32_t last = first + static_cast<std::uint32_t>(remote.size() / 256) - 1;
+  const Opcode op = psn == first  ? Opcode::kRcRdmaReadResponseFirst
+                    : psn == last ? Opcode::kRcRdmaReadResponseLast
+                                  : Opcode::kRcRdmaReadResponseMiddle;
+  read_response(s, op, psn, part(remote, (psn - first) * 256, 256));
+}
+
 void to_state(Endpoint& e, QpState state) {
   QpAttr attr;
   attr.qp_state = state;
@@ -1094,9 +1106,9 @@ TEST(Completer, ASlowOldStreamBehindAReadReRequestKeepsTheAckTimerFromFiring) {
   const auto remote = pattern(4096, 91);  // PSNs 0x1000..0x100f
   ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 4096))), Errc::kOk);
   ASSERT_EQ(s.drain().size(), 1u);
-  read_response(s, Opcode::kRcRdmaReadResponseFirst, 0x1000, part(remote, 0, 256));
+  read_stream_packet(s, remote, 0x1000, 0x1000);
   // 0x1001 lost: 0x1002 asks for the rest at once.
-  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 512, 256));
+  read_stream_packet(s, remote, 0x1000, 0x1002);
   auto out = s.drain();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 3840}));
@@ -1105,16 +1117,14 @@ TEST(Completer, ASlowOldStreamBehindAReadReRequestKeepsTheAckTimerFromFiring) {
   const Duration gap = Duration::ns(ack_timeout(10).count_ns() * 9 / 10);
   for (std::uint32_t psn = 0x1003; psn <= 0x100f; ++psn) {
     s.advance(gap);
-    read_response(
-        s, psn == 0x100f ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle, psn,
-        part(remote, (psn - 0x1000) * 256, 256));
+    read_stream_packet(s, remote, 0x1000, psn);
     EXPECT_TRUE(s.drain().empty()) << hex(psn);
   }
   // A duplicate does not re-arm it.
   const Instant armed = s.e.qp->poll_timeout();
   EXPECT_EQ(armed, s.now + ack_timeout(10));
   s.advance(gap);
-  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x100f, part(remote, 3840, 256));
+  read_stream_packet(s, remote, 0x1000, 0x100f);
   EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
   EXPECT_TRUE(s.e.scq.wcs.empty());
   EXPECT_EQ(s.e.qp->poll_timeout(), armed);
@@ -1126,9 +1136,7 @@ TEST(Completer, ASlowOldStreamBehindAReadReRequestKeepsTheAckTimerFromFiring) {
   EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 3840}));
   // The replay, rxe style (Middle from the re-requested PSN), completes the READ.
   for (std::uint32_t psn = 0x1001; psn <= 0x100f; ++psn) {
-    read_response(
-        s, psn == 0x100f ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle, psn,
-        part(remote, (psn - 0x1000) * 256, 256));
+    read_stream_packet(s, remote, 0x1000, psn);
   }
   EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
   EXPECT_EQ(slice(s.e, 0, 4096), remote);
@@ -1147,11 +1155,7 @@ TEST(Completer, StaleReplaysOfAnEarlierReadKeepTheNextReadsTimerFromFiring) {
   ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 1024, 1024))), Errc::kOk);
   ASSERT_EQ(s.drain().size(), 2u);  // PSNs 0x1000..0x1003 and 0x1004..0x1007
   for (std::uint32_t psn = 0x1000; psn <= 0x1003; ++psn) {
-    read_response(s,
-                  psn == 0x1000   ? Opcode::kRcRdmaReadResponseFirst
-                  : psn == 0x1003 ? Opcode::kRcRdmaReadResponseLast
-                                  : Opcode::kRcRdmaReadResponseMiddle,
-                  psn, part(remote, (psn - 0x1000) * 256, 256));
+    read_stream_packet(s, remote, 0x1000, psn);
   }
   EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1}));
   // Three replays of the first READ from its middle, a packet every 0.9 ACK timeouts: nine
@@ -1160,31 +1164,25 @@ TEST(Completer, StaleReplaysOfAnEarlierReadKeepTheNextReadsTimerFromFiring) {
   for (int replay = 0; replay < 3; ++replay) {
     for (std::uint32_t psn = 0x1001; psn <= 0x1003; ++psn) {
       s.advance(gap);
-      read_response(
-          s, psn == 0x1003 ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle,
-          psn, part(remote, (psn - 0x1000) * 256, 256));
+      read_stream_packet(s, remote, 0x1000, psn);
       EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ack_timeout(10));
     }
   }
   // A duplicate of the last does not re-arm it.
   const Instant armed = s.e.qp->poll_timeout();
   s.advance(gap);
-  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 256));
+  read_stream_packet(s, remote, 0x1000, 0x1003);
   EXPECT_EQ(s.e.qp->poll_timeout(), armed);
   EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
   EXPECT_TRUE(s.drain().empty());
   // The second READ's answer.
   for (std::uint32_t psn = 0x1004; psn <= 0x1007; ++psn) {
-    read_response(s,
-                  psn == 0x1004   ? Opcode::kRcRdmaReadResponseFirst
-                  : psn == 0x1007 ? Opcode::kRcRdmaReadResponseLast
-                                  : Opcode::kRcRdmaReadResponseMiddle,
-                  psn, part(remote, (psn - 0x1004) * 256, 256));
+    read_stream_packet(s, remote, 0x1004, psn);
   }
   EXPECT_EQ(statuses(s.e.scq), (Strings{st(WcStatus::kSuccess), st(WcStatus::kSuccess)}));
   EXPECT_EQ(slice(s.e, 1024, 1024), remote);
   // Nothing outstanding: stale packets arm no timer.
-  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 768, 256));
+  read_stream_packet(s, remote, 0x1000, 0x1003);
   EXPECT_EQ(s.e.qp->poll_timeout(), Instant::never());
 }
 
@@ -1201,9 +1199,7 @@ TEST(Completer, ReplaysThatNeverBringTheMissingReadResponseSpendTheRetries) {
   auto stream_without_its_first = [&] {
     std::size_t requests = 0;
     for (std::uint32_t psn = 0x1001; psn <= 0x1003; ++psn) {
-      read_response(
-          s, psn == 0x1003 ? Opcode::kRcRdmaReadResponseLast : Opcode::kRcRdmaReadResponseMiddle,
-          psn, part(remote, (psn - 0x1000) * 256, 256));
+      read_stream_packet(s, remote, 0x1000, psn);
       requests += s.drain().size();
     }
     return requests;
