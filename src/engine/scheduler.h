@@ -39,7 +39,9 @@
 // to post on that QP. A held ACK leaves by acks_due() (first held + ack_hold) in a round of the
 // owner: the thread sleeps until then at the latest; an owning application's next round sends
 // it, and if that application has stopped polling, the lease's end wakes the thread, so an ACK
-// is held at most ack_hold + app_lease + lease_slack.
+// is held at most ack_hold + app_lease + lease_slack. A thread's round holds nothing while the
+// application is blocked in the library (app_blocks() since its last round): no request can
+// come before the thread wakes it, so its ACKs leave at once.
 //
 // Threads: not thread-safe; the caller serialises all calls (UdpDevice under its scheduler
 // mutex). Times are the caller's monotonic clock.
