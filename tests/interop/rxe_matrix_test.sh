@@ -110,7 +110,7 @@ esac
 vm_prerequisites
 [[ -x $uroce ]] || fail "no uroce binary at $uroce"
 [[ -e $libdir/libibverbs.so.1 ]] || fail "no drop-in libibverbs.so.1 in $libdir"
-for tool in ib_write_bw ibv_rc_pingpong ss; do
+for tool in ib_write_bw ibv_rc_pingpong ss ping; do
   command -v "$tool" >/dev/null 2>&1 || fail "missing '$tool' (scripts/install-deps installs it)"
 done
 
@@ -797,8 +797,71 @@ run_case() {
     note "  FAIL: $why; logs and captures: $dir"
     failure_evidence "$dir"
   fi
+  [[ -n $why ]] && vm_health "$dir"
   results+=("$(printf '%-58s %4ds  %s' "$name" $((SECONDS - t0)) "$result")")
   note "  $result ($((SECONDS - t0)) s)"
+}
+
+# After a failed case: is the VM still fit for the cases after it? Its console answers, no
+# program of the case still runs there (they are killed, and named), and the guest and the
+# namespace reach each other: ping both ways, and a TCP connection from the guest to the host,
+# as the VM's perftest and uroce_verbs_check clients make. The guest's state goes to
+# DIR/vm-health.txt either way (load, memory, processes, qdiscs with their counters, eth0's and
+# the tap's counters, rxe's QPs, the TCP/UDP MIB). When it is not fit, the VM is booted again
+# and its MTU set again, so that one wedged guest fails one case, not every case after it.
+stray_re='(ib_[a-z_]+|ibv_[a-z_]+|uroce_verbs_check|rping|ucmatose|udaddy|rdma_server|rdma_client|cmtime|qperf)'
+health_port=18650
+vm_health() { # DIR
+  local dir=$1 f=$1/vm-health.txt sick= text listener line
+  text=$(vm 30 "cat /proc/loadavg; free; ps -o pid,ppid,stat,rss,args | grep -v ' \\[[^]]*\\]$'; /sbin/tc -s qdisc show; \
+cat /proc/net/dev; rdma resource show qp; grep -E '^(Tcp|Udp):' /proc/net/snmp; \
+for p in \$(ps -o pid,args | awk '\$2 ~ /(^|\/)$stray_re\$/ { print \$1 }'); do \
+echo \"stray: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"; kill -9 \$p; done; true" 2>&1) ||
+    sick="its console did not answer"
+  {
+    echo "== the guest"
+    echo "$text"
+    echo "== the host's side: tap0, br0"
+    inns ip -s link show tap0
+    inns ip -s link show br0
+  } >"$f" 2>&1
+  while IFS= read -r line; do
+    if [[ $line == stray:* ]]; then note "  VM: $line (killed)"; fi
+  done <<<"$text"
+  if [[ -z $sick ]] && ! inns ping -c 3 -i 0.2 -W 2 "$vm_ip" >>"$f" 2>&1; then
+    sick="the host cannot ping it"
+  fi
+  if [[ -z $sick ]] && ! vm 20 "ping -c 3 -W 2 $host_ip" >>"$f" 2>&1; then
+    sick="it cannot ping the host"
+  fi
+  if [[ -z $sick ]]; then
+    # One connection from the guest to a listener in the namespace (bounded).
+    inns timeout 20 "$py" -c 'import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(1)
+s.settimeout(15)
+c, _ = s.accept()
+print("accepted", c.recv(16).decode().strip())' "$host_ip" "$health_port" >"$dir/health-tcp.txt" 2>&1 &
+    listener=$!
+    for _ in $(seq 100); do
+      inns ss -Hltn "sport = :$health_port" 2>/dev/null | grep -q . && break
+      sleep 0.1
+    done
+    vm 30 "echo tcp-ok | nc -w 5 $host_ip $health_port; echo nc-exit=\$?" >>"$f" 2>&1 || true
+    wait "$listener" || true
+    cat "$dir/health-tcp.txt" >>"$f"
+    grep -q '^accepted tcp-ok' "$dir/health-tcp.txt" ||
+      sick="its TCP connection to the host failed"
+  fi
+  [[ -z $sick ]] && return 0
+  note "  the VM is not fit for the next case: $sick (see $f); booting it again"
+  vm_reboot "$boot_initrd"
+  vm_gids
+  netem=none
+  [[ -n $mtu ]] && set_mtu "$mtu"
+  return 0
 }
 
 # A failed case's evidence in the output itself (CI shows the output, not the folders): the

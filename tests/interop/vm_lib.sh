@@ -120,6 +120,24 @@ vm_boot() { # [initrd to boot instead of the image's]
   note "VM ready"
 }
 
+# Stops the VM (qemu killed, as the cleanup does) and boots it again from the same initrd; the
+# console's log of the stopped VM is kept as console.log.N. The caller sets up again what it had
+# set in the guest (MTU, qdiscs) and calls vm_gids.
+vm_reboot() { # [initrd, as vm_boot's]
+  local n=1
+  if [[ -n $qemu_pid ]]; then
+    kill "$qemu_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$qemu_pid" 2>/dev/null || true
+    wait "$qemu_pid" 2>/dev/null || true
+  fi
+  qemu_pid=
+  while [[ -e $console_log.$n ]]; do n=$((n + 1)); done
+  if [[ -e $console_log ]]; then mv "$console_log" "$console_log.$n"; fi
+  rm -f "$sock" "$out/qemu.pid"
+  vm_boot "$@"
+}
+
 vm() { # vm TIMEOUT 'command' -> output on stdout, exit status of the command
   "$py" "$here/vm_console.py" run "$sock" "$1" "$2"
 }
