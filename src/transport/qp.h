@@ -47,6 +47,11 @@ inline constexpr std::uint64_t kMaxMessageBytes = 1ull << 31;
 // rxe: at most 128 unacknowledged PSNs, AckReq at least every 64 packets.
 inline constexpr std::uint32_t kMaxUnackedPsns = 128;
 inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
+// uroce's own: a READ may start while fewer than this many PSNs are outstanding (requester.cc).
+inline constexpr std::uint32_t kMaxUnackedReadPsns = 256;
+// While going back, a response at most this many PSNs past the one awaited, below the last
+// seen, starts a replay that lost its first packets (Qp::implied_nak).
+inline constexpr std::int32_t kReplayStartSlack = 4;
 // The most PSNs outstanding at once for 24-bit PSN comparisons to hold (wire/psn.h): what one
 // READ of kMaxMessageBytes at MTU 256 needs.
 inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;

@@ -2,9 +2,9 @@
 //
 // For each WQE in order: segment by path MTU (RC/UC), one packet for UD, READ and atomics;
 // PSNs assigned in sequence; AckReq on the last packet of a message and at least every 64
-// packets; at most 128 unacknowledged PSNs and max_rd_atomic outstanding READs/atomics; a
-// fenced WQE waits for earlier READs/atomics. Go-back-N retry restarts from a PSN, skipping the
-// packets of the first WQE that were already acknowledged.
+// packets; at most 128 unacknowledged PSNs (a READ may start below 256) and max_rd_atomic
+// outstanding READs/atomics; a fenced WQE waits for earlier READs/atomics. Go-back-N retry
+// restarts from a PSN, skipping the packets of the first WQE that were already acknowledged.
 #include <algorithm>
 
 #include "transport/qp.h"
@@ -51,9 +51,15 @@ bool Qp::request_ready() const {
   const SendWqe& w = sq_at(req_.next_wqe);
   const bool rc = type_ == QpType::kRc;
   // The PSN window (rxe: RXE_MAX_UNACKED_PSNS), as an unsigned distance: a READ takes all
-  // its response PSNs at once and may leave up to 2^23 of them outstanding.
+  // its response PSNs at once and may leave up to 2^23 of them outstanding. A READ may start
+  // in a window twice as wide: its responses stream into this host's own socket, the peer's
+  // responder bounds them by max_dest_rd_atomic (hardware keeps no PSN window for them), and
+  // at 128 PSNs the requests reach the responder too late to keep its stream going (loopback,
+  // 64 KiB READs at MTU 4096: 0.76x WRITE's bandwidth, about 0.95x at 256; docs/PERFORMANCE.md).
   const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
-  if (rc && outstanding >= kMaxUnackedPsns) return false;
+  const std::uint32_t window =
+      w.opcode == WrOpcode::kRdmaRead ? kMaxUnackedReadPsns : kMaxUnackedPsns;
+  if (rc && outstanding >= window) return false;
   // A READ of up to 2^31 bytes at MTU 256 spans up to 2^23 PSNs. Behind other outstanding
   // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn
   // round (a response would look like one never sent): such a READ waits for an empty window.

@@ -34,6 +34,9 @@ if [[ -n ${FAULTS_EXPECT_FAIL:-} ]]; then
   ((n >= ${FAULTS_EXPECT_FAIL_LINES:-1})) ||
     { echo "FAIL: $n lines of /$FAULTS_EXPECT_FAIL/ in the output, expected ${FAULTS_EXPECT_FAIL_LINES:-1}"; exit 1; }
 elif ((rc != 0)); then
+  # The counters say how it failed (retries spent, timeouts, NAKs), which the programs do not.
+  echo "----- counters (UROCE_STATS_FILE) -----"
+  cat "$tmp/stats.txt" 2>/dev/null
   exit "$rc"
 fi
 source "$(dirname "$0")/stats_lib.sh"
