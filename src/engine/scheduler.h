@@ -41,7 +41,8 @@
 // it, and if that application has stopped polling, the lease's end wakes the thread, so an ACK
 // is held at most ack_hold + app_lease + lease_slack. A thread's round holds nothing while the
 // application is blocked in the library (app_blocks() since its last round): no request can
-// come before the thread wakes it, so its ACKs leave at once.
+// come before the thread wakes it, so the ACKs of its rounds leave at once (one a round held
+// just before the application blocked still leaves by acks_due()).
 //
 // Threads: not thread-safe; the caller serialises all calls (UdpDevice under its scheduler
 // mutex). Times are the caller's monotonic clock.

@@ -816,17 +816,20 @@ vm_health() { # DIR
   text=$(vm 30 "cat /proc/loadavg; free; ps -o pid,ppid,stat,rss,args | grep -v ' \\[[^]]*\\]$'; /sbin/tc -s qdisc show; \
 cat /proc/net/dev; rdma resource show qp; grep -E '^(Tcp|Udp):' /proc/net/snmp; \
 for p in \$(ps -o pid,args | awk '\$2 ~ /(^|\/)$stray_re\$/ { print \$1 }'); do \
-echo \"stray: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"; kill -9 \$p; done; true" 2>&1) ||
+echo \"stray: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"; kill -9 \$p; done; sleep 1; \
+for p in \$(ps -o pid,args | awk '\$2 ~ /(^|\/)$stray_re\$/ { print \$1 }'); do \
+echo \"unkillable: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"; done; true" 2>&1) ||
     sick="its console did not answer"
   {
     echo "== the guest"
     echo "$text"
     echo "== the host's side: tap0, br0"
-    inns ip -s link show tap0
-    inns ip -s link show br0
+    inns ip -s link show tap0 || true
+    inns ip -s link show br0 || true
   } >"$f" 2>&1
   while IFS= read -r line; do
     if [[ $line == stray:* ]]; then note "  VM: $line (killed)"; fi
+    if [[ $line == unkillable:* ]]; then sick="a program of the case survived kill -9 (${line#*: })"; fi
   done <<<"$text"
   if [[ -z $sick ]] && ! inns ping -c 3 -i 0.2 -W 2 "$vm_ip" >>"$f" 2>&1; then
     sick="the host cannot ping it"
@@ -836,17 +839,18 @@ echo \"stray: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"; kill -9 \$p; done; true" 2>
   fi
   if [[ -z $sick ]]; then
     # One connection from the guest to a listener in the namespace (bounded).
-    inns timeout 20 "$py" -c 'import socket, sys
+    inns timeout 50 "$py" -c 'import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
 s.listen(1)
-s.settimeout(15)
+s.settimeout(45)
 c, _ = s.accept()
 print("accepted", c.recv(16).decode().strip())' "$host_ip" "$health_port" >"$dir/health-tcp.txt" 2>&1 &
     listener=$!
     for _ in $(seq 100); do
       inns ss -Hltn "sport = :$health_port" 2>/dev/null | grep -q . && break
+      kill -0 "$listener" 2>/dev/null || break
       sleep 0.1
     done
     vm 30 "echo tcp-ok | nc -w 5 $host_ip $health_port; echo nc-exit=\$?" >>"$f" 2>&1 || true
