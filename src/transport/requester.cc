@@ -55,7 +55,7 @@ bool Qp::request_ready() const {
   // in a window twice as wide: its responses stream into this host's own socket, the peer's
   // responder bounds them by max_dest_rd_atomic (hardware keeps no PSN window for them), and
   // at 128 PSNs the requests reach the responder too late to keep its stream going (loopback,
-  // 64 KiB READs at MTU 4096: 0.76x WRITE's bandwidth, about 0.95x at 256; docs/PERFORMANCE.md).
+  // 64 KiB READs at MTU 4096: 0.77x WRITE's bandwidth, 0.97-1.02x at 256; docs/PERFORMANCE.md).
   const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
   const std::uint32_t window =
       w.opcode == WrOpcode::kRdmaRead ? kMaxUnackedReadPsns : kMaxUnackedPsns;

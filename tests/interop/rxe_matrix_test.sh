@@ -329,6 +329,17 @@ pt_result='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 vc_pass='^uroce_verbs_check: PASS [0-9]+ checks'
 
 case_fail() { why="$*"; }
+# 0 once a TCP socket in the namespace listens on PORT; 1 when PID has exited first or after
+# TRIES looks 0.1 s apart.
+ns_listening() { # PORT PID TRIES
+  local i
+  for ((i = 0; i < $3; ++i)); do
+    inns ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
 stat_sum() { # COUNTER FILE: its sum over the `uroce stats` lines (one per device closed)
   awk -v c="$1" '{ for (i = 1; i < NF; ++i) if ($i == c) s += $(i + 1) } END { print s + 0 }' "$2"
 }
@@ -374,11 +385,7 @@ run_once() { # dir server kind limit prog args...
       timeout -k 5 "$limit" "$host_prog" "${host_args[@]}" >"$dir/host.log" 2>&1 &
     host_pid=$!
     # Wait (bounded) until it listens; a probe connection would consume its one accept.
-    for _ in $(seq 300); do
-      inns ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-      kill -0 "$host_pid" 2>/dev/null || break
-      sleep 0.1
-    done
+    ns_listening "$port" "$host_pid" 300 || true
     vm $((limit + 30)) "${vm_env}timeout $limit $prog $vm_args $host_ip 2>&1; echo exit=\$?" \
       >"$dir/vm.log" || true
     wait "$host_pid" || hrc=$?
@@ -848,11 +855,7 @@ s.settimeout(45)
 c, _ = s.accept()
 print("accepted", c.recv(16).decode().strip())' "$host_ip" "$health_port" >"$dir/health-tcp.txt" 2>&1 &
     listener=$!
-    for _ in $(seq 100); do
-      inns ss -Hltn "sport = :$health_port" 2>/dev/null | grep -q . && break
-      kill -0 "$listener" 2>/dev/null || break
-      sleep 0.1
-    done
+    ns_listening "$health_port" "$listener" 100 || true
     vm 30 "echo tcp-ok | nc -w 5 $host_ip $health_port; echo nc-exit=\$?" >>"$f" 2>&1 || true
     wait "$listener" || true
     cat "$dir/health-tcp.txt" >>"$f"

@@ -30,17 +30,22 @@ fail() {
   exit 1
 }
 
+# Stops qemu: SIGTERM, up to 5 s for it to exit, then SIGKILL.
+vm_stop() {
+  if [[ -z $qemu_pid && -f $out/qemu.pid ]]; then qemu_pid=$(cat "$out/qemu.pid"); fi
+  if [[ -n $qemu_pid ]] && kill -0 "$qemu_pid" 2>/dev/null; then
+    kill "$qemu_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$qemu_pid" 2>/dev/null || true
+  fi
+}
+
 vm_cleanup() {
   local rc=$?
   set +e
   [[ -n $host_pid ]] && kill "$host_pid" 2>/dev/null
   [[ -n $tcpdump_pid ]] && kill -INT "$tcpdump_pid" 2>/dev/null && wait "$tcpdump_pid" 2>/dev/null
-  [[ -z $qemu_pid && -f $out/qemu.pid ]] && qemu_pid=$(cat "$out/qemu.pid")
-  if [[ -n $qemu_pid ]] && kill -0 "$qemu_pid" 2>/dev/null; then
-    kill "$qemu_pid"
-    for _ in $(seq 50); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$qemu_pid" 2>/dev/null
-  fi
+  vm_stop
   # Host programs still running in the namespace (a timed-out client) go with it.
   for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
   ip netns del "$ns" 2>/dev/null
@@ -125,12 +130,8 @@ vm_boot() { # [initrd to boot instead of the image's]
 # set in the guest (MTU, qdiscs) and calls vm_gids.
 vm_reboot() { # [initrd, as vm_boot's]
   local n=1
-  if [[ -n $qemu_pid ]]; then
-    kill "$qemu_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$qemu_pid" 2>/dev/null || true
-    wait "$qemu_pid" 2>/dev/null || true
-  fi
+  vm_stop
+  if [[ -n $qemu_pid ]]; then wait "$qemu_pid" 2>/dev/null || true; fi
   qemu_pid=
   while [[ -e $console_log.$n ]]; do n=$((n + 1)); done
   if [[ -e $console_log ]]; then mv "$console_log" "$console_log.$n"; fi
