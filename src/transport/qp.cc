@@ -430,7 +430,8 @@ bool Qp::only_ack_to_send() const {
   // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.
   if (attr_.timeout != 0 && attr_.timeout < kMinTimeoutToHoldAck) return false;
   const Response& r = responses_.front();
-  if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck) {
+  if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
+      !r.ends_message) {
     return false;
   }
   return !(req_.rnr_resume.is_never() && request_ready());

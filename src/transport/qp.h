@@ -254,12 +254,13 @@ class Qp {
   // True when poll_transmit() would give a packet now (ignoring congestion-control pacing).
   bool has_transmit_work() const;
   // True when all poll_transmit() would give now is one positive ACK (no NAK, no READ or atomic
-  // response, no request ready) and this QP looks like one side of a ping-pong: it has sent
-  // requests itself and has at most one outstanding, so its application is likely to post the
-  // next one soon. Such an ACK may wait a little to leave together with that request
-  // (Engine::flush_tx's hold_acks). A QP that only responds (a bandwidth test's target) or
-  // streams requests gets its ACKs out at once: its peer's window may be waiting for them.
-  // Never with an ACK timeout below kMinTimeoutToHoldAck.
+  // response, no request ready), it acknowledges the end of a message, and this QP looks like
+  // one side of a ping-pong: it has sent requests itself and has at most one outstanding, so
+  // its application is likely to post the next one soon. Such an ACK may wait a little to leave
+  // together with that request (Engine::flush_tx's hold_acks). A QP that only responds (a
+  // bandwidth test's target) or streams requests, and an ACK in the middle of a message, get
+  // out at once: the peer's window may be waiting for them. Never with an ACK timeout below
+  // kMinTimeoutToHoldAck.
   bool only_ack_to_send() const;
   // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
   // (UdpDevice: 100 us, 2.3 ms when the application stops polling: the hold, the lease and its
@@ -360,7 +361,7 @@ class Qp {
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
                      std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp,
                      NetworkHdr network_hdr = NetworkHdr::kNone);
-  void queue_ack(std::uint8_t syndrome, std::uint32_t psn);
+  void queue_ack(std::uint8_t syndrome, std::uint32_t psn, bool ends_message = false);
   void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn);
 
   // ---- state ----
@@ -472,6 +473,11 @@ class Qp {
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
     std::uint64_t orig = 0;  // atomic: the original value, computed when the atomic executed
+    // ACK: it acknowledges the last packet of a SEND or WRITE executed in order, so the peer's
+    // application may be waiting for the completion it brings and answer it with a request
+    // (only_ack_to_send). A mid-message ACK (AckReq every kMaxPacketsPerAck packets) opens
+    // the peer's window for the rest of the message and is never held.
+    bool ends_message = false;
   };
   BoundedRing<Response> responses_;
 

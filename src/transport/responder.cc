@@ -76,12 +76,13 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
   env_.recv_cq->push(wc, solicited);
 }
 
-void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn) {
+void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, bool ends_message) {
   Response r;
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
   r.psn = psn;
   r.msn = resp_.msn;
+  r.ends_message = ends_message;
   if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
     // Behind the last READ or atomic response, at most one ACK or NAK waits: the one that says
     // the most. Every ACK and NAK at PSN p acknowledges all requests before p, so a later one
@@ -356,7 +357,7 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
       if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic)) {
-        queue_ack(wire::make_ack_syndrome(), psn);
+        queue_ack(wire::make_ack_syndrome(), psn, pkt.op->is(wire::kFlagLast));
       }
       return;
     case RespStatus::kRnr:
