@@ -121,6 +121,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"tx_backpressure", engine.tx_backpressure},
       {"timer_fires", engine.timer_fires},
       {"tx_acks_held", engine.tx_acks_held},
+      {"tx_acks_held_unanswered", q.acks_held_unanswered},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
@@ -153,6 +154,7 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"ud_no_wqe_drops", c.ud_no_wqe_drops},
       {"src_addr_drops", c.src_addr_mismatch},
       {"outstanding_send_wqes", qp.outstanding_send_wqes},
+      {"acks_held_unanswered", c.acks_held_unanswered},
   };
 }
 

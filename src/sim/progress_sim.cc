@@ -677,6 +677,9 @@ ProgressSimResult run_progress_sim(const ProgressSimOptions& options) {
   for (SimHost& h : r->hosts) {
     h.report.sched = h.sched->counters();
     h.report.engine = h.engine->counters();
+    if (const transport::Qp* qp = h.dev->find_qp(h.qpn)) {
+      h.report.acks_held_unanswered = qp->counters().acks_held_unanswered;
+    }
     r->result.host[h.index] = h.report;
   }
   return r->result;

@@ -142,6 +142,8 @@ void Qp::reset_state() {
   sq_tail_ = 0;
   sq_count_ = 0;
   ack_held_ = false;
+  answers_[0] = answers_[1] = true;
+  unheld_ack_for_ = AckFor::kNone;
   req_ = Requester{};
   comp_ = Completer{};
   comp_.retry_cnt = attr_.retry_cnt;
@@ -400,6 +402,12 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
   if (ack_held_) {
     ack_held_ = false;  // one request packet at most goes first
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) return true;
+    if (responses_.size() == 1 && responses_.front().kind == Response::Kind::kAck &&
+        responses_.front().ack_for != AckFor::kNone) {
+      // The hold ran out and the ACK leaves alone: the application did not answer in time.
+      answers_[static_cast<int>(responses_.front().ack_for)] = false;
+      ++counters_.acks_held_unanswered;
+    }
   }
   if (state_ == QpState::kErr) {
     if (drain_responses_in_error_ && poll_response(out)) return true;
@@ -431,7 +439,7 @@ bool Qp::only_ack_to_send() const {
   if (attr_.timeout != 0 && attr_.timeout < kMinTimeoutToHoldAck) return false;
   const Response& r = responses_.front();
   if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
-      !r.ends_message) {
+      r.ack_for == AckFor::kNone || !answers_[static_cast<int>(r.ack_for)]) {
     return false;
   }
   return !(req_.rnr_resume.is_never() && request_ready());

@@ -161,6 +161,10 @@ struct QpCounters {
   // RC/UC packets whose IP source is not the QP's path (rxe's check_addr()): dropped before they
   // touch any state, CNPs and ECN marks included.
   std::uint64_t src_addr_mismatch = 0;
+  // A held ACK left without the request it waited for (only_ack_to_send): the engine's hold ran
+  // out. This QP then stops holding ACKs of that kind of message until its application answers
+  // one.
+  std::uint64_t acks_held_unanswered = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -185,6 +189,7 @@ struct QpCounters {
     retry_exceeded += o.retry_exceeded;
     rnr_retry_exceeded += o.rnr_retry_exceeded;
     src_addr_mismatch += o.src_addr_mismatch;
+    acks_held_unanswered += o.acks_held_unanswered;
     return *this;
   }
 };
@@ -200,6 +205,11 @@ struct QpEnv {
   std::uint32_t pd = 0;
   std::uint32_t port_mtu_bytes = 1024;  // UD messages are limited by the port MTU
 };
+
+// What a positive ACK acknowledges, for holding it (Qp::only_ack_to_send): the end of an RDMA
+// WRITE without immediate (the responder's application sees it only in its memory), the end of
+// a message that completes a receive WQE (a SEND, a WRITE with immediate), or anything else.
+enum class AckFor : std::uint8_t { kWrite, kSend, kNone };
 
 class Qp {
  public:
@@ -361,7 +371,7 @@ class Qp {
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
                      std::uint32_t imm, WcOpcode opcode, bool solicited, std::uint32_t src_qp,
                      NetworkHdr network_hdr = NetworkHdr::kNone);
-  void queue_ack(std::uint8_t syndrome, std::uint32_t psn, bool ends_message = false);
+  void queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for = AckFor::kNone);
   void responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn);
 
   // ---- state ----
@@ -473,11 +483,11 @@ class Qp {
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
     std::uint64_t orig = 0;  // atomic: the original value, computed when the atomic executed
-    // ACK: it acknowledges the last packet of a SEND or WRITE executed in order, so the peer's
-    // application may be waiting for the completion it brings and answer it with a request
-    // (only_ack_to_send). A mid-message ACK (AckReq every kMaxPacketsPerAck packets) opens
-    // the peer's window for the rest of the message and is never held.
-    bool ends_message = false;
+    // ACK: the kind of message whose last packet it acknowledges (a SEND or WRITE executed in
+    // order), kNone for any other (a mid-message ACK, requested every kMaxPacketsPerAck
+    // packets, opens the peer's window for the rest of the message and is never held; a
+    // duplicate's re-ACK answers a retry).
+    AckFor ack_for = AckFor::kNone;
   };
   BoundedRing<Response> responses_;
 
@@ -485,6 +495,17 @@ class Qp {
   // still leave; then nothing.
   bool drain_responses_in_error_ = false;
   bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK
+
+  // Whether this QP's application answers a message of each kind (AckFor::kWrite, kSend) with a
+  // request of its own soon enough for the message's ACK to wait for it, as TCP's delayed ACK
+  // learns a ping-pong. A held ACK that leaves without a request behind it (the engine's hold
+  // ran out) clears its kind: a WRITE whose initiator waits for the completion before it says
+  // so with a SEND (UCX's put rendezvous, MPI_Win_flush) cost that initiator the whole hold on
+  // every message. The kind's ACKs then leave at once, and the kind is set again when this QP's
+  // next new request follows such an ACK before the peer's next request arrives (the
+  // application did answer).
+  bool answers_[2] = {true, true};
+  AckFor unheld_ack_for_ = AckFor::kNone;  // the last ACK sent at once because of answers_
 };
 
 }  // namespace uroce::transport

@@ -76,13 +76,13 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
   env_.recv_cq->push(wc, solicited);
 }
 
-void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, bool ends_message) {
+void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
   Response r;
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
   r.psn = psn;
   r.msn = resp_.msn;
-  r.ends_message = ends_message;
+  r.ack_for = ack_for;
   if (!responses_.empty() && responses_.back().kind == Response::Kind::kAck) {
     // Behind the last READ or atomic response, at most one ACK or NAK waits: the one that says
     // the most. Every ACK and NAK at PSN p acknowledges all requests before p, so a later one
@@ -356,8 +356,12 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   switch (s) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
+      unheld_ack_for_ = AckFor::kNone;  // the peer spoke again before this side's application
       if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic)) {
-        queue_ack(wire::make_ack_syndrome(), psn, pkt.op->is(wire::kFlagLast));
+        const AckFor ack_for = !pkt.op->is(wire::kFlagLast)      ? AckFor::kNone
+                               : pkt.op->is(wire::kFlagComplete) ? AckFor::kSend
+                                                                 : AckFor::kWrite;
+        queue_ack(wire::make_ack_syndrome(), psn, ack_for);
       }
       return;
     case RespStatus::kRnr:
@@ -554,6 +558,9 @@ bool Qp::poll_response(TxPacket& out) {
   const std::uint32_t dest = attr_.dest_qp_num;
   switch (r.kind) {
     case Response::Kind::kAck:
+      if (r.ack_for != AckFor::kNone && !answers_[static_cast<int>(r.ack_for)]) {
+        unheld_ack_for_ = r.ack_for;
+      }
       build_bth(out, Opcode::kRcAcknowledge, dest, r.psn, false, false, 0);
       wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
           .encode(wire::Aeth{r.syndrome, r.msn});

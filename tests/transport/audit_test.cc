@@ -442,5 +442,69 @@ TEST(Audit, AMidMessageAckIsNeverHeld) {
   }
 }
 
+// A held ACK that leaves without a request behind it (the engine's hold ran out: Qp::
+// poll_transmit after note_ack_held with nothing posted) teaches the QP that its application
+// does not answer that kind of message: the next ACKs of that kind leave at once (a WRITE's
+// initiator that waits for the completion before it says so with a SEND paid the whole hold on
+// every message), other kinds are still held, and the kind is held again once the application
+// answers one (posts a request before the peer's next request arrives).
+TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, 7);
+  // One side of a ping-pong: it sent a request, which completed.
+  const Sge w = sge(s.e, 0, 8);
+  std::uint32_t psn = kPsn;
+  std::uint32_t epsn = kEpsn;
+  // This side's application posts a request (with a held ACK behind it), and the peer ACKs it.
+  auto answer = [&](bool held_ack) {
+    ASSERT_EQ(s.e.qp->post_send(request(psn, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
+    std::vector<std::string> want{resp(Opcode::kRcSendOnly, psn, 0)};
+    if (held_ack) want.push_back(resp(Opcode::kRcAcknowledge, epsn - 1, kAck));
+    EXPECT_EQ(describe(s.drain()), want);
+    ack_packet(s, psn++, kAck);
+  };
+  answer(false);
+  auto peer_write = [&] {
+    s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, epsn++, s.va(1024), s.e.key, 8), pattern(8, 1));
+  };
+  auto peer_send = [&] {
+    post_recv(s, epsn, 2048, 64);
+    s.feed(Opcode::kRcSendOnly, epsn++, pattern(8, 2));
+  };
+  auto acked = [&] {
+    return describe(s.drain()) ==
+           std::vector<std::string>{resp(Opcode::kRcAcknowledge, epsn - 1, kAck)};
+  };
+
+  peer_write();
+  ASSERT_TRUE(s.e.qp->only_ack_to_send());
+  s.e.qp->note_ack_held();  // the engine holds it, and its hold runs out: the ACK leaves alone
+  EXPECT_TRUE(acked());
+  EXPECT_EQ(s.e.qp->counters().acks_held_unanswered, 1u);
+
+  peer_write();
+  EXPECT_FALSE(s.e.qp->only_ack_to_send());  // WRITEs: not answered
+  EXPECT_TRUE(acked());
+  peer_send();
+  EXPECT_TRUE(s.e.qp->only_ack_to_send());  // SENDs still are
+  s.e.qp->note_ack_held();
+  answer(true);  // the SEND's ACK rides behind the answer
+  EXPECT_EQ(s.e.qp->counters().acks_held_unanswered, 1u);
+
+  // The peer speaks again before this side answers the WRITE: still not answered.
+  peer_write();
+  EXPECT_FALSE(s.e.qp->only_ack_to_send());
+  EXPECT_TRUE(acked());
+  peer_write();
+  EXPECT_FALSE(s.e.qp->only_ack_to_send());
+  EXPECT_TRUE(acked());
+  // This side answers a WRITE: WRITEs' ACKs are held again.
+  answer(false);
+  peer_write();
+  EXPECT_TRUE(s.e.qp->only_ack_to_send());
+  EXPECT_TRUE(acked());
+  EXPECT_EQ(s.e.qp->counters().acks_held_unanswered, 1u);
+}
+
 }  // namespace
 }  // namespace uroce::test
