@@ -132,6 +132,20 @@ void read_stream_packet(Solo& s, const std::vector<std::byte>& remote, std::uint
   read_response(s, op, psn, part(remote, (psn - first) * 256, 256));
 }
 
+// Posts READs 0..n-1 of 4 KiB each (16 PSNs at MTU 256), READ i into the buffer at i * 4 KiB.
+void post_4k_reads(Solo& s, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(s.e.qp->post_send(rq(i, WrOpcode::kRdmaRead, sge(s.e, i * 4096, 4096))), Errc::kOk);
+  }
+}
+
+// All 16 responses to READ `read` of post_4k_reads, carrying `remote` (4 KiB).
+void answer_4k_read(Solo& s, const std::vector<std::byte>& remote, std::uint32_t read) {
+  const std::uint32_t first = kPsn + read * 16;
+  for (std::uint32_t psn = first; psn < first + 16; ++psn)
+    read_stream_packet(s, remote, first, psn);
+}
+
 void to_state(Endpoint& e, QpState state) {
   QpAttr attr;
   attr.qp_state = state;
@@ -404,16 +418,11 @@ TEST(Requester, AReadMayStartInAWindowTwiceAsWideAsOtherRequests) {
   Solo s(QpType::kRc, 256);
   s.set(14, 7, 7, 12, /*max_rd_atomic=*/32);
   // 20 READs of 16 PSNs each (4 KiB at MTU 256), then a SEND.
-  for (std::uint64_t i = 0; i < 20; ++i) {
-    ASSERT_EQ(s.e.qp->post_send(rq(i, WrOpcode::kRdmaRead, sge(s.e, i * 4096, 4096))), Errc::kOk);
-  }
+  post_4k_reads(s, 20);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(s.e.qp->post_send(rq(20, WrOpcode::kSend, sge(s.e, 0, 8))), Errc::kOk);
   const auto remote = pattern(4096, 7);
-  const auto answer = [&](std::uint32_t read) {
-    const std::uint32_t first = 0x1000 + read * 16;
-    for (std::uint32_t psn = first; psn < first + 16; ++psn)
-      read_stream_packet(s, remote, first, psn);
-  };
+  const auto answer = [&](std::uint32_t read) { answer_4k_read(s, remote, read); };
   auto out = s.drain();
   ASSERT_EQ(out.size(), 16u);  // 256 PSNs outstanding
   EXPECT_EQ(describe(out.back()), pkt(Opcode::kRcRdmaReadRequest, 0x1000 + 15 * 16, true));
@@ -433,6 +442,81 @@ TEST(Requester, AReadMayStartInAWindowTwiceAsWideAsOtherRequests) {
   EXPECT_EQ(statuses(s.e.scq), Strings(21, st(WcStatus::kSuccess)));
   EXPECT_EQ(slice(s.e, 19 * 4096, 4096), remote);
   EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 0u);
+}
+
+// A READ behind a WRITE that fills the 128-PSN window starts at once (128 < 256); a WRITE behind
+// the READ waits until fewer than 128 are outstanding again, and everything completes in order.
+TEST(Requester, AReadMayStartBehind128OutstandingWritePsns) {
+  Solo s(QpType::kRc, 256);
+  fill(s.e, 0, 128 * 256, 3);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWrite, sge(s.e, 0, 128 * 256))), Errc::kOk);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 128u);
+  EXPECT_EQ(describe(out.back()), pkt(Opcode::kRcRdmaWriteLast, 0x107f, true));
+  ASSERT_EQ(s.e.qp->post_send(rq(2, WrOpcode::kRdmaRead, sge(s.e, 65536, 4096))), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kRdmaWrite, sge(s.e, 0, 256))), Errc::kOk);
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1080, true)});
+  EXPECT_TRUE(s.drain().empty());  // 144 outstanding: the WRITE waits
+  ack(s, 0x107f);                  // 16 outstanding (the READ's)
+  EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcRdmaWriteOnly, 0x1090, true)});
+  const auto remote = pattern(4096, 8);
+  for (std::uint32_t psn = 0x1080; psn < 0x1090; ++psn) read_stream_packet(s, remote, 0x1080, psn);
+  ack(s, 0x1090);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(3, st(WcStatus::kSuccess)));
+  EXPECT_EQ(slice(s.e, 65536, 4096), remote);
+  EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 0u);
+}
+
+// Inside the wide window, max_rd_atomic still bounds the READs outstanding: 4 of 16 PSNs each
+// (64 PSNs), one more as each completes.
+TEST(Requester, MaxRdAtomicBoundsReadsInsideTheWideWindow) {
+  Solo s(QpType::kRc, 256);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/4);
+  post_4k_reads(s, 10);
+  if (HasFatalFailure()) return;
+  const auto remote = pattern(4096, 5);
+  const auto answer = [&](std::uint32_t read) { answer_4k_read(s, remote, read); };
+  EXPECT_EQ(s.drain().size(), 4u);
+  for (std::uint32_t r = 0; r < 6; ++r) {
+    answer(r);
+    EXPECT_EQ(describe(s.drain()),
+              Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000 + (r + 4) * 16, true)});
+  }
+  for (std::uint32_t r = 6; r < 10; ++r) answer(r);
+  EXPECT_TRUE(s.drain().empty());
+  EXPECT_EQ(statuses(s.e.scq), Strings(10, st(WcStatus::kSuccess)));
+  EXPECT_EQ(slice(s.e, 9 * 4096, 4096), remote);
+}
+
+// Go-back-N with the wide window full: 16 READs of 16 PSNs (256 outstanding), READ 1's first
+// response lost. The next response is an implied NAK: the requester asks again from READ 1 on,
+// never more than 256 PSNs out, and with the replayed stream every READ completes with the
+// responder's bytes, at the cost of one retry.
+TEST(Requester, GoBackNWith256PsnsOutstanding) {
+  Solo s(QpType::kRc, 256);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/16);
+  post_4k_reads(s, 16);
+  if (HasFatalFailure()) return;
+  const auto remote = pattern(4096, 6);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 16u);
+  answer_4k_read(s, remote, 0);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{0}));
+  // READ 1's First is lost; its Middle says the First went missing.
+  read_stream_packet(s, remote, 0x1010, 0x1011);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 15u);  // READs 1-15 again, from READ 1's first PSN
+  for (std::uint32_t i = 0; i < 15; ++i) {
+    EXPECT_EQ(describe(out[i]), pkt(Opcode::kRcRdmaReadRequest, 0x1010 + i * 16, true));
+    EXPECT_EQ(out[i].h.reth.dma_length, 4096u);
+  }
+  EXPECT_TRUE(s.drain().empty());
+  for (std::uint32_t r = 1; r < 16; ++r) answer_4k_read(s, remote, r);
+  EXPECT_EQ(statuses(s.e.scq), Strings(16, st(WcStatus::kSuccess)));
+  for (std::uint64_t i = 0; i < 16; ++i) EXPECT_EQ(slice(s.e, i * 4096, 4096), remote) << i;
+  EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
+  EXPECT_EQ(s.e.qp->counters().retry_exceeded, 0u);
 }
 
 TEST(Requester, WindowSpansManyWqes) {
@@ -1261,16 +1345,24 @@ TEST(Completer, ReplaysThatNeverBringTheMissingReadResponseSpendTheRetries) {
 // far past it: they ask nothing and spend no retry. (The compat test faults.tx.ib_read_bw, 1%
 // of reordering and duplication with 256 PSNs of READs outstanding, failed 4 runs in 15 with
 // IBV_WC_RETRY_EXC_ERR when each counted as a replay.)
+// A READ of 64 PSNs at MTU 256 (0x1000..0x103f) into the start of the buffer, from `remote`; its
+// second response (0x1001) lost, so the third asks again from there at once.
+void read_64_psns_losing_the_second(Solo& s, const std::vector<std::byte>& remote) {
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 64 * 256))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  read_stream_packet(s, remote, 0x1000, 0x1000);
+  read_stream_packet(s, remote, 0x1000, 0x1002);
+  const auto out = s.drain();
+  ASSERT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1001, true)});
+  EXPECT_EQ(out[0].h.reth, (wire::Reth{kRemoteVa + 256, kRkey, 63 * 256}));
+}
+
 TEST(Completer, ReorderedAndDuplicatedPacketsFarPastTheGapAreNotAReplay) {
   Solo s(QpType::kRc, 256);
   s.set(10, /*retry_cnt=*/1, 7);
   const auto remote = pattern(64 * 256, 29);  // PSNs 0x1000..0x103f
-  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaRead, sge(s.e, 0, 64 * 256))), Errc::kOk);
-  ASSERT_EQ(s.drain().size(), 1u);
-  read_stream_packet(s, remote, 0x1000, 0x1000);
-  // 0x1001 lost: 0x1002 asks for the rest at once.
-  read_stream_packet(s, remote, 0x1000, 0x1002);
-  ASSERT_EQ(s.drain().size(), 1u);
+  read_64_psns_losing_the_second(s, remote);
+  if (HasFatalFailure()) return;
   std::size_t requests = 0;
   for (const std::uint32_t psn :
        {0x1003u, 0x1004u, 0x1005u, 0x1006u, 0x1007u, 0x1008u, 0x1009u, 0x100au, 0x100cu, 0x100du,
@@ -1286,6 +1378,51 @@ TEST(Completer, ReorderedAndDuplicatedPacketsFarPastTheGapAreNotAReplay) {
   EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
   EXPECT_EQ(slice(s.e, 0, 64 * 256), remote);
   EXPECT_EQ(s.e.qp->counters().retry_exceeded, 0u);
+}
+
+// The limit of kReplayStartSlack (4): a replay that loses its first 4 packets is taken for one
+// that lost its head, and the next packet asks again at once. One that loses 5 starts past the
+// slack, so its packets are neither a new replay nor the PSN awaited: the READ recovers by its
+// ACK timeout, which asks again from the gap, spending one retry.
+TEST(Completer, AReplayThatLosesMoreThanItsFirstFourPacketsRecoversByTheAckTimeout) {
+  for (const std::uint32_t lost : {4u, 5u}) {
+    SCOPED_TRACE("replay's first " + std::to_string(lost) + " packets lost");
+    Solo s(QpType::kRc, 256);
+    s.set(10, /*retry_cnt=*/2, 7);
+    const auto remote = pattern(64 * 256, 31);  // PSNs 0x1000..0x103f
+    read_64_psns_losing_the_second(s, remote);
+    if (HasFatalFailure()) return;
+    const Strings again{pkt(Opcode::kRcRdmaReadRequest, 0x1001, true)};
+    std::vector<Solo::Sent> out;
+    for (std::uint32_t psn = 0x1003; psn <= 0x103f; ++psn)
+      read_stream_packet(s, remote, 0x1000, psn);
+    // The replay from 0x1001, its first `lost` packets lost.
+    std::size_t requests = 0;
+    for (std::uint32_t psn = 0x1001 + lost; psn <= 0x103f; ++psn) {
+      read_stream_packet(s, remote, 0x1000, psn);
+      out = s.drain();
+      if (requests == 0 && !out.empty()) {
+        EXPECT_EQ(describe(out), again);
+      }
+      requests += out.size();
+    }
+    EXPECT_TRUE(s.e.scq.wcs.empty());
+    if (lost == 4) {
+      EXPECT_EQ(requests, 1u);
+      EXPECT_EQ(s.e.qp->counters().implied_naks, 2u);
+    } else {
+      EXPECT_EQ(requests, 0u);
+      EXPECT_EQ(s.e.qp->counters().implied_naks, 1u);
+      s.advance(ack_timeout(10));
+      EXPECT_EQ(s.e.qp->counters().timeouts, 1u);
+      ASSERT_EQ(describe(s.drain()), again);
+    }
+    for (std::uint32_t psn = 0x1001; psn <= 0x103f; ++psn)
+      read_stream_packet(s, remote, 0x1000, psn);
+    EXPECT_EQ(statuses(s.e.scq), Strings{st(WcStatus::kSuccess)});
+    EXPECT_EQ(slice(s.e, 0, 64 * 256), remote);
+    EXPECT_EQ(s.e.qp->counters().retry_exceeded, 0u);
+  }
 }
 
 // The interop failure against rxe: a 4096-byte READ at MTU 1024, its last response packet
