@@ -89,6 +89,7 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
   if (mask & kQpRqPsn) {
     attr_.rq_psn = a.rq_psn & wire::kPsnMask;
     resp_.psn = attr_.rq_psn;
+    resp_.unacked_psn = attr_.rq_psn;
   }
   if (mask & kQpSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
@@ -402,11 +403,16 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
   if (ack_held_) {
     ack_held_ = false;  // one request packet at most goes first
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) return true;
-    if (responses_.size() == 1 && responses_.front().kind == Response::Kind::kAck &&
+    if (state_ != QpState::kErr && responses_.size() == 1 &&
+        responses_.front().kind == Response::Kind::kAck &&
         responses_.front().ack_for != AckFor::kNone) {
-      // The hold ran out and the ACK leaves alone: the application did not answer in time.
+      // The held ACK leaves alone (its hold ran out, or the engine flushed it for another
+      // reason: the application blocked, a QP changed): the application did not answer in time.
       answers_[static_cast<int>(responses_.front().ack_for)] = false;
       ++counters_.acks_held_unanswered;
+      const bool sent = poll_response(out);
+      unheld_ack_for_ = AckFor::kNone;  // not one sent at once: an answer now is a late one
+      return sent;
     }
   }
   if (state_ == QpState::kErr) {
@@ -440,6 +446,11 @@ bool Qp::only_ack_to_send() const {
   const Response& r = responses_.front();
   if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
       r.ack_for == AckFor::kNone || !answers_[static_cast<int>(r.ack_for)]) {
+    return false;
+  }
+  // An ACK that covers many PSNs may be what the peer's window waits for (several messages in
+  // one turn): it leaves at once.
+  if (wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= std::int32_t{kMaxPsnsBehindAHeldAck}) {
     return false;
   }
   return !(req_.rnr_resume.is_never() && request_ready());

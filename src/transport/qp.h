@@ -47,6 +47,10 @@ inline constexpr std::uint64_t kMaxMessageBytes = 1ull << 31;
 // rxe: at most 128 unacknowledged PSNs, AckReq at least every 64 packets.
 inline constexpr std::uint32_t kMaxUnackedPsns = 128;
 inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
+// A positive ACK that covers this many PSNs or more is never held for a request (Qp::
+// only_ack_to_send): the peer may have sent them in one turn and wait for it to open its window
+// (kMaxUnackedPsns).
+inline constexpr std::uint32_t kMaxPsnsBehindAHeldAck = 64;
 // uroce's own: a READ may start while fewer than this many PSNs are outstanding (requester.cc).
 inline constexpr std::uint32_t kMaxUnackedReadPsns = 256;
 // While going back, a response at most this many PSNs past the one awaited, below the last
@@ -268,8 +272,10 @@ class Qp {
   // one side of a ping-pong: it has sent requests itself and has at most one outstanding, so
   // its application is likely to post the next one soon. Such an ACK may wait a little to leave
   // together with that request (Engine::flush_tx's hold_acks). A QP that only responds (a
-  // bandwidth test's target) or streams requests, and an ACK in the middle of a message, get
-  // out at once: the peer's window may be waiting for them. Never with an ACK timeout below
+  // bandwidth test's target) or streams requests, an ACK in the middle of a message and one that
+  // covers kMaxPsnsBehindAHeldAck PSNs or more get out at once: the peer's window may be waiting
+  // for them. So does a duplicate's re-ACK, and the ACK of a kind of message this QP's
+  // application has not been answering (answers_). Never with an ACK timeout below
   // kMinTimeoutToHoldAck.
   bool only_ack_to_send() const;
   // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
@@ -433,7 +439,8 @@ class Qp {
   // Responder.
   enum class MsgKind : std::uint8_t { kNone, kSend, kWrite };
   struct Responder {
-    std::uint32_t psn = 0;  // expected PSN (ePSN)
+    std::uint32_t psn = 0;          // expected PSN (ePSN)
+    std::uint32_t unacked_psn = 0;  // the first PSN no positive ACK this QP sent covers
     std::uint32_t msn = 0;
     bool nak_sent = false;                // one NAK per out-of-sequence run
     MsgKind in_message = MsgKind::kNone;  // inside a multi-packet SEND or WRITE
@@ -499,11 +506,12 @@ class Qp {
   // Whether this QP's application answers a message of each kind (AckFor::kWrite, kSend) with a
   // request of its own soon enough for the message's ACK to wait for it, as TCP's delayed ACK
   // learns a ping-pong. A held ACK that leaves without a request behind it (the engine's hold
-  // ran out) clears its kind: a WRITE whose initiator waits for the completion before it says
-  // so with a SEND (UCX's put rendezvous, MPI_Win_flush) cost that initiator the whole hold on
-  // every message. The kind's ACKs then leave at once, and the kind is set again when this QP's
-  // next new request follows such an ACK before the peer's next request arrives (the
-  // application did answer).
+  // ran out, or it flushed the ACK for another reason: the application blocked, a QP changed)
+  // clears its kind: a WRITE whose initiator waits for the completion before it says so with a
+  // SEND (UCX's put rendezvous, MPI_Win_flush) cost that initiator the whole hold on every
+  // message. The kind's ACKs then leave at once, and the kind is set again when this QP starts
+  // a new request WQE after one of those ACKs left and before the peer's next request executes
+  // (the application did answer). A late answer to the ACK that left alone does not count.
   bool answers_[2] = {true, true};
   AckFor unheld_ack_for_ = AckFor::kNone;  // the last ACK sent at once because of answers_
 };

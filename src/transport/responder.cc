@@ -561,6 +561,9 @@ bool Qp::poll_response(TxPacket& out) {
       if (r.ack_for != AckFor::kNone && !answers_[static_cast<int>(r.ack_for)]) {
         unheld_ack_for_ = r.ack_for;
       }
+      if (wire::aeth_type(r.syndrome) == wire::AethType::kAck) {
+        resp_.unacked_psn = wire::psn_add(r.psn, 1);
+      }
       build_bth(out, Opcode::kRcAcknowledge, dest, r.psn, false, false, 0);
       wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
           .encode(wire::Aeth{r.syndrome, r.msn});

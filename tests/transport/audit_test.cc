@@ -481,9 +481,18 @@ TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
   s.e.qp->note_ack_held();  // the engine holds it, and its hold runs out: the ACK leaves alone
   EXPECT_TRUE(acked());
   EXPECT_EQ(s.e.qp->counters().acks_held_unanswered, 1u);
+  answer(false);  // too late: it does not count
 
   peer_write();
   EXPECT_FALSE(s.e.qp->only_ack_to_send());  // WRITEs: not answered
+  EXPECT_TRUE(acked());
+  // A WRITE with immediate completes a receive, as a SEND does: still held.
+  post_recv(s, epsn, 2048, 64);
+  wire::TransportHeaders imm =
+      reth_headers(Opcode::kRcRdmaWriteOnlyImm, epsn++, s.va(1024), s.e.key, 8);
+  imm.imm_data = 7;
+  s.feed(imm, pattern(8, 3));
+  EXPECT_TRUE(s.e.qp->only_ack_to_send());
   EXPECT_TRUE(acked());
   peer_send();
   EXPECT_TRUE(s.e.qp->only_ack_to_send());  // SENDs still are
@@ -504,6 +513,29 @@ TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
   EXPECT_TRUE(s.e.qp->only_ack_to_send());
   EXPECT_TRUE(acked());
   EXPECT_EQ(s.e.qp->counters().acks_held_unanswered, 1u);
+}
+
+// An ACK that covers kMaxPsnsBehindAHeldAck (64) PSNs or more since the last one this QP sent
+// leaves at once, even at the end of a message on a ping-pong side: the peer may have sent them
+// in one turn (several messages) and wait for this ACK to open its 128-PSN window.
+TEST(Audit, AnAckCoveringManyPsnsIsNeverHeld) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, 7);
+  const Sge w = sge(s.e, 0, 8);
+  ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  ack_packet(s, kPsn, kAck);
+  std::uint32_t epsn = kEpsn;
+  for (const std::uint32_t n :
+       {transport::kMaxPsnsBehindAHeldAck - 1, transport::kMaxPsnsBehindAHeldAck}) {
+    SCOPED_TRACE(std::to_string(n) + " WRITEs in a turn");
+    for (std::uint32_t i = 0; i < n; ++i) {
+      s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, epsn++, s.va(1024), s.e.key, 8), pattern(8, i));
+    }
+    EXPECT_EQ(s.e.qp->only_ack_to_send(), n < transport::kMaxPsnsBehindAHeldAck);
+    EXPECT_EQ(describe(s.drain()),
+              (std::vector<std::string>{resp(Opcode::kRcAcknowledge, epsn - 1, kAck)}));
+  }
 }
 
 }  // namespace
