@@ -44,6 +44,15 @@ void ack_packet(Solo& s, std::uint32_t psn, std::uint8_t syndrome) {
   s.feed(h);
 }
 
+// Makes the Solo QP one side of a ping-pong, as the engine's ACK hold sees it: it sent a
+// request (a SEND of 8 bytes at PSN kPsn), which the peer acknowledged.
+void play_one_side_of_a_ping_pong(Solo& s) {
+  const Sge w = sge(s.e, 0, 8);
+  ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
+  ASSERT_EQ(s.drain().size(), 1u);
+  ack_packet(s, kPsn, kAck);
+}
+
 // "RC Acknowledge 5003 a0": opcode name, PSN, AETH syndrome (00 without an AETH).
 std::string resp(Opcode op, std::uint32_t psn, std::uint8_t syndrome) {
   const wire::OpcodeInfo& info = wire::opcode_info(op);
@@ -394,11 +403,8 @@ TEST(Audit, ShortAckTimeoutsNeverHoldAnAck) {
     SCOPED_TRACE("timeout " + std::to_string(timeout));
     Solo s(QpType::kRc);
     s.set(timeout, 7, 7);
-    // One side of a ping-pong: it sent a request, which completed, and now gets the peer's.
-    const Sge w = sge(s.e, 0, 8);
-    ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
-    ASSERT_EQ(s.drain().size(), 1u);
-    ack_packet(s, kPsn, kAck);
+    play_one_side_of_a_ping_pong(s);
+    if (HasFatalFailure()) return;
     post_recv(s, 1, 4096, 64);
     s.feed(Opcode::kRcSendOnly, kEpsn, pattern(8, 0));
     const bool long_enough = timeout == 0 || timeout >= transport::Qp::kMinTimeoutToHoldAck;
@@ -418,11 +424,8 @@ TEST(Audit, AMidMessageAckIsNeverHeld) {
     SCOPED_TRACE(write ? "WRITE" : "SEND");
     Solo s(QpType::kRc, 1024);
     s.set(14, 7, 7);
-    // One side of a ping-pong: it sent a request, which completed, and now gets the peer's.
-    const Sge w = sge(s.e, 0, 8);
-    ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
-    ASSERT_EQ(s.drain().size(), 1u);
-    ack_packet(s, kPsn, kAck);
+    play_one_side_of_a_ping_pong(s);
+    if (HasFatalFailure()) return;
     if (write) {
       s.feed(reth_headers(Opcode::kRcRdmaWriteFirst, kEpsn, s.va(0), s.e.key, 3072),
              pattern(1024, 0));
@@ -521,10 +524,8 @@ TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
 TEST(Audit, AnAckCoveringManyPsnsIsNeverHeld) {
   Solo s(QpType::kRc, 1024);
   s.set(14, 7, 7);
-  const Sge w = sge(s.e, 0, 8);
-  ASSERT_EQ(s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&w, 1))), Errc::kOk);
-  ASSERT_EQ(s.drain().size(), 1u);
-  ack_packet(s, kPsn, kAck);
+  play_one_side_of_a_ping_pong(s);
+  if (HasFatalFailure()) return;
   std::uint32_t epsn = kEpsn;
   for (const std::uint32_t n :
        {transport::kMaxPsnsBehindAHeldAck - 1, transport::kMaxPsnsBehindAHeldAck}) {
