@@ -70,7 +70,7 @@ struct HostReport {
   std::uint64_t thread_wakeups = 0;    // sleeps that ended
   std::int64_t thread_spin_ns = 0;     // time the thread busy-polled
   std::uint64_t messages_received = 0;
-  std::uint64_t acks_held_unanswered = 0;  // the QP's: held ACKs whose hold ran out
+  std::uint64_t acks_held_unanswered = 0;  // the QP's: held ACKs that left alone
 };
 
 struct ProgressSimResult {

@@ -408,7 +408,7 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
         responses_.front().ack_for != AckFor::kNone) {
       // The held ACK leaves alone (its hold ran out, or the engine flushed it for another
       // reason: the application blocked, a QP changed): the application did not answer in time.
-      answers_[static_cast<int>(responses_.front().ack_for)] = false;
+      answers(responses_.front().ack_for) = false;
       ++counters_.acks_held_unanswered;
       const bool sent = poll_response(out);
       unheld_ack_for_ = AckFor::kNone;  // not one sent at once: an answer now is a late one
@@ -445,7 +445,7 @@ bool Qp::only_ack_to_send() const {
   if (attr_.timeout != 0 && attr_.timeout < kMinTimeoutToHoldAck) return false;
   const Response& r = responses_.front();
   if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
-      r.ack_for == AckFor::kNone || !answers_[static_cast<int>(r.ack_for)]) {
+      r.ack_for == AckFor::kNone || !answers(r.ack_for)) {
     return false;
   }
   // An ACK that covers many PSNs may be what the peer's window waits for (several messages in

@@ -166,8 +166,8 @@ struct QpCounters {
   // touch any state, CNPs and ECN marks included.
   std::uint64_t src_addr_mismatch = 0;
   // A held ACK left without the request it waited for (only_ack_to_send): the engine's hold ran
-  // out. This QP then stops holding ACKs of that kind of message until its application answers
-  // one.
+  // out, or it flushed the ACK because the application blocked or a QP changed. This QP then
+  // stops holding ACKs of that kind of message until its application answers one.
   std::uint64_t acks_held_unanswered = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
@@ -513,6 +513,8 @@ class Qp {
   // a new request WQE after one of those ACKs left and before the peer's next request executes
   // (the application did answer). A late answer to the ACK that left alone does not count.
   bool answers_[2] = {true, true};
+  bool& answers(AckFor kind) { return answers_[static_cast<int>(kind)]; }  // not kNone
+  bool answers(AckFor kind) const { return answers_[static_cast<int>(kind)]; }
   AckFor unheld_ack_for_ = AckFor::kNone;  // the last ACK sent at once because of answers_
 };
 

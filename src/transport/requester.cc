@@ -102,7 +102,7 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
   if (w.state == WqeState::kPosted) {
     if (unheld_ack_for_ != AckFor::kNone) {
       // This side answered the message whose ACK went at once: hold that kind's ACKs again.
-      answers_[static_cast<int>(unheld_ack_for_)] = true;
+      answers(unheld_ack_for_) = true;
       unheld_ack_for_ = AckFor::kNone;
     }
     w.state = WqeState::kSending;

@@ -558,7 +558,7 @@ bool Qp::poll_response(TxPacket& out) {
   const std::uint32_t dest = attr_.dest_qp_num;
   switch (r.kind) {
     case Response::Kind::kAck:
-      if (r.ack_for != AckFor::kNone && !answers_[static_cast<int>(r.ack_for)]) {
+      if (r.ack_for != AckFor::kNone && !answers(r.ack_for)) {
         unheld_ack_for_ = r.ack_for;
       }
       if (wire::aeth_type(r.syndrome) == wire::AethType::kAck) {

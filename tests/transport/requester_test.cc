@@ -422,22 +422,21 @@ TEST(Requester, AReadMayStartInAWindowTwiceAsWideAsOtherRequests) {
   if (HasFatalFailure()) return;
   ASSERT_EQ(s.e.qp->post_send(rq(20, WrOpcode::kSend, sge(s.e, 0, 8))), Errc::kOk);
   const auto remote = pattern(4096, 7);
-  const auto answer = [&](std::uint32_t read) { answer_4k_read(s, remote, read); };
   auto out = s.drain();
   ASSERT_EQ(out.size(), 16u);  // 256 PSNs outstanding
   EXPECT_EQ(describe(out.back()), pkt(Opcode::kRcRdmaReadRequest, 0x1000 + 15 * 16, true));
-  answer(0);  // 240 outstanding: one more READ
+  answer_4k_read(s, remote, 0);  // 240 outstanding: one more READ
   EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000 + 16 * 16, true)});
-  for (std::uint32_t r = 1; r <= 3; ++r) answer(r);  // the last three READs
+  for (std::uint32_t r = 1; r <= 3; ++r) answer_4k_read(s, remote, r);  // the last three READs
   EXPECT_EQ(s.drain().size(), 3u);
   // 256 outstanding, and the SEND is next: it goes only below 128.
   for (std::uint32_t r = 4; r <= 11; ++r) {
-    answer(r);
+    answer_4k_read(s, remote, r);
     EXPECT_TRUE(s.drain().empty()) << "after READ " << r;
   }
-  answer(12);  // 112 outstanding
+  answer_4k_read(s, remote, 12);  // 112 outstanding
   EXPECT_EQ(describe(s.drain()), Strings{pkt(Opcode::kRcSendOnly, 0x1000 + 20 * 16, true)});
-  for (std::uint32_t r = 13; r < 20; ++r) answer(r);
+  for (std::uint32_t r = 13; r < 20; ++r) answer_4k_read(s, remote, r);
   ack(s, 0x1000 + 20 * 16);
   EXPECT_EQ(statuses(s.e.scq), Strings(21, st(WcStatus::kSuccess)));
   EXPECT_EQ(slice(s.e, 19 * 4096, 4096), remote);
@@ -476,14 +475,13 @@ TEST(Requester, MaxRdAtomicBoundsReadsInsideTheWideWindow) {
   post_4k_reads(s, 10);
   if (HasFatalFailure()) return;
   const auto remote = pattern(4096, 5);
-  const auto answer = [&](std::uint32_t read) { answer_4k_read(s, remote, read); };
   EXPECT_EQ(s.drain().size(), 4u);
   for (std::uint32_t r = 0; r < 6; ++r) {
-    answer(r);
+    answer_4k_read(s, remote, r);
     EXPECT_EQ(describe(s.drain()),
               Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1000 + (r + 4) * 16, true)});
   }
-  for (std::uint32_t r = 6; r < 10; ++r) answer(r);
+  for (std::uint32_t r = 6; r < 10; ++r) answer_4k_read(s, remote, r);
   EXPECT_TRUE(s.drain().empty());
   EXPECT_EQ(statuses(s.e.scq), Strings(10, st(WcStatus::kSuccess)));
   EXPECT_EQ(slice(s.e, 9 * 4096, 4096), remote);
