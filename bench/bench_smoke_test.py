@@ -102,10 +102,11 @@ class DatapathBench(unittest.TestCase):
 
 
 def mpi_pingpong(*args):
-    """mpi_pingpong ARGS as 2 ranks over pml ob1, TCP on lo only (BTL ports 18940-18949)."""
+    """mpi_pingpong ARGS as 2 ranks over pml ob1, TCP on lo only (BTL ports 18700-18779: a port
+    stays taken for TIME_WAIT after its run, so the suite may run again within the minute)."""
     cmd = [MPIEXEC, "--allow-run-as-root", "-np", "2", "--mca", "pml", "ob1", "--mca", "btl",
            "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_tcp_port_min_v4",
-           "18940", "--mca", "btl_tcp_port_range_v4", "10", "--mca", "oob_tcp_if_include", "lo",
+           "18700", "--mca", "btl_tcp_port_range_v4", "80", "--mca", "oob_tcp_if_include", "lo",
            "--mca", "mtl", "^ofi", MPI_PINGPONG, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=100, check=False)
 

@@ -22,9 +22,11 @@
 # Usage: bench/mpi_bench.sh [ROUNDS]
 # Environment: SERVER_IP, CLIENT_IP (default 127.0.11.1, 127.0.11.2) for uroce's devices;
 # LAT_ITERS, BW_ITERS (default 20000, 300) for mpi_pingpong.
-# Ports: the TCP BTL binds in 18980-18989 and only on lo (its default would take the first free
+# Ports: the TCP BTL binds in 18800-18899 and only on lo (its default would take the first free
 # port from 1024 up, on every interface but lo); mpirun's out-of-band TCP listens on
-# 18950-18959 (on the wildcard address, as Open MPI does; only lo's address is given out).
+# 18950-18959 (on the wildcard address, as Open MPI does; only lo's address is given out). The
+# BTL binds without SO_REUSEADDR, so a port whose connection closed stays taken for TCP's
+# TIME_WAIT (60 s): each round takes two, and the range lets runs follow one another.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/rounds_lib.sh
@@ -71,7 +73,7 @@ run() { # uroce|tcp
       -np 1 "${b[@]}" "$PP" "$LAT_ITERS" "$BW_ITERS" >"$tmp/out" 2>&1 || rc=$?
   else
     timeout -k 5 300 mpirun "${common[@]}" --mca pml ob1 --mca btl tcp,self \
-      --mca btl_tcp_if_include lo --mca btl_tcp_port_min_v4 18980 --mca btl_tcp_port_range_v4 10 \
+      --mca btl_tcp_if_include lo --mca btl_tcp_port_min_v4 18800 --mca btl_tcp_port_range_v4 100 \
       -np 2 "$PP" "$LAT_ITERS" "$BW_ITERS" >"$tmp/out" 2>&1 || rc=$?
   fi
   if ((rc != 0)) || ! grep -q 'metric=bandwidth' "$tmp/out"; then
