@@ -807,6 +807,10 @@ void CmServer::release_held(Instant now, std::uint32_t ps, std::uint16_t port) {
 }
 
 void CmServer::on_timeout(Instant now) {
+  // The closed QPs' expiry is one of next_deadline()'s times: once it is served it must move on,
+  // or the coordinator's poll would return at once for as long as a context stays connected
+  // (only its idle check, skipped while there are contexts, forgot expired entries before).
+  closed_.expire(now);
   release_held(now, 0, 0);
   cm_.handle_timeout(now);
   if (dp_->has_faults()) {

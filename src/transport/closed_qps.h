@@ -46,13 +46,15 @@ class ClosedQps {
   // SEND or WRITE its closed QP had executed, from that QP's peer, `out` gets the ACK (PSN
   // ePSN - 1, the QP's MSN) and the answer is true.
   bool answer(Instant now, const wire::RocePacket& pkt, const wire::IpAddress& src, TxPacket& out);
+  // Forgets the entries expired at `now`.
+  void expire(Instant now);
   // Entries still answered at `now` (expired ones are forgotten).
   std::size_t live(Instant now);
-  // When the last entry expires (never() when there is none).
+  // When the last entry expires (never() when there is none). It stays in the past until
+  // expire() or live() is called with a later time.
   Instant last_until() const;
 
  private:
-  void expire(Instant now);
   std::unordered_map<std::uint32_t, ClosedQp> entries_;  // by QPN
   std::deque<std::uint32_t> order_;  // QPNs in the order added (some since expired)
 };

@@ -3,6 +3,7 @@
 // answers; an rdma_cm event channel's connection (SharedPort::connect_cm) drives it with CmMsg.
 // Bad input is counted (uroce stats' "cm" line) and never stops it serving.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "datapath/udp.h"
+#include "engine/cm_server.h"
 #include "engine/devd_cm_protocol.h"
 #include "engine/device_config.h"
 #include "engine/shared_port.h"
@@ -464,6 +466,39 @@ TEST_F(CmServerTest, FaultsReachTheCmsOwnPackets) {
   std::size_t got = 0;
   dp_->receive(16, [&](const wire::RocePacket&, const datapath::RxMeta&) { ++got; });
   EXPECT_EQ(got, 0u);
+}
+
+// A closed QP's expiry is one of the deadlines the coordinator polls for; once served it moves
+// on. It did not while a context was connected: only the coordinator's idle check (which it skips
+// while there are contexts) forgot expired entries, so its poll returned at once, over and over,
+// until the last context left: a busy core beside a benchmark that started within a few seconds of
+// the previous one (bench/net_bench.sh's READ and SEND runs lost 15-20% of their bandwidth).
+TEST(CmServerDeadline, AClosedQpsExpiryIsServedOnce) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(wire::kRoceV2Port);
+  a.sin_addr.s_addr = htonl(0x7f4d6801);  // 127.77.104.1: this test's own
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  auto s = CmServer::open(ip("127.77.104.1"), wire::kRoceV2Port, fd, 1);
+  ASSERT_TRUE(s.ok()) << s.error();
+  CmServer& cm = *s.value();
+  const Instant t0 = Instant::from_ns(1'000'000'000);
+  EXPECT_TRUE(cm.next_deadline().is_never());
+  transport::ClosedQp q;
+  q.qpn = 0x123456;
+  q.until = t0 + Duration::s(1);
+  cm.keep_closed_qp(q);
+  q.qpn = 0x123457;
+  q.until = t0 + Duration::s(3);
+  cm.keep_closed_qp(q);
+  EXPECT_EQ(cm.next_deadline(), t0 + Duration::s(3));  // the coordinator may exit after it
+  cm.on_timeout(t0 + Duration::s(1));
+  EXPECT_EQ(cm.next_deadline(), t0 + Duration::s(3));
+  cm.on_timeout(t0 + Duration::s(3));
+  EXPECT_TRUE(cm.next_deadline().is_never());
+  EXPECT_FALSE(cm.keeps_closed_qps(t0 + Duration::s(3)));
 }
 
 }  // namespace
