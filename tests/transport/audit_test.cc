@@ -518,6 +518,36 @@ TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
   EXPECT_EQ(s.e.qp->counters().acks_held_unanswered, 1u);
 }
 
+// What a QP learned about its application's answers belongs to the connection: a QP moved to
+// RESET and connected again (a new peer, perhaps a new application protocol) offers its ACKs for
+// holding as a new QP does.
+TEST(Audit, AQpConnectedAgainForgetsWhatItLearnedAboutAnswers) {
+  Solo s(QpType::kRc, 1024);
+  s.set(14, 7, 7);
+  play_one_side_of_a_ping_pong(s);
+  if (HasFatalFailure()) return;
+  std::uint32_t epsn = kEpsn;
+  auto peer_write = [&] {
+    s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, epsn++, s.va(1024), s.e.key, 8), pattern(8, 1));
+  };
+  peer_write();
+  ASSERT_TRUE(s.e.qp->only_ack_to_send());
+  s.e.qp->note_ack_held();  // its hold runs out: the ACK leaves alone
+  EXPECT_EQ(s.drain().size(), 1u);
+  peer_write();
+  ASSERT_FALSE(s.e.qp->only_ack_to_send());  // learned: WRITEs are not answered
+  EXPECT_EQ(s.drain().size(), 1u);
+
+  s.reconnect();
+  play_one_side_of_a_ping_pong(s);
+  if (HasFatalFailure()) return;
+  epsn = kEpsn;
+  peer_write();
+  EXPECT_TRUE(s.e.qp->only_ack_to_send());
+  EXPECT_EQ(describe(s.drain()),
+            (std::vector<std::string>{resp(Opcode::kRcAcknowledge, kEpsn, kAck)}));
+}
+
 // An ACK that covers kMaxPsnsBehindAHeldAck (64) PSNs or more since the last one this QP sent
 // leaves at once, even at the end of a message on a ping-pong side: the peer may have sent them
 // in one turn (several messages) and wait for this ACK to open its 128-PSN window.

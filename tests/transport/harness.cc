@@ -196,10 +196,21 @@ namespace uroce::test {
 
 Solo::Solo(QpType type, std::uint32_t mtu, std::uint32_t sq_psn, std::uint32_t rq_psn,
            const QpCap& cap)
-    : e(0x11, type, wire::IpAddress::v4(0x0a000001), cap) {
-  const Mtu m = mtu_from_bytes(mtu);
+    : e(0x11, type, wire::IpAddress::v4(0x0a000001), cap), mtu_(mtu) {
+  bring_up(sq_psn, rq_psn);
+}
+
+void Solo::reconnect(std::uint32_t sq_psn, std::uint32_t rq_psn) {
   QpAttr attr;
-  attr.path_mtu = m;
+  attr.qp_state = QpState::kReset;
+  e.qp->modify(attr, kQpState, e.qp->path());
+  UROCE_CHECK(e.qp->state() == QpState::kReset);
+  bring_up(sq_psn, rq_psn);
+}
+
+void Solo::bring_up(std::uint32_t sq_psn, std::uint32_t rq_psn) {
+  QpAttr attr;
+  attr.path_mtu = mtu_from_bytes(mtu_);
   attr.sq_psn = sq_psn;
   attr.rq_psn = rq_psn;
   attr.dest_qp_num = kPeerQpn;

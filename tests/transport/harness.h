@@ -195,6 +195,9 @@ class Solo {
   wire::IpAddress peer = wire::IpAddress::v4(0x0a000002);
   Instant now = Instant::from_ns(1'000'000);
 
+  // Moves the QP to RESET and brings it up again as the constructor does (INIT, RTR, RTS with
+  // `sq_psn` and `rq_psn`, then set()'s defaults): a QP reused for a new connection.
+  void reconnect(std::uint32_t sq_psn = 0x1000, std::uint32_t rq_psn = 0x5000);
   // Sets retry parameters, timers and atomics limits (RC defaults as ibv_rc_pingpong uses).
   void set(std::uint8_t timeout, std::uint8_t retry_cnt, std::uint8_t rnr_retry,
            std::uint8_t min_rnr_timer = 12, std::uint8_t max_rd_atomic = 4);
@@ -214,6 +217,10 @@ class Solo {
     e.qp->handle_timeout(now);
   }
   std::uint64_t va(std::size_t off) const { return e.addr() + off; }
+
+ private:
+  void bring_up(std::uint32_t sq_psn, std::uint32_t rq_psn);
+  std::uint32_t mtu_;
 };
 
 }  // namespace uroce::test
