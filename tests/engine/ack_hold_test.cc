@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -28,6 +27,7 @@ namespace uroce::engine {
 namespace {
 
 using test::make_side;
+using test::named_counter;
 using test::pair_up;
 using test::Side;
 using test::SideOptions;
@@ -214,15 +214,6 @@ TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
   EXPECT_GT(b.dev->engine().counters().tx_acks_held, held);
 }
 
-// A device counter by its `uroce stats` name.
-std::uint64_t device_counter(Side& s, std::string_view name) {
-  for (const auto& [n, v] : s.dev->stats().device_counters()) {
-    if (n == name) return v;
-  }
-  ADD_FAILURE() << "no counter " << name;
-  return 0;
-}
-
 // What a QP learns when its held ACK leaves alone (transport's Qp::note_ack_held; the audit and
 // the progress simulator test the rule itself), through the engine and real sockets: B, one side
 // of a ping-pong, holds the ACK of A's WRITE and never answers it, so the ACK leaves alone; the
@@ -241,12 +232,15 @@ TEST_F(AckHold, AWriteNobodyAnsweredIsNotHeldTheNextTime) {
   // (Relative counts: a machine stalled past A's ACK timeout would add a retransmission.)
   a_writes(2);
   const std::uint64_t held2 = b.dev->engine().counters().tx_acks_held;
-  const std::uint64_t unanswered2 = device_counter(b, "tx_acks_held_unanswered");
+  auto unanswered = [&] {
+    return named_counter(b.dev->stats().device_counters(), "tx_acks_held_unanswered");
+  };
+  const std::uint64_t unanswered2 = unanswered();
   EXPECT_GT(held2, held);
   EXPECT_GE(unanswered2, 1u);
   a_writes(3);
   EXPECT_EQ(b.dev->engine().counters().tx_acks_held, held2);  // it left at once
-  EXPECT_EQ(device_counter(b, "tx_acks_held_unanswered"), unanswered2);
+  EXPECT_EQ(unanswered(), unanswered2);
   // B answers: a WRITE of its own before A's next request.
   post_write(b, a, 4, 128, 8);
   ASSERT_TRUE(drive_until_completion(b, a).has_value());

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/udp_device.h"
@@ -143,6 +144,16 @@ inline std::vector<Wc> run_until(Side& a, Side& b, std::size_t n) {
     if (k.ok()) got.insert(got.end(), wcs, wcs + k.value());
   }
   return got;
+}
+
+// A device counter by its `uroce stats` name (DeviceStats::device_counters); a name that is not
+// there fails the test.
+inline std::uint64_t named_counter(const NamedCounters& counters, std::string_view name) {
+  for (const auto& [n, v] : counters) {
+    if (n == name) return v;
+  }
+  ADD_FAILURE() << "no counter " << name;
+  return 0;
 }
 
 }  // namespace uroce::engine::test

@@ -33,6 +33,7 @@ namespace {
 using test::connect;
 using test::kAllAccess;
 using test::make_side;
+using test::named_counter;
 using test::pair_up;
 using test::Side;
 using test::SideOptions;
@@ -723,20 +724,13 @@ TEST(UdpDeviceThread, StatsMatchTraffic) {
   EXPECT_EQ(sa.datapath.tx_packets, 30u);
   EXPECT_EQ(sb.engine.rx_packets, 30u);
   EXPECT_EQ(sb.datapath.tx_packets, sa.engine.rx_packets);  // every ACK arrived
-  auto find = [](const NamedCounters& c, std::string_view name) -> std::uint64_t {
-    for (const auto& [n, v] : c) {
-      if (n == name) return v;
-    }
-    ADD_FAILURE() << "no counter " << name;
-    return 0;
-  };
   const NamedCounters da = sa.device_counters();
-  EXPECT_EQ(find(da, "sent_pkts"), 30u);
-  EXPECT_EQ(find(da, "rcvd_pkts"), sa.engine.rx_packets);
-  EXPECT_EQ(find(da, "retry_exceeded_err"), 0u);
-  EXPECT_EQ(find(da, "icrc_err"), 0u);
-  EXPECT_EQ(find(da, "qps"), 1u);
-  EXPECT_EQ(find(sb.device_counters(), "rcvd_pkts"), 30u);
+  EXPECT_EQ(named_counter(da, "sent_pkts"), 30u);
+  EXPECT_EQ(named_counter(da, "rcvd_pkts"), sa.engine.rx_packets);
+  EXPECT_EQ(named_counter(da, "retry_exceeded_err"), 0u);
+  EXPECT_EQ(named_counter(da, "icrc_err"), 0u);
+  EXPECT_EQ(named_counter(da, "qps"), 1u);
+  EXPECT_EQ(named_counter(sb.device_counters(), "rcvd_pkts"), 30u);
 
   // The same counters through the stats endpoint, as another process would ask.
   ASSERT_EQ(a.dev->stats_socket_name(), "uroce/" + std::to_string(::getpid()) + "/stats_a");

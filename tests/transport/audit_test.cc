@@ -423,7 +423,6 @@ TEST(Audit, AMidMessageAckIsNeverHeld) {
   for (const bool write : {true, false}) {
     SCOPED_TRACE(write ? "WRITE" : "SEND");
     Solo s(QpType::kRc, 1024);
-    s.set(14, 7, 7);
     play_one_side_of_a_ping_pong(s);
     if (HasFatalFailure()) return;
     if (write) {
@@ -453,7 +452,6 @@ TEST(Audit, AMidMessageAckIsNeverHeld) {
 // answers one (posts a request before the peer's next request arrives).
 TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
   Solo s(QpType::kRc, 1024);
-  s.set(14, 7, 7);
   // One side of a ping-pong: it sent a request, which completed.
   const Sge w = sge(s.e, 0, 8);
   std::uint32_t psn = kPsn;
@@ -523,7 +521,6 @@ TEST(Audit, AHeldAckThatNobodyAnsweredIsNotHeldAgainForItsKind) {
 // holding as a new QP does.
 TEST(Audit, AQpConnectedAgainForgetsWhatItLearnedAboutAnswers) {
   Solo s(QpType::kRc, 1024);
-  s.set(14, 7, 7);
   play_one_side_of_a_ping_pong(s);
   if (HasFatalFailure()) return;
   std::uint32_t epsn = kEpsn;
@@ -553,7 +550,6 @@ TEST(Audit, AQpConnectedAgainForgetsWhatItLearnedAboutAnswers) {
 // in one turn (several messages) and wait for this ACK to open its 128-PSN window.
 TEST(Audit, AnAckCoveringManyPsnsIsNeverHeld) {
   Solo s(QpType::kRc, 1024);
-  s.set(14, 7, 7);
   play_one_side_of_a_ping_pong(s);
   if (HasFatalFailure()) return;
   std::uint32_t epsn = kEpsn;
