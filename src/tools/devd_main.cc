@@ -7,6 +7,7 @@
 // UROCE_DEVD_PCAP=FILE (inherited from the process that started it): capture what the
 // coordinator's own socket sends and receives (QP 1's CM MADs) to FILE.
 #include <arpa/inet.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -67,6 +68,15 @@ int main(int argc, char** argv) {
   const pid_t pid = ::fork();
   if (pid < 0) return 1;
   if (pid > 0) ::_exit(0);
+  // The coordinator serves every context of the device, not the one that happened to start
+  // it: it must not keep that process's CPU affinity (an MPI rank bound to its core, a
+  // benchmark pinned with taskset), or the device's connection setup and steering would wait
+  // for a turn on a core an application busy-polls. Every CPU; the kernel keeps those the
+  // cgroup's cpuset allows, and on failure the coordinator runs where it was started.
+  cpu_set_t every;
+  CPU_ZERO(&every);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &every);
+  (void)::sched_setaffinity(0, sizeof every, &every);
   if (::chdir("/") != 0) {
     // Harmless: it only keeps the starter's working directory busy.
   }

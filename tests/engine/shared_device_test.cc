@@ -2,8 +2,10 @@
 // steering program on the real kernel, traffic between contexts sharing an address, QPN
 // allocation, members leaving (gracefully, killed, forked) and other users.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,6 +13,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -431,6 +435,65 @@ TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
   Side b;
   test::make_side(b, at(68));
   EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
+}
+
+// The process running the coordinator of the device at `ip`: the uroce-devd whose command line
+// says `--ip ip`; 0 when there is none.
+pid_t coordinator_pid(const std::string& ip) {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return 0;
+  pid_t found = 0;
+  while (dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
+    const std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<std::string> argv;
+    for (std::size_t at = 0; at < cmd.size();) {
+      const std::size_t nul = cmd.find('\0', at);
+      argv.push_back(cmd.substr(at, nul == std::string::npos ? std::string::npos : nul - at));
+      at = nul == std::string::npos ? cmd.size() : nul + 1;
+    }
+    if (argv.size() < 3 || argv[0].find("uroce-devd") == std::string::npos) continue;
+    for (std::size_t i = 1; i + 1 < argv.size(); ++i) {
+      if (argv[i] == "--ip" && argv[i + 1] == ip) found = static_cast<pid_t>(pid);
+    }
+    if (found != 0) break;
+  }
+  ::closedir(proc);
+  return found;
+}
+
+TEST(SharedDevice, TheCoordinatorRunsOnEveryCpuNotOnlyOnItsStarters) {
+  // An MPI rank bound to its core, or a benchmark pinned with taskset, starts the coordinator;
+  // the coordinator serves every context of the device and must not stay on that one core.
+  cpu_set_t mine;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "one CPU allowed: no other CPU to run on";
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  struct Restore {
+    cpu_set_t* to;
+    ~Restore() { ::sched_setaffinity(0, sizeof *to, to); }
+  } restore{&mine};
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
+  Side a;
+  test::make_side(a, at(78));
+  ::unsetenv("UROCE_DEVD_LINGER_MS");
+  const pid_t devd = coordinator_pid(at_text(78));
+  ASSERT_NE(devd, 0) << "no uroce-devd --ip " << at_text(78);
+  cpu_set_t theirs;
+  ASSERT_EQ(::sched_getaffinity(devd, sizeof theirs, &theirs), 0);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &mine)) {
+      EXPECT_TRUE(CPU_ISSET(cpu, &theirs)) << "CPU " << cpu;
+    }
+  }
 }
 
 TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
