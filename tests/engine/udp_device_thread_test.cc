@@ -468,7 +468,13 @@ TEST(UdpDeviceThread, ACqThreadOnABlockingChannelGetsEveryEventWhileTheThreadCom
       std::this_thread::yield();
     }
     const SendWr w = write_wr(i, sge, b, 0);
-    ASSERT_EQ(a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+    // Not ASSERT: returning here would destroy the joinable threads (std::terminate).
+    const Errc e = a.dev->lock()->post_send(a.qp, std::span(&w, 1), nullptr);
+    EXPECT_EQ(e, Errc::kOk) << "write " << i;
+    if (e != Errc::kOk) {
+      failed = true;
+      break;
+    }
   }
   cq_thread.join();
   watchdog.join();
