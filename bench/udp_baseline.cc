@@ -20,6 +20,13 @@
 //     (the others min(20, size) bytes) and received with UDP_GRO, as uroce sends a request with
 //     the ACK it held for it. `--size 40 --datagrams 2 --gso` is what an RC ping-pong of 8-byte
 //     WRITEs asks of the kernel per hop.
+//     --receive uring|uring-defer: both sides receive through io_uring instead (built with
+//     liburing): a multishot receive into a ring of provided buffers, whose completions each
+//     side polls in user space, so that a poll that finds nothing is no system call. uring:
+//     the kernel runs the receive as task work it signals to the polling thread (an
+//     inter-processor interrupt when the packet comes from the other CPU); uring-defer
+//     (IORING_SETUP_DEFER_TASKRUN): each poll asks for it with io_uring_enter. Sends stay
+//     system calls. The answer to "would io_uring poll cheaper than recvmmsg?".
 //   udp_baseline pps [--size 64] [--batch 32] [--seconds S]
 //     Datagrams of `size` bytes sent with sendmmsg in batches of `batch`, received with recvmmsg
 //     in batches of `batch`: packets received per second.
@@ -38,6 +45,11 @@
 #include <vector>
 
 #include "two_process.h"
+
+#if UROCE_BENCH_HAVE_URING
+#include <liburing.h>
+#include <sys/mman.h>
+#endif
 
 namespace {
 
@@ -362,7 +374,116 @@ std::size_t receive_some(int fd, std::vector<std::byte>& in, std::size_t datagra
   return got > 0 ? static_cast<std::size_t>(got) : 0;
 }
 
-int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gso) {
+enum class RxVia { kRecv, kUring, kUringDefer };
+
+#if UROCE_BENCH_HAVE_URING
+// A multishot receive on `fd` into kBuffers provided buffers of `bytes`: poll() reaps the
+// completion ring in user space (and, deferred, asks the kernel to run the receive first).
+class UringRx {
+ public:
+  static constexpr unsigned kBuffers = 64;
+  bool open(int fd, bool defer, std::size_t bytes, std::string& why) {
+    fd_ = fd;
+    defer_ = defer;
+    bytes_ = bytes;
+    const unsigned flags = defer ? IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN : 0;
+    if (const int e = io_uring_queue_init(64, &ring_, flags); e < 0) {
+      why = std::string("io_uring_queue_init: ") + std::strerror(-e);
+      return false;
+    }
+    inited_ = true;
+    void* m = ::mmap(nullptr, kBuffers * sizeof(io_uring_buf), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      why = std::string("mmap: ") + std::strerror(errno);
+      return false;
+    }
+    br_ = static_cast<io_uring_buf_ring*>(m);
+    data_.resize(kBuffers * bytes);
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<std::uintptr_t>(br_);
+    reg.ring_entries = kBuffers;
+    reg.bgid = 0;
+    if (const int e = io_uring_register_buf_ring(&ring_, &reg, 0); e < 0) {
+      why = std::string("io_uring_register_buf_ring: ") + std::strerror(-e);
+      return false;
+    }
+    io_uring_buf_ring_init(br_);
+    for (unsigned i = 0; i < kBuffers; ++i) give_back(i, static_cast<int>(i));
+    io_uring_buf_ring_advance(br_, static_cast<int>(kBuffers));
+    return arm(why);
+  }
+  ~UringRx() {
+    if (inited_) io_uring_queue_exit(&ring_);
+    if (br_ != nullptr) ::munmap(br_, kBuffers * sizeof(io_uring_buf));
+  }
+  // Bytes of the next datagram received (its buffer goes back at once), 0 for none, -1 on an
+  // error the receive reported.
+  long poll() {
+    if (defer_) io_uring_get_events(&ring_);
+    io_uring_cqe* c = nullptr;
+    if (io_uring_peek_cqe(&ring_, &c) != 0) return 0;
+    const long n = c->res;
+    if ((c->flags & IORING_CQE_F_BUFFER) != 0) {
+      give_back(c->flags >> IORING_CQE_BUFFER_SHIFT, 0);
+      io_uring_buf_ring_advance(br_, 1);
+    }
+    const bool more = (c->flags & IORING_CQE_F_MORE) != 0;
+    io_uring_cqe_seen(&ring_, c);
+    std::string why;
+    if (!more && !arm(why)) return -1;  // the multishot receive ended (buffers ran out): again
+    return n >= 0 ? n : (n == -ENOBUFS ? 0 : -1);
+  }
+
+ private:
+  void give_back(unsigned id, int offset) {
+    io_uring_buf_ring_add(br_, data_.data() + id * bytes_, static_cast<unsigned>(bytes_),
+                          static_cast<unsigned short>(id), io_uring_buf_ring_mask(kBuffers),
+                          offset);
+  }
+  bool arm(std::string& why) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      why = "io_uring: no submission entry";
+      return false;
+    }
+    io_uring_prep_recv_multishot(sqe, fd_, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = 0;
+    if (const int e = io_uring_submit(&ring_); e < 0) {
+      why = std::string("io_uring_submit: ") + std::strerror(-e);
+      return false;
+    }
+    return true;
+  }
+  io_uring ring_{};
+  io_uring_buf_ring* br_ = nullptr;
+  std::vector<std::byte> data_;
+  std::size_t bytes_ = 0;
+  int fd_ = -1;
+  bool defer_ = false;
+  bool inited_ = false;
+};
+#else
+class UringRx {
+ public:
+  bool open(int, bool, std::size_t, std::string& why) {
+    why = "built without liburing (install liburing-dev and build again)";
+    return false;
+  }
+  long poll() { return -1; }
+};
+#endif
+
+// Datagrams `rx` has for the hop: as receive_some() counts them.
+std::size_t receive_uring(UringRx& rx, std::size_t datagrams, bool gso, std::size_t size) {
+  const long n = rx.poll();
+  if (n <= 0) return 0;
+  if (gso && datagrams > 1) return (static_cast<std::size_t>(n) + size - 1) / size;
+  return 1;
+}
+
+int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gso, RxVia via) {
   if (size == 0 || size > kMaxDatagram || iters == 0 || datagrams == 0 || datagrams > 8) {
     std::fprintf(stderr,
                  "--size must be from 1 to %zu, --iters positive, --datagrams from 1 to 8\n",
@@ -379,12 +500,32 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
         std::vector<std::byte> buf(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
         std::vector<std::byte> out(std::max(size, kAckBytes) * datagrams, std::byte{0xa5});
+        UringRx uring;
+        bool uring_open = false;
         sh.rx_port = port_of(fd);
         sh.phase.store(kReceiverReady);
         const double cpu0 = cpu_seconds();
         std::size_t have = 0;
         sockaddr_in from{};
         while (sh.phase.load(std::memory_order_relaxed) != kWindowClosed) {
+          if (uring_open) {
+            have += receive_uring(uring, datagrams, gso, size);
+            if (have < datagrams) continue;
+            have = 0;
+            send_hop(fd, from, out, size, datagrams, gso);
+            continue;
+          }
+          if (via != RxVia::kRecv && from.sin_family != 0 && have == 0) {
+            // The first hop came by recvfrom, which gave the client's address (the multishot
+            // receive does not); io_uring from the second warm-up hop on.
+            std::string why;
+            if (!uring.open(fd, via == RxVia::kUringDefer, 65536, why)) {
+              fail(sh, why);
+              return;
+            }
+            uring_open = true;
+            continue;
+          }
           have += receive_some(fd, buf, datagrams, datagrams - have, have == 0 ? &from : nullptr,
                                gso, size);
           if (have < datagrams) continue;
@@ -401,6 +542,12 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         sockaddr_in to = addr("127.0.0.2", sh.rx_port);
         std::vector<std::byte> out(std::max(size, kAckBytes) * datagrams, std::byte{0x5a});
         std::vector<std::byte> in(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
+        UringRx uring;
+        if (std::string why;
+            via != RxVia::kRecv && !uring.open(fd, via == RxVia::kUringDefer, 65536, why)) {
+          fail(sh, why);
+          return;
+        }
         std::vector<double> rtt;
         rtt.reserve(iters);
         std::uint64_t resent = 0;
@@ -411,7 +558,9 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
           send_hop(fd, to, out, size, datagrams, gso);
           std::size_t have = 0;
           for (;;) {
-            have += receive_some(fd, in, datagrams, datagrams - have, nullptr, gso, size);
+            have += via != RxVia::kRecv
+                        ? receive_uring(uring, datagrams, gso, size)
+                        : receive_some(fd, in, datagrams, datagrams - have, nullptr, gso, size);
             if (have >= datagrams) break;
             if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) {
               // Lost (it should not happen on loopback): the hop again. A late straggler of the
@@ -446,9 +595,13 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
   std::printf(
       "{\"one_way_us\":%.3f,\"one_way_us_mean\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,"
       "\"rtt_us_min\":%.3f,\"iters\":%zu,\"size\":%zu,\"resent\":%.0f,\"seconds\":%.3f,"
-      "\"client_cpu_s\":%.3f,\"server_cpu_s\":%.3f,\"datagrams\":%zu,\"gso\":%s}\n",
+      "\"client_cpu_s\":%.3f,\"server_cpu_s\":%.3f,\"datagrams\":%zu,\"gso\":%s,"
+      "\"receive\":\"%s\"}\n",
       s->extra[0] / 2, s->extra[1] / 2, s->extra[0], s->extra[2], s->extra[3], iters, size,
-      s->extra[4], s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s, datagrams, gso ? "true" : "false");
+      s->extra[4], s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s, datagrams, gso ? "true" : "false",
+      via == RxVia::kRecv    ? "recv"
+      : via == RxVia::kUring ? "uring"
+                             : "uring-defer");
   return 0;
 }
 
@@ -477,6 +630,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 8));
   bool pp_gso = false;
   pp_cmd->add_flag("--gso", pp_gso, "a hop of several datagrams is one send call with UDP_SEGMENT");
+  std::string receive = "recv";
+  pp_cmd->add_option("--receive", receive, "recv, or io_uring: uring or uring-defer")
+      ->check(CLI::IsMember({"recv", "uring", "uring-defer"}));
   CLI::App* pps_cmd = app.add_subcommand("pps", "Message rate: datagrams received per second");
   pps_cmd->add_option("--size", pps_size, "datagram size")->check(CLI::Range(0, 65507));
   pps_cmd->add_option("--batch", batch, "datagrams per sendmmsg/recvmmsg")
@@ -484,6 +640,11 @@ int main(int argc, char** argv) {
   pps_cmd->add_option("--seconds", seconds, "measurement window")->check(CLI::Range(0.1, 600.0));
   CLI11_PARSE(app, argc, argv);
   if (bw_cmd->parsed()) return bw(mode, seconds, size, segment, window);
-  if (pp_cmd->parsed()) return pingpong(iters, pp_size, datagrams, pp_gso);
+  if (pp_cmd->parsed()) {
+    const RxVia via = receive == "uring"         ? RxVia::kUring
+                      : receive == "uring-defer" ? RxVia::kUringDefer
+                                                 : RxVia::kRecv;
+    return pingpong(iters, pp_size, datagrams, pp_gso, via);
+  }
   return pps(pps_size, batch, seconds);
 }
