@@ -87,6 +87,18 @@ class UdpBaseline(unittest.TestCase):
                 self.assertEqual(r["datagrams"], 2 if extra else 1)
                 self.assertLessEqual(r["rtt_us_min"], r["rtt_us_p50"])
 
+    def test_pingpong_with_uroces_system_calls(self):
+        # --calls uroce: sendmmsg and recvmmsg with TOS/TTL control messages, one datagram, two
+        # cut by UDP_SEGMENT and counted by length under GRO, and two sent apart.
+        for extra, datagrams in (([], 1), (["--size", "40", "--datagrams", "2", "--gso"], 2),
+                                 (["--size", "40", "--datagrams", "2"], 2)):
+            r = run_json(UDP_BASELINE, "pingpong", "--iters", "2000", "--calls", "uroce", *extra)
+            self.assertEqual(r["calls"], "uroce")
+            self.assertEqual(r["datagrams"], datagrams)
+            self.assertEqual(r["iters"], 2000)
+            self.assertEqual(r["resent"], 0)
+        self.assertEqual(run_json(UDP_BASELINE, "pingpong", "--iters", "10")["calls"], "plain")
+
     def test_pps(self):
         r = run_json(UDP_BASELINE, "pps", "--size", "64", "--batch", "8", "--seconds", "0.3")
         self.assertGreater(r["pps"], 0)
@@ -95,7 +107,8 @@ class UdpBaseline(unittest.TestCase):
     def test_bad_arguments_fail_clearly(self):
         for args in (["bw", "--mode", "tcp"], ["bw", "--window", "-1"], ["pps", "--batch", "0"],
                      ["pingpong", "--datagrams", "0"], ["pingpong", "--datagrams", "9"],
-                     ["pingpong", "--receive", "epoll"],
+                     ["pingpong", "--receive", "epoll"], ["pingpong", "--calls", "io"],
+                     ["pingpong", "--calls", "uroce", "--receive", "uring"],
                      ["nosuch"], []):
             p = subprocess.run([UDP_BASELINE, *args], capture_output=True, text=True,
                                timeout=30, check=False)

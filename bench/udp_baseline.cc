@@ -27,6 +27,11 @@
 //     inter-processor interrupt when the packet comes from the other CPU); uring-defer
 //     (IORING_SETUP_DEFER_TASKRUN): each poll asks for it with io_uring_enter. Sends stay
 //     system calls. The answer to "would io_uring poll cheaper than recvmmsg?".
+//     --calls uroce: the system calls and socket options uroce's UDP datapath uses, instead of
+//     the plainest ones: every send a sendmmsg (of one message, with UDP_SEGMENT under --gso),
+//     every receive a non-blocking recvmmsg of up to 8 messages with control buffers, on sockets
+//     that ask for IP_RECVTOS and IP_RECVTTL (and UDP_GRO). With `--size 40 --datagrams 2 --gso`
+//     it is the kernel's share of an 8-byte RC WRITE hop: the floor under uroce's write_lat.
 //   udp_baseline pps [--size 64] [--batch 32] [--seconds S]
 //     Datagrams of `size` bytes sent with sendmmsg in batches of `batch`, received with recvmmsg
 //     in batches of `batch`: packets received per second.
@@ -300,7 +305,30 @@ int pps(std::size_t size, std::size_t batch, double seconds) {
 // D * max(size, kAckBytes) bytes.
 constexpr std::size_t kAckBytes = 20;  // BTH 12 + AETH 4 + ICRC 4
 void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::size_t size,
-              std::size_t datagrams, bool gso) {
+              std::size_t datagrams, bool gso, bool mmsg) {
+  if (mmsg && (datagrams == 1 || gso)) {
+    // One message through sendmmsg: the datagram, or the hop cut by UDP_SEGMENT.
+    const bool cut = gso && datagrams > 1;
+    iovec iov{out.data(), cut ? size * (datagrams - 1) + std::min(kAckBytes, size) : size};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(std::uint16_t))> ctl{};
+    mmsghdr m{};
+    m.msg_hdr.msg_name = const_cast<sockaddr_in*>(&to);
+    m.msg_hdr.msg_namelen = sizeof to;
+    m.msg_hdr.msg_iov = &iov;
+    m.msg_hdr.msg_iovlen = 1;
+    if (cut) {
+      m.msg_hdr.msg_control = ctl.data();
+      m.msg_hdr.msg_controllen = ctl.size();
+      cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+      const auto seg = static_cast<std::uint16_t>(size);
+      std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    }
+    ::sendmmsg(fd, &m, 1, 0);
+    return;
+  }
   if (gso && datagrams > 1) {
     // One send call, one socket buffer: the kernel cuts it into `size`-byte datagrams, the last
     // shorter (kAckBytes, at most `size`).
@@ -342,7 +370,34 @@ void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::s
 // Datagrams read by one non-blocking try (recv for D = 1, recvmmsg of up to `want` otherwise);
 // the sender's address in `from` where asked for.
 std::size_t receive_some(int fd, std::vector<std::byte>& in, std::size_t datagrams,
-                         std::size_t want, sockaddr_in* from, bool gso, std::size_t size) {
+                         std::size_t want, sockaddr_in* from, bool gso, std::size_t size,
+                         bool mmsg) {
+  if (mmsg) {
+    // As uroce's datapath receives: up to 8 messages, each with room for its TOS, TTL and GRO
+    // control messages (which the socket was asked for), counted by length under GRO.
+    constexpr std::size_t kSlots = 8;
+    std::array<iovec, kSlots> iov{};
+    std::array<mmsghdr, kSlots> m{};
+    alignas(cmsghdr) std::array<std::array<char, 64>, kSlots> ctl{};
+    const std::size_t slot = in.size() / kSlots;
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      iov[i] = {in.data() + i * slot, slot};
+      m[i].msg_hdr.msg_iov = &iov[i];
+      m[i].msg_hdr.msg_iovlen = 1;
+      m[i].msg_hdr.msg_control = ctl[i].data();
+      m[i].msg_hdr.msg_controllen = ctl[i].size();
+    }
+    if (from != nullptr) {
+      m[0].msg_hdr.msg_name = from;
+      m[0].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    }
+    const int got = ::recvmmsg(fd, m.data(), kSlots, MSG_DONTWAIT, nullptr);
+    std::size_t n = 0;
+    for (int i = 0; i < got; ++i) {
+      n += gso && datagrams > 1 ? (m[static_cast<std::size_t>(i)].msg_len + size - 1) / size : 1;
+    }
+    return n;
+  }
   if (gso && datagrams > 1) {
     // UDP_GRO on: the hop's datagrams come as one buffer (or one by one where the kernel did
     // not keep them together): count them by length.
@@ -483,11 +538,23 @@ std::size_t receive_uring(UringRx& rx, std::size_t datagrams, bool gso, std::siz
   return 1;
 }
 
-int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gso, RxVia via) {
+// Asks `fd` for what uroce's datapath asks of its socket: each datagram's TOS and TTL.
+void ask_like_uroce(int fd) {
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &on, sizeof on);
+}
+
+int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gso, RxVia via,
+             bool mmsg) {
   if (size == 0 || size > kMaxDatagram || iters == 0 || datagrams == 0 || datagrams > 8) {
     std::fprintf(stderr,
                  "--size must be from 1 to %zu, --iters positive, --datagrams from 1 to 8\n",
                  kMaxDatagram);
+    return 2;
+  }
+  if (mmsg && via != RxVia::kRecv) {
+    std::fprintf(stderr, "--calls uroce receives with recvmmsg: not with --receive uring\n");
     return 2;
   }
   constexpr std::size_t kWarmup = 1000;
@@ -498,6 +565,7 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         if (fd < 0) return;
         const int on = 1;
         if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
+        if (mmsg) ask_like_uroce(fd);
         std::vector<std::byte> buf(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
         std::vector<std::byte> out(std::max(size, kAckBytes) * datagrams, std::byte{0xa5});
         UringRx uring;
@@ -512,7 +580,7 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
             have += receive_uring(uring, datagrams, gso, size);
             if (have < datagrams) continue;
             have = 0;
-            send_hop(fd, from, out, size, datagrams, gso);
+            send_hop(fd, from, out, size, datagrams, gso, mmsg);
             continue;
           }
           if (via != RxVia::kRecv && from.sin_family != 0 && have == 0) {
@@ -527,10 +595,10 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
             continue;
           }
           have += receive_some(fd, buf, datagrams, datagrams - have, have == 0 ? &from : nullptr,
-                               gso, size);
+                               gso, size, mmsg);
           if (have < datagrams) continue;
           have = 0;
-          send_hop(fd, from, out, size, datagrams, gso);
+          send_hop(fd, from, out, size, datagrams, gso, mmsg);
         }
         sh.rx_cpu_s = cpu_seconds() - cpu0;
       },
@@ -539,6 +607,7 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         if (fd < 0) return;
         const int on = 1;
         if (gso) ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on);
+        if (mmsg) ask_like_uroce(fd);
         sockaddr_in to = addr("127.0.0.2", sh.rx_port);
         std::vector<std::byte> out(std::max(size, kAckBytes) * datagrams, std::byte{0x5a});
         std::vector<std::byte> in(std::max<std::size_t>(kRxBufferBytes, 8 * 65536));
@@ -555,19 +624,19 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
         const double t_start = now_seconds();
         for (std::size_t i = 0; i < kWarmup + iters; ++i) {
           const auto t0 = std::chrono::steady_clock::now();
-          send_hop(fd, to, out, size, datagrams, gso);
+          send_hop(fd, to, out, size, datagrams, gso, mmsg);
           std::size_t have = 0;
           for (;;) {
-            have += via != RxVia::kRecv
-                        ? receive_uring(uring, datagrams, gso, size)
-                        : receive_some(fd, in, datagrams, datagrams - have, nullptr, gso, size);
+            have += via != RxVia::kRecv ? receive_uring(uring, datagrams, gso, size)
+                                        : receive_some(fd, in, datagrams, datagrams - have, nullptr,
+                                                       gso, size, mmsg);
             if (have >= datagrams) break;
             if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) {
               // Lost (it should not happen on loopback): the hop again. A late straggler of the
               // lost one counts for the next round trip, which then reads as a short one.
               ++resent;
               have = 0;
-              send_hop(fd, to, out, size, datagrams, gso);
+              send_hop(fd, to, out, size, datagrams, gso, mmsg);
             }
           }
           const auto t1 = std::chrono::steady_clock::now();
@@ -596,12 +665,13 @@ int pingpong(std::size_t iters, std::size_t size, std::size_t datagrams, bool gs
       "{\"one_way_us\":%.3f,\"one_way_us_mean\":%.3f,\"rtt_us_p50\":%.3f,\"rtt_us_p99\":%.3f,"
       "\"rtt_us_min\":%.3f,\"iters\":%zu,\"size\":%zu,\"resent\":%.0f,\"seconds\":%.3f,"
       "\"client_cpu_s\":%.3f,\"server_cpu_s\":%.3f,\"datagrams\":%zu,\"gso\":%s,"
-      "\"receive\":\"%s\"}\n",
+      "\"receive\":\"%s\",\"calls\":\"%s\"}\n",
       s->extra[0] / 2, s->extra[1] / 2, s->extra[0], s->extra[2], s->extra[3], iters, size,
       s->extra[4], s->rx_seconds, s->tx_cpu_s, s->rx_cpu_s, datagrams, gso ? "true" : "false",
       via == RxVia::kRecv    ? "recv"
       : via == RxVia::kUring ? "uring"
-                             : "uring-defer");
+                             : "uring-defer",
+      mmsg ? "uroce" : "plain");
   return 0;
 }
 
@@ -633,6 +703,9 @@ int main(int argc, char** argv) {
   std::string receive = "recv";
   pp_cmd->add_option("--receive", receive, "recv, or io_uring: uring or uring-defer")
       ->check(CLI::IsMember({"recv", "uring", "uring-defer"}));
+  std::string calls = "plain";
+  pp_cmd->add_option("--calls", calls, "plain, or uroce: the system calls uroce's datapath makes")
+      ->check(CLI::IsMember({"plain", "uroce"}));
   CLI::App* pps_cmd = app.add_subcommand("pps", "Message rate: datagrams received per second");
   pps_cmd->add_option("--size", pps_size, "datagram size")->check(CLI::Range(0, 65507));
   pps_cmd->add_option("--batch", batch, "datagrams per sendmmsg/recvmmsg")
@@ -644,7 +717,7 @@ int main(int argc, char** argv) {
     const RxVia via = receive == "uring"         ? RxVia::kUring
                       : receive == "uring-defer" ? RxVia::kUringDefer
                                                  : RxVia::kRecv;
-    return pingpong(iters, pp_size, datagrams, pp_gso, via);
+    return pingpong(iters, pp_size, datagrams, pp_gso, via, calls == "uroce");
   }
   return pps(pps_size, batch, seconds);
 }
