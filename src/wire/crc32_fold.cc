@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 
@@ -50,7 +52,7 @@
 
 namespace uroce::wire::crc32_fold {
 
-using detail::crc32_bitwise;
+using detail::crc32_bytewise;
 using detail::fold_by_bits;
 using detail::Pair;
 using detail::reduce128;
@@ -315,13 +317,28 @@ void select_for_testing(Kernel k) {
 
 namespace detail {
 
-std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t len,
-                            const std::byte* or_mask) {
+namespace {
+
+// The CRC of each byte value, reflected: one lookup per byte instead of eight shifts (a 2-byte
+// payload, perftest's default, took about 140 instructions a bit at a time).
+constexpr std::array<std::uint32_t, 256> kByteTable = [] {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t r = i;
+    for (int b = 0; b < 8; ++b) r = (r >> 1) ^ ((r & 1u) != 0 ? kPolyReflected : 0u);
+    t[i] = r;
+  }
+  return t;
+}();
+
+}  // namespace
+
+std::uint32_t crc32_bytewise(std::uint32_t crc, const std::byte* p, std::size_t len,
+                             const std::byte* or_mask) {
   std::uint32_t r = ~crc;
   for (std::size_t i = 0; i < len; ++i) {
     const std::byte m = or_mask != nullptr && i < 64 ? or_mask[i] : std::byte{0};
-    r ^= static_cast<std::uint32_t>(p[i] | m);
-    for (int b = 0; b < 8; ++b) r = (r >> 1) ^ ((r & 1u) != 0 ? kPolyReflected : 0u);
+    r = (r >> 8) ^ kByteTable[(r ^ static_cast<std::uint32_t>(p[i] | m)) & 0xffu];
   }
   return ~r;
 }
@@ -329,7 +346,7 @@ std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t l
 std::uint32_t vpclmul512::crc32(std::uint32_t crc, const std::byte* data, std::size_t len,
                                 const std::byte* or_mask) {
   // Fewer than 4 bytes cannot hold the starting register.
-  if (len < 4) return crc32_bitwise(crc, data, len, or_mask);
+  if (len < 4) return crc32_bytewise(crc, data, len, or_mask);
   return crc32_impl(crc, data, len, or_mask);
 }
 
@@ -337,7 +354,7 @@ std::uint32_t vpclmul512::copy_crc32(std::uint32_t crc, std::byte* dst, const st
                                      std::size_t len) {
   if (len < 4) {
     if (len > 0) std::memcpy(dst, src, len);
-    return crc32_bitwise(crc, src, len, nullptr);
+    return crc32_bytewise(crc, src, len, nullptr);
   }
   return copy_crc32_impl(crc, dst, src, len);
 }

@@ -1,5 +1,5 @@
 // What the CRC-32 folding kernels of crc32_fold.h share, internal to src/wire: the constants, the
-// last reduction from 128 bits to 32, the bitwise CRC for the shortest inputs, and each kernel's
+// last reduction from 128 bits to 32, the bytewise CRC for the shortest inputs, and each kernel's
 // entry points (crc32_fold.cc: 512-bit; crc32_fold_vpclmul256.cc and crc32_fold_pclmul128.cc:
 // the lane kernel of crc32_fold_lanes.inc on 256- and 128-bit registers). crc32_fold.cc chooses
 // among them.
@@ -52,10 +52,10 @@ inline constexpr std::uint64_t kMu = barrett_mu();
   return static_cast<std::uint32_t>(_mm_extract_epi32(_mm_xor_si128(x, t), 1));
 }
 
-// crc32() one bit at a time, each of the first 64 bytes ORed with or_mask[i] (nullptr: none):
-// for inputs too short for a kernel.
-std::uint32_t crc32_bitwise(std::uint32_t crc, const std::byte* p, std::size_t len,
-                            const std::byte* or_mask);
+// crc32() a byte at a time (a table), each of the first 64 bytes ORed with or_mask[i] (nullptr:
+// none): for inputs too short for a kernel.
+std::uint32_t crc32_bytewise(std::uint32_t crc, const std::byte* p, std::size_t len,
+                             const std::byte* or_mask);
 
 // Each kernel's crc32() and copy_crc32() as crc32_fold.h states them, for any length, in a
 // namespace named after the kernel. Each requires supported() of its kernel.

@@ -90,7 +90,7 @@ std::uint32_t icrc_of(ConstBytes ip_udp, ConstBytes bth_onward) {
 // with `mask` first.
 std::uint32_t crc_masked(std::uint32_t crc, ConstBytes data, const Mask& mask) {
   // The kernels take a masked input of 16 bytes or more (a shorter one, such as the 12-byte BTH
-  // of a Middle packet whose payload follows in another call, would go to the bitwise CRC):
+  // of a Middle packet whose payload follows in another call, would go to the bytewise CRC):
   // shorter ones are masked into a buffer here.
   if (crc32_fold::available() && data.size() >= 16) {
     return crc32_fold::crc32(crc, data.data(), data.size(), mask.data());
