@@ -301,14 +301,15 @@ int pps(std::size_t size, std::size_t batch, double seconds) {
 }
 
 // One hop of pingpong: D datagrams in one sendmmsg (one sendto for D = 1), the first of `size`
-// bytes, the others of kAckBytes; or, with `gso`, one send of all D. `out` holds at least
-// D * max(size, kAckBytes) bytes.
+// bytes, the others of kAckBytes; or, with `gso`, one send of all D. With `mmsg` (--calls
+// uroce) every send is a sendmmsg. `out` holds at least D * max(size, kAckBytes) bytes.
 constexpr std::size_t kAckBytes = 20;  // BTH 12 + AETH 4 + ICRC 4
 void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::size_t size,
               std::size_t datagrams, bool gso, bool mmsg) {
-  if (mmsg && (datagrams == 1 || gso)) {
-    // One message through sendmmsg: the datagram, or the hop cut by UDP_SEGMENT.
-    const bool cut = gso && datagrams > 1;
+  const bool cut = gso && datagrams > 1;
+  if (cut || (mmsg && datagrams == 1)) {
+    // One message: the hop in one socket buffer that the kernel cuts into `size`-byte
+    // datagrams, the last shorter (kAckBytes, at most `size`); or the one datagram.
     iovec iov{out.data(), cut ? size * (datagrams - 1) + std::min(kAckBytes, size) : size};
     alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(std::uint16_t))> ctl{};
     mmsghdr m{};
@@ -326,29 +327,11 @@ void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::s
       const auto seg = static_cast<std::uint16_t>(size);
       std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
     }
-    ::sendmmsg(fd, &m, 1, 0);
-    return;
-  }
-  if (gso && datagrams > 1) {
-    // One send call, one socket buffer: the kernel cuts it into `size`-byte datagrams, the last
-    // shorter (kAckBytes, at most `size`).
-    const std::size_t total = size * (datagrams - 1) + std::min(kAckBytes, size);
-    iovec iov{out.data(), total};
-    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(std::uint16_t))> ctl{};
-    msghdr m{};
-    m.msg_name = const_cast<sockaddr_in*>(&to);
-    m.msg_namelen = sizeof to;
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.data();
-    m.msg_controllen = ctl.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_UDP;
-    c->cmsg_type = UDP_SEGMENT;
-    c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
-    const auto seg = static_cast<std::uint16_t>(size);
-    std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
-    ::sendmsg(fd, &m, 0);
+    if (mmsg) {
+      ::sendmmsg(fd, &m, 1, 0);
+    } else {
+      ::sendmsg(fd, &m.msg_hdr, 0);
+    }
     return;
   }
   if (datagrams == 1) {
@@ -367,66 +350,51 @@ void send_hop(int fd, const sockaddr_in& to, std::vector<std::byte>& out, std::s
   ::sendmmsg(fd, m.data(), static_cast<unsigned>(datagrams), 0);
 }
 
-// Datagrams read by one non-blocking try (recv for D = 1, recvmmsg of up to `want` otherwise);
-// the sender's address in `from` where asked for.
+// Datagrams of the hop that a received message of `bytes` holds: with UDP_GRO on, the hop's
+// datagrams come as one buffer (or one by one where the kernel did not keep them together), so
+// they are counted by length; otherwise one.
+std::size_t datagrams_in(std::size_t bytes, bool gso, std::size_t datagrams, std::size_t size) {
+  return gso && datagrams > 1 ? (bytes + size - 1) / size : 1;
+}
+
+// Datagrams read by one non-blocking try: recvfrom for D = 1 or under GRO, recvmmsg of up to
+// `want` otherwise; with `mmsg` (--calls uroce) always recvmmsg, of 8 messages each with room
+// for the TOS, TTL and GRO control messages the socket asked for, as uroce's datapath reads.
+// The sender's address in `from` where asked for.
 std::size_t receive_some(int fd, std::vector<std::byte>& in, std::size_t datagrams,
                          std::size_t want, sockaddr_in* from, bool gso, std::size_t size,
                          bool mmsg) {
-  if (mmsg) {
-    // As uroce's datapath receives: up to 8 messages, each with room for its TOS, TTL and GRO
-    // control messages (which the socket was asked for), counted by length under GRO.
-    constexpr std::size_t kSlots = 8;
-    std::array<iovec, kSlots> iov{};
-    std::array<mmsghdr, kSlots> m{};
-    alignas(cmsghdr) std::array<std::array<char, 64>, kSlots> ctl{};
-    const std::size_t slot = in.size() / kSlots;
-    for (std::size_t i = 0; i < kSlots; ++i) {
-      iov[i] = {in.data() + i * slot, slot};
-      m[i].msg_hdr.msg_iov = &iov[i];
-      m[i].msg_hdr.msg_iovlen = 1;
-      m[i].msg_hdr.msg_control = ctl[i].data();
-      m[i].msg_hdr.msg_controllen = ctl[i].size();
-    }
-    if (from != nullptr) {
-      m[0].msg_hdr.msg_name = from;
-      m[0].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-    }
-    const int got = ::recvmmsg(fd, m.data(), kSlots, MSG_DONTWAIT, nullptr);
-    std::size_t n = 0;
-    for (int i = 0; i < got; ++i) {
-      n += gso && datagrams > 1 ? (m[static_cast<std::size_t>(i)].msg_len + size - 1) / size : 1;
-    }
-    return n;
-  }
-  if (gso && datagrams > 1) {
-    // UDP_GRO on: the hop's datagrams come as one buffer (or one by one where the kernel did
-    // not keep them together): count them by length.
+  if (!mmsg && (datagrams == 1 || gso)) {
     socklen_t len = sizeof(sockaddr_in);
     const ssize_t n = ::recvfrom(fd, in.data(), in.size(), 0, reinterpret_cast<sockaddr*>(from),
                                  from != nullptr ? &len : nullptr);
-    if (n <= 0) return 0;
-    return (static_cast<std::size_t>(n) + size - 1) / size;
+    return n > 0 ? datagrams_in(static_cast<std::size_t>(n), gso, datagrams, size) : 0;
   }
-  if (datagrams == 1) {
-    socklen_t len = sizeof(sockaddr_in);
-    const ssize_t n = ::recvfrom(fd, in.data(), in.size(), 0, reinterpret_cast<sockaddr*>(from),
-                                 from != nullptr ? &len : nullptr);
-    return n > 0 ? 1 : 0;
-  }
-  std::array<iovec, 8> iov{};
-  std::array<mmsghdr, 8> m{};
-  const std::size_t slot = in.size() / 8;
-  for (std::size_t i = 0; i < want; ++i) {
+  constexpr std::size_t kSlots = 8;
+  const std::size_t slots = mmsg ? kSlots : want;
+  std::array<iovec, kSlots> iov{};
+  std::array<mmsghdr, kSlots> m{};
+  alignas(cmsghdr) std::array<std::array<char, 64>, kSlots> ctl;  // the kernel writes them
+  const std::size_t slot = in.size() / kSlots;
+  for (std::size_t i = 0; i < slots; ++i) {
     iov[i] = {in.data() + i * slot, slot};
     m[i].msg_hdr.msg_iov = &iov[i];
     m[i].msg_hdr.msg_iovlen = 1;
+    if (mmsg) {
+      m[i].msg_hdr.msg_control = ctl[i].data();
+      m[i].msg_hdr.msg_controllen = ctl[i].size();
+    }
   }
   if (from != nullptr) {
     m[0].msg_hdr.msg_name = from;
     m[0].msg_hdr.msg_namelen = sizeof(sockaddr_in);
   }
-  const int got = ::recvmmsg(fd, m.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
-  return got > 0 ? static_cast<std::size_t>(got) : 0;
+  const int got = ::recvmmsg(fd, m.data(), static_cast<unsigned>(slots), MSG_DONTWAIT, nullptr);
+  std::size_t n = 0;
+  for (int i = 0; i < got; ++i) {
+    n += datagrams_in(m[static_cast<std::size_t>(i)].msg_len, gso, datagrams, size);
+  }
+  return n;
 }
 
 enum class RxVia { kRecv, kUring, kUringDefer };
@@ -533,9 +501,7 @@ class UringRx {
 // Datagrams `rx` has for the hop: as receive_some() counts them.
 std::size_t receive_uring(UringRx& rx, std::size_t datagrams, bool gso, std::size_t size) {
   const long n = rx.poll();
-  if (n <= 0) return 0;
-  if (gso && datagrams > 1) return (static_cast<std::size_t>(n) + size - 1) / size;
-  return 1;
+  return n > 0 ? datagrams_in(static_cast<std::size_t>(n), gso, datagrams, size) : 0;
 }
 
 // Asks `fd` for what uroce's datapath asks of its socket: each datagram's TOS and TTL.
