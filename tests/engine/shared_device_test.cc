@@ -448,18 +448,14 @@ pid_t coordinator_pid(const std::string& ip) {
     const long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0) continue;
     std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
+    // Arguments end in NULs: the program's name, then "--ip" and `ip` side by side.
     const std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    std::vector<std::string> argv;
-    for (std::size_t at = 0; at < cmd.size();) {
-      const std::size_t nul = cmd.find('\0', at);
-      argv.push_back(cmd.substr(at, nul == std::string::npos ? std::string::npos : nul - at));
-      at = nul == std::string::npos ? cmd.size() : nul + 1;
+    const std::string program = cmd.substr(0, cmd.find('\0'));
+    if (program.find("uroce-devd") != std::string::npos &&
+        cmd.find(std::string("\0--ip\0", 6) + ip + '\0') != std::string::npos) {
+      found = static_cast<pid_t>(pid);
+      break;
     }
-    if (argv.size() < 3 || argv[0].find("uroce-devd") == std::string::npos) continue;
-    for (std::size_t i = 1; i + 1 < argv.size(); ++i) {
-      if (argv[i] == "--ip" && argv[i + 1] == ip) found = static_cast<pid_t>(pid);
-    }
-    if (found != 0) break;
   }
   ::closedir(proc);
   return found;
