@@ -240,8 +240,11 @@ std::uint32_t interface_speed_mbps(const wire::IpAddress& local) {
 }
 
 struct UdpDatapath::TxSlot {
-  std::array<std::byte, 64> headers;  // BTH and extension headers (copied)
-  std::array<std::byte, 8> tail;      // pad, then the ICRC of the id the packet goes out with
+  // BTH and extension headers (copied). A packet with at most kInlinePayload payload bytes has
+  // them followed here by its payload and pad (`whole`), and its ICRC is stored behind them when
+  // it is sent: the packet leaves from this one buffer, one iovec, its ICRC computed in one call.
+  std::array<std::byte, kMaxHeaderBytes + kInlinePayload + 8> headers;
+  std::array<std::byte, 8> tail;  // pad, then the ICRC of the id the packet goes out with
   std::array<ConstBytes, kMaxPieces> pieces;  // payload: registered memory, or `owned`
   std::uint8_t header_bytes = 0;
   std::uint8_t pad = 0;
@@ -249,7 +252,8 @@ struct UdpDatapath::TxSlot {
   std::uint8_t tos = 0;
   std::uint8_t ttl = 0;
   bool owns_payload = false;
-  bool raw = false;  // built whole by the fault stage: `owned` is BTH to ICRC, sent alone as is
+  bool raw = false;    // built whole by the fault stage: `owned` is BTH to ICRC, sent alone as is
+  bool whole = false;  // headers, payload and pad in `headers` (header_bytes counts them all)
   std::uint16_t dst_port = 0;
   std::uint32_t roce_bytes = 0;  // BTH through ICRC: the UDP payload
   std::uint32_t icrc0 = 0;       // ICRC with identification 0
@@ -551,7 +555,7 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     if (queued_ == tx_batch_) return false;  // the socket is full: the caller retries later
   }
   TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
-  UROCE_CHECK(transport_headers.size() <= t.headers.size());
+  UROCE_CHECK(transport_headers.size() <= kMaxHeaderBytes);
   std::size_t payload_bytes = 0;
   std::size_t pieces = 0;
   for (ConstBytes p : payload) {
@@ -574,6 +578,7 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   t.num_pieces = 0;
   t.owns_payload = false;
   t.raw = false;
+  t.whole = false;
   // The payload is read once, here, when the packet must leave with exactly these bytes: the
   // ICRC below covers them, sendmmsg reads them later. A READ response's payload is the
   // responder's registered memory, which its application may rewrite at any moment (legal:
@@ -584,8 +589,27 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   const bool read_response = !transport_headers.empty() &&
                              is_read_response(std::to_integer<std::uint8_t>(transport_headers[0]));
   // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
-  wire::IcrcAccumulator acc(outer_icrc(true, o.dst, o.dst_port, t.roce_bytes), transport_headers);
-  if ((read_response || tap_) && payload_bytes > 0) {
+  const std::uint32_t outer_state = outer_icrc(true, o.dst, o.dst_port, t.roce_bytes);
+  if (payload_bytes <= kInlinePayload) {
+    // Small (an ACK, a short message): copied behind the headers, which the copy also makes a
+    // snapshot of (what a READ response or a capture needs); one CRC call over all of it.
+    std::size_t at = transport_headers.size();
+    snapshot_registered_memory(payload, MutBytes(t.headers).subspan(at, payload_bytes));
+    at += payload_bytes;
+    std::fill_n(t.headers.begin() + static_cast<std::ptrdiff_t>(at), t.pad, std::byte{0});
+    at += t.pad;
+    t.header_bytes = static_cast<std::uint8_t>(at);
+    t.pad = 0;
+    t.whole = true;
+    t.owns_payload = true;
+    if (read_response && payload_bytes > 0) ++counters_.tx_snapshots;
+    t.icrc0 = wire::icrc_continue(outer_state, ConstBytes(t.headers).first(at));
+    ++queued_;
+    if (queued_ == tx_batch_) drain();
+    return true;
+  }
+  wire::IcrcAccumulator acc(outer_state, transport_headers);
+  if (read_response || tap_) {
     // Copied and CRC'd in one pass (the fused kernel where the CPU has one): the ICRC covers
     // exactly the bytes the copy holds.
     t.owned.resize(payload_bytes);
@@ -685,6 +709,7 @@ bool UdpDatapath::queue_raw(const fault::PacketInfo& info, ConstBytes roce) {
   }
   TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
   t.raw = true;
+  t.whole = false;
   t.dst = info.peer;
   t.dst_port = info.peer_port;
   t.tos = info.tos;
@@ -752,6 +777,11 @@ void UdpDatapath::drain() {
         // numbers them from the first datagram's 0): its ICRC covers that id.
         std::uint32_t icrc = t.icrc0;
         if (k != 0 && !local_.v6) icrc ^= id_delta(t.roce_bytes)(static_cast<std::uint16_t>(k));
+        if (t.whole) {
+          store_le32(t.headers, t.header_bytes, icrc);
+          s.iov[iov_used++] = iovec{t.headers.data(), t.header_bytes + wire::kIcrcBytes};
+          continue;
+        }
         store_le32(t.tail, t.pad, icrc);
         s.iov[iov_used++] = iovec{t.headers.data(), t.header_bytes};
         for (std::size_t i = 0; i < t.num_pieces; ++i) {
@@ -875,9 +905,13 @@ void UdpDatapath::tap_sent(const TxSlot& t, std::uint16_t ipv4_id) {
     std::copy(b.begin(), b.end(), tap_buf_.begin() + static_cast<long>(at));
     at += b.size();
   };
-  put(ConstBytes(t.headers).first(t.header_bytes));
-  for (std::size_t p = 0; p < t.num_pieces; ++p) put(t.pieces[p]);
-  put(ConstBytes(t.tail).first(t.pad + wire::kIcrcBytes));
+  if (t.whole) {
+    put(ConstBytes(t.headers).first(t.header_bytes + wire::kIcrcBytes));
+  } else {
+    put(ConstBytes(t.headers).first(t.header_bytes));
+    for (std::size_t p = 0; p < t.num_pieces; ++p) put(t.pieces[p]);
+    put(ConstBytes(t.tail).first(t.pad + wire::kIcrcBytes));
+  }
   tap_(tap_buf_, true);
 }
 

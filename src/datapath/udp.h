@@ -5,7 +5,9 @@
 // (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
 // TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
 // straight from registered memory (an iovec per piece): no copy on the send side, except for
-// READ responses, whose payload is the responder's memory that its application may rewrite at
+// a small packet (at most kInlinePayload payload bytes: an ACK, a short message), copied whole
+// behind its headers so that it leaves from one buffer with its ICRC computed in one call, and
+// for READ responses, whose payload is the responder's memory that its application may rewrite at
 // any time: it is copied once at send() and the ICRC computed over the copy, so the packet
 // leaves with the bytes its ICRC covers (tx_snapshots). With a capture tap set every payload is
 // copied so, and each frame is captured from its slot once the kernel has taken it.
@@ -166,7 +168,11 @@ bool hardware_udp_segmentation(const std::string& ifname);
 
 class UdpDatapath final : public Datapath {
  public:
-  static constexpr std::size_t kMaxPieces = 64;  // payload pieces per packet (SGEs)
+  static constexpr std::size_t kMaxPieces = 64;       // payload pieces per packet (SGEs)
+  static constexpr std::size_t kMaxHeaderBytes = 64;  // transport headers (BTH on) per packet
+  // A packet with at most this many payload bytes is copied whole into its slot at send(): one
+  // buffer for the kernel, one ICRC call (tx_snapshots counts the READ responses among them).
+  static constexpr std::size_t kInlinePayload = 64;
   static constexpr std::size_t kMaxBatch = 256;  // tx_batch and rx_batch are capped here
   // Packets in one GSO datagram: below the kernel's UDP_MAX_SEGMENTS (64 or 128 by version),
   // and the ids a receiver tries (Ipv4IdIcrcDelta::find) stay below 128.

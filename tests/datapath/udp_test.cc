@@ -459,6 +459,67 @@ TEST(UdpDatapath, ReadResponsePayloadRewrittenBeforeTheFlushStillLeavesConsisten
 // The capture shows each frame with the bytes it was queued with (those its ICRC covers and that
 // go on the wire), even when the buffer is rewritten between send() and the flush; GSO segments
 // carry the identification and ICRC they left with.
+// A packet with at most kInlinePayload payload bytes leaves whole from its slot: one iovec (its
+// headers, payload, pad and ICRC), its payload copied when it was queued, in a GSO run too (the
+// segments' ICRCs for identifications 1, 2, ... stored in the slot); a larger one is sent from
+// where its payload lies (headers, payload, pad and ICRC: three iovecs).
+TEST(UdpDatapath, SmallPacketsLeaveWholeFromTheirSlot) {
+  constexpr std::size_t kInline = UdpDatapath::kInlinePayload;
+  for (const bool gso : {false, true}) {
+    SCOPED_TRACE(gso ? "gso" : "no gso");
+    std::vector<std::vector<std::size_t>> iovs;  // per message sent, its iovecs' lengths
+    auto a = open_dp("127.0.3.91", gso, false, 64, [&](int fd, mmsghdr* m, unsigned n) {
+      for (unsigned i = 0; i < n; ++i) {
+        iovs.emplace_back();
+        for (std::size_t k = 0; k < m[i].msg_hdr.msg_iovlen; ++k) {
+          iovs.back().push_back(m[i].msg_hdr.msg_iov[k].iov_len);
+        }
+      }
+      return ::sendmmsg(fd, m, n, 0);
+    });
+    auto b = open_dp("127.0.3.92", false, false);
+    ASSERT_TRUE(a && b);
+    Bytes data = data_of(4096);
+    const Bytes original = data;
+    using wire::Opcode;
+    const std::vector<Packet> pkts = {
+        {Opcode::kRcRdmaWriteOnly, 1, 0, 0},                     // no payload (an ACK's size)
+        {Opcode::kRcRdmaWriteOnly, 2, 100, 8},                   // 8 bytes, no pad
+        {Opcode::kRcRdmaWriteMiddle, 3, 200, 13},                // a run of 13-byte packets
+        {Opcode::kRcRdmaWriteMiddle, 4, 213, 13},                // (pad 3), the last shorter:
+        {Opcode::kRcRdmaWriteMiddle, 5, 226, 13},                // one GSO datagram
+        {Opcode::kRcRdmaWriteLast, 6, 239, 5},                   //
+        {Opcode::kRcRdmaWriteOnly, 7, 300, kInline},             // the largest inline
+        {Opcode::kRcRdmaWriteOnly, 8, 400, kInline + 1},         // sent from the buffer
+        {Opcode::kRcRdmaReadResponseOnly, 9, 600, kInline - 1},  // a small READ response
+    };
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.92");
+    // Rewritten before the flush (all but packet 8's bytes): the small packets' bytes were taken
+    // when they were queued.
+    for (std::size_t i = 0; i < 600 + kInline; ++i) {
+      if (i < 400 || i >= 400 + kInline + 1) data[i] = std::byte{0x5a};
+    }
+    a->flush(Instant{});
+    EXPECT_EQ(a->counters().tx_packets, pkts.size());
+    EXPECT_EQ(a->counters().tx_snapshots, 1u);  // the READ response
+    // Eight whole packets of one iovec, and the ninth's three.
+    std::size_t total = 0;
+    for (const auto& m : iovs) total += m.size();
+    EXPECT_EQ(total, 8u + 3u);
+    if (gso && a->gso()) {
+      // 1, 2, the run 3-6, 7, and 8 with the shorter 9 behind it.
+      EXPECT_EQ(iovs.size(), 5u);
+      EXPECT_EQ(a->counters().tx_gso_packets, 6u);
+    } else {
+      ASSERT_EQ(iovs.size(), pkts.size());
+      for (std::size_t i = 0; i < iovs.size(); ++i)
+        EXPECT_EQ(iovs[i].size(), i == 7 ? 3u : 1u) << i;
+    }
+    expect_packets(receive_all(*b, pkts.size()), pkts, original);
+    EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
+  }
+}
+
 TEST(UdpDatapath, TapCapturesTheBytesAsQueuedWithAValidIcrc) {
   for (const bool gso : {false, true}) {
     SCOPED_TRACE(gso ? "gso" : "no gso");
