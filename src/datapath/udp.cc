@@ -604,29 +604,27 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     t.owns_payload = true;
     if (read_response && payload_bytes > 0) ++counters_.tx_snapshots;
     t.icrc0 = wire::icrc_continue(outer_state, ConstBytes(t.headers).first(at));
-    ++queued_;
-    if (queued_ == tx_batch_) drain();
-    return true;
-  }
-  wire::IcrcAccumulator acc(outer_state, transport_headers);
-  if (read_response || tap_) {
-    // Copied and CRC'd in one pass (the fused kernel where the CPU has one): the ICRC covers
-    // exactly the bytes the copy holds.
-    t.owned.resize(payload_bytes);
-    snapshot_registered_memory(payload, MutBytes(t.owned), &acc);
-    t.pieces[0] = ConstBytes(t.owned);
-    t.num_pieces = 1;
-    t.owns_payload = true;
-    if (read_response) ++counters_.tx_snapshots;
   } else {
-    for (ConstBytes p : payload) {
-      if (!p.empty()) t.pieces[t.num_pieces++] = p;
+    wire::IcrcAccumulator acc(outer_state, transport_headers);
+    if (read_response || tap_) {
+      // Copied and CRC'd in one pass (the fused kernel where the CPU has one): the ICRC covers
+      // exactly the bytes the copy holds.
+      t.owned.resize(payload_bytes);
+      snapshot_registered_memory(payload, MutBytes(t.owned), &acc);
+      t.pieces[0] = ConstBytes(t.owned);
+      t.num_pieces = 1;
+      t.owns_payload = true;
+      if (read_response) ++counters_.tx_snapshots;
+    } else {
+      for (ConstBytes p : payload) {
+        if (!p.empty()) t.pieces[t.num_pieces++] = p;
+      }
+      for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
     }
-    for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
+    t.tail = {};
+    acc.update(ConstBytes(t.tail).first(t.pad));
+    t.icrc0 = acc.value();
   }
-  t.tail = {};
-  acc.update(ConstBytes(t.tail).first(t.pad));
-  t.icrc0 = acc.value();
   ++queued_;
   if (queued_ == tx_batch_) drain();
   return true;
