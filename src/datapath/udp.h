@@ -108,6 +108,10 @@ struct RxMeta {
   std::uint8_t tos = 0;  // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
   std::uint8_t ttl = 0;
   bool icrc_verified = false;
+  // The packet's place in the GRO buffer it came in (0 for a datagram of its own). A uroce
+  // sender's GSO segment k carries IPv4 identification k, which a UDP socket does not show: the
+  // ICRC check tries it before solving for any identification (the same packets pass either way).
+  std::uint16_t gro_index = 0;
   // With set_deferred_icrc(true): a packet whose ICRC is not checked yet (icrc_verified false),
   // for the handler to check, in the same pass as it places the payload, before anything else
   // reads the packet (engine::Engine::handle_rx does). Null otherwise. Valid during the handler
@@ -282,13 +286,17 @@ class UdpDatapath final : public Datapath {
                            std::size_t roce_bytes);
   // Whether an IPv4 identification (DF set) or, failing that, DF clear and an identification
   // explains `delta` (the stored ICRC ^ the one computed with identification 0, DF set) for a
-  // packet of `roce_bytes`; counts which, and writes it into `h` when given.
-  bool explain_icrc(std::size_t roce_bytes, std::uint32_t delta, wire::OuterHeaders* h);
+  // packet of `roce_bytes`; counts which, and writes it into `h` when given. `likely_id` (the
+  // packet's RxMeta::gro_index) is tried first: an identification that explains `delta` is the
+  // only one that does, so trying one first accepts no packet the solve would not.
+  bool explain_icrc(std::size_t roce_bytes, std::uint32_t delta, std::uint16_t likely_id,
+                    wire::OuterHeaders* h);
   // The same, as the check of a deferred ICRC (RxMeta::pending).
   struct DeferredCheck final : wire::IcrcCheck {
     UdpDatapath* dp = nullptr;
+    std::uint16_t likely_id = 0;
     bool accepts(std::size_t roce_bytes, std::uint32_t computed, std::uint32_t stored) override {
-      return dp->explain_icrc(roce_bytes, computed ^ stored, nullptr);
+      return dp->explain_icrc(roce_bytes, computed ^ stored, likely_id, nullptr);
     }
   };
 
@@ -324,6 +332,7 @@ class UdpDatapath final : public Datapath {
   };
   std::array<OuterIcrc, 8> outer_icrc_{};
   std::size_t next_outer_icrc_ = 0;
+  std::size_t last_outer_icrc_ = 0;  // the entry found last: looked at first
   // Faults: the two stages (both or neither), a packet being built or released, the time of
   // the last receive(now, ...).
   std::unique_ptr<fault::FaultStage> tx_faults_;

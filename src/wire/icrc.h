@@ -18,6 +18,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <optional>
 
@@ -164,9 +165,7 @@ class Ipv4IdIcrcDelta {
   std::size_t roce_bytes() const { return roce_bytes_; }
   std::uint32_t operator()(std::uint16_t id) const {
     std::uint32_t d = 0;
-    for (unsigned b = 0; b < 16; ++b) {
-      if ((id >> b) & 1u) d ^= bit_[b];
-    }
+    for (unsigned v = id; v != 0; v &= v - 1) d ^= bit_[static_cast<unsigned>(std::countr_zero(v))];
     return d;
   }
   // The identification whose delta is `delta` (= the stored ICRC ^ the ICRC computed with
