@@ -490,10 +490,8 @@ const wire::Ipv4IdIcrcDelta& UdpDatapath::id_delta(std::size_t roce_bytes) {
 
 std::uint32_t UdpDatapath::outer_icrc(bool sent, const wire::IpAddress& peer,
                                       std::uint16_t peer_port, std::size_t roce_bytes) {
-  const auto matches = [&](const OuterIcrc& e) {
-    return e.valid && e.roce_bytes == roce_bytes && e.peer_port == peer_port && e.sent == sent &&
-           e.peer == peer;
-  };
+  const std::uint64_t key = outer_icrc_key(sent, peer_port, roce_bytes);
+  const auto matches = [&](const OuterIcrc& e) { return e.key == key && e.peer == peer; };
   // A run of packets of one kind (a stream's full-size segments) finds its entry first.
   if (matches(outer_icrc_[last_outer_icrc_])) return outer_icrc_[last_outer_icrc_].state;
   for (std::size_t i = 0; i < outer_icrc_.size(); ++i) {
@@ -510,12 +508,9 @@ std::uint32_t UdpDatapath::outer_icrc(bool sent, const wire::IpAddress& peer,
                                     : outer(peer, local_, peer_port, port_, 0, 0);
   std::array<std::byte, 48> ip_udp;
   const std::size_t n = wire::write_outer(ip_udp, h, roce_bytes);
+  e.key = key;
   e.peer = peer;
-  e.roce_bytes = static_cast<std::uint32_t>(roce_bytes);
-  e.peer_port = peer_port;
-  e.sent = sent;
   e.state = wire::icrc_outer_state(ConstBytes(ip_udp).first(n));
-  e.valid = true;
   return e.state;
 }
 

@@ -323,13 +323,15 @@ class UdpDatapath final : public Datapath {
   std::array<std::optional<wire::Ipv4IdIcrcDelta>, 4> deltas_;
   std::size_t next_delta_ = 0;
   struct OuterIcrc {
+    // The length, the peer's port and the direction in one word (outer_icrc_key), compared
+    // before the address; 0: unused (no packet is that short).
+    std::uint64_t key = 0;
     wire::IpAddress peer;
-    std::uint32_t roce_bytes = 0;
     std::uint32_t state = 0;
-    std::uint16_t peer_port = 0;
-    bool sent = false;
-    bool valid = false;
   };
+  static std::uint64_t outer_icrc_key(bool sent, std::uint16_t peer_port, std::size_t roce_bytes) {
+    return (std::uint64_t{roce_bytes} << 17) | (std::uint64_t{peer_port} << 1) | (sent ? 1 : 0);
+  }
   std::array<OuterIcrc, 8> outer_icrc_{};
   std::size_t next_outer_icrc_ = 0;
   std::size_t last_outer_icrc_ = 0;  // the entry found last: looked at first
