@@ -239,26 +239,26 @@ std::uint32_t interface_speed_mbps(const wire::IpAddress& local) {
   return loopback ? kLoopbackMbps : 0;
 }
 
+// A queued packet, whole in one buffer of one of three kinds: its slot's `headers` (a small
+// packet), the staging ring (a larger one), or `raw` (the fault stage's output). Its bytes
+// are copied when it is queued; the ICRC behind them is stored when it is sent (for the
+// identification its place in a GSO datagram gives it).
 struct UdpDatapath::TxSlot {
-  // BTH and extension headers (copied). A packet with at most kInlinePayload payload bytes has
-  // them followed here by its payload and pad (`whole`), and its ICRC is stored behind them when
-  // it is sent: the packet leaves from this one buffer, one iovec, its ICRC computed in one call.
+  // With at most kInlinePayload payload bytes: BTH, extension headers, payload and pad, then
+  // the ICRC.
   std::array<std::byte, kMaxHeaderBytes + kInlinePayload + 8> headers;
-  std::array<std::byte, 8> tail;  // pad, then the ICRC of the id the packet goes out with
-  std::array<ConstBytes, kMaxPieces> pieces;  // payload: registered memory, or `owned`
-  std::uint8_t header_bytes = 0;
-  std::uint8_t pad = 0;
-  std::uint8_t num_pieces = 0;
   std::uint8_t tos = 0;
   std::uint8_t ttl = 0;
-  bool owns_payload = false;
-  bool raw = false;    // built whole by the fault stage: `owned` is BTH to ICRC, sent alone as is
-  bool whole = false;  // headers, payload and pad in `headers` (header_bytes counts them all)
+  bool raw = false;  // built whole by the fault stage: `owned` is BTH to ICRC, sent alone as is
+  // BTH to ICRC in the staging ring at stage_off. A slot not staged holds the ring's write
+  // position in stage_off, so that the head slot's stage_off always starts the ring's live bytes.
+  bool staged = false;
+  std::uint32_t stage_off = 0;
   std::uint16_t dst_port = 0;
   std::uint32_t roce_bytes = 0;  // BTH through ICRC: the UDP payload
   std::uint32_t icrc0 = 0;       // ICRC with identification 0
   wire::IpAddress dst;
-  std::vector<std::byte> owned;  // the payload, copied when it waits across a flush
+  std::vector<std::byte> owned;  // a raw packet
 };
 
 struct UdpDatapath::TxScratch {
@@ -409,11 +409,12 @@ UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
       sendmmsg_hook_(options.sendmmsg_hook),
       slots_(options.tx_batch),
       tx_scratch_(std::make_unique<TxScratch>()),
+      stage_((options.tx_batch + 1) * kStagePacket),
       rx_(std::make_unique<RxRing>()) {
   TxScratch& t = *tx_scratch_;
   t.msgs.resize(tx_batch_);
   t.run.resize(tx_batch_);
-  t.iov.resize(tx_batch_ * (2 + kMaxPieces));
+  t.iov.resize(tx_batch_);  // at most one per packet
   t.addr.resize(tx_batch_);
   t.control.resize(tx_batch_);
   RxRing& r = *rx_;
@@ -558,7 +559,7 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
       release_tx_faults(now);  // what is due now (a reordered packet's successors let it go)
       return true;
     }
-    // Passed untouched: the usual way, zero-copy and GSO.
+    // Passed untouched: the usual way (its own buffer, GSO).
   }
   if (queued_ == tx_batch_) {
     drain();
@@ -567,72 +568,56 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
   UROCE_CHECK(transport_headers.size() <= kMaxHeaderBytes);
   std::size_t payload_bytes = 0;
-  std::size_t pieces = 0;
-  for (ConstBytes p : payload) {
-    payload_bytes += p.size();
-    pieces += p.empty() ? 0 : 1;
-  }
-  if (pieces > kMaxPieces) {
-    ++counters_.tx_errors;  // more pieces than an SGE list can have: lost, as on a wire
+  for (ConstBytes p : payload) payload_bytes += p.size();
+  if (payload_bytes > kStagePayload) {
+    ++counters_.tx_errors;  // more than any path MTU carries (no receiver takes it): lost
     return true;
   }
-  t.pad = wire::pad_for(payload_bytes);
-  t.roce_bytes = static_cast<std::uint32_t>(transport_headers.size() + payload_bytes + t.pad +
-                                            wire::kIcrcBytes);
+  const std::size_t pad = wire::pad_for(payload_bytes);
+  t.roce_bytes =
+      static_cast<std::uint32_t>(transport_headers.size() + payload_bytes + pad + wire::kIcrcBytes);
   t.dst = o.dst;
   t.dst_port = o.dst_port;
   t.tos = o.traffic_class;
   t.ttl = o.ttl;
-  t.header_bytes = static_cast<std::uint8_t>(transport_headers.size());
-  std::copy(transport_headers.begin(), transport_headers.end(), t.headers.begin());
-  t.num_pieces = 0;
-  t.owns_payload = false;
   t.raw = false;
-  t.whole = false;
-  // The payload is read once, here, when the packet must leave with exactly these bytes: the
-  // ICRC below covers them, sendmmsg reads them later. A READ response's payload is the
-  // responder's registered memory, which its application may rewrite at any moment (legal:
-  // a NIC sends whatever it reads, with a CRC over the same bytes); read twice, the kernel's
-  // copy could differ from the bytes the ICRC covers and the receiver would drop the packet
-  // (rxe too), forever if the memory keeps changing. With a capture tap the frame is captured
-  // from this copy after it is sent, so the capture shows the bytes that went out.
+  t.staged = false;
+  t.stage_off = stage_mark();
+  // The payload is read once, here, and copied: the packet leaves with exactly the bytes its
+  // ICRC covers, whatever the memory holds by the time sendmmsg runs. That matters for a READ
+  // response, whose payload is the responder's registered memory, which its application may
+  // rewrite at any moment (legal: a NIC sends whatever it reads, with a CRC over the same bytes;
+  // read twice, the kernel's copy could differ from the bytes the ICRC covers and the receiver
+  // would drop the packet, rxe too, forever if the memory keeps changing), and for a capture,
+  // taken from this copy after the packet is sent. It also keeps the bytes of a packet that
+  // waits for room in the socket, and lays a GSO datagram's packets one after the other: the
+  // kernel copies a datagram given as one iovec much faster than one given as three per packet
+  // (docs/PERFORMANCE.md). The copy is fused with the CRC, which reads the bytes anyway.
   const bool read_response = !transport_headers.empty() &&
                              is_read_response(std::to_integer<std::uint8_t>(transport_headers[0]));
+  if (read_response && payload_bytes > 0) ++counters_.tx_snapshots;
   // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
   const std::uint32_t outer_state = outer_icrc(true, o.dst, o.dst_port, t.roce_bytes);
+  const std::size_t hdr = transport_headers.size();
   if (payload_bytes <= kInlinePayload) {
-    // Small (an ACK, a short message): copied behind the headers, which the copy also makes a
-    // snapshot of (what a READ response or a capture needs); one CRC call over all of it.
-    std::size_t at = transport_headers.size();
-    snapshot_registered_memory(payload, MutBytes(t.headers).subspan(at, payload_bytes));
-    at += payload_bytes;
-    std::fill_n(t.headers.begin() + static_cast<std::ptrdiff_t>(at), t.pad, std::byte{0});
-    at += t.pad;
-    t.header_bytes = static_cast<std::uint8_t>(at);
-    t.pad = 0;
-    t.whole = true;
-    t.owns_payload = true;
-    if (read_response && payload_bytes > 0) ++counters_.tx_snapshots;
-    t.icrc0 = wire::icrc_continue(outer_state, ConstBytes(t.headers).first(at));
+    // Small (an ACK, a short message): in the slot, one CRC call over all of it.
+    const MutBytes out = MutBytes(t.headers).first(t.roce_bytes - wire::kIcrcBytes);
+    std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
+    snapshot_registered_memory(payload, out.subspan(hdr, payload_bytes));
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(hdr + payload_bytes), out.end(),
+              std::byte{0});
+    t.icrc0 = wire::icrc_continue(outer_state, out);
   } else {
+    std::byte* const at = stage(t.roce_bytes, t.stage_off);
+    UROCE_CHECK(at != nullptr);  // the ring holds a full queue of the largest packets
+    const MutBytes out(at, t.roce_bytes - wire::kIcrcBytes);
+    t.staged = true;
+    std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
     wire::IcrcAccumulator acc(outer_state, transport_headers);
-    if (read_response || tap_) {
-      // Copied and CRC'd in one pass (the fused kernel where the CPU has one): the ICRC covers
-      // exactly the bytes the copy holds.
-      t.owned.resize(payload_bytes);
-      snapshot_registered_memory(payload, MutBytes(t.owned), &acc);
-      t.pieces[0] = ConstBytes(t.owned);
-      t.num_pieces = 1;
-      t.owns_payload = true;
-      if (read_response) ++counters_.tx_snapshots;
-    } else {
-      for (ConstBytes p : payload) {
-        if (!p.empty()) t.pieces[t.num_pieces++] = p;
-      }
-      for (std::size_t i = 0; i < t.num_pieces; ++i) acc.update(t.pieces[i]);
-    }
-    t.tail = {};
-    acc.update(ConstBytes(t.tail).first(t.pad));
+    snapshot_registered_memory(payload, out.subspan(hdr, payload_bytes), &acc);
+    const MutBytes pad_bytes = out.subspan(hdr + payload_bytes);
+    std::fill(pad_bytes.begin(), pad_bytes.end(), std::byte{0});
+    acc.update(pad_bytes);
     t.icrc0 = acc.value();
   }
   ++queued_;
@@ -717,23 +702,47 @@ bool UdpDatapath::queue_raw(const fault::PacketInfo& info, ConstBytes roce) {
   }
   TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
   t.raw = true;
-  t.whole = false;
+  t.staged = false;
+  t.stage_off = stage_mark();
   t.dst = info.peer;
   t.dst_port = info.peer_port;
   t.tos = info.tos;
   t.ttl = info.ttl;
-  t.header_bytes = 0;
-  t.pad = 0;
   t.roce_bytes = static_cast<std::uint32_t>(roce.size());
-  const std::size_t body = roce.size() - wire::kIcrcBytes;
-  t.owned.assign(roce.begin(), roce.begin() + static_cast<std::ptrdiff_t>(body));
-  t.pieces[0] = ConstBytes(t.owned);
-  t.num_pieces = 1;
-  t.owns_payload = true;
-  t.icrc0 = load_le32(roce, body);  // as built, or as corrupted
+  t.owned.assign(roce.begin(), roce.end());  // the ICRC as built, or as corrupted
   ++queued_;
   if (queued_ == tx_batch_) drain();
   return true;
+}
+
+std::uint32_t UdpDatapath::stage_mark() {
+  if (queued_ == 0) stage_w_ = 0;  // nothing live: start over, where the cache is warm
+  return static_cast<std::uint32_t>(stage_w_);
+}
+
+std::byte* UdpDatapath::stage(std::size_t n, std::uint32_t& off) {
+  UROCE_CHECK(n <= kStagePacket);
+  const std::size_t r = queued_ == 0 ? 0 : slots_[head_].stage_off;
+  if (queued_ == 0) stage_w_ = 0;
+  std::size_t at = 0;
+  if (stage_w_ >= r) {
+    // Live bytes in [r, w): room behind them, or else from the start up to r (strictly below,
+    // so that w == r always means the live bytes do not wrap).
+    if (stage_w_ + n <= stage_.size()) {
+      at = stage_w_;
+    } else if (n < r) {
+      at = 0;
+    } else {
+      return nullptr;
+    }
+  } else if (stage_w_ + n < r) {
+    at = stage_w_;  // live bytes in [r, end) and [0, w)
+  } else {
+    return nullptr;
+  }
+  off = static_cast<std::uint32_t>(at);
+  stage_w_ = at + n;
+  return stage_.data() + at;
 }
 
 std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) const {
@@ -741,15 +750,13 @@ std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) co
   const TxSlot& a = slots_[(head_ + first) % tx_batch_];
   if (a.raw) return 1;
   std::size_t bytes = a.roce_bytes;
-  std::size_t iovs = 2u + a.num_pieces;
   std::size_t n = 1;
   while (n < available && n < kMaxGsoSegments) {
     const TxSlot& b = slots_[(head_ + first + n) % tx_batch_];
     // Same destination and TOS (one datagram has one of each); a segment no larger than the
     // first (all but the last are exactly gso_size).
     if (b.raw || !(b.dst == a.dst) || b.dst_port != a.dst_port || b.tos != a.tos ||
-        b.roce_bytes > a.roce_bytes || bytes + b.roce_bytes > kMaxUdpPayload ||
-        iovs + 2u + b.num_pieces > IOV_MAX) {
+        b.roce_bytes > a.roce_bytes || bytes + b.roce_bytes > kMaxUdpPayload) {
       break;
     }
     if (b.roce_bytes < a.roce_bytes && n + 1 < available) {
@@ -762,7 +769,6 @@ std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) co
       }
     }
     bytes += b.roce_bytes;
-    iovs += 2u + b.num_pieces;
     ++n;
     if (b.roce_bytes < a.roce_bytes) break;  // a short segment ends the datagram
   }
@@ -783,19 +789,21 @@ void UdpDatapath::drain() {
         TxSlot& t = slots_[(head_ + at + k) % tx_batch_];
         // Segment k of an IPv4 GSO datagram goes out with identification k (the kernel
         // numbers them from the first datagram's 0): its ICRC covers that id.
-        std::uint32_t icrc = t.icrc0;
-        if (k != 0 && !local_.v6) icrc ^= id_delta(t.roce_bytes)(static_cast<std::uint16_t>(k));
-        if (t.whole) {
-          store_le32(t.headers, t.header_bytes, icrc);
-          s.iov[iov_used++] = iovec{t.headers.data(), t.header_bytes + wire::kIcrcBytes};
-          continue;
+        std::byte* const p = tx_bytes(t);
+        if (!t.raw) {  // a raw packet carries the ICRC it was built (or corrupted) with
+          std::uint32_t icrc = t.icrc0;
+          if (k != 0 && !local_.v6) icrc ^= id_delta(t.roce_bytes)(static_cast<std::uint16_t>(k));
+          store_le32(MutBytes(p, t.roce_bytes), t.roce_bytes - wire::kIcrcBytes, icrc);
         }
-        store_le32(t.tail, t.pad, icrc);
-        s.iov[iov_used++] = iovec{t.headers.data(), t.header_bytes};
-        for (std::size_t i = 0; i < t.num_pieces; ++i) {
-          s.iov[iov_used++] = iovec{const_cast<std::byte*>(t.pieces[i].data()), t.pieces[i].size()};
+        // One iovec for the run's packets that lie one after the other (a run's staged packets,
+        // unless the ring wrapped in between).
+        iovec* const next = &s.iov[iov_used];
+        if (next != first_iov &&
+            static_cast<std::byte*>(next[-1].iov_base) + next[-1].iov_len == p) {
+          next[-1].iov_len += t.roce_bytes;
+        } else {
+          s.iov[iov_used++] = iovec{p, t.roce_bytes};
         }
-        s.iov[iov_used++] = iovec{t.tail.data(), t.pad + wire::kIcrcBytes};
       }
       mmsghdr& m = s.msgs[nmsg];
       m = mmsghdr{};
@@ -847,7 +855,7 @@ void UdpDatapath::drain() {
           counters_.tx_gso_packets += n;
         }
         for (std::size_t k = 0; k < n; ++k) {
-          const TxSlot& t = slots_[head_];
+          TxSlot& t = slots_[head_];
           ++counters_.tx_packets;
           counters_.tx_bytes += t.roce_bytes;
           if (tap_) tap_sent(t, local_.v6 || n == 1 ? 0 : static_cast<std::uint16_t>(k));
@@ -859,8 +867,7 @@ void UdpDatapath::drain() {
     }
     if (sent < 0 && errno == EINTR) continue;
     if (sent == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
-      ++counters_.tx_blocked;
-      pin_queued();
+      ++counters_.tx_blocked;  // the queued packets keep their bytes until the next try
       return;
     }
     if (s.run[0] > 1) {
@@ -877,49 +884,24 @@ void UdpDatapath::drain() {
   }
 }
 
-void UdpDatapath::pin_queued() {
-  // The packets wait past this flush: their payload may not stay as it is (a completed send's
-  // buffer is the application's again), so it moves into the slot.
-  for (std::size_t i = 0; i < queued_; ++i) {
-    TxSlot& t = slots_[(head_ + i) % tx_batch_];
-    if (t.owns_payload) continue;
-    std::size_t bytes = 0;
-    for (std::size_t p = 0; p < t.num_pieces; ++p) bytes += t.pieces[p].size();
-    t.owned.resize(bytes);
-    std::size_t off = 0;
-    for (std::size_t p = 0; p < t.num_pieces; ++p) {
-      std::copy(t.pieces[p].begin(), t.pieces[p].end(), t.owned.begin() + static_cast<long>(off));
-      off += t.pieces[p].size();
-    }
-    t.num_pieces = bytes == 0 ? 0 : 1;
-    t.pieces[0] = ConstBytes(t.owned);
-    t.owns_payload = true;
-    ++counters_.tx_copied;
-  }
+std::byte* UdpDatapath::tx_bytes(TxSlot& t) {
+  if (t.staged) return stage_.data() + t.stage_off;
+  return t.raw ? t.owned.data() : t.headers.data();
 }
 
-void UdpDatapath::tap_sent(const TxSlot& t, std::uint16_t ipv4_id) {
+void UdpDatapath::tap_sent(TxSlot& t, std::uint16_t ipv4_id) {
   // The frame as it left, with the ICRC bytes that were sent (not recomputed), so that a
   // capture checked by `uroce pcap check` checks what went on the wire. Called once the kernel
-  // took the packet (never for one still queued or lost to a send error), in the order sent;
-  // with a tap set every slot owns a copy of its payload made at send(), the bytes its ICRC
-  // covers and the kernel sent, whatever the application did to its memory since.
+  // took the packet (never for one still queued or lost to a send error), in the order sent,
+  // from the copy made at send(): the bytes its ICRC covers and the kernel sent, whatever the
+  // application did to its memory since.
   wire::OuterHeaders h = outer(local_, t.dst, port_, t.dst_port, t.tos, t.ttl);
   h.ethernet = true;
   h.ipv4_id = ipv4_id;
   tap_buf_.resize(wire::outer_size(h) + t.roce_bytes);
-  std::size_t at = wire::write_outer(tap_buf_, h, t.roce_bytes);
-  auto put = [&](ConstBytes b) {
-    std::copy(b.begin(), b.end(), tap_buf_.begin() + static_cast<long>(at));
-    at += b.size();
-  };
-  if (t.whole) {
-    put(ConstBytes(t.headers).first(t.header_bytes + wire::kIcrcBytes));
-  } else {
-    put(ConstBytes(t.headers).first(t.header_bytes));
-    for (std::size_t p = 0; p < t.num_pieces; ++p) put(t.pieces[p]);
-    put(ConstBytes(t.tail).first(t.pad + wire::kIcrcBytes));
-  }
+  const std::size_t at = wire::write_outer(tap_buf_, h, t.roce_bytes);
+  const std::byte* const p = tx_bytes(t);
+  std::copy(p, p + t.roce_bytes, tap_buf_.begin() + static_cast<std::ptrdiff_t>(at));
   tap_(tap_buf_, true);
 }
 

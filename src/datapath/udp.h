@@ -3,25 +3,25 @@
 // One socket bound to the device's local address and port 4791 (IPv4 or IPv6). The kernel
 // builds the IP and UDP headers; uroce computes the ICRC over the headers the kernel will write
 // (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
-// TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. Payload is sent
-// straight from registered memory (an iovec per piece): no copy on the send side, except for
-// a small packet (at most kInlinePayload payload bytes: an ACK, a short message), copied whole
-// behind its headers so that it leaves from one buffer with its ICRC computed in one call, and
-// for READ responses, whose payload is the responder's memory that its application may rewrite at
-// any time: it is copied once at send() and the ICRC computed over the copy, so the packet
-// leaves with the bytes its ICRC covers (tx_snapshots). With a capture tap set every payload is
-// copied so, and each frame is captured from its slot once the kernel has taken it.
+// TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. send() copies
+// each packet whole (headers, payload, pad) into one buffer, the copy fused with the ICRC's CRC,
+// which reads the payload anyway: a small packet (at most kInlinePayload payload bytes: an ACK, a
+// short message) into its queue slot, a larger one into the staging ring, where consecutive
+// packets lie one after the other. So a packet leaves with exactly the bytes its ICRC covers
+// (what a READ response needs, whose payload is the responder's memory that its application may
+// rewrite at any time: tx_snapshots counts them), it keeps its bytes while it waits for room in
+// the socket, a capture tap sees those bytes, and a GSO datagram goes to the kernel as one iovec
+// (which the kernel copies up to 1.5x faster than three per packet: docs/PERFORMANCE.md).
 //
-// Batching. send() queues the packet (its headers copied into the slot, its payload referenced
-// where it lies) and flush() hands the queue to the kernel in one sendmmsg call. Runs of
-// consecutive packets to the same destination with the same TOS whose sizes are equal (the last
-// may be shorter), such as RDMA WRITE Middle packets, go out as one UDP GSO datagram
+// Batching. send() queues the packet and flush() hands the queue to the kernel in one sendmmsg
+// call. Runs of consecutive packets to the same destination with the same TOS whose sizes are equal
+// (the last may be shorter), such as RDMA WRITE Middle packets, go out as one UDP GSO datagram
 // (UDP_SEGMENT): the kernel, or the NIC, cuts it into the packets. With an unconnected socket and
-// DF the first segment carries identification 0 and the kernel's software segmentation numbers
-// the others 1, 2, ... (inet_gso_segment for SKB_GSO_UDP_L4 is not fixed-id); each segment's
-// ICRC is computed for the id it will carry (wire::Ipv4IdIcrcDelta). When the socket has no
-// room (EAGAIN), the unsent packets' payload is copied into their slots and they go first at the
-// next send() or flush(): nothing is lost or sent twice.
+// DF the first segment carries identification 0 and the kernel's software segmentation numbers the
+// others 1, 2, ... (inet_gso_segment for SKB_GSO_UDP_L4 is not fixed-id); each segment's ICRC is
+// computed for the id it will carry (wire::Ipv4IdIcrcDelta) and stored behind the packet when it is
+// handed over. When the socket has no room (EAGAIN), the unsent packets go first at the next send()
+// or flush(): nothing is lost or sent twice.
 //
 // On receive, recvmmsg reads a batch of datagrams into a ring of buffers; with UDP_GRO the kernel
 // may coalesce consecutive packets of one flow into one buffer, which is split by the gso_size it
@@ -130,7 +130,6 @@ struct UdpCounters {
   std::uint64_t tx_gso_datagrams = 0;  // of which GSO datagrams (two or more packets)
   std::uint64_t tx_gso_packets = 0;    // packets sent inside GSO datagrams
   std::uint64_t tx_blocked = 0;        // flushes that stopped on EAGAIN/ENOBUFS
-  std::uint64_t tx_copied = 0;         // packets whose payload was copied to wait for room
   std::uint64_t tx_snapshots = 0;      // READ responses whose payload was copied at send()
   std::uint64_t tx_gso_fallbacks = 0;  // GSO sends the kernel refused: GSO switched off
   std::uint64_t rx_packets = 0;
@@ -172,7 +171,6 @@ bool hardware_udp_segmentation(const std::string& ifname);
 
 class UdpDatapath final : public Datapath {
  public:
-  static constexpr std::size_t kMaxPieces = 64;       // payload pieces per packet (SGEs)
   static constexpr std::size_t kMaxHeaderBytes = 64;  // transport headers (BTH on) per packet
   // A packet with at most this many payload bytes is copied whole into its slot at send(): one
   // buffer for the kernel, one ICRC call (tx_snapshots counts the READ responses among them).
@@ -181,6 +179,12 @@ class UdpDatapath final : public Datapath {
   // Packets in one GSO datagram: below the kernel's UDP_MAX_SEGMENTS (64 or 128 by version),
   // and the ids a receiver tries (Ipv4IdIcrcDelta::find) stay below 128.
   static constexpr std::size_t kMaxGsoSegments = 64;
+  // A packet with more payload than kInlinePayload is copied at send() (the copy fused with its
+  // ICRC) behind its headers into the staging ring, so that the packets of a GSO datagram lie
+  // one after the other and leave as one iovec. A packet with more than kStagePayload (no path
+  // MTU carries that much, and no receiver takes it) is lost, counted in tx_errors.
+  static constexpr std::size_t kStagePayload = wire::kMaxPayloadBytes;
+  static constexpr std::size_t kStagePacket = kMaxHeaderBytes + kStagePayload + 8;
   // A clear message on failure (address not local, port in use, ...).
   static Result<std::unique_ptr<UdpDatapath>, std::string> open(const UdpOptions& options);
   ~UdpDatapath() override;
@@ -264,8 +268,15 @@ class UdpDatapath final : public Datapath {
   void drain();
   // How many queued packets from `first` can go in one GSO datagram.
   std::size_t run_length(std::size_t first, std::size_t available) const;
-  void pin_queued();
-  void tap_sent(const TxSlot& slot, std::uint16_t ipv4_id);
+  // The staging ring's write position for a packet that does not use it (its stage_off).
+  std::uint32_t stage_mark();
+  // `n` (at most kStagePacket) contiguous bytes of the staging ring for the packet being queued,
+  // at `off`; null never (the ring holds tx_batch of the largest packets and one more, and a
+  // packet's bytes are free once the kernel has taken it: tests/datapath/udp_test.cc).
+  std::byte* stage(std::size_t n, std::uint32_t& off);
+  // A queued packet's bytes, BTH through ICRC.
+  std::byte* tx_bytes(TxSlot& t);
+  void tap_sent(TxSlot& slot, std::uint16_t ipv4_id);
   void handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler);
   // handle_packet after the receive stage (which may take the packet).
   void receive_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler);
@@ -317,6 +328,10 @@ class UdpDatapath final : public Datapath {
   std::size_t head_ = 0;
   std::size_t queued_ = 0;
   std::unique_ptr<TxScratch> tx_scratch_;
+  // The staging ring: queued packets' bytes in queue order, from the head slot's stage_off to
+  // stage_w_ (wrapping at most once; reset when the queue is empty).
+  std::vector<std::byte> stage_;
+  std::size_t stage_w_ = 0;
   std::unique_ptr<RxRing> rx_;
   // The ICRC deltas of the last few packet lengths seen (full-size packets, short last ones;
   // a table costs about a microsecond to compute).

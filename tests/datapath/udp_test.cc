@@ -317,7 +317,6 @@ TEST(UdpDatapath, BackpressureKeepsUnsentPacketsForTheNextFlush) {
     EXPECT_EQ(a->queued(), 8u);
     EXPECT_TRUE(a->tx_queued());
     EXPECT_EQ(a->counters().tx_packets, 0u);
-    EXPECT_EQ(a->counters().tx_copied, 8u);  // each payload copied once
     // The application reuses its buffer: the queued packets keep what they were sent with.
     for (auto& x : data) x = std::byte{0xee};
     mode = 1;
@@ -338,13 +337,20 @@ TEST(UdpDatapath, BackpressureKeepsUnsentPacketsForTheNextFlush) {
 TEST(UdpDatapath, GsoRefusedByTheKernelFallsBackToSinglePackets) {
   // A hook that refuses GSO datagrams as a kernel without segmentation support on the path would
   // (EINVAL), and sends the rest.
-  auto hook = [](int fd, mmsghdr* v, unsigned n) -> int {
-    if (v[0].msg_hdr.msg_iovlen > 3) {
+  auto gso = [](const msghdr& m) {
+    for (const cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(&m), const_cast<cmsghdr*>(c))) {
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_SEGMENT) return true;
+    }
+    return false;
+  };
+  auto hook = [&](int fd, mmsghdr* v, unsigned n) -> int {
+    if (gso(v[0].msg_hdr)) {
       errno = EINVAL;
       return -1;
     }
     unsigned k = 0;
-    while (k < n && v[k].msg_hdr.msg_iovlen <= 3) ++k;
+    while (k < n && !gso(v[k].msg_hdr)) ++k;
     return ::sendmmsg(fd, v, k, 0);
   };
   auto a = open_dp("127.0.3.82", true, false, 64, hook);
@@ -444,8 +450,8 @@ TEST(UdpDatapath, ReadResponsePayloadRewrittenBeforeTheFlushStillLeavesConsisten
     expect_packets(receive_all(*b, pkts.size()), pkts, original);
     EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
   }
-  // Other payloads (SEND, WRITE: the application keeps them until the WQE completes) are still
-  // sent from where they lie, without a copy.
+  // Other payloads (SEND, WRITE: the application keeps them until the WQE completes) are not
+  // counted as snapshots (they are copied into the staging ring all the same).
   auto a = open_dp("127.0.3.89", true, false);
   auto b = open_dp("127.0.3.90", false, false);
   ASSERT_TRUE(a && b);
@@ -459,8 +465,8 @@ TEST(UdpDatapath, ReadResponsePayloadRewrittenBeforeTheFlushStillLeavesConsisten
 
 // A packet with at most kInlinePayload payload bytes leaves whole from its slot: one iovec (its
 // headers, payload, pad and ICRC), its payload copied when it was queued, in a GSO run too (the
-// segments' ICRCs for identifications 1, 2, ... stored in the slot); a larger one is sent from
-// where its payload lies (headers, payload, pad and ICRC: three iovecs).
+// segments' ICRCs for identifications 1, 2, ... stored in the slot); a larger one leaves whole
+// from the staging ring (one iovec too), its payload also copied when it was queued.
 TEST(UdpDatapath, SmallPacketsLeaveWholeFromTheirSlot) {
   constexpr std::size_t kInline = UdpDatapath::kInlinePayload;
   for (const bool gso : {false, true}) {
@@ -483,29 +489,127 @@ TEST(UdpDatapath, SmallPacketsLeaveWholeFromTheirSlot) {
         {Opcode::kRcRdmaWriteMiddle, 5, 226, 13},                // one GSO datagram
         {Opcode::kRcRdmaWriteLast, 6, 239, 5},                   //
         {Opcode::kRcRdmaWriteOnly, 7, 300, kInline},             // the largest inline
-        {Opcode::kRcRdmaWriteOnly, 8, 400, kInline + 1},         // sent from the buffer
+        {Opcode::kRcRdmaWriteOnly, 8, 400, kInline + 1},         // from the staging ring
         {Opcode::kRcRdmaReadResponseOnly, 9, 600, kInline - 1},  // a small READ response
     };
     for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.92");
-    // Rewritten before the flush (all but packet 8's bytes): the small packets' bytes were taken
-    // when they were queued.
-    for (std::size_t i = 0; i < 600 + kInline; ++i) {
-      if (i < 400 || i >= 400 + kInline + 1) data[i] = std::byte{0x5a};
-    }
+    // Rewritten before the flush: every packet's bytes were taken when it was queued.
+    for (std::size_t i = 0; i < 600 + kInline; ++i) data[i] = std::byte{0x5a};
     a->flush(Instant{});
     EXPECT_EQ(a->counters().tx_packets, pkts.size());
     EXPECT_EQ(a->counters().tx_snapshots, 1u);  // the READ response
-    // Eight whole packets of one iovec, and the ninth's three.
-    EXPECT_EQ(std::accumulate(iovs.begin(), iovs.end(), std::size_t{0}), 8u + 3u);
+    // Nine whole packets of one iovec each.
+    EXPECT_EQ(std::accumulate(iovs.begin(), iovs.end(), std::size_t{0}), 9u);
     if (gso && a->gso()) {
       // 1, 2, the run 3-6, 7, and 8 with the shorter 9 behind it.
       EXPECT_EQ(iovs.size(), 5u);
       EXPECT_EQ(a->counters().tx_gso_packets, 6u);
     } else {
       ASSERT_EQ(iovs.size(), pkts.size());
-      for (std::size_t i = 0; i < iovs.size(); ++i) EXPECT_EQ(iovs[i], i == 7 ? 3u : 1u) << i;
+      for (std::size_t i = 0; i < iovs.size(); ++i) EXPECT_EQ(iovs[i], 1u) << i;
     }
     expect_packets(receive_all(*b, pkts.size()), pkts, original);
+    EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
+  }
+}
+
+// The packets of a GSO run lie one after the other in the staging ring and leave as one iovec:
+// a WRITE message's Middle packets, each its headers, payload, pad and ICRC (for the
+// identification its place gives it), then the short Last packet.
+TEST(UdpDatapath, GsoRunLeavesAsOneIovecFromTheStagingRing) {
+  std::vector<std::size_t> iovs;
+  auto a = open_dp("127.0.3.93", true, false, 64, [&](int fd, mmsghdr* m, unsigned n) {
+    for (unsigned i = 0; i < n; ++i) iovs.push_back(m[i].msg_hdr.msg_iovlen);
+    return ::sendmmsg(fd, m, n, 0);
+  });
+  auto b = open_dp("127.0.3.94", false, true);
+  ASSERT_TRUE(a && b);
+  if (!a->gso()) GTEST_SKIP() << "no UDP GSO here: " << a->gso_note();
+  const Bytes data = data_of(64 * 1024);
+  // First (with its RETH) alone; 14 Middles and the Last (pad 1) in one datagram.
+  const auto pkts = write_message(16, 4096, 1021);
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.94");
+  a->flush(Instant{});
+  EXPECT_EQ(iovs, (std::vector<std::size_t>{1, 1}));
+  EXPECT_EQ(a->counters().tx_gso_packets, 15u);
+  expect_packets(receive_all(*b, pkts.size()), pkts, data);
+  EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
+}
+
+// A packet with more payload than any path MTU carries (a caller's bug: no receiver takes it) is
+// counted lost, as a packet the wire drops; it does not disturb the packets around it.
+TEST(UdpDatapath, OversizedPayloadIsCountedLost) {
+  auto a = open_dp("127.0.3.93", true, false);
+  auto b = open_dp("127.0.3.94", false, false);
+  ASSERT_TRUE(a && b);
+  const Bytes data = data_of(16 * 1024);
+  const std::vector<Packet> pkts = {
+      {wire::Opcode::kRcRdmaWriteMiddle, 1, 0, UdpDatapath::kStagePayload},
+      {wire::Opcode::kRcRdmaWriteMiddle, 2, 0, UdpDatapath::kStagePayload + 4},
+      {wire::Opcode::kRcRdmaWriteMiddle, 3, 4096, UdpDatapath::kStagePayload},
+  };
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.94");
+  a->flush(Instant{});
+  EXPECT_EQ(a->counters().tx_errors, 1u);
+  EXPECT_EQ(a->counters().tx_packets, 2u);
+  expect_packets(receive_all(*b, 2), {pkts[0], pkts[2]}, data);
+}
+
+// Under backpressure the staging ring wraps: packets queued behind ones the socket has not taken
+// yet go to the ring's start, never over bytes still waiting. Each flush here sends one datagram
+// and finds the socket full; the receiver gets every packet once, each with its own bytes.
+TEST(UdpDatapath, StagingRingWrapsWithoutOverwritingWaitingPackets) {
+  for (const bool gso : {false, true}) {
+    SCOPED_TRACE(gso ? "gso" : "no gso");
+    bool partial = true;  // one datagram per flush, then EAGAIN
+    bool took_one = false;
+    std::vector<const std::byte*> bases;  // each datagram's first iovec
+    std::size_t most_iovecs = 0;
+    auto a = open_dp("127.0.3.95", gso, false, 8, [&](int fd, mmsghdr* m, unsigned n) -> int {
+      if (partial) {
+        if (took_one) {
+          took_one = false;
+          errno = EAGAIN;
+          return -1;
+        }
+        took_one = true;
+        n = 1;
+      }
+      for (unsigned i = 0; i < n; ++i) {
+        bases.push_back(static_cast<const std::byte*>(m[i].msg_hdr.msg_iov[0].iov_base));
+        most_iovecs = std::max(most_iovecs, m[i].msg_hdr.msg_iovlen);
+      }
+      return ::sendmmsg(fd, m, n, 0);
+    });
+    auto b = open_dp("127.0.3.96", false, false);
+    ASSERT_TRUE(a && b);
+    Bytes data = data_of(64 * 1024);
+    const Bytes original = data;
+    // Runs of three (two full packets and a shorter one), 40 packets of up to kStagePayload.
+    std::vector<Packet> pkts;
+    for (std::uint32_t i = 0; i < 40; ++i) {
+      const std::size_t bytes = UdpDatapath::kStagePayload - (i % 3 == 2 ? 96 : 0);
+      pkts.push_back(Packet{wire::Opcode::kRcRdmaWriteMiddle, i, (i % 15) * 4096u, bytes});
+    }
+    for (const Packet& p : pkts) {
+      queue(*a, p, data, "127.0.3.96");
+      took_one = false;  // the next flush takes one datagram again
+    }
+    // The application reuses its buffer: what waits was copied when it was queued.
+    for (auto& x : data) x = std::byte{0xee};
+    partial = false;
+    a->flush(Instant{});
+    EXPECT_EQ(a->queued(), 0u);
+    EXPECT_EQ(a->counters().tx_packets, pkts.size());
+    EXPECT_GE(a->counters().tx_blocked, 5u);
+    // The ring wrapped: some datagram starts below the one before it.
+    bool wrapped = false;
+    for (std::size_t i = 1; i < bases.size(); ++i) wrapped = wrapped || bases[i] < bases[i - 1];
+    EXPECT_TRUE(wrapped);
+    // A GSO datagram is one iovec, two where the ring wrapped inside it.
+    EXPECT_LE(most_iovecs, gso ? 2u : 1u);
+    expect_packets(receive_all(*b, pkts.size()), pkts, original);
+    EXPECT_EQ(b->counters().rx_packets, pkts.size());
     EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
   }
 }
