@@ -236,6 +236,7 @@ struct Side {
   std::uint64_t half = 0;
   std::vector<QpSide> qps;
   std::unique_ptr<Channel> ch;
+  std::int64_t spin_until_ns = 0;  // idle_round: polls without blocking until then
 
   Device& d() { return dev->device(); }
   std::uint64_t va(const std::byte* p) const { return reinterpret_cast<std::uint64_t>(p); }
@@ -244,11 +245,20 @@ struct Side {
   Duration timeout() const { return Duration::s(opt.timeout_s); }
 };
 
-// One round of progress; when nothing happened, block up to 1 ms on the device (the TCP
-// connection is checked by the caller after it) so that an idle side does not spin.
+// One round of progress. A side whose rounds found nothing to do for kIdleSpinNs since the last
+// one that did blocks up to 1 ms on the device (the TCP connection is checked by the caller
+// after it), so that an idle side does not spin, while one receiving a stream (a passive WRITE or
+// READ target) does not fall asleep between bursts and make its peer pay a wake-up for each, as
+// the library's progress thread spins after work for a passive target
+// (engine::SchedulerConfig::blocked_app_spin, the same 500 us).
+constexpr std::int64_t kIdleSpinNs = 500'000;
 void idle_round(Side& s, bool may_block) {
+  if (s.dev->progress()) {
+    s.spin_until_ns = now_ns() + kIdleSpinNs;
+    return;
+  }
   // UdpDevice::wait() also wakes for the engine's next timer (a coalesced ACK, a retry).
-  if (!s.dev->progress() && may_block) s.dev->wait(Duration::ms(1));
+  if (may_block && now_ns() >= s.spin_until_ns) s.dev->wait(Duration::ms(1));
 }
 
 std::string wait_line(Side& s, const std::string& what) {
