@@ -858,7 +858,7 @@ stray_re='(ib_[a-z_]+|ibv_[a-z_]+|uroce_verbs_check|rping|ucmatose|udaddy|rdma_s
 health_port=18650
 vm_unfit='' vm_net_dead=''
 vm_health() { # DIR; sets vm_unfit (why the VM was not fit, or empty) and vm_net_dead
-  local dir=$1 f=$1/vm-health.txt sick= text listener line
+  local dir=$1 f=$1/vm-health.txt sick= net_dead= text listener line
   vm_unfit='' vm_net_dead=''
   text=$(vm 30 "cat /proc/loadavg; free; ps -o pid,ppid,stat,rss,args | grep -v ' \\[[^]]*\\]$'; /sbin/tc -s qdisc show; \
 cat /proc/net/dev; rdma resource show qp; grep -E '^(Tcp|Udp):' /proc/net/snmp; \
@@ -879,10 +879,10 @@ echo \"unkillable: \$(tr '\\0' ' ' </proc/\$p/cmdline)\"; done; true" 2>&1) ||
     if [[ $line == unkillable:* ]]; then sick="a program of the case survived kill -9 (${line#*: })"; fi
   done <<<"$text"
   if [[ -z $sick ]] && ! inns ping -c 3 -i 0.2 -W 2 "$vm_ip" >>"$f" 2>&1; then
-    sick="the host cannot ping it"
+    sick="the host cannot ping it" net_dead=1
   fi
   if [[ -z $sick ]] && ! vm 20 "ping -c 3 -W 2 $host_ip" >>"$f" 2>&1; then
-    sick="it cannot ping the host"
+    sick="it cannot ping the host" net_dead=1
   fi
   if [[ -z $sick ]]; then
     # One connection from the guest to a listener in the namespace (bounded).
@@ -900,14 +900,14 @@ print("accepted", c.recv(16).decode().strip())' "$host_ip" "$health_port" >"$dir
     wait "$listener" || true
     cat "$dir/health-tcp.txt" >>"$f"
     grep -q '^accepted tcp-ok' "$dir/health-tcp.txt" ||
-      sick="its TCP connection to the host failed"
+      sick="its TCP connection to the host failed" net_dead=1
   fi
   [[ -z $sick ]] && return 0
   vm_unfit=$sick
   # The guest answers on its console and nothing of the case survived, but its network is
   # dead: what the known wedge looks like. (A console that does not answer may be a crashed
   # guest kernel, which a packet could have caused: not this.)
-  case $sick in "the host cannot ping it" | "it cannot ping the host" | *"TCP connection"*) vm_net_dead=1 ;; esac
+  vm_net_dead=$net_dead
   note "  the VM is not fit for the next case: $sick (see $f); booting it again"
   vm_reboot "$boot_initrd"
   vm_gids
