@@ -239,20 +239,16 @@ std::uint32_t interface_speed_mbps(const wire::IpAddress& local) {
   return loopback ? kLoopbackMbps : 0;
 }
 
-// A queued packet, whole in one buffer of one of three kinds: its slot's `headers` (a small
-// packet), the staging ring (a larger one), or `raw` (the fault stage's output). Its bytes
-// are copied when it is queued; the ICRC behind them is stored when it is sent (for the
-// identification its place in a GSO datagram gives it).
+// A queued packet, whole in one buffer: the staging ring, or for the fault stage's output
+// (`raw`) its own. Its bytes are copied when it is queued; the ICRC behind them is stored when it
+// is sent (for the identification its place in a GSO datagram gives it).
 struct UdpDatapath::TxSlot {
-  // With at most kInlinePayload payload bytes: BTH, extension headers, payload and pad, then
-  // the ICRC.
-  std::array<std::byte, kMaxHeaderBytes + kInlinePayload + 8> headers;
   std::uint8_t tos = 0;
   std::uint8_t ttl = 0;
   bool raw = false;  // built whole by the fault stage: `owned` is BTH to ICRC, sent alone as is
-  // BTH to ICRC in the staging ring at stage_off. A slot not staged holds the ring's write
-  // position in stage_off, so that the head slot's stage_off always starts the ring's live bytes.
-  bool staged = false;
+  // Where its bytes (BTH to ICRC) start in the staging ring; for a raw packet, the ring's write
+  // position when it was queued, so that the head slot's stage_off always starts the ring's live
+  // bytes.
   std::uint32_t stage_off = 0;
   std::uint16_t dst_port = 0;
   std::uint32_t roce_bytes = 0;  // BTH through ICRC: the UDP payload
@@ -581,8 +577,6 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   t.tos = o.traffic_class;
   t.ttl = o.ttl;
   t.raw = false;
-  t.staged = false;
-  t.stage_off = stage_mark();
   // The payload is read once, here, and copied: the packet leaves with exactly the bytes its
   // ICRC covers, whatever the memory holds by the time sendmmsg runs. That matters for a READ
   // response, whose payload is the responder's registered memory, which its application may
@@ -599,20 +593,17 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   // The ICRC with identification 0; a GSO segment's is derived from it when it is sent.
   const std::uint32_t outer_state = outer_icrc(true, o.dst, o.dst_port, t.roce_bytes);
   const std::size_t hdr = transport_headers.size();
+  std::byte* const at = stage(t.roce_bytes, t.stage_off);
+  UROCE_CHECK(at != nullptr);  // the ring holds a full queue of the largest packets
+  const MutBytes out(at, t.roce_bytes - wire::kIcrcBytes);
+  std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
   if (payload_bytes <= kInlinePayload) {
-    // Small (an ACK, a short message): in the slot, one CRC call over all of it.
-    const MutBytes out = MutBytes(t.headers).first(t.roce_bytes - wire::kIcrcBytes);
-    std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
+    // Small (an ACK, a short message): copied, then one CRC call over all of it.
     snapshot_registered_memory(payload, out.subspan(hdr, payload_bytes));
     std::fill(out.begin() + static_cast<std::ptrdiff_t>(hdr + payload_bytes), out.end(),
               std::byte{0});
     t.icrc0 = wire::icrc_continue(outer_state, out);
   } else {
-    std::byte* const at = stage(t.roce_bytes, t.stage_off);
-    UROCE_CHECK(at != nullptr);  // the ring holds a full queue of the largest packets
-    const MutBytes out(at, t.roce_bytes - wire::kIcrcBytes);
-    t.staged = true;
-    std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
     wire::IcrcAccumulator acc(outer_state, transport_headers);
     snapshot_registered_memory(payload, out.subspan(hdr, payload_bytes), &acc);
     const MutBytes pad_bytes = out.subspan(hdr + payload_bytes);
@@ -702,7 +693,6 @@ bool UdpDatapath::queue_raw(const fault::PacketInfo& info, ConstBytes roce) {
   }
   TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
   t.raw = true;
-  t.staged = false;
   t.stage_off = stage_mark();
   t.dst = info.peer;
   t.dst_port = info.peer_port;
@@ -795,8 +785,8 @@ void UdpDatapath::drain() {
           if (k != 0 && !local_.v6) icrc ^= id_delta(t.roce_bytes)(static_cast<std::uint16_t>(k));
           store_le32(MutBytes(p, t.roce_bytes), t.roce_bytes - wire::kIcrcBytes, icrc);
         }
-        // One iovec for the run's packets that lie one after the other (a run's staged packets,
-        // unless the ring wrapped in between).
+        // One iovec for the run's packets, which lie one after the other (unless the ring wrapped
+        // in between).
         iovec* const next = &s.iov[iov_used];
         if (next != first_iov &&
             static_cast<std::byte*>(next[-1].iov_base) + next[-1].iov_len == p) {
@@ -885,8 +875,7 @@ void UdpDatapath::drain() {
 }
 
 std::byte* UdpDatapath::tx_bytes(TxSlot& t) {
-  if (t.staged) return stage_.data() + t.stage_off;
-  return t.raw ? t.owned.data() : t.headers.data();
+  return t.raw ? t.owned.data() : stage_.data() + t.stage_off;
 }
 
 void UdpDatapath::tap_sent(TxSlot& t, std::uint16_t ipv4_id) {

@@ -4,10 +4,10 @@
 // builds the IP and UDP headers; uroce computes the ICRC over the headers the kernel will write
 // (roce-facts.md): an unconnected socket with IP_PMTUDISC_DO sends DF=1 and identification 0,
 // TOS/TTL/UDP checksum are masked, and the UDP source port is the bound port. send() copies
-// each packet whole (headers, payload, pad) into one buffer, the copy fused with the ICRC's CRC,
-// which reads the payload anyway: a small packet (at most kInlinePayload payload bytes: an ACK, a
-// short message) into its queue slot, a larger one into the staging ring, where consecutive
-// packets lie one after the other. So a packet leaves with exactly the bytes its ICRC covers
+// each packet whole (headers, payload, pad) into the staging ring, where consecutive packets lie
+// one after the other, the copy fused with the ICRC's CRC, which reads the payload anyway (a small
+// packet, at most kInlinePayload payload bytes, is copied and then CRC'd in one call over all its
+// bytes). So a packet leaves with exactly the bytes its ICRC covers
 // (what a READ response needs, whose payload is the responder's memory that its application may
 // rewrite at any time: tx_snapshots counts them), it keeps its bytes while it waits for room in
 // the socket, a capture tap sees those bytes, and a GSO datagram goes to the kernel as one iovec
@@ -172,17 +172,17 @@ bool hardware_udp_segmentation(const std::string& ifname);
 class UdpDatapath final : public Datapath {
  public:
   static constexpr std::size_t kMaxHeaderBytes = 64;  // transport headers (BTH on) per packet
-  // A packet with at most this many payload bytes is copied whole into its slot at send(): one
-  // buffer for the kernel, one ICRC call (tx_snapshots counts the READ responses among them).
+  // A packet with at most this many payload bytes is copied whole and then CRC'd in one call
+  // (an ACK, a short message); a larger one's payload by the fused copy-and-CRC kernel.
   static constexpr std::size_t kInlinePayload = 64;
   static constexpr std::size_t kMaxBatch = 256;  // tx_batch and rx_batch are capped here
   // Packets in one GSO datagram: below the kernel's UDP_MAX_SEGMENTS (64 or 128 by version),
   // and the ids a receiver tries (Ipv4IdIcrcDelta::find) stay below 128.
   static constexpr std::size_t kMaxGsoSegments = 64;
-  // A packet with more payload than kInlinePayload is copied at send() (the copy fused with its
-  // ICRC) behind its headers into the staging ring, so that the packets of a GSO datagram lie
-  // one after the other and leave as one iovec. A packet with more than kStagePayload (no path
-  // MTU carries that much, and no receiver takes it) is lost, counted in tx_errors.
+  // Every packet is copied at send() into the staging ring, so that the packets of a GSO
+  // datagram lie one after the other and leave as one iovec. A packet with more than
+  // kStagePayload (no path MTU carries that much, and no receiver takes it) is lost, counted in
+  // tx_errors.
   static constexpr std::size_t kStagePayload = wire::kMaxPayloadBytes;
   static constexpr std::size_t kStagePacket = kMaxHeaderBytes + kStagePayload + 8;
   // A clear message on failure (address not local, port in use, ...).
@@ -268,7 +268,7 @@ class UdpDatapath final : public Datapath {
   void drain();
   // How many queued packets from `first` can go in one GSO datagram.
   std::size_t run_length(std::size_t first, std::size_t available) const;
-  // The staging ring's write position for a packet that does not use it (its stage_off).
+  // The staging ring's write position for a raw packet, which does not use it (its stage_off).
   std::uint32_t stage_mark();
   // `n` (at most kStagePacket) contiguous bytes of the staging ring for the packet being queued,
   // at `off`; null never (the ring holds tx_batch of the largest packets and one more, and a
