@@ -597,17 +597,16 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   UROCE_CHECK(at != nullptr);  // the ring holds a full queue of the largest packets
   const MutBytes out(at, t.roce_bytes - wire::kIcrcBytes);
   std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
+  const MutBytes pad_bytes = out.subspan(hdr + payload_bytes);
+  std::fill(pad_bytes.begin(), pad_bytes.end(), std::byte{0});
   if (payload_bytes <= kInlinePayload) {
     // Small (an ACK, a short message): copied, then one CRC call over all of it.
     snapshot_registered_memory(payload, out.subspan(hdr, payload_bytes));
-    std::fill(out.begin() + static_cast<std::ptrdiff_t>(hdr + payload_bytes), out.end(),
-              std::byte{0});
     t.icrc0 = wire::icrc_continue(outer_state, out);
   } else {
+    // The CRC fused with the copy, then the pad's.
     wire::IcrcAccumulator acc(outer_state, transport_headers);
     snapshot_registered_memory(payload, out.subspan(hdr, payload_bytes), &acc);
-    const MutBytes pad_bytes = out.subspan(hdr + payload_bytes);
-    std::fill(pad_bytes.begin(), pad_bytes.end(), std::byte{0});
     acc.update(pad_bytes);
     t.icrc0 = acc.value();
   }
@@ -712,8 +711,8 @@ std::uint32_t UdpDatapath::stage_mark() {
 
 std::byte* UdpDatapath::stage(std::size_t n, std::uint32_t& off) {
   UROCE_CHECK(n <= kStagePacket);
+  (void)stage_mark();  // an empty queue starts over
   const std::size_t r = queued_ == 0 ? 0 : slots_[head_].stage_off;
-  if (queued_ == 0) stage_w_ = 0;
   std::size_t at = 0;
   if (stage_w_ >= r) {
     // Live bytes in [r, w): room behind them, or else from the start up to r (strictly below,

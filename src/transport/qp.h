@@ -120,9 +120,10 @@ struct PacketInfo {
   bool payload_placed = false;
 };
 
-// A packet to transmit: transport headers built, payload gathered by reference (zero copy; the
-// spans stay valid until the next call into the QP). The engine adds the outer headers, pad
-// and ICRC.
+// A packet to transmit: transport headers built, payload gathered by reference (the spans stay
+// valid until the next call into the QP: the QP copies nothing). The engine adds the outer
+// headers, pad and ICRC; datapath/udp copies the payload once, fused with its CRC, into the
+// buffer the packet leaves from.
 struct TxPacket {
   static constexpr std::size_t kMaxHeaderBytes = 48;
   static constexpr std::size_t kMaxPieces = kMaxSge;
