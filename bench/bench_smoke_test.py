@@ -129,6 +129,19 @@ class DatapathBench(unittest.TestCase):
             else:
                 self.assertEqual(r["tx_gso_datagrams"], 0)
 
+    def test_pingpong_of_write_and_ack(self):
+        # Every round trip carries the WRITE it should and its ACK (the bench fails otherwise),
+        # and the latency is reported as documented.
+        for mode in ("gso", "mmsg"):
+            r = run_json(DATAPATH_BENCH, "--pingpong", "2000", "--mode", mode)
+            self.assertEqual(r["mode"], mode)
+            self.assertEqual(r["pingpong"], 2000)
+            for key in ("one_way_us_mean", "client_cpu_s", "echo_cpu_s"):
+                self.assertIn(key, r)
+            self.assertGreater(r["one_way_us_min"], 0)
+            self.assertLessEqual(r["one_way_us_min"], r["one_way_us"])
+            self.assertLessEqual(r["one_way_us"], r["one_way_us_p99"])
+
     def test_bad_mode_fails(self):
         p = subprocess.run([DATAPATH_BENCH, "--mode", "xdp"], capture_output=True, text=True,
                            timeout=30, check=False)

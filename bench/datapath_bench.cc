@@ -14,6 +14,18 @@
 //   The sender flushes every --flush packets (the engine flushes at the end of each flush_tx).
 // Prints one JSON object. Payload rate counts RDMA payload bytes; wire rate counts UDP payload
 // (BTH through ICRC).
+//
+//   datapath_bench --pingpong N [--mode gso]
+//     What an RC ping-pong of 8-byte RDMA WRITEs (`uroce perf write_lat -s 8`) asks of the
+//     datapath and the wire code, with no transport, engine or verbs: each hop is an RDMA WRITE
+//     Only of 8 bytes and the ACK of the peer's last one (held for it, as uroce's responder
+//     holds it), built with uroce's wire code, sent through UdpDatapath::send() and one
+//     flush(), received by the peer's UdpDatapath::receive() (parse, ICRC check), the payload
+//     copied to a buffer standing in for the memory region; the peer answers once it has both.
+//     N timed round trips after 1000 of warm-up; prints the one-way latency (half the round
+//     trip: median, mean, 99th percentile). Between udp_baseline's ping-pong with uroce's
+//     system calls (the kernel's share) and uroce perf write_lat (everything), this is the
+//     share of the datapath and the wire code.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,7 +33,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "datapath/udp.h"
@@ -64,6 +79,121 @@ datapath::UdpOptions options(const std::string& mode, const char* ip, std::uint1
 
 constexpr std::uint64_t kWindowBytes = 2u << 20;  // payload in flight (see CreditWindow)
 
+// One side of the ping-pong of --pingpong: the hop it sends and the hop it waits for.
+class PingPongSide {
+ public:
+  PingPongSide(datapath::UdpDatapath& d, const char* peer, std::uint16_t peer_port) : d_(d) {
+    out_.dst = v4(peer);
+    out_.dst_port = peer_port;
+    write_.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
+    write_.bth.dest_qpn = 0x11;
+    write_.reth = wire::Reth{0x10000, 0x1234, 8};
+    ack_.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
+    ack_.bth.dest_qpn = 0x11;
+  }
+  // The WRITE of `seq` (its 8 bytes) and, with `ack`, the ACK of the peer's WRITE `acked`, in
+  // one flush.
+  void send(std::uint64_t seq, bool ack, std::uint64_t acked) {
+    write_.bth.psn = static_cast<std::uint32_t>(seq) & 0xffffff;
+    std::memcpy(src_.data(), &seq, sizeof seq);
+    std::size_t n = wire::write_headers(hdr_, write_, src_.size());
+    const std::array<ConstBytes, 1> piece = {ConstBytes(src_)};
+    d_.send(Instant{}, out_, ConstBytes(hdr_).first(n), piece);
+    if (ack) {
+      ack_.bth.psn = static_cast<std::uint32_t>(acked) & 0xffffff;
+      ack_.aeth.msn = static_cast<std::uint32_t>(acked + 1) & 0xffffff;
+      n = wire::write_headers(hdr_, ack_, 0);
+      d_.send(Instant{}, out_, ConstBytes(hdr_).first(n), {});
+    }
+    d_.flush(Instant{});
+  }
+  // Polls until the peer's WRITE of `seq` and, with `ack`, its ACK of ours arrived; false when
+  // the run is over or a packet is not what the hop carries.
+  bool wait(std::uint64_t seq, bool ack, Shared& sh) {
+    const std::size_t want = ack ? 2 : 1;
+    std::size_t got = 0;
+    bool bad = false;
+    const auto handler = [&](const wire::RocePacket& p, const datapath::RxMeta&) {
+      ++got;
+      if (p.op->opcode() == wire::Opcode::kRcRdmaWriteOnly && p.payload.size() == dst_.size()) {
+        std::memcpy(dst_.data(), p.payload.data(), dst_.size());  // the placement
+        std::uint64_t v = 0;
+        std::memcpy(&v, dst_.data(), sizeof v);
+        bad |= v != seq;
+      } else {
+        bad |= p.op->opcode() != wire::Opcode::kRcAcknowledge;
+      }
+    };
+    while (got < want) {
+      d_.receive(16, handler);
+      if (sh.phase.load(std::memory_order_relaxed) == kWindowClosed) return false;
+    }
+    if (bad || got != want) fail(sh, "a hop's packets are not the WRITE and ACK it sent");
+    return !bad && got == want;
+  }
+
+ private:
+  datapath::UdpDatapath& d_;
+  wire::OuterHeaders out_;
+  wire::TransportHeaders write_, ack_;
+  std::array<std::byte, 64> hdr_{};
+  std::array<std::byte, 8> src_{}, dst_{};
+};
+
+int pingpong(const std::string& mode, std::size_t iters) {
+  constexpr std::size_t kWarmup = 1000;
+  const std::uint16_t echo_port = free_port("127.0.0.2");
+  const std::uint16_t client_port = free_port("127.0.0.1");
+  Shared* s = run_pair(
+      [&](Shared& sh) {
+        auto dp = datapath::UdpDatapath::open(options(mode, "127.0.0.2", echo_port));
+        if (!dp.ok()) return fail(sh, "echo: " + dp.error());
+        PingPongSide side(*dp.value(), "127.0.0.1", client_port);
+        sh.phase.store(kReceiverReady);
+        const double cpu0 = cpu_seconds();
+        for (std::uint64_t i = 0; i < kWarmup + iters; ++i) {
+          // The client's first WRITE carries no ACK; every answer ACKs the WRITE it answers.
+          if (!side.wait(i, i > 0, sh)) return;
+          side.send(i, true, i);
+        }
+        sh.rx_cpu_s = cpu_seconds() - cpu0;
+      },
+      [&](Shared& sh) {
+        auto dp = datapath::UdpDatapath::open(options(mode, "127.0.0.1", client_port));
+        if (!dp.ok()) return fail(sh, "client: " + dp.error());
+        PingPongSide side(*dp.value(), "127.0.0.2", echo_port);
+        std::vector<double> rtt;
+        rtt.reserve(iters);
+        const double cpu0 = cpu_seconds();
+        for (std::uint64_t i = 0; i < kWarmup + iters; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          side.send(i, i > 0, i - 1);
+          if (!side.wait(i, true, sh)) return;
+          const std::chrono::duration<double, std::micro> us =
+              std::chrono::steady_clock::now() - t0;
+          if (i >= kWarmup) rtt.push_back(us.count());
+        }
+        sh.tx_cpu_s = cpu_seconds() - cpu0;
+        double sum = 0;
+        for (double x : rtt) sum += x;
+        std::sort(rtt.begin(), rtt.end());
+        sh.extra[0] = rtt[rtt.size() / 2] / 2;
+        sh.extra[1] = sum / static_cast<double>(rtt.size()) / 2;
+        sh.extra[2] = rtt[rtt.size() * 99 / 100] / 2;
+        sh.extra[3] = rtt.front() / 2;
+        sh.phase.store(kWindowClosed);
+      },
+      60 + static_cast<double>(iters) / 10000);
+  if (s == nullptr) return 1;
+  std::printf(
+      "{\"mode\":\"%s\",\"pingpong\":%zu,\"one_way_us\":%.3f,\"one_way_us_mean\":%.3f,"
+      "\"one_way_us_p99\":%.3f,\"one_way_us_min\":%.3f,\"client_cpu_s\":%.3f,"
+      "\"echo_cpu_s\":%.3f}\n",
+      mode.c_str(), iters, s->extra[0], s->extra[1], s->extra[2], s->extra[3], s->tx_cpu_s,
+      s->rx_cpu_s);
+  return 0;
+}
+
 // Extras in Shared::extra.
 enum Extra {
   kRxBadIcrc,
@@ -91,7 +221,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
   app.add_option("--message", message, "bytes per RDMA WRITE")->check(CLI::Range(1, 1 << 24));
   app.add_option("--flush", flush_every, "packets between flushes")->check(CLI::Range(1, 4096));
+  std::size_t pingpong_iters = 0;
+  app.add_option("--pingpong", pingpong_iters,
+                 "latency instead: N round trips of an 8-byte RDMA WRITE and the ACK it holds")
+      ->check(CLI::Range(1, 100000000));
   CLI11_PARSE(app, argc, argv);
+  if (pingpong_iters > 0) return pingpong(mode, pingpong_iters);
 
   const std::uint16_t rx_port = free_port("127.0.0.2");
   const std::uint16_t tx_port = free_port("127.0.0.1");

@@ -6,7 +6,12 @@
 #   - udp_baseline pingpong --size 40 --datagrams 2 --gso: each hop a 40-byte datagram and a
 #     20-byte one in one UDP_SEGMENT send, received whole with UDP_GRO, which is what an RC
 #     ping-pong of 8-byte WRITEs asks of the kernel (the request and the ACK of the peer's, which
-#     uroce holds for it): the floor of the kernel path under uroce's latency;
+#     uroce holds for it): the floor of the kernel path under uroce's latency; and the same with
+#     --calls uroce, the system calls uroce's datapath makes (sendmmsg, recvmmsg with control
+#     messages, on a socket asking for TOS, TTL and GRO): what is left above it is uroce's own;
+#   - bench/datapath_bench --pingpong: the same hop (an 8-byte RDMA WRITE Only and an ACK) built,
+#     sent, received, parsed and ICRC-checked by uroce's datapath and wire code with no transport,
+#     engine or verbs: what is left above it is theirs;
 #   - uroce perf write_bw, read_bw and send_bw -s 65536 -D SECONDS, write_lat -s 8, and write_bw
 #     -s 64 with a deep queue (message rate), each as two processes (server $SERVER_IP, client
 #     $CLIENT_IP).
@@ -38,7 +43,7 @@ R=$(rounds_arg net_bench "${2:-3}")
 
 scripts/install-deps >/dev/null
 configure_release
-targets=(uroce)
+targets=(uroce datapath_bench)
 have_udp_baseline=0
 B=${UDP_BASELINE:-build-release/bench/udp_baseline} # UDP_BASELINE: a binary built elsewhere
 if [[ -n ${UDP_BASELINE:-} ]]; then
@@ -94,11 +99,15 @@ round() {
     "$B" bw --mode mmsg --seconds "$S" --size 65536 >"$tmp/mmsg.$r.json"
     "$B" pingpong --iters 20000 --size 8 >"$tmp/pingpong.$r.json"
     "$B" pingpong --iters 20000 --size 40 --datagrams 2 --gso >"$tmp/pingpong2.$r.json"
+    "$B" pingpong --iters 20000 --size 40 --datagrams 2 --gso --calls uroce \
+      >"$tmp/pingpong2u.$r.json"
     "$B" pps --size 64 --batch 32 --seconds "$S" >"$tmp/pps.$r.json"
   else
-    for f in gso mmsg pingpong pingpong2 pps; do echo '{}' >"$tmp/$f.$r.json"; done
+    for f in gso mmsg pingpong pingpong2 pingpong2u pps; do echo '{}' >"$tmp/$f.$r.json"; done
   fi
 
+  build-release/bench/datapath_bench --pingpong 20000 >"$tmp/dppingpong.$r.json" ||
+    echo '{}' >"$tmp/dppingpong.$r.json"
   perf "write_bw.$r" write_bw -s 65536 -D "$S"
   perf "read_bw.$r" read_bw -s 65536 -D "$S"
   perf "send_bw.$r" send_bw -s 65536 -D "$S"
@@ -111,7 +120,7 @@ for r in $(seq 1 "$R"); do round "$r"; done
 echo "## raw results ($S s per bandwidth run, $R rounds)"
 for r in $(seq 1 "$R"); do
   echo "### round $r"
-  for f in iperf gso mmsg pingpong pingpong2 pps write_bw read_bw send_bw write_lat msgrate; do
+  for f in iperf gso mmsg pingpong pingpong2 pingpong2u dppingpong pps write_bw read_bw send_bw write_lat msgrate; do
     if [[ $f == iperf ]]; then
       python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d.get("end",{});
 print(json.dumps({"iperf3_gbit_per_s": e.get("sum_received",{}).get("bits_per_second",0)/1e9,
@@ -142,6 +151,7 @@ def values(r):
     ip, gso, mmsg, pp, pps = (load(n, r) for n in ("iperf", "gso", "mmsg", "pingpong", "pps"))
     wb, wl, mr = load("write_bw", r), load("write_lat", r), load("msgrate", r)
     rb, sb, pp2 = load("read_bw", r), load("send_bw", r), load("pingpong2", r)
+    pp2u, dpp = load("pingpong2u", r), load("dppingpong", r)
     ie = ip.get("end", {})
     ip_bytes = ie.get("sum_received", {}).get("bytes", 0)
     ip_cpu = ie.get("cpu_utilization_percent", {})
@@ -157,6 +167,8 @@ def values(r):
         "pp": pp.get("one_way_us", NAN),
         "pp99": pp.get("rtt_us_p99", NAN) / 2,
         "pp2": pp2.get("one_way_us", NAN),
+        "pp2u": pp2u.get("one_way_us", NAN),
+        "dpp": dpp.get("one_way_us", NAN),
         "msgrate": mr.get("msg_rate_mpps", NAN),
         "pps": pps.get("pps", NAN) / 1e6,
         "cpu_w_snd": wb.get("cpu_s_per_gb", NAN),
@@ -194,6 +206,8 @@ rows = [
     row("8 B one-way latency (median; uroce t_typical) vs UDP ping-pong" + na, "lat", "pp", " us"),
     row("8 B one-way latency, 99th percentile vs UDP ping-pong (rtt p99 / 2)" + na, "lat99", "pp99", " us"),
     row("8 B one-way latency (median) vs two-datagram GSO ping-pong (an RC hop's kernel floor)" + na, "lat", "pp2", " us"),
+    row("8 B one-way latency (median) vs the same with uroce's system calls (its datapath's floor)" + na, "lat", "pp2u", " us"),
+    row("8 B one-way latency (median) vs the same hop through uroce's datapath and wire code alone", "lat", "dpp", " us"),
     row("64 B message rate (write_bw -t 1024) vs UDP sendmmsg/recvmmsg" + na, "msgrate", "pps", " Mpps"),
 ]
 cpu_rows = [
