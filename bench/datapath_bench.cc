@@ -83,6 +83,10 @@ constexpr std::uint64_t kWindowBytes = 2u << 20;  // payload in flight (see Cred
 class PingPongSide {
  public:
   PingPongSide(datapath::UdpDatapath& d, const char* peer, std::uint16_t peer_port) : d_(d) {
+    // As the engine configures its datapath (engine/udp_device.cc): the IP header is written
+    // for UD packets only, continuations' ICRCs are checked where their payload is placed.
+    d_.set_ip_header_for_ud_only(true);
+    d_.set_deferred_icrc(true);
     out_.dst = v4(peer);
     out_.dst_port = peer_port;
     write_.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
@@ -111,29 +115,37 @@ class PingPongSide {
   // the run is over or a packet is not what the hop carries.
   bool wait(std::uint64_t seq, bool ack, Shared& sh) {
     const std::size_t want = ack ? 2 : 1;
-    std::size_t got = 0;
-    bool bad = false;
-    const auto handler = [&](const wire::RocePacket& p, const datapath::RxMeta&) {
-      ++got;
-      if (p.op->opcode() == wire::Opcode::kRcRdmaWriteOnly && p.payload.size() == dst_.size()) {
-        std::memcpy(dst_.data(), p.payload.data(), dst_.size());  // the placement
-        std::uint64_t v = 0;
-        std::memcpy(&v, dst_.data(), sizeof v);
-        bad |= v != seq;
-      } else {
-        bad |= p.op->opcode() != wire::Opcode::kRcAcknowledge;
-      }
-    };
-    while (got < want) {
-      d_.receive(16, handler);
+    seq_ = seq;
+    got_ = 0;
+    bad_ = false;
+    while (got_ < want) {
+      d_.receive(16, handler_);
       if (sh.phase.load(std::memory_order_relaxed) == kWindowClosed) return false;
     }
-    if (bad || got != want) fail(sh, "a hop's packets are not the WRITE and ACK it sent");
-    return !bad && got == want;
+    if (bad_ || got_ != want) fail(sh, "a hop's packets are not the WRITE and ACK it sent");
+    return !bad_ && got_ == want;
   }
 
  private:
+  void take(const wire::RocePacket& p) {
+    ++got_;
+    if (p.op->opcode() == wire::Opcode::kRcRdmaWriteOnly && p.payload.size() == dst_.size()) {
+      std::memcpy(dst_.data(), p.payload.data(), dst_.size());  // the placement
+      std::uint64_t v = 0;
+      std::memcpy(&v, dst_.data(), sizeof v);
+      bad_ |= v != seq_;
+    } else {
+      bad_ |= p.op->opcode() != wire::Opcode::kRcAcknowledge;
+    }
+  }
+
   datapath::UdpDatapath& d_;
+  // Made once: a std::function made per call would allocate (its captures exceed its buffer).
+  const datapath::UdpDatapath::RxHandler handler_ = [this](const wire::RocePacket& p,
+                                                           const datapath::RxMeta&) { take(p); };
+  std::uint64_t seq_ = 0;
+  std::size_t got_ = 0;
+  bool bad_ = false;
   wire::OuterHeaders out_;
   wire::TransportHeaders write_, ack_;
   std::array<std::byte, 64> hdr_{};
