@@ -268,7 +268,8 @@ class UdpDatapath final : public Datapath {
   void drain();
   // How many queued packets from `first` can go in one GSO datagram.
   std::size_t run_length(std::size_t first, std::size_t available) const;
-  // The staging ring's write position for a raw packet, which does not use it (its stage_off).
+  // The staging ring's write position, the ring started over first when no packet is queued:
+  // a raw packet's stage_off (it does not use the ring), and stage()'s starting point.
   std::uint32_t stage_mark();
   // `n` (at most kStagePacket) contiguous bytes of the staging ring for the packet being queued,
   // at `off`; null never (the ring holds tx_batch of the largest packets and one more, and a
