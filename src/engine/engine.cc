@@ -133,7 +133,8 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
     // Set aside the QPs with only an ACK to send; they stay marked active and rejoin the list.
     for (std::size_t i = 0; i < active_.size();) {
       transport::Qp* qp = qps_.find_qp(active_[i]);
-      if (qp != nullptr && qp->only_ack_to_send()) {
+      if (qp != nullptr &&
+          qp->only_ack_to_send(defer_acks_ ? 1 + transport::kMaxPsnsBehindADeferredAck : 1)) {
         qp->note_ack_held();
         held_list_.push_back(active_[i]);
         active_[i] = active_.back();
@@ -143,7 +144,7 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
       }
     }
   }
-  const std::size_t sent = poll_and_transmit(now, budget);
+  const std::size_t sent = poll_and_transmit(now, budget, hold_acks);
   dp_.flush(now);
   held_ = held_list_.size();
   counters_.tx_acks_held += held_;
@@ -151,7 +152,7 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
   return sent;
 }
 
-std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
+std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold_acks) {
   std::size_t sent = 0;
   if (has_pending_) {
     if (!transmit(now, pending_)) return 0;
@@ -172,6 +173,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
     transport::Qp* qp = qps_.find_qp(qpn);
     std::size_t n = 0;
     bool more = qp != nullptr;
+    bool deferred = false;
     while (more && n < kBurst && sent < budget) {
       if (!qp->poll_transmit(now, tx)) {
         more = false;
@@ -195,9 +197,21 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget) {
       }
       ++n;
       ++sent;
+      if (hold_acks && defer_acks_ && qp->ack_deferrable()) {
+        // The ACK the request overtook stays behind it, held: set aside with the held ones.
+        qp->defer_ack();
+        ++counters_.tx_acks_deferred;
+        acks_deferred_ = true;
+        deferred = true;
+        break;
+      }
     }
     if (qp != nullptr) arm(qpn, *qp);
-    if (!more) {
+    if (deferred) {
+      held_list_.push_back(qpn);  // still marked active; flush_tx puts it back
+      active_[next_active_] = active_.back();
+      active_.pop_back();
+    } else if (!more) {
       // Idle (or gone): leave the active list until a doorbell, a packet or a timer.
       is_active_[qpn] = false;
       active_[next_active_] = active_.back();

@@ -19,6 +19,7 @@
 #include <functional>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/time.h"
@@ -44,8 +45,9 @@ struct EngineCounters {
   std::uint64_t rx_unknown_qpn = 0;
   std::uint64_t tx_backpressure = 0;
   std::uint64_t timer_fires = 0;
-  std::uint64_t tx_acks_held = 0;    // ACKs held by a flush_tx(hold_acks) for the next one
-  std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for destroyed QPs (ClosedQps)
+  std::uint64_t tx_acks_held = 0;      // ACKs held by a flush_tx(hold_acks) for the next one
+  std::uint64_t tx_acks_deferred = 0;  // held ACKs kept behind a request (set_defer_acks)
+  std::uint64_t closed_qp_acks = 0;    // duplicates acknowledged for destroyed QPs (ClosedQps)
   // Packets whose payload was placed in the same pass as their ICRC was checked (issue 14),
   // failed checks included (those are counted as bad_icrc drops too).
   std::uint64_t rx_one_pass = 0;
@@ -79,6 +81,12 @@ class Engine {
   // system call per hop instead of two, and the peer, polling for its ACK, finds the request in
   // the same receive batch. The transport coalesces a held ACK with later ones.
   std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX, bool hold_acks = false);
+  // With hold_acks, a held ACK that a request overtook may stay behind it, still held
+  // (transport::Qp::ack_deferrable), instead of following it in the same batch. Off by default.
+  void set_defer_acks(bool on) { defer_acks_ = on; }
+  bool defer_acks() const { return defer_acks_; }
+  // Whether a flush since the last call deferred an ACK (the caller's hold starts over).
+  bool take_acks_deferred() { return std::exchange(acks_deferred_, false); }
   Instant next_timeout();
   bool has_tx_work() const {
     return !active_.empty() || has_pending_ || !closed_acks_.empty() || dp_.tx_queued();
@@ -112,7 +120,7 @@ class Engine {
   void arm(std::uint32_t qpn, const transport::Qp& qp);
   void activate(std::uint32_t qpn);
   bool transmit(Instant now, const transport::TxPacket& tx);
-  std::size_t poll_and_transmit(Instant now, std::size_t budget);
+  std::size_t poll_and_transmit(Instant now, std::size_t budget, bool hold_acks);
 
   QpDirectory& qps_;
   datapath::Datapath& dp_;
@@ -127,6 +135,8 @@ class Engine {
   std::size_t next_active_ = 0;
   std::vector<std::uint32_t> held_list_;  // during flush_tx(hold_acks): set aside
   std::size_t held_ = 0;
+  bool defer_acks_ = false;
+  bool acks_deferred_ = false;
   // A packet the datapath could not take; sent before anything else.
   transport::TxPacket pending_;
   // What poll_and_transmit builds each packet in: a member, so that a call does not initialise

@@ -36,10 +36,13 @@ void Scheduler::reconfigure(const SchedulerConfig& config) {
   if (!config_.hold_acks) acks_due_ = Instant::never();
 }
 
-void Scheduler::note_acks(Instant now, std::size_t held) {
+void Scheduler::note_acks(Instant now, std::size_t held, bool deferred) {
   if (held == 0) {
     acks_due_ = Instant::never();
-  } else if (acks_due_.is_never()) {
+  } else if (acks_due_.is_never() || deferred) {
+    // A deferred ACK (Engine::set_defer_acks) stays held across hops: each request that
+    // overtakes it starts its hold over. It covers at most kMaxPsnsBehindADeferredAck PSNs, each
+    // a hop of the peer's within a hold, so it is never held longer than that many holds.
     acks_due_ = now + config_.ack_hold;
   }
 }
@@ -62,7 +65,7 @@ RoundPlan Scheduler::app_round_begin(Instant now) {
 }
 
 AppAfter Scheduler::app_round_end(Instant now, const RoundReport& report) {
-  note_acks(now, report.held_acks);
+  note_acks(now, report.held_acks, report.acks_deferred);
   AppAfter a;
   if (!config_.progress_thread) return a;
   // Work this round could not finish (a full socket, doorbells rung quietly) is the thread's,
@@ -174,7 +177,7 @@ ThreadAction Scheduler::thread_next(Instant now) {
 }
 
 void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
-  note_acks(now, report.held_acks);
+  note_acks(now, report.held_acks, report.acks_deferred);
   const bool worked = report.received > 0 || report.sent > 0;
   const bool idle = !worked && !report.tx_left;
   const bool held = !acks_due_.is_never();

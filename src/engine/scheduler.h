@@ -88,6 +88,7 @@ struct RoundReport {
   std::size_t received = 0;
   std::size_t sent = 0;
   std::size_t held_acks = 0;              // Engine::held_acks()
+  bool acks_deferred = false;             // Engine::take_acks_deferred(): the hold starts over
   bool tx_left = false;                   // Engine::has_unheld_tx_work()
   Instant next_timer = Instant::never();  // Engine::next_timeout()
 };
@@ -190,7 +191,7 @@ class Scheduler {
 
  private:
   bool hold_now(Instant now) const { return config_.hold_acks && now < acks_due_; }
-  void note_acks(Instant now, std::size_t held);
+  void note_acks(Instant now, std::size_t held, bool deferred);
   ThreadAction go_to_sleep(Instant now, ThreadAction::Kind kind, Instant until, bool watch_socket);
 
   enum class Plan : std::uint8_t { kRound, kSpin, kSleep, kWaitWritable };

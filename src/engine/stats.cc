@@ -122,6 +122,8 @@ NamedCounters DeviceStats::device_counters() const {
       {"timer_fires", engine.timer_fires},
       {"tx_acks_held", engine.tx_acks_held},
       {"tx_acks_held_unanswered", q.acks_held_unanswered},
+      {"tx_acks_deferred", engine.tx_acks_deferred},
+      {"tx_acks_deferred_unanswered", q.acks_deferred_unanswered},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
@@ -155,6 +157,7 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"src_addr_drops", c.src_addr_mismatch},
       {"outstanding_send_wqes", qp.outstanding_send_wqes},
       {"acks_held_unanswered", c.acks_held_unanswered},
+      {"acks_deferred_unanswered", c.acks_deferred_unanswered},
   };
 }
 

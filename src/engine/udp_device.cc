@@ -228,6 +228,9 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   if (const char* hold = std::getenv("UROCE_HOLD_ACKS")) {
     d->hold_acks_ = std::string_view(hold) != "0";
   }
+  if (const char* defer = std::getenv("UROCE_DEFER_ACKS")) {
+    d->engine_->set_defer_acks(std::string_view(defer) == "1");
+  }
   d->sched_.reconfigure(d->base_config());
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
@@ -258,6 +261,7 @@ SchedulerConfig UdpDevice::base_config() const {
 
 void UdpDevice::engine_state_locked(RoundReport& r, bool want_next_timer) {
   r.held_acks = engine_->held_acks();
+  r.acks_deferred = engine_->take_acks_deferred();
   r.tx_left = engine_->has_unheld_tx_work();
   if (want_next_timer) r.next_timer = engine_->next_timeout();
 }

@@ -143,6 +143,11 @@ void Qp::reset_state() {
   sq_tail_ = 0;
   sq_count_ = 0;
   ack_held_ = false;
+  ack_after_request_ = false;
+  ack_deferred_ = false;
+  defers_[0] = defers_[1] = true;
+  defer_backoff_[0] = defer_backoff_[1] = kDeferBackoffStart;
+  defer_retry_in_[0] = defer_retry_in_[1] = 0;
   answers_[0] = answers_[1] = true;
   unheld_ack_for_ = AckFor::kNone;
   req_ = Requester{};
@@ -400,16 +405,34 @@ void Qp::handle_timeout(Instant now) {
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
+  ack_after_request_ = false;
   if (ack_held_) {
     ack_held_ = false;  // one request packet at most goes first
-    if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) return true;
+    if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
+      ack_after_request_ = true;
+      const AckFor kind = responses_.front().ack_for;
+      if (kind != AckFor::kNone && !defers(kind)) {
+        const int k = static_cast<int>(kind);
+        if (--defer_retry_in_[k] == 0) defers_[k] = true;  // try deferring again
+      }
+      return true;
+    }
     if (state_ != QpState::kErr && responses_.size() == 1 &&
         responses_.front().kind == Response::Kind::kAck &&
         responses_.front().ack_for != AckFor::kNone) {
       // The held ACK leaves alone (its hold ran out, or the engine flushed it for another
-      // reason: the application blocked, a QP changed): the application did not answer in time.
-      answers(responses_.front().ack_for) = false;
-      ++counters_.acks_held_unanswered;
+      // reason: the application blocked, a QP changed). A deferred one: the peer waited for
+      // it. Otherwise this side's application did not answer in time.
+      if (ack_deferred_) {
+        const int k = static_cast<int>(responses_.front().ack_for);
+        defers_[k] = false;
+        defer_retry_in_[k] = defer_backoff_[k];
+        defer_backoff_[k] = std::min(defer_backoff_[k] * 2, kDeferBackoffMax);
+        ++counters_.acks_deferred_unanswered;
+      } else {
+        answers(responses_.front().ack_for) = false;
+        ++counters_.acks_held_unanswered;
+      }
       const bool sent = poll_response(out);
       unheld_ack_for_ = AckFor::kNone;  // not one sent at once: an answer now is a late one
       return sent;
@@ -436,9 +459,9 @@ bool Qp::has_transmit_work() const {
   return req_.rnr_resume.is_never() && request_ready();
 }
 
-bool Qp::only_ack_to_send() const {
+bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
   if (state_ == QpState::kErr || responses_.size() != 1) return false;
-  if (!req_.sent_any || sq_count_ > 1) return false;
+  if (!req_.sent_any || sq_count_ > max_outstanding) return false;
   // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's
   // timeout is not visible here; this QP's own stands in for it (the two sides of a
   // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.
@@ -451,6 +474,19 @@ bool Qp::only_ack_to_send() const {
   // An ACK that covers many PSNs may be what the peer's window waits for (several messages in
   // one turn): it leaves at once.
   if (wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= std::int32_t{kMaxPsnsBehindAHeldAck}) {
+    return false;
+  }
+  return !(req_.rnr_resume.is_never() && request_ready());
+}
+
+bool Qp::ack_deferrable() const {
+  if (!ack_after_request_ || state_ == QpState::kErr || responses_.size() != 1) return false;
+  const Response& r = responses_.front();
+  if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
+      r.ack_for == AckFor::kNone || !defers(r.ack_for)) {
+    return false;
+  }
+  if (wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= std::int32_t{kMaxPsnsBehindADeferredAck}) {
     return false;
   }
   return !(req_.rnr_resume.is_never() && request_ready());

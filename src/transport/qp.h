@@ -51,6 +51,9 @@ inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
 // only_ack_to_send): the peer may have sent them in one turn and wait for it to open its window
 // (kMaxUnackedPsns).
 inline constexpr std::uint32_t kMaxPsnsBehindAHeldAck = 64;
+// A held ACK that this side's own request overtook may stay behind it (Qp::ack_deferrable) while
+// it covers fewer PSNs than this: every this-many requests of a ping-pong, one ACK rides along.
+inline constexpr std::uint32_t kMaxPsnsBehindADeferredAck = 16;
 // uroce's own: a READ may start while fewer than this many PSNs are outstanding (requester.cc).
 inline constexpr std::uint32_t kMaxUnackedReadPsns = 256;
 // While going back, a response at most this many PSNs past the one awaited, below the last
@@ -170,6 +173,9 @@ struct QpCounters {
   // out, or it flushed the ACK because the application blocked or a QP changed. This QP then
   // stops holding ACKs of that kind of message until its application answers one.
   std::uint64_t acks_held_unanswered = 0;
+  // A deferred ACK (Qp::defer_ack) left alone: the peer waited for it instead of sending its
+  // next request. This QP then stops deferring ACKs of that kind of message.
+  std::uint64_t acks_deferred_unanswered = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -195,6 +201,7 @@ struct QpCounters {
     rnr_retry_exceeded += o.rnr_retry_exceeded;
     src_addr_mismatch += o.src_addr_mismatch;
     acks_held_unanswered += o.acks_held_unanswered;
+    acks_deferred_unanswered += o.acks_deferred_unanswered;
     return *this;
   }
 };
@@ -278,7 +285,11 @@ class Qp {
   // for them. So does a duplicate's re-ACK, and the ACK of a kind of message this QP's
   // application has not been answering (answers_). Never with an ACK timeout below
   // kMinTimeoutToHoldAck.
-  bool only_ack_to_send() const;
+  //
+  // max_outstanding: the most send WQEs this QP may have outstanding and still count as one side
+  // of a ping-pong; more than 1 where the peer defers its ACKs (defer_ack), which leaves up to
+  // kMaxPsnsBehindADeferredAck of this side's requests unacknowledged in a ping-pong.
+  bool only_ack_to_send(std::uint32_t max_outstanding = 1) const;
   // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
   // (UdpDevice: 100 us, 2.3 ms when the application stops polling: the hold, the lease and its
   // timer slack), and IBTA lets a timer fire no earlier than its nominal value. perftest and
@@ -289,6 +300,23 @@ class Qp {
   // receives the request first and executes it in the same polling loop (a ping-pong of
   // RDMA WRITEs whose target spins on memory needs no wake-up that way).
   void note_ack_held() { ack_held_ = true; }
+  // True right after poll_transmit gave the request that overtook a held ACK, when that ACK may
+  // stay behind it instead of following it in the same batch: a positive ACK of the end of a
+  // message of a kind whose ACKs the peer has not waited for (defers_), covering fewer than
+  // kMaxPsnsBehindADeferredAck PSNs, with no other request ready. The peer of a ping-pong whose
+  // application posts its next request without waiting for the completion (UCX's unsignaled
+  // sends) then gets one datagram per hop instead of two; the ACK leaves with a later request
+  // (every kMaxPsnsBehindADeferredAck PSNs), or alone when the hold runs out. A peer that did
+  // wait for it is learned from that (acks_deferred_unanswered): that kind's ACKs then follow
+  // the request as before. IBTA lets a responder coalesce ACKs; the requester's ACK timeout
+  // bounds the hold as for any held ACK (kMinTimeoutToHoldAck).
+  bool ack_deferrable() const;
+  // The engine keeps the ACK back (after ack_deferrable()): it stays held, as note_ack_held().
+  void defer_ack() {
+    ack_after_request_ = false;
+    ack_deferred_ = true;
+    ack_held_ = true;
+  }
 
   // Testing hook: number of send WQEs not yet completed.
   std::uint32_t outstanding_send_wqes() const { return sq_count_; }
@@ -502,7 +530,23 @@ class Qp {
   // A responder error moved the QP to ERR: the responses queued before it, and its NAK last,
   // still leave; then nothing.
   bool drain_responses_in_error_ = false;
-  bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK
+  bool ack_held_ = false;           // note_ack_held(): a ready request goes before the ACK
+  bool ack_after_request_ = false;  // the last poll_transmit gave a request that overtook it
+  bool ack_deferred_ = false;       // defer_ack(): the queued ACK stayed behind a request
+  // Whether the peer sends its next message of each kind (AckFor::kWrite, kSend) without waiting
+  // for the ACK of the last one, so that the ACK may be deferred (ack_deferrable). Cleared when a
+  // deferred ACK leaves alone (the peer waited for it).
+  bool defers_[2] = {true, true};
+  bool defers(AckFor kind) const { return defers_[static_cast<int>(kind)]; }  // not kNone
+  // After a deferred ACK left alone, that kind's ACKs follow their request again, and deferring
+  // is tried again after defer_backoff_ of them (doubled at each failure, back to
+  // kDeferBackoffStart when a deferred ACK is overtaken by the peer's next request): a peer's
+  // wire-up or one slow turn does not end deferring for the connection's life, and a peer that
+  // always waits costs one hold per thousands of messages.
+  static constexpr std::uint32_t kDeferBackoffStart = 64;
+  static constexpr std::uint32_t kDeferBackoffMax = 1u << 16;
+  std::uint32_t defer_backoff_[2] = {kDeferBackoffStart, kDeferBackoffStart};
+  std::uint32_t defer_retry_in_[2] = {0, 0};
 
   // Whether this QP's application answers a message of each kind (AckFor::kWrite, kSend) with a
   // request of its own soon enough for the message's ACK to wait for it, as TCP's delayed ACK

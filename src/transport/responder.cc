@@ -95,7 +95,14 @@ void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
     const std::int32_t d = wire::psn_diff(psn, back.psn);
     const bool back_is_nak = wire::aeth_type(back.syndrome) != wire::AethType::kAck;
     const bool new_is_seq_nak = syndrome == wire::make_nak_syndrome(NakCode::kPsnSequenceError);
-    if (d > 0 || (d == 0 && !(back_is_nak && new_is_seq_nak))) back = r;
+    if (d > 0 || (d == 0 && !(back_is_nak && new_is_seq_nak))) {
+      if (ack_deferred_ && back.ack_for != AckFor::kNone) {
+        // The peer sent more without waiting for the deferred ACK: deferring pays.
+        defer_backoff_[static_cast<int>(back.ack_for)] = kDeferBackoffStart;
+      }
+      back = r;
+      ack_deferred_ = false;
+    }
     return;
   }
   // Room is guaranteed: a READ or atomic response is queued only with a slot to spare behind
@@ -564,6 +571,7 @@ bool Qp::poll_response(TxPacket& out) {
       if (wire::aeth_type(r.syndrome) == wire::AethType::kAck) {
         resp_.unacked_psn = wire::psn_add(r.psn, 1);
       }
+      ack_deferred_ = false;
       build_bth(out, Opcode::kRcAcknowledge, dest, r.psn, false, false, 0);
       wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
           .encode(wire::Aeth{r.syndrome, r.msn});

@@ -119,7 +119,11 @@ std::vector<std::uint8_t> opcodes_sent_by(const std::string& pcap, const std::st
 
 class AckHold : public ::testing::Test {
  protected:
-  void SetUp() override { ::unsetenv("UROCE_HOLD_ACKS"); }
+  void SetUp() override {
+    ::unsetenv("UROCE_HOLD_ACKS");
+    ::unsetenv("UROCE_DEFER_ACKS");
+  }
+  void TearDown() override { ::unsetenv("UROCE_DEFER_ACKS"); }
   std::string capture_path(const char* name) {
     return (std::filesystem::temp_directory_path() /
             (std::string("uroce-ackhold-") + name + "-" + std::to_string(::getpid()) + ".pcap"))
@@ -165,6 +169,88 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   const auto write_only = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
   const auto ack = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
   EXPECT_EQ(ops, (std::vector<std::uint8_t>{write_only, write_only, ack}));
+}
+
+// UROCE_DEFER_ACKS=1 (Engine::set_defer_acks): the held ACK of A's WRITE stays behind B's
+// answer, so B's hop is one datagram; A, which does not wait for its completion, writes again,
+// and B's held ACK then covers both WRITEs. When A does wait, the hold runs out and the ACK
+// leaves alone; both of A's WRITEs complete, and their bytes are in B's memory.
+TEST_F(AckHold, DeferredAckStaysBehindTheAnswerUntilThePeerWaits) {
+  ::setenv("UROCE_DEFER_ACKS", "1", 1);
+  Side a, b;
+  pingpong_pair(a, b, "127.0.46.31", "127.0.46.32");
+  ASSERT_TRUE(b.dev->engine().defer_acks());
+  const auto& bc = b.dev->engine().counters();
+  const std::uint64_t b_tx = bc.tx_packets;
+  const std::uint64_t b_deferred = bc.tx_acks_deferred;
+
+  std::memcpy(a.buf.data() + 64, "first!!", 8);
+  post_write(a, b, 2, 64, 8);
+  a.dev->progress();
+  ASSERT_TRUE(receive_until(b, bc.rx_packets + 1));
+  // B answers with a WRITE of its own: it leaves alone, the ACK stays held behind it.
+  post_write(b, a, 3, 128, 8);
+  b.dev->progress();
+  EXPECT_EQ(bc.tx_packets, b_tx + 1);
+  EXPECT_EQ(bc.tx_acks_deferred, b_deferred + 1);
+  EXPECT_GT(b.dev->engine().held_acks(), 0u);
+
+  // A receives B's WRITE and writes again without waiting for its first completion.
+  ASSERT_TRUE(receive_until(a, a.dev->engine().counters().rx_packets + 1));
+  std::memcpy(a.buf.data() + 72, "second!", 8);
+  post_write(a, b, 4, 72, 8);
+  a.dev->progress();
+  ASSERT_TRUE(receive_until(b, bc.rx_packets + 1));
+  EXPECT_EQ(bc.tx_packets, b_tx + 1);  // the ACK, now of both WRITEs, is still held
+
+  // A now waits: B's hold runs out and the ACK leaves; both WRITEs complete, in order.
+  auto w2 = drive_until_completion(a, b);
+  ASSERT_TRUE(w2.has_value());
+  EXPECT_EQ(w2->wr_id, 2u);
+  EXPECT_EQ(w2->status, WcStatus::kSuccess);
+  auto w4 = drive_until_completion(a, b);
+  ASSERT_TRUE(w4.has_value());
+  EXPECT_EQ(w4->wr_id, 4u);
+  EXPECT_EQ(w4->status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 64, "first!!", 8), 0);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 72, "second!", 8), 0);
+  auto wb = drive_until_completion(b, a);
+  ASSERT_TRUE(wb.has_value());
+  EXPECT_EQ(wb->wr_id, 3u);
+}
+
+// A peer that waits for every completion (tx depth 1, as perftest's latency tests): the first
+// deferred ACK leaves alone when its hold runs out, which the QP counts, and the ACK of the next
+// WRITE follows B's answer in the same batch again.
+TEST_F(AckHold, DeferringStopsForAPeerThatWaits) {
+  ::setenv("UROCE_DEFER_ACKS", "1", 1);
+  Side a, b;
+  pingpong_pair(a, b, "127.0.46.33", "127.0.46.34");
+  const auto& bc = b.dev->engine().counters();
+  auto deferred_unanswered = [&] {
+    return named_counter(b.dev->stats().device_counters(), "tx_acks_deferred_unanswered");
+  };
+  auto hop = [&](std::uint64_t id) {
+    post_write(a, b, id, 64, 8);
+    a.dev->progress();
+    ASSERT_TRUE(receive_until(b, bc.rx_packets + 1));
+    post_write(b, a, id + 100, 128, 8);
+    auto wa = drive_until_completion(a, b);
+    ASSERT_TRUE(wa.has_value());
+    EXPECT_EQ(wa->wr_id, id);
+    EXPECT_EQ(wa->status, WcStatus::kSuccess);
+    auto wb = drive_until_completion(b, a);
+    ASSERT_TRUE(wb.has_value());
+    EXPECT_EQ(wb->wr_id, id + 100);
+  };
+  hop(2);
+  EXPECT_EQ(deferred_unanswered(), 1u);
+  const std::uint64_t deferred = bc.tx_acks_deferred;
+  const std::uint64_t calls = b.dev->datapath().counters().tx_calls;
+  hop(3);
+  EXPECT_EQ(bc.tx_acks_deferred, deferred);  // not deferred: it left with B's answer
+  EXPECT_EQ(b.dev->datapath().counters().tx_calls, calls + 1);
+  EXPECT_EQ(deferred_unanswered(), 1u);
 }
 
 TEST_F(AckHold, ARoundSendsWhatWasPostedBeforeItReadsTheSocket) {
