@@ -41,8 +41,10 @@ void Scheduler::note_acks(Instant now, std::size_t held, bool deferred) {
     acks_due_ = Instant::never();
   } else if (acks_due_.is_never() || deferred) {
     // A deferred ACK (Engine::set_defer_acks) stays held across hops: each request that
-    // overtakes it starts its hold over. It covers at most kMaxPsnsBehindADeferredAck PSNs, each
-    // a hop of the peer's within a hold, so it is never held longer than that many holds.
+    // overtakes it starts its hold over. Each hop of the peer's came within a hold (or the ACK
+    // would have left), and it covers at most kMaxPsnsBehindADeferredAck PSNs, so it stays at
+    // most that many holds, the last one with the lease if the application stops polling: about
+    // 4 ms, a quarter of the shortest ACK timeout under which ACKs are held.
     acks_due_ = now + config_.ack_hold;
   }
 }

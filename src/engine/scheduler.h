@@ -60,6 +60,9 @@ struct SchedulerConfig {
   bool progress_thread = false;
   // Hold ACKs for the request behind them (UROCE_HOLD_ACKS=0 turns it off).
   bool hold_acks = true;
+  // With hold_acks, let a held ACK stay behind the request that overtook it (Engine::
+  // set_defer_acks; UROCE_DEFER_ACKS=0 turns it off).
+  bool defer_acks = true;
   Duration ack_hold = Duration::us(100);
   // How long an application round keeps the socket the application's.
   Duration app_lease = Duration::us(200);

@@ -229,8 +229,9 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
     d->hold_acks_ = std::string_view(hold) != "0";
   }
   if (const char* defer = std::getenv("UROCE_DEFER_ACKS")) {
-    d->engine_->set_defer_acks(std::string_view(defer) == "1");
+    d->defer_acks_ = std::string_view(defer) != "0";
   }
+  d->engine_->set_defer_acks(d->hold_acks_ && d->defer_acks_);
   d->sched_.reconfigure(d->base_config());
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
@@ -254,6 +255,7 @@ UdpDevice::~UdpDevice() {
 SchedulerConfig UdpDevice::base_config() const {
   SchedulerConfig c;
   c.hold_acks = hold_acks_;
+  c.defer_acks = defer_acks_;
   c.ack_hold = kAckHold;
   c.app_lease = kAppLease;
   return c;

@@ -358,6 +358,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   int wake_fd_ = -1;  // eventfd: doorbells, hand-offs and stop wake the thread
   Duration thread_slack_ = Duration::zero();  // the progress thread's timer slack (set_timer_slack)
   bool hold_acks_ = true;                     // UROCE_HOLD_ACKS
+  bool defer_acks_ = true;                    // UROCE_DEFER_ACKS
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;

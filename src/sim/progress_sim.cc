@@ -149,6 +149,7 @@ bool SimHost::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transpo
   if (!transport_headers.empty() && static_cast<std::uint8_t>(transport_headers[0]) ==
                                         static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge)) {
     ++batch_acks;
+    ++report.acks_sent;
   }
   return true;
 }
@@ -235,6 +236,7 @@ bool make_host(Run& r, SimHost& h, int index) {
   engine::SchedulerConfig sc = r.opt.policy;
   sc.progress_thread = r.opt.thread[index];
   h.sched = std::make_unique<Scheduler>(sc);
+  h.engine->set_defer_acks(sc.hold_acks && sc.defer_acks);
   h.dev->set_doorbell_handler(&h);
   h.dev->set_completion_event_handler(&h);
   h.arena.assign(2 * kSlots * kSlot, std::byte{0});
@@ -265,7 +267,7 @@ bool make_host(Run& r, SimHost& h, int index) {
 // Message `i` from host `from`: its length and bytes, a function of the seed.
 std::uint32_t message_len(const Run& r, int from, std::uint32_t i) {
   Prng p(r.opt.seed * 7919 + static_cast<std::uint64_t>(from) * 104729 + i);
-  return 1 + static_cast<std::uint32_t>(p.below(kMaxMessage));
+  return 1 + static_cast<std::uint32_t>(p.below(std::min(r.opt.max_message, kMaxMessage)));
 }
 void message_bytes(const Run& r, int from, std::uint32_t i, std::span<std::byte> out) {
   Prng p(r.opt.seed * 15485863 + static_cast<std::uint64_t>(from) * 32452843 + i);
@@ -307,8 +309,21 @@ void post_next(Run& r, SimHost& h, const SimHost& peer, bool write) {
   transmit_round(h);
 }
 
+bool pingpong(const Run& r) {
+  return r.opt.workload == Workload::kPingPong ||
+         r.opt.workload == Workload::kPingPongAfterCompletion;
+}
+
+// A ping-pong host's next SEND, once it has the peer's message it answers (host 0 starts) and,
+// in kPingPongAfterCompletion, its own last SEND completed.
+void maybe_post_answer(Run& r, SimHost& h, SimHost& peer) {
+  if (h.sent >= r.opt.messages || h.received < h.sent + (h.index == 1 ? 1u : 0u)) return;
+  if (r.opt.workload == Workload::kPingPongAfterCompletion && h.send_completions != h.sent) return;
+  post_next(r, h, peer, false);
+}
+
 bool host_done(const Run& r, const SimHost& h) {
-  if (r.opt.workload == Workload::kPingPong) {
+  if (pingpong(r)) {
     return h.received == r.opt.messages && h.send_completions == r.opt.messages;
   }
   if (h.index == 0) return h.send_completions == r.opt.messages;
@@ -338,10 +353,11 @@ void handle_completions(Run& r, SimHost& h, std::span<const Wc> wcs) {
       }
       ++h.report.messages_received;
       if (!post_recv(h)) r.fail(who + "post_recv failed");
-      if (h.sent < r.opt.messages) post_next(r, h, peer, false);
+      maybe_post_answer(r, h, peer);
       continue;
     }
     ++h.send_completions;
+    if (r.opt.workload == Workload::kPingPongAfterCompletion) maybe_post_answer(r, h, peer);
     if (wc.opcode == WcOpcode::kRdmaWrite && h.index == 0) {
       // A WRITE's completion means its bytes are in the target.
       const auto i = static_cast<std::uint32_t>(wc.wr_id);
@@ -414,6 +430,7 @@ RoundReport round(Run& r, SimHost& h, const RoundPlan& plan, bool receive) {
     rep.sent += h.engine->flush_tx(r.now, plan.tx_budget - rep.sent, plan.hold_acks);
   }
   rep.held_acks = h.engine->held_acks();
+  rep.acks_deferred = h.engine->take_acks_deferred();
   rep.tx_left = h.engine->has_unheld_tx_work();
   rep.next_timer = h.engine->next_timeout();
   return rep;
@@ -449,8 +466,7 @@ std::size_t poll_cq(Run& r, SimHost& h, bool round_if_empty) {
 
 AppModel effective_model(const Run& r, const SimHost& h) {
   // How far the workload is: messages this host received, or WRITEs host 0 saw complete.
-  const std::uint32_t progress =
-      r.opt.workload == Workload::kPingPong ? h.received : r.hosts[0].send_completions;
+  const std::uint32_t progress = pingpong(r) ? h.received : r.hosts[0].send_completions;
   if (h.model == AppModel::kPollThenStop) {
     return progress < r.opt.switch_after ? AppModel::kPolling : AppModel::kIdle;
   }
@@ -679,6 +695,7 @@ ProgressSimResult run_progress_sim(const ProgressSimOptions& options) {
     h.report.engine = h.engine->counters();
     if (const transport::Qp* qp = h.dev->find_qp(h.qpn)) {
       h.report.acks_held_unanswered = qp->counters().acks_held_unanswered;
+      h.report.acks_deferred_unanswered = qp->counters().acks_deferred_unanswered;
     }
     r->result.host[h.index] = h.report;
   }

@@ -44,6 +44,9 @@ enum class Workload : std::uint8_t {
   // Host 0 WRITEs `messages` times to host 1, one at a time, each after the last completed;
   // host 1 did one WRITE of its own first (so it holds ACKs like a ping-pong side would).
   kWrites,
+  // As kPingPong, but each host posts its next SEND only once its last one completed (a send
+  // queue of one, as perftest's latency tests): its peer's ACK is on the path of every turn.
+  kPingPongAfterCompletion,
 };
 
 struct ProgressSimOptions {
@@ -52,7 +55,8 @@ struct ProgressSimOptions {
   AppModel app[2] = {AppModel::kPolling, AppModel::kPolling};
   bool thread[2] = {true, true};  // each host's progress thread
   std::uint32_t messages = 100;
-  std::uint32_t switch_after = 30;  // kPollThenStop / kPollThenBlock
+  std::uint32_t max_message = 3000;  // bytes: up to 3 packets at path MTU 1024 (at most 3000)
+  std::uint32_t switch_after = 30;   // kPollThenStop / kPollThenBlock
   // The policy (its progress_thread is ignored: `thread` sets it per side).
   engine::SchedulerConfig policy;
   // ACK timeout code of every QP: 4.096 us * 2^code; by default the shortest with which a QP
@@ -70,7 +74,9 @@ struct HostReport {
   std::uint64_t thread_wakeups = 0;    // sleeps that ended
   std::int64_t thread_spin_ns = 0;     // time the thread busy-polled
   std::uint64_t messages_received = 0;
-  std::uint64_t acks_held_unanswered = 0;  // the QP's: held ACKs that left alone
+  std::uint64_t acks_held_unanswered = 0;      // the QP's: held ACKs that left alone
+  std::uint64_t acks_deferred_unanswered = 0;  // the QP's: deferred ACKs that left alone
+  std::uint64_t acks_sent = 0;                 // ACK packets sent
 };
 
 struct ProgressSimResult {

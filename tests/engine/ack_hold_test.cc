@@ -123,7 +123,10 @@ class AckHold : public ::testing::Test {
     ::unsetenv("UROCE_HOLD_ACKS");
     ::unsetenv("UROCE_DEFER_ACKS");
   }
-  void TearDown() override { ::unsetenv("UROCE_DEFER_ACKS"); }
+  void TearDown() override {
+    ::unsetenv("UROCE_DEFER_ACKS");
+    ::unsetenv("UROCE_HOLD_ACKS");
+  }
   std::string capture_path(const char* name) {
     return (std::filesystem::temp_directory_path() /
             (std::string("uroce-ackhold-") + name + "-" + std::to_string(::getpid()) + ".pcap"))
@@ -132,6 +135,7 @@ class AckHold : public ::testing::Test {
 };
 
 TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
+  ::setenv("UROCE_DEFER_ACKS", "0", 1);  // the ACK follows the answer (deferring: below)
   const std::string cap = capture_path("pingpong");
   Side a, b;
   SideOptions bo;
@@ -171,86 +175,68 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   EXPECT_EQ(ops, (std::vector<std::uint8_t>{write_only, write_only, ack}));
 }
 
-// UROCE_DEFER_ACKS=1 (Engine::set_defer_acks): the held ACK of A's WRITE stays behind B's
-// answer, so B's hop is one datagram; A, which does not wait for its completion, writes again,
-// and B's held ACK then covers both WRITEs. When A does wait, the hold runs out and the ACK
-// leaves alone; both of A's WRITEs complete, and their bytes are in B's memory.
-TEST_F(AckHold, DeferredAckStaysBehindTheAnswerUntilThePeerWaits) {
-  ::setenv("UROCE_DEFER_ACKS", "1", 1);
+// Deferred ACKs (on by default; Engine::set_defer_acks): a ping-pong of WRITEs whose sides post
+// their next WRITE as soon as the peer's arrives, without waiting for their own completions.
+// Whether a given ACK stays behind an answer or leaves when its hold runs out depends on the
+// machine's speed (the simulator tests that with time as an input:
+// ProgressSim.APingPongThatDoesNotWaitForCompletionsDefersItsAcks); here, over real sockets,
+// every WRITE completes, in order, and every byte is where it was written, whichever way each
+// ACK went.
+TEST_F(AckHold, DeferredAcksLoseNothing) {
   Side a, b;
   pingpong_pair(a, b, "127.0.46.31", "127.0.46.32");
+  ASSERT_TRUE(a.dev->engine().defer_acks());
   ASSERT_TRUE(b.dev->engine().defer_acks());
-  const auto& bc = b.dev->engine().counters();
-  const std::uint64_t b_tx = bc.tx_packets;
-  const std::uint64_t b_deferred = bc.tx_acks_deferred;
-
-  std::memcpy(a.buf.data() + 64, "first!!", 8);
-  post_write(a, b, 2, 64, 8);
-  a.dev->progress();
-  ASSERT_TRUE(receive_until(b, bc.rx_packets + 1));
-  // B answers with a WRITE of its own: it leaves alone, the ACK stays held behind it.
-  post_write(b, a, 3, 128, 8);
-  b.dev->progress();
-  EXPECT_EQ(bc.tx_packets, b_tx + 1);
-  EXPECT_EQ(bc.tx_acks_deferred, b_deferred + 1);
-  EXPECT_GT(b.dev->engine().held_acks(), 0u);
-
-  // A receives B's WRITE and writes again without waiting for its first completion.
-  ASSERT_TRUE(receive_until(a, a.dev->engine().counters().rx_packets + 1));
-  std::memcpy(a.buf.data() + 72, "second!", 8);
-  post_write(a, b, 4, 72, 8);
-  a.dev->progress();
-  ASSERT_TRUE(receive_until(b, bc.rx_packets + 1));
-  EXPECT_EQ(bc.tx_packets, b_tx + 1);  // the ACK, now of both WRITEs, is still held
-
-  // A now waits: B's hold runs out and the ACK leaves; both WRITEs complete, in order.
-  auto w2 = drive_until_completion(a, b);
-  ASSERT_TRUE(w2.has_value());
-  EXPECT_EQ(w2->wr_id, 2u);
-  EXPECT_EQ(w2->status, WcStatus::kSuccess);
-  auto w4 = drive_until_completion(a, b);
-  ASSERT_TRUE(w4.has_value());
-  EXPECT_EQ(w4->wr_id, 4u);
-  EXPECT_EQ(w4->status, WcStatus::kSuccess);
-  EXPECT_EQ(std::memcmp(b.buf.data() + 64, "first!!", 8), 0);
-  EXPECT_EQ(std::memcmp(b.buf.data() + 72, "second!", 8), 0);
-  auto wb = drive_until_completion(b, a);
-  ASSERT_TRUE(wb.has_value());
-  EXPECT_EQ(wb->wr_id, 3u);
-}
-
-// A peer that waits for every completion (tx depth 1, as perftest's latency tests): the first
-// deferred ACK leaves alone when its hold runs out, which the QP counts, and the ACK of the next
-// WRITE follows B's answer in the same batch again.
-TEST_F(AckHold, DeferringStopsForAPeerThatWaits) {
-  ::setenv("UROCE_DEFER_ACKS", "1", 1);
-  Side a, b;
-  pingpong_pair(a, b, "127.0.46.33", "127.0.46.34");
-  const auto& bc = b.dev->engine().counters();
-  auto deferred_unanswered = [&] {
-    return named_counter(b.dev->stats().device_counters(), "tx_acks_deferred_unanswered");
+  constexpr std::uint32_t kHops = 12;  // each side's WRITEs stay within its send queue (16)
+  auto stamp = [](Side& s, std::uint32_t i, char who) {
+    char text[8] = {who, 'o', 'p', ' ', static_cast<char>('a' + i), 0, 0, 0};
+    std::memcpy(s.buf.data() + 256 + 8 * i, text, 8);
   };
-  auto hop = [&](std::uint64_t id) {
-    post_write(a, b, id, 64, 8);
-    a.dev->progress();
-    ASSERT_TRUE(receive_until(b, bc.rx_packets + 1));
-    post_write(b, a, id + 100, 128, 8);
+  auto arrived = [](const Side& s, std::uint32_t i, char who) {
+    return s.buf[256 + 8 * i] == static_cast<std::byte>(who) &&
+           s.buf[256 + 8 * i + 4] == static_cast<std::byte>('a' + i);
+  };
+  auto wait_for = [&](Side& s, Side& other, std::uint32_t i, char who) {
+    const Instant give_up = UdpDevice::now() + kGiveUp;
+    while (!arrived(s, i, who) && UdpDevice::now() < give_up) {
+      s.dev->progress();
+      other.dev->progress();
+    }
+    return arrived(s, i, who);
+  };
+  for (std::uint32_t i = 0; i < kHops; ++i) {
+    stamp(a, i, 'A');
+    post_write(a, b, 10 + i, 256 + 8 * i, 8);
+    ASSERT_TRUE(wait_for(b, a, i, 'A')) << "hop " << i;
+    stamp(b, i, 'B');
+    post_write(b, a, 100 + i, 256 + 8 * i, 8);
+    ASSERT_TRUE(wait_for(a, b, i, 'B')) << "hop " << i;
+  }
+  for (std::uint32_t i = 0; i < kHops; ++i) {
     auto wa = drive_until_completion(a, b);
     ASSERT_TRUE(wa.has_value());
-    EXPECT_EQ(wa->wr_id, id);
+    EXPECT_EQ(wa->wr_id, 10 + i);
     EXPECT_EQ(wa->status, WcStatus::kSuccess);
     auto wb = drive_until_completion(b, a);
     ASSERT_TRUE(wb.has_value());
-    EXPECT_EQ(wb->wr_id, id + 100);
-  };
-  hop(2);
-  EXPECT_EQ(deferred_unanswered(), 1u);
-  const std::uint64_t deferred = bc.tx_acks_deferred;
-  const std::uint64_t calls = b.dev->datapath().counters().tx_calls;
-  hop(3);
-  EXPECT_EQ(bc.tx_acks_deferred, deferred);  // not deferred: it left with B's answer
-  EXPECT_EQ(b.dev->datapath().counters().tx_calls, calls + 1);
-  EXPECT_EQ(deferred_unanswered(), 1u);
+    EXPECT_EQ(wb->wr_id, 100 + i);
+    EXPECT_EQ(wb->status, WcStatus::kSuccess);
+  }
+  const auto& c = b.dev->engine().counters();
+  EXPECT_LE(named_counter(b.dev->stats().device_counters(), "tx_acks_deferred_unanswered"),
+            c.tx_acks_deferred);
+}
+
+TEST_F(AckHold, DeferringIsSwitchedOffByTheEnvironment) {
+  ::setenv("UROCE_DEFER_ACKS", "0", 1);
+  Side a;
+  make_side(a, "127.0.46.33");
+  EXPECT_FALSE(a.dev->engine().defer_acks());
+  ::setenv("UROCE_DEFER_ACKS", "1", 1);
+  ::setenv("UROCE_HOLD_ACKS", "0", 1);
+  Side b;
+  make_side(b, "127.0.46.34");
+  EXPECT_FALSE(b.dev->engine().defer_acks());  // nothing is held, so nothing is deferred
 }
 
 TEST_F(AckHold, ARoundSendsWhatWasPostedBeforeItReadsTheSocket) {

@@ -39,6 +39,7 @@ TEST(ProgressSim, PollingPingPongKeepsTheSocketAndSendsEveryAckBehindTheNextRequ
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
     o.seed = seed;
+    o.policy.defer_acks = false;  // the hold alone (deferring: below)
     const ProgressSimResult r = run_ok(o);
     for (int h = 0; h < 2; ++h) {
       SCOPED_TRACE(describe(o) + " host " + std::to_string(h));
@@ -62,6 +63,7 @@ TEST(ProgressSim, PollingModeWithoutThreadsHoldsAcksTheSameWay) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
     o.seed = seed;
+    o.policy.defer_acks = false;  // the hold alone (deferring: below)
     o.thread[0] = o.thread[1] = false;
     const ProgressSimResult r = run_ok(o);
     for (int h = 0; h < 2; ++h) {
@@ -244,6 +246,7 @@ TEST(ProgressSim, AnApplicationThatBlocksHandsOverAtOnce) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
     o.seed = seed;
+    o.policy.defer_acks = false;  // the hold alone (deferring: below)
     o.app[1] = AppModel::kPollThenBlock;
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
@@ -269,6 +272,71 @@ TEST(ProgressSim, AnApplicationThatStopsSilentlyLosesTheSocketWhenItsLeaseEnds) 
     EXPECT_EQ(t.sched.handoffs_to_thread, 0u);
     EXPECT_LE(t.max_ack_held_ns, (o.policy.app_lease + o.policy.lease_slack).count_ns() +
                                      o.policy.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+  }
+}
+
+// Deferred ACKs (the default): in a ping-pong whose applications post their next message
+// without waiting for the last one's completion, the ACK a host owes stays behind its answer
+// when that answer is one packet (Engine::set_defer_acks), so most turns carry no ACK at all.
+// It leaves with a later answer once it covers kMaxPsnsBehindADeferredAck PSNs, and the run's
+// oracle sees no retransmission: no ACK came later than the peer's ACK timeout. Without
+// deferring every message's ACK is sent (the tests above). Messages of 1-3 packets: the ACK
+// follows a multi-packet answer as before, so fewer are deferred.
+TEST(ProgressSim, APingPongThatDoesNotWaitForCompletionsDefersItsAcks) {
+  for (const std::uint32_t max_message : {1000u, 3000u}) {
+    for (const bool threads : {true, false}) {
+      for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+        ProgressSimOptions o;
+        o.seed = seed;
+        o.max_message = max_message;
+        o.thread[0] = o.thread[1] = threads;
+        const ProgressSimResult r = run_ok(o);
+        for (int h = 0; h < 2; ++h) {
+          SCOPED_TRACE(describe(o) + " host " + std::to_string(h) + ", messages up to " +
+                       std::to_string(max_message) + " bytes");
+          const HostReport& x = r.host[h];
+          EXPECT_EQ(x.messages_received, o.messages);
+          EXPECT_EQ(x.sched.lease_expiries, 0u);
+          if (max_message <= 1000) {
+            EXPECT_GE(x.engine.tx_acks_deferred, o.messages / 2);
+            EXPECT_LE(x.acks_sent, o.messages / 4);
+          } else {
+            EXPECT_GT(x.engine.tx_acks_deferred, 0u);
+            EXPECT_LT(x.acks_sent, o.messages);
+          }
+          // At most the last ACK, which the peer waits for at the end of the run.
+          EXPECT_LE(x.acks_deferred_unanswered, 1u);
+        }
+      }
+    }
+  }
+}
+
+// A peer that waits for every completion (a send queue of one): the first deferred ACK leaves
+// alone when its hold runs out, and the host stops deferring that kind of ACK; it tries again
+// after 64 ACKs (then 128, ...), so 100 messages cost at most two holds per host over the same
+// run without deferring.
+TEST(ProgressSim, APeerThatWaitsForEveryCompletionStopsTheDeferring) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    ProgressSimOptions o;
+    o.seed = seed;
+    o.workload = Workload::kPingPongAfterCompletion;
+    SCOPED_TRACE(describe(o));
+    const ProgressSimResult r = run_ok(o);
+    ProgressSimOptions no_defer = o;
+    no_defer.policy.defer_acks = false;
+    const ProgressSimResult base = run_ok(no_defer);
+    std::uint64_t stalls = 0;
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(r.host[h].messages_received, o.messages);
+      EXPECT_GE(r.host[h].acks_deferred_unanswered, 1u) << "host " << h;
+      EXPECT_LE(r.host[h].acks_deferred_unanswered, 2u) << "host " << h;
+      EXPECT_EQ(base.host[h].acks_deferred_unanswered, 0u);
+      stalls += r.host[h].acks_deferred_unanswered;
+    }
+    EXPECT_LE(r.simulated_ns, base.simulated_ns +
+                                  static_cast<std::int64_t>(stalls) * hold_bound_ns(o, r) +
+                                  r.max_poll_gap_ns + r.max_wake_latency_ns + 10'000);
   }
 }
 
