@@ -209,11 +209,11 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold
     if (qp != nullptr) arm(qpn, *qp);
     if (deferred) {
       held_list_.push_back(qpn);  // still marked active; flush_tx puts it back
-      active_[next_active_] = active_.back();
-      active_.pop_back();
     } else if (!more) {
       // Idle (or gone): leave the active list until a doorbell, a packet or a timer.
       is_active_[qpn] = false;
+    }
+    if (deferred || !more) {
       active_[next_active_] = active_.back();
       active_.pop_back();
     } else {

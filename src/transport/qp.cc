@@ -460,36 +460,33 @@ bool Qp::has_transmit_work() const {
 }
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
-  if (state_ == QpState::kErr || responses_.size() != 1) return false;
+  if (state_ == QpState::kErr) return false;
   if (!req_.sent_any || sq_count_ > max_outstanding) return false;
   // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's
   // timeout is not visible here; this QP's own stands in for it (the two sides of a
   // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.
   if (attr_.timeout != 0 && attr_.timeout < kMinTimeoutToHoldAck) return false;
-  const Response& r = responses_.front();
-  if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
-      r.ack_for == AckFor::kNone || !answers(r.ack_for)) {
-    return false;
-  }
   // An ACK that covers many PSNs may be what the peer's window waits for (several messages in
   // one turn): it leaves at once.
-  if (wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= std::int32_t{kMaxPsnsBehindAHeldAck}) {
-    return false;
-  }
-  return !(req_.rnr_resume.is_never() && request_ready());
+  const Response* r = lone_message_ack(kMaxPsnsBehindAHeldAck);
+  return r != nullptr && answers(r->ack_for) && !(req_.rnr_resume.is_never() && request_ready());
 }
 
 bool Qp::ack_deferrable() const {
-  if (!ack_after_request_ || state_ == QpState::kErr || responses_.size() != 1) return false;
+  if (!ack_after_request_ || state_ == QpState::kErr) return false;
+  const Response* r = lone_message_ack(kMaxPsnsBehindADeferredAck);
+  return r != nullptr && defers(r->ack_for) && !(req_.rnr_resume.is_never() && request_ready());
+}
+
+const Qp::Response* Qp::lone_message_ack(std::uint32_t max_psns) const {
+  if (responses_.size() != 1) return nullptr;
   const Response& r = responses_.front();
   if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
-      r.ack_for == AckFor::kNone || !defers(r.ack_for)) {
-    return false;
+      r.ack_for == AckFor::kNone ||
+      wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= static_cast<std::int32_t>(max_psns)) {
+    return nullptr;
   }
-  if (wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= std::int32_t{kMaxPsnsBehindADeferredAck}) {
-    return false;
-  }
-  return !(req_.rnr_resume.is_never() && request_ready());
+  return &r;
 }
 
 }  // namespace uroce::transport

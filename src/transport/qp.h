@@ -528,6 +528,10 @@ class Qp {
     AckFor ack_for = AckFor::kNone;
   };
   BoundedRing<Response> responses_;
+  // The one response queued, when it is a positive ACK of the end of a SEND or WRITE (ack_for
+  // not kNone) covering fewer than `max_psns` PSNs: what only_ack_to_send may hold and
+  // ack_deferrable may defer. nullptr otherwise.
+  const Response* lone_message_ack(std::uint32_t max_psns) const;
 
   // A responder error moved the QP to ERR: the responses queued before it, and its NAK last,
   // still leave; then nothing.
