@@ -294,7 +294,9 @@ void post_next(Run& r, SimHost& h, const SimHost& peer, bool write) {
   SendWr w;
   w.wr_id = i;
   w.sg_list = std::span(&sge, 1);
-  w.send_flags = kSendSignaled;
+  // A ping-pong host signals every signal_every-th SEND and its last; WRITEs all.
+  const std::uint32_t every = write ? 1 : r.opt.signal_every[h.index];
+  if (every <= 1 || (i + 1) % every == 0 || i + 1 == r.opt.messages) w.send_flags = kSendSignaled;
   w.opcode = write ? WrOpcode::kRdmaWrite : WrOpcode::kSend;
   if (write) w.rdma = {peer.va((kSlots + i % kSlots) * kSlot), peer.mr.rkey};
   h.quiet = h.sched->config().progress_thread;
@@ -314,11 +316,19 @@ bool pingpong(const Run& r) {
          r.opt.workload == Workload::kPingPongAfterCompletion;
 }
 
+// A host of kPingPongAfterCompletion that signals every SEND waits for each one's completion.
+bool waits_for_completions(const Run& r, const SimHost& h) {
+  return r.opt.signal_every[h.index] <= 1;
+}
+
 // A ping-pong host's next SEND, once it has the peer's message it answers (host 0 starts) and,
 // in kPingPongAfterCompletion, its own last SEND completed.
 void maybe_post_answer(Run& r, SimHost& h, SimHost& peer) {
   if (h.sent >= r.opt.messages || h.received < h.sent + (h.index == 1 ? 1u : 0u)) return;
-  if (r.opt.workload == Workload::kPingPongAfterCompletion && h.send_completions != h.sent) return;
+  if (r.opt.workload == Workload::kPingPongAfterCompletion && waits_for_completions(r, h) &&
+      h.send_completions != h.sent) {
+    return;
+  }
   post_next(r, h, peer, false);
 }
 
@@ -356,7 +366,14 @@ void handle_completions(Run& r, SimHost& h, std::span<const Wc> wcs) {
       maybe_post_answer(r, h, peer);
       continue;
     }
-    ++h.send_completions;
+    // RC completes in order: a signaled completion stands for every WR before it.
+    const auto done = static_cast<std::uint32_t>(wc.wr_id) + 1;
+    if (done <= h.send_completions || done > h.sent) {
+      r.fail(who + "send completion of WR " + std::to_string(wc.wr_id) + " after " +
+             std::to_string(h.send_completions) + " of " + std::to_string(h.sent) + " sent");
+      return;
+    }
+    h.send_completions = done;
     if (r.opt.workload == Workload::kPingPongAfterCompletion) maybe_post_answer(r, h, peer);
     if (wc.opcode == WcOpcode::kRdmaWrite && h.index == 0) {
       // A WRITE's completion means its bytes are in the target.

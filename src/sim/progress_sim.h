@@ -44,8 +44,9 @@ enum class Workload : std::uint8_t {
   // Host 0 WRITEs `messages` times to host 1, one at a time, each after the last completed;
   // host 1 did one WRITE of its own first (so it holds ACKs like a ping-pong side would).
   kWrites,
-  // As kPingPong, but each host posts its next SEND only once its last one completed (a send
-  // queue of one, as perftest's latency tests): its peer's ACK is on the path of every turn.
+  // As kPingPong, but each host that signals every SEND (signal_every 1) posts its next one
+  // only once its last one completed (a send queue of one, as perftest's latency tests): its
+  // peer's ACK is on the path of every turn. A host that signals fewer cannot wait so.
   kPingPongAfterCompletion,
 };
 
@@ -57,6 +58,9 @@ struct ProgressSimOptions {
   std::uint32_t messages = 100;
   std::uint32_t max_message = 3000;  // bytes: up to 3 packets at path MTU 1024 (at most 3000)
   std::uint32_t switch_after = 30;   // kPollThenStop / kPollThenBlock
+  // Ping-pongs: each host asks for the completion of every this-many-th SEND and of its last
+  // (UCX's rc_verbs: every 64th); 1: every SEND. kWrites signals every WRITE.
+  std::uint32_t signal_every[2] = {1, 1};
   // The policy (its progress_thread is ignored: `thread` sets it per side).
   engine::SchedulerConfig policy;
   // ACK timeout code of every QP: 4.096 us * 2^code; by default the shortest with which a QP

@@ -143,7 +143,7 @@ void Qp::reset_state() {
   sq_tail_ = 0;
   sq_count_ = 0;
   ack_held_ = false;
-  ack_after_request_ = false;
+  ack_after_unsignaled_ = false;
   ack_deferred_ = false;
   defers_[0] = defers_[1] = true;
   defer_backoff_[0] = defer_backoff_[1] = kDeferBackoffStart;
@@ -405,11 +405,12 @@ void Qp::handle_timeout(Instant now) {
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
-  ack_after_request_ = false;
+  ack_after_unsignaled_ = false;
   if (ack_held_) {
-    ack_held_ = false;  // one request packet at most goes first
+    ack_held_ = false;                          // one request packet at most goes first
+    const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
-      ack_after_request_ = true;
+      ack_after_unsignaled_ = (sq_at(index).send_flags & kSendSignaled) == 0;
       const AckFor kind = responses_.front().ack_for;
       if (kind != AckFor::kNone && !defers(kind)) {
         const int k = static_cast<int>(kind);
@@ -473,7 +474,7 @@ bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
 }
 
 bool Qp::ack_deferrable() const {
-  if (!ack_after_request_ || state_ == QpState::kErr) return false;
+  if (!ack_after_unsignaled_ || state_ == QpState::kErr) return false;
   const Response* r = lone_message_ack(kMaxPsnsBehindADeferredAck);
   return r != nullptr && defers(r->ack_for) && !(req_.rnr_resume.is_never() && request_ready());
 }

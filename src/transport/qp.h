@@ -303,19 +303,23 @@ class Qp {
   // RDMA WRITEs whose target spins on memory needs no wake-up that way).
   void note_ack_held() { ack_held_ = true; }
   // True right after poll_transmit gave the request that overtook a held ACK, when that ACK may
-  // stay behind it instead of following it in the same batch: a positive ACK of the end of a
-  // message of a kind whose ACKs the peer has not waited for (defers_), covering fewer than
-  // kMaxPsnsBehindADeferredAck PSNs, with no other request ready. The peer of a ping-pong whose
-  // application posts its next request without waiting for the completion (UCX's unsignaled
-  // sends) then gets one datagram per hop instead of two; the ACK leaves with a later request
-  // (every kMaxPsnsBehindADeferredAck PSNs), or alone when the hold runs out. A peer that did
-  // wait for it is learned from that (acks_deferred_unanswered): that kind's ACKs then follow
-  // the request as before. IBTA lets a responder coalesce ACKs; the requester's ACK timeout
-  // bounds the hold as for any held ACK (kMinTimeoutToHoldAck).
+  // stay behind it instead of following it in the same batch: the request's WQE asks for no
+  // completion, and the ACK is a positive ACK of the end of a message of a kind whose ACKs the
+  // peer has not waited for (defers_), covering fewer than kMaxPsnsBehindADeferredAck PSNs, with
+  // no other request ready. The peer of a ping-pong whose application posts its next request
+  // without waiting for the completion (UCX's unsignaled sends) then gets one datagram per hop
+  // instead of two; the ACK leaves with a later request (every kMaxPsnsBehindADeferredAck PSNs),
+  // or alone when the hold runs out. An application that asks for the completion of its own
+  // request is taken to wait for completions, and the two sides of a connection mostly run the
+  // same program (perftest, ibv_rc_pingpong, MPI ranks), so its peer likely waits too: behind a
+  // signaled request the ACK is never deferred, and such a peer never stalls on it. A peer that
+  // waited all the same is learned from that (acks_deferred_unanswered): that kind's ACKs then
+  // follow the request as before. IBTA lets a responder coalesce ACKs; the requester's ACK
+  // timeout bounds the hold as for any held ACK (kMinTimeoutToHoldAck).
   bool ack_deferrable() const;
   // The engine keeps the ACK back (after ack_deferrable()): it stays held, as note_ack_held().
   void defer_ack() {
-    ack_after_request_ = false;
+    ack_after_unsignaled_ = false;
     ack_deferred_ = true;
     ack_held_ = true;
   }
@@ -536,9 +540,11 @@ class Qp {
   // A responder error moved the QP to ERR: the responses queued before it, and its NAK last,
   // still leave; then nothing.
   bool drain_responses_in_error_ = false;
-  bool ack_held_ = false;           // note_ack_held(): a ready request goes before the ACK
-  bool ack_after_request_ = false;  // the last poll_transmit gave a request that overtook it
-  bool ack_deferred_ = false;       // defer_ack(): the queued ACK stayed behind a request
+  bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK
+  // The last poll_transmit gave a request that overtook the held ACK, from a WQE that asks for
+  // no completion (ack_deferrable).
+  bool ack_after_unsignaled_ = false;
+  bool ack_deferred_ = false;  // defer_ack(): the queued ACK stayed behind a request
   // Whether the peer sends its next message of each kind (AckFor::kWrite, kSend) without waiting
   // for the ACK of the last one, so that the ACK may be deferred (ack_deferrable). Cleared when a
   // deferred ACK leaves alone (the peer waited for it).

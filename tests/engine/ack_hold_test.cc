@@ -35,9 +35,11 @@ using test::write_wr;
 
 constexpr Duration kGiveUp = Duration::s(20);
 
-void post_write(Side& from, const Side& to, std::uint64_t id, std::size_t off, std::uint32_t len) {
+void post_write(Side& from, const Side& to, std::uint64_t id, std::size_t off, std::uint32_t len,
+                bool signaled = true) {
   const Sge sge{from.va(off), len, from.mr.lkey};
-  const SendWr w = write_wr(id, sge, to, off);
+  SendWr w = write_wr(id, sge, to, off);
+  if (!signaled) w.send_flags = 0;
   const SendWr* bad = nullptr;
   ASSERT_EQ(from.dev->lock()->post_send(from.qp, std::span(&w, 1), &bad), Errc::kOk);
 }
@@ -204,27 +206,31 @@ TEST_F(AckHold, DeferredAcksLoseNothing) {
     }
     return arrived(s, i, who);
   };
+  // As UCX posts them: unsignaled (an ACK is deferred only behind such a request) but for the
+  // last, whose completion stands for every WRITE before it.
   for (std::uint32_t i = 0; i < kHops; ++i) {
+    const bool last = i + 1 == kHops;
     stamp(a, i, 'A');
-    post_write(a, b, 10 + i, 256 + 8 * i, 8);
+    post_write(a, b, 10 + i, 256 + 8 * i, 8, last);
     ASSERT_TRUE(wait_for(b, a, i, 'A')) << "hop " << i;
     stamp(b, i, 'B');
-    post_write(b, a, 100 + i, 256 + 8 * i, 8);
+    post_write(b, a, 100 + i, 256 + 8 * i, 8, last);
     ASSERT_TRUE(wait_for(a, b, i, 'B')) << "hop " << i;
   }
-  for (std::uint32_t i = 0; i < kHops; ++i) {
-    auto wa = drive_until_completion(a, b);
-    ASSERT_TRUE(wa.has_value());
-    EXPECT_EQ(wa->wr_id, 10 + i);
-    EXPECT_EQ(wa->status, WcStatus::kSuccess);
-    auto wb = drive_until_completion(b, a);
-    ASSERT_TRUE(wb.has_value());
-    EXPECT_EQ(wb->wr_id, 100 + i);
-    EXPECT_EQ(wb->status, WcStatus::kSuccess);
+  auto wa = drive_until_completion(a, b);
+  ASSERT_TRUE(wa.has_value());
+  EXPECT_EQ(wa->wr_id, 10 + kHops - 1);
+  EXPECT_EQ(wa->status, WcStatus::kSuccess);
+  auto wb = drive_until_completion(b, a);
+  ASSERT_TRUE(wb.has_value());
+  EXPECT_EQ(wb->wr_id, 100 + kHops - 1);
+  EXPECT_EQ(wb->status, WcStatus::kSuccess);
+  for (Side* s : {&a, &b}) {  // nothing else completes, and nothing is left to send
+    Wc wc;
+    auto n = s->dev->lock()->poll_cq(s->cq, std::span(&wc, 1));
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(n.value(), 0u);
   }
-  const auto& c = b.dev->engine().counters();
-  EXPECT_LE(named_counter(b.dev->stats().device_counters(), "tx_acks_deferred_unanswered"),
-            c.tx_acks_deferred);
 }
 
 TEST_F(AckHold, DeferringIsSwitchedOffByTheEnvironment) {
