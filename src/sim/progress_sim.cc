@@ -294,9 +294,14 @@ void post_next(Run& r, SimHost& h, const SimHost& peer, bool write) {
   SendWr w;
   w.wr_id = i;
   w.sg_list = std::span(&sge, 1);
-  // A ping-pong host signals every signal_every-th SEND and its last; WRITEs all.
-  const std::uint32_t every = write ? 1 : r.opt.signal_every[h.index];
-  if (every <= 1 || (i + 1) % every == 0 || i + 1 == r.opt.messages) w.send_flags = kSendSignaled;
+  // A host signals every signal_every-th message and its last (kWrites: every WRITE); in
+  // kStreams also the one that fills its window, or it could wait for a completion forever.
+  const bool streams = r.opt.workload == Workload::kStreams;
+  const std::uint32_t every = write && !streams ? 1 : r.opt.signal_every[h.index];
+  if (every <= 1 || (i + 1) % every == 0 || i + 1 == r.opt.messages ||
+      (streams && i + 1 - h.send_completions >= r.opt.window)) {
+    w.send_flags = kSendSignaled;
+  }
   w.opcode = write ? WrOpcode::kRdmaWrite : WrOpcode::kSend;
   if (write) w.rdma = {peer.va((kSlots + i % kSlots) * kSlot), peer.mr.rkey};
   h.quiet = h.sched->config().progress_thread;
@@ -332,7 +337,30 @@ void maybe_post_answer(Run& r, SimHost& h, SimHost& peer) {
   post_next(r, h, peer, false);
 }
 
+// kStreams: WRITEs up to the window, or up to the last message.
+void fill_window(Run& r, SimHost& h, SimHost& peer) {
+  while (r.result.ok && h.sent < r.opt.messages && h.sent - h.send_completions < r.opt.window) {
+    post_next(r, h, peer, true);
+  }
+}
+
+// kStreams: WRITE `i` completed, so its bytes landed in its slot; a later WRITE to the same slot
+// (posted since) may have overwritten them. True when the slot holds one of those.
+bool stream_write_landed(const Run& r, const SimHost& h, const SimHost& peer, std::uint32_t i) {
+  const std::size_t off = (kSlots + i % kSlots) * kSlot;
+  for (std::uint32_t j = i; j < h.sent; j += kSlots) {
+    const std::uint32_t len = message_len(r, h.index, j);
+    std::vector<std::byte> want(len);
+    message_bytes(r, h.index, j, want);
+    if (std::memcmp(peer.arena.data() + off, want.data(), len) == 0) return true;
+  }
+  return false;
+}
+
 bool host_done(const Run& r, const SimHost& h) {
+  if (r.opt.workload == Workload::kStreams) {
+    return h.sent == r.opt.messages && h.send_completions == r.opt.messages;
+  }
   if (pingpong(r)) {
     return h.received == r.opt.messages && h.send_completions == r.opt.messages;
   }
@@ -374,6 +402,14 @@ void handle_completions(Run& r, SimHost& h, std::span<const Wc> wcs) {
       return;
     }
     h.send_completions = done;
+    if (r.opt.workload == Workload::kStreams) {
+      if (!stream_write_landed(r, h, peer, done - 1)) {
+        r.fail(who + "WRITE " + std::to_string(done - 1) + " did not land");
+        return;
+      }
+      fill_window(r, h, peer);
+      continue;
+    }
     if (r.opt.workload == Workload::kPingPongAfterCompletion) maybe_post_answer(r, h, peer);
     if (wc.opcode == WcOpcode::kRdmaWrite && h.index == 0) {
       // A WRITE's completion means its bytes are in the target.
@@ -483,7 +519,10 @@ std::size_t poll_cq(Run& r, SimHost& h, bool round_if_empty) {
 
 AppModel effective_model(const Run& r, const SimHost& h) {
   // How far the workload is: messages this host received, or WRITEs host 0 saw complete.
-  const std::uint32_t progress = pingpong(r) ? h.received : r.hosts[0].send_completions;
+  const std::uint32_t progress = pingpong(r) ? h.received
+                                 : r.opt.workload == Workload::kStreams
+                                     ? h.send_completions
+                                     : r.hosts[0].send_completions;
   if (h.model == AppModel::kPollThenStop) {
     return progress < r.opt.switch_after ? AppModel::kPolling : AppModel::kIdle;
   }
@@ -494,7 +533,9 @@ AppModel effective_model(const Run& r, const SimHost& h) {
 }
 
 void start_work(Run& r, SimHost& h) {
-  if (h.index == 0 && h.sent == 0) {
+  if (r.opt.workload == Workload::kStreams) {
+    fill_window(r, h, r.hosts[1 - h.index]);
+  } else if (h.index == 0 && h.sent == 0) {
     post_next(r, h, r.hosts[1], r.opt.workload == Workload::kWrites);
   }
 }

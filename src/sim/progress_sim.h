@@ -48,6 +48,10 @@ enum class Workload : std::uint8_t {
   // only once its last one completed (a send queue of one, as perftest's latency tests): its
   // peer's ACK is on the path of every turn. A host that signals fewer cannot wait so.
   kPingPongAfterCompletion,
+  // Both hosts WRITE `messages` times to each other at once, each keeping up to `window` WRITEs
+  // outstanding (a bidirectional stream with a small send queue): a host's ACKs then wait for
+  // requests that its full window keeps it from posting.
+  kStreams,
 };
 
 struct ProgressSimOptions {
@@ -58,9 +62,10 @@ struct ProgressSimOptions {
   std::uint32_t messages = 100;
   std::uint32_t max_message = 3000;  // bytes: up to 3 packets at path MTU 1024 (at most 3000)
   std::uint32_t switch_after = 30;   // kPollThenStop / kPollThenBlock
-  // Ping-pongs: each host asks for the completion of every this-many-th SEND and of its last
-  // (UCX's rc_verbs: every 64th); 1: every SEND. kWrites signals every WRITE.
+  // Ping-pongs and kStreams: each host asks for the completion of every this-many-th message and
+  // of its last (UCX's rc_verbs: every 64th); 1: every one. kWrites signals every WRITE.
   std::uint32_t signal_every[2] = {1, 1};
+  std::uint32_t window = 8;  // kStreams: WRITEs outstanding per host (the send queue holds 16)
   // The policy (its progress_thread is ignored: `thread` sets it per side).
   engine::SchedulerConfig policy;
   // ACK timeout code of every QP: 4.096 us * 2^code; by default the shortest with which a QP

@@ -150,6 +150,10 @@ void Qp::reset_state() {
   defer_retry_in_[0] = defer_retry_in_[1] = 0;
   answers_[0] = answers_[1] = true;
   unheld_ack_for_ = AckFor::kNone;
+  hold_wide_ = false;
+  wide_holds_ = true;
+  wide_backoff_ = kDeferBackoffStart;
+  wide_retry_in_ = 0;
   req_ = Requester{};
   comp_ = Completer{};
   comp_.retry_cnt = attr_.retry_cnt;
@@ -411,6 +415,7 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
     const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
       ack_after_unsignaled_ = (sq_at(index).send_flags & kSendSignaled) == 0;
+      if (hold_wide_) wide_backoff_ = kDeferBackoffStart;  // the wide hold was answered
       const AckFor kind = responses_.front().ack_for;
       if (kind != AckFor::kNone && !defers(kind)) {
         const int k = static_cast<int>(kind);
@@ -433,6 +438,11 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
       } else {
         answers(responses_.front().ack_for) = false;
         ++counters_.acks_held_unanswered;
+        if (hold_wide_) {
+          wide_holds_ = false;
+          wide_retry_in_ = wide_backoff_;
+          wide_backoff_ = std::min(wide_backoff_ * 2, kDeferBackoffMax);
+        }
       }
       const bool sent = poll_response(out);
       unheld_ack_for_ = AckFor::kNone;  // not one sent at once: an answer now is a late one
@@ -462,7 +472,9 @@ bool Qp::has_transmit_work() const {
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
   if (state_ == QpState::kErr) return false;
-  if (!req_.sent_any || sq_count_ > max_outstanding) return false;
+  if (!req_.sent_any || sq_count_ > max_outstanding || (sq_count_ > 1 && !wide_holds_)) {
+    return false;
+  }
   // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's
   // timeout is not visible here; this QP's own stands in for it (the two sides of a
   // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.

@@ -301,7 +301,10 @@ class Qp {
   // goes out before the ACK. The peer, polling for the completion that ACK brings, then
   // receives the request first and executes it in the same polling loop (a ping-pong of
   // RDMA WRITEs whose target spins on memory needs no wake-up that way).
-  void note_ack_held() { ack_held_ = true; }
+  void note_ack_held() {
+    ack_held_ = true;
+    hold_wide_ = sq_count_ > 1;
+  }
   // True right after poll_transmit gave the request that overtook a held ACK, when that ACK may
   // stay behind it instead of following it in the same batch: the request's WQE asks for no
   // completion, and the ACK is a positive ACK of the end of a message of a kind whose ACKs the
@@ -322,6 +325,7 @@ class Qp {
     ack_after_unsignaled_ = false;
     ack_deferred_ = true;
     ack_held_ = true;
+    hold_wide_ = false;  // deferring learns on its own (defers_)
   }
 
   // Testing hook: number of send WQEs not yet completed.
@@ -573,6 +577,19 @@ class Qp {
   bool& answers(AckFor kind) { return answers_[static_cast<int>(kind)]; }  // not kNone
   bool answers(AckFor kind) const { return answers_[static_cast<int>(kind)]; }
   AckFor unheld_ack_for_ = AckFor::kNone;  // the last ACK sent at once because of answers_
+
+  // Wide holds: an ACK held while this QP has more than one request outstanding (only_ack_to_send
+  // with max_outstanding above 1, which the peer's deferred ACKs need: they leave this side's
+  // requests of a ping-pong unacknowledged). In a stream both ways with a small window, each
+  // side's application may be waiting for a completion that the other side's held ACK carries,
+  // and then both holds run out: one hold per window. So a wide hold that leaves alone stops
+  // wide holds, and they are tried again after wide_backoff_ of the peer's messages (doubled at
+  // each failure, back to kDeferBackoffStart when a wide hold is answered): a stream pays one
+  // hold at its messages 1, 65, 193, ..., a ping-pong none.
+  bool hold_wide_ = false;  // note_ack_held() with more than one request outstanding
+  bool wide_holds_ = true;
+  std::uint32_t wide_backoff_ = kDeferBackoffStart;
+  std::uint32_t wide_retry_in_ = 0;
 };
 
 }  // namespace uroce::transport

@@ -77,6 +77,7 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
 }
 
 void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
+  if (!wide_holds_ && ack_for != AckFor::kNone && --wide_retry_in_ == 0) wide_holds_ = true;
   Response r;
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
