@@ -293,9 +293,9 @@ class Qp {
   // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
   // (UdpDevice: 100 us, 2.3 ms when the application stops polling: the hold, the lease and its
   // timer slack), and four times the longest a deferred one stays (Scheduler::note_acks: a
-  // hold per PSN it covers, at most kMaxPsnsBehindADeferredAck, and the last one's 2.3 ms: about
-  // 4 ms); IBTA lets a timer fire no earlier than its nominal value. perftest and
-  // ibv_rc_pingpong set 14.
+  // hold per request that overtakes it, each of which adds a PSN to it, so at most
+  // kMaxPsnsBehindADeferredAck holds, and the last one's 2.3 ms: about 4 ms); IBTA lets a timer
+  // fire no earlier than its nominal value. perftest and ibv_rc_pingpong set 14.
   static constexpr std::uint8_t kMinTimeoutToHoldAck = 12;
   // The engine held this QP's ACK: when a request is ready with it, the request's first packet
   // goes out before the ACK. The peer, polling for the completion that ACK brings, then
