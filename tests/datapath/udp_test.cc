@@ -537,8 +537,8 @@ TEST(UdpDatapath, GsoRunLeavesAsOneIovecFromTheStagingRing) {
 // A packet with more payload than any path MTU carries (a caller's bug: no receiver takes it) is
 // counted lost, as a packet the wire drops; it does not disturb the packets around it.
 TEST(UdpDatapath, OversizedPayloadIsCountedLost) {
-  auto a = open_dp("127.0.3.93", true, false);
-  auto b = open_dp("127.0.3.94", false, false);
+  auto a = open_dp("127.0.3.204", true, false);
+  auto b = open_dp("127.0.3.205", false, false);
   ASSERT_TRUE(a && b);
   const Bytes data = data_of(16 * 1024);
   const std::vector<Packet> pkts = {
@@ -546,7 +546,7 @@ TEST(UdpDatapath, OversizedPayloadIsCountedLost) {
       {wire::Opcode::kRcRdmaWriteMiddle, 2, 0, UdpDatapath::kStagePayload + 4},
       {wire::Opcode::kRcRdmaWriteMiddle, 3, 4096, UdpDatapath::kStagePayload},
   };
-  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.94");
+  for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.205");
   a->flush(Instant{});
   EXPECT_EQ(a->counters().tx_errors, 1u);
   EXPECT_EQ(a->counters().tx_packets, 2u);
@@ -618,8 +618,8 @@ TEST(UdpDatapath, StagingRingWrapsWithoutOverwritingWaitingPackets) {
 TEST(UdpDatapath, TapCapturesTheBytesAsQueuedWithAValidIcrc) {
   for (const bool gso : {false, true}) {
     SCOPED_TRACE(gso ? "gso" : "no gso");
-    auto a = open_dp("127.0.3.91", gso, false);
-    auto b = open_dp("127.0.3.92", false, false);
+    auto a = open_dp("127.0.3.202", gso, false);
+    auto b = open_dp("127.0.3.203", false, false);
     ASSERT_TRUE(a && b);
     std::vector<Bytes> sent;
     a->set_tap([&](ConstBytes f, bool) { sent.emplace_back(f.begin(), f.end()); });
@@ -627,7 +627,7 @@ TEST(UdpDatapath, TapCapturesTheBytesAsQueuedWithAValidIcrc) {
     const Bytes original = data;
     auto pkts = write_message(8, 1024, 333);
     pkts.push_back(Packet{wire::Opcode::kRcRdmaReadResponseOnly, 200, 9000, 64});
-    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.92");
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.203");
     for (auto& x : data) x = std::byte{0xa5};
     a->flush(Instant{});
     ASSERT_EQ(sent.size(), pkts.size());
@@ -653,8 +653,8 @@ TEST(UdpDatapath, TapRecordsOnlyWhatWasSentInOrderUnderBackpressure) {
       }
       return ::sendmmsg(fd, v, std::min(n, 2u), 0);
     };
-    auto a = open_dp("127.0.3.93", gso, false, 8, hook);
-    auto b = open_dp("127.0.3.94", false, false);
+    auto a = open_dp("127.0.3.206", gso, false, 8, hook);
+    auto b = open_dp("127.0.3.207", false, false);
     ASSERT_TRUE(a && b);
     std::vector<Bytes> sent;
     a->set_tap([&](ConstBytes f, bool) { sent.emplace_back(f.begin(), f.end()); });
@@ -665,7 +665,7 @@ TEST(UdpDatapath, TapRecordsOnlyWhatWasSentInOrderUnderBackpressure) {
       pkts.push_back(
           Packet{wire::Opcode::kRcRdmaWriteMiddle, 40 + i, i * 1024u, 256u + (i / 2) * 64u});
     }
-    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.94");
+    for (const Packet& p : pkts) queue(*a, p, data, "127.0.3.207");
     a->flush(Instant{});
     EXPECT_EQ(a->queued(), 8u);
     EXPECT_TRUE(sent.empty());  // nothing left yet: nothing captured
@@ -1160,13 +1160,13 @@ TEST(UdpDatapath, DeferredChecksRecoverIdentificationAndDfAndRejectCorruption) {
 }
 
 TEST(UdpDatapath, GarbageAndBadIcrcAreCountedDrops) {
-  auto b = UdpDatapath::open({v4("127.0.0.63"), 4791});
+  auto b = UdpDatapath::open({v4("127.0.3.200"), 4791});
   ASSERT_TRUE(b.ok()) << b.error();
-  raw_send(v4("127.0.0.63"), 4791, Bytes(7, std::byte{0x55}));  // shorter than BTH + ICRC
+  raw_send(v4("127.0.3.200"), 4791, Bytes(7, std::byte{0x55}));  // shorter than BTH + ICRC
   Bytes bad(12 + 8 + 4);
   wire::write_roce(bad, send_only(8), Bytes(8));
   bad[bad.size() - 1] ^= std::byte{1};
-  raw_send(v4("127.0.0.63"), 4791, bad);  // from an ephemeral port, ICRC wrong
+  raw_send(v4("127.0.3.200"), 4791, bad);  // from an ephemeral port, ICRC wrong
   for (int i = 0; i < 10 && b.value()->counters().rx_packets < 2; ++i) {
     if (!readable(b.value()->fd())) break;
     b.value()->receive(64, [&](const wire::RocePacket&, const RxMeta&) { ADD_FAILURE(); });
@@ -1336,11 +1336,11 @@ TEST(UdpDatapath, ReceiveBufferIsLargerThanTheKernelDefault) {
 }
 
 TEST(UdpDatapath, PortInUseIsAClearError) {
-  auto a = UdpDatapath::open({v4("127.0.0.64"), 4791});
+  auto a = UdpDatapath::open({v4("127.0.3.201"), 4791});
   ASSERT_TRUE(a.ok()) << a.error();
-  auto b = UdpDatapath::open({v4("127.0.0.64"), 4791});
+  auto b = UdpDatapath::open({v4("127.0.3.201"), 4791});
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.error().find("cannot bind 127.0.0.64 port 4791"), std::string::npos) << b.error();
+  EXPECT_NE(b.error().find("cannot bind 127.0.3.201 port 4791"), std::string::npos) << b.error();
   // An address that is not local.
   auto c = UdpDatapath::open({v4("192.0.2.1"), 4791});
   ASSERT_FALSE(c.ok());
