@@ -563,7 +563,7 @@ TEST(UdpDatapath, StagingRingWrapsWithoutOverwritingWaitingPackets) {
     bool took_one = false;
     std::vector<const std::byte*> bases;  // each datagram's first iovec
     std::size_t most_iovecs = 0;
-    auto a = open_dp("127.0.3.95", gso, false, 8, [&](int fd, mmsghdr* m, unsigned n) -> int {
+    auto a = open_dp("127.0.3.208", gso, false, 8, [&](int fd, mmsghdr* m, unsigned n) -> int {
       if (partial) {
         if (took_one) {
           took_one = false;
@@ -579,7 +579,7 @@ TEST(UdpDatapath, StagingRingWrapsWithoutOverwritingWaitingPackets) {
       }
       return ::sendmmsg(fd, m, n, 0);
     });
-    auto b = open_dp("127.0.3.96", false, false);
+    auto b = open_dp("127.0.3.209", false, false);
     ASSERT_TRUE(a && b);
     Bytes data = data_of(64 * 1024);
     const Bytes original = data;
@@ -590,7 +590,7 @@ TEST(UdpDatapath, StagingRingWrapsWithoutOverwritingWaitingPackets) {
       pkts.push_back(Packet{wire::Opcode::kRcRdmaWriteMiddle, i, (i % 15) * 4096u, bytes});
     }
     for (const Packet& p : pkts) {
-      queue(*a, p, data, "127.0.3.96");
+      queue(*a, p, data, "127.0.3.209");
       took_one = false;  // the next flush takes one datagram again
     }
     // The application reuses its buffer: what waits was copied when it was queued.
