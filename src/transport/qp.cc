@@ -145,15 +145,11 @@ void Qp::reset_state() {
   ack_held_ = false;
   ack_after_unsignaled_ = false;
   ack_deferred_ = false;
-  defers_[0] = defers_[1] = true;
-  defer_backoff_[0] = defer_backoff_[1] = kDeferBackoffStart;
-  defer_retry_in_[0] = defer_retry_in_[1] = 0;
+  defer_[0] = defer_[1] = BackedOff{};
   answers_[0] = answers_[1] = true;
   unheld_ack_for_ = AckFor::kNone;
   hold_wide_ = false;
-  wide_holds_ = true;
-  wide_backoff_ = kDeferBackoffStart;
-  wide_retry_in_ = 0;
+  wide_ = BackedOff{};
   req_ = Requester{};
   comp_ = Completer{};
   comp_.retry_cnt = attr_.retry_cnt;
@@ -415,12 +411,9 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
     const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
       ack_after_unsignaled_ = (sq_at(index).send_flags & kSendSignaled) == 0;
-      if (hold_wide_) wide_backoff_ = kDeferBackoffStart;  // the wide hold was answered
+      if (hold_wide_) wide_.succeeded();  // the wide hold was answered
       const AckFor kind = responses_.front().ack_for;
-      if (kind != AckFor::kNone && !defers(kind)) {
-        const int k = static_cast<int>(kind);
-        if (--defer_retry_in_[k] == 0) defers_[k] = true;  // try deferring again
-      }
+      if (kind != AckFor::kNone) defer_[static_cast<int>(kind)].count();
       return true;
     }
     if (state_ != QpState::kErr && responses_.size() == 1 &&
@@ -431,18 +424,12 @@ bool Qp::poll_transmit(Instant now, TxPacket& out) {
       // it. Otherwise this side's application did not answer in time.
       if (ack_deferred_) {
         const int k = static_cast<int>(responses_.front().ack_for);
-        defers_[k] = false;
-        defer_retry_in_[k] = defer_backoff_[k];
-        defer_backoff_[k] = std::min(defer_backoff_[k] * 2, kDeferBackoffMax);
+        defer_[k].failed();
         ++counters_.acks_deferred_unanswered;
       } else {
         answers(responses_.front().ack_for) = false;
         ++counters_.acks_held_unanswered;
-        if (hold_wide_) {
-          wide_holds_ = false;
-          wide_retry_in_ = wide_backoff_;
-          wide_backoff_ = std::min(wide_backoff_ * 2, kDeferBackoffMax);
-        }
+        if (hold_wide_) wide_.failed();
       }
       const bool sent = poll_response(out);
       unheld_ack_for_ = AckFor::kNone;  // not one sent at once: an answer now is a late one
@@ -472,7 +459,7 @@ bool Qp::has_transmit_work() const {
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
   if (state_ == QpState::kErr) return false;
-  if (!req_.sent_any || sq_count_ > max_outstanding || (sq_count_ > 1 && !wide_holds_)) {
+  if (!req_.sent_any || sq_count_ > max_outstanding || (sq_count_ > 1 && !wide_.on)) {
     return false;
   }
   // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's

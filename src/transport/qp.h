@@ -19,6 +19,7 @@
 // Memory is reached only through MemoryResolver, on every access.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -549,20 +550,32 @@ class Qp {
   // no completion (ack_deferrable).
   bool ack_after_unsignaled_ = false;
   bool ack_deferred_ = false;  // defer_ack(): the queued ACK stayed behind a request
-  // Whether the peer sends its next message of each kind (AckFor::kWrite, kSend) without waiting
-  // for the ACK of the last one, so that the ACK may be deferred (ack_deferrable). Cleared when a
-  // deferred ACK leaves alone (the peer waited for it).
-  bool defers_[2] = {true, true};
-  bool defers(AckFor kind) const { return defers_[static_cast<int>(kind)]; }  // not kNone
-  // After a deferred ACK left alone, that kind's ACKs follow their request again, and deferring
-  // is tried again after defer_backoff_ of them (doubled at each failure, back to
-  // kDeferBackoffStart when a deferred ACK is overtaken by the peer's next request): a peer's
-  // wire-up or one slow turn does not end deferring for the connection's life, and a peer that
-  // always waits costs one hold per thousands of messages.
+  // Learned behaviour that a failure switches off: tried again after `backoff` events, doubled
+  // at each failure (up to kDeferBackoffMax), back to kDeferBackoffStart at a success. A peer's
+  // wire-up or one slow turn does not end it for the connection's life, and one that always
+  // fails costs one failure per thousands of messages.
   static constexpr std::uint32_t kDeferBackoffStart = 64;
   static constexpr std::uint32_t kDeferBackoffMax = 1u << 16;
-  std::uint32_t defer_backoff_[2] = {kDeferBackoffStart, kDeferBackoffStart};
-  std::uint32_t defer_retry_in_[2] = {0, 0};
+  struct BackedOff {
+    bool on = true;
+    std::uint32_t backoff = kDeferBackoffStart;
+    std::uint32_t retry_in = 0;
+    void failed() {
+      on = false;
+      retry_in = backoff;
+      backoff = std::min(backoff * 2, kDeferBackoffMax);
+    }
+    void succeeded() { backoff = kDeferBackoffStart; }
+    void count() {  // one event while off
+      if (!on && --retry_in == 0) on = true;
+    }
+  };
+  // Whether the peer sends its next message of each kind (AckFor::kWrite, kSend) without waiting
+  // for the ACK of the last one, so that the ACK may be deferred (ack_deferrable). Fails when a
+  // deferred ACK leaves alone (the peer waited for it); counts the ACKs that then follow their
+  // request; succeeds when a deferred ACK is overtaken by the peer's next request.
+  BackedOff defer_[2];
+  bool defers(AckFor kind) const { return defer_[static_cast<int>(kind)].on; }  // not kNone
 
   // Whether this QP's application answers a message of each kind (AckFor::kWrite, kSend) with a
   // request of its own soon enough for the message's ACK to wait for it, as TCP's delayed ACK
@@ -583,13 +596,11 @@ class Qp {
   // requests of a ping-pong unacknowledged). In a stream both ways with a small window, each
   // side's application may be waiting for a completion that the other side's held ACK carries,
   // and then both holds run out: one hold per window. So a wide hold that leaves alone stops
-  // wide holds, and they are tried again after wide_backoff_ of the peer's messages (doubled at
-  // each failure, back to kDeferBackoffStart when a wide hold is answered): a stream pays one
-  // hold at its messages 1, 65, 193, ..., a ping-pong none.
+  // wide holds (wide_ fails), and they are tried again after 64 of the peer's messages, then
+  // 128, ... (wide_ succeeds when a wide hold is answered): a stream pays one hold at its
+  // messages 1, 65, 193, ..., a ping-pong none.
   bool hold_wide_ = false;  // note_ack_held() with more than one request outstanding
-  bool wide_holds_ = true;
-  std::uint32_t wide_backoff_ = kDeferBackoffStart;
-  std::uint32_t wide_retry_in_ = 0;
+  BackedOff wide_;
 };
 
 }  // namespace uroce::transport

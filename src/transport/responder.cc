@@ -77,7 +77,7 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
 }
 
 void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
-  if (!wide_holds_ && ack_for != AckFor::kNone && --wide_retry_in_ == 0) wide_holds_ = true;
+  if (ack_for != AckFor::kNone) wide_.count();
   Response r;
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
@@ -99,7 +99,7 @@ void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
     if (d > 0 || (d == 0 && !(back_is_nak && new_is_seq_nak))) {
       if (ack_deferred_ && back.ack_for != AckFor::kNone) {
         // The peer sent more without waiting for the deferred ACK: deferring pays.
-        defer_backoff_[static_cast<int>(back.ack_for)] = kDeferBackoffStart;
+        defer_[static_cast<int>(back.ack_for)].succeeded();
       }
       back = r;
       ack_deferred_ = false;

@@ -29,6 +29,13 @@ ProgressSimResult run_ok(const ProgressSimOptions& o) {
   return r;
 }
 
+// The same options without deferred ACKs: the run the deferring tests compare with.
+ProgressSimResult run_ok_without_deferring(const ProgressSimOptions& o) {
+  ProgressSimOptions no_defer = o;
+  no_defer.policy.defer_acks = false;
+  return run_ok(no_defer);
+}
+
 // The longest an ACK may stay held when the host's owner is an application that polls, or
 // the thread (which sleeps until the ACK is due): the hold, plus a poll gap or a wake-up.
 std::int64_t hold_bound_ns(const ProgressSimOptions& o, const ProgressSimResult& r) {
@@ -326,9 +333,7 @@ TEST(ProgressSim, AHostThatSignalsEverySendDefersNoAck) {
       o.workload = w;
       SCOPED_TRACE(describe(o) + (w == Workload::kPingPong ? " ping-pong" : " after completion"));
       const ProgressSimResult r = run_ok(o);
-      ProgressSimOptions no_defer = o;
-      no_defer.policy.defer_acks = false;
-      const ProgressSimResult base = run_ok(no_defer);
+      const ProgressSimResult base = run_ok_without_deferring(o);
       for (int h = 0; h < 2; ++h) {
         EXPECT_EQ(r.host[h].messages_received, o.messages);
         EXPECT_EQ(r.host[h].engine.tx_acks_deferred, 0u) << "host " << h;
@@ -353,9 +358,7 @@ TEST(ProgressSim, APeerThatWaitsForEveryCompletionStopsTheDeferring) {
     o.signal_every[0] = 64;
     SCOPED_TRACE(describe(o));
     const ProgressSimResult r = run_ok(o);
-    ProgressSimOptions no_defer = o;
-    no_defer.policy.defer_acks = false;
-    const ProgressSimResult base = run_ok(no_defer);
+    const ProgressSimResult base = run_ok_without_deferring(o);
     for (int h = 0; h < 2; ++h) {
       EXPECT_EQ(r.host[h].messages_received, o.messages);
       EXPECT_EQ(base.host[h].acks_deferred_unanswered, 0u);
@@ -393,9 +396,7 @@ TEST(ProgressSim, AStreamBothWaysWithASmallWindowStopsHoldingAcksBehindIt) {
           SCOPED_TRACE(describe(o) + " window " + std::to_string(window) + ", every " +
                        std::to_string(every) + " signaled");
           const ProgressSimResult r = run_ok(o);
-          ProgressSimOptions no_defer = o;
-          no_defer.policy.defer_acks = false;
-          const ProgressSimResult base = run_ok(no_defer);
+          const ProgressSimResult base = run_ok_without_deferring(o);
           std::uint64_t extra = 0;
           for (int h = 0; h < 2; ++h) {
             const HostReport& x = r.host[h];
