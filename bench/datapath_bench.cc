@@ -83,7 +83,7 @@ constexpr std::uint64_t kWindowBytes = 2u << 20;  // payload in flight (see Cred
 class PingPongSide {
  public:
   PingPongSide(datapath::UdpDatapath& d, const char* peer, std::uint16_t peer_port) : d_(d) {
-    // As the engine configures its datapath (engine/udp_device.cc): the IP header is written
+    // As the engine configures its datapath (device/udp_device.cc): the IP header is written
     // for UD packets only, continuations' ICRCs are checked where their payload is placed.
     d_.set_ip_header_for_ud_only(true);
     d_.set_deferred_icrc(true);

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/udp_device.h"
+#include "device/udp_device.h"
 #include "verbs/address.h"
 
 namespace {

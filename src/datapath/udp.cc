@@ -1112,4 +1112,25 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   handler(pkt.value(), meta);
 }
 
+int make_group_socket(const wire::IpAddress& ip, std::uint16_t port) {
+  const int fd = ::socket(ip.v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  const int on = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 ||
+      (ip.v6 && ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0)) {
+    const int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  datapath::to_sockaddr(ip, port, ss, len);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  return fd;
+}
+
 }  // namespace uroce::datapath

@@ -148,6 +148,12 @@ struct UdpCounters {
 };
 
 // `ip`:`port` as a socket address.
+// A socket for a shared device's SO_REUSEPORT group: UDP, nonblocking, close-on-exec,
+// SO_REUSEPORT (IPV6_V6ONLY for IPv6), bound to ip:port. The fd, or -errno. The device
+// (src/device/shared_port.cc) makes the group's first one, the sink, and hands it to the
+// coordinator (src/devd).
+int make_group_socket(const wire::IpAddress& ip, std::uint16_t port);
+
 void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage& ss,
                  socklen_t& len);
 

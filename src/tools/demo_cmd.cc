@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/device_config.h"
+#include "device/device_config.h"
 #include "tools/perf_cmd.h"
 
 namespace uroce::tools {

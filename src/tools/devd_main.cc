@@ -1,5 +1,5 @@
-// uroce-devd: the coordinator of one shared device (engine/coordinator.h). Started by the
-// library (engine/shared_port.cc) with the coordinator's listening socket as fd 3 and the
+// uroce-devd: the coordinator of one shared device (devd/coordinator.h). Started by the
+// library (device/shared_port.cc) with the coordinator's listening socket as fd 3 and the
 // group's first UDP socket as fd 4; not meant to be run by hand.
 //
 //   uroce-devd --ip ADDRESS --port PORT [--linger-ms N] [--any-user]
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/coordinator.h"
+#include "devd/coordinator.h"
 
 int main(int argc, char** argv) {
   uroce::engine::CoordinatorOptions o;

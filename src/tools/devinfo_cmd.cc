@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "datapath/udp.h"
-#include "engine/device_config.h"
+#include "device/device_config.h"
 #include "tools/ping_cmd.h"
 #include "uroce/verbs.h"
 #include "verbs/address.h"

@@ -1,5 +1,5 @@
 // `uroce faults -d DEV [-p PID] show | set SPEC | clear`: a running device's fault spec
-// (fault/fault.h), read or changed live through its stats endpoint (engine/udp_device.h), so that
+// (fault/fault.h), read or changed live through its stats endpoint (device/udp_device.h), so that
 // a test can open a partition mid-run and heal it. Every process that has DEV open is asked
 // (or only PID's); each answers with the spec it now applies:
 //

@@ -234,7 +234,7 @@ bool dump_roce(std::FILE* out, const wire::Frame& f) {
 
 namespace {
 
-// A line of a capture's companion log of injected faults (FILE.faults, engine/udp_device.h):
+// A line of a capture's companion log of injected faults (FILE.faults, device/udp_device.h):
 // "time_ns dir packet kind class dest_qpn peer rule"; '#' lines are comments.
 struct FaultLine {
   std::int64_t ts_ns = 0;

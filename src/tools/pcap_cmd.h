@@ -22,7 +22,7 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
 // Prints a per-packet decode of every frame: addresses, opcode, every header field, the AETH
 // syndrome decoded, a QP 1 packet's MAD (a CM MAD's every field and private data, with its
 // rdma_cm header) and the ICRC status. With FILE.faults beside it (the companion log a device
-// with faults writes, engine/udp_device.h), each injected fault is a `fault t=...` line among
+// with faults writes, device/udp_device.h), each injected fault is a `fault t=...` line among
 // the packets, by time: a corrupted packet's BAD ICRC, a dropped one's absence, explained.
 // Returns kExitInvalidPackets if any RoCEv2 packet was invalid, kExitFileError if the file
 // cannot be read.

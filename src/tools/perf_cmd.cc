@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/device_config.h"
-#include "engine/udp_device.h"
+#include "device/device_config.h"
+#include "device/udp_device.h"
 #include "verbs/address.h"
 
 namespace uroce::tools {

@@ -15,8 +15,8 @@
 #include <random>
 #include <vector>
 
-#include "engine/device_config.h"
-#include "engine/udp_device.h"
+#include "device/device_config.h"
+#include "device/udp_device.h"
 #include "verbs/address.h"
 
 namespace uroce::tools {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/device_config.h"
+#include "device/device_config.h"
 
 namespace uroce::tools {
 

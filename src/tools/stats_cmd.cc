@@ -12,8 +12,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/device_config.h"
-#include "engine/shared_port.h"
+#include "device/device_config.h"
+#include "device/shared_port.h"
 
 namespace uroce::tools {
 

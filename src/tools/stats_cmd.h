@@ -2,7 +2,7 @@
 // `rdma statistic show`.
 //
 // Each open engine::UdpDevice serves its counters on the abstract unix datagram socket
-// "@uroce/<pid>/<device>" (see src/engine/udp_device.h for the protocol). The command finds
+// "@uroce/<pid>/<device>" (see src/device/udp_device.h for the protocol). The command finds
 // them in /proc/net/unix (the sockets of this network namespace), asks each, and prints one
 // line per device (and with --qp one per QP):
 //
@@ -10,7 +10,7 @@
 //   qp uroce0/1 pid 4242 lqpn 17 type RC state RTS sent_pkts 6 ...
 //
 // or with --json one JSON array of device objects. In text, each shared device (a coordinator's
-// socket "@uroce-devd/<ip>/<port>", engine/shared_port.h) then gets one line per context that
+// socket "@uroce-devd/<ip>/<port>", device/shared_port.h) then gets one line per context that
 // uses it and a summary:
 //
 //   member 127.0.0.1:4791 pid 4242 comm ibv_rc_pingpong device uroce0 index 1 qpn_blocks 1

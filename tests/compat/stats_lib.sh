@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Reading uroce's counters as the drop-in's tests get them: UROCE_STATS_FILE, where every device
 # appends a line per kind at close ("link uroce0/1 pid 42 sent_pkts 10 ...", "faults ...";
-# src/engine/stats.h). Sourced by the tests of tests/compat.
+# src/device/stats.h). Sourced by the tests of tests/compat.
 
 # stats_sum NAME KIND FILE: NAME's values on FILE's lines of KIND (link, faults, qp), summed; 0
 # when there are none.

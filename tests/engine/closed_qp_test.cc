@@ -7,7 +7,7 @@
 // while b's QP lives; a retransmits every 67 ms (timeout 14) and has 7 retries.
 #include <gtest/gtest.h>
 
-#include "two_devices.h"
+#include "device/two_devices.h"
 
 namespace uroce::engine::test {
 namespace {

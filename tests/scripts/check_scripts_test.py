@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests for scripts/check-core-purity and scripts/check-format: each is run on small trees made
+"""Tests for scripts/check-core-purity, scripts/check-rooms and scripts/check-format: each is run on small trees made
 in a temporary directory, with and without planted problems, and must pass or fail as expected.
 
 Run one test with `check_scripts_test.py CorePurityTest.test_planted_violations`; ctest
@@ -18,6 +18,7 @@ import unittest
 REPO = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 PURITY = os.path.join(REPO, "scripts", "check-core-purity")
 FORMAT = os.path.join(REPO, "scripts", "check-format")
+ROOMS = os.path.join(REPO, "scripts", "check-rooms")
 
 
 def write_tree(root, files):
@@ -214,6 +215,60 @@ class CorePurityTest(TreeTest):
 
 
 @unittest.skipIf(shutil.which("git") is None, "git is not installed")
+class RoomsTest(TreeTest):
+    def rooms(self):
+        return run([ROOMS, self.root])
+
+    def test_layered_tree_passes(self):
+        write_tree(self.root, {
+            "src/engine/engine.h": '#pragma once\n#include "datapath/datapath.h"\n',
+            "src/datapath/datapath.h": '#pragma once\n#include "wire/packet.h"\n',
+            "src/wire/packet.h": "#pragma once\n",
+            "src/device/udp_device.h": '#pragma once\n#include "engine/engine.h"\n'
+                                       '#include "proto/devd_protocol.h"\n',
+            "src/device/device_config.h": "#pragma once\n",
+            "src/device/udp_device.cc": '#include "device/udp_device.h"\n'
+                                        '#include "device/device_config.h"\n',
+            "src/proto/devd_protocol.h": "#pragma once\n",
+            "src/devd/coordinator.cc": '#include "proto/devd_protocol.h"\n'
+                                       '#include "datapath/udp.h"\n',
+            "src/datapath/udp.h": "#pragma once\n",
+            "src/tools/main.cc": '#include "devd/coordinator.h"\n#include "device/udp_device.h"\n',
+        })
+        result = self.rooms()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_planted_violations(self):
+        write_tree(self.root, {
+            # The device includes the coordinator: the rooms talk through proto/ only.
+            "src/device/shared_port.cc": '#include "devd/coordinator.h"\n',
+            "src/devd/coordinator.h": "#pragma once\n",
+            # The engine takes a concrete datapath instead of the interface.
+            "src/engine/engine.cc": '#include "datapath/datapath.h"\n#include "datapath/udp.h"\n',
+            "src/datapath/datapath.h": "#pragma once\n",
+            "src/datapath/udp.h": "#pragma once\n",
+            # A lower layer includes a higher one.
+            "src/wire/packet.cc": '#include "transport/qp.h"\n',
+            "src/transport/qp.h": "#pragma once\n",
+            # A back-arrow between modules: config.h includes dev.h, dev.cc includes config.h.
+            "src/device/config.h": '#pragma once\n#include "device/dev.h"\n',
+            "src/device/dev.h": "#pragma once\n",
+            "src/device/dev.cc": '#include "device/dev.h"\n#include "device/config.h"\n',
+            # A folder in no room.
+            "src/newroom/x.h": "#pragma once\n",
+        })
+        result = self.rooms()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout), {
+            "src/device/shared_port.cc:1", "src/engine/engine.cc:2", "src/wire/packet.cc:1",
+            "src/device/dev.cc:2", "src/newroom/x.h:1"}, result.stdout)
+        self.assertIn("include cycle: src/device/config -> src/device/dev -> src/device/config",
+                      result.stdout)
+
+    def test_root_without_src_is_an_error(self):
+        self.assertEqual(self.rooms().returncode, 2)
+
+
 class CheckFormatTest(TreeTest):
     def setUp(self):
         super().setUp()

@@ -27,8 +27,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/device_config.h"
-#include "engine/udp_device.h"
+#include "device/device_config.h"
+#include "device/udp_device.h"
 #include "uroce/verbs.h"
 
 #define UROCE_EXPORT extern "C" __attribute__((visibility("default")))

@@ -1,5 +1,5 @@
 // The drop-in librdmacm's connection manager (rdmacm.h): rdma_cm IDs and event channels over the
-// CM that runs in each device's coordinator (engine/devd_cm_protocol.h), with rdma-core 44's
+// CM that runs in each device's coordinator (proto/devd_cm_protocol.h), with rdma-core 44's
 // behaviour where the application can see it:
 //
 // - An event channel's fd is an epoll instance: it is readable when one of its connections to a
@@ -41,9 +41,9 @@
 #include <vector>
 
 #include "compat/rdmacm/rdmacm.h"
-#include "engine/devd_cm_protocol.h"
-#include "engine/device_config.h"
-#include "engine/shared_port.h"
+#include "device/device_config.h"
+#include "device/shared_port.h"
+#include "proto/devd_cm_protocol.h"
 
 namespace uroce::rdmacm {
 

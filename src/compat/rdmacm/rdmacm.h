@@ -2,7 +2,7 @@
 //
 // cma.cc is the connection manager proper: event channels, IDs, addresses, connect / accept /
 // disconnect, QPs on IDs, synchronous IDs (a null channel), all driven through the CM that runs
-// in each device's coordinator (engine/devd_cm_protocol.h). extras.cc is what is built from
+// in each device's coordinator (proto/devd_cm_protocol.h). extras.cc is what is built from
 // those calls or does not need the CM: rdma_getaddrinfo, rdma_create_ep, SRQs on IDs, the device
 // list, the rsocket calls and multicast (which a uroce device does not offer: they fail as the
 // stock library fails without a usable device), ECE, rdma_event_str.

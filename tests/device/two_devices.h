@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/udp_device.h"
+#include "device/udp_device.h"
 #include "support/ip_text.h"
 #include "verbs/address.h"
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "capture/pcap_file.h"
-#include "engine/two_devices.h"
-#include "engine/udp_device.h"
+#include "device/two_devices.h"
+#include "device/udp_device.h"
 #include "wire/opcode.h"
 
 namespace uroce::engine {

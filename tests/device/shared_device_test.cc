@@ -1,4 +1,4 @@
-// One device, many contexts and processes (engine/shared_port.h, engine/coordinator.h): the
+// One device, many contexts and processes (device/shared_port.h, devd/coordinator.h): the
 // steering program on the real kernel, traffic between contexts sharing an address, QPN
 // allocation, members leaving (gracefully, killed, forked) and other users.
 #include <arpa/inet.h>
@@ -19,11 +19,11 @@
 #include <set>
 
 #include "datapath/udp.h"
-#include "engine/coordinator.h"
-#include "engine/devd_protocol.h"
-#include "engine/shared_port.h"
-#include "engine/steering.h"
-#include "two_devices.h"
+#include "devd/coordinator.h"
+#include "devd/steering.h"
+#include "device/shared_port.h"
+#include "device/two_devices.h"
+#include "proto/devd_protocol.h"
 
 namespace uroce::engine {
 namespace {
@@ -93,7 +93,7 @@ bool nothing_waiting(int fd) {
 TEST(SteeringProgram, SendsEachBlockToItsSocketAndFollowsTheKernelWhenAMemberLeaves) {
   Group g;
   for (int i = 0; i < 4; ++i) {
-    const int fd = make_group_socket(g.ip, g.port);
+    const int fd = datapath::make_group_socket(g.ip, g.port);
     ASSERT_GE(fd, 0) << std::strerror(-fd);
     if (g.port == 0) {
       sockaddr_in a{};
@@ -150,7 +150,7 @@ TEST(SteeringProgram, ALargerProgramThanTheKernelTakesIsRefused) {
   for (std::uint32_t i = 0; i < many.size(); ++i) many[i] = i + 1;
   std::vector<SteeringEntry> e{{1, many}};
   EXPECT_GT(steering_program(e, 0).size(), std::size_t{BPF_MAXINSNS});
-  const int fd = make_group_socket(v4(at(60)), 0);
+  const int fd = datapath::make_group_socket(v4(at(60)), 0);
   ASSERT_GE(fd, 0);
   EXPECT_EQ(attach_steering_program(fd, steering_program(e, 0)), E2BIG);
   ::close(fd);

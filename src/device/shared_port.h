@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "engine/devd_protocol.h"
+#include "proto/devd_protocol.h"
 #include "uroce/verbs.h"
 #include "wire/ip.h"
 

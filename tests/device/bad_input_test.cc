@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "base/prng.h"
-#include "engine/stats.h"
-#include "engine/two_devices.h"
+#include "device/stats.h"
+#include "device/two_devices.h"
 #include "wire/aeth.h"
 #include "wire/builder.h"
 

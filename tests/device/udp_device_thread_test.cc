@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/stats.h"
-#include "engine/two_devices.h"
-#include "engine/udp_device.h"
+#include "device/stats.h"
+#include "device/two_devices.h"
+#include "device/udp_device.h"
 
 namespace uroce::engine {
 namespace {

@@ -1,8 +1,8 @@
 // Two devices in one process over real UDP sockets on loopback: the transport, verbs and engine
 // on the real network path, every RC operation with its data verified.
-#include "engine/udp_device.h"
+#include "device/udp_device.h"
 
-#include "engine/two_devices.h"
+#include "device/two_devices.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

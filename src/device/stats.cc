@@ -1,4 +1,4 @@
-#include "engine/stats.h"
+#include "device/stats.h"
 
 #include <cstdio>
 

@@ -1,10 +1,12 @@
-#include "engine/device_config.h"
+#include "device/device_config.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-#include <stdlib.h>
+#include "device/udp_device.h"  // open_device
 
 namespace uroce::engine {
 namespace {

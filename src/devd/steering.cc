@@ -1,11 +1,11 @@
-#include "engine/steering.h"
+#include "devd/steering.h"
 
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 
-#include "engine/devd_protocol.h"
+#include "proto/devd_protocol.h"
 
 namespace uroce::engine {
 

@@ -1,4 +1,4 @@
-#include "engine/coordinator.h"
+#include "devd/coordinator.h"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "datapath/udp.h"
-#include "engine/cm_server.h"
-#include "engine/devd_protocol.h"
-#include "engine/steering.h"
+#include "devd/cm_server.h"
+#include "devd/steering.h"
+#include "proto/devd_protocol.h"
 
 namespace uroce::engine {
 
@@ -220,7 +220,7 @@ class Coordinator {
       }
       return;
     }
-    const int udp = make_group_socket(opt_.ip, opt_.port);
+    const int udp = datapath::make_group_socket(opt_.ip, opt_.port);
     if (udp < 0) {
       send_error(c, -udp, std::string("cannot add a socket to the device: ") + std::strerror(-udp));
       ::close(c);
@@ -418,27 +418,6 @@ class Coordinator {
 };
 
 }  // namespace
-
-int make_group_socket(const wire::IpAddress& ip, std::uint16_t port) {
-  const int fd = ::socket(ip.v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  const int on = 1;
-  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 ||
-      (ip.v6 && ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0)) {
-    const int e = errno;
-    ::close(fd);
-    return -e;
-  }
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  datapath::to_sockaddr(ip, port, ss, len);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return -e;
-  }
-  return fd;
-}
 
 int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& options) {
   // The group steers nothing to a context until its blocks are in a program: start with one

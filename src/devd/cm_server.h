@@ -29,8 +29,8 @@
 #include "capture/pcap_file.h"
 #include "cm/cm.h"
 #include "datapath/udp.h"
-#include "engine/devd_cm_protocol.h"
-#include "engine/devd_protocol.h"
+#include "proto/devd_cm_protocol.h"
+#include "proto/devd_protocol.h"
 #include "transport/closed_qps.h"
 #include "wire/ip.h"
 

@@ -1,12 +1,13 @@
-#include "engine/device_config.h"
+#include "device/device_config.h"
 
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "fault/fault.h"
 
 namespace uroce::engine {
 
@@ -184,23 +185,6 @@ Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel) {
 std::uint32_t host_num_comp_vectors() {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   return cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
-}
-
-Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel) {
-  auto spec = resolve_device(sel);
-  if (!spec.ok()) return Err{spec.error()};
-  DeviceConfig cfg;
-  cfg.name = spec.value().name;
-  cfg.ip = spec.value().ip;
-  cfg.netdev_mtu = 0;  // the interface's
-  cfg.seed = sel.seed;
-  if (cfg.seed == 0) {
-    const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
-    cfg.seed = static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
-  }
-  auto dev = UdpDevice::open(cfg, sel.port, sel.capture_path);
-  if (!dev.ok()) return Err{cfg.name + " (" + ip_to_string(cfg.ip) + "): " + dev.error()};
-  return std::move(dev.value());
 }
 
 }  // namespace uroce::engine

@@ -1,4 +1,4 @@
-#include "engine/cm_server.h"
+#include "devd/cm_server.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

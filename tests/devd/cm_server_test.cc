@@ -1,4 +1,4 @@
-// The CM in a device's coordinator (engine/cm_server.h), from the wire and from its protocol: a
+// The CM in a device's coordinator (devd/cm_server.h), from the wire and from its protocol: a
 // raw RoCEv2 endpoint on a second address sends it CM MADs, good and bad, and reads what it
 // answers; an rdma_cm event channel's connection (SharedPort::connect_cm) drives it with CmMsg.
 // Bad input is counted (uroce stats' "cm" line) and never stops it serving.
@@ -14,10 +14,10 @@
 #include <string>
 
 #include "datapath/udp.h"
-#include "engine/cm_server.h"
-#include "engine/devd_cm_protocol.h"
-#include "engine/device_config.h"
-#include "engine/shared_port.h"
+#include "devd/cm_server.h"
+#include "device/device_config.h"
+#include "device/shared_port.h"
+#include "proto/devd_cm_protocol.h"
 #include "verbs/address.h"
 #include "wire/builder.h"
 #include "wire/cm_mad.h"

@@ -37,13 +37,9 @@ struct CoordinatorOptions {
   std::string faults;
 };
 
-// A socket for the group: UDP, nonblocking, close-on-exec, SO_REUSEPORT (IPV6_V6ONLY for
-// IPv6), bound to ip:port. The fd, or -errno.
-int make_group_socket(const wire::IpAddress& ip, std::uint16_t port);
-
 // Serves the device. `listen_fd`: the listening SOCK_SEQPACKET socket bound to
-// devd::socket_name(ip, port); `sink_fd`: the group's first socket (make_group_socket). Both
-// are closed on return (the sink first, so that a successor's sink never joins this group).
+// devd::socket_name(ip, port); `sink_fd`: the group's first socket (datapath::make_group_socket).
+// Both are closed on return (the sink first, so that a successor's sink never joins this group).
 // Returns 0, or 1 on an unrecoverable error.
 int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& options);
 

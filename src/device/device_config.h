@@ -14,12 +14,10 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
-#include "engine/udp_device.h"
 #include "wire/ip.h"
 
 namespace uroce::engine {
@@ -59,8 +57,5 @@ struct DeviceSelection {
 
 // Resolves `sel` against the configuration. Messages say what was wrong and what exists.
 Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel);
-// Resolves and opens it: binds the address (clear messages for "not a local address" and
-// "port in use").
-Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel);
 
 }  // namespace uroce::engine

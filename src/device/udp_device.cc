@@ -1,4 +1,4 @@
-#include "engine/udp_device.h"
+#include "device/udp_device.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -19,7 +19,7 @@
 #include <set>
 #include <string_view>
 
-#include "engine/device_config.h"
+#include "device/device_config.h"
 
 namespace uroce::engine {
 
@@ -983,6 +983,23 @@ CloseResult UdpDevice::close(Duration deadline) {
   // Once per device: stop_at_exit() may have appended them already.
   if (!stopped_at_exit_) append_stats_line(format_stats_text(stats(), false));
   return res;
+}
+
+Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel) {
+  auto spec = resolve_device(sel);
+  if (!spec.ok()) return Err{spec.error()};
+  DeviceConfig cfg;
+  cfg.name = spec.value().name;
+  cfg.ip = spec.value().ip;
+  cfg.netdev_mtu = 0;  // the interface's
+  cfg.seed = sel.seed;
+  if (cfg.seed == 0) {
+    const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+    cfg.seed = static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
+  }
+  auto dev = UdpDevice::open(cfg, sel.port, sel.capture_path);
+  if (!dev.ok()) return Err{cfg.name + " (" + ip_to_string(cfg.ip) + "): " + dev.error()};
+  return std::move(dev.value());
 }
 
 }  // namespace uroce::engine

@@ -1,4 +1,4 @@
-#include "engine/shared_port.h"
+#include "device/shared_port.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/coordinator.h"
-#include "engine/device_config.h"
+#include "datapath/udp.h"
+#include "device/device_config.h"
 
 extern char** environ;
 
@@ -173,7 +173,7 @@ Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uin
     ::close(listen_fd);
     return Err{std::string("listen: ") + std::strerror(e)};
   }
-  const int sink = make_group_socket(ip, port);
+  const int sink = datapath::make_group_socket(ip, port);
   if (sink < 0) {
     ::close(listen_fd);
     const std::string where = ip_to_string(ip) + " port " + std::to_string(port);

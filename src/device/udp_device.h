@@ -93,10 +93,11 @@
 #include "base/time.h"
 #include "capture/pcap_file.h"
 #include "datapath/udp.h"
+#include "device/device_config.h"
+#include "device/shared_port.h"
+#include "device/stats.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
-#include "engine/shared_port.h"
-#include "engine/stats.h"
 #include "uroce/verbs.h"
 
 namespace uroce::engine {
@@ -134,7 +135,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // the file, if set.
   //
   // Sharing: by default the device's address and port are shared with every other context
-  // that opens them, in this process or another of the user (engine/shared_port.h): each
+  // that opens them, in this process or another of the user (device/shared_port.h): each
   // UdpDevice is one member of the device's reuseport group, its QP numbers unique across the
   // device. kExclusive binds the port alone, as before sharing existed (the second opener
   // then fails with "in use"); kDefault is kShared unless the environment says
@@ -397,5 +398,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   datapath::UdpCounters closed_dp_;
   FaultStats closed_faults_;  // the last ones, after close()
 };
+
+// Resolves `sel` against the configuration (device_config.h) and opens the device: binds the
+// address (clear messages for "not a local address" and "port in use").
+Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel);
 
 }  // namespace uroce::engine
