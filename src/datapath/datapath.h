@@ -3,17 +3,57 @@
 // base, wire and fault only.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <span>
 
 #include "base/bytes.h"
 #include "base/time.h"
 #include "wire/builder.h"
+#include "wire/icrc.h"
+#include "wire/ip.h"
+#include "wire/packet.h"
 
 namespace uroce::datapath {
 
+// What the receiver knows of a packet's outer headers (its IP and UDP headers, which the
+// datapath has read or reconstructed).
+struct RxMeta {
+  wire::IpAddress src;
+  std::uint16_t src_port = 0;
+  std::uint8_t tos = 0;  // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
+  std::uint8_t ttl = 0;
+  bool icrc_verified = false;
+  // The packet's place in the GRO buffer it came in (0 for a datagram of its own). A uroce
+  // sender's GSO segment k carries IPv4 identification k, which a UDP socket does not show: the
+  // ICRC check tries it before solving for any identification (the same packets pass either way).
+  std::uint16_t gro_index = 0;
+  // With set_deferred_icrc(true): a packet whose ICRC is not checked yet (icrc_verified false),
+  // for the handler to check, in the same pass as it places the payload, before anything else
+  // reads the packet (engine::Engine::handle_rx does). Null otherwise. Valid during the handler
+  // call only, which must finish() it.
+  wire::PendingIcrc* pending = nullptr;
+  ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
+                         // valid during the handler call only (set_ip_header_for_ud_only)
+};
+
+// A network interface as the engine sees it: packets go out through send() and flush(), and
+// come in through receive(), which hands each to a handler (the engine's) in the caller's
+// thread. The real device's datapath is datapath/udp; each simulator has its own, over its
+// simulated network (sim/cluster.cc, sim/progress_sim.cc). All three are driven by the same
+// engine::Engine::round.
 class Datapath {
  public:
+  using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
+
   virtual ~Datapath() = default;
+  // Hands up to `max` received datagrams (or simulated frames) that wait now to `handler`, one
+  // packet at a time, without blocking; packets a fault stage holds back that fall due by `now`
+  // go first. A packet that fails a check the datapath makes (the ICRC, unless deferred to the
+  // handler through RxMeta::pending; the headers) is dropped and counted here and never reaches
+  // the handler. Returns how many packets were read, valid or not.
+  virtual std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) = 0;
   // Transmits one packet: `o` says where to (the datapath fills in what it owns, such as
   // MAC addresses), `transport_headers` is BTH plus extension headers (copied), `payload` is
   // gathered from registered memory. The datapath adds pad and ICRC. A datapath may queue the

@@ -101,26 +101,6 @@ struct UdpOptions {
   std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
 };
 
-// What the receiver knows of a datagram's outer headers.
-struct RxMeta {
-  wire::IpAddress src;
-  std::uint16_t src_port = 0;
-  std::uint8_t tos = 0;  // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
-  std::uint8_t ttl = 0;
-  bool icrc_verified = false;
-  // The packet's place in the GRO buffer it came in (0 for a datagram of its own). A uroce
-  // sender's GSO segment k carries IPv4 identification k, which a UDP socket does not show: the
-  // ICRC check tries it before solving for any identification (the same packets pass either way).
-  std::uint16_t gro_index = 0;
-  // With set_deferred_icrc(true): a packet whose ICRC is not checked yet (icrc_verified false),
-  // for the handler to check, in the same pass as it places the payload, before anything else
-  // reads the packet (engine::Engine::handle_rx does). Null otherwise. Valid during the handler
-  // call only, which must finish() it.
-  wire::PendingIcrc* pending = nullptr;
-  ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
-                         // valid during the handler call only (set_ip_header_for_ud_only)
-};
-
 struct UdpCounters {
   std::uint64_t tx_packets = 0;
   std::uint64_t tx_bytes = 0;
@@ -248,7 +228,6 @@ class UdpDatapath final : public Datapath {
   // When a held packet is next due (Instant::never() without one).
   Instant next_deadline() const override;
 
-  using RxHandler = std::function<void(const wire::RocePacket&, const RxMeta&)>;
   // Receives what is waiting, up to `max` datagrams, without blocking. Returns how many packets
   // were read (valid or not; a GRO datagram holds several).
   std::size_t receive(std::size_t max, const RxHandler& handler) {
@@ -256,7 +235,7 @@ class UdpDatapath final : public Datapath {
   }
   // The same at `now`: received packets that the receive stage holds leave it when due, before
   // the socket is read (counted in the result too).
-  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler);
+  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
 
  private:
   struct TxSlot;

@@ -192,7 +192,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->dp_ = std::move(dp.value());
   d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
   // The engine checks the ICRC of message continuations in the pass that places their payload
-  // (issue 14): round_locked hands it RxMeta::pending.
+  // (issue 14): the engine's round hands it RxMeta::pending.
   d->dp_->set_deferred_icrc(true);
   // Its receive reads the IP header of UD packets only (the GRH area).
   d->dp_->set_ip_header_for_ud_only(true);
@@ -261,36 +261,10 @@ SchedulerConfig UdpDevice::base_config() const {
   return c;
 }
 
-void UdpDevice::engine_state_locked(RoundReport& r, bool want_next_timer) {
-  r.held_acks = engine_->held_acks();
-  r.acks_deferred = engine_->take_acks_deferred();
-  r.tx_left = engine_->has_unheld_tx_work();
-  if (want_next_timer) r.next_timer = engine_->next_timeout();
-}
-
-RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, bool want_next_timer) {
-  RoundReport r;
-  // What was posted since the last round leaves first: a request must not wait behind the
-  // read of the socket, which is a system call (about a microsecond) even when it finds
-  // nothing, and is on every hop of a ping-pong (the answer is posted right after the
-  // question arrives, then the next round sends it).
-  if (engine_->has_unheld_tx_work()) r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
-  r.received = dp_->receive(t, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
-    transport::PacketInfo info;
-    info.src = meta.src;
-    info.src_port = meta.src_port;
-    info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
-    info.ip_header = meta.ip_header;
-    info.pending = meta.pending;
-    engine_->handle_rx(t, pkt, info);
-  });
-  engine_->handle_timers(t);
-  // Again for what the packets and timers made, or for held ACKs whose hold is over; not in a
-  // round with neither (a ping-pong's empty polls while its ACK waits for the next request).
-  if (r.sent < plan.tx_budget && engine_->has_tx_work_to_flush(plan.hold_acks))
-    r.sent += engine_->flush_tx(t, plan.tx_budget - r.sent, plan.hold_acks);
-  sync_async_fd_locked();
-  engine_state_locked(r, want_next_timer);
+RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, Engine::RoundKind kind,
+                                    bool want_next_timer) {
+  const RoundReport r = engine_->round(t, plan, kind, want_next_timer);
+  if (kind == Engine::RoundKind::kReceive) sync_async_fd_locked();
   return r;
 }
 
@@ -313,12 +287,8 @@ bool UdpDevice::application_round(bool receive) {
       plan = sched_.app_round_begin(t);
     }
     defer_channel_signals_ = true;
-    if (receive) {
-      r = round_locked(t, plan, false);
-    } else {
-      r.sent = engine_->flush_tx(t, plan.tx_budget, plan.hold_acks);
-      engine_state_locked(r, false);
-    }
+    r = round_locked(t, plan, receive ? Engine::RoundKind::kReceive : Engine::RoundKind::kTransmit,
+                     false);
     defer_channel_signals_ = false;
     take_deferred_channels(signals);
     {
@@ -341,8 +311,7 @@ void UdpDevice::wait(Duration max_wait) {
   Instant until = max_wait.is_infinite() ? Instant::never() : t + max_wait;
   {
     std::lock_guard lk(mu_);
-    RoundReport state;
-    engine_state_locked(state, true);
+    const RoundReport state = engine_->state(true);
     std::lock_guard sl(sched_mu_);
     until = sched_.app_wait_until(t, until, state);
   }
@@ -519,7 +488,7 @@ void UdpDevice::thread_main() {
       thread_waiting_.store(false, std::memory_order_relaxed);
       t = now();
       defer_channel_signals_ = true;
-      const RoundReport r = round_locked(t, a.plan, true);
+      const RoundReport r = round_locked(t, a.plan, Engine::RoundKind::kReceive, true);
       defer_channel_signals_ = false;
       take_deferred_channels(signals);
       thread_rx_pkts_ += r.received;
@@ -936,7 +905,7 @@ CloseResult UdpDevice::close(Duration deadline) {
       res = CloseResult{};
       {
         std::lock_guard lk(mu_);
-        round_locked(now(), RoundPlan{SIZE_MAX, false}, false);
+        round_locked(now(), RoundPlan{SIZE_MAX, false}, Engine::RoundKind::kReceive, false);
         res.outstanding_send_wqes = outstanding_locked(&res.tx_pending);
         next = engine_->next_timeout();
       }

@@ -312,9 +312,10 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
  private:
   struct Channel;
   UdpDevice() = default;
-  // A round with `plan`; the report's next_timer only when `want_next_timer`.
-  RoundReport round_locked(Instant t, const RoundPlan& plan, bool want_next_timer);
-  void engine_state_locked(RoundReport& r, bool want_next_timer);
+  // The engine's round (Engine::round) with `plan`, then the async-event fd brought up to date
+  // after a receiving one; the report's next_timer only when `want_next_timer`.
+  RoundReport round_locked(Instant t, const RoundPlan& plan, Engine::RoundKind kind,
+                           bool want_next_timer);
   bool application_round(bool receive);
   void sync_async_fd_locked();
   void thread_main();

@@ -5,7 +5,63 @@
 namespace uroce::engine {
 
 Engine::Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local)
-    : qps_(qps), dp_(dp), local_(local) {}
+    : qps_(qps), dp_(dp), local_(local) {
+  rx_handler_ = [this](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+    handle_datapath_rx(round_now_, pkt, meta);
+  };
+}
+
+RoundReport Engine::round(Instant now, const RoundPlan& plan, RoundKind kind,
+                          bool want_next_timer) {
+  UROCE_ASSERT(plan.tx_budget > 0);
+  RoundReport r;
+  if (kind == RoundKind::kTransmit) {
+    r.sent = flush_tx(now, plan.tx_budget, plan.hold_acks);
+  } else {
+    // What was posted since the last round leaves first: a request must not wait behind the
+    // read of the socket, which is a system call (about a microsecond) even when it finds
+    // nothing, and is on every hop of a ping-pong (the answer is posted right after the
+    // question arrives, then the next round sends it).
+    if (has_unheld_tx_work()) r.sent = flush_tx(now, plan.tx_budget, plan.hold_acks);
+    round_now_ = now;
+    r.received = dp_.receive(now, kRxBurst, rx_handler_);
+    handle_timers(now);
+    // Again for what the packets and timers made, or for held ACKs whose hold is over; not in a
+    // round with neither (a ping-pong's empty polls while its ACK waits for the next request).
+    if (r.sent < plan.tx_budget && has_tx_work_to_flush(plan.hold_acks)) {
+      r.sent += flush_tx(now, plan.tx_budget - r.sent, plan.hold_acks);
+    }
+  }
+  UROCE_ASSERT(r.sent <= plan.tx_budget);
+  const RoundReport s = state(want_next_timer);
+  r.held_acks = s.held_acks;
+  r.acks_deferred = s.acks_deferred;
+  r.tx_left = s.tx_left;
+  r.next_timer = s.next_timer;
+  // A round that holds nothing leaves nothing held, unless its budget ran out first.
+  UROCE_ASSERT(plan.hold_acks || r.held_acks == 0 || r.sent == plan.tx_budget);
+  return r;
+}
+
+RoundReport Engine::state(bool want_next_timer) {
+  RoundReport r;
+  r.held_acks = held_acks();
+  r.acks_deferred = take_acks_deferred();
+  r.tx_left = has_unheld_tx_work();
+  if (want_next_timer) r.next_timer = next_timeout();
+  return r;
+}
+
+void Engine::handle_datapath_rx(Instant now, const wire::RocePacket& pkt,
+                                const datapath::RxMeta& meta) {
+  transport::PacketInfo info;
+  info.src = meta.src;
+  info.src_port = meta.src_port;
+  info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
+  info.ip_header = meta.ip_header;
+  info.pending = meta.pending;
+  handle_rx(now, pkt, info);
+}
 
 void Engine::arm(std::uint32_t qpn, const transport::Qp& qp) {
   const Instant t = qp.poll_timeout();

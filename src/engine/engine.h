@@ -1,8 +1,20 @@
 // The progress engine of one device: received packets to their QP, due timers, and QPs with
-// something to send to the datapath. It reads no clock either: the caller (the engine thread in
-// production, the simulator in tests) passes `now`, which is what lets the simulator reuse it
+// something to send to the datapath. It reads no clock either: the caller (the device's threads
+// in production, the simulators in tests) passes `now`, which is what lets the simulators run it
 // unchanged.
 //
+//   round(now, plan, kind)      one progress round, the one every executor runs: the real
+//                               device (device/udp_device.cc) and both simulators
+//                               (sim/cluster.cc, sim/progress_sim.cc). With kind kReceive:
+//                                 1. transmit what was posted since the last round
+//                                 2. receive a burst from the datapath: each packet to its QP
+//                                 3. fire due timers
+//                                 4. transmit what 2 and 3 made, and held ACKs now due
+//                               kTransmit (a post's own round) does 1 only. `plan` (the
+//                               Scheduler's) says how much may be sent and whether positive
+//                               ACKs are held; the report is what the Scheduler needs next.
+//
+// The parts a round is made of, also called directly by tests and by the device outside rounds:
 //   handle_rx(now, pkt, info)   a packet arrived: demux by destination QPN. Parsed, and verified
 //                               unless info.pending says its ICRC is to be checked here, in the
 //                               same pass as its payload is placed (issue 14)
@@ -24,6 +36,7 @@
 
 #include "base/time.h"
 #include "datapath/datapath.h"
+#include "engine/scheduler.h"
 #include "transport/closed_qps.h"
 #include "transport/qp.h"
 #include "wire/packet.h"
@@ -57,6 +70,23 @@ struct EngineCounters {
 class Engine {
  public:
   Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local);
+
+  enum class RoundKind : std::uint8_t {
+    kReceive,   // transmit, receive a burst, timers, transmit again (progress(), the thread)
+    kTransmit,  // transmit only (a post's own round: the drop-in's ibv_post_send, transmit())
+  };
+  // One progress round (see the top of this file). want_next_timer: fill report.next_timer
+  // (next_timeout() walks the timer heap; a round whose caller does not sleep after it skips it).
+  RoundReport round(Instant now, const RoundPlan& plan, RoundKind kind,
+                    bool want_next_timer = true);
+  // Datagrams a receiving round takes from the datapath (each of datapath/udp's recvmmsg buffers
+  // may hold several packets coalesced by GRO).
+  static constexpr std::size_t kRxBurst = 64;
+  // What round() reports of the engine's state, for a caller that ran no round (wait()).
+  RoundReport state(bool want_next_timer);
+  // The datapath's packet in the engine: its outer headers to the QP's PacketInfo, then
+  // handle_rx. What round() gives datapath::receive.
+  void handle_datapath_rx(Instant now, const wire::RocePacket& pkt, const datapath::RxMeta& meta);
 
   // With info.pending: the ICRC is checked first, while the payload is copied to where the QP's
   // state says it goes (transport::Qp::one_pass_target), or with no copy where it says nothing;
@@ -124,6 +154,10 @@ class Engine {
 
   QpDirectory& qps_;
   datapath::Datapath& dp_;
+  // What round() hands the datapath (made once: a std::function made per round may allocate),
+  // and the round's `now` it reads.
+  datapath::Datapath::RxHandler rx_handler_;
+  Instant round_now_ = Instant::from_ns(0);
   wire::IpAddress local_;
   EngineCounters counters_;
   std::array<MutBytes, transport::kMaxSge> placement_;  // check_pending's scratch

@@ -14,6 +14,7 @@
 #include "capture/pcap_file.h"
 #include "datapath/datapath.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "sim/fault_plan.h"
 #include "sim/network.h"
 #include "transport/qp.h"
@@ -71,6 +72,10 @@ struct Op {
   std::uint64_t swap_add = 0;
   std::vector<std::byte> data;  // the message (SEND/WRITE)
   std::uint8_t sges = 1;        // SEND/WRITE: the source is gathered from this many SGEs
+  // Posted with IBV_SEND_SIGNALED: a successful unsignaled op has no completion of its own (IBTA
+  // C10-xx, rxe's do_complete: a CQE only for a signaled WR or an error); the next completion
+  // of its QP says it is done. Decided when it is posted (post_sends).
+  bool signaled = true;
 };
 
 struct RecvSlot {
@@ -79,12 +84,21 @@ struct RecvSlot {
   std::uint32_t len = 0;
 };
 
-struct Host final : engine::QpDirectory, datapath::Datapath {
+// One device and the application that polls it: its engine runs the same round as a real
+// device's (engine::Engine::round), planned by a Scheduler with a real device's defaults (ACKs
+// held and deferred unless ClusterOptions says otherwise), over this host's share of the
+// network: frames delivered to it wait in `inbox` until a round receives them.
+struct Host final : engine::QpDirectory, datapath::Datapath, DoorbellHandler {
   Cluster* cl = nullptr;
   HostId id = 0;
   wire::IpAddress ip;
   std::unique_ptr<Device> dev;
   std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Scheduler> sched;
+  std::deque<std::vector<std::byte>> inbox;  // delivered, not yet received
+  // When this host's application must run a round again by itself (the Scheduler's
+  // app_wait_until after its last round: a timer, held ACKs falling due).
+  Instant wake = Instant::never();
   std::vector<std::byte> arena;
   std::vector<std::byte> expected;   // what the arena must hold
   std::vector<std::uint8_t> exempt;  // bytes checked by other oracles (counters, UC writes, GRH)
@@ -112,12 +126,22 @@ struct Host final : engine::QpDirectory, datapath::Datapath {
   }
   std::size_t alloc(std::size_t n);
   transport::Qp* find_qp(std::uint32_t qpn) override { return dev->find_qp(qpn); }
+  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
   bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
             std::span<const ConstBytes> payload) override;
   // The simulated network takes each frame whole at send(): nothing is ever queued here.
   void flush(Instant) override {}
-  void handle_frame(Instant now, ConstBytes f);
-  void deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pending);
+  void handle_frame(Instant now, ConstBytes f, const RxHandler& handler);
+  void deliver(const wire::Frame& frame, wire::PendingIcrc* pending, const RxHandler& handler);
+  // An application round (the Scheduler plans it, the engine runs it); then `wake`.
+  void round(Instant now, engine::Engine::RoundKind kind);
+  // Receiving rounds until the inbox is empty (a real device's application polls again at once
+  // while packets wait).
+  void receive_all(Instant now);
+  // DoorbellHandler, as UdpDevice implements it.
+  void doorbell(std::uint32_t qpn) override { engine->doorbell(qpn); }
+  void qp_changing(std::uint32_t qpn) override;
+  void qp_destroying(std::uint32_t qpn) override;
   bool in_unverified(std::size_t off) const {
     return std::any_of(unverified.begin(), unverified.end(),
                        [&](const Unverified& r) { return off >= r.begin && off < r.end; });
@@ -140,6 +164,7 @@ struct Side {
   std::vector<Op> ops;
   std::size_t next_post = 0;
   std::deque<const Op*> outstanding;  // posted, not completed, in order
+  std::uint32_t unsignaled_run = 0;   // unsignaled ops posted since the last signaled one
   std::uint64_t completed = 0;
   // Receive side.
   std::deque<RecvSlot> recv_posted;
@@ -291,7 +316,40 @@ void aim_corruption(std::vector<std::byte>& f, Prng& rng) {
   }
 }
 
-void Host::handle_frame(Instant now, ConstBytes f) {
+std::size_t Host::receive(Instant now, std::size_t max, const RxHandler& handler) {
+  std::size_t n = 0;
+  while (n < max && !inbox.empty()) {
+    const std::vector<std::byte> f = std::move(inbox.front());
+    inbox.pop_front();
+    ++n;
+    handle_frame(now, f, handler);
+  }
+  return n;
+}
+
+void Host::round(Instant now, engine::Engine::RoundKind kind) {
+  const engine::RoundPlan plan = sched->app_round_begin(now);
+  const engine::RoundReport rep = engine->round(now, plan, kind);
+  sched->app_round_end(now, rep);
+  wake = sched->app_wait_until(now, Instant::never(), rep);
+}
+
+void Host::receive_all(Instant now) {
+  do {
+    round(now, engine::Engine::RoundKind::kReceive);
+  } while (!inbox.empty());
+}
+
+void Host::qp_changing(std::uint32_t) {
+  // As UdpDevice::qp_changing: every held ACK leaves while the QP can still send it.
+  if (sched->acks_due().is_never()) return;
+  engine->flush_tx(cl->now, SIZE_MAX, false);
+  sched->acks_flushed();
+}
+
+void Host::qp_destroying(std::uint32_t qpn) { engine->qp_destroying(cl->now, qpn); }
+
+void Host::handle_frame(Instant now, ConstBytes f, const RxHandler& handler) {
   if (cl->opt.aimed_corruption_per_mille != 0 && cl->opt.faults && now < cl->liveness_start &&
       cl->aim_rng.chance(cl->opt.aimed_corruption_per_mille, 1000)) {
     aimed.assign(f.begin(), f.end());
@@ -310,25 +368,33 @@ void Host::handle_frame(Instant now, ConstBytes f) {
       if (parsed.error() == wire::DropReason::kBadIcrc) ++cl->result.icrc_drops;
       return;
     }
-    deliver(now, *parsed, nullptr);
+    deliver(*parsed, nullptr, handler);
     return;
   }
   const wire::Frame& fr = *unverified_frame;
   wire::PendingIcrc pending(fr.ip_udp, fr.roce.bytes, fr.roce.payload, nullptr);
-  deliver(now, fr, &pending);
+  deliver(fr, &pending, handler);
   UROCE_CHECK(pending.finished());
   if (!pending.verified()) ++cl->result.icrc_drops;
 }
 
-void Host::deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pending) {
+void Host::deliver(const wire::Frame& frame, wire::PendingIcrc* pending, const RxHandler& handler) {
   // No destination check needed: the network routes a frame by its destination address as sent
   // (network.h), and a frame whose addresses were corrupted on the way fails the ICRC. The
   // source goes to the QP, which checks it against its path (transport/qp.cc).
+  datapath::RxMeta meta;
+  meta.src = frame.v6 ? frame.ipv6.src : frame.ipv4.src;
+  meta.src_port = frame.udp.src_port;
+  meta.tos = frame.v6 ? frame.ipv6.traffic_class : frame.ipv4.tos;
+  meta.icrc_verified = pending == nullptr;
+  meta.ip_header = frame.ip_udp.first(frame.ip_udp.size() - wire::kUdpBytes);
+  meta.pending = pending;
+  // What the engine makes of it (Engine::handle_datapath_rx), to ask the QP where it goes.
   transport::PacketInfo info;
-  info.src = frame.v6 ? frame.ipv6.src : frame.ipv4.src;
-  info.src_port = frame.udp.src_port;
-  info.ecn = static_cast<std::uint8_t>((frame.v6 ? frame.ipv6.traffic_class : frame.ipv4.tos) & 3u);
-  info.ip_header = frame.ip_udp.first(frame.ip_udp.size() - wire::kUdpBytes);
+  info.src = meta.src;
+  info.src_port = meta.src_port;
+  info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
+  info.ip_header = meta.ip_header;
   info.pending = pending;
   // Where the engine will place a deferred packet's payload, to know what a failed one left.
   std::array<MutBytes, transport::kMaxSge> where;
@@ -339,7 +405,7 @@ void Host::deliver(Instant now, const wire::Frame& frame, wire::PendingIcrc* pen
     }
   }
   const std::uint64_t one_pass_before = engine->counters().rx_one_pass;
-  engine->handle_rx(now, frame.roce, info);
+  handler(frame.roce, meta);
   const bool placed = engine->counters().rx_one_pass != one_pass_before;
   UROCE_CHECK(placed == (pieces > 0));
   if (!placed) return;
@@ -385,6 +451,14 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   if (!dev.ok()) return false;
   h->dev = std::move(dev.value());
   h->engine = std::make_unique<engine::Engine>(*h, *h, h->ip);
+  // A real device's progress policy (device/udp_device.h: kAckHold, kAppLease; the
+  // Scheduler's defaults otherwise), in polling mode: the application owns the socket.
+  engine::SchedulerConfig sc;
+  sc.hold_acks = c.opt.hold_acks;
+  sc.defer_acks = c.opt.defer_acks;
+  h->sched = std::make_unique<engine::Scheduler>(sc);
+  h->engine->set_defer_acks(sc.hold_acks && sc.defer_acks);
+  h->dev->set_doorbell_handler(h.get());
   h->arena.resize(arena_bytes);
   fill_random(h->arena, c.opt.seed * 7919 + index);
   h->expected = h->arena;
@@ -597,7 +671,7 @@ Side* make_side(Cluster& c, Host& h, QpType type, std::uint32_t mtu) {
   init.send_cq = s->scq;
   init.recv_cq = s->rcq;
   init.cap = QpCap{s->depth, s->rq_depth, 3, 1, 0};
-  init.sq_sig_all = true;
+  init.sq_sig_all = false;  // ops choose (Op::signaled)
   auto qp = dev.create_qp(h.pd, init);
   if (!qp.ok()) return nullptr;
   s->qp = qp->handle;
@@ -631,13 +705,26 @@ void post_recvs(Cluster& c, Side& s) {
   }
 }
 
+// Whether `op`, about to be posted, asks for a completion. A quarter of the ops do not (as
+// perftest's and UCX's streams post most WRs unsignaled), which is what lets a host defer an ACK
+// behind its own request (Engine::set_defer_acks). Drawn from a hash of the seed and the op, not
+// from the run's generator, so that the rest of the run draws what it drew before. Signaled
+// regardless: a QP's last op (nothing would complete it) and one that would make the send queue
+// all unsignaled (an application must signal at least one WR per queue depth).
+bool signal_op(const Cluster& c, const Side& s, const Op& op) {
+  if (s.next_post + 1 == s.ops.size() || s.unsignaled_run + 1 >= s.depth) return true;
+  std::uint64_t z = (c.opt.seed ^ 0x51c7a1edull) + op.id * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return ((z ^ (z >> 31)) & 3u) != 0;
+}
+
 void post_sends(Cluster& c, Side& s) {
   if (s.torn_down) return;
   Host& h = *s.host;
   Host& remote = *s.peer->host;
-  bool posted = false;
   while (s.outstanding.size() < s.depth && s.next_post < s.ops.size()) {
-    const Op& op = s.ops[s.next_post];
+    Op& op = s.ops[s.next_post];
     // SEND and WRITE sources are split over up to three SGEs (gathered in order).
     Sge sges[3];
     std::size_t nsge = 0;
@@ -653,7 +740,9 @@ void post_sends(Cluster& c, Side& s) {
     SendWr wr;
     wr.wr_id = op.id;
     wr.sg_list = std::span(sges, op.len == 0 ? 0 : nsge);
-    wr.send_flags = kSendSignaled;
+    op.signaled = signal_op(c, s, op);
+    s.unsignaled_run = op.signaled ? 0 : s.unsignaled_run + 1;
+    wr.send_flags = op.signaled ? std::uint32_t{kSendSignaled} : 0u;
     wr.imm_data = op.imm;
     switch (op.kind) {
       case OpKind::kSend:
@@ -702,9 +791,8 @@ void post_sends(Cluster& c, Side& s) {
       }
     }
     ++s.next_post;
-    posted = true;
   }
-  if (posted) h.engine->doorbell(s.qpn);
+  // Each post rang the QP's doorbell (Host::doorbell); the caller's transmit round sends it.
 }
 
 // ---- oracles -------------------------------------------------------------------------------
@@ -800,7 +888,16 @@ bool accept_send_error(Cluster& c, Side& s, const Op& op, WcStatus status) {
   return c.result.ok;
 }
 
+void send_succeeded(Cluster& c, Side& s, const Op& op);
+
 void on_send_completion(Cluster& c, Side& s, const Wc& wc) {
+  // Unsignaled ops before the one completing succeeded without a completion of their own: a
+  // failed WR completes with its error whether signaled or not, so the first op not done would
+  // be the one named.
+  while (!s.outstanding.empty() && !s.outstanding.front()->signaled &&
+         s.outstanding.front()->id != wc.wr_id && c.result.ok) {
+    send_succeeded(c, s, *s.outstanding.front());
+  }
   if (s.outstanding.empty()) {
     c.fail(s.name + ": completion for wr_id " + std::to_string(wc.wr_id) + " with nothing posted");
     return;
@@ -815,6 +912,13 @@ void on_send_completion(Cluster& c, Side& s, const Wc& wc) {
     if (accept_send_error(c, s, op, wc.status)) s.outstanding.pop_front();
     return;
   }
+  send_succeeded(c, s, op);
+}
+
+// `op`, the first outstanding of `s`, completed successfully (with a completion of its own, or,
+// unsignaled, with a later op's): the oracles that a completion lets run.
+void send_succeeded(Cluster& c, Side& s, const Op& op) {
+  UROCE_ASSERT(!s.outstanding.empty() && s.outstanding.front() == &op);
   if (s.send_error) {
     c.fail(s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) +
            " succeeded after an earlier WR of the QP failed");
@@ -1004,6 +1108,33 @@ void poll_dirty(Cluster& c) {
 }
 
 bool finished(const Cluster& c) { return c.unfinished == 0; }
+
+// ---- time ----------------------------------------------------------------------------------
+
+// When something next happens: a frame arrives, or a host's application must run a round by
+// itself (a QP timer, held ACKs falling due: Host::wake).
+Instant next_event(const Cluster& c) {
+  Instant t = c.net.next_event_time();
+  for (const auto& h : c.hosts) t = earliest(t, h->wake);
+  return t;
+}
+
+// At c.now: the frames due go to their hosts' inboxes, then every host runs receiving rounds
+// (which fire its due timers and send what the packets and timers made, or held ACKs now due).
+void deliver_and_receive(Cluster& c) {
+  Delivery d;
+  while (c.net.poll_delivery(c.now, d)) {
+    ++c.result.frames_delivered;
+    c.hosts[d.to]->inbox.push_back(std::move(d.frame));
+  }
+  for (auto& h : c.hosts) h->receive_all(c.now);
+}
+
+// Every host's application sends what it just posted (the drop-in's ibv_post_send: a quiet
+// doorbell, then a transmit round of its own).
+void transmit_rounds(Cluster& c) {
+  for (auto& h : c.hosts) h->round(c.now, engine::Engine::RoundKind::kTransmit);
+}
 
 // A torn-down pair's WRs from the first failed one on may or may not have run: each byte of
 // an RC WRITE's target is old or new, a READ's destination old or the source (never written).
@@ -1212,7 +1343,6 @@ void check_send_inv(Cluster& c) {
     c.fail(what + ": could not be posted");
     return;
   }
-  hx.engine->doorbell(x->qpn);
   std::vector<Wc> sent, received;
   auto poll = [&](Device& dev, CqHandle cq, std::vector<Wc>& into) {
     Wc wcs[4];
@@ -1220,25 +1350,22 @@ void check_send_inv(Cluster& c) {
     if (n.ok()) into.insert(into.end(), wcs, wcs + n.value());
   };
   const Instant deadline = c.now + Duration::ns(1'000'000'000);
-  Delivery d;
   for (;;) {
-    for (auto& h : c.hosts) h->engine->flush_tx(c.now);
+    transmit_rounds(c);
     poll(*hx.dev, x->scq, sent);
     poll(*hy.dev, y.rcq, received);
     if (sent.size() >= (with_read ? 2u : 1u) && !received.empty() &&
         c.net.next_event_time().is_never()) {
       break;
     }
-    Instant t = c.net.next_event_time();
-    for (auto& h : c.hosts) t = earliest(t, h->engine->next_timeout());
+    const Instant t = next_event(c);
     if (t.is_never() || t > deadline) {
       c.fail(what + ": " + std::to_string(sent.size()) + " send and " +
              std::to_string(received.size()) + " receive completions, expected one of each");
       return;
     }
     if (t > c.now) c.now = t;
-    while (c.net.poll_delivery(c.now, d)) c.hosts[d.to]->handle_frame(c.now, d.frame);
-    for (auto& h : c.hosts) h->engine->handle_timers(c.now);
+    deliver_and_receive(c);
   }
   poll(*hx.dev, x->scq, sent);
   poll(*hy.dev, y.rcq, received);
@@ -1309,6 +1436,8 @@ std::string replay_command(const ClusterOptions& o) {
   if (o.aimed_corruption_per_mille != 0 && o.faults) {
     cmd += " --aim-corruption " + std::to_string(o.aimed_corruption_per_mille);
   }
+  if (!o.hold_acks) cmd += " --no-hold-acks";
+  if (!o.defer_acks) cmd += " --no-defer-acks";
   if (o.plan && o.faults) cmd += " (and the test's own fault plan)";
   return cmd;
 }
@@ -1473,12 +1602,10 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   for (auto& h : c.hosts) h->dev->set_completion_event_handler(&events);
   for (std::size_t i = 0; i < c.sides.size(); ++i) c.mark_dirty(i);
   poll_dirty(c);
-  for (auto& h : c.hosts) h->engine->flush_tx(c.now);
-  Delivery d;
+  transmit_rounds(c);
   for (std::uint64_t step = 0; c.result.ok; ++step) {
     if (finished(c) && c.net.next_event_time().is_never()) break;
-    Instant t = c.net.next_event_time();
-    for (auto& h : c.hosts) t = earliest(t, h->engine->next_timeout());
+    const Instant t = next_event(c);
     if (t.is_never()) {
       if (!finished(c)) c.fail("stalled: work outstanding but nothing scheduled (a lost wakeup)");
       break;
@@ -1499,14 +1626,9 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     }
     if (t > c.now) c.now = t;
     ++c.result.events;
-    while (c.net.poll_delivery(c.now, d)) {
-      ++c.result.frames_delivered;
-      c.hosts[d.to]->handle_frame(c.now, d.frame);
-    }
-    for (auto& h : c.hosts) h->engine->handle_timers(c.now);
-    for (auto& h : c.hosts) h->engine->flush_tx(c.now);
+    deliver_and_receive(c);
     poll_dirty(c);
-    for (auto& h : c.hosts) h->engine->flush_tx(c.now);
+    transmit_rounds(c);
     if (step > 200'000'000) {
       c.fail("event budget exhausted");
       break;
@@ -1520,6 +1642,8 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   c.result.frames_dropped = total.dropped_total();
   std::uint64_t retry_exceeded = 0, seq_naks = 0, timeouts = 0;
   for (auto& h : c.hosts) {
+    c.result.acks_held += h->engine->counters().tx_acks_held;
+    c.result.acks_deferred += h->engine->counters().tx_acks_deferred;
     for (transport::Qp* qp : h->dev->live_qps()) {
       c.result.retransmissions += qp->counters().retransmitted_packets;
       retry_exceeded += qp->counters().retry_exceeded;

@@ -72,6 +72,11 @@ struct ClusterOptions {
   // in the payload, pad or ICRC (the link's own corruption flips bits anywhere, mostly in the
   // payload). On top of the plan's faults; a run without faults has none.
   std::uint32_t aimed_corruption_per_mille = 0;
+  // Each host's progress policy, as a real device's (engine::SchedulerConfig, UROCE_HOLD_ACKS,
+  // UROCE_DEFER_ACKS): positive ACKs held for the request behind them, and deferred behind a
+  // request that overtakes them. On by default, as on a device.
+  bool hold_acks = true;
+  bool defer_acks = true;
 };
 
 struct ClusterResult {
@@ -83,6 +88,10 @@ struct ClusterResult {
   std::uint64_t frames_delivered = 0;
   std::uint64_t frames_dropped = 0;
   std::uint64_t retransmissions = 0;
+  // ACKs the hosts' rounds held for a later flush, and of them kept behind a request
+  // (engine::EngineCounters::tx_acks_held, tx_acks_deferred), summed over hosts.
+  std::uint64_t acks_held = 0;
+  std::uint64_t acks_deferred = 0;
   std::uint64_t icrc_drops = 0;
   // Frames given aimed corruption (ClusterOptions::aimed_corruption_per_mille).
   std::uint64_t aimed_corruptions = 0;

@@ -35,7 +35,6 @@ constexpr std::uint32_t kMaxMessage = 3000;  // up to 3 packets at path MTU 1024
 constexpr std::size_t kSlot = 4096;          // one message's room in an arena
 constexpr std::size_t kSlots = 8;            // receive buffers / WRITE targets, reused in turn
 constexpr std::uint64_t kChannel = 1;        // the CQ's completion channel tag
-constexpr std::size_t kRxBurst = 64;         // datagrams a round receives, as UdpDevice
 
 constexpr std::uint32_t kAllAccess =
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
@@ -98,6 +97,7 @@ struct SimHost final : engine::QpDirectory,
     return reinterpret_cast<std::uint64_t>(arena.data()) + off;
   }
   transport::Qp* find_qp(std::uint32_t n) override { return dev->find_qp(n); }
+  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
   bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
             std::span<const ConstBytes> payload) override;
   void flush(Instant now) override;
@@ -154,6 +154,41 @@ bool SimHost::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transpo
   return true;
 }
 
+// The socket: frames arrived, read in order. As datapath/udp with deferred checks (issue 14): a
+// message continuation's ICRC is checked by the engine in the pass that places its payload,
+// anything else's first. This network corrupts nothing, so a frame that fails is a failure.
+std::size_t SimHost::receive(Instant, std::size_t max, const RxHandler& handler) {
+  std::size_t n = 0;
+  while (n < max && !socket.empty()) {
+    const std::vector<std::byte> f = std::move(socket.front());
+    socket.pop_front();
+    ++n;
+    auto parsed =
+        wire::parse_frame(wire::LinkType::kEthernet, f, wire::FrameOptions{.verify_icrc = false});
+    const bool deferred = parsed.ok() && wire::icrc_deferrable(*parsed->roce.op);
+    if (!parsed.ok() || (!deferred && !wire::icrc_verify(parsed->ip_udp, parsed->roce.bytes))) {
+      run->fail("host " + std::to_string(index) + " received an invalid frame");
+      continue;
+    }
+    std::optional<wire::PendingIcrc> pending;
+    datapath::RxMeta meta;
+    meta.src = parsed->ipv4.src;
+    meta.src_port = parsed->udp.src_port;
+    meta.tos = parsed->ipv4.tos;
+    meta.icrc_verified = !deferred;
+    meta.ip_header = parsed->ip_udp.first(parsed->ip_udp.size() - wire::kUdpBytes);
+    if (deferred) {
+      meta.pending =
+          &pending.emplace(parsed->ip_udp, parsed->roce.bytes, parsed->roce.payload, nullptr);
+    }
+    handler(parsed->roce, meta);
+    if (pending && !pending->verified()) {
+      run->fail("host " + std::to_string(index) + " received an invalid frame");
+    }
+  }
+  return n;
+}
+
 void SimHost::flush(Instant) {
   if (batch_packets == 0) return;
   ++report.flushes;
@@ -173,6 +208,7 @@ void SimHost::doorbell(std::uint32_t n) {
 }
 
 void SimHost::qp_changing(std::uint32_t) {
+  // As UdpDevice::qp_changing: every held ACK leaves while the QP can still send it.
   if (sched->acks_due().is_never()) return;
   engine->flush_tx(run->now, SIZE_MAX, false);
   sched->acks_flushed();
@@ -439,54 +475,12 @@ void note_held(Run& r, SimHost& h) {
   }
 }
 
+// The engine's round, as UdpDevice runs it (Engine::round): the socket is h.socket, read by
+// SimHost::receive.
 RoundReport round(Run& r, SimHost& h, const RoundPlan& plan, bool receive) {
-  RoundReport rep;
-  // As UdpDevice::round_locked: what was posted since the last round leaves before the socket
-  // is read.
-  if (receive && h.engine->has_unheld_tx_work()) {
-    rep.sent = h.engine->flush_tx(r.now, plan.tx_budget, plan.hold_acks);
-  }
-  if (receive) {
-    while (rep.received < kRxBurst && !h.socket.empty()) {
-      const std::vector<std::byte> f = std::move(h.socket.front());
-      h.socket.pop_front();
-      ++rep.received;
-      // As the engine receives from datapath/udp: a message continuation's ICRC is checked in
-      // the pass that places its payload (issue 14), anything else's first.
-      auto parsed =
-          wire::parse_frame(wire::LinkType::kEthernet, f, wire::FrameOptions{.verify_icrc = false});
-      const bool deferred = parsed.ok() && wire::icrc_deferrable(*parsed->roce.op);
-      if (!parsed.ok() || (!deferred && !wire::icrc_verify(parsed->ip_udp, parsed->roce.bytes))) {
-        r.fail("host " + std::to_string(h.index) + " received an invalid frame");
-        return rep;
-      }
-      std::optional<wire::PendingIcrc> pending;
-      transport::PacketInfo info;
-      info.src = parsed->ipv4.src;
-      info.src_port = parsed->udp.src_port;
-      info.ip_header = parsed->ip_udp.first(parsed->ip_udp.size() - wire::kUdpBytes);
-      if (deferred) {
-        info.pending =
-            &pending.emplace(parsed->ip_udp, parsed->roce.bytes, parsed->roce.payload, nullptr);
-      }
-      h.engine->handle_rx(r.now, parsed->roce, info);
-      if (pending && !pending->verified()) {
-        r.fail("host " + std::to_string(h.index) + " received an invalid frame");
-        return rep;
-      }
-    }
-    h.engine->handle_timers(r.now);
-  }
-  // As round_locked: a receiving round flushes again only if there is something to flush;
-  // transmit() (no receive) always flushes.
-  if (rep.sent < plan.tx_budget && (!receive || h.engine->has_tx_work_to_flush(plan.hold_acks))) {
-    rep.sent += h.engine->flush_tx(r.now, plan.tx_budget - rep.sent, plan.hold_acks);
-  }
-  rep.held_acks = h.engine->held_acks();
-  rep.acks_deferred = h.engine->take_acks_deferred();
-  rep.tx_left = h.engine->has_unheld_tx_work();
-  rep.next_timer = h.engine->next_timeout();
-  return rep;
+  return h.engine->round(
+      r.now, plan,
+      receive ? engine::Engine::RoundKind::kReceive : engine::Engine::RoundKind::kTransmit);
 }
 
 void app_round(Run& r, SimHost& h, bool receive) {

@@ -35,9 +35,10 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
         std::fprintf(out,
                      "seed %" PRIu64 ": ok: %" PRIu64 " operations, %" PRIu64
                      " frames sent, %" PRIu64 " dropped, %" PRIu64 " ICRC drops, %" PRIu64
-                     " retransmitted, %" PRIu64 " QPs retry exceeded, %.3f ms simulated\n",
+                     " retransmitted, %" PRIu64 " QPs retry exceeded, %" PRIu64
+                     " ACKs held (%" PRIu64 " deferred), %.3f ms simulated\n",
                      o.seed, r.ops_completed, r.frames_sent, r.frames_dropped, r.icrc_drops,
-                     r.retransmissions, r.retry_exceeded_qps,
+                     r.retransmissions, r.retry_exceeded_qps, r.acks_held, r.acks_deferred,
                      static_cast<double>(r.simulated_ns) / 1e6);
       }
       continue;

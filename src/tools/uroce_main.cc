@@ -76,6 +76,12 @@ int main(int argc, char** argv) {
                   "field that places data (opcode, QPN, PSN, pad, RETH) or in the payload")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
+  bool no_hold_acks = false;
+  bool no_defer_acks = false;
+  sim->add_flag("--no-hold-acks", no_hold_acks,
+                "Hosts send every ACK at once (a device's UROCE_HOLD_ACKS=0)");
+  sim->add_flag("--no-defer-acks", no_defer_acks,
+                "Hosts hold ACKs but never defer one behind a request (UROCE_DEFER_ACKS=0)");
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
 
@@ -121,6 +127,8 @@ int main(int argc, char** argv) {
   if (faults->parsed()) return uroce::tools::faults_run(faults_cmd, stdout, stderr);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
+    sim_cmd.cluster.hold_acks = !no_hold_acks;
+    sim_cmd.cluster.defer_acks = !no_defer_acks;
     if (faults_opt->count() > 0) {
       auto spec = uroce::fault::FaultSpec::parse(fault_spec);
       if (!spec.ok()) {

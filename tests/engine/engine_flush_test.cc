@@ -1,22 +1,51 @@
 // The engine and a batching datapath: flush_tx hands the datapath its flush every time, and a
 // datapath that still holds packets (backpressure) keeps the engine's transmit work pending.
+// And the engine's round (Engine::round), the one every executor runs: what it does in which
+// order, and what it reports.
 #include <gtest/gtest.h>
+
+#include <deque>
+#include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "transport/harness.h"
+#include "wire/packet.h"
 
 namespace uroce::engine {
 namespace {
 
+// Logs what the engine asks of it, in order; receive() hands over the frames in `inbound`.
 struct FakeDatapath final : datapath::Datapath {
   int sends = 0;
   int flushes = 0;
   bool queued = false;
+  std::vector<std::string> log;
+  std::deque<std::vector<std::byte>> inbound;
+  std::size_t receive(Instant, std::size_t max, const RxHandler& handler) override {
+    log.push_back("receive " + std::to_string(max));
+    std::size_t n = 0;
+    for (; n < max && !inbound.empty(); ++n) {
+      const std::vector<std::byte> f = std::move(inbound.front());
+      inbound.pop_front();
+      auto parsed = wire::parse_frame(wire::LinkType::kEthernet, f);
+      EXPECT_TRUE(parsed.ok());
+      datapath::RxMeta meta;
+      meta.src = parsed->ipv4.src;
+      meta.icrc_verified = true;
+      handler(parsed->roce, meta);
+    }
+    return n;
+  }
   bool send(Instant, const wire::OuterHeaders&, ConstBytes, std::span<const ConstBytes>) override {
     ++sends;
+    log.push_back("send");
     return true;
   }
-  void flush(Instant) override { ++flushes; }
+  void flush(Instant) override {
+    ++flushes;
+    log.push_back("flush");
+  }
   bool tx_queued() const override { return queued; }
 };
 
@@ -47,11 +76,73 @@ TEST(Engine, PacketsQueuedInTheDatapathAreTransmitWork) {
   EXPECT_FALSE(e.has_tx_work());
 }
 
+// A frame for a QP this engine does not have: it counts as rx_unknown_qpn, so a test sees that
+// the round handed it to the engine.
+std::vector<std::byte> frame_for_unknown_qp() {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+  h.bth.dest_qpn = 0x77;
+  h.bth.psn = 1;
+  const std::byte payload[8] = {};
+  return test::craft(wire::IpAddress::v4(0x0a000002), wire::IpAddress::v4(0x0a000001), h, payload);
+}
+
+TEST(EngineRound, AReceivingRoundReadsABurstFiresTimersAndReportsTheEngineState) {
+  NoQps qps;
+  FakeDatapath dp;
+  Engine e(qps, dp, wire::IpAddress::v4(0x0a000001));
+  for (int i = 0; i < 3; ++i) dp.inbound.push_back(frame_for_unknown_qp());
+  const RoundReport r = e.round(Instant::from_ns(1000), RoundPlan{}, Engine::RoundKind::kReceive);
+  EXPECT_EQ(r.received, 3u);
+  EXPECT_EQ(r.sent, 0u);
+  EXPECT_EQ(e.counters().rx_unknown_qpn, 3u);
+  // Nothing was posted, so nothing was sent before the receive or after it.
+  EXPECT_EQ(dp.log, std::vector<std::string>{"receive " + std::to_string(Engine::kRxBurst)});
+  EXPECT_EQ(r.held_acks, 0u);
+  EXPECT_FALSE(r.tx_left);
+  EXPECT_TRUE(r.next_timer.is_never());
+}
+
+TEST(EngineRound, AReceivingRoundTakesAtMostABurst) {
+  NoQps qps;
+  FakeDatapath dp;
+  Engine e(qps, dp, wire::IpAddress::v4(0x0a000001));
+  for (std::size_t i = 0; i < Engine::kRxBurst + 5; ++i)
+    dp.inbound.push_back(frame_for_unknown_qp());
+  EXPECT_EQ(e.round(Instant::from_ns(1000), RoundPlan{}, Engine::RoundKind::kReceive).received,
+            Engine::kRxBurst);
+  EXPECT_EQ(dp.inbound.size(), 5u);
+  EXPECT_EQ(e.round(Instant::from_ns(1000), RoundPlan{}, Engine::RoundKind::kReceive).received, 5u);
+}
+
+TEST(EngineRound, ATransmitRoundFlushesAndNeverReads) {
+  NoQps qps;
+  FakeDatapath dp;
+  Engine e(qps, dp, wire::IpAddress::v4(0x0a000001));
+  dp.inbound.push_back(frame_for_unknown_qp());
+  const RoundReport r = e.round(Instant::from_ns(1000), RoundPlan{}, Engine::RoundKind::kTransmit);
+  EXPECT_EQ(r.received, 0u);
+  EXPECT_EQ(dp.log, std::vector<std::string>{"flush"});
+  EXPECT_EQ(dp.inbound.size(), 1u);
+}
+
+TEST(EngineRound, PacketsWaitingInTheDatapathAreFlushedBeforeTheSocketIsRead) {
+  NoQps qps;
+  FakeDatapath dp;
+  Engine e(qps, dp, wire::IpAddress::v4(0x0a000001));
+  dp.queued = true;  // a full socket at the last flush: transmit work
+  e.round(Instant::from_ns(1000), RoundPlan{}, Engine::RoundKind::kReceive);
+  // Flushed first (work left before the read), and again after it (the work is still there).
+  EXPECT_EQ(dp.log, (std::vector<std::string>{
+                        "flush", "receive " + std::to_string(Engine::kRxBurst), "flush"}));
+}
+
 // A datapath that refuses the first `refuse` packets (a full socket) and keeps the payload of
 // each packet it takes, as read when it takes it.
 struct RefusingDatapath final : datapath::Datapath {
   int refuse = 0;
   std::vector<std::vector<std::byte>> sent;
+  std::size_t receive(Instant, std::size_t, const RxHandler&) override { return 0; }
   bool send(Instant, const wire::OuterHeaders&, ConstBytes,
             std::span<const ConstBytes> payload) override {
     if (refuse > 0) {

@@ -30,6 +30,7 @@ constexpr std::uint32_t kSqPsn = 0x1000;
 
 struct CountingDatapath final : datapath::Datapath {
   int sends = 0;
+  std::size_t receive(Instant, std::size_t, const RxHandler&) override { return 0; }
   bool send(Instant, const wire::OuterHeaders&, ConstBytes, std::span<const ConstBytes>) override {
     ++sends;
     return true;

@@ -135,6 +135,41 @@ TEST(Cluster, RetryExceededBeyondTheBudgetAfterTheFaultsFailsTheRun) {
   EXPECT_NE(r.failure.find("beyond the QP's retry budget"), std::string::npos) << r.failure;
 }
 
+// The hosts run a real device's round and progress policy (engine::Engine::round, planned by a
+// Scheduler): positive ACKs are held for the request behind them and deferred behind requests
+// that overtake them, as on a device by default; with both switched off, none is.
+TEST(Cluster, HostsHoldAndDeferAcksAsADeviceDoes) {
+  // A third of the seeds draw ACK timeouts long enough for a QP to hold its ACKs
+  // (transport::Qp::kMinTimeoutToHoldAck); deferring needs an unsignaled request to overtake a
+  // held ACK, which these seeds' workloads do a few times.
+  std::uint64_t held = 0, deferred = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    ClusterOptions o;
+    o.seed = seed;
+    o.faults = false;
+    const ClusterResult r = run_cluster(o);
+    ASSERT_TRUE(r.ok) << r.failure;
+    held += r.acks_held;
+    deferred += r.acks_deferred;
+    o.hold_acks = false;
+    const ClusterResult off = run_cluster(o);
+    ASSERT_TRUE(off.ok) << off.failure;
+    EXPECT_EQ(off.acks_held, 0u) << seed;
+    EXPECT_EQ(off.acks_deferred, 0u) << seed;
+  }
+  EXPECT_GT(held, 1000u);
+  EXPECT_GT(deferred, 0u);
+}
+
+TEST(Cluster, ReplayCommandNamesTheAckPolicy) {
+  ClusterOptions o;
+  o.seed = 9;
+  o.defer_acks = false;
+  EXPECT_EQ(replay_command(o), "uroce sim --seed 9 --no-defer-acks");
+  o.hold_acks = false;
+  EXPECT_EQ(replay_command(o), "uroce sim --seed 9 --no-hold-acks --no-defer-acks");
+}
+
 TEST(Cluster, ReplayCommandNamesTheRun) {
   ClusterOptions o;
   o.seed = 77;
