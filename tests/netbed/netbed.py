@@ -404,18 +404,22 @@ class Bed:
                                                  "requeues", "backlog", "qlen")}
         raise BedError("no TBF on the bottleneck port")
 
-    def udp_counters(self):
-        """The kernel's UDP counters (/proc/net/snmp) of the receiver and, summed, the senders:
-        where RoCEv2 packets were lost outside the bottleneck (a full socket buffer)."""
-        def one(ns):
-            lines = [l.split() for l in run(["cat", "/proc/net/snmp"], ns=ns).splitlines()
-                     if l.startswith("Udp:")]
+    def net_counters(self):
+        """The kernel's UDP counters (/proc/net/snmp) of the receiver and, summed, the senders
+        (where RoCEv2 packets were lost outside the bottleneck: a full socket buffer), and the
+        receiver's IPv4 header and checksum errors (/proc/net/snmp, /proc/net/netstat): a CE
+        mark with a wrong checksum would show there."""
+        def table(ns, prefix):
+            text = run(["cat", "/proc/net/snmp", "/proc/net/netstat"], ns=ns)
+            lines = [line.split() for line in text.splitlines() if line.startswith(prefix)]
             return dict(zip(lines[0][1:], map(int, lines[1][1:]))) if len(lines) >= 2 else {}
         senders = {}
         for s in self.senders:
-            for k, v in one(s).items():
+            for k, v in table(s, "Udp:").items():
                 senders[k] = senders.get(k, 0) + v
-        return {"receiver": one(self.rx), "senders": senders}
+        ip = table(self.rx, "Ip:")
+        ip.update(table(self.rx, "IpExt:"))
+        return {"receiver": table(self.rx, "Udp:"), "senders": senders, "receiver_ip": ip}
 
     def stop_delayline(self):
         if not self.delay_proc:
@@ -584,7 +588,7 @@ def run_bed(args):
                                   os.path.abspath(__file__), "statsd"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             samplers.append((ns, p))
-        tbf0, udp0 = bed.tbf_stats(), bed.udp_counters()
+        tbf0, net0 = bed.tbf_stats(), bed.net_counters()
         t_start = time.monotonic()
         for f in flows:
             f.client = start(f.ns, f.client_cmd(args), os.path.join(workdir, f.id + ".client"))
@@ -607,7 +611,7 @@ def run_bed(args):
                 with open(os.path.join(workdir, f"{f.id}.{side}")) as fh:
                     f.out[side] = fh.read()
         t_end = time.monotonic()
-        tbf1, udp1 = bed.tbf_stats(), bed.udp_counters()
+        tbf1, net1 = bed.tbf_stats(), bed.net_counters()
         stats = {}
         for ns, p in samplers:
             p.terminate()
@@ -632,8 +636,11 @@ def run_bed(args):
                               rx_ecn, delay, report["errors"]))
         report["bottleneck"]["tbf_utilisation_mid"] = mid_utilisation(tbf_samples, args)
         keys = ("InDatagrams", "OutDatagrams", "InErrors", "RcvbufErrors", "SndbufErrors")
-        report["udp"] = {side: {k: udp1[side].get(k, 0) - udp0[side].get(k, 0) for k in keys}
+        report["udp"] = {side: {k: net1[side].get(k, 0) - net0[side].get(k, 0) for k in keys}
                          for side in ("receiver", "senders")}
+        report["receiver_ip"] = {
+            k: net1["receiver_ip"].get(k, 0) - net0["receiver_ip"].get(k, 0)
+            for k in ("InReceives", "InHdrErrors", "InCsumErrors", "InDiscards")}
         # The end of what a flow that failed printed, for the reader of the report.
         report["failed_flow_outputs"] = {
             f.id: {side: f.out.get(side, "")[-2000:] for side in ("server", "client")}
@@ -845,6 +852,10 @@ def table(r):
             f"{u['receiver']['InErrors']} (socket buffer full {u['receiver']['RcvbufErrors']}); "
             f"senders out {u['senders']['OutDatagrams']}, send buffer errors "
             f"{u['senders']['SndbufErrors']}")
+    ip = r.get("receiver_ip")
+    if ip:
+        lines.append(f"IPv4 (kernel) at the receiver: in {ip['InReceives']}, header errors "
+                     f"{ip['InHdrErrors']}, checksum errors {ip['InCsumErrors']}")
     if r.get("delay"):
         d = r["delay"]
         lines.append(f"delay line: {d['forwarded']} frames held {d['delay_us']} us, "

@@ -26,6 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETBED = os.path.join(HERE, "netbed.py")
 sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import netbed  # noqa: E402
 
 failures = []
@@ -64,6 +65,7 @@ REPORT_KEYS = {
     "marker": list(netbed.MARKER_COUNTERS) + ["vq_max_bytes"],
     "ect_stamp": ["stamped", "already_ecn"],
     "udp": ["receiver", "senders"],
+    "receiver_ip": ["InReceives", "InHdrErrors", "InCsumErrors", "InDiscards"],
 }
 FLOW_KEYS = ["id", "kind", "sender", "goodput_gbit_s", "link_share", "efficiency", "completed",
              "client_exit", "server_exit"]
@@ -121,6 +123,10 @@ def bed_with_traffic(uroce):
     # a marked packet may still be dropped by the TBF behind the marker.
     check(m.get("ce_already", 1) == 0 and 0 < marked_seen <= m.get("marked", 0),
           "every CE seen at the receiver was the marker's")
+    ip = r.get("receiver_ip", {})
+    check(ip.get("InReceives", 0) > 0 and ip.get("InHdrErrors") == 0 and
+          ip.get("InCsumErrors") == 0,
+          "the marks kept IPv4 checksums right (no header or checksum error at the receiver)")
 
 
 def stopped_bed(uroce, how):
