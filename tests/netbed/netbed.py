@@ -21,7 +21,12 @@ sender (i mod N) + 1. With ECN on, a BPF program on each sender's egress sets EC
 RoCEv2 packets (as a RoCE NIC with ECN enabled does; uroce does not set ECT itself yet), and TCP
 senders ask for ECN (net.ipv4.tcp_ecn=1). A BPF program on the receiver's ingress counts every
 IPv4 packet by ECN codepoint. Offloads (TSO, GSO, UDP GSO, checksum) are off on every veth, so
-the TBF and the marker see wire-sized packets with complete checksums.
+the TBF and the marker see wire-sized packets with complete checksums, and an XDP program that
+passes everything is attached to every veth end (--veth-napi, on by default): it puts the veth
+in NAPI mode, one receive ring taken off in order, where otherwise a frame goes through the
+backlog of whichever CPU sent it and a flow whose sender moves between CPUs arrives reordered
+(measured: 3 uroce senders, no drop anywhere, 13-25% of their packets retransmitted after
+out-of-sequence NAKs without it, none with it).
 
 Commands:
   netbed.py run [options]    one run; a table on stdout, the report as JSON with --json FILE
@@ -58,6 +63,9 @@ RETH = 16
 # TCP: Ethernet 14 + IPv4 20 + TCP 20 + timestamps option 12; MSS = interface MTU - 52.
 TCP_PKT_OVERHEAD = 14 + 20 + 20 + 12
 ECN_NAMES = ("not_ect", "ect1", "ect0", "ce")  # by codepoint 0..3
+# A uroce flow's receiving device, from `uroce stats` (src/engine/stats.cc names them).
+RECEIVER_COUNTERS = ("rcvd_pkts", "rx_drops", "out_of_seq_request", "duplicate_request",
+                     "send_seq_err")
 MARKER_COUNTERS = ("pkts", "bytes", "ect_pkts", "marked", "ce_already", "not_ect_over_kmin",
                    "not_ipv4", "vq_full")
 
@@ -253,6 +261,8 @@ def probe(obj, prefix):
         # verifier rejects is the bed's own failure (Bed.up).
         ("tc BPF (cls_bpf)", ["tc", "-n", ns, "filter", "add", "dev", "x0", "egress", "bpf",
                               "da", "obj", obj, "sec", "tc/drop"]),
+        ("XDP on veth (NAPI mode)", ["ip", "-n", ns, "link", "set", "dev", "x1", "xdpdrv", "obj",
+                                     obj, "sec", "xdp"]),
         ("u32 and mirred", ["tc", "-n", ns, "filter", "add", "dev", "x1", "ingress", "protocol",
                             "all", "u32", "match", "u32", "0", "0", "action", "mirred",
                             "egress", "redirect", "dev", "x0"]),
@@ -325,6 +335,10 @@ class Bed:
                  "tx-udp-segmentation", "off", "tx", "off"], ns=ns)
         for ns, dev in ends + [(self.sw, "br0")]:
             run(["ip", "-n", ns, "link", "set", "dev", dev, "up"])
+        if a.veth_napi:  # in order through every veth (netbed_bpf.c, xdp_pass)
+            for ns, dev in ends:
+                run(["ip", "-n", ns, "link", "set", "dev", dev, "xdpdrv", "obj", self.obj, "sec",
+                     "xdp"])
 
         # The bottleneck: the TBF, and the marker in front of it.
         run(["tc", "-n", self.sw, "qdisc", "add", "dev", "pr", "root", "tbf", "rate",
@@ -582,8 +596,10 @@ def run_bed(args):
             procs.append(f.server)
         wait_until("servers listening", lambda: listening(bed.rx, [f.port for f in flows]), 30,
                    alive=lambda: all(f.server.poll() is None for f in flows))
-        # uroce's counters: sampled inside each sender namespace with a uroce flow.
-        for ns in sorted({f.ns for f in flows if f.kind != "tcp"}):
+        # uroce's counters: sampled inside each sender namespace with a uroce flow, and in the
+        # receiver's (where a loss that is not the network's shows).
+        roce_ns = {f.ns for f in flows if f.kind != "tcp"}
+        for ns in sorted(roce_ns) + ([bed.rx] if roce_ns else []):
             p = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
                                   os.path.abspath(__file__), "statsd"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -632,8 +648,8 @@ def run_bed(args):
                 for k, v in enumerate(bed.bpf_maps(s, "eth0", "egress").get("stamp_cnt", [])):
                     stamps[k] = stamps.get(k, 0) + v
         rx_ecn = bed.bpf_maps(bed.rx, "eth0", "ingress").get("rx_ecn", [0] * 12)
-        report.update(collect(args, flows, stats, tbf0, tbf1, t_end - t_start, marker, stamps,
-                              rx_ecn, delay, report["errors"]))
+        report.update(collect(args, flows, stats, bed.rx, tbf0, tbf1, t_end - t_start, marker,
+                              stamps, rx_ecn, delay, report["errors"]))
         report["bottleneck"]["tbf_utilisation_mid"] = mid_utilisation(tbf_samples, args)
         keys = ("InDatagrams", "OutDatagrams", "InErrors", "RcvbufErrors", "SndbufErrors")
         report["udp"] = {side: {k: net1[side].get(k, 0) - net0[side].get(k, 0) for k in keys}
@@ -688,7 +704,7 @@ def params(a):
             "burst_bytes": a.burst, "rtt_us": a.rtt_us, "ecn": a.ecn,
             "ect_roce": bool(a.ecn and a.ect_roce), "kmin_bytes": a.kmin, "kmax_bytes": a.kmax,
             "pmax": a.pmax, "mtu": a.mtu, "if_mtu": a.if_mtu, "size": a.size,
-            "seconds": a.seconds, "uroce_args": a.uroce_args}
+            "seconds": a.seconds, "uroce_args": a.uroce_args, "veth_napi": a.veth_napi}
 
 
 def device_sample(stats, ns, pid):
@@ -700,7 +716,8 @@ def device_sample(stats, ns, pid):
     return None
 
 
-def collect(args, flows, stats, tbf0, tbf1, window_s, marker, stamps, rx_ecn, delay, errors):
+def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_ecn, delay,
+            errors):
     eff_roce = roce_write_efficiency(args.size, args.mtu)
     eff_tcp = tcp_efficiency(args.if_mtu)
     rows = []
@@ -736,6 +753,10 @@ def collect(args, flows, stats, tbf0, tbf1, window_s, marker, stamps, rx_ecn, de
                     row["retransmitted_share"] = d["retransmitted_pkts"] / d["sent_pkts"]
             else:
                 errors.append(f"{f.id}: no uroce stats sample from pid {f.client.pid}")
+            # The receiving side's view: packets its device dropped (ICRC, parse, no room...),
+            # requests out of sequence (a loss before them: NAKed) and duplicates.
+            d = device_sample(stats, rx_ns, f.server.pid)
+            row["receiver"] = {k: d.get(k) for k in RECEIVER_COUNTERS} if d else None
         row["completed"] = (row["client_exit"] == 0 and row["server_exit"] == 0 and
                             row["goodput_gbit_s"] is not None and row["verified"] is not False)
         if not row["completed"]:
@@ -813,14 +834,19 @@ def table(r):
         f"{p['buffer_bytes']} B, RTT {p['rtt_us']} us, ECN {'on' if p['ecn'] else 'off'}, "
         f"MTU {p['mtu']} (interface {p['if_mtu']}), {p['seconds']} s")
     lines.append("| flow | sender | goodput Gb/s | link share | retransmitted | ACK timeouts "
-                 "| retry exceeded | TCP retransmits | data verified | completed |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+                 "| retry exceeded | receiver: dropped, out of sequence, duplicates "
+                 "| TCP retransmits | data verified | completed |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in r.get("flows", []):
+        rc = f.get("receiver")
+        rtext = (f"{rc['rx_drops']}, {rc['out_of_seq_request']}, {rc['duplicate_request']}"
+                 if rc else "n/a")
         lines.append(
             f"| {f['id']} | {f['sender']} | {fmt(f['goodput_gbit_s'])} | {fmt(f['link_share'])} "
             f"| {fmt(f['retransmitted_share'], '{:.1%}')} | {fmt(f['ack_timeouts'], '{}')} "
-            f"| {fmt(f['retry_exceeded_err'], '{}')} | {fmt(f['tcp_retransmits'], '{}')} "
-            f"| {fmt(f['verified'], '{}')} | {f['completed']} |")
+            f"| {fmt(f['retry_exceeded_err'], '{}')} | {rtext} "
+            f"| {fmt(f['tcp_retransmits'], '{}')} | {fmt(f['verified'], '{}')} "
+            f"| {f['completed']} |")
     t, b, c = r.get("totals", {}), r.get("bottleneck", {}), r.get("ceiling", {})
     if t:
         lines.append(
@@ -951,6 +977,9 @@ def add_run_options(ap):
     ap.add_argument("--kmax", type=parse_bytes, default=200000,
                     help="every ECT packet marked from (200000 B)")
     ap.add_argument("--pmax", type=float, default=0.01, help="marking probability at Kmax (0.01)")
+    ap.add_argument("--veth-napi", action=argparse.BooleanOptionalAction, default=True,
+                    help="an XDP pass program on every veth end, so that flows stay in order "
+                    "(on)")
     ap.add_argument("--mtu", type=int, default=1024, choices=(256, 512, 1024, 2048, 4096),
                     help="RoCE path MTU (1024)")
     ap.add_argument("--if-mtu", type=int,

@@ -13,6 +13,7 @@
 //   ecn_count  on the receiver's ingress: counts IPv4 packets by ECN codepoint, RoCEv2 and TCP
 //              apart, so that CE marks are seen where they arrive.
 //   drop       drops every frame (the delay stage's ingress from the receiver).
+//   xdp_pass   (XDP, not tc) passes every frame: see below.
 //
 // Parameters are constants set at build time (clang -D, by netbed.py):
 //   NB_RATE_BPS  the virtual queue's drain rate in bytes per second (the TBF's rate: both count
@@ -223,5 +224,13 @@ int ecn_count(struct __sk_buff* skb) {
 // reads them from a packet socket, ahead of tc), never through the namespace's own stack.
 SEC("tc/drop")
 int drop(struct __sk_buff* skb) { return TC_ACT_SHOT; }
+
+// xdp_pass: attached to every veth end of the bed, it puts the veth in NAPI mode: a frame sent
+// into a veth is queued on its peer's one receive ring and taken off it in order by NAPI,
+// instead of going through the backlog of whichever CPU sent it (netif_rx), which reorders a
+// flow whose sender moves between CPUs. It passes every frame (and with it attached the
+// kernel does no GRO on that device, so packets stay wire-sized).
+SEC("xdp")
+int xdp_pass(struct xdp_md* ctx) { return XDP_PASS; }
 
 char _license[] SEC("license") = "GPL";

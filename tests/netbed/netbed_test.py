@@ -70,7 +70,7 @@ REPORT_KEYS = {
 FLOW_KEYS = ["id", "kind", "sender", "goodput_gbit_s", "link_share", "efficiency", "completed",
              "client_exit", "server_exit"]
 UROCE_FLOW_KEYS = ["verified", "sent_pkts", "retransmitted_pkts", "retransmitted_share",
-                   "ack_timeouts", "retry_exceeded_err"]
+                   "ack_timeouts", "retry_exceeded_err", "receiver"]
 
 
 def bed_with_traffic(uroce):
@@ -106,6 +106,9 @@ def bed_with_traffic(uroce):
     uroce_flow = next((f for f in r.get("flows", []) if f["kind"] == "uroce"), {})
     check(uroce_flow.get("verified") is True, "uroce perf verified the data on both sides")
     check(uroce_flow.get("sent_pkts", 0) > 0, "the uroce flow's counters were sampled")
+    rc = uroce_flow.get("receiver") or {}
+    check(all(rc.get(k) is not None for k in netbed.RECEIVER_COUNTERS) and rc["rcvd_pkts"] > 0,
+          "the uroce flow's receiving device's counters were sampled")
     b = r.get("bottleneck", {})
     check(b.get("tbf_sent_pkts", 0) > 0 and b.get("tbf_sent_bytes", 0) > 0,
           "the TBF counted the packets it sent")
