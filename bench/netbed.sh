@@ -79,15 +79,16 @@ import json, os, sys
 d, n = sys.argv[1], int(sys.argv[2])
 def f(v, spec="{:.3f}"):
     return "n/a" if v is None else spec.format(v)
-print("| case | goodput per flow (Gb/s) | total | utilisation | Jain | RoCE retransmitted "
-      "| ACK timeouts | TBF drops | CE marks / ECT packets | CE at receiver (RoCE, TCP) |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| case | goodput per flow (Gb/s) | total | utilisation | link use (TBF, mid-run) | Jain "
+      "| RoCE retransmitted | ACK timeouts | out of sequence at the RoCE receivers | TBF drops "
+      "| CE marks / ECT packets | CE at receiver (RoCE, TCP) |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for i in range(1, n + 1):
     name = open(f"{d}/case{i}.name").read().strip()
     try:
         r = json.load(open(f"{d}/case{i}.json"))
     except (OSError, ValueError):
-        print(f"| {name} | run failed | | | | | | | | |")
+        print(f"| {name} | run failed | | | | | | | | | | |")
         continue
     t, b, m, rx = r["totals"], r["bottleneck"], r.get("marker"), r["receiver_ecn"]
     if r.get("delay"):  # what the delay line added beyond its RTT (it is a program)
@@ -96,9 +97,13 @@ for i in range(1, n + 1):
                       + ("" if x["completed"] else " (failed)") for x in r["flows"])
     marks = f"{m['marked']} / {m['ect_pkts']}" if m else "off"
     ce = f"{rx['roce']['ce']}, {rx['tcp']['ce']}" if m else "off"
+    rcv = [x["receiver"] for x in r["flows"] if x["kind"] != "tcp"]
+    oos = (str(sum(x["out_of_seq_request"] for x in rcv)) if rcv and all(rcv) else
+           "n/a")
     print(f"| {name} | {flows} | {f(t['goodput_gbit_s'])} | {f(t['utilisation'])} "
-          f"| {f(t['jain'])} | {f(t['roce_retransmitted_share'], '{:.1%}')} "
-          f"| {f(t['roce_ack_timeouts'], '{}')} | {b['tbf_drops']} | {marks} | {ce} |")
+          f"| {f(b['tbf_utilisation_mid'])} | {f(t['jain'])} "
+          f"| {f(t['roce_retransmitted_share'], '{:.1%}')} "
+          f"| {f(t['roce_ack_timeouts'], '{}')} | {oos} | {b['tbf_drops']} | {marks} | {ce} |")
 EOF
 if ((failed)); then
   echo "netbed: $failed case(s) failed (see above)" >&2
