@@ -102,7 +102,7 @@ for i in range(1, n + 1):
            "n/a")
     print(f"| {name} | {flows} | {f(t['goodput_gbit_s'])} | {f(t['utilisation'])} "
           f"| {f(b['tbf_utilisation_mid'])} | {f(t['jain'])} "
-          f"| {f(t['roce_retransmitted_share'], '{:.1%}')} "
+          f"| {f(t['roce_retransmitted_share'], '{:.2%}')} "
           f"| {f(t['roce_ack_timeouts'], '{}')} | {oos} | {b['tbf_drops']} | {marks} | {ce} |")
 EOF
 if ((failed)); then

@@ -843,7 +843,7 @@ def table(r):
                  if rc else "n/a")
         lines.append(
             f"| {f['id']} | {f['sender']} | {fmt(f['goodput_gbit_s'])} | {fmt(f['link_share'])} "
-            f"| {fmt(f['retransmitted_share'], '{:.1%}')} | {fmt(f['ack_timeouts'], '{}')} "
+            f"| {fmt(f['retransmitted_share'], '{:.2%}')} | {fmt(f['ack_timeouts'], '{}')} "
             f"| {fmt(f['retry_exceeded_err'], '{}')} | {rtext} "
             f"| {fmt(f['tcp_retransmits'], '{}')} | {fmt(f['verified'], '{}')} "
             f"| {f['completed']} |")
@@ -853,7 +853,7 @@ def table(r):
             f"total goodput {fmt(t['goodput_gbit_s'])} Gb/s; utilisation {fmt(t['utilisation'])} "
             f"of the goodput ceiling (RoCE WRITE {fmt(c['roce_goodput_ceiling_gbit_s'])} Gb/s, "
             f"TCP {fmt(c['tcp_goodput_ceiling_gbit_s'])} Gb/s); Jain {fmt(t['jain'])}; RoCE "
-            f"retransmitted {fmt(t['roce_retransmitted_share'], '{:.1%}')}, ACK timeouts "
+            f"retransmitted {fmt(t['roce_retransmitted_share'], '{:.2%}')}, ACK timeouts "
             f"{fmt(t['roce_ack_timeouts'], '{}')}")
         lines.append(
             f"bottleneck: {b['tbf_sent_pkts']} packets, {b['tbf_sent_bytes']} bytes "
