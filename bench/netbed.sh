@@ -73,7 +73,9 @@ for c in "${cases[@]}"; do
   echo
 done
 
-echo "## summary ($S s per case; CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs)"
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "## summary ($S s per case; CPU: $cpu, $(nproc) CPUs; load average at the end: $load)"
 python3 - "$out" "$i" <<'EOF'
 import json, os, sys
 d, n = sys.argv[1], int(sys.argv[2])

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -263,14 +264,13 @@ def probe(obj, prefix):
                               "da", "obj", obj, "sec", "tc/drop"]),
         ("XDP on veth (NAPI mode)", ["ip", "-n", ns, "link", "set", "dev", "x1", "xdpdrv", "obj",
                                      obj, "sec", "xdp"]),
+        ("the clsact qdisc", ["tc", "-n", ns, "qdisc", "add", "dev", "x1", "clsact"]),
         ("u32 and mirred", ["tc", "-n", ns, "filter", "add", "dev", "x1", "ingress", "protocol",
                             "all", "u32", "match", "u32", "0", "0", "action", "mirred",
                             "egress", "redirect", "dev", "x0"]),
     ]
     try:
         for what, cmd in steps:
-            if what == "u32 and mirred":
-                run(["tc", "-n", ns, "qdisc", "add", "dev", "x1", "clsact"], check=False)
             try:
                 run(cmd)
             except BedError as e:
@@ -293,7 +293,6 @@ class Bed:
         self.rx = prefix + "-r"
         self.dl = prefix + "-d" if args.rtt_us else None
         self.namespaces = [self.sw, self.rx] + ([self.dl] if self.dl else []) + self.senders
-        self.created = []
         self.delay_proc = None
 
     def sender_ip(self, i):  # i from 0
@@ -303,11 +302,9 @@ class Bed:
         a = self.a
         for ns in self.namespaces:
             run(["ip", "netns", "add", ns])
-            self.created.append(ns)
             # lo up; no IPv6 (no router solicitations or MLD reports in the counts)
-            run(["sh", "-c", "ip link set lo up && "
-                 "sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"],
-                ns=ns)
+            run(["sh", "-c", "ip link set lo up && sysctl -q -w "
+                 "net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"], ns=ns)
         run(["ip", "-n", self.sw, "link", "add", "name", "br0", "type", "bridge"])
         for i, s in enumerate(self.senders):
             run(["ip", "-n", self.sw, "link", "add", "name", f"p{i + 1}", "mtu", str(a.if_mtu),
@@ -372,9 +369,13 @@ class Bed:
                 ["ip", "netns", "exec", self.dl] + rt + [self.delayline, "torx", "tosw",
                                                          str(a.rtt_us), str(a.delay_slots)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            line = self.delay_proc.stdout.readline()  # "ready" once bound, or EOF on failure
+            # "ready" once bound, or EOF on failure (bounded: it binds at once or not at all)
+            ready, _, _ = select.select([self.delay_proc.stdout], [], [], 10)
+            line = self.delay_proc.stdout.readline() if ready else ""
             if line.strip() != "ready":
-                raise BedError("delayline did not start: " + self.delay_proc.stderr.read())
+                self.delay_proc.kill()
+                _, err = self.delay_proc.communicate()
+                raise BedError("delayline did not start: " + err.strip())
 
         # Carrier on every end, then every sender reaches the receiver (ARP, bridge learning).
         def carriers_up():
@@ -453,14 +454,15 @@ class Bed:
         return None
 
     def down(self):
-        """Ends every process in the bed's namespaces and removes them; idempotent."""
+        """Ends every process in the bed's namespaces and removes them (every namespace of this
+        prefix: also one whose creation was interrupted); idempotent."""
         if self.delay_proc:
             self.delay_proc.kill()
             self.delay_proc.communicate()
             self.delay_proc = None
-        for ns in reversed(self.created):
-            kill_namespace(ns)
-        self.created = []
+        for ns in list_namespaces():
+            if ns.startswith(self.prefix + "-"):
+                kill_namespace(ns)
 
 
 # ---- flows ----
@@ -885,7 +887,8 @@ def table(r):
     if r.get("delay"):
         d = r["delay"]
         lines.append(f"delay line: {d['forwarded']} frames held {d['delay_us']} us, "
-                     f"{d['dropped_full']} dropped (ring full); sent late by {d['late_mean_us']} us "
+                     f"{d['dropped_full']} dropped (ring full); "
+                     f"sent late by {d['late_mean_us']} us "
                      f"on average, at most {d['late_max_us']} us")
     for e in r.get("errors", []):
         lines.append("error: " + e)
@@ -1043,8 +1046,8 @@ def main(argv):
                 raise Skip("not root")
             workdir = tempfile.mkdtemp(prefix="nbprobe-")
             try:
-                obj = build_bpf(argparse.Namespace(rate=10 ** 9, buffer=1 << 18, kmin=1, kmax=2, pmax=0),
-                                workdir)
+                marker = argparse.Namespace(rate=10 ** 9, buffer=1 << 18, kmin=1, kmax=2, pmax=0)
+                obj = build_bpf(marker, workdir)
                 probe(obj, f"nb{os.getpid()}")
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
