@@ -177,6 +177,12 @@ struct DeviceConfig {
   // kernel derives them for RoCE (link_rate_for_eth_speed); 0 when unknown, which the kernel
   // reads as 1000.
   std::uint32_t link_speed_mbps = 0;
+  // Congestion control of every QP (cc/): none, as the kernel's Soft-RoCE; or DCQCN, as
+  // ConnectX: packets leave ECN-capable (ECT(0)), CE-marked packets are answered with a CNP, and
+  // a CNP slows the QP down (cc/dcqcn.h, its parameters the mlx5 defaults, the line rate
+  // link_speed_mbps when known).
+  enum class CongestionControl : std::uint8_t { kNone, kDcqcn };
+  CongestionControl congestion_control = CongestionControl::kNone;
 };
 
 // The port's active_width (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) for an Ethernet link

@@ -25,6 +25,9 @@ class CongestionControl {
   virtual void on_cnp(Instant now) = 0;
   virtual void on_ecn_ce(Instant now) = 0;
   virtual bool take_cnp(Instant now) = 0;
+  // Whether the QP's packets leave ECN-capable (ECT(0)), so that the network may mark them CE
+  // instead of dropping them.
+  virtual bool ecn_capable() const { return false; }
 };
 
 // What the kernel's Soft-RoCE does: no congestion control. Sends are never delayed, CNPs are

@@ -129,6 +129,7 @@ class Dcqcn final : public CongestionControl {
   void on_cnp(Instant now) override { rp_.on_cnp(now); }
   void on_ecn_ce(Instant now) override;
   bool take_cnp(Instant now) override;
+  bool ecn_capable() const override { return true; }
 
   const DcqcnReactionPoint& reaction_point() const { return rp_; }
   const DcqcnCounters& counters() const { return rp_.counters(); }

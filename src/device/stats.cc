@@ -124,6 +124,10 @@ NamedCounters DeviceStats::device_counters() const {
       {"tx_acks_held_unanswered", q.acks_held_unanswered},
       {"tx_acks_deferred", engine.tx_acks_deferred},
       {"tx_acks_deferred_unanswered", q.acks_deferred_unanswered},
+      // Congestion notification (DCQCN), mlx5's names.
+      {"np_ecn_marked_roce_packets", q.np_ecn_marked_roce_packets},
+      {"np_cnp_sent", q.np_cnp_sent},
+      {"rp_cnp_handled", q.rp_cnp_handled},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
@@ -158,6 +162,9 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"outstanding_send_wqes", qp.outstanding_send_wqes},
       {"acks_held_unanswered", c.acks_held_unanswered},
       {"acks_deferred_unanswered", c.acks_deferred_unanswered},
+      {"np_ecn_marked_roce_packets", c.np_ecn_marked_roce_packets},
+      {"np_cnp_sent", c.np_cnp_sent},
+      {"rp_cnp_handled", c.rp_cnp_handled},
   };
 }
 

@@ -143,6 +143,7 @@ void Qp::reset_state() {
   sq_tail_ = 0;
   sq_count_ = 0;
   ack_held_ = false;
+  cnp_owed_ = false;
   ack_after_unsignaled_ = false;
   ack_deferred_ = false;
   defer_[0] = defer_[1] = BackedOff{};
@@ -387,10 +388,18 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
     return;
   }
   if (pkt.op->is(wire::kFlagCnp)) {
+    ++counters_.rp_cnp_handled;
     env_.cc->on_cnp(now);
     return;
   }
-  if (info.ecn == 3) env_.cc->on_ecn_ce(now);
+  if (info.ecn == 3) {
+    // The notification point (DCQCN): a CE mark asks the sender to slow down. Only on a QP
+    // with a path to send the CNP on (RTR and later: checked above), and only where
+    // congestion control wants one now (one per QP per np_min_time_between_cnps).
+    ++counters_.np_ecn_marked_roce_packets;
+    env_.cc->on_ecn_ce(now);
+    if (env_.cc->take_cnp(now) && state_ != QpState::kErr) cnp_owed_ = true;
+  }
   if (pkt.op->is(wire::kFlagResponse)) {
     handle_response(now, pkt, info.payload_placed);
   } else {
@@ -406,6 +415,40 @@ void Qp::handle_timeout(Instant now) {
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
   ack_after_unsignaled_ = false;
+  if (cnp_owed_) {
+    cnp_owed_ = false;
+    if (state_ != QpState::kErr) {
+      build_cnp(out);
+      ++counters_.np_cnp_sent;
+      return true;
+    }
+  }
+  const bool sent = poll_packet(now, out);
+  // With congestion control that asks for it, every packet leaves ECN-capable (ECT(0)) unless
+  // the traffic class says otherwise, so that a congested switch marks it instead of dropping
+  // it (a ConnectX port with DCQCN on does the same).
+  if (sent && env_.cc->ecn_capable() && (out.av.traffic_class & 3u) == 0) {
+    out.av.traffic_class |= kEct0;
+  }
+  return sent;
+}
+
+void Qp::build_cnp(TxPacket& out) {
+  out.av = path_;
+  out.av.traffic_class = static_cast<std::uint8_t>((kCnpDscp << 2) | kEct0);
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kCnp);
+  h.bth.pkey = 0xffff;
+  h.bth.becn = true;
+  h.bth.dest_qpn = attr_.dest_qp_num;
+  h.bth.psn = 0;
+  out.header_bytes = static_cast<std::uint32_t>(wire::write_headers(MutBytes(out.header), h, 0));
+  out.num_pieces = 0;
+  out.payload_bytes = 0;
+  UROCE_ASSERT(out.header_bytes == wire::opcode_info(wire::Opcode::kCnp).header_bytes);
+}
+
+bool Qp::poll_packet(Instant now, TxPacket& out) {
   if (ack_held_) {
     ack_held_ = false;                          // one request packet at most goes first
     const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does
@@ -453,12 +496,12 @@ Instant Qp::poll_timeout() const {
 
 bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return drain_responses_in_error_ && !responses_.empty();
-  if (!responses_.empty()) return true;
+  if (cnp_owed_ || !responses_.empty()) return true;
   return req_.rnr_resume.is_never() && request_ready();
 }
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
-  if (state_ == QpState::kErr) return false;
+  if (state_ == QpState::kErr || cnp_owed_) return false;
   if (!req_.sent_any || sq_count_ > max_outstanding || (sq_count_ > 1 && !wide_.on)) {
     return false;
   }

@@ -177,6 +177,11 @@ struct QpCounters {
   // A deferred ACK (Qp::defer_ack) left alone: the peer waited for it instead of sending its
   // next request. This QP then stops deferring ACKs of that kind of message.
   std::uint64_t acks_deferred_unanswered = 0;
+  // Congestion notification, with mlx5's names: CE-marked packets received (the notification
+  // point's input), CNPs this QP sent for them, CNPs it received (the reaction point's input).
+  std::uint64_t np_ecn_marked_roce_packets = 0;
+  std::uint64_t np_cnp_sent = 0;
+  std::uint64_t rp_cnp_handled = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -203,6 +208,9 @@ struct QpCounters {
     src_addr_mismatch += o.src_addr_mismatch;
     acks_held_unanswered += o.acks_held_unanswered;
     acks_deferred_unanswered += o.acks_deferred_unanswered;
+    np_ecn_marked_roce_packets += o.np_ecn_marked_roce_packets;
+    np_cnp_sent += o.np_cnp_sent;
+    rp_cnp_handled += o.rp_cnp_handled;
     return *this;
   }
 };
@@ -425,6 +433,13 @@ class Qp {
   void update_drain();
   void flush();
   void reset_state();
+  // The CNP owed to the peer's QP: BTH opcode 0x81, P_Key 0xffff, BECN set, the peer's QPN,
+  // PSN 0, 16 reserved zero bytes (roce-facts.md, IBTA Annex A17), in DSCP 48 (np_cnp_dscp).
+  void build_cnp(TxPacket& out);
+  // poll_transmit's packets other than a CNP: a held ACK's request, responses, requests.
+  bool poll_packet(Instant now, TxPacket& out);
+  static constexpr std::uint8_t kEct0 = 0b10;   // IP ECN: ECN-capable transport (0)
+  static constexpr std::uint8_t kCnpDscp = 48;  // mlx5 np_cnp_dscp's default
   void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
                  bool ack_req, bool solicited, std::uint32_t payload_bytes);
 
@@ -546,6 +561,9 @@ class Qp {
   // still leave; then nothing.
   bool drain_responses_in_error_ = false;
   bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK
+  // A CE-marked packet arrived and congestion control asked for a CNP (take_cnp): it leaves
+  // before anything else this QP sends (build_cnp).
+  bool cnp_owed_ = false;
   // The last poll_transmit gave a request that overtook the held ACK, from a WQE that asks for
   // no completion (ack_deferrable).
   bool ack_after_unsignaled_ = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "cc/dcqcn.h"
 #include "verbs/address.h"
 #include "verbs/device_state.h"
 #include "verbs/qp_state_table.h"
@@ -112,7 +113,13 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
     q->rq =
         std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr, q->init.cap.max_recv_sge);
   }
-  q->cc = std::make_unique<cc::NoCongestionControl>();
+  if (s.config.congestion_control == DeviceConfig::CongestionControl::kDcqcn) {
+    cc::DcqcnParams params;
+    params.line_rate_mbps = s.config.link_speed_mbps;
+    q->cc = std::make_unique<cc::Dcqcn>(params);
+  } else {
+    q->cc = std::make_unique<cc::NoCongestionControl>();
+  }
   transport::QpEnv env;
   env.memory = &s;
   env.send_cq = scq;

@@ -64,17 +64,32 @@ class EventCollector : public transport::EventSink {
   int srq_limits = 0;
 };
 
-// No congestion control (as rxe), counting the feedback it is given.
+// Counts the feedback it is given; no congestion control (as rxe), or `inner`'s when a test sets
+// one (every hook is then passed on to it).
 class CountingCc final : public cc::CongestionControl {
  public:
-  Instant next_send_time(Instant now, std::uint32_t) override { return now; }
-  void on_sent(Instant, std::uint32_t) override {}
-  void on_ack(Instant) override {}
-  void on_cnp(Instant) override { ++cnps; }
-  void on_ecn_ce(Instant) override { ++ecn_ce_marks; }
-  bool take_cnp(Instant) override { return false; }
+  Instant next_send_time(Instant now, std::uint32_t bytes) override {
+    return inner != nullptr ? inner->next_send_time(now, bytes) : now;
+  }
+  void on_sent(Instant now, std::uint32_t bytes) override {
+    if (inner != nullptr) inner->on_sent(now, bytes);
+  }
+  void on_ack(Instant now) override {
+    if (inner != nullptr) inner->on_ack(now);
+  }
+  void on_cnp(Instant now) override {
+    ++cnps;
+    if (inner != nullptr) inner->on_cnp(now);
+  }
+  void on_ecn_ce(Instant now) override {
+    ++ecn_ce_marks;
+    if (inner != nullptr) inner->on_ecn_ce(now);
+  }
+  bool take_cnp(Instant now) override { return inner != nullptr && inner->take_cnp(now); }
+  bool ecn_capable() const override { return inner != nullptr && inner->ecn_capable(); }
   int cnps = 0;
   int ecn_ce_marks = 0;
+  cc::CongestionControl* inner = nullptr;
 };
 
 // One side: a QP with its own CQs, RQ and memory.
