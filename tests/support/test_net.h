@@ -18,6 +18,15 @@
 // Abstract names and /proc/net belong to the network namespace: a test in a namespace of its
 // own has nothing to collide with there. The shell and Python tests claim a block with the
 // uroce_test_net program (test_net_main.cc).
+//
+// Still named by hand, and why that is safe:
+// - tests/compat and tests/interop run unmodified programs on devices their CMakeLists.txt
+//   configure: each test that may run beside others on a 127.77.N.0/24 of its own (compat.abi,
+//   rdmacm_abi, devinfo, ucx.info, rdmacm.RdmacmExtras), the rest (the default device on
+//   127.0.0.1, ::1, the fixed TCP ports of perftest and rdma_cm programs) RUN_SERIAL.
+// - Addresses that nothing binds: parsers (device_config_test), interface lookups
+//   (interface_mtu), the other-family and unreachable peers a message names.
+// - bench.smoke.*: 127.0.0.1 and .2 with ports the kernel picks.
 #pragma once
 
 #include <cstdint>
