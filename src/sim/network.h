@@ -126,9 +126,9 @@ struct PortStats {
   std::uint64_t ecn_marked = 0;      // marked here (also counted as the link's ecn_marked)
   std::uint64_t max_queue_bytes = 0;
   // The queue each frame found on arrival (itself excluded), in 1 KiB buckets; the last bucket
-  // holds everything from 255 KiB up.
+  // holds everything from 4095 KiB up.
   static constexpr std::size_t kBucketBytes = 1024;
-  std::array<std::uint64_t, 256> queue_histogram{};
+  std::array<std::uint64_t, 4096> queue_histogram{};
   // The smallest queue length (bytes, a bucket's upper edge) that `per_mille` of the arrivals
   // found at most: per_mille 990 is the p99.
   std::uint64_t queue_percentile_bytes(std::uint32_t per_mille) const;
