@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "sim/network.h"
+#include "sim/sim_socket.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -94,48 +95,14 @@ struct Run {
 };
 
 std::size_t Nic::receive(Instant, std::size_t max, const RxHandler& handler) {
-  std::size_t n = 0;
-  while (n < max && !inbox.empty()) {
-    const std::vector<std::byte> f = std::move(inbox.front());
-    inbox.pop_front();
-    ++n;
-    // As datapath/udp with deferred checks: a message continuation's ICRC is checked by the
-    // engine in the pass that places its payload, anything else's first. This network corrupts
-    // nothing, so a frame that fails is a failure.
-    auto parsed =
-        wire::parse_frame(wire::LinkType::kEthernet, f, wire::FrameOptions{.verify_icrc = false});
-    const bool deferred = parsed.ok() && wire::icrc_deferrable(*parsed->roce.op);
-    if (!parsed.ok() || (!deferred && !wire::icrc_verify(parsed->ip_udp, parsed->roce.bytes))) {
-      run->fail("host " + std::to_string(id) + " received an invalid frame");
-      continue;
-    }
-    std::optional<wire::PendingIcrc> pending;
-    datapath::RxMeta meta;
-    meta.src = parsed->ipv4.src;
-    meta.src_port = parsed->udp.src_port;
-    meta.tos = parsed->ipv4.tos;
-    meta.icrc_verified = !deferred;
-    meta.ip_header = parsed->ip_udp.first(parsed->ip_udp.size() - wire::kUdpBytes);
-    if (deferred) {
-      meta.pending =
-          &pending.emplace(parsed->ip_udp, parsed->roce.bytes, parsed->roce.payload, nullptr);
-    }
-    handler(parsed->roce, meta);
-    if (pending && !pending->verified()) {
-      run->fail("host " + std::to_string(id) + " received an invalid frame");
-    }
-  }
-  return n;
+  return receive_frames(inbox, max, handler, [this] {
+    run->fail("host " + std::to_string(id) + " received an invalid frame");
+  });
 }
 
-bool Nic::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transport_headers,
+bool Nic::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                std::span<const ConstBytes> payload) {
-  wire::OuterHeaders o = o0;
-  o.src_mac = run->net.host_mac(id);
-  if (auto to = run->net.find_host(o.dst)) o.dst_mac = run->net.host_mac(*to);
-  frame.resize(16384);
-  frame.resize(wire::build_frame_gather(frame, o, transport_headers, payload));
-  run->net.send(now, id, frame);
+  send_frame(run->net, id, now, o, transport_headers, payload, frame);
   return true;
 }
 
@@ -153,21 +120,6 @@ void Nic::round(Instant now, engine::Engine::RoundKind kind) {
 }
 
 // ---- setup -----------------------------------------------------------------------------------
-
-Mtu mtu_of(std::uint32_t bytes) {
-  switch (bytes) {
-    case 256:
-      return Mtu::k256;
-    case 512:
-      return Mtu::k512;
-    case 1024:
-      return Mtu::k1024;
-    case 2048:
-      return Mtu::k2048;
-    default:
-      return Mtu::k4096;
-  }
-}
 
 bool make_nic(Run& r, std::uint32_t index, std::size_t mem_bytes) {
   auto n = std::make_unique<Nic>();
@@ -244,7 +196,7 @@ bool setup(Run& r) {
     Nic& tx = *r.nics[i];
     if (!make_qp(tx, o.window) || !make_qp(rx, 1)) return false;
     verbs::RcConnection c;
-    c.path_mtu = mtu_of(o.mtu);
+    c.path_mtu = mtu_from_bytes(o.mtu);
     c.timeout = 12;  // 16.8 ms: long enough for ACKs to be held, as perftest's 14 is
     c.access = kAccessLocalWrite | kAccessRemoteWrite;
     c.peer_ip = rx.ip;

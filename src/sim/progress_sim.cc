@@ -12,6 +12,7 @@
 #include "base/prng.h"
 #include "datapath/datapath.h"
 #include "sim/network.h"
+#include "sim/sim_socket.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/address.h"
@@ -138,14 +139,9 @@ struct Run {
   }
 };
 
-bool SimHost::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transport_headers,
+bool SimHost::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                    std::span<const ConstBytes> payload) {
-  wire::OuterHeaders o = o0;
-  o.src_mac = run->net.host_mac(id);
-  if (auto to = run->net.find_host(o.dst)) o.dst_mac = run->net.host_mac(*to);
-  frame.resize(16384);
-  frame.resize(wire::build_frame_gather(frame, o, transport_headers, payload));
-  run->net.send(now, id, frame);
+  send_frame(run->net, id, now, o, transport_headers, payload, frame);
   ++batch_packets;
   if (!transport_headers.empty() && static_cast<std::uint8_t>(transport_headers[0]) ==
                                         static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge)) {
@@ -155,39 +151,11 @@ bool SimHost::send(Instant now, const wire::OuterHeaders& o0, ConstBytes transpo
   return true;
 }
 
-// The socket: frames arrived, read in order. As datapath/udp with deferred checks (issue 14): a
-// message continuation's ICRC is checked by the engine in the pass that places its payload,
-// anything else's first. This network corrupts nothing, so a frame that fails is a failure.
+// The socket: frames arrived, read in order (sim_socket.h).
 std::size_t SimHost::receive(Instant, std::size_t max, const RxHandler& handler) {
-  std::size_t n = 0;
-  while (n < max && !socket.empty()) {
-    const std::vector<std::byte> f = std::move(socket.front());
-    socket.pop_front();
-    ++n;
-    auto parsed =
-        wire::parse_frame(wire::LinkType::kEthernet, f, wire::FrameOptions{.verify_icrc = false});
-    const bool deferred = parsed.ok() && wire::icrc_deferrable(*parsed->roce.op);
-    if (!parsed.ok() || (!deferred && !wire::icrc_verify(parsed->ip_udp, parsed->roce.bytes))) {
-      run->fail("host " + std::to_string(index) + " received an invalid frame");
-      continue;
-    }
-    std::optional<wire::PendingIcrc> pending;
-    datapath::RxMeta meta;
-    meta.src = parsed->ipv4.src;
-    meta.src_port = parsed->udp.src_port;
-    meta.tos = parsed->ipv4.tos;
-    meta.icrc_verified = !deferred;
-    meta.ip_header = parsed->ip_udp.first(parsed->ip_udp.size() - wire::kUdpBytes);
-    if (deferred) {
-      meta.pending =
-          &pending.emplace(parsed->ip_udp, parsed->roce.bytes, parsed->roce.payload, nullptr);
-    }
-    handler(parsed->roce, meta);
-    if (pending && !pending->verified()) {
-      run->fail("host " + std::to_string(index) + " received an invalid frame");
-    }
-  }
-  return n;
+  return receive_frames(socket, max, handler, [this] {
+    run->fail("host " + std::to_string(index) + " received an invalid frame");
+  });
 }
 
 void SimHost::flush(Instant) {
