@@ -31,6 +31,7 @@
 #include "cc/congestion_control.h"
 #include "transport/interfaces.h"
 #include "transport/recv_queue.h"
+#include "transport/wr_opcode.h"
 #include "uroce/types.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
@@ -63,10 +64,6 @@ inline constexpr std::int32_t kReplayStartSlack = 4;
 // The most PSNs outstanding at once for 24-bit PSN comparisons to hold (wire/psn.h): what one
 // READ of kMaxMessageBytes at MTU 256 needs.
 inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
-// Packets (and so PSNs) a message of `length` bytes takes at path MTU `mtu`: at least one.
-constexpr std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
-  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
-}
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
 
