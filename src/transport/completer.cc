@@ -95,7 +95,7 @@ void Qp::complete_acked_through(std::uint32_t psn) {
   while (sq_count_ > 0) {
     SendWqe& w = sq_at(sq_tail_);
     if (w.state != WqeState::kPending || !wire::psn_lt(w.last_psn, psn)) return;
-    if (is_read_or_atomic(w)) return;
+    if (w.wr_op->is_read_or_atomic()) return;
     comp_.psn = wire::psn_add(w.last_psn, 1);
     reset_retry_counters();
     complete_send(sq_tail_, WcStatus::kSuccess);
@@ -212,7 +212,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
 
   switch (op) {
     case Opcode::kRcAcknowledge:
-      if (is_read_or_atomic(w)) {
+      if (w.wr_op->is_read_or_atomic()) {
         ++counters_.dropped;  // a plain ACK cannot answer a READ or an atomic
         return;
       }
@@ -223,9 +223,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
       note_progress(now);
       return;
     case Opcode::kRcAtomicAcknowledge: {
-      const bool atomic =
-          w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd;
-      if (!atomic || psn != w.first_psn || w.state != WqeState::kPending) {
+      if (!w.wr_op->is(kWrAtomic) || psn != w.first_psn || w.state != WqeState::kPending) {
         ++counters_.dropped;
         return;
       }
@@ -246,7 +244,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
     case Opcode::kRcRdmaReadResponseMiddle:
     case Opcode::kRcRdmaReadResponseLast:
     case Opcode::kRcRdmaReadResponseOnly: {
-      if (w.opcode != WrOpcode::kRdmaRead || w.state != WqeState::kPending) {
+      if (!w.wr_op->is(kWrRead) || w.state != WqeState::kPending) {
         ++counters_.dropped;
         return;
       }

@@ -342,7 +342,7 @@ class Qp {
   enum class WqeState : std::uint8_t { kPosted, kSending, kPending, kDone };
   struct SendWqe {
     std::uint64_t wr_id = 0;
-    WrOpcode opcode = WrOpcode::kSend;
+    const WrOpcodeInfo* wr_op = nullptr;  // its opcode's row of the work-request table
     std::uint32_t send_flags = 0;
     std::uint32_t imm_data = 0;
     std::uint64_t remote_addr = 0;
@@ -375,8 +375,6 @@ class Qp {
   std::span<Sge> sges_of(std::uint32_t index);
   std::span<const Sge> sges_of(std::uint32_t index) const;
   std::span<std::byte> inline_of(std::uint32_t index);
-  bool is_read_or_atomic(const SendWqe& w) const;
-  std::uint32_t packets_of(const SendWqe& w) const;
 
   // ---- requester (requester.cc) ----
   bool poll_request(Instant now, TxPacket& out);
