@@ -381,6 +381,9 @@ class Qp {
   // The next request may go, apart from an RNR wait and congestion control.
   bool request_ready() const;
   void build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out);
+  // The next packet of a SEND or an RDMA WRITE; false when a bad local key failed the WQE.
+  bool build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
+                            std::uint32_t dest_qpn, TxPacket& out);
   bool gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
               TxPacket& out);
   void retry_from(std::uint32_t psn);
@@ -388,6 +391,13 @@ class Qp {
 
   // ---- completer (completer.cc) ----
   void handle_response(Instant now, const wire::RocePacket& pkt, bool placed);
+  // The parts of handle_response() for the WQE at `index` (the oldest), answered at `psn`.
+  void handle_ack(Instant now, std::uint32_t index, std::uint32_t psn);
+  void handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::uint8_t syndrome);
+  void handle_atomic_ack(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
+                         std::uint32_t psn);
+  void handle_read_response(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
+                            std::uint32_t psn, bool placed);
   void complete_send(std::uint32_t index, WcStatus status);
   void complete_acked_through(std::uint32_t psn);
   bool scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,

@@ -125,7 +125,6 @@ bool Qp::gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std
 }
 
 void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
-  const bool rc = type_ == QpType::kRc;
   const std::uint32_t psn = req_.psn;
   out.av = type_ == QpType::kUd ? w.ud_av : path_;
   const std::uint32_t dest_qpn = type_ == QpType::kUd ? w.remote_qpn : attr_.dest_qp_num;
@@ -156,57 +155,64 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     w.sent_bytes = w.length;
     w.state = WqeState::kPending;
     ++req_.next_wqe;
-  } else {
-    const std::uint64_t offset = w.sent_bytes;
-    const auto len =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
-    const bool first = offset == 0;
-    const bool last = offset + len == w.length;
-    // SEND or RDMA WRITE, First/Middle/Last or Only, with ImmDt or IETH in the last packet:
-    // wr_opcodes.def derives the opcode for this QP type.
-    const Opcode op = w.wr_op->request_opcode(type_, packet_position(first, last));
-    bool ack_req = false;
-    if (rc) {
-      ++req_.noack_packets;
-      if (last || req_.noack_packets >= kMaxPacketsPerAck) {
-        ack_req = true;
-        req_.noack_packets = 0;
-      }
-    }
-    const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
-    build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
-    const wire::OpcodeInfo& info = wire::opcode_info(op);
-    const MutBytes hdr(out.header);
-    if (info.has(wire::ExtHeader::kReth)) {
-      wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))
-          .encode(wire::Reth{w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)});
-    }
-    if (info.has(wire::ExtHeader::kDeth)) {
-      const std::uint32_t qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
-      wire::DethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kDeth)))
-          .encode(wire::Deth{qkey, qpn_});
-    }
-    if (info.has(wire::ExtHeader::kImmDt)) {
-      wire::ImmDtMut(hdr.subspan(info.offset_of(wire::ExtHeader::kImmDt))).set_value(w.imm_data);
-    }
-    if (info.has(wire::ExtHeader::kIeth)) {
-      wire::IethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kIeth))).set_value(w.imm_data);
-    }
-    if (!gather(w, index, offset, len, out)) {
-      // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
-      fail_wqe(index, WcStatus::kLocProtErr);
-      return;
-    }
-    req_.psn = wire::psn_add(psn, 1);
-    w.sent_bytes = offset + len;
-    if (last) {
-      w.state = WqeState::kPending;
-      ++req_.next_wqe;
-    }
+  } else if (!build_message_packet(w, index, psn, dest_qpn, out)) {
+    return;  // a local protection error failed the WQE
   }
   if (retransmit) ++counters_.retransmitted_packets;
   if (!req_.sent_any || wire::psn_gt(psn, req_.max_sent_psn)) req_.max_sent_psn = psn;
   req_.sent_any = true;
+}
+
+bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
+                              std::uint32_t dest_qpn, TxPacket& out) {
+  const bool rc = type_ == QpType::kRc;
+  const std::uint64_t offset = w.sent_bytes;
+  const auto len =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
+  const bool first = offset == 0;
+  const bool last = offset + len == w.length;
+  // SEND or RDMA WRITE, First/Middle/Last or Only, with ImmDt or IETH in the last packet:
+  // wr_opcodes.def derives the opcode for this QP type.
+  const Opcode op = w.wr_op->request_opcode(type_, packet_position(first, last));
+  bool ack_req = false;
+  if (rc) {
+    ++req_.noack_packets;
+    if (last || req_.noack_packets >= kMaxPacketsPerAck) {
+      ack_req = true;
+      req_.noack_packets = 0;
+    }
+  }
+  const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
+  build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
+  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  const MutBytes hdr(out.header);
+  if (info.has(wire::ExtHeader::kReth)) {
+    wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))
+        .encode(wire::Reth{w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)});
+  }
+  if (info.has(wire::ExtHeader::kDeth)) {
+    const std::uint32_t qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+    wire::DethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kDeth)))
+        .encode(wire::Deth{qkey, qpn_});
+  }
+  if (info.has(wire::ExtHeader::kImmDt)) {
+    wire::ImmDtMut(hdr.subspan(info.offset_of(wire::ExtHeader::kImmDt))).set_value(w.imm_data);
+  }
+  if (info.has(wire::ExtHeader::kIeth)) {
+    wire::IethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kIeth))).set_value(w.imm_data);
+  }
+  if (!gather(w, index, offset, len, out)) {
+    // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
+    fail_wqe(index, WcStatus::kLocProtErr);
+    return false;
+  }
+  req_.psn = wire::psn_add(psn, 1);
+  w.sent_bytes = offset + len;
+  if (last) {
+    w.state = WqeState::kPending;
+    ++req_.next_wqe;
+  }
+  return true;
 }
 
 void Qp::complete_unreliable_sends() {
