@@ -95,7 +95,7 @@ void Qp::complete_acked_through(std::uint32_t psn) {
   while (sq_count_ > 0) {
     SendWqe& w = sq_at(sq_tail_);
     if (w.state != WqeState::kPending || !wire::psn_lt(w.last_psn, psn)) return;
-    if (is_read_or_atomic(w)) return;
+    if (w.wr_op->is_read_or_atomic()) return;
     comp_.psn = wire::psn_add(w.last_psn, 1);
     reset_retry_counters();
     complete_send(sq_tail_, WcStatus::kSuccess);
@@ -136,7 +136,7 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   complete_acked_through(psn);
   if (sq_count_ == 0) return;
   const std::uint32_t index = sq_tail_;
-  SendWqe& w = sq_at(index);
+  const SendWqe& w = sq_at(index);
   if (wire::psn_lt(w.last_psn, psn)) {
     // A READ or atomic ends before this response: its own response was lost. Go back to it.
     ++counters_.out_of_sequence;
@@ -151,153 +151,169 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
       ++counters_.dropped;
       return;
     }
-    const std::uint8_t value = wire::aeth_value(syndrome);
-    switch (wire::aeth_type(syndrome)) {
-      case wire::AethType::kRnrNak:
-        ++counters_.rnr_naks_received;
-        if (comp_.rnr_retry == 0) {
-          ++counters_.rnr_retry_exceeded;
-          fail_wqe(index, WcStatus::kRnrRetryExcErr);
-          return;
-        }
-        if (comp_.rnr_retry != 7) --comp_.rnr_retry;
-        comp_.psn = psn;
-        retry_from(psn);
-        req_.rnr_resume = now + Duration::us(wire::rnr_timer_us(value));
-        comp_.deadline = Instant::never();
-        return;
-      case wire::AethType::kNak:
-        switch (static_cast<wire::NakCode>(value)) {
-          case wire::NakCode::kPsnSequenceError:
-            ++counters_.seq_naks_received;
-            // A NAK at p acknowledges every PSN before p: past the oldest unacknowledged one,
-            // that is forward progress, and retry_cnt counts consecutive retries without
-            // progress (rxe resets it on ACKs only, which its infinite retry_cnt 7 hides).
-            // Without this, a long message on a lossy link fails after retry_cnt losses in a
-            // row between two AckReq ACKs, however much got through between them.
-            if (wire::psn_gt(psn, comp_.psn)) reset_retry_counters();
-            comp_.psn = psn;
-            if (going_back()) return;
-            if (comp_.retry_cnt == 0) {
-              ++counters_.retry_exceeded;
-              fail_wqe(index, WcStatus::kRetryExcErr);
-              return;
-            }
-            --comp_.retry_cnt;
-            start_retry(psn);
-            comp_.deadline = now + ack_timeout();
-            return;
-          case wire::NakCode::kInvalidRequest:
-            ++counters_.other_naks_received;
-            fail_wqe(index, WcStatus::kRemInvReqErr);
-            return;
-          case wire::NakCode::kRemoteAccessError:
-            ++counters_.other_naks_received;
-            fail_wqe(index, WcStatus::kRemAccessErr);
-            return;
-          case wire::NakCode::kRemoteOperationalError:
-            ++counters_.other_naks_received;
-            fail_wqe(index, WcStatus::kRemOpErr);
-            return;
-          default:
-            ++counters_.other_naks_received;
-            fail_wqe(index, WcStatus::kRemInvRdReqErr);
-            return;
-        }
-      default:
-        ++counters_.dropped;  // reserved syndrome
-        return;
-    }
+    handle_nak(now, index, psn, syndrome);
+    return;
   }
 
   switch (op) {
     case Opcode::kRcAcknowledge:
-      if (is_read_or_atomic(w)) {
-        ++counters_.dropped;  // a plain ACK cannot answer a READ or an atomic
-        return;
-      }
-      comp_.psn = wire::psn_add(psn, 1);
-      if (psn == w.last_psn && w.state == WqeState::kPending) {
-        complete_send(index, WcStatus::kSuccess);
-      }
-      note_progress(now);
+      handle_ack(now, index, psn);
       return;
-    case Opcode::kRcAtomicAcknowledge: {
-      const bool atomic =
-          w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd;
-      if (!atomic || psn != w.first_psn || w.state != WqeState::kPending) {
-        ++counters_.dropped;
-        return;
-      }
-      // The original remote value, in host byte order, into the local buffer (8 bytes).
-      const std::uint64_t orig = pkt.atomic_ack_eth().orig();
-      std::byte buf[8];
-      std::memcpy(buf, &orig, sizeof orig);
-      if (!scatter_read_response(w, index, 0, ConstBytes(buf, 8))) {
-        fail_wqe(index, WcStatus::kLocProtErr);
-        return;
-      }
-      comp_.psn = wire::psn_add(psn, 1);
-      complete_send(index, WcStatus::kSuccess);
-      note_progress(now);
+    case Opcode::kRcAtomicAcknowledge:
+      handle_atomic_ack(now, pkt, index, psn);
       return;
-    }
     case Opcode::kRcRdmaReadResponseFirst:
     case Opcode::kRcRdmaReadResponseMiddle:
     case Opcode::kRcRdmaReadResponseLast:
-    case Opcode::kRcRdmaReadResponseOnly: {
-      if (w.opcode != WrOpcode::kRdmaRead || w.state != WqeState::kPending) {
-        ++counters_.dropped;
-        return;
-      }
-      if (psn != comp_.psn) {
-        // An earlier response packet was lost (rxe waits for the timeout here).
-        ++counters_.out_of_sequence;
-        implied_nak(now, psn);
-        return;
-      }
-      const bool first = pkt.op->is(wire::kFlagFirst);
-      const bool last = pkt.op->is(wire::kFlagLast);
-      // The response at the PSN of the latest READ request starts the response to it. At the
-      // READ's first PSN it must be a First or an Only. A re-request of the rest (mid-message)
-      // may be answered with any of them: a hardware responder starts over with First/Only,
-      // rxe continues the original sequence (rxe_resp.c duplicate_request: the resource is
-      // replayed, rdatm_res_state_replay, unless the re-request is at the READ's first PSN;
-      // read_reply then sends Middle, and Last for the final packet). Anywhere else only a
-      // continuation (Middle/Last) of an open stream fits; a First/Only there answers no request
-      // that was sent, and a continuation without a start waits for the retry.
-      const bool starts = psn == w.read_req_psn && (first || psn != w.first_psn);
-      if (!starts && (first || !comp_.read_stream_open)) {
-        ++counters_.out_of_sequence;
-        return;
-      }
-      const std::uint64_t offset =
-          std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
-      const std::size_t len = pkt.payload.size();
-      // First and Middle carry exactly the PMTU, Last and Only at most the PMTU, and together
-      // they end exactly at the READ's length; anything else is a bad response.
-      const bool length_ok =
-          len <= mtu_bytes_ &&
-          (last ? offset + len == w.length : (len == mtu_bytes_ && offset + len < w.length));
-      if (!length_ok) {
-        fail_wqe(index, WcStatus::kBadRespErr);
-        return;
-      }
-      UROCE_ASSERT(!placed || !first);  // only a continuation is placed before (one_pass_target)
-      if (len > 0 && !placed && !scatter_read_response(w, index, offset, pkt.payload)) {
-        fail_wqe(index, WcStatus::kLocProtErr);
-        return;
-      }
-      comp_.read_stream_open = !last;
-      comp_.psn = wire::psn_add(psn, 1);
-      if (last) complete_send(index, WcStatus::kSuccess);
-      note_progress(now);
+    case Opcode::kRcRdmaReadResponseOnly:
+      handle_read_response(now, pkt, index, psn, placed);
       return;
-    }
     default:
       ++counters_.dropped;
       return;
   }
+}
+
+void Qp::handle_ack(Instant now, std::uint32_t index, std::uint32_t psn) {
+  const SendWqe& w = sq_at(index);
+  if (w.wr_op->is_read_or_atomic()) {
+    ++counters_.dropped;  // a plain ACK cannot answer a READ or an atomic
+    return;
+  }
+  comp_.psn = wire::psn_add(psn, 1);
+  if (psn == w.last_psn && w.state == WqeState::kPending) complete_send(index, WcStatus::kSuccess);
+  note_progress(now);
+}
+
+void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::uint8_t syndrome) {
+  const std::uint8_t value = wire::aeth_value(syndrome);
+  switch (wire::aeth_type(syndrome)) {
+    case wire::AethType::kRnrNak:
+      ++counters_.rnr_naks_received;
+      if (comp_.rnr_retry == 0) {
+        ++counters_.rnr_retry_exceeded;
+        fail_wqe(index, WcStatus::kRnrRetryExcErr);
+        return;
+      }
+      if (comp_.rnr_retry != 7) --comp_.rnr_retry;
+      comp_.psn = psn;
+      retry_from(psn);
+      req_.rnr_resume = now + Duration::us(wire::rnr_timer_us(value));
+      comp_.deadline = Instant::never();
+      return;
+    case wire::AethType::kNak:
+      switch (static_cast<wire::NakCode>(value)) {
+        case wire::NakCode::kPsnSequenceError:
+          ++counters_.seq_naks_received;
+          // A NAK at p acknowledges every PSN before p: past the oldest unacknowledged one,
+          // that is forward progress, and retry_cnt counts consecutive retries without
+          // progress (rxe resets it on ACKs only, which its infinite retry_cnt 7 hides).
+          // Without this, a long message on a lossy link fails after retry_cnt losses in a
+          // row between two AckReq ACKs, however much got through between them.
+          if (wire::psn_gt(psn, comp_.psn)) reset_retry_counters();
+          comp_.psn = psn;
+          if (going_back()) return;
+          if (comp_.retry_cnt == 0) {
+            ++counters_.retry_exceeded;
+            fail_wqe(index, WcStatus::kRetryExcErr);
+            return;
+          }
+          --comp_.retry_cnt;
+          start_retry(psn);
+          comp_.deadline = now + ack_timeout();
+          return;
+        case wire::NakCode::kInvalidRequest:
+          ++counters_.other_naks_received;
+          fail_wqe(index, WcStatus::kRemInvReqErr);
+          return;
+        case wire::NakCode::kRemoteAccessError:
+          ++counters_.other_naks_received;
+          fail_wqe(index, WcStatus::kRemAccessErr);
+          return;
+        case wire::NakCode::kRemoteOperationalError:
+          ++counters_.other_naks_received;
+          fail_wqe(index, WcStatus::kRemOpErr);
+          return;
+        default:
+          ++counters_.other_naks_received;
+          fail_wqe(index, WcStatus::kRemInvRdReqErr);
+          return;
+      }
+    default:
+      ++counters_.dropped;  // reserved syndrome
+      return;
+  }
+}
+
+void Qp::handle_atomic_ack(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
+                           std::uint32_t psn) {
+  SendWqe& w = sq_at(index);
+  if (!w.wr_op->is(kWrAtomic) || psn != w.first_psn || w.state != WqeState::kPending) {
+    ++counters_.dropped;
+    return;
+  }
+  // The original remote value, in host byte order, into the local buffer (8 bytes).
+  const std::uint64_t orig = pkt.atomic_ack_eth().orig();
+  std::byte buf[8];
+  std::memcpy(buf, &orig, sizeof orig);
+  if (!scatter_read_response(w, index, 0, ConstBytes(buf, 8))) {
+    fail_wqe(index, WcStatus::kLocProtErr);
+    return;
+  }
+  comp_.psn = wire::psn_add(psn, 1);
+  complete_send(index, WcStatus::kSuccess);
+  note_progress(now);
+}
+
+void Qp::handle_read_response(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
+                              std::uint32_t psn, bool placed) {
+  SendWqe& w = sq_at(index);
+  if (!w.wr_op->is(kWrRead) || w.state != WqeState::kPending) {
+    ++counters_.dropped;
+    return;
+  }
+  if (psn != comp_.psn) {
+    // An earlier response packet was lost (rxe waits for the timeout here).
+    ++counters_.out_of_sequence;
+    implied_nak(now, psn);
+    return;
+  }
+  const bool first = pkt.op->is(wire::kFlagFirst);
+  const bool last = pkt.op->is(wire::kFlagLast);
+  // The response at the PSN of the latest READ request starts the response to it. At the
+  // READ's first PSN it must be a First or an Only. A re-request of the rest (mid-message)
+  // may be answered with any of them: a hardware responder starts over with First/Only,
+  // rxe continues the original sequence (rxe_resp.c duplicate_request: the resource is
+  // replayed, rdatm_res_state_replay, unless the re-request is at the READ's first PSN;
+  // read_reply then sends Middle, and Last for the final packet). Anywhere else only a
+  // continuation (Middle/Last) of an open stream fits; a First/Only there answers no request
+  // that was sent, and a continuation without a start waits for the retry.
+  const bool starts = psn == w.read_req_psn && (first || psn != w.first_psn);
+  if (!starts && (first || !comp_.read_stream_open)) {
+    ++counters_.out_of_sequence;
+    return;
+  }
+  const std::uint64_t offset =
+      std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
+  const std::size_t len = pkt.payload.size();
+  // First and Middle carry exactly the PMTU, Last and Only at most the PMTU, and together
+  // they end exactly at the READ's length; anything else is a bad response.
+  const bool length_ok =
+      len <= mtu_bytes_ &&
+      (last ? offset + len == w.length : (len == mtu_bytes_ && offset + len < w.length));
+  if (!length_ok) {
+    fail_wqe(index, WcStatus::kBadRespErr);
+    return;
+  }
+  UROCE_ASSERT(!placed || !first);  // only a continuation is placed before (one_pass_target)
+  if (len > 0 && !placed && !scatter_read_response(w, index, offset, pkt.payload)) {
+    fail_wqe(index, WcStatus::kLocProtErr);
+    return;
+  }
+  comp_.read_stream_open = !last;
+  comp_.psn = wire::psn_add(psn, 1);
+  if (last) complete_send(index, WcStatus::kSuccess);
+  note_progress(now);
 }
 
 void Qp::handle_retry_timeout(Instant now) {

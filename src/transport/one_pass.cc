@@ -80,7 +80,8 @@ std::size_t Qp::read_response_target(const wire::RocePacket& pkt, std::span<MutB
   std::uint32_t skip = 0;
   while (skip < sq_count_) {
     const SendWqe& w = sq_at(sq_tail_ + skip);
-    if (w.state != WqeState::kPending || !wire::psn_lt(w.last_psn, psn) || is_read_or_atomic(w)) {
+    if (w.state != WqeState::kPending || !wire::psn_lt(w.last_psn, psn) ||
+        w.wr_op->is_read_or_atomic()) {
       break;
     }
     ++skip;
@@ -89,7 +90,7 @@ std::size_t Qp::read_response_target(const wire::RocePacket& pkt, std::span<MutB
   const std::uint32_t index = sq_tail_ + skip;
   const SendWqe& w = sq_at(index);
   if (wire::psn_lt(w.last_psn, psn)) return 0;
-  if (w.opcode != WrOpcode::kRdmaRead || w.state != WqeState::kPending) return 0;
+  if (!w.wr_op->is(kWrRead) || w.state != WqeState::kPending) return 0;
   // The offset and the length check of handle_response().
   const std::uint64_t offset =
       std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;

@@ -47,17 +47,6 @@ std::span<std::byte> Qp::inline_of(std::uint32_t index) {
       .subspan(slot * cap_.max_inline_data, cap_.max_inline_data);
 }
 
-bool Qp::is_read_or_atomic(const SendWqe& w) const {
-  return w.opcode == WrOpcode::kRdmaRead || w.opcode == WrOpcode::kAtomicCmpAndSwp ||
-         w.opcode == WrOpcode::kAtomicFetchAndAdd;
-}
-
-std::uint32_t Qp::packets_of(const SendWqe& w) const {
-  if (w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd) return 1;
-  if (type_ == QpType::kUd) return 1;
-  return packets_for(w.length, mtu_bytes_);
-}
-
 Duration Qp::ack_timeout() const {
   // IBTA 9.7.6.1.3 / rxe: 4.096 us * 2^timeout; 0 means no timeout.
   if (attr_.timeout == 0) return Duration::infinite();
@@ -168,35 +157,22 @@ Errc Qp::post_send(const SendRequest& wr) {
   if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kRtr) {
     return Errc::kInvalidArgument;
   }
-  switch (wr.opcode) {
-    case WrOpcode::kSend:
-    case WrOpcode::kSendWithImm:
-      break;
-    case WrOpcode::kRdmaWrite:
-    case WrOpcode::kRdmaWriteWithImm:
-      if (type_ == QpType::kUd) return Errc::kInvalidArgument;
-      break;
-    case WrOpcode::kRdmaRead:
-    case WrOpcode::kAtomicCmpAndSwp:
-    case WrOpcode::kAtomicFetchAndAdd:
-    case WrOpcode::kSendWithInv:
-      if (type_ != QpType::kRc) return Errc::kInvalidArgument;
-      break;
-    default:
-      return Errc::kInvalidArgument;
-  }
+  // Which QP types may post which operation, and what each carries: wr_opcodes.def.
+  const WrOpcodeInfo* wr_op = wr_opcode_info(wr.opcode);
+  if (wr_op == nullptr || !wr_op->allows(type_)) return Errc::kInvalidArgument;
   if (wr.sges.size() > cap_.max_send_sge) return Errc::kInvalidArgument;
   std::uint64_t length = 0;
   for (const Sge& s : wr.sges) length += s.length;
-  const bool atomic =
-      wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-  if (atomic && (length < 8 || (wr.remote_addr & 7u) != 0)) return Errc::kInvalidArgument;
+  // An atomic's operand: the local buffer holds it, the remote address is aligned to it.
+  const std::uint32_t operand = wr_op->operand_bytes;
+  if (operand != 0 && (length < operand || wr.remote_addr % operand != 0)) {
+    return Errc::kInvalidArgument;
+  }
   if (length > kMaxMessageBytes) return Errc::kInvalidArgument;
   if (type_ == QpType::kUd) {
     if (wr.ud_av == nullptr || length > env_.port_mtu_bytes) return Errc::kInvalidArgument;
   }
-  const bool inline_data =
-      (wr.send_flags & kSendInline) != 0 && !atomic && wr.opcode != WrOpcode::kRdmaRead;
+  const bool inline_data = (wr.send_flags & kSendInline) != 0 && wr_op->is(kWrInline);
   if (inline_data && length > cap_.max_inline_data) return Errc::kInvalidArgument;
   if (sq_count_ == sq_.size()) return Errc::kNoMemory;
 
@@ -204,7 +180,7 @@ Errc Qp::post_send(const SendRequest& wr) {
   SendWqe& w = sq_at(index);
   w = SendWqe{};
   w.wr_id = wr.wr_id;
-  w.opcode = wr.opcode;
+  w.wr_op = wr_op;
   w.send_flags = wr.send_flags;
   w.imm_data = wr.imm_data;
   w.remote_addr = wr.remote_addr;
@@ -216,7 +192,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
     w.remote_qkey = wr.remote_qkey;
   }
-  w.length = atomic ? 8 : length;
+  w.length = operand != 0 ? operand : length;
   w.is_inline = inline_data;
   if (inline_data) {
     // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.
@@ -312,7 +288,8 @@ void Qp::update_drain() {
 void Qp::complete_send(std::uint32_t index, WcStatus status) {
   UROCE_CHECK(sq_count_ > 0 && index == sq_tail_);
   SendWqe& w = sq_at(index);
-  if (is_read_or_atomic(w) && (w.state == WqeState::kSending || w.state == WqeState::kPending)) {
+  if (w.wr_op->is_read_or_atomic() &&
+      (w.state == WqeState::kSending || w.state == WqeState::kPending)) {
     UROCE_CHECK(req_.rd_atomic_inflight > 0);
     --req_.rd_atomic_inflight;
   }
@@ -320,24 +297,7 @@ void Qp::complete_send(std::uint32_t index, WcStatus status) {
     Wc wc;
     wc.wr_id = w.wr_id;
     wc.status = status;
-    switch (w.opcode) {
-      case WrOpcode::kRdmaWrite:
-      case WrOpcode::kRdmaWriteWithImm:
-        wc.opcode = WcOpcode::kRdmaWrite;
-        break;
-      case WrOpcode::kRdmaRead:
-        wc.opcode = WcOpcode::kRdmaRead;
-        break;
-      case WrOpcode::kAtomicCmpAndSwp:
-        wc.opcode = WcOpcode::kCompSwap;
-        break;
-      case WrOpcode::kAtomicFetchAndAdd:
-        wc.opcode = WcOpcode::kFetchAdd;
-        break;
-      default:
-        wc.opcode = WcOpcode::kSend;
-        break;
-    }
+    wc.opcode = w.wr_op->completion;
     wc.byte_len = static_cast<std::uint32_t>(w.length);
     wc.qp_num = qpn_;
     env_.send_cq->push(wc, false);

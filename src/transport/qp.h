@@ -31,6 +31,7 @@
 #include "cc/congestion_control.h"
 #include "transport/interfaces.h"
 #include "transport/recv_queue.h"
+#include "transport/wr_opcode.h"
 #include "uroce/types.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
@@ -63,10 +64,6 @@ inline constexpr std::int32_t kReplayStartSlack = 4;
 // The most PSNs outstanding at once for 24-bit PSN comparisons to hold (wire/psn.h): what one
 // READ of kMaxMessageBytes at MTU 256 needs.
 inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
-// Packets (and so PSNs) a message of `length` bytes takes at path MTU `mtu`: at least one.
-constexpr std::uint32_t packets_for(std::uint64_t length, std::uint32_t mtu) {
-  return length == 0 ? 1 : static_cast<std::uint32_t>((length + mtu - 1) / mtu);
-}
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
 
@@ -345,7 +342,7 @@ class Qp {
   enum class WqeState : std::uint8_t { kPosted, kSending, kPending, kDone };
   struct SendWqe {
     std::uint64_t wr_id = 0;
-    WrOpcode opcode = WrOpcode::kSend;
+    const WrOpcodeInfo* wr_op = nullptr;  // its opcode's row of the work-request table
     std::uint32_t send_flags = 0;
     std::uint32_t imm_data = 0;
     std::uint64_t remote_addr = 0;
@@ -378,14 +375,15 @@ class Qp {
   std::span<Sge> sges_of(std::uint32_t index);
   std::span<const Sge> sges_of(std::uint32_t index) const;
   std::span<std::byte> inline_of(std::uint32_t index);
-  bool is_read_or_atomic(const SendWqe& w) const;
-  std::uint32_t packets_of(const SendWqe& w) const;
 
   // ---- requester (requester.cc) ----
   bool poll_request(Instant now, TxPacket& out);
   // The next request may go, apart from an RNR wait and congestion control.
   bool request_ready() const;
   void build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out);
+  // The next packet of a SEND or an RDMA WRITE; false when a bad local key failed the WQE.
+  bool build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
+                            std::uint32_t dest_qpn, TxPacket& out);
   bool gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
               TxPacket& out);
   void retry_from(std::uint32_t psn);
@@ -393,6 +391,13 @@ class Qp {
 
   // ---- completer (completer.cc) ----
   void handle_response(Instant now, const wire::RocePacket& pkt, bool placed);
+  // The parts of handle_response() for the WQE at `index` (the oldest), answered at `psn`.
+  void handle_ack(Instant now, std::uint32_t index, std::uint32_t psn);
+  void handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::uint8_t syndrome);
+  void handle_atomic_ack(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
+                         std::uint32_t psn);
+  void handle_read_response(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
+                            std::uint32_t psn, bool placed);
   void complete_send(std::uint32_t index, WcStatus status);
   void complete_acked_through(std::uint32_t psn);
   bool scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t offset,

@@ -14,37 +14,6 @@ namespace uroce::transport {
 
 using wire::Opcode;
 
-namespace {
-
-Opcode send_opcode(QpType type, bool first, bool last, bool imm, bool inv) {
-  const bool uc = type == QpType::kUc;
-  if (type == QpType::kUd) return imm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly;
-  if (first && last) {
-    if (inv) return Opcode::kRcSendOnlyInv;
-    if (imm) return uc ? Opcode::kUcSendOnlyImm : Opcode::kRcSendOnlyImm;
-    return uc ? Opcode::kUcSendOnly : Opcode::kRcSendOnly;
-  }
-  if (first) return uc ? Opcode::kUcSendFirst : Opcode::kRcSendFirst;
-  if (!last) return uc ? Opcode::kUcSendMiddle : Opcode::kRcSendMiddle;
-  if (inv) return Opcode::kRcSendLastInv;
-  if (imm) return uc ? Opcode::kUcSendLastImm : Opcode::kRcSendLastImm;
-  return uc ? Opcode::kUcSendLast : Opcode::kRcSendLast;
-}
-
-Opcode write_opcode(QpType type, bool first, bool last, bool imm) {
-  const bool uc = type == QpType::kUc;
-  if (first && last) {
-    if (imm) return uc ? Opcode::kUcRdmaWriteOnlyImm : Opcode::kRcRdmaWriteOnlyImm;
-    return uc ? Opcode::kUcRdmaWriteOnly : Opcode::kRcRdmaWriteOnly;
-  }
-  if (first) return uc ? Opcode::kUcRdmaWriteFirst : Opcode::kRcRdmaWriteFirst;
-  if (!last) return uc ? Opcode::kUcRdmaWriteMiddle : Opcode::kRcRdmaWriteMiddle;
-  if (imm) return uc ? Opcode::kUcRdmaWriteLastImm : Opcode::kRcRdmaWriteLastImm;
-  return uc ? Opcode::kUcRdmaWriteLast : Opcode::kRcRdmaWriteLast;
-}
-
-}  // namespace
-
 bool Qp::request_ready() const {
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
   if (req_.next_wqe == sq_tail_ + sq_count_) return false;
@@ -57,19 +26,18 @@ bool Qp::request_ready() const {
   // at 128 PSNs the requests reach the responder too late to keep its stream going (loopback,
   // 64 KiB READs at MTU 4096: 0.77x WRITE's bandwidth, 0.97-1.02x at 256; docs/PERFORMANCE.md).
   const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
-  const std::uint32_t window =
-      w.opcode == WrOpcode::kRdmaRead ? kMaxUnackedReadPsns : kMaxUnackedPsns;
+  const std::uint32_t window = w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : kMaxUnackedPsns;
   if (rc && outstanding >= window) return false;
   // A READ of up to 2^31 bytes at MTU 256 spans up to 2^23 PSNs. Behind other outstanding
   // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn
   // round (a response would look like one never sent): such a READ waits for an empty window.
-  if (rc && w.opcode == WrOpcode::kRdmaRead && outstanding != 0) {
+  if (rc && w.wr_op->is(kWrRead) && outstanding != 0) {
     if (outstanding + packets_for(w.length - w.sent_bytes, mtu_bytes_) > kMaxPsnSpan) return false;
   }
   if (w.state == WqeState::kPosted) {
     // SQD: no new WQE starts; one started before (and reset by a go-back-N) goes on.
     if (state_ == QpState::kSqd && !w.started) return false;
-    if (rc && is_read_or_atomic(w)) {
+    if (rc && w.wr_op->is_read_or_atomic()) {
       const std::uint32_t limit = std::max<std::uint32_t>(1, attr_.max_rd_atomic);
       if (req_.rd_atomic_inflight >= limit) return false;
     }
@@ -108,10 +76,10 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
     w.state = WqeState::kSending;
     w.started = true;
     w.first_psn = req_.psn;
-    w.last_psn = wire::psn_add(w.first_psn, std::int64_t{packets_of(w)} - 1);
+    w.last_psn = wire::psn_add(w.first_psn, std::int64_t{w.wr_op->psns(w.length, mtu_bytes_)} - 1);
     w.sent_bytes = 0;
     w.read_bytes = 0;
-    if (rc && is_read_or_atomic(w)) ++req_.rd_atomic_inflight;
+    if (rc && w.wr_op->is_read_or_atomic()) ++req_.rd_atomic_inflight;
   }
   build_request_packet(w, index, out);
   if (state_ == QpState::kErr) return false;  // a local protection error failed the WQE
@@ -157,17 +125,17 @@ bool Qp::gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std
 }
 
 void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
-  const bool rc = type_ == QpType::kRc;
   const std::uint32_t psn = req_.psn;
   out.av = type_ == QpType::kUd ? w.ud_av : path_;
   const std::uint32_t dest_qpn = type_ == QpType::kUd ? w.remote_qpn : attr_.dest_qp_num;
   const bool retransmit = req_.sent_any && wire::psn_le(psn, req_.max_sent_psn);
 
-  if (w.opcode == WrOpcode::kRdmaRead) {
+  if (w.wr_op->is(kWrRead)) {
     // One request for the rest of the READ; the responder answers with one PSN per packet.
     const std::uint64_t done = w.sent_bytes;
     const std::uint64_t rest = w.length - done;
-    build_bth(out, Opcode::kRcRdmaReadRequest, dest_qpn, psn, true, false, 0);
+    build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
+              false, 0);
     w.read_req_psn = psn;  // the response at this PSN opens the stream (completer.cc)
     wire::RethMut(MutBytes(out.header).subspan(wire::kBthBytes))
         .encode(wire::Reth{w.remote_addr + done, w.rkey, static_cast<std::uint32_t>(rest)});
@@ -175,10 +143,11 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     w.sent_bytes = w.length;
     w.state = WqeState::kPending;
     ++req_.next_wqe;
-  } else if (w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    const bool cas = w.opcode == WrOpcode::kAtomicCmpAndSwp;
-    build_bth(out, cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, dest_qpn, psn, true, false,
-              0);
+  } else if (w.wr_op->is(kWrAtomic)) {
+    // The AtomicETH: Compare & Swap carries both operands, Fetch & Add its addend.
+    const bool cas = w.wr_op->opcode == WrOpcode::kAtomicCmpAndSwp;
+    build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
+              false, 0);
     wire::AtomicEthMut(MutBytes(out.header).subspan(wire::kBthBytes))
         .encode(wire::AtomicEth{w.remote_addr, w.rkey, cas ? w.swap : w.compare_add,
                                 cas ? w.compare_add : 0});
@@ -186,59 +155,64 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     w.sent_bytes = w.length;
     w.state = WqeState::kPending;
     ++req_.next_wqe;
-  } else {
-    const std::uint64_t offset = w.sent_bytes;
-    const auto len =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
-    const bool first = offset == 0;
-    const bool last = offset + len == w.length;
-    const bool write = w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kRdmaWriteWithImm;
-    const bool imm = w.opcode == WrOpcode::kSendWithImm || w.opcode == WrOpcode::kRdmaWriteWithImm;
-    const bool inv = w.opcode == WrOpcode::kSendWithInv;
-    const Opcode op =
-        write ? write_opcode(type_, first, last, imm) : send_opcode(type_, first, last, imm, inv);
-    bool ack_req = false;
-    if (rc) {
-      ++req_.noack_packets;
-      if (last || req_.noack_packets >= kMaxPacketsPerAck) {
-        ack_req = true;
-        req_.noack_packets = 0;
-      }
-    }
-    const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
-    build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
-    const wire::OpcodeInfo& info = wire::opcode_info(op);
-    const MutBytes hdr(out.header);
-    if (info.has(wire::ExtHeader::kReth)) {
-      wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))
-          .encode(wire::Reth{w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)});
-    }
-    if (info.has(wire::ExtHeader::kDeth)) {
-      const std::uint32_t qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
-      wire::DethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kDeth)))
-          .encode(wire::Deth{qkey, qpn_});
-    }
-    if (info.has(wire::ExtHeader::kImmDt)) {
-      wire::ImmDtMut(hdr.subspan(info.offset_of(wire::ExtHeader::kImmDt))).set_value(w.imm_data);
-    }
-    if (info.has(wire::ExtHeader::kIeth)) {
-      wire::IethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kIeth))).set_value(w.imm_data);
-    }
-    if (!gather(w, index, offset, len, out)) {
-      // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
-      fail_wqe(index, WcStatus::kLocProtErr);
-      return;
-    }
-    req_.psn = wire::psn_add(psn, 1);
-    w.sent_bytes = offset + len;
-    if (last) {
-      w.state = WqeState::kPending;
-      ++req_.next_wqe;
-    }
+  } else if (!build_message_packet(w, index, psn, dest_qpn, out)) {
+    return;  // a local protection error failed the WQE
   }
   if (retransmit) ++counters_.retransmitted_packets;
   if (!req_.sent_any || wire::psn_gt(psn, req_.max_sent_psn)) req_.max_sent_psn = psn;
   req_.sent_any = true;
+}
+
+bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
+                              std::uint32_t dest_qpn, TxPacket& out) {
+  const bool rc = type_ == QpType::kRc;
+  const std::uint64_t offset = w.sent_bytes;
+  const auto len =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
+  const bool first = offset == 0;
+  const bool last = offset + len == w.length;
+  // SEND or RDMA WRITE, First/Middle/Last or Only, with ImmDt or IETH in the last packet:
+  // wr_opcodes.def derives the opcode for this QP type.
+  const Opcode op = w.wr_op->request_opcode(type_, packet_position(first, last));
+  bool ack_req = false;
+  if (rc) {
+    ++req_.noack_packets;
+    if (last || req_.noack_packets >= kMaxPacketsPerAck) {
+      ack_req = true;
+      req_.noack_packets = 0;
+    }
+  }
+  const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
+  build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
+  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  const MutBytes hdr(out.header);
+  if (info.has(wire::ExtHeader::kReth)) {
+    wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))
+        .encode(wire::Reth{w.remote_addr, w.rkey, static_cast<std::uint32_t>(w.length)});
+  }
+  if (info.has(wire::ExtHeader::kDeth)) {
+    const std::uint32_t qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+    wire::DethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kDeth)))
+        .encode(wire::Deth{qkey, qpn_});
+  }
+  if (info.has(wire::ExtHeader::kImmDt)) {
+    wire::ImmDtMut(hdr.subspan(info.offset_of(wire::ExtHeader::kImmDt))).set_value(w.imm_data);
+  }
+  if (info.has(wire::ExtHeader::kIeth)) {
+    wire::IethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kIeth))).set_value(w.imm_data);
+  }
+  if (!gather(w, index, offset, len, out)) {
+    // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
+    fail_wqe(index, WcStatus::kLocProtErr);
+    return false;
+  }
+  req_.psn = wire::psn_add(psn, 1);
+  w.sent_bytes = offset + len;
+  if (last) {
+    w.state = WqeState::kPending;
+    ++req_.next_wqe;
+  }
+  return true;
 }
 
 void Qp::complete_unreliable_sends() {
@@ -264,7 +238,7 @@ void Qp::retry_from(std::uint32_t psn) {
           std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
       w.sent_bytes = std::min(done, w.length);
       w.state = WqeState::kSending;
-      if (is_read_or_atomic(w)) ++req_.rd_atomic_inflight;
+      if (w.wr_op->is_read_or_atomic()) ++req_.rd_atomic_inflight;
       continue;
     }
     w.state = WqeState::kPosted;

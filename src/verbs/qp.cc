@@ -76,6 +76,27 @@ void apply_mask(QpAttr& dst, const QpAttr& src, std::uint32_t mask) {
   if (mask & kQpDestQpn) dst.dest_qp_num = src.dest_qp_num;
 }
 
+// Copies into `r` the operands that wr's opcode carries (transport/wr_opcodes.def). False for an
+// opcode that no QP type may post (LOCAL_INV, unknown values): the transport would refuse it too,
+// but verbs cannot tell what to copy.
+bool take_operands(const SendWr& wr, transport::SendRequest& r) {
+  const transport::WrOpcodeInfo* op = transport::wr_opcode_info(wr.opcode);
+  if (op == nullptr || op->qp_types == 0) return false;
+  if (op->is(transport::kWrImm)) r.imm_data = wr.imm_data;
+  // SEND with Invalidate: legal to send, the peer may have regions made for it.
+  if (op->is(transport::kWrInvalidate)) r.imm_data = wr.invalidate_rkey;
+  if (op->is(transport::kWrAtomic)) {
+    r.remote_addr = wr.atomic.remote_addr;
+    r.rkey = wr.atomic.rkey;
+    r.compare_add = wr.atomic.compare_add;
+    r.swap = wr.atomic.swap;
+  } else if (op->is(transport::kWrRemote)) {
+    r.remote_addr = wr.rdma.remote_addr;
+    r.rkey = wr.rdma.rkey;
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
@@ -300,39 +321,7 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
     r.opcode = wr.opcode;
     r.send_flags = wr.send_flags | (q->init.sq_sig_all ? std::uint32_t{kSendSignaled} : 0u);
     r.sges = wr.sg_list;
-    switch (wr.opcode) {
-      case WrOpcode::kSend:
-        break;
-      case WrOpcode::kSendWithImm:
-        r.imm_data = wr.imm_data;
-        break;
-      case WrOpcode::kRdmaWriteWithImm:
-        r.imm_data = wr.imm_data;
-        [[fallthrough]];
-      case WrOpcode::kRdmaWrite:
-      case WrOpcode::kRdmaRead:
-        r.remote_addr = wr.rdma.remote_addr;
-        r.rkey = wr.rdma.rkey;
-        break;
-      case WrOpcode::kAtomicCmpAndSwp:
-      case WrOpcode::kAtomicFetchAndAdd:
-        r.remote_addr = wr.atomic.remote_addr;
-        r.rkey = wr.atomic.rkey;
-        r.compare_add = wr.atomic.compare_add;
-        r.swap = wr.atomic.swap;
-        break;
-      case WrOpcode::kSendWithInv:  // legal to send: the peer may have regions made for it
-        r.imm_data = wr.invalidate_rkey;
-        break;
-      case WrOpcode::kLocalInv:
-        // Only fast-register MRs and memory windows can be invalidated (IBTA o10-37); uroce has
-        // neither, so a LOCAL_INV could only fail. rxe fails it when the requester reaches it
-        // (rxe_do_local_ops(): IBV_WC_LOC_QP_OP_ERR, QP to error); uroce refuses it at post
-        // time instead, as a provider does for an operation it lacks (EINVAL, bad_wr at it,
-        // the QP unchanged), and advertises no IBV_QP_EX_WITH_LOCAL_INV.
-      default:
-        return fail(wr, Errc::kInvalidArgument);
-    }
+    if (!take_operands(wr, r)) return fail(wr, Errc::kInvalidArgument);
     transport::AddressVector av;  // copied by post_send()
     if (q->init.qp_type == QpType::kUd) {
       const vd::AhObj* ah = s.ahs.get(to_raw(wr.ud.ah));

@@ -3,6 +3,7 @@
 // source port, work-request translation, and traffic between two devices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -462,6 +463,48 @@ TEST(QpPost, UdNeedsALiveAh) {
   EXPECT_EQ(f.dev->post_send(q.handle, {&wr, 1}, &bad), Errc::kInvalidArgument);
   wr.ud.ah = *f.dev->create_ah(f.pd, ah_to(kIpB));
   EXPECT_EQ(f.dev->post_send(q.handle, {&wr, 1}, &bad), Errc::kOk);
+}
+
+// Which opcodes each QP type posts through the verbs (transport/wr_opcodes.def), written out: UD
+// SEND and SEND with Immediate only; UC also RDMA WRITE; RC also READ, the atomics and SEND with
+// Invalidate; none LOCAL_INV nor an opcode uroce does not know. A refused WR changes nothing.
+TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
+  const std::vector<WrOpcode> ud = {WrOpcode::kSend, WrOpcode::kSendWithImm};
+  std::vector<WrOpcode> uc = ud;
+  uc.insert(uc.end(), {WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm});
+  std::vector<WrOpcode> rc = uc;
+  rc.insert(rc.end(), {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp,
+                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv});
+  const std::map<QpType, std::vector<WrOpcode>> allowed = {
+      {QpType::kRc, rc}, {QpType::kUc, uc}, {QpType::kUd, ud}};
+  for (const auto& [type, ops] : allowed) {
+    Fixture f;
+    QpInfo q = f.create(type);
+    f.drive(q.handle, type, QpState::kRts);
+    std::vector<std::byte> buf(64);
+    auto mr = f.dev->reg_mr(f.pd, buf.data(), buf.size(), kAccessLocalWrite);
+    Sge sge{mr->iova, 8, mr->lkey};
+    const AhHandle ah = *f.dev->create_ah(f.pd, ah_to(kIpB));
+    std::uint32_t posted = 0;
+    for (unsigned v = 0; v < 16; ++v) {
+      const auto op = static_cast<WrOpcode>(v);
+      SendWr wr;
+      wr.opcode = op;
+      wr.sg_list = {&sge, 1};
+      wr.rdma = {0x10000, 1};
+      wr.atomic.remote_addr = 0x10000;
+      wr.ud.ah = ah;
+      const SendWr* bad = nullptr;
+      const bool ok = std::find(ops.begin(), ops.end(), op) != ops.end();
+      EXPECT_EQ(f.dev->post_send(q.handle, {&wr, 1}, &bad), ok ? Errc::kOk : Errc::kInvalidArgument)
+          << static_cast<int>(type) << " " << v;
+      EXPECT_EQ(bad, ok ? nullptr : &wr);
+      if (ok) ++posted;
+      EXPECT_EQ(f.dev->find_qp(q.qp_num)->outstanding_send_wqes(), posted);
+    }
+    EXPECT_EQ(posted, ops.size());
+    EXPECT_EQ(f.state(q.handle), QpState::kRts);
+  }
 }
 
 TEST(QpEvents, TransportEventsBecomeQpAsyncEvents) {
