@@ -89,7 +89,6 @@ class CmServerTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.error();
     chan_ = c.value();
     datapath::UdpOptions o(ip(g_peer.c_str()));
-    o.use_environment = false;
     o.gso = false;
     o.gro = false;
     auto dp = datapath::UdpDatapath::open(o);
