@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "proto/devd_options.h"
 #include "uroce/verbs.h"
 
 namespace uroce::engine {
@@ -39,6 +40,10 @@ struct DeviceOptions {
   // The congestion control of the device's QPs (UROCE_CC=none|dcqcn); unset: the
   // DeviceConfig's.
   std::optional<DeviceConfig::CongestionControl> congestion_control;
+  // What a shared device's coordinator that this device starts is told (UROCE_DEVD,
+  // UROCE_DEVD_LINGER_MS, UROCE_SHARE, UROCE_DEVD_LOG, UROCE_DEVD_PCAP, UROCE_FAULTS,
+  // UROCE_CM_LISTEN_GRACE_MS).
+  devd::DevdOptions devd;
 };
 
 // The key of `device_faults` for a device's name.

@@ -176,7 +176,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   if (options.udp_gro) udp.gro = *options.udp_gro;
   if (options.udp_batch) udp.tx_batch = *options.udp_batch;
   if (sharing == Sharing::kShared) {
-    auto sp = SharedPort::join(config.ip, port, cfg.name);
+    auto sp = SharedPort::join(config.ip, port, cfg.name, options.devd);
     if (!sp.ok()) return Err{sp.error()};
     shared = std::move(sp.value());
     udp.bound_fd = shared->take_socket();

@@ -37,8 +37,34 @@ Result<std::optional<bool>, std::string> switch_of(const char* const* env, const
 
 const char* const* process_environment() { return environ; }
 
+Result<engine::devd::DevdOptions, std::string> devd_options(const char* const* env) {
+  engine::devd::DevdOptions o;
+  if (const char* p = lookup(env, "UROCE_DEVD"); p != nullptr && *p != '\0') o.path = p;
+  if (const char* l = lookup(env, "UROCE_DEVD_LINGER_MS"); l != nullptr && *l != '\0') {
+    o.linger_ms = std::strtoll(l, nullptr, 10);  // as uroce-devd read its --linger-ms text
+  }
+  if (const char* s = lookup(env, "UROCE_SHARE")) o.any_user = std::strcmp(s, "all") == 0;
+  if (const char* l = lookup(env, "UROCE_DEVD_LOG")) o.log_path = l;
+  if (const char* p = lookup(env, "UROCE_DEVD_PCAP")) o.capture_path = p;
+  if (const char* f = lookup(env, "UROCE_FAULTS")) o.faults = f;
+  if (const char* g = lookup(env, "UROCE_CM_LISTEN_GRACE_MS"); g != nullptr && *g != '\0') {
+    char* end = nullptr;
+    const long long ms = std::strtoll(g, &end, 10);
+    if (*end != '\0' || ms < 0 || ms > engine::devd::DevdOptions::kMaxCmListenGraceMs) {
+      return Err{"UROCE_CM_LISTEN_GRACE_MS must be a number from 0 to " +
+                 std::to_string(engine::devd::DevdOptions::kMaxCmListenGraceMs) + ", not '" + g +
+                 "'"};
+    }
+    o.cm_listen_grace_ms = ms;
+  }
+  return o;
+}
+
 Result<engine::DeviceOptions, std::string> device_options(const char* const* env) {
   engine::DeviceOptions o;
+  auto devd = devd_options(env);
+  if (!devd.ok()) return Err{devd.error()};
+  o.devd = devd.value();
   auto gso = switch_of(env, "UROCE_UDP_GSO");
   if (!gso.ok()) return Err{gso.error()};
   o.udp_gso = gso.value();

@@ -14,6 +14,11 @@ namespace uroce::edge {
 // The process's environment (environ).
 const char* const* process_environment();
 
+// What a shared device's coordinator started from this process is told, from `env`
+// (proto/devd_options.h), or why a variable's value is invalid.
+Result<engine::devd::DevdOptions, std::string> devd_options(
+    const char* const* env = process_environment());
+
 // DeviceOptions from `env` (see device/device_options.h for each variable), or why a variable's
 // value is invalid (UROCE_UDP_GSO=yes, UROCE_CC=cubic, ...).
 Result<engine::DeviceOptions, std::string> device_options(

@@ -62,30 +62,24 @@ class CmServerTest : public ::testing::Test {
         {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", 102},
         {"FaultsReachTheCmsOwnPackets", 103},
     };
-    // The coordinator reads it when it starts (connect_cm below starts it): 10 minutes, so
+    // The coordinator is told it when it starts (connect_cm below starts it): 10 minutes, so
     // that the listen comes in time however slow the machine; 1 ms, so that the REJ comes.
-    static const std::map<std::string, const char*> graces = {
-        {"ARequestBeforeTheListenWaitsForIt", "600000"},
-        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", "1"},
+    static const std::map<std::string, long long> graces = {
+        {"ARequestBeforeTheListenWaitsForIt", 600000},
+        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", 1},
     };
     const auto it = nets.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_NE(it, nets.end()) << "give the test its own addresses";
     g_device = "127.77." + std::to_string(it->second) + ".1";
     g_peer = "127.77." + std::to_string(it->second) + ".2";
+    // The coordinator is told these on its command line by the process that starts it (the
+    // edge reads them from its UROCE_CM_LISTEN_GRACE_MS and UROCE_FAULTS).
+    devd::DevdOptions devd;
     const auto g = graces.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    if (g != graces.end()) {
-      ::setenv("UROCE_CM_LISTEN_GRACE_MS", g->second, 1);
-    } else {
-      ::unsetenv("UROCE_CM_LISTEN_GRACE_MS");
-    }
-    // The coordinator applies the UROCE_FAULTS of the process that starts it.
-    if (it->second == 103) {
-      ::setenv("UROCE_FAULTS", "dir=tx,class=cm,loss=100%,seed=3", 1);
-    } else {
-      ::unsetenv("UROCE_FAULTS");
-    }
+    if (g != graces.end()) devd.cm_listen_grace_ms = g->second;
+    if (it->second == 103) devd.faults = "dir=tx,class=cm,loss=100%,seed=3";
     // An event channel's connection starts the coordinator (and keeps it).
-    auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0");
+    auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0", devd);
     ASSERT_TRUE(c.ok()) << c.error();
     chan_ = c.value();
     datapath::UdpOptions o(ip(g_peer.c_str()));
@@ -97,7 +91,6 @@ class CmServerTest : public ::testing::Test {
   }
   void TearDown() override {
     if (chan_ >= 0) ::close(chan_);
-    ::unsetenv("UROCE_FAULTS");
   }
 
   // Sends a UD SEND Only packet with `payload` to the device's QP `qpn`.

@@ -415,12 +415,12 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
 }
 
 TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
-  ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
   const wire::IpAddress ip = v4(at(68));
   {
     Side a;
-    test::make_side(a, at(68));
-    ::unsetenv("UROCE_DEVD_LINGER_MS");
+    test::SideOptions o;
+    o.device.devd.linger_ms = 0;  // UROCE_DEVD_LINGER_MS=0: told on its command line
+    test::make_side(a, at(68), o);
     EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
   }
   // Bounded: the coordinator exits as soon as it sees the last context leave.
@@ -477,10 +477,10 @@ TEST(SharedDevice, TheCoordinatorRunsOnEveryCpuNotOnlyOnItsStarters) {
     ~Restore() { ::sched_setaffinity(0, sizeof *to, to); }
   } restore{&mine};
   ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-  ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
   Side a;
-  test::make_side(a, at(78));
-  ::unsetenv("UROCE_DEVD_LINGER_MS");
+  test::SideOptions o;
+  o.device.devd.linger_ms = 0;
+  test::make_side(a, at(78), o);
   const pid_t devd = coordinator_pid(at_text(78));
   ASSERT_NE(devd, 0) << "no uroce-devd --ip " << at_text(78);
   cpu_set_t theirs;

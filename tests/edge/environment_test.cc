@@ -95,6 +95,33 @@ TEST(EdgeEnvironment, InvalidValuesAreClearErrors) {
   EXPECT_EQ(cc.error(), "UROCE_CC must be none or dcqcn, not 'cubic'");
 }
 
+TEST(EdgeEnvironment, TheCoordinatorsSettingsLandInDevdOptions) {
+  auto none = read({});
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_EQ(none->devd.path, "");
+  EXPECT_EQ(none->devd.linger_ms, 2000);
+  EXPECT_FALSE(none->devd.any_user);
+  EXPECT_FALSE(none->devd.cm_listen_grace_ms);
+  auto o = read({"UROCE_DEVD=/opt/devd", "UROCE_DEVD_LINGER_MS=0", "UROCE_SHARE=all",
+                 "UROCE_DEVD_LOG=/tmp/devd.log", "UROCE_DEVD_PCAP=/tmp/devd.pcap",
+                 "UROCE_FAULTS=dir=tx,class=cm,loss=100%", "UROCE_CM_LISTEN_GRACE_MS=600000"});
+  ASSERT_TRUE(o.ok()) << o.error();
+  EXPECT_EQ(o->devd.path, "/opt/devd");
+  EXPECT_EQ(o->devd.linger_ms, 0);
+  EXPECT_TRUE(o->devd.any_user);
+  EXPECT_EQ(o->devd.log_path, "/tmp/devd.log");
+  EXPECT_EQ(o->devd.capture_path, "/tmp/devd.pcap");
+  EXPECT_EQ(o->devd.faults, "dir=tx,class=cm,loss=100%");
+  EXPECT_EQ(o->devd.cm_listen_grace_ms, 600000);
+  auto grace = read({"UROCE_CM_LISTEN_GRACE_MS=3600001"});
+  ASSERT_FALSE(grace.ok());
+  EXPECT_EQ(grace.error(),
+            "UROCE_CM_LISTEN_GRACE_MS must be a number from 0 to 3600000, not '3600001'");
+  auto share = read({"UROCE_SHARE=1"});
+  ASSERT_TRUE(share.ok()) << share.error();
+  EXPECT_FALSE(share->devd.any_user);  // only "all"
+}
+
 TEST(EdgeEnvironment, FaultKeyIsTheNameWithOnlyLettersAndDigits) {
   EXPECT_EQ(engine::fault_key("uroce0"), "uroce0");
   EXPECT_EQ(engine::fault_key("rxe-0.a"), "rxe_0_a");

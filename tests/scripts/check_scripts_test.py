@@ -306,17 +306,18 @@ class EdgeTest(TreeTest):
         self.assertIn("src/engine/engine.cc:2: VIOLATION:", result.stdout)
 
     def test_pending_files_may_only_shrink(self):
-        # src/device/shared_port.cc is pending with 4 sites: a fifth fails, and so does a third.
-        read = 'auto v = std::getenv("UROCE_DEVD");\n'
-        write_tree(self.root, {"src/device/shared_port.cc": read * 5})
+        # src/device/device_config.cc is pending with 2 sites: a third fails, and so does a
+        # first alone.
+        read = 'auto v = std::getenv("UROCE_CONFIG");\n'
+        write_tree(self.root, {"src/device/device_config.cc": read * 3})
         result = self.edge()
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
-        self.assertIn("more than the 4 still pending", result.stdout)
-        write_tree(self.root, {"src/device/shared_port.cc": read * 3})
+        self.assertIn("more than the 2 still pending", result.stdout)
+        write_tree(self.root, {"src/device/device_config.cc": read * 1})
         result = self.edge()
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
-        self.assertIn("fewer than the 4 pending", result.stdout)
-        write_tree(self.root, {"src/device/shared_port.cc": read * 4})
+        self.assertIn("fewer than the 2 pending", result.stdout)
+        write_tree(self.root, {"src/device/device_config.cc": read * 2})
         result = self.edge()
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
