@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "device/device_config.h"
 #include "proto/devd_options.h"
 #include "uroce/verbs.h"
 
@@ -44,6 +45,9 @@ struct DeviceOptions {
   // UROCE_DEVD_LINGER_MS, UROCE_SHARE, UROCE_DEVD_LOG, UROCE_DEVD_PCAP, UROCE_FAULTS,
   // UROCE_CM_LISTEN_GRACE_MS).
   devd::DevdOptions devd;
+  // Where the device list, and the config file's faults=, come from (UROCE_DEVICES,
+  // UROCE_CONFIG).
+  DeviceSource source;
 };
 
 // The key of `device_faults` for a device's name.

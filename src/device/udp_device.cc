@@ -129,7 +129,8 @@ Result<std::string, std::string> configured_faults(const std::string& name,
     return it->second;
   }
   if (options.faults) return *options.faults;
-  auto list = configured_devices();
+  if (options.source.devices) return std::string();  // UROCE_DEVICES set: no file in use
+  auto list = configured_devices(options.source);
   if (!list.ok()) return std::string();  // the device was opened by address: no entry
   for (const DeviceSpec& d : list.value()) {
     if (d.name == name && d.ip == ip) return d.faults;
@@ -951,7 +952,7 @@ CloseResult UdpDevice::close(Duration deadline) {
 
 Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel,
                                                             const DeviceOptions& options) {
-  auto spec = resolve_device(sel);
+  auto spec = resolve_device(sel, options.source);
   if (!spec.ok()) return Err{spec.error()};
   DeviceConfig cfg;
   cfg.name = spec.value().name;

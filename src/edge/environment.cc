@@ -37,6 +37,13 @@ Result<std::optional<bool>, std::string> switch_of(const char* const* env, const
 
 const char* const* process_environment() { return environ; }
 
+engine::DeviceSource device_source(const char* const* env) {
+  engine::DeviceSource s;
+  if (const char* d = lookup(env, "UROCE_DEVICES")) s.devices = std::string(d);
+  if (const char* c = lookup(env, "UROCE_CONFIG"); c != nullptr && *c != '\0') s.config_path = c;
+  return s;
+}
+
 Result<engine::devd::DevdOptions, std::string> devd_options(const char* const* env) {
   engine::devd::DevdOptions o;
   if (const char* p = lookup(env, "UROCE_DEVD"); p != nullptr && *p != '\0') o.path = p;
@@ -65,6 +72,7 @@ Result<engine::DeviceOptions, std::string> device_options(const char* const* env
   auto devd = devd_options(env);
   if (!devd.ok()) return Err{devd.error()};
   o.devd = devd.value();
+  o.source = device_source(env);
   auto gso = switch_of(env, "UROCE_UDP_GSO");
   if (!gso.ok()) return Err{gso.error()};
   o.udp_gso = gso.value();

@@ -14,6 +14,9 @@ namespace uroce::edge {
 // The process's environment (environ).
 const char* const* process_environment();
 
+// Where the device list comes from (UROCE_DEVICES, UROCE_CONFIG; device/device_config.h).
+engine::DeviceSource device_source(const char* const* env = process_environment());
+
 // What a shared device's coordinator started from this process is told, from `env`
 // (proto/devd_options.h), or why a variable's value is invalid.
 Result<engine::devd::DevdOptions, std::string> devd_options(

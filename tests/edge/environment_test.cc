@@ -122,6 +122,19 @@ TEST(EdgeEnvironment, TheCoordinatorsSettingsLandInDevdOptions) {
   EXPECT_FALSE(share->devd.any_user);  // only "all"
 }
 
+TEST(EdgeEnvironment, TheDeviceListsSourceAsTheEnvironmentSaysIt) {
+  auto none = device_source(Env({}).get());
+  EXPECT_FALSE(none.devices);
+  EXPECT_EQ(none.config_path, "");
+  const Env env({"UROCE_DEVICES=", "UROCE_CONFIG=/etc/x.conf"});
+  auto set = device_source(env.get());
+  EXPECT_EQ(set.devices, "");  // set, if empty: the config file's faults= are not used
+  EXPECT_EQ(set.config_path, "/etc/x.conf");
+  auto o = device_options(env.get());
+  ASSERT_TRUE(o.ok()) << o.error();
+  EXPECT_EQ(o->source.config_path, "/etc/x.conf");
+}
+
 TEST(EdgeEnvironment, FaultKeyIsTheNameWithOnlyLettersAndDigits) {
   EXPECT_EQ(engine::fault_key("uroce0"), "uroce0");
   EXPECT_EQ(engine::fault_key("rxe-0.a"), "rxe_0_a");

@@ -305,22 +305,6 @@ class EdgeTest(TreeTest):
         self.assertIn("src/tools/main.cc:1: edge:", result.stdout)
         self.assertIn("src/engine/engine.cc:2: VIOLATION:", result.stdout)
 
-    def test_pending_files_may_only_shrink(self):
-        # src/device/device_config.cc is pending with 2 sites: a third fails, and so does a
-        # first alone.
-        read = 'auto v = std::getenv("UROCE_CONFIG");\n'
-        write_tree(self.root, {"src/device/device_config.cc": read * 3})
-        result = self.edge()
-        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
-        self.assertIn("more than the 2 still pending", result.stdout)
-        write_tree(self.root, {"src/device/device_config.cc": read * 1})
-        result = self.edge()
-        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
-        self.assertIn("fewer than the 2 pending", result.stdout)
-        write_tree(self.root, {"src/device/device_config.cc": read * 2})
-        result = self.edge()
-        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-
     def test_root_without_src_is_an_error(self):
         self.assertEqual(self.edge().returncode, 2)
 

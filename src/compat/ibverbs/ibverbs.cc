@@ -42,7 +42,7 @@ struct DeviceList {
 DeviceList& device_list() {
   static DeviceList* list = [] {
     auto* l = new DeviceList();
-    auto specs = engine::configured_devices();
+    auto specs = engine::configured_devices(edge::device_source());  // the edge
     if (!specs.ok()) {
       l->error = specs.error();
       return l;

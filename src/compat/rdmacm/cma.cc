@@ -81,7 +81,7 @@ std::vector<Device>& devices() {
   // Under g_mu. Built once: the configured devices that the verbs library lists.
   if (g_devices == nullptr) {
     g_devices = new std::vector<Device>();
-    auto specs = engine::configured_devices();
+    auto specs = engine::configured_devices(edge::device_source());  // the edge
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (specs.ok() && list != nullptr) {
