@@ -30,6 +30,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "cc/dcqcn.h"
 #include "uroce/types.h"
 #include "wire/ip.h"
 
@@ -183,6 +184,8 @@ struct DeviceConfig {
   // link_speed_mbps when known).
   enum class CongestionControl : std::uint8_t { kNone, kDcqcn };
   CongestionControl congestion_control = CongestionControl::kNone;
+  // DCQCN's parameters (mlx5's cc_params and defaults); line_rate_mbps 0 takes link_speed_mbps.
+  cc::DcqcnParams dcqcn;
 };
 
 // The port's active_width (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) for an Ethernet link

@@ -33,6 +33,12 @@ std::uint64_t link_seed(std::uint64_t seed, const wire::IpAddress& from,
   return absorb_address(absorb_address(derive_seed(seed, kLinkTag), from), to);
 }
 
+// The seed of the switch port in front of `to`, keyed by its address as a link's is.
+std::uint64_t port_seed(std::uint64_t seed, const wire::IpAddress& to) {
+  constexpr std::uint64_t kPortTag = 0x706f7274;  // "port"
+  return absorb_address(derive_seed(seed, kPortTag), to);
+}
+
 // ceil(8 * bytes * 1e9 / bandwidth_bps); 0 for an infinitely fast link.
 Duration serialization_time(std::size_t bytes, std::uint64_t bandwidth_bps) {
   if (bandwidth_bps == 0) return Duration::zero();
@@ -291,6 +297,89 @@ bool Network::host_isolated(HostId h) const {
 Network::Link::Link(HostId f, HostId t, std::uint64_t seed)
     : from(f), to(t), fate(seed), ecn(derive_seed(seed, kStreamEcn)) {}
 
+const char* PortConfig::invalid_reason() const {
+  if (bandwidth_bps == 0) return "a port needs a bandwidth";
+  if (ecn_kmax_bytes != 0 && ecn_kmin_bytes > ecn_kmax_bytes) return "ecn_kmin above ecn_kmax";
+  if (!ecn_pmax.valid()) return "ecn_pmax is not a probability";
+  return nullptr;
+}
+
+std::uint64_t PortStats::queue_percentile_bytes(std::uint32_t per_mille) const {
+  std::uint64_t total = 0;
+  for (std::uint64_t n : queue_histogram) total += n;
+  if (total == 0) return 0;
+  // The first bucket by which at least per_mille/1000 of the arrivals are counted.
+  const std::uint64_t want = (total * per_mille + 999) / 1000;
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < queue_histogram.size(); ++i) {
+    seen += queue_histogram[i];
+    if (seen >= want) return (i + 1) * kBucketBytes;
+  }
+  return queue_histogram.size() * kBucketBytes;
+}
+
+SimStatus Network::configure_port(Instant now, HostId to, const PortConfig& c) {
+  advance(now);
+  check_host(to);
+  if (c.invalid_reason() != nullptr) return Err{SimError::kInvalidConfig};
+  auto [it, fresh] = ports_.try_emplace(to);
+  Port& p = it->second;
+  p.config = c;
+  if (fresh) p.ecn = Prng(port_seed(seed_, hosts_[to].ip));
+  return std::monostate{};
+}
+
+const PortStats& Network::port_stats(HostId to) const {
+  static const PortStats kNone;
+  auto it = ports_.find(to);
+  return it == ports_.end() ? kNone : it->second.stats;
+}
+
+std::optional<Instant> Network::through_port(HostId from, HostId to, Instant at_switch,
+                                             std::size_t bytes, bool& mark) {
+  auto it = ports_.find(to);
+  if (it == ports_.end()) return at_switch;
+  Port& p = it->second;
+  const PortConfig& c = p.config;
+  // Frames enter in the order they are sent, which is the order they reach the switch as long as
+  // the senders' links are alike; the queue a frame finds is what has not left by then.
+  while (!p.queue.empty() && p.queue.front().tx_end <= at_switch) {
+    p.queue_bytes -= p.queue.front().bytes;
+    p.queue.pop_front();
+  }
+  const std::uint64_t q = p.queue_bytes;
+  if (c.queue_limit_bytes != 0 && q + bytes > c.queue_limit_bytes) {
+    ++p.stats.dropped_frames;
+    return std::nullopt;
+  }
+  ++p.stats.queue_histogram[std::min<std::size_t>(q / PortStats::kBucketBytes,
+                                                  p.stats.queue_histogram.size() - 1)];
+  if (c.ecn_kmax_bytes != 0 && q > c.ecn_kmin_bytes) {
+    // Linear from 0 at Kmin to pmax at Kmax; 1 above Kmax. Drawn only between the two.
+    if (q >= c.ecn_kmax_bytes) {
+      mark = true;
+    } else {
+      const std::uint64_t span = c.ecn_kmax_bytes - c.ecn_kmin_bytes;
+      const std::uint64_t num = std::uint64_t{c.ecn_pmax.num} * (q - c.ecn_kmin_bytes);
+      const std::uint64_t den = std::uint64_t{c.ecn_pmax.den} * span;
+      if (p.ecn.below(den) < num) mark = true;
+    }
+  }
+  const Instant end =
+      std::max(at_switch, p.busy_until) + serialization_time(bytes, c.bandwidth_bps);
+  p.busy_until = end;
+  p.queue.push_back(QueuedFrame{end, bytes});
+  p.queue_bytes += bytes;
+  ++p.stats.enqueued_frames;
+  p.stats.enqueued_bytes += bytes;
+  p.stats.max_queue_bytes = std::max(p.stats.max_queue_bytes, q + bytes);
+  if (p.stats.forwarded_bytes_by_source.size() <= from) {
+    p.stats.forwarded_bytes_by_source.resize(from + 1, 0);
+  }
+  p.stats.forwarded_bytes_by_source[from] += bytes;
+  return end;
+}
+
 Network::Link& Network::link(HostId from, HostId to) {
   auto it = links_.find({from, to});
   if (it != links_.end()) return it->second;
@@ -385,13 +474,18 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   }
   const bool ecn_by_queue =
       c.ecn_mark_queue_packets != 0 && l.tx_queue.size() >= c.ecn_mark_queue_packets;
-  const Instant tx_end =
+  const Instant link_end =
       std::max(now, l.tx_busy_until) + serialization_time(frame.size(), c.bandwidth_bps);
-  l.tx_busy_until = tx_end;
-  if (tx_end > now) {
-    l.tx_queue.push_back(QueuedFrame{tx_end, frame.size()});
+  l.tx_busy_until = link_end;
+  if (link_end > now) {
+    l.tx_queue.push_back(QueuedFrame{link_end, frame.size()});
     l.tx_queue_bytes += frame.size();
   }
+  // The switch port in front of `to`, if any, after the sender's link has serialized the frame.
+  bool port_mark = false;
+  const std::optional<Instant> port_end = through_port(from, to, link_end, frame.size(), port_mark);
+  if (!port_end) return drop(now, from, to, &l, DropCause::kQueueFull, frame);
+  const Instant tx_end = *port_end;
 
   // Each fault draws from its own stream, and only when it is on: turning one fault on or off
   // does not change the choices of the others. The fate is the fault stage's (corruption flips
@@ -403,12 +497,13 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   fault::Fate fate = fault::decide(faults, l.fate, frame.size());
   if (fate.lost) return drop(now, from, to, &l, DropCause::kLoss, frame);
   std::vector<std::byte> first = acquire_buffer(frame);
-  bool ecn = ecn_by_queue;
+  bool ecn = ecn_by_queue || port_mark;
   if (!c.ecn_mark.is_zero() && l.ecn.chance(c.ecn_mark.num, c.ecn_mark.den)) ecn = true;
   const bool marked = ecn && mark_ce(first, *ip);
   if (marked) {
     ++l.stats.ecn_marked;
     ++total_.ecn_marked;
+    if (port_mark) ++ports_.at(to).stats.ecn_marked;
   }
   const bool dup = fate.copies == 2;
   std::vector<std::byte> second;

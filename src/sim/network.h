@@ -101,6 +101,41 @@ struct LinkStats {
   bool operator==(const LinkStats&) const = default;
 };
 
+// A switch's egress port in front of a host (configure_port): every link into the host shares
+// it, which is what makes N senders into one receiver congest (an incast) where the network's
+// per-pair links alone never would. A frame enters the port when its sender's link has
+// serialized it, waits behind the frames ahead of it, is serialized at the port's rate, then
+// takes its link's delay. The port tail-drops beyond queue_limit_bytes and marks ECN CE on
+// ECN-capable frames as DCQCN's congestion point does: never below ecn_kmin_bytes queued, with
+// a probability rising linearly to ecn_pmax at ecn_kmax_bytes, always above it (RED's marking
+// curve, the one ConnectX-era switches are configured with; 0 bytes for Kmax: no marking).
+struct PortConfig {
+  std::uint64_t bandwidth_bps = 10'000'000'000;  // > 0
+  std::uint64_t queue_limit_bytes = 0;           // 0: no limit
+  std::uint64_t ecn_kmin_bytes = 0;
+  std::uint64_t ecn_kmax_bytes = 0;
+  fault::Ratio ecn_pmax{1, 5};
+  // Why the configuration is invalid, or nullptr.
+  const char* invalid_reason() const;
+};
+
+struct PortStats {
+  std::uint64_t enqueued_frames = 0;
+  std::uint64_t enqueued_bytes = 0;
+  std::uint64_t dropped_frames = 0;  // tail drops (also counted as the link's queue_full)
+  std::uint64_t ecn_marked = 0;      // marked here (also counted as the link's ecn_marked)
+  std::uint64_t max_queue_bytes = 0;
+  // The queue each frame found on arrival (itself excluded), in 1 KiB buckets; the last bucket
+  // holds everything from 4095 KiB up.
+  static constexpr std::size_t kBucketBytes = 1024;
+  std::array<std::uint64_t, 4096> queue_histogram{};
+  // The smallest queue length (bytes, a bucket's upper edge) that `per_mille` of the arrivals
+  // found at most: per_mille 990 is the p99.
+  std::uint64_t queue_percentile_bytes(std::uint32_t per_mille) const;
+  // Bytes forwarded per sending host (indexed by HostId; grown as senders appear).
+  std::vector<std::uint64_t> forwarded_bytes_by_source;
+};
+
 // A frame handed to its destination host.
 struct Delivery {
   Instant time;       // arrival time (<= the `now` of poll_delivery)
@@ -197,6 +232,10 @@ class Network {
   // The configuration of every link that has no explicit one.
   SimStatus configure_default(Instant now, const LinkConfig& c);
   SimStatus configure_link(Instant now, HostId from, HostId to, const LinkConfig& c);
+  // A switch egress port in front of host `to`, shared by every link into it (PortConfig).
+  SimStatus configure_port(Instant now, HostId to, const PortConfig& c);
+  // Zeros for a host without a port.
+  const PortStats& port_stats(HostId to) const;
   // Back to following the default.
   void reset_link(Instant now, HostId from, HostId to);
   const LinkConfig& default_config() const { return default_config_; }
@@ -251,6 +290,19 @@ class Network {
     Instant tx_end;
     std::size_t bytes = 0;
   };
+
+  struct Port {
+    PortConfig config;
+    Instant busy_until;             // when the port finishes serializing its last frame
+    std::deque<QueuedFrame> queue;  // frames not completely serialized yet, by tx_end
+    std::uint64_t queue_bytes = 0;
+    Prng ecn{0};  // port_seed(), set by configure_port
+    PortStats stats;
+  };
+  // The port stage of send(): the time the frame leaves the port (tx_end when `to` has no port),
+  // or nullopt when the port dropped it; sets `mark` when the port marks it.
+  std::optional<Instant> through_port(HostId from, HostId to, Instant at_switch, std::size_t bytes,
+                                      bool& mark);
 
   struct Link {
     Link(HostId f, HostId t, std::uint64_t seed);
@@ -323,6 +375,7 @@ class Network {
   std::map<std::pair<bool, std::array<std::uint8_t, 16>>, HostId> by_ip_;
   LinkConfig default_config_;
   std::map<std::pair<HostId, HostId>, Link> links_;  // node-based: Link* stay valid
+  std::map<HostId, Port> ports_;
   std::vector<InFlight> slots_;
   std::vector<std::uint32_t> free_slots_;
   std::priority_queue<Pending, std::vector<Pending>, PendingLater> arrivals_;

@@ -15,6 +15,7 @@
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/address.h"
+#include "verbs/connect.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
 #include "wire/opcode.h"
@@ -219,36 +220,14 @@ void SimHost::qp_destroying(std::uint32_t n) { engine->qp_destroying(run->now, n
 // ---- setup ---------------------------------------------------------------------------------
 
 bool connect(SimHost& s, const SimHost& peer, std::uint8_t timeout) {
-  Device& dev = *s.dev;
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.port_num = 1;
-  a.qp_access_flags = kAllAccess;
-  if (dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != Errc::kOk) {
-    return false;
-  }
-  a.qp_state = QpState::kRtr;
-  a.ah_attr.dgid = verbs::gid_from_ip(peer.ip);
-  a.ah_attr.is_global = true;
-  a.path_mtu = Mtu::k1024;
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = 0x100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  if (dev.modify_qp(s.qp, a,
-                    kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
-                        kQpMinRnrTimer) != Errc::kOk) {
-    return false;
-  }
-  a.qp_state = QpState::kRts;
-  a.sq_psn = 0x100;
-  a.timeout = timeout;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  return dev.modify_qp(s.qp, a,
-                       kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                           kQpMaxQpRdAtomic) == Errc::kOk;
+  verbs::RcConnection c;
+  c.peer_ip = peer.ip;
+  c.peer_qpn = peer.qpn;
+  c.sq_psn = 0x100;
+  c.rq_psn = 0x100;
+  c.timeout = timeout;
+  c.access = kAllAccess;
+  return verbs::connect_rc_qp(*s.dev, s.qp, c) == Errc::kOk;
 }
 
 bool make_host(Run& r, SimHost& h, int index) {

@@ -114,8 +114,8 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
         std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr, q->init.cap.max_recv_sge);
   }
   if (s.config.congestion_control == DeviceConfig::CongestionControl::kDcqcn) {
-    cc::DcqcnParams params;
-    params.line_rate_mbps = s.config.link_speed_mbps;
+    cc::DcqcnParams params = s.config.dcqcn;
+    if (params.line_rate_mbps == 0) params.line_rate_mbps = s.config.link_speed_mbps;
     q->cc = std::make_unique<cc::Dcqcn>(params);
   } else {
     q->cc = std::make_unique<cc::NoCongestionControl>();

@@ -1,13 +1,16 @@
 // datapath/udp with a fault stage (fault/fault.h) on loopback: what a rule does on transmit and
 // on receive reaches the real socket, with time an input (the `now` given to send, flush and
-// receive), so nothing here waits on a clock. Addresses 127.0.6.x.
+// receive), so nothing here waits on a clock. Addresses of this test process's own
+// (support/test_net.h).
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <string>
 #include <vector>
 
 #include "datapath/udp.h"
 #include "support/ip_text.h"
+#include "support/test_net.h"
 #include "wire/builder.h"
 
 namespace uroce::datapath {
@@ -73,7 +76,8 @@ std::uint64_t bad_icrc(const UdpDatapath& dp) {
 }
 
 TEST(UdpFaults, NoFaultsByDefaultAndAnEmptySpecClears) {
-  auto a = open_at("127.0.6.1");
+  const char* const a_ip = test::unique_ip();
+  auto a = open_at(a_ip);
   ASSERT_TRUE(a);
   EXPECT_FALSE(a->has_faults());
   EXPECT_EQ(a->next_deadline(), Instant::never());
@@ -85,12 +89,14 @@ TEST(UdpFaults, NoFaultsByDefaultAndAnEmptySpecClears) {
 }
 
 TEST(UdpFaults, TransmitLossAndCorruptionReachTheWireAndTheReceiversIcrcCatchesEveryCorruption) {
-  auto a = open_at("127.0.6.2");
-  auto b = open_at("127.0.6.3");
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  auto a = open_at(a_ip);
+  auto b = open_at(b_ip);
   ASSERT_TRUE(a && b);
   a->set_faults(spec("dir=tx,loss=20%,corrupt=20%,corrupt_bits=3,seed=11"), Instant{});
   const Instant t = Instant::from_ns(1'000'000);
-  send_n(*a, "127.0.6.3", 200, t);
+  send_n(*a, b_ip, 200, t);
   const fault::StageCounters c = a->fault_counters(fault::Direction::kTx);
   const auto lost = c.injected[static_cast<std::size_t>(fault::Injected::kLoss)];
   const auto corrupted = c.injected[static_cast<std::size_t>(fault::Injected::kCorrupt)];
@@ -110,12 +116,14 @@ TEST(UdpFaults, TransmitLossAndCorruptionReachTheWireAndTheReceiversIcrcCatchesE
 }
 
 TEST(UdpFaults, DelayHoldsAPacketUntilItsTimeWhichNextDeadlineTells) {
-  auto a = open_at("127.0.6.4");
-  auto b = open_at("127.0.6.5");
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  auto a = open_at(a_ip);
+  auto b = open_at(b_ip);
   ASSERT_TRUE(a && b);
   a->set_faults(spec("dir=tx,delay=5ms"), Instant{});
   const Instant t0 = Instant::from_ns(10'000'000);
-  send_n(*a, "127.0.6.5", 3, t0);
+  send_n(*a, b_ip, 3, t0);
   EXPECT_EQ(a->counters().tx_packets, 0u);
   EXPECT_EQ(a->next_deadline(), t0 + Duration::ms(5));
   a->flush(t0 + (Duration::ms(5) - Duration::ns(1)));
@@ -127,16 +135,18 @@ TEST(UdpFaults, DelayHoldsAPacketUntilItsTimeWhichNextDeadlineTells) {
 }
 
 TEST(UdpFaults, ReceiveDuplicationAndReceiveDelay) {
-  auto a = open_at("127.0.6.6");
-  auto b = open_at("127.0.6.7");
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  auto a = open_at(a_ip);
+  auto b = open_at(b_ip);
   ASSERT_TRUE(a && b);
   b->set_faults(spec("dir=rx,dup=100%"), Instant{});
   const Instant t = Instant::from_ns(1'000'000);
-  send_n(*a, "127.0.6.7", 2, t);
+  send_n(*a, b_ip, 2, t);
   EXPECT_EQ(receive_psns(*b, 4, t), (std::vector<std::uint32_t>{0, 0, 1, 1}));
 
   b->set_faults(spec("dir=rx,delay=1ms"), Instant{});
-  send_n(*a, "127.0.6.7", 1, t, 7);
+  send_n(*a, b_ip, 1, t, 7);
   // Read from the socket, held by the stage: nothing delivered before its time.
   pollfd p{b->fd(), POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 5000), 1);
@@ -149,32 +159,37 @@ TEST(UdpFaults, ReceiveDuplicationAndReceiveDelay) {
 }
 
 TEST(UdpFaults, AimedRulesTouchOnlyTheirPackets) {
-  auto a = open_at("127.0.6.8");
-  auto b = open_at("127.0.6.9");
-  auto c = open_at("127.0.6.10");
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const c_ip = test::unique_ip();
+  auto a = open_at(a_ip);
+  auto b = open_at(b_ip);
+  auto c = open_at(c_ip);
   ASSERT_TRUE(a && b && c);
-  // Everything to .9 is lost; .10 is another peer.
-  a->set_faults(spec("dir=tx,peer=127.0.6.9,loss=100%"), Instant{});
+  // Everything to b is lost; c is another peer.
+  a->set_faults(spec((std::string("dir=tx,peer=") + b_ip + ",loss=100%").c_str()), Instant{});
   const Instant t = Instant::from_ns(1'000'000);
-  send_n(*a, "127.0.6.9", 5, t);
-  send_n(*a, "127.0.6.10", 5, t);
+  send_n(*a, b_ip, 5, t);
+  send_n(*a, c_ip, 5, t);
   EXPECT_EQ(receive_psns(*c, 5, t).size(), 5u);
   EXPECT_EQ(a->counters().tx_packets, 5u);
   EXPECT_EQ(a->fault_counters(fault::Direction::kTx).packets, 5u);
 }
 
 TEST(UdpFaults, TheSameSeedGivesTheSameFaultsAtTheSamePackets) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   std::vector<std::vector<std::uint32_t>> runs;
   for (int run = 0; run < 2; ++run) {
-    auto a = open_at("127.0.6.11");
-    auto b = open_at("127.0.6.12");
+    auto a = open_at(a_ip);
+    auto b = open_at(b_ip);
     ASSERT_TRUE(a && b);
     a->set_faults(spec("dir=tx,loss=30%,seed=5"), Instant{});
     std::vector<std::uint32_t> events;
     a->set_fault_events([&](const fault::FaultEvent& e) {
       events.push_back(static_cast<std::uint32_t>(e.packet_number));
     });
-    send_n(*a, "127.0.6.12", 100, Instant::from_ns(1'000'000));
+    send_n(*a, b_ip, 100, Instant::from_ns(1'000'000));
     runs.push_back(events);
   }
   EXPECT_FALSE(runs[0].empty());
@@ -185,6 +200,8 @@ TEST(UdpFaults, TheSameSeedGivesTheSameFaultsAtTheSamePackets) {
 // enters the stage once, when the datapath takes it: the attempts it refused are neither counted
 // nor drawn, so that backpressure does not change which packets the seed's faults hit.
 TEST(UdpFaults, APacketRefusedForWantOfRoomEntersTheStageOnceWhenItIsTaken) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   struct Run {
     std::vector<std::uint32_t> events;  // the packet numbers of the faults
     std::vector<std::uint32_t> received;
@@ -195,7 +212,7 @@ TEST(UdpFaults, APacketRefusedForWantOfRoomEntersTheStageOnceWhenItIsTaken) {
   for (const bool backpressure : {false, true}) {
     Run r;
     bool blocked = backpressure;
-    UdpOptions o(v4("127.0.6.13"));
+    UdpOptions o(v4(a_ip));
     o.gso = false;
     o.gro = false;
     o.tx_batch = 2;
@@ -209,7 +226,7 @@ TEST(UdpFaults, APacketRefusedForWantOfRoomEntersTheStageOnceWhenItIsTaken) {
     auto opened = UdpDatapath::open(o);
     ASSERT_TRUE(opened.ok()) << opened.error();
     UdpDatapath& a = *opened.value();
-    auto b = open_at("127.0.6.14");
+    auto b = open_at(b_ip);
     ASSERT_TRUE(b);
     a.set_faults(spec("dir=tx,loss=30%,seed=5"), Instant{});
     a.set_fault_events([&](const fault::FaultEvent& e) {
@@ -226,7 +243,7 @@ TEST(UdpFaults, APacketRefusedForWantOfRoomEntersTheStageOnceWhenItIsTaken) {
       std::array<std::byte, 64> hdr{};
       const std::size_t hn = wire::write_headers(hdr, h, payload.size());
       wire::OuterHeaders out;
-      out.dst = v4("127.0.6.14");
+      out.dst = v4(b_ip);
       out.ethernet = false;
       const ConstBytes pieces[1] = {ConstBytes(payload)};
       // Refused while the socket is blocked, tried again three times, then taken once it has

@@ -18,6 +18,7 @@
 #include "device/device_config.h"
 #include "device/shared_port.h"
 #include "proto/devd_cm_protocol.h"
+#include "support/test_net.h"
 #include "verbs/address.h"
 #include "wire/builder.h"
 #include "wire/cm_mad.h"
@@ -25,7 +26,7 @@
 namespace uroce::engine {
 namespace {
 
-// Each test on its own pair of addresses (127.77.97-100.x): ctest runs them in parallel.
+// Each test on its own pair of addresses (support/test_net.h): ctest runs them in parallel.
 std::string g_device;
 std::string g_peer;
 
@@ -53,31 +54,21 @@ std::map<std::string, std::uint64_t> cm_counters() {
 class CmServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static const std::map<std::string, int> nets = {
-        {"AnswersTheWireAsTheKernelDoesAndCountsWhatIsBad", 97},
-        {"AListenerGetsTheRequestAndItsRejectReachesTheWire", 98},
-        {"OneReplyPerCommandAndEventsAfterIt", 99},
-        {"AChannelThatStopsReadingIsDroppedAndItsSuccessorServed", 100},
-        {"ARequestBeforeTheListenWaitsForIt", 101},
-        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", 102},
-        {"FaultsReachTheCmsOwnPackets", 103},
-    };
     // The coordinator is told it when it starts (connect_cm below starts it): 10 minutes, so
     // that the listen comes in time however slow the machine; 1 ms, so that the REJ comes.
     static const std::map<std::string, long long> graces = {
         {"ARequestBeforeTheListenWaitsForIt", 600000},
         {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", 1},
     };
-    const auto it = nets.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ASSERT_NE(it, nets.end()) << "give the test its own addresses";
-    g_device = "127.77." + std::to_string(it->second) + ".1";
-    g_peer = "127.77." + std::to_string(it->second) + ".2";
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    g_device = ::uroce::test::unique_ip();
+    g_peer = ::uroce::test::unique_ip();
     // The coordinator is told these on its command line by the process that starts it (the
     // edge reads them from its UROCE_CM_LISTEN_GRACE_MS and UROCE_FAULTS).
     devd::DevdOptions devd;
-    const auto g = graces.find(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    const auto g = graces.find(name);
     if (g != graces.end()) devd.cm_listen_grace_ms = g->second;
-    if (it->second == 103) devd.faults = "dir=tx,class=cm,loss=100%,seed=3";
+    if (name == "FaultsReachTheCmsOwnPackets") devd.faults = "dir=tx,class=cm,loss=100%,seed=3";
     // An event channel's connection starts the coordinator (and keeps it).
     auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0", devd);
     ASSERT_TRUE(c.ok()) << c.error();
@@ -466,14 +457,15 @@ TEST_F(CmServerTest, FaultsReachTheCmsOwnPackets) {
 // until the last context left: a busy core beside a benchmark that started within a few seconds of
 // the previous one (bench/net_bench.sh's READ and SEND runs lost 15-20% of their bandwidth).
 TEST(CmServerDeadline, AClosedQpsExpiryIsServedOnce) {
+  const char* const dev_ip = ::uroce::test::unique_ip();
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(wire::kRoceV2Port);
-  a.sin_addr.s_addr = htonl(0x7f4d6801);  // 127.77.104.1: this test's own
+  std::memcpy(&a.sin_addr, ip(dev_ip).bytes.data(), 4);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
-  auto s = CmServer::open(ip("127.77.104.1"), wire::kRoceV2Port, fd, 1);
+  auto s = CmServer::open(ip(dev_ip), wire::kRoceV2Port, fd, 1);
   ASSERT_TRUE(s.ok()) << s.error();
   CmServer& cm = *s.value();
   const Instant t0 = Instant::from_ns(1'000'000'000);

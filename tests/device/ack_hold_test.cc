@@ -129,13 +129,15 @@ class AckHold : public ::testing::Test {
 };
 
 TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   const std::string cap = capture_path("pingpong");
   Side a, b;
   SideOptions ao;
   ao.device.defer_acks = false;  // the ACK follows the answer (deferring: below)
   SideOptions bo = ao;
   bo.capture = cap;
-  pingpong_pair(a, b, "127.0.46.1", "127.0.46.2", bo, ao);
+  pingpong_pair(a, b, a_ip, b_ip, bo, ao);
 
   // A writes to B; B receives it and holds the ACK (no packet leaves B).
   const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
@@ -178,8 +180,10 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
 // every WRITE completes, in order, and every byte is where it was written, whichever way each
 // ACK went.
 TEST_F(AckHold, DeferredAcksLoseNothing) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.31", "127.0.46.32");
+  pingpong_pair(a, b, a_ip, b_ip);
   ASSERT_TRUE(a.dev->engine().defer_acks());
   ASSERT_TRUE(b.dev->engine().defer_acks());
   constexpr std::uint32_t kHops = 12;  // each side's WRITEs stay within its send queue (16)
@@ -227,27 +231,31 @@ TEST_F(AckHold, DeferredAcksLoseNothing) {
 }
 
 TEST_F(AckHold, DeferringIsSwitchedOffByTheOptions) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a;
   SideOptions ao;
   ao.device.defer_acks = false;  // UROCE_DEFER_ACKS=0
-  make_side(a, "127.0.46.33", ao);
+  make_side(a, a_ip, ao);
   EXPECT_FALSE(a.dev->engine().defer_acks());
   Side b;
   SideOptions bo;
   bo.device.defer_acks = true;
   bo.device.hold_acks = false;  // UROCE_HOLD_ACKS=0
-  make_side(b, "127.0.46.34", bo);
+  make_side(b, b_ip, bo);
   EXPECT_FALSE(b.dev->engine().defer_acks());  // nothing is held, so nothing is deferred
 }
 
 TEST_F(AckHold, ARoundSendsWhatWasPostedBeforeItReadsTheSocket) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   // A ping-pong's answer is posted right after the question arrives; the next round must send
   // it before it reads the socket (a system call even when that finds nothing), not after.
   const std::string cap = capture_path("tx-first");
   Side a, b;
   SideOptions bo;
   bo.capture = cap;
-  pingpong_pair(a, b, "127.0.46.15", "127.0.46.16", bo);
+  pingpong_pair(a, b, a_ip, b_ip, bo);
   // A's WRITE waits in B's socket; B's application posts a WRITE of its own and runs a round.
   post_write(a, b, 2, 64, 8);
   a.dev->progress();
@@ -276,8 +284,10 @@ TEST_F(AckHold, ARoundSendsWhatWasPostedBeforeItReadsTheSocket) {
 }
 
 TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.3", "127.0.46.4");
+  pingpong_pair(a, b, a_ip, b_ip);
   const std::uint64_t held = b.dev->engine().counters().tx_acks_held;
   // B never posts again; it only keeps progressing (polling mode): A's WRITE still completes.
   post_write(a, b, 2, 64, 8);
@@ -293,8 +303,10 @@ TEST_F(AckHold, HeldAckLeavesOnItsOwnWhenNoRequestComes) {
 // ACK of A's next WRITE is not held at all; once B answers a WRITE with a request of its own,
 // the next WRITE's ACK is held again. Every WRITE completes.
 TEST_F(AckHold, AWriteNobodyAnsweredIsNotHeldTheNextTime) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.19", "127.0.46.20");
+  pingpong_pair(a, b, a_ip, b_ip);
   const std::uint64_t held = b.dev->engine().counters().tx_acks_held;
   auto a_writes = [&](std::uint64_t id) {
     post_write(a, b, id, 64, 8);
@@ -322,8 +334,10 @@ TEST_F(AckHold, AWriteNobodyAnsweredIsNotHeldTheNextTime) {
 }
 
 TEST_F(AckHold, RoundsWithNothingNewLeaveAHeldAckAlone) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.17", "127.0.46.18");
+  pingpong_pair(a, b, a_ip, b_ip);
   post_write(a, b, 2, 64, 8);
   a.dev->progress();  // A's WRITE is in B's socket when this returns (loopback)
   const std::uint64_t rx = b.dev->engine().counters().rx_packets;
@@ -343,8 +357,10 @@ TEST_F(AckHold, RoundsWithNothingNewLeaveAHeldAckAlone) {
 }
 
 TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.5", "127.0.46.6");
+  pingpong_pair(a, b, a_ip, b_ip);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   // B's application posts nothing and runs no round: its thread receives A's WRITE, holds the
   // ACK for the request that never comes, and sends it when due.
@@ -357,8 +373,10 @@ TEST_F(AckHold, ThreadSendsAHeldAckWhileTheApplicationDoesNothing) {
 }
 
 TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.7", "127.0.46.8");
+  pingpong_pair(a, b, a_ip, b_ip);
   // A's WRITE waits in B's socket before B's thread starts; B's application then runs one
   // round itself (as ibv_poll_cq does), which receives the WRITE and holds the ACK, and
   // stops: the thread must send the ACK.
@@ -378,8 +396,10 @@ TEST_F(AckHold, ThreadSendsAnAckTheApplicationsRoundHeld) {
 }
 
 TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  pingpong_pair(a, b, "127.0.46.13", "127.0.46.14");
+  pingpong_pair(a, b, a_ip, b_ip);
   // B receives A's last WRITE, holds the ACK, and destroys its QP at once (ibv_rc_pingpong's
   // last exchange): the ACK must still leave, or A retries until its WR fails (RETRY_EXC_ERR).
   const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
@@ -396,9 +416,11 @@ TEST_F(AckHold, DestroyingTheQpSendsItsHeldAck) {
 }
 
 TEST_F(AckHold, ResponderOnlyQpNeverHoldsAnAck) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.46.9");
-  make_side(b, "127.0.46.10");
+  make_side(a, a_ip);
+  make_side(b, b_ip);
   pair_up(a, b);
   // B has never sent a request: every ACK it owes goes at once (a bandwidth test's target).
   for (std::uint64_t i = 0; i < 8; ++i) {
@@ -409,11 +431,13 @@ TEST_F(AckHold, ResponderOnlyQpNeverHoldsAnAck) {
 }
 
 TEST_F(AckHold, SwitchedOffByTheOptions) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions o;
   o.device.hold_acks = false;  // UROCE_HOLD_ACKS=0
-  make_side(a, "127.0.46.11", o);
-  make_side(b, "127.0.46.12", o);
+  make_side(a, a_ip, o);
+  make_side(b, b_ip, o);
   pair_up(a, b);
   post_write(b, a, 1, 0, 8);
   ASSERT_TRUE(drive_until_completion(b, a).has_value());

@@ -57,18 +57,21 @@ std::uint64_t total_drops(const datapath::UdpCounters& c) {
 }
 
 TEST(BadInput, GarbageDatagramsAreCountedWhileRealTrafficCompletes) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const junk_ip = test::unique_ip();
   // Exclusive devices: on a shared one, garbage whose QPN bytes name no context goes to the
   // coordinator, which counts it there (SharedDeviceInfo::unsteered), not here.
   Side a, b;
   test::SideOptions excl;
   excl.sharing = UdpDevice::Sharing::kExclusive;
-  test::make_side(a, "127.0.0.81", excl);
-  test::make_side(b, "127.0.0.82", excl);
-  test::connect(a, b, "127.0.0.82");
-  test::connect(b, a, "127.0.0.81");
+  test::make_side(a, a_ip, excl);
+  test::make_side(b, b_ip, excl);
+  test::connect(a, b, b_ip);
+  test::connect(b, a, a_ip);
   for (std::size_t i = 0; i < 65536; ++i) a.buf[i] = static_cast<std::byte>(i * 31 + 7);
 
-  RawSender junk("127.0.0.83", 0);
+  RawSender junk(junk_ip, 0);
   Prng rng(4791);
   constexpr int kGarbage = 3000;
   constexpr int kWrites = 8;
@@ -88,7 +91,7 @@ TEST(BadInput, GarbageDatagramsAreCountedWhileRealTrafficCompletes) {
   for (int i = 0; i < kGarbage; ++i) {
     const std::size_t len = rng.below(g.size() + 1);
     for (std::size_t j = 0; j < len; ++j) g[j] = static_cast<std::byte>(rng.next());
-    junk.send("127.0.0.82", ConstBytes(g).first(len));
+    junk.send(b_ip, ConstBytes(g).first(len));
     if (i % 16 == 0) {  // the receiver keeps up, so the kernel's socket buffer never overflows
       a.dev->progress();
       b.dev->progress();
@@ -119,22 +122,25 @@ TEST(BadInput, GarbageDatagramsAreCountedWhileRealTrafficCompletes) {
 }
 
 TEST(BadInput, CorruptedIcrcNeverTouchesMemory) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const forger_ip = test::unique_ip();
   Side a, b;
-  test::make_side(a, "127.0.0.84");
-  test::make_side(b, "127.0.0.85");
-  test::connect(a, b, "127.0.0.85");
-  test::connect(b, a, "127.0.0.84");
+  test::make_side(a, a_ip);
+  test::make_side(b, b_ip);
+  test::connect(a, b, b_ip);
+  test::connect(b, a, a_ip);
   // Well-formed RDMA WRITEs to b's QP, PSN and rkey right, every one with one payload bit
   // flipped after its ICRC was computed.
   constexpr std::uint16_t kPort = 4791;
-  RawSender forger("127.0.0.86", kPort);
+  RawSender forger(forger_ip, kPort);
   constexpr int kPackets = 64;
   std::vector<std::byte> payload(512, std::byte{0xee});
   std::vector<std::byte> frame(2048);
   for (int i = 0; i < kPackets; ++i) {
     wire::OuterHeaders o;
-    o.src = test::v4("127.0.0.86");
-    o.dst = test::v4("127.0.0.85");
+    o.src = test::v4(forger_ip);
+    o.dst = test::v4(b_ip);
     o.src_port = kPort;
     o.ethernet = false;
     wire::TransportHeaders h;
@@ -146,7 +152,7 @@ TEST(BadInput, CorruptedIcrcNeverTouchesMemory) {
     frame.resize(wire::build_frame(frame, o, h, payload));
     const std::size_t bit = 28 * 8 + 28 * 8 + static_cast<std::size_t>(i) * 61;  // in payload
     frame[bit / 8] ^= std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
-    forger.send("127.0.0.85", ConstBytes(frame).subspan(28));
+    forger.send(b_ip, ConstBytes(frame).subspan(28));
   }
   const Instant give_up = UdpDevice::now() + Duration::s(20);
   while (b.dev->datapath().counters().rx_packets < kPackets && UdpDevice::now() < give_up) {
@@ -167,14 +173,17 @@ TEST(BadInput, CorruptedIcrcNeverTouchesMemory) {
 // check_addr()): every forged packet is counted and dropped, and the connection's own traffic
 // before and after completes with its data.
 TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const forger_ip = test::unique_ip();
   Side a, b;
-  test::make_side(a, "127.0.0.89");
-  test::make_side(b, "127.0.0.90");
+  test::make_side(a, a_ip);
+  test::make_side(b, b_ip);
   // ACK timeout 0, no ACK timer: only a NAK (a forged one, if it were taken) could make a
   // retransmit while a is driven alone below, however slow the machine (loopback loses none of
   // this test's few packets).
-  test::connect(a, b, "127.0.0.90", 0);
-  test::connect(b, a, "127.0.0.89");
+  test::connect(a, b, b_ip, 0);
+  test::connect(b, a, a_ip);
   for (std::size_t i = 0; i < 131072; ++i) a.buf[i] = static_cast<std::byte>(i * 31 + 7);
   constexpr std::size_t kLen = 8192;  // 8 packets at MTU 1024
   constexpr std::size_t kTarget = 262144;
@@ -197,11 +206,11 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   constexpr std::uint32_t kNextPsn = 0x100 + 8 * 8;
 
   constexpr std::uint16_t kPort = 4791;
-  RawSender forger("127.0.0.91", kPort);
+  RawSender forger(forger_ip, kPort);
   std::vector<std::byte> frame(2048);
   auto forge = [&](const char* to, const wire::TransportHeaders& h, ConstBytes payload) {
     wire::OuterHeaders o;
-    o.src = test::v4("127.0.0.91");
+    o.src = test::v4(forger_ip);
     o.dst = test::v4(to);
     o.src_port = kPort;  // what the receiver sees and puts in the ICRC's UDP header
     o.ethernet = false;
@@ -230,7 +239,7 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   const std::vector<std::byte> junk(512, std::byte{0xee});
   w.reth = wire::Reth{b.va(kTarget), b.mr.rkey, static_cast<std::uint32_t>(junk.size())};
   const std::uint64_t b_sent = qb.counters().packets_sent;
-  forge("127.0.0.90", w, junk);
+  forge(b_ip, w, junk);
   receive(b, 1);
   EXPECT_EQ(qb.counters().src_addr_mismatch, 1u);
   EXPECT_EQ(qb.counters().packets_received, 64u);
@@ -250,7 +259,7 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
     h.bth.dest_qpn = a.qpn;
     h.bth.psn = psn;
     h.aeth = wire::Aeth{syndrome, 12};
-    forge("127.0.0.89", h, {});
+    forge(a_ip, h, {});
   };
   response(kNextPsn, wire::make_rnr_nak_syndrome(31));
   response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
@@ -304,6 +313,10 @@ TEST(BadInput, AnIpv6PeerPassesTheSourceCheck) {
     if (fd >= 0) ::close(fd);
     if (!have_ipv6) GTEST_SKIP() << "no IPv6 loopback address";
   }
+  // A device sends to port 4791 only, and ::1 is one address: this test waits for its turn on
+  // [::1]:4791 (support/test_net.h).
+  auto turn = ::uroce::test::FixedClaim::wait("[::1]:4791");
+  ASSERT_TRUE(turn) << "another test process held [::1]:4791 for two minutes";
   auto opened = UdpDevice::open(cfg, wire::kRoceV2Port, "");
   ASSERT_TRUE(opened.ok()) << opened.error();
   UdpDevice& ud = *opened.value();
@@ -368,14 +381,16 @@ TEST(BadInput, AnIpv6PeerPassesTheSourceCheck) {
 }
 
 TEST(BadInput, PeerGoneMidRunEndsInErrorCompletionsWithinTheRetryBudget) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   test::SideOptions deep;
   deep.max_send_wr = 64;
-  test::make_side(a, "127.0.0.87", deep);
-  test::make_side(b, "127.0.0.88");
+  test::make_side(a, a_ip, deep);
+  test::make_side(b, b_ip);
   // ACK timeout 4.096 us * 2^8 (about 1 ms), 3 retries.
-  test::connect(a, b, "127.0.0.88", 8, 3);
-  test::connect(b, a, "127.0.0.87");
+  test::connect(a, b, b_ip, 8, 3);
+  test::connect(b, a, a_ip);
   constexpr int kWrites = 64;
   std::vector<Sge> sges(kWrites);
   std::vector<SendWr> wrs(kWrites);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "device/udp_device.h"  // open_device
+#include "support/test_net.h"
 
 namespace uroce::engine {
 namespace {
@@ -84,22 +85,24 @@ TEST(DeviceConfig, OpenReportsAddressThatIsNotLocal) {
 }
 
 TEST(DeviceConfig, ASecondOpenSharesTheDevice) {
-  auto a = open_device(by_ip("127.0.4.73"));
+  const char* const dev_ip = test::unique_ip();
+  auto a = open_device(by_ip(dev_ip));
   ASSERT_TRUE(a.ok()) << a.error();
-  auto b = open_device(by_ip("127.0.4.73"));
+  auto b = open_device(by_ip(dev_ip));
   ASSERT_TRUE(b.ok()) << b.error();
   EXPECT_NE(a.value()->shared_port(), nullptr);
   EXPECT_NE(b.value()->shared_port(), nullptr);
 }
 
 TEST(DeviceConfig, OpenReportsPortInUseByAProgramThatDoesNotShareIt) {
+  const char* const dev_ip = test::unique_ip();
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(wire::kRoceV2Port);
-  ::inet_pton(AF_INET, "127.0.4.74", &sa.sin_addr);
+  ::inet_pton(AF_INET, dev_ip, &sa.sin_addr);
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  auto b = open_device(by_ip("127.0.4.74"));
+  auto b = open_device(by_ip(dev_ip));
   ::close(fd);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().find("in use"), std::string::npos) << b.error();

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <set>
 
 #include "datapath/udp.h"
@@ -28,20 +27,6 @@
 namespace uroce::engine {
 namespace {
 
-// The test's addresses: 127.0.0.N, or SHARED_DEVICE_TEST_NET.N (the unprivileged run uses its
-// own, so that a coordinator of the root run still lingering there does not refuse it).
-std::string at_text(int host) {
-  const char* net = std::getenv("SHARED_DEVICE_TEST_NET");
-  return std::string(net != nullptr && *net != '\0' ? net : "127.0.0") + "." + std::to_string(host);
-}
-// As a C string that lives until the end of the test program.
-const char* at(int host) {
-  static std::map<int, std::string> names;
-  auto [it, inserted] = names.try_emplace(host, "");
-  if (inserted) it->second = at_text(host);
-  return it->second.c_str();
-}
-
 using test::kAllAccess;
 using test::Side;
 using test::v4;
@@ -49,7 +34,7 @@ using test::v4;
 // ---- the steering program on the kernel's reuseport group ----
 
 struct Group {
-  wire::IpAddress ip = v4(at(60));
+  wire::IpAddress ip = test::unique_v4();
   std::uint16_t port = 0;
   std::vector<int> socks;  // in the kernel's order: socks[i] is index i
   ~Group() {
@@ -150,7 +135,7 @@ TEST(SteeringProgram, ALargerProgramThanTheKernelTakesIsRefused) {
   for (std::uint32_t i = 0; i < many.size(); ++i) many[i] = i + 1;
   std::vector<SteeringEntry> e{{1, many}};
   EXPECT_GT(steering_program(e, 0).size(), std::size_t{BPF_MAXINSNS});
-  const int fd = datapath::make_group_socket(v4(at(60)), 0);
+  const int fd = datapath::make_group_socket(test::unique_v4(), 0);
   ASSERT_GE(fd, 0);
   EXPECT_EQ(attach_steering_program(fd, steering_program(e, 0)), E2BIG);
   ::close(fd);
@@ -172,9 +157,10 @@ void write_and_check(Side& a, Side& b, std::size_t n, std::uint8_t seed) {
 }
 
 TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
+  const char* const dev_ip = test::unique_ip();
   Side a, b;
-  test::make_side(a, at(61));
-  test::make_side(b, at(61));
+  test::make_side(a, dev_ip);
+  test::make_side(b, dev_ip);
   ASSERT_NE(a.dev->shared_port(), nullptr);
   EXPECT_NE(a.qpn, b.qpn);
   EXPECT_NE(devd::block_of(a.qpn), devd::block_of(b.qpn));
@@ -182,7 +168,7 @@ TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
   write_and_check(a, b, 200'000, 1);
   write_and_check(b, a, 3000, 2);
 
-  auto info = SharedPort::query(v4(at(61)), wire::kRoceV2Port);
+  auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
   ASSERT_TRUE(info.ok()) << info.error();
   ASSERT_EQ(info->members.size(), 2u);
   for (const SharedMember& m : info->members) {
@@ -193,8 +179,9 @@ TEST(SharedDevice, TwoContextsOnOneAddressRunRcTrafficAndHaveDistinctQpns) {
 }
 
 TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
+  const char* const dev_ip = test::unique_ip();
   Side a;
-  test::make_side(a, at(62));
+  test::make_side(a, dev_ip);
   Device& dev = a.dev->device();
   std::set<std::uint32_t> seen{a.qpn};
   QpInitAttr init;
@@ -211,7 +198,7 @@ TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
     EXPECT_LT(qp->qp_num, 0xffffffu);
     ASSERT_EQ(dev.destroy_qp(qp->handle), Errc::kOk);
   }
-  auto info = SharedPort::query(v4(at(62)), wire::kRoceV2Port);
+  auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
   ASSERT_TRUE(info.ok());
   ASSERT_EQ(info->members.size(), 1u);
   // The first block stays (a's QP lives in it) and the current one; the used-up ones went back.
@@ -219,12 +206,13 @@ TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
 }
 
 TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
+  const char* const dev_ip = test::unique_ip();
   // a, b, c join in that order (indices 1, 2, 3). b leaving moves c to index 2 in the kernel;
   // a and c must keep talking.
   Side a, b, c;
-  test::make_side(a, at(63));
-  test::make_side(b, at(63));
-  test::make_side(c, at(63));
+  test::make_side(a, dev_ip);
+  test::make_side(b, dev_ip);
+  test::make_side(c, dev_ip);
   test::pair_up(a, c);
   write_and_check(a, c, 50'000, 3);
   b.dev->close();
@@ -233,8 +221,8 @@ TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
   write_and_check(c, a, 50'000, 5);
   // Newcomers get indices 3 and 4 (c moved to 2), and work.
   Side d, e;
-  test::make_side(d, at(63));
-  test::make_side(e, at(63));
+  test::make_side(d, dev_ip);
+  test::make_side(e, dev_ip);
   EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
   EXPECT_EQ(e.dev->shared_port()->group_index(), 4u);
   test::pair_up(d, e);
@@ -243,7 +231,7 @@ TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
 }
 
 TEST(SharedDevice, APortHeldByAnotherProgramGivesAClearError) {
-  const wire::IpAddress ip = v4(at(64));
+  const wire::IpAddress ip = test::unique_v4();
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_storage ss;
   socklen_t len = 0;
@@ -283,11 +271,12 @@ int in_child(F body) {
 
 TEST(SharedDevice, AnotherUserIsRefusedWithAMessageThatSaysWhy) {
   if (::getuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  const char* const dev_ip = test::unique_ip();
   Side a;
-  test::make_side(a, at(65));
-  const int rc = in_child([] {
+  test::make_side(a, dev_ip);
+  const int rc = in_child([dev_ip] {
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 3;
-    auto sp = SharedPort::join(v4(at(65)), wire::kRoceV2Port, "uroce0");
+    auto sp = SharedPort::join(v4(dev_ip), wire::kRoceV2Port, "uroce0");
     if (sp.ok()) return 1;
     return sp.error().find("uid 0") != std::string::npos &&
                    sp.error().find("UROCE_SHARE=all") != std::string::npos
@@ -298,8 +287,9 @@ TEST(SharedDevice, AnotherUserIsRefusedWithAMessageThatSaysWhy) {
 }
 
 TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
+  const char* const dev_ip = test::unique_ip();
   Side a;
-  test::make_side(a, at(66));
+  test::make_side(a, dev_ip);
   int to_child[2], to_parent[2];
   ASSERT_EQ(::pipe(to_child), 0);
   ASSERT_EQ(::pipe(to_parent), 0);
@@ -312,15 +302,15 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
   if (pid == 0) {
     // The child: its own context on the same device; the parent's are not its.
     Side c;
-    test::make_side(c, at(66));
+    test::make_side(c, dev_ip);
     if (::testing::Test::HasFatalFailure()) ::_exit(10);
     Addr mine{c.qpn, c.va(0), c.mr.rkey}, parent{};
     if (::write(to_parent[1], &mine, sizeof mine) != sizeof mine) ::_exit(11);
     if (::read(to_child[0], &parent, sizeof parent) != sizeof parent) ::_exit(12);
     Side p;  // the parent as the child sees it: its QPN and memory
     p.qpn = parent.qpn;
-    p.ip = at(66);
-    test::connect(c, p, at(66));
+    p.ip = dev_ip;
+    test::connect(c, p, dev_ip);
     for (std::size_t i = 0; i < 4096; ++i)
       c.buf[i] = std::byte(static_cast<std::uint8_t>(i ^ 0x5a));
     Sge sge{c.va(0), 4096, c.mr.lkey};
@@ -343,7 +333,7 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
   EXPECT_NE(child.qpn, a.qpn);
   Side c;
   c.qpn = child.qpn;
-  test::connect(a, c, at(66));
+  test::connect(a, c, dev_ip);
   Addr mine{a.qpn, a.va(0), a.mr.rkey};
   ASSERT_EQ(::write(to_child[1], &mine, sizeof mine), static_cast<ssize_t>(sizeof mine));
   // Progress (the child's WRITE lands here) until the child is done.
@@ -361,9 +351,10 @@ TEST(SharedDevice, AForkedChildOpensTheDeviceAndWritesToItsParent) {
 }
 
 TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
+  const char* const dev_ip = test::unique_ip();
   Side a, b;
-  test::make_side(a, at(67));
-  test::make_side(b, at(67));
+  test::make_side(a, dev_ip);
+  test::make_side(b, dev_ip);
   test::pair_up(a, b);
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
@@ -373,7 +364,7 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       Side c;
-      test::make_side(c, at(67));
+      test::make_side(c, dev_ip);
       const char one = 1;
       [[maybe_unused]] const ssize_t n = ::write(ready[1], &one, 1);
       for (;;) c.dev->wait(Duration::ms(100));
@@ -396,7 +387,7 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
   const Instant give_up = UdpDevice::now() + Duration::s(10);
   std::size_t members = 0;
   while (UdpDevice::now() < give_up) {
-    auto info = SharedPort::query(v4(at(67)), wire::kRoceV2Port);
+    auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
     ASSERT_TRUE(info.ok());
     members = info->members.size();
     if (members == 2) break;
@@ -404,8 +395,8 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
   }
   EXPECT_EQ(members, 2u);
   Side d, e;
-  test::make_side(d, at(67));
-  test::make_side(e, at(67));
+  test::make_side(d, dev_ip);
+  test::make_side(e, dev_ip);
   EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
   test::pair_up(d, e);
   write_and_check(e, d, 10'000, 10);
@@ -415,12 +406,13 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
 }
 
 TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
-  const wire::IpAddress ip = v4(at(68));
+  const char* const dev_ip = test::unique_ip();
+  const wire::IpAddress ip = v4(dev_ip);
   {
     Side a;
     test::SideOptions o;
     o.device.devd.linger_ms = 0;  // UROCE_DEVD_LINGER_MS=0: told on its command line
-    test::make_side(a, at(68), o);
+    test::make_side(a, dev_ip, o);
     EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
   }
   // Bounded: the coordinator exits as soon as it sees the last context leave.
@@ -433,7 +425,7 @@ TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
   EXPECT_TRUE(gone);
   // And the next one starts a new coordinator.
   Side b;
-  test::make_side(b, at(68));
+  test::make_side(b, dev_ip);
   EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
 }
 
@@ -462,6 +454,7 @@ pid_t coordinator_pid(const std::string& ip) {
 }
 
 TEST(SharedDevice, TheCoordinatorRunsOnEveryCpuNotOnlyOnItsStarters) {
+  const char* const dev_ip = test::unique_ip();
   // An MPI rank bound to its core, or a benchmark pinned with taskset, starts the coordinator;
   // the coordinator serves every context of the device and must not stay on that one core.
   cpu_set_t mine;
@@ -480,9 +473,9 @@ TEST(SharedDevice, TheCoordinatorRunsOnEveryCpuNotOnlyOnItsStarters) {
   Side a;
   test::SideOptions o;
   o.device.devd.linger_ms = 0;
-  test::make_side(a, at(78), o);
-  const pid_t devd = coordinator_pid(at_text(78));
-  ASSERT_NE(devd, 0) << "no uroce-devd --ip " << at_text(78);
+  test::make_side(a, dev_ip, o);
+  const pid_t devd = coordinator_pid(dev_ip);
+  ASSERT_NE(devd, 0) << "no uroce-devd --ip " << dev_ip;
   cpu_set_t theirs;
   ASSERT_EQ(::sched_getaffinity(devd, sizeof theirs, &theirs), 0);
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
@@ -493,9 +486,10 @@ TEST(SharedDevice, TheCoordinatorRunsOnEveryCpuNotOnlyOnItsStarters) {
 }
 
 TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
+  const char* const dev_ip = test::unique_ip();
   DeviceConfig cfg;
   cfg.name = "uroce0";
-  cfg.ip = v4(at(69));
+  cfg.ip = v4(dev_ip);
   auto a = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive);
   ASSERT_TRUE(a.ok()) << a.error();
   EXPECT_EQ(a.value()->shared_port(), nullptr);
@@ -505,11 +499,12 @@ TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
 }
 
 TEST(SharedDevice, QpOneGoesToTheContextThatClaimsIt) {
+  const char* const dev_ip = test::unique_ip();
   Side a, b;
-  test::make_side(a, at(70));
-  test::make_side(b, at(70));
+  test::make_side(a, dev_ip);
+  test::make_side(b, dev_ip);
   Group g;  // to send raw datagrams to the device
-  g.ip = v4(at(70));
+  g.ip = v4(dev_ip);
   g.port = wire::kRoceV2Port;
   ASSERT_EQ(b.dev->shared_port()->claim_qp1(true), Errc::kOk);
   EXPECT_EQ(a.dev->shared_port()->claim_qp1(true), Errc::kBusy);  // one listener at a time
@@ -531,12 +526,13 @@ TEST(SharedDevice, QpOneGoesToTheContextThatClaimsIt) {
 }
 
 TEST(SharedDevice, AKeyOfOneContextIsNeverAcceptedForAnothersQp) {
+  const char* const dev_ip = test::unique_ip();
   // a, b and c share the address; c is connected to b. c aims a WRITE at a's memory with a's
   // rkey, through b's QP: b checks the key against its own MRs only, and refuses it.
   Side a, b, c;
-  test::make_side(a, at(71));
-  test::make_side(b, at(71));
-  test::make_side(c, at(71));
+  test::make_side(a, dev_ip);
+  test::make_side(b, dev_ip);
+  test::make_side(c, dev_ip);
   test::pair_up(b, c);
   for (std::size_t i = 0; i < 4096; ++i) c.buf[i] = std::byte{0xee};
   Sge sge{c.va(0), 4096, c.mr.lkey};

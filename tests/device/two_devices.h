@@ -13,10 +13,14 @@
 
 #include "device/udp_device.h"
 #include "support/ip_text.h"
+#include "support/test_net.h"
 #include "verbs/address.h"
 
 namespace uroce::engine::test {
 
+using ::uroce::test::unique_ip;  // support/test_net.h
+using ::uroce::test::unique_port;
+using ::uroce::test::unique_v4;
 using ::uroce::test::v4;  // support/ip_text.h
 
 inline constexpr std::uint32_t kAllAccess =

@@ -34,12 +34,14 @@ std::string temp_path(const std::string& name) {
 }
 
 TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   const std::string cap_a = temp_path("a.pcap"), cap_b = temp_path("b.pcap");
-  make_side(a, "127.0.0.71", cap_a);
-  make_side(b, "127.0.0.72", cap_b);
-  connect(a, b, "127.0.0.72");
-  connect(b, a, "127.0.0.71");
+  make_side(a, a_ip, cap_a);
+  make_side(b, b_ip, cap_b);
+  connect(a, b, b_ip);
+  connect(b, a, a_ip);
   for (std::size_t i = 0; i < 10000; ++i) a.buf[i] = static_cast<std::byte>(i * 7 + 1);
   for (std::size_t i = 0; i < 10000; ++i) b.buf[500000 + i] = static_cast<std::byte>(i * 3 + 5);
   std::uint64_t counter = 41;
@@ -127,15 +129,17 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
 // DeviceOptions::stats_file (UROCE_STATS_FILE): each device appends its counters as it closes,
 // one `uroce stats` line (what the interop harness reads after a drop-in program exited).
 TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   const std::string path = temp_path("stats.txt");
   std::filesystem::remove(path);
   Side a, b;
   SideOptions o;
   o.device.stats_file = path;
-  make_side(a, "127.0.3.96", o);
-  make_side(b, "127.0.3.97", o);
-  connect(a, b, "127.0.3.97");
-  connect(b, a, "127.0.3.96");
+  make_side(a, a_ip, o);
+  make_side(b, b_ip, o);
+  connect(a, b, b_ip);
+  connect(b, a, a_ip);
   const Sge recv{b.va(0), 64, b.mr.lkey};
   const RecvWr rwr{1, std::span(&recv, 1)};
   ASSERT_EQ(b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr), Errc::kOk);
@@ -166,6 +170,8 @@ TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
 // A program that exits with its device open (librdmacm keeps its contexts until then) still leaves
 // its counters: the device stops at exit and appends them, once.
 TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   const std::string path = temp_path("stats-exit.txt");
   std::filesystem::remove(path);
   const pid_t pid = ::fork();
@@ -179,10 +185,10 @@ TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
     kept[1] = new Side();
     Side& a = *kept[0];
     Side& b = *kept[1];
-    make_side(a, "127.0.3.144", o);
-    make_side(b, "127.0.3.145", o);
-    connect(a, b, "127.0.3.145");
-    connect(b, a, "127.0.3.144");
+    make_side(a, a_ip, o);
+    make_side(b, b_ip, o);
+    connect(a, b, b_ip);
+    connect(b, a, a_ip);
     const Sge recv{b.va(0), 64, b.mr.lkey};
     const RecvWr rwr{1, std::span(&recv, 1)};
     bool ok = b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr) == Errc::kOk;
@@ -216,7 +222,7 @@ TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
 TEST(UdpDevice, FaultsComeFromTheOptionsThisDevicesFirst) {
   DeviceConfig cfg;
   cfg.name = "fx-1";
-  cfg.ip = v4("127.0.3.146");
+  cfg.ip = v4(test::unique_ip());
   cfg.netdev_mtu = 0;
   DeviceOptions o;
   o.faults = "nonsense";
@@ -229,13 +235,15 @@ TEST(UdpDevice, FaultsComeFromTheOptionsThisDevicesFirst) {
 }
 
 TEST(UdpDevice, PortMtuFollowsTheInterfaceAsRxe) {
+  const char* const first_ip = test::unique_ip();
+  const char* const second_ip = test::unique_ip();
   DeviceConfig cfg;
-  cfg.ip = v4("127.0.0.76");
+  cfg.ip = v4(first_ip);
   cfg.netdev_mtu = 0;  // from the interface: lo, 64 KiB -> 4096
   auto d = UdpDevice::open(cfg);
   ASSERT_TRUE(d.ok()) << d.error();
   EXPECT_EQ(d.value()->device().active_mtu(), Mtu::k4096);
-  cfg.ip = v4("127.0.0.77");
+  cfg.ip = v4(second_ip);
   cfg.netdev_mtu = 1500;  // given: 1500 -> 1024
   auto e = UdpDevice::open(cfg);
   ASSERT_TRUE(e.ok()) << e.error();
@@ -243,11 +251,14 @@ TEST(UdpDevice, PortMtuFollowsTheInterfaceAsRxe) {
 }
 
 TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const nobody_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.0.73");
-  make_side(b, "127.0.0.74");
-  // Nobody listens at 127.0.0.75; ACK timeout 4.096 us * 2^8 (about 1 ms), 2 retries.
-  connect(a, b, "127.0.0.75", 8, 2);
+  make_side(a, a_ip);
+  make_side(b, b_ip);
+  // Nobody listens at nobody_ip; ACK timeout 4.096 us * 2^8 (about 1 ms), 2 retries.
+  connect(a, b, nobody_ip, 8, 2);
   Device& dev = a.dev->device();
   const Sge s{a.va(0), 100, a.mr.lkey};
   SendWr wr;
@@ -264,11 +275,13 @@ TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
 // verifies every ICRC, GSO segments' included (their identification is not 0), and nothing stays
 // queued in the datapath once the engine has flushed.
 TEST(UdpDevice, LongWriteGoesOutInGsoRunsWithVerifiedIcrcs) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.3.142");
-  make_side(b, "127.0.3.143");
-  connect(a, b, "127.0.3.143");
-  connect(b, a, "127.0.3.142");
+  make_side(a, a_ip);
+  make_side(b, b_ip);
+  connect(a, b, b_ip);
+  connect(b, a, a_ip);
   if (!a.dev->datapath().gso() || a.dev->datapath().tx_batch() < 2) {
     GTEST_SKIP() << "no UDP GSO here (or UROCE_UDP_GSO=0 / UROCE_UDP_BATCH=1)";
   }

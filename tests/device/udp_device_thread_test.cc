@@ -82,9 +82,11 @@ bool readable(int fd, int timeout_ms) {
 // The target's owner opens its device, starts the thread and then never touches it again: the
 // initiator's WRITE, READ and atomic complete anyway.
 TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.1", deep());
-  make_side(b, "127.0.1.2", deep());
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   fill(a, 0, 20000, 7);
   fill(b, 500000, 20000, 3);
@@ -134,8 +136,10 @@ TEST(UdpDeviceThread, OneSidedOperationsCompleteWhileTheTargetDoesNothing) {
 // blocks in read() until the initiator is done: its WRITE lands and its READ returns the
 // target's bytes without the target's application running at all.
 TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a;
-  make_side(a, "127.0.1.28", deep());
+  make_side(a, a_ip, deep());
   int to_parent[2], to_child[2];
   ASSERT_EQ(::pipe(to_parent), 0);
   ASSERT_EQ(::pipe(to_child), 0);
@@ -146,10 +150,10 @@ TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
     ::close(to_parent[0]);
     ::close(to_child[1]);
     Side b;
-    make_side(b, "127.0.1.29", deep());
+    make_side(b, b_ip, deep());
     if (::testing::Test::HasFatalFailure() || !b.dev) ::_exit(2);
     fill(b, 0, 50000, 11);
-    connect(b, a, "127.0.1.28");
+    connect(b, a, a_ip);
     if (::testing::Test::HasFatalFailure()) ::_exit(2);
     if (!b.dev->start_progress_thread().empty()) ::_exit(2);
     const std::uint64_t info[3] = {b.qpn, b.mr.rkey, b.va(0)};
@@ -174,7 +178,7 @@ TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
   ASSERT_EQ(::read(to_parent[0], info, sizeof info), static_cast<ssize_t>(sizeof info));
   Side peer;  // what the initiator knows of the target
   peer.qpn = static_cast<std::uint32_t>(info[0]);
-  connect(a, peer, "127.0.1.29");
+  connect(a, peer, b_ip);
   ASSERT_EQ(a.dev->start_progress_thread(), "");
   fill(a, 0, 30000, 7);
   const Sge wsge{a.va(0), 30000, a.mr.lkey};
@@ -211,9 +215,11 @@ TEST(UdpDeviceThread, TargetProcessThatOnlyKeepsTheDeviceOpen) {
 
 // A polling-mode initiator against a thread-mode target: the two modes interoperate.
 TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.3", deep());
-  make_side(b, "127.0.1.4", deep());
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   fill(a, 0, 8000, 5);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
@@ -239,9 +245,11 @@ TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
 // doorbell, or an engine that only sends for QPs it was told about (and a progress thread that
 // sleeps until told) would never send it. The initiator polls, so the order is exact.
 TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.30", deep());
-  make_side(b, "127.0.1.31", deep());
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   fill(a, 0, 1000, 3);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
@@ -271,8 +279,9 @@ TEST(UdpDeviceThread, WrPostedInSqdGoesAfterResume) {
 }
 
 TEST(UdpDeviceThread, StartTwiceOrAfterCloseIsAClearError) {
+  const char* const a_ip = test::unique_ip();
   Side a;
-  make_side(a, "127.0.1.5", deep());
+  make_side(a, a_ip, deep());
   ASSERT_EQ(a.dev->start_progress_thread(), "");
   EXPECT_NE(a.dev->start_progress_thread(), "");
   a.dev->stop_progress_thread();
@@ -288,8 +297,8 @@ void check_completion_channel(bool thread_mode) {
   Side a, b;
   SideOptions oa = deep();
   oa.make_channel = true;
-  make_side(a, thread_mode ? "127.0.1.6" : "127.0.1.8", oa);
-  make_side(b, thread_mode ? "127.0.1.7" : "127.0.1.9", deep());
+  make_side(a, test::unique_ip(), oa);
+  make_side(b, test::unique_ip(), deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   if (thread_mode) {
@@ -367,10 +376,11 @@ void check_completion_channel(bool thread_mode) {
 // way (qperf's SIGALRM). The progress thread takes no signal, so the application's thread does.
 void on_alarm(int) {}
 TEST(UdpDeviceThread, ASignalEndsABlockedCqEventWait) {
+  const char* const a_ip = test::unique_ip();
   Side a;
   SideOptions oa = deep();
   oa.make_channel = true;
-  make_side(a, "127.0.1.250", oa);
+  make_side(a, a_ip, oa);
   ASSERT_EQ(a.dev->start_progress_thread(), "");
   struct sigaction sa {};
   sa.sa_handler = on_alarm;  // no SA_RESTART
@@ -408,11 +418,13 @@ TEST(UdpDeviceThread, CompletionChannelInPollingMode) { check_completion_channel
 // an fd nobody wrote blocks, holding the channel's mutex the signaller needs: a deadlock that
 // stopped the whole device). A watchdog turns a hang into a failure.
 TEST(UdpDeviceThread, ACqThreadOnABlockingChannelGetsEveryEventWhileTheThreadCompletesWork) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions oa = deep();
   oa.make_channel = true;
-  make_side(a, "127.0.1.40", oa);
-  make_side(b, "127.0.1.41", deep());
+  make_side(a, a_ip, oa);
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -485,11 +497,13 @@ TEST(UdpDeviceThread, ACqThreadOnABlockingChannelGetsEveryEventWhileTheThreadCom
 // A CQ of one entry overflows: the async event fd turns readable and get_async_event() gives
 // the CQ error for that CQ.
 TEST(UdpDeviceThread, AsyncEventFdReportsCqOverflow) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions oa = deep();
   oa.cqe = 1;
-  make_side(a, "127.0.1.10", oa);
-  make_side(b, "127.0.1.11", deep());
+  make_side(a, a_ip, oa);
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -514,9 +528,11 @@ TEST(UdpDeviceThread, AsyncEventFdReportsCqOverflow) {
 // A WRITE with a bad rkey: the target's QP raises an access error (rxe:
 // IB_EVENT_QP_ACCESS_ERR) that its application, only waiting on the async fd, receives.
 TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.32", deep());
-  make_side(b, "127.0.1.33", deep());
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -541,11 +557,13 @@ TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
 
 // Polling mode: the async fd becomes readable during progress().
 TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions oa = deep();
   oa.cqe = 1;
-  make_side(a, "127.0.1.12", oa);
-  make_side(b, "127.0.1.13", deep());
+  make_side(a, a_ip, oa);
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   const Sge sge{a.va(0), 64, a.mr.lkey};
@@ -565,13 +583,15 @@ TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
 // close() right after posting many WRs: every WR completes before the socket closes, the peer
 // has every byte, and the completions can be polled after close().
 TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions oa = deep();
   oa.capture = (std::filesystem::temp_directory_path() /
                 ("uroce_thread_test_" + std::to_string(::getpid()) + ".pcap"))
                    .string();
-  make_side(a, "127.0.1.14", oa);
-  make_side(b, "127.0.1.15", deep());
+  make_side(a, a_ip, oa);
+  make_side(b, b_ip, deep());
   pair_up(a, b);
   constexpr std::size_t kWrs = 200, kLen = 4096;
   fill(a, 0, kWrs * kLen, 13);
@@ -615,11 +635,14 @@ TEST(UdpDeviceThread, CloseFlushesEveryPostedWr) {
 
 // A WR that cannot be delivered ends within its retry budget: close() waits for that failure.
 TEST(UdpDeviceThread, CloseWaitsForRetryExceeded) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const nobody_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.16", deep());
-  make_side(b, "127.0.1.17", deep());
-  // Nobody at 127.0.1.18; ACK timeout about 1 ms, 2 retries.
-  connect(a, b, "127.0.1.18", 8, 2);
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
+  // Nobody at nobody_ip; ACK timeout about 1 ms, 2 retries.
+  connect(a, b, nobody_ip, 8, 2);
   ASSERT_EQ(a.dev->start_progress_thread(), "");
   const Sge sge{a.va(0), 100, a.mr.lkey};
   const SendWr w = write_wr(5, sge, b, 0);
@@ -639,11 +662,14 @@ TEST(UdpDeviceThread, CloseWaitsForRetryExceeded) {
 
 // A deadline shorter than the retry budget: close() gives up and says so.
 TEST(UdpDeviceThread, CloseDeadlineIsBounded) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const nobody_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.19", deep());
-  make_side(b, "127.0.1.20", deep());
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
   // ACK timeout 4.096 us * 2^20 (about 4 s), 7 retries: far beyond the deadline below.
-  connect(a, b, "127.0.1.21", 20, 7);
+  connect(a, b, nobody_ip, 20, 7);
   const Sge sge{a.va(0), 100, a.mr.lkey};
   const SendWr w = write_wr(6, sge, b, 0);
   ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
@@ -660,9 +686,11 @@ TEST(UdpDeviceThread, CloseDeadlineIsBounded) {
 // copy), sendmmsg sent bytes newer than the ICRC: here 142 of about 700 responses were dropped
 // for their ICRC, and with retry_cnt 3 the first READ failed with RETRY_EXC_ERR.
 TEST(UdpDeviceThread, ReadsOfMemoryTheTargetKeepsRewritingComplete) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_side(a, "127.0.1.71", deep());
-  make_side(b, "127.0.1.72", deep());
+  make_side(a, a_ip, deep());
+  make_side(b, b_ip, deep());
   pair_up(a, b, 12);  // ACK timeout about 17 ms: recovers quickly from a spurious loss
   constexpr std::size_t kBytes = 65536;
   auto* words = reinterpret_cast<std::uint64_t*>(b.buf.data());
@@ -705,12 +733,14 @@ TEST(UdpDeviceThread, ReadsOfMemoryTheTargetKeepsRewritingComplete) {
 
 // The counters of a snapshot match the traffic: WRITEs of known size, one packet per MTU.
 TEST(UdpDeviceThread, StatsMatchTraffic) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions oa, ob;
   oa.name = "stats_a";
   ob.name = "stats_b";
-  make_side(a, "127.0.1.22", oa);
-  make_side(b, "127.0.1.23", ob);
+  make_side(a, a_ip, oa);
+  make_side(b, b_ip, ob);
   pair_up(a, b, 20);  // ACK timeout about 4 s: no retransmission to blur the counts
   ASSERT_EQ(b.dev->start_progress_thread(), "");
   ASSERT_EQ(a.dev->start_progress_thread(), "");
@@ -773,11 +803,13 @@ TEST(UdpDeviceThread, StatsMatchTraffic) {
 
 // Two devices of one name in one process get distinct endpoints.
 TEST(UdpDeviceThread, StatsEndpointNamesAreUnique) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions o = deep();
   o.name = "twin";
-  make_side(a, "127.0.1.24", o);
-  make_side(b, "127.0.1.25", o);
+  make_side(a, a_ip, o);
+  make_side(b, b_ip, o);
   const std::string base = "uroce/" + std::to_string(::getpid()) + "/twin";
   EXPECT_EQ(a.dev->stats_socket_name(), base);
   EXPECT_EQ(b.dev->stats_socket_name(), base + "~2");
@@ -787,12 +819,14 @@ TEST(UdpDeviceThread, StatsEndpointNamesAreUnique) {
 // threads run: every WR completes once, in order, and the data is right. (Run under
 // ThreadSanitizer too: see the report of the engine-threads branch.)
 TEST(UdpDeviceThread, StressPostAndPollAgainstTheProgressThread) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions o = deep();
   o.max_send_wr = 64;
   o.cqe = 4096;
-  make_side(a, "127.0.1.26", o);
-  make_side(b, "127.0.1.27", o);
+  make_side(a, a_ip, o);
+  make_side(b, b_ip, o);
   pair_up(a, b);
   constexpr std::uint64_t kTotal = 5000;
   constexpr std::uint32_t kLen = 256;

@@ -45,8 +45,10 @@ void make_pair(Side& a, Side& b, const char* ip_a, const char* ip_b) {
 }
 
 TEST(ClosedQp, TheEngineAcknowledgesADuplicateForADestroyedQp) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_pair(a, b, "127.0.71.1", "127.0.71.2");
+  make_pair(a, b, a_ip, b_ip);
   deliver_unacknowledged(a, b);
   ASSERT_TRUE(b.dev->set_faults("").ok());  // b's next ACK gets through
   const std::vector<Wc> got = run_until(a, b, 1);
@@ -60,8 +62,10 @@ TEST(ClosedQp, TheEngineAcknowledgesADuplicateForADestroyedQp) {
 }
 
 TEST(ClosedQp, TheCoordinatorAcknowledgesOnceTheContextHasClosed) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_pair(a, b, "127.0.72.1", "127.0.72.2");
+  make_pair(a, b, a_ip, b_ip);
   deliver_unacknowledged(a, b);
   b.dev.reset();  // the process exits: its block goes back to the coordinator
   const std::vector<Wc> got = run_until(a, b, 1);
@@ -73,8 +77,10 @@ TEST(ClosedQp, TheCoordinatorAcknowledgesOnceTheContextHasClosed) {
 // The control: a request the destroyed QP never executed gets no ACK, from the engine or the
 // coordinator, and the peer's WQE fails as on hardware.
 TEST(ClosedQp, ANewRequestForADestroyedQpIsNotAcknowledged) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Side a, b;
-  make_pair(a, b, "127.0.73.1", "127.0.73.2");
+  make_pair(a, b, a_ip, b_ip);
   pair_up(a, b, 10);  // 4.2 ms x 8 tries
   ASSERT_EQ(b.dev->device().destroy_qp(b.qp), Errc::kOk);
   const Sge src{a.va(0), 16, a.mr.lkey};

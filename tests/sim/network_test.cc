@@ -520,5 +520,134 @@ TEST(Network, TotalsAreTheSumOfLinksAndEveryFrameIsAccountedFor) {
   EXPECT_EQ(total.sent_frames + total.duplicated, total.delivered_frames + total.dropped_total());
 }
 
+// ---- a switch port in front of a host (configure_port) --------------------------------------
+
+// Two senders, each on a link as fast as the port, into one receiver: on their own links the
+// frames never wait, at the port they take turns, so the receiver gets them one port-time apart
+// and a queue builds.
+TEST(NetworkPort, SendersIntoOneHostShareItsPort) {
+  Network net(1);
+  const HostId r = must_add(net, v4(1), 1);
+  const HostId a = must_add(net, v4(2), 2);
+  const HostId b = must_add(net, v4(3), 3);
+  LinkConfig link;
+  link.delay_ns = 1000;
+  link.bandwidth_bps = 1'000'000'000;  // 8 ns per byte: 1000 bytes in 8 us
+  link.queue_limit_packets = 0;
+  ASSERT_TRUE(net.configure_default(at_ns(0), link).ok());
+  PortConfig port;
+  port.bandwidth_bps = 1'000'000'000;
+  ASSERT_TRUE(net.configure_port(at_ns(0), r, port).ok());
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    net.send(at_ns(0), a, test::sized_frame(v4(2), v4(1), 1000, i));
+    net.send(at_ns(0), b, test::sized_frame(v4(3), v4(1), 1000, 100 + i));
+  }
+  const auto got = run_to_idle(net);
+  ASSERT_EQ(got.size(), 8u);
+  // a's first frame reaches the switch at 8 us and leaves it at 16 us; b's, also at the switch
+  // at 8 us, waits for it. Then one every 8 us, alternating, plus the 1 us of delay.
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].time, at_ns(16'000 + 8'000 * static_cast<std::int64_t>(i) + 1'000)) << i;
+  }
+  const PortStats& s = net.port_stats(r);
+  EXPECT_EQ(s.enqueued_frames, 8u);
+  EXPECT_EQ(s.dropped_frames, 0u);
+  EXPECT_EQ(s.forwarded_bytes_by_source.at(a), 4000u);
+  EXPECT_EQ(s.forwarded_bytes_by_source.at(b), 4000u);
+  // Each pair of frames reaches the switch together, 8 us apart, and the port drains one per
+  // 8 us: the queue grows by one frame per pair.
+  EXPECT_EQ(s.max_queue_bytes, 5000u);
+  EXPECT_EQ(net.port_stats(a).enqueued_frames, 0u);  // no port there
+}
+
+TEST(NetworkPort, TailDropsBeyondItsBuffer) {
+  Network net(1);
+  const HostId r = must_add(net, v4(1), 1);
+  const HostId a = must_add(net, v4(2), 2);
+  LinkConfig link;
+  link.queue_limit_packets = 0;  // the sender's link: infinitely fast, no queue
+  ASSERT_TRUE(net.configure_default(at_ns(0), link).ok());
+  PortConfig port;
+  port.bandwidth_bps = 1'000'000'000;
+  port.queue_limit_bytes = 3000;
+  ASSERT_TRUE(net.configure_port(at_ns(0), r, port).ok());
+  for (std::uint32_t i = 0; i < 5; ++i)
+    net.send(at_ns(0), a, test::sized_frame(v4(2), v4(1), 1000, i));
+  EXPECT_EQ(run_to_idle(net).size(), 3u);
+  EXPECT_EQ(net.port_stats(r).dropped_frames, 2u);
+  EXPECT_EQ(net.link_stats(a, r).dropped(DropCause::kQueueFull), 2u);
+}
+
+// DCQCN's congestion point: nothing marked below Kmin, everything at or above Kmax, a
+// probability rising linearly between; frames that are not ECN-capable are never marked.
+TEST(NetworkPort, MarksEcnCapableFramesBetweenKminAndKmax) {
+  Network net(7);
+  const HostId r = must_add(net, v4(1), 1);
+  const HostId a = must_add(net, v4(2), 2);
+  LinkConfig link;
+  link.queue_limit_packets = 0;
+  ASSERT_TRUE(net.configure_default(at_ns(0), link).ok());
+  PortConfig port;
+  port.bandwidth_bps = 1'000'000'000;
+  port.ecn_kmin_bytes = 10'000;
+  port.ecn_kmax_bytes = 30'000;
+  port.ecn_pmax = {1, 2};
+  ASSERT_TRUE(net.configure_port(at_ns(0), r, port).ok());
+  // 100 frames of ~1100 bytes at once: frame k finds k frames queued ahead of it.
+  constexpr std::uint8_t kEct0 = 0b10;
+  for (std::uint32_t i = 0; i < 100; ++i) {
+    net.send(at_ns(0), a, roce_frame(v4(2), v4(1), 1000, i, i % 10 == 9 ? 0 : kEct0));
+  }
+  const auto got = run_to_idle(net);
+  ASSERT_EQ(got.size(), 100u);
+  const std::size_t frame_bytes = got[0].frame.size();
+  std::size_t between = 0, marked_between = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const std::uint32_t psn = test::psn_of(got[k].frame);
+    const std::uint64_t queued = std::uint64_t{psn} * frame_bytes;  // in send order
+    if (psn % 10 == 9) {
+      EXPECT_FALSE(got[k].ecn_marked) << psn;  // Not-ECT
+    } else if (queued <= port.ecn_kmin_bytes) {
+      EXPECT_FALSE(got[k].ecn_marked) << psn;
+    } else if (queued >= port.ecn_kmax_bytes) {
+      EXPECT_TRUE(got[k].ecn_marked) << psn;
+    } else {
+      ++between;
+      marked_between += got[k].ecn_marked ? 1 : 0;
+    }
+  }
+  // Between the two, the probability averages pmax / 2: a quarter of ~16 frames.
+  EXPECT_GT(between, 10u);
+  EXPECT_GT(marked_between, 0u);
+  EXPECT_LT(marked_between, between);
+  EXPECT_EQ(net.port_stats(r).ecn_marked, net.total_stats().ecn_marked);
+}
+
+TEST(NetworkPort, QueuePercentiles) {
+  PortStats s;
+  s.queue_histogram[0] = 98;  // under 1 KiB
+  s.queue_histogram[9] = 1;   // 9..10 KiB
+  s.queue_histogram[40] = 1;  // 40..41 KiB
+  EXPECT_EQ(s.queue_percentile_bytes(500), 1024u);
+  EXPECT_EQ(s.queue_percentile_bytes(990), 10u * 1024);
+  EXPECT_EQ(s.queue_percentile_bytes(1000), 41u * 1024);
+  EXPECT_EQ(PortStats{}.queue_percentile_bytes(990), 0u);
+}
+
+TEST(NetworkPort, InvalidConfigurationsAreRefused) {
+  Network net(1);
+  const HostId r = must_add(net, v4(1), 1);
+  PortConfig p;
+  p.bandwidth_bps = 0;
+  EXPECT_FALSE(net.configure_port(at_ns(0), r, p).ok());
+  p.bandwidth_bps = 1000;
+  p.ecn_kmin_bytes = 20;
+  p.ecn_kmax_bytes = 10;
+  EXPECT_FALSE(net.configure_port(at_ns(0), r, p).ok());
+  p.ecn_kmin_bytes = 0;
+  p.ecn_pmax = {3, 2};
+  EXPECT_FALSE(net.configure_port(at_ns(0), r, p).ok());
+}
+
 }  // namespace
 }  // namespace uroce::sim

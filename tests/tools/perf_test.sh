@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# `uroce perf` and `uroce demo` as two processes on loopback addresses (127.0.0.108-129): every
-# test with its data verified on both sides, -a, -q, -D, and the bad cases (wrong address,
+# `uroce perf` and `uroce demo` as two processes on loopback addresses ($UROCE_TEST_NET.108-129):
+# every test with its data verified on both sides, -a, -q, -D, and the bad cases (wrong address,
 # refused connection, ports in use, an unreachable peer, a peer killed mid-run, invalid flags):
 # each must end with a non-zero status and a one-line message, never a hang.
 # Every process runs under `timeout` as a hang guard only (generous bounds, no timing checks).
-# Usage: perf_test.sh UROCE WORKDIR [CASE...]   (CASE: a function name below; default: all)
+# Usage: uroce_test_net perf_test.sh UROCE WORKDIR [CASE...]   (CASE: a function name below;
+# default: all). uroce_test_net (tests/support/test_net.h) gives the run addresses no other test
+# process has; the TCP ports (19110-19148) are bound on those addresses only, so they are the
+# run's own too.
 set -uo pipefail
+NET=${UROCE_TEST_NET:?run under uroce_test_net (tests/support)}
 U=$1
 W=$2
 shift 2
@@ -67,9 +71,9 @@ case_every_test() {
     read -r t extra <<<"$spec"
     port=$((port + 1))
     # shellcheck disable=SC2086
-    server "$t" 127.0.0.110 "$port" --json $extra
+    server "$t" "$NET.110" "$port" --json $extra
     # shellcheck disable=SC2086
-    client "$t" 127.0.0.111 "$port" 127.0.0.110 -n 50 --json $extra
+    client "$t" "$NET.111" "$port" "$NET.110" -n 50 --json $extra
     wait_server
     if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q '"verified":true' "$W/c.out" &&
       grep -q '"verified":true' "$W/s.out" && grep -q '"side":"server"' "$W/s.out" &&
@@ -83,8 +87,8 @@ case_every_test() {
 
 # The perftest table: header, column names and one line per size.
 case_table() {
-  server write_lat 127.0.0.112 19130
-  client write_lat 127.0.0.113 19130 127.0.0.112 -n 20 --cpu_util
+  server write_lat "$NET.112" 19130
+  client write_lat "$NET.113" 19130 "$NET.112" -n 20 --cpu_util
   wait_server
   if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q "RDMA_Write Latency Test" "$W/c.out" &&
     grep -q "t_typical\[usec\]" "$W/c.out" && grep -q "99.9% percentile" "$W/c.out" &&
@@ -93,8 +97,8 @@ case_table() {
   else
     bad "write_lat table: $(cat "$W/c.out" "$W/c.err")"
   fi
-  server read_bw 127.0.0.112 19131
-  client read_bw 127.0.0.113 19131 127.0.0.112 -n 20 --report_gbits -F
+  server read_bw "$NET.112" 19131
+  client read_bw "$NET.113" 19131 "$NET.112" -n 20 --report_gbits -F
   wait_server
   if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q "BW average\[Gb/sec\]" "$W/c.out" &&
     grep -qE "^ 65536 +20 " "$W/c.out"; then
@@ -105,8 +109,8 @@ case_table() {
 }
 
 case_all_sizes() {
-  server write_bw 127.0.0.114 19132 --json
-  client write_bw 127.0.0.115 19132 127.0.0.114 -a -n 5 --json
+  server write_bw "$NET.114" 19132 --json
+  client write_bw "$NET.115" 19132 "$NET.114" -a -n 5 --json
   wait_server
   local n
   n=$(grep -c '"verified":true' "$W/c.out")
@@ -116,8 +120,8 @@ case_all_sizes() {
   else
     bad "write_bw -a: $n lines; $(cat "$W/c.err" "$W/s.err")"
   fi
-  server send_lat 127.0.0.114 19133 --json
-  client send_lat 127.0.0.115 19133 127.0.0.114 -a -n 5 --json
+  server send_lat "$NET.114" 19133 --json
+  client send_lat "$NET.115" 19133 "$NET.114" -a -n 5 --json
   wait_server
   n=$(grep -c '"verified":true' "$W/c.out")
   if [[ $crc -eq 0 && $src -eq 0 && $n -eq 23 ]]; then
@@ -128,8 +132,8 @@ case_all_sizes() {
 }
 
 case_qps_and_duration() {
-  server write_bw 127.0.0.116 19134 -q 4 --json
-  client write_bw 127.0.0.117 19134 127.0.0.116 -q 4 -n 30 -s 4096 --json
+  server write_bw "$NET.116" 19134 -q 4 --json
+  client write_bw "$NET.117" 19134 "$NET.116" -q 4 -n 30 -s 4096 --json
   wait_server
   if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q '"qps":4' "$W/c.out" &&
     grep -q '"iterations":120' "$W/c.out"; then
@@ -137,16 +141,16 @@ case_qps_and_duration() {
   else
     bad "write_bw -q 4: $(cat "$W/c.out" "$W/c.err" "$W/s.err")"
   fi
-  server send_bw 127.0.0.116 19135 -q 3 --json
-  client send_bw 127.0.0.117 19135 127.0.0.116 -q 3 -n 40 --json
+  server send_bw "$NET.116" 19135 -q 3 --json
+  client send_bw "$NET.117" 19135 "$NET.116" -q 3 -n 40 --json
   wait_server
   if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q '"iterations":120' "$W/s.out"; then
     ok "send_bw -q 3: the server received 120 messages"
   else
     bad "send_bw -q 3: $(cat "$W/s.out" "$W/c.err" "$W/s.err")"
   fi
-  server atomic_bw 127.0.0.116 19136 --json
-  client atomic_bw 127.0.0.117 19136 127.0.0.116 -D 1 --json
+  server atomic_bw "$NET.116" 19136 --json
+  client atomic_bw "$NET.117" 19136 "$NET.116" -D 1 --json
   wait_server
   if [[ $crc -eq 0 && $src -eq 0 ]] && grep -q '"verified":true' "$W/s.out"; then
     ok "atomic_bw -D 1: the counter equals the operations run"
@@ -157,7 +161,7 @@ case_qps_and_duration() {
 
 case_wrong_address() {
   # Not an address (and resolved without a DNS query: digits and dots are never a host name).
-  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.118 127.0.0.300 >"$W/c.out" 2>"$W/c.err"
+  timeout "$GUARD" "$U" perf write_bw --ip "$NET.118" 127.0.0.300 >"$W/c.out" 2>"$W/c.err"
   local rc=$?
   if [[ $rc -ne 0 ]] && one_line "$W/c.err" && grep -q "is not an IPv4 or IPv6 address" "$W/c.err"; then
     ok "wrong address: $(cat "$W/c.err")"
@@ -176,7 +180,7 @@ case_wrong_address() {
 }
 
 case_connect_refused() {
-  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.119 -p 19137 127.0.0.120 >"$W/c.out" 2>"$W/c.err"
+  timeout "$GUARD" "$U" perf write_bw --ip "$NET.119" -p 19137 "$NET.120" >"$W/c.out" 2>"$W/c.err"
   local rc=$?
   if [[ $rc -eq 1 ]] && one_line "$W/c.err" && grep -q "Connection refused" "$W/c.err"; then
     ok "connection refused: $(cat "$W/c.err")"
@@ -191,11 +195,11 @@ case_ports_in_use() {
   python3 -c "
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.121', 19138)); s.listen(1); print('listening', flush=True)
+s.bind(('$NET.121', 19138)); s.listen(1); print('listening', flush=True)
 time.sleep(120)" >"$W/holder.out" 2>&1 &
   local holder=$!
   until_file_has "$W/holder.out" listening
-  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.121 -p 19138 --timeout 5 >"$W/s.out" 2>"$W/s.err"
+  timeout "$GUARD" "$U" perf write_bw --ip "$NET.121" -p 19138 --timeout 5 >"$W/s.out" 2>"$W/s.err"
   local rc=$?
   kill "$holder" 2>/dev/null
   wait "$holder" 2>/dev/null
@@ -205,10 +209,10 @@ time.sleep(120)" >"$W/holder.out" 2>&1 &
     bad "TCP port in use: rc $rc $(cat "$W/s.err")"
   fi
   # The RoCE port: held by a program that does not share it (another uroce process would).
-  python3 -c "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('127.0.0.122',4791)); print('bound',flush=True); time.sleep(120)" >"$W/s.out" 2>&1 &
+  python3 -c "import socket,time; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.bind(('$NET.122',4791)); print('bound',flush=True); time.sleep(120)" >"$W/s.out" 2>&1 &
   spid=$!
   until_file_has "$W/s.out" "bound"
-  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.122 -p 19140 --timeout 5 >"$W/s2.out" 2>"$W/s2.err"
+  timeout "$GUARD" "$U" perf write_bw --ip "$NET.122" -p 19140 --timeout 5 >"$W/s2.out" 2>"$W/s2.err"
   rc=$?
   kill "$spid"
   wait "$spid" 2>/dev/null
@@ -223,17 +227,17 @@ time.sleep(120)" >"$W/holder.out" 2>&1 &
 # report RETRY_EXC_ERR after its retries (-u 10: 4 ms timeout, 3 retries), not hang.
 case_unreachable_peer() {
   rm -f "$W/f.out"
-  timeout "$GUARD" python3 "$HERE/perf_fake_peer.py" 127.0.0.123 19141 127.0.0.124 >"$W/f.out" 2>&1 &
+  timeout "$GUARD" python3 "$HERE/perf_fake_peer.py" "$NET.123" 19141 "$NET.124" >"$W/f.out" 2>&1 &
   local fake=$!
   until_file_has "$W/f.out" listening
   for t in write_bw read_lat atomic_bw; do
     [[ $t != write_bw ]] && {
       rm -f "$W/f.out"
-      timeout "$GUARD" python3 "$HERE/perf_fake_peer.py" 127.0.0.123 19141 127.0.0.124 >"$W/f.out" 2>&1 &
+      timeout "$GUARD" python3 "$HERE/perf_fake_peer.py" "$NET.123" 19141 "$NET.124" >"$W/f.out" 2>&1 &
       fake=$!
       until_file_has "$W/f.out" listening
     }
-    client "$t" 127.0.0.125 19141 127.0.0.123 -u 10 --retry_count 3
+    client "$t" "$NET.125" 19141 "$NET.123" -u 10 --retry_count 3
     wait "$fake" 2>/dev/null
     if [[ $crc -eq 1 ]] && one_line "$W/c.err" && grep -q "retry counter exceeded" "$W/c.err"; then
       ok "unreachable peer ($t): $(cat "$W/c.err")"
@@ -249,10 +253,10 @@ case_peer_killed() {
   # Started without the `timeout` wrapper, so that the kill reaches uroce itself; their own
   # bounds (-D 60, --timeout 60) guard against a hang.
   rm -f "$W/s.out" "$W/c.out"
-  "$U" perf write_bw --ip 127.0.0.126 -p 19142 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
+  "$U" perf write_bw --ip "$NET.126" -p 19142 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
   spid=$!
-  "$U" perf write_bw --ip 127.0.0.127 -p 19142 -D 60 -u 12 --retry_count 3 \
-    --connect_timeout 30 127.0.0.126 >"$W/c.out" 2>"$W/c.err" &
+  "$U" perf write_bw --ip "$NET.127" -p 19142 -D 60 -u 12 --retry_count 3 \
+    --connect_timeout 30 "$NET.126" >"$W/c.out" 2>"$W/c.err" &
   local cpid=$!
   until_file_has "$W/s.out" "#bytes"
   kill -9 "$spid"
@@ -269,10 +273,10 @@ case_peer_killed() {
   # the client's operations exhaust their retries (or, frozen before READY, the wait for it
   # runs out).
   rm -f "$W/s.out" "$W/c.out"
-  "$U" perf write_bw --ip 127.0.0.126 -p 19148 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
+  "$U" perf write_bw --ip "$NET.126" -p 19148 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
   spid=$!
-  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.127 -p 19148 -D 60 -u 12 --retry_count 3 \
-    --timeout 10 --connect_timeout 30 127.0.0.126 >"$W/c.out" 2>"$W/c.err" &
+  timeout "$GUARD" "$U" perf write_bw --ip "$NET.127" -p 19148 -D 60 -u 12 --retry_count 3 \
+    --timeout 10 --connect_timeout 30 "$NET.126" >"$W/c.out" 2>"$W/c.err" &
   cpid=$!
   until_file_has "$W/s.out" "#bytes"
   kill -STOP "$spid"
@@ -288,10 +292,10 @@ case_peer_killed() {
   fi
   # The client killed: the server reports the lost connection.
   rm -f "$W/s.out" "$W/c.out"
-  "$U" perf send_bw --ip 127.0.0.126 -p 19143 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
+  "$U" perf send_bw --ip "$NET.126" -p 19143 --timeout 60 >"$W/s.out" 2>"$W/s.err" &
   spid=$!
-  "$U" perf send_bw --ip 127.0.0.127 -p 19143 -D 60 --connect_timeout 30 \
-    127.0.0.126 >"$W/c.out" 2>"$W/c.err" &
+  "$U" perf send_bw --ip "$NET.127" -p 19143 -D 60 --connect_timeout 30 \
+    "$NET.126" >"$W/c.out" 2>"$W/c.err" &
   cpid=$!
   until_file_has "$W/c.out" "#bytes"
   kill -9 "$cpid"
@@ -305,15 +309,15 @@ case_peer_killed() {
 }
 
 case_timeouts_and_mismatch() {
-  timeout "$GUARD" "$U" perf write_bw --ip 127.0.0.128 -p 19144 --timeout 1 >"$W/s.out" 2>"$W/s.err"
+  timeout "$GUARD" "$U" perf write_bw --ip "$NET.128" -p 19144 --timeout 1 >"$W/s.out" 2>"$W/s.err"
   local rc=$?
   if [[ $rc -eq 1 ]] && one_line "$W/s.err" && grep -q "no client connected within 1 s" "$W/s.err"; then
     ok "server without a client: $(cat "$W/s.err")"
   else
     bad "server without a client: rc $rc $(cat "$W/s.err")"
   fi
-  server write_bw 127.0.0.128 19145
-  client read_bw 127.0.0.129 19145 127.0.0.128
+  server write_bw "$NET.128" 19145
+  client read_bw "$NET.129" 19145 "$NET.128"
   wait_server
   if [[ $crc -eq 1 && $src -eq 1 ]] && one_line "$W/c.err" && grep -q "the client runs read_bw" "$W/c.err"; then
     ok "different tests on the two sides: $(cat "$W/c.err")"
@@ -355,7 +359,7 @@ EOF
 }
 
 case_demo() {
-  timeout "$GUARD" "$U" demo --server-ip 127.0.0.108 --client-ip 127.0.0.109 -p 19146 \
+  timeout "$GUARD" "$U" demo --server-ip "$NET.108" --client-ip "$NET.109" -p 19146 \
     --bw-iters 200 --lat-iters 100 >"$W/d.out" 2>"$W/d.err"
   local rc=$?
   if [[ $rc -eq 0 ]] && grep -q "all checks passed" "$W/d.out" &&
@@ -366,7 +370,7 @@ case_demo() {
     bad "uroce demo: rc $rc $(cat "$W/d.out" "$W/d.err")"
   fi
   # The demo stays on loopback: any other address is refused before anything is sent.
-  timeout "$GUARD" "$U" demo --server-ip 192.0.2.1 --client-ip 127.0.0.109 -p 19147 \
+  timeout "$GUARD" "$U" demo --server-ip 192.0.2.1 --client-ip "$NET.109" -p 19147 \
     >"$W/d.out" 2>"$W/d.err"
   rc=$?
   if [[ $rc -eq 2 ]] && one_line "$W/d.err" && grep -q "not a loopback address" "$W/d.err"; then

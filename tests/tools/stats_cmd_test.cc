@@ -3,6 +3,7 @@
 // process).
 #include "tools/stats_cmd.h"
 #include "support/ip_text.h"
+#include "support/test_net.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -182,8 +183,10 @@ struct Traffic {
 };
 
 TEST(StatsCmd, ShowsTheCountersOfADeviceOfThisProcess) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Traffic t;
-  ASSERT_NO_FATAL_FAILURE(t.setup("tool_a", "127.0.2.1", "tool_b", "127.0.2.2"));
+  ASSERT_NO_FATAL_FAILURE(t.setup("tool_a", a_ip, "tool_b", b_ip));
   const std::string pid = std::to_string(::getpid());
   StatsCommand cmd;
   cmd.device = "tool_a";
@@ -225,9 +228,10 @@ TEST(StatsCmd, ShowsTheCountersOfADeviceOfThisProcess) {
 
 // A polling-mode device whose application never progresses cannot answer: exit 2, and why.
 TEST(StatsCmd, ADeviceThatDoesNotProgressIsReported) {
+  const char* const dev_ip = test::unique_ip();
   DeviceConfig cfg;
   cfg.name = "tool_idle";
-  cfg.ip = v4("127.0.2.3");
+  cfg.ip = v4(dev_ip);
   auto d = engine::UdpDevice::open(cfg);
   ASSERT_TRUE(d.ok()) << d.error();
   StatsCommand cmd;
@@ -242,9 +246,10 @@ TEST(StatsCmd, ADeviceThatDoesNotProgressIsReported) {
 
 // A polling-mode device answers from its application's wait()/progress() calls.
 TEST(StatsCmd, APollingDeviceAnswersWhileItsApplicationWaits) {
+  const char* const dev_ip = test::unique_ip();
   DeviceConfig cfg;
   cfg.name = "tool_poll";
-  cfg.ip = v4("127.0.2.6");
+  cfg.ip = v4(dev_ip);
   auto d = engine::UdpDevice::open(cfg);
   ASSERT_TRUE(d.ok()) << d.error();
   engine::UdpDevice& dev = *d.value();
@@ -267,8 +272,10 @@ TEST(StatsCmd, APollingDeviceAnswersWhileItsApplicationWaits) {
 
 // The `uroce` binary, another process, reads this process's device.
 TEST(StatsCmd, UroceStatsCommandFromAnotherProcess) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
   Traffic t;
-  ASSERT_NO_FATAL_FAILURE(t.setup("tool_c", "127.0.2.4", "tool_d", "127.0.2.5"));
+  ASSERT_NO_FATAL_FAILURE(t.setup("tool_c", a_ip, "tool_d", b_ip));
   const std::string command = std::string(UROCE_BIN) + " stats -d tool_c --qp 2>&1";
   std::FILE* p = ::popen(command.c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -1,0 +1,70 @@
+// N senders into one receiver through a switch port (issue 39's incast): each sender host streams
+// RDMA WRITEs over its own RC QP to the receiver host, whose port (Network::configure_port) is the
+// bottleneck, with ECN marking between Kmin and Kmax and a finite buffer. Every host runs the
+// real device's round (engine::Engine::round, planned by a Scheduler with a device's defaults)
+// and the real verbs and transport, with DCQCN or without congestion control.
+//
+// Time is simulated: a run is a pure function of its options (the seed draws the order of the
+// senders' start and the port's marking). Measured after `converge_ns`, over the rest of the run:
+// the port's utilisation (bytes it forwarded against its capacity), each flow's goodput
+// (WRITE payload bytes completed), Jain's fairness index over them, the port's drops and the
+// 99th percentile of the queue its arrivals found. Oracles: every WRITE completes once, in order,
+// successfully, and the receiver's memory holds what the last WRITE of each flow wrote.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cc/dcqcn.h"
+
+namespace uroce::sim {
+
+struct IncastOptions {
+  std::uint64_t seed = 1;
+  std::uint32_t senders = 2;
+  bool dcqcn = true;                           // DCQCN on every QP, else no congestion control
+  cc::DcqcnParams dcqcn_params;                // its parameters (line_rate_mbps 0: link_bps)
+  std::uint64_t link_bps = 10'000'000'000;     // every host's link, and the receiver's port
+  std::int64_t link_delay_ns = 2'000;          // one way, per link
+  std::uint64_t port_buffer_bytes = 1u << 20;  // the port's tail-drop limit
+  std::uint64_t ecn_kmin_bytes = 40'000;       // 0 with kmax 0: no marking
+  std::uint64_t ecn_kmax_bytes = 160'000;
+  std::uint32_t ecn_pmax_percent = 20;
+  std::uint32_t message_bytes = 65536;    // each WRITE
+  std::uint32_t window = 8;               // WRITEs outstanding per sender
+  std::uint32_t mtu = 4096;               // path MTU: 256, 512, 1024, 2048 or 4096
+  std::int64_t duration_ns = 20'000'000;  // the senders post until then
+  std::int64_t converge_ns = 10'000'000;  // measurements start then
+};
+
+struct IncastFlow {
+  std::uint64_t goodput_bytes = 0;  // WRITE payload completed in the measured window
+  std::uint64_t completed = 0;      // WRITEs completed in the whole run
+  std::uint64_t retransmitted_packets = 0;
+  std::uint64_t timeouts = 0;
+  std::uint64_t cnps_received = 0;  // rp_cnp_handled
+};
+
+struct IncastResult {
+  bool ok = true;
+  std::string failure;  // the first oracle violation, with the seed
+  std::vector<IncastFlow> flows;
+  double utilisation = 0;             // port bytes forwarded / capacity, in the measured window
+  double goodput_share = 0;           // sum of flows' goodput / capacity, in the measured window
+  double jain = 0;                    // over the flows' goodput
+  std::uint64_t drops = 0;            // the port's, whole run
+  std::uint64_t drops_measured = 0;   // the port's, in the measured window
+  std::uint64_t ecn_marked = 0;       // the port's, whole run
+  std::uint64_t cnps_sent = 0;        // by the receiver (np_cnp_sent)
+  std::uint64_t queue_p99_bytes = 0;  // in the measured window
+  std::uint64_t queue_max_bytes = 0;  // whole run
+};
+
+IncastResult run_incast(const IncastOptions& opt);
+
+// Jain's fairness index of `x`: (sum x)^2 / (n * sum x^2); 1 for equal shares, 1/n for one taking
+// all. 0 for an empty or all-zero input.
+double jain_index(const std::vector<double>& x);
+
+}  // namespace uroce::sim
