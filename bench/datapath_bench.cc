@@ -69,7 +69,6 @@ std::uint16_t free_port(const char* ip) {
 
 datapath::UdpOptions options(const std::string& mode, const char* ip, std::uint16_t port) {
   datapath::UdpOptions o(v4(ip), port);
-  o.use_environment = false;
   o.gso = mode == "gso";
   o.gro = mode == "gso";
   o.tx_batch = mode == "single" ? 1 : 64;

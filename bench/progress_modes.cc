@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "device/udp_device.h"
+#include "edge/environment.h"
 #include "verbs/address.h"
 
 namespace {
@@ -46,7 +47,13 @@ bool make(Side& s, const char* ip) {
   DeviceConfig cfg;
   cfg.ip = v4(ip);
   cfg.netdev_mtu = 0;
-  auto d = UdpDevice::open(cfg);
+  auto options = edge::device_options();  // UROCE_* from the environment, as the tools
+  if (!options.ok()) {
+    std::fprintf(stderr, "%s\n", options.error().c_str());
+    return false;
+  }
+  auto d =
+      UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kDefault, options.value());
   if (!d.ok()) {
     std::fprintf(stderr, "%s\n", d.error().c_str());
     return false;

@@ -87,15 +87,6 @@ void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage
 
 namespace {
 
-// A "0" or "1" from the environment, or an error message for anything else.
-Result<std::optional<bool>, std::string> env_switch(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::optional<bool>{};
-  if (std::strcmp(v, "0") == 0) return std::optional<bool>{false};
-  if (std::strcmp(v, "1") == 0) return std::optional<bool>{true};
-  return Err{std::string(name) + " must be 0 or 1, not '" + v + "'"};
-}
-
 // Control-message room for IP_TOS/IPV6_TCLASS and UDP_SEGMENT (send) or TOS, TTL and UDP_GRO
 // (receive), aligned for cmsghdr.
 struct alignas(cmsghdr) Control {
@@ -287,26 +278,6 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOpt
 Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open_socket(
     const UdpOptions& options) {
   UdpOptions opt = options;
-  if (opt.use_environment) {
-    auto gso = env_switch("UROCE_UDP_GSO");
-    if (!gso.ok()) return Err{gso.error()};
-    if (gso.value()) {
-      opt.gso = *gso.value();
-      opt.gso_on_hardware = *gso.value();  // asked for by name: trusted
-    }
-    auto gro = env_switch("UROCE_UDP_GRO");
-    if (!gro.ok()) return Err{gro.error()};
-    if (gro.value()) opt.gro = *gro.value();
-    if (const char* b = std::getenv("UROCE_UDP_BATCH"); b != nullptr && *b != '\0') {
-      char* end = nullptr;
-      const unsigned long n = std::strtoul(b, &end, 10);
-      if (*end != '\0' || n < 1 || n > kMaxBatch) {
-        return Err{"UROCE_UDP_BATCH must be a number from 1 to " + std::to_string(kMaxBatch) +
-                   ", not '" + b + "'"};
-      }
-      opt.tx_batch = n;
-    }
-  }
   if (opt.tx_batch < 1 || opt.tx_batch > kMaxBatch || opt.rx_batch < 1 ||
       opt.rx_batch > kMaxBatch) {
     return Err{"tx_batch and rx_batch must be from 1 to " + std::to_string(kMaxBatch)};

@@ -38,10 +38,11 @@
 // packet passes with probability 2^-15). A UD receive's GRH area shows the header so recovered
 // (identification, DF).
 //
-// Switches: UdpOptions, or the environment (it wins): UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1,
-// UROCE_UDP_BATCH=N (packets queued before the datapath flushes by itself; 1 sends each packet
-// at once, as an unbatched datapath). IPv4 GSO stays off where the NIC segments UDP in hardware
-// (its identifications could not be checked) unless UROCE_UDP_GSO=1 asks for it.
+// Switches: UdpOptions (gso, gro, tx_batch: packets queued before the datapath flushes by
+// itself; 1 sends each packet at once, as an unbatched datapath). A device fills them from its
+// DeviceOptions, which the edge reads from UROCE_UDP_GSO=0|1, UROCE_UDP_GRO=0|1 and
+// UROCE_UDP_BATCH=N. IPv4 GSO stays off where the NIC segments UDP in hardware (its
+// identifications could not be checked) unless gso_on_hardware asks for it (UROCE_UDP_GSO=1).
 //
 // Faults (set_faults, fault/fault.h): a FaultStage on transmit, between send() and the socket, and
 // one on receive, between the socket and the ICRC check, so that what a rule corrupts on either
@@ -80,18 +81,17 @@ struct UdpOptions {
       : local(address), port(udp_port) {}
   wire::IpAddress local;
   std::uint16_t port = wire::kRoceV2Port;
-  bool gso = true;            // UDP_SEGMENT for runs of equal-size packets (UROCE_UDP_GSO)
-  bool gro = true;            // UDP_GRO on receive (UROCE_UDP_GRO)
-  std::size_t tx_batch = 64;  // packets queued before flushing by itself (UROCE_UDP_BATCH)
+  bool gso = true;            // UDP_SEGMENT for runs of equal-size packets
+  bool gro = true;            // UDP_GRO on receive
+  std::size_t tx_batch = 64;  // packets queued before flushing by itself
   std::size_t rx_batch = 16;  // datagrams per recvmmsg call (each buffer is 64 KiB)
   // Socket receive buffer: the kernel's default (about 208 KiB) overflows under a window of
   // 128 packets of 4 KiB from several QPs, and each loss costs a retransmission timeout. Root
   // gets it whole (SO_RCVBUFFORCE); others get up to net.core.rmem_max. 0: the default.
   std::size_t rcvbuf_bytes = 16u << 20;
   // IPv4 GSO stays off where the interface segments UDP in hardware (its identifications are
-  // unverified) unless this is set (UROCE_UDP_GSO=1 sets it too).
+  // unverified) unless this is set.
   bool gso_on_hardware = false;
-  bool use_environment = true;  // let UROCE_UDP_* override the fields above
   // A socket already bound to local:port (a shared device's, from its coordinator; IPv6 ones
   // with IPV6_V6ONLY set): the datapath sets its options and owns it from open() on, failed
   // opens included. -1: the datapath creates and binds its own.
@@ -180,7 +180,7 @@ class UdpDatapath final : public Datapath {
   int fd() const { return fd_; }
   std::uint16_t port() const { return port_; }
   const UdpCounters& counters() const { return counters_; }
-  // What is in effect (options, environment and what the kernel supports).
+  // What is in effect (the options and what the kernel supports).
   bool gso() const { return gso_; }
   bool gro() const { return gro_; }
   std::size_t tx_batch() const { return tx_batch_; }

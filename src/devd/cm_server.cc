@@ -67,7 +67,6 @@ Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddr
   o.gso = false;
   o.gro = false;
   o.rcvbuf_bytes = 0;
-  o.use_environment = false;
   o.tx_batch = 16;
   auto dp = datapath::UdpDatapath::open(o);
   if (!dp.ok()) return Err{dp.error()};

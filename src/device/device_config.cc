@@ -135,27 +135,25 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
   return unique;
 }
 
-Result<std::vector<DeviceSpec>, std::string> configured_devices() {
-  if (const char* env = std::getenv("UROCE_DEVICES"); env != nullptr && *env != '\0') {
-    return parse_device_list(env);
-  }
-  std::string path = kDefaultConfigFile;
-  const char* cfg = std::getenv("UROCE_CONFIG");
-  if (cfg != nullptr && *cfg != '\0') path = cfg;
+Result<std::vector<DeviceSpec>, std::string> configured_devices(const DeviceSource& source) {
+  if (source.devices && !source.devices->empty()) return parse_device_list(*source.devices);
+  const bool named = !source.config_path.empty();
+  const std::string path = named ? source.config_path : std::string(kDefaultConfigFile);
   std::ifstream f(path);
   if (f) {
     std::stringstream ss;
     ss << f.rdbuf();
     return parse_device_file(ss.str(), path);
   }
-  if (cfg != nullptr && *cfg != '\0') return Err{"cannot read UROCE_CONFIG file " + path};
+  if (named) return Err{"cannot read UROCE_CONFIG file " + path};
   DeviceSpec d;
   d.name = "uroce0";
   d.ip = wire::IpAddress::v4(0x7f000001);
   return std::vector<DeviceSpec>{d};
 }
 
-Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel) {
+Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel,
+                                               const DeviceSource& source) {
   if (!sel.ip.empty()) {
     auto ip = parse_ip(sel.ip);
     if (!ip.ok()) return Err{ip.error()};
@@ -164,7 +162,7 @@ Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel) {
     d.name = sel.name;
     if (d.name.empty()) {
       d.name = "uroce0";
-      if (auto list = configured_devices(); list.ok()) {
+      if (auto list = configured_devices(source); list.ok()) {
         for (const auto& c : list.value()) {
           if (c.ip == d.ip) d.name = c.name;
         }
@@ -173,7 +171,7 @@ Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel) {
     if (!valid_name(d.name)) return Err{"invalid device name '" + d.name + "'"};
     return d;
   }
-  auto list = configured_devices();
+  auto list = configured_devices(source);
   if (!list.ok()) return Err{list.error()};
   if (sel.name.empty()) return list.value().front();
   for (const auto& c : list.value()) {

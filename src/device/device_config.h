@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,16 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string
 Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string& text,
                                                                const std::string& path);
 
-// The configured devices (see above). An error message for a malformed configuration.
-Result<std::vector<DeviceSpec>, std::string> configured_devices();
+// Where the device list comes from, as the edge (src/edge) read it from the environment:
+// nothing below the edge reads UROCE_DEVICES or UROCE_CONFIG itself.
+struct DeviceSource {
+  std::optional<std::string> devices;  // UROCE_DEVICES, when set (used when not empty)
+  std::string config_path;             // UROCE_CONFIG, when set and not empty
+};
+
+// The configured devices (see above) from `source`. An error message for a malformed
+// configuration.
+Result<std::vector<DeviceSpec>, std::string> configured_devices(const DeviceSource& source);
 
 // DeviceConfig::num_comp_vectors for a device of this host: one per online CPU, as rxe has
 // one per CPU (num_possible_cpus()). The drop-in and `uroce devinfo` both report it.
@@ -56,6 +65,7 @@ struct DeviceSelection {
 };
 
 // Resolves `sel` against the configuration. Messages say what was wrong and what exists.
-Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel);
+Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel,
+                                               const DeviceSource& source);
 
 }  // namespace uroce::engine

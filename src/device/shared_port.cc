@@ -141,9 +141,8 @@ void sleep_ms(int ms) {
   }
 }
 
-std::string coordinator_path() {
-  if (const char* p = std::getenv("UROCE_DEVD"); p != nullptr && *p != '\0') return p;
-  return UROCE_DEVD_PATH;
+std::string coordinator_path(const devd::DevdOptions& options) {
+  return options.path.empty() ? std::string(UROCE_DEVD_PATH) : options.path;
 }
 
 std::string this_comm() {
@@ -157,7 +156,8 @@ enum class Start { kStarted, kRace };
 // Claims the coordinator's name, binds the group's first socket and starts uroce-devd with
 // both. kRace: another process claimed the name first (connect again).
 Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uint16_t port,
-                                             const std::string& name) {
+                                             const std::string& name,
+                                             const devd::DevdOptions& options) {
   int listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (listen_fd < 0) return Err{std::string("socket: ") + std::strerror(errno)};
   socklen_t len = 0;
@@ -197,16 +197,28 @@ Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uin
     if (s_hi >= 0) ::close(s_hi);
     return Err{std::string("fcntl: ") + std::strerror(errno)};
   }
-  const std::string path = coordinator_path();
+  // Everything the coordinator is told comes on its command line (proto/devd_options.h).
+  const std::string path = coordinator_path(options);
   const std::string ip_text = ip_to_string(ip);
   const std::string port_text = std::to_string(port);
-  const char* linger = std::getenv("UROCE_DEVD_LINGER_MS");
-  const std::string linger_text = linger != nullptr && *linger != '\0' ? linger : "2000";
-  const char* share = std::getenv("UROCE_SHARE");
-  const bool any_user = share != nullptr && std::strcmp(share, "all") == 0;
+  const std::string linger_text = std::to_string(options.linger_ms);
+  const std::string grace_text =
+      options.cm_listen_grace_ms ? std::to_string(*options.cm_listen_grace_ms) : "";
   std::vector<const char*> argv = {path.c_str(),      "--ip",        ip_text.c_str(),    "--port",
                                    port_text.c_str(), "--linger-ms", linger_text.c_str()};
-  if (any_user) argv.push_back("--any-user");
+  if (options.any_user) argv.push_back("--any-user");
+  if (!options.capture_path.empty()) {
+    argv.push_back("--capture");
+    argv.push_back(options.capture_path.c_str());
+  }
+  if (!options.faults.empty()) {
+    argv.push_back("--faults");
+    argv.push_back(options.faults.c_str());
+  }
+  if (options.cm_listen_grace_ms) {
+    argv.push_back("--cm-listen-grace-ms");
+    argv.push_back(grace_text.c_str());
+  }
   argv.push_back(nullptr);
 
   posix_spawn_file_actions_t fa;
@@ -214,10 +226,10 @@ Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uin
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  const char* log = std::getenv("UROCE_DEVD_LOG");
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  if (log != nullptr && *log != '\0') {
-    posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (!options.log_path.empty()) {
+    posix_spawn_file_actions_addopen(&fa, 2, options.log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
   } else {
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   }
@@ -265,14 +277,15 @@ struct Connected {
 // connection once the coordinator has answered kWelcome.
 Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std::uint16_t port,
                                                  const std::string& device, const devd::Msg& hello,
-                                                 bool want_socket) {
+                                                 bool want_socket,
+                                                 const devd::DevdOptions& options) {
   const std::string name = devd::socket_name(ip, port);
   // A coordinator that is exiting, or one just being started by another process, keeps us
   // waiting a little: retry for up to 10 s.
   for (int attempt = 0; attempt < 2000; ++attempt) {
     const int conn = connect_coordinator(name);
     if (conn == -ECONNREFUSED) {
-      auto st = start_coordinator(ip, port, name);
+      auto st = start_coordinator(ip, port, name, options);
       if (!st.ok()) return Err{st.error()};
       if (st.value() == Start::kRace) sleep_ms(5);
       continue;
@@ -308,14 +321,14 @@ Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std:
 
 }  // namespace
 
-Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(const wire::IpAddress& ip,
-                                                                  std::uint16_t port,
-                                                                  const std::string& device) {
+Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(
+    const wire::IpAddress& ip, std::uint16_t port, const std::string& device,
+    const devd::DevdOptions& options) {
   devd::Msg hello;
   hello.type = devd::MsgType::kHello;
   devd::set_text(hello.device, device);
   devd::set_text(hello.comm, this_comm());
-  auto c = connect_and_greet(ip, port, device, hello, true);
+  auto c = connect_and_greet(ip, port, device, hello, true, options);
   if (!c.ok()) return Err{c.error()};
   std::unique_ptr<SharedPort> sp(new SharedPort());
   sp->conn_ = c.value().conn;
@@ -329,12 +342,13 @@ Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(const wire::Ip
 }
 
 Result<int, std::string> SharedPort::connect_cm(const wire::IpAddress& ip, std::uint16_t port,
-                                                const std::string& device) {
+                                                const std::string& device,
+                                                const devd::DevdOptions& options) {
   devd::Msg hello;
   hello.type = devd::MsgType::kCmHello;
   devd::set_text(hello.device, device);
   devd::set_text(hello.comm, this_comm());
-  auto c = connect_and_greet(ip, port, device, hello, false);
+  auto c = connect_and_greet(ip, port, device, hello, false, options);
   if (!c.ok()) return Err{c.error()};
   if (c.value().udp >= 0) ::close(c.value().udp);
   return c.value().conn;

@@ -13,12 +13,13 @@
 // a destroyed QP's number is not reused while a peer may still be sending to it (rxe delays
 // reuse likewise).
 //
-// The coordinator is the program UROCE_DEVD names, else the uroce-devd built with this library.
-// It is started with its standard streams on /dev/null and no other file of the starting
-// process, in a session of its own, and exits a while (UROCE_DEVD_LINGER_MS, default 2000)
-// after the last context left. UROCE_SHARE=all in the environment of the process that starts it
-// lets every user's processes join; by default only the starting user's may (others get an
-// error that says so).
+// The coordinator is the program DevdOptions::path names (UROCE_DEVD at the edge), else the
+// uroce-devd built with this library. It is started with its standard streams on /dev/null and
+// no other file of the starting process, in a session of its own, with everything it is told on
+// its command line (proto/devd_options.h), and exits a while (linger_ms: UROCE_DEVD_LINGER_MS,
+// default 2000) after the last context left. any_user (UROCE_SHARE=all in the environment of the
+// process that starts it) lets every user's processes join; by default only the starting user's
+// may (others get an error that says so).
 //
 // fork: a child does not inherit any membership. The connections and group sockets of the
 // parent's contexts are replaced in the child by inert placeholders (pthread_atfork), so that the
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "proto/devd_options.h"
 #include "proto/devd_protocol.h"
 #include "uroce/verbs.h"
 #include "wire/ip.h"
@@ -71,13 +73,15 @@ class SharedPort final : public QpnSource {
  public:
   // A clear message on failure (address not local, port held by another program, another
   // user's device, coordinator not found).
-  static Result<std::unique_ptr<SharedPort>, std::string> join(const wire::IpAddress& ip,
-                                                               std::uint16_t port,
-                                                               const std::string& device);
+  // `options`: what a coordinator this call starts is told (proto/devd_options.h).
+  static Result<std::unique_ptr<SharedPort>, std::string> join(
+      const wire::IpAddress& ip, std::uint16_t port, const std::string& device,
+      const devd::DevdOptions& options = devd::DevdOptions{});
   // A connection for an rdma_cm event channel (devd_cm_protocol.h), to the coordinator it
   // starts when none runs; the caller owns the fd (close-on-exec). A clear message on failure.
-  static Result<int, std::string> connect_cm(const wire::IpAddress& ip, std::uint16_t port,
-                                             const std::string& device);
+  static Result<int, std::string> connect_cm(
+      const wire::IpAddress& ip, std::uint16_t port, const std::string& device,
+      const devd::DevdOptions& options = devd::DevdOptions{});
   // The coordinator's list of contexts, or an error message when the device has none running.
   static Result<SharedDeviceInfo, std::string> query(const wire::IpAddress& ip, std::uint16_t port);
 

@@ -76,18 +76,17 @@ struct UdpDevice::Channel {
 
 namespace {
 
-// UROCE_STATS_FILE: appends one counters line (best effort, like the stats endpoint: a file that
-// cannot be written costs nothing else).
-void append_stats_line(const std::string& line) {
-  const char* path = std::getenv("UROCE_STATS_FILE");
-  if (path == nullptr || *path == '\0') return;
-  if (std::FILE* f = std::fopen(path, "a")) {
+// DeviceOptions::stats_file (UROCE_STATS_FILE): appends one counters line (best effort, like the
+// stats endpoint: a file that cannot be written costs nothing else).
+void append_stats_line(const std::string& path, const std::string& line) {
+  if (path.empty()) return;
+  if (std::FILE* f = std::fopen(path.c_str(), "a")) {
     std::fwrite(line.data(), 1, line.size(), f);
     std::fclose(f);
   }
 }
 
-// The devices opened with UROCE_STATS_FILE set and not closed yet, for the exit hook (leaked:
+// The devices opened with a stats file and not closed yet, for the exit hook (leaked:
 // the hook may run after static destructors). Under g_open_mu, which the hook holds while it
 // stops them, so that none is closed (and freed) meanwhile.
 std::mutex g_open_mu;
@@ -120,18 +119,18 @@ void forget_open(UdpDevice* d) {
   if (g_open != nullptr) g_open->erase(d);
 }
 
-// The fault spec for device `name` at `ip`: UROCE_FAULTS_<NAME> (the name with every character
-// but letters and digits as '_'), else UROCE_FAULTS, else the config file's faults= for it; ""
-// for none, or why the configuration cannot be read.
+// The fault spec for device `name` at `ip`: the options' for this device (UROCE_FAULTS_<NAME>),
+// else for every device (UROCE_FAULTS), else the config file's faults= for it; "" for none, or
+// why the configuration cannot be read.
 Result<std::string, std::string> configured_faults(const std::string& name,
-                                                   const wire::IpAddress& ip) {
-  std::string var = "UROCE_FAULTS_";
-  for (char c : name) var += std::isalnum(static_cast<unsigned char>(c)) != 0 ? c : '_';
-  for (const std::string& v : {var, std::string("UROCE_FAULTS")}) {
-    if (const char* e = std::getenv(v.c_str()); e != nullptr) return std::string(e);
+                                                   const wire::IpAddress& ip,
+                                                   const DeviceOptions& options) {
+  if (auto it = options.device_faults.find(fault_key(name)); it != options.device_faults.end()) {
+    return it->second;
   }
-  if (std::getenv("UROCE_DEVICES") != nullptr) return std::string();  // no file in use
-  auto list = configured_devices();
+  if (options.faults) return *options.faults;
+  if (options.source.devices) return std::string();  // UROCE_DEVICES set: no file in use
+  auto list = configured_devices(options.source);
   if (!list.ok()) return std::string();  // the device was opened by address: no entry
   for (const DeviceSpec& d : list.value()) {
     if (d.name == name && d.ip == ip) return d.faults;
@@ -150,10 +149,12 @@ Instant UdpDevice::now() {
 Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConfig& config,
                                                                 std::uint16_t port,
                                                                 const std::string& capture_path,
-                                                                Sharing sharing) {
+                                                                Sharing sharing,
+                                                                const DeviceOptions& options) {
   DeviceConfig cfg = config;
+  if (options.congestion_control) cfg.congestion_control = *options.congestion_control;
   // The faults first: a malformed spec opens nothing.
-  auto fault_text = configured_faults(cfg.name, cfg.ip);
+  auto fault_text = configured_faults(cfg.name, cfg.ip, options);
   if (!fault_text.ok()) return Err{fault_text.error()};
   if (auto f = fault::FaultSpec::parse(fault_text.value()); !f.ok()) {
     return Err{cfg.name + ": " + f.error()};
@@ -165,15 +166,18 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   }
   auto dev = Device::create(cfg);
   if (!dev.ok()) return Err{std::string("invalid device configuration: ") + errc_name(dev.error())};
-  if (sharing == Sharing::kDefault) {
-    const char* env = std::getenv("UROCE_SHARED");
-    sharing =
-        env != nullptr && std::string_view(env) == "0" ? Sharing::kExclusive : Sharing::kShared;
-  }
+  if (sharing == Sharing::kDefault)
+    sharing = options.shared ? Sharing::kShared : Sharing::kExclusive;
   std::unique_ptr<SharedPort> shared;
   datapath::UdpOptions udp{config.ip, port};
+  if (options.udp_gso) {
+    udp.gso = *options.udp_gso;
+    udp.gso_on_hardware = *options.udp_gso;  // asked for by name: trusted
+  }
+  if (options.udp_gro) udp.gro = *options.udp_gro;
+  if (options.udp_batch) udp.tx_batch = *options.udp_batch;
   if (sharing == Sharing::kShared) {
-    auto sp = SharedPort::join(config.ip, port, cfg.name);
+    auto sp = SharedPort::join(config.ip, port, cfg.name, options.devd);
     if (!sp.ok()) return Err{sp.error()};
     shared = std::move(sp.value());
     udp.bound_fd = shared->take_socket();
@@ -196,10 +200,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->dp_->set_deferred_icrc(true);
   // Its receive reads the IP header of UD packets only (the GRH area).
   d->dp_->set_ip_header_for_ud_only(true);
-  std::string path = capture_path;
-  if (path.empty()) {
-    if (const char* env = std::getenv("UROCE_PCAP")) path = env;
-  }
+  std::string path = capture_path.empty() ? options.capture_path : capture_path;
   if (!path.empty()) {
     // UROCE_PCAP is the same for every device a process opens (UCX opens one several times) and
     // for every process of a job: each capture gets a file of its own (PATH-2, ...).
@@ -225,21 +226,16 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
     return Err{std::string("eventfd: ") + std::strerror(errno)};
   }
-  if (const char* hold = std::getenv("UROCE_HOLD_ACKS")) {
-    d->hold_acks_ = std::string_view(hold) != "0";
-  }
-  if (const char* defer = std::getenv("UROCE_DEFER_ACKS")) {
-    d->defer_acks_ = std::string_view(defer) != "0";
-  }
+  if (options.hold_acks) d->hold_acks_ = *options.hold_acks;
+  if (options.defer_acks) d->defer_acks_ = *options.defer_acks;
+  d->stats_file_ = options.stats_file;
   d->engine_->set_defer_acks(d->hold_acks_ && d->defer_acks_);
   d->sched_.reconfigure(d->base_config());
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
   if (!fault_text.value().empty()) (void)d->set_faults(fault_text.value());  // parsed above
-  if (const char* path = std::getenv("UROCE_STATS_FILE"); path != nullptr && *path != '\0') {
-    remember_open(d.get());
-  }
+  if (!d->stats_file_.empty()) remember_open(d.get());
   return d;
 }
 
@@ -884,7 +880,7 @@ void UdpDevice::stop_at_exit() {
     stopped_at_exit_ = true;
     line = format_stats_text(stats_locked(), false);
   }
-  append_stats_line(line);
+  append_stats_line(stats_file_, line);
 }
 
 CloseResult UdpDevice::close(Duration deadline) {
@@ -950,12 +946,13 @@ CloseResult UdpDevice::close(Duration deadline) {
   closed_ = true;
   close_result_ = res;
   // Once per device: stop_at_exit() may have appended them already.
-  if (!stopped_at_exit_) append_stats_line(format_stats_text(stats(), false));
+  if (!stopped_at_exit_) append_stats_line(stats_file_, format_stats_text(stats(), false));
   return res;
 }
 
-Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel) {
-  auto spec = resolve_device(sel);
+Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel,
+                                                            const DeviceOptions& options) {
+  auto spec = resolve_device(sel, options.source);
   if (!spec.ok()) return Err{spec.error()};
   DeviceConfig cfg;
   cfg.name = spec.value().name;
@@ -966,7 +963,8 @@ Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelectio
     const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
     cfg.seed = static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
   }
-  auto dev = UdpDevice::open(cfg, sel.port, sel.capture_path);
+  auto dev =
+      UdpDevice::open(cfg, sel.port, sel.capture_path, UdpDevice::Sharing::kDefault, options);
   if (!dev.ok()) return Err{cfg.name + " (" + ip_to_string(cfg.ip) + "): " + dev.error()};
   return std::move(dev.value());
 }

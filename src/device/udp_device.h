@@ -66,9 +66,9 @@
 // answer) and by the progress thread in thread mode. The same socket takes "faults show",
 // "faults set SPEC" and "faults clear" (`uroce faults`), answered "ok SPEC" or "error: WHY".
 //
-// Faults: a fault spec (fault/fault.h) from UROCE_FAULTS_<NAME> (this device), else
-// UROCE_FAULTS (every device), else the device's `faults=SPEC` in the config file, applies from
-// open on; set_faults() replaces it. Opening with a malformed spec fails with the message. The
+// Faults: a fault spec (fault/fault.h) from DeviceOptions: UROCE_FAULTS_<NAME> (this device),
+// else UROCE_FAULTS (every device); else the device's `faults=SPEC` in the config file, applies
+// from open on; set_faults() replaces it. Opening with a malformed spec fails with the message. The
 // spec in use, with its seed, is printed on stderr at open and in `uroce stats`; with UROCE_PCAP
 // every injected fault is a line of PCAP.faults (time, direction, packet number, kind, class,
 // DestQP, peer), which `uroce pcap dump` shows beside the packets.
@@ -94,6 +94,7 @@
 #include "capture/pcap_file.h"
 #include "datapath/udp.h"
 #include "device/device_config.h"
+#include "device/device_options.h"
 #include "device/shared_port.h"
 #include "device/stats.h"
 #include "engine/engine.h"
@@ -131,19 +132,24 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // config.netdev_mtu 0 means "the MTU of the interface that holds config.ip": the port MTU
   // then follows as rxe derives it (largest power of two <= MTU - 80, at most 4096).
   // `capture_path`: write every packet sent and received to this pcap file (readable by
-  // Wireshark and `uroce pcap check`); when empty, the environment variable UROCE_PCAP names
-  // the file, if set.
+  // Wireshark and `uroce pcap check`); when empty, options.capture_path (UROCE_PCAP at the
+  // edge) names the file, if set.
   //
   // Sharing: by default the device's address and port are shared with every other context
   // that opens them, in this process or another of the user (device/shared_port.h): each
   // UdpDevice is one member of the device's reuseport group, its QP numbers unique across the
   // device. kExclusive binds the port alone, as before sharing existed (the second opener
-  // then fails with "in use"); kDefault is kShared unless the environment says
-  // UROCE_SHARED=0.
+  // then fails with "in use"); kDefault is kShared unless options.shared is false
+  // (UROCE_SHARED=0 at the edge).
+  //
+  // `options`: the knobs the program sets from outside (device/device_options.h), read from the
+  // environment by the edge (src/edge) in the tools and the drop-in; the default is no variable
+  // set. options.congestion_control, when set, replaces config.congestion_control.
   enum class Sharing { kDefault, kShared, kExclusive };
   static Result<std::unique_ptr<UdpDevice>, std::string> open(
       const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port,
-      const std::string& capture_path = "", Sharing sharing = Sharing::kDefault);
+      const std::string& capture_path = "", Sharing sharing = Sharing::kDefault,
+      const DeviceOptions& options = DeviceOptions{});
   // close(kCloseDeadline) unless close() was called.
   ~UdpDevice() override;
   UdpDevice(const UdpDevice&) = delete;
@@ -286,13 +292,13 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // still executes the peers' requests: registered memory must stay valid until close()
   // returns (the destructor's included). Call it from one thread, with no
   // guard held and no other thread using the device. Idempotent: a second call returns the
-  // first result. When the environment variable UROCE_STATS_FILE names a file, the device's
+  // first result. When DeviceOptions::stats_file (UROCE_STATS_FILE) names a file, the device's
   // counters at close are appended to it as one `uroce stats` text line (device counters only:
   // QPs destroyed before close leave the QP sums), so that a program that exits (the drop-in's
   // users: rdma-core's tools, perftest) still leaves them; the stats endpoint is gone by then.
   CloseResult close(Duration deadline = kCloseDeadline);
   bool is_closed() const { return closed_; }
-  // With UROCE_STATS_FILE set when the device opened: called as the process exits (atexit) for a
+  // With a stats file in the options it opened with: called as the process exits (atexit) for a
   // device the program left open (librdmacm keeps its contexts open until the process ends, as
   // rdma-core's does): sends what is queued now (held ACKs included), stops the device (no more
   // rounds: what it sent and received is final, as the process's death would make it a moment
@@ -359,8 +365,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
   int wake_fd_ = -1;  // eventfd: doorbells, hand-offs and stop wake the thread
   Duration thread_slack_ = Duration::zero();  // the progress thread's timer slack (set_timer_slack)
-  bool hold_acks_ = true;                     // UROCE_HOLD_ACKS
-  bool defer_acks_ = true;                    // UROCE_DEFER_ACKS
+  bool hold_acks_ = true;                     // DeviceOptions::hold_acks (UROCE_HOLD_ACKS)
+  bool defer_acks_ = true;                    // DeviceOptions::defer_acks (UROCE_DEFER_ACKS)
+  std::string stats_file_;                    // DeviceOptions::stats_file (UROCE_STATS_FILE)
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).
   mutable std::mutex channels_mu_;
@@ -402,6 +409,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
 
 // Resolves `sel` against the configuration (device_config.h) and opens the device: binds the
 // address (clear messages for "not a local address" and "port in use").
-Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel);
+// `options`: as UdpDevice::open's.
+Result<std::unique_ptr<UdpDevice>, std::string> open_device(
+    const DeviceSelection& sel, const DeviceOptions& options = DeviceOptions{});
 
 }  // namespace uroce::engine

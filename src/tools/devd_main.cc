@@ -2,10 +2,14 @@
 // library (device/shared_port.cc) with the coordinator's listening socket as fd 3 and the
 // group's first UDP socket as fd 4; not meant to be run by hand.
 //
-//   uroce-devd --ip ADDRESS --port PORT [--linger-ms N] [--any-user]
+//   uroce-devd --ip ADDRESS --port PORT [--linger-ms N] [--any-user] [--capture FILE]
+//              [--faults SPEC] [--cm-listen-grace-ms N]
 //
-// UROCE_DEVD_PCAP=FILE (inherited from the process that started it): capture what the
-// coordinator's own socket sends and receives (QP 1's CM MADs) to FILE.
+// Everything comes on the command line from the context that starts it (proto/devd_options.h),
+// none from the environment it inherits. --capture FILE (UROCE_DEVD_PCAP of the starting
+// process): capture what the coordinator's own socket sends and receives (QP 1's CM MADs) to
+// FILE; --faults SPEC (its UROCE_FAULTS): faults on that socket; --cm-listen-grace-ms N (its
+// UROCE_CM_LISTEN_GRACE_MS): how long a request for a port nobody listens on waits.
 #include <arpa/inet.h>
 #include <sched.h>
 #include <unistd.h>
@@ -16,6 +20,7 @@
 #include <string>
 
 #include "devd/coordinator.h"
+#include "proto/devd_options.h"
 
 int main(int argc, char** argv) {
   uroce::engine::CoordinatorOptions o;
@@ -42,22 +47,28 @@ int main(int argc, char** argv) {
       ++i;
     } else if (a == "--any-user") {
       o.any_user = true;
+    } else if (a == "--capture" && v != nullptr) {
+      o.capture_path = v;
+      ++i;
+    } else if (a == "--faults" && v != nullptr) {
+      o.faults = v;
+      ++i;
+    } else if (a == "--cm-listen-grace-ms" && v != nullptr) {
+      char* end = nullptr;
+      const long long ms = std::strtoll(v, &end, 10);
+      if (*v == '\0' || *end != '\0' || ms < 0 ||
+          ms > uroce::engine::devd::DevdOptions::kMaxCmListenGraceMs) {
+        std::fprintf(stderr, "uroce-devd: --cm-listen-grace-ms '%s' is not 0..%lld\n", v,
+                     uroce::engine::devd::DevdOptions::kMaxCmListenGraceMs);
+        return 2;
+      }
+      o.cm_listen_grace_ms = ms;
+      ++i;
     } else {
       std::fprintf(stderr, "uroce-devd: unknown argument '%s' (started by the uroce library)\n",
                    a.c_str());
       return 2;
     }
-  }
-  if (const char* p = std::getenv("UROCE_DEVD_PCAP"); p != nullptr) o.capture_path = p;
-  if (const char* f = std::getenv("UROCE_FAULTS"); f != nullptr) o.faults = f;
-  if (const char* g = std::getenv("UROCE_CM_LISTEN_GRACE_MS"); g != nullptr && *g != '\0') {
-    char* end = nullptr;
-    const long long ms = std::strtoll(g, &end, 10);
-    if (*end != '\0' || ms < 0 || ms > 3'600'000) {
-      std::fprintf(stderr, "uroce-devd: UROCE_CM_LISTEN_GRACE_MS='%s' is not 0..3600000\n", g);
-      return 2;
-    }
-    o.cm_listen_grace_ms = ms;
   }
   if (!have_ip || o.port == 0) {
     std::fprintf(stderr, "uroce-devd: --ip and --port are required\n");

@@ -5,6 +5,7 @@
 
 #include "datapath/udp.h"
 #include "device/device_config.h"
+#include "edge/environment.h"
 #include "tools/ping_cmd.h"
 #include "uroce/verbs.h"
 #include "verbs/address.h"
@@ -247,7 +248,7 @@ Result<std::unique_ptr<Device>, std::string> make_device(const engine::DeviceSpe
 }  // namespace
 
 int devices_run(std::FILE* out, std::FILE* err) {
-  auto list = engine::configured_devices();
+  auto list = engine::configured_devices(edge::device_source());
   if (!list.ok()) {
     std::fprintf(err, "uroce devices: %s\n", list.error().c_str());
     return 1;
@@ -267,14 +268,14 @@ int devinfo_run(const DevinfoOptions& opt, std::FILE* out, std::FILE* err) {
     engine::DeviceSelection sel;
     sel.name = opt.ib_dev;
     sel.ip = opt.address;
-    auto spec = engine::resolve_device(sel);
+    auto spec = engine::resolve_device(sel, edge::device_source());
     if (!spec.ok()) {
       std::fprintf(err, "uroce devinfo: %s\n", spec.error().c_str());
       return 1;
     }
     specs.push_back(spec.value());
   } else {
-    auto list = engine::configured_devices();
+    auto list = engine::configured_devices(edge::device_source());
     if (!list.ok()) {
       std::fprintf(err, "uroce devinfo: %s\n", list.error().c_str());
       return 1;

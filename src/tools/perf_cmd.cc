@@ -23,6 +23,7 @@
 
 #include "device/device_config.h"
 #include "device/udp_device.h"
+#include "edge/environment.h"
 #include "verbs/address.h"
 
 namespace uroce::tools {
@@ -316,7 +317,9 @@ void open_side(Side& s) {
   engine::DeviceSelection sel;
   sel.name = s.opt.device;
   sel.ip = s.opt.ip;
-  auto dev = engine::open_device(sel);
+  auto options = edge::device_options();  // the environment, read here once
+  if (!options.ok()) fail("cannot open the device: " + options.error());
+  auto dev = engine::open_device(sel, options.value());
   if (!dev.ok()) {
     std::string msg = "cannot open the device: " + dev.error();
     if (dev.error().find("in use") != std::string::npos && s.opt.ip.empty())

@@ -17,6 +17,7 @@
 
 #include "device/device_config.h"
 #include "device/udp_device.h"
+#include "edge/environment.h"
 #include "verbs/address.h"
 
 namespace uroce::tools {
@@ -285,7 +286,12 @@ bool PingRun::setup(std::string* why) {
   engine::DeviceSelection sel;
   sel.name = opt_.ib_dev;
   sel.ip = opt_.address;
-  auto dev = engine::open_device(sel);
+  auto options = edge::device_options();  // the environment, read here once
+  if (!options.ok()) {
+    *why = options.error();
+    return false;
+  }
+  auto dev = engine::open_device(sel, options.value());
   if (!dev.ok()) {
     *why = dev.error();
     return false;

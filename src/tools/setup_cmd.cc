@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device/device_config.h"
+#include "edge/environment.h"
 
 namespace uroce::tools {
 
@@ -104,7 +105,7 @@ int setup_run(const SetupOptions& opt, std::FILE* out, std::FILE* err) {
   int count = opt.count;
   if (count == 0) {
     // The drop-in names the configured devices uverbs0, uverbs1, ... in order.
-    auto list = engine::configured_devices();
+    auto list = engine::configured_devices(edge::device_source());
     if (!list.ok()) {
       std::fprintf(err, "uroce setup: %s\n", list.error().c_str());
       return 1;

@@ -136,7 +136,6 @@ TEST_F(GsoNetns, SoftwareSegmentsCarryIncrementingIdsAndValidIcrcs) {
     ::setsockopt(capture, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
     UdpOptions o(v4("198.18.0.2"));
     o.gro = false;
-    o.use_environment = false;
     auto r = UdpDatapath::open(o);
     ASSERT_TRUE(r.ok()) << r.error();
     rx = std::move(r.value());
@@ -151,7 +150,6 @@ TEST_F(GsoNetns, SoftwareSegmentsCarryIncrementingIdsAndValidIcrcs) {
     EXPECT_FALSE(hardware_udp_segmentation("ugso_a"));
     UdpOptions o(v4("198.18.0.1"));
     o.gso = true;
-    o.use_environment = false;
     auto t = UdpDatapath::open(o);
     ASSERT_TRUE(t.ok()) << t.error();
     tx = std::move(t.value());

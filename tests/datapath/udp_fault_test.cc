@@ -20,7 +20,6 @@ using test::v4;
 
 std::unique_ptr<UdpDatapath> open_at(const char* ip) {
   UdpOptions o(v4(ip));
-  o.use_environment = false;
   o.gso = false;
   o.gro = false;
   auto dp = UdpDatapath::open(o);
@@ -214,7 +213,6 @@ TEST(UdpFaults, APacketRefusedForWantOfRoomEntersTheStageOnceWhenItIsTaken) {
     Run r;
     bool blocked = backpressure;
     UdpOptions o(v4(a_ip));
-    o.use_environment = false;
     o.gso = false;
     o.gro = false;
     o.tx_batch = 2;

@@ -105,7 +105,6 @@ std::unique_ptr<UdpDatapath> open_dp(const char* ip, bool gso, bool gro, std::si
   o.gso = gso;
   o.gro = gro;
   o.tx_batch = batch;
-  o.use_environment = false;
   o.sendmmsg_hook = std::move(hook);
   auto dp = UdpDatapath::open(o);
   EXPECT_TRUE(dp.ok()) << dp.error();
@@ -750,30 +749,27 @@ TEST(UdpDatapath, TapShowsWhatWasSentWhenTheBufferChangesRightAfter) {
   }
 }
 
-TEST(UdpDatapath, EnvironmentSwitchesAndTheirErrors) {
+// The switches the edge reads from UROCE_UDP_GSO/GRO/BATCH (tests/edge) arrive as UdpOptions.
+TEST(UdpDatapath, SwitchesAndTheirErrors) {
   const char* const a_ip = test::unique_ip();
-  ::setenv("UROCE_UDP_GSO", "0", 1);
-  ::setenv("UROCE_UDP_GRO", "0", 1);
-  ::setenv("UROCE_UDP_BATCH", "1", 1);
   {
-    auto a = UdpDatapath::open({v4(a_ip), 4791});
+    UdpOptions o{v4(a_ip), 4791};
+    o.gso = false;
+    o.gro = false;
+    o.tx_batch = 1;
+    auto a = UdpDatapath::open(o);
     ASSERT_TRUE(a.ok()) << a.error();
     EXPECT_FALSE(a.value()->gso());
     EXPECT_EQ(a.value()->gso_note(), "off");
     EXPECT_FALSE(a.value()->gro());
     EXPECT_EQ(a.value()->tx_batch(), 1u);
   }
-  ::setenv("UROCE_UDP_GSO", "yes", 1);
-  auto b = UdpDatapath::open({v4(a_ip), 4791});
-  ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.error().find("UROCE_UDP_GSO must be 0 or 1"), std::string::npos) << b.error();
-  ::unsetenv("UROCE_UDP_GSO");
-  ::setenv("UROCE_UDP_BATCH", "0", 1);
-  auto c = UdpDatapath::open({v4(a_ip), 4791});
+  UdpOptions o{v4(a_ip), 4791};
+  o.tx_batch = 0;
+  auto c = UdpDatapath::open(o);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.error().find("UROCE_UDP_BATCH must be a number"), std::string::npos) << c.error();
-  ::unsetenv("UROCE_UDP_BATCH");
-  ::unsetenv("UROCE_UDP_GRO");
+  EXPECT_NE(c.error().find("tx_batch and rx_batch must be from 1 to"), std::string::npos)
+      << c.error();
 }
 
 TEST(UdpDatapath, Ipv4LoopbackWithAVerifiedIcrc) {
@@ -874,7 +870,6 @@ TEST(UdpDatapath, Ipv6GsoAndGroWithVerifiedIcrcs) {
   const std::uint16_t b_port = test::unique_port();
   for (const bool gro : {false, true}) {
     UdpOptions oa(loopback6(), a_port), ob(loopback6(), b_port);
-    oa.use_environment = ob.use_environment = false;
     oa.gso = true;
     ob.gro = gro;
     auto a = UdpDatapath::open(oa);

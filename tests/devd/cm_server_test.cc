@@ -54,33 +54,26 @@ std::map<std::string, std::uint64_t> cm_counters() {
 class CmServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // The coordinator reads it when it starts (connect_cm below starts it): 10 minutes, so
+    // The coordinator is told it when it starts (connect_cm below starts it): 10 minutes, so
     // that the listen comes in time however slow the machine; 1 ms, so that the REJ comes.
-    static const std::map<std::string, const char*> graces = {
-        {"ARequestBeforeTheListenWaitsForIt", "600000"},
-        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", "1"},
+    static const std::map<std::string, long long> graces = {
+        {"ARequestBeforeTheListenWaitsForIt", 600000},
+        {"ARequestForAPortNobodyListensOnIsRejectedAfterTheGrace", 1},
     };
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     g_device = ::uroce::test::unique_ip();
     g_peer = ::uroce::test::unique_ip();
+    // The coordinator is told these on its command line by the process that starts it (the
+    // edge reads them from its UROCE_CM_LISTEN_GRACE_MS and UROCE_FAULTS).
+    devd::DevdOptions devd;
     const auto g = graces.find(name);
-    if (g != graces.end()) {
-      ::setenv("UROCE_CM_LISTEN_GRACE_MS", g->second, 1);
-    } else {
-      ::unsetenv("UROCE_CM_LISTEN_GRACE_MS");
-    }
-    // The coordinator applies the UROCE_FAULTS of the process that starts it.
-    if (name == "FaultsReachTheCmsOwnPackets") {
-      ::setenv("UROCE_FAULTS", "dir=tx,class=cm,loss=100%,seed=3", 1);
-    } else {
-      ::unsetenv("UROCE_FAULTS");
-    }
+    if (g != graces.end()) devd.cm_listen_grace_ms = g->second;
+    if (name == "FaultsReachTheCmsOwnPackets") devd.faults = "dir=tx,class=cm,loss=100%,seed=3";
     // An event channel's connection starts the coordinator (and keeps it).
-    auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0");
+    auto c = SharedPort::connect_cm(ip(g_device.c_str()), wire::kRoceV2Port, "uroce0", devd);
     ASSERT_TRUE(c.ok()) << c.error();
     chan_ = c.value();
     datapath::UdpOptions o(ip(g_peer.c_str()));
-    o.use_environment = false;
     o.gso = false;
     o.gro = false;
     auto dp = datapath::UdpDatapath::open(o);
@@ -89,7 +82,6 @@ class CmServerTest : public ::testing::Test {
   }
   void TearDown() override {
     if (chan_ >= 0) ::close(chan_);
-    ::unsetenv("UROCE_FAULTS");
   }
 
   // Sends a UD SEND Only packet with `payload` to the device's QP `qpn`.

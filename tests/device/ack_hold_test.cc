@@ -59,9 +59,9 @@ std::optional<Wc> drive_until_completion(Side& s, Side& other) {
 
 // Two connected sides; B has already sent a request of its own and seen it complete, so it
 // looks like one side of a ping-pong from then on.
-void pingpong_pair(Side& a, Side& b, const char* ip_a, const char* ip_b,
-                   const SideOptions& bo = {}) {
-  make_side(a, ip_a);
+void pingpong_pair(Side& a, Side& b, const char* ip_a, const char* ip_b, const SideOptions& bo = {},
+                   const SideOptions& ao = {}) {
+  make_side(a, ip_a, ao);
   make_side(b, ip_b, bo);
   pair_up(a, b);
   post_write(b, a, 1, 0, 8);
@@ -121,14 +121,6 @@ std::vector<std::uint8_t> opcodes_sent_by(const std::string& pcap, const std::st
 
 class AckHold : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ::unsetenv("UROCE_HOLD_ACKS");
-    ::unsetenv("UROCE_DEFER_ACKS");
-  }
-  void TearDown() override {
-    ::unsetenv("UROCE_DEFER_ACKS");
-    ::unsetenv("UROCE_HOLD_ACKS");
-  }
   std::string capture_path(const char* name) {
     return (std::filesystem::temp_directory_path() /
             (std::string("uroce-ackhold-") + name + "-" + std::to_string(::getpid()) + ".pcap"))
@@ -139,12 +131,13 @@ class AckHold : public ::testing::Test {
 TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();
-  ::setenv("UROCE_DEFER_ACKS", "0", 1);  // the ACK follows the answer (deferring: below)
   const std::string cap = capture_path("pingpong");
   Side a, b;
-  SideOptions bo;
+  SideOptions ao;
+  ao.device.defer_acks = false;  // the ACK follows the answer (deferring: below)
+  SideOptions bo = ao;
   bo.capture = cap;
-  pingpong_pair(a, b, a_ip, b_ip, bo);
+  pingpong_pair(a, b, a_ip, b_ip, bo, ao);
 
   // A writes to B; B receives it and holds the ACK (no packet leaves B).
   const std::uint64_t b_rx = b.dev->engine().counters().rx_packets;
@@ -237,17 +230,19 @@ TEST_F(AckHold, DeferredAcksLoseNothing) {
   }
 }
 
-TEST_F(AckHold, DeferringIsSwitchedOffByTheEnvironment) {
+TEST_F(AckHold, DeferringIsSwitchedOffByTheOptions) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();
-  ::setenv("UROCE_DEFER_ACKS", "0", 1);
   Side a;
-  make_side(a, a_ip);
+  SideOptions ao;
+  ao.device.defer_acks = false;  // UROCE_DEFER_ACKS=0
+  make_side(a, a_ip, ao);
   EXPECT_FALSE(a.dev->engine().defer_acks());
-  ::setenv("UROCE_DEFER_ACKS", "1", 1);
-  ::setenv("UROCE_HOLD_ACKS", "0", 1);
   Side b;
-  make_side(b, b_ip);
+  SideOptions bo;
+  bo.device.defer_acks = true;
+  bo.device.hold_acks = false;  // UROCE_HOLD_ACKS=0
+  make_side(b, b_ip, bo);
   EXPECT_FALSE(b.dev->engine().defer_acks());  // nothing is held, so nothing is deferred
 }
 
@@ -435,14 +430,14 @@ TEST_F(AckHold, ResponderOnlyQpNeverHoldsAnAck) {
   EXPECT_EQ(b.dev->engine().counters().tx_acks_held, 0u);
 }
 
-TEST_F(AckHold, SwitchedOffByTheEnvironment) {
+TEST_F(AckHold, SwitchedOffByTheOptions) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();
-  ::setenv("UROCE_HOLD_ACKS", "0", 1);
   Side a, b;
-  make_side(a, a_ip);
-  make_side(b, b_ip);
-  ::unsetenv("UROCE_HOLD_ACKS");
+  SideOptions o;
+  o.device.hold_acks = false;  // UROCE_HOLD_ACKS=0
+  make_side(a, a_ip, o);
+  make_side(b, b_ip, o);
   pair_up(a, b);
   post_write(b, a, 1, 0, 8);
   ASSERT_TRUE(drive_until_completion(b, a).has_value());

@@ -54,25 +54,28 @@ DeviceSelection by_ip(const std::string& ip) {
   return s;
 }
 
-TEST(DeviceConfig, ResolvesFromEnvironmentAndDefault) {
-  ::unsetenv("UROCE_CONFIG");
-  ::setenv("UROCE_DEVICES", "d0=127.0.0.5,d1=127.0.0.6", 1);
-  auto first = resolve_device({});
+TEST(DeviceConfig, ResolvesFromTheListAndTheFile) {
+  DeviceSource list;
+  list.devices = "d0=127.0.0.5,d1=127.0.0.6";  // UROCE_DEVICES
+  auto first = resolve_device({}, list);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(first.value().name, "d0");
-  auto named = resolve_device(by_name("d1"));
+  auto named = resolve_device(by_name("d1"), list);
   ASSERT_TRUE(named.ok());
   EXPECT_EQ(ip_to_string(named.value().ip), "127.0.0.6");
-  auto missing = resolve_device(by_name("nope"));
+  auto missing = resolve_device(by_name("nope"), list);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().find("d0 on 127.0.0.5"), std::string::npos);
-  auto addr = resolve_device(by_ip("127.0.0.6"));
+  auto addr = resolve_device(by_ip("127.0.0.6"), list);
   ASSERT_TRUE(addr.ok());
   EXPECT_EQ(addr.value().name, "d1");
-  ::unsetenv("UROCE_DEVICES");
-  ::setenv("UROCE_CONFIG", "/nonexistent/uroce.conf", 1);
-  EXPECT_FALSE(resolve_device({}).ok());
-  ::unsetenv("UROCE_CONFIG");
+  DeviceSource file;
+  file.config_path = "/nonexistent/uroce.conf";  // UROCE_CONFIG
+  auto unreadable = resolve_device({}, file);
+  ASSERT_FALSE(unreadable.ok());
+  EXPECT_EQ(unreadable.error(), "cannot read UROCE_CONFIG file /nonexistent/uroce.conf");
+  file.devices = "";  // UROCE_DEVICES set but empty: the file is read
+  EXPECT_FALSE(resolve_device({}, file).ok());
 }
 
 TEST(DeviceConfig, OpenReportsAddressThatIsNotLocal) {

@@ -407,12 +407,12 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
 
 TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
   const char* const dev_ip = test::unique_ip();
-  ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
   const wire::IpAddress ip = v4(dev_ip);
   {
     Side a;
-    test::make_side(a, dev_ip);
-    ::unsetenv("UROCE_DEVD_LINGER_MS");
+    test::SideOptions o;
+    o.device.devd.linger_ms = 0;  // UROCE_DEVD_LINGER_MS=0: told on its command line
+    test::make_side(a, dev_ip, o);
     EXPECT_TRUE(SharedPort::query(ip, wire::kRoceV2Port).ok());
   }
   // Bounded: the coordinator exits as soon as it sees the last context leave.
@@ -470,10 +470,10 @@ TEST(SharedDevice, TheCoordinatorRunsOnEveryCpuNotOnlyOnItsStarters) {
     ~Restore() { ::sched_setaffinity(0, sizeof *to, to); }
   } restore{&mine};
   ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-  ::setenv("UROCE_DEVD_LINGER_MS", "0", 1);
   Side a;
-  test::make_side(a, dev_ip);
-  ::unsetenv("UROCE_DEVD_LINGER_MS");
+  test::SideOptions o;
+  o.device.devd.linger_ms = 0;
+  test::make_side(a, dev_ip, o);
   const pid_t devd = coordinator_pid(dev_ip);
   ASSERT_NE(devd, 0) << "no uroce-devd --ip " << dev_ip;
   cpu_set_t theirs;

@@ -50,6 +50,7 @@ struct SideOptions {
   std::string capture;
   std::size_t buf_bytes = 1 << 20;
   UdpDevice::Sharing sharing = UdpDevice::Sharing::kDefault;
+  DeviceOptions device;  // what the edge would read from UROCE_* (device/device_options.h)
 };
 
 // Opens the device (polling mode) and creates PD, an MR over `buf`, a CQ and an RC QP.
@@ -59,7 +60,7 @@ inline void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
   cfg.ip = v4(ip);
   s.ip = ip;
   s.buf.assign(o.buf_bytes, std::byte{0});
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture, o.sharing);
+  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture, o.sharing, o.device);
   ASSERT_TRUE(d.ok()) << d.error();
   s.dev = std::move(d.value());
   Device& dev = s.dev->device();

@@ -24,6 +24,7 @@ using test::connect;
 using test::make_side;
 using test::run_until;
 using test::Side;
+using test::SideOptions;
 using test::v4;
 
 std::string temp_path(const std::string& name) {
@@ -125,16 +126,18 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   std::filesystem::remove(cap_b);
 }
 
-// UROCE_STATS_FILE: each device appends its counters as it closes, one `uroce stats` line
-// (what the interop harness reads after a drop-in program exited).
+// DeviceOptions::stats_file (UROCE_STATS_FILE): each device appends its counters as it closes,
+// one `uroce stats` line (what the interop harness reads after a drop-in program exited).
 TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();
   const std::string path = temp_path("stats.txt");
   std::filesystem::remove(path);
   Side a, b;
-  make_side(a, a_ip);
-  make_side(b, b_ip);
+  SideOptions o;
+  o.device.stats_file = path;
+  make_side(a, a_ip, o);
+  make_side(b, b_ip, o);
   connect(a, b, b_ip);
   connect(b, a, a_ip);
   const Sge recv{b.va(0), 64, b.mr.lkey};
@@ -148,11 +151,9 @@ TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
   ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&wr, 1), nullptr), Errc::kOk);
   ASSERT_EQ(run_until(a, b, 1).size(), 1u);  // the SEND completed: b received it and ACKed
 
-  ::setenv("UROCE_STATS_FILE", path.c_str(), 1);
   a.dev->close();
   b.dev->close();
   a.dev->close();  // idempotent: no second line
-  ::unsetenv("UROCE_STATS_FILE");
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);) lines.push_back(l);
@@ -176,15 +177,16 @@ TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::setenv("UROCE_STATS_FILE", path.c_str(), 1);
+    SideOptions o;
+    o.device.stats_file = path;
     // Never closed, as the drop-in's contexts are (and still reachable: no leak report).
     static Side* kept[2];
     kept[0] = new Side();
     kept[1] = new Side();
     Side& a = *kept[0];
     Side& b = *kept[1];
-    make_side(a, a_ip);
-    make_side(b, b_ip);
+    make_side(a, a_ip, o);
+    make_side(b, b_ip, o);
     connect(a, b, b_ip);
     connect(b, a, a_ip);
     const Sge recv{b.va(0), 64, b.mr.lkey};
@@ -213,6 +215,23 @@ TEST(UdpDevice, ADeviceLeftOpenAppendsItsCountersAtExit) {
     EXPECT_NE(l.find(" rx_drops 0 icrc_err 0 "), std::string::npos) << l;
   }
   std::filesystem::remove(path);
+}
+
+// The fault spec comes from the options (the edge reads them from UROCE_FAULTS_<NAME> and
+// UROCE_FAULTS): this device's first, then every device's; a malformed one opens nothing.
+TEST(UdpDevice, FaultsComeFromTheOptionsThisDevicesFirst) {
+  DeviceConfig cfg;
+  cfg.name = "fx-1";
+  cfg.ip = v4(test::unique_ip());
+  cfg.netdev_mtu = 0;
+  DeviceOptions o;
+  o.faults = "nonsense";
+  auto bad = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(bad.error().starts_with("fx-1: ")) << bad.error();
+  o.device_faults[fault_key("fx-1")] = "";  // this device's: none, whatever UROCE_FAULTS says
+  auto good = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive, o);
+  ASSERT_TRUE(good.ok()) << good.error();
 }
 
 TEST(UdpDevice, PortMtuFollowsTheInterfaceAsRxe) {

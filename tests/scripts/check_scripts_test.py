@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests for scripts/check-core-purity, scripts/check-rooms and scripts/check-format: each is run on small trees made
+"""Tests for scripts/check-core-purity, scripts/check-rooms, scripts/check-edge and scripts/check-format: each is run on small trees made
 in a temporary directory, with and without planted problems, and must pass or fail as expected.
 
 Run one test with `check_scripts_test.py CorePurityTest.test_planted_violations`; ctest
@@ -19,6 +19,7 @@ REPO = os.path.realpath(os.path.join(os.path.dirname(__file__), os.pardir, os.pa
 PURITY = os.path.join(REPO, "scripts", "check-core-purity")
 FORMAT = os.path.join(REPO, "scripts", "check-format")
 ROOMS = os.path.join(REPO, "scripts", "check-rooms")
+EDGE = os.path.join(REPO, "scripts", "check-edge")
 
 
 def write_tree(root, files):
@@ -267,6 +268,45 @@ class RoomsTest(TreeTest):
 
     def test_root_without_src_is_an_error(self):
         self.assertEqual(self.rooms().returncode, 2)
+
+
+class EdgeTest(TreeTest):
+    def edge(self):
+        return run([EDGE, self.root])
+
+    def test_reads_at_the_edge_pass_and_are_listed(self):
+        write_tree(self.root, {
+            "src/tools/main.cc": 'int f() { return std::getenv("UROCE_X") != nullptr; }\n',
+            "src/compat/ibverbs/lib.cc": 'int g() { return ::secure_getenv("Y") != nullptr; }\n',
+            "src/edge/env.cc": 'const char* h() { return getenv ("Z"); }\n',
+            # Comments that name getenv are not sites.
+            "src/engine/engine.cc": "// the engine never calls getenv(3)\n"
+                                    "/* nor getenv(\"A\")\n   getenv(\"B\") */ int x;\n",
+        })
+        result = self.edge()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout), {
+            "src/tools/main.cc:1", "src/compat/ibverbs/lib.cc:1", "src/edge/env.cc:1"},
+            result.stdout)
+
+    def test_planted_reads_below_the_edge_fail(self):
+        write_tree(self.root, {
+            "src/tools/main.cc": 'int f() { return std::getenv("UROCE_X") != nullptr; }\n',
+            "src/engine/engine.cc": 'int x;\nbool y = std::getenv("UROCE_Y");  // below\n',
+            "src/devd/coordinator.h": 'inline auto z() { return ::secure_getenv("Z"); }\n',
+            "src/wire/packet.cc": '/* ok */ auto w = getenv("W");\n',
+        })
+        result = self.edge()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        violations = {line.split(": ")[0] for line in result.stdout.splitlines()
+                      if "below the edge (" in line}
+        self.assertEqual(violations, {"src/engine/engine.cc:2", "src/devd/coordinator.h:1",
+                                      "src/wire/packet.cc:1"}, result.stdout)
+        self.assertIn("src/tools/main.cc:1: edge:", result.stdout)
+        self.assertIn("src/engine/engine.cc:2: VIOLATION:", result.stdout)
+
+    def test_root_without_src_is_an_error(self):
+        self.assertEqual(self.edge().returncode, 2)
 
 
 class CheckFormatTest(TreeTest):

@@ -20,6 +20,7 @@
 
 #include "compat/ibverbs/compat.h"
 #include "datapath/udp.h"
+#include "edge/environment.h"
 #include "verbs/address.h"
 
 // The header turns these into inline wrappers; the library exports the functions themselves.
@@ -41,7 +42,7 @@ struct DeviceList {
 DeviceList& device_list() {
   static DeviceList* list = [] {
     auto* l = new DeviceList();
-    auto specs = engine::configured_devices();
+    auto specs = engine::configured_devices(edge::device_source());  // the edge
     if (!specs.ok()) {
       l->error = specs.error();
       return l;
@@ -589,7 +590,16 @@ engine::UdpDevice* net(Context* ctx) {
   DeviceConfig cfg = ctx->config;
   cfg.netdev_mtu = 0;  // the interface's, as the query device saw it
   cfg.seed = fresh_seed();
-  auto r = engine::UdpDevice::open(cfg);
+  // The environment, read here (the edge) and passed down: an invalid variable opens nothing.
+  auto options = edge::device_options();
+  if (!options.ok()) {
+    std::fprintf(stderr, "uroce libibverbs: cannot open device %s (%s): %s\n", cfg.name.c_str(),
+                 engine::ip_to_string(cfg.ip).c_str(), options.error().c_str());
+    errno = ENODEV;
+    return nullptr;
+  }
+  auto r = engine::UdpDevice::open(cfg, wire::kRoceV2Port, "", engine::UdpDevice::Sharing::kDefault,
+                                   options.value());
   if (!r.ok()) {
     const std::string& m = r.error();
     std::fprintf(stderr, "uroce libibverbs: cannot open device %s (%s): %s\n", cfg.name.c_str(),

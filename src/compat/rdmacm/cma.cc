@@ -43,6 +43,7 @@
 #include "compat/rdmacm/rdmacm.h"
 #include "device/device_config.h"
 #include "device/shared_port.h"
+#include "edge/environment.h"
 #include "proto/devd_cm_protocol.h"
 
 namespace uroce::rdmacm {
@@ -80,7 +81,7 @@ std::vector<Device>& devices() {
   // Under g_mu. Built once: the configured devices that the verbs library lists.
   if (g_devices == nullptr) {
     g_devices = new std::vector<Device>();
-    auto specs = engine::configured_devices();
+    auto specs = engine::configured_devices(edge::device_source());  // the edge
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (specs.ok() && list != nullptr) {
@@ -295,7 +296,13 @@ int conn_of(Channel* ch, int dev) {
     std::lock_guard lk(g_mu);
     d = devices()[static_cast<std::size_t>(dev)];
   }
-  auto c = engine::SharedPort::connect_cm(d.ip, wire::kRoceV2Port, d.name);
+  // The environment, read here (the edge): what a coordinator this starts is told.
+  auto options = edge::devd_options();
+  if (!options.ok()) {
+    std::fprintf(stderr, "librdmacm (uroce): %s\n", options.error().c_str());
+    return -1;
+  }
+  auto c = engine::SharedPort::connect_cm(d.ip, wire::kRoceV2Port, d.name, options.value());
   if (!c.ok()) {
     std::fprintf(stderr, "librdmacm (uroce): %s\n", c.error().c_str());
     return -1;
