@@ -33,8 +33,8 @@ TEST(Incast, WithoutCongestionControlTheReceiversPortOverflows) {
 }
 
 // The loop closes: the port marks the senders' ECN-capable packets, the receiver answers with
-// CNPs, and each reaches the sender it names, several senders among them. (How well DCQCN then shares the port is
-// measured, not yet asserted: docs/REAL_NETWORK.md, "The simulator's incast".)
+// CNPs, and each reaches the sender it names, several senders among them. (How well DCQCN then
+// shares the port is measured, not yet asserted: docs/REAL_NETWORK.md, "The simulator's incast".)
 TEST(Incast, WithDcqcnMarksBecomeCnpsThatReachTheSenders) {
   const IncastResult r = run_incast(eight_into_one(true));
   ASSERT_TRUE(r.ok) << r.failure;
