@@ -84,9 +84,8 @@ void DcqcnReactionPoint::advance(Instant now) {
   std::uint32_t n = 0;
   while (limited() && timer_at_ <= now && n++ < kMaxIncreasesAtOnce) {
     ++timer_stages_;
-    const Instant at = timer_at_;
     timer_at_ = timer_at_ + Duration::us(p_.rp_time_reset_us);
-    increase(at);
+    increase();
   }
   if (limited() && timer_at_ <= now) timer_at_ = now + Duration::us(p_.rp_time_reset_us);
 }
@@ -99,11 +98,11 @@ void DcqcnReactionPoint::on_sent(Instant now, std::uint32_t bytes) {
   while (limited() && bytes_since_ >= p_.rp_byte_reset && n++ < kMaxIncreasesAtOnce) {
     bytes_since_ -= p_.rp_byte_reset;
     ++byte_stages_;
-    increase(now);
+    increase();
   }
 }
 
-void DcqcnReactionPoint::increase(Instant) {
+void DcqcnReactionPoint::increase() {
   UROCE_ASSERT(limited());
   ++counters_.rp_rate_increases;
   const std::uint32_t f = p_.rp_threshold;
@@ -151,7 +150,7 @@ bool Dcqcn::take_cnp(Instant now) {
   // within np_min_time_between_cnps; a mark inside that window gets none later.
   if (!cnp_owed_) return false;
   cnp_owed_ = false;
-  if (!last_cnp_.is_never() && now - last_cnp_ < Duration::us(p_.np_min_time_between_cnps_us)) {
+  if (!last_cnp_.is_never() && now - last_cnp_ < cnp_gap_) {
     return false;
   }
   last_cnp_ = now;

@@ -98,7 +98,7 @@ class DcqcnReactionPoint {
   DcqcnCounters& counters() { return counters_; }
 
  private:
-  void increase(Instant now);
+  void increase();
   std::uint64_t line_mbps() const;
 
   DcqcnParams p_;
@@ -121,7 +121,8 @@ class DcqcnReactionPoint {
 // receives.
 class Dcqcn final : public CongestionControl {
  public:
-  explicit Dcqcn(const DcqcnParams& p) : p_(p), rp_(p) {}
+  explicit Dcqcn(const DcqcnParams& p)
+      : cnp_gap_(Duration::us(p.np_min_time_between_cnps_us)), rp_(p) {}
 
   Instant next_send_time(Instant now, std::uint32_t bytes) override;
   void on_sent(Instant now, std::uint32_t bytes) override { rp_.on_sent(now, bytes); }
@@ -135,7 +136,7 @@ class Dcqcn final : public CongestionControl {
   const DcqcnCounters& counters() const { return rp_.counters(); }
 
  private:
-  DcqcnParams p_;
+  Duration cnp_gap_;  // np_min_time_between_cnps
   DcqcnReactionPoint rp_;
   bool cnp_owed_ = false;  // CE seen since the last CNP
   Instant last_cnp_ = Instant::never();

@@ -388,9 +388,7 @@ void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
   // simpler, and they are all due soon anyway.
   if (!engine_) return;
   std::lock_guard sl(sched_mu_);
-  if (sched_.acks_due().is_never()) return;
-  engine_->flush_tx(now(), SIZE_MAX, false);
-  sched_.acks_flushed();
+  engine_->flush_held_acks(now(), sched_);
 }
 
 void UdpDevice::qp_destroying(std::uint32_t qpn) {

@@ -33,14 +33,27 @@ RoundReport Engine::round(Instant now, const RoundPlan& plan, RoundKind kind,
     }
   }
   UROCE_ASSERT(r.sent <= plan.tx_budget);
-  const RoundReport s = state(want_next_timer);
-  r.held_acks = s.held_acks;
-  r.acks_deferred = s.acks_deferred;
-  r.tx_left = s.tx_left;
-  r.next_timer = s.next_timer;
+  const std::size_t received = r.received;
+  const std::size_t sent = r.sent;
+  r = state(want_next_timer);
+  r.received = received;
+  r.sent = sent;
   // A round that holds nothing leaves nothing held, unless its budget ran out first.
   UROCE_ASSERT(plan.hold_acks || r.held_acks == 0 || r.sent == plan.tx_budget);
   return r;
+}
+
+void Engine::flush_held_acks(Instant now, Scheduler& sched) {
+  if (sched.acks_due().is_never()) return;
+  flush_tx(now, SIZE_MAX, false);
+  sched.acks_flushed();
+}
+
+AppRound run_app_round(Engine& engine, Scheduler& sched, Instant now, Engine::RoundKind kind) {
+  AppRound a;
+  a.report = engine.round(now, sched.app_round_begin(now), kind);
+  a.after = sched.app_round_end(now, a.report);
+  return a;
 }
 
 RoundReport Engine::state(bool want_next_timer) {

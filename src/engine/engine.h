@@ -67,6 +67,15 @@ struct EngineCounters {
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};  // by DropReason
 };
 
+class Engine;
+
+// An application's round as a host that polls runs it: `sched` plans it, the engine runs it,
+// `sched` hears what it did (the simulators' hosts; UdpDevice does the same under its locks).
+struct AppRound {
+  RoundReport report;
+  AppAfter after;
+};
+
 class Engine {
  public:
   Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local);
@@ -84,6 +93,10 @@ class Engine {
   static constexpr std::size_t kRxBurst = 64;
   // What round() reports of the engine's state, for a caller that ran no round (wait()).
   RoundReport state(bool want_next_timer);
+  // Sends every ACK that `sched`'s rounds hold, outside a round, and tells it so: what a device
+  // does when a QP is about to be modified or destroyed (DoorbellHandler::qp_changing), while the
+  // QP can still send them. Every held ACK, not only that QP's: they are all due soon anyway.
+  void flush_held_acks(Instant now, Scheduler& sched);
   // The datapath's packet in the engine: its outer headers to the QP's PacketInfo, then
   // handle_rx. What round() gives datapath::receive.
   void handle_datapath_rx(Instant now, const wire::RocePacket& pkt, const datapath::RxMeta& meta);
@@ -185,5 +198,7 @@ class Engine {
   std::vector<transport::TxPacket> closed_acks_;
   static constexpr std::size_t kMaxClosedAcks = 64;
 };
+
+AppRound run_app_round(Engine& engine, Scheduler& sched, Instant now, Engine::RoundKind kind);
 
 }  // namespace uroce::engine

@@ -328,9 +328,7 @@ std::size_t Host::receive(Instant now, std::size_t max, const RxHandler& handler
 }
 
 void Host::round(Instant now, engine::Engine::RoundKind kind) {
-  const engine::RoundPlan plan = sched->app_round_begin(now);
-  const engine::RoundReport rep = engine->round(now, plan, kind);
-  sched->app_round_end(now, rep);
+  const engine::RoundReport rep = engine::run_app_round(*engine, *sched, now, kind).report;
   wake = sched->app_wait_until(now, Instant::never(), rep);
 }
 
@@ -340,12 +338,7 @@ void Host::receive_all(Instant now) {
   } while (!inbox.empty());
 }
 
-void Host::qp_changing(std::uint32_t) {
-  // As UdpDevice::qp_changing: every held ACK leaves while the QP can still send it.
-  if (sched->acks_due().is_never()) return;
-  engine->flush_tx(cl->now, SIZE_MAX, false);
-  sched->acks_flushed();
-}
+void Host::qp_changing(std::uint32_t) { engine->flush_held_acks(cl->now, *sched); }
 
 void Host::qp_destroying(std::uint32_t qpn) { engine->qp_destroying(cl->now, qpn); }
 

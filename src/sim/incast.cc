@@ -1,8 +1,6 @@
 #include "sim/incast.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -12,6 +10,7 @@
 #include "datapath/datapath.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "sim/failure.h"
 #include "sim/network.h"
 #include "sim/sim_socket.h"
 #include "transport/qp.h"
@@ -87,10 +86,7 @@ struct Run {
   void fail(const std::string& what) {
     if (!result.ok) return;
     result.ok = false;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "seed %" PRIu64 " at t=%" PRId64 " ns: ", opt.seed,
-                  (now - start).count_ns());
-    result.failure = buf + what;
+    result.failure = failure_text(opt.seed, now - start, what);
   }
 };
 
@@ -106,16 +102,10 @@ bool Nic::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_he
   return true;
 }
 
-void Nic::qp_changing(std::uint32_t) {
-  if (sched->acks_due().is_never()) return;
-  engine->flush_tx(run->now, SIZE_MAX, false);
-  sched->acks_flushed();
-}
+void Nic::qp_changing(std::uint32_t) { engine->flush_held_acks(run->now, *sched); }
 
 void Nic::round(Instant now, engine::Engine::RoundKind kind) {
-  const engine::RoundPlan plan = sched->app_round_begin(now);
-  const engine::RoundReport rep = engine->round(now, plan, kind);
-  sched->app_round_end(now, rep);
+  const engine::RoundReport rep = engine::run_app_round(*engine, *sched, now, kind).report;
   wake = sched->app_wait_until(now, Instant::never(), rep);
 }
 

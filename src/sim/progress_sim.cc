@@ -1,8 +1,6 @@
 #include "sim/progress_sim.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -11,6 +9,7 @@
 
 #include "base/prng.h"
 #include "datapath/datapath.h"
+#include "sim/failure.h"
 #include "sim/network.h"
 #include "sim/sim_socket.h"
 #include "transport/qp.h"
@@ -125,10 +124,7 @@ struct Run {
   void fail(const std::string& what) {
     if (!result.ok) return;
     result.ok = false;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "seed %" PRIu64 " at t=%" PRId64 " ns: ", opt.seed,
-                  (now - start).count_ns());
-    result.failure = buf + what;
+    result.failure = failure_text(opt.seed, now - start, what);
   }
   Instant wake_after() { return now + Duration::ns(1 + rng.below(wake_latency_ns)); }
   Duration poll_gap() { return Duration::ns(50 + rng.below(poll_gap_ns)); }
@@ -176,12 +172,7 @@ void SimHost::doorbell(std::uint32_t n) {
   if (sched->doorbell(quiet)) run->signal(*this);
 }
 
-void SimHost::qp_changing(std::uint32_t) {
-  // As UdpDevice::qp_changing: every held ACK leaves while the QP can still send it.
-  if (sched->acks_due().is_never()) return;
-  engine->flush_tx(run->now, SIZE_MAX, false);
-  sched->acks_flushed();
-}
+void SimHost::qp_changing(std::uint32_t) { engine->flush_held_acks(run->now, *sched); }
 
 void SimHost::qp_destroying(std::uint32_t n) { engine->qp_destroying(run->now, n); }
 
@@ -431,10 +422,10 @@ RoundReport round(Run& r, SimHost& h, const RoundPlan& plan, bool receive) {
 }
 
 void app_round(Run& r, SimHost& h, bool receive) {
-  const RoundPlan plan = h.sched->app_round_begin(r.now);
-  const RoundReport rep = round(r, h, plan, receive);
-  const AppAfter after = h.sched->app_round_end(r.now, rep);
-  if (after.wake_thread) r.signal(h);
+  const engine::AppRound a = engine::run_app_round(
+      *h.engine, *h.sched, r.now,
+      receive ? engine::Engine::RoundKind::kReceive : engine::Engine::RoundKind::kTransmit);
+  if (a.after.wake_thread) r.signal(h);
   note_held(r, h);
 }
 
