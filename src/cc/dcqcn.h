@@ -126,7 +126,7 @@ class Dcqcn final : public CongestionControl {
 
   Instant next_send_time(Instant now, std::uint32_t bytes) override;
   void on_sent(Instant now, std::uint32_t bytes) override { rp_.on_sent(now, bytes); }
-  void on_ack(Instant now) override { rp_.advance(now); }
+  void on_ack(const AckEvent& ack) override { rp_.advance(ack.now); }
   void on_cnp(Instant now) override { rp_.on_cnp(now); }
   void on_ecn_ce(Instant now) override;
   bool take_cnp(Instant now) override;

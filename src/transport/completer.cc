@@ -31,7 +31,19 @@ void Qp::reset_retry_counters() {
 void Qp::note_progress(Instant now) {
   reset_retry_counters();
   comp_.deadline = comp_.psn == req_.psn ? Instant::never() : now + ack_timeout();
-  env_.cc->on_ack(now);
+  report_ack(now);
+}
+
+void Qp::report_ack(Instant now) {
+  // What congestion control hears of an acknowledgement: the PSNs it covers that were not
+  // reported before (comp_.reported_psn follows comp_.psn; a go-back-N never moves it back).
+  cc::AckEvent ack{.now = now};
+  if (wire::psn_gt(comp_.psn, comp_.reported_psn)) {
+    ack.acked_packets = static_cast<std::uint32_t>(wire::psn_diff(comp_.psn, comp_.reported_psn));
+    comp_.reported_psn = comp_.psn;
+  }
+  ack.in_flight = (req_.psn - comp_.psn) & wire::kPsnMask;
+  env_.cc->on_ack(ack);
 }
 
 bool Qp::going_back() const {
@@ -85,6 +97,7 @@ void Qp::implied_nak(Instant now, std::uint32_t psn) {
     --comp_.retry_cnt;
   }
   ++counters_.implied_naks;
+  env_.cc->on_loss(now, cc::LossSignal::kNak);
   start_retry(comp_.psn, /*restart=*/true);
   comp_.stream_psn = psn;
   comp_.deadline = now + ack_timeout();
@@ -212,6 +225,7 @@ void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::ui
           // row between two AckReq ACKs, however much got through between them.
           if (wire::psn_gt(psn, comp_.psn)) reset_retry_counters();
           comp_.psn = psn;
+          report_ack(now);
           if (going_back()) return;
           if (comp_.retry_cnt == 0) {
             ++counters_.retry_exceeded;
@@ -219,6 +233,7 @@ void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::ui
             return;
           }
           --comp_.retry_cnt;
+          env_.cc->on_loss(now, cc::LossSignal::kNak);
           start_retry(psn);
           comp_.deadline = now + ack_timeout();
           return;
@@ -332,6 +347,7 @@ void Qp::handle_retry_timeout(Instant now) {
     return;
   }
   --comp_.retry_cnt;
+  env_.cc->on_loss(now, cc::LossSignal::kTimeout);
   start_retry(comp_.psn, /*restart=*/true);
   comp_.deadline = now + ack_timeout();
 }

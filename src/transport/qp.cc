@@ -84,6 +84,7 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn = attr_.sq_psn;
     comp_.psn = attr_.sq_psn;
+    comp_.reported_psn = attr_.sq_psn;
   }
   if (mask & kQpMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & kQpMaxDestRdAtomic) {

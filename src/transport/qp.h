@@ -406,6 +406,8 @@ class Qp {
   void fail_wqe(std::uint32_t index, WcStatus status);
   void reset_retry_counters();
   void note_progress(Instant now);
+  // Tells congestion control what the completer's progress acknowledged (note_progress).
+  void report_ack(Instant now);
   void handle_retry_timeout(Instant now);
   // A go-back-N is under way and the completer has not passed the PSN it went back to.
   bool going_back() const;
@@ -494,6 +496,8 @@ class Qp {
     std::uint32_t stream_psn = 0;
     // The PSN of the last stale response (below psn): handle_response.
     std::uint32_t stale_psn = 0;
+    // The PSN up to which congestion control has heard of acknowledgements (report_ack).
+    std::uint32_t reported_psn = 0;
   } comp_;
 
   // Responder.

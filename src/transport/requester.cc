@@ -26,8 +26,10 @@ bool Qp::request_ready() const {
   // at 128 PSNs the requests reach the responder too late to keep its stream going (loopback,
   // 64 KiB READs at MTU 4096: 0.77x WRITE's bandwidth, 0.97-1.02x at 256; docs/PERFORMANCE.md).
   const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
-  const std::uint32_t window = w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : kMaxUnackedPsns;
-  if (rc && outstanding >= window) return false;
+  // Congestion control may narrow it (a window-based rule), never widen it.
+  const std::uint32_t window = std::min(
+      w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : kMaxUnackedPsns, env_.cc->window_packets());
+  if (rc && outstanding >= std::max<std::uint32_t>(window, 1)) return false;
   // A READ of up to 2^31 bytes at MTU 256 spans up to 2^23 PSNs. Behind other outstanding
   // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn
   // round (a response would look like one never sent): such a READ waits for an empty window.

@@ -10,6 +10,7 @@
 #include "cc/dcqcn.h"
 #include "harness.h"
 #include "steps.h"
+#include "wire/aeth.h"
 #include "wire/opcode.h"
 
 namespace uroce::test {
@@ -139,6 +140,60 @@ TEST(Congestion, ACnpFromThePeerCutsTheRateAndPacesRequests) {
   EXPECT_LE(next - s.now, Duration::us(2));
   s.now = next;
   EXPECT_EQ(s.drain().size(), 1u);
+}
+
+// A 64 KiB SEND from the Solo's buffer (64 packets at MTU 1024).
+void post_64k_send(Solo& s, std::uint64_t wr_id) {
+  transport::SendRequest r;
+  r.wr_id = wr_id;
+  r.opcode = WrOpcode::kSend;
+  r.send_flags = kSendSignaled;
+  const Sge sge{s.va(0), 65536, s.e.key};
+  r.sges = std::span<const Sge>(&sge, 1);
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+}
+
+void ack_at(Solo& s, std::uint32_t psn, std::uint8_t syndrome = wire::make_ack_syndrome()) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.aeth.syndrome = syndrome;
+  h.aeth.msn = 1;
+  s.feed(h);
+}
+
+TEST(Congestion, AWindowFromCongestionControlCapsThePsnsOutstanding) {
+  Solo s(QpType::kRc, 1024);
+  s.e.cc.window = 10;
+  post_64k_send(s, 1);
+  EXPECT_EQ(s.drain().size(), 10u);
+  // An ACK of the first four opens the window by four, and congestion control hears of them.
+  ack_at(s, 0x1000 + 3);
+  EXPECT_EQ(s.e.cc.acked_packets, 4u);
+  EXPECT_EQ(s.drain().size(), 4u);
+  // Without a window of its own the QP's (kMaxUnackedPsns) still holds.
+  s.e.cc.window = cc::kUnlimitedWindow;
+  post_64k_send(s, 2);
+  post_64k_send(s, 3);
+  EXPECT_EQ(s.drain().size(), transport::kMaxUnackedPsns - 10);
+}
+
+TEST(Congestion, LossesAreReportedOncePerRecovery) {
+  Solo s(QpType::kRc, 1024);
+  s.set(/*timeout=*/14, /*retry_cnt=*/7, /*rnr_retry=*/7);
+  post_64k_send(s, 1);
+  ASSERT_EQ(s.drain().size(), 64u);
+  // A sequence NAK at the fifth PSN: one loss, and a go-back-N from there.
+  ack_at(s, 0x1000 + 4, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  EXPECT_EQ(s.e.cc.losses[static_cast<int>(cc::LossSignal::kNak)], 1);
+  EXPECT_EQ(s.e.cc.acked_packets, 4u);
+  EXPECT_EQ(s.drain().size(), 60u);
+  // The same NAK again while going back is no new loss.
+  ack_at(s, 0x1000 + 4, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  EXPECT_EQ(s.e.cc.losses[static_cast<int>(cc::LossSignal::kNak)], 1);
+  // Silence until the ACK timeout: a timeout loss.
+  s.advance(s.e.qp->ack_timeout());
+  EXPECT_EQ(s.e.cc.losses[static_cast<int>(cc::LossSignal::kTimeout)], 1);
 }
 
 }  // namespace

@@ -74,8 +74,18 @@ class CountingCc final : public cc::CongestionControl {
   void on_sent(Instant now, std::uint32_t bytes) override {
     if (inner != nullptr) inner->on_sent(now, bytes);
   }
-  void on_ack(Instant now) override {
-    if (inner != nullptr) inner->on_ack(now);
+  void on_ack(const cc::AckEvent& ack) override {
+    ++acks;
+    acked_packets += ack.acked_packets;
+    if (inner != nullptr) inner->on_ack(ack);
+  }
+  void on_loss(Instant now, cc::LossSignal signal) override {
+    ++losses[static_cast<int>(signal)];
+    if (inner != nullptr) inner->on_loss(now, signal);
+  }
+  std::uint32_t window_packets() const override {
+    if (window != cc::kUnlimitedWindow) return window;
+    return inner != nullptr ? inner->window_packets() : cc::kUnlimitedWindow;
   }
   void on_cnp(Instant now) override {
     ++cnps;
@@ -89,6 +99,10 @@ class CountingCc final : public cc::CongestionControl {
   bool ecn_capable() const override { return inner != nullptr && inner->ecn_capable(); }
   int cnps = 0;
   int ecn_ce_marks = 0;
+  int acks = 0;
+  std::uint64_t acked_packets = 0;
+  int losses[2] = {0, 0};                       // by cc::LossSignal
+  std::uint32_t window = cc::kUnlimitedWindow;  // a test's window (else inner's)
   cc::CongestionControl* inner = nullptr;
 };
 
