@@ -158,7 +158,7 @@ int pingpong(const std::string& mode, std::size_t iters) {
   Shared* s = run_pair(
       [&](Shared& sh) {
         auto dp = datapath::UdpDatapath::open(options(mode, "127.0.0.2", echo_port));
-        if (!dp.ok()) return fail(sh, "echo: " + dp.error());
+        if (!dp.ok()) return fail(sh, "echo: " + dp.error().text);
         PingPongSide side(*dp.value(), "127.0.0.1", client_port);
         sh.phase.store(kReceiverReady);
         const double cpu0 = cpu_seconds();
@@ -171,7 +171,7 @@ int pingpong(const std::string& mode, std::size_t iters) {
       },
       [&](Shared& sh) {
         auto dp = datapath::UdpDatapath::open(options(mode, "127.0.0.1", client_port));
-        if (!dp.ok()) return fail(sh, "client: " + dp.error());
+        if (!dp.ok()) return fail(sh, "client: " + dp.error().text);
         PingPongSide side(*dp.value(), "127.0.0.2", echo_port);
         std::vector<double> rtt;
         rtt.reserve(iters);
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
   Shared* s = run_pair(
       [&](Shared& sh) {
         auto dp = datapath::UdpDatapath::open(options(mode, "127.0.0.2", rx_port));
-        if (!dp.ok()) return fail(sh, "receiver: " + dp.error());
+        if (!dp.ok()) return fail(sh, "receiver: " + dp.error().text);
         datapath::UdpDatapath& d = *dp.value();
         const int big = 64 << 20;
         ::setsockopt(d.fd(), SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
       },
       [&](Shared& sh) {
         auto dp = datapath::UdpDatapath::open(options(mode, "127.0.0.1", tx_port));
-        if (!dp.ok()) return fail(sh, "sender: " + dp.error());
+        if (!dp.ok()) return fail(sh, "sender: " + dp.error().text);
         datapath::UdpDatapath& d = *dp.value();
         std::vector<std::byte> data(message, std::byte{0x5a});
         const std::size_t npkts = (message + mtu - 1) / mtu;

@@ -55,7 +55,7 @@ bool make(Side& s, const char* ip) {
   auto d =
       UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kDefault, options.value());
   if (!d.ok()) {
-    std::fprintf(stderr, "%s\n", d.error().c_str());
+    std::fprintf(stderr, "%s\n", d.error().text.c_str());
     return false;
   }
   s.dev = std::move(d.value());

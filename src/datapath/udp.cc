@@ -63,7 +63,7 @@ void snapshot_registered_memory(std::span<const ConstBytes> payload, MutBytes ou
 #endif
 }
 
-std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+Error errno_error(const char* what) { return Error::system(errno, what); }
 
 }  // namespace
 
@@ -111,9 +111,9 @@ std::array<std::uint8_t, 6> mac_of(const wire::IpAddress& ip) {
 
 }  // namespace
 
-Result<std::string, std::string> interface_name(const wire::IpAddress& local) {
+Result<std::string, Error> interface_name(const wire::IpAddress& local) {
   ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return Err{errno_text("getifaddrs")};
+  if (::getifaddrs(&list) != 0) return Err{errno_error("getifaddrs")};
   std::string name;
   for (ifaddrs* i = list; i != nullptr && name.empty(); i = i->ifa_next) {
     if (i->ifa_addr == nullptr) continue;
@@ -128,7 +128,9 @@ Result<std::string, std::string> interface_name(const wire::IpAddress& local) {
   ::freeifaddrs(list);
   // 127.0.0.0/8 is all loopback, though only 127.0.0.1 is listed as an address of lo.
   if (name.empty() && !local.v6 && local.bytes[0] == 127) name = "lo";
-  if (name.empty()) return Err{std::string("no network interface has this address")};
+  if (name.empty()) {
+    return Err{Error(EADDRNOTAVAIL, "no network interface has this address")};
+  }
   return name;
 }
 
@@ -191,17 +193,17 @@ bool hardware_udp_segmentation(const std::string& ifname) {
   return udp_segmentation_feature(ifname).value_or(true);  // cannot tell: assume the worst
 }
 
-Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local) {
+Result<std::uint32_t, Error> interface_mtu(const wire::IpAddress& local) {
   auto found = interface_name(local);
   if (!found.ok()) return Err{found.error()};
   const std::string name = found.value();
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Err{errno_text("socket")};
+  if (fd < 0) return Err{errno_error("socket")};
   ifreq req{};
   std::strncpy(req.ifr_name, name.c_str(), IFNAMSIZ - 1);
   const int rc = ::ioctl(fd, SIOCGIFMTU, &req);
   ::close(fd);
-  if (rc != 0) return Err{errno_text("SIOCGIFMTU")};
+  if (rc != 0) return Err{errno_error("SIOCGIFMTU")};
   return static_cast<std::uint32_t>(req.ifr_mtu);
 }
 
@@ -268,30 +270,30 @@ struct UdpDatapath::RxRing {
   std::size_t dirty = 0;
 };
 
-Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open(const UdpOptions& options) {
+Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open(const UdpOptions& options) {
   auto r = open_socket(options);
   // open_socket() closes a socket it made itself on failure; a given one is closed here.
   if (!r.ok() && options.bound_fd >= 0) ::close(options.bound_fd);
   return r;
 }
 
-Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open_socket(
-    const UdpOptions& options) {
+Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOptions& options) {
   UdpOptions opt = options;
   if (opt.tx_batch < 1 || opt.tx_batch > kMaxBatch || opt.rx_batch < 1 ||
       opt.rx_batch > kMaxBatch) {
-    return Err{"tx_batch and rx_batch must be from 1 to " + std::to_string(kMaxBatch)};
+    return Err{
+        Error(EINVAL, "tx_batch and rx_batch must be from 1 to " + std::to_string(kMaxBatch))};
   }
   const bool v6 = opt.local.v6;
   const bool bound = opt.bound_fd >= 0;
   const int fd =
       bound ? opt.bound_fd
             : ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Err{errno_text("socket")};
+  if (fd < 0) return Err{errno_error("socket")};
   auto fail = [fd, bound](const char* what) {
-    std::string msg = errno_text(what);
+    Error e = errno_error(what);
     if (!bound) ::close(fd);
-    return msg;
+    return e;
   };
   int on = 1;
   if (v6) {
@@ -355,10 +357,10 @@ Result<std::unique_ptr<UdpDatapath>, std::string> UdpDatapath::open_socket(
   if (!bound && ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     char addr[INET6_ADDRSTRLEN] = {};
     ::inet_ntop(v6 ? AF_INET6 : AF_INET, opt.local.bytes.data(), addr, sizeof addr);
-    const std::string msg = "cannot bind " + std::string(addr) + " port " +
-                            std::to_string(opt.port) + ": " + std::strerror(errno);
+    const Error e = Error::system(
+        errno, "cannot bind " + std::string(addr) + " port " + std::to_string(opt.port));
     ::close(fd);
-    return Err{msg};
+    return Err{e};
   }
   std::unique_ptr<UdpDatapath> dp(new UdpDatapath(fd, opt));
   dp->gso_note_ = opt.gso ? "on" : gso_note.empty() ? "off" : gso_note;

@@ -65,6 +65,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/result.h"
 #include "datapath/datapath.h"
 #include "fault/fault.h"
@@ -139,7 +140,7 @@ void to_sockaddr(const wire::IpAddress& ip, std::uint16_t port, sockaddr_storage
 
 // The MTU of the network interface that holds `local` (SIOCGIFMTU), or an error message when no
 // interface has that address.
-Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
+Result<std::uint32_t, Error> interface_mtu(const wire::IpAddress& local);
 // The speed in Mb/s of the network interface that holds `local`, for the port's active width
 // and speed (link_rate_for_eth_speed in <uroce/verbs.h>): the kernel's
 // (/sys/class/net/NAME/speed, what ethtool shows) when it knows one. A loopback interface has
@@ -148,7 +149,7 @@ Result<std::uint32_t, std::string> interface_mtu(const wire::IpAddress& local);
 // (some virtual NICs): 0, unknown.
 std::uint32_t interface_speed_mbps(const wire::IpAddress& local);
 // The name of the network interface that holds `local` (any 127/8 address: lo).
-Result<std::string, std::string> interface_name(const wire::IpAddress& local);
+Result<std::string, Error> interface_name(const wire::IpAddress& local);
 // Whether `ifname` has tx-udp-segmentation on (ethtool's feature), if that can be read.
 std::optional<bool> udp_segmentation_feature(const std::string& ifname);
 // True when `ifname` is backed by a device (/sys/class/net/NAME/device) with
@@ -172,7 +173,7 @@ class UdpDatapath final : public Datapath {
   static constexpr std::size_t kStagePayload = wire::kMaxPayloadBytes;
   static constexpr std::size_t kStagePacket = kMaxHeaderBytes + kStagePayload + 8;
   // A clear message on failure (address not local, port in use, ...).
-  static Result<std::unique_ptr<UdpDatapath>, std::string> open(const UdpOptions& options);
+  static Result<std::unique_ptr<UdpDatapath>, Error> open(const UdpOptions& options);
   ~UdpDatapath() override;
   UdpDatapath(const UdpDatapath&) = delete;
   UdpDatapath& operator=(const UdpDatapath&) = delete;
@@ -242,7 +243,7 @@ class UdpDatapath final : public Datapath {
   struct RxRing;
   struct TxScratch;
   UdpDatapath(int fd, const UdpOptions& options);
-  static Result<std::unique_ptr<UdpDatapath>, std::string> open_socket(const UdpOptions& options);
+  static Result<std::unique_ptr<UdpDatapath>, Error> open_socket(const UdpOptions& options);
   // The outer headers the kernel puts on a datagram (ICRC input; with an Ethernet header,
   // the capture's frame).
   static wire::OuterHeaders outer(const wire::IpAddress& src, const wire::IpAddress& dst,

@@ -57,11 +57,11 @@ bool is_unspecified(const devd::CmAddr& a) {
 
 }  // namespace
 
-Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddress& ip,
-                                                              std::uint16_t port, int sink_fd,
-                                                              std::uint64_t seed,
-                                                              const std::string& capture_path,
-                                                              Duration listen_grace) {
+Result<std::unique_ptr<CmServer>, Error> CmServer::open(const wire::IpAddress& ip,
+                                                        std::uint16_t port, int sink_fd,
+                                                        std::uint64_t seed,
+                                                        const std::string& capture_path,
+                                                        Duration listen_grace) {
   datapath::UdpOptions o(ip, port);
   o.bound_fd = sink_fd;
   o.gso = false;
@@ -75,7 +75,7 @@ Result<std::unique_ptr<CmServer>, std::string> CmServer::open(const wire::IpAddr
     // Another device's coordinator may have been started with the same UROCE_DEVD_PCAP.
     std::string chosen;
     auto w = capture::PcapWriter::open_unshared(capture_path, &chosen);
-    if (!w.ok()) return Err{"capture: " + w.error()};
+    if (!w.ok()) return Err{Error(EIO, "capture: " + w.error())};
     if (chosen != capture_path) {
       std::fprintf(stderr, "uroce-devd: %s is another capture's; capturing to %s\n",
                    capture_path.c_str(), chosen.c_str());

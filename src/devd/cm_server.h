@@ -57,9 +57,11 @@ class CmServer {
   // REJected (Invalid Service ID, which the kernel answers at once). Programs whose server lets
   // its peer connect before it has listened (Debian 12's qperf 0.4.11 and perftest -R) count on
   // the listen coming before the REQ.
-  static Result<std::unique_ptr<CmServer>, std::string> open(
-      const wire::IpAddress& ip, std::uint16_t port, int sink_fd, std::uint64_t seed,
-      const std::string& capture_path = {}, Duration listen_grace = Duration::ms(100));
+  static Result<std::unique_ptr<CmServer>, Error> open(const wire::IpAddress& ip,
+                                                       std::uint16_t port, int sink_fd,
+                                                       std::uint64_t seed,
+                                                       const std::string& capture_path = {},
+                                                       Duration listen_grace = Duration::ms(100));
   ~CmServer();
   CmServer(const CmServer&) = delete;
   CmServer& operator=(const CmServer&) = delete;

@@ -155,37 +155,39 @@ enum class Start { kStarted, kRace };
 
 // Claims the coordinator's name, binds the group's first socket and starts uroce-devd with
 // both. kRace: another process claimed the name first (connect again).
-Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uint16_t port,
-                                             const std::string& name,
-                                             const devd::DevdOptions& options) {
+Result<Start, Error> start_coordinator(const wire::IpAddress& ip, std::uint16_t port,
+                                       const std::string& name, const devd::DevdOptions& options) {
   int listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (listen_fd < 0) return Err{std::string("socket: ") + std::strerror(errno)};
+  if (listen_fd < 0) return Err{Error::system(errno, "socket")};
   socklen_t len = 0;
   const sockaddr_un a = abstract_address(name, len);
   if (::bind(listen_fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
     const int e = errno;
     ::close(listen_fd);
     if (e == EADDRINUSE) return Start::kRace;
-    return Err{std::string("cannot claim the device coordinator's name: ") + std::strerror(e)};
+    return Err{Error::system(e, "cannot claim the device coordinator's name")};
   }
   if (::listen(listen_fd, 128) != 0) {
     const int e = errno;
     ::close(listen_fd);
-    return Err{std::string("listen: ") + std::strerror(e)};
+    return Err{Error::system(e, "listen")};
   }
   const int sink = datapath::make_group_socket(ip, port);
   if (sink < 0) {
     ::close(listen_fd);
     const std::string where = ip_to_string(ip) + " port " + std::to_string(port);
     if (-sink == EADDRINUSE) {
-      return Err{"cannot bind " + where +
-                 ": port in use by a program that does not share it (another RDMA stack, a "
-                 "uroce device opened with UROCE_SHARED=0, or another user's uroce device)"};
+      return Err{Error(EADDRINUSE,
+                       "cannot bind " + where +
+                           ": port in use by a program that does not share it (another RDMA "
+                           "stack, a uroce device opened with UROCE_SHARED=0, or another user's "
+                           "uroce device)")};
     }
     if (-sink == EADDRNOTAVAIL) {
-      return Err{"cannot bind " + where + ": not a local address (" + std::strerror(-sink) + ")"};
+      return Err{Error(EADDRNOTAVAIL, "cannot bind " + where + ": not a local address (" +
+                                          std::strerror(-sink) + ")")};
     }
-    return Err{"cannot bind " + where + ": " + std::strerror(-sink)};
+    return Err{Error::system(-sink, "cannot bind " + where)};
   }
   // Above 3 and 4, so that the child's dup2 onto them always clears close-on-exec.
   const int l_hi = ::fcntl(listen_fd, F_DUPFD_CLOEXEC, 10);
@@ -195,7 +197,7 @@ Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uin
   if (l_hi < 0 || s_hi < 0) {
     if (l_hi >= 0) ::close(l_hi);
     if (s_hi >= 0) ::close(s_hi);
-    return Err{std::string("fcntl: ") + std::strerror(errno)};
+    return Err{Error::system(errno, "fcntl")};
   }
   // Everything the coordinator is told comes on its command line (proto/devd_options.h).
   const std::string path = coordinator_path(options);
@@ -252,8 +254,8 @@ Result<Start, std::string> start_coordinator(const wire::IpAddress& ip, std::uin
   ::close(l_hi);
   ::close(s_hi);
   if (rc != 0) {
-    return Err{"cannot start the device coordinator " + path + ": " + std::strerror(rc) +
-               " (UROCE_DEVD names another one)"};
+    return Err{Error::system(rc, "cannot start the device coordinator " + path)
+                   .within("(UROCE_DEVD names another one)")};
   }
   // It forks the coordinator and exits at once: reap it (an application that reaps every
   // child itself may have done so already).
@@ -275,10 +277,9 @@ struct Connected {
 
 // Connects to the device's coordinator (starting one when none runs) and says `hello`; the
 // connection once the coordinator has answered kWelcome.
-Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std::uint16_t port,
-                                                 const std::string& device, const devd::Msg& hello,
-                                                 bool want_socket,
-                                                 const devd::DevdOptions& options) {
+Result<Connected, Error> connect_and_greet(const wire::IpAddress& ip, std::uint16_t port,
+                                           const std::string& device, const devd::Msg& hello,
+                                           bool want_socket, const devd::DevdOptions& options) {
   const std::string name = devd::socket_name(ip, port);
   // A coordinator that is exiting, or one just being started by another process, keeps us
   // waiting a little: retry for up to 10 s.
@@ -295,15 +296,16 @@ Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std:
         sleep_ms(5);
         continue;
       }
-      return Err{std::string("cannot reach the device coordinator: ") + std::strerror(-conn)};
+      return Err{Error::system(-conn, "cannot reach the device coordinator")};
     }
     Connected c;
     if (send_msg(conn, hello) && recv_msg(conn, c.welcome, 10'000, &c.udp)) {
       if (c.welcome.type == devd::MsgType::kError) {
         ::close(conn);
         if (c.udp >= 0) ::close(c.udp);
-        return Err{"device " + device + " (" + ip_to_string(ip) +
-                   "): " + devd::get_text(c.welcome.text)};
+        const int code = c.welcome.status != 0 ? c.welcome.status : EIO;
+        return Err{Error(code, "device " + device + " (" + ip_to_string(ip) +
+                                   "): " + devd::get_text(c.welcome.text))};
       }
       if (c.welcome.type == devd::MsgType::kWelcome && (c.udp >= 0 || !want_socket)) {
         c.conn = conn;
@@ -315,15 +317,16 @@ Result<Connected, std::string> connect_and_greet(const wire::IpAddress& ip, std:
     ::close(conn);
     sleep_ms(5);
   }
-  return Err{"the device coordinator for " + ip_to_string(ip) + " port " + std::to_string(port) +
-             " did not answer"};
+  return Err{Error(ETIMEDOUT, "the device coordinator for " + ip_to_string(ip) + " port " +
+                                  std::to_string(port) + " did not answer")};
 }
 
 }  // namespace
 
-Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(
-    const wire::IpAddress& ip, std::uint16_t port, const std::string& device,
-    const devd::DevdOptions& options) {
+Result<std::unique_ptr<SharedPort>, Error> SharedPort::join(const wire::IpAddress& ip,
+                                                            std::uint16_t port,
+                                                            const std::string& device,
+                                                            const devd::DevdOptions& options) {
   devd::Msg hello;
   hello.type = devd::MsgType::kHello;
   devd::set_text(hello.device, device);
@@ -341,9 +344,9 @@ Result<std::unique_ptr<SharedPort>, std::string> SharedPort::join(
   return sp;
 }
 
-Result<int, std::string> SharedPort::connect_cm(const wire::IpAddress& ip, std::uint16_t port,
-                                                const std::string& device,
-                                                const devd::DevdOptions& options) {
+Result<int, Error> SharedPort::connect_cm(const wire::IpAddress& ip, std::uint16_t port,
+                                          const std::string& device,
+                                          const devd::DevdOptions& options) {
   devd::Msg hello;
   hello.type = devd::MsgType::kCmHello;
   devd::set_text(hello.device, device);
@@ -354,10 +357,9 @@ Result<int, std::string> SharedPort::connect_cm(const wire::IpAddress& ip, std::
   return c.value().conn;
 }
 
-Result<SharedDeviceInfo, std::string> SharedPort::query(const wire::IpAddress& ip,
-                                                        std::uint16_t port) {
+Result<SharedDeviceInfo, Error> SharedPort::query(const wire::IpAddress& ip, std::uint16_t port) {
   const int conn = connect_coordinator(devd::socket_name(ip, port));
-  if (conn < 0) return Err{std::string("no coordinator: ") + std::strerror(-conn)};
+  if (conn < 0) return Err{Error::system(-conn, "no coordinator")};
   devd::Msg req;
   req.type = devd::MsgType::kList;
   SharedDeviceInfo info;
@@ -399,7 +401,7 @@ Result<SharedDeviceInfo, std::string> SharedPort::query(const wire::IpAddress& i
     }
   }
   ::close(conn);
-  if (!ended) return Err{std::string("the coordinator did not answer")};
+  if (!ended) return Err{Error(ETIMEDOUT, "the coordinator did not answer")};
   return info;
 }
 

@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/error.h"
 #include "base/result.h"
 #include "proto/devd_options.h"
 #include "proto/devd_protocol.h"
@@ -74,16 +75,16 @@ class SharedPort final : public QpnSource {
   // A clear message on failure (address not local, port held by another program, another
   // user's device, coordinator not found).
   // `options`: what a coordinator this call starts is told (proto/devd_options.h).
-  static Result<std::unique_ptr<SharedPort>, std::string> join(
+  static Result<std::unique_ptr<SharedPort>, Error> join(
       const wire::IpAddress& ip, std::uint16_t port, const std::string& device,
       const devd::DevdOptions& options = devd::DevdOptions{});
   // A connection for an rdma_cm event channel (devd_cm_protocol.h), to the coordinator it
   // starts when none runs; the caller owns the fd (close-on-exec). A clear message on failure.
-  static Result<int, std::string> connect_cm(
-      const wire::IpAddress& ip, std::uint16_t port, const std::string& device,
-      const devd::DevdOptions& options = devd::DevdOptions{});
+  static Result<int, Error> connect_cm(const wire::IpAddress& ip, std::uint16_t port,
+                                       const std::string& device,
+                                       const devd::DevdOptions& options = devd::DevdOptions{});
   // The coordinator's list of contexts, or an error message when the device has none running.
-  static Result<SharedDeviceInfo, std::string> query(const wire::IpAddress& ip, std::uint16_t port);
+  static Result<SharedDeviceInfo, Error> query(const wire::IpAddress& ip, std::uint16_t port);
 
   ~SharedPort() override;
   SharedPort(const SharedPort&) = delete;

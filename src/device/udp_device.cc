@@ -146,26 +146,29 @@ Instant UdpDevice::now() {
                               .count());
 }
 
-Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConfig& config,
-                                                                std::uint16_t port,
-                                                                const std::string& capture_path,
-                                                                Sharing sharing,
-                                                                const DeviceOptions& options) {
+Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& config,
+                                                          std::uint16_t port,
+                                                          const std::string& capture_path,
+                                                          Sharing sharing,
+                                                          const DeviceOptions& options) {
   DeviceConfig cfg = config;
   if (options.congestion_control) cfg.congestion_control = *options.congestion_control;
   // The faults first: a malformed spec opens nothing.
   auto fault_text = configured_faults(cfg.name, cfg.ip, options);
-  if (!fault_text.ok()) return Err{fault_text.error()};
+  if (!fault_text.ok()) return Err{Error(EINVAL, fault_text.error())};
   if (auto f = fault::FaultSpec::parse(fault_text.value()); !f.ok()) {
-    return Err{cfg.name + ": " + f.error()};
+    return Err{Error(EINVAL, cfg.name + ": " + f.error())};
   }
   if (cfg.netdev_mtu == 0) {
     auto mtu = datapath::interface_mtu(cfg.ip);
-    if (!mtu.ok()) return Err{"cannot find the interface MTU: " + mtu.error()};
+    if (!mtu.ok()) return Err{mtu.error().within("cannot find the interface MTU")};
     cfg.netdev_mtu = mtu.value();
   }
   auto dev = Device::create(cfg);
-  if (!dev.ok()) return Err{std::string("invalid device configuration: ") + errc_name(dev.error())};
+  if (!dev.ok()) {
+    return Err{Error(static_cast<int>(dev.error()),
+                     std::string("invalid device configuration: ") + errc_name(dev.error()))};
+  }
   if (sharing == Sharing::kDefault)
     sharing = options.shared ? Sharing::kShared : Sharing::kExclusive;
   std::unique_ptr<SharedPort> shared;
@@ -182,7 +185,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
     shared = std::move(sp.value());
     udp.bound_fd = shared->take_socket();
     if (Errc e = dev.value()->set_qpn_source(shared.get()); e != Errc::kOk) {
-      return Err{std::string("set_qpn_source: ") + errc_name(e)};
+      return Err{Error(static_cast<int>(e), std::string("set_qpn_source: ") + errc_name(e))};
     }
   }
   auto dp = datapath::UdpDatapath::open(udp);
@@ -206,7 +209,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
     // for every process of a job: each capture gets a file of its own (PATH-2, ...).
     std::string chosen;
     auto w = capture::PcapWriter::open_unshared(path, &chosen);
-    if (!w.ok()) return Err{"capture: " + w.error()};
+    if (!w.ok()) return Err{Error(EIO, "capture: " + w.error())};
     if (chosen != path) {
       std::fprintf(stderr, "uroce: %s is another device's capture; capturing to %s\n", path.c_str(),
                    chosen.c_str());
@@ -224,7 +227,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
   d->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   d->async_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
-    return Err{std::string("eventfd: ") + std::strerror(errno)};
+    return Err{Error::system(errno, "eventfd")};
   }
   if (options.hold_acks) d->hold_acks_ = *options.hold_acks;
   if (options.defer_acks) d->defer_acks_ = *options.defer_acks;
@@ -948,10 +951,10 @@ CloseResult UdpDevice::close(Duration deadline) {
   return res;
 }
 
-Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelection& sel,
-                                                            const DeviceOptions& options) {
+Result<std::unique_ptr<UdpDevice>, Error> open_device(const DeviceSelection& sel,
+                                                      const DeviceOptions& options) {
   auto spec = resolve_device(sel, options.source);
-  if (!spec.ok()) return Err{spec.error()};
+  if (!spec.ok()) return Err{Error(ENODEV, spec.error())};
   DeviceConfig cfg;
   cfg.name = spec.value().name;
   cfg.ip = spec.value().ip;
@@ -963,7 +966,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> open_device(const DeviceSelectio
   }
   auto dev =
       UdpDevice::open(cfg, sel.port, sel.capture_path, UdpDevice::Sharing::kDefault, options);
-  if (!dev.ok()) return Err{cfg.name + " (" + ip_to_string(cfg.ip) + "): " + dev.error()};
+  if (!dev.ok()) return Err{dev.error().within(cfg.name + " (" + ip_to_string(cfg.ip) + ")")};
   return std::move(dev.value());
 }
 

@@ -88,6 +88,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/error.h"
 #include "base/result.h"
 #include "base/spin_lock.h"
 #include "base/time.h"
@@ -146,7 +147,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // environment by the edge (src/edge) in the tools and the drop-in; the default is no variable
   // set. options.congestion_control, when set, replaces config.congestion_control.
   enum class Sharing { kDefault, kShared, kExclusive };
-  static Result<std::unique_ptr<UdpDevice>, std::string> open(
+  static Result<std::unique_ptr<UdpDevice>, Error> open(
       const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port,
       const std::string& capture_path = "", Sharing sharing = Sharing::kDefault,
       const DeviceOptions& options = DeviceOptions{});
@@ -410,7 +411,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
 // Resolves `sel` against the configuration (device_config.h) and opens the device: binds the
 // address (clear messages for "not a local address" and "port in use").
 // `options`: as UdpDevice::open's.
-Result<std::unique_ptr<UdpDevice>, std::string> open_device(
+Result<std::unique_ptr<UdpDevice>, Error> open_device(
     const DeviceSelection& sel, const DeviceOptions& options = DeviceOptions{});
 
 }  // namespace uroce::engine

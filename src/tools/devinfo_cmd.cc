@@ -229,7 +229,7 @@ void print_port(std::FILE* out, const Device& dev, std::uint8_t port, const Port
 Result<std::unique_ptr<Device>, std::string> make_device(const engine::DeviceSpec& spec) {
   auto mtu = datapath::interface_mtu(spec.ip);
   if (!mtu.ok()) {
-    return Err{spec.name + " (" + engine::ip_to_string(spec.ip) + "): " + mtu.error()};
+    return Err{spec.name + " (" + engine::ip_to_string(spec.ip) + "): " + mtu.error().text};
   }
   DeviceConfig cfg;
   cfg.name = spec.name;

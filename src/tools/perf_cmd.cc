@@ -321,8 +321,8 @@ void open_side(Side& s) {
   if (!options.ok()) fail("cannot open the device: " + options.error());
   auto dev = engine::open_device(sel, options.value());
   if (!dev.ok()) {
-    std::string msg = "cannot open the device: " + dev.error();
-    if (dev.error().find("in use") != std::string::npos && s.opt.ip.empty())
+    std::string msg = "cannot open the device: " + dev.error().text;
+    if (dev.error().code == EADDRINUSE && s.opt.ip.empty())
       msg += " (two processes on one host need two addresses, e.g. --ip 127.0.0.2)";
     fail(msg);
   }

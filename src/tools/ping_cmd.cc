@@ -293,7 +293,7 @@ bool PingRun::setup(std::string* why) {
   }
   auto dev = engine::open_device(sel, options.value());
   if (!dev.ok()) {
-    *why = dev.error();
+    *why = dev.error().text;
     return false;
   }
   udp_ = std::move(dev.value());

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
 
 #include <cstdlib>
 #include <cstring>
@@ -242,7 +243,8 @@ TEST(SharedDevice, APortHeldByAnotherProgramGivesAClearError) {
   cfg.ip = ip;
   auto d = UdpDevice::open(cfg);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.error().find("port in use"), std::string::npos) << d.error();
+  EXPECT_EQ(d.error().code, EADDRINUSE);
+  EXPECT_NE(d.error().text.find("port in use"), std::string::npos) << d.error();
   ::close(fd);
   // Free again: the device opens.
   auto d2 = UdpDevice::open(cfg);
@@ -256,7 +258,8 @@ TEST(SharedDevice, ANonLocalAddressGivesAClearError) {
   cfg.netdev_mtu = 1500;
   auto d = UdpDevice::open(cfg);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.error().find("not a local address"), std::string::npos) << d.error();
+  EXPECT_EQ(d.error().code, EADDRNOTAVAIL);
+  EXPECT_NE(d.error().text.find("not a local address"), std::string::npos) << d.error();
 }
 
 // Runs `body` in a forked child; returns its exit status (0: passed).
@@ -278,8 +281,8 @@ TEST(SharedDevice, AnotherUserIsRefusedWithAMessageThatSaysWhy) {
     if (::setgid(65534) != 0 || ::setuid(65534) != 0) return 3;
     auto sp = SharedPort::join(v4(dev_ip), wire::kRoceV2Port, "uroce0");
     if (sp.ok()) return 1;
-    return sp.error().find("uid 0") != std::string::npos &&
-                   sp.error().find("UROCE_SHARE=all") != std::string::npos
+    return sp.error().code == EACCES && sp.error().text.find("uid 0") != std::string::npos &&
+                   sp.error().text.find("UROCE_SHARE=all") != std::string::npos
                ? 0
                : 2;
   });
@@ -495,7 +498,7 @@ TEST(SharedDevice, AnExclusiveDeviceStillRefusesASecondOpener) {
   EXPECT_EQ(a.value()->shared_port(), nullptr);
   auto b = UdpDevice::open(cfg);
   ASSERT_FALSE(b.ok());
-  EXPECT_NE(b.error().find("in use"), std::string::npos) << b.error();
+  EXPECT_EQ(b.error().code, EADDRINUSE) << b.error();
 }
 
 TEST(SharedDevice, QpOneGoesToTheContextThatClaimsIt) {

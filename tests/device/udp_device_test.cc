@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <cerrno>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -228,7 +229,8 @@ TEST(UdpDevice, FaultsComeFromTheOptionsThisDevicesFirst) {
   o.faults = "nonsense";
   auto bad = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive, o);
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(bad.error().starts_with("fx-1: ")) << bad.error();
+  EXPECT_EQ(bad.error().code, EINVAL);
+  EXPECT_TRUE(bad.error().text.starts_with("fx-1: ")) << bad.error();
   o.device_faults[fault_key("fx-1")] = "";  // this device's: none, whatever UROCE_FAULTS says
   auto good = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive, o);
   ASSERT_TRUE(good.ok()) << good.error();

@@ -601,10 +601,10 @@ engine::UdpDevice* net(Context* ctx) {
   auto r = engine::UdpDevice::open(cfg, wire::kRoceV2Port, "", engine::UdpDevice::Sharing::kDefault,
                                    options.value());
   if (!r.ok()) {
-    const std::string& m = r.error();
     std::fprintf(stderr, "uroce libibverbs: cannot open device %s (%s): %s\n", cfg.name.c_str(),
-                 engine::ip_to_string(cfg.ip).c_str(), m.c_str());
-    errno = m.find("in use") != std::string::npos ? EADDRINUSE : ENODEV;
+                 engine::ip_to_string(cfg.ip).c_str(), r.error().text.c_str());
+    // What ibv_open_device's caller can act on: the port held by another program, or no device.
+    errno = r.error().code == EADDRINUSE ? EADDRINUSE : ENODEV;
     return nullptr;
   }
   // context->async_fd must stay the file the application got from ibv_open_device: UCX, for

@@ -304,7 +304,7 @@ int conn_of(Channel* ch, int dev) {
   }
   auto c = engine::SharedPort::connect_cm(d.ip, wire::kRoceV2Port, d.name, options.value());
   if (!c.ok()) {
-    std::fprintf(stderr, "librdmacm (uroce): %s\n", c.error().c_str());
+    std::fprintf(stderr, "librdmacm (uroce): %s\n", c.error().text.c_str());
     return -1;
   }
   epoll_event ev{};
