@@ -254,8 +254,22 @@ class PingRun {
     print_stats();
     return 1;
   }
+  static bool fail_with(std::string* why, std::string msg) {
+    *why = std::move(msg);
+    return false;
+  }
   void print_stats();
+  // The options rc_pingpong refuses, with its message; sets mtu_.
+  std::optional<std::string> refused_options();
   bool setup(std::string* why);
+  // Prints the local address, trades addresses with the peer, prints the remote one and (as the
+  // client) connects the QP.
+  bool trade_addresses(std::string* why);
+  // The ping-pong until opt_.iters sends and receives completed; false with `why` on failure.
+  bool ping_pong(std::string* why);
+  bool take_completion(const Wc& wc, std::string* why);
+  // The throughput and latency lines, the data check; the exit status.
+  int report(Clock::duration elapsed);
   bool connect_qp(const PingDest& rem, std::string* why);
   std::optional<PingDest> exchange_as_server(const PingDest& my, std::string* why);
   std::optional<PingDest> exchange_as_client(const PingDest& my, std::string* why);
@@ -280,6 +294,9 @@ class PingRun {
   Fd listener_;
   std::uint64_t bad_messages_ = 0;
   std::uint32_t my_psn_ = 0;
+  std::uint32_t routs_ = 0;  // receive WQEs posted
+  std::uint32_t rcnt_ = 0;   // receives and sends completed
+  std::uint32_t scnt_ = 0;
 };
 
 bool PingRun::setup(std::string* why) {
@@ -537,24 +554,10 @@ void PingRun::drain_tx() {
   while (udp_->engine().has_tx_work() && !d.passed()) udp_->progress();
 }
 
+// rc_pingpong's flow: check the options, set up, trade addresses, connect, ping-pong, report.
 int PingRun::run() {
-  const auto mtu = mtu_from_option(opt_.mtu);
-  if (!mtu)
-    return fail("invalid MTU " + std::to_string(opt_.mtu) + " (256, 512, 1024, 2048, 4096)");
-  mtu_ = *mtu;
-  if (opt_.size == 0) return fail("the message size (-s) must be at least 1");
-  if (opt_.rx_depth == 0) return fail("the receive depth (-r) must be at least 1");
-  if (opt_.iters == 0) return fail("the iteration count (-n) must be at least 1");
-  if (opt_.timeout_s <= 0) return fail("--timeout must be positive");
-  // The same refusals rc_pingpong prints for a device without these features.
-  if (opt_.odp) {
-    return fail("The device isn't ODP capable or does not support RC send and receive with ODP");
-  }
-  if (opt_.ts) return fail("The device isn't completion timestamp capable");
-  if (opt_.dm) return fail("Device doesn't support dm allocation");
-
+  if (auto bad = refused_options()) return fail(*bad);
   std::string why;
-  if (!opt_.server.empty() && opt_.port > 65535) return fail("invalid port");
   if (opt_.server.empty()) {
     // Listen before anything is printed, so that "local address" means the server is ready.
     listener_ = listen_on(opt_.port, &why);
@@ -563,11 +566,37 @@ int PingRun::run() {
     }
   }
   if (!setup(&why)) return fail(why);
+  routs_ = post_recvs(opt_.rx_depth);
+  if (routs_ < opt_.rx_depth) return fail("Couldn't post receive (" + std::to_string(routs_) + ")");
+  if (!trade_addresses(&why)) return fail(why);
+
+  const auto start = Clock::now();
+  if (!ping_pong(&why)) return fail(why);
+  const auto end = Clock::now();
+  drain_tx();
+  return report(end - start);
+}
+
+std::optional<std::string> PingRun::refused_options() {
+  const auto mtu = mtu_from_option(opt_.mtu);
+  if (!mtu) return "invalid MTU " + std::to_string(opt_.mtu) + " (256, 512, 1024, 2048, 4096)";
+  mtu_ = *mtu;
+  if (opt_.size == 0) return "the message size (-s) must be at least 1";
+  if (opt_.rx_depth == 0) return "the receive depth (-r) must be at least 1";
+  if (opt_.iters == 0) return "the iteration count (-n) must be at least 1";
+  if (opt_.timeout_s <= 0) return "--timeout must be positive";
+  // The same refusals rc_pingpong prints for a device without these features.
+  if (opt_.odp) {
+    return "The device isn't ODP capable or does not support RC send and receive with ODP";
+  }
+  if (opt_.ts) return "The device isn't completion timestamp capable";
+  if (opt_.dm) return "Device doesn't support dm allocation";
+  if (!opt_.server.empty() && opt_.port > 65535) return "invalid port";
+  return std::nullopt;
+}
+
+bool PingRun::trade_addresses(std::string* why) {
   Device& dev = udp_->device();
-
-  std::uint32_t routs = post_recvs(opt_.rx_depth);
-  if (routs < opt_.rx_depth) return fail("Couldn't post receive (" + std::to_string(routs) + ")");
-
   PingDest my;
   my.lid = dev.query_port(static_cast<std::uint8_t>(opt_.ib_port))->lid;
   if (opt_.gid_idx >= 0) {
@@ -576,10 +605,11 @@ int PingRun::run() {
     auto g = dev.query_gid_entry(static_cast<std::uint8_t>(opt_.ib_port),
                                  static_cast<std::uint32_t>(opt_.gid_idx));
     if (!g.ok()) {
-      return fail("can't read sgid of index " + std::to_string(opt_.gid_idx) + ": " +
-                  (g.error() == Errc::kNoEntry
-                       ? "the entry is empty (" + dev.name() + " has its address at index 0)"
-                       : std::string("beyond the GID table")));
+      *why = "can't read sgid of index " + std::to_string(opt_.gid_idx) + ": " +
+             (g.error() == Errc::kNoEntry
+                  ? "the entry is empty (" + dev.name() + " has its address at index 0)"
+                  : std::string("beyond the GID table"));
+      return false;
     }
     my.gid = g->gid;
   }
@@ -593,60 +623,37 @@ int PingRun::run() {
   std::fflush(out_);
 
   const bool client = !opt_.server.empty();
-  auto rem = client ? exchange_as_client(my, &why) : exchange_as_server(my, &why);
-  if (!rem) return fail(why);
+  auto rem = client ? exchange_as_client(my, why) : exchange_as_server(my, why);
+  if (!rem) return false;
   std::fprintf(out_, "  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", rem->lid,
                rem->qpn, rem->psn, gid_to_text(rem->gid).c_str());
   std::fflush(out_);
-  if (client && !connect_qp(*rem, &why)) return fail(why);
+  return !client || connect_qp(*rem, why);
+}
 
+bool PingRun::ping_pong(std::string* why) {
+  Device& dev = udp_->device();
+  const bool client = !opt_.server.empty();
   std::uint64_t pending = kRecvWrid;
   if (client) {
     if (opt_.chk) {
       for (std::size_t i = 0; i < opt_.size; i += page_) buf_[i] = 0;
     }
-    if (!post_send()) return fail("Couldn't post send");
+    if (!post_send()) return fail_with(why, "Couldn't post send");
     pending |= kSendWrid;
   }
-
-  const auto start = Clock::now();
-  std::uint32_t rcnt = 0, scnt = 0;
-  auto last_completion = start;
+  auto last_completion = Clock::now();
   const auto idle_limit = std::chrono::duration<double>(opt_.timeout_s);
-  while (rcnt < opt_.iters || scnt < opt_.iters) {
+  while (rcnt_ < opt_.iters || scnt_ < opt_.iters) {
     const bool busy = udp_->progress();
     Wc wcs[16];
     auto n = dev.poll_cq(cq_, wcs);
-    if (!n.ok()) return fail(std::string("poll CQ failed: ") + errc_name(n.error()));
+    if (!n.ok()) return fail_with(why, std::string("poll CQ failed: ") + errc_name(n.error()));
     for (std::size_t i = 0; i < n.value(); ++i) {
-      const Wc& wc = wcs[i];
-      if (wc.status != WcStatus::kSuccess) {
-        return fail(std::string("Failed status ") + wc_status_name(wc.status) + " (" +
-                    std::to_string(static_cast<int>(wc.status)) + ") for wr_id " +
-                    std::to_string(wc.wr_id) + " after " + std::to_string(scnt) + " sends and " +
-                    std::to_string(rcnt) + " receives" +
-                    (wc.status == WcStatus::kRetryExcErr || wc.status == WcStatus::kRnrRetryExcErr
-                         ? " (is the peer still running?)"
-                         : ""));
-      }
-      if (wc.wr_id == kSendWrid) {
-        ++scnt;
-      } else if (wc.wr_id == kRecvWrid) {
-        // A bad message does not stop the run (the peer completes too); it fails at the end.
-        check_received(wc);
-        if (--routs <= 1) {
-          routs += post_recvs(opt_.rx_depth - routs);
-          if (routs < opt_.rx_depth) {
-            return fail("Couldn't post receive (" + std::to_string(routs) + ")");
-          }
-        }
-        ++rcnt;
-      } else {
-        return fail("Completion for unknown wr_id " + std::to_string(wc.wr_id));
-      }
-      pending &= ~wc.wr_id;
-      if (scnt < opt_.iters && pending == 0) {
-        if (!post_send()) return fail("Couldn't post send");
+      if (!take_completion(wcs[i], why)) return false;
+      pending &= ~wcs[i].wr_id;
+      if (scnt_ < opt_.iters && pending == 0) {
+        if (!post_send()) return fail_with(why, "Couldn't post send");
         pending = kRecvWrid | kSendWrid;
       }
     }
@@ -654,26 +661,58 @@ int PingRun::run() {
     if (n.value() > 0) {
       last_completion = now;
     } else if (now - last_completion > idle_limit) {
-      return fail("no completion for " + std::to_string(static_cast<int>(opt_.timeout_s)) +
-                  " s after " + std::to_string(scnt) + " of " + std::to_string(opt_.iters) +
-                  " sends and " + std::to_string(rcnt) + " receives: the peer stopped answering");
+      return fail_with(
+          why, "no completion for " + std::to_string(static_cast<int>(opt_.timeout_s)) +
+                   " s after " + std::to_string(scnt_) + " of " + std::to_string(opt_.iters) +
+                   " sends and " + std::to_string(rcnt_) + " receives: the peer stopped answering");
     }
     // Nothing happened this round: block until a packet arrives or a timer is due (bounded),
     // rather than spinning a core that the peer may need.
     if (!busy && n.value() == 0) udp_->wait(Duration::ms(opt_.events ? 10 : 1));
   }
-  const auto end = Clock::now();
-  drain_tx();
+  return true;
+}
 
-  const float usec = static_cast<float>(
-      std::chrono::duration_cast<std::chrono::microseconds>(end - start).count());
+bool PingRun::take_completion(const Wc& wc, std::string* why) {
+  if (wc.status != WcStatus::kSuccess) {
+    return fail_with(
+        why, std::string("Failed status ") + wc_status_name(wc.status) + " (" +
+                 std::to_string(static_cast<int>(wc.status)) + ") for wr_id " +
+                 std::to_string(wc.wr_id) + " after " + std::to_string(scnt_) + " sends and " +
+                 std::to_string(rcnt_) + " receives" +
+                 (wc.status == WcStatus::kRetryExcErr || wc.status == WcStatus::kRnrRetryExcErr
+                      ? " (is the peer still running?)"
+                      : ""));
+  }
+  if (wc.wr_id == kSendWrid) {
+    ++scnt_;
+    return true;
+  }
+  if (wc.wr_id != kRecvWrid) {
+    return fail_with(why, "Completion for unknown wr_id " + std::to_string(wc.wr_id));
+  }
+  // A bad message does not stop the run (the peer completes too); it fails at the end.
+  check_received(wc);
+  if (--routs_ <= 1) {
+    routs_ += post_recvs(opt_.rx_depth - routs_);
+    if (routs_ < opt_.rx_depth) {
+      return fail_with(why, "Couldn't post receive (" + std::to_string(routs_) + ")");
+    }
+  }
+  ++rcnt_;
+  return true;
+}
+
+int PingRun::report(Clock::duration elapsed) {
+  const float usec =
+      static_cast<float>(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count());
   const long long bytes = static_cast<long long>(opt_.size) * opt_.iters * 2;
   std::fprintf(out_, "%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1000000.,
                static_cast<double>(bytes) * 8. / usec);
   std::fprintf(out_, "%u iters in %.2f seconds = %.2f usec/iter\n", opt_.iters, usec / 1000000.,
                usec / opt_.iters);
   bool ok = bad_messages_ == 0;
-  if (!client && opt_.chk) {
+  if (opt_.server.empty() && opt_.chk) {
     // rc_pingpong's own end check, with its message.
     for (std::size_t i = 0; i < opt_.size; i += page_) {
       if (buf_[i] != 0) {
@@ -685,7 +724,7 @@ int PingRun::run() {
   std::fflush(out_);
   print_stats();
   if (!ok) {
-    return fail(std::to_string(bad_messages_) + " of " + std::to_string(rcnt) +
+    return fail(std::to_string(bad_messages_) + " of " + std::to_string(rcnt_) +
                 " received messages had wrong data");
   }
   return 0;
