@@ -262,6 +262,7 @@ SchedulerConfig UdpDevice::base_config() const {
 
 RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, Engine::RoundKind kind,
                                     bool want_next_timer) {
+  mu_.assert_held();
   const RoundReport r = engine_->round(t, plan, kind, want_next_timer);
   if (kind == Engine::RoundKind::kReceive) sync_async_fd_locked();
   return r;
@@ -638,6 +639,7 @@ std::uint32_t UdpDevice::unacked_cq_events(std::uint64_t channel, CqHandle cq) c
 // ---- asynchronous events ----
 
 void UdpDevice::sync_async_fd_locked() {
+  mu_.assert_held();
   const bool want = device_->has_async_event();
   if (want == async_signaled_) return;
   if (want) {
@@ -674,6 +676,7 @@ std::optional<AsyncEvent> UdpDevice::get_async_event(Duration timeout) {
 // ---- counters and the stats endpoint ----
 
 DeviceStats UdpDevice::stats_locked() {
+  mu_.assert_held();
   DeviceStats s;
   s.name = device_->name();
   s.pid = static_cast<int>(::getpid());
@@ -760,6 +763,7 @@ std::string UdpDevice::serve_faults_request(std::string_view r) {
 }
 
 FaultStats UdpDevice::fault_stats_locked() const {
+  mu_.assert_held();
   FaultStats f;
   if (!dp_->has_faults()) return f;
   f.spec = dp_->fault_spec().to_string();
@@ -855,6 +859,7 @@ void UdpDevice::maybe_serve_stats(Instant t, bool force) {
 // ---- shutdown ----
 
 std::uint32_t UdpDevice::outstanding_locked(bool* tx_pending) {
+  mu_.assert_held();
   std::uint32_t n = 0;
   for (transport::Qp* qp : device_->live_qps()) {
     const QpState st = qp->state();

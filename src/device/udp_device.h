@@ -89,6 +89,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/owner.h"
 #include "base/result.h"
 #include "base/spin_lock.h"
 #include "base/time.h"
@@ -200,8 +201,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
 
    private:
     friend class UdpDevice;
-    Locked(std::unique_lock<std::mutex> lk, Device* dev) : lk_(std::move(lk)), dev_(dev) {}
-    std::unique_lock<std::mutex> lk_;
+    Locked(std::unique_lock<OwnedMutex> lk, Device* dev) : lk_(std::move(lk)), dev_(dev) {}
+    std::unique_lock<OwnedMutex> lk_;
     Device* dev_;
   };
   // Works in both modes (in polling mode the mutex is simply uncontended).
@@ -355,7 +356,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::FILE* fault_log_ = nullptr;
 
   // Guards device_, dp_, engine_ and capture_ in thread mode.
-  std::mutex mu_;
+  OwnedMutex mu_;  // the device mutex (*_locked functions assert that they hold it)
   // Guards sched_; taken inside mu_ or alone, never the other way round. Its sections are a
   // few scheduler calls, taken twice per application round: a spin lock.
   SpinLock sched_mu_;

@@ -13,6 +13,7 @@ Engine::Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& 
 
 RoundReport Engine::round(Instant now, const RoundPlan& plan, RoundKind kind,
                           bool want_next_timer) {
+  SerialUse::Scope serial(serial_);
   UROCE_ASSERT(plan.tx_budget > 0);
   RoundReport r;
   if (kind == RoundKind::kTransmit) {
@@ -44,6 +45,7 @@ RoundReport Engine::round(Instant now, const RoundPlan& plan, RoundKind kind,
 }
 
 void Engine::flush_held_acks(Instant now, Scheduler& sched) {
+  SerialUse::Scope serial(serial_);
   if (sched.acks_due().is_never()) return;
   flush_tx(now, SIZE_MAX, false);
   sched.acks_flushed();
@@ -57,6 +59,7 @@ AppRound run_app_round(Engine& engine, Scheduler& sched, Instant now, Engine::Ro
 }
 
 RoundReport Engine::state(bool want_next_timer) {
+  SerialUse::Scope serial(serial_);
   RoundReport r;
   r.held_acks = held_acks();
   r.acks_deferred = take_acks_deferred();
@@ -67,6 +70,7 @@ RoundReport Engine::state(bool want_next_timer) {
 
 void Engine::handle_datapath_rx(Instant now, const wire::RocePacket& pkt,
                                 const datapath::RxMeta& meta) {
+  SerialUse::Scope serial(serial_);
   transport::PacketInfo info;
   info.src = meta.src;
   info.src_port = meta.src_port;
@@ -96,6 +100,7 @@ void Engine::activate(std::uint32_t qpn) {
 }
 
 void Engine::doorbell(std::uint32_t qpn) {
+  SerialUse::Scope serial(serial_);
   if (qps_.find_qp(qpn) == nullptr) return;
   activate(qpn);
 }
@@ -121,6 +126,7 @@ bool Engine::check_pending(const wire::RocePacket& pkt, transport::PacketInfo& i
 
 void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
                        const transport::PacketInfo& info_in) {
+  SerialUse::Scope serial(serial_);
   const std::uint32_t qpn = pkt.bth().dest_qpn();
   transport::Qp* qp = qps_.find_qp(qpn);
   transport::PacketInfo info = info_in;
@@ -143,6 +149,7 @@ void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
 }
 
 std::optional<transport::ClosedQp> Engine::qp_destroying(Instant now, std::uint32_t qpn) {
+  SerialUse::Scope serial(serial_);
   const transport::Qp* qp = qps_.find_qp(qpn);
   if (qp == nullptr) return std::nullopt;
   auto c = transport::closed_state(*qp, now);
@@ -151,6 +158,7 @@ std::optional<transport::ClosedQp> Engine::qp_destroying(Instant now, std::uint3
 }
 
 void Engine::handle_timers(Instant now) {
+  SerialUse::Scope serial(serial_);
   // Take the due entries first: a QP re-armed while they are handled waits for the next call,
   // so a QP that keeps reporting a past deadline cannot hold this loop.
   due_.clear();
@@ -173,6 +181,7 @@ void Engine::handle_timers(Instant now) {
 }
 
 Instant Engine::next_timeout() {
+  SerialUse::Scope serial(serial_);
   // The datapath's own deadline (a packet its fault stage holds) counts: flush_tx and the
   // receive at that time release it.
   const Instant dp = dp_.next_deadline();
@@ -197,6 +206,7 @@ bool Engine::transmit(Instant now, const transport::TxPacket& tx) {
 }
 
 std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
+  SerialUse::Scope serial(serial_);
   held_list_.clear();
   if (hold_acks) {
     // Set aside the QPs with only an ACK to send; they stay marked active and rejoin the list.

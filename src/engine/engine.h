@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/owner.h"
 #include "base/time.h"
 #include "datapath/datapath.h"
 #include "engine/scheduler.h"
@@ -167,6 +168,9 @@ class Engine {
 
   QpDirectory& qps_;
   datapath::Datapath& dp_;
+  // Not thread-safe: the caller serialises every call (UdpDevice under its device mutex). Each
+  // entry point opens a scope that asserts so in debug builds (base/owner.h).
+  mutable SerialUse serial_;
   // What round() hands the datapath (made once: a std::function made per round may allocate),
   // and the round's `now` it reads.
   datapath::Datapath::RxHandler rx_handler_;
