@@ -69,6 +69,15 @@ struct UdpDevice::Channel {
   // readable yet. get_cq_event() clears it when it takes the last event.
   bool signal_owed = false;
   std::unordered_map<std::uint64_t, std::uint32_t> unacked;  // per CQ: taken, not acked
+  // The channel's invariant, under `mu` (debug builds): its fd is readable exactly while events
+  // wait and no signal is owed, so that a poll() of it (UCX's epoll) and get_cq_event() agree.
+  void check() const {
+#ifndef NDEBUG
+    pollfd p{fd, POLLIN, 0};
+    UROCE_CHECK(::poll(&p, 1, 0) >= 0);
+    UROCE_ASSERT(((p.revents & POLLIN) != 0) == (!events.empty() && !signal_owed));
+#endif
+  }
   ~Channel() {
     if (fd >= 0) ::close(fd);
   }
@@ -360,6 +369,7 @@ std::string UdpDevice::start_progress_thread(const ProgressThreadOptions& option
   pthread_sigmask(SIG_SETMASK, &all, &old);
   thread_ = std::thread(&UdpDevice::thread_main, this);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  UROCE_ASSERT(has_progress_thread());
   return "";
 }
 
@@ -368,6 +378,7 @@ void UdpDevice::stop_progress_thread() {
   stop_.store(true);
   signal_thread();
   thread_.join();
+  UROCE_ASSERT(!has_progress_thread());
   drain_fd(wake_fd_);
   std::lock_guard sl(sched_mu_);
   sched_.reconfigure(base_config());
@@ -390,6 +401,7 @@ SchedulerCounters UdpDevice::scheduler_counters() {
 void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
   // Inside a Device call (under mu_ in thread mode). Sends every held ACK, not only this QP's:
   // simpler, and they are all due soon anyway.
+  assert_in_device_call();
   if (!engine_) return;
   std::lock_guard sl(sched_mu_);
   engine_->flush_held_acks(now(), sched_);
@@ -398,6 +410,7 @@ void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
 void UdpDevice::qp_destroying(std::uint32_t qpn) {
   // Inside destroy_qp (under mu_ in thread mode), right after qp_changing. The coordinator gets
   // the closed QP too: it answers for it once this context has closed (its block taken back).
+  assert_in_device_call();
   if (!engine_) return;
   const Instant t = now();
   auto closed = engine_->qp_destroying(t, qpn);
@@ -405,6 +418,7 @@ void UdpDevice::qp_destroying(std::uint32_t qpn) {
 }
 
 void UdpDevice::doorbell(std::uint32_t qpn) {
+  assert_in_device_call();
   engine_->doorbell(qpn);
   // Inside post_send (under mu_ in thread mode). A quiet doorbell's poster transmits itself
   // right after (QuietDoorbells): it neither wakes the thread nor asks it for a round.
@@ -511,7 +525,8 @@ Result<std::uint64_t, Errc> UdpDevice::create_comp_channel() {
   if (ch->fd < 0) return Err{Errc::kNoMemory};
   std::lock_guard lk(channels_mu_);
   const std::uint64_t tag = next_channel_++;
-  channels_.emplace(tag, std::move(ch));
+  [[maybe_unused]] const bool fresh = channels_.emplace(tag, std::move(ch)).second;
+  UROCE_ASSERT(fresh);  // tags are never reused
   return tag;
 }
 
@@ -542,9 +557,11 @@ int UdpDevice::comp_channel_fd(std::uint64_t channel) const {
 
 void UdpDevice::cq_event(CqHandle cq, std::uint64_t channel) {
   // Called inside a Device call (under mu_ in thread mode): only record and signal.
+  assert_in_device_call();
   auto ch = find_channel(channel);
   if (!ch) return;  // a CQ without a (live) channel: nobody to tell
   std::lock_guard cl(ch->mu);
+  ch->check();
   if (ch->events.empty()) {
     if (defer_channel_signals_) {
       if (!ch->signal_owed) {
@@ -556,9 +573,12 @@ void UdpDevice::cq_event(CqHandle cq, std::uint64_t channel) {
     }
   }
   ch->events.push_back(cq);
+  ch->check();
 }
 
 void UdpDevice::take_deferred_channels(std::vector<std::shared_ptr<Channel>>& out) {
+  mu_.assert_held();
+  UROCE_ASSERT(!defer_channel_signals_);  // the round that deferred them is over
   if (!deferred_signals_.empty()) std::swap(out, deferred_signals_);
 }
 
@@ -571,6 +591,7 @@ void UdpDevice::signal_deferred_channels(std::vector<std::shared_ptr<Channel>>& 
     std::lock_guard cl(ch->mu);
     if (ch->signal_owed && !ch->events.empty()) signal_fd(ch->fd);
     ch->signal_owed = false;
+    ch->check();
   }
   out.clear();
 }
@@ -596,6 +617,7 @@ Result<std::optional<CqHandle>, Errc> UdpDevice::get_cq_event(std::uint64_t chan
             drain_fd(ch->fd);
           }
         }
+        ch->check();
         return std::optional<CqHandle>(cq);
       }
     }
@@ -623,6 +645,7 @@ Errc UdpDevice::ack_cq_events(std::uint64_t channel, CqHandle cq, std::uint32_t 
   std::lock_guard cl(ch->mu);
   auto it = ch->unacked.find(cq_key(cq));
   if (it == ch->unacked.end() || it->second < n) return Errc::kInvalidArgument;
+  UROCE_ASSERT(it->second > 0);  // a CQ with nothing unacknowledged has no entry
   it->second -= n;
   if (it->second == 0) ch->unacked.erase(it);
   return Errc::kOk;

@@ -332,6 +332,11 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // The progress thread's timer slack (ThreadAction::slack); only that thread calls it.
   void set_timer_slack(Duration slack);
   void signal_thread() { signal_fd(wake_fd_); }
+  // The Device's callbacks (doorbell, qp_changing, qp_destroying, cq_event) run inside a Device
+  // call, which in thread mode holds the device mutex (debug builds check it).
+  void assert_in_device_call() const {
+    if (has_progress_thread()) mu_.assert_held();
+  }
   static void signal_fd(int fd);
   SchedulerConfig base_config() const;
   void open_stats_endpoint();
