@@ -6,7 +6,7 @@
 //
 // Time is simulated: a run is a pure function of its options (the seed draws the order of the
 // senders' start and the port's marking). Measured after `converge_ns`, over the rest of the run:
-// the port's utilisation (bytes it forwarded against its capacity), each flow's goodput
+// the port's utilisation (bytes it sent on against its capacity), each flow's goodput
 // (WRITE payload bytes completed), Jain's fairness index over them, the port's drops and the
 // 99th percentile of the queue its arrivals found. Oracles: every WRITE completes once, in order,
 // successfully, and the receiver's memory holds what the last WRITE of each flow wrote.

@@ -48,6 +48,49 @@ TEST(Incast, WithDcqcnMarksBecomeCnpsThatReachTheSenders) {
   EXPECT_GT(senders_that_heard, 1u);
 }
 
+IncastOptions two_into_one(bool dcqcn) {
+  IncastOptions o;
+  o.senders = 2;
+  o.port_buffer_bytes = 512 * 1024;  // below the two senders' windows (128 PSNs of 4 KiB each)
+  o.dcqcn = dcqcn;
+  return o;
+}
+
+TEST(Incast, TwoSendersWithoutCongestionControlDropAllAlong) {
+  const IncastResult r = run_incast(two_into_one(false));
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_GT(r.drops_measured, 0u);
+}
+
+// The same two senders with DCQCN: nothing is dropped, before or after convergence, and the two
+// share the port evenly. (Not yet issue 39's whole acceptance: the port's use and the p99 queue
+// are measured in docs/SIMULATION.md, "Incast", and asserted by the disabled test below.)
+TEST(Incast, TwoSendersWithDcqcnDropNothingAndShareEvenly) {
+  const IncastResult r = run_incast(two_into_one(true));
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_EQ(r.drops, 0u);
+  EXPECT_GT(r.cnps_sent, 0u);
+  EXPECT_GE(r.jain, 0.95);
+  EXPECT_GT(r.goodput_share, 0.5);
+}
+
+// Issue 39's acceptance, not met yet (docs/SIMULATION.md, "Incast": the port marks on enqueue,
+// so marks reach the senders a whole queue late; go-back-N and a 16.8 ms timeout stall the
+// senders that lose packets; 64 senders' windows exceed the buffer 64 times over).
+TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForTwoEightAndSixtyFourSenders) {
+  for (std::uint32_t n : {2u, 8u, 64u}) {
+    IncastOptions o = two_into_one(true);
+    o.senders = n;
+    const IncastResult r = run_incast(o);
+    ASSERT_TRUE(r.ok) << r.failure;
+    EXPECT_EQ(r.drops_measured, 0u) << n;
+    EXPECT_LE(r.queue_p99_bytes, o.ecn_kmax_bytes) << n;
+    EXPECT_GE(r.utilisation, 0.9) << n;
+    EXPECT_GE(r.goodput_share, 0.9 * r.goodput_ceiling) << n;
+    EXPECT_GE(r.jain, 0.95) << n;
+  }
+}
+
 TEST(Incast, ASeedGivesTheSameRunEveryTime) {
   const IncastResult a = run_incast(eight_into_one(true));
   const IncastResult b = run_incast(eight_into_one(true));
