@@ -32,8 +32,7 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
       ->check(CLI::Range(1, 31));
   sub.add_option("--duration-ns", o.duration_ns, "Simulated time the senders post")
       ->capture_default_str();
-  sub.add_option("--converge-ns", o.converge_ns, "Measurements start then")
-      ->capture_default_str();
+  sub.add_option("--converge-ns", o.converge_ns, "Measurements start then")->capture_default_str();
   sub.add_option("--trace-us", c.trace_us, "Print the queue and the rates every so often");
   sub.add_option("--trace-flows", c.trace_flows, "Senders shown in the trace")
       ->capture_default_str();
@@ -98,7 +97,8 @@ int incast_run(IncastCommand c, std::FILE* out) {
   }
   const sim::IncastOptions& o = c.incast;
   std::fprintf(out,
-               "incast seed %" PRIu64 ", %" PRIu32 " senders, %s: utilisation %.3f, goodput share "
+               "incast seed %" PRIu64 ", %" PRIu32
+               " senders, %s: utilisation %.3f, goodput share "
                "%.3f (ceiling %.3f), Jain %.3f, drops %" PRIu64 " (%" PRIu64
                " after convergence), p99 queue %" PRIu64 " B (Kmax %" PRIu64 ", max %" PRIu64
                "), ECN marks %" PRIu64 ", CNPs sent %" PRIu64 " heard %" PRIu64
