@@ -12,13 +12,15 @@
 namespace uroce::sim {
 namespace {
 
-IncastOptions eight_into_one(bool dcqcn) {
+IncastOptions into_one(std::uint32_t senders, std::uint64_t buffer_bytes, bool dcqcn) {
   IncastOptions o;
-  o.senders = 8;
-  o.port_buffer_bytes = 256 * 1024;
+  o.senders = senders;
+  o.port_buffer_bytes = buffer_bytes;
   o.dcqcn = dcqcn;
   return o;
 }
+
+IncastOptions eight_into_one(bool dcqcn) { return into_one(8, 256 * 1024, dcqcn); }
 
 TEST(Incast, WithoutCongestionControlTheReceiversPortOverflows) {
   const IncastResult r = run_incast(eight_into_one(false));
@@ -48,13 +50,8 @@ TEST(Incast, WithDcqcnMarksBecomeCnpsThatReachTheSenders) {
   EXPECT_GT(senders_that_heard, 1u);
 }
 
-IncastOptions two_into_one(bool dcqcn) {
-  IncastOptions o;
-  o.senders = 2;
-  o.port_buffer_bytes = 512 * 1024;  // below the two senders' windows (128 PSNs of 4 KiB each)
-  o.dcqcn = dcqcn;
-  return o;
-}
+// A buffer below the two senders' windows (128 PSNs of 4 KiB each).
+IncastOptions two_into_one(bool dcqcn) { return into_one(2, 512 * 1024, dcqcn); }
 
 TEST(Incast, TwoSendersWithoutCongestionControlDropAllAlong) {
   const IncastResult r = run_incast(two_into_one(false));
