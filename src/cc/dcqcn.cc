@@ -32,6 +32,19 @@ std::uint64_t DcqcnReactionPoint::line_mbps() const {
   return p_.line_rate_mbps != 0 ? p_.line_rate_mbps : p_.line_rate_mbps_if_unknown;
 }
 
+void DcqcnReactionPoint::set_rate(Instant now, std::uint64_t mbps) {
+  // What the pacer still owes was charged at the old rate: it is owed at the new one, so that a
+  // packet held back at a low rate goes as soon as the new rate allows, and one charged at a
+  // high rate does not leave early after a cut.
+  if (current_mbps_ != 0 && mbps != 0 && paced_until_ > now) {
+    const auto owed = static_cast<unsigned __int128>((paced_until_ - now).count_ns());
+    paced_until_ = now + Duration::ns(static_cast<std::int64_t>(owed * current_mbps_ / mbps));
+  } else if (mbps == 0) {
+    paced_until_ = std::min(paced_until_, now);
+  }
+  current_mbps_ = mbps;
+}
+
 std::uint32_t DcqcnReactionPoint::stage() const { return std::max(timer_stages_, byte_stages_); }
 
 bool DcqcnReactionPoint::on_cnp(Instant now) {
@@ -44,17 +57,21 @@ bool DcqcnReactionPoint::on_cnp(Instant now) {
     return false;
   }
   if (current_mbps_ == 0) {
-    // The first CNP since the rate was last unlimited: start from the configured rate.
+    // The first CNP since the rate was last unlimited: start from the configured rate (the
+    // target too).
     current_mbps_ = p_.rp_rate_to_set_on_first_cnp_mbps != 0
                         ? std::min(p_.rp_rate_to_set_on_first_cnp_mbps, line_mbps())
                         : line_mbps();
+    target_mbps_ = current_mbps_;
     alpha_at_ = now;
+  } else if (p_.rp_clamp_tgt_rate || (p_.rp_clamp_tgt_rate_ati && timer_stages_ > 0)) {
+    target_mbps_ = current_mbps_;
   }
-  target_mbps_ = current_mbps_;
   const double floor_factor = static_cast<double>(p_.rp_min_dec_fac) / 100.0;
   const double factor = std::max(1.0 - alpha_ / 2.0, floor_factor);
-  current_mbps_ = std::max<std::uint64_t>(
-      p_.rp_min_rate_mbps, static_cast<std::uint64_t>(static_cast<double>(current_mbps_) * factor));
+  set_rate(now, std::max<std::uint64_t>(
+                    p_.rp_min_rate_mbps,
+                    static_cast<std::uint64_t>(static_cast<double>(current_mbps_) * factor)));
   const double g = static_cast<double>(1024 - p_.rp_dce_tcp_g) / 1024.0;
   alpha_ = (1.0 - g) * alpha_ + g;
   last_cut_ = now;
@@ -85,7 +102,7 @@ void DcqcnReactionPoint::advance(Instant now) {
   while (limited() && timer_at_ <= now && n++ < kMaxIncreasesAtOnce) {
     ++timer_stages_;
     timer_at_ = timer_at_ + Duration::us(p_.rp_time_reset_us);
-    increase();
+    increase(now);
   }
   if (limited() && timer_at_ <= now) timer_at_ = now + Duration::us(p_.rp_time_reset_us);
 }
@@ -98,11 +115,11 @@ void DcqcnReactionPoint::on_sent(Instant now, std::uint32_t bytes) {
   while (limited() && bytes_since_ >= p_.rp_byte_reset && n++ < kMaxIncreasesAtOnce) {
     bytes_since_ -= p_.rp_byte_reset;
     ++byte_stages_;
-    increase();
+    increase(now);
   }
 }
 
-void DcqcnReactionPoint::increase() {
+void DcqcnReactionPoint::increase(Instant now) {
   UROCE_ASSERT(limited());
   ++counters_.rp_rate_increases;
   const std::uint32_t f = p_.rp_threshold;
@@ -115,10 +132,10 @@ void DcqcnReactionPoint::increase() {
     target_mbps_ += p_.rp_ai_rate_mbps;  // additive increase
   }                                      // else fast recovery: the target stays
   target_mbps_ = std::min(target_mbps_, line);
-  current_mbps_ = (current_mbps_ + target_mbps_ + 1) / 2;
-  if (current_mbps_ >= line) {
+  const std::uint64_t next = (current_mbps_ + target_mbps_ + 1) / 2;
+  set_rate(now, next >= line ? 0 : next);
+  if (next >= line) {
     // Back at the line: unlimited again, as before the first CNP.
-    current_mbps_ = 0;
     target_mbps_ = 0;
     timer_at_ = Instant::never();
     alpha_at_ = Instant::never();
@@ -130,7 +147,10 @@ Instant DcqcnReactionPoint::next_send_time(Instant now, std::uint32_t bytes) con
   // A packet may leave while what is charged ahead of it stays within the burst allowance.
   const Duration burst = Duration::ns(transmit_ns(std::max(p_.burst_bytes, bytes), current_mbps_));
   const Instant at = paced_until_ + Duration::ns(-burst.count_ns());
-  return at > now ? at : now;
+  // No later than the next rate-increase event: a QP held back at a low rate asks again then,
+  // and goes sooner if the rate has risen.
+  if (at <= now) return now;
+  return timer_at_ > now ? std::min(at, timer_at_) : at;
 }
 
 Instant Dcqcn::next_send_time(Instant now, std::uint32_t bytes) {

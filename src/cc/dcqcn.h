@@ -12,8 +12,8 @@
 //
 // The reaction point's rate, in states (each transition on an event with its `now`):
 //
-//        CNP (at most one cut per rate_reduce_monitor_period):
-//        target = current; current *= max(1 - alpha/2, min_dec_fac); alpha += g (1 - alpha)
+//        CNP (at most one cut per rate_reduce_monitor_period): target = current when clamped
+//        (below); current *= max(1 - alpha/2, min_dec_fac); alpha += g (1 - alpha)
 //     +------------------------------------------------------------------+
 //     v                                                                  |
 //   [ fast recovery ] --timer (time_reset) or bytes (byte_reset) expire--+--> current =
@@ -34,16 +34,24 @@
 namespace uroce::cc {
 
 // The knobs, named as mlx5's cc_params name them (Linux drivers/infiniband/hw/mlx5/cong.c), with
-// the defaults NVIDIA documents for ConnectX firmware where it gives one (roce-facts.md: g
-// 1019/1024, dce_tcp_rtt 1 us, initial alpha 1023/1024, first CNP leaves the rate, minimum
-// decrease factor 50%, minimum rate 1 Mb/s, rate-reduce monitor period 4 us) and the commonly
-// quoted ones otherwise (time reset 300 us, byte reset 32767 B, AI 5 Mb/s, HAI 50 Mb/s); the
-// fast-recovery threshold is the paper's F = 5, and the CNP spacing its N = 50 us.
+// ConnectX firmware's defaults: those NVIDIA documents (roce-facts.md: g 1019/1024, dce_tcp_rtt
+// 1 us, initial alpha 1023/1024, first CNP leaves the rate, minimum decrease factor 50%, minimum
+// rate 1 Mb/s, rate-reduce monitor period 4 us), and the rest as `mlxconfig -q` shows them on a
+// ConnectX (CLAMP_TGT_RATE 0, CLAMP_TGT_RATE_AFTER_TIME_INC 1, RPG_TIME_RESET 300,
+// RPG_BYTE_RESET 32767, RPG_THRESHOLD 1, RPG_AI_RATE 5, RPG_HAI_RATE 50, MIN_TIME_BETWEEN_CNPS 4).
+// Where the paper differs (F = 5 stages, N = 50 us between CNPs, a target always clamped to the
+// rate before the cut), ConnectX's figure is taken: the issue asks for DCQCN as ConnectX runs it.
 struct DcqcnParams {
   // Reaction point.
+  // On a cut, the target takes the rate before it: always (clamp_tgt_rate), or only when a
+  // timer event raised the rate since the last cut (clamp_tgt_rate_ati, "after time increase").
+  // Otherwise the target stays where it was, so that fast recovery heads back to the rate
+  // before the congestion episode instead of ratcheting down with each CNP of it.
+  bool rp_clamp_tgt_rate = false;
+  bool rp_clamp_tgt_rate_ati = true;
   std::int64_t rp_time_reset_us = 300;  // rate-increase timer
   std::uint64_t rp_byte_reset = 32767;  // rate-increase byte counter (bytes sent)
-  std::uint32_t rp_threshold = 5;       // fast-recovery stages before additive increase
+  std::uint32_t rp_threshold = 1;       // fast-recovery stages before additive increase
   std::uint64_t rp_ai_rate_mbps = 5;    // additive increase of the target
   std::uint64_t rp_hai_rate_mbps = 50;  // hyper increase of the target, per stage beyond
   std::uint32_t rp_min_dec_fac = 50;    // a cut leaves at least this % of the rate
@@ -55,7 +63,7 @@ struct DcqcnParams {
   std::int64_t rp_rate_reduce_monitor_period_us = 4;  // at most one cut per period
   std::uint32_t rp_initial_alpha_value = 1023;        // of 1024
   // Notification point.
-  std::int64_t np_min_time_between_cnps_us = 50;
+  std::int64_t np_min_time_between_cnps_us = 4;
   // uroce's own: the rate a QP starts at and never exceeds (its link: 0 means unlimited until
   // the first CNP, which then cuts from line_rate_mbps_if_unknown), and how many bytes may leave
   // at once when paced (a user-space device wakes in microseconds, not nanoseconds).
@@ -98,7 +106,8 @@ class DcqcnReactionPoint {
   DcqcnCounters& counters() { return counters_; }
 
  private:
-  void increase();
+  void increase(Instant now);
+  void set_rate(Instant now, std::uint64_t mbps);  // current_mbps_, the pacer's debt rescaled
   std::uint64_t line_mbps() const;
 
   DcqcnParams p_;

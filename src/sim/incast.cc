@@ -16,6 +16,7 @@
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
+#include "verbs/device_state.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
 #include "wire/packet.h"
@@ -39,6 +40,12 @@ struct Nic final : engine::QpDirectory, datapath::Datapath, DoorbellHandler {
   std::unique_ptr<engine::Scheduler> sched;
   std::deque<std::vector<std::byte>> inbox;
   std::vector<std::byte> frame;
+  // The NIC's transmitter: one frame at a time at the link's rate. A packet the engine offers
+  // while the one before is still on the wire is refused (backpressure: the engine keeps it and
+  // offers it again), so the network sees every host's frames in the order they reach the
+  // switch, and a paced QP's rate is the rate its packets leave at.
+  Instant wire_free = Instant::from_ns(0);
+  bool refused = false;             // since the wire was last free
   Instant wake = Instant::never();  // the Scheduler's app_wait_until after the last round
   std::vector<std::byte> mem;
   PdHandle pd;
@@ -61,6 +68,7 @@ struct Nic final : engine::QpDirectory, datapath::Datapath, DoorbellHandler {
   }
   void qp_changing(std::uint32_t) override;
   void round(Instant now, engine::Engine::RoundKind kind);
+  Instant next_deadline() const override { return refused ? wire_free : Instant::never(); }
   std::uint64_t va(std::size_t off) const {
     return reinterpret_cast<std::uint64_t>(mem.data()) + off;
   }
@@ -82,6 +90,7 @@ struct Run {
   std::vector<std::unique_ptr<Nic>> nics;  // [0] the receiver
   IncastResult result;
   Snapshot converged, ended;
+  Instant next_sample = Instant::never();
 
   void fail(const std::string& what) {
     if (!result.ok) return;
@@ -98,7 +107,16 @@ std::size_t Nic::receive(Instant, std::size_t max, const RxHandler& handler) {
 
 bool Nic::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                std::span<const ConstBytes> payload) {
+  if (wire_free > now) {
+    refused = true;
+    return false;
+  }
+  refused = false;
   send_frame(run->net, id, now, o, transport_headers, payload, frame);
+  const unsigned __int128 bits_ns =
+      static_cast<unsigned __int128>(frame.size()) * 8 * 1'000'000'000u;
+  const std::uint64_t bps = run->opt.link_bps;
+  wire_free = now + Duration::ns(static_cast<std::int64_t>((bits_ns + bps - 1) / bps));
   return true;
 }
 
@@ -107,6 +125,9 @@ void Nic::qp_changing(std::uint32_t) { engine->flush_held_acks(run->now, *sched)
 void Nic::round(Instant now, engine::Engine::RoundKind kind) {
   const engine::RoundReport rep = engine::run_app_round(*engine, *sched, now, kind).report;
   wake = sched->app_wait_until(now, Instant::never(), rep);
+  // Work left to transmit while the wire is busy waits for the wire (the scheduler would have
+  // it go again at once).
+  if (refused && wake < wire_free) wake = wire_free;
 }
 
 // ---- setup -----------------------------------------------------------------------------------
@@ -187,7 +208,7 @@ bool setup(Run& r) {
     if (!make_qp(tx, o.window) || !make_qp(rx, 1)) return false;
     verbs::RcConnection c;
     c.path_mtu = mtu_from_bytes(o.mtu);
-    c.timeout = 12;  // 16.8 ms: long enough for ACKs to be held, as perftest's 14 is
+    c.timeout = o.ack_timeout;
     c.access = kAccessLocalWrite | kAccessRemoteWrite;
     c.peer_ip = rx.ip;
     c.peer_qpn = rx.qpns.back();
@@ -262,8 +283,42 @@ Snapshot snapshot(const Run& r) {
   s.at = r.now;
   s.port = r.net.port_stats(r.nics[0]->id);
   for (std::uint64_t b : s.port.forwarded_bytes_by_source) s.forwarded += b;
+  // Bytes the port has taken but not yet sent on have not used its capacity yet.
+  s.forwarded -= r.net.port_queue_bytes(r.nics[0]->id, r.now);
   s.drops = s.port.dropped_frames;
   return s;
+}
+
+// DCQCN's reaction point of sender `s`'s QP, or nullptr without DCQCN.
+const cc::Dcqcn* dcqcn_of(Run& r, std::uint32_t s) {
+  Nic& tx = *r.nics[s];
+  const verbs::detail::QpObj* q = DeviceTestAccess::state(*tx.dev).qp_for_qpn(tx.qpns[0]);
+  return q == nullptr ? nullptr : dynamic_cast<const cc::Dcqcn*>(q->cc.get());
+}
+
+void sample(Run& r) {
+  IncastSample x;
+  x.at_ns = (r.now - r.start).count_ns();
+  const HostId port = r.nics[0]->id;
+  x.queue_bytes = r.net.port_queue_bytes(port, r.now);
+  const PortStats& ps = r.net.port_stats(port);
+  x.drops = ps.dropped_frames;
+  x.ecn_marked = ps.ecn_marked;
+  for (std::uint32_t s = 1; s < r.nics.size(); ++s) {
+    const cc::Dcqcn* d = dcqcn_of(r, s);
+    x.rate_mbps.push_back(d == nullptr ? 0 : d->reaction_point().current_mbps());
+    std::uint64_t cnps = 0, retransmitted = 0;
+    for (transport::Qp* qp : r.nics[s]->dev->live_qps()) {
+      cnps += qp->counters().rp_cnp_handled;
+      retransmitted += qp->counters().retransmitted_packets;
+    }
+    x.cnps.push_back(cnps);
+    x.retransmitted.push_back(retransmitted);
+    const HostId id = r.nics[s]->id;
+    x.forwarded_bytes.push_back(
+        id < ps.forwarded_bytes_by_source.size() ? ps.forwarded_bytes_by_source[id] : 0);
+  }
+  r.result.trace.push_back(std::move(x));
 }
 
 bool all_done(const Run& r) {
@@ -291,6 +346,8 @@ void step(Run& r) {
     post_writes(r, s);
   }
   for (auto& n : r.nics) {
+    // A packet refused while the wire was busy goes in a transmit round once it is free.
+    if (n->refused && n->wire_free <= r.now) n->doorbell_rang = true;
     if (!n->doorbell_rang) continue;
     n->doorbell_rang = false;
     n->round(r.now, engine::Engine::RoundKind::kTransmit);
@@ -303,12 +360,14 @@ void run_loop(Run& r) {
   const Instant give_up = stop + Duration::ns(kDrainLimitNs);
   for (std::uint32_t s = 1; s < r.nics.size(); ++s) post_writes(r, s);
   for (auto& n : r.nics) n->round(r.now, engine::Engine::RoundKind::kTransmit);
+  if (r.opt.trace_interval_ns > 0) r.next_sample = r.now;
   while (r.result.ok) {
     if (r.now >= stop && all_done(r)) break;
     Instant t = r.net.next_event_time();
     for (const auto& n : r.nics) t = earliest(t, n->wake);
     if (r.converged.at.is_never()) t = earliest(t, converge);
     if (r.ended.at.is_never()) t = earliest(t, stop);
+    if (!t.is_never() && r.now < stop) t = earliest(t, r.next_sample);
     if (t.is_never()) {
       r.fail("stalled: WRITEs outstanding but nothing scheduled");
       break;
@@ -320,6 +379,10 @@ void run_loop(Run& r) {
     if (t > r.now) r.now = t;
     if (r.converged.at.is_never() && r.now >= converge) r.converged = snapshot(r);
     if (r.ended.at.is_never() && r.now >= stop) r.ended = snapshot(r);
+    if (r.next_sample <= r.now) {
+      sample(r);
+      r.next_sample = r.now + Duration::ns(r.opt.trace_interval_ns);
+    }
     step(r);
   }
 }
@@ -338,8 +401,17 @@ void check_memory(Run& r) {
   }
 }
 
+// The payload's share of a WRITE's frames at the path MTU: each packet carries Ethernet (14),
+// IPv4 (20), UDP (8), BTH (12) and ICRC (4) bytes, the first a RETH (16) too.
+double payload_share(std::uint32_t message, std::uint32_t mtu) {
+  const std::uint64_t packets = (std::uint64_t{message} + mtu - 1) / mtu;
+  const std::uint64_t headers = packets * (14 + 20 + 8 + 12 + 4) + 16;
+  return static_cast<double>(message) / static_cast<double>(message + headers);
+}
+
 void measure(Run& r) {
   IncastResult& res = r.result;
+  res.goodput_ceiling = payload_share(r.opt.message_bytes, r.opt.mtu);
   const Nic& rx = *r.nics[0];
   const PortStats& port = r.net.port_stats(rx.id);
   res.drops = port.dropped_frames;

@@ -6,7 +6,7 @@
 //
 // Time is simulated: a run is a pure function of its options (the seed draws the order of the
 // senders' start and the port's marking). Measured after `converge_ns`, over the rest of the run:
-// the port's utilisation (bytes it forwarded against its capacity), each flow's goodput
+// the port's utilisation (bytes it sent on against its capacity), each flow's goodput
 // (WRITE payload bytes completed), Jain's fairness index over them, the port's drops and the
 // 99th percentile of the queue its arrivals found. Oracles: every WRITE completes once, in order,
 // successfully, and the receiver's memory holds what the last WRITE of each flow wrote.
@@ -34,8 +34,25 @@ struct IncastOptions {
   std::uint32_t message_bytes = 65536;    // each WRITE
   std::uint32_t window = 8;               // WRITEs outstanding per sender
   std::uint32_t mtu = 4096;               // path MTU: 256, 512, 1024, 2048 or 4096
+  std::uint8_t ack_timeout = 12;          // the QPs' IBTA timeout: 4.096 us << it (12: 16.8 ms)
   std::int64_t duration_ns = 20'000'000;  // the senders post until then
   std::int64_t converge_ns = 10'000'000;  // measurements start then
+  // > 0: a sample of the port and of every sender every so often (IncastResult::trace).
+  std::int64_t trace_interval_ns = 0;
+};
+
+// The port and the senders at one moment of the run (IncastOptions::trace_interval_ns).
+struct IncastSample {
+  std::int64_t at_ns = 0;  // since the start
+  std::uint64_t queue_bytes = 0;
+  std::uint64_t drops = 0;       // the port's, so far
+  std::uint64_t ecn_marked = 0;  // the port's, so far
+  // Per sender: DCQCN's current rate (0: not limited, or no DCQCN), CNPs it heard, packets it
+  // retransmitted and bytes the port forwarded for it, so far.
+  std::vector<std::uint64_t> rate_mbps;
+  std::vector<std::uint64_t> cnps;
+  std::vector<std::uint64_t> retransmitted;
+  std::vector<std::uint64_t> forwarded_bytes;
 };
 
 struct IncastFlow {
@@ -50,8 +67,11 @@ struct IncastResult {
   bool ok = true;
   std::string failure;  // the first oracle violation, with the seed
   std::vector<IncastFlow> flows;
-  double utilisation = 0;             // port bytes forwarded / capacity, in the measured window
-  double goodput_share = 0;           // sum of flows' goodput / capacity, in the measured window
+  double utilisation = 0;    // bytes the port sent on / its capacity, measured window
+  double goodput_share = 0;  // sum of flows' goodput / capacity, in the measured window
+  // The most goodput_share can be when the port is busy all along and nothing is sent twice: the
+  // payload's share of each WRITE's frames (Ethernet, IPv4, UDP, BTH, RETH, ICRC counted).
+  double goodput_ceiling = 0;
   double jain = 0;                    // over the flows' goodput
   std::uint64_t drops = 0;            // the port's, whole run
   std::uint64_t drops_measured = 0;   // the port's, in the measured window
@@ -59,6 +79,7 @@ struct IncastResult {
   std::uint64_t cnps_sent = 0;        // by the receiver (np_cnp_sent)
   std::uint64_t queue_p99_bytes = 0;  // in the measured window
   std::uint64_t queue_max_bytes = 0;  // whole run
+  std::vector<IncastSample> trace;
 };
 
 IncastResult run_incast(const IncastOptions& opt);

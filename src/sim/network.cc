@@ -335,6 +335,14 @@ const PortStats& Network::port_stats(HostId to) const {
   return it == ports_.end() ? kNone : it->second.stats;
 }
 
+std::uint64_t Network::port_queue_bytes(HostId to, Instant now) const {
+  auto it = ports_.find(to);
+  if (it == ports_.end()) return 0;
+  std::uint64_t q = 0;
+  for (const QueuedFrame& f : it->second.queue) q += f.tx_end > now ? f.bytes : 0;
+  return q;
+}
+
 std::optional<Instant> Network::through_port(HostId from, HostId to, Instant at_switch,
                                              std::size_t bytes, bool& mark) {
   auto it = ports_.find(to);

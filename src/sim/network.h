@@ -236,6 +236,9 @@ class Network {
   SimStatus configure_port(Instant now, HostId to, const PortConfig& c);
   // Zeros for a host without a port.
   const PortStats& port_stats(HostId to) const;
+  // The bytes the port in front of `to` holds at `now` (frames not yet completely serialized);
+  // 0 for a host without a port.
+  std::uint64_t port_queue_bytes(HostId to, Instant now) const;
   // Back to following the default.
   void reset_link(Instant now, HostId from, HostId to);
   const LinkConfig& default_config() const { return default_config_; }

@@ -9,6 +9,7 @@
 #include "fault/fault.h"
 #include "tools/demo_cmd.h"
 #include "tools/faults_cmd.h"
+#include "tools/incast_cmd.h"
 #include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
 #include "tools/perf_cmd.h"
@@ -84,6 +85,11 @@ int main(int argc, char** argv) {
                 "Hosts hold ACKs but never defer one behind a request (UROCE_DEFER_ACKS=0)");
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
+  uroce::tools::IncastCommand incast_cmd;
+  CLI::App* incast = sim->add_subcommand(
+      "incast",
+      "N senders into one receiver through a switch port with ECN marking, DCQCN or no CC");
+  uroce::tools::add_incast_options(*incast, incast_cmd);
 
   uroce::tools::NetCommands net_cmds;
   net_cmds.add_to(app);
@@ -125,6 +131,7 @@ int main(int argc, char** argv) {
   if (dump->parsed()) return uroce::tools::pcap_dump(dump_file, stdout, stderr);
   if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);
   if (faults->parsed()) return uroce::tools::faults_run(faults_cmd, stdout, stderr);
+  if (incast->parsed()) return uroce::tools::incast_run(incast_cmd, stdout);
   if (sim->parsed()) {
     sim_cmd.cluster.faults = !no_faults;
     sim_cmd.cluster.hold_acks = !no_hold_acks;

@@ -15,7 +15,72 @@ const Instant kT0 = Instant::from_ns(1'000'000'000);
 DcqcnParams ten_gig() {
   DcqcnParams p;
   p.line_rate_mbps = 10'000;
+  p.rp_clamp_tgt_rate = true;
+  p.rp_threshold = 5;
+  p.np_min_time_between_cnps_us = 50;
   return p;
+}
+
+DcqcnParams connectx_ten_gig() {
+  DcqcnParams p;
+  p.line_rate_mbps = 10'000;
+  p.rp_dce_tcp_rtt_us = 1'000'000'000;  // alpha frozen between CNPs
+  return p;
+}
+
+TEST(DcqcnParams, TheDefaultsAreConnectXs) {
+  const DcqcnParams p;
+  EXPECT_FALSE(p.rp_clamp_tgt_rate);
+  EXPECT_TRUE(p.rp_clamp_tgt_rate_ati);
+  EXPECT_EQ(p.rp_threshold, 1u);
+  EXPECT_EQ(p.rp_time_reset_us, 300);
+  EXPECT_EQ(p.rp_byte_reset, 32767u);
+  EXPECT_EQ(p.np_min_time_between_cnps_us, 4);
+}
+
+// Without clamping, the cuts of one congestion episode keep the target where the first put it,
+// so fast recovery heads back to the rate before the episode.
+TEST(DcqcnReactionPoint, UnclampedTheTargetStaysThroughCutsWithoutATimerIncrease) {
+  DcqcnReactionPoint rp(connectx_ten_gig());
+  ASSERT_TRUE(rp.on_cnp(kT0));
+  EXPECT_EQ(rp.target_mbps(), 10'000u);
+  ASSERT_TRUE(rp.on_cnp(kT0 + Duration::us(4)));
+  EXPECT_EQ(rp.current_mbps(), 2504u);
+  EXPECT_EQ(rp.target_mbps(), 10'000u);
+  // A byte-counter increase does not clamp: the target stays.
+  rp.on_sent(kT0 + Duration::us(10), 32767);
+  EXPECT_EQ(rp.current_mbps(), (2504u + 10'000u + 1) / 2);
+  ASSERT_TRUE(rp.on_cnp(kT0 + Duration::us(20)));
+  EXPECT_EQ(rp.target_mbps(), 10'000u);
+}
+
+TEST(DcqcnReactionPoint, AfterATimerIncreaseTheNextCutClampsTheTarget) {
+  DcqcnReactionPoint rp(connectx_ten_gig());
+  ASSERT_TRUE(rp.on_cnp(kT0));          // 5004, target 10000
+  rp.advance(kT0 + Duration::us(300));  // timer stage 1: halfway back, 7502
+  ASSERT_EQ(rp.current_mbps(), 7502u);
+  ASSERT_TRUE(rp.on_cnp(kT0 + Duration::us(301)));
+  EXPECT_EQ(rp.target_mbps(), 7502u);
+  EXPECT_LT(rp.current_mbps(), 7502u);
+}
+
+// A packet charged at a low rate goes as soon as a rate increase allows: the pacer asks again at
+// the increase's time, and what it owes is owed at the new rate.
+TEST(DcqcnReactionPoint, ARateIncreaseShortensThePacersWait) {
+  DcqcnParams p = connectx_ten_gig();
+  p.rp_min_dec_fac = 0;
+  p.burst_bytes = 0;
+  DcqcnReactionPoint rp(p);
+  for (int i = 0; i < 40; ++i) rp.on_cnp(kT0 + Duration::us(4 * i));  // down to a few Mb/s
+  const Instant t = kT0 + Duration::us(160);
+  ASSERT_LT(rp.current_mbps(), 10u);
+  rp.on_sent(t, 4096);  // the burst allowance: one packet
+  rp.on_sent(t, 4096);  // milliseconds at this rate
+  const Instant wait = rp.next_send_time(t, 4096);
+  EXPECT_EQ(wait, kT0 + Duration::us(156 + 300));  // the timer's next event, not the debt's end
+  rp.advance(wait);                                // fast recovery: halfway back to the line
+  EXPECT_GT(rp.current_mbps(), 4'000u);
+  EXPECT_LT(rp.next_send_time(wait, 4096), wait + Duration::us(20));
 }
 
 // The same with alpha frozen between CNPs (its decay has a test of its own), so that the cuts and

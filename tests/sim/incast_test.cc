@@ -12,13 +12,15 @@
 namespace uroce::sim {
 namespace {
 
-IncastOptions eight_into_one(bool dcqcn) {
+IncastOptions into_one(std::uint32_t senders, std::uint64_t buffer_bytes, bool dcqcn) {
   IncastOptions o;
-  o.senders = 8;
-  o.port_buffer_bytes = 256 * 1024;
+  o.senders = senders;
+  o.port_buffer_bytes = buffer_bytes;
   o.dcqcn = dcqcn;
   return o;
 }
+
+IncastOptions eight_into_one(bool dcqcn) { return into_one(8, 256 * 1024, dcqcn); }
 
 TEST(Incast, WithoutCongestionControlTheReceiversPortOverflows) {
   const IncastResult r = run_incast(eight_into_one(false));
@@ -46,6 +48,44 @@ TEST(Incast, WithDcqcnMarksBecomeCnpsThatReachTheSenders) {
   std::size_t senders_that_heard = 0;
   for (const IncastFlow& f : r.flows) senders_that_heard += f.cnps_received > 0 ? 1 : 0;
   EXPECT_GT(senders_that_heard, 1u);
+}
+
+// A buffer below the two senders' windows (128 PSNs of 4 KiB each).
+IncastOptions two_into_one(bool dcqcn) { return into_one(2, 512 * 1024, dcqcn); }
+
+TEST(Incast, TwoSendersWithoutCongestionControlDropAllAlong) {
+  const IncastResult r = run_incast(two_into_one(false));
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_GT(r.drops_measured, 0u);
+}
+
+// The same two senders with DCQCN: nothing is dropped, before or after convergence, and the two
+// share the port evenly. (Not yet issue 39's whole acceptance: the port's use and the p99 queue
+// are measured in docs/SIMULATION.md, "Incast", and asserted by the disabled test below.)
+TEST(Incast, TwoSendersWithDcqcnDropNothingAndShareEvenly) {
+  const IncastResult r = run_incast(two_into_one(true));
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_EQ(r.drops, 0u);
+  EXPECT_GT(r.cnps_sent, 0u);
+  EXPECT_GE(r.jain, 0.95);
+  EXPECT_GT(r.goodput_share, 0.5);
+}
+
+// Issue 39's acceptance, not met yet (docs/SIMULATION.md, "Incast": the port marks on enqueue,
+// so marks reach the senders a whole queue late; go-back-N and a 16.8 ms timeout stall the
+// senders that lose packets; 64 senders' windows exceed the buffer 64 times over).
+TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForTwoEightAndSixtyFourSenders) {
+  for (std::uint32_t n : {2u, 8u, 64u}) {
+    IncastOptions o = two_into_one(true);
+    o.senders = n;
+    const IncastResult r = run_incast(o);
+    ASSERT_TRUE(r.ok) << r.failure;
+    EXPECT_EQ(r.drops_measured, 0u) << n;
+    EXPECT_LE(r.queue_p99_bytes, o.ecn_kmax_bytes) << n;
+    EXPECT_GE(r.utilisation, 0.9) << n;
+    EXPECT_GE(r.goodput_share, 0.9 * r.goodput_ceiling) << n;
+    EXPECT_GE(r.jain, 0.95) << n;
+  }
 }
 
 TEST(Incast, ASeedGivesTheSameRunEveryTime) {

@@ -560,6 +560,28 @@ TEST(NetworkPort, SendersIntoOneHostShareItsPort) {
   EXPECT_EQ(net.port_stats(a).enqueued_frames, 0u);  // no port there
 }
 
+// What the port holds at a moment: the frames it has not finished sending on by then.
+TEST(NetworkPort, QueueBytesAreTheFramesNotYetSentOn) {
+  Network net(1);
+  const HostId r = must_add(net, v4(1), 1);
+  const HostId a = must_add(net, v4(2), 2);
+  LinkConfig link;
+  link.bandwidth_bps = 0;  // the sender's link takes no time: the frames reach the port at once
+  link.queue_limit_packets = 0;
+  ASSERT_TRUE(net.configure_default(at_ns(0), link).ok());
+  PortConfig port;
+  port.bandwidth_bps = 1'000'000'000;  // 1000 bytes in 8 us
+  ASSERT_TRUE(net.configure_port(at_ns(0), r, port).ok());
+  EXPECT_EQ(net.port_queue_bytes(a, at_ns(0)), 0u);  // no port in front of a
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    net.send(at_ns(0), a, test::sized_frame(v4(2), v4(1), 1000, i));
+  }
+  EXPECT_EQ(net.port_queue_bytes(r, at_ns(0)), 3000u);
+  EXPECT_EQ(net.port_queue_bytes(r, at_ns(8'000)), 2000u);
+  EXPECT_EQ(net.port_queue_bytes(r, at_ns(23'999)), 1000u);
+  EXPECT_EQ(net.port_queue_bytes(r, at_ns(24'000)), 0u);
+}
+
 TEST(NetworkPort, TailDropsBeyondItsBuffer) {
   Network net(1);
   const HostId r = must_add(net, v4(1), 1);

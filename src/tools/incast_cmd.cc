@@ -1,0 +1,114 @@
+#include "tools/incast_cmd.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cinttypes>
+
+namespace uroce::tools {
+
+void add_incast_options(CLI::App& sub, IncastCommand& c) {
+  sim::IncastOptions& o = c.incast;
+  cc::DcqcnParams& p = o.dcqcn_params;
+  sub.add_option("--seed", o.seed, "Seed")->capture_default_str();
+  sub.add_option("-n,--senders", o.senders, "Senders into the one receiver")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 250));
+  sub.add_flag("--no-cc", c.no_cc, "No congestion control (else DCQCN on every QP)");
+  sub.add_option("--buffer", o.port_buffer_bytes, "The port's buffer, bytes")
+      ->capture_default_str();
+  sub.add_option("--kmin", o.ecn_kmin_bytes, "ECN Kmin, bytes")->capture_default_str();
+  sub.add_option("--kmax", o.ecn_kmax_bytes, "ECN Kmax, bytes")->capture_default_str();
+  sub.add_option("--pmax", o.ecn_pmax_percent, "ECN marking probability at Kmax, %")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
+  sub.add_option("--window", o.window, "WRITEs outstanding per sender")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  sub.add_option("--message", o.message_bytes, "Bytes per WRITE")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  sub.add_option("--ack-timeout", o.ack_timeout, "The QPs' IBTA ACK timeout exponent")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 31));
+  sub.add_option("--duration-ns", o.duration_ns, "Simulated time the senders post")
+      ->capture_default_str();
+  sub.add_option("--converge-ns", o.converge_ns, "Measurements start then")->capture_default_str();
+  sub.add_option("--trace-us", c.trace_us, "Print the queue and the rates every so often");
+  sub.add_option("--trace-flows", c.trace_flows, "Senders shown in the trace")
+      ->capture_default_str();
+  // DCQCN's parameters, by their mlx5 names.
+  sub.add_option("--rp-time-reset-us", p.rp_time_reset_us)->capture_default_str();
+  sub.add_option("--rp-byte-reset", p.rp_byte_reset)->capture_default_str();
+  sub.add_option("--rp-threshold", p.rp_threshold)->capture_default_str();
+  sub.add_option("--rp-ai-rate", p.rp_ai_rate_mbps)->capture_default_str();
+  sub.add_option("--rp-hai-rate", p.rp_hai_rate_mbps)->capture_default_str();
+  sub.add_option("--rp-min-dec-fac", p.rp_min_dec_fac)->capture_default_str();
+  sub.add_option("--rp-rate-to-set-on-first-cnp", p.rp_rate_to_set_on_first_cnp_mbps)
+      ->capture_default_str();
+  sub.add_option("--rp-dce-tcp-g", p.rp_dce_tcp_g)->capture_default_str();
+  sub.add_option("--rp-dce-tcp-rtt-us", p.rp_dce_tcp_rtt_us)->capture_default_str();
+  sub.add_option("--rp-rate-reduce-monitor-period-us", p.rp_rate_reduce_monitor_period_us)
+      ->capture_default_str();
+  sub.add_option("--np-min-time-between-cnps-us", p.np_min_time_between_cnps_us)
+      ->capture_default_str();
+  sub.add_option("--burst-bytes", p.burst_bytes, "Pacing: bytes that may leave at once")
+      ->capture_default_str();
+}
+
+namespace {
+
+void print_trace(const sim::IncastResult& r, std::uint32_t flows, std::FILE* out) {
+  std::fprintf(out, "%10s %8s %6s %7s", "t_us", "queue_B", "drops", "marks");
+  const std::size_t shown = std::min<std::size_t>(flows, r.flows.size());
+  for (std::size_t f = 0; f < shown; ++f) {
+    std::fprintf(out, "  f%-2zu %6s %5s %5s %6s", f, "Mb/s", "cnp", "retx", "Gb/s");
+  }
+  std::fprintf(out, "\n");
+  const sim::IncastSample* prev = nullptr;
+  for (const sim::IncastSample& s : r.trace) {
+    std::fprintf(out, "%10.1f %8" PRIu64 " %6" PRIu64 " %7" PRIu64,
+                 static_cast<double>(s.at_ns) / 1e3, s.queue_bytes, s.drops, s.ecn_marked);
+    for (std::size_t f = 0; f < shown; ++f) {
+      double gbps = 0;
+      if (prev != nullptr && s.at_ns > prev->at_ns) {
+        gbps = static_cast<double>(s.forwarded_bytes[f] - prev->forwarded_bytes[f]) * 8 /
+               static_cast<double>(s.at_ns - prev->at_ns);
+      }
+      std::fprintf(out, "      %6" PRIu64 " %5" PRIu64 " %5" PRIu64 " %6.2f", s.rate_mbps[f],
+                   s.cnps[f], s.retransmitted[f], gbps);
+    }
+    std::fprintf(out, "\n");
+    prev = &s;
+  }
+}
+
+}  // namespace
+
+int incast_run(IncastCommand c, std::FILE* out) {
+  c.incast.dcqcn = !c.no_cc;
+  c.incast.trace_interval_ns = c.trace_us * 1000;
+  const sim::IncastResult r = sim::run_incast(c.incast);
+  if (c.trace_us > 0) print_trace(r, c.trace_flows, out);
+  std::uint64_t retransmitted = 0, timeouts = 0, cnps = 0;
+  for (const sim::IncastFlow& f : r.flows) {
+    retransmitted += f.retransmitted_packets;
+    timeouts += f.timeouts;
+    cnps += f.cnps_received;
+  }
+  const sim::IncastOptions& o = c.incast;
+  std::fprintf(out,
+               "incast seed %" PRIu64 ", %" PRIu32
+               " senders, %s: utilisation %.3f, goodput share "
+               "%.3f (ceiling %.3f), Jain %.3f, drops %" PRIu64 " (%" PRIu64
+               " after convergence), p99 queue %" PRIu64 " B (Kmax %" PRIu64 ", max %" PRIu64
+               "), ECN marks %" PRIu64 ", CNPs sent %" PRIu64 " heard %" PRIu64
+               ", retransmitted %" PRIu64 ", timeouts %" PRIu64 "\n",
+               o.seed, o.senders, o.dcqcn ? "DCQCN" : "no CC", r.utilisation, r.goodput_share,
+               r.goodput_ceiling, r.jain, r.drops, r.drops_measured, r.queue_p99_bytes,
+               o.ecn_kmax_bytes, r.queue_max_bytes, r.ecn_marked, r.cnps_sent, cnps, retransmitted,
+               timeouts);
+  if (!r.ok) std::fprintf(out, "FAIL %s\n", r.failure.c_str());
+  return r.ok ? 0 : 1;
+}
+
+}  // namespace uroce::tools
