@@ -27,7 +27,7 @@ Duration Aimd::target() const {
 }
 
 std::uint32_t Aimd::window_packets() const {
-  return std::max(p_.min_window_packets, static_cast<std::uint32_t>(cwnd_));
+  return std::max({p_.min_window_packets, static_cast<std::uint32_t>(cwnd_), recovery_left_});
 }
 
 Duration Aimd::pacing_interval() const {
@@ -153,7 +153,9 @@ void Aimd::on_ack(const AckEvent& ack) {
   }
   const std::uint32_t flight_before = ack.in_flight + ack.acked_packets;
   flight_ = ack.in_flight;
-  if (ack.acked_packets == 0 || (delay_high_ && !competing_)) return;
+  const bool recovering = recovery_left_ > 0;
+  recovery_left_ -= std::min(recovery_left_, ack.acked_packets);
+  if (ack.acked_packets == 0 || recovering || (delay_high_ && !competing_)) return;
   // Grow only a window the sender uses (at least half of it was out).
   if (2.0 * static_cast<double>(flight_before) < cwnd_) return;
   const double acked = static_cast<double>(ack.acked_packets);
@@ -172,6 +174,7 @@ void Aimd::on_loss(Instant now, LossSignal signal) {
   unknown_ = 0;
   const std::uint32_t flight = flight_;
   flight_ = 0;
+  recovery_left_ = std::max(recovery_left_, flight);
   if (!last_cut_.is_never() && srtt_ != Duration::zero() && now - last_cut_ < srtt_) {
     ++counters_.losses_ignored;  // the same round trip's loss: cut once
     return;

@@ -23,6 +23,13 @@
 //   pacing       packets leave at gain * window / srtt, burst_packets at once; none before the
 //                first RTT sample
 //   floor        the window never goes below min_window_packets (>= 1)
+//   recovery     after a loss the go-back-N sends again what was outstanding; the window lets
+//                those PSNs go (it is at least what of them is not yet acknowledged) and the cut
+//                applies to what comes after them, and nothing grows until they are all
+//                acknowledged. The receiver may hold any of them already and acknowledge past the
+//                lost one: a window smaller than that span would wait for an ACK the transport
+//                takes for one of a PSN never sent (it drops ACKs at or beyond its rewound next
+//                PSN), time out again and again, and end in retry-exceeded.
 //
 // The window grows only while the sender uses at least half of it (a QP the application or the
 // transport's own window holds back does not build up a window it never tested).
@@ -116,6 +123,7 @@ class Aimd final : public CongestionControl {
   double cwnd_;
   double ssthresh_;
   std::uint32_t flight_ = 0;  // PSNs outstanding, as the last ACK said plus those sent since
+  std::uint32_t recovery_left_ = 0;  // of those outstanding at the last loss, not yet acknowledged
   Instant last_cut_ = Instant::never();
   // RTT.
   Duration srtt_ = Duration::zero();

@@ -55,21 +55,28 @@ TEST(Aimd, ALossCutsTheFlightOncePerRoundTrip) {
   ASSERT_EQ(f.cc.window_packets(), 80u);
   f.send_window();  // 80 out
   f.cc.on_loss(f.now, LossSignal::kNak);
-  EXPECT_EQ(f.cc.window_packets(), 56u);  // 80 * (1 - 0.3)
+  EXPECT_DOUBLE_EQ(f.cc.window(), 56.0);  // 80 * (1 - 0.3)
   EXPECT_FALSE(f.cc.in_slow_start());
   EXPECT_DOUBLE_EQ(f.cc.ssthresh(), 56.0);
+  // The go-back-N sends the 80 outstanding again: the window lets them go.
+  EXPECT_EQ(f.cc.window_packets(), 80u);
   // The go-back-N's own losses within the round trip: no second cut.
   f.cc.on_loss(f.now + Duration::us(50), LossSignal::kNak);
   f.cc.on_loss(f.now + Duration::us(99), LossSignal::kTimeout);
-  EXPECT_EQ(f.cc.window_packets(), 56u);
+  EXPECT_DOUBLE_EQ(f.cc.window(), 56.0);
   EXPECT_EQ(f.cc.counters().loss_decreases, 1u);
   EXPECT_EQ(f.cc.counters().losses_ignored, 2u);
+  // Once they are acknowledged the cut window holds, and nothing grew meanwhile.
+  f.now = f.now + Duration::us(100);
+  f.cc.on_ack({.now = f.now, .acked_packets = 80, .rtt = Duration::us(100), .in_flight = 0});
+  f.out = 0;
+  EXPECT_EQ(f.cc.window_packets(), 56u);
   // A round trip later it is a new loss: cut again, from what is out then (10 PSNs), not from
   // the window.
-  f.out = 0;
   for (int i = 0; i < 10; ++i) f.cc.on_sent(f.now + Duration::us(100), 1024);
   f.cc.on_loss(f.now + Duration::us(100), LossSignal::kNak);
-  EXPECT_EQ(f.cc.window_packets(), 7u);
+  EXPECT_DOUBLE_EQ(f.cc.window(), 7.0);
+  EXPECT_EQ(f.cc.window_packets(), 10u);  // those ten go again first
   EXPECT_EQ(f.cc.counters().loss_decreases, 2u);
 }
 
@@ -78,10 +85,18 @@ TEST(Aimd, ATimeoutRestartsSlowStartFromOnePacket) {
   f.round(Duration::us(100));
   f.round(Duration::us(100));  // window 40
   f.send_window();
-  f.cc.on_loss(f.now + Duration::ms(10), LossSignal::kTimeout);
-  EXPECT_EQ(f.cc.window_packets(), 1u);
+  f.now = f.now + Duration::ms(10);
+  f.cc.on_loss(f.now, LossSignal::kTimeout);
+  EXPECT_DOUBLE_EQ(f.cc.window(), 1.0);
   EXPECT_DOUBLE_EQ(f.cc.ssthresh(), 28.0);
   EXPECT_TRUE(f.cc.in_slow_start());
+  // The 40 outstanding go again (the peer may have them all, and acknowledge the last), then
+  // the window is one.
+  EXPECT_EQ(f.cc.window_packets(), 40u);
+  f.cc.on_ack({.now = f.now, .acked_packets = 25, .in_flight = 15});
+  EXPECT_EQ(f.cc.window_packets(), 15u);
+  f.cc.on_ack({.now = f.now, .acked_packets = 15, .in_flight = 0});
+  EXPECT_EQ(f.cc.window_packets(), 1u);
 }
 
 TEST(Aimd, NeverBelowTheFloor) {
@@ -111,8 +126,10 @@ Flow congestion_avoidance(Duration base) {
   f.round(base);  // window 40
   f.send_window();
   f.cc.on_loss(f.now, LossSignal::kNak);  // 28
+  f.now = f.now + base;
+  f.cc.on_ack({.now = f.now, .acked_packets = f.out, .rtt = base, .in_flight = 0});
   f.out = 0;
-  f.now = f.now + base * 2;
+  f.now = f.now + base;
   return f;
 }
 
@@ -276,8 +293,10 @@ TEST(DcqcnAimd, TheRateHearsEcnAndTheWindowHearsLoss) {
   // A loss cuts the window, not the rate.
   for (int i = 0; i < 10; ++i) cc.on_sent(kT0, 1024);
   cc.on_loss(kT0, LossSignal::kNak);
-  EXPECT_EQ(cc.window_packets(), 7u);
+  EXPECT_DOUBLE_EQ(cc.window().window(), 7.0);
   EXPECT_FALSE(cc.rate().reaction_point().limited());
+  cc.on_ack({.now = kT0, .acked_packets = 10, .in_flight = 0});
+  EXPECT_EQ(cc.window_packets(), 7u);
   // A CNP cuts the rate, not the window; the receiver's side answers CE marks with CNPs.
   cc.on_cnp(kT0 + Duration::us(10));
   EXPECT_TRUE(cc.rate().reaction_point().limited());

@@ -49,17 +49,45 @@ TEST(CcWindow, AimdsWindowCapsThePsnsOutstanding) {
   EXPECT_EQ(aimd.window_packets(), 20u);
   EXPECT_EQ(aimd.srtt(), Duration::us(100));  // timed by the rule itself (or the transport)
   EXPECT_EQ(s.drain().size(), 20u);
-  // A sequence NAK at the fifth of those: the window closes, and the go-back-N sends no more
-  // than it from the lost PSN on.
+  // A sequence NAK at the fifth of those: the window closes. The go-back-N sends the 16 PSNs
+  // from the lost one on again, and nothing new.
   s.now = s.now + Duration::us(100);
   ack_at(s, 0x1000 + 14, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
   EXPECT_EQ(aimd.counters().loss_decreases, 1u);
-  const std::uint32_t w = aimd.window_packets();
-  EXPECT_LT(w, 20u);
-  EXPECT_GE(w, 1u);
+  const std::uint32_t w = static_cast<std::uint32_t>(aimd.window());
+  EXPECT_LT(w, 16u);
   const auto resent = s.drain();
-  ASSERT_EQ(resent.size(), w);
+  ASSERT_EQ(resent.size(), 16u);
   EXPECT_EQ(resent.front().h.bth.psn, 0x1000u + 14);
+  EXPECT_EQ(resent.back().h.bth.psn, 0x1000u + 29);
+  // Once they are acknowledged, the window is the cut one.
+  s.now = s.now + Duration::us(100);
+  ack_at(s, 0x1000 + 29);
+  EXPECT_EQ(aimd.window_packets(), w);
+  EXPECT_EQ(s.drain().size(), w);
+}
+
+TEST(CcWindow, AfterATimeoutTheAckOfWhatThePeerHadIsTaken) {
+  // The peer had all ten; their ACK was lost. A timeout cuts the window to one, but the go-back-N
+  // still sends the ten again, so the peer's ACK of the tenth (to the duplicates) is one of a
+  // PSN sent: with a window of one the QP would drop it as one of a PSN never sent, time out
+  // again and again, and fail with retry-exceeded.
+  Solo s(QpType::kRc, 1024);
+  s.set(/*timeout=*/14, /*retry_cnt=*/7, /*rnr_retry=*/7);
+  cc::AimdParams p;
+  p.burst_packets = 1000;
+  cc::Aimd aimd(p);
+  s.e.cc.inner = &aimd;
+  post_sends(s, 1);
+  ASSERT_EQ(s.drain().size(), 10u);
+  s.advance(s.e.qp->ack_timeout());
+  EXPECT_EQ(aimd.counters().loss_decreases, 1u);
+  EXPECT_DOUBLE_EQ(aimd.window(), 1.0);
+  EXPECT_EQ(s.drain().size(), 10u);
+  ack_at(s, 0x1000 + 9);
+  EXPECT_EQ(s.e.cc.acked_packets, 10u);
+  EXPECT_EQ(aimd.window_packets(), 1u);
+  EXPECT_EQ(s.drain().size(), 1u);  // slow start again, from one
 }
 
 TEST(CcWindow, AimdPacesOnceItHasARoundTrip) {
