@@ -67,8 +67,8 @@ struct AimdParams {
   // of that RTT (so a longer path is allowed a proportionally longer queue).
   std::int64_t target_headroom_us = 100;
   std::uint32_t target_scale_percent = 100;
-  double delay_beta = 0.8;          // Swift's beta
-  double max_delay_decrease = 0.5;  // Swift's max_mdf: one round cuts at most this share
+  double delay_beta = 0.8;                   // Swift's beta
+  double max_delay_decrease = 0.5;           // Swift's max_mdf: one round cuts at most this share
   std::uint32_t competing_after_rounds = 5;  // Copa: the queue did not empty in 5 round trips
   // The smallest RTT is forgotten after this long without a sample as small (a changed path).
   std::int64_t min_rtt_window_ms = 10'000;
@@ -80,12 +80,12 @@ struct AimdParams {
 };
 
 struct AimdCounters {
-  std::uint64_t loss_decreases = 0;   // on_loss that cut the window
-  std::uint64_t losses_ignored = 0;   // on_loss within a round trip of the last cut
-  std::uint64_t delay_decreases = 0;  // rounds whose RTT was above the target
+  std::uint64_t loss_decreases = 0;    // on_loss that cut the window
+  std::uint64_t losses_ignored = 0;    // on_loss within a round trip of the last cut
+  std::uint64_t delay_decreases = 0;   // rounds whose RTT was above the target
   std::uint64_t competing_rounds = 0;  // rounds above the target with the delay rule stood down
-  std::uint64_t rtt_samples = 0;      // taken (the transport's or the rule's own)
-  std::uint64_t paced_waits = 0;      // next_send_time() said later
+  std::uint64_t rtt_samples = 0;       // taken (the transport's or the rule's own)
+  std::uint64_t paced_waits = 0;       // next_send_time() said later
 };
 
 class Aimd final : public CongestionControl {
@@ -106,9 +106,9 @@ class Aimd final : public CongestionControl {
   double ssthresh() const { return ssthresh_; }
   bool in_slow_start() const { return cwnd_ < ssthresh_; }
   bool competing() const { return competing_; }
-  Duration srtt() const { return srtt_; }          // zero before the first sample
-  Duration min_rtt() const { return min_rtt_; }    // zero before the first sample
-  Duration target() const;                          // zero before the first sample
+  Duration srtt() const { return srtt_; }        // zero before the first sample
+  Duration min_rtt() const { return min_rtt_; }  // zero before the first sample
+  Duration target() const;                       // zero before the first sample
   const AimdCounters& counters() const { return counters_; }
 
  private:
@@ -122,7 +122,7 @@ class Aimd final : public CongestionControl {
   AimdParams p_;
   double cwnd_;
   double ssthresh_;
-  std::uint32_t flight_ = 0;  // PSNs outstanding, as the last ACK said plus those sent since
+  std::uint32_t flight_ = 0;         // PSNs outstanding, as the last ACK said plus those sent since
   std::uint32_t recovery_left_ = 0;  // of those outstanding at the last loss, not yet acknowledged
   Instant last_cut_ = Instant::never();
   // RTT.

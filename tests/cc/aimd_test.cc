@@ -149,8 +149,7 @@ TEST(Aimd, AnUnusedWindowDoesNotGrow) {
   for (int i = 0; i < 50; ++i) {
     f.cc.on_sent(f.now, 1024);  // one PSN out at a time, against a window of 28
     f.now = f.now + Duration::us(100);
-    f.cc.on_ack(
-        {.now = f.now, .acked_packets = 1, .rtt = Duration::us(100), .in_flight = 0});
+    f.cc.on_ack({.now = f.now, .acked_packets = 1, .rtt = Duration::us(100), .in_flight = 0});
   }
   EXPECT_DOUBLE_EQ(f.cc.window(), start);
 }
