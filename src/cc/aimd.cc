@@ -151,6 +151,14 @@ void Aimd::on_ack(const AckEvent& ack) {
     if (round_end_.is_never()) round_end_ = ack.now + srtt_;
     if (ack.now >= round_end_) end_round(ack.now);
   }
+  if (undo_armed_ && ack.acked_packets > 0) {
+    undo_armed_ = false;
+    if (min_rtt_ != Duration::zero() && ack.now - last_cut_ < min_rtt_) {
+      cwnd_ = undo_cwnd_;  // the timeout was spurious: the originals were acknowledged
+      ssthresh_ = undo_ssthresh_;
+      ++counters_.spurious_timeouts;
+    }
+  }
   const std::uint32_t flight_before = ack.in_flight + ack.acked_packets;
   flight_ = ack.in_flight;
   const bool recovering = recovery_left_ > 0;
@@ -181,9 +189,12 @@ void Aimd::on_loss(Instant now, LossSignal signal) {
   }
   const double base = flight > 0 ? std::min(cwnd_, static_cast<double>(flight)) : cwnd_;
   const double floor = static_cast<double>(p_.min_window_packets);
+  undo_armed_ = signal == LossSignal::kTimeout;
+  undo_cwnd_ = cwnd_;
+  undo_ssthresh_ = ssthresh_;
   ssthresh_ = std::max(floor, base * (1.0 - p_.loss_decrease));
   cwnd_ = ssthresh_;
-  if (signal == LossSignal::kTimeout) {
+  if (signal == LossSignal::kTimeout && p_.timeout_window_packets != 0) {
     cwnd_ = std::max(floor, std::min(cwnd_, static_cast<double>(p_.timeout_window_packets)));
   }
   last_cut_ = now;

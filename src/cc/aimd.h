@@ -10,8 +10,13 @@
 //   additive     +ai_packets_per_rtt per round trip (ai / window per PSN acknowledged), while
 //   increase     the last round's RTT was at or below the target (or the rule is competing)
 //   loss         on_loss: window = max(min, min(window, flight) * (1 - loss_decrease)), as RFC
-//                5681 takes FlightSize, at most once per round trip; a timeout also restarts
-//                slow start from timeout_window_packets with that as ssthresh
+//                5681 takes FlightSize, at most once per round trip. A timeout cuts the same way
+//                (with timeout_window_packets set, it restarts slow start from there, as RFC
+//                5681 does): an adaptive RTO on a busy host fires on late ACKs far more often
+//                than a path goes dark
+//   spurious     a timeout whose first ACK comes sooner than min_rtt after it acknowledges the
+//   timeout      packets sent before it, not their retransmissions (which cannot be answered
+//                that fast): the cut is undone (Eifel, RFC 3522, with the RTT as the clock)
 //   delay        once per round (a smoothed RTT long): when the round's smallest RTT sample is
 //                above target = min_rtt + max(target_headroom, min_rtt * target_scale_percent),
 //                window *= max(1 - delay_beta * (rtt - target) / rtt, 1 - max_delay_decrease)
@@ -62,7 +67,8 @@ struct AimdParams {
   // Loss: the share of the flight a loss takes away (Reno 0.5, CUBIC 0.3). 0.3: a loss costs
   // uroce's go-back-N a whole window of retransmissions already.
   double loss_decrease = 0.3;
-  std::uint32_t timeout_window_packets = 1;  // after an ACK timeout (RFC 5681's loss window)
+  // After an ACK timeout: 0 cuts as any loss; else slow start again from this (RFC 5681: 1).
+  std::uint32_t timeout_window_packets = 0;
   // Delay. The target over the path's smallest RTT: the larger of a fixed headroom and a share
   // of that RTT (so a longer path is allowed a proportionally longer queue).
   std::int64_t target_headroom_us = 100;
@@ -80,12 +86,13 @@ struct AimdParams {
 };
 
 struct AimdCounters {
-  std::uint64_t loss_decreases = 0;    // on_loss that cut the window
-  std::uint64_t losses_ignored = 0;    // on_loss within a round trip of the last cut
-  std::uint64_t delay_decreases = 0;   // rounds whose RTT was above the target
-  std::uint64_t competing_rounds = 0;  // rounds above the target with the delay rule stood down
-  std::uint64_t rtt_samples = 0;       // taken (the transport's or the rule's own)
-  std::uint64_t paced_waits = 0;       // next_send_time() said later
+  std::uint64_t loss_decreases = 0;     // on_loss that cut the window
+  std::uint64_t losses_ignored = 0;     // on_loss within a round trip of the last cut
+  std::uint64_t spurious_timeouts = 0;  // cuts undone (see above)
+  std::uint64_t delay_decreases = 0;    // rounds whose RTT was above the target
+  std::uint64_t competing_rounds = 0;   // rounds above the target with the delay rule stood down
+  std::uint64_t rtt_samples = 0;        // taken (the transport's or the rule's own)
+  std::uint64_t paced_waits = 0;        // next_send_time() said later
 };
 
 class Aimd final : public CongestionControl {
@@ -125,6 +132,10 @@ class Aimd final : public CongestionControl {
   std::uint32_t flight_ = 0;         // PSNs outstanding, as the last ACK said plus those sent since
   std::uint32_t recovery_left_ = 0;  // of those outstanding at the last loss, not yet acknowledged
   Instant last_cut_ = Instant::never();
+  // A timeout's cut, until its first ACK says whether it was spurious: what to restore.
+  bool undo_armed_ = false;
+  double undo_cwnd_ = 0;
+  double undo_ssthresh_ = 0;
   // RTT.
   Duration srtt_ = Duration::zero();
   Duration min_rtt_ = Duration::zero();

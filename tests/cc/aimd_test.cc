@@ -80,8 +80,48 @@ TEST(Aimd, ALossCutsTheFlightOncePerRoundTrip) {
   EXPECT_EQ(f.cc.counters().loss_decreases, 2u);
 }
 
-TEST(Aimd, ATimeoutRestartsSlowStartFromOnePacket) {
+TEST(Aimd, ATimeoutCutsAsALossDoes) {
   Flow f;
+  f.round(Duration::us(100));
+  f.round(Duration::us(100));  // window 40
+  f.send_window();
+  f.now = f.now + Duration::ms(10);
+  f.cc.on_loss(f.now, LossSignal::kTimeout);
+  EXPECT_DOUBLE_EQ(f.cc.window(), 28.0);
+  EXPECT_FALSE(f.cc.in_slow_start());
+  // The ACK comes a round trip later: of the retransmissions, maybe; the cut stays.
+  f.cc.on_ack({.now = f.now + Duration::us(100), .acked_packets = 40, .in_flight = 0});
+  EXPECT_DOUBLE_EQ(f.cc.window(), 28.0);
+  EXPECT_EQ(f.cc.counters().spurious_timeouts, 0u);
+}
+
+TEST(Aimd, ASpuriousTimeoutIsUndone) {
+  // The ACK of what was outstanding arrives 5 us after the timeout, sooner than any
+  // retransmission could be answered (min RTT 100 us): the timer fired on a late ACK.
+  Flow f;
+  f.round(Duration::us(100));
+  f.round(Duration::us(100));  // window 40
+  f.send_window();
+  f.now = f.now + Duration::ms(10);
+  f.cc.on_loss(f.now, LossSignal::kTimeout);
+  EXPECT_DOUBLE_EQ(f.cc.window(), 28.0);
+  f.cc.on_ack({.now = f.now + Duration::us(5), .acked_packets = 40, .in_flight = 0});
+  EXPECT_DOUBLE_EQ(f.cc.window(), 40.0);
+  EXPECT_TRUE(f.cc.in_slow_start());
+  EXPECT_EQ(f.cc.counters().spurious_timeouts, 1u);
+  // A NAK is never spurious: the receiver saw the gap.
+  f.out = 0;
+  f.send_window();
+  f.now = f.now + Duration::ms(1);
+  f.cc.on_loss(f.now, LossSignal::kNak);
+  f.cc.on_ack({.now = f.now + Duration::us(5), .acked_packets = 40, .in_flight = 0});
+  EXPECT_DOUBLE_EQ(f.cc.window(), 28.0);
+}
+
+TEST(Aimd, ATimeoutCanRestartSlowStartFromOnePacket) {
+  AimdParams p;
+  p.timeout_window_packets = 1;
+  Flow f(p);
   f.round(Duration::us(100));
   f.round(Duration::us(100));  // window 40
   f.send_window();
@@ -93,9 +133,9 @@ TEST(Aimd, ATimeoutRestartsSlowStartFromOnePacket) {
   // The 40 outstanding go again (the peer may have them all, and acknowledge the last), then
   // the window is one.
   EXPECT_EQ(f.cc.window_packets(), 40u);
-  f.cc.on_ack({.now = f.now, .acked_packets = 25, .in_flight = 15});
+  f.cc.on_ack({.now = f.now + Duration::us(100), .acked_packets = 25, .in_flight = 15});
   EXPECT_EQ(f.cc.window_packets(), 15u);
-  f.cc.on_ack({.now = f.now, .acked_packets = 15, .in_flight = 0});
+  f.cc.on_ack({.now = f.now + Duration::us(100), .acked_packets = 15, .in_flight = 0});
   EXPECT_EQ(f.cc.window_packets(), 1u);
 }
 

@@ -76,6 +76,7 @@ TEST(CcWindow, AfterATimeoutTheAckOfWhatThePeerHadIsTaken) {
   s.set(/*timeout=*/14, /*retry_cnt=*/7, /*rnr_retry=*/7);
   cc::AimdParams p;
   p.burst_packets = 1000;
+  p.timeout_window_packets = 1;
   cc::Aimd aimd(p);
   s.e.cc.inner = &aimd;
   post_sends(s, 1);
