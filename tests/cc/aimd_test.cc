@@ -195,17 +195,18 @@ TEST(Aimd, AnUnusedWindowDoesNotGrow) {
 }
 
 TEST(Aimd, AboveTheTargetTheWindowShrinksOncePerRound) {
-  Flow f = congestion_avoidance(Duration::us(100));  // min RTT 100 us: target 200 us
-  ASSERT_EQ(f.cc.target(), Duration::us(200));
+  Flow f = congestion_avoidance(Duration::us(100));  // min RTT 100 us: target 100 + 300 us
+  ASSERT_EQ(f.cc.target(), Duration::us(400));
   const double start = f.cc.window();
-  // A round trip of 400 us: 200 us above the target, a cut of 0.8 * 200 / 400 = 40%.
-  f.round(Duration::us(400));
+  // A round trip of 600 us: 200 us above the target, a cut of 0.4 * 200 / 600 (delay_beta).
+  f.round(Duration::us(600));
   EXPECT_EQ(f.cc.counters().delay_decreases, 1u);
-  EXPECT_DOUBLE_EQ(f.cc.window(), start * 0.6);
-  // Far above it, a cut of at most max_delay_decrease.
+  const double once = start * (1.0 - 0.4 * (200'000.0 / 600'000.0));
+  EXPECT_DOUBLE_EQ(f.cc.window(), once);
+  // Far above it, a cut of at most max_delay_decrease (a fifth).
   f.round(Duration::ms(4));
   EXPECT_EQ(f.cc.counters().delay_decreases, 2u);
-  EXPECT_DOUBLE_EQ(f.cc.window(), start * 0.6 * 0.5);
+  EXPECT_DOUBLE_EQ(f.cc.window(), once * 0.8);
   // While above the target, no growth; at most one cut per round (an SRTT long) however many
   // ACKs come.
   const std::uint64_t cuts = f.cc.counters().delay_decreases;
@@ -213,7 +214,7 @@ TEST(Aimd, AboveTheTargetTheWindowShrinksOncePerRound) {
   for (int i = 0; i < 5; ++i) {
     f.cc.on_sent(f.now, 1024);
     f.now = f.now + Duration::us(10);
-    f.cc.on_ack({.now = f.now, .acked_packets = 1, .rtt = Duration::us(400), .in_flight = 0});
+    f.cc.on_ack({.now = f.now, .acked_packets = 1, .rtt = Duration::ms(4), .in_flight = 0});
   }
   EXPECT_DOUBLE_EQ(f.cc.window(), after);
   EXPECT_EQ(f.cc.counters().delay_decreases, cuts);
