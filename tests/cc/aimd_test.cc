@@ -80,13 +80,19 @@ TEST(Aimd, ALossCutsTheFlightOncePerRoundTrip) {
   EXPECT_EQ(f.cc.counters().loss_decreases, 2u);
 }
 
-TEST(Aimd, ATimeoutCutsAsALossDoes) {
-  Flow f;
+// A flow in slow start at window 40, all 40 out, then an ACK timeout 10 ms later.
+Flow timed_out(const AimdParams& p = {}) {
+  Flow f(p);
   f.round(Duration::us(100));
-  f.round(Duration::us(100));  // window 40
+  f.round(Duration::us(100));
   f.send_window();
   f.now = f.now + Duration::ms(10);
   f.cc.on_loss(f.now, LossSignal::kTimeout);
+  return f;
+}
+
+TEST(Aimd, ATimeoutCutsAsALossDoes) {
+  Flow f = timed_out();
   EXPECT_DOUBLE_EQ(f.cc.window(), 28.0);
   EXPECT_FALSE(f.cc.in_slow_start());
   // The ACK comes a round trip later: of the retransmissions, maybe; the cut stays.
@@ -98,12 +104,7 @@ TEST(Aimd, ATimeoutCutsAsALossDoes) {
 TEST(Aimd, ASpuriousTimeoutIsUndone) {
   // The ACK of what was outstanding arrives 5 us after the timeout, sooner than any
   // retransmission could be answered (min RTT 100 us): the timer fired on a late ACK.
-  Flow f;
-  f.round(Duration::us(100));
-  f.round(Duration::us(100));  // window 40
-  f.send_window();
-  f.now = f.now + Duration::ms(10);
-  f.cc.on_loss(f.now, LossSignal::kTimeout);
+  Flow f = timed_out();
   EXPECT_DOUBLE_EQ(f.cc.window(), 28.0);
   f.cc.on_ack({.now = f.now + Duration::us(5), .acked_packets = 40, .in_flight = 0});
   EXPECT_DOUBLE_EQ(f.cc.window(), 40.0);
@@ -121,12 +122,7 @@ TEST(Aimd, ASpuriousTimeoutIsUndone) {
 TEST(Aimd, ATimeoutCanRestartSlowStartFromOnePacket) {
   AimdParams p;
   p.timeout_window_packets = 1;
-  Flow f(p);
-  f.round(Duration::us(100));
-  f.round(Duration::us(100));  // window 40
-  f.send_window();
-  f.now = f.now + Duration::ms(10);
-  f.cc.on_loss(f.now, LossSignal::kTimeout);
+  Flow f = timed_out(p);
   EXPECT_DOUBLE_EQ(f.cc.window(), 1.0);
   EXPECT_DOUBLE_EQ(f.cc.ssthresh(), 28.0);
   EXPECT_TRUE(f.cc.in_slow_start());
