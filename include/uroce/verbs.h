@@ -28,8 +28,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "base/result.h"
+#include "cc/aimd.h"
 #include "cc/dcqcn.h"
 #include "uroce/types.h"
 #include "wire/ip.h"
@@ -178,14 +180,18 @@ struct DeviceConfig {
   // kernel derives them for RoCE (link_rate_for_eth_speed); 0 when unknown, which the kernel
   // reads as 1000.
   std::uint32_t link_speed_mbps = 0;
-  // Congestion control of every QP (cc/): none, as the kernel's Soft-RoCE; or DCQCN, as
+  // Congestion control of every QP (cc/): none, as the kernel's Soft-RoCE; DCQCN, as
   // ConnectX: packets leave ECN-capable (ECT(0)), CE-marked packets are answered with a CNP, and
   // a CNP slows the QP down (cc/dcqcn.h, its parameters the mlx5 defaults, the line rate
-  // link_speed_mbps when known).
-  enum class CongestionControl : std::uint8_t { kNone, kDcqcn };
+  // link_speed_mbps when known); Aimd, a window driven by loss and delay for networks that drop
+  // instead of marking, TCP-friendly (cc/aimd.h); or both at once (cc/dcqcn_aimd.h). Named
+  // none, dcqcn, aimd and dcqcn-aimd (congestion_control_name).
+  enum class CongestionControl : std::uint8_t { kNone, kDcqcn, kAimd, kDcqcnAimd };
   CongestionControl congestion_control = CongestionControl::kNone;
   // DCQCN's parameters (mlx5's cc_params and defaults); line_rate_mbps 0 takes link_speed_mbps.
   cc::DcqcnParams dcqcn;
+  // Aimd's parameters (cc/aimd.h's defaults).
+  cc::AimdParams aimd;
 };
 
 // The port's active_width (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) for an Ethernet link
@@ -198,6 +204,11 @@ struct LinkRate {
   std::uint8_t speed = 1;  // SDR
 };
 LinkRate link_rate_for_eth_speed(std::uint32_t mbps);
+
+// The name of a congestion control as UROCE_CC and the config file's cc= give it ("none",
+// "dcqcn", "aimd", "dcqcn-aimd"), and back (nullopt for any other name).
+const char* congestion_control_name(DeviceConfig::CongestionControl cc);
+std::optional<DeviceConfig::CongestionControl> congestion_control_from_name(std::string_view name);
 
 // ---- object attributes ----
 

@@ -117,15 +117,26 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     while (words >> word) w.push_back(word);
     if (w.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
-    if (w.size() != 2 && !(w.size() == 3 && w[2].starts_with("faults="))) {
-      return Err{where + "expected 'name address [faults=SPEC]'"};
-    }
+    constexpr const char* kExpected = "expected 'name address [faults=SPEC] [cc=NAME]'";
+    if (w.size() < 2 || w.size() > 4) return Err{where + kExpected};
     auto d = parse_entry(w[0], w[1], out.size());
     if (!d.ok()) return Err{where + d.error()};
-    if (w.size() == 3) {
-      d.value().faults = w[2].substr(std::string_view("faults=").size());
-      auto f = fault::FaultSpec::parse(d.value().faults);
-      if (!f.ok()) return Err{where + f.error()};
+    bool have_faults = false;
+    for (std::size_t i = 2; i < w.size(); ++i) {
+      if (w[i].starts_with("faults=") && !have_faults) {
+        have_faults = true;
+        d.value().faults = w[i].substr(std::string_view("faults=").size());
+        auto f = fault::FaultSpec::parse(d.value().faults);
+        if (!f.ok()) return Err{where + f.error()};
+      } else if (w[i].starts_with("cc=") && !d.value().congestion_control) {
+        const std::string name = w[i].substr(std::string_view("cc=").size());
+        d.value().congestion_control = congestion_control_from_name(name);
+        if (!d.value().congestion_control) {
+          return Err{where + "cc= must be none, dcqcn, aimd or dcqcn-aimd, not '" + name + "'"};
+        }
+      } else {
+        return Err{where + kExpected};
+      }
     }
     out.push_back(d.value());
   }

@@ -6,8 +6,8 @@
 //   1. the environment variable UROCE_DEVICES: entries separated by commas or spaces, each
 //      `name=address` or a bare `address` (named uroce0, uroce1, ... by position);
 //   2. the file named by UROCE_CONFIG, else /etc/uroce/devices.conf if it exists: one device
-//      per line, `name address [faults=SPEC]` (SPEC: fault/fault.h's grammar, no spaces);
-//      `#` starts a comment;
+//      per line, `name address [faults=SPEC] [cc=NAME]` (SPEC: fault/fault.h's grammar, no
+//      spaces; NAME: the congestion control, as UROCE_CC names it); `#` starts a comment;
 //   3. the default: uroce0 on 127.0.0.1.
 // Two processes on one host use different devices by giving each its own list (for example
 // UROCE_DEVICES=127.0.0.2 in the second one) or by naming an address on the command line.
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "uroce/verbs.h"
 #include "wire/ip.h"
 
 namespace uroce::engine {
@@ -27,6 +28,8 @@ struct DeviceSpec {
   std::string name;
   wire::IpAddress ip;
   std::string faults;  // the config file's faults= (checked when read), "" for none
+  // The config file's cc= (UROCE_CC, when set, wins); unset: the DeviceConfig's.
+  std::optional<DeviceConfig::CongestionControl> congestion_control;
 };
 
 // Parses an IPv4 or IPv6 address in text form; an error message when it is not one.

@@ -38,8 +38,8 @@ struct DeviceOptions {
   // the configuration file's faults= for the device.
   std::map<std::string, std::string> device_faults;
   std::optional<std::string> faults;
-  // The congestion control of the device's QPs (UROCE_CC=none|dcqcn); unset: the
-  // DeviceConfig's.
+  // The congestion control of the device's QPs (UROCE_CC=none|dcqcn|aimd|dcqcn-aimd); unset:
+  // the config file's cc= for the device, else the DeviceConfig's.
   std::optional<DeviceConfig::CongestionControl> congestion_control;
   // What a shared device's coordinator that this device starts is told (UROCE_DEVD,
   // UROCE_DEVD_LINGER_MS, UROCE_SHARE, UROCE_DEVD_LOG, UROCE_DEVD_PCAP, UROCE_FAULTS,

@@ -147,6 +147,21 @@ Result<std::string, std::string> configured_faults(const std::string& name,
   return std::string();
 }
 
+// The congestion control of device `name` at `ip`: the options' (UROCE_CC), else the config
+// file's cc= for it, else `fallback` (the DeviceConfig's).
+DeviceConfig::CongestionControl configured_cc(const std::string& name, const wire::IpAddress& ip,
+                                              const DeviceOptions& options,
+                                              DeviceConfig::CongestionControl fallback) {
+  if (options.congestion_control) return *options.congestion_control;
+  if (options.source.devices) return fallback;  // UROCE_DEVICES set: no file in use
+  auto list = configured_devices(options.source);
+  if (!list.ok()) return fallback;
+  for (const DeviceSpec& d : list.value()) {
+    if (d.name == name && d.ip == ip && d.congestion_control) return *d.congestion_control;
+  }
+  return fallback;
+}
+
 }  // namespace
 
 Instant UdpDevice::now() {
@@ -161,7 +176,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
                                                           Sharing sharing,
                                                           const DeviceOptions& options) {
   DeviceConfig cfg = config;
-  if (options.congestion_control) cfg.congestion_control = *options.congestion_control;
+  cfg.congestion_control = configured_cc(cfg.name, cfg.ip, options, cfg.congestion_control);
   // The faults first: a malformed spec opens nothing.
   auto fault_text = configured_faults(cfg.name, cfg.ip, options);
   if (!fault_text.ok()) return Err{Error(EINVAL, fault_text.error())};

@@ -146,7 +146,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   //
   // `options`: the knobs the program sets from outside (device/device_options.h), read from the
   // environment by the edge (src/edge) in the tools and the drop-in; the default is no variable
-  // set. options.congestion_control, when set, replaces config.congestion_control.
+  // set. options.congestion_control, when set, replaces config.congestion_control; else the
+  // config file's cc= for the device does.
   enum class Sharing { kDefault, kShared, kExclusive };
   static Result<std::unique_ptr<UdpDevice>, Error> open(
       const DeviceConfig& config, std::uint16_t port = wire::kRoceV2Port,

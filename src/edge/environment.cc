@@ -104,12 +104,9 @@ Result<engine::DeviceOptions, std::string> device_options(const char* const* env
     o.device_faults.emplace(key, std::string(entry.substr(eq + 1)));  // the first, as getenv
   }
   if (const char* cc = lookup(env, "UROCE_CC"); cc != nullptr && *cc != '\0') {
-    if (std::strcmp(cc, "none") == 0) {
-      o.congestion_control = DeviceConfig::CongestionControl::kNone;
-    } else if (std::strcmp(cc, "dcqcn") == 0) {
-      o.congestion_control = DeviceConfig::CongestionControl::kDcqcn;
-    } else {
-      return Err{std::string("UROCE_CC must be none or dcqcn, not '") + cc + "'"};
+    o.congestion_control = congestion_control_from_name(cc);
+    if (!o.congestion_control) {
+      return Err{std::string("UROCE_CC must be none, dcqcn, aimd or dcqcn-aimd, not '") + cc + "'"};
     }
   }
   return o;

@@ -158,6 +158,35 @@ LinkRate link_rate_for_eth_speed(std::uint32_t mbps) {
   return {k4x, kEdr};
 }
 
+namespace {
+
+struct CcName {
+  DeviceConfig::CongestionControl cc;
+  const char* name;
+};
+constexpr CcName kCcNames[] = {
+    {DeviceConfig::CongestionControl::kNone, "none"},
+    {DeviceConfig::CongestionControl::kDcqcn, "dcqcn"},
+    {DeviceConfig::CongestionControl::kAimd, "aimd"},
+    {DeviceConfig::CongestionControl::kDcqcnAimd, "dcqcn-aimd"},
+};
+
+}  // namespace
+
+const char* congestion_control_name(DeviceConfig::CongestionControl cc) {
+  for (const CcName& n : kCcNames) {
+    if (n.cc == cc) return n.name;
+  }
+  return "?";
+}
+
+std::optional<DeviceConfig::CongestionControl> congestion_control_from_name(std::string_view name) {
+  for (const CcName& n : kCcNames) {
+    if (name == n.name) return n.cc;
+  }
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<Device>, Errc> Device::create(const DeviceConfig& config) {
   if (config.name.empty() || config.name.size() > 63) return Err{Errc::kInvalidArgument};
   if (verbs::ip_is_unspecified(config.ip)) return Err{Errc::kInvalidArgument};

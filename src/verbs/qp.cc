@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 
+#include "cc/aimd.h"
 #include "cc/dcqcn.h"
+#include "cc/dcqcn_aimd.h"
 #include "verbs/address.h"
 #include "verbs/device_state.h"
 #include "verbs/qp_state_table.h"
@@ -134,13 +136,22 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
     q->rq =
         std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr, q->init.cap.max_recv_sge);
   }
-  if (s.config.congestion_control == DeviceConfig::CongestionControl::kDcqcn) {
-    cc::DcqcnParams params = s.config.dcqcn;
-    if (params.line_rate_mbps == 0) params.line_rate_mbps = s.config.link_speed_mbps;
-    q->cc = std::make_unique<cc::Dcqcn>(params);
-  } else {
-    q->cc = std::make_unique<cc::NoCongestionControl>();
+  cc::DcqcnParams dcqcn = s.config.dcqcn;
+  if (dcqcn.line_rate_mbps == 0) dcqcn.line_rate_mbps = s.config.link_speed_mbps;
+  switch (s.config.congestion_control) {
+    case DeviceConfig::CongestionControl::kDcqcn:
+      q->cc = std::make_unique<cc::Dcqcn>(dcqcn);
+      break;
+    case DeviceConfig::CongestionControl::kAimd:
+      q->cc = std::make_unique<cc::Aimd>(s.config.aimd);
+      break;
+    case DeviceConfig::CongestionControl::kDcqcnAimd:
+      q->cc = std::make_unique<cc::DcqcnAimd>(dcqcn, s.config.aimd);
+      break;
+    case DeviceConfig::CongestionControl::kNone:
+      break;
   }
+  if (q->cc == nullptr) q->cc = std::make_unique<cc::NoCongestionControl>();  // kNone, or not one
   transport::QpEnv env;
   env.memory = &s;
   env.send_cq = scq;

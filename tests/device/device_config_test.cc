@@ -44,6 +44,30 @@ TEST(DeviceConfig, FileNamesLineOnError) {
   EXPECT_NE(bad.error().find("f.conf:2"), std::string::npos);
 }
 
+TEST(DeviceConfig, FileChoosesTheCongestionControlPerDevice) {
+  auto ok = parse_device_file(
+      "a 10.0.0.1 cc=aimd\nb 10.0.0.2 faults=loss=1% cc=dcqcn-aimd\n"
+      "c 10.0.0.3 cc=none faults=loss=1%\nd 10.0.0.4\n",
+      "f.conf");
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  ASSERT_EQ(ok.value().size(), 4u);
+  EXPECT_EQ(ok.value()[0].congestion_control, DeviceConfig::CongestionControl::kAimd);
+  EXPECT_EQ(ok.value()[1].congestion_control, DeviceConfig::CongestionControl::kDcqcnAimd);
+  EXPECT_EQ(ok.value()[1].faults, "loss=1%");
+  EXPECT_EQ(ok.value()[2].congestion_control, DeviceConfig::CongestionControl::kNone);
+  EXPECT_EQ(ok.value()[2].faults, "loss=1%");
+  EXPECT_FALSE(ok.value()[3].congestion_control);
+  auto bad = parse_device_file("a 10.0.0.1\nb 10.0.0.2 cc=cubic\n", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "f.conf:2: cc= must be none, dcqcn, aimd or dcqcn-aimd, not 'cubic'");
+  for (const char* line : {"a 10.0.0.1 cc=aimd cc=none", "a 10.0.0.1 speed=1",
+                           "a 10.0.0.1 cc=aimd faults=loss=1% x", "a 10.0.0.1 faults= faults="}) {
+    auto r = parse_device_file(line, "f.conf");
+    ASSERT_FALSE(r.ok()) << line;
+    EXPECT_EQ(r.error(), "f.conf:1: expected 'name address [faults=SPEC] [cc=NAME]'") << line;
+  }
+}
+
 DeviceSelection by_name(const std::string& name) {
   DeviceSelection s;
   s.name = name;

@@ -92,7 +92,25 @@ TEST(EdgeEnvironment, InvalidValuesAreClearErrors) {
   }
   auto cc = read({"UROCE_CC=cubic"});
   ASSERT_FALSE(cc.ok());
-  EXPECT_EQ(cc.error(), "UROCE_CC must be none or dcqcn, not 'cubic'");
+  EXPECT_EQ(cc.error(), "UROCE_CC must be none, dcqcn, aimd or dcqcn-aimd, not 'cubic'");
+  auto upper = read({"UROCE_CC=AIMD"});
+  ASSERT_FALSE(upper.ok());
+  EXPECT_EQ(upper.error(), "UROCE_CC must be none, dcqcn, aimd or dcqcn-aimd, not 'AIMD'");
+}
+
+TEST(EdgeEnvironment, UroceCcNamesEveryRule) {
+  const std::pair<const char*, DeviceConfig::CongestionControl> names[] = {
+      {"UROCE_CC=none", DeviceConfig::CongestionControl::kNone},
+      {"UROCE_CC=dcqcn", DeviceConfig::CongestionControl::kDcqcn},
+      {"UROCE_CC=aimd", DeviceConfig::CongestionControl::kAimd},
+      {"UROCE_CC=dcqcn-aimd", DeviceConfig::CongestionControl::kDcqcnAimd},
+  };
+  for (const auto& [entry, want] : names) {
+    auto o = read({entry});
+    ASSERT_TRUE(o.ok()) << entry << ": " << o.error();
+    EXPECT_EQ(o->congestion_control, want) << entry;
+    EXPECT_STREQ(congestion_control_name(want), std::string_view(entry).substr(9).data());
+  }
 }
 
 TEST(EdgeEnvironment, TheCoordinatorsSettingsLandInDevdOptions) {
