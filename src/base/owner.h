@@ -1,13 +1,7 @@
-// Debug-build checks of the threading contracts that headers state in words.
-//
-//   OwnedMutex   a std::mutex that knows which thread holds it: a function documented as "called
-//                with the device mutex held" (UdpDevice's *_locked) says so with assert_held().
-//   SerialUse    for an object that is not thread-safe and whose caller serialises every call
-//                (Engine, Scheduler, a Qp): each entry point opens a SerialUse::Scope, which
-//                asserts that no other thread is inside the object at the same time.
-//
-// Both are checked where UROCE_ASSERT is (debug, sanitizer and simulation builds) and cost
-// nothing in release builds (NDEBUG): the members are empty there.
+// OwnedMutex: a std::mutex that knows which thread holds it, so that a function documented as
+// "called with the device mutex held" (UdpDevice's *_locked) says so with assert_held(). Checked
+// where UROCE_ASSERT is (debug, sanitizer and simulation builds); nothing in release builds
+// (NDEBUG). Its sibling for sans-I/O objects, which may not use threads: base/serial_use.h.
 #pragma once
 
 #include <atomic>
@@ -51,42 +45,6 @@ class OwnedMutex {
   std::mutex mu_;
 #ifndef NDEBUG
   std::atomic<std::thread::id> holder_{};
-#endif
-};
-
-class SerialUse {
- public:
-  class Scope {
-   public:
-#ifndef NDEBUG
-    explicit Scope(SerialUse& u) : u_(u) {
-      const std::thread::id me = std::this_thread::get_id();
-      std::thread::id none{};
-      // Entered by this thread already (a nested call) or by none; never by another at once.
-      if (!u_.user_.compare_exchange_strong(none, me, std::memory_order_acquire)) {
-        UROCE_CHECK(none == me);
-      }
-      ++u_.depth_;
-    }
-    ~Scope() {
-      if (--u_.depth_ == 0) u_.user_.store(std::thread::id(), std::memory_order_release);
-    }
-#else
-    explicit Scope(SerialUse&) {}
-#endif
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-
-#ifndef NDEBUG
-   private:
-    SerialUse& u_;
-#endif
-  };
-
- private:
-#ifndef NDEBUG
-  std::atomic<std::thread::id> user_{};
-  int depth_ = 0;  // written only by the thread in user_
 #endif
 };
 

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/owner.h"
+#include "base/serial_use.h"
 #include "base/time.h"
 #include "datapath/datapath.h"
 #include "engine/scheduler.h"

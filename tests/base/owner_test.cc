@@ -1,6 +1,8 @@
-// The debug-build threading checks (base/owner.h): OwnedMutex knows its holder, SerialUse catches
-// two threads inside one object at once and lets one thread nest or threads take turns.
+// The debug-build threading checks (base/owner.h, base/serial_use.h): OwnedMutex knows its holder,
+// SerialUse catches two threads inside one object at once and lets one thread nest or threads take
+// turns.
 #include "base/owner.h"
+#include "base/serial_use.h"
 
 #include <gtest/gtest.h>
 
