@@ -43,6 +43,7 @@ void Qp::report_ack(Instant now) {
     comp_.reported_psn = comp_.psn;
   }
   ack.in_flight = (req_.psn - comp_.psn) & wire::kPsnMask;
+  ack.rtt = note_acked(now, ack.acked_packets);  // RTT sample and timers (recovery.cc)
   env_.cc->on_ack(ack);
 }
 
