@@ -82,6 +82,8 @@ inline constexpr Duration kMinRto = Duration::ms(5);
 // engine's hold of an ACK that waits for a request (SchedulerConfig::ack_hold, 100 us). A probe
 // that was not needed costs one duplicate packet, which the peer re-ACKs at once.
 inline constexpr Duration kProbeAckAllowance = Duration::us(200);
+// Probes per stall (until progress): the newest packet, then the oldest unacknowledged one.
+inline constexpr std::uint32_t kMaxProbes = 2;
 // The window sized to the bandwidth-delay product: kBdpWindowGain times the delivery rate
 // measured over each timed packet's round trip (a max filter) times the minimum RTT seen (kept
 // kMinRttLifetime), between kMinBdpWindow and kMaxBdpWindow PSNs. Before the first RTT sample
@@ -604,7 +606,7 @@ class Qp {
     std::uint32_t backoff = 0;  // adaptive timeouts since the last progress (RTO doubles)
     Instant rto_deadline = Instant::never();
     Instant probe_deadline = Instant::never();
-    bool probed = false;       // a probe left since the last progress
+    std::uint32_t probes = 0;  // probes sent since the last progress (kMaxProbes at most)
     bool probe_due = false;    // poll_transmit sends the probe next
     bool force_ack_req = false;  // the packet being built carries AckReq (the probe)
   } rec_;

@@ -85,7 +85,7 @@ void Qp::arm_recovery_timers(Instant now, bool restart_rto) {
   }
   std::uint32_t psn = 0;
   std::uint32_t index = 0;
-  if (env_.recovery.tail_probe && !rec_.probed && probe_target(psn, index)) {
+  if (env_.recovery.tail_probe && rec_.probes < kMaxProbes && probe_target(psn, index)) {
     const Instant t = now + probe_timeout();
     rec_.probe_deadline = t < earliest(comp_.deadline, rec_.rto_deadline) ? t : Instant::never();
   } else {
@@ -142,7 +142,7 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
     }
   }
   rec_.backoff = 0;
-  rec_.probed = false;
+  rec_.probes = 0;
   arm_recovery_timers(now, /*restart_rto=*/true);
   return sample;
 }
@@ -173,14 +173,14 @@ void Qp::handle_recovery_timeout(Instant now) {
   }
   if (rec_.probe_deadline <= now) {
     rec_.probe_deadline = Instant::never();
-    if (live && !rec_.probed) rec_.probe_due = true;
+    if (live && rec_.probes < kMaxProbes) rec_.probe_due = true;
   }
 }
 
 bool Qp::probe_target(std::uint32_t& psn, std::uint32_t& index) const {
   if (type_ != QpType::kRc || comp_.psn == req_.psn || sq_count_ == 0) return false;
   const std::uint32_t end = sq_tail_ + sq_count_;
-  if (going_back()) {
+  if (going_back() || rec_.probes > 0) {
     psn = comp_.psn;
     index = sq_tail_;
   } else {
@@ -223,7 +223,7 @@ bool Qp::poll_probe(Instant now, TxPacket& out) {
   req_.max_sent_psn = max_sent_psn;
   w.sent_bytes = sent_bytes;
   w.state = wqe_state;
-  rec_.probed = true;
+  ++rec_.probes;
   ++counters_.tail_probes;
   env_.cc->on_sent(now, out.payload_bytes);
   ++counters_.packets_sent;
