@@ -310,6 +310,8 @@ class Qp {
   Duration min_rtt() const { return rec_.samples == 0 ? Duration::zero() : rec_.min_rtt; }
   Duration rto() const;
   std::uint32_t send_window() const;
+  // Changes the recovery's switches (QpEnv::recovery gave them at construction).
+  void set_recovery(const RecoveryParams& p) { env_.recovery = p; }
 
   // Applies attributes; verbs validated the transition and mask. `path` is the resolved form of
   // attr.ah_attr when mask has kQpAv. Moving to ERR flushes; to RESET clears all state.
