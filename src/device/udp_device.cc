@@ -683,8 +683,7 @@ DeviceStats UdpDevice::stats_locked() {
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
   s.thread_rx_pkts = thread_rx_pkts_;
   for (const transport::Qp* qp : device_->live_qps()) {
-    s.qps.push_back(
-        QpStats{qp->qpn(), qp->type(), qp->state(), qp->outstanding_send_wqes(), qp->counters()});
+    s.qps.push_back(qp_stats(*qp));
   }
   std::sort(s.qps.begin(), s.qps.end(),
             [](const QpStats& a, const QpStats& b) { return a.qpn < b.qpn; });

@@ -487,6 +487,12 @@ class Qp {
   // The completer acknowledged `acked` more PSNs (report_ack): the RTT sample of the timed
   // packet if this covers it (else zero), the delivery rate and window, timers re-armed.
   Duration note_acked(Instant now, std::uint32_t acked);
+  // A sequence NAK at `psn` made the requester go back N: the responder discarded every packet
+  // after `psn` it received, so the ACK of a retransmission beyond it answers that copy.
+  void note_nak_go_back(std::uint32_t psn);
+  std::uint64_t go_backs() const;  // timeouts of both kinds and implied NAKs, so far
+  // A retransmission at `psn` whose ACK can only answer this copy (note_nak_go_back).
+  bool unambiguous(std::uint32_t psn) const;
   // The IBTA ACK timer expired (handle_retry_timeout ran): the adaptive timer stands down.
   void note_ibta_timeout();
   // The adaptive retransmission timer or the probe's timer is due (handle_timeout).
@@ -611,6 +617,11 @@ class Qp {
     std::uint32_t probes = 0;  // probes sent since the last progress (kMaxProbes at most)
     bool probe_due = false;    // poll_transmit sends the probe next
     bool force_ack_req = false;  // the packet being built carries AckReq (the probe)
+    // The go-back-N a sequence NAK started (note_nak_go_back): its PSN, and the count of other
+    // go-backs (timeouts, implied NAKs) then, which a newer one changes.
+    bool nak_go_back = false;
+    std::uint32_t nak_psn = 0;
+    std::uint64_t go_backs = 0;
   } rec_;
 
   // Responder.

@@ -93,10 +93,28 @@ void Qp::arm_recovery_timers(Instant now, bool restart_rto) {
   }
 }
 
+std::uint64_t Qp::go_backs() const {
+  return counters_.timeouts + counters_.adaptive_timeouts + counters_.implied_naks;
+}
+
+void Qp::note_nak_go_back(std::uint32_t psn) {
+  rec_.nak_go_back = true;
+  rec_.nak_psn = psn;
+  rec_.go_backs = go_backs();
+}
+
+bool Qp::unambiguous(std::uint32_t psn) const {
+  // Sent again after a sequence NAK at a lower PSN, in the go-back that NAK started: the first
+  // copy reached a responder that discarded it (it accepts nothing past the gap until the gap's
+  // own packet comes), unless the network reordered the lost one behind it.
+  return rec_.nak_go_back && rec_.go_backs == go_backs() && going_back() &&
+         comp_.retry_psn == rec_.nak_psn && wire::psn_gt(psn, rec_.nak_psn);
+}
+
 void Qp::note_request_sent(Instant now, std::uint32_t psn, bool fresh, bool ack_req) {
   if (type_ != QpType::kRc) return;
   if (!fresh && rec_.timing && wire::psn_le(psn, rec_.timed_psn)) rec_.timing = false;  // Karn
-  if (fresh && ack_req && !rec_.timing) {
+  if ((fresh || unambiguous(psn)) && ack_req && !rec_.timing) {
     rec_.timing = true;
     rec_.timed_psn = psn;
     rec_.timed_at = now;

@@ -99,6 +99,22 @@ TEST(Recovery, AnRttSampleTimesANewPacketAndIgnoresARetransmittedOne) {
   EXPECT_EQ(s.e.qp->min_rtt(), Duration::us(30));
 }
 
+// Under heavy loss a go-back-N may never reach a new packet. After a sequence NAK at p the
+// responder has discarded every packet past p it received, so the ACK of a retransmission past p
+// can answer only that copy: it is timed.
+TEST(Recovery, ARetransmissionPastTheGapASequenceNakReportedIsTimed) {
+  Solo s(QpType::kRc);
+  post_write(s, 1, 4096);  // PSNs p .. p+3, AckReq on the last
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.now = s.now + Duration::us(20);
+  seq_nak(s, kPsn);  // p was lost
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.now = s.now + Duration::us(50);
+  ack(s, kPsn + 3);
+  EXPECT_EQ(s.e.qp->srtt(), Duration::us(50));
+  EXPECT_EQ(s.e.scq.wcs.size(), 1u);
+}
+
 TEST(Recovery, TheRtoIsTheIbtaTimeoutUntilAnRttIsMeasuredThenClampedBetweenFloorAndIbta) {
   Solo s(QpType::kRc);
   s.set(/*timeout=*/14, 7, 7);
