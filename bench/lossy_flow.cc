@@ -22,8 +22,9 @@ struct Stats {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("One RC flow under random loss: goodput against no loss, with and without uroce's "
-               "loss recovery");
+  CLI::App app(
+      "One RC flow under random loss: goodput against no loss, with and without uroce's "
+      "loss recovery");
   std::uint64_t seed = 1;
   std::uint32_t seeds = 5;
   std::int64_t duration_ms = 200;
@@ -34,8 +35,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const std::uint32_t losses[] = {100, 1000, 5000};  // per 100,000 frames
-  std::printf("%-6s %-9s %8s %8s %8s %14s %9s %9s %7s\n", "loss", "recovery", "mean", "min",
-              "max", "retransmitted", "timeouts", "adaptive", "probes");
+  std::printf("%-6s %-9s %8s %8s %8s %14s %9s %9s %7s\n", "loss", "recovery", "mean", "min", "max",
+              "retransmitted", "timeouts", "adaptive", "probes");
   for (std::uint32_t loss : losses) {
     for (bool adaptive : {true, false}) {
       Stats st;
@@ -59,13 +60,12 @@ int main(int argc, char** argv) {
       }
       double mean = 0;
       for (double x : st.ratio) mean += x / static_cast<double>(st.ratio.size());
-      std::printf("%5.1f%% %-9s %8.3f %8.3f %8.3f %14.3f %9llu %9llu %7llu\n", loss / 1000.0,
-                  adaptive ? "uroce" : "IBTA", mean,
-                  *std::min_element(st.ratio.begin(), st.ratio.end()),
-                  *std::max_element(st.ratio.begin(), st.ratio.end()), st.retransmitted,
-                  static_cast<unsigned long long>(st.timeouts),
-                  static_cast<unsigned long long>(st.adaptive),
-                  static_cast<unsigned long long>(st.probes));
+      std::printf(
+          "%5.1f%% %-9s %8.3f %8.3f %8.3f %14.3f %9llu %9llu %7llu\n", loss / 1000.0,
+          adaptive ? "uroce" : "IBTA", mean, *std::min_element(st.ratio.begin(), st.ratio.end()),
+          *std::max_element(st.ratio.begin(), st.ratio.end()), st.retransmitted,
+          static_cast<unsigned long long>(st.timeouts),
+          static_cast<unsigned long long>(st.adaptive), static_cast<unsigned long long>(st.probes));
     }
   }
   return 0;

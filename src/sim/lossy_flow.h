@@ -38,13 +38,13 @@ struct LossyFlowOptions {
 
 struct LossyFlowResult {
   bool ok = true;
-  std::string failure;  // the first oracle violation, with the seed
-  double goodput_bps = 0;  // WRITE payload completed per second, after the warm-up
-  std::uint64_t completed = 0;  // WRITEs, whole run
+  std::string failure;             // the first oracle violation, with the seed
+  double goodput_bps = 0;          // WRITE payload completed per second, after the warm-up
+  std::uint64_t completed = 0;     // WRITEs, whole run
   std::uint64_t packets_sent = 0;  // by the sender's QP (requests and probes)
   std::uint64_t retransmitted_packets = 0;
   double retransmitted_share = 0;  // retransmitted / sent
-  std::uint64_t timeouts = 0;  // IBTA ACK timeouts
+  std::uint64_t timeouts = 0;      // IBTA ACK timeouts
   std::uint64_t adaptive_timeouts = 0;
   std::uint64_t tail_probes = 0;
   std::uint64_t seq_naks = 0;  // sequence NAKs the sender received

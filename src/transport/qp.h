@@ -609,13 +609,13 @@ class Qp {
     Duration rttvar = Duration::zero();
     Duration min_rtt = Duration::infinite();
     Instant min_rtt_at;
-    double rate_pps = 0;  // delivery rate, packets per second (max filter, slow decay)
+    double rate_pps = 0;        // delivery rate, packets per second (max filter, slow decay)
     std::uint32_t window = 0;   // the BDP window; 0 before the first sample
     std::uint32_t backoff = 0;  // adaptive timeouts since the last progress (RTO doubles)
     Instant rto_deadline = Instant::never();
     Instant probe_deadline = Instant::never();
-    std::uint32_t probes = 0;  // probes sent since the last progress (kMaxProbes at most)
-    bool probe_due = false;    // poll_transmit sends the probe next
+    std::uint32_t probes = 0;    // probes sent since the last progress (kMaxProbes at most)
+    bool probe_due = false;      // poll_transmit sends the probe next
     bool force_ack_req = false;  // the packet being built carries AckReq (the probe)
     // The go-back-N a sequence NAK started (note_nak_go_back): its PSN, and the count of other
     // go-backs (timeouts, implied NAKs) then, which a newer one changes.

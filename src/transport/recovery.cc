@@ -155,8 +155,9 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
       }
       const double bdp = rec_.rate_pps * static_cast<double>(rec_.min_rtt.count_ns()) / 1e9;
       const double window = std::ceil(bdp * kBdpWindowGain);
-      rec_.window = window >= kMaxBdpWindow ? kMaxBdpWindow
-                                            : std::max(kMinBdpWindow, static_cast<std::uint32_t>(window));
+      rec_.window = window >= kMaxBdpWindow
+                        ? kMaxBdpWindow
+                        : std::max(kMinBdpWindow, static_cast<std::uint32_t>(window));
     }
   }
   rec_.backoff = 0;

@@ -18,12 +18,13 @@ LossyFlowResult run(std::uint32_t per_100k, bool adaptive) {
   o.adaptive_recovery = adaptive;
   o.duration_ns = 100'000'000;
   LossyFlowResult r = run_lossy_flow(o);
-  std::printf("loss %u/100000 %s: goodput %.3f Gb/s, retransmitted %.3f, ACK timeouts %llu, "
-              "adaptive %llu, probes %llu, window %u\n",
-              per_100k, adaptive ? "adaptive" : "IBTA", r.goodput_bps / 1e9, r.retransmitted_share,
-              static_cast<unsigned long long>(r.timeouts),
-              static_cast<unsigned long long>(r.adaptive_timeouts),
-              static_cast<unsigned long long>(r.tail_probes), r.send_window);
+  std::printf(
+      "loss %u/100000 %s: goodput %.3f Gb/s, retransmitted %.3f, ACK timeouts %llu, "
+      "adaptive %llu, probes %llu, window %u\n",
+      per_100k, adaptive ? "adaptive" : "IBTA", r.goodput_bps / 1e9, r.retransmitted_share,
+      static_cast<unsigned long long>(r.timeouts),
+      static_cast<unsigned long long>(r.adaptive_timeouts),
+      static_cast<unsigned long long>(r.tail_probes), r.send_window);
   return r;
 }
 
