@@ -5,12 +5,9 @@
 #include <deque>
 #include <memory>
 
-#include "datapath/datapath.h"
-#include "engine/engine.h"
-#include "engine/scheduler.h"
 #include "sim/failure.h"
 #include "sim/network.h"
-#include "sim/sim_socket.h"
+#include "sim/sim_host.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -23,40 +20,15 @@ constexpr std::int64_t kFinishLimitNs = 5'000'000'000;  // after posting ends: l
 constexpr std::size_t kSender = 0;
 constexpr std::size_t kReceiver = 1;
 
-struct Flow;
-
-// A host of the flow: its device and engine over the simulated network, and the application's
-// buffer. Frames delivered to it wait in `inbox` for its next receiving round.
-struct Host final : engine::QpDirectory, datapath::Datapath, DoorbellHandler {
-  Flow* flow = nullptr;
-  HostId id = 0;
-  wire::IpAddress ip;
-  std::unique_ptr<Device> dev;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<engine::Scheduler> sched;
-  std::deque<std::vector<std::byte>> inbox;
-  std::vector<std::byte> scratch;
-  Instant wake = Instant::never();
-  bool rang = false;
+// A host of the flow (sim/sim_host.h) and its application's buffer, MR, CQ and QP.
+struct Host {
+  std::unique_ptr<SimHost> sim;
   std::vector<std::byte> buf;
   MrInfo mr;
   CqHandle cq;
   QpHandle qp;
   std::uint32_t qpn = 0;
-
-  transport::Qp* find_qp(std::uint32_t n) override { return dev->find_qp(n); }
-  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
-  bool send(Instant now, const wire::OuterHeaders& o, ConstBytes headers,
-            std::span<const ConstBytes> payload) override;
-  void doorbell(std::uint32_t n) override {
-    engine->doorbell(n);
-    rang = true;
-  }
-  void qp_changing(std::uint32_t) override;
-  void run_round(Instant now, engine::Engine::RoundKind kind) {
-    const engine::RoundReport rep = engine::run_app_round(*engine, *sched, now, kind).report;
-    wake = sched->app_wait_until(now, Instant::never(), rep);
-  }
+  Device& dev() { return sim->dev(); }
   std::uint64_t addr(std::size_t off) const {
     return reinterpret_cast<std::uint64_t>(buf.data()) + off;
   }
@@ -68,7 +40,7 @@ struct Flow {
   Network net;
   Instant start = Instant::from_ns(1'000'000);
   Instant now = start;
-  std::array<std::unique_ptr<Host>, 2> hosts;
+  std::array<Host, 2> hosts;
   std::uint64_t posted = 0;
   std::uint64_t completed = 0;
   std::uint64_t measured_bytes = 0;
@@ -83,58 +55,37 @@ struct Flow {
   }
 };
 
-std::size_t Host::receive(Instant, std::size_t max, const RxHandler& handler) {
-  return receive_frames(inbox, max, handler, [this] { flow->fail("a frame did not parse"); });
-}
-
-bool Host::send(Instant now, const wire::OuterHeaders& o, ConstBytes headers,
-                std::span<const ConstBytes> payload) {
-  send_frame(flow->net, id, now, o, headers, payload, scratch);
-  return true;
-}
-
-void Host::qp_changing(std::uint32_t) { engine->flush_held_acks(flow->now, *sched); }
-
 bool add_host(Flow& f, std::size_t index) {
-  auto h = std::make_unique<Host>();
-  h->flow = &f;
-  h->ip = wire::IpAddress::v4(0x0a660001u + static_cast<std::uint32_t>(index));
-  auto id = f.net.add_host(h->ip, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)});
-  if (!id.ok()) return false;
-  h->id = id.value();
+  Host& h = f.hosts[index];
   DeviceConfig cfg;
   cfg.name = "lossy" + std::to_string(index);
-  cfg.ip = h->ip;
+  cfg.ip = wire::IpAddress::v4(0x0a660001u + static_cast<std::uint32_t>(index));
   cfg.netdev_mtu = 9000;
   cfg.seed = f.opt.seed * 7 + index;
   cfg.link_speed_mbps = static_cast<std::uint32_t>(f.opt.link_bps / 1'000'000);
   cfg.adaptive_recovery = f.opt.adaptive_recovery;
-  auto dev = Device::create(cfg);
-  if (!dev.ok()) return false;
-  h->dev = std::move(dev.value());
-  h->engine = std::make_unique<engine::Engine>(*h, *h, h->ip);
-  h->sched = std::make_unique<engine::Scheduler>(engine::SchedulerConfig{});
-  h->engine->set_defer_acks(true);
-  h->dev->set_doorbell_handler(h.get());
-  h->buf.assign(std::size_t{f.opt.message_bytes} * f.opt.window, std::byte{0});
-  auto pd = h->dev->alloc_pd();
-  auto mr = pd.ok() ? h->dev->reg_mr(pd.value(), h->buf.data(), h->buf.size(),
-                                     kAccessLocalWrite | kAccessRemoteWrite)
-                    : Result<MrInfo, Errc>(Err{Errc::kInvalidArgument});
-  auto cq = h->dev->create_cq(CqInitAttr{4096, 0, 0});
+  h.sim =
+      SimHost::create(f.net, cfg, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)},
+                      [&f](const std::string& what) { f.fail(what); });
+  if (h.sim == nullptr) return false;
+  h.buf.assign(std::size_t{f.opt.message_bytes} * f.opt.window, std::byte{0});
+  auto pd = h.dev().alloc_pd();
+  if (!pd.ok()) return false;
+  auto mr = h.dev().reg_mr(pd.value(), h.buf.data(), h.buf.size(),
+                           kAccessLocalWrite | kAccessRemoteWrite);
+  auto cq = h.dev().create_cq(CqInitAttr{4096, 0, 0});
   if (!mr.ok() || !cq.ok()) return false;
-  h->mr = mr.value();
-  h->cq = cq->handle;
+  h.mr = mr.value();
+  h.cq = cq->handle;
   QpInitAttr init;
   init.qp_type = QpType::kRc;
-  init.send_cq = h->cq;
-  init.recv_cq = h->cq;
+  init.send_cq = h.cq;
+  init.recv_cq = h.cq;
   init.cap = QpCap{f.opt.window, 1, 1, 1, 0};
-  auto qp = h->dev->create_qp(pd.value(), init);
+  auto qp = h.dev().create_qp(pd.value(), init);
   if (!qp.ok()) return false;
-  h->qp = qp->handle;
-  h->qpn = qp->qp_num;
-  f.hosts[index] = std::move(h);
+  h.qp = qp->handle;
+  h.qpn = qp->qp_num;
   return true;
 }
 
@@ -147,18 +98,18 @@ bool setup(Flow& f) {
   link.loss = f.opt.loss;
   if (!f.net.configure_default(f.now, link).ok()) return false;
   for (std::size_t i : {kSender, kReceiver}) {
-    Host& self = *f.hosts[i];
-    const Host& peer = *f.hosts[1 - i];
+    Host& self = f.hosts[i];
+    const Host& peer = f.hosts[1 - i];
     verbs::RcConnection c;
     c.path_mtu = mtu_from_bytes(f.opt.mtu);
     c.timeout = f.opt.ack_timeout;
     c.retry_cnt = f.opt.retry_cnt;
     c.access = kAccessLocalWrite | kAccessRemoteWrite;
-    c.peer_ip = peer.ip;
+    c.peer_ip = peer.sim->ip();
     c.peer_qpn = peer.qpn;
     c.sq_psn = i == kSender ? 0xfff000 : 0x3000;  // the sender's PSNs wrap round 0
     c.rq_psn = i == kSender ? 0x3000 : 0xfff000;
-    if (verbs::connect_rc_qp(*self.dev, self.qp, c) != Errc::kOk) return false;
+    if (verbs::connect_rc_qp(self.dev(), self.qp, c) != Errc::kOk) return false;
   }
   return true;
 }
@@ -170,8 +121,8 @@ void fill(std::span<std::byte> b, std::uint64_t m) {
 }
 
 void post(Flow& f) {
-  Host& tx = *f.hosts[kSender];
-  const Host& rx = *f.hosts[kReceiver];
+  Host& tx = f.hosts[kSender];
+  const Host& rx = f.hosts[kReceiver];
   const std::size_t len = f.opt.message_bytes;
   while (f.now < f.stop() && f.posted - f.completed < f.opt.window) {
     const std::size_t off = (f.posted % f.opt.window) * len;
@@ -184,7 +135,7 @@ void post(Flow& f) {
     wr.sg_list = std::span(&sge, 1);
     wr.rdma.remote_addr = rx.addr(off);
     wr.rdma.rkey = rx.mr.rkey;
-    if (tx.dev->post_send(tx.qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
+    if (tx.dev().post_send(tx.qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
       f.fail("post_send failed");
       return;
     }
@@ -195,13 +146,13 @@ void post(Flow& f) {
 // Completions in order, each once, successful, with its data in the receiver's memory (the slot
 // is written again only by a WRITE posted after this completion).
 void reap(Flow& f) {
-  Host& tx = *f.hosts[kSender];
-  const Host& rx = *f.hosts[kReceiver];
+  Host& tx = f.hosts[kSender];
+  const Host& rx = f.hosts[kReceiver];
   const std::size_t len = f.opt.message_bytes;
   std::vector<std::byte> want(len);
   Wc wcs[16];
   for (;;) {
-    auto n = tx.dev->poll_cq(tx.cq, wcs);
+    auto n = tx.dev().poll_cq(tx.cq, wcs);
     if (!n.ok() || n.value() == 0) return;
     for (std::size_t i = 0; i < n.value(); ++i) {
       const Wc& wc = wcs[i];
@@ -224,29 +175,20 @@ void reap(Flow& f) {
 
 void step(Flow& f) {
   Delivery d;
-  while (f.net.poll_delivery(f.now, d)) f.hosts[d.to]->inbox.push_back(std::move(d.frame));
-  for (auto& h : f.hosts) {
-    if (h->inbox.empty() && h->wake > f.now) continue;
-    do {
-      h->run_round(f.now, engine::Engine::RoundKind::kReceive);
-    } while (!h->inbox.empty());
-  }
+  while (f.net.poll_delivery(f.now, d)) f.hosts[d.to].sim->deliver(std::move(d.frame));
+  for (Host& h : f.hosts) h.sim->receive_rounds(f.now);
   if (f.result.ok) reap(f);
   if (f.result.ok) post(f);
-  for (auto& h : f.hosts) {
-    if (!h->rang) continue;
-    h->rang = false;
-    h->run_round(f.now, engine::Engine::RoundKind::kTransmit);
-  }
+  for (Host& h : f.hosts) h.sim->transmit_round_if_rang(f.now);
 }
 
 void run(Flow& f) {
   const Instant give_up = f.stop() + Duration::ns(kFinishLimitNs);
   post(f);
-  for (auto& h : f.hosts) h->run_round(f.now, engine::Engine::RoundKind::kTransmit);
+  for (Host& h : f.hosts) h.sim->round(f.now, engine::Engine::RoundKind::kTransmit);
   while (f.result.ok && !(f.now >= f.stop() && f.completed == f.posted)) {
     Instant t = f.net.next_event_time();
-    for (const auto& h : f.hosts) t = earliest(t, h->wake);
+    for (const Host& h : f.hosts) t = earliest(t, h.sim->wake());
     if (f.now < f.stop()) t = earliest(t, f.stop());
     if (t.is_never()) {
       f.fail("stalled: WRITEs outstanding, nothing scheduled");
@@ -267,7 +209,7 @@ void measure(Flow& f) {
   const double seconds = static_cast<double>(f.opt.duration_ns - f.opt.warmup_ns) / 1e9;
   r.goodput_bps = static_cast<double>(f.measured_bytes) * 8 / seconds;
   r.frames_lost = f.net.total_stats().dropped_total();
-  const transport::Qp* qp = f.hosts[kSender]->dev->find_qp(f.hosts[kSender]->qpn);
+  const transport::Qp* qp = f.hosts[kSender].dev().find_qp(f.hosts[kSender].qpn);
   if (qp == nullptr) return;
   const transport::QpCounters& c = qp->counters();
   r.packets_sent = c.packets_sent;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "steps.h"
 #include "wire/aeth.h"
 #include "wire/opcode.h"
 #include "wire/psn.h"
@@ -43,17 +44,9 @@ void post_write(Solo& s, std::uint64_t id, std::uint32_t len) {
   ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
 }
 
-void response(Solo& s, std::uint32_t psn, std::uint8_t syndrome) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
-  h.bth.psn = psn & wire::kPsnMask;
-  h.aeth.syndrome = syndrome;
-  h.aeth.msn = 1;
-  s.feed(h);
-}
-void ack(Solo& s, std::uint32_t psn) { response(s, psn, wire::make_ack_syndrome()); }
+void ack(Solo& s, std::uint32_t psn) { peer_response(s, psn, wire::make_ack_syndrome()); }
 void seq_nak(Solo& s, std::uint32_t psn) {
-  response(s, psn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  peer_response(s, psn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
 }
 
 // One single-packet WRITE answered after `rtt`: one RTT sample. Returns the next PSN.
