@@ -153,6 +153,7 @@ Result<std::unique_ptr<UdpDevice>, std::string> UdpDevice::open(const DeviceConf
                                                                 const DeviceOptions& options) {
   DeviceConfig cfg = config;
   if (options.congestion_control) cfg.congestion_control = *options.congestion_control;
+  if (options.adaptive_recovery) cfg.adaptive_recovery = *options.adaptive_recovery;
   // The faults first: a malformed spec opens nothing.
   auto fault_text = configured_faults(cfg.name, cfg.ip, options);
   if (!fault_text.ok()) return Err{fault_text.error()};

@@ -20,7 +20,9 @@
 
 namespace uroce::sim {
 
-class SimHost final : public engine::QpDirectory, public datapath::Datapath, public DoorbellHandler {
+class SimHost final : public engine::QpDirectory,
+                      public datapath::Datapath,
+                      public DoorbellHandler {
  public:
   // A host with `cfg`'s device (cfg.ip its address) added to `net` with `mac`; `fail` hears of a
   // frame that did not parse (these networks corrupt nothing). Null when anything failed.
