@@ -236,7 +236,7 @@ void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::ui
           --comp_.retry_cnt;
           env_.cc->on_loss(now, cc::LossSignal::kNak);
           start_retry(psn);
-          note_nak_go_back(psn);  // RTT samples from the retransmissions (recovery.cc)
+          note_nak_go_back(now, psn);  // RTT samples from the retransmissions (recovery.cc)
           comp_.deadline = now + ack_timeout();
           return;
         case wire::NakCode::kInvalidRequest:

@@ -378,7 +378,7 @@ void Qp::handle_timeout(Instant now) {
   if (comp_.deadline <= now) {
     const std::uint64_t timeouts = counters_.timeouts;
     handle_retry_timeout(now);
-    if (counters_.timeouts != timeouts) note_ibta_timeout();
+    if (counters_.timeouts != timeouts) note_ibta_timeout(now);
   }
   // Loss recovery's own timers: the adaptive retransmission timeout, the tail-loss probe.
   if (earliest(rec_.rto_deadline, rec_.probe_deadline) <= now) handle_recovery_timeout(now);

@@ -86,21 +86,27 @@ inline constexpr Duration kProbeAckAllowance = Duration::us(200);
 inline constexpr std::uint32_t kMaxProbes = 2;
 // The window sized to the bandwidth-delay product: kBdpWindowGain times the delivery rate
 // measured over each timed packet's round trip (a max filter) times the minimum RTT seen (kept
-// kMinRttLifetime), between kMinBdpWindow and kMaxBdpWindow PSNs. Before the first RTT sample
-// the window is kMaxUnackedPsns, as rxe's.
+// kMinRttLifetime), at most kMaxBdpWindow PSNs and at least kMaxUnackedPsns, or kMinBdpWindow
+// for kLossyRtts smoothed RTTs after a loss (a go-back-N). Before the first RTT sample the
+// window is kMaxUnackedPsns, as rxe's.
 //  - Gain 2 (BBR's cwnd gain): a window that limits the rate measures its own rate, so the window
 //    doubles per round trip until the RTT is twice the minimum, leaving one BDP of queue to
 //    absorb the ACK's batching.
-//  - Floor 32: an application-limited QP (a ping-pong measures a low rate) starts a stream from
-//    32 PSNs, not 1, and the AckReq interval (half the window, below) stays at 16 packets; a
-//    user-space device's path has batching delays (sendmmsg batches, GSO, rounds) that its
-//    minimum RTT, taken from one packet, does not see.
+//  - Floor 128 while nothing is lost: a user-space device's round trip varies with its peer's
+//    scheduling (rounds, batches, a descheduled process), which the minimum RTT, taken from the
+//    luckiest packet, does not see; below rxe's 128 such a path would be held back for nothing
+//    (loopback on a busy host measured a minimum RTT of 46 us against an SRTT of 300 us).
+//  - Floor 32 after a loss: go-back-N resends everything behind a lost packet, so on a lossy path
+//    the window is what each loss costs; 32 PSNs keep the AckReq interval (half the window,
+//    below) at 16 packets and let an application-limited QP (a ping-pong measures a low rate)
+//    start a stream above a handful of packets.
 //  - Ceiling 1024 (4 MiB at MTU 4096, 1 MiB at 1024): a 10 Gb/s path with 3 ms of RTT, far above
 //    what a LAN needs, and far below the 2^23 PSNs 24-bit comparisons allow (kMaxPsnSpan).
 //    Above 128 PSNs a peer's responder (rxe's accepts any in-order PSN) is only ever sent what
 //    it was measured to deliver: the window grows with the rate its ACKs show.
 inline constexpr std::uint32_t kBdpWindowGain = 2;
 inline constexpr std::uint32_t kMinBdpWindow = 32;
+inline constexpr std::int64_t kLossyRtts = 256;
 inline constexpr std::uint32_t kMaxBdpWindow = 1024;
 inline constexpr Duration kMinRttLifetime = Duration::s(10);
 
@@ -489,12 +495,14 @@ class Qp {
   Duration note_acked(Instant now, std::uint32_t acked);
   // A sequence NAK at `psn` made the requester go back N: the responder discarded every packet
   // after `psn` it received, so the ACK of a retransmission beyond it answers that copy.
-  void note_nak_go_back(std::uint32_t psn);
+  void note_nak_go_back(Instant now, std::uint32_t psn);
+  // A go-back-N at `now`: the window follows the BDP below kMaxUnackedPsns for a while.
+  void note_loss(Instant now);
   std::uint64_t go_backs() const;  // timeouts of both kinds and implied NAKs, so far
   // A retransmission at `psn` whose ACK can only answer this copy (note_nak_go_back).
   bool unambiguous(std::uint32_t psn) const;
   // The IBTA ACK timer expired (handle_retry_timeout ran): the adaptive timer stands down.
-  void note_ibta_timeout();
+  void note_ibta_timeout(Instant now);
   // The adaptive retransmission timer or the probe's timer is due (handle_timeout).
   void handle_recovery_timeout(Instant now);
   // The packet a tail-loss probe would resend (its PSN and WQE), if there is one.
@@ -609,8 +617,10 @@ class Qp {
     Duration rttvar = Duration::zero();
     Duration min_rtt = Duration::infinite();
     Instant min_rtt_at;
-    double rate_pps = 0;        // delivery rate, packets per second (max filter, slow decay)
-    std::uint32_t window = 0;   // the BDP window; 0 before the first sample
+    double rate_pps = 0;       // delivery rate, packets per second (max filter, slow decay)
+    std::uint32_t window = 0;  // the BDP window; 0 before the first sample
+    bool lossy = false;        // a go-back-N came less than kLossyRtts SRTTs ago
+    Instant lossy_until;
     std::uint32_t backoff = 0;  // adaptive timeouts since the last progress (RTO doubles)
     Instant rto_deadline = Instant::never();
     Instant probe_deadline = Instant::never();

@@ -27,8 +27,10 @@
 // BDP window. Each RTT sample also measures the delivery rate: PSNs acknowledged between the
 // timed packet's departure and its ACK, over its RTT. A max filter keeps the rate (a lower
 // sample pulls it down by an eighth of the difference), and the window is kBdpWindowGain times
-// rate * min RTT, within [kMinBdpWindow, kMaxBdpWindow]. The requester sets AckReq at least every
-// half window, so that a window below 2 * kMaxPacketsPerAck is acknowledged before it fills.
+// rate * min RTT, at most kMaxBdpWindow, at least kMaxUnackedPsns on a path that loses nothing
+// and kMinBdpWindow for kLossyRtts SRTTs after each go-back-N. The requester sets AckReq at least
+// every half window, so that a window below 2 * kMaxPacketsPerAck is acknowledged before it
+// fills.
 #include <algorithm>
 #include <cmath>
 
@@ -57,7 +59,7 @@ Duration Qp::probe_timeout() const { return rec_.srtt * 2 + kProbeAckAllowance; 
 
 std::uint32_t Qp::recovery_window() const {
   if (!env_.recovery.bdp_window || rec_.window == 0) return kMaxUnackedPsns;
-  return rec_.window;
+  return rec_.lossy ? rec_.window : std::max(rec_.window, kMaxUnackedPsns);
 }
 
 std::uint32_t Qp::send_window() const {
@@ -97,7 +99,13 @@ std::uint64_t Qp::go_backs() const {
   return counters_.timeouts + counters_.adaptive_timeouts + counters_.implied_naks;
 }
 
-void Qp::note_nak_go_back(std::uint32_t psn) {
+void Qp::note_loss(Instant now) {
+  rec_.lossy = true;
+  rec_.lossy_until = now + rec_.srtt * kLossyRtts;
+}
+
+void Qp::note_nak_go_back(Instant now, std::uint32_t psn) {
+  note_loss(now);
   rec_.nak_go_back = true;
   rec_.nak_psn = psn;
   rec_.go_backs = go_backs();
@@ -162,11 +170,13 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
   }
   rec_.backoff = 0;
   rec_.probes = 0;
+  if (rec_.lossy && now >= rec_.lossy_until) rec_.lossy = false;
   arm_recovery_timers(now, /*restart_rto=*/true);
   return sample;
 }
 
-void Qp::note_ibta_timeout() {
+void Qp::note_ibta_timeout(Instant now) {
+  note_loss(now);
   // The full ACK timeout passed without progress: the adaptive timer has nothing to add until
   // progress (rto() is ack_timeout() at this backoff).
   rec_.timing = false;
@@ -185,6 +195,7 @@ void Qp::handle_recovery_timeout(Instant now) {
     // the timer again (note_request_sent), backed off.
     ++counters_.adaptive_timeouts;
     ++rec_.backoff;
+    note_loss(now);
     rec_.timing = false;
     env_.cc->on_loss(now, cc::LossSignal::kTimeout);
     start_retry(comp_.psn, /*restart=*/true);

@@ -303,14 +303,32 @@ TEST(Recovery, TheWindowGrowsWithTheBandwidthDelayProduct) {
   EXPECT_GT(adaptive, 3 * fixed);
 }
 
-TEST(Recovery, AnApplicationLimitedQpKeepsTheFloorAndCongestionControlsWindowWins) {
+TEST(Recovery, BelowRxesWindowOnlyAfterALossAndCongestionControlsWindowWins) {
   Solo s(QpType::kRc);
   std::uint32_t psn = kPsn;
+  // An application-limited QP measures a low rate: its BDP is a few packets, but on a path that
+  // loses nothing the window stays 128.
   for (int i = 0; i < 8; ++i) psn = sample(s, 1 + i, psn, Duration::us(40));
+  EXPECT_EQ(s.e.qp->send_window(), kMaxUnackedPsns);
+  // A loss (a sequence NAK's go-back-N): the window follows the BDP down to its floor...
+  post_write(s, 10, 2048);
+  ASSERT_EQ(s.drain().size(), 2u);
+  s.now = s.now + Duration::us(40);
+  seq_nak(s, psn);
+  ASSERT_EQ(s.drain().size(), 2u);
   EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow);
+  s.now = s.now + Duration::us(40);
+  ack(s, psn + 1);
+  psn = wire::psn_add(psn, 2);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow);
+  // ... for kLossyRtts SRTTs, then back to 128.
+  s.now = s.now + s.e.qp->srtt() * transport::kLossyRtts;
+  psn = sample(s, 11, psn, Duration::us(40));
+  EXPECT_EQ(s.e.qp->send_window(), kMaxUnackedPsns);
+  // Congestion control's window, when smaller, wins; a window below 2 x 64 asks for an ACK every
+  // half window: 5 packets here.
   s.e.cc.window = 10;
   EXPECT_EQ(s.e.qp->send_window(), 10u);
-  // A window below 2 x 64 asks for an ACK every half window: 5 packets here.
   post_write(s, 100, 10240);
   const auto out = s.drain();
   ASSERT_EQ(out.size(), 10u);
