@@ -7,7 +7,7 @@
 
 #include "sim/failure.h"
 #include "sim/network.h"
-#include "sim/sim_host.h"
+#include "sim/scenario_host.h"
 #include "transport/qp.h"
 #include "uroce/verbs.h"
 #include "verbs/connect.h"
@@ -20,9 +20,9 @@ constexpr std::int64_t kFinishLimitNs = 5'000'000'000;  // after posting ends: l
 constexpr std::size_t kSender = 0;
 constexpr std::size_t kReceiver = 1;
 
-// A host of the flow (sim/sim_host.h) and its application's buffer, MR, CQ and QP.
+// A host of the flow (sim/scenario_host.h) and its application's buffer, MR, CQ and QP.
 struct Host {
-  std::unique_ptr<SimHost> sim;
+  std::unique_ptr<ScenarioHost> sim;
   std::vector<std::byte> buf;
   MrInfo mr;
   CqHandle cq;
@@ -64,9 +64,9 @@ bool add_host(Flow& f, std::size_t index) {
   cfg.seed = f.opt.seed * 7 + index;
   cfg.link_speed_mbps = static_cast<std::uint32_t>(f.opt.link_bps / 1'000'000);
   cfg.adaptive_recovery = f.opt.adaptive_recovery;
-  h.sim =
-      SimHost::create(f.net, cfg, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)},
-                      [&f](const std::string& what) { f.fail(what); });
+  h.sim = ScenarioHost::create(f.net, cfg,
+                               MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)},
+                               [&f](const std::string& what) { f.fail(what); });
   if (h.sim == nullptr) return false;
   h.buf.assign(std::size_t{f.opt.message_bytes} * f.opt.window, std::byte{0});
   auto pd = h.dev().alloc_pd();

@@ -20,14 +20,14 @@
 
 namespace uroce::sim {
 
-class SimHost final : public engine::QpDirectory,
-                      public datapath::Datapath,
-                      public DoorbellHandler {
+class ScenarioHost final : public engine::QpDirectory,
+                           public datapath::Datapath,
+                           public DoorbellHandler {
  public:
   // A host with `cfg`'s device (cfg.ip its address) added to `net` with `mac`; `fail` hears of a
   // frame that did not parse (these networks corrupt nothing). Null when anything failed.
-  static std::unique_ptr<SimHost> create(Network& net, const DeviceConfig& cfg, MacAddress mac,
-                                         std::function<void(const std::string&)> fail);
+  static std::unique_ptr<ScenarioHost> create(Network& net, const DeviceConfig& cfg, MacAddress mac,
+                                              std::function<void(const std::string&)> fail);
 
   HostId id() const { return id_; }
   const wire::IpAddress& ip() const { return ip_; }
@@ -51,7 +51,7 @@ class SimHost final : public engine::QpDirectory,
   void qp_changing(std::uint32_t qpn) override;
 
  private:
-  SimHost(Network& net, std::function<void(const std::string&)> fail)
+  ScenarioHost(Network& net, std::function<void(const std::string&)> fail)
       : net_(net), fail_(std::move(fail)) {}
   Network& net_;
   std::function<void(const std::string&)> fail_;
