@@ -192,6 +192,10 @@ struct DeviceConfig {
   cc::DcqcnParams dcqcn;
   // Aimd's parameters (cc/aimd.h's defaults).
   cc::AimdParams aimd;
+  // RC loss recovery (transport/recovery.cc): an adaptive retransmission timeout from measured
+  // RTTs, a tail-loss probe and a window sized to the bandwidth-delay product. Off: IBTA's fixed
+  // ACK timeout and rxe's 128-PSN window only (transport::RecoveryParams::off()).
+  bool adaptive_recovery = true;
 };
 
 // The port's active_width (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) for an Ethernet link

@@ -30,6 +30,9 @@ struct DeviceOptions {
   // Unset: the device's defaults.
   std::optional<bool> hold_acks;
   std::optional<bool> defer_acks;
+  // RC loss recovery: adaptive RTO, tail-loss probe, BDP window (UROCE_RECOVERY=0 turns it off:
+  // IBTA's ACK timeout and a 128-PSN window only). Unset: the DeviceConfig's.
+  std::optional<bool> adaptive_recovery;
   // A file that gets one counters line per device when it closes or the process exits
   // (UROCE_STATS_FILE; empty: none).
   std::string stats_file;

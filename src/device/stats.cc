@@ -128,6 +128,9 @@ NamedCounters DeviceStats::device_counters() const {
       {"np_ecn_marked_roce_packets", q.np_ecn_marked_roce_packets},
       {"np_cnp_sent", q.np_cnp_sent},
       {"rp_cnp_handled", q.rp_cnp_handled},
+      // Loss recovery (transport/recovery.cc): no rxe or mlx5 counter has these meanings.
+      {"adaptive_timeouts", q.adaptive_timeouts},
+      {"tail_probes", q.tail_probes},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
@@ -165,7 +168,25 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"np_ecn_marked_roce_packets", c.np_ecn_marked_roce_packets},
       {"np_cnp_sent", c.np_cnp_sent},
       {"rp_cnp_handled", c.rp_cnp_handled},
+      {"adaptive_timeouts", c.adaptive_timeouts},
+      {"tail_probes", c.tail_probes},
+      {"srtt_ns", static_cast<std::uint64_t>(qp.srtt_ns)},
+      {"min_rtt_ns", static_cast<std::uint64_t>(qp.min_rtt_ns)},
+      {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},
+      {"send_window", qp.send_window},
   };
+}
+
+QpStats qp_stats(const transport::Qp& qp) {
+  QpStats s{qp.qpn(), qp.type(), qp.state(), qp.outstanding_send_wqes(), qp.counters()};
+  if (qp.type() == QpType::kRc) {
+    const Duration rto = qp.rto();
+    s.srtt_ns = qp.srtt().count_ns();
+    s.min_rtt_ns = qp.min_rtt().count_ns();
+    s.rto_ns = rto.is_infinite() ? 0 : rto.count_ns();
+    s.send_window = qp.send_window();
+  }
+  return s;
 }
 
 std::string format_stats_text(const DeviceStats& s, bool with_qps) {

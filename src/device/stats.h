@@ -36,7 +36,16 @@ struct QpStats {
   QpState state = QpState::kReset;
   std::uint32_t outstanding_send_wqes = 0;
   transport::QpCounters counters;
+  // Loss recovery's state (transport/recovery.cc): smoothed and minimum RTT (0 before a sample),
+  // the retransmission timeout in force (0 when infinite) and the PSN window.
+  std::int64_t srtt_ns = 0;
+  std::int64_t min_rtt_ns = 0;
+  std::int64_t rto_ns = 0;
+  std::uint32_t send_window = 0;
 };
+
+// A live QP's statistics.
+QpStats qp_stats(const transport::Qp& qp);
 
 using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;
 

@@ -177,6 +177,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
                                                           const DeviceOptions& options) {
   DeviceConfig cfg = config;
   cfg.congestion_control = configured_cc(cfg.name, cfg.ip, options, cfg.congestion_control);
+  if (options.adaptive_recovery) cfg.adaptive_recovery = *options.adaptive_recovery;
   // The faults first: a malformed spec opens nothing.
   auto fault_text = configured_faults(cfg.name, cfg.ip, options);
   if (!fault_text.ok()) return Err{Error(EINVAL, fault_text.error())};
@@ -727,8 +728,7 @@ DeviceStats UdpDevice::stats_locked() {
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
   s.thread_rx_pkts = thread_rx_pkts_;
   for (const transport::Qp* qp : device_->live_qps()) {
-    s.qps.push_back(
-        QpStats{qp->qpn(), qp->type(), qp->state(), qp->outstanding_send_wqes(), qp->counters()});
+    s.qps.push_back(qp_stats(*qp));
   }
   std::sort(s.qps.begin(), s.qps.end(),
             [](const QpStats& a, const QpStats& b) { return a.qpn < b.qpn; });

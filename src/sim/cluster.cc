@@ -1641,12 +1641,13 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
       c.result.retransmissions += qp->counters().retransmitted_packets;
       retry_exceeded += qp->counters().retry_exceeded;
       seq_naks += qp->counters().seq_naks_sent;
-      timeouts += qp->counters().timeouts;
+      timeouts += qp->counters().timeouts + qp->counters().adaptive_timeouts;
     }
   }
   // A network that loses, duplicates and reorders nothing leaves no PSN gap for a responder to
   // NAK, and (its queues unbounded, its delay microseconds against ACK timeouts of 262 us and
-  // more) lets no ACK timer expire: RNR NAKs are the only retries it may see. A sequence NAK
+  // more) lets no ACK timer expire, IBTA's nor the adaptive one (transport/recovery.cc, at least
+  // 5 ms): RNR NAKs are the only retries it may see. A sequence NAK
   // there is a responder NAKing its own making (one sent behind an RNR NAK, say).
   if (c.result.ok && !c.opt.faults && c.result.frames_dropped == 0 &&
       (seq_naks != 0 || timeouts != 0)) {

@@ -8,8 +8,8 @@
 // - one owner: the thread runs no round while the application owns the socket unless a
 //   doorbell asked for one;
 // - every message arrives, byte for byte, and every WR completes successfully;
-// - no request is retransmitted: every ACK, held or not, reached its requester before the
-//   ACK timeout (the network loses nothing);
+// - no request is retransmitted but as a tail-loss probe: every ACK, held or not, reached its
+//   requester before the ACK timeout, IBTA's or the adaptive one (the network loses nothing);
 // - liveness: the workload finishes within the run's limit (a thread asleep that nothing
 //   wakes, or a held ACK nobody sends, ends it there).
 // A failure names the seed; the result also reports what the policy did (hand-offs, lease

@@ -43,6 +43,7 @@ void Qp::report_ack(Instant now) {
     comp_.reported_psn = comp_.psn;
   }
   ack.in_flight = (req_.psn - comp_.psn) & wire::kPsnMask;
+  ack.rtt = note_acked(now, ack.acked_packets);  // RTT sample and timers (recovery.cc)
   env_.cc->on_ack(ack);
 }
 
@@ -235,6 +236,7 @@ void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::ui
           --comp_.retry_cnt;
           env_.cc->on_loss(now, cc::LossSignal::kNak);
           start_retry(psn);
+          note_nak_go_back(now, psn);  // RTT samples from the retransmissions (recovery.cc)
           comp_.deadline = now + ack_timeout();
           return;
         case wire::NakCode::kInvalidRequest:

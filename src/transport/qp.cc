@@ -143,6 +143,7 @@ void Qp::reset_state() {
   wide_ = BackedOff{};
   req_ = Requester{};
   comp_ = Completer{};
+  rec_ = Recovery{};
   comp_.retry_cnt = attr_.retry_cnt;
   comp_.rnr_retry = attr_.rnr_retry;
   resp_ = Responder{};
@@ -244,6 +245,9 @@ void Qp::flush() {
   req_.next_wqe = sq_tail_;
   req_.rd_atomic_inflight = 0;
   comp_.deadline = Instant::never();
+  rec_.rto_deadline = Instant::never();
+  rec_.probe_deadline = Instant::never();
+  rec_.probe_due = false;
   req_.rnr_resume = Instant::never();
   if (resp_.has_wqe) {
     complete_recv(WcStatus::kWrFlushErr, 0, 0, 0, WcOpcode::kRecv, false, 0);
@@ -371,7 +375,13 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
 void Qp::handle_timeout(Instant now) {
   // An RNR wait that is over: has_transmit_work() sees the requester's work again.
   if (!req_.rnr_resume.is_never() && req_.rnr_resume <= now) req_.rnr_resume = Instant::never();
-  if (comp_.deadline <= now) handle_retry_timeout(now);
+  if (comp_.deadline <= now) {
+    const std::uint64_t timeouts = counters_.timeouts;
+    handle_retry_timeout(now);
+    if (counters_.timeouts != timeouts) note_ibta_timeout(now);
+  }
+  // Loss recovery's own timers: the adaptive retransmission timeout, the tail-loss probe.
+  if (earliest(rec_.rto_deadline, rec_.probe_deadline) <= now) handle_recovery_timeout(now);
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
@@ -450,7 +460,7 @@ bool Qp::poll_packet(Instant now, TxPacket& out) {
 }
 
 Instant Qp::poll_timeout() const {
-  Instant t = comp_.deadline;
+  Instant t = earliest(comp_.deadline, earliest(rec_.rto_deadline, rec_.probe_deadline));
   if (!req_.rnr_resume.is_never()) t = earliest(t, req_.rnr_resume);
   return earliest(t, req_.pace_until);
 }
@@ -458,7 +468,7 @@ Instant Qp::poll_timeout() const {
 bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return drain_responses_in_error_ && !responses_.empty();
   if (cnp_owed_ || !responses_.empty()) return true;
-  return req_.rnr_resume.is_never() && request_ready();
+  return req_.rnr_resume.is_never() && (rec_.probe_due || request_ready());
 }
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {

@@ -67,6 +67,60 @@ inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
 
+// Loss recovery of RC requests beyond IBTA's fixed ACK timeout (issue 39; recovery.cc).
+//
+// The floor of the adaptive retransmission timeout. A peer that is a user-space device answers
+// from its own rounds: within microseconds while its application polls, but an application that
+// stops polling without a word leaves the socket to the progress thread only after its lease and
+// timer slack (engine::SchedulerConfig: 200 us + 2 ms), an ACK held for a request may wait
+// 2.3 ms, a deferred one about 4 ms (kMinTimeoutToHoldAck's comment), and a descheduled process
+// on a busy host loses a scheduler slice (milliseconds). A timeout below these would go back N
+// for packets the peer has received. 5 ms covers them; it is still 13 times shorter than
+// perftest's ACK timeout (exponent 14, 67 ms) and 200 times shorter than rdma_cm's (18, 1.07 s).
+inline constexpr Duration kMinRto = Duration::ms(5);
+// A tail-loss probe waits 2 * SRTT and this much for the ACK it would reveal: twice the
+// engine's hold of an ACK that waits for a request (SchedulerConfig::ack_hold, 100 us). A probe
+// that was not needed costs one duplicate packet, which the peer re-ACKs at once.
+inline constexpr Duration kProbeAckAllowance = Duration::us(200);
+// Probes per stall (until progress): the newest packet, then the oldest unacknowledged one.
+inline constexpr std::uint32_t kMaxProbes = 2;
+// The window sized to the bandwidth-delay product: kBdpWindowGain times the delivery rate
+// measured over each timed packet's round trip (a max filter) times the minimum RTT seen (kept
+// kMinRttLifetime), at most kMaxBdpWindow PSNs and at least kMaxUnackedPsns, or kMinBdpWindow
+// for kLossyRtts smoothed RTTs after a loss (a go-back-N). Before the first RTT sample the
+// window is kMaxUnackedPsns, as rxe's.
+//  - Gain 2 (BBR's cwnd gain): a window that limits the rate measures its own rate, so the window
+//    doubles per round trip until the RTT is twice the minimum, leaving one BDP of queue to
+//    absorb the ACK's batching.
+//  - Floor 128 while nothing is lost: a user-space device's round trip varies with its peer's
+//    scheduling (rounds, batches, a descheduled process), which the minimum RTT, taken from the
+//    luckiest packet, does not see; below rxe's 128 such a path would be held back for nothing
+//    (loopback on a busy host measured a minimum RTT of 46 us against an SRTT of 300 us).
+//  - Floor 32 after a loss: go-back-N resends everything behind a lost packet, so on a lossy path
+//    the window is what each loss costs; 32 PSNs keep the AckReq interval (half the window,
+//    below) at 16 packets and let an application-limited QP (a ping-pong measures a low rate)
+//    start a stream above a handful of packets.
+//  - Ceiling 1024 (4 MiB at MTU 4096, 1 MiB at 1024): a 10 Gb/s path with 3 ms of RTT, far above
+//    what a LAN needs, and far below the 2^23 PSNs 24-bit comparisons allow (kMaxPsnSpan).
+//    Above 128 PSNs a peer's responder (rxe's accepts any in-order PSN) is only ever sent what
+//    it was measured to deliver: the window grows with the rate its ACKs show.
+inline constexpr std::uint32_t kBdpWindowGain = 2;
+inline constexpr std::uint32_t kMinBdpWindow = 32;
+inline constexpr std::int64_t kLossyRtts = 256;
+inline constexpr std::uint32_t kMaxBdpWindow = 1024;
+inline constexpr Duration kMinRttLifetime = Duration::s(10);
+
+// The switches and parameters of the recovery (QpEnv::recovery; DeviceConfig::adaptive_recovery
+// turns all three off). Off, each rule is exactly IBTA's and rxe's: the full ACK timeout, no
+// probe, a window of kMaxUnackedPsns.
+struct RecoveryParams {
+  bool adaptive_rto = true;  // RTO from measured RTTs, within [min_rto, ack_timeout()]
+  bool tail_probe = true;    // a tail-loss probe after about 2 * SRTT
+  bool bdp_window = true;    // a window sized to the bandwidth-delay product
+  Duration min_rto = kMinRto;
+  static RecoveryParams off() { return RecoveryParams{false, false, false, kMinRto}; }
+};
+
 // The resolved path of a connected QP or of a UD address handle.
 struct AddressVector {
   wire::IpAddress dst;
@@ -179,6 +233,11 @@ struct QpCounters {
   std::uint64_t np_ecn_marked_roce_packets = 0;
   std::uint64_t np_cnp_sent = 0;
   std::uint64_t rp_cnp_handled = 0;
+  // Loss recovery (recovery.cc): retransmission timeouts that fired before the IBTA ACK timeout
+  // (from the RTT; they spend no retry_cnt), and tail-loss probes sent. `timeouts` counts the
+  // IBTA timer's expiries only (ConnectX: local_ack_timeout_err).
+  std::uint64_t adaptive_timeouts = 0;
+  std::uint64_t tail_probes = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -208,6 +267,8 @@ struct QpCounters {
     np_ecn_marked_roce_packets += o.np_ecn_marked_roce_packets;
     np_cnp_sent += o.np_cnp_sent;
     rp_cnp_handled += o.rp_cnp_handled;
+    adaptive_timeouts += o.adaptive_timeouts;
+    tail_probes += o.tail_probes;
     return *this;
   }
 };
@@ -222,6 +283,7 @@ struct QpEnv {
   cc::CongestionControl* cc = nullptr;
   std::uint32_t pd = 0;
   std::uint32_t port_mtu_bytes = 1024;  // UD messages are limited by the port MTU
+  RecoveryParams recovery;              // RC loss recovery (recovery.cc)
 };
 
 // What a positive ACK acknowledges, for holding it (Qp::only_ack_to_send): the end of an RDMA
@@ -247,6 +309,15 @@ class Qp {
   std::uint32_t responder_msn() const { return resp_.msn; }
   // The local ACK timeout, 4.096 us * 2^timeout (infinite for timeout 0).
   Duration ack_timeout() const;
+  // Loss recovery's state (recovery.cc), for `uroce stats`: the smoothed RTT and the minimum RTT
+  // (zero before the first sample), the retransmission timeout in force (backoff included) and
+  // the PSN window of SENDs, WRITEs and atomics (congestion control's included).
+  Duration srtt() const { return rec_.srtt; }
+  Duration min_rtt() const { return rec_.samples == 0 ? Duration::zero() : rec_.min_rtt; }
+  Duration rto() const;
+  std::uint32_t send_window() const;
+  // Changes the recovery's switches (QpEnv::recovery gave them at construction).
+  void set_recovery(const RecoveryParams& p) { env_.recovery = p; }
 
   // Applies attributes; verbs validated the transition and mask. `path` is the resolved form of
   // attr.ah_attr when mask has kQpAv. Moving to ERR flushes; to RESET clears all state.
@@ -415,6 +486,39 @@ class Qp {
   bool start_retry(std::uint32_t psn, bool restart = false);
   void implied_nak(Instant now, std::uint32_t psn);
 
+  // ---- loss recovery (recovery.cc) ----
+  // A request packet left (after its counters): times it if it may be, cancels a timing that a
+  // retransmission made ambiguous (Karn), arms the retransmission timer and the probe.
+  void note_request_sent(Instant now, std::uint32_t psn, bool fresh, bool ack_req);
+  // The completer acknowledged `acked` more PSNs (report_ack): the RTT sample of the timed
+  // packet if this covers it (else zero), the delivery rate and window, timers re-armed.
+  Duration note_acked(Instant now, std::uint32_t acked);
+  // A sequence NAK at `psn` made the requester go back N: the responder discarded every packet
+  // after `psn` it received, so the ACK of a retransmission beyond it answers that copy.
+  void note_nak_go_back(Instant now, std::uint32_t psn);
+  // A go-back-N at `now`: the window follows the BDP below kMaxUnackedPsns for a while.
+  void note_loss(Instant now);
+  std::uint64_t go_backs() const;  // timeouts of both kinds and implied NAKs, so far
+  // A retransmission at `psn` whose ACK can only answer this copy (note_nak_go_back).
+  bool unambiguous(std::uint32_t psn) const;
+  // The IBTA ACK timer expired (handle_retry_timeout ran): the adaptive timer stands down.
+  void note_ibta_timeout(Instant now);
+  // The adaptive retransmission timer or the probe's timer is due (handle_timeout).
+  void handle_recovery_timeout(Instant now);
+  // The packet a tail-loss probe would resend (its PSN and WQE), if there is one.
+  bool probe_target(std::uint32_t& psn, std::uint32_t& index) const;
+  // Sends the tail-loss probe that handle_recovery_timeout() asked for.
+  bool poll_probe(Instant now, TxPacket& out);
+  // The PSN window the requester keeps (before congestion control's).
+  std::uint32_t recovery_window() const;
+  // AckReq on every this-many packets of a message (kMaxPacketsPerAck, or half a smaller window,
+  // so that a window below 64 PSNs is acknowledged before it is full).
+  std::uint32_t ack_req_interval() const;
+  // The adaptive timeout before backoff; ack_timeout() without a sample or with adaptive_rto off.
+  Duration base_rto() const;
+  Duration probe_timeout() const;
+  void arm_recovery_timers(Instant now, bool restart_rto);
+
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
   void handle_rc_request(const wire::RocePacket& pkt, bool placed);
@@ -499,6 +603,36 @@ class Qp {
     // The PSN up to which congestion control has heard of acknowledgements (report_ack).
     std::uint32_t reported_psn = 0;
   } comp_;
+
+  // Loss recovery (recovery.cc): RTT samples (RFC 6298), the adaptive retransmission timer, the
+  // tail-loss probe and the BDP window.
+  struct Recovery {
+    bool timing = false;          // a packet is timed
+    std::uint32_t timed_psn = 0;  // its (first) PSN
+    Instant timed_at;
+    std::uint64_t delivered_at_send = 0;  // `delivered` when it left
+    std::uint64_t delivered = 0;          // PSNs acknowledged in all
+    std::uint32_t samples = 0;
+    Duration srtt = Duration::zero();
+    Duration rttvar = Duration::zero();
+    Duration min_rtt = Duration::infinite();
+    Instant min_rtt_at;
+    double rate_pps = 0;       // delivery rate, packets per second (max filter, slow decay)
+    std::uint32_t window = 0;  // the BDP window; 0 before the first sample
+    bool lossy = false;        // a go-back-N came less than kLossyRtts SRTTs ago
+    Instant lossy_until;
+    std::uint32_t backoff = 0;  // adaptive timeouts since the last progress (RTO doubles)
+    Instant rto_deadline = Instant::never();
+    Instant probe_deadline = Instant::never();
+    std::uint32_t probes = 0;    // probes sent since the last progress (kMaxProbes at most)
+    bool probe_due = false;      // poll_transmit sends the probe next
+    bool force_ack_req = false;  // the packet being built carries AckReq (the probe)
+    // The go-back-N a sequence NAK started (note_nak_go_back): its PSN, and the count of other
+    // go-backs (timeouts, implied NAKs) then, which a newer one changes.
+    bool nak_go_back = false;
+    std::uint32_t nak_psn = 0;
+    std::uint64_t go_backs = 0;
+  } rec_;
 
   // Responder.
   enum class MsgKind : std::uint8_t { kNone, kSend, kWrite };

@@ -27,8 +27,9 @@ bool Qp::request_ready() const {
   // 64 KiB READs at MTU 4096: 0.77x WRITE's bandwidth, 0.97-1.02x at 256; docs/PERFORMANCE.md).
   const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
   // Congestion control may narrow it (a window-based rule), never widen it.
+  // Loss recovery sizes the window of the rest to the bandwidth-delay product (recovery.cc).
   const std::uint32_t window = std::min(
-      w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : kMaxUnackedPsns, env_.cc->window_packets());
+      w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : recovery_window(), env_.cc->window_packets());
   if (rc && outstanding >= std::max<std::uint32_t>(window, 1)) return false;
   // A READ of up to 2^31 bytes at MTU 256 spans up to 2^23 PSNs. Behind other outstanding
   // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn
@@ -55,6 +56,7 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
     if (now < req_.rnr_resume) return false;
     req_.rnr_resume = Instant::never();
   }
+  if (rec_.probe_due) return poll_probe(now, out);  // a tail-loss probe (recovery.cc)
   if (!request_ready()) return false;
   const std::uint32_t index = req_.next_wqe;
   SendWqe& w = sq_at(index);
@@ -83,6 +85,8 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
     w.read_bytes = 0;
     if (rc && w.wr_op->is_read_or_atomic()) ++req_.rd_atomic_inflight;
   }
+  const std::uint32_t psn = req_.psn;
+  const bool fresh = !req_.sent_any || wire::psn_gt(psn, req_.max_sent_psn);
   build_request_packet(w, index, out);
   if (state_ == QpState::kErr) return false;  // a local protection error failed the WQE
 
@@ -94,6 +98,7 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
   } else if (rc) {
     comp_.deadline = now + ack_timeout();
   }
+  if (rc) note_request_sent(now, psn, fresh, wire::BthView(out.header_span()).ack_req());
   if (!rc) complete_unreliable_sends();
   return true;
 }
@@ -179,7 +184,7 @@ bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn
   bool ack_req = false;
   if (rc) {
     ++req_.noack_packets;
-    if (last || req_.noack_packets >= kMaxPacketsPerAck) {
+    if (last || req_.noack_packets >= ack_req_interval() || rec_.force_ack_req) {
       ack_req = true;
       req_.noack_packets = 0;
     }

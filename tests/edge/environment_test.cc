@@ -77,6 +77,18 @@ TEST(EdgeEnvironment, AsBeforeOnlyZeroSwitchesOffAndEmptySwitchesAreUnset) {
   EXPECT_EQ(o->congestion_control, DeviceConfig::CongestionControl::kNone);
 }
 
+TEST(EdgeEnvironment, RecoveryZeroTurnsTheLossRecoveryOff) {
+  auto unset = read({});
+  ASSERT_TRUE(unset.ok()) << unset.error();
+  EXPECT_FALSE(unset->adaptive_recovery);
+  auto off = read({"UROCE_RECOVERY=0"});
+  ASSERT_TRUE(off.ok()) << off.error();
+  EXPECT_EQ(off->adaptive_recovery, false);
+  auto on = read({"UROCE_RECOVERY=1"});
+  ASSERT_TRUE(on.ok()) << on.error();
+  EXPECT_EQ(on->adaptive_recovery, true);
+}
+
 TEST(EdgeEnvironment, InvalidValuesAreClearErrors) {
   auto gso = read({"UROCE_UDP_GSO=yes"});
   ASSERT_FALSE(gso.ok());

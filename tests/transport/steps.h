@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "wire/opcode.h"
 #include "wire/psn.h"
 
 namespace uroce::test {
@@ -29,6 +30,17 @@ inline wire::TransportHeaders reth_headers(wire::Opcode op, std::uint32_t psn, s
 inline void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
   const Sge sge{s.va(off), len, s.e.key};
   ASSERT_EQ(s.e.qp->post_recv(id, std::span(&sge, 1)), Errc::kOk);
+}
+
+// An Acknowledge from the fictitious peer to the Solo QP's requester: an ACK or a NAK
+// (`syndrome`) at `psn`.
+inline void peer_response(Solo& s, std::uint32_t psn, std::uint8_t syndrome) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
+  h.bth.psn = psn & wire::kPsnMask;
+  h.aeth.syndrome = syndrome;
+  h.aeth.msn = 1;
+  s.feed(h);
 }
 
 }  // namespace uroce::test

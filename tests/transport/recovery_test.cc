@@ -1,0 +1,339 @@
+// Loss recovery beyond IBTA's fixed ACK timeout (transport/recovery.cc): RTT samples under Karn's
+// rule, an adaptive retransmission timeout within [kMinRto, ack_timeout()] that backs off and
+// never spends retry_cnt sooner than the IBTA timer would, the tail-loss probe, and a window sized
+// to the bandwidth-delay product.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "harness.h"
+#include "steps.h"
+#include "wire/aeth.h"
+#include "wire/opcode.h"
+#include "wire/psn.h"
+
+namespace uroce::test {
+namespace {
+
+using transport::kMaxUnackedPsns;
+using transport::kMinRto;
+using wire::Opcode;
+
+constexpr std::uint32_t kPsn = 0x1000;  // Solo's first send PSN
+
+// Records what the transport tells congestion control of each acknowledgement.
+class RttRecorder final : public cc::CongestionControl {
+ public:
+  Instant next_send_time(Instant now, std::uint32_t) override { return now; }
+  void on_sent(Instant, std::uint32_t) override {}
+  void on_ack(const cc::AckEvent& ack) override { rtts.push_back(ack.rtt); }
+  void on_cnp(Instant) override {}
+  void on_ecn_ce(Instant) override {}
+  bool take_cnp(Instant) override { return false; }
+  std::vector<Duration> rtts;
+};
+
+Duration ibta(std::uint8_t timeout) { return Duration::ns(4096) * (std::int64_t{1} << timeout); }
+
+// A WRITE of `len` bytes from the start of the buffer (len / 1024 packets at MTU 1024).
+void post_write(Solo& s, std::uint64_t id, std::uint32_t len) {
+  const Sge sg = sge(s.e, 0, len);
+  transport::SendRequest r = request(id, WrOpcode::kRdmaWrite, std::span(&sg, 1));
+  r.remote_addr = 0x10000;
+  r.rkey = 0x99;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+}
+
+void ack(Solo& s, std::uint32_t psn) { peer_response(s, psn, wire::make_ack_syndrome()); }
+void seq_nak(Solo& s, std::uint32_t psn) {
+  peer_response(s, psn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+}
+
+// One single-packet WRITE answered after `rtt`: one RTT sample. Returns the next PSN.
+std::uint32_t sample(Solo& s, std::uint64_t id, std::uint32_t psn, Duration rtt) {
+  post_write(s, id, 512);
+  EXPECT_EQ(s.drain().size(), 1u);
+  s.now = s.now + rtt;
+  ack(s, psn);
+  return wire::psn_add(psn, 1);
+}
+
+TEST(Recovery, AnRttSampleTimesANewPacketAndIgnoresARetransmittedOne) {
+  Solo s(QpType::kRc);
+  RttRecorder rec;
+  s.e.cc.inner = &rec;
+  EXPECT_EQ(s.e.qp->srtt(), Duration::zero());
+  std::uint32_t psn = sample(s, 1, kPsn, Duration::us(30));
+  ASSERT_EQ(rec.rtts.size(), 1u);
+  EXPECT_EQ(rec.rtts[0], Duration::us(30));  // handed to congestion control in AckEvent::rtt
+  EXPECT_EQ(s.e.qp->srtt(), Duration::us(30));
+  EXPECT_EQ(s.e.qp->min_rtt(), Duration::us(30));
+
+  // The next packet is timed, NAKed, sent again, and acknowledged long after: the ACK may answer
+  // either copy, so it gives no sample (Karn's rule).
+  post_write(s, 2, 512);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.now = s.now + Duration::us(10);
+  seq_nak(s, psn);
+  const auto again = s.drain();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].h.bth.psn, psn);
+  s.now = s.now + Duration::us(900);
+  ack(s, psn);
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(rec.rtts.back(), Duration::zero());
+  EXPECT_EQ(s.e.qp->srtt(), Duration::us(30));
+
+  // A new packet afterwards is timed again; RFC 6298: SRTT = 7/8 SRTT + 1/8 R.
+  psn = wire::psn_add(psn, 1);
+  sample(s, 3, psn, Duration::us(70));
+  EXPECT_EQ(rec.rtts.back(), Duration::us(70));
+  EXPECT_EQ(s.e.qp->srtt(), Duration::us(35));
+  EXPECT_EQ(s.e.qp->min_rtt(), Duration::us(30));
+}
+
+// Under heavy loss a go-back-N may never reach a new packet. After a sequence NAK at p the
+// responder has discarded every packet past p it received, so the ACK of a retransmission past p
+// can answer only that copy: it is timed.
+TEST(Recovery, ARetransmissionPastTheGapASequenceNakReportedIsTimed) {
+  Solo s(QpType::kRc);
+  post_write(s, 1, 4096);  // PSNs p .. p+3, AckReq on the last
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.now = s.now + Duration::us(20);
+  seq_nak(s, kPsn);  // p was lost
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.now = s.now + Duration::us(50);
+  ack(s, kPsn + 3);
+  EXPECT_EQ(s.e.qp->srtt(), Duration::us(50));
+  EXPECT_EQ(s.e.scq.wcs.size(), 1u);
+}
+
+TEST(Recovery, TheRtoIsTheIbtaTimeoutUntilAnRttIsMeasuredThenClampedBetweenFloorAndIbta) {
+  Solo s(QpType::kRc);
+  s.set(/*timeout=*/14, 7, 7);
+  EXPECT_EQ(s.e.qp->rto(), ibta(14));
+  std::uint32_t psn = sample(s, 1, kPsn, Duration::us(30));
+  // SRTT + 4 RTTVAR = 30 + 60 us: below the floor.
+  EXPECT_EQ(s.e.qp->rto(), kMinRto);
+  // A slow path: SRTT + 4 RTTVAR above the floor.
+  for (int i = 0; i < 20; ++i) psn = sample(s, 2 + i, psn, Duration::ms(8));
+  EXPECT_GT(s.e.qp->rto(), Duration::ms(8));
+  EXPECT_LT(s.e.qp->rto(), ibta(14));
+  // Never beyond the IBTA timeout: exponent 10 is 4.2 ms, below the floor itself.
+  s.set(/*timeout=*/10, 7, 7);
+  EXPECT_EQ(s.e.qp->rto(), ibta(10));
+  // Timeout 0 is infinite and stays so.
+  s.set(/*timeout=*/0, 7, 7);
+  EXPECT_TRUE(s.e.qp->rto().is_infinite());
+  post_write(s, 100, 512);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.advance(Duration::s(5));
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 0u);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+}
+
+TEST(Recovery, AnAdaptiveTimeoutGoesBackNAndBacksOffUpToTheIbtaTimeout) {
+  Solo s(QpType::kRc);
+  s.set(/*timeout=*/14, 7, 7);
+  s.e.qp->set_recovery(transport::RecoveryParams{true, /*tail_probe=*/false, true, kMinRto});
+  std::uint32_t psn = sample(s, 1, kPsn, Duration::us(30));
+  post_write(s, 2, 2048);  // two packets
+  ASSERT_EQ(s.drain().size(), 2u);
+  const Instant sent = s.now;
+  // After 5 ms, 10 ms more, 20 ms more: each time both packets again, with no retry spent.
+  Duration expected = kMinRto;
+  Instant at = sent;
+  for (std::uint64_t n = 1; n <= 3; ++n) {
+    at = at + expected;
+    EXPECT_EQ(s.e.qp->poll_timeout(), at) << n;
+    s.now = at;
+    s.e.qp->handle_timeout(s.now);
+    EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, n);
+    const auto out = s.drain();
+    ASSERT_EQ(out.size(), 2u) << n;
+    EXPECT_EQ(out[0].h.bth.psn, psn);
+    expected = expected * 2;
+  }
+  EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 6u);
+  // The next doubling (40 ms more, at 75 ms) would pass the IBTA timer, which fires 67 ms after
+  // the first transmission, and spends a retry.
+  EXPECT_EQ(s.e.qp->poll_timeout(), sent + ibta(14));
+  s.now = sent + ibta(14);
+  s.e.qp->handle_timeout(s.now);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 1u);
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 3u);
+  EXPECT_EQ(s.drain().size(), 2u);
+  // From then on only the IBTA timer runs, until progress.
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ibta(14));
+  ack(s, wire::psn_add(psn, 1));
+  EXPECT_EQ(s.e.qp->rto(), kMinRto);
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+}
+
+// A peer that never answers: the QP fails with retry-exceeded exactly when the IBTA rule fails
+// it (retry_cnt + 1 expiries of the full ACK timeout), however many adaptive timeouts came first.
+Instant time_of_retry_exceeded(bool adaptive) {
+  Solo s(QpType::kRc);
+  s.set(/*timeout=*/14, /*retry_cnt=*/2, 7);
+  if (!adaptive) s.e.qp->set_recovery(transport::RecoveryParams::off());
+  sample(s, 1, kPsn, Duration::us(30));
+  post_write(s, 2, 4096);
+  EXPECT_EQ(s.drain().size(), 4u);
+  const Instant sent = s.now;
+  for (int i = 0; i < 100 && s.e.qp->state() != QpState::kErr; ++i) {
+    s.now = s.e.qp->poll_timeout();
+    s.e.qp->handle_timeout(s.now);
+    s.drain();
+  }
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
+  EXPECT_EQ(s.e.qp->counters().retry_exceeded, 1u);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 3u);
+  if (adaptive) {
+    EXPECT_GT(s.e.qp->counters().adaptive_timeouts, 0u);
+    EXPECT_GT(s.e.qp->counters().tail_probes, 0u);
+  }
+  return Instant::from_ns((s.now - sent).count_ns());
+}
+
+TEST(Recovery, RetryExceededComesNoSoonerThanIbtasRuleWouldBringIt) {
+  const Instant adaptive = time_of_retry_exceeded(true);
+  const Instant fixed = time_of_retry_exceeded(false);
+  EXPECT_EQ(fixed, Instant::from_ns((ibta(14) * 3).count_ns()));
+  EXPECT_EQ(adaptive, fixed);
+}
+
+TEST(Recovery, ATailLossProbeResendsTheNewestPacketOnceAndRecoversALostTail) {
+  Solo s(QpType::kRc);
+  std::uint32_t psn = sample(s, 1, kPsn, Duration::us(40));
+  post_write(s, 2, 4096);  // PSNs psn .. psn+3, AckReq on the last
+  ASSERT_EQ(s.drain().size(), 4u);
+  // The last packet is lost: the responder, without AckReq, says nothing. After 2 SRTT and the
+  // allowance for a held ACK, the newest packet goes again, with AckReq.
+  const Instant probe_at = s.now + Duration::us(80) + transport::kProbeAckAllowance;
+  EXPECT_EQ(s.e.qp->poll_timeout(), probe_at);
+  s.now = probe_at;
+  s.e.qp->handle_timeout(s.now);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaWriteLast);
+  EXPECT_EQ(out[0].h.bth.psn, wire::psn_add(psn, 3));
+  EXPECT_TRUE(out[0].h.bth.ack_req);
+  EXPECT_EQ(s.e.qp->counters().tail_probes, 1u);
+  EXPECT_EQ(s.e.qp->counters().retransmitted_packets, 1u);
+  // The responder takes it in order and acknowledges all: done in about an RTT, not a timeout.
+  s.now = s.now + Duration::us(40);
+  ack(s, wire::psn_add(psn, 3));
+  ASSERT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.scq.wcs[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 0u);
+  EXPECT_TRUE(s.e.qp->poll_timeout().is_never());
+  // The requester went on as before: the next WRITE takes the next PSNs.
+  psn = wire::psn_add(psn, 4);
+  post_write(s, 3, 1024);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.psn, psn);
+}
+
+TEST(Recovery, WithoutAnAnswerTheProbeAsksForTheOldestPacketOnceMoreThenWaitsForTheTimeout) {
+  Solo s(QpType::kRc);
+  const std::uint32_t psn = sample(s, 1, kPsn, Duration::us(40));
+  post_write(s, 2, 4096);
+  ASSERT_EQ(s.drain().size(), 4u);
+  const Instant sent = s.now;
+  std::vector<std::uint32_t> probed;
+  while (s.e.qp->poll_timeout() < sent + kMinRto) {
+    s.now = s.e.qp->poll_timeout();
+    s.e.qp->handle_timeout(s.now);
+    for (const auto& p : s.drain()) {
+      EXPECT_TRUE(p.h.bth.ack_req);
+      probed.push_back(p.h.bth.psn);
+    }
+  }
+  // The newest (its duplicate would be re-ACKed, its loss repaired), then the oldest (the one a
+  // lost NAK or a lost retransmission leaves the responder waiting for): no more.
+  EXPECT_EQ(probed, (std::vector<std::uint32_t>{wire::psn_add(psn, 3), psn}));
+  EXPECT_EQ(s.e.qp->counters().tail_probes, 2u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), sent + kMinRto);
+  s.now = sent + kMinRto;
+  s.e.qp->handle_timeout(s.now);
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 1u);
+  EXPECT_EQ(s.drain().size(), 4u);
+}
+
+TEST(Recovery, WithRecoveryOffNothingButTheIbtaTimerRuns) {
+  Solo s(QpType::kRc);
+  s.e.qp->set_recovery(transport::RecoveryParams::off());
+  sample(s, 1, kPsn, Duration::us(40));
+  post_write(s, 2, 4096);
+  ASSERT_EQ(s.drain().size(), 4u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), s.now + ibta(14));
+  EXPECT_EQ(s.e.qp->rto(), ibta(14));
+  EXPECT_EQ(s.e.qp->send_window(), kMaxUnackedPsns);
+}
+
+// Two QPs streaming WRITEs over a path of 2 x 20 us with no rate limit: each round trip delivers
+// the whole window, so the window doubles from 128 to the ceiling, and the stream moves more.
+std::uint64_t stream(bool adaptive, std::uint32_t* window) {
+  Pair p(QpType::kRc);
+  p.one_way = Duration::us(20);
+  p.connect();
+  if (!adaptive) p.a.qp->set_recovery(transport::RecoveryParams::off());
+  std::uint64_t posted = 0;
+  for (int round = 0; round < 20; ++round) {
+    while (p.a.qp->outstanding_send_wqes() < 64) {
+      const Sge sg = sge(p.a, 0, 16384);  // 16 packets
+      transport::SendRequest r = request(posted++, WrOpcode::kRdmaWrite, std::span(&sg, 1), 0);
+      r.remote_addr = p.b.addr();
+      r.rkey = p.b.key;
+      EXPECT_EQ(p.a.qp->post_send(r), Errc::kOk);
+    }
+    p.run(Duration::us(100));
+  }
+  *window = p.a.qp->send_window();
+  return posted - p.a.qp->outstanding_send_wqes();  // WRITEs completed
+}
+
+TEST(Recovery, TheWindowGrowsWithTheBandwidthDelayProduct) {
+  std::uint32_t window = 0;
+  const std::uint64_t adaptive = stream(true, &window);
+  EXPECT_EQ(window, transport::kMaxBdpWindow);
+  const std::uint64_t fixed = stream(false, &window);
+  EXPECT_EQ(window, kMaxUnackedPsns);
+  EXPECT_GT(adaptive, 3 * fixed);
+}
+
+TEST(Recovery, BelowRxesWindowOnlyAfterALossAndCongestionControlsWindowWins) {
+  Solo s(QpType::kRc);
+  std::uint32_t psn = kPsn;
+  // An application-limited QP measures a low rate: its BDP is a few packets, but on a path that
+  // loses nothing the window stays 128.
+  for (int i = 0; i < 8; ++i) psn = sample(s, 1 + i, psn, Duration::us(40));
+  EXPECT_EQ(s.e.qp->send_window(), kMaxUnackedPsns);
+  // A loss (a sequence NAK's go-back-N): the window follows the BDP down to its floor...
+  post_write(s, 10, 2048);
+  ASSERT_EQ(s.drain().size(), 2u);
+  s.now = s.now + Duration::us(40);
+  seq_nak(s, psn);
+  ASSERT_EQ(s.drain().size(), 2u);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow);
+  s.now = s.now + Duration::us(40);
+  ack(s, psn + 1);
+  psn = wire::psn_add(psn, 2);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow);
+  // ... for kLossyRtts SRTTs, then back to 128.
+  s.now = s.now + s.e.qp->srtt() * transport::kLossyRtts;
+  psn = sample(s, 11, psn, Duration::us(40));
+  EXPECT_EQ(s.e.qp->send_window(), kMaxUnackedPsns);
+  // Congestion control's window, when smaller, wins; a window below 2 x 64 asks for an ACK every
+  // half window: 5 packets here.
+  s.e.cc.window = 10;
+  EXPECT_EQ(s.e.qp->send_window(), 10u);
+  post_write(s, 100, 10240);
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 10u);
+  for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].h.bth.ack_req, i % 5 == 4) << i;
+}
+
+}  // namespace
+}  // namespace uroce::test
