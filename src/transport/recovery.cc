@@ -59,6 +59,11 @@ Duration Qp::probe_timeout() const { return rec_.srtt * 2 + kProbeAckAllowance; 
 
 std::uint32_t Qp::recovery_window() const {
   if (!env_.recovery.bdp_window || rec_.window == 0) return kMaxUnackedPsns;
+  // A window-based congestion control (cc::CongestionControl::window_packets) sizes the window
+  // itself, up to the ceiling: the BDP estimate follows the flow's own past rate, and would pin
+  // the rule's window (an aimd flow beside a fixed-window one stayed at kMinBdpWindow after a
+  // loss, with 27% of the link).
+  if (env_.cc->window_packets() != cc::kUnlimitedWindow) return kMaxBdpWindow;
   return rec_.lossy ? rec_.window : std::max(rec_.window, kMaxUnackedPsns);
 }
 

@@ -335,5 +335,23 @@ TEST(Recovery, BelowRxesWindowOnlyAfterALossAndCongestionControlsWindowWins) {
   for (std::size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].h.bth.ack_req, i % 5 == 4) << i;
 }
 
+TEST(Recovery, ALargerCongestionControlWindowIsNotCappedByTheBandwidthDelayEstimate) {
+  Solo s(QpType::kRc);
+  std::uint32_t psn = kPsn;
+  for (int i = 0; i < 8; ++i) psn = sample(s, 1 + i, psn, Duration::us(40));
+  // After a loss the BDP estimate alone would hold the window at its floor...
+  post_write(s, 10, 2048);
+  ASSERT_EQ(s.drain().size(), 2u);
+  s.now = s.now + Duration::us(40);
+  seq_nak(s, psn);
+  ASSERT_EQ(s.drain().size(), 2u);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow);
+  // ... but a window-based rule's window of 300 is the window (up to the ceiling).
+  s.e.cc.window = 300;
+  EXPECT_EQ(s.e.qp->send_window(), 300u);
+  s.e.cc.window = 5000;
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMaxBdpWindow);
+}
+
 }  // namespace
 }  // namespace uroce::test
