@@ -574,6 +574,17 @@ void generate_ops(Cluster& c, Side& s) {
   }
 }
 
+// Whether the RC pair `index` runs selective repeat: drawn from the seed by a hash of its own,
+// so that turning it on changes no other draw of the run.
+bool selective_repeat_for(const ClusterOptions& o, std::uint32_t index) {
+  if (o.selective_repeat_percent == 0) return false;
+  std::uint64_t z = o.seed * 0x9e3779b97f4a7c15ull + index + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z % 100 < o.selective_repeat_percent;
+}
+
 bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_psn,
                   std::uint8_t timeout) {
   Device& dev = *s.host->dev;
@@ -1431,6 +1442,9 @@ std::string replay_command(const ClusterOptions& o) {
   }
   if (!o.hold_acks) cmd += " --no-hold-acks";
   if (!o.defer_acks) cmd += " --no-defer-acks";
+  if (o.selective_repeat_percent != 0) {
+    cmd += " --selective-repeat " + std::to_string(o.selective_repeat_percent);
+  }
   if (o.plan && o.faults) cmd += " (and the test's own fault plan)";
   return cmd;
 }
@@ -1508,6 +1522,9 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
         !connect_side(c, *y, psn_y, psn_x, timeout)) {
       c.fail("QP connection failed");
       return c.result;
+    }
+    if (p.type == QpType::kRc && selective_repeat_for(opt, index)) {
+      for (Side* side : {x, y}) side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
     }
     if (p.type == QpType::kUd) {
       for (Side* side : {x, y}) {
@@ -1639,6 +1656,8 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     c.result.acks_deferred += h->engine->counters().tx_acks_deferred;
     for (transport::Qp* qp : h->dev->live_qps()) {
       c.result.retransmissions += qp->counters().retransmitted_packets;
+      c.result.selective_retransmits += qp->counters().selective_retransmits;
+      c.result.out_of_order_kept += qp->counters().out_of_order_kept;
       retry_exceeded += qp->counters().retry_exceeded;
       seq_naks += qp->counters().seq_naks_sent;
       timeouts += qp->counters().timeouts;

@@ -29,6 +29,7 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
   UROCE_CHECK(env_.rq != nullptr && env_.cc != nullptr);
   UROCE_CHECK(cap.max_send_sge <= kMaxSge && cap.max_inline_data <= kMaxInlineData);
   if (type_ == QpType::kUd) mtu_bytes_ = env_.port_mtu_bytes;
+  if (type_ == QpType::kRc) sr_slots_.resize(kSrWindow);
 }
 
 std::span<Sge> Qp::sges_of(std::uint32_t index) {
@@ -146,6 +147,8 @@ void Qp::reset_state() {
   comp_.retry_cnt = attr_.retry_cnt;
   comp_.rnr_retry = attr_.rnr_retry;
   resp_ = Responder{};
+  sr_ = SelectiveRepeat{.on = sr_.on};
+  for (auto& s : sr_slots_) s.held = false;
   for (auto& r : resources_) r = RdAtomicResource{};
   responses_.clear();
   drain_responses_in_error_ = false;
@@ -363,6 +366,7 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
   }
   if (pkt.op->is(wire::kFlagResponse)) {
     handle_response(now, pkt, info.payload_placed);
+    if (sr_.resend_active) sr_after_response(now);
   } else {
     handle_request(now, pkt, info);
   }
@@ -372,6 +376,7 @@ void Qp::handle_timeout(Instant now) {
   // An RNR wait that is over: has_transmit_work() sees the requester's work again.
   if (!req_.rnr_resume.is_never() && req_.rnr_resume <= now) req_.rnr_resume = Instant::never();
   if (comp_.deadline <= now) handle_retry_timeout(now);
+  if (sr_.resend_deadline <= now) sr_resend_timeout(now);
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
@@ -452,13 +457,14 @@ bool Qp::poll_packet(Instant now, TxPacket& out) {
 Instant Qp::poll_timeout() const {
   Instant t = comp_.deadline;
   if (!req_.rnr_resume.is_never()) t = earliest(t, req_.rnr_resume);
+  t = earliest(t, sr_.resend_deadline);
   return earliest(t, req_.pace_until);
 }
 
 bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return drain_responses_in_error_ && !responses_.empty();
   if (cnp_owed_ || !responses_.empty()) return true;
-  return req_.rnr_resume.is_never() && request_ready();
+  return req_.rnr_resume.is_never() && (sr_.resend_pending || request_ready());
 }
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
