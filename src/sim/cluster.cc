@@ -181,8 +181,12 @@ struct Side {
   // ERR, nothing more posted, the rest of the pair's work no longer awaited.
   bool torn_down = false;
   bool send_error = false;
-  std::size_t uncertain_from = 0;   // with send_error: ops from here on may or may not have run
-  bool recv_flushed = false;        // a receive WQE flushed: every later one must flush
+  std::size_t uncertain_from = 0;  // with send_error: ops from here on may or may not have run
+  bool recv_flushed = false;       // a receive WQE flushed: every later one must flush
+  std::size_t recv_flushes = 0;    // of them so far
+  // Selective repeat (ClusterOptions::selective_repeat_percent): the responder may place a SEND
+  // into a later receive WQE before the one in progress completes.
+  bool selective_repeat = false;
   std::uint64_t recv_expected = 0;  // RC: receives the peer's ops consume
   std::uint64_t recv_done = 0;      // RC: successful receive completions
 };
@@ -962,7 +966,9 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
 
 // A receive WQE of a torn-down RC QP flushed. The first may hold part of the message that was
 // being placed in it (the peer's next receive-consuming op, if a SEND): each byte old or that
-// message's. Later ones were never touched (the final image check).
+// message's. Later ones were never touched (the final image check), except with selective
+// repeat, whose responder places a SEND it kept out of order in the receive WQE it is certain
+// to take: the k-th flushed one may hold part of the k-th such op.
 // Bytes [off, off + len) of `at` that a failed or flushed WR may or may not have written: each
 // must be as expected or the WR's new content (`fresh`, of which only the first `fresh_len`
 // bytes exist), and the expected image then takes what is there. Returns the offset of the
@@ -985,9 +991,10 @@ std::optional<std::size_t> settle_old_or_new(Cluster& c, Host& at, std::size_t o
 }
 
 void on_recv_flush(Cluster& c, Side& s, const RecvSlot& slot) {
-  if (s.recv_flushed) return;
+  const std::size_t k = s.recv_flushes++;
+  if (s.recv_flushed && !s.selective_repeat) return;
   s.recv_flushed = true;
-  const Op* op = s.incoming.empty() ? nullptr : s.incoming.front();
+  const Op* op = k < s.incoming.size() ? s.incoming[k] : nullptr;
   if (op == nullptr || op->kind == OpKind::kWriteImm) return;
   if (auto i = settle_old_or_new(c, *s.host, slot.off, slot.len, op->data.data(), op->len)) {
     c.fail(s.name + ": the flushed receive of " + op_name(op->kind) + " op " +
@@ -1524,7 +1531,10 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
       return c.result;
     }
     if (p.type == QpType::kRc && selective_repeat_for(opt, index)) {
-      for (Side* side : {x, y}) side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
+      for (Side* side : {x, y}) {
+        side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
+        side->selective_repeat = true;
+      }
     }
     if (p.type == QpType::kUd) {
       for (Side* side : {x, y}) {

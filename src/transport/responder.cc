@@ -357,6 +357,8 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   if (d < 0) {
     ++counters_.duplicate_requests;
     handle_duplicate(pkt);
+    // Selective repeat: a resend whose answer was lost learns of the next hole.
+    if (sr_.on && sr_.held > 0) sr_queue_seq_nak(true);
     return;
   }
   const RespStatus s = execute_request(pkt, placed);

@@ -47,8 +47,9 @@
 // next NAK with the bit. The resend of p may be lost: each packet sent before it can cause at
 // most one more NAK at p, so more NAKs at p than packets sent past p before the resend mean a
 // packet sent after it arrived without it, and p goes again (spending no retry_cnt: the ACK
-// timer, not re-armed, spends one if the resends never get through). A plain sequence NAK, the ACK timeout and an RNR NAK go back N as
-// before; the responder takes a resent packet that it holds as a duplicate of a kept one.
+// timer, not re-armed, spends one if the resends never get through). A plain sequence NAK, the ACK
+// timeout and an RNR NAK go back N as before; the responder takes a resent packet that it holds as
+// a duplicate of a kept one.
 #include <algorithm>
 #include <bitset>
 #include <cstring>
@@ -200,8 +201,9 @@ bool Qp::sr_order_allows(std::uint32_t psn, bool send_continuation,
     bool known = (run == Run::kWrite || run == Run::kRead) && wire::psn_le(q, end);
     if (run == Run::kSend && !missing) {
       const std::uint32_t next = wire::psn_add(q, 1);
-      known = next == psn ? send_continuation
-                          : sr_slot_is(next, wire::kFlagSend) && !sr_slot_is(next, wire::kFlagFirst);
+      known = next == psn
+                  ? send_continuation
+                  : sr_slot_is(next, wire::kFlagSend) && !sr_slot_is(next, wire::kFlagFirst);
     }
     if (!known) return false;
     missing = true;
@@ -287,25 +289,26 @@ int Qp::sr_recv_wqe_index(std::uint32_t psn) const {
     return -1;
   }
   std::uint32_t taken = 0;
-  bool missing = true;        // the ePSN's packet
-  bool after_last = false;    // the packet before is a Last
+  bool missing = true;      // the packet before is missing: at first the ePSN's, ...
+  bool unsure = false;      // ... which takes none; a later one may, unless bracketed
+  bool after_last = false;  // the packet before is a kept Last
   for (std::uint32_t p = wire::psn_add(resp_.psn, 1); p != psn; p = wire::psn_add(p, 1)) {
     if (!sr_holds(p)) {
-      if (missing || after_last) return -1;
-      missing = true;
+      if (missing || after_last) return -1;  // two in a row, or the next message's start
+      missing = unsure = true;
       continue;
     }
     const wire::OpcodeInfo* op =
         wire::opcode_info(std::to_integer<std::uint8_t>(sr_slots_[p % kSrWindow].header[0]));
-    if (missing && op->is(wire::kFlagFirst)) return -1;  // the missing one may be a Last or Only
-    const bool takes = op->is(wire::kFlagSend) ? op->is(wire::kFlagFirst)
-                                               : op->has(wire::ExtHeader::kImmDt) &&
-                                                     op->is(wire::kFlagLast);
+    if (unsure && op->is(wire::kFlagFirst)) return -1;  // the missing one may be a Last or Only
+    const bool takes = op->is(wire::kFlagSend)
+                           ? op->is(wire::kFlagFirst)
+                           : op->has(wire::ExtHeader::kImmDt) && op->is(wire::kFlagLast);
     if (takes) ++taken;
-    missing = false;
+    missing = unsure = false;
     after_last = op->is(wire::kFlagLast);
   }
-  if (missing) return -1;  // the packet just before may be a Last or an Only
+  if (unsure) return -1;  // the packet just before may be a Last or an Only
   return taken < env_.rq->size() ? static_cast<int>(taken) : -1;
 }
 
@@ -342,14 +345,15 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
   }
   // The WRITE whose validated RETH covers `psn`: its first PSN's address and length.
   bool in_write = false;
-  std::uint64_t write_va = 0;      // the address of the packet at `psn`
-  std::uint64_t write_resid = 0;   // the bytes of that WRITE from there on
+  std::uint64_t write_va = 0;     // the address of the packet at `psn`
+  std::uint64_t write_resid = 0;  // the bytes of that WRITE from there on
   std::uint32_t write_rkey = 0;
   if (start != resp_.psn) {
     const SrSlot& s = sr_slot(start);
     const wire::OpcodeInfo* sop = wire::opcode_info(std::to_integer<std::uint8_t>(s.header[0]));
     if (sop->is(wire::kFlagWrite) && !sop->is(wire::kFlagLast)) {
-      const wire::RethView reth(ConstBytes(s.header).subspan(sop->offset_of(wire::ExtHeader::kReth)));
+      const wire::RethView reth(
+          ConstBytes(s.header).subspan(sop->offset_of(wire::ExtHeader::kReth)));
       const std::uint64_t done =
           std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, start))} * mtu_bytes_;
       if (done < reth.dma_length()) {
@@ -382,10 +386,9 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
       if (length > kMaxMessageBytes || (last ? payload != length : payload >= length)) {
         return false;
       }
-      if (length > 0 && !env_.memory
-                             ->resolve(env_.pd, reth.rkey(), true, reth.va(), length,
-                                       kAccessRemoteWrite)
-                             .ok()) {
+      if (length > 0 &&
+          !env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
+               .ok()) {
         return false;
       }
       va = reth.va();
@@ -405,9 +408,9 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
     std::uint64_t offset = 0;
     if (first || start != resp_.psn) {
       const std::uint32_t from = first ? psn : start;
-      if (in_write || (!first && (!sr_slot_is(from, wire::kFlagSend) ||
-                                  sr_slot_is(from, wire::kFlagLast) ||
-                                  !sr_send_run(from, psn, false)))) {
+      if (in_write ||
+          (!first && (!sr_slot_is(from, wire::kFlagSend) || sr_slot_is(from, wire::kFlagLast) ||
+                      !sr_send_run(from, psn, false)))) {
         return false;
       }
       const int j = sr_recv_wqe_index(from);
@@ -643,7 +646,8 @@ bool Qp::sr_poll_resend(Instant now, TxPacket& out) {
   }
   const std::uint64_t offset =
       std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
-  const auto bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
+  const auto bytes =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
   const Instant allowed = env_.cc->next_send_time(now, bytes);
   if (allowed > now) {
     req_.pace_until = allowed;

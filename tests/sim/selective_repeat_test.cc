@@ -31,9 +31,9 @@ struct FlowOptions {
   std::uint64_t seed = 1;
   fault::Ratio loss;  // on every link, both ways
   bool selective_repeat = false;
-  bool send = false;                  // SENDs into receive WQEs, else RDMA WRITEs
+  bool send = false;  // SENDs into receive WQEs, else RDMA WRITEs
   std::uint32_t message_bytes = 65536;
-  std::uint32_t window = 8;           // messages outstanding
+  std::uint32_t window = 8;  // messages outstanding
   std::int64_t duration_ns = 5'000'000;
 };
 
@@ -133,8 +133,7 @@ bool make_host(Flow& f, Host& h, std::uint8_t index, std::size_t mem_bytes) {
   auto pd = h.dev->alloc_pd();
   if (!pd.ok()) return false;
   h.pd = pd.value();
-  auto mr =
-      h.dev->reg_mr(h.pd, h.mem.data(), h.mem.size(), kAccessLocalWrite | kAccessRemoteWrite);
+  auto mr = h.dev->reg_mr(h.pd, h.mem.data(), h.mem.size(), kAccessLocalWrite | kAccessRemoteWrite);
   if (!mr.ok()) return false;
   h.mr = mr.value();
   auto cq = h.dev->create_cq(CqInitAttr{4096, 0, 0});
@@ -171,7 +170,8 @@ bool post_recv(Flow& f, std::uint64_t n) {
 
 bool setup(Flow& f) {
   const std::size_t msg = f.opt.message_bytes;
-  if (!make_host(f, f.tx, 1, msg * f.opt.window) || !make_host(f, f.rx, 2, msg * 2 * f.opt.window)) {
+  if (!make_host(f, f.tx, 1, msg * f.opt.window) ||
+      !make_host(f, f.rx, 2, msg * 2 * f.opt.window)) {
     return false;
   }
   LinkConfig link;
@@ -335,11 +335,12 @@ TEST(SelectiveRepeatGoodput, OnePercentLossKeepsSevenTenthsOfTheLossFreeGoodput)
     const FlowResult sr = checked(o);
     o.selective_repeat = false;
     const FlowResult gbn = checked(o);
-    std::printf("%s: no loss %.2f Gb/s; 1%% loss: selective repeat %.2f (%.2f), go-back-N %.2f "
-                "(%.2f)\n",
-                send ? "SEND" : "WRITE", clean.goodput_gbps, sr.goodput_gbps,
-                sr.goodput_gbps / clean.goodput_gbps, gbn.goodput_gbps,
-                gbn.goodput_gbps / clean.goodput_gbps);
+    std::printf(
+        "%s: no loss %.2f Gb/s; 1%% loss: selective repeat %.2f (%.2f), go-back-N %.2f "
+        "(%.2f)\n",
+        send ? "SEND" : "WRITE", clean.goodput_gbps, sr.goodput_gbps,
+        sr.goodput_gbps / clean.goodput_gbps, gbn.goodput_gbps,
+        gbn.goodput_gbps / clean.goodput_gbps);
     EXPECT_GE(sr.goodput_gbps, 0.7 * clean.goodput_gbps);
     EXPECT_GT(sr.goodput_gbps, gbn.goodput_gbps);
     EXPECT_GT(sr.sender.selective_retransmits, 0u);
@@ -364,16 +365,17 @@ TEST(SelectiveRepeatGoodput, DISABLED_GoodputTable) {
       const FlowResult sr = checked(o);
       o.selective_repeat = false;
       const FlowResult gbn = checked(o);
-      std::printf("  loss %.1f%%: selective repeat %.2f Gb/s (%.3f of no loss; %llu resent alone, "
-                  "%llu retransmitted, %llu timeouts), go-back-N %.2f Gb/s (%.3f; %llu "
-                  "retransmitted, %llu timeouts)\n",
-                  per_mille_x10 / 10.0, sr.goodput_gbps, sr.goodput_gbps / clean.goodput_gbps,
-                  static_cast<unsigned long long>(sr.sender.selective_retransmits),
-                  static_cast<unsigned long long>(sr.sender.retransmitted_packets),
-                  static_cast<unsigned long long>(sr.sender.timeouts), gbn.goodput_gbps,
-                  gbn.goodput_gbps / clean.goodput_gbps,
-                  static_cast<unsigned long long>(gbn.sender.retransmitted_packets),
-                  static_cast<unsigned long long>(gbn.sender.timeouts));
+      std::printf(
+          "  loss %.1f%%: selective repeat %.2f Gb/s (%.3f of no loss; %llu resent alone, "
+          "%llu retransmitted, %llu timeouts), go-back-N %.2f Gb/s (%.3f; %llu "
+          "retransmitted, %llu timeouts)\n",
+          per_mille_x10 / 10.0, sr.goodput_gbps, sr.goodput_gbps / clean.goodput_gbps,
+          static_cast<unsigned long long>(sr.sender.selective_retransmits),
+          static_cast<unsigned long long>(sr.sender.retransmitted_packets),
+          static_cast<unsigned long long>(sr.sender.timeouts), gbn.goodput_gbps,
+          gbn.goodput_gbps / clean.goodput_gbps,
+          static_cast<unsigned long long>(gbn.sender.retransmitted_packets),
+          static_cast<unsigned long long>(gbn.sender.timeouts));
     }
   }
 }
