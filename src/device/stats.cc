@@ -128,6 +128,9 @@ NamedCounters DeviceStats::device_counters() const {
       {"np_ecn_marked_roce_packets", q.np_ecn_marked_roce_packets},
       {"np_cnp_sent", q.np_cnp_sent},
       {"rp_cnp_handled", q.rp_cnp_handled},
+      // Selective repeat between uroce peers (docs/ARCHITECTURE.md).
+      {"selective_retransmits", q.selective_retransmits},
+      {"out_of_order_kept", q.out_of_order_kept},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
@@ -165,6 +168,8 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"np_ecn_marked_roce_packets", c.np_ecn_marked_roce_packets},
       {"np_cnp_sent", c.np_cnp_sent},
       {"rp_cnp_handled", c.rp_cnp_handled},
+      {"selective_retransmits", c.selective_retransmits},
+      {"out_of_order_kept", c.out_of_order_kept},
   };
 }
 

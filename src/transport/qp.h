@@ -31,7 +31,6 @@
 #include "cc/congestion_control.h"
 #include "transport/interfaces.h"
 #include "transport/recv_queue.h"
-#include "transport/sgl.h"
 #include "transport/wr_opcode.h"
 #include "uroce/types.h"
 #include "wire/builder.h"
@@ -40,6 +39,8 @@
 #include "wire/packet.h"
 
 namespace uroce::transport {
+
+enum class ScatterResult : std::uint8_t;  // transport/sgl.h
 
 // Limits (the kernel's Soft-RoCE values, roce-facts.md).
 inline constexpr std::uint32_t kMaxQpWr = 16384;
