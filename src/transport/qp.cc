@@ -29,7 +29,6 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
   UROCE_CHECK(env_.rq != nullptr && env_.cc != nullptr);
   UROCE_CHECK(cap.max_send_sge <= kMaxSge && cap.max_inline_data <= kMaxInlineData);
   if (type_ == QpType::kUd) mtu_bytes_ = env_.port_mtu_bytes;
-  if (type_ == QpType::kRc) sr_slots_.resize(kSrWindow);
 }
 
 std::span<Sge> Qp::sges_of(std::uint32_t index) {

@@ -356,8 +356,8 @@ class Qp {
   // is not uroce): the responder keeps verified out-of-order requests whose place validated
   // state fixes, and the requester resends only what a NAK marked with kBthSrKeptBit names.
   // Set by whatever negotiated it (verbs, from the CM or the device's configuration; the
-  // simulator and tests directly), before the QP carries traffic. docs/ARCHITECTURE.md,
-  // "Selective repeat".
+  // simulator and tests directly), before the QP carries traffic: turning it on allocates its
+  // slots (kSrWindow of them), once. docs/ARCHITECTURE.md, "Selective repeat".
   void set_selective_repeat(bool on);
   bool selective_repeat() const { return sr_.on; }
 
@@ -621,7 +621,8 @@ class Qp {
     std::array<std::uint16_t, 2> piece_len{};
   };
   static constexpr std::size_t kSrPieces = 2;
-  std::vector<SrSlot> sr_slots_;  // kSrWindow of them for an RC QP, indexed by PSN
+  // kSrWindow of them, indexed by PSN, once selective repeat is turned on (empty before).
+  std::vector<SrSlot> sr_slots_;
   struct SelectiveRepeat {
     bool on = false;
     // Responder.

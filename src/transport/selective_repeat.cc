@@ -71,6 +71,9 @@ constexpr std::array<std::byte, wire::kMaxPayloadBytes> kPlacedPayload{};
 
 void Qp::set_selective_repeat(bool on) {
   if (type_ != QpType::kRc) return;
+  // Its slots (20 KiB) only for a QP that uses them, allocated once, when the connection is set
+  // up: never on the data path.
+  if (on && sr_slots_.empty()) sr_slots_.resize(kSrWindow);
   if (!on) {
     sr_release_from(wire::psn_add(resp_.psn, 1));
     sr_ = SelectiveRepeat{};
@@ -212,6 +215,13 @@ bool Qp::sr_order_allows(std::uint32_t psn, bool send_continuation,
 }
 
 void Qp::sr_copy(std::uint32_t psn, std::span<const MutBytes> pieces, ConstBytes src) {
+  if (sr_.held == 0) {  // every QP's in-order WRITE comes here
+    for (const MutBytes dst : pieces) {
+      if (!dst.empty()) std::memcpy(dst.data(), src.data(), dst.size());
+      src = src.subspan(dst.size());
+    }
+    return;
+  }
   std::size_t off = 0;
   for (const MutBytes dst : pieces) {
     const ConstBytes part = src.subspan(off, dst.size());
@@ -221,7 +231,6 @@ void Qp::sr_copy(std::uint32_t psn, std::span<const MutBytes> pieces, ConstBytes
     bool any = false;
     const auto d = reinterpret_cast<std::uintptr_t>(dst.data());
     for (const SrSlot& s : sr_slots_) {
-      if (sr_.held == 0) break;
       if (!s.held || !wire::psn_gt(s.psn, psn)) continue;
       for (std::size_t i = 0; i < s.pieces; ++i) {
         if (!overlaps(d, dst.size(), s.piece_at[i], s.piece_len[i])) continue;
