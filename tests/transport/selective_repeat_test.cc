@@ -4,6 +4,7 @@
 // and two QPs with chosen frames lost (Pair).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <set>
@@ -41,31 +42,37 @@ void expect_nak(const Solo::Sent& s, std::uint32_t psn, bool kept) {
 // A Solo responder with selective repeat on, MTU 256.
 struct SrSolo : Solo {
   explicit SrSolo(bool on = true) : Solo(QpType::kRc, kMtu) { e.qp->set_selective_repeat(on); }
-  // Packet `i` (0-based) of an n-packet WRITE of `data` to offset `off`, starting at kEpsn + at.
-  void write_packet(const Bytes& data, std::size_t off, std::uint32_t at, std::uint32_t i) {
-    const std::uint32_t n = static_cast<std::uint32_t>((data.size() + kMtu - 1) / kMtu);
+  // Packet `i` (0-based) of a message of `data` starting at PSN kEpsn + at: its payload and
+  // its opcode among Only, First, Last and Middle.
+  struct Piece {
+    ConstBytes part;
+    Opcode op;
+    bool last;
+  };
+  static Piece piece(const Bytes& data, std::uint32_t i, const std::array<Opcode, 4>& ops) {
+    const auto n = static_cast<std::uint32_t>((data.size() + kMtu - 1) / kMtu);
     const ConstBytes part = ConstBytes(data).subspan(
         i * kMtu, std::min<std::size_t>(kMtu, data.size() - std::size_t{i} * kMtu));
-    const Opcode op = n == 1       ? Opcode::kRcRdmaWriteOnly
-                      : i == 0     ? Opcode::kRcRdmaWriteFirst
-                      : i + 1 == n ? Opcode::kRcRdmaWriteLast
-                                   : Opcode::kRcRdmaWriteMiddle;
+    const std::size_t k = n == 1 ? 0 : i == 0 ? 1 : i + 1 == n ? 2 : 3;
+    return {part, ops[k], i + 1 == n};
+  }
+  // An RDMA WRITE to offset `off`.
+  void write_packet(const Bytes& data, std::size_t off, std::uint32_t at, std::uint32_t i) {
+    const Piece p = piece(data, i,
+                          {Opcode::kRcRdmaWriteOnly, Opcode::kRcRdmaWriteFirst,
+                           Opcode::kRcRdmaWriteLast, Opcode::kRcRdmaWriteMiddle});
     if (i == 0) {
-      feed(reth_headers(op, kEpsn + at, va(off), e.key, static_cast<std::uint32_t>(data.size())),
-           part);
+      feed(reth_headers(p.op, kEpsn + at, va(off), e.key, static_cast<std::uint32_t>(data.size())),
+           p.part);
     } else {
-      feed(op, kEpsn + at + i, part, i + 1 == n);
+      feed(p.op, kEpsn + at + i, p.part, p.last);
     }
   }
   void send_packet(const Bytes& data, std::uint32_t at, std::uint32_t i) {
-    const std::uint32_t n = static_cast<std::uint32_t>((data.size() + kMtu - 1) / kMtu);
-    const ConstBytes part = ConstBytes(data).subspan(
-        i * kMtu, std::min<std::size_t>(kMtu, data.size() - std::size_t{i} * kMtu));
-    const Opcode op = n == 1       ? Opcode::kRcSendOnly
-                      : i == 0     ? Opcode::kRcSendFirst
-                      : i + 1 == n ? Opcode::kRcSendLast
-                                   : Opcode::kRcSendMiddle;
-    feed(op, kEpsn + at + i, part, i + 1 == n);
+    const Piece p = piece(
+        data, i,
+        {Opcode::kRcSendOnly, Opcode::kRcSendFirst, Opcode::kRcSendLast, Opcode::kRcSendMiddle});
+    feed(p.op, kEpsn + at + i, p.part, p.last);
   }
   bool holds(std::size_t off, const Bytes& want, std::size_t from, std::size_t len) const {
     return std::memcmp(e.buf.data() + off + from, want.data() + from, len) == 0;
