@@ -131,6 +131,9 @@ NamedCounters DeviceStats::device_counters() const {
       // Loss recovery (transport/recovery.cc): no rxe or mlx5 counter has these meanings.
       {"adaptive_timeouts", q.adaptive_timeouts},
       {"tail_probes", q.tail_probes},
+      // Selective repeat between uroce peers (docs/ARCHITECTURE.md).
+      {"selective_retransmits", q.selective_retransmits},
+      {"out_of_order_kept", q.out_of_order_kept},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
@@ -170,6 +173,8 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"rp_cnp_handled", c.rp_cnp_handled},
       {"adaptive_timeouts", c.adaptive_timeouts},
       {"tail_probes", c.tail_probes},
+      {"selective_retransmits", c.selective_retransmits},
+      {"out_of_order_kept", c.out_of_order_kept},
       {"srtt_ns", static_cast<std::uint64_t>(qp.srtt_ns)},
       {"min_rtt_ns", static_cast<std::uint64_t>(qp.min_rtt_ns)},
       {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},

@@ -181,8 +181,12 @@ struct Side {
   // ERR, nothing more posted, the rest of the pair's work no longer awaited.
   bool torn_down = false;
   bool send_error = false;
-  std::size_t uncertain_from = 0;   // with send_error: ops from here on may or may not have run
-  bool recv_flushed = false;        // a receive WQE flushed: every later one must flush
+  std::size_t uncertain_from = 0;  // with send_error: ops from here on may or may not have run
+  bool recv_flushed = false;       // a receive WQE flushed: every later one must flush
+  std::size_t recv_flushes = 0;    // of them so far
+  // Selective repeat (ClusterOptions::selective_repeat_percent): the responder may place a SEND
+  // into a later receive WQE before the one in progress completes.
+  bool selective_repeat = false;
   std::uint64_t recv_expected = 0;  // RC: receives the peer's ops consume
   std::uint64_t recv_done = 0;      // RC: successful receive completions
 };
@@ -574,6 +578,17 @@ void generate_ops(Cluster& c, Side& s) {
   }
 }
 
+// Whether the RC pair `index` runs selective repeat: drawn from the seed by a hash of its own,
+// so that turning it on changes no other draw of the run.
+bool selective_repeat_for(const ClusterOptions& o, std::uint32_t index) {
+  if (o.selective_repeat_percent == 0) return false;
+  std::uint64_t z = o.seed * 0x9e3779b97f4a7c15ull + index + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z % 100 < o.selective_repeat_percent;
+}
+
 bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_psn,
                   std::uint8_t timeout) {
   Device& dev = *s.host->dev;
@@ -951,7 +966,9 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
 
 // A receive WQE of a torn-down RC QP flushed. The first may hold part of the message that was
 // being placed in it (the peer's next receive-consuming op, if a SEND): each byte old or that
-// message's. Later ones were never touched (the final image check).
+// message's. Later ones were never touched (the final image check), except with selective
+// repeat, whose responder places a SEND it kept out of order in the receive WQE it is certain
+// to take: the k-th flushed one may hold part of the k-th such op.
 // Bytes [off, off + len) of `at` that a failed or flushed WR may or may not have written: each
 // must be as expected or the WR's new content (`fresh`, of which only the first `fresh_len`
 // bytes exist), and the expected image then takes what is there. Returns the offset of the
@@ -974,9 +991,10 @@ std::optional<std::size_t> settle_old_or_new(Cluster& c, Host& at, std::size_t o
 }
 
 void on_recv_flush(Cluster& c, Side& s, const RecvSlot& slot) {
-  if (s.recv_flushed) return;
+  const std::size_t k = s.recv_flushes++;
+  if (s.recv_flushed && !s.selective_repeat) return;
   s.recv_flushed = true;
-  const Op* op = s.incoming.empty() ? nullptr : s.incoming.front();
+  const Op* op = k < s.incoming.size() ? s.incoming[k] : nullptr;
   if (op == nullptr || op->kind == OpKind::kWriteImm) return;
   if (auto i = settle_old_or_new(c, *s.host, slot.off, slot.len, op->data.data(), op->len)) {
     c.fail(s.name + ": the flushed receive of " + op_name(op->kind) + " op " +
@@ -1431,6 +1449,9 @@ std::string replay_command(const ClusterOptions& o) {
   }
   if (!o.hold_acks) cmd += " --no-hold-acks";
   if (!o.defer_acks) cmd += " --no-defer-acks";
+  if (o.selective_repeat_percent != 0) {
+    cmd += " --selective-repeat " + std::to_string(o.selective_repeat_percent);
+  }
   if (o.plan && o.faults) cmd += " (and the test's own fault plan)";
   return cmd;
 }
@@ -1508,6 +1529,12 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
         !connect_side(c, *y, psn_y, psn_x, timeout)) {
       c.fail("QP connection failed");
       return c.result;
+    }
+    if (p.type == QpType::kRc && selective_repeat_for(opt, index)) {
+      for (Side* side : {x, y}) {
+        side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
+        side->selective_repeat = true;
+      }
     }
     if (p.type == QpType::kUd) {
       for (Side* side : {x, y}) {
@@ -1639,6 +1666,8 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     c.result.acks_deferred += h->engine->counters().tx_acks_deferred;
     for (transport::Qp* qp : h->dev->live_qps()) {
       c.result.retransmissions += qp->counters().retransmitted_packets;
+      c.result.selective_retransmits += qp->counters().selective_retransmits;
+      c.result.out_of_order_kept += qp->counters().out_of_order_kept;
       retry_exceeded += qp->counters().retry_exceeded;
       seq_naks += qp->counters().seq_naks_sent;
       timeouts += qp->counters().timeouts + qp->counters().adaptive_timeouts;

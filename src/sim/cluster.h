@@ -77,6 +77,10 @@ struct ClusterOptions {
   // request that overtakes them. On by default, as on a device.
   bool hold_acks = true;
   bool defer_acks = true;
+  // Selective repeat (issue 39) on this many of every 100 RC pairs, both sides, each pair drawn
+  // from the seed (without touching the workload's draws): 0 none (go-back-N, as towards rxe),
+  // 100 all.
+  std::uint32_t selective_repeat_percent = 0;
 };
 
 struct ClusterResult {
@@ -88,6 +92,9 @@ struct ClusterResult {
   std::uint64_t frames_delivered = 0;
   std::uint64_t frames_dropped = 0;
   std::uint64_t retransmissions = 0;
+  // Selective repeat: packets resent alone, and out-of-order requests kept (QpCounters).
+  std::uint64_t selective_retransmits = 0;
+  std::uint64_t out_of_order_kept = 0;
   // ACKs the hosts' rounds held for a later flush, and of them kept behind a request
   // (engine::EngineCounters::tx_acks_held, tx_acks_deferred), summed over hosts.
   std::uint64_t acks_held = 0;

@@ -20,7 +20,8 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
   std::uint64_t failed = 0;
   std::uint64_t retry_exceeded_seeds = 0;  // passing seeds where some RC QP ran out of retries
   std::uint64_t retry_exceeded_qps = 0;
-  std::uint64_t landed = 0;  // failed or flushed WRs of torn-down pairs seen to have run
+  std::uint64_t landed = 0;            // failed or flushed WRs of torn-down pairs seen to have run
+  std::uint64_t kept = 0, resent = 0;  // selective repeat (--selective-repeat)
   for (std::uint64_t i = 0; i < cmd.swarm; ++i) {
     sim::ClusterOptions o = cmd.cluster;
     o.seed = cmd.cluster.seed + i;
@@ -31,6 +32,8 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
       if (r.retry_exceeded_qps > 0) ++retry_exceeded_seeds;
       retry_exceeded_qps += r.retry_exceeded_qps;
       landed += r.unfinished_wrs_landed;
+      kept += r.out_of_order_kept;
+      resent += r.selective_retransmits;
       if (cmd.verbose || cmd.swarm == 1) {
         std::fprintf(out,
                      "seed %" PRIu64 ": ok: %" PRIu64 " operations, %" PRIu64
@@ -52,6 +55,12 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
                " RC QPs ended with retry exceeded (in %" PRIu64 " passing seeds; %" PRIu64
                " of their pairs' failed or flushed WRs had run)\n",
                passed, failed, retry_exceeded_qps, retry_exceeded_seeds, landed);
+  if (cmd.cluster.selective_repeat_percent != 0) {
+    std::fprintf(out,
+                 "selective repeat: %" PRIu64 " out-of-order requests kept, %" PRIu64
+                 " packets resent alone (passing seeds)\n",
+                 kept, resent);
+  }
   return failed == 0 ? 0 : 1;
 }
 

@@ -83,6 +83,10 @@ int main(int argc, char** argv) {
                 "Hosts send every ACK at once (a device's UROCE_HOLD_ACKS=0)");
   sim->add_flag("--no-defer-acks", no_defer_acks,
                 "Hosts hold ACKs but never defer one behind a request (UROCE_DEFER_ACKS=0)");
+  sim->add_option("--selective-repeat", sim_cmd.cluster.selective_repeat_percent,
+                  "Percent of RC pairs (drawn from the seed) that run selective repeat")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
   sim->add_option("--pcap", sim_cmd.cluster.pcap_path, "Write every frame sent to this pcap");
   sim->add_flag("-v,--verbose", sim_cmd.verbose, "A line per seed");
   uroce::tools::IncastCommand incast_cmd;

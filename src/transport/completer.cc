@@ -165,6 +165,12 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
       ++counters_.dropped;
       return;
     }
+    // Selective repeat: a sequence NAK whose responder kept what followed the PSN it names.
+    if (sr_.on && (pkt.bytes[8] & kBthSrKeptBit) != std::byte{0} &&
+        syndrome == wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError) &&
+        sr_handle_nak(now, index, psn)) {
+      return;
+    }
     handle_nak(now, index, psn, syndrome);
     return;
   }

@@ -41,6 +41,9 @@ std::size_t Qp::request_target(const wire::RocePacket& pkt, std::span<MutBytes> 
   if (type_ != QpType::kRc || op.transport != wire::Transport::kRc) return 0;
   // handle_rc_request(): the expected PSN (not a duplicate, not a gap).
   if (pkt.bth().psn() != resp_.psn) return 0;
+  // While selective repeat keeps packets past the ePSN, a packet at the ePSN is placed around
+  // the bytes they placed (sr_copy), after its check.
+  if (sr_.held > 0) return 0;
   // execute_request(): a continuation of the message in progress, of the length the path MTU
   // gives it (Middle exactly the MTU, Last 1..MTU; empty ones were refused above).
   const std::size_t payload = pkt.payload.size();

@@ -147,6 +147,8 @@ void Qp::reset_state() {
   comp_.retry_cnt = attr_.retry_cnt;
   comp_.rnr_retry = attr_.rnr_retry;
   resp_ = Responder{};
+  sr_ = SelectiveRepeat{.on = sr_.on};
+  for (auto& s : sr_slots_) s.held = false;
   for (auto& r : resources_) r = RdAtomicResource{};
   responses_.clear();
   drain_responses_in_error_ = false;
@@ -367,6 +369,7 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
   }
   if (pkt.op->is(wire::kFlagResponse)) {
     handle_response(now, pkt, info.payload_placed);
+    if (sr_.resend_active) sr_after_response(now);
   } else {
     handle_request(now, pkt, info);
   }
@@ -382,6 +385,7 @@ void Qp::handle_timeout(Instant now) {
   }
   // Loss recovery's own timers: the adaptive retransmission timeout, the tail-loss probe.
   if (earliest(rec_.rto_deadline, rec_.probe_deadline) <= now) handle_recovery_timeout(now);
+  if (sr_.resend_deadline <= now) sr_resend_timeout(now);
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
@@ -462,13 +466,15 @@ bool Qp::poll_packet(Instant now, TxPacket& out) {
 Instant Qp::poll_timeout() const {
   Instant t = earliest(comp_.deadline, earliest(rec_.rto_deadline, rec_.probe_deadline));
   if (!req_.rnr_resume.is_never()) t = earliest(t, req_.rnr_resume);
+  t = earliest(t, sr_.resend_deadline);
   return earliest(t, req_.pace_until);
 }
 
 bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return drain_responses_in_error_ && !responses_.empty();
   if (cnp_owed_ || !responses_.empty()) return true;
-  return req_.rnr_resume.is_never() && (rec_.probe_due || request_ready());
+  return req_.rnr_resume.is_never() &&
+         (rec_.probe_due || sr_.resend_pending || request_ready());
 }
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {

@@ -40,6 +40,8 @@
 
 namespace uroce::transport {
 
+enum class ScatterResult : std::uint8_t;  // transport/sgl.h
+
 // Limits (the kernel's Soft-RoCE values, roce-facts.md).
 inline constexpr std::uint32_t kMaxQpWr = 16384;
 inline constexpr std::uint32_t kMaxSge = 32;
@@ -66,6 +68,16 @@ inline constexpr std::int32_t kReplayStartSlack = 4;
 inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
+// Selective repeat (selective_repeat.cc): how far beyond its expected PSN a responder keeps
+// out-of-order requests. At least the requester's window (kMaxUnackedPsns; congestion control
+// only narrows it); a request further on is not kept.
+inline constexpr std::uint32_t kSrWindow = 256;
+// Selective repeat: the reserved BTH bit (byte 8, the first of the 7 reserved bits after AckReq)
+// that a sequence NAK carries between two uroce peers that negotiated selective repeat, meaning
+// "I keep packets beyond this PSN: resend this one only". IBTA has the sender set reserved bits
+// to 0 and the receiver ignore them, so a peer that did not negotiate would read a plain
+// sequence NAK and go back N, which is always safe; it is never sent to one.
+inline constexpr std::byte kBthSrKeptBit{0x40};
 
 // Loss recovery of RC requests beyond IBTA's fixed ACK timeout (issue 39; recovery.cc).
 //
@@ -238,6 +250,10 @@ struct QpCounters {
   // IBTA timer's expiries only (ConnectX: local_ack_timeout_err).
   std::uint64_t adaptive_timeouts = 0;
   std::uint64_t tail_probes = 0;
+  // Selective repeat (negotiated between uroce peers): packets the requester resent alone for a
+  // responder that kept what followed them, and out-of-order requests this responder kept.
+  std::uint64_t selective_retransmits = 0;
+  std::uint64_t out_of_order_kept = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -269,6 +285,8 @@ struct QpCounters {
     rp_cnp_handled += o.rp_cnp_handled;
     adaptive_timeouts += o.adaptive_timeouts;
     tail_probes += o.tail_probes;
+    selective_retransmits += o.selective_retransmits;
+    out_of_order_kept += o.out_of_order_kept;
     return *this;
   }
 };
@@ -405,6 +423,15 @@ class Qp {
     hold_wide_ = false;  // deferring learns on its own (defers_)
   }
 
+  // Selective repeat with this QP's peer (RC only; off by default, and never towards a peer that
+  // is not uroce): the responder keeps verified out-of-order requests whose place validated
+  // state fixes, and the requester resends only what a NAK marked with kBthSrKeptBit names.
+  // Set by whatever negotiated it (verbs, from the CM or the device's configuration; the
+  // simulator and tests directly), before the QP carries traffic: turning it on allocates its
+  // slots (kSrWindow of them), once. docs/ARCHITECTURE.md, "Selective repeat".
+  void set_selective_repeat(bool on);
+  bool selective_repeat() const { return sr_.on; }
+
   // Testing hook: number of send WQEs not yet completed.
   std::uint32_t outstanding_send_wqes() const { return sq_count_; }
 
@@ -455,6 +482,11 @@ class Qp {
   // The next packet of a SEND or an RDMA WRITE; false when a bad local key failed the WQE.
   bool build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
                             std::uint32_t dest_qpn, TxPacket& out);
+  // The headers and payload of the packet of a SEND or WRITE at `psn` (byte `offset`); false
+  // when a local key does not resolve. Changes no requester state.
+  bool fill_message_packet(const SendWqe& w, std::uint32_t index, std::uint32_t psn,
+                           std::uint64_t offset, bool ack_req, std::uint32_t dest_qpn,
+                           TxPacket& out);
   bool gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
               TxPacket& out);
   void retry_from(std::uint32_t psn);
@@ -522,13 +554,23 @@ class Qp {
   // ---- responder (responder.cc) ----
   void handle_request(Instant now, const wire::RocePacket& pkt, const PacketInfo& info);
   void handle_rc_request(const wire::RocePacket& pkt, bool placed);
+  enum class RespStatus : std::uint8_t {
+    kOk,
+    kRnr,               // no receive WQE
+    kInvalidRequest,    // class C: NAK invalid request
+    kAccessError,       // class A: NAK remote access error
+    kOperationalError,  // local QP failure: NAK remote operational error
+    kLengthError,       // receive buffer too small: NAK invalid request, LOC_LEN_ERR locally
+    kBusy,              // no room for the response now: drop, the requester retries
+  };
+  // The answer to an RC request executed in order (an ACK, an RNR NAK, an error NAK).
+  void answer_request(const wire::RocePacket& pkt, RespStatus s);
   void handle_uc_request(const wire::RocePacket& pkt, bool placed);
   std::size_t request_target(const wire::RocePacket& pkt, std::span<MutBytes> out) const;
   void handle_ud_request(const wire::RocePacket& pkt, const PacketInfo& info);
   void handle_duplicate(const wire::RocePacket& pkt);
   void drop_responses_from(std::uint32_t psn);
   bool poll_response(TxPacket& out);
-  enum class RespStatus : std::uint8_t;
   // `placed`: the payload is in place already (PacketInfo::payload_placed).
   RespStatus execute_request(const wire::RocePacket& pkt, bool placed);
   bool take_recv_wqe();
@@ -693,8 +735,89 @@ class Qp {
     // packets, opens the peer's window for the rest of the message and is never held; a
     // duplicate's re-ACK answers a retry).
     AckFor ack_for = AckFor::kNone;
+    bool sr_kept = false;  // a sequence NAK with kBthSrKeptBit (selective repeat)
   };
   BoundedRing<Response> responses_;
+
+  // ---- selective repeat (selective_repeat.cc) ----
+  // One out-of-order request the responder keeps: its headers (BTH and extension headers, then
+  // 4 zero bytes where the ICRC was), replayed through execute_request() when its PSN comes up;
+  // its payload, if any, is in place already.
+  struct SrSlot {
+    bool held = false;
+    std::uint32_t psn = 0;
+    std::uint16_t payload_bytes = 0;
+    std::array<std::byte, 44> header{};
+    // Where its payload went (host addresses): a packet kept before an earlier one that writes
+    // the same bytes wins over it (sr_copy), as it would in order.
+    std::uint8_t pieces = 0;
+    std::array<std::uintptr_t, 2> piece_at{};
+    std::array<std::uint16_t, 2> piece_len{};
+  };
+  static constexpr std::size_t kSrPieces = 2;
+  // kSrWindow of them, indexed by PSN, once selective repeat is turned on (empty before).
+  std::vector<SrSlot> sr_slots_;
+  struct SelectiveRepeat {
+    bool on = false;
+    // Responder.
+    std::uint32_t held = 0;     // slots held, all beyond resp_.psn
+    bool cut = false;           // a verified out-of-order request could not be kept ...
+    std::uint32_t cut_psn = 0;  // ... at this PSN: nothing at or beyond it is kept
+    bool told_kept = false;     // the last NAK of this run carried kBthSrKeptBit
+    bool draining = false;      // execute_request() replays a kept request
+    // Requester.
+    bool resend_pending = false;  // resend the packet at resend_psn alone
+    bool resend_active = false;   // it went out; naks_left more NAKs of it are expected
+    std::uint32_t resend_psn = 0;
+    std::uint32_t naks_left = 0;
+    std::uint32_t naks_seen = 0;  // NAKs of resend_psn since it was first reported
+    // A resend that brings no progress within sr_rto() goes again (sr_resend_timeout): the
+    // NAKs that would tell of its loss need new packets, and a full window sends none.
+    Instant resend_deadline = Instant::never();
+    std::uint32_t resends = 0;             // of this hole
+    Instant resent_at = Instant::never();  // its first resend, for an RTT sample
+    Duration srtt = Duration::ns(0);       // smoothed from those samples (0: none yet)
+  } sr_;
+  Duration sr_rto() const;
+  // retry_from(psn) with selective repeat on: everything from psn goes again, and a NAK with
+  // kBthSrKeptBit at psn after those of the packets sent before means it was lost again.
+  void sr_going_back(std::uint32_t psn);
+  void sr_after_response(Instant now);
+  void sr_resend_timeout(Instant now);
+  SrSlot& sr_slot(std::uint32_t psn) { return sr_slots_[psn % kSrWindow]; }
+  bool sr_holds(std::uint32_t psn) const {
+    const SrSlot& s = sr_slots_[psn % kSrWindow];
+    return s.held && s.psn == psn;
+  }
+  // Responder: an out-of-order request (past resp_.psn); the one after an in-order request.
+  void sr_out_of_order(const wire::RocePacket& pkt);
+  void sr_after_in_order(std::uint32_t psn, RespStatus s);
+  bool sr_keep(const wire::RocePacket& pkt);
+  // The receive WQE (its position in the RQ) that a SEND starting at `psn`, past the ePSN, will
+  // take when its turn comes; -1 when that is not known yet (an SRQ, a PSN before it not kept).
+  int sr_recv_wqe_index(std::uint32_t psn) const;
+  // Every PSN in (from, to) is a kept SEND Middle or a missing one that must be a Middle of the
+  // same SEND (never two in a row; from_missing: the packet at `from` is missing).
+  bool sr_send_run(std::uint32_t from, std::uint32_t to, bool from_missing) const;
+  bool sr_slot_is(std::uint32_t psn, std::uint32_t flag) const;  // kept, its opcode has `flag`
+  // Whether a packet at `psn` (past the ePSN) that writes `pieces` may do so now: every PSN
+  // before it is kept or certain to be part of a message whose place is known, and no kept READ
+  // or atomic before it reads those bytes. send_continuation: it is a SEND Middle or Last.
+  bool sr_order_allows(std::uint32_t psn, bool send_continuation,
+                       std::span<const MutBytes> pieces) const;
+  // Copies the payload of the packet at `psn` to `pieces`, except the bytes that a kept packet
+  // past it placed already. The responder places every request payload through this while it
+  // keeps packets (sr_.held), in order or not.
+  void sr_copy(std::uint32_t psn, std::span<const MutBytes> pieces, ConstBytes src);
+  ScatterResult sr_scatter(std::uint32_t psn, std::span<const Sge> sges, std::uint64_t offset,
+                           ConstBytes data);
+  void sr_drain();
+  void sr_forget(std::uint32_t from, std::uint32_t to);  // slots in [from, to)
+  void sr_release_from(std::uint32_t psn);               // slots at or beyond psn
+  void sr_queue_seq_nak(bool kept);
+  // Requester: a NAK with kBthSrKeptBit; false when it must be taken as a plain sequence NAK.
+  bool sr_handle_nak(Instant now, std::uint32_t index, std::uint32_t psn);
+  bool sr_poll_resend(Instant now, TxPacket& out);
   // The one response queued, when it is a positive ACK of the end of a SEND or WRITE (ack_for
   // not kNone) covering fewer than `max_psns` PSNs: what only_ack_to_send may hold and
   // ack_deferrable may defer. nullptr otherwise.

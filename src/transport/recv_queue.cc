@@ -23,10 +23,11 @@ Errc RecvQueue::post(std::uint64_t wr_id, std::span<const Sge> sges) {
   return Errc::kOk;
 }
 
-RecvWqe RecvQueue::front() const {
-  UROCE_CHECK(count_ > 0);
-  return RecvWqe{wr_id_[head_], std::span<const Sge>(sge_pool_).subspan(
-                                    std::size_t{head_} * max_sge_, num_sge_[head_])};
+RecvWqe RecvQueue::at(std::uint32_t i) const {
+  UROCE_CHECK(i < count_);
+  const std::uint32_t slot = (head_ + i) % capacity();
+  return RecvWqe{wr_id_[slot], std::span<const Sge>(sge_pool_).subspan(std::size_t{slot} * max_sge_,
+                                                                       num_sge_[slot])};
 }
 
 bool RecvQueue::pop() {

@@ -28,7 +28,9 @@ class RecvQueue {
   std::uint32_t max_sge() const { return max_sge_; }
 
   // The oldest WQE; valid until pop(). Requires !empty().
-  RecvWqe front() const;
+  RecvWqe front() const { return at(0); }
+  // The WQE `i` places after the oldest (the one the i+1-th pop() removes). Requires i < size().
+  RecvWqe at(std::uint32_t i) const;
   // Removes the oldest WQE. Returns true when this crossed an armed SRQ limit (the limit is then
   // disarmed, as ibv_modify_srq's IBV_SRQ_LIMIT is one-shot).
   bool pop();

@@ -56,7 +56,9 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
     if (now < req_.rnr_resume) return false;
     req_.rnr_resume = Instant::never();
   }
-  if (rec_.probe_due) return poll_probe(now, out);  // a tail-loss probe (recovery.cc)
+  // A selective repeat's resend of one packet first, then a tail-loss probe (recovery.cc).
+  if (sr_.resend_pending && sr_poll_resend(now, out)) return true;
+  if (rec_.probe_due) return poll_probe(now, out);
   if (!request_ready()) return false;
   const std::uint32_t index = req_.next_wqe;
   SendWqe& w = sq_at(index);
@@ -172,8 +174,36 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
 
 bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
                               std::uint32_t dest_qpn, TxPacket& out) {
-  const bool rc = type_ == QpType::kRc;
   const std::uint64_t offset = w.sent_bytes;
+  const auto len =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
+  const bool last = offset + len == w.length;
+  bool ack_req = false;
+  if (type_ == QpType::kRc) {
+    ++req_.noack_packets;
+    // AckReq at least every half window (recovery.cc), and on a tail-loss probe's packet.
+    if (last || req_.noack_packets >= ack_req_interval() || rec_.force_ack_req) {
+      ack_req = true;
+      req_.noack_packets = 0;
+    }
+  }
+  if (!fill_message_packet(w, index, psn, offset, ack_req, dest_qpn, out)) {
+    // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
+    fail_wqe(index, WcStatus::kLocProtErr);
+    return false;
+  }
+  req_.psn = wire::psn_add(psn, 1);
+  w.sent_bytes = offset + len;
+  if (last) {
+    w.state = WqeState::kPending;
+    ++req_.next_wqe;
+  }
+  return true;
+}
+
+bool Qp::fill_message_packet(const SendWqe& w, std::uint32_t index, std::uint32_t psn,
+                             std::uint64_t offset, bool ack_req, std::uint32_t dest_qpn,
+                             TxPacket& out) {
   const auto len =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
   const bool first = offset == 0;
@@ -181,14 +211,6 @@ bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn
   // SEND or RDMA WRITE, First/Middle/Last or Only, with ImmDt or IETH in the last packet:
   // wr_opcodes.def derives the opcode for this QP type.
   const Opcode op = w.wr_op->request_opcode(type_, packet_position(first, last));
-  bool ack_req = false;
-  if (rc) {
-    ++req_.noack_packets;
-    if (last || req_.noack_packets >= ack_req_interval() || rec_.force_ack_req) {
-      ack_req = true;
-      req_.noack_packets = 0;
-    }
-  }
   const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
   build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
   const wire::OpcodeInfo& info = wire::opcode_info(op);
@@ -208,18 +230,7 @@ bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn
   if (info.has(wire::ExtHeader::kIeth)) {
     wire::IethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kIeth))).set_value(w.imm_data);
   }
-  if (!gather(w, index, offset, len, out)) {
-    // IBTA 10.7.3.1: a bad local key fails the WQE with a local protection error.
-    fail_wqe(index, WcStatus::kLocProtErr);
-    return false;
-  }
-  req_.psn = wire::psn_add(psn, 1);
-  w.sent_bytes = offset + len;
-  if (last) {
-    w.state = WqeState::kPending;
-    ++req_.next_wqe;
-  }
-  return true;
+  return gather(w, index, offset, len, out);
 }
 
 void Qp::complete_unreliable_sends() {
@@ -232,6 +243,7 @@ void Qp::complete_unreliable_sends() {
 void Qp::retry_from(std::uint32_t psn) {
   // Go-back-N (IBTA 9.7.6.1.5, rxe req_retry): resend from `psn`. The first WQE resumes at the
   // packet holding `psn`; later ones start over with the same PSNs as before.
+  if (sr_.on) sr_going_back(psn);
   req_.psn = psn;
   req_.noack_packets = 0;
   comp_.read_stream_open = false;

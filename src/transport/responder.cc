@@ -22,16 +22,6 @@ namespace uroce::transport {
 using wire::NakCode;
 using wire::Opcode;
 
-enum class Qp::RespStatus : std::uint8_t {
-  kOk,
-  kRnr,               // no receive WQE
-  kInvalidRequest,    // class C: NAK invalid request
-  kAccessError,       // class A: NAK remote access error
-  kOperationalError,  // local QP failure: NAK remote operational error
-  kLengthError,       // receive buffer too small: NAK invalid request, LOC_LEN_ERR locally
-  kBusy,              // no room for the response now: drop, the requester retries
-};
-
 bool Qp::take_recv_wqe() {
   if (env_.rq->empty()) return false;
   const RecvWqe f = env_.rq->front();
@@ -45,8 +35,11 @@ bool Qp::take_recv_wqe() {
 }
 
 Qp::RespStatus Qp::scatter_into_recv(std::uint64_t offset, ConstBytes data) {
-  switch (scatter(*env_.memory, env_.pd, std::span(resp_.wqe_sges).first(resp_.wqe_num_sge), offset,
-                  data)) {
+  const std::span<const Sge> sges = std::span(resp_.wqe_sges).first(resp_.wqe_num_sge);
+  // While selective repeat keeps packets past the ePSN, this one (at the ePSN) leaves the bytes
+  // they placed alone.
+  switch (sr_.held > 0 ? sr_scatter(resp_.psn, sges, offset, data)
+                       : scatter(*env_.memory, env_.pd, sges, offset, data)) {
     case ScatterResult::kOk:
       return RespStatus::kOk;
     case ScatterResult::kTooLong:
@@ -223,8 +216,9 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
   if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe && !take_recv_wqe()) return RespStatus::kRnr;
 
   const bool solicited = pkt.bth().solicited();
-  // Only a continuation is ever placed before it gets here (one_pass_target).
-  UROCE_ASSERT(!placed || !first);
+  // Only a continuation is ever placed before it gets here (one_pass_target), or a request that
+  // selective repeat kept (sr_drain).
+  UROCE_ASSERT(!placed || !first || sr_.draining);
   if (send) {
     if (first) resp_.recv_offset = 0;
     if (!placed) {
@@ -281,7 +275,8 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
       auto mem = env_.memory->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va, payload,
                                       kAccessRemoteWrite);
       if (!mem.ok()) return RespStatus::kAccessError;
-      if (!placed) std::memcpy(mem.value().data(), pkt.payload.data(), payload);
+      const MutBytes dst = mem.value();
+      if (!placed) sr_copy(psn, std::span(&dst, 1), pkt.payload.first(payload));
     }
     resp_.write_va += payload;
     resp_.write_resid -= payload;
@@ -344,6 +339,10 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
 void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   const std::uint32_t psn = pkt.bth().psn();
   const std::int32_t d = wire::psn_diff(psn, resp_.psn);
+  if (d > 0 && sr_.on) {
+    sr_out_of_order(pkt);
+    return;
+  }
   if (d > 0) {
     // As rxe (check_psn, nak_sent): one NAK per out-of-sequence run, then silence until the
     // expected PSN arrives.
@@ -358,9 +357,17 @@ void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   if (d < 0) {
     ++counters_.duplicate_requests;
     handle_duplicate(pkt);
+    // Selective repeat: a resend whose answer was lost learns of the next hole.
+    if (sr_.on && sr_.held > 0) sr_queue_seq_nak(true);
     return;
   }
   const RespStatus s = execute_request(pkt, placed);
+  answer_request(pkt, s);
+  if (sr_.on) sr_after_in_order(psn, s);
+}
+
+void Qp::answer_request(const wire::RocePacket& pkt, RespStatus s) {
+  const std::uint32_t psn = pkt.bth().psn();
   switch (s) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
@@ -576,6 +583,7 @@ bool Qp::poll_response(TxPacket& out) {
       build_bth(out, Opcode::kRcAcknowledge, dest, r.psn, false, false, 0);
       wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
           .encode(wire::Aeth{r.syndrome, r.msn});
+      if (r.sr_kept) out.header[8] |= kBthSrKeptBit;
       responses_.pop_front();
       break;
     case Response::Kind::kAtomic: {

@@ -248,9 +248,14 @@ void Solo::feed(wire::TransportHeaders h, ConstBytes payload) { feed_from(peer, 
 void Solo::feed_from(const wire::IpAddress& src, wire::TransportHeaders h, ConstBytes payload,
                      std::uint8_t ecn) {
   h.bth.dest_qpn = e.qp->qpn();
-  const auto frame = craft(src, e.ip, h, payload);
+  auto frame = craft(src, e.ip, h, payload);
   auto f = wire::parse_frame(wire::LinkType::kEthernet, frame);
   UROCE_CHECK(f.ok());
+  if (next_sr_kept) {
+    next_sr_kept = false;
+    frame[static_cast<std::size_t>(f->roce.bytes.data() - frame.data()) + 8] |=
+        transport::kBthSrKeptBit;
+  }
   transport::PacketInfo info;
   info.src = src;
   info.ecn = ecn;
@@ -282,6 +287,7 @@ std::vector<Solo::Sent> Solo::drain(std::size_t max) {
     s.op = pkt->op;
     s.payload = payload;
     s.av = tx.av;
+    s.sr_kept = (roce[8] & transport::kBthSrKeptBit) != std::byte{0};
     out.push_back(std::move(s));
   }
   return out;

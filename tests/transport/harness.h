@@ -214,6 +214,7 @@ class Solo {
     const wire::OpcodeInfo* op = nullptr;
     std::vector<std::byte> payload;
     transport::AddressVector av;
+    bool sr_kept = false;  // the BTH carries transport::kBthSrKeptBit (selective repeat)
   };
   static constexpr std::uint32_t kPeerQpn = 0x12;
 
@@ -222,6 +223,8 @@ class Solo {
 
   Endpoint e;
   wire::IpAddress peer = wire::IpAddress::v4(0x0a000002);
+  // The next packet fed carries transport::kBthSrKeptBit (a selective-repeat peer's NAK).
+  bool next_sr_kept = false;
   Instant now = Instant::from_ns(1'000'000);
 
   // Moves the QP to RESET and brings it up again as the constructor does (INIT, RTR, RTS with
