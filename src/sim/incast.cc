@@ -146,8 +146,8 @@ bool make_nic(Run& r, std::uint32_t index, std::size_t mem_bytes) {
   cfg.seed = r.opt.seed * 1000 + index;
   cfg.link_speed_mbps = static_cast<std::uint32_t>(r.opt.link_bps / 1'000'000);
   cfg.dcqcn = r.opt.dcqcn_params;
-  cfg.congestion_control = r.opt.dcqcn ? DeviceConfig::CongestionControl::kDcqcn
-                                       : DeviceConfig::CongestionControl::kNone;
+  cfg.aimd = r.opt.aimd_params;
+  cfg.congestion_control = r.opt.cc;
   auto dev = Device::create(cfg);
   if (!dev.ok()) return false;
   n->dev = std::move(dev.value());

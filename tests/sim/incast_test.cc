@@ -12,11 +12,13 @@
 namespace uroce::sim {
 namespace {
 
+using Cc = DeviceConfig::CongestionControl;
+
 IncastOptions into_one(std::uint32_t senders, std::uint64_t buffer_bytes, bool dcqcn) {
   IncastOptions o;
   o.senders = senders;
   o.port_buffer_bytes = buffer_bytes;
-  o.dcqcn = dcqcn;
+  o.cc = dcqcn ? Cc::kDcqcn : Cc::kNone;
   return o;
 }
 
@@ -87,6 +89,37 @@ TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForTwoEightAndSixtyFourSenders) {
     EXPECT_GE(r.jain, 0.95) << n;
   }
 }
+
+// Aimd (cc/aimd.h) on a port that drops instead of marking: 1 Gb/s, a 256 KiB tail-drop buffer,
+// no ECN. The WRITEs are one packet each: the requester asks for an ACK only on a message's last
+// packet (and every 64), so a window narrower than a WRITE's packets (Aimd starts at 10; a 64 KiB
+// WRITE is 16 at MTU 4096) waits for an ACK the responder never sends, until the ACK timeout.
+IncastOptions aimd_into_tail_drop(std::uint32_t senders) {
+  IncastOptions o = into_one(senders, 256 * 1024, false);
+  o.cc = Cc::kAimd;
+  o.link_bps = 1'000'000'000;
+  o.ecn_kmin_bytes = 0;
+  o.ecn_kmax_bytes = 0;
+  o.message_bytes = 4096;
+  o.window = 32;
+  return o;
+}
+
+void expect_aimd_shares(std::uint32_t senders) {
+  const IncastResult r = run_incast(aimd_into_tail_drop(senders));
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_EQ(r.ecn_marked, 0u);
+  EXPECT_EQ(r.cnps_sent, 0u);
+  EXPECT_EQ(r.drops_measured, 0u);
+  EXPECT_GE(r.jain, 0.95);
+  EXPECT_GE(r.utilisation, 0.9);
+}
+
+TEST(Incast, AimdSharesATailDropPortWithoutEcnBetweenTwoSenders) { expect_aimd_shares(2); }
+
+// Not met (docs/SIMULATION.md, "Incast"): eight senders keep the queue at the buffer (Aimd's
+// delay cut does not hold it near its target), lose packets all along and share unevenly.
+TEST(Incast, DISABLED_AimdSharesATailDropPortWithoutEcnAmongEightSenders) { expect_aimd_shares(8); }
 
 TEST(Incast, ASeedGivesTheSameRunEveryTime) {
   const IncastResult a = run_incast(eight_into_one(true));
