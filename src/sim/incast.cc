@@ -201,6 +201,7 @@ bool setup(Run& r) {
   port.ecn_kmin_bytes = o.ecn_kmin_bytes;
   port.ecn_kmax_bytes = o.ecn_kmax_bytes;
   port.ecn_pmax = fault::Ratio{o.ecn_pmax_percent, 100};
+  port.ecn_mark_on_dequeue = o.ecn_mark_on_dequeue;
   if (!r.net.configure_port(r.now, r.nics[0]->id, port).ok()) return false;
   Nic& rx = *r.nics[0];
   for (std::uint32_t i = 1; i <= o.senders; ++i) {

@@ -36,6 +36,7 @@ struct IncastOptions {
   std::uint64_t ecn_kmin_bytes = 40'000;       // 0 with kmax 0: no marking
   std::uint64_t ecn_kmax_bytes = 160'000;
   std::uint32_t ecn_pmax_percent = 20;
+  bool ecn_mark_on_dequeue = true;        // PortConfig::ecn_mark_on_dequeue; else at enqueue
   std::uint32_t message_bytes = 65536;    // each WRITE
   std::uint32_t window = 8;               // WRITEs outstanding per sender
   std::uint32_t mtu = 4096;               // path MTU: 256, 512, 1024, 2048 or 4096

@@ -37,6 +37,8 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sub.add_option("--pmax", o.ecn_pmax_percent, "ECN marking probability at Kmax, %")
       ->capture_default_str()
       ->check(CLI::Range(0, 100));
+  sub.add_flag("!--mark-on-enqueue", o.ecn_mark_on_dequeue,
+               "Mark ECN on the queue a frame finds (else on the one it leaves)");
   sub.add_option("--window", o.window, "WRITEs outstanding per sender")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
