@@ -397,7 +397,7 @@ bool Network::Port::draw_mark(std::uint64_t queued) {
   return ecn.below(den) < num;
 }
 
-void Network::mark_at_departure(std::uint32_t slot) {
+void Network::mark_at_departure(std::uint32_t slot, bool delivered) {
   InFlight& f = slots_[slot];
   if (!f.departure) return;
   const Departure d = *f.departure;
@@ -416,7 +416,7 @@ void Network::mark_at_departure(std::uint32_t slot) {
     p.entered.pop_front();
     ++p.entered_first_id;
   }
-  if (!p.draw_mark(behind)) return;
+  if (!delivered || !p.draw_mark(behind)) return;
   const std::optional<IpPeek> ip = peek_ip(f.frame);
   if (!ip || !mark_ce(f.frame, *ip)) return;
   f.ecn_marked = true;
@@ -601,11 +601,12 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
 }
 
 void Network::arrive(std::uint32_t slot) {
-  mark_at_departure(slot);
   InFlight& f = slots_[slot];
   Link& l = *f.link;
   --in_flight_;
-  if (effectively_cut(l) || l.cut_generation != f.cut_generation) {
+  const bool cut = effectively_cut(l) || l.cut_generation != f.cut_generation;
+  mark_at_departure(slot, !cut);
+  if (cut) {
     drop(f.arrival, l.from, l.to, &l, DropCause::kPartition, f.frame);
     release_buffer(std::move(f.frame));
     free_slots_.push_back(slot);

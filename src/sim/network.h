@@ -334,8 +334,9 @@ class Network {
                                       bool& mark, std::optional<Departure>& departure);
   // The mark of a frame whose port marks on dequeue, drawn on the bytes that reached the port
   // between its arrival there and its departure; at the frame's arrival, when every frame that
-  // reached the port before its departure has been sent. Sets the frame's CE when ECN-capable.
-  void mark_at_departure(std::uint32_t slot);
+  // reached the port before its departure has been sent. Sets the frame's CE when ECN-capable
+  // and `delivered` (a frame a cut link loses is only forgotten).
+  void mark_at_departure(std::uint32_t slot, bool delivered);
 
   struct Link {
     Link(HostId f, HostId t, std::uint64_t seed);
