@@ -146,8 +146,8 @@ bool make_nic(Run& r, std::uint32_t index, std::size_t mem_bytes) {
   cfg.seed = r.opt.seed * 1000 + index;
   cfg.link_speed_mbps = static_cast<std::uint32_t>(r.opt.link_bps / 1'000'000);
   cfg.dcqcn = r.opt.dcqcn_params;
-  cfg.congestion_control = r.opt.dcqcn ? DeviceConfig::CongestionControl::kDcqcn
-                                       : DeviceConfig::CongestionControl::kNone;
+  cfg.aimd = r.opt.aimd_params;
+  cfg.congestion_control = r.opt.cc;
   auto dev = Device::create(cfg);
   if (!dev.ok()) return false;
   n->dev = std::move(dev.value());
@@ -201,6 +201,7 @@ bool setup(Run& r) {
   port.ecn_kmin_bytes = o.ecn_kmin_bytes;
   port.ecn_kmax_bytes = o.ecn_kmax_bytes;
   port.ecn_pmax = fault::Ratio{o.ecn_pmax_percent, 100};
+  port.ecn_mark_on_dequeue = o.ecn_mark_on_dequeue;
   if (!r.net.configure_port(r.now, r.nics[0]->id, port).ok()) return false;
   Nic& rx = *r.nics[0];
   for (std::uint32_t i = 1; i <= o.senders; ++i) {

@@ -2,7 +2,8 @@
 // RDMA WRITEs over its own RC QP to the receiver host, whose port (Network::configure_port) is the
 // bottleneck, with ECN marking between Kmin and Kmax and a finite buffer. Every host runs the
 // real device's round (engine::Engine::round, planned by a Scheduler with a device's defaults)
-// and the real verbs and transport, with DCQCN or without congestion control.
+// and the real verbs and transport, with the congestion control chosen (none, DCQCN, Aimd or
+// both: DeviceConfig::CongestionControl).
 //
 // Time is simulated: a run is a pure function of its options (the seed draws the order of the
 // senders' start and the port's marking). Measured after `converge_ns`, over the rest of the run:
@@ -16,21 +17,26 @@
 #include <string>
 #include <vector>
 
+#include "cc/aimd.h"
 #include "cc/dcqcn.h"
+#include "uroce/verbs.h"
 
 namespace uroce::sim {
 
 struct IncastOptions {
   std::uint64_t seed = 1;
   std::uint32_t senders = 2;
-  bool dcqcn = true;                           // DCQCN on every QP, else no congestion control
-  cc::DcqcnParams dcqcn_params;                // its parameters (line_rate_mbps 0: link_bps)
+  // Every QP's congestion control.
+  DeviceConfig::CongestionControl cc = DeviceConfig::CongestionControl::kDcqcn;
+  cc::DcqcnParams dcqcn_params;                // DCQCN's parameters (line_rate_mbps 0: link_bps)
+  cc::AimdParams aimd_params;                  // Aimd's
   std::uint64_t link_bps = 10'000'000'000;     // every host's link, and the receiver's port
   std::int64_t link_delay_ns = 2'000;          // one way, per link
   std::uint64_t port_buffer_bytes = 1u << 20;  // the port's tail-drop limit
   std::uint64_t ecn_kmin_bytes = 40'000;       // 0 with kmax 0: no marking
   std::uint64_t ecn_kmax_bytes = 160'000;
   std::uint32_t ecn_pmax_percent = 20;
+  bool ecn_mark_on_dequeue = true;        // PortConfig::ecn_mark_on_dequeue; else at enqueue
   std::uint32_t message_bytes = 65536;    // each WRITE
   std::uint32_t window = 8;               // WRITEs outstanding per sender
   std::uint32_t mtu = 4096;               // path MTU: 256, 512, 1024, 2048 or 4096

@@ -344,7 +344,8 @@ std::uint64_t Network::port_queue_bytes(HostId to, Instant now) const {
 }
 
 std::optional<Instant> Network::through_port(HostId from, HostId to, Instant at_switch,
-                                             std::size_t bytes, bool& mark) {
+                                             std::size_t bytes, bool& mark,
+                                             std::optional<Departure>& departure) {
   auto it = ports_.find(to);
   if (it == ports_.end()) return at_switch;
   Port& p = it->second;
@@ -362,17 +363,7 @@ std::optional<Instant> Network::through_port(HostId from, HostId to, Instant at_
   }
   ++p.stats.queue_histogram[std::min<std::size_t>(q / PortStats::kBucketBytes,
                                                   p.stats.queue_histogram.size() - 1)];
-  if (c.ecn_kmax_bytes != 0 && q > c.ecn_kmin_bytes) {
-    // Linear from 0 at Kmin to pmax at Kmax; 1 above Kmax. Drawn only between the two.
-    if (q >= c.ecn_kmax_bytes) {
-      mark = true;
-    } else {
-      const std::uint64_t span = c.ecn_kmax_bytes - c.ecn_kmin_bytes;
-      const std::uint64_t num = std::uint64_t{c.ecn_pmax.num} * (q - c.ecn_kmin_bytes);
-      const std::uint64_t den = std::uint64_t{c.ecn_pmax.den} * span;
-      if (p.ecn.below(den) < num) mark = true;
-    }
-  }
+  if (!c.ecn_mark_on_dequeue) mark = p.draw_mark(q);
   const Instant end =
       std::max(at_switch, p.busy_until) + serialization_time(bytes, c.bandwidth_bps);
   p.busy_until = end;
@@ -385,7 +376,53 @@ std::optional<Instant> Network::through_port(HostId from, HostId to, Instant at_
     p.stats.forwarded_bytes_by_source.resize(from + 1, 0);
   }
   p.stats.forwarded_bytes_by_source[from] += bytes;
+  if (c.ecn_mark_on_dequeue && c.ecn_kmax_bytes != 0) {
+    p.bytes_through += bytes;
+    if (p.entered.empty()) p.entered_first_id = p.next_entered_id;
+    p.entered.push_back(Port::Entered{at_switch, p.bytes_through});
+    departure = Departure{to, p.next_entered_id, end};
+    ++p.next_entered_id;
+  }
   return end;
+}
+
+bool Network::Port::draw_mark(std::uint64_t queued) {
+  const PortConfig& c = config;
+  if (c.ecn_kmax_bytes == 0 || queued <= c.ecn_kmin_bytes) return false;
+  // Linear from 0 at Kmin to pmax at Kmax; 1 above Kmax. Drawn only between the two.
+  if (queued >= c.ecn_kmax_bytes) return true;
+  const std::uint64_t span = c.ecn_kmax_bytes - c.ecn_kmin_bytes;
+  const std::uint64_t num = std::uint64_t{c.ecn_pmax.num} * (queued - c.ecn_kmin_bytes);
+  const std::uint64_t den = std::uint64_t{c.ecn_pmax.den} * span;
+  return ecn.below(den) < num;
+}
+
+void Network::mark_at_departure(std::uint32_t slot, bool delivered) {
+  InFlight& f = slots_[slot];
+  if (!f.departure) return;
+  const Departure d = *f.departure;
+  f.departure.reset();
+  Port& p = ports_.at(d.port);
+  p.awaiting.erase(p.awaiting.find(d.id));
+  // What entered after the frame and reached the port before it left: the queue it leaves.
+  const std::size_t own = d.id - p.entered_first_id;
+  const auto after =
+      std::upper_bound(p.entered.begin() + static_cast<std::ptrdiff_t>(own), p.entered.end(),
+                       d.tx_end, [](Instant t, const Port::Entered& e) { return t < e.at_switch; });
+  const std::uint64_t behind = std::prev(after)->bytes_through - p.entered[own].bytes_through;
+  // What no frame in flight can need any more.
+  const std::uint64_t keep = p.awaiting.empty() ? p.next_entered_id : *p.awaiting.begin();
+  while (p.entered_first_id < keep && !p.entered.empty()) {
+    p.entered.pop_front();
+    ++p.entered_first_id;
+  }
+  if (!delivered || !p.draw_mark(behind)) return;
+  const std::optional<IpPeek> ip = peek_ip(f.frame);
+  if (!ip || !mark_ce(f.frame, *ip)) return;
+  f.ecn_marked = true;
+  ++f.link->stats.ecn_marked;
+  ++total_.ecn_marked;
+  ++p.stats.ecn_marked;
 }
 
 Network::Link& Network::link(HostId from, HostId to) {
@@ -491,7 +528,9 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   }
   // The switch port in front of `to`, if any, after the sender's link has serialized the frame.
   bool port_mark = false;
-  const std::optional<Instant> port_end = through_port(from, to, link_end, frame.size(), port_mark);
+  std::optional<Departure> departure;
+  const std::optional<Instant> port_end =
+      through_port(from, to, link_end, frame.size(), port_mark, departure);
   if (!port_end) return drop(now, from, to, &l, DropCause::kQueueFull, frame);
   const Instant tx_end = *port_end;
 
@@ -554,6 +593,8 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
     f.reordered = reordered;
     f.corrupted = corrupted;
     f.ecn_marked = marked;
+    f.departure = departure;
+    if (departure) ports_.at(to).awaiting.insert(departure->id);
     arrivals_.push(Pending{arrival, f.seq, slot});
     ++in_flight_;
   }
@@ -563,7 +604,9 @@ void Network::arrive(std::uint32_t slot) {
   InFlight& f = slots_[slot];
   Link& l = *f.link;
   --in_flight_;
-  if (effectively_cut(l) || l.cut_generation != f.cut_generation) {
+  const bool cut = effectively_cut(l) || l.cut_generation != f.cut_generation;
+  mark_at_departure(slot, !cut);
+  if (cut) {
     drop(f.arrival, l.from, l.to, &l, DropCause::kPartition, f.frame);
     release_buffer(std::move(f.frame));
     free_slots_.push_back(slot);

@@ -45,6 +45,7 @@
 #include <map>
 #include <optional>
 #include <queue>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <variant>
@@ -109,12 +110,17 @@ struct LinkStats {
 // ECN-capable frames as DCQCN's congestion point does: never below ecn_kmin_bytes queued, with
 // a probability rising linearly to ecn_pmax at ecn_kmax_bytes, always above it (RED's marking
 // curve, the one ConnectX-era switches are configured with; 0 bytes for Kmax: no marking).
+// The queue the mark is drawn on is the one the frame finds on arrival (marking at enqueue), or
+// with ecn_mark_on_dequeue the one it leaves behind when it departs (the frames that reached the
+// port while it waited): what HPCC's ns-3 switch and many ASICs do, and what tells the receiver
+// of the queue now rather than one queue's wait ago.
 struct PortConfig {
   std::uint64_t bandwidth_bps = 10'000'000'000;  // > 0
   std::uint64_t queue_limit_bytes = 0;           // 0: no limit
   std::uint64_t ecn_kmin_bytes = 0;
   std::uint64_t ecn_kmax_bytes = 0;
   fault::Ratio ecn_pmax{1, 5};
+  bool ecn_mark_on_dequeue = true;
   // Why the configuration is invalid, or nullptr.
   const char* invalid_reason() const;
 };
@@ -301,11 +307,36 @@ class Network {
     std::uint64_t queue_bytes = 0;
     Prng ecn{0};  // port_seed(), set by configure_port
     PortStats stats;
+    // Marking on dequeue: every frame the port took, in order (ids from entered_first_id), with
+    // the bytes taken up to and including it; kept while a frame awaiting its mark may need it.
+    struct Entered {
+      Instant at_switch;
+      std::uint64_t bytes_through = 0;
+    };
+    std::deque<Entered> entered;
+    std::uint64_t entered_first_id = 0;
+    std::uint64_t next_entered_id = 0;
+    std::uint64_t bytes_through = 0;
+    std::multiset<std::uint64_t> awaiting;  // ids of frames in flight whose mark is not drawn
+    // Whether a frame finding (or leaving) `queued` bytes is marked (RED's curve above).
+    bool draw_mark(std::uint64_t queued);
+  };
+  // A frame through a port that marks on dequeue: where to find what entered after it.
+  struct Departure {
+    HostId port = 0;
+    std::uint64_t id = 0;
+    Instant tx_end;
   };
   // The port stage of send(): the time the frame leaves the port (tx_end when `to` has no port),
-  // or nullopt when the port dropped it; sets `mark` when the port marks it.
+  // or nullopt when the port dropped it; sets `mark` when the port marks it at enqueue, or
+  // `departure` when the mark is drawn at its departure (mark_at_departure).
   std::optional<Instant> through_port(HostId from, HostId to, Instant at_switch, std::size_t bytes,
-                                      bool& mark);
+                                      bool& mark, std::optional<Departure>& departure);
+  // The mark of a frame whose port marks on dequeue, drawn on the bytes that reached the port
+  // between its arrival there and its departure; at the frame's arrival, when every frame that
+  // reached the port before its departure has been sent. Sets the frame's CE when ECN-capable
+  // and `delivered` (a frame a cut link loses is only forgotten).
+  void mark_at_departure(std::uint32_t slot, bool delivered);
 
   struct Link {
     Link(HostId f, HostId t, std::uint64_t seed);
@@ -335,6 +366,7 @@ class Network {
     bool reordered = false;
     bool corrupted = false;
     bool ecn_marked = false;
+    std::optional<Departure> departure;  // its port marks on dequeue, and has not yet
   };
 
   struct Pending {  // a frame's arrival, in the arrival heap

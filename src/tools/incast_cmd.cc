@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cinttypes>
+#include <optional>
+#include <string>
 
 namespace uroce::tools {
 
@@ -13,7 +15,21 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sub.add_option("-n,--senders", o.senders, "Senders into the one receiver")
       ->capture_default_str()
       ->check(CLI::Range(1, 250));
-  sub.add_flag("--no-cc", c.no_cc, "No congestion control (else DCQCN on every QP)");
+  sub.add_option("--cc", c.cc_name, "Every QP's congestion control: none, dcqcn, aimd, dcqcn-aimd")
+      ->capture_default_str()
+      ->check([](const std::string& name) {
+        return congestion_control_from_name(name) ? std::string{} : "unknown congestion control";
+      });
+  sub.add_flag("--no-cc", c.no_cc, "No congestion control (--cc none)");
+  sub.add_option("--link-bps", o.link_bps, "Every link's and the port's rate, bit/s")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1'000'000}, std::uint64_t{400'000'000'000}));
+  sub.add_option("--link-delay-ns", o.link_delay_ns, "Every link's one-way delay")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1'000'000'000}));
+  sub.add_option("--mtu", o.mtu, "Path MTU: 256, 512, 1024, 2048 or 4096")
+      ->capture_default_str()
+      ->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
   sub.add_option("--buffer", o.port_buffer_bytes, "The port's buffer, bytes")
       ->capture_default_str();
   sub.add_option("--kmin", o.ecn_kmin_bytes, "ECN Kmin, bytes")->capture_default_str();
@@ -21,6 +37,8 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sub.add_option("--pmax", o.ecn_pmax_percent, "ECN marking probability at Kmax, %")
       ->capture_default_str()
       ->check(CLI::Range(0, 100));
+  sub.add_flag("!--mark-on-enqueue", o.ecn_mark_on_dequeue,
+               "Mark ECN on the queue a frame finds (else on the one it leaves)");
   sub.add_option("--window", o.window, "WRITEs outstanding per sender")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
@@ -85,7 +103,12 @@ void print_trace(const sim::IncastResult& r, std::uint32_t flows, std::FILE* out
 }  // namespace
 
 int incast_run(IncastCommand c, std::FILE* out) {
-  c.incast.dcqcn = !c.no_cc;
+  const std::optional<DeviceConfig::CongestionControl> cc = congestion_control_from_name(c.cc_name);
+  if (!cc) {
+    std::fprintf(out, "unknown congestion control %s\n", c.cc_name.c_str());
+    return 1;
+  }
+  c.incast.cc = c.no_cc ? DeviceConfig::CongestionControl::kNone : *cc;
   c.incast.trace_interval_ns = c.trace_us * 1000;
   const sim::IncastResult r = sim::run_incast(c.incast);
   if (c.trace_us > 0) print_trace(r, c.trace_flows, out);
@@ -103,7 +126,7 @@ int incast_run(IncastCommand c, std::FILE* out) {
                " after convergence), p99 queue %" PRIu64 " B (Kmax %" PRIu64 ", max %" PRIu64
                "), ECN marks %" PRIu64 ", CNPs sent %" PRIu64 " heard %" PRIu64
                ", retransmitted %" PRIu64 ", timeouts %" PRIu64 "\n",
-               o.seed, o.senders, o.dcqcn ? "DCQCN" : "no CC", r.utilisation, r.goodput_share,
+               o.seed, o.senders, congestion_control_name(o.cc), r.utilisation, r.goodput_share,
                r.goodput_ceiling, r.jain, r.drops, r.drops_measured, r.queue_p99_bytes,
                o.ecn_kmax_bytes, r.queue_max_bytes, r.ecn_marked, r.cnps_sent, cnps, retransmitted,
                timeouts);

@@ -1,12 +1,13 @@
 // `uroce sim incast`: N senders into one receiver through a switch port with ECN marking, in the
-// simulator (sim/incast.h), with DCQCN or without congestion control. Prints the port's
-// utilisation, the flows' goodput share and Jain's index, the drops before and after
+// simulator (sim/incast.h), with the congestion control chosen (--cc; DCQCN by default). Prints the
+// port's utilisation, the flows' goodput share and Jain's index, the drops before and after
 // convergence, the p99 queue against Kmax and the CNPs; with --trace-us, the queue and every
 // sender's rate over time.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "sim/incast.h"
 
@@ -18,7 +19,8 @@ namespace uroce::tools {
 
 struct IncastCommand {
   sim::IncastOptions incast;
-  bool no_cc = false;
+  std::string cc_name = "dcqcn";  // congestion_control_from_name
+  bool no_cc = false;             // --cc none
   std::int64_t trace_us = 0;
   std::uint32_t trace_flows = 4;  // senders shown in the trace
 };

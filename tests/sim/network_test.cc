@@ -614,6 +614,7 @@ TEST(NetworkPort, MarksEcnCapableFramesBetweenKminAndKmax) {
   port.ecn_kmin_bytes = 10'000;
   port.ecn_kmax_bytes = 30'000;
   port.ecn_pmax = {1, 2};
+  port.ecn_mark_on_dequeue = false;  // drawn on the queue each frame finds
   ASSERT_TRUE(net.configure_port(at_ns(0), r, port).ok());
   // 100 frames of ~1100 bytes at once: frame k finds k frames queued ahead of it.
   constexpr std::uint8_t kEct0 = 0b10;
@@ -643,6 +644,54 @@ TEST(NetworkPort, MarksEcnCapableFramesBetweenKminAndKmax) {
   EXPECT_GT(marked_between, 0u);
   EXPECT_LT(marked_between, between);
   EXPECT_EQ(net.port_stats(r).ecn_marked, net.total_stats().ecn_marked);
+}
+
+// Marking on dequeue: a frame's mark reflects the queue it leaves behind when it departs, not the
+// one it found. The first frame finds the port empty, but 25 frames reach the port while it is
+// serialized and it leaves them behind (above Kmax): marked. The last finds 24 ahead of it (above
+// Kmax) and leaves nothing behind: not marked. Marking on enqueue decides the other way round.
+TEST(NetworkPort, MarksOnDequeueTheQueueAFrameLeavesBehind) {
+  for (const bool on_dequeue : {true, false}) {
+    Network net(7);
+    const HostId r = must_add(net, v4(1), 1);
+    const HostId a = must_add(net, v4(2), 2);
+    LinkConfig link;
+    link.queue_limit_packets = 0;
+    link.bandwidth_bps = 0;  // frames reach the port when sent
+    ASSERT_TRUE(net.configure_default(at_ns(0), link).ok());
+    PortConfig port;
+    port.bandwidth_bps = 1'000'000'000;  // ~1100 bytes: ~9 us
+    port.ecn_kmin_bytes = 10'000;
+    port.ecn_kmax_bytes = 20'000;
+    port.ecn_mark_on_dequeue = on_dequeue;
+    ASSERT_TRUE(net.configure_port(at_ns(0), r, port).ok());
+    constexpr std::uint8_t kEct0 = 0b10;
+    net.send(at_ns(0), a, roce_frame(v4(2), v4(1), 1000, 0, kEct0));
+    for (std::uint32_t i = 1; i <= 25; ++i) {
+      net.send(at_ns(1'000), a, roce_frame(v4(2), v4(1), 1000, i, kEct0));
+    }
+    const auto got = run_to_idle(net);
+    ASSERT_EQ(got.size(), 26u);
+    for (const auto& d : got) {
+      const std::uint32_t psn = test::psn_of(d.frame);
+      if (psn == 0) {
+        EXPECT_EQ(d.ecn_marked, on_dequeue) << on_dequeue;
+      }
+      if (psn == 25) {
+        EXPECT_EQ(d.ecn_marked, !on_dequeue) << on_dequeue;
+      }
+      // Frame k leaves 25 - k behind (dequeue) and finds k - 1 ahead, the first excepted.
+      const std::uint64_t frames = on_dequeue ? 25 - psn : (psn == 0 ? 0 : psn - 1);
+      const std::uint64_t bytes = frames * got[0].frame.size();
+      if (bytes >= port.ecn_kmax_bytes) {
+        EXPECT_TRUE(d.ecn_marked) << psn << on_dequeue;
+      }
+      if (bytes <= port.ecn_kmin_bytes) {
+        EXPECT_FALSE(d.ecn_marked) << psn << on_dequeue;
+      }
+    }
+    EXPECT_EQ(net.port_stats(r).ecn_marked, net.total_stats().ecn_marked);
+  }
 }
 
 TEST(NetworkPort, QueuePercentiles) {
