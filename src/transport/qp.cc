@@ -473,8 +473,7 @@ Instant Qp::poll_timeout() const {
 bool Qp::has_transmit_work() const {
   if (state_ == QpState::kErr) return drain_responses_in_error_ && !responses_.empty();
   if (cnp_owed_ || !responses_.empty()) return true;
-  return req_.rnr_resume.is_never() &&
-         (rec_.probe_due || sr_.resend_pending || request_ready());
+  return req_.rnr_resume.is_never() && (rec_.probe_due || sr_.resend_pending || request_ready());
 }
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
