@@ -55,10 +55,13 @@ TEST(Incast, WithDcqcnMarksBecomeCnpsThatReachTheSenders) {
 // A buffer below the two senders' windows (128 PSNs of 4 KiB each).
 IncastOptions two_into_one(bool dcqcn) { return into_one(2, 512 * 1024, dcqcn); }
 
-TEST(Incast, TwoSendersWithoutCongestionControlDropAllAlong) {
+// Without congestion control the two senders overflow the port. (Since the loss recovery's
+// window follows the bandwidth-delay product, floored at kMinBdpWindow after a loss, its go-back-N
+// settles them: seed 1 drops 133 frames before convergence and none after, at utilisation 1.0.)
+TEST(Incast, TwoSendersWithoutCongestionControlDrop) {
   const IncastResult r = run_incast(two_into_one(false));
   ASSERT_TRUE(r.ok) << r.failure;
-  EXPECT_GT(r.drops_measured, 0u);
+  EXPECT_GT(r.drops, 0u);
 }
 
 // The same two senders with DCQCN, the port marking on dequeue: nothing is dropped, before or
