@@ -5,6 +5,7 @@
 
 #include "cc/aimd.h"
 #include "harness.h"
+#include "steps.h"
 #include "wire/aeth.h"
 #include "wire/opcode.h"
 #include "wire/psn.h"
@@ -23,14 +24,6 @@ void post_sends(Solo& s, int n) {
     ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
   }
 }
-void ack_at(Solo& s, std::uint32_t psn, std::uint8_t syndrome = wire::make_ack_syndrome()) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
-  h.bth.psn = psn & wire::kPsnMask;
-  h.aeth.syndrome = syndrome;
-  h.aeth.msn = 1;
-  s.feed(h);
-}
 
 TEST(CcWindow, AimdsWindowCapsThePsnsOutstanding) {
   Solo s(QpType::kRc, 1024);
@@ -45,14 +38,14 @@ TEST(CcWindow, AimdsWindowCapsThePsnsOutstanding) {
   EXPECT_EQ(s.drain().size(), 0u);
   // All ten acknowledged a round trip later: slow start doubles the window.
   s.now = s.now + Duration::us(100);
-  ack_at(s, 0x1000 + 9);
+  peer_response(s, 0x1000 + 9);
   EXPECT_EQ(aimd.window_packets(), 20u);
   EXPECT_EQ(aimd.srtt(), Duration::us(100));  // timed by the rule itself (or the transport)
   EXPECT_EQ(s.drain().size(), 20u);
   // A sequence NAK at the fifth of those: the window closes. The go-back-N sends the 16 PSNs
   // from the lost one on again, and nothing new.
   s.now = s.now + Duration::us(100);
-  ack_at(s, 0x1000 + 14, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  peer_response(s, 0x1000 + 14, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
   EXPECT_EQ(aimd.counters().loss_decreases, 1u);
   const std::uint32_t w = static_cast<std::uint32_t>(aimd.window());
   EXPECT_LT(w, 16u);
@@ -62,7 +55,7 @@ TEST(CcWindow, AimdsWindowCapsThePsnsOutstanding) {
   EXPECT_EQ(resent.back().h.bth.psn, 0x1000u + 29);
   // Once they are acknowledged, the window is the cut one.
   s.now = s.now + Duration::us(100);
-  ack_at(s, 0x1000 + 29);
+  peer_response(s, 0x1000 + 29);
   EXPECT_EQ(aimd.window_packets(), w);
   EXPECT_EQ(s.drain().size(), w);
 }
@@ -85,7 +78,7 @@ TEST(CcWindow, AfterATimeoutTheAckOfWhatThePeerHadIsTaken) {
   EXPECT_EQ(aimd.counters().loss_decreases, 1u);
   EXPECT_DOUBLE_EQ(aimd.window(), 1.0);
   EXPECT_EQ(s.drain().size(), 10u);
-  ack_at(s, 0x1000 + 9);
+  peer_response(s, 0x1000 + 9);
   EXPECT_EQ(s.e.cc.acked_packets, 10u);
   EXPECT_EQ(aimd.window_packets(), 1u);
   EXPECT_EQ(s.drain().size(), 1u);  // slow start again, from one
@@ -100,7 +93,7 @@ TEST(CcWindow, AimdPacesOnceItHasARoundTrip) {
   post_sends(s, 1);
   EXPECT_EQ(s.drain().size(), 10u);  // no round trip yet: the window alone
   s.now = s.now + Duration::us(100);
-  ack_at(s, 0x1000 + 9);
+  peer_response(s, 0x1000 + 9);
   // 20 PSNs per 100 us at a gain of 1.25: the burst of four, then one every 4 us.
   EXPECT_EQ(s.drain().size(), 4u);
   const Instant next = s.e.qp->poll_timeout();

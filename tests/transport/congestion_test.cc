@@ -153,22 +153,13 @@ void post_64k_send(Solo& s, std::uint64_t wr_id) {
   ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
 }
 
-void ack_at(Solo& s, std::uint32_t psn, std::uint8_t syndrome = wire::make_ack_syndrome()) {
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kRcAcknowledge);
-  h.bth.psn = psn & wire::kPsnMask;
-  h.aeth.syndrome = syndrome;
-  h.aeth.msn = 1;
-  s.feed(h);
-}
-
 TEST(Congestion, AWindowFromCongestionControlCapsThePsnsOutstanding) {
   Solo s(QpType::kRc, 1024);
   s.e.cc.window = 10;
   post_64k_send(s, 1);
   EXPECT_EQ(s.drain().size(), 10u);
   // An ACK of the first four opens the window by four, and congestion control hears of them.
-  ack_at(s, 0x1000 + 3);
+  peer_response(s, 0x1000 + 3);
   EXPECT_EQ(s.e.cc.acked_packets, 4u);
   EXPECT_EQ(s.drain().size(), 4u);
   // Without a window of its own the QP's (kMaxUnackedPsns) still holds.
@@ -184,12 +175,12 @@ TEST(Congestion, LossesAreReportedOncePerRecovery) {
   post_64k_send(s, 1);
   ASSERT_EQ(s.drain().size(), 64u);
   // A sequence NAK at the fifth PSN: one loss, and a go-back-N from there.
-  ack_at(s, 0x1000 + 4, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  peer_response(s, 0x1000 + 4, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
   EXPECT_EQ(s.e.cc.losses[static_cast<int>(cc::LossSignal::kNak)], 1);
   EXPECT_EQ(s.e.cc.acked_packets, 4u);
   EXPECT_EQ(s.drain().size(), 60u);
   // The same NAK again while going back is no new loss.
-  ack_at(s, 0x1000 + 4, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
+  peer_response(s, 0x1000 + 4, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
   EXPECT_EQ(s.e.cc.losses[static_cast<int>(cc::LossSignal::kNak)], 1);
   // Silence until the ACK timeout: a timeout loss.
   s.advance(s.e.qp->ack_timeout());

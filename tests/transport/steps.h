@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "wire/aeth.h"
 #include "wire/opcode.h"
 #include "wire/psn.h"
 
@@ -34,7 +35,8 @@ inline void post_recv(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t 
 
 // An Acknowledge from the fictitious peer to the Solo QP's requester: an ACK or a NAK
 // (`syndrome`) at `psn`.
-inline void peer_response(Solo& s, std::uint32_t psn, std::uint8_t syndrome) {
+inline void peer_response(Solo& s, std::uint32_t psn,
+                          std::uint8_t syndrome = wire::make_ack_syndrome()) {
   wire::TransportHeaders h;
   h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge);
   h.bth.psn = psn & wire::kPsnMask;
