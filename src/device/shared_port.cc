@@ -254,8 +254,8 @@ Result<Start, Error> start_coordinator(const wire::IpAddress& ip, std::uint16_t 
   ::close(l_hi);
   ::close(s_hi);
   if (rc != 0) {
-    return Err{Error::system(rc, "cannot start the device coordinator " + path)
-                   .within("(UROCE_DEVD names another one)")};
+    return Err{Error(rc, "cannot start the device coordinator " + path + ": " + std::strerror(rc) +
+                             " (UROCE_DEVD names another one)")};
   }
   // It forks the coordinator and exits at once: reap it (an application that reaps every
   // child itself may have done so already).
