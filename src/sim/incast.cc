@@ -148,6 +148,7 @@ bool make_nic(Run& r, std::uint32_t index, std::size_t mem_bytes) {
   cfg.dcqcn = r.opt.dcqcn_params;
   cfg.aimd = r.opt.aimd_params;
   cfg.congestion_control = r.opt.cc;
+  cfg.adaptive_recovery = r.opt.adaptive_recovery;
   auto dev = Device::create(cfg);
   if (!dev.ok()) return false;
   n->dev = std::move(dev.value());
@@ -178,6 +179,11 @@ bool make_qp(Nic& n, std::uint32_t depth) {
   init.cap = QpCap{depth, 1, 1, 1, 0};
   auto qp = n.dev->create_qp(n.pd, init);
   if (!qp.ok()) return false;
+  if (n.run->opt.adaptive_recovery && !n.run->opt.bdp_window) {
+    transport::RecoveryParams p;
+    p.bdp_window = false;
+    n.dev->find_qp(qp->qp_num)->set_recovery(p);
+  }
   n.qps.push_back(qp->handle);
   n.qpns.push_back(qp->qp_num);
   return true;
@@ -220,6 +226,10 @@ bool setup(Run& r) {
     c.peer_qpn = tx.qpns.back();
     std::swap(c.sq_psn, c.rq_psn);
     if (verbs::connect_rc_qp(*rx.dev, rx.qps.back(), c) != Errc::kOk) return false;
+    if (o.selective_repeat) {
+      tx.dev->find_qp(tx.qpns.back())->set_selective_repeat(true);
+      rx.dev->find_qp(rx.qpns.back())->set_selective_repeat(true);
+    }
   }
   return true;
 }

@@ -45,6 +45,12 @@ struct IncastOptions {
   std::int64_t converge_ns = 10'000'000;  // measurements start then
   // > 0: a sample of the port and of every sender every so often (IncastResult::trace).
   std::int64_t trace_interval_ns = 0;
+  // The transport's loss recovery (DeviceConfig::adaptive_recovery: an RTO from measured RTTs, a
+  // tail-loss probe, a BDP window) on every host, and selective repeat between each sender and
+  // the receiver (transport::Qp::set_selective_repeat: both ends are uroce).
+  bool adaptive_recovery = false;
+  bool bdp_window = true;  // with adaptive_recovery: its BDP window too (RecoveryParams)
+  bool selective_repeat = false;
 };
 
 // The port and the senders at one moment of the run (IncastOptions::trace_interval_ns).

@@ -48,6 +48,12 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sub.add_option("--ack-timeout", o.ack_timeout, "The QPs' IBTA ACK timeout exponent")
       ->capture_default_str()
       ->check(CLI::Range(1, 31));
+  sub.add_flag(
+      "--recovery", o.adaptive_recovery,
+      "The transport's adaptive loss recovery (RTO from RTTs, tail-loss probe, BDP window)");
+  sub.add_flag("!--no-bdp-window", o.bdp_window, "With --recovery: no BDP window");
+  sub.add_flag("--selective-repeat", o.selective_repeat,
+               "Selective repeat between each sender and the receiver");
   sub.add_option("--duration-ns", o.duration_ns, "Simulated time the senders post")
       ->capture_default_str();
   sub.add_option("--converge-ns", o.converge_ns, "Measurements start then")->capture_default_str();
@@ -55,6 +61,8 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sub.add_option("--trace-flows", c.trace_flows, "Senders shown in the trace")
       ->capture_default_str();
   // DCQCN's parameters, by their mlx5 names.
+  sub.add_option("--rp-clamp-tgt-rate", p.rp_clamp_tgt_rate)->capture_default_str();
+  sub.add_option("--rp-clamp-tgt-rate-ati", p.rp_clamp_tgt_rate_ati)->capture_default_str();
   sub.add_option("--rp-time-reset-us", p.rp_time_reset_us)->capture_default_str();
   sub.add_option("--rp-byte-reset", p.rp_byte_reset)->capture_default_str();
   sub.add_option("--rp-threshold", p.rp_threshold)->capture_default_str();
