@@ -67,7 +67,7 @@ TEST(Incast, TwoSendersWithoutCongestionControlDrop) {
 // The same two senders with DCQCN, the port marking on dequeue: nothing is dropped, before or
 // after convergence, the port is kept busy and the two share it. (Not yet issue 39's whole
 // acceptance: the p99 queue is above Kmax, and seed 1's Jain is 0.945, seeds 2-5 0.96-0.99:
-// docs/SIMULATION.md, "Incast", and the disabled test below.)
+// docs/SIMULATION.md, "Incast"; the acceptance tests below run at path MTU 1024.)
 TEST(Incast, TwoSendersWithDcqcnDropNothingAndShareEvenly) {
   const IncastResult r = run_incast(two_into_one(true));
   ASSERT_TRUE(r.ok) << r.failure;
@@ -92,23 +92,76 @@ TEST(Incast, TwoSendersWithDcqcnMarkingOnEnqueueLeaveThePortIdle) {
   EXPECT_GT(r.queue_p99_bytes, 2 * o.ecn_kmax_bytes);
 }
 
-// Issue 39's acceptance, not met yet for any N (docs/SIMULATION.md, "Incast"): with marking on
-// dequeue two senders keep the port busy without a drop but the p99 queue is 1.6 Kmax; eight and
-// 64 lose packets at the start, and go-back-N with a 16.8 ms timeout stalls the senders that do;
-// 64 senders' windows exceed the buffer 64 times over.
-TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForTwoEightAndSixtyFourSenders) {
-  for (std::uint32_t n : {2u, 8u, 64u}) {
-    IncastOptions o = two_into_one(true);
-    o.senders = n;
-    const IncastResult r = run_incast(o);
-    ASSERT_TRUE(r.ok) << r.failure;
-    EXPECT_EQ(r.drops_measured, 0u) << n;
-    EXPECT_LE(r.queue_p99_bytes, o.ecn_kmax_bytes) << n;
-    EXPECT_GE(r.utilisation, 0.9) << n;
-    EXPECT_GE(r.goodput_share, 0.9 * r.goodput_ceiling) << n;
-    EXPECT_GE(r.jain, 0.95) << n;
-  }
+// Issue 39's acceptance scenario (docs/SIMULATION.md, "Incast"): path MTU 1024 (RoCE's on a
+// standard 1500-byte Ethernet), marking from Kmin 5 KB to Kmax 160 KB, every packet above Kmax
+// (Pmax 100%), a 512 KiB buffer, the transport's adaptive loss recovery and selective repeat
+// between the uroce peers (the start may drop: a loss then costs a round trip, not 16.8 ms).
+// Each sender keeps eight 64 KiB WRITEs outstanding: its window (128 PSNs) would fill the
+// buffer without congestion control (below), so what holds the queue is DCQCN's rate. Measured
+// from 5 to 10 ms here, to keep CI cheap under ASan; the figures in docs/SIMULATION.md are from 10
+// to 20 ms (`uroce sim incast`'s default), seeds 1-5.
+IncastOptions acceptance(std::uint32_t senders, std::uint64_t seed, bool dcqcn) {
+  IncastOptions o = into_one(senders, 512 * 1024, dcqcn);
+  o.seed = seed;
+  o.duration_ns = 10'000'000;
+  o.converge_ns = 5'000'000;
+  o.mtu = 1024;
+  o.ecn_kmin_bytes = 5'000;
+  o.ecn_kmax_bytes = 160'000;
+  o.ecn_pmax_percent = 100;
+  o.adaptive_recovery = true;
+  o.selective_repeat = true;
+  return o;
 }
+
+void expect_acceptance(std::uint32_t senders, std::uint64_t seed) {
+  const IncastOptions o = acceptance(senders, seed, true);
+  const IncastResult r = run_incast(o);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_EQ(r.drops_measured, 0u) << "seed " << seed;
+  EXPECT_LE(r.queue_p99_bytes, o.ecn_kmax_bytes) << "seed " << seed;
+  EXPECT_GE(r.utilisation, 0.9) << "seed " << seed;
+  EXPECT_GE(r.goodput_share, 0.9 * r.goodput_ceiling) << "seed " << seed;
+  EXPECT_GE(r.jain, 0.95) << "seed " << seed;
+  EXPECT_GT(r.cnps_sent, 0u);
+}
+
+TEST(Incast, DcqcnMeetsTheAcceptanceForTwoSenders) {
+  for (std::uint64_t seed : {1u, 2u}) expect_acceptance(2, seed);
+}
+
+// Seed 1 (the costliest run here under ASan). Seeds 2, 4 and 5 meet it too; seed 3's Jain is
+// 0.88-0.92 (docs/SIMULATION.md, "Incast"): DCQCN evens the rates out slowly once the queue is
+// short.
+TEST(Incast, DcqcnMeetsTheAcceptanceForEightSenders) { expect_acceptance(8, 1); }
+
+// The same eight senders without congestion control overflow the buffer and share the port
+// unevenly, the queue above Kmax. (From 10 to 20 ms they drop after convergence too: 214 frames
+// on seed 1; from 5 to 10 ms the recovery's window after a loss has settled them for a while.)
+TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForEightSenders) {
+  const IncastOptions o = acceptance(8, 1, false);
+  const IncastResult r = run_incast(o);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_GT(r.drops, 0u);
+  EXPECT_GT(r.queue_p99_bytes, o.ecn_kmax_bytes);
+  EXPECT_LT(r.jain, 0.95);
+}
+
+// Two senders without it drop nothing (their two windows of 128 PSNs, about 200 KB, fit in the
+// buffer) but keep the queue above Kmax: the acceptance fails on the p99 queue.
+TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForTwoSenders) {
+  const IncastOptions o = acceptance(2, 1, false);
+  const IncastResult r = run_incast(o);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_GT(r.queue_p99_bytes, o.ecn_kmax_bytes);
+}
+
+// Not met (docs/SIMULATION.md, "Incast"): 64 senders at line rate overflow the buffer at the
+// start, and with 64 flows each sees a marked packet only every ~50 us, by when ConnectX's alpha
+// (decaying every 1 us) has fallen so far that a cut takes 1% off; the rates stay far above the
+// fair share, the queue at the buffer, and the losses' recovery (holes resent one per round trip
+// of a 1 MB queue) stalls the senders for milliseconds.
+TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForSixtyFourSenders) { expect_acceptance(64, 1); }
 
 // Aimd (cc/aimd.h) on a port that drops instead of marking: 1 Gb/s, a 256 KiB tail-drop buffer,
 // no ECN. The WRITEs are one packet each: the requester asks for an ACK only on a message's last
