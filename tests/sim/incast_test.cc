@@ -114,8 +114,8 @@ IncastOptions acceptance(std::uint32_t senders, std::uint64_t seed, bool dcqcn) 
   return o;
 }
 
-void expect_acceptance(std::uint32_t senders, std::uint64_t seed) {
-  const IncastOptions o = acceptance(senders, seed, true);
+void expect_acceptance(const IncastOptions& o) {
+  const std::uint64_t seed = o.seed;
   const IncastResult r = run_incast(o);
   ASSERT_TRUE(r.ok) << r.failure;
   EXPECT_EQ(r.drops_measured, 0u) << "seed " << seed;
@@ -127,13 +127,13 @@ void expect_acceptance(std::uint32_t senders, std::uint64_t seed) {
 }
 
 TEST(Incast, DcqcnMeetsTheAcceptanceForTwoSenders) {
-  for (std::uint64_t seed : {1u, 2u}) expect_acceptance(2, seed);
+  for (std::uint64_t seed : {1u, 2u}) expect_acceptance(acceptance(2, seed, true));
 }
 
 // Seed 1 (the costliest run here under ASan). Seeds 2, 4 and 5 meet it too; seed 3's Jain is
 // 0.88-0.92 (docs/SIMULATION.md, "Incast"): DCQCN evens the rates out slowly once the queue is
 // short.
-TEST(Incast, DcqcnMeetsTheAcceptanceForEightSenders) { expect_acceptance(8, 1); }
+TEST(Incast, DcqcnMeetsTheAcceptanceForEightSenders) { expect_acceptance(acceptance(8, 1, true)); }
 
 // The same eight senders without congestion control overflow the buffer and share the port
 // unevenly, the queue above Kmax. (From 10 to 20 ms they drop after convergence too: 214 frames
@@ -160,8 +160,14 @@ TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForTwoSenders) {
 // start, and with 64 flows each sees a marked packet only every ~50 us, by when ConnectX's alpha
 // (decaying every 1 us) has fallen so far that a cut takes 1% off; the rates stay far above the
 // fair share, the queue at the buffer, and the losses' recovery (holes resent one per round trip
-// of a 1 MB queue) stalls the senders for milliseconds.
-TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForSixtyFourSenders) { expect_acceptance(64, 1); }
+// of a full queue) stalls the senders for milliseconds. Without the recovery's BDP window: with
+// it, seed 1's simulation stops advancing in the drain (a sender's QP keeps a timer deadline in
+// the past, so every round is due at once).
+TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForSixtyFourSenders) {
+  IncastOptions o = acceptance(64, 1, true);
+  o.bdp_window = false;
+  expect_acceptance(o);
+}
 
 // Aimd (cc/aimd.h) on a port that drops instead of marking: 1 Gb/s, a 256 KiB tail-drop buffer,
 // no ECN. The WRITEs are one packet each: the requester asks for an ACK only on a message's last
