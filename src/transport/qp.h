@@ -573,6 +573,12 @@ class Qp {
   bool poll_response(TxPacket& out);
   // `placed`: the payload is in place already (PacketInfo::payload_placed).
   RespStatus execute_request(const wire::RocePacket& pkt, bool placed);
+  // execute_request()'s steps.
+  RespStatus check_request(const wire::RocePacket& pkt) const;
+  RespStatus execute_send(const wire::RocePacket& pkt, bool placed);
+  RespStatus execute_write(const wire::RocePacket& pkt, bool placed);
+  RespStatus execute_read(const wire::RocePacket& pkt);
+  RespStatus execute_atomic(const wire::RocePacket& pkt);
   bool take_recv_wqe();
   RespStatus scatter_into_recv(std::uint64_t offset, ConstBytes data);
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,
