@@ -275,260 +275,334 @@ void CmServer::reply_then_event(int fd, const devd::CmMsg& reply, const Id& id,
   send(fd, ev);
 }
 
+namespace {
+
+// A reply that reports errno `err`.
+devd::CmMsg with_status(devd::CmMsg r, int err) {
+  r.status = err;
+  return r;
+}
+
+// The CM's 3-bit retry counts: a larger request is clamped to 7.
+std::uint8_t retries(std::uint8_t asked) { return asked > 7 ? 7 : asked; }
+
+// The rdma_cm header (cma_hdr) of an active ID's REQ or SIDR_REQ.
+wire::CmaHeader cma_header_of(const devd::CmAddr& src, const cm::Gid& sg, const cm::Gid& dg) {
+  wire::CmaHeader h;
+  h.ip_version = src.family == 6 ? 6 : 4;
+  h.src_port = src.port;
+  std::memcpy(h.src_addr.data(), sg.data(), 16);
+  std::memcpy(h.dst_addr.data(), dg.data(), 16);
+  return h;
+}
+
+cm::ConnectParams connect_params(const devd::CmConnParam& c, const cm::Gid& sg, const cm::Gid& dg,
+                                 std::uint64_t service_id, ConstBytes pdata) {
+  cm::ConnectParams p;
+  p.peer = cm::CmPeer{dg};
+  p.local_gid = sg;
+  p.service_id = service_id;
+  p.local_qpn = c.qp_num;
+  p.starting_psn = c.starting_psn & 0xffffff;
+  p.responder_resources = c.responder_resources;
+  p.initiator_depth = c.initiator_depth;
+  p.retry_count = retries(c.retry_count);
+  p.rnr_retry_count = retries(c.rnr_retry_count);
+  p.path_mtu = c.path_mtu >= 1 && c.path_mtu <= 5 ? c.path_mtu : 3;
+  p.srq = c.srq != 0;
+  p.flow_control = c.flow_control != 0;
+  p.private_data = pdata;
+  return p;
+}
+
+cm::AcceptParams accept_params(const devd::CmConnParam& c, ConstBytes pdata) {
+  cm::AcceptParams p;
+  p.local_qpn = c.qp_num;
+  p.starting_psn = c.starting_psn & 0xffffff;
+  p.responder_resources = c.responder_resources;
+  p.initiator_depth = c.initiator_depth;
+  p.rnr_retry_count = retries(c.rnr_retry_count);
+  p.srq = c.srq != 0;
+  p.flow_control = c.flow_control != 0;
+  p.private_data = pdata;
+  return p;
+}
+
+ConstBytes private_data_of(const devd::CmConnParam& c) {
+  return ConstBytes(reinterpret_cast<const std::byte*>(c.private_data), c.private_data_len);
+}
+
+}  // namespace
+
+// A client's command: the two that name no ID of the client's (create, migrate) first, then the
+// lookup of the client's ID and the command on it.
 std::optional<devd::CmMsg> CmServer::handle(Instant now, int fd, const devd::CmMsg& m) {
   reap_now_ = now;
   devd::CmMsg r;
   r.type = devd::CmMsgType::kReply;
   r.id = m.id;
-  auto fail = [&](int err) {
-    r.status = err;
-    return r;
-  };
-  if (m.type == devd::CmMsgType::kCreateId) {
-    if (!is_port_space(m.ps)) return fail(EPROTONOSUPPORT);
-    Id id;
-    id.number = next_id_++;
-    if (next_id_ == 0) next_id_ = 1;
-    id.client = fd;
-    id.ps = m.ps;
-    id.qp_type = m.qp_type;
-    ids_[id.number] = id;
-    r.id = id.number;
-    return r;
+  if (m.type == devd::CmMsgType::kCreateId) return create_id(fd, m, r);
+  if (m.type == devd::CmMsgType::kMigrate) return migrate_id(fd, m, r);
+  Id* id = id_of(fd, m.id);
+  if (id == nullptr) return with_status(r, ENOENT);
+  return handle_on_id(now, fd, *id, m, r);
+}
+
+devd::CmMsg CmServer::create_id(int fd, const devd::CmMsg& m, devd::CmMsg r) {
+  if (!is_port_space(m.ps)) return with_status(r, EPROTONOSUPPORT);
+  Id id;
+  id.number = next_id_++;
+  if (next_id_ == 0) next_id_ = 1;
+  id.client = fd;
+  id.ps = m.ps;
+  id.qp_type = m.qp_type;
+  ids_[id.number] = id;
+  r.id = id.number;
+  return r;
+}
+
+// An ID moves to another channel of the same process (rdma_migrate_id).
+devd::CmMsg CmServer::migrate_id(int fd, const devd::CmMsg& m, devd::CmMsg r) {
+  auto it = ids_.find(m.id);
+  if (it == ids_.end()) return with_status(r, ENOENT);
+  auto from = clients_.find(it->second.client);
+  if (from == clients_.end() || from->second.pid != clients_.at(fd).pid) {
+    return with_status(r, ENOENT);
   }
-  Id* id = m.type == devd::CmMsgType::kMigrate ? nullptr : id_of(fd, m.id);
-  if (m.type == devd::CmMsgType::kMigrate) {
-    auto it = ids_.find(m.id);
-    if (it == ids_.end()) return fail(ENOENT);
-    auto from = clients_.find(it->second.client);
-    if (from == clients_.end() || from->second.pid != clients_.at(fd).pid) return fail(ENOENT);
-    it->second.client = fd;
-    return r;
-  }
-  if (id == nullptr) return fail(ENOENT);
+  it->second.client = fd;
+  return r;
+}
+
+std::optional<devd::CmMsg> CmServer::handle_on_id(Instant now, int fd, Id& id, const devd::CmMsg& m,
+                                                  devd::CmMsg r) {
   const bool ud =
-      id->qp_type == kQptUd || id->ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp);
+      id.qp_type == kQptUd || id.ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp);
   switch (m.type) {
     case devd::CmMsgType::kDestroyId:
-      destroy_id(now, *id);
+      destroy_id(now, id);
       return r;
-    case devd::CmMsgType::kBind: {
-      if (m.src.family != 0 && !is_unspecified(m.src)) {
-        // Only the device's own address (or the wildcard) is bindable here.
-        if (std::memcmp(m.src.bytes, ip_.bytes.data(), ip_.v6 ? 16 : 4) != 0 ||
-            (m.src.family == 6) != ip_.v6) {
-          return fail(EADDRNOTAVAIL);
-        }
-      }
-      id->src = m.src;
-      if (const int e = bind_id(*id, m.src.port); e != 0) return fail(e);
-      r.src = id->src;
-      return r;
-    }
-    case devd::CmMsgType::kResolveAddr: {
-      if (!id->bound) {
-        id->src = local_addr(0);
-        if (const int e = bind_id(*id, m.src.port); e != 0) return fail(e);
-      }
-      const std::uint16_t p = id->src.port;
-      id->src = local_addr(p);
-      id->dst = m.dst;
-      r.src = id->src;
-      r.dst = id->dst;
-      reply_then_event(fd, r, *id, kAddrResolved);
+    case devd::CmMsgType::kBind:
+      return bind_command(id, m, r);
+    case devd::CmMsgType::kResolveAddr:
+      return resolve_addr_command(fd, id, m, r);
+    case devd::CmMsgType::kResolveRoute:
+      if (id.dst.family == 0) return with_status(r, EINVAL);
+      reply_then_event(fd, r, id, kRouteResolved);
       return std::nullopt;
-    }
-    case devd::CmMsgType::kResolveRoute: {
-      if (id->dst.family == 0) return fail(EINVAL);
-      reply_then_event(fd, r, *id, kRouteResolved);
-      return std::nullopt;
-    }
-    case devd::CmMsgType::kListen: {
-      if (id->listening) return r;  // the kernel accepts a second listen (a new backlog)
-      if (!id->bound) {
-        id->src = local_addr(0);
-        if (const int e = bind_id(*id, 0); e != 0) return fail(e);
-      }
-      auto l = cm_.listen(service_of(id->ps, id->src.port));
-      if (!l.ok()) return fail(EADDRINUSE);
-      id->listening = true;
-      id->listen = l.value();
-      by_listen_[l.value().value] = id->number;
-      r.src = id->src;
-      // Their events follow the reply (pump).
-      release_held(now, id->ps, id->src.port);
-      return r;
-    }
-    case devd::CmMsgType::kConnect: {
-      if (id->has_conn || id->listening || id->dst.family == 0) return fail(EINVAL);
-      wire::CmaHeader h;
-      h.ip_version = id->src.family == 6 ? 6 : 4;
-      h.src_port = id->src.port;
-      const cm::Gid sg = gid_of(id->src);
-      const cm::Gid dg = gid_of(id->dst);
-      std::memcpy(h.src_addr.data(), sg.data(), 16);
-      std::memcpy(h.dst_addr.data(), dg.data(), 16);
-      std::array<std::uint8_t, wire::CmSidrReq::kPrivateDataBytes> pd{};
-      const std::size_t user_max =
-          ud ? wire::kCmaSidrReqUserPrivateDataBytes : wire::kCmaReqUserPrivateDataBytes;
-      if (m.conn.private_data_len > user_max) return fail(EINVAL);
-      auto enc = wire::encode_cma_private_data(
-          h,
-          ConstBytes(reinterpret_cast<const std::byte*>(m.conn.private_data),
-                     m.conn.private_data_len),
-          MutBytes(reinterpret_cast<std::byte*>(pd.data()), pd.size()));
-      if (!enc.ok()) return fail(EINVAL);
-      const ConstBytes pdata(reinterpret_cast<const std::byte*>(pd.data()), enc.value());
-      Result<cm::ConnId, cm::CmError> c = Err{cm::CmError::kInvalidArgument};
-      if (ud) {
-        cm::SidrParams p;
-        p.peer = cm::CmPeer{dg};
-        p.service_id = service_of(id->ps, id->dst.port);
-        p.private_data = pdata;
-        c = cm_.sidr_resolve(now, p);
-      } else {
-        cm::ConnectParams p;
-        p.peer = cm::CmPeer{dg};
-        p.local_gid = sg;
-        p.service_id = service_of(id->ps, id->dst.port);
-        p.local_qpn = m.conn.qp_num;
-        p.starting_psn = m.conn.starting_psn & 0xffffff;
-        p.responder_resources = m.conn.responder_resources;
-        p.initiator_depth = m.conn.initiator_depth;
-        p.retry_count = m.conn.retry_count > 7 ? 7 : m.conn.retry_count;
-        p.rnr_retry_count = m.conn.rnr_retry_count > 7 ? 7 : m.conn.rnr_retry_count;
-        p.path_mtu = m.conn.path_mtu >= 1 && m.conn.path_mtu <= 5 ? m.conn.path_mtu : 3;
-        p.srq = m.conn.srq != 0;
-        p.flow_control = m.conn.flow_control != 0;
-        p.private_data = pdata;
-        c = cm_.connect(now, p);
-      }
-      if (!c.ok()) return fail(c.error() == cm::CmError::kBusy ? ENOMEM : EINVAL);
-      id->has_conn = true;
-      id->conn = c.value();
-      id->active = true;
-      by_conn_[c.value().value] = id->number;
-      return r;
-    }
-    case devd::CmMsgType::kAccept: {
-      if (!id->has_conn) return fail(EINVAL);
-      const ConstBytes pdata(reinterpret_cast<const std::byte*>(m.conn.private_data),
-                             m.conn.private_data_len);
-      if (id->active) {
-        auto e = cm_.establish(now, id->conn);
-        return e.ok() ? r : fail(EINVAL);
-      }
-      if (ud) {
-        const std::uint32_t qkey = m.conn.qkey != 0 ? m.conn.qkey : kRdmaUdpQkey;
-        auto e =
-            cm_.sidr_reply(now, id->conn, wire::SidrStatus::kSuccess, m.conn.qp_num, qkey, pdata);
-        return e.ok() ? r : fail(EINVAL);
-      }
-      cm::AcceptParams p;
-      p.local_qpn = m.conn.qp_num;
-      p.starting_psn = m.conn.starting_psn & 0xffffff;
-      p.responder_resources = m.conn.responder_resources;
-      p.initiator_depth = m.conn.initiator_depth;
-      p.rnr_retry_count = m.conn.rnr_retry_count > 7 ? 7 : m.conn.rnr_retry_count;
-      p.srq = m.conn.srq != 0;
-      p.flow_control = m.conn.flow_control != 0;
-      p.private_data = pdata;
-      auto q = cm_.accept(now, id->conn, p);
-      if (!q.ok()) return fail(EINVAL);
-      r.qp = q.value();
-      return r;
-    }
+    case devd::CmMsgType::kListen:
+      return listen_command(now, id, r);
+    case devd::CmMsgType::kConnect:
+      return connect_command(now, id, m, ud, r);
+    case devd::CmMsgType::kAccept:
+      return accept_command(now, id, m, ud, r);
     case devd::CmMsgType::kReject: {
-      if (!id->has_conn) return fail(EINVAL);
-      const ConstBytes pdata(reinterpret_cast<const std::byte*>(m.conn.private_data),
-                             m.conn.private_data_len);
-      if (ud && !id->active) {
-        auto e = cm_.sidr_reply(now, id->conn, wire::SidrStatus::kReject, 0, 0, pdata);
-        return e.ok() ? r : fail(EINVAL);
+      if (!id.has_conn) return with_status(r, EINVAL);
+      const ConstBytes pdata = private_data_of(m.conn);
+      if (ud && !id.active) {
+        auto e = cm_.sidr_reply(now, id.conn, wire::SidrStatus::kReject, 0, 0, pdata);
+        return e.ok() ? r : with_status(r, EINVAL);
       }
-      auto e = cm_.reject(now, id->conn, pdata);
-      return e.ok() ? r : fail(EINVAL);
+      auto e = cm_.reject(now, id.conn, pdata);
+      return e.ok() ? r : with_status(r, EINVAL);
     }
     case devd::CmMsgType::kDisconnect: {
-      if (!id->has_conn) return fail(EINVAL);
-      auto e = cm_.disconnect(now, id->conn, {});
-      return e.ok() ? r : fail(EINVAL);
+      if (!id.has_conn) return with_status(r, EINVAL);
+      auto e = cm_.disconnect(now, id.conn, {});
+      return e.ok() ? r : with_status(r, EINVAL);
     }
-    case devd::CmMsgType::kNotify: {
-      if (!id->has_conn) return fail(EINVAL);
-      (void)cm_.handle_comm_established(now, id->conn);
+    case devd::CmMsgType::kNotify:
+      if (!id.has_conn) return with_status(r, EINVAL);
+      (void)cm_.handle_comm_established(now, id.conn);
       return r;
-    }
     default:
-      return fail(EINVAL);
+      return with_status(r, EINVAL);
   }
 }
 
+devd::CmMsg CmServer::bind_command(Id& id, const devd::CmMsg& m, devd::CmMsg r) {
+  if (m.src.family != 0 && !is_unspecified(m.src)) {
+    // Only the device's own address (or the wildcard) is bindable here.
+    if (std::memcmp(m.src.bytes, ip_.bytes.data(), ip_.v6 ? 16 : 4) != 0 ||
+        (m.src.family == 6) != ip_.v6) {
+      return with_status(r, EADDRNOTAVAIL);
+    }
+  }
+  id.src = m.src;
+  if (const int e = bind_id(id, m.src.port); e != 0) return with_status(r, e);
+  r.src = id.src;
+  return r;
+}
+
+std::optional<devd::CmMsg> CmServer::resolve_addr_command(int fd, Id& id, const devd::CmMsg& m,
+                                                          devd::CmMsg r) {
+  if (!id.bound) {
+    id.src = local_addr(0);
+    if (const int e = bind_id(id, m.src.port); e != 0) return with_status(r, e);
+  }
+  const std::uint16_t p = id.src.port;
+  id.src = local_addr(p);
+  id.dst = m.dst;
+  r.src = id.src;
+  r.dst = id.dst;
+  reply_then_event(fd, r, id, kAddrResolved);
+  return std::nullopt;
+}
+
+devd::CmMsg CmServer::listen_command(Instant now, Id& id, devd::CmMsg r) {
+  if (id.listening) return r;  // the kernel accepts a second listen (a new backlog)
+  if (!id.bound) {
+    id.src = local_addr(0);
+    if (const int e = bind_id(id, 0); e != 0) return with_status(r, e);
+  }
+  auto l = cm_.listen(service_of(id.ps, id.src.port));
+  if (!l.ok()) return with_status(r, EADDRINUSE);
+  id.listening = true;
+  id.listen = l.value();
+  by_listen_[l.value().value] = id.number;
+  r.src = id.src;
+  // Their events follow the reply (pump).
+  release_held(now, id.ps, id.src.port);
+  return r;
+}
+
+// rdma_connect: the rdma_cm header and the user's private data, then a REQ (RC) or a SIDR_REQ
+// (UD) to the ID's destination.
+devd::CmMsg CmServer::connect_command(Instant now, Id& id, const devd::CmMsg& m, bool ud,
+                                      devd::CmMsg r) {
+  if (id.has_conn || id.listening || id.dst.family == 0) return with_status(r, EINVAL);
+  const cm::Gid sg = gid_of(id.src);
+  const cm::Gid dg = gid_of(id.dst);
+  std::array<std::uint8_t, wire::CmSidrReq::kPrivateDataBytes> pd{};
+  const std::size_t user_max =
+      ud ? wire::kCmaSidrReqUserPrivateDataBytes : wire::kCmaReqUserPrivateDataBytes;
+  if (m.conn.private_data_len > user_max) return with_status(r, EINVAL);
+  auto enc =
+      wire::encode_cma_private_data(cma_header_of(id.src, sg, dg), private_data_of(m.conn),
+                                    MutBytes(reinterpret_cast<std::byte*>(pd.data()), pd.size()));
+  if (!enc.ok()) return with_status(r, EINVAL);
+  const ConstBytes pdata(reinterpret_cast<const std::byte*>(pd.data()), enc.value());
+  const std::uint64_t service_id = service_of(id.ps, id.dst.port);
+  Result<cm::ConnId, cm::CmError> c = Err{cm::CmError::kInvalidArgument};
+  if (ud) {
+    cm::SidrParams p;
+    p.peer = cm::CmPeer{dg};
+    p.service_id = service_id;
+    p.private_data = pdata;
+    c = cm_.sidr_resolve(now, p);
+  } else {
+    c = cm_.connect(now, connect_params(m.conn, sg, dg, service_id, pdata));
+  }
+  if (!c.ok()) return with_status(r, c.error() == cm::CmError::kBusy ? ENOMEM : EINVAL);
+  id.has_conn = true;
+  id.conn = c.value();
+  id.active = true;
+  by_conn_[c.value().value] = id.number;
+  return r;
+}
+
+// rdma_accept: the active side's RTU after a REP, a passive UD ID's SIDR_REP, or a passive RC
+// ID's REP.
+devd::CmMsg CmServer::accept_command(Instant now, Id& id, const devd::CmMsg& m, bool ud,
+                                     devd::CmMsg r) {
+  if (!id.has_conn) return with_status(r, EINVAL);
+  const ConstBytes pdata = private_data_of(m.conn);
+  if (id.active) {
+    auto e = cm_.establish(now, id.conn);
+    return e.ok() ? r : with_status(r, EINVAL);
+  }
+  if (ud) {
+    const std::uint32_t qkey = m.conn.qkey != 0 ? m.conn.qkey : kRdmaUdpQkey;
+    auto e = cm_.sidr_reply(now, id.conn, wire::SidrStatus::kSuccess, m.conn.qp_num, qkey, pdata);
+    return e.ok() ? r : with_status(r, EINVAL);
+  }
+  auto q = cm_.accept(now, id.conn, accept_params(m.conn, pdata));
+  if (!q.ok()) return with_status(r, EINVAL);
+  r.qp = q.value();
+  return r;
+}
+
+// The CM's events to the clients: a request for a listener makes a new passive ID; the others
+// belong to an ID's connection.
 void CmServer::deliver(const cm::CmEvent& e) {
-  devd::CmMsg ev;
-  ev.type = devd::CmMsgType::kEvent;
   if (e.type == cm::CmEventType::kConnectRequest || e.type == cm::CmEventType::kSidrRequest) {
-    auto l = by_listen_.find(e.listener.value);
-    Id* lid = nullptr;
-    if (l != by_listen_.end()) {
-      auto it = ids_.find(l->second);
-      if (it != ids_.end()) lid = &it->second;
+    deliver_request(e);
+  } else {
+    deliver_conn_event(e);
+  }
+}
+
+void CmServer::deliver_request(const cm::CmEvent& e) {
+  auto l = by_listen_.find(e.listener.value);
+  Id* lid = nullptr;
+  if (l != by_listen_.end()) {
+    auto it = ids_.find(l->second);
+    if (it != ids_.end()) lid = &it->second;
+  }
+  const ConstBytes pd(reinterpret_cast<const std::byte*>(e.private_data.data()),
+                      e.private_data_bytes);
+  auto h = wire::parse_cma_header(pd);
+  if (lid == nullptr || !h.ok()) {
+    // A listener gone, or a REQ that is not rdma_cm's: refuse it (cma.c rejects a REQ whose
+    // private data has no valid cma_hdr).
+    if (e.type == cm::CmEventType::kSidrRequest) {
+      (void)cm_.sidr_reply(Instant{}, e.id, wire::SidrStatus::kReject, 0, 0, {});
+    } else {
+      (void)cm_.reject(Instant{}, e.id, {});
     }
-    const bool sidr = e.type == cm::CmEventType::kSidrRequest;
-    const ConstBytes pd(reinterpret_cast<const std::byte*>(e.private_data.data()),
-                        e.private_data_bytes);
-    auto h = wire::parse_cma_header(pd);
-    if (lid == nullptr || !h.ok()) {
-      // A listener gone, or a REQ that is not rdma_cm's: refuse it (cma.c rejects a REQ whose
-      // private data has no valid cma_hdr).
-      if (sidr) {
-        (void)cm_.sidr_reply(Instant{}, e.id, wire::SidrStatus::kReject, 0, 0, {});
-      } else {
-        (void)cm_.reject(Instant{}, e.id, {});
-      }
-      return;
-    }
-    Id id;
-    id.number = next_id_++;
-    if (next_id_ == 0) next_id_ = 1;
-    id.client = lid->client;
-    id.ps = lid->ps;
-    id.qp_type = lid->qp_type;
-    id.has_conn = true;
-    id.conn = e.id;
-    id.listener = lid->number;
-    id.bound = true;
-    const std::uint8_t fam = h.value().ip_version == 6 ? 6 : 4;
-    id.src.family = fam;
-    id.dst.family = fam;
-    const std::size_t off = fam == 6 ? 0 : 12;
-    const std::size_t len = fam == 6 ? 16 : 4;
-    std::memcpy(id.src.bytes, h.value().dst_addr.data() + off, len);
-    std::memcpy(id.dst.bytes, h.value().src_addr.data() + off, len);
-    id.src.port = lid->src.port;
-    id.dst.port = h.value().src_port;
-    ids_[id.number] = id;
-    by_conn_[e.id.value] = id.number;
-    ev.id = id.number;
-    ev.listen_id = lid->number;
-    ev.event = kConnectRequest;
-    ev.src = id.src;
-    ev.dst = id.dst;
-    const std::size_t user = e.private_data_bytes - wire::kCmaHeaderBytes;
-    std::memcpy(ev.conn.private_data, e.private_data.data() + wire::kCmaHeaderBytes, user);
-    ev.conn.private_data_len = static_cast<std::uint8_t>(user);
-    ev.conn.responder_resources = e.offered_responder_resources;
-    ev.conn.initiator_depth = e.offered_initiator_depth;
-    ev.conn.retry_count = e.qp.retry_count;
-    ev.conn.rnr_retry_count = e.qp.rnr_retry;
-    ev.conn.srq = e.qp.srq ? 1 : 0;
-    ev.conn.qp_num = e.qp.remote_qpn;
-    ev.qp = e.qp;
-    send(id.client, ev);
     return;
   }
+  const Id& id = add_passive_id(e, *lid, h.value());
+  devd::CmMsg ev;
+  ev.type = devd::CmMsgType::kEvent;
+  ev.id = id.number;
+  ev.listen_id = lid->number;
+  ev.event = kConnectRequest;
+  ev.src = id.src;
+  ev.dst = id.dst;
+  const std::size_t user = e.private_data_bytes - wire::kCmaHeaderBytes;
+  std::memcpy(ev.conn.private_data, e.private_data.data() + wire::kCmaHeaderBytes, user);
+  ev.conn.private_data_len = static_cast<std::uint8_t>(user);
+  ev.conn.responder_resources = e.offered_responder_resources;
+  ev.conn.initiator_depth = e.offered_initiator_depth;
+  ev.conn.retry_count = e.qp.retry_count;
+  ev.conn.rnr_retry_count = e.qp.rnr_retry;
+  ev.conn.srq = e.qp.srq ? 1 : 0;
+  ev.conn.qp_num = e.qp.remote_qpn;
+  ev.qp = e.qp;
+  send(id.client, ev);
+}
+
+// The passive ID of a request to `listener`, its addresses from the request's rdma_cm header.
+const CmServer::Id& CmServer::add_passive_id(const cm::CmEvent& e, const Id& listener,
+                                             const wire::CmaHeader& h) {
+  Id id;
+  id.number = next_id_++;
+  if (next_id_ == 0) next_id_ = 1;
+  id.client = listener.client;
+  id.ps = listener.ps;
+  id.qp_type = listener.qp_type;
+  id.has_conn = true;
+  id.conn = e.id;
+  id.listener = listener.number;
+  id.bound = true;
+  const std::uint8_t fam = h.ip_version == 6 ? 6 : 4;
+  id.src.family = fam;
+  id.dst.family = fam;
+  const std::size_t off = fam == 6 ? 0 : 12;
+  const std::size_t len = fam == 6 ? 16 : 4;
+  std::memcpy(id.src.bytes, h.dst_addr.data() + off, len);
+  std::memcpy(id.dst.bytes, h.src_addr.data() + off, len);
+  id.src.port = listener.src.port;
+  id.dst.port = h.src_port;
+  by_conn_[e.id.value] = id.number;
+  return ids_[id.number] = id;
+}
+
+void CmServer::deliver_conn_event(const cm::CmEvent& e) {
   Id* id = id_by_conn(e.id);
   if (id == nullptr) return;
+  devd::CmMsg ev;
+  ev.type = devd::CmMsgType::kEvent;
   ev.id = id->number;
   ev.src = id->src;
   ev.dst = id->dst;

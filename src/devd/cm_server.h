@@ -32,6 +32,7 @@
 #include "proto/devd_cm_protocol.h"
 #include "proto/devd_protocol.h"
 #include "transport/closed_qps.h"
+#include "wire/cm_mad.h"
 #include "wire/ip.h"
 
 namespace uroce::engine {
@@ -125,6 +126,17 @@ class CmServer {
 
   // The reply to a command (nullopt: already sent, with what follows it).
   std::optional<devd::CmMsg> handle(Instant now, int fd, const devd::CmMsg& m);
+  // handle()'s steps, each given the reply `r` to fill (its status set on an error).
+  devd::CmMsg create_id(int fd, const devd::CmMsg& m, devd::CmMsg r);
+  devd::CmMsg migrate_id(int fd, const devd::CmMsg& m, devd::CmMsg r);
+  std::optional<devd::CmMsg> handle_on_id(Instant now, int fd, Id& id, const devd::CmMsg& m,
+                                          devd::CmMsg r);
+  devd::CmMsg bind_command(Id& id, const devd::CmMsg& m, devd::CmMsg r);
+  std::optional<devd::CmMsg> resolve_addr_command(int fd, Id& id, const devd::CmMsg& m,
+                                                  devd::CmMsg r);
+  devd::CmMsg listen_command(Instant now, Id& id, devd::CmMsg r);
+  devd::CmMsg connect_command(Instant now, Id& id, const devd::CmMsg& m, bool ud, devd::CmMsg r);
+  devd::CmMsg accept_command(Instant now, Id& id, const devd::CmMsg& m, bool ud, devd::CmMsg r);
   // Address and route resolution: the command's reply, then its event for `id`.
   void reply_then_event(int fd, const devd::CmMsg& reply, const Id& id, std::uint32_t event);
   int bind_id(Id& id, std::uint16_t port);
@@ -136,6 +148,9 @@ class CmServer {
   void reap_closed_clients();
   void pump(Instant now);  // the CM's events to clients, its MADs to the wire
   void deliver(const cm::CmEvent& e);
+  void deliver_request(const cm::CmEvent& e);  // a REQ or SIDR_REQ for a listener
+  void deliver_conn_event(const cm::CmEvent& e);
+  const Id& add_passive_id(const cm::CmEvent& e, const Id& listener, const wire::CmaHeader& h);
   void send(int fd, const devd::CmMsg& m);
   Id* id_of(int fd, std::uint32_t number);
   Id* id_by_conn(cm::ConnId c);

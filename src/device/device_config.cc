@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/assert.h"
 #include "fault/fault.h"
 
 namespace uroce::engine {
@@ -184,6 +185,7 @@ Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel,
   }
   auto list = configured_devices(source);
   if (!list.ok()) return Err{list.error()};
+  UROCE_ASSERT(!list.value().empty());  // both parsers refuse a list that names no device
   if (sel.name.empty()) return list.value().front();
   for (const auto& c : list.value()) {
     if (c.name == sel.name) return c;

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/assert.h"
 #include "datapath/udp.h"
 #include "device/device_config.h"
 
@@ -339,6 +340,7 @@ Result<std::unique_ptr<SharedPort>, Error> SharedPort::join(const wire::IpAddres
   sp->udp_number_ = c.value().udp;
   sp->owner_ = ::getpid();
   sp->index_ = c.value().welcome.index;
+  UROCE_ASSERT(sp->conn_ >= 0 && sp->udp_ >= 0);  // a kHello is welcomed with the socket
   guard_fd(sp->conn_);
   guard_fd(sp->udp_);
   return sp;
@@ -415,6 +417,7 @@ SharedPort::~SharedPort() {
 
 int SharedPort::take_socket() {
   std::lock_guard lk(mu_);
+  UROCE_ASSERT(owner_ == ::getpid());  // by the process that joined, not a forked child
   const int fd = udp_;
   udp_ = -1;
   return fd;
@@ -466,7 +469,9 @@ std::optional<std::uint32_t> SharedPort::allocate_qpn() {
     next_in_block_ = 0;
     live_[ans.value] = 0;
   }
+  UROCE_ASSERT(current_ && next_in_block_ < devd::kBlockSize);
   const std::uint32_t qpn = (*current_ << devd::kBlockBits) | next_in_block_++;
+  UROCE_ASSERT(devd::block_of(qpn) == *current_);
   ++live_[*current_];
   return qpn;
 }
@@ -481,6 +486,7 @@ void SharedPort::release_qpn(std::uint32_t qpn) {
 }
 
 void SharedPort::give_back(std::uint32_t block) {
+  UROCE_ASSERT(!current_ || *current_ != block);  // never the block numbers are taken from
   live_.erase(block);
   devd::Msg rel;
   rel.type = devd::MsgType::kReleaseBlock;

@@ -292,6 +292,7 @@ SchedulerConfig UdpDevice::base_config() const {
 RoundReport UdpDevice::round_locked(Instant t, const RoundPlan& plan, Engine::RoundKind kind,
                                     bool want_next_timer) {
   mu_.assert_held();
+  UROCE_ASSERT(engine_ != nullptr);  // no round after close()
   const RoundReport r = engine_->round(t, plan, kind, want_next_timer);
   if (kind == Engine::RoundKind::kReceive) sync_async_fd_locked();
   return r;
@@ -315,6 +316,7 @@ bool UdpDevice::application_round(bool receive) {
       std::lock_guard sl(sched_mu_);
       plan = sched_.app_round_begin(t);
     }
+    UROCE_ASSERT(!defer_channel_signals_);  // no round inside a round
     defer_channel_signals_ = true;
     r = round_locked(t, plan, receive ? Engine::RoundKind::kReceive : Engine::RoundKind::kTransmit,
                      false);
@@ -369,6 +371,7 @@ std::string UdpDevice::start_progress_thread(const ProgressThreadOptions& option
   if (closed_) return "the device is closed";
   if (thread_.joinable()) return "the progress thread is already running";
   if (options.tx_budget == 0) return "tx_budget must be at least 1";
+  UROCE_ASSERT(engine_ != nullptr);  // an open device has its engine until close()
   {
     SchedulerConfig c = base_config();
     c.progress_thread = true;
@@ -434,6 +437,7 @@ void UdpDevice::qp_destroying(std::uint32_t qpn) {
   if (!engine_) return;
   const Instant t = now();
   auto closed = engine_->qp_destroying(t, qpn);
+  UROCE_ASSERT(!closed || closed->qpn == qpn);
   if (closed && shared_) shared_->keep_closed_qp(*closed, closed->until - t);
 }
 
@@ -519,6 +523,7 @@ void UdpDevice::thread_main() {
       std::lock_guard lk(mu_);
       thread_waiting_.store(false, std::memory_order_relaxed);
       t = now();
+      UROCE_ASSERT(!defer_channel_signals_);  // no round inside a round
       defer_channel_signals_ = true;
       const RoundReport r = round_locked(t, a.plan, Engine::RoundKind::kReceive, true);
       defer_channel_signals_ = false;
@@ -599,6 +604,7 @@ void UdpDevice::cq_event(CqHandle cq, std::uint64_t channel) {
 void UdpDevice::take_deferred_channels(std::vector<std::shared_ptr<Channel>>& out) {
   mu_.assert_held();
   UROCE_ASSERT(!defer_channel_signals_);  // the round that deferred them is over
+  UROCE_ASSERT(out.empty());              // the last ones were signaled (and cleared)
   if (!deferred_signals_.empty()) std::swap(out, deferred_signals_);
 }
 
@@ -822,6 +828,7 @@ DeviceStats UdpDevice::stats() {
 
 void UdpDevice::open_stats_endpoint() {
   // Without an endpoint the device still works; `uroce stats` just does not see it.
+  UROCE_ASSERT(stats_fd_ < 0);  // opened once, at open()
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   const std::string base = "uroce/" + std::to_string(::getpid()) + "/" + device_->name();

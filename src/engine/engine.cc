@@ -107,6 +107,7 @@ void Engine::doorbell(std::uint32_t qpn) {
 
 bool Engine::check_pending(const wire::RocePacket& pkt, transport::PacketInfo& info,
                            transport::Qp* qp) {
+  UROCE_ASSERT(info.pending != nullptr);
   wire::PendingIcrc& pending = *info.pending;
   info.pending = nullptr;
   // The QP that the unverified QPN names. Should corruption have named another QP, that QP's
@@ -226,6 +227,7 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
   const std::size_t sent = poll_and_transmit(now, budget, hold_acks);
   dp_.flush(now);
   held_ = held_list_.size();
+  UROCE_ASSERT(hold_acks || held_ == 0);  // set aside, or deferred, only while holding ACKs
   counters_.tx_acks_held += held_;
   active_.insert(active_.end(), held_list_.begin(), held_list_.end());
   return sent;
@@ -259,6 +261,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold
         break;
       }
       if (!transmit(now, tx)) {
+        UROCE_ASSERT(!has_pending_);  // one waiting packet at most: it went out first
         pending_ = tx;
         // The packet waits for room in the datapath, maybe past the completion of its WQE (UC
         // and UD complete when sent; a READ response's memory belongs to the application):

@@ -130,6 +130,7 @@ ThreadAction Scheduler::go_to_sleep(Instant now, ThreadAction::Kind kind, Instan
 
 ThreadAction Scheduler::thread_next(Instant now) {
   UROCE_CHECK(config_.progress_thread);
+  UROCE_ASSERT(!asleep_);  // a sleep or spin ends with thread_woke() before the next question
   // An off-socket sleep that ran to its end (not one a signal ended).
   const bool lease_looked = now >= off_socket_until_;
   off_socket_until_ = Instant::never();
@@ -179,6 +180,7 @@ ThreadAction Scheduler::thread_next(Instant now) {
 }
 
 void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
+  UROCE_ASSERT(!asleep_);  // a round is the thread's work, awake
   note_acks(now, report.held_acks, report.acks_deferred);
   const bool worked = report.received > 0 || report.sent > 0;
   const bool idle = !worked && !report.tx_left;

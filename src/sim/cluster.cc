@@ -1431,154 +1431,132 @@ std::uint32_t pick_mtu(Prng& r) {
   return kMtus[r.below(5)];
 }
 
-}  // namespace
+// Which hosts a pair joins, and its path MTU.
+struct PairPlan {
+  QpType type;
+  std::uint32_t a, b, mtu;
+};
 
-std::string replay_command(const ClusterOptions& o) {
-  std::string cmd = "uroce sim --seed " + std::to_string(o.seed);
-  if (!o.faults) cmd += " --no-faults";
-  if (o.hosts != ClusterOptions{}.hosts) cmd += " --hosts " + std::to_string(o.hosts);
-  if (o.rc_pairs != ClusterOptions{}.rc_pairs) cmd += " --rc " + std::to_string(o.rc_pairs);
-  if (o.uc_pairs != ClusterOptions{}.uc_pairs) cmd += " --uc " + std::to_string(o.uc_pairs);
-  if (o.ud_pairs != ClusterOptions{}.ud_pairs) cmd += " --ud " + std::to_string(o.ud_pairs);
-  if (o.ops_per_qp != ClusterOptions{}.ops_per_qp) cmd += " --ops " + std::to_string(o.ops_per_qp);
-  if (o.max_message_bytes != 0) cmd += " --max-msg " + std::to_string(o.max_message_bytes);
-  if (o.idle_qps_per_host != 0) cmd += " --idle-qps " + std::to_string(o.idle_qps_per_host);
-  if (o.fault_spec && o.faults) cmd += " --faults '" + o.fault_spec->to_string() + "'";
-  if (o.aimed_corruption_per_mille != 0 && o.faults) {
-    cmd += " --aim-corruption " + std::to_string(o.aimed_corruption_per_mille);
-  }
-  if (!o.hold_acks) cmd += " --no-hold-acks";
-  if (!o.defer_acks) cmd += " --no-defer-acks";
-  if (o.selective_repeat_percent != 0) {
-    cmd += " --selective-repeat " + std::to_string(o.selective_repeat_percent);
-  }
-  if (o.plan && o.faults) cmd += " (and the test's own fault plan)";
-  return cmd;
-}
-
-ClusterResult run_cluster(const ClusterOptions& opt) {
-  Cluster c(opt);
-  if (opt.hosts < 2) {
-    c.fail("a cluster needs at least 2 hosts");
-    return c.result;
-  }
-  Tap tap(c);
-  if (!opt.pcap_path.empty()) {
-    auto w = capture::PcapWriter::open(opt.pcap_path);
-    if (!w.ok()) {
-      c.fail("cannot write " + opt.pcap_path + ": " + w.error());
-      return c.result;
-    }
-    c.pcap.emplace(std::move(w.value()));
-  }
-  c.net.set_tap(&tap);
-  // Which hosts each pair joins, and its path MTU: drawn first, so that every host's memory can
-  // be sized for what it will hold.
-  struct PairPlan {
-    QpType type;
-    std::uint32_t a, b, mtu;
-  };
+// The pairs, drawn first, so that every host's memory can be sized for what it will hold.
+std::vector<PairPlan> plan_pairs(Cluster& c) {
   std::vector<PairPlan> pairs;
-  auto plan_pairs = [&](QpType type, std::uint32_t n) {
+  auto plan = [&](QpType type, std::uint32_t n) {
     for (std::uint32_t i = 0; i < n; ++i) {
-      const auto a = static_cast<std::uint32_t>(c.rng.below(opt.hosts));
-      auto b = static_cast<std::uint32_t>(c.rng.below(opt.hosts - 1));
+      const auto a = static_cast<std::uint32_t>(c.rng.below(c.opt.hosts));
+      auto b = static_cast<std::uint32_t>(c.rng.below(c.opt.hosts - 1));
       if (b >= a) ++b;
       pairs.push_back(PairPlan{type, a, b, pick_mtu(c.rng)});
     }
   };
-  plan_pairs(QpType::kRc, opt.rc_pairs);
-  plan_pairs(QpType::kUc, opt.uc_pairs);
-  plan_pairs(QpType::kUd, opt.ud_pairs);
-  std::vector<std::size_t> need(opt.hosts, 2 * kGuardBytes + 4096);
+  plan(QpType::kRc, c.opt.rc_pairs);
+  plan(QpType::kUc, c.opt.uc_pairs);
+  plan(QpType::kUd, c.opt.ud_pairs);
+  return pairs;
+}
+
+bool make_hosts(Cluster& c, const std::vector<PairPlan>& pairs) {
+  std::vector<std::size_t> need(c.opt.hosts, 2 * kGuardBytes + 4096);
   for (const PairPlan& p : pairs) {
-    const std::size_t bytes = side_bytes(opt, p.type, p.type == QpType::kUd ? 4096 : p.mtu);
+    const std::size_t bytes = side_bytes(c.opt, p.type, p.type == QpType::kUd ? 4096 : p.mtu);
     need[p.a] += 2 * bytes;  // its side, and the peer's remote slots and receive buffers here
     need[p.b] += 2 * bytes;
   }
-  for (std::uint32_t i = 0; i < opt.hosts; ++i) {
+  for (std::uint32_t i = 0; i < c.opt.hosts; ++i) {
     if (!make_host(c, i, (need[i] + 4095) & ~std::size_t{4095})) {
       c.fail("host setup failed");
-      return c.result;
+      return false;
     }
   }
-  const std::uint8_t timeout = static_cast<std::uint8_t>(6 + c.rng.below(9));  // 262 us .. 67 ms
-  std::uint32_t index = 0;
-  for (const PairPlan& p : pairs) {
-    Side* x = make_side(c, *c.hosts[p.a], p.type, p.mtu);
-    Side* y = make_side(c, *c.hosts[p.b], p.type, p.mtu);
-    if (x == nullptr || y == nullptr) {
-      c.fail("QP setup failed");
-      return c.result;
-    }
-    x->peer = y;
-    y->peer = x;
-    const char* t = p.type == QpType::kRc ? "rc" : p.type == QpType::kUc ? "uc" : "ud";
-    x->name = std::string(t) + std::to_string(index) + ".a(host" + std::to_string(p.a) + " qpn " +
-              std::to_string(x->qpn) + ")";
-    y->name = std::string(t) + std::to_string(index) + ".b(host" + std::to_string(p.b) + " qpn " +
-              std::to_string(y->qpn) + ")";
-    ++index;
-    const auto psn_x = static_cast<std::uint32_t>(c.rng.below(1u << 24));
-    const auto psn_y = static_cast<std::uint32_t>(c.rng.below(1u << 24));
-    if (p.type == QpType::kRc) {
-      x->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
-      y->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
-    }
-    if (!connect_side(c, *x, psn_x, psn_y, timeout) ||
-        !connect_side(c, *y, psn_y, psn_x, timeout)) {
-      c.fail("QP connection failed");
-      return c.result;
-    }
-    if (p.type == QpType::kRc && selective_repeat_for(opt, index)) {
-      for (Side* side : {x, y}) {
-        side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
-        side->selective_repeat = true;
-      }
-    }
-    if (p.type == QpType::kUd) {
-      for (Side* side : {x, y}) {
-        AhAttr ah;
-        ah.dgid = verbs::gid_from_ip(side->peer->host->ip);
-        ah.is_global = true;
-        auto h = side->host->dev->create_ah(side->host->pd, ah);
-        if (!h.ok()) {
-          c.fail("address handle setup failed");
-          return c.result;
-        }
-        side->ah = h.value();
-      }
-    }
-    generate_ops(c, *x);
-    generate_ops(c, *y);
+  return true;
+}
+
+// A UD side's address handle for its peer.
+bool make_ah(Cluster& c, Side& side) {
+  AhAttr ah;
+  ah.dgid = verbs::gid_from_ip(side.peer->host->ip);
+  ah.is_global = true;
+  auto h = side.host->dev->create_ah(side.host->pd, ah);
+  if (!h.ok()) {
+    c.fail("address handle setup failed");
+    return false;
   }
+  side.ah = h.value();
+  return true;
+}
+
+// Pair `index` (counted from 1): its two sides made, named and connected, then its operations.
+bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8_t timeout) {
+  Side* x = make_side(c, *c.hosts[p.a], p.type, p.mtu);
+  Side* y = make_side(c, *c.hosts[p.b], p.type, p.mtu);
+  if (x == nullptr || y == nullptr) {
+    c.fail("QP setup failed");
+    return false;
+  }
+  x->peer = y;
+  y->peer = x;
+  const char* t = p.type == QpType::kRc ? "rc" : p.type == QpType::kUc ? "uc" : "ud";
+  x->name = std::string(t) + std::to_string(index - 1) + ".a(host" + std::to_string(p.a) + " qpn " +
+            std::to_string(x->qpn) + ")";
+  y->name = std::string(t) + std::to_string(index - 1) + ".b(host" + std::to_string(p.b) + " qpn " +
+            std::to_string(y->qpn) + ")";
+  const auto psn_x = static_cast<std::uint32_t>(c.rng.below(1u << 24));
+  const auto psn_y = static_cast<std::uint32_t>(c.rng.below(1u << 24));
+  if (p.type == QpType::kRc) {
+    x->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
+    y->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
+  }
+  if (!connect_side(c, *x, psn_x, psn_y, timeout) || !connect_side(c, *y, psn_y, psn_x, timeout)) {
+    c.fail("QP connection failed");
+    return false;
+  }
+  if (p.type == QpType::kRc && selective_repeat_for(c.opt, index)) {
+    for (Side* side : {x, y}) {
+      side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
+      side->selective_repeat = true;
+    }
+  }
+  if (p.type == QpType::kUd && (!make_ah(c, *x) || !make_ah(c, *y))) return false;
+  generate_ops(c, *x);
+  generate_ops(c, *y);
+  return true;
+}
+
+// The work the run waits for (`unfinished`), and each side's receive budget: RC receives
+// exactly the peer's consuming ops; UC/UD may receive duplicates, so they keep their queue
+// topped up.
+void count_work(Cluster& c) {
   for (const auto& side : c.sides) {
     for (const Op& op : side->ops) {
       c.unfinished += 1 + (side->type == QpType::kRc && consumes_recv(op.kind) ? 1 : 0);
     }
   }
-  if (!c.result.ok) return c.result;
-  // Receive budgets: RC receives exactly the peer's consuming ops; UC/UD may receive
-  // duplicates, so they keep their queue topped up.
   for (auto& s : c.sides) {
     std::uint64_t consuming = 0;
     for (const Op& op : s->peer->ops) consuming += consumes_recv(op.kind) ? 1 : 0;
     s->recv_budget = s->type == QpType::kRc ? consuming : consuming * 3 + 8;
     if (s->type == QpType::kRc) s->recv_expected = consuming;
   }
-  // Idle QPs (scale runs): created, connected to nothing, never used.
+}
+
+// Idle QPs (scale runs): created, connected to nothing, never used.
+bool make_idle_qps(Cluster& c) {
   for (auto& h : c.hosts) {
-    for (std::uint32_t i = 0; i < opt.idle_qps_per_host; ++i) {
+    for (std::uint32_t i = 0; i < c.opt.idle_qps_per_host; ++i) {
       Side* s = make_side(c, *h, QpType::kRc, 1024);
       if (s == nullptr) {
         c.fail("idle QP setup failed");
-        return c.result;
+        return false;
       }
       c.sides.pop_back();  // not part of the workload
     }
   }
+  return true;
+}
 
-  const Instant start = c.now;
+// The links: the fault plan (the test's, or the seed's, with --faults' rule) from `start`, or a
+// plain link. Sets c.liveness_start, when the faults stop.
+bool set_up_network(Cluster& c, Instant start) {
+  const ClusterOptions& opt = c.opt;
   std::vector<HostId> ids;
   for (auto& h : c.hosts) ids.push_back(h->id);
   FaultPlanOptions po;
@@ -1587,13 +1565,13 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   FaultPlan plan = opt.plan ? *opt.plan : FaultPlan::generate(opt.seed, po);
   if (opt.plan && plan.options.host_count != opt.hosts) {
     c.fail("the fault plan is for " + std::to_string(plan.options.host_count) + " hosts");
-    return c.result;
+    return false;
   }
   if (opt.faults && opt.fault_spec) {
     auto p = plan.with_faults(*opt.fault_spec);
     if (!p.ok()) {
       c.fail("the fault spec does not fit the simulator: " + p.error());
-      return c.result;
+      return false;
     }
     plan = std::move(p.value());
   }
@@ -1602,7 +1580,7 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   c.result.plan = opt.faults ? plan.to_string(addresses) : "no faults";
   if (opt.faults && !plan.install(c.net, start, ids).ok()) {
     c.fail("fault plan could not be installed");
-    return c.result;
+    return false;
   }
   if (!opt.faults) {
     // A plain data-center link: 2 us, 25 Gb/s; or, for half the seeds, no serialization at all,
@@ -1614,12 +1592,51 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     plain.queue_limit_packets = 0;
     if (!c.net.configure_default(start, plain).ok()) c.fail("network setup failed");
   }
-  const Instant liveness_start = opt.faults ? plan.liveness_start(start) : start;
-  c.liveness_start = liveness_start;
-  const Instant deadline = liveness_start + Duration::ns(opt.liveness_limit_ns);
+  c.liveness_start = opt.faults ? plan.liveness_start(start) : start;
+  return true;
+}
 
-  CompletionEvents events(c);
-  for (auto& h : c.hosts) h->dev->set_completion_event_handler(&events);
+// The workload: capture, hosts, pairs and their operations, idle QPs. False (with c.result
+// failed) when a step fails.
+bool build_workload(Cluster& c, Tap& tap) {
+  if (!c.opt.pcap_path.empty()) {
+    auto w = capture::PcapWriter::open(c.opt.pcap_path);
+    if (!w.ok()) {
+      c.fail("cannot write " + c.opt.pcap_path + ": " + w.error());
+      return false;
+    }
+    c.pcap.emplace(std::move(w.value()));
+  }
+  c.net.set_tap(&tap);
+  const std::vector<PairPlan> pairs = plan_pairs(c);
+  if (!make_hosts(c, pairs)) return false;
+  const std::uint8_t timeout = static_cast<std::uint8_t>(6 + c.rng.below(9));  // 262 us .. 67 ms
+  std::uint32_t index = 0;
+  for (const PairPlan& p : pairs) {
+    if (!connect_pair(c, p, ++index, timeout)) return false;
+  }
+  count_work(c);
+  if (!c.result.ok) return false;
+  return make_idle_qps(c);
+}
+
+// The sides whose work is unfinished at the liveness deadline, for the failure's message.
+std::string stuck_sides(const Cluster& c) {
+  std::string stuck;
+  for (auto& s : c.sides) {
+    if (s->torn_down) continue;  // its work is no longer awaited
+    if (!s->outstanding.empty() || s->next_post < s->ops.size()) {
+      stuck += " " + s->name + ": " + std::to_string(s->outstanding.size()) + " outstanding, " +
+               std::to_string(s->ops.size() - s->next_post) + " unposted;";
+    }
+  }
+  return stuck;
+}
+
+// The event loop: each event delivers and receives, then the applications poll and the
+// engines transmit, until the work is finished and the network is quiet, or a check fails.
+void run_events(Cluster& c) {
+  const Instant deadline = c.liveness_start + Duration::ns(c.opt.liveness_limit_ns);
   for (std::size_t i = 0; i < c.sides.size(); ++i) c.mark_dirty(i);
   poll_dirty(c);
   transmit_rounds(c);
@@ -1631,17 +1648,10 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
       break;
     }
     if (t > deadline) {
-      std::string stuck;
-      for (auto& s : c.sides) {
-        if (s->torn_down) continue;  // its work is no longer awaited
-        if (!s->outstanding.empty() || s->next_post < s->ops.size()) {
-          stuck += " " + s->name + ": " + std::to_string(s->outstanding.size()) + " outstanding, " +
-                   std::to_string(s->ops.size() - s->next_post) + " unposted;";
-        }
-      }
       c.now = t;
-      c.fail("liveness: work unfinished " + std::to_string((deadline - liveness_start).count_ns()) +
-             " ns after the faults stopped:" + stuck);
+      c.fail("liveness: work unfinished " +
+             std::to_string((deadline - c.liveness_start).count_ns()) +
+             " ns after the faults stopped:" + stuck_sides(c));
       break;
     }
     if (t > c.now) c.now = t;
@@ -1654,10 +1664,10 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
       break;
     }
   }
-  if (c.result.ok) final_checks(c);
-  if (c.result.ok) check_send_inv(c);
-  if (c.result.ok) final_checks(c);  // the negative case wrote nothing
-  c.result.simulated_ns = (c.now - start).count_ns();
+}
+
+// The engines' and QPs' counters into the result, and the checks on them.
+void collect_counters(Cluster& c) {
   const LinkStats& total = c.net.total_stats();
   c.result.frames_dropped = total.dropped_total();
   std::uint64_t retry_exceeded = 0, seq_naks = 0, timeouts = 0;
@@ -1688,6 +1698,52 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
     c.fail(std::to_string(retry_exceeded) + " QPs counted retry_exceeded, the workload saw " +
            std::to_string(c.result.retry_exceeded_qps));
   }
+}
+
+}  // namespace
+
+std::string replay_command(const ClusterOptions& o) {
+  std::string cmd = "uroce sim --seed " + std::to_string(o.seed);
+  if (!o.faults) cmd += " --no-faults";
+  if (o.hosts != ClusterOptions{}.hosts) cmd += " --hosts " + std::to_string(o.hosts);
+  if (o.rc_pairs != ClusterOptions{}.rc_pairs) cmd += " --rc " + std::to_string(o.rc_pairs);
+  if (o.uc_pairs != ClusterOptions{}.uc_pairs) cmd += " --uc " + std::to_string(o.uc_pairs);
+  if (o.ud_pairs != ClusterOptions{}.ud_pairs) cmd += " --ud " + std::to_string(o.ud_pairs);
+  if (o.ops_per_qp != ClusterOptions{}.ops_per_qp) cmd += " --ops " + std::to_string(o.ops_per_qp);
+  if (o.max_message_bytes != 0) cmd += " --max-msg " + std::to_string(o.max_message_bytes);
+  if (o.idle_qps_per_host != 0) cmd += " --idle-qps " + std::to_string(o.idle_qps_per_host);
+  if (o.fault_spec && o.faults) cmd += " --faults '" + o.fault_spec->to_string() + "'";
+  if (o.aimed_corruption_per_mille != 0 && o.faults) {
+    cmd += " --aim-corruption " + std::to_string(o.aimed_corruption_per_mille);
+  }
+  if (!o.hold_acks) cmd += " --no-hold-acks";
+  if (!o.defer_acks) cmd += " --no-defer-acks";
+  if (o.selective_repeat_percent != 0) {
+    cmd += " --selective-repeat " + std::to_string(o.selective_repeat_percent);
+  }
+  if (o.plan && o.faults) cmd += " (and the test's own fault plan)";
+  return cmd;
+}
+
+// Builds the cluster and its workload, runs it to the end, then checks what it left.
+ClusterResult run_cluster(const ClusterOptions& opt) {
+  Cluster c(opt);
+  if (opt.hosts < 2) {
+    c.fail("a cluster needs at least 2 hosts");
+    return c.result;
+  }
+  Tap tap(c);
+  if (!build_workload(c, tap)) return c.result;
+  const Instant start = c.now;
+  if (!set_up_network(c, start)) return c.result;
+  CompletionEvents events(c);
+  for (auto& h : c.hosts) h->dev->set_completion_event_handler(&events);
+  run_events(c);
+  if (c.result.ok) final_checks(c);
+  if (c.result.ok) check_send_inv(c);
+  if (c.result.ok) final_checks(c);  // the negative case wrote nothing
+  c.result.simulated_ns = (c.now - start).count_ns();
+  collect_counters(c);
   c.net.set_tap(nullptr);
   for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);
   return c.result;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/assert.h"
 #include "wire/aeth.h"
 #include "wire/builder.h"
 #include "wire/psn.h"
@@ -21,11 +22,13 @@ void ClosedQps::add(const ClosedQp& q) {
   }
   entries_.emplace(q.qpn, q);
   order_.push_back(q.qpn);
+  UROCE_ASSERT(entries_.size() == order_.size() && entries_.size() <= kMaxEntries);
 }
 
 void ClosedQps::expire(Instant now) {
   std::erase_if(entries_, [&](const auto& e) { return e.second.until <= now; });
   std::erase_if(order_, [&](std::uint32_t qpn) { return entries_.count(qpn) == 0; });
+  UROCE_ASSERT(entries_.size() == order_.size());
 }
 
 std::size_t ClosedQps::live(Instant now) {

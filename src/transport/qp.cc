@@ -65,6 +65,7 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
   if (mask & kQpPathMtu) {
     attr_.path_mtu = a.path_mtu;
     if (type_ != QpType::kUd) mtu_bytes_ = mtu_bytes(a.path_mtu);
+    UROCE_ASSERT(mtu_bytes_ >= 256 && mtu_bytes_ <= 4096);  // verbs refuses any other MTU
   }
   if (mask & kQpTimeout) attr_.timeout = a.timeout;
   if (mask & kQpRetryCnt) {
@@ -204,6 +205,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     std::size_t off = 0;
     for (const Sge& s : wr.sges) {
       if (s.length == 0) continue;
+      UROCE_ASSERT(off + s.length <= dst.size());  // length <= max_inline_data, checked above
       std::memcpy(dst.data() + off, reinterpret_cast<const void*>(s.addr), s.length);
       off += s.length;
     }
@@ -212,6 +214,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.num_sge = static_cast<std::uint32_t>(wr.sges.size());
   }
   ++sq_count_;
+  UROCE_ASSERT(sq_count_ <= sq_.size());
   if (state_ == QpState::kErr || state_ == QpState::kSqe) flush();
   return Errc::kOk;
 }
@@ -260,6 +263,8 @@ void Qp::flush() {
       complete_recv(WcStatus::kWrFlushErr, 0, 0, 0, WcOpcode::kRecv, false, 0);
     }
   }
+  // Every WR of the QP's own has completed.
+  UROCE_ASSERT(sq_count_ == 0 && !resp_.has_wqe && (env_.rq_is_srq || env_.rq->empty()));
 }
 
 void Qp::fail_wqe(std::uint32_t index, WcStatus status) {
@@ -313,6 +318,8 @@ void Qp::complete_send(std::uint32_t index, WcStatus status) {
   ++sq_tail_;
   --sq_count_;
   if (req_.next_wqe == index) ++req_.next_wqe;  // completed before it was fully sent (errors)
+  // The requester's next WQE is still one of the queue's (or the slot after it).
+  UROCE_ASSERT(req_.next_wqe - sq_tail_ <= sq_count_);
   if (state_ == QpState::kSqd) update_drain();
 }
 
@@ -332,6 +339,7 @@ void Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::
 }
 
 void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInfo& info) {
+  UROCE_ASSERT(pkt.op != nullptr);  // a parsed packet
   if (type_ != QpType::kUd) {
     // A connected QP takes packets from its peer only (rxe_recv.c check_type_state() and
     // check_addr(), RC and UC; UD and QP1 take datagrams from anyone), before anything else:

@@ -397,6 +397,7 @@ class Qp {
   // receives the request first and executes it in the same polling loop (a ping-pong of
   // RDMA WRITEs whose target spins on memory needs no wake-up that way).
   void note_ack_held() {
+    UROCE_ASSERT(type_ == QpType::kRc);  // only RC answers with ACKs
     ack_held_ = true;
     hold_wide_ = sq_count_ > 1;
   }
@@ -417,6 +418,7 @@ class Qp {
   bool ack_deferrable() const;
   // The engine keeps the ACK back (after ack_deferrable()): it stays held, as note_ack_held().
   void defer_ack() {
+    UROCE_ASSERT(ack_deferrable());
     ack_after_unsignaled_ = false;
     ack_deferred_ = true;
     ack_held_ = true;
@@ -468,8 +470,16 @@ class Qp {
     std::uint32_t read_req_psn = 0;
     WcStatus error = WcStatus::kSuccess;  // set when this WQE failed; flushed with this status
   };
-  SendWqe& sq_at(std::uint32_t i) { return sq_[i % sq_.size()]; }
-  const SendWqe& sq_at(std::uint32_t i) const { return sq_[i % sq_.size()]; }
+  // `i` is a ring index within the queue's window (from sq_tail_): an older one would name a
+  // slot that a newer WQE reuses.
+  SendWqe& sq_at(std::uint32_t i) {
+    UROCE_ASSERT(i - sq_tail_ < sq_.size());
+    return sq_[i % sq_.size()];
+  }
+  const SendWqe& sq_at(std::uint32_t i) const {
+    UROCE_ASSERT(i - sq_tail_ < sq_.size());
+    return sq_[i % sq_.size()];
+  }
   std::span<Sge> sges_of(std::uint32_t index);
   std::span<const Sge> sges_of(std::uint32_t index) const;
   std::span<std::byte> inline_of(std::uint32_t index);
@@ -573,6 +583,12 @@ class Qp {
   bool poll_response(TxPacket& out);
   // `placed`: the payload is in place already (PacketInfo::payload_placed).
   RespStatus execute_request(const wire::RocePacket& pkt, bool placed);
+  // execute_request()'s steps.
+  RespStatus check_request(const wire::RocePacket& pkt) const;
+  RespStatus execute_send(const wire::RocePacket& pkt, bool placed);
+  RespStatus execute_write(const wire::RocePacket& pkt, bool placed);
+  RespStatus execute_read(const wire::RocePacket& pkt);
+  RespStatus execute_atomic(const wire::RocePacket& pkt);
   bool take_recv_wqe();
   RespStatus scatter_into_recv(std::uint64_t offset, ConstBytes data);
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,

@@ -27,10 +27,12 @@ ScatterResult scatter_targets(MemoryResolver& memory, std::uint32_t pd, std::spa
     const std::uint64_t n = std::min<std::uint64_t>(s.length - skip, length - done);
     auto mem = memory.resolve(pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
     if (!mem.ok()) return ScatterResult::kAccessError;
+    UROCE_ASSERT(mem.value().size() == n);
     out[pieces++] = mem.value();
     done += n;
     skip = 0;
   }
+  UROCE_ASSERT(done == length);  // the SGEs held it (checked against their total above)
   return ScatterResult::kOk;
 }
 
@@ -45,6 +47,7 @@ ScatterResult scatter(MemoryResolver& memory, std::uint32_t pd, std::span<const 
     std::memcpy(pieces[i].data(), data.data() + done, pieces[i].size());
     done += pieces[i].size();
   }
+  UROCE_ASSERT(done == data.size());
   return ScatterResult::kOk;
 }
 

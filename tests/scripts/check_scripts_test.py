@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tests for scripts/check-core-purity, scripts/check-rooms, scripts/check-edge and scripts/check-format: each is run on small trees made
+"""Tests for scripts/check-core-purity, scripts/check-rooms, scripts/check-edge, scripts/check-format
+and scripts/check-function-length: each is run on small trees made
 in a temporary directory, with and without planted problems, and must pass or fail as expected.
 
 Run one test with `check_scripts_test.py CorePurityTest.test_planted_violations`; ctest
@@ -20,6 +21,7 @@ PURITY = os.path.join(REPO, "scripts", "check-core-purity")
 FORMAT = os.path.join(REPO, "scripts", "check-format")
 ROOMS = os.path.join(REPO, "scripts", "check-rooms")
 EDGE = os.path.join(REPO, "scripts", "check-edge")
+LENGTH = os.path.join(REPO, "scripts", "check-function-length")
 
 
 def write_tree(root, files):
@@ -268,6 +270,49 @@ class RoomsTest(TreeTest):
 
     def test_root_without_src_is_an_error(self):
         self.assertEqual(self.rooms().returncode, 2)
+
+
+def function_of(name, body_lines, signature="void {}() {{"):
+    """A function whose signature, body and closing brace take 2 + body_lines lines."""
+    body = "".join(f"  x += {i};\n" for i in range(body_lines))
+    return signature.format(name) + "\n" + body + "}\n"
+
+
+class FunctionLengthTest(TreeTest):
+    def length(self, *args):
+        return run([LENGTH, *args, self.root])
+
+    def test_functions_up_to_the_limit_pass(self):
+        write_tree(self.root, {
+            "src/a/a.cc": "int x = 0;\n" + function_of("at_limit", 118) + function_of("short", 3),
+            # Braces in comments and literals, a brace-initialized member and a class body
+            # are not functions of their own.
+            "src/a/b.h": "struct S {\n  S() : v_{1}, w_{2} {}\n  int f() const { return 0; }\n"
+                         "  int v_, w_;\n};\n// {{{\nconst char* s = \"}}}\";\n",
+        })
+        result = self.length()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_a_longer_function_fails_and_is_named(self):
+        lam = "void outer() {\n  auto f = [&] {\n" + "    x += 1;\n" * 118 + "  };\n}\n"
+        write_tree(self.root, {
+            "src/a/a.cc": "int x = 0;\n" + function_of("over_limit", 119) +
+                          function_of("at_limit", 118),
+            # A lambda's lines count towards the function that holds it.
+            "src/b/b.cc": "int x = 0;\n" + lam,
+            "src/c/c.cc": "int x = 0;\n" + function_of("C::long_method", 200,
+                                                       "int {}(int a) const {{"),
+        })
+        result = self.length()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout),
+                         {"src/a/a.cc:2", "src/b/b.cc:2", "src/c/c.cc:2"}, result.stdout)
+        self.assertIn("over_limit is 121 lines (limit 120)", result.stdout)
+        self.assertIn("C::long_method is 202 lines", result.stdout)
+        self.assertEqual(self.length("--max", "300").returncode, 0)
+
+    def test_root_without_src_is_an_error(self):
+        self.assertEqual(self.length().returncode, 2)
 
 
 class EdgeTest(TreeTest):

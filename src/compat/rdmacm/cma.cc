@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -629,138 +630,157 @@ void copy_ud(Event* e, Id* id, const CmMsg& m) {
   ah.grh.traffic_class = id->tos;
 }
 
+// The event's parameters as the application reads them: a UD ID's (with the address handle's
+// attributes) or a connected one's.
+void copy_params(Event* e, Id* id, const CmMsg& m) {
+  if (is_ud(id)) {
+    copy_ud(e, id, m);
+  } else {
+    copy_conn(e, m);
+  }
+}
+
+// Whom a coordinator event is for: an ID, or for a CONNECT_REQUEST its listener.
+struct EventTarget {
+  Id* id = nullptr;
+  Id* listen = nullptr;
+};
+
+// Finds the event's ID (or listener) and counts the event against it from here on
+// (events_out), so that rdma_destroy_id on another thread waits for it; a listener, for as long
+// as its new ID is being made. nullopt when it is gone.
+std::optional<EventTarget> claim_target(const Queued& q) {
+  const CmMsg& m = q.msg;
+  std::lock_guard lk(g_mu);
+  const bool request = m.event == RDMA_CM_EVENT_CONNECT_REQUEST;
+  auto it = g_ids.find({q.dev, request ? m.listen_id : m.id});
+  if (it == g_ids.end() || it->second->destroyed) return std::nullopt;
+  ++it->second->events_out;
+  EventTarget t;
+  (request ? t.listen : t.id) = it->second;
+  return t;
+}
+
+// A new ID for a CONNECT_REQUEST's connection, on the listener's channel (a synchronous
+// listener's get their own, as rdma_migrate_id(id, NULL) gives them).
+Id* new_passive_id(Channel* ch, const Queued& q, Id* listen) {
+  const CmMsg& m = q.msg;
+  Id* id = alloc_id(ch, false, listen->pub.context, listen->pub.ps, listen->pub.qp_type);
+  id->v6 = listen->v6;
+  id->listener = listen;
+  id->subs.push_back(Sub{q.dev, m.id});
+  {
+    std::lock_guard lk(g_mu);
+    g_ids[{q.dev, m.id}] = id;
+  }
+  set_device(id, q.dev);
+  fill_route(id, m.src, m.dst);
+  fill_path(id);
+  id->remote = m.conn;
+  id->qp_attr = m.qp;
+  // What rdma_init_qp_attr says before rdma_accept, for an application that drives its own
+  // QP to RTR first: the PSN our REP will carry, and the resources the REQ offers (the
+  // accept clamps to the same).
+  id->qp_attr.rq_psn = id->psn;
+  id->qp_attr.max_dest_rd_atomic = m.conn.initiator_depth;
+  id->qp_attr.max_rd_atomic = m.conn.responder_resources;
+  id->have_qp_attr = true;
+  if (listen->sync) {
+    Channel* own = new_channel();
+    if (own != nullptr) {
+      id->pub.channel = &own->pub;
+      id->sync = true;
+      CmMsg req;
+      req.type = CmMsgType::kMigrate;
+      req.id = m.id;
+      CmMsg r;
+      std::lock_guard lk(own->mu);
+      (void)call(own, q.dev, req, r);
+    }
+  }
+  return id;
+}
+
+// A REP for an active ID. With its QP attached, what ucma_process_conn_resp does: RTR, RTS, the
+// RTU, and the application sees ESTABLISHED (or CONNECT_ERROR, after a REJ, when a step fails).
+void on_connect_response(Id* id, const CmMsg& m, Event* e) {
+  id->remote = m.conn;
+  id->qp_attr = m.qp;
+  id->have_qp_attr = true;
+  copy_conn(e, m);
+  if (id->pub.qp == nullptr) return;
+  int ok = modify_rtr(id, RDMA_MAX_RESP_RES);
+  if (ok == 0) ok = modify_rts(id, RDMA_MAX_INIT_DEPTH);
+  CmMsg req;
+  req.type = CmMsgType::kAccept;
+  CmMsg r;
+  if (ok == 0 && command(id, req, r)) {
+    e->pub.event = RDMA_CM_EVENT_ESTABLISHED;
+    id->established = true;
+  } else {
+    const int err = errno;
+    modify_err(id);
+    CmMsg rej;
+    rej.type = CmMsgType::kReject;
+    (void)command(id, rej, r);
+    e->pub.event = RDMA_CM_EVENT_CONNECT_ERROR;
+    e->pub.status = -err;
+  }
+}
+
+// An event for an existing ID: what librdmacm does on its way to the application.
+void on_id_event(Id* id, const CmMsg& m, Event* e) {
+  switch (m.event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+      fill_route(id, m.src, m.dst);
+      if (m.event == RDMA_CM_EVENT_ROUTE_RESOLVED) fill_path(id);
+      break;
+    case RDMA_CM_EVENT_CONNECT_RESPONSE:
+      on_connect_response(id, m, e);
+      break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+      id->established = true;
+      copy_params(e, id, m);
+      break;
+    case RDMA_CM_EVENT_REJECTED:
+      copy_conn(e, m);
+      modify_err(id);
+      break;
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+      copy_params(e, id, m);
+      break;
+    case RDMA_CM_EVENT_DISCONNECTED:
+      copy_conn(e, m);
+      break;
+    default:
+      break;
+  }
+}
+
 // Turns a coordinator event into the application's, doing what librdmacm does on the way.
 // nullptr when the event is consumed here (its ID is gone). Called without locks held.
 Event* convert(Channel* ch, const Queued& q) {
   const CmMsg& m = q.msg;
-  Id* id = nullptr;
-  Id* listen = nullptr;
-  {
-    std::lock_guard lk(g_mu);
-    // The ID the event is for counts it from here on (events_out), so that rdma_destroy_id on
-    // another thread waits for it; a listener, for as long as its new ID is being made.
-    if (m.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-      auto l = g_ids.find({q.dev, m.listen_id});
-      if (l == g_ids.end() || l->second->destroyed) return nullptr;
-      listen = l->second;
-      ++listen->events_out;
-    } else {
-      auto it = g_ids.find({q.dev, m.id});
-      if (it == g_ids.end() || it->second->destroyed) return nullptr;
-      id = it->second;
-      ++id->events_out;
-    }
-  }
+  const std::optional<EventTarget> t = claim_target(q);
+  if (!t) return nullptr;
   auto* e = new Event();
   e->pub.event = static_cast<rdma_cm_event_type>(m.event);
   e->pub.status = m.status;
-  if (listen != nullptr) {
-    // A new ID for the connection, on the listener's channel (a synchronous listener's get
-    // their own, as rdma_migrate_id(id, NULL) gives them).
-    id = alloc_id(ch, false, listen->pub.context, listen->pub.ps, listen->pub.qp_type);
-    id->v6 = listen->v6;
-    id->listener = listen;
-    id->subs.push_back(Sub{q.dev, m.id});
-    {
-      std::lock_guard lk(g_mu);
-      g_ids[{q.dev, m.id}] = id;
-    }
-    set_device(id, q.dev);
-    fill_route(id, m.src, m.dst);
-    fill_path(id);
-    id->remote = m.conn;
-    id->qp_attr = m.qp;
-    // What rdma_init_qp_attr says before rdma_accept, for an application that drives its own
-    // QP to RTR first: the PSN our REP will carry, and the resources the REQ offers (the
-    // accept clamps to the same).
-    id->qp_attr.rq_psn = id->psn;
-    id->qp_attr.max_dest_rd_atomic = m.conn.initiator_depth;
-    id->qp_attr.max_rd_atomic = m.conn.responder_resources;
-    id->have_qp_attr = true;
-    if (listen->sync) {
-      Channel* own = new_channel();
-      if (own != nullptr) {
-        id->pub.channel = &own->pub;
-        id->sync = true;
-        CmMsg req;
-        req.type = CmMsgType::kMigrate;
-        req.id = m.id;
-        CmMsg r;
-        std::lock_guard lk(own->mu);
-        (void)call(own, q.dev, req, r);
-      }
-    }
-    e->pub.listen_id = &listen->pub;
-    if (is_ud(id)) {
-      copy_ud(e, id, m);
-    } else {
-      copy_conn(e, m);
-    }
+  Id* id = t->id;
+  if (t->listen != nullptr) {
+    id = new_passive_id(ch, q, t->listen);
+    e->pub.listen_id = &t->listen->pub;
+    copy_params(e, id, m);
   } else {
-    switch (m.event) {
-      case RDMA_CM_EVENT_ADDR_RESOLVED:
-      case RDMA_CM_EVENT_ROUTE_RESOLVED:
-        fill_route(id, m.src, m.dst);
-        if (m.event == RDMA_CM_EVENT_ROUTE_RESOLVED) fill_path(id);
-        break;
-      case RDMA_CM_EVENT_CONNECT_RESPONSE:
-        id->remote = m.conn;
-        id->qp_attr = m.qp;
-        id->have_qp_attr = true;
-        copy_conn(e, m);
-        if (id->pub.qp != nullptr) {
-          // ucma_process_conn_resp: RTR, RTS, the RTU, and the application sees ESTABLISHED.
-          int ok = modify_rtr(id, RDMA_MAX_RESP_RES);
-          if (ok == 0) ok = modify_rts(id, RDMA_MAX_INIT_DEPTH);
-          CmMsg req;
-          req.type = CmMsgType::kAccept;
-          CmMsg r;
-          if (ok == 0 && command(id, req, r)) {
-            e->pub.event = RDMA_CM_EVENT_ESTABLISHED;
-            id->established = true;
-          } else {
-            const int err = errno;
-            modify_err(id);
-            CmMsg rej;
-            rej.type = CmMsgType::kReject;
-            (void)command(id, rej, r);
-            e->pub.event = RDMA_CM_EVENT_CONNECT_ERROR;
-            e->pub.status = -err;
-          }
-        }
-        break;
-      case RDMA_CM_EVENT_ESTABLISHED:
-        id->established = true;
-        if (is_ud(id)) {
-          copy_ud(e, id, m);
-        } else {
-          copy_conn(e, m);
-        }
-        break;
-      case RDMA_CM_EVENT_REJECTED:
-        copy_conn(e, m);
-        modify_err(id);
-        break;
-      case RDMA_CM_EVENT_UNREACHABLE:
-      case RDMA_CM_EVENT_CONNECT_ERROR:
-        if (is_ud(id)) {
-          copy_ud(e, id, m);
-        } else {
-          copy_conn(e, m);
-        }
-        break;
-      case RDMA_CM_EVENT_DISCONNECTED:
-        copy_conn(e, m);
-        break;
-      default:
-        break;
-    }
+    on_id_event(id, m, e);
   }
   e->id = id;
   e->pub.id = &id->pub;
   // A CONNECT_REQUEST counts against its listener, as rdma-core's does: an application may
   // destroy the new ID (a refused request) before acknowledging the event.
-  e->counted = listen != nullptr ? listen : id;
+  e->counted = t->listen != nullptr ? t->listen : id;
   return e;
 }
 
