@@ -544,6 +544,8 @@ class Qp {
   void note_ibta_timeout(Instant now);
   // The first progress after an adaptive timeout: spurious if sooner than the minimum RTT.
   void note_first_ack_after_rto(Instant now);
+  // A packet at `psn` was sent again (note_request_sent, sr_poll_resend).
+  void note_resent(std::uint32_t psn);
   // The adaptive retransmission timer or the probe's timer is due (handle_timeout).
   void handle_recovery_timeout(Instant now);
   // The packet a tail-loss probe would resend (its PSN and WQE), if there is one.
@@ -682,6 +684,10 @@ class Qp {
     // The last adaptive timeout, until the first progress after it says whether it was spurious.
     bool rto_check = false;
     Instant rto_fired_at;
+    // A retransmission (a go-back-N's, a probe, a selective resend) not yet acknowledged: the
+    // highest PSN resent. Its ACK could come at any time, so a timeout then is not tested.
+    bool resent_unacked = false;
+    std::uint32_t resent_psn = 0;
     Duration rto_fired = Duration::zero();  // the RTO that expired
     Instant rto_deadline = Instant::never();
     Instant probe_deadline = Instant::never();

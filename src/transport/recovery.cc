@@ -20,8 +20,11 @@
 // Spurious timeouts. An adaptive timeout may fire for packets the responder has, their ACKs on the
 // way (a slow host, a queue, a descheduled peer). The completer takes those ACKs although the
 // go-back-N rewound the requester below them (completer.cc), and the first progress after the
-// timeout, if it comes within the minimum RTT, marks the timeout spurious (spurious_timeouts):
-// the RTO's floor for that QP doubles from the RTO that fired (note_first_ack_after_rto).
+// timeout, if it comes within the minimum RTT, marks the timeout spurious (spurious_timeouts): the
+// RTO's floor for that QP doubles from the RTO that fired (note_first_ack_after_rto). Only when no
+// earlier retransmission was outstanding at the timeout: a probe's or a go-back-N's ACK may come
+// at any time after it (taken for spurious, those cost the 5% lossy flow a third of its goodput,
+// the floor raised towards the IBTA timeout).
 //
 // Tail-loss probe. When no packet has left and nothing was acknowledged for 2 * SRTT +
 // kProbeAckAllowance (and the retransmission timer is further off), the requester resends one
@@ -134,6 +137,7 @@ bool Qp::unambiguous(std::uint32_t psn) const {
 void Qp::note_request_sent(Instant now, std::uint32_t psn, bool fresh, bool ack_req) {
   if (type_ != QpType::kRc) return;
   if (!fresh && rec_.timing && wire::psn_le(psn, rec_.timed_psn)) rec_.timing = false;  // Karn
+  if (!fresh) note_resent(psn);
   if ((fresh || unambiguous(psn)) && ack_req && !rec_.timing) {
     rec_.timing = true;
     rec_.timed_psn = psn;
@@ -141,6 +145,11 @@ void Qp::note_request_sent(Instant now, std::uint32_t psn, bool fresh, bool ack_
     rec_.delivered_at_send = rec_.delivered;
   }
   arm_recovery_timers(now, /*restart_rto=*/false);
+}
+
+void Qp::note_resent(std::uint32_t psn) {
+  if (!rec_.resent_unacked || wire::psn_gt(psn, rec_.resent_psn)) rec_.resent_psn = psn;
+  rec_.resent_unacked = true;
 }
 
 Duration Qp::note_acked(Instant now, std::uint32_t acked) {
@@ -181,6 +190,7 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
     }
   }
   if (rec_.rto_check) note_first_ack_after_rto(now);
+  if (rec_.resent_unacked && wire::psn_gt(comp_.psn, rec_.resent_psn)) rec_.resent_unacked = false;
   rec_.backoff = 0;
   rec_.probes = 0;
   if (rec_.lossy && now >= rec_.lossy_until) rec_.lossy = false;
@@ -189,10 +199,12 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
 }
 
 void Qp::note_first_ack_after_rto(Instant now) {
-  // Eifel's question (RFC 3522) asked by time, as F-RTO (RFC 5682) asks it by the ACKs that
-  // follow: progress within the minimum RTT of the timeout cannot answer a retransmission sent
-  // at the timeout, so it answers packets sent before it, which were not lost but late. The
-  // response (RFC 4015's, in the spirit of Linux's undo): back off, for good. The floor becomes
+  // Eifel's question (RFC 3522) asked by time, without timestamps: progress within the minimum RTT
+  // of the timeout cannot answer a retransmission sent at the timeout, nor one sent before it
+  // (handle_recovery_timeout tests only when none was outstanding), so it answers packets sent
+  // before it, which were not lost but late. An ACK of PSNs not yet sent again proves less: the
+  // responder re-ACKs its latest PSN for a duplicate, and after lost ACKs the timeout was needed.
+  // The response (RFC 4015's, in the spirit of Linux's undo): back off, for good. The floor becomes
   // twice the RTO that fired, at most the ACK timeout; congestion control undoes its own cut
   // (cc/aimd.h). The go-back-N has cost the resends only: the completer took the ACKs of the
   // packets sent before it (handle_response), and the requester passed what they acknowledge.
@@ -222,7 +234,9 @@ void Qp::handle_recovery_timeout(Instant now) {
     // Go back N as the IBTA timer would, without spending retry_cnt; the retransmission arms
     // the timer again (note_request_sent), backed off.
     ++counters_.adaptive_timeouts;
-    rec_.rto_check = true;
+    // Spurious or not, the first progress tells only when no earlier retransmission could be
+    // what it answers (a probe's, an earlier go-back-N's).
+    rec_.rto_check = !rec_.resent_unacked;
     rec_.rto_fired_at = now;
     rec_.rto_fired = rto();
     ++rec_.backoff;
