@@ -131,6 +131,7 @@ NamedCounters DeviceStats::device_counters() const {
       // Loss recovery (transport/recovery.cc): no rxe or mlx5 counter has these meanings.
       {"adaptive_timeouts", q.adaptive_timeouts},
       {"tail_probes", q.tail_probes},
+      {"spurious_timeouts", q.spurious_timeouts},
       // Selective repeat between uroce peers (docs/ARCHITECTURE.md).
       {"selective_retransmits", q.selective_retransmits},
       {"out_of_order_kept", q.out_of_order_kept},
@@ -173,6 +174,7 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"rp_cnp_handled", c.rp_cnp_handled},
       {"adaptive_timeouts", c.adaptive_timeouts},
       {"tail_probes", c.tail_probes},
+      {"spurious_timeouts", c.spurious_timeouts},
       {"selective_retransmits", c.selective_retransmits},
       {"out_of_order_kept", c.out_of_order_kept},
       {"srtt_ns", static_cast<std::uint64_t>(qp.srtt_ns)},

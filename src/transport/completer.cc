@@ -130,9 +130,21 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   }
   const std::uint32_t psn = pkt.bth().psn();
   // Stale (already acknowledged) or never sent: ignore (rxe check_psn: duplicate responses are
-  // silently dropped).
+  // silently dropped). Sent means below req_.psn_end, not below req_.psn: a go-back-N lowers
+  // req_.psn, and the responses to what was sent before it are still on the way. Dropped, they
+  // would show no progress until the resends passed them, and a timer that went back too soon
+  // (the adaptive one on a slow host) would go on to spend retry_cnt on the IBTA timer.
+  // A READ response or an atomic ACK says nothing of the responses before it (a gap there is
+  // an implied NAK): beyond the rewound req_.psn it counts only at the PSN the completer waits
+  // for, continuing the stream it had.
   const bool stale = wire::psn_lt(psn, comp_.psn);
-  if (sq_count_ == 0 || stale || wire::psn_ge(psn, req_.psn)) {
+  const bool nak = pkt.op->has(wire::ExtHeader::kAeth) &&
+                   wire::aeth_type(pkt.aeth().syndrome()) != wire::AethType::kAck;
+  const bool sent =
+      wire::psn_lt(psn, req_.psn) || (pkt.op->opcode() == Opcode::kRcAcknowledge
+                                          ? wire::psn_lt(psn, req_.psn_end)
+                                          : !nak && psn == comp_.psn && psn != req_.psn_end);
+  if (sq_count_ == 0 || stale || !sent) {
     ++counters_.dropped;
     // A stale response while requests are outstanding: the responder is still answering ones
     // we sent before, replays that rxe sends one after another, each to its end (a READ asked
@@ -146,6 +158,15 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
       comp_.stale_psn = psn;
     }
     return;
+  }
+  // A response at or beyond the rewound req_.psn: the responder has every PSN before it (and,
+  // unless it is a NAK, this one), sent before the go-back-N. The requester passes them.
+  if (wire::psn_ge(psn, req_.psn)) {
+    skip_acknowledged(nak ? wire::psn_add(psn, -1) : psn);
+    if (nak ? wire::psn_gt(psn, req_.psn) : wire::psn_ge(psn, req_.psn)) {
+      ++counters_.dropped;  // the WQEs there were not sent (cannot happen)
+      return;
+    }
   }
   complete_acked_through(psn);
   if (sq_count_ == 0) return;

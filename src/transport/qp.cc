@@ -84,6 +84,7 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
   if (mask & kQpSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn = attr_.sq_psn;
+    req_.psn_end = attr_.sq_psn;
     comp_.psn = attr_.sq_psn;
     comp_.reported_psn = attr_.sq_psn;
   }

@@ -250,6 +250,9 @@ struct QpCounters {
   // IBTA timer's expiries only (ConnectX: local_ack_timeout_err).
   std::uint64_t adaptive_timeouts = 0;
   std::uint64_t tail_probes = 0;
+  // Adaptive timeouts found spurious: the first progress after one came sooner than the minimum
+  // RTT after it, so it acknowledged packets sent before the timeout (the RTO backs off).
+  std::uint64_t spurious_timeouts = 0;
   // Selective repeat (negotiated between uroce peers): packets the requester resent alone for a
   // responder that kept what followed them, and out-of-order requests this responder kept.
   std::uint64_t selective_retransmits = 0;
@@ -285,6 +288,7 @@ struct QpCounters {
     rp_cnp_handled += o.rp_cnp_handled;
     adaptive_timeouts += o.adaptive_timeouts;
     tail_probes += o.tail_probes;
+    spurious_timeouts += o.spurious_timeouts;
     selective_retransmits += o.selective_retransmits;
     out_of_order_kept += o.out_of_order_kept;
     return *this;
@@ -500,6 +504,9 @@ class Qp {
   bool gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
               TxPacket& out);
   void retry_from(std::uint32_t psn);
+  // The responder has every PSN up to `through`, some of them sent before a go-back-N rewound
+  // the requester and not sent again since: the requester moves past them without resending.
+  void skip_acknowledged(std::uint32_t through);
   void complete_unreliable_sends();
 
   // ---- completer (completer.cc) ----
@@ -545,6 +552,10 @@ class Qp {
   bool unambiguous(std::uint32_t psn) const;
   // The IBTA ACK timer expired (handle_retry_timeout ran): the adaptive timer stands down.
   void note_ibta_timeout(Instant now);
+  // The first progress after an adaptive timeout: spurious if sooner than the minimum RTT.
+  void note_first_ack_after_rto(Instant now);
+  // A packet at `psn` was sent again (note_request_sent, sr_poll_resend).
+  void note_resent(std::uint32_t psn);
   // The adaptive retransmission timer or the probe's timer is due (handle_timeout).
   void handle_recovery_timeout(Instant now);
   // The packet a tail-loss probe would resend (its PSN and WQE), if there is one.
@@ -638,6 +649,9 @@ class Qp {
     Instant rnr_resume = Instant::never();  // waiting out an RNR NAK until then
     Instant pace_until = Instant::never();  // congestion control holds the next packet
     std::uint32_t max_sent_psn = 0;         // highest PSN sent, to count retransmissions
+    // One past the last PSN any request took (a READ takes its responses' PSNs): what `psn`
+    // reached before a go-back-N rewound it. Responses below it answer requests that were sent.
+    std::uint32_t psn_end = 0;
     bool sent_any = false;
     bool draining_done_event = false;
   } req_;
@@ -680,6 +694,17 @@ class Qp {
     bool lossy = false;        // a go-back-N came less than kLossyRtts SRTTs ago
     Instant lossy_until;
     std::uint32_t backoff = 0;  // adaptive timeouts since the last progress (RTO doubles)
+    // Raised by each spurious adaptive timeout (twice the RTO that fired, at most the ACK
+    // timeout), for the QP's life: base_rto() never goes below it.
+    Duration rto_floor = Duration::zero();
+    // The last adaptive timeout, until the first progress after it says whether it was spurious.
+    bool rto_check = false;
+    Instant rto_fired_at;
+    // A retransmission (a go-back-N's, a probe, a selective resend) not yet acknowledged: the
+    // highest PSN resent. Its ACK could come at any time, so a timeout then is not tested.
+    bool resent_unacked = false;
+    std::uint32_t resent_psn = 0;
+    Duration rto_fired = Duration::zero();  // the RTO that expired
     Instant rto_deadline = Instant::never();
     Instant probe_deadline = Instant::never();
     std::uint32_t probes = 0;    // probes sent since the last progress (kMaxProbes at most)

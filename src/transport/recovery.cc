@@ -8,13 +8,23 @@
 // could answer either copy. SRTT, RTTVAR and the minimum RTT are kept per QP.
 //
 // Adaptive retransmission timeout. RTO = SRTT + 4 * RTTVAR, at least RecoveryParams::min_rto
-// (kMinRto), doubled at each adaptive timeout without progress, never beyond ack_timeout(). Its
-// timer runs beside the IBTA ACK timer (comp_.deadline), which keeps its rules unchanged: armed
-// by the first packet outstanding, restarted by progress, and the only one that spends retry_cnt.
-// An adaptive timeout goes back N (cc::LossSignal::kTimeout) and spends nothing, so a QP fails
-// with retry-exceeded exactly when the IBTA rule fails it: retry_cnt + 1 expiries of the full
-// ACK timeout without progress. Once the IBTA timer has expired, the adaptive one stays off until
-// progress. Before the first sample, and with timeout 0 (infinite), only the IBTA timer runs.
+// (kMinRto) and the QP's floor after spurious timeouts, doubled at each adaptive timeout without
+// progress, never beyond ack_timeout(). Its timer runs beside the IBTA ACK timer (comp_.deadline),
+// which keeps its rules unchanged: armed by the first packet outstanding, restarted by progress,
+// and the only one that spends retry_cnt. An adaptive timeout goes back N
+// (cc::LossSignal::kTimeout) and spends nothing, so a QP fails with retry-exceeded exactly when the
+// IBTA rule fails it: retry_cnt + 1 expiries of the full ACK timeout without progress. Once the
+// IBTA timer has expired, the adaptive one stays off until progress. Before the first sample, and
+// with timeout 0 (infinite), only the IBTA timer runs.
+//
+// Spurious timeouts. An adaptive timeout may fire for packets the responder has, their ACKs on the
+// way (a slow host, a queue, a descheduled peer). The completer takes those ACKs although the
+// go-back-N rewound the requester below them (completer.cc), and the first progress after the
+// timeout, if it comes within the minimum RTT, marks the timeout spurious (spurious_timeouts): the
+// RTO's floor for that QP doubles from the RTO that fired (note_first_ack_after_rto). Only when no
+// earlier retransmission was outstanding at the timeout: a probe's or a go-back-N's ACK may come
+// at any time after it (taken for spurious, those cost the 5% lossy flow a third of its goodput,
+// the floor raised towards the IBTA timeout).
 //
 // Tail-loss probe. When no packet has left and nothing was acknowledged for 2 * SRTT +
 // kProbeAckAllowance (and the retransmission timer is further off), the requester resends one
@@ -44,7 +54,7 @@ Duration Qp::base_rto() const {
   if (!env_.recovery.adaptive_rto || ibta.is_infinite() || rec_.samples == 0) return ibta;
   // RFC 6298 (2.3): SRTT + max(G, 4 * RTTVAR), G the clock granularity (1 us here: `now` has ns).
   Duration rto = rec_.srtt + std::max(rec_.rttvar * 4, Duration::us(1));
-  rto = std::max(rto, env_.recovery.min_rto);
+  rto = std::max({rto, env_.recovery.min_rto, rec_.rto_floor});
   return std::min(rto, ibta);
 }
 
@@ -127,6 +137,7 @@ bool Qp::unambiguous(std::uint32_t psn) const {
 void Qp::note_request_sent(Instant now, std::uint32_t psn, bool fresh, bool ack_req) {
   if (type_ != QpType::kRc) return;
   if (!fresh && rec_.timing && wire::psn_le(psn, rec_.timed_psn)) rec_.timing = false;  // Karn
+  if (!fresh) note_resent(psn);
   if ((fresh || unambiguous(psn)) && ack_req && !rec_.timing) {
     rec_.timing = true;
     rec_.timed_psn = psn;
@@ -134,6 +145,11 @@ void Qp::note_request_sent(Instant now, std::uint32_t psn, bool fresh, bool ack_
     rec_.delivered_at_send = rec_.delivered;
   }
   arm_recovery_timers(now, /*restart_rto=*/false);
+}
+
+void Qp::note_resent(std::uint32_t psn) {
+  if (!rec_.resent_unacked || wire::psn_gt(psn, rec_.resent_psn)) rec_.resent_psn = psn;
+  rec_.resent_unacked = true;
 }
 
 Duration Qp::note_acked(Instant now, std::uint32_t acked) {
@@ -173,6 +189,8 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
                         : std::max(kMinBdpWindow, static_cast<std::uint32_t>(window));
     }
   }
+  if (rec_.rto_check) note_first_ack_after_rto(now);
+  if (rec_.resent_unacked && wire::psn_gt(comp_.psn, rec_.resent_psn)) rec_.resent_unacked = false;
   rec_.backoff = 0;
   rec_.probes = 0;
   if (rec_.lossy && now >= rec_.lossy_until) rec_.lossy = false;
@@ -180,8 +198,25 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
   return sample;
 }
 
+void Qp::note_first_ack_after_rto(Instant now) {
+  // Eifel's question (RFC 3522) asked by time, without timestamps: progress within the minimum RTT
+  // of the timeout cannot answer a retransmission sent at the timeout, nor one sent before it
+  // (handle_recovery_timeout tests only when none was outstanding), so it answers packets sent
+  // before it, which were not lost but late. An ACK of PSNs not yet sent again proves less: the
+  // responder re-ACKs its latest PSN for a duplicate, and after lost ACKs the timeout was needed.
+  // The response (RFC 4015's, in the spirit of Linux's undo): back off, for good. The floor becomes
+  // twice the RTO that fired, at most the ACK timeout; congestion control undoes its own cut
+  // (cc/aimd.h). The go-back-N has cost the resends only: the completer took the ACKs of the
+  // packets sent before it (handle_response), and the requester passed what they acknowledge.
+  rec_.rto_check = false;
+  if (rec_.samples == 0 || now - rec_.rto_fired_at >= rec_.min_rtt) return;
+  ++counters_.spurious_timeouts;
+  rec_.rto_floor = std::min(std::max(rec_.rto_floor, rec_.rto_fired * 2), ack_timeout());
+}
+
 void Qp::note_ibta_timeout(Instant now) {
   note_loss(now);
+  rec_.rto_check = false;
   // The full ACK timeout passed without progress: the adaptive timer has nothing to add until
   // progress (rto() is ack_timeout() at this backoff).
   rec_.timing = false;
@@ -199,6 +234,11 @@ void Qp::handle_recovery_timeout(Instant now) {
     // Go back N as the IBTA timer would, without spending retry_cnt; the retransmission arms
     // the timer again (note_request_sent), backed off.
     ++counters_.adaptive_timeouts;
+    // Spurious or not, the first progress tells only when no earlier retransmission could be
+    // what it answers (a probe's, an earlier go-back-N's).
+    rec_.rto_check = !rec_.resent_unacked;
+    rec_.rto_fired_at = now;
+    rec_.rto_fired = rto();
     ++rec_.backoff;
     note_loss(now);
     rec_.timing = false;

@@ -169,6 +169,7 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
   }
   if (retransmit) ++counters_.retransmitted_packets;
   if (!req_.sent_any || wire::psn_gt(psn, req_.max_sent_psn)) req_.max_sent_psn = psn;
+  if (!wire::psn_lt(psn, req_.psn_end)) req_.psn_end = req_.psn;  // new PSNs (2^23 for a READ)
   req_.sent_any = true;
 }
 
@@ -237,6 +238,46 @@ void Qp::complete_unreliable_sends() {
   // UC and UD: a WQE is complete once its last packet is handed to the network.
   while (sq_count_ > 0 && sq_at(sq_tail_).state == WqeState::kPending) {
     complete_send(sq_tail_, WcStatus::kSuccess);
+  }
+}
+
+void Qp::skip_acknowledged(std::uint32_t through) {
+  // A response beyond the requester's next PSN answers a request sent before a go-back-N went
+  // back past it (an ACK timer that fired while the packets and their ACKs were on the way): the
+  // responder has them. Sending them again would only earn duplicate ACKs, so the requester
+  // takes them as sent again, WQE by WQE, each with the PSNs it had (a go-back-N gives the same
+  // WQEs the same PSNs). A READ or an atomic is one request: passed whole, its outstanding count
+  // restored, its response stream the one the first request started (a READ resumed mid-message
+  // takes the stream's continuation at the resume PSN as its start, as from a re-request rxe
+  // answers). Never past req_.psn_end: beyond it nothing was sent.
+  while (wire::psn_le(req_.psn, through) && wire::psn_lt(req_.psn, req_.psn_end) &&
+         req_.next_wqe != sq_tail_ + sq_count_) {
+    SendWqe& w = sq_at(req_.next_wqe);
+    const bool rd_atomic = w.wr_op->is_read_or_atomic();
+    if (w.state == WqeState::kPosted) {
+      if (!w.started || w.first_psn != req_.psn) return;  // not sent before (cannot happen)
+      w.state = WqeState::kSending;
+      w.sent_bytes = 0;
+      w.read_bytes = 0;
+      if (rd_atomic) ++req_.rd_atomic_inflight;  // retry_from counted a resumed one already
+    } else if (w.state != WqeState::kSending) {
+      return;
+    }
+    if (rd_atomic) {
+      if (w.wr_op->is(kWrRead)) w.read_req_psn = req_.psn;
+      req_.psn = wire::psn_add(w.last_psn, 1);
+    } else {
+      req_.psn = wire::psn_add(wire::psn_le(w.last_psn, through) ? w.last_psn : through, 1);
+    }
+    w.sent_bytes = std::min<std::uint64_t>(
+        std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(req_.psn, w.first_psn))} *
+            mtu_bytes_,
+        w.length);
+    if (rd_atomic || wire::psn_gt(req_.psn, w.last_psn)) {
+      w.sent_bytes = w.length;
+      w.state = WqeState::kPending;
+      ++req_.next_wqe;
+    }
   }
 }
 

@@ -682,6 +682,7 @@ bool Qp::sr_poll_resend(Instant now, TxPacket& out) {
   counters_.bytes_sent += out.payload_bytes;
   ++counters_.retransmitted_packets;
   ++counters_.selective_retransmits;
+  note_resent(psn);
   if (comp_.deadline.is_never()) comp_.deadline = now + ack_timeout();
   return true;
 }

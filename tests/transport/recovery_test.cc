@@ -353,5 +353,202 @@ TEST(Recovery, ALargerCongestionControlWindowIsNotCappedByTheBandwidthDelayEstim
   EXPECT_EQ(s.e.qp->send_window(), transport::kMaxBdpWindow);
 }
 
+// ---- ACKs of packets sent before a go-back-N (issue 39) -----------------------------------------
+// A timer that fires while the packets and their ACKs are on the way rewinds the requester below
+// PSNs the responder has. Their ACKs answer requests that were sent: they complete the WQEs, and
+// the requester does not send again what they acknowledge.
+
+// What the requester sends now: their PSNs must be `psns`.
+std::vector<Solo::Sent> expect_sent(Solo& s, const std::vector<std::uint32_t>& psns) {
+  std::vector<Solo::Sent> out = s.drain();
+  std::vector<std::uint32_t> sent;
+  for (const Solo::Sent& p : out) sent.push_back(p.h.bth.psn);
+  EXPECT_EQ(sent, psns);
+  return out;
+}
+
+TEST(Recovery, AnAckArrivingAfterATimeoutsGoBackNCompletesTheWqesAndRestoresTheRetries) {
+  Solo s(QpType::kRc);
+  s.set(/*timeout=*/14, /*retry_cnt=*/1, 7);
+  s.e.qp->set_recovery(transport::RecoveryParams::off());
+  post_write(s, 1, 4096);  // PSNs p .. p+3
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.advance(ibta(14));  // the IBTA timer: one retry spent, the requester back at p
+  EXPECT_EQ(s.e.qp->counters().timeouts, 1u);
+  // The ACK of the first transmission comes before the requester sent anything again.
+  const std::uint64_t dropped = s.e.qp->counters().dropped;
+  ack(s, wire::psn_add(kPsn, 3));
+  EXPECT_EQ(s.e.qp->counters().dropped, dropped);
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(s.drain().empty());  // nothing acknowledged is sent again
+  EXPECT_TRUE(s.e.qp->poll_timeout().is_never());
+  // Progress restored retry_cnt (1): the next WRITE survives one timeout, and takes the next PSNs.
+  post_write(s, 2, 1024);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.bth.psn, wire::psn_add(kPsn, 4));
+  s.advance(ibta(14));
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  EXPECT_EQ(s.drain().size(), 1u);
+  ack(s, wire::psn_add(kPsn, 4));
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.qp->counters().retry_exceeded, 0u);
+}
+
+TEST(Recovery, AnAckPartWayThroughTheRewoundPacketsLeavesOnlyTheRestToSend) {
+  Solo s(QpType::kRc);
+  s.e.qp->set_recovery(transport::RecoveryParams::off());
+  post_write(s, 1, 2048);  // p, p+1
+  post_write(s, 2, 4096);  // p+2 .. p+5
+  ASSERT_EQ(s.drain().size(), 6u);
+  s.advance(ibta(14));
+  // The responder had p .. p+3: the first WRITE completes, the second resumes at p+4.
+  ack(s, wire::psn_add(kPsn, 3));
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].wr_id, 1u);
+  const auto out = expect_sent(s, {wire::psn_add(kPsn, 4), wire::psn_add(kPsn, 5)});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaWriteMiddle);
+  EXPECT_EQ(out[0].payload, slice(s.e, 2048, 1024));  // the WRITE's third KiB
+  ack(s, wire::psn_add(kPsn, 5));
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+}
+
+TEST(Recovery, AResponseToAPsnNeverSentIsStillDropped) {
+  Solo s(QpType::kRc);
+  s.e.qp->set_recovery(transport::RecoveryParams::off());
+  post_write(s, 1, 2048);  // p, p+1
+  ASSERT_EQ(s.drain().size(), 2u);
+  s.advance(ibta(14));
+  const std::uint64_t dropped = s.e.qp->counters().dropped;
+  ack(s, wire::psn_add(kPsn, 2));  // beyond everything ever sent
+  seq_nak(s, wire::psn_add(kPsn, 2));
+  EXPECT_EQ(s.e.qp->counters().dropped, dropped + 2);
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->counters().seq_naks_received, 0u);
+  EXPECT_EQ(s.drain().size(), 2u);  // the go-back-N goes on
+}
+
+// A READ's response stream to the first request is the READ's data, whichever request the
+// requester has (re)sent since: taken, it completes the READ, which is not requested again.
+void read_stream(Solo& s, const std::vector<std::byte>& remote, std::uint32_t first,
+                 std::uint32_t from) {
+  const auto packets = static_cast<std::uint32_t>(remote.size() / 1024);
+  for (std::uint32_t i = from; i < packets; ++i) {
+    wire::TransportHeaders h;
+    const Opcode op = packets == 1       ? Opcode::kRcRdmaReadResponseOnly
+                      : i == 0           ? Opcode::kRcRdmaReadResponseFirst
+                      : i == packets - 1 ? Opcode::kRcRdmaReadResponseLast
+                                         : Opcode::kRcRdmaReadResponseMiddle;
+    h.bth.opcode = static_cast<std::uint8_t>(op);
+    h.bth.psn = wire::psn_add(first, i);
+    if (i == 0 || i == packets - 1) h.aeth.syndrome = wire::make_ack_syndrome();
+    s.feed(h, ConstBytes(remote).subspan(std::size_t{i} * 1024, 1024));
+  }
+}
+
+void post_read(Solo& s, std::uint64_t id, std::size_t off, std::uint32_t len) {
+  const Sge sg = sge(s.e, off, len);
+  transport::SendRequest r = request(id, WrOpcode::kRdmaRead, std::span(&sg, 1));
+  r.remote_addr = 0x20000;
+  r.rkey = 0x99;
+  ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
+}
+
+TEST(Recovery, AReadsResponsesAfterATimeoutsGoBackNCompleteIt) {
+  Solo s(QpType::kRc);
+  s.e.qp->set_recovery(transport::RecoveryParams::off());
+  const auto remote = pattern(4096, 7);
+  post_read(s, 1, 8192, 4096);  // one request, responses at p .. p+3
+  post_write(s, 2, 1024);       // p+4
+  ASSERT_EQ(s.drain().size(), 2u);
+  s.advance(ibta(14));
+  read_stream(s, remote, kPsn, 0);
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(slice(s.e, 8192, 4096), remote);
+  // The READ is not requested again; the WRITE behind it, not acknowledged, goes again.
+  const auto out = expect_sent(s, {wire::psn_add(kPsn, 4)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kRcRdmaWriteOnly);
+  ack(s, wire::psn_add(kPsn, 4));
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+}
+
+TEST(Recovery, AReadRewoundMidStreamTakesTheRestOfTheFirstStream) {
+  Solo s(QpType::kRc);
+  s.e.qp->set_recovery(transport::RecoveryParams::off());
+  const auto remote = pattern(4096, 9);
+  post_read(s, 1, 8192, 4096);
+  ASSERT_EQ(s.drain().size(), 1u);
+  // Two responses arrive, then the stream stalls past the timeout (a slow responder).
+  s.feed(Opcode::kRcRdmaReadResponseFirst, kPsn, ConstBytes(remote).first(1024));
+  s.feed(Opcode::kRcRdmaReadResponseMiddle, wire::psn_add(kPsn, 1),
+         ConstBytes(remote).subspan(1024, 1024));
+  s.advance(ibta(14));  // back to p+2, mid-READ
+  read_stream(s, remote, kPsn, 2);
+  ASSERT_EQ(s.e.scq.wcs.size(), 1u);
+  EXPECT_EQ(s.e.scq.wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(slice(s.e, 8192, 4096), remote);
+  EXPECT_TRUE(s.drain().empty());
+}
+
+// An adaptive timeout whose first progress comes sooner than the minimum RTT after it answered
+// packets sent before it: spurious. Counted, and the RTO backs off for the QP; no retry is spent.
+TEST(Recovery, ASpuriousAdaptiveTimeoutIsCountedAndRaisesTheRto) {
+  Solo s(QpType::kRc);
+  s.set(/*timeout=*/14, /*retry_cnt=*/0, 7);  // any retry spent would fail the QP
+  s.e.qp->set_recovery(transport::RecoveryParams{true, /*tail_probe=*/false, true, kMinRto});
+  std::uint32_t psn = sample(s, 1, kPsn, Duration::us(30));
+  ASSERT_EQ(s.e.qp->rto(), kMinRto);
+  post_write(s, 2, 4096);  // psn .. psn+3
+  ASSERT_EQ(s.drain().size(), 4u);
+  s.advance(kMinRto);
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 1u);
+  ASSERT_EQ(s.drain().size(), 4u);  // sent again
+  // 10 us later (the minimum RTT is 30 us) an ACK arrives: it answers the first transmission.
+  s.advance(Duration::us(10));
+  ack(s, wire::psn_add(psn, 3));
+  EXPECT_EQ(s.e.qp->counters().spurious_timeouts, 1u);
+  EXPECT_EQ(s.e.qp->rto(), kMinRto * 2);
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  psn = wire::psn_add(psn, 4);
+  // A timeout that was not spurious (its ACK a full RTT after it) leaves the floor alone.
+  post_write(s, 3, 1024);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.advance(kMinRto * 2);
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 2u);
+  ASSERT_EQ(s.drain().size(), 1u);
+  s.advance(Duration::us(40));
+  ack(s, psn);
+  EXPECT_EQ(s.e.qp->counters().spurious_timeouts, 1u);
+  EXPECT_EQ(s.e.qp->rto(), kMinRto * 2);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+}
+
+TEST(Recovery, AdaptiveTimeoutsSpendNoRetryCount) {
+  Solo s(QpType::kRc);
+  s.set(/*timeout=*/14, /*retry_cnt=*/0, 7);
+  s.e.qp->set_recovery(transport::RecoveryParams{true, /*tail_probe=*/false, true, kMinRto});
+  const std::uint32_t psn = sample(s, 1, kPsn, Duration::us(30));
+  post_write(s, 2, 1024);
+  ASSERT_EQ(s.drain().size(), 1u);
+  // 5, 10, 20 ms: three adaptive timeouts, all before the IBTA timer's 67 ms.
+  for (int i = 0; i < 3; ++i) {
+    s.now = s.e.qp->poll_timeout();
+    s.e.qp->handle_timeout(s.now);
+    EXPECT_EQ(s.drain().size(), 1u);
+  }
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, 3u);
+  EXPECT_EQ(s.e.qp->counters().timeouts, 0u);
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  s.advance(Duration::us(30));
+  ack(s, psn);
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.scq.wcs[1].status, WcStatus::kSuccess);
+}
+
 }  // namespace
 }  // namespace uroce::test

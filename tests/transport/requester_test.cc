@@ -1548,14 +1548,15 @@ TEST(Completer, ReadResponsesNotAtTheResumePsnStillNeedAnOpenStream) {
   EXPECT_EQ(slice(s.e, 1024, 1024), vec(part(remote, 1024, 1024)));
   // The response at 0x1002 is lost; the timeout closes the stream and goes back to 0x1002.
   s.advance(ack_timeout(10));
-  // Before the re-request leaves, the expected PSN 0x1002 is not the PSN of a request: a
-  // late Middle of the original stream there is dropped (the re-request is coming anyway).
+  // Before the re-request leaves, a response of the original stream past the expected PSN
+  // 0x1002 is dropped (the re-request is coming anyway; one at 0x1002 itself would be the rest of
+  // the READ, recovery_test.cc).
   const auto rejected = [&] {
     return s.e.qp->counters().out_of_sequence + s.e.qp->counters().dropped;
   };
-  read_response(s, Opcode::kRcRdmaReadResponseMiddle, 0x1002, part(remote, 2048, 1024));
+  read_response(s, Opcode::kRcRdmaReadResponseLast, 0x1003, part(remote, 3072, 1024));
   EXPECT_EQ(rejected(), 2u);
-  EXPECT_EQ(slice(s.e, 2048, 1024), std::vector<std::byte>(1024));
+  EXPECT_EQ(slice(s.e, 2048, 2048), std::vector<std::byte>(2048));
   auto out = s.drain();
   EXPECT_EQ(describe(out), Strings{pkt(Opcode::kRcRdmaReadRequest, 0x1002, true)});
   // The re-request is at 0x1002: a Middle or Last at 0x1003 is ahead of it and dropped, and so
