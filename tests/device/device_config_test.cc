@@ -13,10 +13,6 @@
 namespace uroce::engine {
 namespace {
 
-// Loss recovery beyond IBTA (transport/recovery.cc) is on unless UROCE_RECOVERY=0 turns it off
-// (edge/environment_test.cc reads the variable).
-TEST(DeviceConfig, LossRecoveryIsOnByDefault) { EXPECT_TRUE(DeviceConfig{}.adaptive_recovery); }
-
 TEST(DeviceConfig, ParsesNamedAndBareEntries) {
   auto list = parse_device_list("a=127.0.0.2, 127.0.0.3 b=::1");
   ASSERT_TRUE(list.ok()) << list.error();
