@@ -195,10 +195,8 @@ struct DeviceConfig {
   // RC loss recovery (transport/recovery.cc): an adaptive retransmission timeout from measured
   // RTTs, a tail-loss probe and a window sized to the bandwidth-delay product. Off: IBTA's fixed
   // ACK timeout and rxe's 128-PSN window only (transport::RecoveryParams::off()).
-  // Off by default for now (UROCE_RECOVERY=1 turns it on): under ThreadSanitizer's slowness
-  // ib_write_bw -q 4 and Open MPI over UCX ended in retry-exceeded with it on (spurious adaptive
-  // timeouts, then ACKs past the rewound PSN dropped by the completer); the
-  // lossy-flow scenario (sim/lossy_flow.h) turns it on itself.
+  // Off by default for now (UROCE_RECOVERY=1 turns it on; docs/TRANSPORT.md, "Loss recovery",
+  // says what still holds it back); the lossy-flow scenario (sim/lossy_flow.h) turns it on.
   bool adaptive_recovery = false;
 };
 
