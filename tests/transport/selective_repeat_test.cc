@@ -183,6 +183,30 @@ TEST(SelectiveRepeatResponder, WithoutTheFirstNothingOfItsWriteIsKept) {
   for (std::size_t i = 0; i < data.size(); ++i) ASSERT_EQ(s.e.buf[i], std::byte{0});
 }
 
+// The responder keeps kSrWindow PSNs beyond its ePSN while the requester's window may grow to
+// kMaxBdpWindow: a request that far on is not kept and cuts the run, and once the hole is filled
+// a plain sequence NAK sends the requester back N from the first packet not kept. A sender never
+// counts on more being kept than the responder can keep.
+static_assert(kSrWindow < kMaxBdpWindow);
+TEST(SelectiveRepeatResponder, ARequestKSrWindowBeyondTheEpsnIsNotKeptAndCutsTheRun) {
+  SrSolo s;
+  const Bytes a = pattern(16, 11), b = pattern(16, 12), c = pattern(16, 13);
+  s.write_packet(b, 64, 1, 0);           // one beyond the ePSN: kept
+  s.write_packet(c, 128, kSrWindow, 0);  // kSrWindow beyond: not kept
+  auto out = s.drain();
+  EXPECT_EQ(s.e.qp->counters().out_of_order_kept, 1u);
+  ASSERT_FALSE(out.empty());
+  expect_nak(out.back(), kEpsn, true);
+  s.write_packet(a, 0, 0, 0);  // the hole
+  out = s.drain();
+  ASSERT_FALSE(out.empty());
+  expect_nak(out.back(), kEpsn + 2, false);
+  EXPECT_EQ(s.e.qp->responder_psn(), kEpsn + 2);
+  EXPECT_TRUE(s.holds(0, a, 0, a.size()));
+  EXPECT_TRUE(s.holds(64, b, 0, b.size()));
+  for (std::size_t i = 0; i < c.size(); ++i) ASSERT_EQ(s.e.buf[128 + i], std::byte{0});
+}
+
 TEST(SelectiveRepeatResponder, ADuplicateOfAKeptPacketIsNotPlacedAgain) {
   SrSolo s;
   const Bytes data = pattern(3 * kMtu, 8);
