@@ -187,24 +187,26 @@ TEST(SelectiveRepeatResponder, WithoutTheFirstNothingOfItsWriteIsKept) {
 // kMaxBdpWindow: a request that far on is not kept and cuts the run, and once the hole is filled
 // a plain sequence NAK sends the requester back N from the first packet not kept. A sender never
 // counts on more being kept than the responder can keep.
-static_assert(kSrWindow < kMaxBdpWindow);
+static_assert(transport::kSrWindow < transport::kMaxBdpWindow);
 TEST(SelectiveRepeatResponder, ARequestKSrWindowBeyondTheEpsnIsNotKeptAndCutsTheRun) {
   SrSolo s;
-  const Bytes a = pattern(16, 11), b = pattern(16, 12), c = pattern(16, 13);
-  s.write_packet(b, 64, 1, 0);           // one beyond the ePSN: kept
-  s.write_packet(c, 128, kSrWindow, 0);  // kSrWindow beyond: not kept
+  constexpr std::uint32_t kFar = 1 + transport::kSrWindow;  // kSrWindow beyond the ePSN below
+  const Bytes data = pattern((kFar + 8) * kMtu, 11);  // one WRITE: every packet's place is known
+  s.write_packet(data, 0, 0, 0);
+  s.drain();
+  s.write_packet(data, 0, 0, 2);     // packet 1 is lost; one beyond the ePSN: kept
+  s.write_packet(data, 0, 0, kFar);  // kSrWindow beyond: not kept
   auto out = s.drain();
   EXPECT_EQ(s.e.qp->counters().out_of_order_kept, 1u);
   ASSERT_FALSE(out.empty());
-  expect_nak(out.back(), kEpsn, true);
-  s.write_packet(a, 0, 0, 0);  // the hole
+  expect_nak(out.back(), kEpsn + 1, true);
+  s.write_packet(data, 0, 0, 1);  // the resend fills the hole; packet 2 is replayed
   out = s.drain();
   ASSERT_FALSE(out.empty());
-  expect_nak(out.back(), kEpsn + 2, false);
-  EXPECT_EQ(s.e.qp->responder_psn(), kEpsn + 2);
-  EXPECT_TRUE(s.holds(0, a, 0, a.size()));
-  EXPECT_TRUE(s.holds(64, b, 0, b.size()));
-  for (std::size_t i = 0; i < c.size(); ++i) ASSERT_EQ(s.e.buf[128 + i], std::byte{0});
+  expect_nak(out.back(), kEpsn + 3, false);  // back N from the first packet not kept
+  EXPECT_EQ(s.e.qp->responder_psn(), kEpsn + 3);
+  EXPECT_TRUE(s.holds(0, data, 0, 3 * kMtu));
+  for (std::size_t i = 0; i < kMtu; ++i) ASSERT_EQ(s.e.buf[kFar * kMtu + i], std::byte{0});
 }
 
 TEST(SelectiveRepeatResponder, ADuplicateOfAKeptPacketIsNotPlacedAgain) {
