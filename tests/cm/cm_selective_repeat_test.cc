@@ -71,20 +71,20 @@ struct End {
     a.rq_psn = q.rq_psn;
     a.max_dest_rd_atomic = q.max_dest_rd_atomic;
     a.selective_repeat = q.selective_repeat;
-    ASSERT_EQ(dev->modify_qp(qp.handle, a,
-                             kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                                 kQpMaxDestRdAtomic | kQpMinRnrTimer |
-                                 (q.selective_repeat ? kQpSelectiveRepeat : 0u)),
-              Errc::kOk);
+    ASSERT_EQ(
+        dev->modify_qp(qp.handle, a,
+                       kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                           kQpMinRnrTimer | (q.selective_repeat ? kQpSelectiveRepeat : 0u)),
+        Errc::kOk);
     a.qp_state = QpState::kRts;
     a.sq_psn = q.sq_psn;
     a.timeout = q.ack_timeout;
     a.retry_cnt = q.retry_count;
     a.rnr_retry = q.rnr_retry;
     a.max_rd_atomic = q.max_rd_atomic;
-    ASSERT_EQ(dev->modify_qp(qp.handle, a,
-                             kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                                 kQpMaxQpRdAtomic),
+    ASSERT_EQ(dev->modify_qp(
+                  qp.handle, a,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
               Errc::kOk);
   }
   bool selective_repeat() const { return dev->query_qp(qp.handle)->attr.selective_repeat; }
@@ -215,8 +215,7 @@ TEST(CmSelectiveRepeat, TheKernelsReqAndRepLeaveItOff) {
   p.local_qpn = req.local_qpn;
   p.starting_psn = req.starting_psn;
   ASSERT_TRUE(active.connect(now, p).ok());
-  const auto ours = std::get<wire::CmReq>(
-      wire::parse_cm_mad(active.poll_transmit()->mad)->message);
+  const auto ours = std::get<wire::CmReq>(wire::parse_cm_mad(active.poll_transmit()->mad)->message);
   rep.remote_comm_id = ours.local_comm_id;
   const auto rep_mad = wire::build_cm_mad(wire::CmMad{0, rep});
   CmPeer rep_from;

@@ -447,10 +447,10 @@ TEST(QpSelectiveRepeat, TheBitIsRcInitToRtrOnlyAndEveryConnectionDecidesAgain) {
   const QpInfo q = f.create(QpType::kRc);
   QpAttr a = good_attr();
   a.qp_state = QpState::kInit;
-  EXPECT_EQ(f.dev->modify_qp(q.handle, a,
-                             kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags |
-                                 kQpSelectiveRepeat),
-            Errc::kInvalidArgument);
+  EXPECT_EQ(
+      f.dev->modify_qp(q.handle, a,
+                       kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags | kQpSelectiveRepeat),
+      Errc::kInvalidArgument);
   f.drive(q.handle, QpType::kRc, QpState::kRts);  // towards kIpB, a listed peer
   EXPECT_TRUE(f.dev->query_qp(q.handle)->attr.selective_repeat);
   a.qp_state = QpState::kRts;
