@@ -46,6 +46,19 @@ Result<std::vector<DeviceSpec>, std::string> check_unique(std::vector<DeviceSpec
   return list;
 }
 
+// The entries of a list separated by commas, spaces, tabs or newlines.
+std::vector<std::string> list_items(const std::string& text) {
+  std::string norm = text;
+  for (char& c : norm) {
+    if (c == ',' || c == '\t' || c == '\n') c = ' ';
+  }
+  std::istringstream in(norm);
+  std::vector<std::string> items;
+  std::string item;
+  while (in >> item) items.push_back(item);
+  return items;
+}
+
 Result<DeviceSpec, std::string> parse_entry(const std::string& name, const std::string& addr,
                                             std::size_t position) {
   auto ip = parse_ip(addr);
@@ -84,13 +97,7 @@ std::string ip_to_string(const wire::IpAddress& ip) {
 
 Result<SrPeers, std::string> parse_sr_peers(const std::string& text) {
   SrPeers peers;
-  std::string norm = text;
-  for (char& c : norm) {
-    if (c == ',' || c == '\t' || c == '\n') c = ' ';
-  }
-  std::istringstream in(norm);
-  std::string item;
-  while (in >> item) {
+  for (const std::string& item : list_items(text)) {
     if (item == "all") {
       peers.all = true;
       continue;
@@ -104,13 +111,7 @@ Result<SrPeers, std::string> parse_sr_peers(const std::string& text) {
 
 Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string& text) {
   std::vector<DeviceSpec> out;
-  std::string norm = text;
-  for (char& c : norm) {
-    if (c == ',' || c == '\t' || c == '\n') c = ' ';
-  }
-  std::istringstream in(norm);
-  std::string item;
-  while (in >> item) {
+  for (const std::string& item : list_items(text)) {
     const auto eq = item.find('=');
     const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
     const std::string addr = eq == std::string::npos ? item : item.substr(eq + 1);

@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "cm/cm.h"
-#include "support/golden.h"
+#include "kernel_rping.h"
 #include "uroce/verbs.h"
 #include "verbs/address.h"
+#include "verbs/connect.h"
 #include "wire/packet.h"
 
 namespace uroce::cm {
@@ -23,6 +24,8 @@ const wire::IpAddress kIpA = wire::IpAddress::v4(0x0a000001);
 const wire::IpAddress kIpB = wire::IpAddress::v4(0x0a000002);
 // rxe's GUID for 10.0.0.1 (the EUI-64 of the MAC 02:00:0a:00:00:01): no mark.
 constexpr std::uint64_t kRxeGuid = 0x00000afffe000001ull;
+const std::uint64_t kGuidA = verbs::node_guid_from_ip(kIpA);
+const std::uint64_t kGuidB = verbs::node_guid_from_ip(kIpB);
 
 CmPeer peer_at(const wire::IpAddress& ip) {
   CmPeer p;
@@ -56,36 +59,21 @@ struct End {
   }
   // INIT, RTR and RTS with what the CM negotiated, as the drop-in librdmacm does.
   void connect(const QpAttributes& q) {
-    QpAttr a;
-    a.qp_state = QpState::kInit;
-    a.port_num = 1;
-    a.qp_access_flags = kAccessRemoteWrite | kAccessRemoteRead;
-    ASSERT_EQ(dev->modify_qp(qp.handle, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags),
-              Errc::kOk);
-    a.qp_state = QpState::kRtr;
-    a.ah_attr.is_global = true;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.dgid.raw = q.remote_gid;
-    a.path_mtu = static_cast<Mtu>(q.path_mtu);
-    a.dest_qp_num = q.remote_qpn;
-    a.rq_psn = q.rq_psn;
-    a.max_dest_rd_atomic = q.max_dest_rd_atomic;
-    a.selective_repeat = q.selective_repeat;
-    ASSERT_EQ(
-        dev->modify_qp(qp.handle, a,
-                       kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
-                           kQpMinRnrTimer | (q.selective_repeat ? kQpSelectiveRepeat : 0u)),
-        Errc::kOk);
-    a.qp_state = QpState::kRts;
-    a.sq_psn = q.sq_psn;
-    a.timeout = q.ack_timeout;
-    a.retry_cnt = q.retry_count;
-    a.rnr_retry = q.rnr_retry;
-    a.max_rd_atomic = q.max_rd_atomic;
-    ASSERT_EQ(dev->modify_qp(
-                  qp.handle, a,
-                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
-              Errc::kOk);
+    verbs::RcConnection c;
+    uroce::Gid gid;
+    gid.raw = q.remote_gid;
+    c.peer_ip = *verbs::ip_from_gid(gid);
+    c.peer_qpn = q.remote_qpn;
+    c.path_mtu = static_cast<Mtu>(q.path_mtu);
+    c.sq_psn = q.sq_psn;
+    c.rq_psn = q.rq_psn;
+    c.timeout = q.ack_timeout;
+    c.retry_cnt = q.retry_count;
+    c.rnr_retry = q.rnr_retry;
+    c.max_rd_atomic = q.max_rd_atomic;
+    c.max_dest_rd_atomic = q.max_dest_rd_atomic;
+    c.selective_repeat = q.selective_repeat;
+    ASSERT_EQ(verbs::connect_rc_qp(*dev, qp.handle, c), Errc::kOk);
   }
   bool selective_repeat() const { return dev->query_qp(qp.handle)->attr.selective_repeat; }
 
@@ -101,8 +89,11 @@ struct Negotiated {
 };
 
 // A (10.0.0.1) connects to B (10.0.0.2), B accepts: what each side's CM gives its QP.
-std::optional<Negotiated> negotiate(CmEndpoint& a, CmEndpoint& b, std::uint32_t qpn_a = 0x11,
-                                    std::uint32_t qpn_b = 0x11) {
+// A's CM has GUID guid_a, B's guid_b (and selective repeat unless !sr_b).
+std::optional<Negotiated> negotiate(std::uint64_t guid_a, std::uint64_t guid_b, bool sr_b = true,
+                                    std::uint32_t qpn_a = 0x11, std::uint32_t qpn_b = 0x11) {
+  CmEndpoint a(cm_config(1, guid_a));
+  CmEndpoint b(cm_config(2, guid_b, sr_b));
   const Instant now = Instant::from_ns(0);
   if (!b.listen(kService).ok()) return std::nullopt;
   ConnectParams p;
@@ -133,9 +124,7 @@ std::optional<Negotiated> negotiate(CmEndpoint& a, CmEndpoint& b, std::uint32_t 
 
 TEST(CmSelectiveRepeat, TwoUroceEndsTurnItOnForBothQps) {
   End ea(kIpA, true), eb(kIpB, true);
-  CmEndpoint a(cm_config(1, verbs::node_guid_from_ip(kIpA)));
-  CmEndpoint b(cm_config(2, verbs::node_guid_from_ip(kIpB)));
-  const auto n = negotiate(a, b, ea.qp.qp_num, eb.qp.qp_num);
+  const auto n = negotiate(kGuidA, kGuidB, true, ea.qp.qp_num, eb.qp.qp_num);
   ASSERT_TRUE(n);
   EXPECT_TRUE(n->active.selective_repeat);
   EXPECT_TRUE(n->passive.selective_repeat);
@@ -150,9 +139,7 @@ TEST(CmSelectiveRepeat, APeerGuidWithoutTheMarkLeavesItOff) {
   // B is uroce, A's GUID is rxe's: B's QP stays go-back-N (and so would A's, were it rxe).
   {
     End eb(kIpB, true);
-    CmEndpoint a(cm_config(1, kRxeGuid));
-    CmEndpoint b(cm_config(2, verbs::node_guid_from_ip(kIpB)));
-    const auto n = negotiate(a, b, 0x11, eb.qp.qp_num);
+    const auto n = negotiate(kRxeGuid, kGuidB, true, 0x11, eb.qp.qp_num);
     ASSERT_TRUE(n);
     EXPECT_FALSE(n->passive.selective_repeat);
     eb.connect(n->passive);
@@ -161,9 +148,8 @@ TEST(CmSelectiveRepeat, APeerGuidWithoutTheMarkLeavesItOff) {
   // A is uroce, B answers with an unmarked GUID: A's QP stays go-back-N.
   {
     End ea(kIpA, true);
-    CmEndpoint a(cm_config(1, verbs::node_guid_from_ip(kIpA)));
-    CmEndpoint b(cm_config(2, 0x0200000000000002ull));  // locally administered, no mark
-    const auto n = negotiate(a, b, ea.qp.qp_num);
+    // B's GUID is locally administered, without the mark.
+    const auto n = negotiate(kGuidA, 0x0200000000000002ull, true, ea.qp.qp_num);
     ASSERT_TRUE(n);
     EXPECT_FALSE(n->active.selective_repeat);
     ea.connect(n->active);
@@ -174,25 +160,17 @@ TEST(CmSelectiveRepeat, APeerGuidWithoutTheMarkLeavesItOff) {
 // The kernel's REQ and REP from rping between two rxe hosts (tests/data/golden/rping.pcap): a
 // uroce listener given the REQ, and a uroce active side given the REP, keep go-back-N.
 TEST(CmSelectiveRepeat, TheKernelsReqAndRepLeaveItOff) {
-  std::optional<std::vector<std::byte>> req_bytes, rep_bytes;
-  for (const auto& fr : test::load_frames(test::data_dir() + "/golden/rping.pcap")) {
-    auto f = wire::parse_frame(wire::LinkType::kEthernet, fr.view());
-    ASSERT_TRUE(f.ok());
-    if (f->roce.bth().decode().dest_qpn != wire::kGsiQpn) continue;
-    const auto attr = static_cast<wire::CmAttr>(load_be16(f->roce.payload, wire::kMadOffAttrId));
-    if (attr == wire::CmAttr::kReq && !req_bytes)
-      req_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
-    if (attr == wire::CmAttr::kRep && !rep_bytes)
-      rep_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
-  }
-  ASSERT_TRUE(req_bytes && rep_bytes);
+  const auto mads = test::kernel_rping_mads();
+  ASSERT_TRUE(mads.contains(wire::CmAttr::kReq) && mads.contains(wire::CmAttr::kRep));
+  const std::vector<std::byte>* req_bytes = &mads.at(wire::CmAttr::kReq);
+  const std::vector<std::byte>* rep_bytes = &mads.at(wire::CmAttr::kRep);
   const Instant now = Instant::from_ns(0);
   const auto req = std::get<wire::CmReq>(wire::parse_cm_mad(*req_bytes)->message);
   auto rep = std::get<wire::CmRep>(wire::parse_cm_mad(*rep_bytes)->message);
   EXPECT_FALSE(wire::is_uroce_guid(req.local_ca_guid));
   EXPECT_FALSE(wire::is_uroce_guid(rep.local_ca_guid));
 
-  CmEndpoint passive(cm_config(3, verbs::node_guid_from_ip(kIpB)));
+  CmEndpoint passive(cm_config(3, kGuidB));
   ASSERT_TRUE(passive.listen(req.service_id).ok());
   CmPeer kernel;
   kernel.gid = req.primary_local_gid;
@@ -207,7 +185,7 @@ TEST(CmSelectiveRepeat, TheKernelsReqAndRepLeaveItOff) {
   EXPECT_FALSE(q->selective_repeat);
 
   // The kernel's REP, addressed to a uroce active side's connection.
-  CmEndpoint active(cm_config(4, verbs::node_guid_from_ip(kIpA)));
+  CmEndpoint active(cm_config(4, kGuidA));
   ConnectParams p;
   p.peer.gid = req.primary_remote_gid;
   p.local_gid = req.primary_local_gid;
@@ -230,18 +208,14 @@ TEST(CmSelectiveRepeat, SwitchedOffItStaysOff) {
   // B's CM does not take selective repeat: B's QP is go-back-N. (A, which sees B's mark, may
   // turn it on for its own: a peer that ignores kBthSrKeptBit makes both go back N, docs.)
   {
-    CmEndpoint a(cm_config(1, verbs::node_guid_from_ip(kIpA)));
-    CmEndpoint b(cm_config(2, verbs::node_guid_from_ip(kIpB), false));
-    const auto n = negotiate(a, b);
+    const auto n = negotiate(kGuidA, kGuidB, false);
     ASSERT_TRUE(n);
     EXPECT_FALSE(n->passive.selective_repeat);
     EXPECT_TRUE(n->active.selective_repeat);
   }
   // Both CMs say yes, but B's device is configured without it (UROCE_SR=0): B's QP stays off.
   End ea(kIpA, true), eb(kIpB, false);
-  CmEndpoint a(cm_config(1, verbs::node_guid_from_ip(kIpA)));
-  CmEndpoint b(cm_config(2, verbs::node_guid_from_ip(kIpB)));
-  const auto n = negotiate(a, b, ea.qp.qp_num, eb.qp.qp_num);
+  const auto n = negotiate(kGuidA, kGuidB, true, ea.qp.qp_num, eb.qp.qp_num);
   ASSERT_TRUE(n);
   EXPECT_TRUE(n->passive.selective_repeat);
   ea.connect(n->active);

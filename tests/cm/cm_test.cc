@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernel_rping.h"
 #include "support/golden.h"
 #include "wire/packet.h"
 
@@ -788,19 +789,10 @@ TEST_F(CmPair, StartingPsnsAreUsedAsLinuxUsesThem) {
 // request with its rdma_cm header, and a REP that answers that REQ's IDs and offers. And given
 // the kernel's parameters, uroce's REQ and REP are the kernel's bytes but for the local ID.
 TEST_F(CmPair, KernelRpingReqIsServedAndOurReqAndRepAreTheKernels) {
-  std::optional<std::vector<std::byte>> req_bytes;
-  std::optional<std::vector<std::byte>> rep_bytes;
-  for (const auto& fr : test::load_frames(test::data_dir() + "/golden/rping.pcap")) {
-    auto f = wire::parse_frame(wire::LinkType::kEthernet, fr.view());
-    ASSERT_TRUE(f.ok());
-    if (f->roce.bth().decode().dest_qpn != wire::kGsiQpn) continue;
-    const auto attr = static_cast<CmAttr>(load_be16(f->roce.payload, wire::kMadOffAttrId));
-    if (attr == CmAttr::kReq && !req_bytes)
-      req_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
-    if (attr == CmAttr::kRep && !rep_bytes)
-      rep_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
-  }
-  ASSERT_TRUE(req_bytes.has_value() && rep_bytes.has_value());
+  const auto mads = test::kernel_rping_mads();
+  ASSERT_TRUE(mads.contains(CmAttr::kReq) && mads.contains(CmAttr::kRep));
+  const std::vector<std::byte>* req_bytes = &mads.at(CmAttr::kReq);
+  const std::vector<std::byte>* rep_bytes = &mads.at(CmAttr::kRep);
   const auto req = std::get<wire::CmReq>(wire::parse_cm_mad(*req_bytes)->message);
   ASSERT_TRUE(b_.listen(req.service_id).ok());
   CmPeer kernel;
