@@ -186,13 +186,7 @@ TEST(CmSelectiveRepeat, TheKernelsReqAndRepLeaveItOff) {
 
   // The kernel's REP, addressed to a uroce active side's connection.
   CmEndpoint active(cm_config(4, kGuidA));
-  ConnectParams p;
-  p.peer.gid = req.primary_remote_gid;
-  p.local_gid = req.primary_local_gid;
-  p.service_id = req.service_id;
-  p.local_qpn = req.local_qpn;
-  p.starting_psn = req.starting_psn;
-  ASSERT_TRUE(active.connect(now, p).ok());
+  ASSERT_TRUE(active.connect(now, test::connect_params_of(req)).ok());
   const auto ours = std::get<wire::CmReq>(wire::parse_cm_mad(active.poll_transmit()->mad)->message);
   rep.remote_comm_id = ours.local_comm_id;
   const auto rep_mad = wire::build_cm_mad(wire::CmMad{0, rep});

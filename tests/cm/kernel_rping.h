@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "cm/cm.h"
 #include "support/golden.h"
 #include "wire/cm_mad.h"
 #include "wire/packet.h"
@@ -22,6 +23,27 @@ inline std::map<wire::CmAttr, std::vector<std::byte>> kernel_rping_mads() {
     out.try_emplace(attr, f->roce.payload.begin(), f->roce.payload.end());
   }
   return out;
+}
+
+// What makes uroce's CM send `req` (but for its communication ID): its connect parameters.
+inline cm::ConnectParams connect_params_of(const wire::CmReq& req) {
+  cm::ConnectParams p;
+  p.peer.gid = req.primary_remote_gid;
+  p.local_gid = req.primary_local_gid;
+  p.service_id = req.service_id;
+  p.local_qpn = req.local_qpn;
+  p.starting_psn = req.starting_psn;
+  p.responder_resources = req.responder_resources;
+  p.initiator_depth = req.initiator_depth;
+  p.retry_count = req.retry_count;
+  p.rnr_retry_count = req.rnr_retry_count;
+  p.path_mtu = req.path_mtu;
+  p.flow_label = req.primary_flow_label;
+  p.traffic_class = req.primary_traffic_class;
+  p.hop_limit = req.primary_hop_limit;
+  p.sl = req.primary_sl;
+  p.private_data = as_bytes(req.private_data.data(), req.private_data.size());
+  return p;
 }
 
 }  // namespace uroce::test
