@@ -218,6 +218,10 @@ enum QpAttrMask : std::uint32_t {
   kQpCap = 1u << 19,
   kQpDestQpn = 1u << 20,
   kQpRateLimit = 1u << 25,
+  // uroce's own, no IBV_QP_* bit (the kernel refuses bits it does not know): RC, INIT -> RTR
+  // only, QpAttr::selective_repeat. What the connection manager found out about the peer (both
+  // ends uroce); the device's configuration decides (DeviceConfig::selective_repeat).
+  kQpSelectiveRepeat = 1u << 30,
 };
 
 // struct ibv_qp_attr's fields that RoCE uses.
@@ -242,6 +246,8 @@ struct QpAttr {
   std::uint8_t timeout = 0;    // local ACK timeout 4.096 us * 2^timeout; 0 = infinite
   std::uint8_t retry_cnt = 0;  // retries after a timeout or NAK; 7 = 7 (IBTA; rxe: infinite)
   std::uint8_t rnr_retry = 0;  // 7 = infinite
+  // kQpSelectiveRepeat: the peer is uroce. query_qp: whether the QP recovers by selective repeat.
+  bool selective_repeat = false;
 };
 
 }  // namespace uroce

@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
 #include "cc/aimd.h"
@@ -198,6 +199,16 @@ struct DeviceConfig {
   // Off by default for now (UROCE_RECOVERY=1 turns it on; docs/TRANSPORT.md, "Loss recovery",
   // says what still holds it back); the lossy-flow scenario (sim/lossy_flow.h) turns it on.
   bool adaptive_recovery = false;
+  // Selective repeat (transport/selective_repeat.cc) on RC QPs whose peer is uroce: those that
+  // modify_qp moves to RTR with kQpSelectiveRepeat (the CM saw uroce's GUID mark on the peer),
+  // and those it moves to RTR towards an address of sr_peers (or any, with sr_all_peers). False:
+  // none, go-back-N everywhere (UROCE_SR=0). Both ends need it on; if only one has it, both
+  // recover by go-back-N.
+  bool selective_repeat = true;
+  // Peers known to run uroce, for QPs connected without rdma_cm (UROCE_SR_PEERS, the config
+  // file's sr_peers=). Empty (and sr_all_peers false): none.
+  std::vector<wire::IpAddress> sr_peers;
+  bool sr_all_peers = false;
 };
 
 // The port's active_width (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) for an Ethernet link

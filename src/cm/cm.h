@@ -76,6 +76,9 @@ struct CmConfig {
   std::uint8_t cm_response_timeout = 20;  // CMA_CM_RESPONSE_TIMEOUT: 2^(20-8) ms = 4096 ms
   std::uint8_t max_cm_retries = 15;       // CMA_MAX_CM_RETRIES
   std::uint8_t ca_ack_delay = 15;         // local CA ACK delay (rxe's RXE_LOCAL_CA_ACK_DELAY)
+  // Selective repeat with a peer whose Local CA GUID (REQ or REP) carries uroce's mark
+  // (wire::is_uroce_guid): QpAttributes::selective_repeat. False: never.
+  bool selective_repeat = true;
   // Send an MRA on every REQ (passive) and REP (active) received, as cma.c does for user-space
   // IDs (CMA_CM_MRA_SETTING: service timeout 24).
   bool send_mra = false;
@@ -120,6 +123,10 @@ struct QpAttributes {
   std::uint8_t traffic_class = 0;
   std::uint8_t hop_limit = 0;
   std::uint8_t sl = 0;
+  // Both ends are uroce (the peer's Local CA GUID in its REQ or REP carries uroce's mark) and
+  // CmConfig::selective_repeat allows it: the QP recovers losses by selective repeat
+  // (transport::Qp::set_selective_repeat; the verbs layer has the last word, DeviceConfig).
+  bool selective_repeat = false;
   bool operator==(const QpAttributes&) const = default;
 };
 

@@ -47,6 +47,19 @@ Result<std::vector<DeviceSpec>, std::string> check_unique(std::vector<DeviceSpec
   return list;
 }
 
+// The entries of a list separated by commas, spaces, tabs or newlines.
+std::vector<std::string> list_items(const std::string& text) {
+  std::string norm = text;
+  for (char& c : norm) {
+    if (c == ',' || c == '\t' || c == '\n') c = ' ';
+  }
+  std::istringstream in(norm);
+  std::vector<std::string> items;
+  std::string item;
+  while (in >> item) items.push_back(item);
+  return items;
+}
+
 Result<DeviceSpec, std::string> parse_entry(const std::string& name, const std::string& addr,
                                             std::size_t position) {
   auto ip = parse_ip(addr);
@@ -83,15 +96,23 @@ std::string ip_to_string(const wire::IpAddress& ip) {
   return buf;
 }
 
+Result<SrPeers, std::string> parse_sr_peers(const std::string& text) {
+  SrPeers peers;
+  for (const std::string& item : list_items(text)) {
+    if (item == "all") {
+      peers.all = true;
+      continue;
+    }
+    auto ip = parse_ip(item);
+    if (!ip.ok()) return Err{"'" + item + "' is neither 'all' nor an IPv4 or IPv6 address"};
+    peers.addresses.push_back(ip.value());
+  }
+  return peers;
+}
+
 Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string& text) {
   std::vector<DeviceSpec> out;
-  std::string norm = text;
-  for (char& c : norm) {
-    if (c == ',' || c == '\t' || c == '\n') c = ' ';
-  }
-  std::istringstream in(norm);
-  std::string item;
-  while (in >> item) {
+  for (const std::string& item : list_items(text)) {
     const auto eq = item.find('=');
     const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
     const std::string addr = eq == std::string::npos ? item : item.substr(eq + 1);
@@ -118,8 +139,9 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     while (words >> word) w.push_back(word);
     if (w.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
-    constexpr const char* kExpected = "expected 'name address [faults=SPEC] [cc=NAME]'";
-    if (w.size() < 2 || w.size() > 4) return Err{where + kExpected};
+    constexpr const char* kExpected =
+        "expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS]'";
+    if (w.size() < 2 || w.size() > 6) return Err{where + kExpected};
     auto d = parse_entry(w[0], w[1], out.size());
     if (!d.ok()) return Err{where + d.error()};
     bool have_faults = false;
@@ -135,6 +157,14 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
         if (!d.value().congestion_control) {
           return Err{where + "cc= must be none, dcqcn, aimd or dcqcn-aimd, not '" + name + "'"};
         }
+      } else if ((w[i] == "sr=0" || w[i] == "sr=1") && !d.value().selective_repeat) {
+        d.value().selective_repeat = w[i] == "sr=1";
+      } else if (w[i].starts_with("sr=")) {
+        return Err{where + "sr= must be 0 or 1, not '" + w[i].substr(3) + "'"};
+      } else if (w[i].starts_with("sr_peers=") && !d.value().sr_peers) {
+        auto peers = parse_sr_peers(w[i].substr(std::string_view("sr_peers=").size()));
+        if (!peers.ok()) return Err{where + "sr_peers=: " + peers.error()};
+        d.value().sr_peers = peers.value();
       } else {
         return Err{where + kExpected};
       }

@@ -6,8 +6,10 @@
 //   1. the environment variable UROCE_DEVICES: entries separated by commas or spaces, each
 //      `name=address` or a bare `address` (named uroce0, uroce1, ... by position);
 //   2. the file named by UROCE_CONFIG, else /etc/uroce/devices.conf if it exists: one device
-//      per line, `name address [faults=SPEC] [cc=NAME]` (SPEC: fault/fault.h's grammar, no
-//      spaces; NAME: the congestion control, as UROCE_CC names it); `#` starts a comment;
+//      per line, `name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS]` (SPEC:
+//      fault/fault.h's grammar, no spaces; NAME: the congestion control, as UROCE_CC names it;
+//      sr and sr_peers: selective repeat, as UROCE_SR and UROCE_SR_PEERS give it); `#` starts a
+//      comment;
 //   3. the default: uroce0 on 127.0.0.1.
 // Two processes on one host use different devices by giving each its own list (for example
 // UROCE_DEVICES=127.0.0.2 in the second one) or by naming an address on the command line.
@@ -24,12 +26,26 @@
 
 namespace uroce::engine {
 
+// Peers known to run uroce, with which RC QPs connected without rdma_cm use selective repeat
+// (DeviceConfig::sr_peers): every peer, or a list of addresses.
+struct SrPeers {
+  bool all = false;
+  std::vector<wire::IpAddress> addresses;
+};
+// `all`, or IPv4/IPv6 addresses separated by commas or spaces (UROCE_SR_PEERS, sr_peers=; an
+// empty text is an empty list). An error message names the entry that is not an address.
+Result<SrPeers, std::string> parse_sr_peers(const std::string& text);
+
 struct DeviceSpec {
   std::string name;
   wire::IpAddress ip;
   std::string faults;  // the config file's faults= (checked when read), "" for none
   // The config file's cc= (UROCE_CC, when set, wins); unset: the DeviceConfig's.
   std::optional<DeviceConfig::CongestionControl> congestion_control;
+  // The config file's sr= and sr_peers= (UROCE_SR and UROCE_SR_PEERS, when set, win); unset:
+  // the DeviceConfig's.
+  std::optional<bool> selective_repeat;
+  std::optional<SrPeers> sr_peers;
 };
 
 // Parses an IPv4 or IPv6 address in text form; an error message when it is not one.

@@ -44,6 +44,11 @@ struct DeviceOptions {
   // The congestion control of the device's QPs (UROCE_CC=none|dcqcn|aimd|dcqcn-aimd); unset:
   // the config file's cc= for the device, else the DeviceConfig's.
   std::optional<DeviceConfig::CongestionControl> congestion_control;
+  // Selective repeat with peers known to be uroce (UROCE_SR=0|1: 0 turns it off everywhere) and
+  // the peers known to be uroce without rdma_cm (UROCE_SR_PEERS=all|ADDRESS,...); unset: the
+  // config file's sr= and sr_peers= for the device, else the DeviceConfig's.
+  std::optional<bool> selective_repeat;
+  std::optional<SrPeers> sr_peers;
   // What a shared device's coordinator that this device starts is told (UROCE_DEVD,
   // UROCE_DEVD_LINGER_MS, UROCE_SHARE, UROCE_DEVD_LOG, UROCE_DEVD_PCAP, UROCE_FAULTS,
   // UROCE_CM_LISTEN_GRACE_MS).

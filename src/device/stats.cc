@@ -181,6 +181,7 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"min_rtt_ns", static_cast<std::uint64_t>(qp.min_rtt_ns)},
       {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},
       {"send_window", qp.send_window},
+      {"selective_repeat", qp.selective_repeat ? 1u : 0u},
   };
 }
 
@@ -192,6 +193,7 @@ QpStats qp_stats(const transport::Qp& qp) {
     s.min_rtt_ns = qp.min_rtt().count_ns();
     s.rto_ns = rto.is_infinite() ? 0 : rto.count_ns();
     s.send_window = qp.send_window();
+    s.selective_repeat = qp.selective_repeat();
   }
   return s;
 }

@@ -166,6 +166,28 @@ DeviceConfig::CongestionControl configured_cc(const std::string& name, const wir
   return fallback;
 }
 
+// Selective repeat of device `name` at `ip` (DeviceConfig::selective_repeat, sr_peers): the
+// options' (UROCE_SR, UROCE_SR_PEERS), else the config file's sr= and sr_peers= for it, else
+// what `cfg` has.
+void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options) {
+  std::optional<bool> on = options.selective_repeat;
+  std::optional<SrPeers> peers = options.sr_peers;
+  if (!options.source.devices && (!on || !peers)) {  // UROCE_DEVICES unset: the file, if any
+    if (auto list = configured_devices(options.source); list.ok()) {
+      for (const DeviceSpec& d : list.value()) {
+        if (d.name != cfg.name || d.ip != cfg.ip) continue;
+        if (!on) on = d.selective_repeat;
+        if (!peers) peers = d.sr_peers;
+      }
+    }
+  }
+  if (on) cfg.selective_repeat = *on;
+  if (peers) {
+    cfg.sr_all_peers = peers->all;
+    cfg.sr_peers = peers->addresses;
+  }
+}
+
 }  // namespace
 
 Instant UdpDevice::now() {
@@ -182,6 +204,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   DeviceConfig cfg = config;
   cfg.congestion_control = configured_cc(cfg.name, cfg.ip, options, cfg.congestion_control);
   if (options.adaptive_recovery) cfg.adaptive_recovery = *options.adaptive_recovery;
+  configure_selective_repeat(cfg, options);
   // The faults first: a malformed spec opens nothing.
   auto fault_text = configured_faults(cfg.name, cfg.ip, options);
   if (!fault_text.ok()) return Err{Error(EINVAL, fault_text.error())};

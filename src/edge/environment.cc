@@ -105,6 +105,14 @@ Result<engine::DeviceOptions, std::string> device_options(const char* const* env
     const std::string key(entry.substr(kPerDevice.size(), eq - kPerDevice.size()));
     o.device_faults.emplace(key, std::string(entry.substr(eq + 1)));  // the first, as getenv
   }
+  auto sr = switch_of(env, "UROCE_SR");
+  if (!sr.ok()) return Err{sr.error()};
+  o.selective_repeat = sr.value();
+  if (const char* p = lookup(env, "UROCE_SR_PEERS")) {
+    auto peers = engine::parse_sr_peers(p);
+    if (!peers.ok()) return Err{"UROCE_SR_PEERS: " + peers.error()};
+    o.sr_peers = peers.value();
+  }
   if (const char* cc = lookup(env, "UROCE_CC"); cc != nullptr && *cc != '\0') {
     o.congestion_control = congestion_control_from_name(cc);
     if (!o.congestion_control) {

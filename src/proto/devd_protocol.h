@@ -29,9 +29,10 @@
 
 namespace uroce::engine::devd {
 
-// 2: kClosedQp. A coordinator refuses a context of another version at its hello (the context's
-// open fails with a message), rather than meet a message it does not know mid-run.
-inline constexpr std::uint32_t kVersion = 2;
+// 2: kClosedQp. 3: CmMsg's qp.selective_repeat (cm::QpAttributes). A coordinator refuses a
+// context of another version at its hello (the context's open fails with a message), rather than
+// meet a message it does not know mid-run.
+inline constexpr std::uint32_t kVersion = 3;
 
 // QP numbers are handed out in aligned blocks of 256: block b holds QPNs [b*256, b*256 + 255].
 // Block 0 (QPN 0, the SMI; QPN 1, the GSI) and block 0xffff (QPN 0xffffff, multicast) are never

@@ -69,8 +69,10 @@ inline constexpr std::uint64_t kMaxPsnSpan = 1u << 23;
 // The GRH area at the start of a UD receive buffer.
 inline constexpr std::uint32_t kGrhBytes = 40;
 // Selective repeat (selective_repeat.cc): how far beyond its expected PSN a responder keeps
-// out-of-order requests. At least the requester's window (kMaxUnackedPsns; congestion control
-// only narrows it); a request further on is not kept.
+// out-of-order requests. At least rxe's window (kMaxUnackedPsns), but below what loss recovery's
+// BDP window may reach (kMaxBdpWindow): a request further on is not kept and cuts the run, so the
+// requester goes back N from the first packet not kept (the plain sequence NAK after the hole is
+// filled). Safe, never relied on: the requester resends what no marked NAK names.
 inline constexpr std::uint32_t kSrWindow = 256;
 // Selective repeat: the reserved BTH bit (byte 8, the first of the 7 reserved bits after AckReq)
 // that a sequence NAK carries between two uroce peers that negotiated selective repeat, meaning

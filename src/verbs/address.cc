@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "wire/cm_mad.h"
+
 namespace uroce::verbs {
 
 std::optional<Mtu> port_mtu_for_netdev(std::uint32_t netdev_mtu) {
@@ -57,11 +59,12 @@ std::uint64_t node_guid_from_ip(const wire::IpAddress& ip) {
   } else {
     std::copy_n(ip.bytes.begin(), 4, w);
   }
-  // MAC 02:00:w0:w1:w2:w3 -> EUI-64 (02 ^ 02):00:w0:ff:fe:w1:w2:w3.
-  const std::uint8_t guid[8] = {0x00, 0x00, w[0], 0xff, 0xfe, w[1], w[2], w[3]};
+  // rxe's would be the EUI-64 of the MAC 02:00:w0:w1:w2:w3, 00:00:w0:ff:fe:w1:w2:w3; uroce's
+  // carries its mark instead (wire::kUroceGuidMark): 02:00:w0:75:72:w1:w2:w3.
   std::uint64_t v = 0;
-  for (std::uint8_t b : guid) v = (v << 8) | b;
-  return v;
+  for (std::uint8_t b : w) v = (v << 8) | b;
+  const std::uint64_t spread = ((v & 0xff000000u) << 16) | (v & 0x00ffffffu);
+  return wire::kUroceGuidMark | spread;
 }
 
 std::uint16_t rxe_default_udp_sport(std::uint32_t qpn) {

@@ -31,7 +31,9 @@ bool gid_is_ipv4_mapped(const Gid& gid);
 std::optional<wire::IpAddress> ip_from_gid(const Gid& gid);
 bool ip_is_unspecified(const wire::IpAddress& ip);
 
-// The GUID's bytes as a big-endian number.
+// The device's node GUID (its bytes as a big-endian number): unique per IPv4 address and
+// carrying uroce's mark (wire::kUroceGuidMark, wire::is_uroce_guid), 02:00:a0:75:72:a1:a2:a3 for
+// a0.a1.a2.a3; an IPv6 address is folded to 4 bytes first (its 4-byte words XORed).
 std::uint64_t node_guid_from_ip(const wire::IpAddress& ip);
 
 // rxe_qp_init_req(): 0xC000 + (hash_32(qpn, 14) & 0x3fff), hash_32 being the kernel's

@@ -20,9 +20,10 @@ Errc connect_rc_qp(Device& dev, QpHandle qp, const RcConnection& c) {
   a.rq_psn = c.rq_psn;
   a.max_dest_rd_atomic = c.max_dest_rd_atomic;
   a.min_rnr_timer = c.min_rnr_timer;
-  e = dev.modify_qp(
-      qp, a,
-      kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer);
+  a.selective_repeat = c.selective_repeat;
+  e = dev.modify_qp(qp, a,
+                    kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                        kQpMinRnrTimer | (c.selective_repeat ? kQpSelectiveRepeat : 0u));
   if (e != Errc::kOk) return e;
   a.qp_state = QpState::kRts;
   a.sq_psn = c.sq_psn;

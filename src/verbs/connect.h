@@ -26,6 +26,9 @@ struct RcConnection {
   std::uint8_t max_rd_atomic = 4;       // this side's outstanding READs/atomics
   std::uint8_t max_dest_rd_atomic = 4;  // the peer's it takes
   std::uint8_t traffic_class = 0;
+  // The peer is known to be uroce (as rdma_cm finds it: kQpSelectiveRepeat at RTR); the
+  // device's configuration decides (DeviceConfig::selective_repeat).
+  bool selective_repeat = false;
 };
 
 // Moves `qp` (in RESET) to RTS. The first failing transition's error; kOk.

@@ -53,6 +53,14 @@ QpCap actual_caps(const QpCap& cap, bool has_srq) {
   return a;
 }
 
+// Whether an RC QP connected to `peer` uses selective repeat: the device allows it, and the
+// peer is uroce, as the CM found (`cm_says`) or the configuration names it.
+bool selective_repeat_towards(const DeviceConfig& c, const wire::IpAddress& peer, bool cm_says) {
+  if (!c.selective_repeat) return false;
+  if (cm_says || c.sr_all_peers) return true;
+  return std::find(c.sr_peers.begin(), c.sr_peers.end(), peer) != c.sr_peers.end();
+}
+
 bool valid_state(QpState s) {
   return static_cast<unsigned>(s) <= static_cast<unsigned>(QpState::kErr);
 }
@@ -226,6 +234,9 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
   const QpType type = q->init.qp_type;
   const QpState actual = q->qp->state();
+  // uroce's own bit is no attribute of the kernel's table: only with RC's INIT -> RTR.
+  const bool sr_bit = (mask & kQpSelectiveRepeat) != 0;
+  mask &= ~static_cast<std::uint32_t>(kQpSelectiveRepeat);
 
   // The transition and the mask (rxe_qp_chk_attr() -> ib_modify_qp_is_ok()).
   if ((mask & kQpCurState) && !valid_state(attr.cur_qp_state)) return Errc::kInvalidArgument;
@@ -233,6 +244,8 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   const QpState cur = (mask & kQpCurState) ? attr.cur_qp_state : actual;
   const QpState next = (mask & kQpState) ? attr.qp_state : cur;
   if (!verbs::modify_qp_is_ok(cur, next, type, mask)) return Errc::kInvalidArgument;
+  const bool to_rtr = type == QpType::kRc && cur == QpState::kInit && next == QpState::kRtr;
+  if (sr_bit && !to_rtr) return Errc::kInvalidArgument;
   // rxe trusts cur_qp_state; uroce requires it to be the QP's state, so that a transition is
   // never applied from a state the QP is not in (e.g. after an asynchronous move to ERR).
   if ((mask & kQpCurState) && cur != actual) return Errc::kInvalidArgument;
@@ -285,6 +298,13 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   applied.cur_qp_state = cur;
   q->qp->modify(applied, mask, path);
   apply_mask(q->attr, applied, mask);
+  if (to_rtr) {
+    // Selective repeat with a peer known to be uroce (docs/ARCHITECTURE.md, "Negotiation"), set
+    // again at every connection: a QP reset and connected elsewhere starts from go-back-N.
+    const bool on = selective_repeat_towards(s.config, path.dst, sr_bit && attr.selective_repeat);
+    if (on != q->qp->selective_repeat()) q->qp->set_selective_repeat(on);
+    q->attr.selective_repeat = on;
+  }
   // A transition can leave work to transmit that no post_send() announced: WRs posted in SQD
   // go once the QP is back in RTS. Ring the doorbell as for a post, or a progress engine that
   // sleeps until told would never send them.
@@ -299,6 +319,7 @@ Result<QpQuery, Errc> Device::query_qp(QpHandle qp) const {
   if (q == nullptr) return Err{Errc::kInvalidArgument};
   QpQuery r;
   r.attr = q->attr;
+  r.attr.selective_repeat = q->qp->selective_repeat();
   r.attr.qp_state = q->qp->state();
   r.attr.cur_qp_state = r.attr.qp_state;
   r.attr.sq_draining = r.attr.qp_state == QpState::kSqd && q->qp->attr().sq_draining;

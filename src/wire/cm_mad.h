@@ -36,6 +36,19 @@ inline constexpr std::uint8_t kMadMethodSend = 0x03;
 inline constexpr std::uint32_t kGsiQpn = 1;
 inline constexpr std::uint32_t kGsiQkey = 0x80010000;
 
+// uroce's mark in its node GUID, which the REQ and REP carry as Local CA GUID: how two uroce ends
+// find each other to turn selective repeat on (docs/ARCHITECTURE.md, "Selective repeat",
+// "Negotiation"). A uroce GUID (big-endian number, byte 0 the MSB) is
+//   02 00 a0 75 72 a1 a2 a3      (a0..a3: the IPv4 address, or an IPv6 address folded to 4 bytes)
+// Byte 0 = 0x02 makes it a locally administered, individual EUI-64 (U/L bit set, I/G bit clear),
+// which no vendor-assigned GUID is, and bytes 3-4 = 'u' 'r' where every GUID made from a MAC
+// address (rxe's, the EUI-64 of its netdev's MAC) has ff fe: no rxe GUID can carry the mark.
+inline constexpr std::uint64_t kUroceGuidMarkMask = 0xffff'00ff'ff00'0000ull;
+inline constexpr std::uint64_t kUroceGuidMark = 0x0200'0075'7200'0000ull;
+constexpr bool is_uroce_guid(std::uint64_t guid) {
+  return (guid & kUroceGuidMarkMask) == kUroceGuidMark;
+}
+
 // MAD header offsets (from the start of the MAD).
 inline constexpr std::size_t kMadOffBaseVersion = 0;
 inline constexpr std::size_t kMadOffMgmtClass = 1;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernel_rping.h"
 #include "support/golden.h"
 #include "wire/packet.h"
 
@@ -788,19 +789,10 @@ TEST_F(CmPair, StartingPsnsAreUsedAsLinuxUsesThem) {
 // request with its rdma_cm header, and a REP that answers that REQ's IDs and offers. And given
 // the kernel's parameters, uroce's REQ and REP are the kernel's bytes but for the local ID.
 TEST_F(CmPair, KernelRpingReqIsServedAndOurReqAndRepAreTheKernels) {
-  std::optional<std::vector<std::byte>> req_bytes;
-  std::optional<std::vector<std::byte>> rep_bytes;
-  for (const auto& fr : test::load_frames(test::data_dir() + "/golden/rping.pcap")) {
-    auto f = wire::parse_frame(wire::LinkType::kEthernet, fr.view());
-    ASSERT_TRUE(f.ok());
-    if (f->roce.bth().decode().dest_qpn != wire::kGsiQpn) continue;
-    const auto attr = static_cast<CmAttr>(load_be16(f->roce.payload, wire::kMadOffAttrId));
-    if (attr == CmAttr::kReq && !req_bytes)
-      req_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
-    if (attr == CmAttr::kRep && !rep_bytes)
-      rep_bytes.emplace(f->roce.payload.begin(), f->roce.payload.end());
-  }
-  ASSERT_TRUE(req_bytes.has_value() && rep_bytes.has_value());
+  const auto mads = test::kernel_rping_mads();
+  ASSERT_TRUE(mads.contains(CmAttr::kReq) && mads.contains(CmAttr::kRep));
+  const std::vector<std::byte>* req_bytes = &mads.at(CmAttr::kReq);
+  const std::vector<std::byte>* rep_bytes = &mads.at(CmAttr::kRep);
   const auto req = std::get<wire::CmReq>(wire::parse_cm_mad(*req_bytes)->message);
   ASSERT_TRUE(b_.listen(req.service_id).ok());
   CmPeer kernel;
@@ -853,23 +845,7 @@ TEST_F(CmPair, KernelRpingReqIsServedAndOurReqAndRepAreTheKernels) {
   CmConfig cfg = config(9);
   cfg.local_ca_guid = req.local_ca_guid;
   CmEndpoint a(cfg);
-  ConnectParams p;
-  p.peer.gid = req.primary_remote_gid;
-  p.local_gid = req.primary_local_gid;
-  p.service_id = req.service_id;
-  p.local_qpn = req.local_qpn;
-  p.starting_psn = req.starting_psn;
-  p.responder_resources = req.responder_resources;
-  p.initiator_depth = req.initiator_depth;
-  p.retry_count = req.retry_count;
-  p.rnr_retry_count = req.rnr_retry_count;
-  p.path_mtu = req.path_mtu;
-  p.flow_label = req.primary_flow_label;
-  p.traffic_class = req.primary_traffic_class;
-  p.hop_limit = req.primary_hop_limit;
-  p.sl = req.primary_sl;
-  p.private_data = as_bytes(req.private_data.data(), req.private_data.size());
-  ASSERT_TRUE(a.connect(now_, p).ok());
+  ASSERT_TRUE(a.connect(now_, test::connect_params_of(req)).ok());
   auto ours = message_of<wire::CmReq>(drain(a).at(0));
   ours.local_comm_id = req.local_comm_id;
   EXPECT_TRUE(ours == req);

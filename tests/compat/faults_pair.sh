@@ -14,7 +14,8 @@
 # flight, or held back, when the receiver closes). CHECKS, comma
 # separated: `loss` (some packets were lost, and the transport retransmitted: retransmitted_pkts
 # > 0), `dup` (some duplicated), `reorder`, `corrupt` (some corrupted), `partition` (packets
-# dropped by a partition window, and retransmitted), `none`. With FAULTS_EXPECT_FAIL=REGEX the
+# dropped by a partition window, and retransmitted), `sr` (selective repeat was on at both ends:
+# out-of-order requests kept and packets resent selectively), `nosr` (neither), `none`. With FAULTS_EXPECT_FAIL=REGEX the
 # pair must fail instead, its output (the runner prints both sides') matching REGEX: a
 # partition longer than the QPs' retry budget.
 set -u
@@ -74,9 +75,18 @@ for c in "${want[@]}"; do
       ((cut > 0)) || fail "no packet met the partition"
       (($(sum retransmitted_pkts link) > 0)) || fail "$cut packets cut off and none retransmitted"
       ;;
+    sr)
+      (($(sum out_of_order_kept link) > 0)) || fail "no out-of-order request was kept"
+      (($(sum selective_retransmits link) > 0)) || fail "no packet was resent selectively"
+      ;;
+    nosr)
+      (($(sum out_of_order_kept link) == 0)) || fail "out-of-order requests were kept"
+      (($(sum selective_retransmits link) == 0)) || fail "packets were resent selectively"
+      ;;
     none) ;;
     *) fail "unknown check '$c'" ;;
   esac
 done
 echo "PASS: faults '$spec': $(grep '^faults ' "$tmp/stats.txt" | head -2 | cut -c1-400 | tr '\n' ' ')"
-echo "      bad ICRC drops $bad_icrc = corruptions $corrupted; retransmitted $(sum retransmitted_pkts link)"
+echo "      bad ICRC drops $bad_icrc = corruptions $corrupted; retransmitted $(sum retransmitted_pkts link)" \
+  "(selectively $(sum selective_retransmits link), kept out of order $(sum out_of_order_kept link))"

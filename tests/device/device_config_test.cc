@@ -64,8 +64,38 @@ TEST(DeviceConfig, FileChoosesTheCongestionControlPerDevice) {
                            "a 10.0.0.1 cc=aimd faults=loss=1% x", "a 10.0.0.1 faults= faults="}) {
     auto r = parse_device_file(line, "f.conf");
     ASSERT_FALSE(r.ok()) << line;
-    EXPECT_EQ(r.error(), "f.conf:1: expected 'name address [faults=SPEC] [cc=NAME]'") << line;
+    EXPECT_EQ(r.error(),
+              "f.conf:1: expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] "
+              "[sr_peers=PEERS]'")
+        << line;
   }
+}
+
+TEST(DeviceConfig, FileChoosesSelectiveRepeatAndItsPeersPerDevice) {
+  auto ok = parse_device_file(
+      "a 10.0.0.1 sr_peers=10.0.0.2,10.0.0.3\nb 10.0.0.2 sr=0 cc=aimd\n"
+      "c 10.0.0.3 sr_peers=all sr=1\nd 10.0.0.4\n",
+      "f.conf");
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  ASSERT_EQ(ok.value().size(), 4u);
+  ASSERT_TRUE(ok.value()[0].sr_peers);
+  EXPECT_EQ(ok.value()[0].sr_peers->addresses,
+            (std::vector<wire::IpAddress>{wire::IpAddress::v4(0x0a000002),
+                                          wire::IpAddress::v4(0x0a000003)}));
+  EXPECT_FALSE(ok.value()[0].selective_repeat);
+  EXPECT_EQ(ok.value()[1].selective_repeat, false);
+  EXPECT_EQ(ok.value()[2].selective_repeat, true);
+  ASSERT_TRUE(ok.value()[2].sr_peers);
+  EXPECT_TRUE(ok.value()[2].sr_peers->all);
+  EXPECT_FALSE(ok.value()[3].selective_repeat);
+  EXPECT_FALSE(ok.value()[3].sr_peers);
+  auto bad = parse_device_file("a 10.0.0.1 sr=2\n", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "f.conf:1: sr= must be 0 or 1, not '2'");
+  bad = parse_device_file("a 10.0.0.1 sr_peers=10.0.0.2,nobody\n", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(),
+            "f.conf:1: sr_peers=: 'nobody' is neither 'all' nor an IPv4 or IPv6 address");
 }
 
 DeviceSelection by_name(const std::string& name) {

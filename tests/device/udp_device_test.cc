@@ -2,6 +2,7 @@
 // on the real network path, every RC operation with its data verified.
 #include "device/udp_device.h"
 
+#include "device/stats.h"
 #include "device/two_devices.h"
 
 #include <arpa/inet.h>
@@ -129,6 +130,30 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
 
 // DeviceOptions::stats_file (UROCE_STATS_FILE): each device appends its counters as it closes,
 // one `uroce stats` line (what the interop harness reads after a drop-in program exited).
+// Selective repeat without rdma_cm (docs/ARCHITECTURE.md, "Negotiation"): the device's options
+// (UROCE_SR_PEERS, UROCE_SR) decide for the RC QPs it moves to RTR, and `uroce stats --qp` shows
+// it per QP.
+TEST(UdpDevice, SelectiveRepeatTowardsTheConfiguredPeersShowsInTheQpStats) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  for (const bool off : {false, true}) {
+    Side a, b;
+    SideOptions oa, ob;
+    oa.device.sr_peers = SrPeers{false, {v4(b_ip)}};
+    ob.device.sr_peers = SrPeers{true, {}};
+    if (off) oa.device.selective_repeat = false;  // UROCE_SR=0 at A only
+    make_side(a, a_ip, oa);
+    make_side(b, b_ip, ob);
+    connect(a, b, b_ip);
+    connect(b, a, a_ip);
+    EXPECT_EQ(a.dev->device().query_qp(a.qp)->attr.selective_repeat, !off);
+    EXPECT_TRUE(b.dev->device().query_qp(b.qp)->attr.selective_repeat);
+    const std::string text = format_stats_text(a.dev->stats(), true);
+    EXPECT_NE(text.find(off ? " selective_repeat 0" : " selective_repeat 1"), std::string::npos)
+        << text;
+  }
+}
+
 TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();

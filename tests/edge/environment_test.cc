@@ -89,6 +89,35 @@ TEST(EdgeEnvironment, RecoveryZeroTurnsTheLossRecoveryOff) {
   EXPECT_EQ(on->adaptive_recovery, true);
 }
 
+TEST(EdgeEnvironment, SelectiveRepeatSwitchAndPeers) {
+  auto unset = read({});
+  ASSERT_TRUE(unset.ok()) << unset.error();
+  EXPECT_FALSE(unset->selective_repeat);
+  EXPECT_FALSE(unset->sr_peers);
+  auto off = read({"UROCE_SR=0"});
+  ASSERT_TRUE(off.ok()) << off.error();
+  EXPECT_EQ(off->selective_repeat, false);
+  auto peers = read({"UROCE_SR=1", "UROCE_SR_PEERS=10.0.0.2, 10.0.0.3,fd00::7"});
+  ASSERT_TRUE(peers.ok()) << peers.error();
+  EXPECT_EQ(peers->selective_repeat, true);
+  ASSERT_TRUE(peers->sr_peers);
+  EXPECT_FALSE(peers->sr_peers->all);
+  ASSERT_EQ(peers->sr_peers->addresses.size(), 3u);
+  EXPECT_EQ(peers->sr_peers->addresses[1], wire::IpAddress::v4(0x0a000003));
+  EXPECT_TRUE(peers->sr_peers->addresses[2].v6);
+  auto all = read({"UROCE_SR_PEERS=all"});
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_TRUE(all->sr_peers);
+  EXPECT_TRUE(all->sr_peers->all);
+  auto bad = read({"UROCE_SR=yes"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "UROCE_SR must be 0 or 1, not 'yes'");
+  auto bad_peer = read({"UROCE_SR_PEERS=10.0.0.2,host"});
+  ASSERT_FALSE(bad_peer.ok());
+  EXPECT_EQ(bad_peer.error(),
+            "UROCE_SR_PEERS: 'host' is neither 'all' nor an IPv4 or IPv6 address");
+}
+
 TEST(EdgeEnvironment, InvalidValuesAreClearErrors) {
   auto gso = read({"UROCE_UDP_GSO=yes"});
   ASSERT_FALSE(gso.ok());

@@ -98,8 +98,8 @@ TEST(Devices, ListsTheConfiguredDevicesAsIbvDevices) {
   EXPECT_EQ(text,
             "    device          \t   node GUID\n"
             "    ------          \t----------------\n"
-            "    a0              \t00007ffffe000001\n"
-            "    b1              \t00007ffffe000002\n");
+            "    a0              \t02007f7572000001\n"
+            "    b1              \t02007f7572000002\n");
 }
 
 TEST(Devinfo, ShowsPortMtuGidTableAndLimits) {

@@ -183,6 +183,32 @@ TEST(SelectiveRepeatResponder, WithoutTheFirstNothingOfItsWriteIsKept) {
   for (std::size_t i = 0; i < data.size(); ++i) ASSERT_EQ(s.e.buf[i], std::byte{0});
 }
 
+// The responder keeps kSrWindow PSNs beyond its ePSN while the requester's window may grow to
+// kMaxBdpWindow: a request that far on is not kept and cuts the run, and once the hole is filled
+// a plain sequence NAK sends the requester back N from the first packet not kept. A sender never
+// counts on more being kept than the responder can keep.
+static_assert(transport::kSrWindow < transport::kMaxBdpWindow);
+TEST(SelectiveRepeatResponder, ARequestKSrWindowBeyondTheEpsnIsNotKeptAndCutsTheRun) {
+  SrSolo s;
+  constexpr std::uint32_t kFar = 1 + transport::kSrWindow;  // kSrWindow beyond the ePSN below
+  const Bytes data = pattern((kFar + 8) * kMtu, 11);  // one WRITE: every packet's place is known
+  s.write_packet(data, 0, 0, 0);
+  s.drain();
+  s.write_packet(data, 0, 0, 2);     // packet 1 is lost; one beyond the ePSN: kept
+  s.write_packet(data, 0, 0, kFar);  // kSrWindow beyond: not kept
+  auto out = s.drain();
+  EXPECT_EQ(s.e.qp->counters().out_of_order_kept, 1u);
+  ASSERT_FALSE(out.empty());
+  expect_nak(out.back(), kEpsn + 1, true);
+  s.write_packet(data, 0, 0, 1);  // the resend fills the hole; packet 2 is replayed
+  out = s.drain();
+  ASSERT_FALSE(out.empty());
+  expect_nak(out.back(), kEpsn + 3, false);  // back N from the first packet not kept
+  EXPECT_EQ(s.e.qp->responder_psn(), kEpsn + 3);
+  EXPECT_TRUE(s.holds(0, data, 0, 3 * kMtu));
+  for (std::size_t i = 0; i < kMtu; ++i) ASSERT_EQ(s.e.buf[kFar * kMtu + i], std::byte{0});
+}
+
 TEST(SelectiveRepeatResponder, ADuplicateOfAKeptPacketIsNotPlacedAgain) {
   SrSolo s;
   const Bytes data = pattern(3 * kMtu, 8);

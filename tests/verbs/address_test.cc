@@ -1,4 +1,5 @@
 #include "verbs/address.h"
+#include "wire/cm_mad.h"
 
 #include <gtest/gtest.h>
 
@@ -52,13 +53,28 @@ TEST(Gid, UnspecifiedAddressesResolveToNothing) {
   EXPECT_FALSE(ip_is_unspecified(wire::IpAddress::v4(1)));
 }
 
-TEST(NodeGuid, Eui64OfTheMacDerivedFromTheAddress) {
-  // MAC 02:00:0a:00:00:01 -> EUI-64 00:00:0a:ff:fe:00:00:01.
-  EXPECT_EQ(node_guid_from_ip(wire::IpAddress::v4(0x0a000001)), 0x00000afffe000001ull);
-  EXPECT_EQ(node_guid_from_ip(wire::IpAddress::v4(0xc0a80102)), 0x0000c0fffea80102ull);
+TEST(NodeGuid, LocallyAdministeredEui64WithTheUroceMarkAndTheAddress) {
+  // 10.0.0.1 -> 02:00:0a:75:72:00:00:01: rxe's would be 00:00:0a:ff:fe:00:00:01.
+  EXPECT_EQ(node_guid_from_ip(wire::IpAddress::v4(0x0a000001)), 0x02000a7572000001ull);
+  EXPECT_EQ(node_guid_from_ip(wire::IpAddress::v4(0xc0a80102)), 0x0200c07572a80102ull);
   // IPv6: the XOR of the four 32-bit words.
   const auto ip6 = v6({0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1});
-  EXPECT_EQ(node_guid_from_ip(ip6), 0x000020fffe010db9ull);
+  EXPECT_EQ(node_guid_from_ip(ip6), 0x0200207572010db9ull);
+  for (std::uint32_t ip : {0x0a000001u, 0x7f000001u, 0xffffffffu, 0x01020304u}) {
+    const std::uint64_t g = node_guid_from_ip(wire::IpAddress::v4(ip));
+    EXPECT_TRUE(wire::is_uroce_guid(g));
+    EXPECT_EQ(g >> 56 & 0x03, 0x02u);  // U/L set (locally administered), I/G clear
+  }
+  // Different addresses, different GUIDs: every address bit is in the GUID.
+  for (int bit = 0; bit < 32; ++bit) {
+    EXPECT_NE(node_guid_from_ip(wire::IpAddress::v4(0x0a000001u ^ (1u << bit))),
+              node_guid_from_ip(wire::IpAddress::v4(0x0a000001u)));
+  }
+  // rxe's GUIDs (the EUI-64 of a MAC: ff:fe in bytes 3-4) and vendor GUIDs never carry it.
+  EXPECT_FALSE(wire::is_uroce_guid(0x00000afffe000001ull));
+  EXPECT_FALSE(wire::is_uroce_guid(0x02000afffe000001ull));  // rxe on MAC 00:00:0a:00:00:01
+  EXPECT_FALSE(wire::is_uroce_guid(0x0002c90300a1b2c3ull));  // a Mellanox OUI
+  EXPECT_FALSE(wire::is_uroce_guid(0));
 }
 
 TEST(UdpSport, QpDefaultIsRxeHashOfTheQpn) {

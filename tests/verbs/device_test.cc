@@ -66,8 +66,8 @@ TEST(Device, AttributesAreRxes) {
   EXPECT_EQ(a.max_mw, 0u);
   EXPECT_NE(a.device_cap_flags & kDeviceRcRnrNakGen, 0u);
   EXPECT_NE(a.device_cap_flags & kDeviceSysImageGuid, 0u);
-  // node_guid: EUI-64 of the MAC 02:00:0a:00:00:01 derived from 10.0.0.1.
-  EXPECT_EQ(a.node_guid, 0x00000afffe000001ull);
+  // node_guid: uroce's marked GUID of 10.0.0.1 (verbs::node_guid_from_ip).
+  EXPECT_EQ(a.node_guid, 0x02000a7572000001ull);
   EXPECT_EQ(a.sys_image_guid, a.node_guid);
 }
 

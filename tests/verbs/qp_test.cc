@@ -388,6 +388,83 @@ TEST(QpModify, AddressVectorAndUdpSourcePortAsRxe) {
   EXPECT_EQ(f.dev->query_qp(q.handle)->attr.dest_qp_num, 0x1234u);
 }
 
+// Selective repeat (docs/ARCHITECTURE.md, "Negotiation"): an RC QP moved to RTR uses it when the
+// device allows it and the peer is uroce, as the CM says (kQpSelectiveRepeat) or the device's
+// peer list (sr_peers, sr_all_peers) does.
+bool rc_to_rtr_uses_sr(const DeviceConfig& c, const wire::IpAddress& peer, bool cm_says) {
+  Fixture f(c);
+  const QpInfo q = f.create(QpType::kRc);
+  f.drive(q.handle, QpType::kRc, QpState::kInit);
+  QpAttr a = good_attr();
+  a.ah_attr = ah_to(peer);
+  a.qp_state = QpState::kRtr;
+  a.selective_repeat = cm_says;
+  const std::uint32_t mask =
+      kQpState | verbs::qp_transition_rule(QpType::kRc, QpState::kInit, QpState::kRtr).required |
+      (cm_says ? kQpSelectiveRepeat : 0u);
+  EXPECT_EQ(f.dev->modify_qp(q.handle, a, mask), Errc::kOk);
+  EXPECT_EQ(f.to(q.handle, QpType::kRc, QpState::kRts, a), Errc::kOk);
+  return f.dev->query_qp(q.handle)->attr.selective_repeat;
+}
+
+TEST(QpSelectiveRepeat, OnTowardsPeersTheCmOrTheConfigurationNamesUroce) {
+  const wire::IpAddress kIpC = wire::IpAddress::v4(0x0a000003);
+  DeviceConfig c = test_config();
+  EXPECT_FALSE(rc_to_rtr_uses_sr(c, kIpB, false));  // nobody said the peer is uroce
+  EXPECT_TRUE(rc_to_rtr_uses_sr(c, kIpB, true));    // the CM did
+  c.sr_peers = {kIpB};
+  EXPECT_TRUE(rc_to_rtr_uses_sr(c, kIpB, false));
+  EXPECT_FALSE(rc_to_rtr_uses_sr(c, kIpC, false));
+  c.sr_peers.clear();
+  c.sr_all_peers = true;
+  EXPECT_TRUE(rc_to_rtr_uses_sr(c, kIpC, false));
+  // UROCE_SR=0: never, whatever the CM or the peer list say.
+  c.selective_repeat = false;
+  c.sr_peers = {kIpB};
+  EXPECT_FALSE(rc_to_rtr_uses_sr(c, kIpB, false));
+  EXPECT_FALSE(rc_to_rtr_uses_sr(c, kIpB, true));
+  EXPECT_FALSE(rc_to_rtr_uses_sr(c, kIpC, true));
+}
+
+TEST(QpSelectiveRepeat, TheBitIsRcInitToRtrOnlyAndEveryConnectionDecidesAgain) {
+  DeviceConfig c = test_config();
+  c.sr_peers = {kIpB};
+  Fixture f(c);
+  // UC and UD QPs, and RC transitions other than INIT -> RTR, refuse the bit.
+  for (QpType t : {QpType::kUc, QpType::kUd}) {
+    const QpInfo q = f.create(t);
+    f.drive(q.handle, t, QpState::kInit);
+    const QpState next = QpState::kRtr;
+    QpAttr a = good_attr();
+    a.qp_state = next;
+    a.selective_repeat = true;
+    const std::uint32_t mask =
+        kQpState | verbs::qp_transition_rule(t, QpState::kInit, next).required;
+    EXPECT_EQ(f.dev->modify_qp(q.handle, a, mask | kQpSelectiveRepeat), Errc::kInvalidArgument);
+    EXPECT_EQ(f.dev->modify_qp(q.handle, a, mask), Errc::kOk);
+    EXPECT_FALSE(f.dev->query_qp(q.handle)->attr.selective_repeat);  // sr_peers: RC only
+  }
+  const QpInfo q = f.create(QpType::kRc);
+  QpAttr a = good_attr();
+  a.qp_state = QpState::kInit;
+  EXPECT_EQ(
+      f.dev->modify_qp(q.handle, a,
+                       kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags | kQpSelectiveRepeat),
+      Errc::kInvalidArgument);
+  f.drive(q.handle, QpType::kRc, QpState::kRts);  // towards kIpB, a listed peer
+  EXPECT_TRUE(f.dev->query_qp(q.handle)->attr.selective_repeat);
+  a.qp_state = QpState::kRts;
+  EXPECT_EQ(f.dev->modify_qp(q.handle, a, kQpState | kQpSelectiveRepeat), Errc::kInvalidArgument);
+  // Reset and connected to a peer nobody named: go-back-N again.
+  a.qp_state = QpState::kReset;
+  ASSERT_EQ(f.dev->modify_qp(q.handle, a, kQpState), Errc::kOk);
+  QpAttr other = good_attr();
+  other.ah_attr = ah_to(wire::IpAddress::v4(0x0a000009));
+  f.drive(q.handle, QpType::kRc, QpState::kInit);
+  ASSERT_EQ(f.to(q.handle, QpType::kRc, QpState::kRtr, other), Errc::kOk);
+  EXPECT_FALSE(f.dev->query_qp(q.handle)->attr.selective_repeat);
+}
+
 TEST(QpQuery, ReturnsAttributesAndInitAttributes) {
   Fixture f;
   QpInitAttr i = f.init(QpType::kUc, {8, 8, 1, 1, 0});

@@ -1452,8 +1452,11 @@ UROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 
 UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   const auto m = static_cast<std::uint32_t>(mask);
-  const Errc e =
-      ctx_of(qp->context)->udp.load()->lock()->modify_qp(qp_of(qp)->h, to_qp_attr(*attr), m);
+  QpAttr a = to_qp_attr(*attr);
+  // uroce's own bit (no IBV_QP_* one, the kernel refuses it): the drop-in librdmacm's RTR for a
+  // peer whose GUID carries uroce's mark (cma.cc's modify_rtr).
+  a.selective_repeat = (m & kQpSelectiveRepeat) != 0;
+  const Errc e = ctx_of(qp->context)->udp.load()->lock()->modify_qp(qp_of(qp)->h, a, m);
   if (e != Errc::kOk) return err(e);
   if ((m & IBV_QP_STATE) != 0) qp->state = attr->qp_state;
   return 0;

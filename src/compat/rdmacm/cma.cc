@@ -571,6 +571,12 @@ int modify_rtr(Id* id, std::uint8_t resp_res) {
   a.qp_state = IBV_QPS_RTR;
   if (rdma_init_qp_attr(&id->pub, &a, &mask) != 0) return -1;
   if (resp_res != RDMA_MAX_RESP_RES) a.max_dest_rd_atomic = resp_res;
+  // Both ends are uroce (the CM saw uroce's mark in the peer's GUID): the drop-in libibverbs
+  // takes uroce's own mask bit, and its device's configuration decides (UROCE_SR). Only here:
+  // rdma_init_qp_attr gives applications what the stock library gives them.
+  if (id->qp_attr.selective_repeat && id->pub.qp->qp_type == IBV_QPT_RC) {
+    mask |= static_cast<int>(uroce::kQpSelectiveRepeat);
+  }
   const int e = ibv_modify_qp(id->pub.qp, &a, mask);
   return e == 0 ? 0 : fail(e);
 }
