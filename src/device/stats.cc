@@ -179,11 +179,18 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"min_rtt_ns", static_cast<std::uint64_t>(qp.min_rtt_ns)},
       {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},
       {"send_window", qp.send_window},
+      {"cc_rate_mbps", qp.cc.rate_mbps},
+      {"cc_window", qp.cc.window_packets == cc::kUnlimitedWindow ? 0 : qp.cc.window_packets},
+      {"cc_loss_cuts", qp.cc.loss_cuts},
+      {"cc_delay_cuts", qp.cc.delay_cuts},
+      {"cc_spurious_timeouts", qp.cc.spurious_timeouts},
+      {"cc_competing", qp.cc.competing ? 1u : 0u},
   };
 }
 
 QpStats qp_stats(const transport::Qp& qp) {
-  QpStats s{qp.qpn(), qp.type(), qp.state(), qp.outstanding_send_wqes(), qp.counters()};
+  QpStats s{qp.qpn(), qp.type(), qp.state(), qp.outstanding_send_wqes(), qp.counters(), 0, 0,
+            0,        0,         {}};
   if (qp.type() == QpType::kRc) {
     const Duration rto = qp.rto();
     s.srtt_ns = qp.srtt().count_ns();
@@ -191,6 +198,7 @@ QpStats qp_stats(const transport::Qp& qp) {
     s.rto_ns = rto.is_infinite() ? 0 : rto.count_ns();
     s.send_window = qp.send_window();
   }
+  s.cc = qp.cc_state();
   return s;
 }
 

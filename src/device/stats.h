@@ -42,6 +42,7 @@ struct QpStats {
   std::int64_t min_rtt_ns = 0;
   std::int64_t rto_ns = 0;
   std::uint32_t send_window = 0;
+  cc::CcState cc;  // the congestion control's rate and window (cc/congestion_control.h)
 };
 
 // A live QP's statistics.
