@@ -73,7 +73,7 @@ struct AimdParams {
   std::uint32_t initial_window_packets = 10;  // TCP's IW10 (RFC 6928)
   std::uint32_t min_window_packets = 1;       // the floor (at least 1)
   std::uint32_t max_window_packets = 1u << 16;
-  double ai_packets_per_rtt = 1.0;  // Reno's one segment per round trip
+  double ai_packets_per_rtt = 4.0;  // Reno's one segment per round trip
   // Loss: the share of the flight a loss takes away (Reno 0.5, CUBIC 0.3). 0.3: a loss costs
   // uroce's go-back-N a whole window of retransmissions already.
   double loss_decrease = 0.3;
