@@ -31,10 +31,8 @@
 //   recovery     after a loss the go-back-N sends again what was outstanding; the window lets
 //                those PSNs go (it is at least what of them is not yet acknowledged) and the cut
 //                applies to what comes after them, and nothing grows until they are all
-//                acknowledged. The receiver may hold any of them already and acknowledge past the
-//                lost one: a window smaller than that span would wait for an ACK the transport
-//                takes for one of a PSN never sent (it drops ACKs at or beyond its rewound next
-//                PSN), time out again and again, and end in retry-exceeded.
+//                acknowledged (the go-back-N resends them in order; the receiver may hold some
+//                already and acknowledge past the lost one, which the transport takes).
 //
 // Defaults: the delay rule and pacing are OFF (AimdParams::delay_rule, pacing_gain_percent 0), so
 // the window follows loss alone, ACK-clocked, as Reno's does without fq. Measured on the test bed
