@@ -24,7 +24,7 @@ CIP=${CLIENT_IP:-127.0.0.2}
 }
 source bench/rounds_lib.sh
 R=$(rounds_arg cc_loopback "${2:-3}")
-CC=${3:-dcqcn-aimd}
+RULE=${3:-dcqcn-aimd}
 release_build uroce uroce-devd
 U=build-release/src/tools/uroce
 
@@ -53,7 +53,7 @@ for r in $(seq 1 "$R"); do
   ((r % 2 == 0)) && order=(none on)
   for cc in "${order[@]}"; do
     arg=$cc
-    [[ $cc == on ]] && arg=$CC
+    [[ $cc == on ]] && arg=$RULE
     perf "$arg" "write_bw.$cc.$r" write_bw -s 65536 -D "$S"
     perf "$arg" "read_bw.$cc.$r" read_bw -s 65536 -D "$S"
     perf "$arg" "send_bw.$cc.$r" send_bw -s 65536 -D "$S"
@@ -62,7 +62,7 @@ for r in $(seq 1 "$R"); do
   done
 done
 
-python3 - "$tmp" "$R" "$CC" <<'EOF'
+python3 - "$tmp" "$R" "$RULE" <<'EOF'
 import json, statistics, sys
 d, rounds, cc = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def val(name, cc, r, key):
