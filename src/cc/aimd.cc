@@ -15,7 +15,7 @@ Aimd::Aimd(const AimdParams& p)
   UROCE_CHECK(p.loss_decrease >= 0.0 && p.loss_decrease < 1.0);
   UROCE_CHECK(p.max_delay_decrease >= 0.0 && p.max_delay_decrease < 1.0);
   UROCE_CHECK(p.delay_beta >= 0.0 && p.ai_packets_per_rtt >= 0.0);
-  UROCE_CHECK(p.pacing_gain_percent > 0 && p.burst_packets >= 1 && p.rtt_ring_packets >= 1);
+  UROCE_CHECK(p.burst_packets >= 1 && p.rtt_ring_packets >= 1);
   UROCE_CHECK(p.target_headroom_us >= 0 && p.min_rtt_window_ms > 0);
   cwnd_ = std::min(cwnd_, static_cast<double>(p.max_window_packets));
 }
@@ -31,7 +31,7 @@ std::uint32_t Aimd::window_packets() const {
 }
 
 Duration Aimd::pacing_interval() const {
-  if (srtt_ == Duration::zero()) return Duration::zero();
+  if (p_.pacing_gain_percent == 0 || srtt_ == Duration::zero()) return Duration::zero();
   const double ns = static_cast<double>(srtt_.count_ns()) * 100.0 /
                     (static_cast<double>(p_.pacing_gain_percent) * cwnd_);
   return Duration::ns(static_cast<std::int64_t>(ns));
@@ -111,7 +111,7 @@ void Aimd::rtt_sample(Instant now, Duration rtt) {
 }
 
 void Aimd::end_round(Instant now) {
-  if (round_min_ != Duration::zero()) {
+  if (p_.delay_rule && round_min_ != Duration::zero()) {
     const Duration t = target();
     if (round_min_ > t) {
       ++rounds_above_;
@@ -199,6 +199,16 @@ void Aimd::on_loss(Instant now, LossSignal signal) {
   }
   last_cut_ = now;
   ++counters_.loss_decreases;
+}
+
+CcState Aimd::state() const {
+  CcState s;
+  s.window_packets = window_packets();
+  s.loss_cuts = counters_.loss_decreases;
+  s.delay_cuts = counters_.delay_decreases;
+  s.spurious_timeouts = counters_.spurious_timeouts;
+  s.competing = competing_;
+  return s;
 }
 
 }  // namespace uroce::cc

@@ -39,6 +39,16 @@ enum class LossSignal : std::uint8_t {
 
 inline constexpr std::uint32_t kUnlimitedWindow = 0xffffffffu;
 
+// What a rule holds now, for `uroce stats --qp` (mlx5 and rxe have no per-QP names for these).
+struct CcState {
+  std::uint64_t rate_mbps = 0;                      // the rate limit in force; 0: none
+  std::uint32_t window_packets = kUnlimitedWindow;  // the PSN window; kUnlimitedWindow: none
+  std::uint64_t loss_cuts = 0;                      // window cuts on loss
+  std::uint64_t delay_cuts = 0;                     // window cuts on delay
+  std::uint64_t spurious_timeouts = 0;              // timeout cuts undone
+  bool competing = false;  // the delay rule stood down: a loss-driven flow shares the queue
+};
+
 class CongestionControl {
  public:
   virtual ~CongestionControl() = default;
@@ -53,6 +63,11 @@ class CongestionControl {
   // Whether the QP's packets leave ECN-capable (ECT(0)), so that the network may mark them CE
   // instead of dropping them.
   virtual bool ecn_capable() const { return false; }
+  virtual CcState state() const {
+    CcState s;
+    s.window_packets = window_packets();
+    return s;
+  }
 };
 
 // What the kernel's Soft-RoCE does: no congestion control. Sends are never delayed, CNPs are

@@ -140,6 +140,11 @@ class Dcqcn final : public CongestionControl {
   void on_ecn_ce(Instant now) override;
   bool take_cnp(Instant now) override;
   bool ecn_capable() const override { return true; }
+  CcState state() const override {
+    CcState s;
+    s.rate_mbps = rp_.current_mbps();
+    return s;
+  }
 
   const DcqcnReactionPoint& reaction_point() const { return rp_; }
   const DcqcnCounters& counters() const { return rp_.counters(); }

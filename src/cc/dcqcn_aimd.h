@@ -42,6 +42,11 @@ class DcqcnAimd final : public CongestionControl {
   void on_ecn_ce(Instant now) override { rate_.on_ecn_ce(now); }
   bool take_cnp(Instant now) override { return rate_.take_cnp(now); }
   bool ecn_capable() const override { return true; }
+  CcState state() const override {
+    CcState s = window_.state();
+    s.rate_mbps = rate_.reaction_point().current_mbps();
+    return s;
+  }
 
   const Dcqcn& rate() const { return rate_; }
   const Aimd& window() const { return window_; }

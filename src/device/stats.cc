@@ -182,11 +182,22 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},
       {"send_window", qp.send_window},
       {"selective_repeat", qp.selective_repeat ? 1u : 0u},
+      {"cc_rate_mbps", qp.cc.rate_mbps},
+      {"cc_window", qp.cc.window_packets == cc::kUnlimitedWindow ? 0 : qp.cc.window_packets},
+      {"cc_loss_cuts", qp.cc.loss_cuts},
+      {"cc_delay_cuts", qp.cc.delay_cuts},
+      {"cc_spurious_timeouts", qp.cc.spurious_timeouts},
+      {"cc_competing", qp.cc.competing ? 1u : 0u},
   };
 }
 
 QpStats qp_stats(const transport::Qp& qp) {
-  QpStats s{qp.qpn(), qp.type(), qp.state(), qp.outstanding_send_wqes(), qp.counters()};
+  QpStats s;
+  s.qpn = qp.qpn();
+  s.type = qp.type();
+  s.state = qp.state();
+  s.outstanding_send_wqes = qp.outstanding_send_wqes();
+  s.counters = qp.counters();
   if (qp.type() == QpType::kRc) {
     const Duration rto = qp.rto();
     s.srtt_ns = qp.srtt().count_ns();
@@ -195,6 +206,7 @@ QpStats qp_stats(const transport::Qp& qp) {
     s.send_window = qp.send_window();
     s.selective_repeat = qp.selective_repeat();
   }
+  s.cc = qp.cc_state();
   return s;
 }
 

@@ -43,6 +43,7 @@ struct QpStats {
   std::int64_t rto_ns = 0;
   std::uint32_t send_window = 0;
   bool selective_repeat = false;  // recovers by selective repeat (docs/ARCHITECTURE.md)
+  cc::CcState cc;  // the congestion control's rate and window (cc/congestion_control.h)
 };
 
 // A live QP's statistics.

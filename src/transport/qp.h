@@ -342,6 +342,8 @@ class Qp {
   std::uint32_t send_window() const;
   // Changes the recovery's switches (QpEnv::recovery gave them at construction).
   void set_recovery(const RecoveryParams& p) { env_.recovery = p; }
+  // What the QP's congestion control holds now (`uroce stats --qp`).
+  cc::CcState cc_state() const { return env_.cc->state(); }
 
   // Applies attributes; verbs validated the transition and mask. `path` is the resolved form of
   // attr.ah_attr when mask has kQpAv. Moving to ERR flushes; to RESET clears all state.

@@ -155,9 +155,16 @@ TEST(Aimd, NeverBelowTheFloor) {
   EXPECT_EQ(g.cc.window_packets(), 4u);
 }
 
+// The delay rule on (off by default: aimd.h, "delay").
+AimdParams with_delay_rule() {
+  AimdParams p;
+  p.delay_rule = true;
+  return p;
+}
+
 // A flow brought out of slow start by one loss, at window 28, with an RTT of `base`.
-Flow congestion_avoidance(Duration base) {
-  Flow f;
+Flow congestion_avoidance(Duration base, const AimdParams& p = {}) {
+  Flow f(p);
   f.round(base);
   f.round(base);  // window 40
   f.send_window();
@@ -169,13 +176,14 @@ Flow congestion_avoidance(Duration base) {
   return f;
 }
 
-TEST(Aimd, BelowTheTargetTheWindowGrowsByOnePacketPerRoundTrip) {
+TEST(Aimd, BelowTheTargetTheWindowGrowsByAiPacketsPerRoundTrip) {
   Flow f = congestion_avoidance(Duration::us(100));
   ASSERT_EQ(f.cc.window_packets(), 28u);
   const double start = f.cc.window();
   for (int i = 0; i < 10; ++i) f.round(Duration::us(100));
-  // About one per round (the increase is ai / window per PSN, the window growing meanwhile).
-  EXPECT_NEAR(f.cc.window(), start + 10.0, 0.5);
+  // About ai per round (the increase is ai / window per PSN, the window growing meanwhile).
+  const double ai = AimdParams{}.ai_packets_per_rtt;
+  EXPECT_NEAR(f.cc.window(), start + 10.0 * ai, 0.5 * ai);
   EXPECT_EQ(f.cc.counters().delay_decreases, 0u);
 }
 
@@ -191,7 +199,8 @@ TEST(Aimd, AnUnusedWindowDoesNotGrow) {
 }
 
 TEST(Aimd, AboveTheTargetTheWindowShrinksOncePerRound) {
-  Flow f = congestion_avoidance(Duration::us(100));  // min RTT 100 us: target 100 + 300 us
+  Flow f = congestion_avoidance(Duration::us(100),
+                                with_delay_rule());  // min RTT 100 us: target 100 + 300 us
   ASSERT_EQ(f.cc.target(), Duration::us(400));
   const double start = f.cc.window();
   // A round trip of 600 us: 200 us above the target, a cut of 0.4 * 200 / 600 (delay_beta).
@@ -217,7 +226,7 @@ TEST(Aimd, AboveTheTargetTheWindowShrinksOncePerRound) {
 }
 
 TEST(Aimd, ADelayAboveTheTargetEndsSlowStart) {
-  Flow f;
+  Flow f(with_delay_rule());
   f.round(Duration::us(100));
   f.round(Duration::us(100));
   for (int i = 0; i < 4 && f.cc.in_slow_start(); ++i) f.round(Duration::us(1000));
@@ -229,7 +238,7 @@ TEST(Aimd, AQueueThatNeverDrainsIsSharedNotYielded) {
   // Another flow (TCP) keeps the queue full: the RTT stays 1 ms above the 100 us seen at first,
   // whatever this flow does. After competing_after_rounds rounds the delay rule stands down and
   // the window grows again, as a loss-driven flow's does.
-  Flow f = congestion_avoidance(Duration::us(100));
+  Flow f = congestion_avoidance(Duration::us(100), with_delay_rule());
   for (int i = 0; i < 30; ++i) f.round(Duration::us(1100));
   EXPECT_TRUE(f.cc.competing());
   EXPECT_LE(f.cc.counters().delay_decreases, 5u);
@@ -243,8 +252,24 @@ TEST(Aimd, AQueueThatNeverDrainsIsSharedNotYielded) {
   EXPECT_FALSE(f.cc.competing());
 }
 
+// By default the window follows loss alone and nothing is paced (aimd.h: on a host whose CPUs are
+// shared by more busy processes than it has, the RTT measures the scheduler, not the queue).
+TEST(Aimd, ByDefaultNeitherDelayNorPacingHoldsTheWindow) {
+  Flow f = congestion_avoidance(Duration::us(100));
+  const double start = f.cc.window();
+  for (int i = 0; i < 10; ++i) f.round(Duration::ms(4));  // far above any target
+  EXPECT_EQ(f.cc.counters().delay_decreases, 0u);
+  EXPECT_GT(f.cc.window(), start);  // additive increase went on
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_EQ(f.cc.next_send_time(f.now, 1024), f.now) << i;
+    f.cc.on_sent(f.now, 1024);
+  }
+  EXPECT_EQ(f.cc.counters().paced_waits, 0u);
+}
+
 TEST(Aimd, PacesAtTheWindowOverTheRoundTripWithABurst) {
   AimdParams p;
+  p.pacing_gain_percent = 125;
   p.burst_packets = 4;
   Flow f(p);
   // No RTT sample yet: nothing is paced.

@@ -718,6 +718,21 @@ def device_sample(stats, ns, pid):
     return None
 
 
+# A sending QP's recovery and congestion-control state, as its last sample showed it (`uroce
+# stats --qp`, src/device/stats.cc): the window and rate in force and the rule's cuts so far.
+SENDER_QP_FIELDS = ("srtt_ns", "min_rtt_ns", "send_window", "cc_window", "cc_rate_mbps",
+                    "cc_loss_cuts", "cc_delay_cuts", "cc_spurious_timeouts", "cc_competing")
+
+
+def sender_qp_state(device):
+    """The busiest RC QP of a device sample (most packets sent): SENDER_QP_FIELDS, or None."""
+    qps = [q for q in device.get("qps", []) if isinstance(q, dict) and q.get("type") == "RC"]
+    if not qps:
+        return None
+    q = max(qps, key=lambda q: q.get("sent_pkts", 0))
+    return {k: q.get(k) for k in SENDER_QP_FIELDS}
+
+
 def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_ecn, delay,
             errors):
     eff_roce = roce_write_efficiency(args.size, args.mtu)
@@ -753,6 +768,7 @@ def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_
                 row["retry_exceeded_err"] = d.get("retry_exceeded_err")
                 if d.get("sent_pkts"):
                     row["retransmitted_share"] = d["retransmitted_pkts"] / d["sent_pkts"]
+                row["sender_qp"] = sender_qp_state(d)
             else:
                 errors.append(f"{f.id}: no uroce stats sample from pid {f.client.pid}")
             # The receiving side's view: packets its device dropped (ICRC, parse, no room...),
@@ -849,6 +865,11 @@ def table(r):
             f"| {fmt(f['retry_exceeded_err'], '{}')} | {rtext} "
             f"| {fmt(f['tcp_retransmits'], '{}')} | {fmt(f['verified'], '{}')} "
             f"| {f['completed']} |")
+    for f in r.get("flows", []):
+        q = f.get("sender_qp")
+        if q:
+            lines.append(f"{f['id']} sender QP (last sample): " +
+                         ", ".join(f"{k} {q[k]}" for k in SENDER_QP_FIELDS if q.get(k) is not None))
     t, b, c = r.get("totals", {}), r.get("bottleneck", {}), r.get("ceiling", {})
     if t:
         lines.append(

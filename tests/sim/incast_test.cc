@@ -184,20 +184,25 @@ IncastOptions aimd_into_tail_drop(std::uint32_t senders) {
   return o;
 }
 
+// Aimd follows loss alone by default (aimd.h, "Defaults"): it fills the buffer until it drops, as
+// TCP does, so the port drops now and then all along. What must hold: the senders share the port
+// evenly, keep it busy, and every loss is recovered without an ACK timeout.
 void expect_aimd_shares(std::uint32_t senders) {
   const IncastResult r = run_incast(aimd_into_tail_drop(senders));
   ASSERT_TRUE(r.ok) << r.failure;
   EXPECT_EQ(r.ecn_marked, 0u);
   EXPECT_EQ(r.cnps_sent, 0u);
-  EXPECT_EQ(r.drops_measured, 0u);
+  EXPECT_GT(r.drops, 0u);  // a loss-driven rule finds the buffer's end
+  for (const IncastFlow& f : r.flows) EXPECT_EQ(f.timeouts, 0u);
   EXPECT_GE(r.jain, 0.95);
   EXPECT_GE(r.utilisation, 0.9);
 }
 
 TEST(Incast, AimdSharesATailDropPortWithoutEcnBetweenTwoSenders) { expect_aimd_shares(2); }
 
-// Not met (docs/SIMULATION.md, "Incast"): eight senders keep the queue at the buffer (Aimd's
-// delay cut does not hold it near its target), lose packets all along and share unevenly.
+// Not met (docs/SIMULATION.md, "Incast"): of eight senders one keeps the port and seven lose a
+// tail to a full buffer and wait out the 16.8 ms ACK timeout (13 timeouts, Jain 0.125, in a
+// 20 ms run), without the adaptive recovery's timeout and tail probe.
 TEST(Incast, DISABLED_AimdSharesATailDropPortWithoutEcnAmongEightSenders) { expect_aimd_shares(8); }
 
 TEST(Incast, ASeedGivesTheSameRunEveryTime) {

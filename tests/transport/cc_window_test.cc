@@ -87,6 +87,7 @@ TEST(CcWindow, AfterATimeoutTheAckOfWhatThePeerHadIsTaken) {
 TEST(CcWindow, AimdPacesOnceItHasARoundTrip) {
   Solo s(QpType::kRc, 1024);
   cc::AimdParams p;
+  p.pacing_gain_percent = 125;
   p.burst_packets = 4;
   cc::Aimd aimd(p);
   s.e.cc.inner = &aimd;
