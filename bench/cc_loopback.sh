@@ -11,31 +11,24 @@
 # for CC in every row), with the lowest and highest round's ratio.
 # Each pair of processes is pinned to CPUs 0 and 1 where the host has two. Release build.
 #
-# Usage: bench/cc_loopback.sh [SECONDS [ROUNDS [CC]]]   (defaults 3, 3 and dcqcn-aimd)
+# Usage: bench/cc_loopback.sh [SECONDS [ROUNDS [RULE]]]   (defaults 3, 3 and dcqcn-aimd)
 # Environment: SERVER_IP, CLIENT_IP (default 127.0.0.1, 127.0.0.2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-S=${1:-3}
+source bench/rounds_lib.sh
+S=$(seconds_arg cc_loopback "${1:-3}")
+R=$(rounds_arg cc_loopback "${2:-3}")
 SIP=${SERVER_IP:-127.0.0.1}
 CIP=${CLIENT_IP:-127.0.0.2}
-[[ $S =~ ^[0-9]+$ && $S -ge 1 ]] || {
-  echo "cc_loopback: SECONDS must be a positive integer" >&2
-  exit 2
-}
-source bench/rounds_lib.sh
-R=$(rounds_arg cc_loopback "${2:-3}")
 RULE=${3:-dcqcn-aimd}
 release_build uroce uroce-devd
 U=build-release/src/tools/uroce
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cpu0=() cpu1=()
-if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
-  cpu0=(taskset -c 0) cpu1=(taskset -c 1)
-fi
+pin_pair
 
-# perf CC OUT ARGS...: one uroce perf pair with UROCE_CC=CC.
+# perf RULE OUT ARGS...: one uroce perf pair with UROCE_CC=RULE.
 perf() {
   local cc=$1 out=$2
   shift 2

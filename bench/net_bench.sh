@@ -31,15 +31,11 @@
 # UDP_BASELINE: a udp_baseline binary built elsewhere.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-S=${1:-5}
+source bench/rounds_lib.sh
+S=$(seconds_arg net_bench "${1:-5}")
+R=$(rounds_arg net_bench "${2:-3}")
 SIP=${SERVER_IP:-127.0.0.1}
 CIP=${CLIENT_IP:-127.0.0.2}
-[[ $S =~ ^[0-9]+$ && $S -ge 1 ]] || {
-  echo "net_bench: SECONDS must be a positive integer" >&2
-  exit 2
-}
-source bench/rounds_lib.sh
-R=$(rounds_arg net_bench "${2:-3}")
 
 scripts/install-deps >/dev/null
 configure_release
@@ -57,10 +53,7 @@ U=build-release/src/tools/uroce
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cpu0=() cpu1=()
-if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
-  cpu0=(taskset -c 0) cpu1=(taskset -c 1)
-fi
+pin_pair
 
 # uroce perf: server and client as two processes; the client's JSON line has both sides' CPU.
 perf() {

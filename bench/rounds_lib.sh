@@ -12,6 +12,24 @@ rounds_arg() {
   echo "$2"
 }
 
+# seconds_arg NAME VALUE: VALUE if it is a positive integer, else a message naming NAME and exit 2.
+seconds_arg() {
+  [[ $2 =~ ^[0-9]+$ && $2 -ge 1 ]] || {
+    echo "$1: SECONDS must be a positive integer" >&2
+    exit 2
+  }
+  echo "$2"
+}
+
+# pin_pair: sets cpu0 and cpu1, the command prefixes that pin a server to CPU 0 and a client to
+# CPU 1 where the host has two CPUs and taskset (empty otherwise).
+pin_pair() {
+  cpu0=() cpu1=()
+  if (($(nproc) >= 2)) && command -v taskset >/dev/null; then
+    cpu0=(taskset -c 0) cpu1=(taskset -c 1)
+  fi
+}
+
 # configure_release: build-release/ (of the current directory, the repository's root) configured
 # as the benchmarks and scripts/demo have it: Release, no sanitizer, benchmarks without tests,
 # the compilers as scripts/demo gives them (so that they share it), ccache where there is one.
