@@ -399,6 +399,12 @@ void Qp::handle_timeout(Instant now) {
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
   ack_after_unsignaled_ = false;
+  // Congestion control's hold is what this poll finds: a packet it holds back sets it again
+  // (poll_request, sr_poll_resend). Left from an earlier poll whose packet is gone since
+  // (acknowledged, or no request ready any more), it stayed in poll_timeout() as a deadline in
+  // the past, and the caller's round came due at the same instant for ever: the simulator's
+  // clock stood still (64 senders into one with DCQCN and selective repeat).
+  req_.pace_until = Instant::never();
   if (cnp_owed_) {
     cnp_owed_ = false;
     if (state_ != QpState::kErr) {

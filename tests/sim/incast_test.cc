@@ -160,9 +160,8 @@ TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForTwoSenders) {
 // start, and with 64 flows each sees a marked packet only every ~50 us, by when ConnectX's alpha
 // (decaying every 1 us) has fallen so far that a cut takes 1% off; the rates stay far above the
 // fair share, the queue at the buffer, and the losses' recovery (holes resent one per round trip
-// of a full queue) stalls the senders for milliseconds. Without the recovery's BDP window: with
-// it, seed 1's simulation stops advancing in the drain (a sender's QP keeps a timer deadline in
-// the past, so every round is due at once).
+// of a full queue) stalls the senders for milliseconds. Without the recovery's BDP window, as
+// docs/SIMULATION.md's row (with it, no better).
 TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForSixtyFourSenders) {
   IncastOptions o = acceptance(64, 1, true);
   o.bdp_window = false;

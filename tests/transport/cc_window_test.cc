@@ -3,6 +3,8 @@
 // rule has timed a round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cc/aimd.h"
 #include "harness.h"
 #include "steps.h"
@@ -102,6 +104,45 @@ TEST(CcWindow, AimdPacesOnceItHasARoundTrip) {
   EXPECT_EQ(next - s.now, Duration::us(4));
   s.now = next;
   EXPECT_EQ(s.drain().size(), 1u);
+}
+
+// A rule that lets the first packet go, holds the rest until `hold_until`, and then may shut
+// its window.
+class HoldThenShut final : public cc::CongestionControl {
+ public:
+  Instant hold_until = Instant::never();
+  std::uint32_t window = cc::kUnlimitedWindow;
+  Instant next_send_time(Instant now, std::uint32_t) override {
+    return sent_ == 0 ? now : std::max(now, hold_until);
+  }
+  void on_sent(Instant, std::uint32_t) override { ++sent_; }
+  void on_ack(const cc::AckEvent&) override {}
+  std::uint32_t window_packets() const override { return window; }
+  void on_cnp(Instant) override {}
+  void on_ecn_ce(Instant) override {}
+  bool take_cnp(Instant) override { return false; }
+
+ private:
+  std::uint32_t sent_ = 0;
+};
+
+// A packet the rule held back, then not ready any more when the hold ends (the window shut
+// meanwhile): the hold leaves poll_timeout() with it. It stayed there as a deadline in the past,
+// so the device's round came due at the same instant for ever (the simulator's clock stood still
+// with 64 senders into one).
+TEST(CcWindow, AHoldWhosePacketIsNoLongerReadyLeavesNoDeadlineBehind) {
+  Solo s(QpType::kRc, 1024);
+  s.set(/*timeout=*/14, /*retry_cnt=*/7, /*rnr_retry=*/7);
+  HoldThenShut cc;
+  cc.hold_until = s.now + Duration::us(10);
+  s.e.cc.inner = &cc;
+  post_sends(s, 1);
+  EXPECT_EQ(s.drain().size(), 1u);  // the first; the second is held
+  EXPECT_EQ(s.e.qp->poll_timeout(), cc.hold_until);
+  cc.window = 1;  // one PSN outstanding: no request is ready
+  s.now = s.now + Duration::us(20);
+  EXPECT_EQ(s.drain().size(), 0u);
+  EXPECT_GT(s.e.qp->poll_timeout(), s.now);  // the ACK timer, not the hold that passed
 }
 
 }  // namespace
