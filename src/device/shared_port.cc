@@ -1,6 +1,8 @@
 #include "device/shared_port.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -142,8 +144,32 @@ void sleep_ms(int ms) {
   }
 }
 
+// The uroce-devd next to the object this code was linked into (dladdr), by the installed layout:
+// beside it (the uroce program in bin/), from the library directory (liburoce.so) or from the
+// drop-ins' private directory below it (libibverbs.so.1 in lib/<triplet>/uroce/); else the one
+// of the build tree this library was built in. UROCE_DEVD (options.path) wins over all.
 std::string coordinator_path(const devd::DevdOptions& options) {
-  return options.path.empty() ? std::string(UROCE_DEVD_PATH) : options.path;
+  if (!options.path.empty()) return options.path;
+  Dl_info info{};
+  link_map* map = nullptr;
+  if (::dladdr1(reinterpret_cast<void*>(&coordinator_path), &info, reinterpret_cast<void**>(&map),
+                RTLD_DL_LINKMAP) != 0 &&
+      map != nullptr) {
+    // The main program's link map has no name: its file is /proc/self/exe.
+    std::string dir = map->l_name;
+    if (dir.empty()) {
+      char exe[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+      dir.assign(exe, n > 0 ? static_cast<std::size_t>(n) : 0);
+    }
+    const std::size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? std::string(".") : dir.substr(0, slash);
+    for (const char* rel : {"", "/" UROCE_DEVD_FROM_LIBDIR, "/../" UROCE_DEVD_FROM_LIBDIR}) {
+      const std::string candidate = dir + rel + "/uroce-devd";
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+  }
+  return UROCE_DEVD_PATH;
 }
 
 std::string this_comm() {
