@@ -16,8 +16,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "base/assert.h"
 #include "datapath/udp.h"
@@ -146,8 +148,9 @@ void sleep_ms(int ms) {
 
 // The uroce-devd next to the object this code was linked into (dladdr), by the installed layout:
 // beside it (the uroce program in bin/), from the library directory (liburoce.so) or from the
-// drop-ins' private directory below it (libibverbs.so.1 in lib/<triplet>/uroce/); else the one
-// of the build tree this library was built in. UROCE_DEVD (options.path) wins over all.
+// drop-ins' private directory below it (libibverbs.so.1 in lib/<triplet>/uroce/); the build
+// tree's when the object is in the build tree, or when nothing else is found. UROCE_DEVD
+// (options.path) wins over all.
 std::string coordinator_path(const devd::DevdOptions& options) {
   if (!options.path.empty()) return options.path;
   Dl_info info{};
@@ -164,6 +167,12 @@ std::string coordinator_path(const devd::DevdOptions& options) {
     }
     const std::size_t slash = dir.rfind('/');
     dir = slash == std::string::npos ? std::string(".") : dir.substr(0, slash);
+    // Linked in the build tree: its own coordinator, whatever is installed.
+    char real[PATH_MAX];
+    if (::realpath(dir.c_str(), real) != nullptr &&
+        std::string_view(real).starts_with(UROCE_BUILD_TREE "/")) {
+      return UROCE_DEVD_PATH;
+    }
     for (const char* rel : {"", "/" UROCE_DEVD_FROM_LIBDIR, "/../" UROCE_DEVD_FROM_LIBDIR}) {
       const std::string candidate = dir + rel + "/uroce-devd";
       if (::access(candidate.c_str(), X_OK) == 0) return candidate;
