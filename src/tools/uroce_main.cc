@@ -13,6 +13,7 @@
 #include "tools/net_cli.h"
 #include "tools/pcap_cmd.h"
 #include "tools/perf_cmd.h"
+#include "tools/run_cmd.h"
 #include "tools/sim_cmd.h"
 #include "tools/stats_cmd.h"
 
@@ -163,9 +164,23 @@ CLI::App* add_faults(CLI::App& app, uroce::tools::FaultsCommand& cmd) {
 
 // The subcommands' options, the parse, then the one subcommand that was given.
 int main(int argc, char** argv) {
+  // `uroce run` takes everything from PROGRAM on as the program's (run_cmd.h).
+  if (argc >= 2 && std::string(argv[1]) == "run") {
+    uroce::tools::RunOptions run_opt;
+    if (auto why =
+            uroce::tools::parse_run_args({argv + 2, static_cast<std::size_t>(argc - 2)}, run_opt)) {
+      std::fprintf(stderr, "uroce run: %s\n%s", why->c_str(), uroce::tools::kRunUsage);
+      return 2;
+    }
+    return uroce::tools::run_run(run_opt, stderr);
+  }
   CLI::App app{"uroce: RoCEv2 in user space"};
-  app.set_version_flag("--version", "uroce 0.1.0");
+  app.set_version_flag("--version", "uroce " UROCE_VERSION);
   app.require_subcommand(1);
+  // Listed for --help only: main() runs it before CLI11 parses anything.
+  app.add_subcommand("run",
+                     "Run an unmodified RDMA program over uroce's drop-ins: `run [-d DEV|"
+                     "--ip ADDR] [--faults SPEC] -- PROGRAM ARGS...` (run --help)");
 
   PcapCli pcap;
   add_pcap(app, pcap);

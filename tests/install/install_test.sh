@@ -81,6 +81,13 @@ fi
 out=$("${run_env[@]}" LD_LIBRARY_PATH="$lib/uroce" ibv_devices 2>&1) || fail "ibv_devices: $out"
 echo "$out"
 grep -q 'uroce0' <<<"$out" || fail "ibv_devices lists no uroce0"
+# `uroce run` finds the installed drop-ins from the installed uroce.
+out=$("${run_env[@]}" "$p/bin/uroce" run -- sh -c 'echo "$LD_LIBRARY_PATH"') || fail "uroce run: $out"
+[ "$(cd "${out%%:*}" && pwd -P)" = "$(cd "$lib/uroce" && pwd -P)" ] ||
+  fail "uroce run put ${out%%:*} on LD_LIBRARY_PATH, not $lib/uroce"
+out=$("${run_env[@]}" "$p/bin/uroce" run -- ibv_devices 2>&1) || fail "uroce run -- ibv_devices: $out"
+grep -q 'uroce0' <<<"$out" || fail "uroce run -- ibv_devices lists no uroce0"
+echo "uroce run -- ibv_devices: uroce0"
 # A pair of ibv_rc_pingpong on one device over the installed drop-ins (tests/compat's harness):
 # the drop-in starts the device's coordinator, which must be the installed one.
 UROCE_DEVD_LINGER_MS=60000 "${run_env[@]}" "$pair" "$lib/uroce" "$tcp_port" "$addr2" "$addr2" 60 \
