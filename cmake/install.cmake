@@ -47,3 +47,42 @@ install(FILES ${PROJECT_BINARY_DIR}/uroce-config.cmake ${PROJECT_BINARY_DIR}/uro
 file(RELATIVE_PATH UROCE_PC_TO_PREFIX "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/uroce.pc.in ${PROJECT_BINARY_DIR}/uroce.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/uroce.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The Debian package (scripts/package: `cpack -G DEB` in a Release tree): everything above, under
+# /usr, its dependencies found by dpkg-shlibdeps (the libraries the programs link: libc,
+# libstdc++, ISA-L, libpcap; no ibverbs-providers, no rdma-core), with a copyright file and a
+# changelog in /usr/share/doc/uroce. docs/PACKAGING.md explains what lintian says about it.
+configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${PROJECT_BINARY_DIR}/changelog.Debian
+               @ONLY)
+execute_process(COMMAND gzip -9nf ${PROJECT_BINARY_DIR}/changelog.Debian)
+install(FILES ${PROJECT_BINARY_DIR}/changelog.Debian.gz ${CMAKE_CURRENT_LIST_DIR}/debian/copyright
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME uroce)
+set(CPACK_PACKAGE_CONTACT "uroce developers <dev@uroce.invalid>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "RoCEv2 (RDMA over Converged Ethernet) in user space")
+set(CPACK_PACKAGE_DESCRIPTION
+    "uroce runs RDMA (RoCEv2, byte-exact on the wire) over plain UDP
+sockets, with no kernel module and no RDMA NIC. It ships drop-in
+libibverbs.so.1 and librdmacm.so.1 in a private directory, which
+`uroce run -- PROGRAM` puts in front of the distribution's rdma-core,
+the uroce tools, the per-device coordinator uroce-devd, and liburoce,
+its native C++ API.")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
+set(CPACK_DEBIAN_PACKAGE_SECTION net)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# dpkg-shlibdeps would take the drop-in librdmacm.so.1's libibverbs.so.1 for rdma-core's
+# (debian/shlibs-local.cmake says otherwise), and CPack's own shlibs file would offer the
+# drop-ins' SONAMEs to other packages: the package's shlibs names liburoce only.
+set(CPACK_PRE_BUILD_SCRIPTS ${CMAKE_CURRENT_LIST_DIR}/debian/shlibs-local.cmake)
+file(WRITE ${PROJECT_BINARY_DIR}/debian/shlibs
+     "liburoce ${PROJECT_VERSION_MAJOR} uroce (>= ${PROJECT_VERSION})\n")
+# CPack adds the postinst and postrm that run ldconfig (liburoce.so.0 is in the loader's path).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+include(CPack)

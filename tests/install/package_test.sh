@@ -1,0 +1,86 @@
+#!/bin/bash
+# The Debian package (cmake/install.cmake, scripts/package), built from the build tree under test,
+# installed with apt-get, checked, and purged:
+#
+#   package_test.sh BUILD_DIR MARKER
+#
+# Root only (it installs into /usr): skips otherwise, and skips when a uroce package is
+# installed already (it would replace and purge it). Checks `uroce --version`, the drop-ins in
+# /usr/lib/<triplet>/uroce/ (rdma-core's libibverbs.so.1 untouched), `uroce run -- ibv_devices`,
+# then that purging leaves none of the package's files. It purges the package on every way out
+# (trap); MARKER exists while the package is installed, for the ctest fixture cleanup
+# (package_cleanup.sh) that runs even when this test is killed at its timeout. Every step is
+# bounded well inside the test's ctest timeout.
+set -u
+build=$1 marker=$2
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: installing a package needs root"
+  exit 77
+fi
+for t in cpack dpkg-shlibdeps apt-get dpkg-architecture; do
+  command -v "$t" >/dev/null || { echo "SKIP: no $t"; exit 77; }
+done
+status=$(dpkg-query -W -f='${db:Status-Status}' uroce 2>/dev/null)
+if [ -n "$status" ] && [ "$status" != not-installed ]; then
+  echo "SKIP: a uroce package is on this machine already ($status): not replacing it"
+  exit 77
+fi
+tmp=$(mktemp -d)
+cleanup() {
+  if [ -e "$marker" ]; then
+    timeout 120 dpkg --purge uroce >/dev/null 2>&1 && rm -f "$marker"
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+SECONDS=0
+timeout 400 cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/pkg" >"$tmp/cpack.log" 2>&1 ||
+  { cat "$tmp/cpack.log"; fail "cpack -G DEB"; }
+deb=$(ls "$tmp"/pkg/uroce_*.deb)
+echo "built $(basename "$deb") in ${SECONDS}s"
+dpkg-deb -f "$deb" Depends
+dpkg-deb -f "$deb" Depends | grep -Eq 'ibverbs|rdmacm' && fail "it depends on rdma-core"
+
+touch "$marker"
+timeout 180 apt-get install -y --no-install-recommends "$deb" >"$tmp/apt.log" 2>&1 ||
+  { cat "$tmp/apt.log"; fail "apt-get install $deb"; }
+triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+/usr/bin/uroce --version | grep -qx "uroce $(dpkg-deb -f "$deb" Version | sed 's/-.*//')" ||
+  fail "uroce --version"
+for f in libibverbs.so.1 librdmacm.so.1; do
+  [ -e "/usr/lib/$triplet/uroce/$f" ] || fail "no /usr/lib/$triplet/uroce/$f"
+  if [ -e "/usr/lib/$triplet/$f" ]; then
+    dpkg -S "/usr/lib/$triplet/$f" | grep -q '^uroce:' && fail "/usr/lib/$triplet/$f is uroce's"
+  fi
+done
+ldconfig -p | grep -q 'liburoce.so.0 ' || fail "ldconfig does not know liburoce.so.0"
+if command -v ibv_devices >/dev/null; then
+  run_env=(env -u UROCE_DEVICES -u UROCE_CONFIG -u UROCE_DEVD)
+  if readelf -d /usr/bin/uroce | grep -Eq 'libasan|libtsan'; then
+    run_env+=(LD_PRELOAD="${UROCE_TEST_PRELOAD:-}" ASAN_OPTIONS=detect_leaks=0)
+  fi
+  out=$("${run_env[@]}" /usr/bin/uroce run -- ibv_devices 2>&1) || fail "uroce run -- ibv_devices: $out"
+  grep -q uroce0 <<<"$out" || fail "uroce run -- ibv_devices lists no uroce0: $out"
+  echo "uroce run -- ibv_devices: uroce0"
+fi
+
+dpkg -L uroce >"$tmp/files"
+timeout 120 apt-get purge -y uroce >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge"; }
+rm -f "$marker"
+left=0
+while read -r f; do
+  case $f in */uroce*) ;; *) continue ;; esac # the package's own; /usr/bin stays
+  if [ -e "$f" ] || [ -L "$f" ]; then
+    echo "left behind: $f"
+    left=1
+  fi
+done <"$tmp/files"
+[ "$left" = 0 ] || fail "purging left files behind"
+ldconfig -p | grep -q 'liburoce.so.0 ' && fail "ldconfig still knows liburoce.so.0"
+echo "PASS ($(wc -l <"$tmp/files") paths installed and removed, ${SECONDS}s)"
