@@ -278,7 +278,8 @@ int run_run(const RunOptions& o, std::FILE* err) {
     std::fprintf(err, "uroce run: warning: %s\n", why->c_str());
   }
   const char* old = std::getenv("LD_LIBRARY_PATH");
-  const std::string lib = *dir + (old != nullptr && *old != '\0' ? ":" + std::string(old) : "");
+  std::string lib = *dir;
+  if (old != nullptr && *old != '\0') lib.append(":").append(old);
   ::setenv("LD_LIBRARY_PATH", lib.c_str(), 1);
   if (!devices.empty()) ::setenv("UROCE_DEVICES", devices.c_str(), 1);
   if (!o.faults.empty()) ::setenv("UROCE_FAULTS", o.faults.c_str(), 1);
