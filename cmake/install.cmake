@@ -82,7 +82,9 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_PRE_BUILD_SCRIPTS ${CMAKE_CURRENT_LIST_DIR}/debian/shlibs-local.cmake)
 file(WRITE ${PROJECT_BINARY_DIR}/debian/shlibs
      "liburoce ${PROJECT_VERSION_MAJOR} uroce (>= ${PROJECT_VERSION})\n")
-# CPack adds the postinst and postrm that run ldconfig (liburoce.so.0 is in the loader's path).
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs)
+# liburoce.so.0 is in the loader's path: the ldconfig trigger (CPack adds a postinst and a postrm
+# that run ldconfig too).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs
+                                       ${CMAKE_CURRENT_LIST_DIR}/debian/triggers)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)
