@@ -134,9 +134,7 @@ TEST(DropinObstacle, SetuidAndSetgidAreRefusedWithTheReason) {
   char dir[] = "/tmp/run_cmd_test.XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
   const std::string path = std::string(dir) + "/prog";
-  {
-    std::ofstream(path, std::ios::binary) << "#!/bin/sh\n";
-  }
+  { std::ofstream(path, std::ios::binary) << "#!/bin/sh\n"; }
   EXPECT_EQ(dropin_obstacle(path), std::nullopt);  // a script: its interpreter is dynamic
   ASSERT_EQ(::chmod(path.c_str(), 04755), 0);
   auto why = dropin_obstacle(path);
