@@ -8,6 +8,7 @@
 
 #include "fault/fault.h"
 #include "tools/demo_cmd.h"
+#include "tools/doctor_cmd.h"
 #include "tools/faults_cmd.h"
 #include "tools/incast_cmd.h"
 #include "tools/net_cli.h"
@@ -202,6 +203,11 @@ int main(int argc, char** argv) {
       "demo", "Two uroce processes on loopback: every RDMA operation checked, then perf numbers");
   uroce::tools::add_demo_options(*demo, demo_opt);
 
+  uroce::tools::DoctorOptions doctor_opt;
+  CLI::App* doctor = app.add_subcommand(
+      "doctor", "Check this host for uroce and explain each problem with its fix (exit 1: any)");
+  uroce::tools::add_doctor_options(*doctor, doctor_opt);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -216,5 +222,6 @@ int main(int argc, char** argv) {
   if (sim.sim->parsed()) return sim_run_cli(sim);
   if (perf->parsed()) return uroce::tools::perf_run(perf_opt, stdout, stderr);
   if (demo->parsed()) return uroce::tools::demo_run(demo_opt, stdout, stderr);
+  if (doctor->parsed()) return uroce::tools::doctor_run(doctor_opt, stdout);
   return 2;
 }
