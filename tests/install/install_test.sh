@@ -88,6 +88,10 @@ out=$("${run_env[@]}" "$p/bin/uroce" run -- sh -c 'echo "$LD_LIBRARY_PATH"') || 
 out=$("${run_env[@]}" "$p/bin/uroce" run -- ibv_devices 2>&1) || fail "uroce run -- ibv_devices: $out"
 grep -q 'uroce0' <<<"$out" || fail "uroce run -- ibv_devices lists no uroce0"
 echo "uroce run -- ibv_devices: uroce0"
+# `uroce doctor` finds the installed drop-ins and coordinator (the host's state aside).
+out=$("${run_env[@]}" "$p/bin/uroce" doctor 2>&1)
+grep -q "^ok: the drop-ins are in $p/bin/.*/uroce " <<<"$out" || fail "doctor: $out"
+grep -qx "ok: the coordinator is $p/bin/uroce-devd" <<<"$out" || fail "doctor: $out"
 # A pair of ibv_rc_pingpong on one device over the installed drop-ins (tests/compat's harness):
 # the drop-in starts the device's coordinator, which must be the installed one.
 UROCE_DEVD_LINGER_MS=60000 "${run_env[@]}" "$pair" "$lib/uroce" "$tcp_port" "$addr2" "$addr2" 60 \

@@ -7,6 +7,7 @@
 # Root only (it installs into /usr): skips otherwise, and skips when a uroce package is
 # installed already (it would replace and purge it). Checks `uroce --version`, the drop-ins in
 # /usr/lib/<triplet>/uroce/ (rdma-core's libibverbs.so.1 untouched), `uroce run -- ibv_devices`,
+# what `uroce doctor` finds,
 # then that purging leaves none of the package's files. It purges the package on every way out
 # (trap); MARKER exists while the package is installed, for the ctest fixture cleanup
 # (package_cleanup.sh) that runs even when this test is killed at its timeout. Every step is
@@ -69,6 +70,9 @@ if command -v ibv_devices >/dev/null; then
   grep -q uroce0 <<<"$out" || fail "uroce run -- ibv_devices lists no uroce0: $out"
   echo "uroce run -- ibv_devices: uroce0"
 fi
+out=$(/usr/bin/uroce doctor 2>&1)
+grep -q "^ok: the drop-ins are in /usr/bin/.*/uroce " <<<"$out" || fail "uroce doctor: $out"
+grep -qx "ok: the coordinator is /usr/bin/uroce-devd" <<<"$out" || fail "uroce doctor: $out"
 
 dpkg -L uroce >"$tmp/files"
 timeout 120 apt-get purge -y uroce >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge"; }
