@@ -1,15 +1,10 @@
 #include "sim/lossy_flow.h"
 
-#include <array>
 #include <cstring>
-#include <deque>
-#include <memory>
 
 #include "sim/failure.h"
-#include "sim/network.h"
 #include "sim/scenario_host.h"
 #include "transport/qp.h"
-#include "uroce/verbs.h"
 #include "verbs/connect.h"
 
 namespace uroce::sim {
@@ -20,43 +15,29 @@ constexpr std::int64_t kFinishLimitNs = 5'000'000'000;  // after posting ends: l
 constexpr std::size_t kSender = 0;
 constexpr std::size_t kReceiver = 1;
 
-// A host of the flow (sim/scenario_host.h) and its application's buffer, MR, CQ and QP.
-struct Host {
-  std::unique_ptr<ScenarioHost> sim;
-  std::vector<std::byte> buf;
-  MrInfo mr;
-  CqHandle cq;
-  QpHandle qp;
-  std::uint32_t qpn = 0;
-  Device& dev() { return sim->dev(); }
-  std::uint64_t addr(std::size_t off) const {
-    return reinterpret_cast<std::uint64_t>(buf.data()) + off;
-  }
-};
-
-struct Flow {
-  explicit Flow(const LossyFlowOptions& o) : opt(o), net(o.seed) {}
+struct Flow final : ScenarioApp {
+  explicit Flow(const LossyFlowOptions& o) : opt(o), sc(o.seed, Instant::from_ns(1'000'000)) {}
   LossyFlowOptions opt;
-  Network net;
-  Instant start = Instant::from_ns(1'000'000);
-  Instant now = start;
-  std::array<Host, 2> hosts;
+  Scenario sc;
   std::uint64_t posted = 0;
   std::uint64_t completed = 0;
   std::uint64_t measured_bytes = 0;
   LossyFlowResult result;
 
-  Instant warm() const { return start + Duration::ns(opt.warmup_ns); }
-  Instant stop() const { return start + Duration::ns(opt.duration_ns); }
+  ScenarioHost& host(std::size_t i) { return sc.host(i); }
+  Instant now() const { return sc.now(); }
+  Instant warm() const { return sc.start() + Duration::ns(opt.warmup_ns); }
+  Instant stop() const { return sc.start() + Duration::ns(opt.duration_ns); }
   void fail(const std::string& what) {
     if (!result.ok) return;
     result.ok = false;
-    result.failure = failure_text(opt.seed, now - start, what);
+    result.failure = failure_text(opt.seed, now() - sc.start(), what);
   }
+  void step() override;
+  Instant next_time() const override { return now() < stop() ? stop() : Instant::never(); }
 };
 
 bool add_host(Flow& f, std::size_t index) {
-  Host& h = f.hosts[index];
   DeviceConfig cfg;
   cfg.name = "lossy" + std::to_string(index);
   cfg.ip = wire::IpAddress::v4(0x0a660001u + static_cast<std::uint32_t>(index));
@@ -64,29 +45,11 @@ bool add_host(Flow& f, std::size_t index) {
   cfg.seed = f.opt.seed * 7 + index;
   cfg.link_speed_mbps = static_cast<std::uint32_t>(f.opt.link_bps / 1'000'000);
   cfg.adaptive_recovery = f.opt.adaptive_recovery;
-  h.sim = ScenarioHost::create(f.net, cfg,
-                               MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)},
-                               [&f](const std::string& what) { f.fail(what); });
-  if (h.sim == nullptr) return false;
-  h.buf.assign(std::size_t{f.opt.message_bytes} * f.opt.window, std::byte{0});
-  auto pd = h.dev().alloc_pd();
-  if (!pd.ok()) return false;
-  auto mr = h.dev().reg_mr(pd.value(), h.buf.data(), h.buf.size(),
-                           kAccessLocalWrite | kAccessRemoteWrite);
-  auto cq = h.dev().create_cq(CqInitAttr{4096, 0, 0});
-  if (!mr.ok() || !cq.ok()) return false;
-  h.mr = mr.value();
-  h.cq = cq->handle;
-  QpInitAttr init;
-  init.qp_type = QpType::kRc;
-  init.send_cq = h.cq;
-  init.recv_cq = h.cq;
-  init.cap = QpCap{f.opt.window, 1, 1, 1, 0};
-  auto qp = h.dev().create_qp(pd.value(), init);
-  if (!qp.ok()) return false;
-  h.qp = qp->handle;
-  h.qpn = qp->qp_num;
-  return true;
+  ScenarioHost* h =
+      f.sc.add_host(cfg, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)}, {},
+                    [&f](const std::string& what) { f.fail(what); });
+  return h != nullptr && h->open_memory(std::size_t{f.opt.message_bytes} * f.opt.window) &&
+         h->create_rc_qp(QpCap{f.opt.window, 1, 1, 1, 0});
 }
 
 bool setup(Flow& f) {
@@ -96,20 +59,20 @@ bool setup(Flow& f) {
   link.bandwidth_bps = f.opt.link_bps;
   link.queue_limit_packets = 0;  // the loss is the only fault
   link.loss = f.opt.loss;
-  if (!f.net.configure_default(f.now, link).ok()) return false;
+  if (!f.sc.net().configure_default(f.now(), link).ok()) return false;
   for (std::size_t i : {kSender, kReceiver}) {
-    Host& self = f.hosts[i];
-    const Host& peer = f.hosts[1 - i];
+    ScenarioHost& self = f.host(i);
+    const ScenarioHost& peer = f.host(1 - i);
     verbs::RcConnection c;
     c.path_mtu = mtu_from_bytes(f.opt.mtu);
     c.timeout = f.opt.ack_timeout;
     c.retry_cnt = f.opt.retry_cnt;
     c.access = kAccessLocalWrite | kAccessRemoteWrite;
-    c.peer_ip = peer.sim->ip();
-    c.peer_qpn = peer.qpn;
+    c.peer_ip = peer.ip();
+    c.peer_qpn = peer.qpns()[0];
     c.sq_psn = i == kSender ? 0xfff000 : 0x3000;  // the sender's PSNs wrap round 0
     c.rq_psn = i == kSender ? 0x3000 : 0xfff000;
-    if (verbs::connect_rc_qp(self.dev(), self.qp, c) != Errc::kOk) return false;
+    if (verbs::connect_rc_qp(self.dev(), self.qps()[0], c) != Errc::kOk) return false;
   }
   return true;
 }
@@ -121,21 +84,14 @@ void fill(std::span<std::byte> b, std::uint64_t m) {
 }
 
 void post(Flow& f) {
-  Host& tx = f.hosts[kSender];
-  const Host& rx = f.hosts[kReceiver];
+  ScenarioHost& tx = f.host(kSender);
+  const ScenarioHost& rx = f.host(kReceiver);
   const std::size_t len = f.opt.message_bytes;
-  while (f.now < f.stop() && f.posted - f.completed < f.opt.window) {
+  while (f.now() < f.stop() && f.posted - f.completed < f.opt.window) {
     const std::size_t off = (f.posted % f.opt.window) * len;
-    fill(std::span(tx.buf).subspan(off, len), f.posted);
-    const Sge sge{tx.addr(off), static_cast<std::uint32_t>(len), tx.mr.lkey};
-    SendWr wr;
-    wr.wr_id = f.posted;
-    wr.opcode = WrOpcode::kRdmaWrite;
-    wr.send_flags = kSendSignaled;
-    wr.sg_list = std::span(&sge, 1);
-    wr.rdma.remote_addr = rx.addr(off);
-    wr.rdma.rkey = rx.mr.rkey;
-    if (tx.dev().post_send(tx.qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
+    fill(tx.mem().subspan(off, len), f.posted);
+    if (tx.post_one(0, WrOpcode::kRdmaWrite, f.posted, off, static_cast<std::uint32_t>(len), rx,
+                    off) != Errc::kOk) {
       f.fail("post_send failed");
       return;
     }
@@ -146,13 +102,13 @@ void post(Flow& f) {
 // Completions in order, each once, successful, with its data in the receiver's memory (the slot
 // is written again only by a WRITE posted after this completion).
 void reap(Flow& f) {
-  Host& tx = f.hosts[kSender];
-  const Host& rx = f.hosts[kReceiver];
+  ScenarioHost& tx = f.host(kSender);
+  const ScenarioHost& rx = f.host(kReceiver);
   const std::size_t len = f.opt.message_bytes;
   std::vector<std::byte> want(len);
   Wc wcs[16];
   for (;;) {
-    auto n = tx.dev().poll_cq(tx.cq, wcs);
+    auto n = tx.dev().poll_cq(tx.cq(), wcs);
     if (!n.ok() || n.value() == 0) return;
     for (std::size_t i = 0; i < n.value(); ++i) {
       const Wc& wc = wcs[i];
@@ -163,44 +119,32 @@ void reap(Flow& f) {
       }
       const std::size_t off = (f.completed % f.opt.window) * len;
       fill(want, f.completed);
-      if (std::memcmp(rx.buf.data() + off, want.data(), len) != 0) {
+      if (std::memcmp(rx.mem().data() + off, want.data(), len) != 0) {
         f.fail("WRITE " + std::to_string(f.completed) + " completed, its data not in place");
         return;
       }
       ++f.completed;
-      if (f.now >= f.warm() && f.now < f.stop()) f.measured_bytes += len;
+      if (f.now() >= f.warm() && f.now() < f.stop()) f.measured_bytes += len;
     }
   }
 }
 
-void step(Flow& f) {
-  Delivery d;
-  while (f.net.poll_delivery(f.now, d)) f.hosts[d.to].sim->deliver(std::move(d.frame));
-  for (Host& h : f.hosts) h.sim->receive_rounds(f.now);
-  if (f.result.ok) reap(f);
-  if (f.result.ok) post(f);
-  for (Host& h : f.hosts) h.sim->transmit_round_if_rang(f.now);
+void Flow::step() {
+  if (result.ok) reap(*this);
+  if (result.ok) post(*this);
 }
 
 void run(Flow& f) {
-  const Instant give_up = f.stop() + Duration::ns(kFinishLimitNs);
   post(f);
-  for (Host& h : f.hosts) h.sim->round(f.now, engine::Engine::RoundKind::kTransmit);
-  while (f.result.ok && !(f.now >= f.stop() && f.completed == f.posted)) {
-    Instant t = f.net.next_event_time();
-    for (const Host& h : f.hosts) t = earliest(t, h.sim->wake());
-    if (f.now < f.stop()) t = earliest(t, f.stop());
-    if (t.is_never()) {
-      f.fail("stalled: WRITEs outstanding, nothing scheduled");
-      return;
-    }
-    if (t > give_up) {
-      f.fail("liveness: WRITEs unfinished 5 s after posting ended");
-      return;
-    }
-    if (t > f.now) f.now = t;
-    step(f);
-  }
+  f.sc.transmit_rounds();
+  const Instant give_up = f.stop() + Duration::ns(kFinishLimitNs);
+  const auto done = [&f] {
+    return !f.result.ok || (f.now() >= f.stop() && f.completed == f.posted);
+  };
+  const Scenario::End end = f.sc.run_until(done, give_up, f);
+  if (end == Scenario::End::kStalled) f.fail("stalled: WRITEs outstanding, nothing scheduled");
+  if (end == Scenario::End::kDeadline)
+    f.fail("liveness: WRITEs unfinished 5 s after posting ended");
 }
 
 void measure(Flow& f) {
@@ -208,8 +152,8 @@ void measure(Flow& f) {
   r.completed = f.completed;
   const double seconds = static_cast<double>(f.opt.duration_ns - f.opt.warmup_ns) / 1e9;
   r.goodput_bps = static_cast<double>(f.measured_bytes) * 8 / seconds;
-  r.frames_lost = f.net.total_stats().dropped_total();
-  const transport::Qp* qp = f.hosts[kSender].dev().find_qp(f.hosts[kSender].qpn);
+  r.frames_lost = f.sc.net().total_stats().dropped_total();
+  const transport::Qp* qp = f.host(kSender).dev().find_qp(f.host(kSender).qpns()[0]);
   if (qp == nullptr) return;
   const transport::QpCounters& c = qp->counters();
   r.packets_sent = c.packets_sent;

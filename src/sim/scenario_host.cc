@@ -1,13 +1,15 @@
 #include "sim/scenario_host.h"
 
+#include "base/assert.h"
 #include "sim/sim_socket.h"
 
 namespace uroce::sim {
 
-std::unique_ptr<ScenarioHost> ScenarioHost::create(Network& net, const DeviceConfig& cfg,
-                                                   MacAddress mac,
+std::unique_ptr<ScenarioHost> ScenarioHost::create(Network& net, const Instant& clock,
+                                                   const DeviceConfig& cfg, MacAddress mac,
+                                                   const ScenarioHostOptions& opt,
                                                    std::function<void(const std::string&)> fail) {
-  std::unique_ptr<ScenarioHost> h(new ScenarioHost(net, std::move(fail)));
+  std::unique_ptr<ScenarioHost> h(new ScenarioHost(net, clock, opt, std::move(fail)));
   auto id = net.add_host(cfg.ip, mac);
   if (!id.ok()) return nullptr;
   h->id_ = id.value();
@@ -17,9 +19,49 @@ std::unique_ptr<ScenarioHost> ScenarioHost::create(Network& net, const DeviceCon
   h->dev_ = std::move(dev.value());
   h->engine_ = std::make_unique<engine::Engine>(*h, *h, h->ip_);
   h->sched_ = std::make_unique<engine::Scheduler>(engine::SchedulerConfig{});
-  h->engine_->set_defer_acks(true);
+  if (opt.defer_acks) h->engine_->set_defer_acks(true);
   h->dev_->set_doorbell_handler(h.get());
   return h;
+}
+
+bool ScenarioHost::open_memory(std::size_t bytes) {
+  mem_.assign(bytes, std::byte{0});
+  auto pd = dev_->alloc_pd();
+  if (!pd.ok()) return false;
+  pd_ = pd.value();
+  auto mr = dev_->reg_mr(pd_, mem_.data(), mem_.size(), kAccessLocalWrite | kAccessRemoteWrite);
+  if (!mr.ok()) return false;
+  mr_ = mr.value();
+  auto cq = dev_->create_cq(CqInitAttr{4096, 0, 0});
+  if (!cq.ok()) return false;
+  cq_ = cq->handle;
+  return true;
+}
+
+bool ScenarioHost::create_rc_qp(const QpCap& cap) {
+  QpInitAttr init;
+  init.qp_type = QpType::kRc;
+  init.send_cq = cq_;
+  init.recv_cq = cq_;
+  init.cap = cap;
+  auto qp = dev_->create_qp(pd_, init);
+  if (!qp.ok()) return false;
+  qps_.push_back(qp->handle);
+  qpns_.push_back(qp->qp_num);
+  return true;
+}
+
+Errc ScenarioHost::post_one(std::size_t qp, WrOpcode op, std::uint64_t wr_id, std::size_t off,
+                            std::uint32_t len, const ScenarioHost& peer, std::size_t peer_off) {
+  const Sge sge{va(off), len, mr_.lkey};
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.send_flags = kSendSignaled;
+  wr.sg_list = std::span(&sge, 1);
+  wr.rdma.remote_addr = peer.va(peer_off);
+  wr.rdma.rkey = peer.mr().rkey;
+  return dev_->post_send(qps_[qp], std::span(&wr, 1), nullptr);
 }
 
 void ScenarioHost::receive_rounds(Instant now) {
@@ -30,15 +72,18 @@ void ScenarioHost::receive_rounds(Instant now) {
 }
 
 void ScenarioHost::transmit_round_if_rang(Instant now) {
+  if (refused_ && wire_free_ <= now) rang_ = true;
   if (!rang_) return;
   rang_ = false;
   round(now, engine::Engine::RoundKind::kTransmit);
 }
 
 void ScenarioHost::round(Instant now, engine::Engine::RoundKind kind) {
-  now_ = now;
   const engine::RoundReport rep = engine::run_app_round(*engine_, *sched_, now, kind).report;
   wake_ = sched_->app_wait_until(now, Instant::never(), rep);
+  // Work left to transmit while the wire is busy waits for the wire (the Scheduler would have it
+  // go again at once).
+  if (refused_ && wake_ < wire_free_) wake_ = wire_free_;
 }
 
 std::size_t ScenarioHost::receive(Instant, std::size_t max, const RxHandler& handler) {
@@ -49,7 +94,18 @@ std::size_t ScenarioHost::receive(Instant, std::size_t max, const RxHandler& han
 
 bool ScenarioHost::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                         std::span<const ConstBytes> payload) {
+  if (opt_.wire_bps > 0 && wire_free_ > now) {
+    refused_ = true;
+    return false;
+  }
+  refused_ = false;
   send_frame(net_, id_, now, o, transport_headers, payload, frame_);
+  if (opt_.wire_bps > 0) {
+    const unsigned __int128 bits_ns =
+        static_cast<unsigned __int128>(frame_.size()) * 8 * 1'000'000'000u;
+    const std::uint64_t bps = opt_.wire_bps;
+    wire_free_ = now + Duration::ns(static_cast<std::int64_t>((bits_ns + bps - 1) / bps));
+  }
   return true;
 }
 
@@ -58,6 +114,42 @@ void ScenarioHost::doorbell(std::uint32_t qpn) {
   rang_ = true;
 }
 
-void ScenarioHost::qp_changing(std::uint32_t) { engine_->flush_held_acks(now_, *sched_); }
+void ScenarioHost::qp_changing(std::uint32_t) { engine_->flush_held_acks(clock_, *sched_); }
+
+ScenarioHost* Scenario::add_host(const DeviceConfig& cfg, MacAddress mac,
+                                 const ScenarioHostOptions& opt,
+                                 std::function<void(const std::string&)> fail) {
+  auto h = ScenarioHost::create(net_, now_, cfg, mac, opt, std::move(fail));
+  if (h == nullptr) return nullptr;
+  UROCE_ASSERT(h->id() == hosts_.size());
+  hosts_.push_back(std::move(h));
+  return hosts_.back().get();
+}
+
+void Scenario::transmit_rounds() {
+  for (auto& h : hosts_) h->round(now_, engine::Engine::RoundKind::kTransmit);
+}
+
+Scenario::End Scenario::run_until(const std::function<bool()>& done, Instant deadline,
+                                  ScenarioApp& app) {
+  while (!done()) {
+    Instant t = earliest(net_.next_event_time(), app.next_time());
+    for (const auto& h : hosts_) t = earliest(t, h->wake());
+    if (t.is_never()) return End::kStalled;
+    if (t > deadline) return End::kDeadline;
+    if (t > now_) now_ = t;
+    app.clock_moved();
+    step(app);
+  }
+  return End::kDone;
+}
+
+void Scenario::step(ScenarioApp& app) {
+  Delivery d;
+  while (net_.poll_delivery(now_, d)) hosts_[d.to]->deliver(std::move(d.frame));
+  for (auto& h : hosts_) h->receive_rounds(now_);
+  app.step();
+  for (auto& h : hosts_) h->transmit_round_if_rang(now_);
+}
 
 }  // namespace uroce::sim

@@ -1,5 +1,5 @@
 // What a simulated host's socket does for its engine, the same in every harness that runs hosts
-// over a Network (sim/progress_sim.cc, sim/incast.cc): frames out with the network's MAC
+// over a Network (sim/progress_sim.cc, sim/scenario_host.cc): frames out with the network's MAC
 // addresses, frames in as datapath/udp hands packets to its handler.
 #pragma once
 

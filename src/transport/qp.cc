@@ -137,12 +137,7 @@ void Qp::reset_state() {
   ack_held_ = false;
   cnp_owed_ = false;
   ack_after_unsignaled_ = false;
-  ack_deferred_ = false;
-  defer_[0] = defer_[1] = BackedOff{};
-  answers_[0] = answers_[1] = true;
-  unheld_ack_for_ = AckFor::kNone;
-  hold_wide_ = false;
-  wide_ = BackedOff{};
+  learn_ = AckLearner{};
   req_ = Requester{};
   comp_ = Completer{};
   rec_ = Recovery{};
@@ -444,9 +439,7 @@ bool Qp::poll_packet(Instant now, TxPacket& out) {
     const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
       ack_after_unsignaled_ = (sq_at(index).send_flags & kSendSignaled) == 0;
-      if (hold_wide_) wide_.succeeded();  // the wide hold was answered
-      const AckFor kind = responses_.front().ack_for;
-      if (kind != AckFor::kNone) defer_[static_cast<int>(kind)].count();
+      learn_.hold_answered(responses_.front().ack_for);
       return true;
     }
     if (state_ != QpState::kErr && responses_.size() == 1 &&
@@ -455,17 +448,13 @@ bool Qp::poll_packet(Instant now, TxPacket& out) {
       // The held ACK leaves alone (its hold ran out, or the engine flushed it for another
       // reason: the application blocked, a QP changed). A deferred one: the peer waited for
       // it. Otherwise this side's application did not answer in time.
-      if (ack_deferred_) {
-        const int k = static_cast<int>(responses_.front().ack_for);
-        defer_[k].failed();
+      if (learn_.left_alone(responses_.front().ack_for)) {
         ++counters_.acks_deferred_unanswered;
       } else {
-        answers(responses_.front().ack_for) = false;
         ++counters_.acks_held_unanswered;
-        if (hold_wide_) wide_.failed();
       }
       const bool sent = poll_response(out);
-      unheld_ack_for_ = AckFor::kNone;  // not one sent at once: an answer now is a late one
+      learn_.left_alone_sent();  // not one sent at once: an answer now is a late one
       return sent;
     }
   }
@@ -493,9 +482,7 @@ bool Qp::has_transmit_work() const {
 
 bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
   if (state_ == QpState::kErr || cnp_owed_) return false;
-  if (!req_.sent_any || sq_count_ > max_outstanding || (sq_count_ > 1 && !wide_.on)) {
-    return false;
-  }
+  if (!req_.sent_any || sq_count_ > max_outstanding) return false;
   // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's
   // timeout is not visible here; this QP's own stands in for it (the two sides of a
   // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.
@@ -503,13 +490,15 @@ bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
   // An ACK that covers many PSNs may be what the peer's window waits for (several messages in
   // one turn): it leaves at once.
   const Response* r = lone_message_ack(kMaxPsnsBehindAHeldAck);
-  return r != nullptr && answers(r->ack_for) && !(req_.rnr_resume.is_never() && request_ready());
+  return r != nullptr && learn_.may_hold(r->ack_for, sq_count_) &&
+         !(req_.rnr_resume.is_never() && request_ready());
 }
 
 bool Qp::ack_deferrable() const {
   if (!ack_after_unsignaled_ || state_ == QpState::kErr) return false;
   const Response* r = lone_message_ack(kMaxPsnsBehindADeferredAck);
-  return r != nullptr && defers(r->ack_for) && !(req_.rnr_resume.is_never() && request_ready());
+  return r != nullptr && learn_.may_defer(r->ack_for) &&
+         !(req_.rnr_resume.is_never() && request_ready());
 }
 
 const Qp::Response* Qp::lone_message_ack(std::uint32_t max_psns) const {

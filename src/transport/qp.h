@@ -29,6 +29,7 @@
 #include "base/ring.h"
 #include "base/time.h"
 #include "cc/congestion_control.h"
+#include "transport/ack_learner.h"
 #include "transport/interfaces.h"
 #include "transport/recv_queue.h"
 #include "transport/wr_opcode.h"
@@ -310,11 +311,6 @@ struct QpEnv {
   RecoveryParams recovery;              // RC loss recovery (recovery.cc)
 };
 
-// What a positive ACK acknowledges, for holding it (Qp::only_ack_to_send): the end of an RDMA
-// WRITE without immediate (the responder's application sees it only in its memory), the end of
-// a message that completes a receive WQE (a SEND, a WRITE with immediate), or anything else.
-enum class AckFor : std::uint8_t { kWrite, kSend, kNone };
-
 class Qp {
  public:
   Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env);
@@ -386,7 +382,7 @@ class Qp {
   // bandwidth test's target) or streams requests, an ACK in the middle of a message and one that
   // covers kMaxPsnsBehindAHeldAck PSNs or more get out at once: the peer's window may be waiting
   // for them. So does a duplicate's re-ACK, and the ACK of a kind of message this QP's
-  // application has not been answering (answers_). Never with an ACK timeout below
+  // application has not been answering (AckLearner). Never with an ACK timeout below
   // kMinTimeoutToHoldAck.
   //
   // max_outstanding: the most send WQEs this QP may have outstanding and still count as one side
@@ -407,12 +403,12 @@ class Qp {
   void note_ack_held() {
     UROCE_ASSERT(type_ == QpType::kRc);  // only RC answers with ACKs
     ack_held_ = true;
-    hold_wide_ = sq_count_ > 1;
+    learn_.held(sq_count_ > 1);
   }
   // True right after poll_transmit gave the request that overtook a held ACK, when that ACK may
   // stay behind it instead of following it in the same batch: the request's WQE asks for no
   // completion, and the ACK is a positive ACK of the end of a message of a kind whose ACKs the
-  // peer has not waited for (defers_), covering fewer than kMaxPsnsBehindADeferredAck PSNs, with
+  // peer has not waited for (AckLearner), covering fewer than kMaxPsnsBehindADeferredAck PSNs, with
   // no other request ready. The peer of a ping-pong whose application posts its next request
   // without waiting for the completion (UCX's unsignaled sends) then gets one datagram per hop
   // instead of two; the ACK leaves with a later request (every kMaxPsnsBehindADeferredAck PSNs),
@@ -428,9 +424,8 @@ class Qp {
   void defer_ack() {
     UROCE_ASSERT(ack_deferrable());
     ack_after_unsignaled_ = false;
-    ack_deferred_ = true;
     ack_held_ = true;
-    hold_wide_ = false;  // deferring learns on its own (defers_)
+    learn_.deferred();
   }
 
   // Selective repeat with this QP's peer (RC only; off by default, and never towards a peer that
@@ -878,58 +873,9 @@ class Qp {
   // The last poll_transmit gave a request that overtook the held ACK, from a WQE that asks for
   // no completion (ack_deferrable).
   bool ack_after_unsignaled_ = false;
-  bool ack_deferred_ = false;  // defer_ack(): the queued ACK stayed behind a request
-  // Learned behaviour that a failure switches off: tried again after `backoff` events, doubled
-  // at each failure (up to kDeferBackoffMax), back to kDeferBackoffStart at a success. A peer's
-  // wire-up or one slow turn does not end it for the connection's life, and one that always
-  // fails costs one failure per thousands of messages.
-  static constexpr std::uint32_t kDeferBackoffStart = 64;
-  static constexpr std::uint32_t kDeferBackoffMax = 1u << 16;
-  struct BackedOff {
-    bool on = true;
-    std::uint32_t backoff = kDeferBackoffStart;
-    std::uint32_t retry_in = 0;
-    void failed() {
-      on = false;
-      retry_in = backoff;
-      backoff = std::min(backoff * 2, kDeferBackoffMax);
-    }
-    void succeeded() { backoff = kDeferBackoffStart; }
-    void count() {  // one event while off
-      if (!on && --retry_in == 0) on = true;
-    }
-  };
-  // Whether the peer sends its next message of each kind (AckFor::kWrite, kSend) without waiting
-  // for the ACK of the last one, so that the ACK may be deferred (ack_deferrable). Fails when a
-  // deferred ACK leaves alone (the peer waited for it); counts the ACKs that then follow their
-  // request; succeeds when a deferred ACK is overtaken by the peer's next request.
-  BackedOff defer_[2];
-  bool defers(AckFor kind) const { return defer_[static_cast<int>(kind)].on; }  // not kNone
-
-  // Whether this QP's application answers a message of each kind (AckFor::kWrite, kSend) with a
-  // request of its own soon enough for the message's ACK to wait for it, as TCP's delayed ACK
-  // learns a ping-pong. A held ACK that leaves without a request behind it (the engine's hold
-  // ran out, or it flushed the ACK for another reason: the application blocked, a QP changed)
-  // clears its kind: a WRITE whose initiator waits for the completion before it says so with a
-  // SEND (UCX's put rendezvous, MPI_Win_flush) cost that initiator the whole hold on every
-  // message. The kind's ACKs then leave at once, and the kind is set again when this QP starts
-  // a new request WQE after one of those ACKs left and before the peer's next request executes
-  // (the application did answer). A late answer to the ACK that left alone does not count.
-  bool answers_[2] = {true, true};
-  bool& answers(AckFor kind) { return answers_[static_cast<int>(kind)]; }  // not kNone
-  bool answers(AckFor kind) const { return answers_[static_cast<int>(kind)]; }
-  AckFor unheld_ack_for_ = AckFor::kNone;  // the last ACK sent at once because of answers_
-
-  // Wide holds: an ACK held while this QP has more than one request outstanding (only_ack_to_send
-  // with max_outstanding above 1, which the peer's deferred ACKs need: they leave this side's
-  // requests of a ping-pong unacknowledged). In a stream both ways with a small window, each
-  // side's application may be waiting for a completion that the other side's held ACK carries,
-  // and then both holds run out: one hold per window. So a wide hold that leaves alone stops
-  // wide holds (wide_ fails), and they are tried again after 64 of the peer's messages, then
-  // 128, ... (wide_ succeeds when a wide hold is answered): a stream pays one hold at its
-  // messages 1, 65, 193, ..., a ping-pong none.
-  bool hold_wide_ = false;  // note_ack_held() with more than one request outstanding
-  BackedOff wide_;
+  // Whether to hold and defer ACKs, learned from the peer's and the application's behaviour:
+  // fed events here, asked in only_ack_to_send and ack_deferrable.
+  AckLearner learn_;
 };
 
 }  // namespace uroce::transport

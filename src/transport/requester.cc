@@ -74,11 +74,9 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
   req_.pace_until = Instant::never();
 
   if (w.state == WqeState::kPosted) {
-    if (unheld_ack_for_ != AckFor::kNone) {
-      // This side answered the message whose ACK went at once: hold that kind's ACKs again.
-      answers(unheld_ack_for_) = true;
-      unheld_ack_for_ = AckFor::kNone;
-    }
+    // This side answered the message whose ACK went at once, if one did: hold that kind's ACKs
+    // again.
+    learn_.request_started();
     w.state = WqeState::kSending;
     w.started = true;
     w.first_psn = req_.psn;

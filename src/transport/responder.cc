@@ -74,7 +74,7 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
 
 void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
   UROCE_ASSERT(type_ == QpType::kRc);  // UC and UD answer nothing
-  if (ack_for != AckFor::kNone) wide_.count();
+  learn_.ack_queued(ack_for);
   Response r;
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
@@ -94,12 +94,9 @@ void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
     const bool back_is_nak = wire::aeth_type(back.syndrome) != wire::AethType::kAck;
     const bool new_is_seq_nak = syndrome == wire::make_nak_syndrome(NakCode::kPsnSequenceError);
     if (d > 0 || (d == 0 && !(back_is_nak && new_is_seq_nak))) {
-      if (ack_deferred_ && back.ack_for != AckFor::kNone) {
-        // The peer sent more without waiting for the deferred ACK: deferring pays.
-        defer_[static_cast<int>(back.ack_for)].succeeded();
-      }
+      // The peer sent more without waiting for a deferred ACK: deferring pays.
+      learn_.ack_replaced(back.ack_for);
       back = r;
-      ack_deferred_ = false;
     }
     return;
   }
@@ -409,7 +406,7 @@ void Qp::answer_request(const wire::RocePacket& pkt, RespStatus s) {
   switch (s) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
-      unheld_ack_for_ = AckFor::kNone;  // the peer spoke again before this side's application
+      learn_.peer_spoke();  // the peer spoke again before this side's application
       if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic)) {
         const AckFor ack_for = !pkt.op->is(wire::kFlagLast)      ? AckFor::kNone
                                : pkt.op->is(wire::kFlagComplete) ? AckFor::kSend
@@ -617,13 +614,10 @@ bool Qp::poll_response(TxPacket& out) {
   const std::uint32_t dest = attr_.dest_qp_num;
   switch (r.kind) {
     case Response::Kind::kAck:
-      if (r.ack_for != AckFor::kNone && !answers(r.ack_for)) {
-        unheld_ack_for_ = r.ack_for;
-      }
+      learn_.ack_sent(r.ack_for);
       if (wire::aeth_type(r.syndrome) == wire::AethType::kAck) {
         resp_.unacked_psn = wire::psn_add(r.psn, 1);
       }
-      ack_deferred_ = false;
       build_bth(out, Opcode::kRcAcknowledge, dest, r.psn, false, false, 0);
       wire::AethMut(MutBytes(out.header).subspan(wire::kBthBytes))
           .encode(wire::Aeth{r.syndrome, r.msn});

@@ -12,16 +12,9 @@
 
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <memory>
 
-#include "datapath/datapath.h"
-#include "engine/engine.h"
-#include "engine/scheduler.h"
-#include "sim/network.h"
-#include "sim/sim_socket.h"
+#include "sim/scenario_host.h"
 #include "transport/qp.h"
-#include "uroce/verbs.h"
 #include "verbs/connect.h"
 
 namespace uroce::sim {
@@ -45,110 +38,49 @@ struct FlowResult {
   transport::QpCounters sender, receiver;
 };
 
-struct Flow;
-
-struct Host final : engine::QpDirectory, datapath::Datapath, DoorbellHandler {
-  Flow* flow = nullptr;
-  HostId id = 0;
-  wire::IpAddress ip;
-  std::unique_ptr<Device> dev;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<engine::Scheduler> sched;
-  std::deque<std::vector<std::byte>> inbox;
-  std::vector<std::byte> frame;
-  Instant wake = Instant::never();
-  std::vector<std::byte> mem;
-  PdHandle pd;
-  MrInfo mr;
-  CqHandle cq;
-  QpHandle qp;
-  std::uint32_t qpn = 0;
-  bool doorbell_rang = false;
-
-  transport::Qp* find_qp(std::uint32_t n) override { return dev->find_qp(n); }
-  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
-  bool send(Instant now, const wire::OuterHeaders& o, ConstBytes headers,
-            std::span<const ConstBytes> payload) override;
-  void doorbell(std::uint32_t n) override {
-    engine->doorbell(n);
-    doorbell_rang = true;
-  }
-  void qp_changing(std::uint32_t) override;
-  std::uint64_t va(std::size_t off) const {
-    return reinterpret_cast<std::uint64_t>(mem.data()) + off;
-  }
-};
-
-struct Flow {
-  explicit Flow(const FlowOptions& o) : opt(o), net(o.seed) {}
+struct Flow final : ScenarioApp {
+  explicit Flow(const FlowOptions& o) : opt(o), sc(o.seed, Instant::from_ns(1'000'000)) {}
   FlowOptions opt;
-  Network net;
-  Instant now = Instant::from_ns(1'000'000);
-  Host tx, rx;
+  Scenario sc;
+  ScenarioHost* tx = nullptr;
+  ScenarioHost* rx = nullptr;
   std::uint64_t posted = 0, completed = 0, received = 0;
+  bool measured = false;
   FlowResult result;
+
+  Instant now() const { return sc.now(); }
+  Instant stop() const { return sc.start() + Duration::ns(opt.duration_ns); }
   void fail(const std::string& what) {
     if (!result.ok) return;
     result.ok = false;
     result.failure = "seed " + std::to_string(opt.seed) + ": " + what;
   }
+  void step() override;
+  Instant next_time() const override { return measured ? Instant::never() : stop(); }
+  void clock_moved() override {
+    if (measured || now() < stop()) return;
+    measured = true;
+    result.completed = completed;
+  }
 };
 
-std::size_t Host::receive(Instant, std::size_t max, const RxHandler& handler) {
-  return receive_frames(inbox, max, handler, [this] { flow->fail("invalid frame"); });
-}
-
-bool Host::send(Instant now, const wire::OuterHeaders& o, ConstBytes headers,
-                std::span<const ConstBytes> payload) {
-  send_frame(flow->net, id, now, o, headers, payload, frame);
-  return true;
-}
-
-void Host::qp_changing(std::uint32_t) { engine->flush_held_acks(flow->now, *sched); }
-
-void round(Host& h, Instant now, engine::Engine::RoundKind kind) {
-  const engine::RoundReport rep = engine::run_app_round(*h.engine, *h.sched, now, kind).report;
-  h.wake = h.sched->app_wait_until(now, Instant::never(), rep);
-}
-
-bool make_host(Flow& f, Host& h, std::uint8_t index, std::size_t mem_bytes) {
-  h.flow = &f;
-  h.ip = wire::IpAddress::v4(0x0a660000u + 1 + index);
-  auto id = f.net.add_host(h.ip, MacAddress{0x02, 0, 0, 0, 3, index});
-  if (!id.ok()) return false;
-  h.id = id.value();
+// A host (no deferred ACKs, as this harness has always run), its memory and its RC QP.
+ScenarioHost* make_host(Flow& f, std::uint8_t index, std::size_t mem_bytes) {
   DeviceConfig cfg;
   cfg.name = "srflow" + std::to_string(index);
-  cfg.ip = h.ip;
+  cfg.ip = wire::IpAddress::v4(0x0a660000u + 1 + index);
   cfg.netdev_mtu = 9000;
   cfg.seed = f.opt.seed * 10 + index;
   cfg.congestion_control = DeviceConfig::CongestionControl::kNone;
-  auto dev = Device::create(cfg);
-  if (!dev.ok()) return false;
-  h.dev = std::move(dev.value());
-  h.engine = std::make_unique<engine::Engine>(h, h, h.ip);
-  h.sched = std::make_unique<engine::Scheduler>(engine::SchedulerConfig{});
-  h.dev->set_doorbell_handler(&h);
-  h.mem.assign(mem_bytes, std::byte{0});
-  auto pd = h.dev->alloc_pd();
-  if (!pd.ok()) return false;
-  h.pd = pd.value();
-  auto mr = h.dev->reg_mr(h.pd, h.mem.data(), h.mem.size(), kAccessLocalWrite | kAccessRemoteWrite);
-  if (!mr.ok()) return false;
-  h.mr = mr.value();
-  auto cq = h.dev->create_cq(CqInitAttr{4096, 0, 0});
-  if (!cq.ok()) return false;
-  h.cq = cq->handle;
-  QpInitAttr init;
-  init.qp_type = QpType::kRc;
-  init.send_cq = h.cq;
-  init.recv_cq = h.cq;
-  init.cap = QpCap{f.opt.window, 2 * f.opt.window, 1, 1, 0};
-  auto qp = h.dev->create_qp(h.pd, init);
-  if (!qp.ok()) return false;
-  h.qp = qp->handle;
-  h.qpn = qp->qp_num;
-  return true;
+  ScenarioHostOptions opt;
+  opt.defer_acks = false;
+  ScenarioHost* h = f.sc.add_host(cfg, MacAddress{0x02, 0, 0, 0, 3, index}, opt,
+                                  [&f](const std::string&) { f.fail("invalid frame"); });
+  if (h == nullptr || !h->open_memory(mem_bytes) ||
+      !h->create_rc_qp(QpCap{f.opt.window, 2 * f.opt.window, 1, 1, 0})) {
+    return nullptr;
+  }
+  return h;
 }
 
 // What message `m` carries: its number, then a pattern of it.
@@ -161,40 +93,39 @@ void fill_message(std::span<std::byte> b, std::uint64_t m) {
 bool post_recv(Flow& f, std::uint64_t n) {
   const std::size_t msg = f.opt.message_bytes;
   const std::size_t slot = (n % (2 * f.opt.window)) * msg;
-  const Sge sge{f.rx.va(slot), static_cast<std::uint32_t>(msg), f.rx.mr.lkey};
+  const Sge sge{f.rx->va(slot), static_cast<std::uint32_t>(msg), f.rx->mr().lkey};
   RecvWr wr;
   wr.wr_id = n;
   wr.sg_list = std::span(&sge, 1);
-  return f.rx.dev->post_recv(f.rx.qp, std::span(&wr, 1), nullptr) == Errc::kOk;
+  return f.rx->dev().post_recv(f.rx->qps()[0], std::span(&wr, 1), nullptr) == Errc::kOk;
 }
 
 bool setup(Flow& f) {
   const std::size_t msg = f.opt.message_bytes;
-  if (!make_host(f, f.tx, 1, msg * f.opt.window) ||
-      !make_host(f, f.rx, 2, msg * 2 * f.opt.window)) {
-    return false;
-  }
+  f.tx = make_host(f, 1, msg * f.opt.window);
+  f.rx = make_host(f, 2, msg * 2 * f.opt.window);
+  if (f.tx == nullptr || f.rx == nullptr) return false;
   LinkConfig link;
   link.delay_ns = 2'000;
   link.bandwidth_bps = 10'000'000'000;
   link.queue_limit_packets = 0;
   link.loss = f.opt.loss;
-  if (!f.net.configure_default(f.now, link).ok()) return false;
+  if (!f.sc.net().configure_default(f.now(), link).ok()) return false;
   verbs::RcConnection c;
   c.path_mtu = Mtu::k1024;
   c.timeout = 12;  // 16.8 ms
   c.access = kAccessLocalWrite | kAccessRemoteWrite;
-  c.peer_ip = f.rx.ip;
-  c.peer_qpn = f.rx.qpn;
+  c.peer_ip = f.rx->ip();
+  c.peer_qpn = f.rx->qpns()[0];
   c.sq_psn = 0xfff000;  // the PSNs wrap during the run
   c.rq_psn = 0x1000;
-  if (verbs::connect_rc_qp(*f.tx.dev, f.tx.qp, c) != Errc::kOk) return false;
-  c.peer_ip = f.tx.ip;
-  c.peer_qpn = f.tx.qpn;
+  if (verbs::connect_rc_qp(f.tx->dev(), f.tx->qps()[0], c) != Errc::kOk) return false;
+  c.peer_ip = f.tx->ip();
+  c.peer_qpn = f.tx->qpns()[0];
   std::swap(c.sq_psn, c.rq_psn);
-  if (verbs::connect_rc_qp(*f.rx.dev, f.rx.qp, c) != Errc::kOk) return false;
-  f.tx.dev->find_qp(f.tx.qpn)->set_selective_repeat(f.opt.selective_repeat);
-  f.rx.dev->find_qp(f.rx.qpn)->set_selective_repeat(f.opt.selective_repeat);
+  if (verbs::connect_rc_qp(f.rx->dev(), f.rx->qps()[0], c) != Errc::kOk) return false;
+  f.tx->dev().find_qp(f.tx->qpns()[0])->set_selective_repeat(f.opt.selective_repeat);
+  f.rx->dev().find_qp(f.rx->qpns()[0])->set_selective_repeat(f.opt.selective_repeat);
   if (f.opt.send) {
     for (std::uint32_t i = 0; i < 2 * f.opt.window; ++i) {
       if (!post_recv(f, i)) return false;
@@ -205,19 +136,12 @@ bool setup(Flow& f) {
 
 void post_messages(Flow& f) {
   const std::size_t msg = f.opt.message_bytes;
-  const Instant stop = Instant::from_ns(1'000'000) + Duration::ns(f.opt.duration_ns);
-  while (f.now < stop && f.posted - f.completed < f.opt.window) {
+  while (f.now() < f.stop() && f.posted - f.completed < f.opt.window) {
     const std::size_t slot = (f.posted % f.opt.window) * msg;
-    fill_message(std::span(f.tx.mem).subspan(slot, msg), f.posted);
-    const Sge sge{f.tx.va(slot), static_cast<std::uint32_t>(msg), f.tx.mr.lkey};
-    SendWr wr;
-    wr.wr_id = f.posted;
-    wr.opcode = f.opt.send ? WrOpcode::kSend : WrOpcode::kRdmaWrite;
-    wr.send_flags = kSendSignaled;
-    wr.sg_list = std::span(&sge, 1);
-    wr.rdma.remote_addr = f.rx.va(0);
-    wr.rdma.rkey = f.rx.mr.rkey;
-    if (f.tx.dev->post_send(f.tx.qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
+    fill_message(f.tx->mem().subspan(slot, msg), f.posted);
+    const WrOpcode op = f.opt.send ? WrOpcode::kSend : WrOpcode::kRdmaWrite;
+    if (f.tx->post_one(0, op, f.posted, slot, static_cast<std::uint32_t>(msg), *f.rx, 0) !=
+        Errc::kOk) {
       f.fail("post_send failed");
       return;
     }
@@ -228,7 +152,7 @@ void post_messages(Flow& f) {
 void poll(Flow& f) {
   Wc wcs[32];
   for (;;) {
-    auto n = f.tx.dev->poll_cq(f.tx.cq, wcs);
+    auto n = f.tx->dev().poll_cq(f.tx->cq(), wcs);
     if (!n.ok() || n.value() == 0) break;
     for (std::size_t i = 0; i < n.value(); ++i) {
       if (wcs[i].status != WcStatus::kSuccess || wcs[i].wr_id != f.completed) {
@@ -243,13 +167,13 @@ void poll(Flow& f) {
   const std::size_t msg = f.opt.message_bytes;
   std::vector<std::byte> want(msg);
   for (;;) {
-    auto n = f.rx.dev->poll_cq(f.rx.cq, wcs);
+    auto n = f.rx->dev().poll_cq(f.rx->cq(), wcs);
     if (!n.ok() || n.value() == 0) break;
     for (std::size_t i = 0; i < n.value(); ++i) {
       const std::size_t slot = (f.received % (2 * f.opt.window)) * msg;
       fill_message(want, f.received);
       if (wcs[i].status != WcStatus::kSuccess || wcs[i].wr_id != f.received ||
-          wcs[i].byte_len != msg || std::memcmp(f.rx.mem.data() + slot, want.data(), msg) != 0) {
+          wcs[i].byte_len != msg || std::memcmp(f.rx->mem().data() + slot, want.data(), msg) != 0) {
         f.fail("receive of message " + std::to_string(f.received) + " wrong");
         return;
       }
@@ -259,60 +183,36 @@ void poll(Flow& f) {
   }
 }
 
+void Flow::step() {
+  poll(*this);
+  post_messages(*this);
+}
+
 FlowResult run_flow(const FlowOptions& o) {
   Flow f(o);
   if (!setup(f)) {
     f.fail("setup failed");
     return f.result;
   }
-  const Instant start = f.now;
-  const Instant stop = start + Duration::ns(o.duration_ns);
-  const Instant give_up = stop + Duration::s(2);
-  bool measured = false;
   post_messages(f);
-  round(f.tx, f.now, engine::Engine::RoundKind::kTransmit);
-  while (f.result.ok && !(f.now >= stop && f.completed == f.posted)) {
-    Instant t = earliest(f.net.next_event_time(), earliest(f.tx.wake, f.rx.wake));
-    if (!measured) t = earliest(t, stop);
-    if (t.is_never() || t > give_up) {
-      f.fail("messages unfinished");
-      break;
-    }
-    if (t > f.now) f.now = t;
-    if (!measured && f.now >= stop) {
-      measured = true;
-      f.result.completed = f.completed;
-    }
-    Delivery d;
-    while (f.net.poll_delivery(f.now, d)) {
-      (d.to == f.tx.id ? f.tx : f.rx).inbox.push_back(std::move(d.frame));
-    }
-    for (Host* h : {&f.tx, &f.rx}) {
-      if (!h->inbox.empty() || h->wake <= f.now) {
-        do {
-          round(*h, f.now, engine::Engine::RoundKind::kReceive);
-        } while (!h->inbox.empty());
-      }
-    }
-    poll(f);
-    post_messages(f);
-    for (Host* h : {&f.tx, &f.rx}) {
-      if (!h->doorbell_rang) continue;
-      h->doorbell_rang = false;
-      round(*h, f.now, engine::Engine::RoundKind::kTransmit);
-    }
+  f.tx->round(f.now(), engine::Engine::RoundKind::kTransmit);
+  const auto done = [&f] {
+    return !f.result.ok || (f.now() >= f.stop() && f.completed == f.posted);
+  };
+  if (f.sc.run_until(done, f.stop() + Duration::s(2), f) != Scenario::End::kDone) {
+    f.fail("messages unfinished");
   }
   if (f.result.ok && !f.opt.send && f.posted > 0) {
     std::vector<std::byte> want(o.message_bytes);
     fill_message(want, f.posted - 1);
-    if (std::memcmp(f.rx.mem.data(), want.data(), want.size()) != 0) {
+    if (std::memcmp(f.rx->mem().data(), want.data(), want.size()) != 0) {
       f.fail("the receiver's memory does not hold the last WRITE");
     }
   }
   f.result.goodput_gbps = static_cast<double>(f.result.completed) * o.message_bytes * 8 /
                           static_cast<double>(o.duration_ns);
-  f.result.sender = f.tx.dev->find_qp(f.tx.qpn)->counters();
-  f.result.receiver = f.rx.dev->find_qp(f.rx.qpn)->counters();
+  f.result.sender = f.tx->dev().find_qp(f.tx->qpns()[0])->counters();
+  f.result.receiver = f.rx->dev().find_qp(f.rx->qpns()[0])->counters();
   return f.result;
 }
 
