@@ -423,6 +423,10 @@ class Device {
 
   // Queue pairs (RC, UC, UD). modify_qp() checks the state transition and attribute mask as
   // the kernel's ib_modify_qp_is_ok() does, then the values as rxe does; any violation is
+  // ibv_resize_cq: the CQ holds at least `cqe` completions from now on (rounded as create_cq
+  // rounds) and keeps the ones queued, in order; returns the new capacity. As rxe
+  // (rxe_cq_chk_attr): kInvalidArgument for 0, more than max_cqe, or fewer than are queued.
+  Result<std::uint32_t, Errc> resize_cq(CqHandle cq, std::uint32_t cqe);
   // kInvalidArgument and changes nothing.
   Result<QpInfo, Errc> create_qp(PdHandle pd, const QpInitAttr& attr);
   Errc modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask);

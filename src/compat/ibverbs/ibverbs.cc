@@ -1147,7 +1147,15 @@ UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_conte
   });
 }
 
-UROCE_EXPORT int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+// rdma-core's ibv_resize_cq returns the provider's errno and leaves cq->cqe at the new size.
+UROCE_EXPORT int ibv_resize_cq(ibv_cq* icq, int cqe) {
+  if (icq == nullptr || cqe <= 0) return EINVAL;
+  Cq* cq = cq_of(icq);
+  auto r = cq->ctx->udp.load()->lock()->resize_cq(cq->h, static_cast<std::uint32_t>(cqe));
+  if (!r.ok()) return err(r.error());
+  icq->cqe = static_cast<int>(r.value());
+  return 0;
+}
 
 UROCE_EXPORT int ibv_destroy_cq(ibv_cq* icq) {
   Cq* cq = cq_of(icq);
