@@ -229,6 +229,11 @@ LinkRate link_rate_for_eth_speed(std::uint32_t mbps);
 const char* congestion_control_name(DeviceConfig::CongestionControl cc);
 std::optional<DeviceConfig::CongestionControl> congestion_control_from_name(std::string_view name);
 
+// What ibv_rereg_mr changes (IBV_REREG_MR_CHANGE_*).
+inline constexpr std::uint32_t kReregTranslation = 1;
+inline constexpr std::uint32_t kReregPd = 2;
+inline constexpr std::uint32_t kReregAccess = 4;
+
 // ---- object attributes ----
 
 struct MrInfo {
@@ -391,11 +396,23 @@ class Device {
   Result<MrInfo, Errc> reg_mr_iova(PdHandle pd, void* addr, std::size_t length, std::uint64_t iova,
                                    std::uint32_t access);
   Result<MrInfo, Errc> query_mr(MrHandle mr) const;
+  // ibv_rereg_mr: changes what `flags` (kRereg*, at least one) names and keeps the keys, as rxe
+  // does for PD and access changes. Translation: the region becomes [addr, addr + length) with
+  // iova = addr (rxe refuses that change; uroce pins nothing, so it can). pd, addr, length and
+  // access are read only for their flag. kInvalidArgument for unknown or no flags and whatever
+  // reg_mr would refuse; the MR is unchanged on any error. Takes effect at once: the next packet
+  // or SGE that names a key checks the new PD, access and range.
+  Result<MrInfo, Errc> rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle pd, void* addr,
+                                std::size_t length, std::uint32_t access);
   Errc dereg_mr(MrHandle mr);
 
   // Completion queues.
   Result<CqInfo, Errc> create_cq(const CqInitAttr& attr);
   Errc destroy_cq(CqHandle cq);
+  // ibv_resize_cq: the CQ holds at least `cqe` completions from now on (rounded as create_cq
+  // rounds) and keeps the ones queued, in order; returns the new capacity. As rxe
+  // (rxe_cq_chk_attr): kInvalidArgument for 0, more than max_cqe, or fewer than are queued.
+  Result<std::uint32_t, Errc> resize_cq(CqHandle cq, std::uint32_t cqe);
   // Moves up to out.size() completions into `out`, oldest first; returns how many. After an
   // overflow the CQ is in error: kNoSpace (the completions queued before it are lost too).
   Result<std::size_t, Errc> poll_cq(CqHandle cq, std::span<Wc> out);
@@ -423,10 +440,6 @@ class Device {
 
   // Queue pairs (RC, UC, UD). modify_qp() checks the state transition and attribute mask as
   // the kernel's ib_modify_qp_is_ok() does, then the values as rxe does; any violation is
-  // ibv_resize_cq: the CQ holds at least `cqe` completions from now on (rounded as create_cq
-  // rounds) and keeps the ones queued, in order; returns the new capacity. As rxe
-  // (rxe_cq_chk_attr): kInvalidArgument for 0, more than max_cqe, or fewer than are queued.
-  Result<std::uint32_t, Errc> resize_cq(CqHandle cq, std::uint32_t cqe);
   // kInvalidArgument and changes nothing.
   Result<QpInfo, Errc> create_qp(PdHandle pd, const QpInitAttr& attr);
   Errc modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask);

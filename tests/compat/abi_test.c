@@ -619,6 +619,72 @@ int main(void) {
   REQUIRE(ibv_query_qp(s[0].qp, &qattr, IBV_QP_STATE, &qinit) == 0);
   CHECK(qattr.qp_state == IBV_QPS_RTS);
 
+  /* ---- ibv_rereg_mr: libibverbs' input checks, the provider's, then what a change does ---- */
+  {
+    struct ibv_mr* m = s[0].mr;
+    const uint32_t key = m->rkey;
+    errno = 0;
+    CHECK(ibv_rereg_mr(m, 1 << 5, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+    errno = 0; /* access without CHANGE_ACCESS */
+    CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+              IBV_REREG_MR_ERR_INPUT &&
+          errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0) ==
+              IBV_REREG_MR_ERR_INPUT &&
+          errno == EINVAL);
+    errno = 0; /* remote write without local write: the kernel's ib_check_mr_access */
+    CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) ==
+              IBV_REREG_MR_ERR_CMD &&
+          errno == EINVAL);
+    /* A new translation: a WRITE from the peer lands in the new buffer, same rkey. */
+    uint8_t* moved = aligned_alloc(4096, 4096);
+    REQUIRE(moved != NULL);
+    memset(moved, 0, 4096);
+    CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, moved, 4096, 0) == 0);
+    CHECK(m->addr == moved && m->length == 4096 && m->rkey == key && m->pd == pd);
+    struct ibv_sge wsge = {(uintptr_t)b, 16, s[1].mr->lkey};
+    memcpy(b, "to the new place", 16);
+    struct ibv_send_wr w;
+    memset(&w, 0, sizeof w);
+    w.wr_id = 20;
+    w.sg_list = &wsge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = (uintptr_t)(moved + 64);
+    w.wr.rdma.rkey = m->rkey;
+    REQUIRE(ibv_post_send(s[1].qp, &w, &bad_swr) == 0);
+    do {
+      got = ibv_poll_cq(rcq, 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 20 && wc.status == IBV_WC_SUCCESS);
+    CHECK(memcmp(moved + 64, "to the new place", 16) == 0);
+    /* Another PD: the peer's QP (of the first PD) is refused with a remote access error. */
+    struct ibv_pd* pd2 = ibv_alloc_pd(ctx);
+    REQUIRE(pd2 != NULL);
+    CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_TRANSLATION, pd2, a, kBuf,
+                       0) == 0);
+    CHECK(m->pd == pd2 && m->addr == a && m->rkey == key);
+    CHECK(ibv_dealloc_pd(pd2) == EBUSY);
+    w.wr_id = 21;
+    w.wr.rdma.remote_addr = (uintptr_t)a;
+    REQUIRE(ibv_post_send(s[1].qp, &w, &bad_swr) == 0);
+    do {
+      got = ibv_poll_cq(rcq, 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 21 && wc.status == IBV_WC_REM_ACCESS_ERR);
+    struct ibv_async_event rae; /* the responder's QP reported it before it NAKed */
+    REQUIRE(ibv_get_async_event(ctx, &rae) == 0);
+    CHECK(rae.event_type == IBV_EVENT_QP_ACCESS_ERR && rae.element.qp == s[0].qp);
+    ibv_ack_async_event(&rae);
+    CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS, pd, NULL, 0,
+                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_REMOTE_ATOMIC) == 0);
+    CHECK(ibv_dealloc_pd(pd2) == 0);
+    free(moved);
+  }
+
   /* ---- completion channel: blocking ibv_get_cq_event ---- */
   struct ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   REQUIRE(ch != NULL && ch->fd >= 0);
@@ -732,8 +798,6 @@ int main(void) {
   errno = 0;
   CHECK(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == NULL &&
         errno == EOPNOTSUPP);
-  CHECK(ibv_rereg_mr(s[0].mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
-        IBV_REREG_MR_ERR_CMD);
   union ibv_gid mgid;
   memset(&mgid, 0, sizeof mgid);
   CHECK(ibv_attach_mcast(s[0].qp, &mgid, 0) == EOPNOTSUPP);

@@ -761,6 +761,45 @@ TEST(QpTraffic, RcWriteToAMissingKeyIsRefusedByTheResolver) {
   EXPECT_EQ(ev->qp, qb.handle);
 }
 
+// ibv_rereg_mr moves the MR to another PD: the next WRITE naming its unchanged rkey comes from
+// a QP of the old PD and is NAKed Remote Access Error (the requester's WQE completes with
+// REM_ACCESS_ERR); a WRITE before the change is placed.
+TEST(QpTraffic, RcWriteAfterReregToAnotherPdIsARemoteAccessError) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
+  std::memcpy(a.buf.data(), "before!!", 8);
+  Sge sge{a.mr.iova, 8, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::kRdmaWrite;
+  wr.send_flags = kSendSignaled;
+  wr.sg_list = {&sge, 1};
+  wr.rdma = {b.mr.iova, b.mr.rkey};
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  auto a_wcs = a.poll();
+  ASSERT_EQ(a_wcs.size(), 1u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data(), "before!!", 8), 0);
+
+  PdHandle other = *b.f.dev->alloc_pd();
+  auto r = b.f.dev->rereg_mr(b.mr.handle, kReregPd, other, nullptr, 0, 0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->rkey, b.mr.rkey);
+  std::memcpy(a.buf.data(), "after!!!", 8);
+  wr.wr_id = 2;
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  a_wcs = a.poll();
+  ASSERT_FALSE(a_wcs.empty());
+  EXPECT_EQ(a_wcs[0].wr_id, 2u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(std::memcmp(b.buf.data(), "before!!", 8), 0);
+  auto ev = b.f.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
+}
+
 // SEND with Invalidate naming an ordinary MR (IBTA o10-37; rxe_invalidate_mr() refuses any MR
 // but a fast-register one): the responder NAKs Invalid Request, its receive WQE completes with
 // REM_INV_REQ_ERR and its QP enters the error state (class C); the requester's WQE completes

@@ -1105,6 +1105,43 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   return 0;
 }
 
+// rdma-core's ibv_rereg_mr: its own input checks (ERR_INPUT), then the provider's command
+// (ERR_CMD with errno); on success it updates pd, addr and length, the provider the keys.
+static_assert(IBV_REREG_MR_CHANGE_TRANSLATION == kReregTranslation &&
+              IBV_REREG_MR_CHANGE_PD == kReregPd && IBV_REREG_MR_CHANGE_ACCESS == kReregAccess);
+UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                              int access) {
+  if (mr == nullptr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (length == 0 || addr == nullptr)) ||
+      (access != 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS) == 0)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  return guarded<int>(IBV_REREG_MR_ERR_CMD, [&]() -> int {
+    const bool new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0;
+    if (new_pd && (pd == nullptr || pd->context != mr->context)) {
+      errno = EINVAL;
+      return IBV_REREG_MR_ERR_CMD;
+    }
+    engine::UdpDevice* u = ctx_of(mr->context)->udp.load();
+    auto r = u->lock()->rereg_mr(mr_of(mr)->h, static_cast<std::uint32_t>(flags),
+                                 new_pd ? pd_of(pd)->h : PdHandle{}, addr, length,
+                                 static_cast<std::uint32_t>(access));
+    if (!r.ok()) {
+      errno = err(r.error());
+      return IBV_REREG_MR_ERR_CMD;
+    }
+    if (new_pd) mr->pd = pd;
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+      mr->addr = addr;
+      mr->length = length;
+    }
+    mr->lkey = r.value().lkey;
+    mr->rkey = r.value().rkey;
+    return 0;
+  });
+}
+
 // ===================================================================== completion channels, CQs
 
 UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
