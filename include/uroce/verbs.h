@@ -83,6 +83,13 @@ enum DeviceCapFlag : std::uint32_t {
   kDeviceSysImageGuid = 1u << 11,
   kDeviceRcRnrNakGen = 1u << 12,
 };
+// The extended flags above bit 31 (IB_UVERBS_DEVICE_*, ibv_device_attr_ex.device_cap_flags_ex)
+// that uroce reports: FLUSH to global visibility and ATOMIC WRITE, as rxe since 6.2. Not
+// FLUSH_PERSISTENT: rxe has it only for persistent memory (it refuses to register other pages
+// for it), and uroce has none.
+inline constexpr std::uint64_t kDeviceExFlushGlobal = 1ull << 38;
+inline constexpr std::uint64_t kDeviceExFlushPersistent = 1ull << 39;
+inline constexpr std::uint64_t kDeviceExAtomicWrite = 1ull << 40;
 
 // Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() rejects MW_BIND,
 // ZERO_BASED and ON_DEMAND with kNotSupported, accepts HUGETLB as a hint and ignores the
@@ -106,6 +113,7 @@ struct DeviceAttr {
   std::uint32_t max_qp = 0;
   std::uint32_t max_qp_wr = 0;
   std::uint32_t device_cap_flags = 0;  // DeviceCapFlag bits
+  std::uint64_t device_cap_flags_ex = 0;  // kDeviceEx* bits (those above bit 31 only)
   std::uint32_t max_sge = 0;
   std::uint32_t max_sge_rd = 0;
   std::uint32_t max_cq = 0;
@@ -309,6 +317,12 @@ struct SendWr {
     std::uint32_t remote_qpn = 0;
     std::uint32_t remote_qkey = 0;
   } ud;
+  // FLUSH (ibv_wr_flush): rdma names the region, this the FETH and the range's length.
+  struct {
+    std::uint32_t length = 0;      // selectivity wire::kFlushRange: bytes from rdma.remote_addr
+    std::uint8_t placement = 0;    // wire::kFlushGlobal | wire::kFlushPersistent
+    std::uint8_t selectivity = 0;  // wire::kFlushRange or wire::kFlushMr
+  } flush;
   std::uint32_t invalidate_rkey = 0;  // SEND with Invalidate, LOCAL_INV
 };
 

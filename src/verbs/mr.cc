@@ -23,18 +23,34 @@ MrObj* DeviceState::mr_for_key(std::uint32_t key) const {
 // Called for every RDMA access and every SGE (what rxe does in lookup_mr() and
 // mr_check_range()). All bound arithmetic avoids overflow: [addr, addr + length) must lie in
 // [iova, iova + mr_length), with addr + length possibly past 2^64.
-Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
-                                                   std::uint64_t addr, std::uint64_t length,
-                                                   std::uint32_t access) {
+Result<const MrObj*, AccessError> DeviceState::checked_mr(std::uint32_t pd, std::uint32_t key,
+                                                         bool remote, std::uint32_t access) const {
   const MrObj* mr = mr_for_key(key);
   if (mr == nullptr) return Err{AccessError::kInvalidKey};
   if ((remote ? mr->rkey : mr->lkey) != key) return Err{AccessError::kInvalidKey};
   if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
   if ((access & ~mr->access) != 0) return Err{AccessError::kNoPermission};
+  return mr;
+}
+
+Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+                                                   std::uint64_t addr, std::uint64_t length,
+                                                   std::uint32_t access) {
+  auto checked = checked_mr(pd, key, remote, access);
+  if (!checked.ok()) return Err{checked.error()};
+  const MrObj* mr = checked.value();
   if (addr < mr->iova) return Err{AccessError::kOutOfBounds};
   const std::uint64_t offset = addr - mr->iova;
   if (length > mr->length || offset > mr->length - length) return Err{AccessError::kOutOfBounds};
   return MutBytes(mr->base + offset, static_cast<std::size_t>(length));
+}
+
+// A FLUSH of a whole region (IBTA 1.5; rxe check_rkey() skips the range check for it).
+Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std::uint32_t rkey,
+                                                          std::uint32_t access) {
+  auto checked = checked_mr(pd, rkey, true, access);
+  if (!checked.ok()) return Err{checked.error()};
+  return MutBytes(checked.value()->base, static_cast<std::size_t>(checked.value()->length));
 }
 
 // SEND with Invalidate (and LOCAL_INV, which uroce refuses at post time: verbs/qp.cc). IBTA
@@ -64,11 +80,14 @@ Errc check_mr_access(std::uint32_t access) {
       (access & kAccessLocalWrite) == 0) {
     return Errc::kInvalidArgument;
   }
-  if ((access & (kAccessMwBind | kAccessZeroBased | kAccessOnDemand)) != 0) {
+  // FLUSH_PERSISTENT: a device without IB_DEVICE_FLUSH_PERSISTENT refuses it (the kernel's
+  // ib_check_mr_access()); uroce has no persistent memory (verbs.h kDeviceExFlushPersistent).
+  if ((access & (kAccessMwBind | kAccessZeroBased | kAccessOnDemand | kAccessFlushPersistent)) !=
+      0) {
     return Errc::kNotSupported;
   }
   constexpr std::uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                                   kAccessRemoteAtomic | kAccessHugetlb;
+                                   kAccessRemoteAtomic | kAccessHugetlb | kAccessFlushGlobal;
   if ((access & ~kKnown) != 0) return Errc::kInvalidArgument;
   return Errc::kOk;
 }

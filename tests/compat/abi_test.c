@@ -74,6 +74,25 @@ struct side {
   uint8_t* buf;
 };
 
+/* IBTA 1.5 FLUSH as rdma-core 45 has it (the distribution's rdma-core 44 headers lack it): it
+ * appended wr_flush to struct ibv_qp_ex, and these values. An application built with its
+ * headers calls the function right after the struct this test was compiled with. */
+struct qp_ex_v45 {
+  struct ibv_qp_ex ex;
+  void (*wr_flush)(struct ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, size_t len,
+                   uint8_t type, uint8_t level);
+};
+enum {
+  kQpExWithFlush = 1 << 11,     /* IBV_QP_EX_WITH_FLUSH */
+  kAccessFlushGlobal = 1 << 8,  /* IBV_ACCESS_FLUSH_GLOBAL */
+  kWcFlush = 8,                 /* IBV_WC_FLUSH */
+  kFlushGlobal = 1,             /* IBV_FLUSH_GLOBAL (placement type) */
+  kFlushRange = 0,              /* IBV_FLUSH_RANGE (selectivity level) */
+};
+#define kDeviceFlushGlobal (1ULL << 38)     /* IB_UVERBS_DEVICE_FLUSH_GLOBAL */
+#define kDeviceFlushPersistent (1ULL << 39) /* IB_UVERBS_DEVICE_FLUSH_PERSISTENT */
+#define kDeviceAtomicWrite (1ULL << 40)     /* IB_UVERBS_DEVICE_ATOMIC_WRITE */
+
 static void connect_qp(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* gid) {
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof a);
@@ -81,7 +100,7 @@ static void connect_qp(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid
   a.pkey_index = 0;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                      IBV_ACCESS_LOCAL_WRITE;
+                      IBV_ACCESS_LOCAL_WRITE | kAccessFlushGlobal;
   REQUIRE(ibv_modify_qp(qp, &a,
                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
   memset(&a, 0, sizeof a);
@@ -353,6 +372,10 @@ int main(void) {
   CHECK((da.device_cap_flags & no_mem_mgt) == 0);
   CHECK((dx.device_cap_flags_ex & no_mem_mgt) == 0);
   CHECK(da.max_mw == 0 && da.max_fmr == 0);
+  /* IBTA 1.5: ATOMIC WRITE and FLUSH to global visibility, as rxe; no persistent memory. */
+  CHECK((dx.device_cap_flags_ex & (kDeviceFlushGlobal | kDeviceAtomicWrite)) ==
+        (kDeviceFlushGlobal | kDeviceAtomicWrite));
+  CHECK((dx.device_cap_flags_ex & kDeviceFlushPersistent) == 0);
   struct ibv_port_attr pa;
   REQUIRE(ibv_query_port(ctx, 1, &pa) == 0);
   CHECK(pa.state == IBV_PORT_ACTIVE);
@@ -414,7 +437,7 @@ int main(void) {
     memset(s[i].buf, 0, kBuf);
     s[i].mr = ibv_reg_mr(pd, s[i].buf, kBuf,
                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                             IBV_ACCESS_REMOTE_ATOMIC);
+                             IBV_ACCESS_REMOTE_ATOMIC | kAccessFlushGlobal);
     REQUIRE(s[i].mr != NULL);
     CHECK(s[i].mr->addr == s[i].buf && s[i].mr->length == kBuf);
     s[i].cq = ibv_create_cq_ex(ctx, &cqa);
@@ -435,7 +458,8 @@ int main(void) {
     qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                         IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                         IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE |
+                        kQpExWithFlush;
     s[i].qp = ibv_create_qp_ex(ctx, &qa);
     REQUIRE(s[i].qp != NULL);
     CHECK(qa.cap.max_inline_data >= 64);
@@ -519,6 +543,27 @@ int main(void) {
   CHECK(v == 7);
   memcpy(&v, b + 2056, 8);
   CHECK(v == 99);
+
+  /* ---- IBTA 1.5: ibv_wr_atomic_write, and ibv_wr_flush as rdma-core 45 calls it ---- */
+  {
+    uint64_t word = 0x1122334455667788ull;
+    ibv_wr_start(x);
+    x->wr_id = 30;
+    x->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_atomic_write(x, s[1].mr->rkey, (uintptr_t)(b + 2064), &word);
+    word = 0; /* the 8 bytes were copied at the call */
+    x->wr_id = 31;
+    ((struct qp_ex_v45*)x)->wr_flush(x, s[1].mr->rkey, (uintptr_t)b, 4096, kFlushGlobal,
+                                     kFlushRange);
+    REQUIRE(ibv_wr_complete(x) == 0);
+    struct seen fw[2];
+    poll_ex(s[0].cq, fw, 2);
+    CHECK(fw[0].wr_id == 30 && fw[0].status == IBV_WC_SUCCESS &&
+          fw[0].opcode == IBV_WC_ATOMIC_WRITE);
+    CHECK(fw[1].wr_id == 31 && fw[1].status == IBV_WC_SUCCESS && (int)fw[1].opcode == kWcFlush);
+    memcpy(&v, b + 2064, 8);
+    CHECK(v == 0x1122334455667788ull);
+  }
 
   /* wr_abort posts nothing; a setter before any WR fails the batch. */
   ibv_wr_start(x);

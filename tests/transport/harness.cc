@@ -34,6 +34,17 @@ Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_
   return as_mut_bytes(reinterpret_cast<void*>(addr), length);
 }
 
+Result<MutBytes, AccessError> TestMemory::resolve_region(std::uint32_t pd, std::uint32_t key,
+                                                         std::uint32_t access) {
+  ++resolves;
+  auto it = regions_.find(key);
+  if (it == regions_.end() || !it->second.valid) return Err{AccessError::kInvalidKey};
+  const Region& r = it->second;
+  if (r.pd != pd) return Err{AccessError::kWrongPd};
+  if ((r.access & access) != access) return Err{AccessError::kNoPermission};
+  return as_mut_bytes(reinterpret_cast<void*>(r.addr), r.length);
+}
+
 Result<bool, AccessError> TestMemory::invalidate(std::uint32_t pd, std::uint32_t key) {
   auto it = regions_.find(key);
   if (it == regions_.end() || !it->second.valid) return Err{AccessError::kInvalidKey};

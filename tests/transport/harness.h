@@ -39,6 +39,8 @@ class TestMemory : public transport::MemoryResolver {
   Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) override;
+  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t key,
+                                                          std::uint32_t access) override;
   Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t key) override;
 
  private:

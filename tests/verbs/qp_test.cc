@@ -282,7 +282,8 @@ TEST(QpModify, ValuesAreCheckedAsRxeDoes) {
   EXPECT_EQ(try_init([](QpAttr& a) { a.port_num = 2; }), Errc::kInvalidArgument);
   EXPECT_EQ(try_init([](QpAttr& a) { a.port_num = 0; }), Errc::kInvalidArgument);
   EXPECT_EQ(try_init([](QpAttr& a) { a.pkey_index = 1; }), Errc::kInvalidArgument);
-  EXPECT_EQ(try_init([](QpAttr& a) { a.qp_access_flags = 0x100; }), Errc::kInvalidArgument);
+  // 0x400: no such flag (bits 8 and 9 are FLUSH's placement types, QP access flags since 6.2).
+  EXPECT_EQ(try_init([](QpAttr& a) { a.qp_access_flags = 0x400; }), Errc::kInvalidArgument);
   EXPECT_EQ(try_init([](QpAttr& a) { a.qp_state = static_cast<QpState>(9); }),
             Errc::kInvalidArgument);
   ASSERT_EQ(try_init([](QpAttr&) {}), Errc::kOk);
@@ -544,14 +545,16 @@ TEST(QpPost, UdNeedsALiveAh) {
 
 // Which opcodes each QP type posts through the verbs (transport/wr_opcodes.def), written out: UD
 // SEND and SEND with Immediate only; UC also RDMA WRITE; RC also READ, the atomics and SEND with
-// Invalidate; none LOCAL_INV nor an opcode uroce does not know. A refused WR changes nothing.
+// Invalidate, ATOMIC WRITE and FLUSH; none LOCAL_INV nor an opcode uroce does not know. A refused
+// WR changes nothing.
 TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
   const std::vector<WrOpcode> ud = {WrOpcode::kSend, WrOpcode::kSendWithImm};
   std::vector<WrOpcode> uc = ud;
   uc.insert(uc.end(), {WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm});
   std::vector<WrOpcode> rc = uc;
   rc.insert(rc.end(), {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp,
-                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv});
+                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv, WrOpcode::kFlush,
+                       WrOpcode::kAtomicWrite});
   const std::map<QpType, std::vector<WrOpcode>> allowed = {
       {QpType::kRc, rc}, {QpType::kUc, uc}, {QpType::kUd, ud}};
   for (const auto& [type, ops] : allowed) {
@@ -570,6 +573,7 @@ TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
       wr.sg_list = {&sge, 1};
       wr.rdma = {0x10000, 1};
       wr.atomic.remote_addr = 0x10000;
+      wr.flush.placement = 1;  // global visibility
       wr.ud.ah = ah;
       const SendWr* bad = nullptr;
       const bool ok = std::find(ops.begin(), ops.end(), op) != ops.end();

@@ -297,6 +297,9 @@ void to_ibv_qp_attr(const QpAttr& a, ibv_qp_attr* o) {
 }
 
 static_assert(sizeof(ibv_sge) == sizeof(Sge));
+// The IBTA 1.5 values uroce shares with libibverbs (FLUSH's are rdma-core 45's: 14, 8, 1 << 8).
+static_assert(IBV_WR_ATOMIC_WRITE == static_cast<int>(WrOpcode::kAtomicWrite) &&
+              IBV_WC_ATOMIC_WRITE == static_cast<int>(WcOpcode::kAtomicWrite));
 static_assert(offsetof(ibv_sge, addr) == offsetof(Sge, addr));
 static_assert(offsetof(ibv_sge, length) == offsetof(Sge, length));
 static_assert(offsetof(ibv_sge, lkey) == offsetof(Sge, lkey));
@@ -740,7 +743,7 @@ int vop_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   std::memset(&full, 0, sizeof full);
   const DeviceAttr& a = ctx_of(c)->query_dev->query_device();
   to_ibv_device_attr(a, &full.orig_attr);
-  full.device_cap_flags_ex = a.device_cap_flags;
+  full.device_cap_flags_ex = a.device_cap_flags | a.device_cap_flags_ex;
   full.phys_port_cnt_ex = a.phys_port_cnt;
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;
