@@ -112,7 +112,7 @@ struct DeviceAttr {
   std::uint32_t hw_ver = 0;
   std::uint32_t max_qp = 0;
   std::uint32_t max_qp_wr = 0;
-  std::uint32_t device_cap_flags = 0;  // DeviceCapFlag bits
+  std::uint32_t device_cap_flags = 0;     // DeviceCapFlag bits
   std::uint64_t device_cap_flags_ex = 0;  // kDeviceEx* bits (those above bit 31 only)
   std::uint32_t max_sge = 0;
   std::uint32_t max_sge_rd = 0;

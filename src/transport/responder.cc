@@ -10,7 +10,6 @@
 // UC: no responses; after a gap, packets are dropped until the next First or Only.
 // UD: no PSN checks; the Q_Key must match; the receive buffer starts with the 40-byte GRH area.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "transport/qp.h"
@@ -397,8 +396,8 @@ Qp::RespStatus Qp::execute_atomic_write(const wire::RocePacket& pkt) {
   const std::uint64_t length = reth.dma_length();
   if (length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
   // rxe check_rkey(): the key and the range first, then the payload against the RETH's length.
-  auto mem = env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length,
-                                  kAccessRemoteWrite);
+  auto mem =
+      env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite);
   if (!mem.ok()) return RespStatus::kAccessError;
   if (length != 8 || pkt.payload.size() != 8) return RespStatus::kInvalidRequest;
   if ((reth.va() & 7u) != 0) return RespStatus::kInvalidRequest;  // misaligned (rxe's class C)
@@ -412,10 +411,11 @@ Qp::RespStatus Qp::execute_atomic_write(const wire::RocePacket& pkt) {
 }
 
 // FLUSH (IBTA 1.5 annex A19; rxe check_rkey() and process_flush()): the R_Key must grant each
-// placement type asked for; a range flush checks its range, a region flush only the key. uroce's
-// memory is the host's, where every placed byte is globally visible once the responder has
-// executed the requests before it (in order); the fence makes that so for the application's
-// other threads too. Answered with a READ Response Only without data.
+// placement type asked for; a range flush checks its range, a region flush only the key. uroce
+// places every byte in the host's memory as it executes each request, in order, so everything
+// before the FLUSH is visible already (the application's threads see it as they see any of the
+// engine's writes: through the completion path's synchronisation). There is no persistent
+// memory to flush to. Answered with a READ Response Only without data.
 Qp::RespStatus Qp::execute_flush(const wire::RocePacket& pkt) {
   const std::uint32_t psn = pkt.bth().psn();
   const wire::FethView feth = pkt.feth();
@@ -429,7 +429,6 @@ Qp::RespStatus Qp::execute_flush(const wire::RocePacket& pkt) {
           : env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), reth.dma_length(), access)
                 .ok();
   if (!ok) return RespStatus::kAccessError;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   resp_.msn = wire::psn_add(resp_.msn, 1);
   accept_rd_atomic(RdAtomicResource{true, true, psn, psn, reth.va(), reth.rkey(), 0, 0, resp_.msn});
   resp_.psn = wire::psn_add(psn, 1);

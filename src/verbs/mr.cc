@@ -24,7 +24,7 @@ MrObj* DeviceState::mr_for_key(std::uint32_t key) const {
 // mr_check_range()). All bound arithmetic avoids overflow: [addr, addr + length) must lie in
 // [iova, iova + mr_length), with addr + length possibly past 2^64.
 Result<const MrObj*, AccessError> DeviceState::checked_mr(std::uint32_t pd, std::uint32_t key,
-                                                         bool remote, std::uint32_t access) const {
+                                                          bool remote, std::uint32_t access) const {
   const MrObj* mr = mr_for_key(key);
   if (mr == nullptr) return Err{AccessError::kInvalidKey};
   if ((remote ? mr->rkey : mr->lkey) != key) return Err{AccessError::kInvalidKey};

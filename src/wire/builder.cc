@@ -40,7 +40,9 @@ std::size_t write_headers(MutBytes out, const TransportHeaders& h, std::size_t p
   if (op->has(ExtHeader::kImmDt)) ImmDtMut(at(ExtHeader::kImmDt)).set_value(h.imm_data);
   if (op->has(ExtHeader::kIeth)) IethMut(at(ExtHeader::kIeth)).set_value(h.ieth_rkey);
   if (op->has(ExtHeader::kCnpReserved)) {
-    const MutBytes rsvd = at(ExtHeader::kCnpReserved).first(kExtHeaderBytes[static_cast<unsigned>(ExtHeader::kCnpReserved)]);
+    const MutBytes rsvd =
+        at(ExtHeader::kCnpReserved)
+            .first(kExtHeaderBytes[static_cast<unsigned>(ExtHeader::kCnpReserved)]);
     std::fill(rsvd.begin(), rsvd.end(), std::byte{0});
   }
   return op->header_bytes;

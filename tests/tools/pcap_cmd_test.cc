@@ -217,8 +217,7 @@ TEST(PcapDump, DecodesFlushAndAtomicWrite) {
   EXPECT_EQ(pcap_dump(path, out.file(), err.file()), kExitOk);
   const std::string text = out.text();
   EXPECT_NE(text.find("BTH  RC FLUSH (0x1c)"), std::string::npos) << text;
-  EXPECT_NE(text.find("FETH placement 0x1 global selectivity 1 (memory region)"),
-            std::string::npos)
+  EXPECT_NE(text.find("FETH placement 0x1 global selectivity 1 (memory region)"), std::string::npos)
       << text;
   EXPECT_NE(text.find("RETH VA 0x00007f0000001000 R_Key 0x00001234 DMA length 4096"),
             std::string::npos);

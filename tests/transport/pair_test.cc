@@ -445,8 +445,8 @@ void run_ibta15(std::uint64_t seed, std::uint32_t loss, std::uint32_t dup, std::
   attr.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                          kAccessRemoteAtomic | kAccessFlushGlobal;
   p.b.qp->modify(attr, kQpAccessFlags, p.b.qp->path());
-  const std::uint32_t flush_key = p.b.memory.add(1, p.b.buf.data(), p.b.buf.size(),
-                                                 kAccessLocalWrite | kAccessFlushGlobal);
+  const std::uint32_t flush_key =
+      p.b.memory.add(1, p.b.buf.data(), p.b.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
   constexpr int kOps = 24;
   std::vector<Sge> sges(kOps);
   std::uint64_t id = 0;
@@ -534,9 +534,9 @@ TEST(RcPair, AtomicWriteAndFlushEndToEnd) {
       EXPECT_EQ(parsed->roce.reth().dma_length(), 64u);
     }
   }
-  EXPECT_EQ(ops, (std::vector<wire::Opcode>{
-                     wire::Opcode::kRcAtomicWrite, wire::Opcode::kRcFlush,
-                     wire::Opcode::kRcRdmaReadResponseOnly, wire::Opcode::kRcAcknowledge}));
+  EXPECT_EQ(ops, (std::vector<wire::Opcode>{wire::Opcode::kRcAtomicWrite, wire::Opcode::kRcFlush,
+                                            wire::Opcode::kRcRdmaReadResponseOnly,
+                                            wire::Opcode::kRcAcknowledge}));
 }
 
 TEST(RcPair, AtomicWriteAndFlushWithoutFaults) { run_ibta15(1, 0, 0, 0); }

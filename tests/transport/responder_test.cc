@@ -622,8 +622,9 @@ TEST(ResponderAtomicWrite, AnythingButEightBytesIsAnInvalidRequest) {
 
 TEST(ResponderAtomicWrite, RegionWithoutRemoteWriteIsARemoteAccessError) {
   Solo s(QpType::kRc);
-  const std::uint32_t key = s.e.memory.add(
-      1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteAtomic);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(),
+                     kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteAtomic);
   s.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(0), key, 8), word(~0ull));
   expect_error_nak(s, kEpsn, kRemAcc, AsyncEventType::kQpAccessErr);
   EXPECT_EQ(s.e.buf[0], std::byte{0});
@@ -640,8 +641,8 @@ TEST(ResponderAtomicWrite, QpWithoutRemoteWriteRefusesIt) {
 TEST(ResponderFlush, RangeAndRegionFlushesAreAnsweredWithAnEmptyReadResponse) {
   Solo s(QpType::kRc);
   set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
-  const std::uint32_t key = s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(),
-                                           kAccessLocalWrite | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
   s.feed(flush_headers(kEpsn, s.va(64), key, 128, wire::kFlushGlobal, wire::kFlushRange));
   // A region's flush names only its R_Key: the address and length are not checked (but a
   // length beyond 2^31 is an invalid request in any RETH, C9-94, as rxe checks it).
@@ -660,8 +661,8 @@ TEST(ResponderFlush, RangeAndRegionFlushesAreAnsweredWithAnEmptyReadResponse) {
 TEST(ResponderFlush, UnregisteredRangeIsARemoteAccessError) {
   Solo s(QpType::kRc);
   set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
-  const std::uint32_t key = s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(),
-                                           kAccessLocalWrite | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
   s.feed(flush_headers(kEpsn, s.va(s.e.buf.size() - 8), key, 64, wire::kFlushGlobal,
                        wire::kFlushRange));
   expect_error_nak(s, kEpsn, kRemAcc, AsyncEventType::kQpAccessErr);
@@ -679,8 +680,8 @@ TEST(ResponderFlush, RegionWithoutTheFlushAccessIsARemoteAccessError) {
 
 TEST(ResponderFlush, QpWithoutThePlacementTypeRefusesIt) {
   Solo s(QpType::kRc);  // no flush access at all
-  const std::uint32_t key = s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(),
-                                           kAccessLocalWrite | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
   s.feed(flush_headers(kEpsn, s.va(0), key, 64, wire::kFlushGlobal, wire::kFlushRange));
   expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
   Solo t(QpType::kRc);  // global allowed, persistence asked for too
@@ -693,8 +694,8 @@ TEST(ResponderFlush, QpWithoutThePlacementTypeRefusesIt) {
 TEST(ResponderFlush, ReservedSelectivityIsAnInvalidRequest) {
   Solo s(QpType::kRc);
   set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
-  const std::uint32_t key = s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(),
-                                           kAccessLocalWrite | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
   s.feed(flush_headers(kEpsn, s.va(0), key, 64, wire::kFlushGlobal, 2));
   expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
 }

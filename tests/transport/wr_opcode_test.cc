@@ -141,8 +141,8 @@ std::vector<std::string> check_entry(const WrOpcodeInfo& e) {
       e.flags & (kWrSend | kWrWrite | kWrRead | kWrAtomic | kWrAtomicWrite | kWrFlush);
   const bool one_operation = operation != 0 && (operation & (operation - 1)) == 0;
   expect(one_operation == e.packet.has_value(), "one operation exactly when it has a packet");
-  const bool remote = e.is(kWrWrite) || e.is(kWrRead) || e.is(kWrAtomic) ||
-                      e.is(kWrAtomicWrite) || e.is(kWrFlush);
+  const bool remote =
+      e.is(kWrWrite) || e.is(kWrRead) || e.is(kWrAtomic) || e.is(kWrAtomicWrite) || e.is(kWrFlush);
   expect(e.is(kWrRemote) == remote, "a remote address exactly for RDMA, atomics, IBTA 1.5's");
   // ATOMIC WRITE's 8 bytes may be inline: rdma-core's ibv_wr_atomic_write copies them at once.
   expect(e.is(kWrInline) == (e.is(kWrSend) || e.is(kWrWrite) || e.is(kWrAtomicWrite)),
@@ -211,9 +211,9 @@ TEST(WrOpcode, UdAllowsOnlySendAndSendWithImmediate) {
 }
 
 TEST(WrOpcode, UcRefusesReadAtomicsAndInvalidate) {
-  for (WrOpcode op : {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
-                      WrOpcode::kSendWithInv, WrOpcode::kLocalInv, WrOpcode::kFlush,
-                      WrOpcode::kAtomicWrite}) {
+  for (WrOpcode op :
+       {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
+        WrOpcode::kSendWithInv, WrOpcode::kLocalInv, WrOpcode::kFlush, WrOpcode::kAtomicWrite}) {
     EXPECT_FALSE(wr_opcode_info(op)->allows(UC)) << wr_opcode_info(op)->name;
   }
   for (WrOpcode op : {WrOpcode::kSend, WrOpcode::kSendWithImm, WrOpcode::kRdmaWrite,

@@ -139,7 +139,7 @@ TEST(Cq, ResizeGrowsAndShrinksKeepingQueuedCompletionsInOrder) {
   CqHandle cq = dev->create_cq(CqInitAttr{7, 5, 0})->handle;
   for (std::uint64_t i = 1; i <= 6; ++i) sink(*dev, cq).push(wc(i), false);
   Wc out[32];
-  ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 4)), 4u);                  // 5, 6 remain ...
+  ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 4)), 4u);                        // 5, 6 remain ...
   for (std::uint64_t i = 7; i <= 10; ++i) sink(*dev, cq).push(wc(i), false);  // ... wrapped
   ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
   EXPECT_EQ(*dev->resize_cq(cq, 20), 31u);

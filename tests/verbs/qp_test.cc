@@ -552,9 +552,9 @@ TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
   std::vector<WrOpcode> uc = ud;
   uc.insert(uc.end(), {WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm});
   std::vector<WrOpcode> rc = uc;
-  rc.insert(rc.end(), {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp,
-                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv, WrOpcode::kFlush,
-                       WrOpcode::kAtomicWrite});
+  rc.insert(rc.end(),
+            {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
+             WrOpcode::kSendWithInv, WrOpcode::kFlush, WrOpcode::kAtomicWrite});
   const std::map<QpType, std::vector<WrOpcode>> allowed = {
       {QpType::kRc, rc}, {QpType::kUc, uc}, {QpType::kUd, ud}};
   for (const auto& [type, ops] : allowed) {

@@ -107,7 +107,7 @@ struct QpExWithFlush {                                     // the layout of rdma
 static_assert(offsetof(QpExWithFlush, wr_flush) == sizeof(ibv_qp_ex));
 
 struct Qp {
-  ibv_qp_ex ibv;  // an ibv_qp prefix (qp_base)
+  ibv_qp_ex ibv;                 // an ibv_qp prefix (qp_base)
   WrFlushFn wr_flush = nullptr;  // rdma-core 45's ibv_qp_ex.wr_flush (QpExWithFlush)
   QpHandle h;
   std::uint32_t events_reported = 0;  // as Cq's, against qp_base.events_completed
