@@ -63,8 +63,8 @@ std::vector<std::uint8_t> builder_mask(const RocePacket& pkt) {
   }
   if (op.has(ExtHeader::kCnpReserved)) {
     const std::size_t off = op.offset_of(ExtHeader::kCnpReserved);
-    const auto n = kExtHeaderBytes[static_cast<unsigned>(ExtHeader::kCnpReserved)];
-    for (std::size_t i = 0; i < n; ++i) mask[off + i] = 0;
+    const auto rsvd = kExtHeaderBytes[static_cast<unsigned>(ExtHeader::kCnpReserved)];
+    for (std::size_t i = 0; i < rsvd; ++i) mask[off + i] = 0;
   }
   for (std::size_t i = n - pkt.pad; i < n; ++i) mask[i] = 0;
   return mask;
