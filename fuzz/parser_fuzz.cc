@@ -56,9 +56,15 @@ std::vector<std::uint8_t> builder_mask(const RocePacket& pkt) {
   mask[4] = 0xc0;
   mask[8] = 0x80;
   if (op.has(ExtHeader::kDeth)) mask[op.offset_of(ExtHeader::kDeth) + 4] = 0;
+  if (op.has(ExtHeader::kFeth)) {  // bits 31..6 reserved: the builder writes zeros
+    const std::size_t off = op.offset_of(ExtHeader::kFeth);
+    mask[off] = mask[off + 1] = mask[off + 2] = 0;
+    mask[off + 3] = 0x3f;
+  }
   if (op.has(ExtHeader::kCnpReserved)) {
     const std::size_t off = op.offset_of(ExtHeader::kCnpReserved);
-    for (std::size_t i = 0; i < kExtHeaderBytes[7]; ++i) mask[off + i] = 0;
+    const auto rsvd = kExtHeaderBytes[static_cast<unsigned>(ExtHeader::kCnpReserved)];
+    for (std::size_t i = 0; i < rsvd; ++i) mask[off + i] = 0;
   }
   for (std::size_t i = n - pkt.pad; i < n; ++i) mask[i] = 0;
   return mask;

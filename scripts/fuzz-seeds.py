@@ -194,6 +194,43 @@ def edge_seeds(ip_udp, roce):
     yield 0, bytes(bth) + bytes(4100) + bytes(4)
 
 
+def ipv4_checksum(hdr):
+    total = sum(struct.unpack('>10H', bytes(hdr[:10]) + b'\x00\x00' + bytes(hdr[12:20])))
+    while total > 0xffff:
+        total = (total & 0xffff) + (total >> 16)
+    return struct.pack('>H', ~total & 0xffff)
+
+
+def reframed(ip_udp, body):
+    """An IPv4 packet carrying `body` (BTH .. pad) in place of a captured one's, ICRC redone."""
+    hdr = bytearray(ip_udp)
+    hdr[2:4] = struct.pack('>H', 20 + 8 + len(body) + 4)
+    hdr[10:12] = ipv4_checksum(hdr)
+    hdr[24:26] = struct.pack('>H', 8 + len(body) + 4)
+    return bytes(hdr) + body + icrc(bytes(hdr), body)
+
+
+def ibta15_seeds(ip_udp, roce):
+    """The IBTA 1.5 requests (ATOMIC WRITE, FLUSH), which no golden capture has, on the first
+    captured IPv4 packet's addresses: valid ones, and ones with bad fields for the parser."""
+    bth = bytearray(roce[:12])
+    bth[1] &= 0xcf  # pad count 0
+    reth = struct.pack('>QII', 0x7f0000001000, 0x1234, 8)
+    bth[0] = 0x1d  # RC ATOMIC WRITE: RETH and 8 bytes
+    bodies = [bytes(bth) + reth + struct.pack('>Q', 0x0102030405060708),
+              bytes(bth) + reth]  # no payload
+    bth[0] = 0x1c  # RC FLUSH: FETH (placement, selectivity) then RETH
+    for feth in (0x01, 0x12, 0x03, 0xffffffff):
+        bodies.append(bytes(bth) + struct.pack('>I', feth) + reth)
+    bodies.append(bytes(bth) + struct.pack('>I', 1) + reth + bytes(4))  # FLUSH with a payload
+    for body in bodies:
+        pkt = reframed(ip_udp, body)
+        yield 0, pkt[28:]
+        yield selector(RAW, True), pkt
+        yield selector(ETHERNET, True), ethernet(pkt)
+        yield selector(IPV6, True), to_ipv6(pkt[:28], pkt[28:])
+
+
 def main(argv):
     if len(argv) < 2:
         sys.stderr.write(__doc__)
@@ -224,6 +261,7 @@ def main(argv):
             seeds = list(seeds_for(link_index, frame))
             if not written and ip[0] >> 4 == 4:
                 seeds += list(edge_seeds(*parts))
+                seeds += list(ibta15_seeds(*parts))
             for sel, data in seeds:
                 seed = bytes([sel]) + data
                 name = hashlib.sha1(seed).hexdigest()

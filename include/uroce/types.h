@@ -43,6 +43,9 @@ enum AccessFlag : std::uint32_t {
   kAccessRemoteWrite = 2,
   kAccessRemoteRead = 4,
   kAccessRemoteAtomic = 8,
+  // FLUSH (IBTA 1.5): a region, and a QP, must allow each placement type it is asked for.
+  kAccessFlushGlobal = 1u << 8,
+  kAccessFlushPersistent = 1u << 9,
 };
 
 // Send work request opcodes (IBV_WR_*).
@@ -56,6 +59,8 @@ enum class WrOpcode : std::uint8_t {
   kAtomicFetchAndAdd = 6,
   kLocalInv = 7,
   kSendWithInv = 9,
+  kFlush = 14,        // IBTA 1.5 (rdma-core 45+)
+  kAtomicWrite = 15,  // IBTA 1.5 (rdma-core 44+)
 };
 
 // Send flags (IBV_SEND_*).
@@ -102,6 +107,8 @@ enum class WcOpcode : std::uint8_t {
   kFetchAdd = 4,
   kBindMw = 5,
   kLocalInv = 6,
+  kFlush = 8,
+  kAtomicWrite = 9,
   kRecv = 128,
   kRecvRdmaWithImm = 129,
 };

@@ -83,6 +83,13 @@ enum DeviceCapFlag : std::uint32_t {
   kDeviceSysImageGuid = 1u << 11,
   kDeviceRcRnrNakGen = 1u << 12,
 };
+// The extended flags above bit 31 (IB_UVERBS_DEVICE_*, ibv_device_attr_ex.device_cap_flags_ex)
+// that uroce reports: FLUSH to global visibility and ATOMIC WRITE, as rxe since 6.2. Not
+// FLUSH_PERSISTENT: rxe has it only for persistent memory (it refuses to register other pages
+// for it), and uroce has none.
+inline constexpr std::uint64_t kDeviceExFlushGlobal = 1ull << 38;
+inline constexpr std::uint64_t kDeviceExFlushPersistent = 1ull << 39;
+inline constexpr std::uint64_t kDeviceExAtomicWrite = 1ull << 40;
 
 // Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() rejects MW_BIND,
 // ZERO_BASED and ON_DEMAND with kNotSupported, accepts HUGETLB as a hint and ignores the
@@ -105,7 +112,8 @@ struct DeviceAttr {
   std::uint32_t hw_ver = 0;
   std::uint32_t max_qp = 0;
   std::uint32_t max_qp_wr = 0;
-  std::uint32_t device_cap_flags = 0;  // DeviceCapFlag bits
+  std::uint32_t device_cap_flags = 0;     // DeviceCapFlag bits
+  std::uint64_t device_cap_flags_ex = 0;  // kDeviceEx* bits (those above bit 31 only)
   std::uint32_t max_sge = 0;
   std::uint32_t max_sge_rd = 0;
   std::uint32_t max_cq = 0;
@@ -229,6 +237,11 @@ LinkRate link_rate_for_eth_speed(std::uint32_t mbps);
 const char* congestion_control_name(DeviceConfig::CongestionControl cc);
 std::optional<DeviceConfig::CongestionControl> congestion_control_from_name(std::string_view name);
 
+// What ibv_rereg_mr changes (IBV_REREG_MR_CHANGE_*).
+inline constexpr std::uint32_t kReregTranslation = 1;
+inline constexpr std::uint32_t kReregPd = 2;
+inline constexpr std::uint32_t kReregAccess = 4;
+
 // ---- object attributes ----
 
 struct MrInfo {
@@ -304,6 +317,12 @@ struct SendWr {
     std::uint32_t remote_qpn = 0;
     std::uint32_t remote_qkey = 0;
   } ud;
+  // FLUSH (ibv_wr_flush): rdma names the region, this the FETH and the range's length.
+  struct {
+    std::uint32_t length = 0;      // selectivity wire::kFlushRange: bytes from rdma.remote_addr
+    std::uint8_t placement = 0;    // wire::kFlushGlobal | wire::kFlushPersistent
+    std::uint8_t selectivity = 0;  // wire::kFlushRange or wire::kFlushMr
+  } flush;
   std::uint32_t invalidate_rkey = 0;  // SEND with Invalidate, LOCAL_INV
 };
 
@@ -391,11 +410,23 @@ class Device {
   Result<MrInfo, Errc> reg_mr_iova(PdHandle pd, void* addr, std::size_t length, std::uint64_t iova,
                                    std::uint32_t access);
   Result<MrInfo, Errc> query_mr(MrHandle mr) const;
+  // ibv_rereg_mr: changes what `flags` (kRereg*, at least one) names and keeps the keys, as rxe
+  // does for PD and access changes. Translation: the region becomes [addr, addr + length) with
+  // iova = addr (rxe refuses that change; uroce pins nothing, so it can). pd, addr, length and
+  // access are read only for their flag. kInvalidArgument for unknown or no flags and whatever
+  // reg_mr would refuse; the MR is unchanged on any error. Takes effect at once: the next packet
+  // or SGE that names a key checks the new PD, access and range.
+  Result<MrInfo, Errc> rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle pd, void* addr,
+                                std::size_t length, std::uint32_t access);
   Errc dereg_mr(MrHandle mr);
 
   // Completion queues.
   Result<CqInfo, Errc> create_cq(const CqInitAttr& attr);
   Errc destroy_cq(CqHandle cq);
+  // ibv_resize_cq: the CQ holds at least `cqe` completions from now on (rounded as create_cq
+  // rounds) and keeps the ones queued, in order; returns the new capacity. As rxe
+  // (rxe_cq_chk_attr): kInvalidArgument for 0, more than max_cqe, or fewer than are queued.
+  Result<std::uint32_t, Errc> resize_cq(CqHandle cq, std::uint32_t cqe);
   // Moves up to out.size() completions into `out`, oldest first; returns how many. After an
   // overflow the CQ is in error: kNoSpace (the completions queued before it are lost too).
   Result<std::size_t, Errc> poll_cq(CqHandle cq, std::span<Wc> out);

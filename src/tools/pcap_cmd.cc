@@ -197,6 +197,17 @@ bool dump_roce(std::FILE* out, const wire::Frame& f) {
   if (p.op->has(ExtHeader::kDeth)) {
     std::fprintf(out, "  DETH Q_Key 0x%08x SrcQP 0x%06x\n", h.deth.qkey, h.deth.src_qpn);
   }
+  if (p.op->has(ExtHeader::kFeth)) {
+    // Placement type bits: 1 global visibility, 2 persistence; selectivity 0 range, 1 region.
+    const unsigned plt = h.feth.placement;
+    std::fprintf(out, "  FETH placement 0x%x%s%s selectivity %u (%s)\n", plt,
+                 (plt & wire::kFlushGlobal) != 0 ? " global" : "",
+                 (plt & wire::kFlushPersistent) != 0 ? " persistent" : "",
+                 unsigned{h.feth.selectivity},
+                 h.feth.selectivity == wire::kFlushRange ? "range"
+                 : h.feth.selectivity == wire::kFlushMr  ? "memory region"
+                                                         : "reserved");
+  }
   if (p.op->has(ExtHeader::kReth)) {
     std::fprintf(out, "  RETH VA 0x%016" PRIx64 " R_Key 0x%08x DMA length %u\n", h.reth.va,
                  h.reth.rkey, h.reth.dma_length);

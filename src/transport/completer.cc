@@ -312,6 +312,24 @@ void Qp::handle_atomic_ack(Instant now, const wire::RocePacket& pkt, std::uint32
 void Qp::handle_read_response(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
                               std::uint32_t psn, bool placed) {
   SendWqe& w = sq_at(index);
+  if (w.wr_op->answered_empty()) {
+    // ATOMIC WRITE and FLUSH: one READ Response Only without data at their PSN completes them
+    // (rxe_comp.c check_ack(): COMPST_WRITE_SEND for an ATOMIC WRITE, a zero-length READ for a
+    // FLUSH). Anything else answers no request of theirs.
+    if (psn != w.first_psn || w.state != WqeState::kPending ||
+        pkt.op->opcode() != Opcode::kRcRdmaReadResponseOnly) {
+      ++counters_.dropped;
+      return;
+    }
+    if (!pkt.payload.empty()) {
+      fail_wqe(index, WcStatus::kBadRespErr);
+      return;
+    }
+    comp_.psn = wire::psn_add(psn, 1);
+    complete_send(index, WcStatus::kSuccess);
+    note_progress(now);
+    return;
+  }
   if (!w.wr_op->is(kWrRead) || w.state != WqeState::kPending) {
     ++counters_.dropped;
     return;

@@ -34,6 +34,10 @@ class MemoryResolver {
   virtual Result<MutBytes, AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
                                                 std::uint64_t addr, std::uint64_t length,
                                                 std::uint32_t access) = 0;
+  // The whole region under `rkey` for a QP in `pd`, with `access` all granted (a FLUSH of a
+  // memory region, IBTA 1.5: no range to check).
+  virtual Result<MutBytes, AccessError> resolve_region(std::uint32_t pd, std::uint32_t rkey,
+                                                       std::uint32_t access) = 0;
   // Invalidates `rkey` (SEND with Invalidate). Returns why it cannot be, if it cannot; the
   // region is then unchanged (the responder NAKs Invalid Request, IBTA o10-37).
   virtual Result<bool, AccessError> invalidate(std::uint32_t pd, std::uint32_t rkey) = 0;

@@ -170,6 +170,13 @@ Errc Qp::post_send(const SendRequest& wr) {
     return Errc::kInvalidArgument;
   }
   if (length > kMaxMessageBytes) return Errc::kInvalidArgument;
+  // FLUSH: a placement type of the two IBTA 1.5 has, and a selectivity level (range or region).
+  if (wr_op->is(kWrFlush) &&
+      (wr.flush_placement == 0 ||
+       (wr.flush_placement & ~(wire::kFlushGlobal | wire::kFlushPersistent)) != 0 ||
+       wr.flush_selectivity > wire::kFlushMr)) {
+    return Errc::kInvalidArgument;
+  }
   if (type_ == QpType::kUd) {
     if (wr.ud_av == nullptr || length > env_.port_mtu_bytes) return Errc::kInvalidArgument;
   }
@@ -188,12 +195,15 @@ Errc Qp::post_send(const SendRequest& wr) {
   w.rkey = wr.rkey;
   w.compare_add = wr.compare_add;
   w.swap = wr.swap;
+  w.flush_length = wr.flush_length;
+  w.flush_placement = wr.flush_placement;
+  w.flush_selectivity = wr.flush_selectivity;
   if (type_ == QpType::kUd) {
     w.ud_av = *wr.ud_av;
     w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
     w.remote_qkey = wr.remote_qkey;
   }
-  w.length = operand != 0 ? operand : length;
+  w.length = operand != 0 ? operand : wr_op->is(kWrFlush) ? 0 : length;  // FLUSH: no local data
   w.is_inline = inline_data;
   if (inline_data) {
     // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.

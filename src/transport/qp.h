@@ -170,6 +170,9 @@ struct SendRequest {
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0;  // atomics
   std::uint64_t swap = 0;
+  std::uint32_t flush_length = 0;        // FLUSH: the RETH's length
+  std::uint8_t flush_placement = 0;      // FLUSH: the FETH (wire::kFlushGlobal ...)
+  std::uint8_t flush_selectivity = 0;    // FLUSH: wire::kFlushRange or wire::kFlushMr
   const AddressVector* ud_av = nullptr;  // UD: destination (copied at post)
   std::uint32_t remote_qpn = 0;          // UD
   std::uint32_t remote_qkey = 0;         // UD; high bit set: use the QP's Q_Key
@@ -452,6 +455,9 @@ class Qp {
     std::uint32_t rkey = 0;
     std::uint64_t compare_add = 0;
     std::uint64_t swap = 0;
+    std::uint32_t flush_length = 0;
+    std::uint8_t flush_placement = 0;
+    std::uint8_t flush_selectivity = 0;
     AddressVector ud_av;
     std::uint32_t remote_qpn = 0;
     std::uint32_t remote_qkey = 0;
@@ -599,6 +605,8 @@ class Qp {
   RespStatus execute_write(const wire::RocePacket& pkt, bool placed);
   RespStatus execute_read(const wire::RocePacket& pkt);
   RespStatus execute_atomic(const wire::RocePacket& pkt);
+  RespStatus execute_atomic_write(const wire::RocePacket& pkt);
+  RespStatus execute_flush(const wire::RocePacket& pkt);
   bool take_recv_wqe();
   RespStatus scatter_into_recv(std::uint64_t offset, ConstBytes data);
   void complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc_flags,

@@ -162,7 +162,22 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     w.sent_bytes = w.length;
     w.state = WqeState::kPending;
     ++req_.next_wqe;
+  } else if (w.wr_op->is(kWrFlush)) {
+    // The FETH (placement type, selectivity level), then the RETH: the range, or for a whole
+    // region only its R_Key that counts (rxe's responder skips the range check then).
+    const Opcode op = w.wr_op->request_opcode(type_, PacketPosition::kOnly);
+    build_bth(out, op, dest_qpn, psn, true, false, 0);
+    const wire::OpcodeInfo& info = wire::opcode_info(op);
+    const MutBytes hdr(out.header);
+    wire::FethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kFeth)))
+        .encode(wire::Feth{w.flush_placement, w.flush_selectivity});
+    wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))
+        .encode(wire::Reth{w.remote_addr, w.rkey, w.flush_length});
+    req_.psn = wire::psn_add(psn, 1);
+    w.state = WqeState::kPending;
+    ++req_.next_wqe;
   } else if (!build_message_packet(w, index, psn, dest_qpn, out)) {
+    // SEND, RDMA WRITE and ATOMIC WRITE (one packet: RETH and its 8 bytes).
     return;  // a local protection error failed the WQE
   }
   if (retransmit) ++counters_.retransmitted_packets;

@@ -22,6 +22,16 @@ namespace uroce::transport {
 using wire::NakCode;
 using wire::Opcode;
 
+namespace {
+
+// The MR and QP access flags a FLUSH's placement type needs (rxe check_rkey()).
+std::uint32_t flush_access(std::uint8_t placement) {
+  return ((placement & wire::kFlushGlobal) != 0 ? kAccessFlushGlobal : 0u) |
+         ((placement & wire::kFlushPersistent) != 0 ? kAccessFlushPersistent : 0u);
+}
+
+}  // namespace
+
 bool Qp::take_recv_wqe() {
   UROCE_ASSERT(!resp_.has_wqe);  // a WQE taken while one is held would never complete
   if (env_.rq->empty()) return false;
@@ -199,6 +209,8 @@ Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
   if (resources_.empty()) return RespStatus::kInvalidRequest;  // max_dest_rd_atomic == 0
   if (responses_.size() + 2 > responses_.capacity()) return RespStatus::kBusy;
   if (op.is(wire::kFlagRead)) return execute_read(pkt);
+  if (op.is(wire::kFlagAtomicWrite)) return execute_atomic_write(pkt);
+  if (op.is(wire::kFlagFlush)) return execute_flush(pkt);
   return execute_atomic(pkt);
 }
 
@@ -221,11 +233,13 @@ Qp::RespStatus Qp::check_request(const wire::RocePacket& pkt) const {
       if (!first) return RespStatus::kInvalidRequest;
       break;
   }
-  // The QP must allow the remote operation (rxe check_op_valid).
+  // The QP must allow the remote operation (rxe check_op_valid(), check_qp_attr_access()): an
+  // ATOMIC WRITE remote write, a FLUSH each placement type it asks for.
   const std::uint32_t access = attr_.qp_access_flags;
-  if ((write && !(access & kAccessRemoteWrite)) ||
+  if (((write || op.is(wire::kFlagAtomicWrite)) && !(access & kAccessRemoteWrite)) ||
       (op.is(wire::kFlagRead) && !(access & kAccessRemoteRead)) ||
-      (op.is(wire::kFlagAtomic) && !(access & kAccessRemoteAtomic))) {
+      (op.is(wire::kFlagAtomic) && !(access & kAccessRemoteAtomic)) ||
+      (op.is(wire::kFlagFlush) && (flush_access(pkt.feth().placement()) & ~access) != 0)) {
     return RespStatus::kInvalidRequest;
   }
   // Payload lengths against the path MTU (rxe check_length).
@@ -369,6 +383,55 @@ Qp::RespStatus Qp::execute_atomic(const wire::RocePacket& pkt) {
   return RespStatus::kOk;
 }
 
+// ATOMIC WRITE (IBTA 1.5 annex A19; rxe atomic_write_reply()): its RETH's region checked as a
+// WRITE's (remote write access), exactly 8 bytes to an 8-byte aligned address, placed at once.
+// Answered, as rxe does, with a READ Response Only without data; its resource makes a duplicate
+// get that answer again without a second write.
+Qp::RespStatus Qp::execute_atomic_write(const wire::RocePacket& pkt) {
+  const std::uint32_t psn = pkt.bth().psn();
+  const wire::RethView reth = pkt.reth();
+  const std::uint64_t length = reth.dma_length();
+  if (length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
+  // rxe check_rkey(): the key and the range first, then the payload against the RETH's length.
+  auto mem =
+      env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite);
+  if (!mem.ok()) return RespStatus::kAccessError;
+  if (length != 8 || pkt.payload.size() != 8) return RespStatus::kInvalidRequest;
+  if ((reth.va() & 7u) != 0) return RespStatus::kInvalidRequest;  // misaligned (rxe's class C)
+  UROCE_ASSERT(mem.value().size() == 8);
+  // One 8-byte store after everything before it, as far as the engine's thread sees them.
+  std::memcpy(mem.value().data(), pkt.payload.data(), 8);
+  resp_.msn = wire::psn_add(resp_.msn, 1);
+  accept_rd_atomic(RdAtomicResource{true, true, psn, psn, reth.va(), reth.rkey(), 0, 0, resp_.msn});
+  resp_.psn = wire::psn_add(psn, 1);
+  return RespStatus::kOk;
+}
+
+// FLUSH (IBTA 1.5 annex A19; rxe check_rkey() and process_flush()): the R_Key must grant each
+// placement type asked for; a range flush checks its range, a region flush only the key. uroce
+// places every byte in the host's memory as it executes each request, in order, so everything
+// before the FLUSH is visible already (the application's threads see it as they see any of the
+// engine's writes: through the completion path's synchronisation). There is no persistent
+// memory to flush to. Answered with a READ Response Only without data.
+Qp::RespStatus Qp::execute_flush(const wire::RocePacket& pkt) {
+  const std::uint32_t psn = pkt.bth().psn();
+  const wire::FethView feth = pkt.feth();
+  const wire::RethView reth = pkt.reth();
+  if (feth.selectivity() > wire::kFlushMr) return RespStatus::kInvalidRequest;  // reserved
+  if (reth.dma_length() > kMaxMessageBytes) return RespStatus::kInvalidRequest;
+  const std::uint32_t access = flush_access(feth.placement());
+  const bool ok =
+      feth.selectivity() == wire::kFlushMr
+          ? env_.memory->resolve_region(env_.pd, reth.rkey(), access).ok()
+          : env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), reth.dma_length(), access)
+                .ok();
+  if (!ok) return RespStatus::kAccessError;
+  resp_.msn = wire::psn_add(resp_.msn, 1);
+  accept_rd_atomic(RdAtomicResource{true, true, psn, psn, reth.va(), reth.rkey(), 0, 0, resp_.msn});
+  resp_.psn = wire::psn_add(psn, 1);
+  return RespStatus::kOk;
+}
+
 void Qp::handle_rc_request(const wire::RocePacket& pkt, bool placed) {
   const std::uint32_t psn = pkt.bth().psn();
   const std::int32_t d = wire::psn_diff(psn, resp_.psn);
@@ -407,7 +470,9 @@ void Qp::answer_request(const wire::RocePacket& pkt, RespStatus s) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
       learn_.peer_spoke();  // the peer spoke again before this side's application
-      if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic)) {
+      // A READ, an atomic, an ATOMIC WRITE or a FLUSH has its response queued already.
+      if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic) &&
+          !pkt.op->is(wire::kFlagAtomicWrite) && !pkt.op->is(wire::kFlagFlush)) {
         const AckFor ack_for = !pkt.op->is(wire::kFlagLast)      ? AckFor::kNone
                                : pkt.op->is(wire::kFlagComplete) ? AckFor::kSend
                                                                  : AckFor::kWrite;
@@ -497,6 +562,14 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       if (wire::psn_add(psn, std::int64_t{npsn} - 1) != r.last_psn) break;
       drop_responses_from(psn);
       queue_rd_atomic_response(i, psn, va, length, reth.rkey());
+      return;
+    }
+    if ((op.is(wire::kFlagAtomicWrite) || op.is(wire::kFlagFlush)) && r.is_read && r.length == 0 &&
+        r.first_psn == psn) {
+      // oA19-14, oA19-15: an ATOMIC WRITE or FLUSH asked again is not executed again (rxe
+      // replays its resource): the zero-length READ Response Only again.
+      drop_responses_from(psn);
+      queue_rd_atomic_response(i, psn, r.va, 0, r.rkey);
       return;
     }
     if (op.is(wire::kFlagAtomic) && !r.is_read && r.first_psn == psn) {

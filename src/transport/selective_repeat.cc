@@ -326,6 +326,8 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
   const std::uint32_t psn = pkt.bth().psn();
   const auto d = static_cast<std::uint32_t>(wire::psn_diff(psn, resp_.psn));
   if (d >= kSrWindow || op.header_bytes + wire::kIcrcBytes > SrSlot{}.header.size()) return false;
+  // ATOMIC WRITE and FLUSH (IBTA 1.5) are not kept: the requester resends them after the gap.
+  if (op.is(wire::kFlagAtomicWrite) || op.is(wire::kFlagFlush)) return false;
   const bool send = op.is(wire::kFlagSend);
   const bool write = op.is(wire::kFlagWrite);
   const bool first = op.is(wire::kFlagFirst);

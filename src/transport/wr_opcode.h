@@ -40,6 +40,10 @@ enum WrFlag : std::uint32_t {
   // IBV_SEND_INLINE copies its data at post time (rxe: WR_INLINE_MASK). The others ignore the
   // flag: a READ's and an atomic's local buffer is where the answer goes.
   kWrInline = 1u << 7,
+  // IBTA 1.5 (annex A19): ATOMIC WRITE places its 8 bytes at once (SendWr::rdma names them);
+  // FLUSH makes what was written to a range or a region visible (SendWr::flush), no local data.
+  kWrAtomicWrite = 1u << 8,
+  kWrFlush = 1u << 9,
 };
 
 // Where a packet sits in its message (IBTA 9.2: First, Middle, Last; Only is First and Last).
@@ -76,15 +80,21 @@ struct WrOpcodeInfo {
 
   constexpr bool allows(QpType t) const { return (qp_types & qp_type_bit(t)) != 0; }
   constexpr bool is(std::uint32_t flag) const { return (flags & flag) == flag; }
-  // RDMA READ and ATOMIC (rxe: WR_ATOMIC_OR_READ_MASK): answered with data, by READ responses or
-  // an Atomic Acknowledge, never by a plain ACK; on RC each outstanding one takes one of the
-  // QP's max_rd_atomic (its initiator depth), and a fenced WQE waits for them (IBTA 10.8.3.3).
-  constexpr bool is_read_or_atomic() const { return (flags & (kWrRead | kWrAtomic)) != 0; }
+  // RDMA READ and ATOMIC (rxe: WR_ATOMIC_OR_READ_MASK), and ATOMIC WRITE and FLUSH: answered
+  // by READ responses or an Atomic Acknowledge, never by a plain ACK (the IBTA 1.5 two by a
+  // zero-length READ Response Only, rxe's send_read_response_ack()); each takes a responder
+  // resource, so on RC each outstanding one takes one of the QP's max_rd_atomic (its initiator
+  // depth), and a fenced WQE waits for them (IBTA 10.8.3.3).
+  constexpr bool is_read_or_atomic() const {
+    return (flags & (kWrRead | kWrAtomic | kWrAtomicWrite | kWrFlush)) != 0;
+  }
+  // ATOMIC WRITE and FLUSH: their answer is a READ Response Only without data.
+  constexpr bool answered_empty() const { return (flags & (kWrAtomicWrite | kWrFlush)) != 0; }
   // The PSNs a message of `length` bytes takes at path MTU `mtu`: one per packet of a SEND or an
   // RDMA WRITE (a UD message, at most the MTU, is one), one per response packet of an RDMA READ
-  // (its one request takes them all), one for an atomic.
+  // (its one request takes them all), one for an atomic, an ATOMIC WRITE or a FLUSH.
   constexpr std::uint32_t psns(std::uint64_t length, std::uint32_t mtu) const {
-    return operand_bytes != 0 ? 1 : packets_for(length, mtu);
+    return operand_bytes != 0 || is(kWrFlush) ? 1 : packets_for(length, mtu);
   }
   // The opcode of the packet at `pos` of this request on a QP of type `t`, which allows it.
   constexpr wire::Opcode request_opcode(QpType t, PacketPosition pos) const {
@@ -129,8 +139,9 @@ constexpr std::uint32_t position_flags(PacketPosition pos) {
 constexpr std::optional<wire::Opcode> derive_request(wire::Opcode only, QpType t,
                                                      PacketPosition pos) {
   if (t == QpType::kRc && pos == PacketPosition::kOnly) return only;
-  constexpr std::uint32_t kOperation =
-      wire::kFlagSend | wire::kFlagWrite | wire::kFlagRead | wire::kFlagAtomic;
+  constexpr std::uint32_t kOperation = wire::kFlagSend | wire::kFlagWrite | wire::kFlagRead |
+                                       wire::kFlagAtomic | wire::kFlagAtomicWrite |
+                                       wire::kFlagFlush;
   constexpr std::uint32_t kPosition = wire::kFlagFirst | wire::kFlagMiddle | wire::kFlagLast;
   constexpr std::uint32_t kTail = wire::kFlagImm | wire::kFlagInvalidate;
   const wire::OpcodeInfo& o = wire::opcode_info(only);
@@ -185,7 +196,8 @@ constexpr std::array<WrOpcodeInfo, kWrOpcodeSlots> make_wr_opcode_table() {
   constexpr std::uint8_t UD = qp_type_bit(QpType::kUd);
   constexpr std::uint32_t W_SEND = kWrSend, W_WRITE = kWrWrite, W_READ = kWrRead,
                           W_ATOMIC = kWrAtomic, W_IMM = kWrImm, W_INV = kWrInvalidate,
-                          W_REMOTE = kWrRemote, W_INLINE = kWrInline;
+                          W_REMOTE = kWrRemote, W_INLINE = kWrInline,
+                          W_ATOMIC_WRITE = kWrAtomicWrite, W_FLUSH = kWrFlush;
 #define UROCE_WR_OPCODE(e, name, types, wc, pkt, bytes, flags)                                    \
   table[static_cast<std::uint8_t>(WrOpcode::e)] =                                                 \
       make_wr_opcode_info(WrOpcode::e, name, static_cast<std::uint8_t>(types), WcOpcode::wc, pkt, \
@@ -220,7 +232,7 @@ inline constexpr std::array<WrOpcode, 0
 #undef UROCE_WR_OPCODE
 };
 
-static_assert(kAllWrOpcodes.size() == 9);
+static_assert(kAllWrOpcodes.size() == 11);
 static_assert(wr_opcode_info(WrOpcode::kSend)->request_opcode(QpType::kUd, PacketPosition::kOnly) ==
               wire::Opcode::kUdSendOnly);
 

@@ -44,21 +44,49 @@ void CqObj::push(const Wc& wc, bool solicited) {
 
 }  // namespace verbs::detail
 
+namespace {
+
+// rxe_queue_init() sizes the ring to a power of two with one slot kept free and reports the
+// rest: cqe becomes 2^k - 1 >= cqe (max_cqe is itself of that form).
+std::uint32_t cq_capacity(std::uint32_t cqe) {
+  return static_cast<std::uint32_t>(std::bit_ceil(std::uint64_t{cqe} + 1) - 1);
+}
+
+}  // namespace
+
 Result<CqInfo, Errc> Device::create_cq(const CqInitAttr& attr) {
   vd::DeviceState& s = *s_;
   // rxe_cq_chk_attr() and ib_uverbs' comp_vector check.
   if (attr.cqe == 0 || attr.cqe > s.attr.max_cqe) return Err{Errc::kInvalidArgument};
   if (attr.comp_vector >= s.config.num_comp_vectors) return Err{Errc::kInvalidArgument};
   if (s.cqs.full()) return Err{Errc::kNoMemory};
-  // rxe_queue_init() sizes the ring to a power of two with one slot kept free and reports the
-  // rest: cqe becomes 2^k - 1 >= cqe (max_cqe is itself of that form).
-  const auto cqe = static_cast<std::uint32_t>(std::bit_ceil(std::uint64_t{attr.cqe} + 1) - 1);
+  const std::uint32_t cqe = cq_capacity(attr.cqe);
   auto cq = std::make_unique<vd::CqObj>(s, cqe, attr.channel);
   vd::CqObj* raw = cq.get();
   const RawHandle h = s.cqs.insert(std::move(cq));
   UROCE_CHECK(h.generation != 0);
   raw->self = from_raw<CqHandle>(h);
   return CqInfo{raw->self, cqe};
+}
+
+Result<std::uint32_t, Errc> Device::resize_cq(CqHandle cq, std::uint32_t cqe) {
+  vd::DeviceState& s = *s_;
+  vd::CqObj* c = s.cqs.get(to_raw(cq));
+  if (c == nullptr) return Err{Errc::kInvalidArgument};
+  // rxe_cq_chk_attr() with a CQ: the new size must hold what is queued now.
+  if (cqe == 0 || cqe > s.attr.max_cqe || cqe < c->ring.size()) {
+    return Err{Errc::kInvalidArgument};
+  }
+  // rxe_queue_resize(): a new ring of the rounded size, the queued completions copied over in
+  // order. A verbs call, not the data path: it may allocate.
+  const std::uint32_t rounded = cq_capacity(cqe);
+  BoundedRing<Wc> ring(rounded);
+  while (!c->ring.empty()) {
+    ring.push_back(c->ring.front());
+    c->ring.pop_front();
+  }
+  c->ring = std::move(ring);
+  return rounded;
 }
 
 Errc Device::destroy_cq(CqHandle cq) {

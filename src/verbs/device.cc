@@ -32,6 +32,7 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   // resize, memory management extensions, changing the physical port).
   a.device_cap_flags = kDeviceBadPkeyCntr | kDeviceBadQkeyCntr | kDeviceUdAvPortEnforce |
                        kDevicePortActiveEvent | kDeviceSysImageGuid | kDeviceRcRnrNakGen;
+  a.device_cap_flags_ex = kDeviceExFlushGlobal | kDeviceExAtomicWrite;
   a.max_sge = transport::kMaxSge;
   a.max_sge_rd = transport::kMaxSge;
   a.max_cq = kMaxCq;

@@ -125,6 +125,8 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) override;
+  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t rkey,
+                                                          std::uint32_t access) override;
   Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t rkey) override;
 
   // transport::EventSink
@@ -138,6 +140,9 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   void report_srq_limit(SrqObj* srq);
   void sweep_srq_limits();
   MrObj* mr_for_key(std::uint32_t key) const;
+  // The MR `key` names (an rkey when `remote`) for a QP in `pd`, with `access` all granted.
+  Result<const MrObj*, transport::AccessError> checked_mr(std::uint32_t pd, std::uint32_t key,
+                                                          bool remote, std::uint32_t access) const;
   QpObj* qp_for_qpn(std::uint32_t qpn) const;
   // Checks an AH / QP address vector as rdma_check_ah_attr() and rxe_av_chk_attr() do and
   // resolves it (udp_sport left at 0).

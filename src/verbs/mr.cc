@@ -23,18 +23,34 @@ MrObj* DeviceState::mr_for_key(std::uint32_t key) const {
 // Called for every RDMA access and every SGE (what rxe does in lookup_mr() and
 // mr_check_range()). All bound arithmetic avoids overflow: [addr, addr + length) must lie in
 // [iova, iova + mr_length), with addr + length possibly past 2^64.
-Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
-                                                   std::uint64_t addr, std::uint64_t length,
-                                                   std::uint32_t access) {
+Result<const MrObj*, AccessError> DeviceState::checked_mr(std::uint32_t pd, std::uint32_t key,
+                                                          bool remote, std::uint32_t access) const {
   const MrObj* mr = mr_for_key(key);
   if (mr == nullptr) return Err{AccessError::kInvalidKey};
   if ((remote ? mr->rkey : mr->lkey) != key) return Err{AccessError::kInvalidKey};
   if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
   if ((access & ~mr->access) != 0) return Err{AccessError::kNoPermission};
+  return mr;
+}
+
+Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+                                                   std::uint64_t addr, std::uint64_t length,
+                                                   std::uint32_t access) {
+  auto checked = checked_mr(pd, key, remote, access);
+  if (!checked.ok()) return Err{checked.error()};
+  const MrObj* mr = checked.value();
   if (addr < mr->iova) return Err{AccessError::kOutOfBounds};
   const std::uint64_t offset = addr - mr->iova;
   if (length > mr->length || offset > mr->length - length) return Err{AccessError::kOutOfBounds};
   return MutBytes(mr->base + offset, static_cast<std::size_t>(length));
+}
+
+// A FLUSH of a whole region (IBTA 1.5; rxe check_rkey() skips the range check for it).
+Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std::uint32_t rkey,
+                                                          std::uint32_t access) {
+  auto checked = checked_mr(pd, rkey, true, access);
+  if (!checked.ok()) return Err{checked.error()};
+  return MutBytes(checked.value()->base, static_cast<std::size_t>(checked.value()->length));
 }
 
 // SEND with Invalidate (and LOCAL_INV, which uroce refuses at post time: verbs/qp.cc). IBTA
@@ -55,21 +71,41 @@ Result<bool, AccessError> DeviceState::invalidate(std::uint32_t pd, std::uint32_
 
 namespace {
 
+constexpr std::uint32_t kOptionalRange = 0x3ff00000;  // IBV_ACCESS_OPTIONAL_RANGE: ignored
+
 // ib_check_mr_access(): remote write or atomic needs local write; then what uroce supports.
 Errc check_mr_access(std::uint32_t access) {
-  constexpr std::uint32_t kOptionalRange = 0x3ff00000;  // IBV_ACCESS_OPTIONAL_RANGE: ignored
   access &= ~kOptionalRange;
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
       (access & kAccessLocalWrite) == 0) {
     return Errc::kInvalidArgument;
   }
-  if ((access & (kAccessMwBind | kAccessZeroBased | kAccessOnDemand)) != 0) {
+  // FLUSH_PERSISTENT: a device without IB_DEVICE_FLUSH_PERSISTENT refuses it (the kernel's
+  // ib_check_mr_access()); uroce has no persistent memory (verbs.h kDeviceExFlushPersistent).
+  if ((access & (kAccessMwBind | kAccessZeroBased | kAccessOnDemand | kAccessFlushPersistent)) !=
+      0) {
     return Errc::kNotSupported;
   }
   constexpr std::uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                                   kAccessRemoteAtomic | kAccessHugetlb;
+                                   kAccessRemoteAtomic | kAccessHugetlb | kAccessFlushGlobal;
   if ((access & ~kKnown) != 0) return Errc::kInvalidArgument;
   return Errc::kOk;
+}
+
+// ib_umem_get(): no empty regions, none that wrap around the address space (a region may end
+// exactly at 2^64: its last byte is at 2^64 - 1).
+Errc check_mr_range(const void* addr, std::size_t length, std::uint64_t iova,
+                    std::uint64_t max_mr_size) {
+  if (length == 0 || addr == nullptr) return Errc::kInvalidArgument;
+  const auto start = reinterpret_cast<std::uintptr_t>(addr);
+  const std::uint64_t last = length - 1;
+  if (start + last < start || iova + last < iova) return Errc::kInvalidArgument;
+  if (length > max_mr_size) return Errc::kInvalidArgument;
+  return Errc::kOk;
+}
+
+MrInfo info_of(const vd::MrObj& m) {
+  return MrInfo{m.self, m.lkey, m.rkey, m.iova, m.length, m.access, m.pd};
 }
 
 }  // namespace
@@ -85,13 +121,9 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
   vd::PdObj* p = s.pds.get(to_raw(pd));
   if (p == nullptr) return Err{Errc::kInvalidArgument};
   if (const Errc e = check_mr_access(access); e != Errc::kOk) return Err{e};
-  // ib_umem_get(): no empty regions, none that wrap around the address space (a region may
-  // end exactly at 2^64: its last byte is at 2^64 - 1).
-  if (length == 0 || addr == nullptr) return Err{Errc::kInvalidArgument};
-  const auto start = reinterpret_cast<std::uintptr_t>(addr);
-  const std::uint64_t last = length - 1;
-  if (start + last < start || iova + last < iova) return Err{Errc::kInvalidArgument};
-  if (length > s.attr.max_mr_size) return Err{Errc::kInvalidArgument};
+  if (const Errc e = check_mr_range(addr, length, iova, s.attr.max_mr_size); e != Errc::kOk) {
+    return Err{e};
+  }
   if (s.mrs.full()) return Err{Errc::kNoMemory};
   const std::optional<std::uint32_t> index = s.mr_index.allocate();
   if (!index) return Err{Errc::kNoMemory};
@@ -113,7 +145,7 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
   mr->base = static_cast<std::byte*>(addr);
   mr->iova = iova;
   mr->length = length;
-  mr->access = access & ~std::uint32_t{0x3ff00000};
+  mr->access = access & ~kOptionalRange;
   mr->lkey = key;
   mr->rkey = key;  // rxe uses one key for both
   vd::MrObj* raw = mr.get();
@@ -122,13 +154,53 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
   raw->self = from_raw<MrHandle>(h);
   s.mr_by_index[*index] = raw;
   ++p->use_count;
-  return MrInfo{raw->self, raw->lkey, raw->rkey, raw->iova, raw->length, raw->access, pd};
+  return info_of(*raw);
 }
 
 Result<MrInfo, Errc> Device::query_mr(MrHandle mr) const {
   const vd::MrObj* m = s_->mrs.get(to_raw(mr));
   if (m == nullptr) return Err{Errc::kInvalidArgument};
-  return MrInfo{m->self, m->lkey, m->rkey, m->iova, m->length, m->access, m->pd};
+  return info_of(*m);
+}
+
+// ib_uverbs_rereg_mr() (flags known and not empty, the new access checked as at registration)
+// and rxe_rereg_user_mr() (the keys stay, the PD's references move). Every check comes before
+// the first change.
+Result<MrInfo, Errc> Device::rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle pd, void* addr,
+                                      std::size_t length, std::uint32_t access) {
+  vd::DeviceState& s = *s_;
+  vd::MrObj* m = s.mrs.get(to_raw(mr));
+  if (m == nullptr) return Err{Errc::kInvalidArgument};
+  constexpr std::uint32_t kAll = kReregTranslation | kReregPd | kReregAccess;
+  if (flags == 0 || (flags & ~kAll) != 0) return Err{Errc::kInvalidArgument};
+  vd::PdObj* new_pd = nullptr;
+  if ((flags & kReregPd) != 0) {
+    new_pd = s.pds.get(to_raw(pd));
+    if (new_pd == nullptr) return Err{Errc::kInvalidArgument};
+  }
+  if ((flags & kReregAccess) != 0) {
+    if (const Errc e = check_mr_access(access); e != Errc::kOk) return Err{e};
+  }
+  const auto new_iova = reinterpret_cast<std::uintptr_t>(addr);
+  if ((flags & kReregTranslation) != 0) {
+    const Errc e = check_mr_range(addr, length, new_iova, s.attr.max_mr_size);
+    if (e != Errc::kOk) return Err{e};
+  }
+  if (new_pd != nullptr) {
+    vd::PdObj* old_pd = s.pds.get(to_raw(m->pd));
+    UROCE_CHECK(old_pd != nullptr && old_pd->use_count > 0);
+    --old_pd->use_count;
+    ++new_pd->use_count;
+    m->pd = pd;
+    m->pd_id = new_pd->id;
+  }
+  if ((flags & kReregAccess) != 0) m->access = access & ~kOptionalRange;
+  if ((flags & kReregTranslation) != 0) {
+    m->base = static_cast<std::byte*>(addr);
+    m->iova = new_iova;
+    m->length = length;
+  }
+  return info_of(*m);
 }
 
 Errc Device::dereg_mr(MrHandle mr) {

@@ -104,6 +104,11 @@ bool take_operands(const SendWr& wr, transport::SendRequest& r) {
     r.remote_addr = wr.rdma.remote_addr;
     r.rkey = wr.rdma.rkey;
   }
+  if (op->is(transport::kWrFlush)) {
+    r.flush_length = wr.flush.length;
+    r.flush_placement = wr.flush.placement;
+    r.flush_selectivity = wr.flush.selectivity;
+  }
   return true;
 }
 
@@ -257,8 +262,10 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   // The values (rxe_qp_chk_attr(), rxe_av_chk_attr(), and the core's RoCE rules).
   if ((mask & kQpPort) && attr.port_num != 1) return Errc::kInvalidArgument;
   if ((mask & kQpPkeyIndex) && attr.pkey_index != 0) return Errc::kInvalidArgument;
+  // IB_ACCESS_SUPPORTED of kernels with FLUSH (6.2): the flush bits are QP access flags too.
   constexpr std::uint32_t kQpAccessBits = kAccessLocalWrite | kAccessRemoteWrite |
-                                          kAccessRemoteRead | kAccessRemoteAtomic | kAccessMwBind;
+                                          kAccessRemoteRead | kAccessRemoteAtomic | kAccessMwBind |
+                                          kAccessFlushGlobal | kAccessFlushPersistent;
   if ((mask & kQpAccessFlags) && (attr.qp_access_flags & ~kQpAccessBits) != 0) {
     return Errc::kInvalidArgument;
   }

@@ -10,6 +10,7 @@ TransportHeaders decode_headers(const RocePacket& pkt) {
   TransportHeaders h;
   h.bth = pkt.bth().decode();
   const OpcodeInfo& op = *pkt.op;
+  if (op.has(ExtHeader::kFeth)) h.feth = pkt.feth().decode();
   if (op.has(ExtHeader::kReth)) h.reth = pkt.reth().decode();
   if (op.has(ExtHeader::kAeth)) h.aeth = pkt.aeth().decode();
   if (op.has(ExtHeader::kAtomicEth)) h.atomic_eth = pkt.atomic_eth().decode();
@@ -29,6 +30,7 @@ std::size_t write_headers(MutBytes out, const TransportHeaders& h, std::size_t p
   BthMut(out).encode(bth);
   auto at = [&](ExtHeader e) { return out.subspan(op->offset_of(e)); };
   if (op->has(ExtHeader::kDeth)) DethMut(at(ExtHeader::kDeth)).encode(h.deth);
+  if (op->has(ExtHeader::kFeth)) FethMut(at(ExtHeader::kFeth)).encode(h.feth);
   if (op->has(ExtHeader::kReth)) RethMut(at(ExtHeader::kReth)).encode(h.reth);
   if (op->has(ExtHeader::kAtomicEth)) AtomicEthMut(at(ExtHeader::kAtomicEth)).encode(h.atomic_eth);
   if (op->has(ExtHeader::kAeth)) AethMut(at(ExtHeader::kAeth)).encode(h.aeth);
@@ -38,7 +40,9 @@ std::size_t write_headers(MutBytes out, const TransportHeaders& h, std::size_t p
   if (op->has(ExtHeader::kImmDt)) ImmDtMut(at(ExtHeader::kImmDt)).set_value(h.imm_data);
   if (op->has(ExtHeader::kIeth)) IethMut(at(ExtHeader::kIeth)).set_value(h.ieth_rkey);
   if (op->has(ExtHeader::kCnpReserved)) {
-    const MutBytes rsvd = at(ExtHeader::kCnpReserved).first(kExtHeaderBytes[7]);
+    const MutBytes rsvd =
+        at(ExtHeader::kCnpReserved)
+            .first(kExtHeaderBytes[static_cast<unsigned>(ExtHeader::kCnpReserved)]);
     std::fill(rsvd.begin(), rsvd.end(), std::byte{0});
   }
   return op->header_bytes;

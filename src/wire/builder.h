@@ -21,6 +21,7 @@ namespace uroce::wire {
 // read; the others stay zero in decoded values.
 struct TransportHeaders {
   Bth bth;
+  Feth feth;
   Reth reth;
   Aeth aeth;
   AtomicEth atomic_eth;

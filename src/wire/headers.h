@@ -228,6 +228,38 @@ class BasicDethRef : public HeaderRef<Byte, 8> {
 using DethView = BasicDethRef<const std::byte>;
 using DethMut = BasicDethRef<std::byte>;
 
+// ---- FETH (4 bytes): FLUSH extended transport header (IBTA 1.5, annex A19) -------------------
+// Bits 3..0 the placement type, bits 5..4 the selectivity level, bits 31..6 reserved (rxe_hdr.h
+// feth_plt(), feth_sel()).
+inline constexpr std::uint8_t kFlushGlobal = 1;      // placement: global visibility
+inline constexpr std::uint8_t kFlushPersistent = 2;  // placement: persistence
+inline constexpr std::uint8_t kFlushRange = 0;       // selectivity: the RETH's range
+inline constexpr std::uint8_t kFlushMr = 1;          // selectivity: the whole region of the R_Key
+struct Feth {
+  std::uint8_t placement = 0;    // 4 bits
+  std::uint8_t selectivity = 0;  // 2 bits
+  bool operator==(const Feth&) const = default;
+};
+
+template <class Byte>
+class BasicFethRef : public HeaderRef<Byte, 4> {
+  using Base = HeaderRef<Byte, 4>;
+
+ public:
+  using Base::Base;
+  using Base::kMutable;
+  std::uint8_t placement() const { return load_be32(this->bytes(), 0) & 0xfu; }
+  std::uint8_t selectivity() const { return (load_be32(this->bytes(), 0) >> 4) & 0x3u; }
+  std::uint32_t reserved() const { return load_be32(this->bytes(), 0) >> 6; }
+  Feth decode() const { return Feth{placement(), selectivity()}; }
+  void encode(const Feth& h) const requires kMutable {
+    store_be32(this->mut(), 0,
+               (std::uint32_t{h.selectivity} & 0x3u) << 4 | (std::uint32_t{h.placement} & 0xfu));
+  }
+};
+using FethView = BasicFethRef<const std::byte>;
+using FethMut = BasicFethRef<std::byte>;
+
 // ---- ImmDt and IETH (4 bytes each): one 32-bit big-endian value --------------------------------
 template <class Byte>
 class BasicWord32Ref : public HeaderRef<Byte, 4> {

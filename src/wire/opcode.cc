@@ -20,6 +20,8 @@ std::string_view ext_header_name(ExtHeader h) {
   switch (h) {
     case ExtHeader::kDeth:
       return "DETH";
+    case ExtHeader::kFeth:
+      return "FETH";
     case ExtHeader::kReth:
       return "RETH";
     case ExtHeader::kAtomicEth:

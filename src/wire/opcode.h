@@ -23,6 +23,7 @@ enum class Opcode : std::uint8_t {
 // reserved bytes are treated as a header so that a CNP carries no payload).
 enum class ExtHeader : std::uint8_t {
   kDeth,
+  kFeth,  // FLUSH (IBTA 1.5, annex A19): before the RETH
   kReth,
   kAtomicEth,
   kAeth,
@@ -31,12 +32,13 @@ enum class ExtHeader : std::uint8_t {
   kIeth,
   kCnpReserved,
 };
-inline constexpr std::size_t kExtHeaderCount = 8;
+inline constexpr std::size_t kExtHeaderCount = 9;
 
 inline constexpr std::size_t kBthBytes = 12;
 inline constexpr std::size_t kIcrcBytes = 4;
 inline constexpr std::array<std::uint8_t, kExtHeaderCount> kExtHeaderBytes = {
     8,   // DETH
+    4,   // FETH
     16,  // RETH
     28,  // AtomicETH
     4,   // AETH
@@ -66,6 +68,9 @@ enum OpcodeFlag : std::uint32_t {
   kFlagImm = 1u << 13,
   kFlagInvalidate = 1u << 14,
   kFlagCnp = 1u << 15,
+  // IBTA 1.5 (annex A19; rxe since 6.2): both answered by a zero-length READ Response Only.
+  kFlagAtomicWrite = 1u << 16,  // ATOMIC WRITE: 8 bytes placed at once
+  kFlagFlush = 1u << 17,        // FLUSH: a placement type and selectivity level in the FETH
 };
 
 struct OpcodeInfo {
@@ -73,7 +78,7 @@ struct OpcodeInfo {
   std::uint8_t value = 0;
   std::string_view name;
   Transport transport = Transport::kRc;
-  std::uint8_t ext_headers = 0;  // bit i set: ExtHeader(i) present
+  std::uint16_t ext_headers = 0;  // bit i set: ExtHeader(i) present
   std::uint32_t flags = 0;
   // Byte offset of each present extension header from the start of the BTH (0 when absent).
   std::array<std::uint8_t, kExtHeaderCount> offset{};
@@ -87,12 +92,12 @@ struct OpcodeInfo {
 
 namespace detail {
 
-constexpr std::uint8_t ext_bit(ExtHeader h) {
-  return static_cast<std::uint8_t>(1u << static_cast<unsigned>(h));
+constexpr std::uint16_t ext_bit(ExtHeader h) {
+  return static_cast<std::uint16_t>(1u << static_cast<unsigned>(h));
 }
 
 constexpr OpcodeInfo make_opcode_info(std::uint8_t value, std::string_view name, Transport t,
-                                      std::uint8_t headers, std::uint32_t flags) {
+                                      std::uint16_t headers, std::uint32_t flags) {
   OpcodeInfo info;
   info.valid = true;
   info.value = value;
@@ -117,22 +122,23 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
   constexpr auto UC = Transport::kUc;
   constexpr auto UD = Transport::kUd;
   constexpr auto CNP = Transport::kCnp;
-  constexpr std::uint8_t H_DETH = ext_bit(ExtHeader::kDeth);
-  constexpr std::uint8_t H_RETH = ext_bit(ExtHeader::kReth);
-  constexpr std::uint8_t H_ATMETH = ext_bit(ExtHeader::kAtomicEth);
-  constexpr std::uint8_t H_AETH = ext_bit(ExtHeader::kAeth);
-  constexpr std::uint8_t H_ATMACKETH = ext_bit(ExtHeader::kAtomicAckEth);
-  constexpr std::uint8_t H_IMMDT = ext_bit(ExtHeader::kImmDt);
-  constexpr std::uint8_t H_IETH = ext_bit(ExtHeader::kIeth);
-  constexpr std::uint8_t H_CNPRSVD = ext_bit(ExtHeader::kCnpReserved);
+  constexpr std::uint16_t H_DETH = ext_bit(ExtHeader::kDeth);
+  constexpr std::uint16_t H_FETH = ext_bit(ExtHeader::kFeth);
+  constexpr std::uint16_t H_RETH = ext_bit(ExtHeader::kReth);
+  constexpr std::uint16_t H_ATMETH = ext_bit(ExtHeader::kAtomicEth);
+  constexpr std::uint16_t H_AETH = ext_bit(ExtHeader::kAeth);
+  constexpr std::uint16_t H_ATMACKETH = ext_bit(ExtHeader::kAtomicAckEth);
+  constexpr std::uint16_t H_IMMDT = ext_bit(ExtHeader::kImmDt);
+  constexpr std::uint16_t H_IETH = ext_bit(ExtHeader::kIeth);
+  constexpr std::uint16_t H_CNPRSVD = ext_bit(ExtHeader::kCnpReserved);
   constexpr std::uint32_t F_REQ = kFlagRequest, F_RESP = kFlagResponse, F_SEND = kFlagSend,
                           F_WRITE = kFlagWrite, F_READ = kFlagRead, F_ATOMIC = kFlagAtomic,
                           F_ACK = kFlagAck, F_FIRST = kFlagFirst, F_MIDDLE = kFlagMiddle,
                           F_LAST = kFlagLast, F_PAYLOAD = kFlagPayload, F_RWR = kFlagRecvWqe,
                           F_COMP = kFlagComplete, F_IMM = kFlagImm, F_INV = kFlagInvalidate,
-                          F_CNP = kFlagCnp;
+                          F_CNP = kFlagCnp, F_ATOMIC_WRITE = kFlagAtomicWrite, F_FLUSH = kFlagFlush;
 #define UROCE_OPCODE(e, v, name, tr, hdrs, flags) \
-  table[v] = make_opcode_info(v, name, tr, static_cast<std::uint8_t>(hdrs), flags);
+  table[v] = make_opcode_info(v, name, tr, static_cast<std::uint16_t>(hdrs), flags);
 #include "wire/opcodes.def"
 #undef UROCE_OPCODE
   return table;
@@ -180,6 +186,11 @@ static_assert(opcode_info(Opcode::kUdSendOnlyImm).offset_of(ExtHeader::kDeth) ==
 static_assert(opcode_info(Opcode::kUdSendOnlyImm).offset_of(ExtHeader::kImmDt) == 20);
 static_assert(opcode_info(Opcode::kUdSendOnlyImm).header_bytes == 24);
 static_assert(opcode_info(Opcode::kCnp).header_bytes == 28);
-static_assert(kAllOpcodes.size() == 38);
+static_assert(opcode_info(Opcode::kRcFlush).offset_of(ExtHeader::kFeth) == 12);
+static_assert(opcode_info(Opcode::kRcFlush).offset_of(ExtHeader::kReth) == 16);
+static_assert(opcode_info(Opcode::kRcFlush).header_bytes == 32);
+static_assert(opcode_info(Opcode::kRcAtomicWrite).offset_of(ExtHeader::kReth) == 12);
+static_assert(opcode_info(Opcode::kRcAtomicWrite).header_bytes == 28);
+static_assert(kAllOpcodes.size() == 40);
 
 }  // namespace uroce::wire

@@ -49,6 +49,7 @@ struct RocePacket {
 
   BthView bth() const { return BthView(bytes); }
   RethView reth() const { return RethView(ext(ExtHeader::kReth)); }
+  FethView feth() const { return FethView(ext(ExtHeader::kFeth)); }
   AethView aeth() const { return AethView(ext(ExtHeader::kAeth)); }
   AtomicEthView atomic_eth() const { return AtomicEthView(ext(ExtHeader::kAtomicEth)); }
   AtomicAckEthView atomic_ack_eth() const {

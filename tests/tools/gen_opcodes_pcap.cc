@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
                 : info.is(kFlagLast)                      ? std::vector<std::size_t>{1, 1023}
                                                           : std::vector<std::size_t>{1024};
       }
+      if (info.is(kFlagAtomicWrite)) sizes = {8};  // its one operand
       for (std::size_t len : sizes) {
         TransportHeaders h;
         h.bth.opcode = info.value;
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
         h.bth.psn = psn++;
         h.bth.ack_req = info.is(kFlagLast);
         h.reth = Reth{0x7f0000001000, 0x1234, static_cast<std::uint32_t>(len)};
+        h.feth = Feth{kFlushGlobal, kFlushRange};
         h.aeth = Aeth{0x1f, psn};
         h.atomic_eth = AtomicEth{0x7f0000002000, 0x1234, 1, 0};
         h.atomic_ack_orig = 42;

@@ -194,6 +194,39 @@ TEST(PcapDump, ShowsBadIcrcWithTheExpectedValue) {
   std::filesystem::remove(path);
 }
 
+// IBTA 1.5: a FLUSH's FETH and RETH, an ATOMIC WRITE's RETH and its 8 bytes.
+TEST(PcapDump, DecodesFlushAndAtomicWrite) {
+  wire::OuterHeaders o;
+  o.src = wire::IpAddress::v4(0x0a000001);
+  o.dst = wire::IpAddress::v4(0x0a000002);
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcFlush);
+  h.bth.dest_qpn = 0x11;
+  h.feth = wire::Feth{wire::kFlushGlobal, wire::kFlushMr};
+  h.reth = wire::Reth{0x7f0000001000, 0x1234, 4096};
+  std::vector<std::byte> flush(256);
+  flush.resize(wire::build_frame(flush, o, h, {}));
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcAtomicWrite);
+  h.reth.dma_length = 8;
+  const std::vector<std::byte> value(8, std::byte{0x5a});
+  std::vector<std::byte> aw(256);
+  aw.resize(wire::build_frame(aw, o, h, value));
+  const std::string path = temp_path("ibta15.pcap");
+  write_pcap(path, {flush, aw});
+  Output out, err;
+  EXPECT_EQ(pcap_dump(path, out.file(), err.file()), kExitOk);
+  const std::string text = out.text();
+  EXPECT_NE(text.find("BTH  RC FLUSH (0x1c)"), std::string::npos) << text;
+  EXPECT_NE(text.find("FETH placement 0x1 global selectivity 1 (memory region)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("RETH VA 0x00007f0000001000 R_Key 0x00001234 DMA length 4096"),
+            std::string::npos);
+  EXPECT_NE(text.find("BTH  RC ATOMIC WRITE (0x1d)"), std::string::npos);
+  EXPECT_NE(text.find("payload 8 bytes, pad 0"), std::string::npos);
+  EXPECT_EQ(text.find("BAD"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
 // ---- QP 1: CM MADs ----
 
 // The frame of a datagram to QP 1 from QP 1 carrying `payload` (a MAD, or not quite one).

@@ -17,21 +17,37 @@ std::uint32_t TestMemory::add(std::uint32_t pd, void* addr, std::uint64_t length
   return key;
 }
 
-Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
-                                                  std::uint64_t addr, std::uint64_t length,
-                                                  std::uint32_t access) {
+Result<const TestMemory::Region*, AccessError> TestMemory::checked(std::uint32_t pd,
+                                                                   std::uint32_t key,
+                                                                   std::uint32_t need) {
   ++resolves;
   auto it = regions_.find(key);
   if (it == regions_.end() || !it->second.valid) return Err{AccessError::kInvalidKey};
   const Region& r = it->second;
   if (r.pd != pd) return Err{AccessError::kWrongPd};
+  if ((r.access & need) != need) return Err{AccessError::kNoPermission};
+  return &r;
+}
+
+Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+                                                  std::uint64_t addr, std::uint64_t length,
+                                                  std::uint32_t access) {
   std::uint32_t need = access;
   if (!remote) need &= ~static_cast<std::uint32_t>(kAccessRemoteRead);
-  if ((r.access & need) != need) return Err{AccessError::kNoPermission};
+  auto found = checked(pd, key, need);
+  if (!found.ok()) return Err{found.error()};
+  const Region& r = *found.value();
   if (addr < r.addr || length > r.length || addr - r.addr > r.length - length) {
     return Err{AccessError::kOutOfBounds};
   }
   return as_mut_bytes(reinterpret_cast<void*>(addr), length);
+}
+
+Result<MutBytes, AccessError> TestMemory::resolve_region(std::uint32_t pd, std::uint32_t key,
+                                                         std::uint32_t access) {
+  auto found = checked(pd, key, access);
+  if (!found.ok()) return Err{found.error()};
+  return as_mut_bytes(reinterpret_cast<void*>(found.value()->addr), found.value()->length);
 }
 
 Result<bool, AccessError> TestMemory::invalidate(std::uint32_t pd, std::uint32_t key) {

@@ -39,9 +39,14 @@ class TestMemory : public transport::MemoryResolver {
   Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) override;
+  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t key,
+                                                          std::uint32_t access) override;
   Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t key) override;
 
  private:
+  // The valid region `key` names in `pd` with every `need` flag.
+  Result<const Region*, transport::AccessError> checked(std::uint32_t pd, std::uint32_t key,
+                                                        std::uint32_t need);
   std::map<std::uint32_t, Region> regions_;
   std::uint32_t next_key_ = 0x100;
 };

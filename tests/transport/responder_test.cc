@@ -544,6 +544,169 @@ TEST(ResponderErrors, MrDeregisteredWhileAReadIsAnswered) {
   EXPECT_EQ(s.e.qp->state(), QpState::kErr);
 }
 
+// ---- IBTA 1.5 (annex A19; rxe_resp.c since 6.2): ATOMIC WRITE and FLUSH ----
+
+// The QP's remote access flags plus `extra` (the FLUSH placement types it allows).
+void set_qp_access(Solo& s, std::uint32_t access) {
+  QpAttr attr;
+  attr.qp_access_flags = access;
+  s.e.qp->modify(attr, kQpAccessFlags, s.e.qp->path());
+}
+constexpr std::uint32_t kRemoteAll =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+wire::TransportHeaders flush_headers(std::uint32_t psn, std::uint64_t va, std::uint32_t rkey,
+                                     std::uint32_t len, std::uint8_t placement,
+                                     std::uint8_t selectivity) {
+  wire::TransportHeaders h = reth_headers(Opcode::kRcFlush, psn, va, rkey, len);
+  h.feth = wire::Feth{placement, selectivity};
+  return h;
+}
+
+Bytes word(std::uint64_t v) {
+  Bytes b(8);
+  std::memcpy(b.data(), &v, 8);
+  return b;
+}
+
+// rxe's send_read_response_ack(): a READ Response Only without data, AETH ACK, at the PSN.
+void expect_empty_read_response(const Solo::Sent& s, std::uint32_t psn, std::uint32_t msn) {
+  EXPECT_EQ(s.op->opcode(), Opcode::kRcRdmaReadResponseOnly);
+  EXPECT_EQ(s.h.bth.psn, psn);
+  EXPECT_EQ(s.h.aeth.syndrome, 0x1f);
+  EXPECT_EQ(s.h.aeth.msn, msn);
+  EXPECT_TRUE(s.payload.empty());
+}
+
+TEST(ResponderAtomicWrite, PlacesItsEightBytesOnceAndAnswersWithAnEmptyReadResponse) {
+  Solo s(QpType::kRc);
+  const wire::TransportHeaders h =
+      reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(512), s.e.key, 8);
+  s.feed(h, word(0x1122334455667788));
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_empty_read_response(out[0], kEpsn, 1);
+  std::uint64_t v = 0;
+  std::memcpy(&v, s.e.buf.data() + 512, 8);
+  EXPECT_EQ(v, 0x1122334455667788u);
+  // A duplicate (oA19-14): answered again, memory not written again.
+  std::memset(s.e.buf.data() + 512, 0, 8);
+  s.feed(h, word(0x1122334455667788));
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_empty_read_response(out[0], kEpsn, 1);
+  EXPECT_EQ(s.e.buf[512], std::byte{0});
+  // The expected PSN moved past it.
+  post_recv(s, 1, 0, 64);
+  s.feed(Opcode::kRcSendOnly, kEpsn + 1, pattern(4, 0));
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kEpsn + 1);
+}
+
+TEST(ResponderAtomicWrite, MisalignedAddressIsAnInvalidRequest) {
+  Solo s(QpType::kRc);
+  s.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(4), s.e.key, 8), word(~0ull));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+  for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(s.e.buf[i], std::byte{0});
+}
+
+TEST(ResponderAtomicWrite, AnythingButEightBytesIsAnInvalidRequest) {
+  Solo s(QpType::kRc);
+  s.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(0), s.e.key, 4), pattern(4, 1));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+  Solo t(QpType::kRc);  // the RETH says 8, the payload is 4
+  t.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, t.va(0), t.e.key, 8), pattern(4, 1));
+  expect_error_nak(t, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+}
+
+TEST(ResponderAtomicWrite, RegionWithoutRemoteWriteIsARemoteAccessError) {
+  Solo s(QpType::kRc);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(),
+                     kAccessLocalWrite | kAccessRemoteRead | kAccessRemoteAtomic);
+  s.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(0), key, 8), word(~0ull));
+  expect_error_nak(s, kEpsn, kRemAcc, AsyncEventType::kQpAccessErr);
+  EXPECT_EQ(s.e.buf[0], std::byte{0});
+}
+
+TEST(ResponderAtomicWrite, QpWithoutRemoteWriteRefusesIt) {
+  Solo s(QpType::kRc);
+  set_qp_access(s, kAccessLocalWrite | kAccessRemoteAtomic);  // rxe: remote write, not atomic
+  s.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(0), s.e.key, 8), word(~0ull));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+  EXPECT_EQ(s.e.buf[0], std::byte{0});
+}
+
+TEST(ResponderFlush, RangeAndRegionFlushesAreAnsweredWithAnEmptyReadResponse) {
+  Solo s(QpType::kRc);
+  set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
+  s.feed(flush_headers(kEpsn, s.va(64), key, 128, wire::kFlushGlobal, wire::kFlushRange));
+  // A region's flush names only its R_Key: the address and length are not checked (but a
+  // length beyond 2^31 is an invalid request in any RETH, C9-94, as rxe checks it).
+  s.feed(flush_headers(kEpsn + 1, 0, key, 1u << 31, wire::kFlushGlobal, wire::kFlushMr));
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 2u);
+  expect_empty_read_response(out[0], kEpsn, 1);
+  expect_empty_read_response(out[1], kEpsn + 1, 2);
+  // A duplicate (oA19-15) is answered again.
+  s.feed(flush_headers(kEpsn, s.va(64), key, 128, wire::kFlushGlobal, wire::kFlushRange));
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_empty_read_response(out[0], kEpsn, 1);
+}
+
+TEST(ResponderFlush, UnregisteredRangeIsARemoteAccessError) {
+  Solo s(QpType::kRc);
+  set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
+  s.feed(flush_headers(kEpsn, s.va(s.e.buf.size() - 8), key, 64, wire::kFlushGlobal,
+                       wire::kFlushRange));
+  expect_error_nak(s, kEpsn, kRemAcc, AsyncEventType::kQpAccessErr);
+}
+
+TEST(ResponderFlush, RegionWithoutTheFlushAccessIsARemoteAccessError) {
+  for (const std::uint8_t selectivity : {wire::kFlushRange, wire::kFlushMr}) {
+    Solo s(QpType::kRc);
+    set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
+    // Solo's region grants every remote access but FLUSH.
+    s.feed(flush_headers(kEpsn, s.va(0), s.e.key, 64, wire::kFlushGlobal, selectivity));
+    expect_error_nak(s, kEpsn, kRemAcc, AsyncEventType::kQpAccessErr);
+  }
+}
+
+TEST(ResponderFlush, QpWithoutThePlacementTypeRefusesIt) {
+  Solo s(QpType::kRc);  // no flush access at all
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
+  s.feed(flush_headers(kEpsn, s.va(0), key, 64, wire::kFlushGlobal, wire::kFlushRange));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+  Solo t(QpType::kRc);  // global allowed, persistence asked for too
+  set_qp_access(t, kRemoteAll | kAccessFlushGlobal);
+  t.feed(flush_headers(kEpsn, t.va(0), key, 64, wire::kFlushGlobal | wire::kFlushPersistent,
+                       wire::kFlushRange));
+  expect_error_nak(t, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+}
+
+TEST(ResponderFlush, ReservedSelectivityIsAnInvalidRequest) {
+  Solo s(QpType::kRc);
+  set_qp_access(s, kRemoteAll | kAccessFlushGlobal);
+  const std::uint32_t key =
+      s.e.memory.add(1, s.e.buf.data(), s.e.buf.size(), kAccessLocalWrite | kAccessFlushGlobal);
+  s.feed(flush_headers(kEpsn, s.va(0), key, 64, wire::kFlushGlobal, 2));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+}
+
+TEST(ResponderAtomicWrite, WithoutResponderResourcesItIsAnInvalidRequest) {
+  Solo s(QpType::kRc);
+  s.set(14, 7, 7, 12, /*max_rd_atomic=*/0);
+  s.feed(reth_headers(Opcode::kRcAtomicWrite, kEpsn, s.va(0), s.e.key, 8), word(1));
+  expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
+}
+
 TEST(Responder, PacketsInResetInitOrErrAreDropped) {
   Solo s(QpType::kRc);
   QpAttr attr;

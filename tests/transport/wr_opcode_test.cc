@@ -43,6 +43,9 @@ const std::vector<Rule> kRules = {
     {WrOpcode::kAtomicFetchAndAdd, {RC}, WcOpcode::kFetchAdd},
     {WrOpcode::kLocalInv, {}, WcOpcode::kLocalInv},
     {WrOpcode::kSendWithInv, {RC}, WcOpcode::kSend},
+    // IBTA 1.5 (annex A19): RC only, as rxe's table has them.
+    {WrOpcode::kFlush, {RC}, WcOpcode::kFlush},
+    {WrOpcode::kAtomicWrite, {RC}, WcOpcode::kAtomicWrite},
 };
 
 // The request packets, Only, First, Middle, Last (none: no such packet), of every opcode that a
@@ -74,6 +77,8 @@ const std::vector<Packets> kPackets = {
     {WrOpcode::kRdmaRead, RC, {Opcode::kRcRdmaReadRequest, NONE, NONE, NONE}},
     {WrOpcode::kAtomicCmpAndSwp, RC, {Opcode::kRcCompareSwap, NONE, NONE, NONE}},
     {WrOpcode::kAtomicFetchAndAdd, RC, {Opcode::kRcFetchAdd, NONE, NONE, NONE}},
+    {WrOpcode::kFlush, RC, {Opcode::kRcFlush, NONE, NONE, NONE}},
+    {WrOpcode::kAtomicWrite, RC, {Opcode::kRcAtomicWrite, NONE, NONE, NONE}},
     {WrOpcode::kSend,
      UC,
      {Opcode::kUcSendOnly, Opcode::kUcSendFirst, Opcode::kUcSendMiddle, Opcode::kUcSendLast}},
@@ -132,14 +137,21 @@ std::vector<std::string> check_entry(const WrOpcodeInfo& e) {
   }
   expect(e.completion == rule->completion, "completion opcode");
 
-  const std::uint32_t operation = e.flags & (kWrSend | kWrWrite | kWrRead | kWrAtomic);
+  const std::uint32_t operation =
+      e.flags & (kWrSend | kWrWrite | kWrRead | kWrAtomic | kWrAtomicWrite | kWrFlush);
   const bool one_operation = operation != 0 && (operation & (operation - 1)) == 0;
   expect(one_operation == e.packet.has_value(), "one operation exactly when it has a packet");
-  const bool remote = e.is(kWrWrite) || e.is(kWrRead) || e.is(kWrAtomic);
-  expect(e.is(kWrRemote) == remote, "a remote address exactly for RDMA and atomics");
-  expect(e.is(kWrInline) == (e.is(kWrSend) || e.is(kWrWrite)), "inline exactly for SEND, WRITE");
-  expect(e.operand_bytes == (e.is(kWrAtomic) ? 8 : 0), "8-byte operand exactly for atomics");
-  expect(e.is_read_or_atomic() == (e.is(kWrRead) || e.is(kWrAtomic)), "READ or atomic");
+  const bool remote =
+      e.is(kWrWrite) || e.is(kWrRead) || e.is(kWrAtomic) || e.is(kWrAtomicWrite) || e.is(kWrFlush);
+  expect(e.is(kWrRemote) == remote, "a remote address exactly for RDMA, atomics, IBTA 1.5's");
+  // ATOMIC WRITE's 8 bytes may be inline: rdma-core's ibv_wr_atomic_write copies them at once.
+  expect(e.is(kWrInline) == (e.is(kWrSend) || e.is(kWrWrite) || e.is(kWrAtomicWrite)),
+         "inline exactly for SEND, WRITE, ATOMIC WRITE");
+  expect(e.operand_bytes == (e.is(kWrAtomic) || e.is(kWrAtomicWrite) ? 8 : 0),
+         "8-byte operand exactly for atomics and ATOMIC WRITE");
+  expect(e.is_read_or_atomic() ==
+             (e.is(kWrRead) || e.is(kWrAtomic) || e.is(kWrAtomicWrite) || e.is(kWrFlush)),
+         "READ, atomic or IBTA 1.5 (a responder resource each)");
   const std::string name(e.name);
   expect(e.is(kWrImm) == (name.find("Immediate") != std::string::npos), "Immediate");
   expect(e.is(kWrInvalidate) == (name == "SEND with Invalidate"), "Invalidate");
@@ -149,7 +161,9 @@ std::vector<std::string> check_entry(const WrOpcodeInfo& e) {
              w.is(wire::kFlagFirst | wire::kFlagLast),
          "its packet is an RC request Only packet");
   expect(w.is(wire::kFlagSend) == e.is(kWrSend) && w.is(wire::kFlagWrite) == e.is(kWrWrite) &&
-             w.is(wire::kFlagRead) == e.is(kWrRead) && w.is(wire::kFlagAtomic) == e.is(kWrAtomic),
+             w.is(wire::kFlagRead) == e.is(kWrRead) && w.is(wire::kFlagAtomic) == e.is(kWrAtomic) &&
+             w.is(wire::kFlagAtomicWrite) == e.is(kWrAtomicWrite) &&
+             w.is(wire::kFlagFlush) == e.is(kWrFlush),
          "its packet's operation");
   expect(w.is(wire::kFlagImm) == e.is(kWrImm), "its packet's ImmDt");
   expect(w.is(wire::kFlagInvalidate) == e.is(kWrInvalidate), "its packet's IETH");
@@ -173,10 +187,10 @@ TEST(WrOpcode, TableHoldsTheIbvOpcodesUroceKnows) {
     ASSERT_NE(wr_opcode_info(op), nullptr);
     EXPECT_EQ(wr_opcode_info(op)->opcode, op);
   }
-  EXPECT_EQ(listed, (std::set<unsigned>{0, 1, 2, 3, 4, 5, 6, 7, 9}));
+  EXPECT_EQ(listed, (std::set<unsigned>{0, 1, 2, 3, 4, 5, 6, 7, 9, 14, 15}));
   EXPECT_EQ(kRules.size(), kAllWrOpcodes.size());
   // IBV_WR_BIND_MW (8), IBV_WR_TSO (10) and the rest: unknown, as are values past the table.
-  for (unsigned v : {8u, 10u, 11u, 14u, 15u, 16u, 200u, 255u}) {
+  for (unsigned v : {8u, 10u, 11u, 12u, 13u, 16u, 200u, 255u}) {
     EXPECT_EQ(wr_opcode_info(static_cast<WrOpcode>(v)), nullptr) << v;
   }
 }
@@ -197,8 +211,9 @@ TEST(WrOpcode, UdAllowsOnlySendAndSendWithImmediate) {
 }
 
 TEST(WrOpcode, UcRefusesReadAtomicsAndInvalidate) {
-  for (WrOpcode op : {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
-                      WrOpcode::kSendWithInv, WrOpcode::kLocalInv}) {
+  for (WrOpcode op :
+       {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
+        WrOpcode::kSendWithInv, WrOpcode::kLocalInv, WrOpcode::kFlush, WrOpcode::kAtomicWrite}) {
     EXPECT_FALSE(wr_opcode_info(op)->allows(UC)) << wr_opcode_info(op)->name;
   }
   for (WrOpcode op : {WrOpcode::kSend, WrOpcode::kSendWithImm, WrOpcode::kRdmaWrite,
@@ -218,6 +233,8 @@ TEST(WrOpcode, CompletionOpcodes) {
   EXPECT_EQ(wc(WrOpcode::kAtomicCmpAndSwp), WcOpcode::kCompSwap);
   EXPECT_EQ(wc(WrOpcode::kAtomicFetchAndAdd), WcOpcode::kFetchAdd);
   EXPECT_EQ(wc(WrOpcode::kLocalInv), WcOpcode::kLocalInv);
+  EXPECT_EQ(wc(WrOpcode::kFlush), WcOpcode::kFlush);              // IBV_WC_FLUSH, 8
+  EXPECT_EQ(wc(WrOpcode::kAtomicWrite), WcOpcode::kAtomicWrite);  // IBV_WC_ATOMIC_WRITE, 9
 }
 
 TEST(WrOpcode, PsnsOfAMessage) {
@@ -229,6 +246,8 @@ TEST(WrOpcode, PsnsOfAMessage) {
   EXPECT_EQ(send.psns(1025, 1024), 2u);
   EXPECT_EQ(read.psns(4096, 256), 16u);  // one per response packet
   EXPECT_EQ(cas.psns(8, 256), 1u);
+  EXPECT_EQ(wr_opcode_info(WrOpcode::kFlush)->psns(0, 256), 1u);  // one request, one response
+  EXPECT_EQ(wr_opcode_info(WrOpcode::kAtomicWrite)->psns(8, 256), 1u);
   EXPECT_EQ(packet_position(true, true), PacketPosition::kOnly);
   EXPECT_EQ(packet_position(true, false), PacketPosition::kFirst);
   EXPECT_EQ(packet_position(false, false), PacketPosition::kMiddle);

@@ -130,6 +130,46 @@ TEST(Cq, ArmingForAnyCompletionIsNotNarrowedBySolicitedOnly) {
   EXPECT_EQ(rec.events.size(), 1u);
 }
 
+// ibv_resize_cq as rxe: the new size rounded as at creation, the queued completions kept in
+// order (here across the old ring's wrap-around), the new capacity in force at once.
+TEST(Cq, ResizeGrowsAndShrinksKeepingQueuedCompletionsInOrder) {
+  auto dev = make_device();
+  Recorder rec;
+  dev->set_completion_event_handler(&rec);
+  CqHandle cq = dev->create_cq(CqInitAttr{7, 5, 0})->handle;
+  for (std::uint64_t i = 1; i <= 6; ++i) sink(*dev, cq).push(wc(i), false);
+  Wc out[32];
+  ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 4)), 4u);                        // 5, 6 remain ...
+  for (std::uint64_t i = 7; i <= 10; ++i) sink(*dev, cq).push(wc(i), false);  // ... wrapped
+  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
+  EXPECT_EQ(*dev->resize_cq(cq, 20), 31u);
+  for (std::uint64_t i = 11; i <= 30; ++i) sink(*dev, cq).push(wc(i), false);
+  EXPECT_EQ(rec.events.size(), 1u);  // the arming survived the resize
+  ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 3)), 3u);
+  EXPECT_EQ(out[0].wr_id, 5u);
+  EXPECT_EQ(out[2].wr_id, 7u);
+  // 23 queued (8..30): a smaller CQ must still hold them.
+  EXPECT_EQ(dev->resize_cq(cq, 22).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(*dev->resize_cq(cq, 23), 31u);
+  ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 20)), 20u);
+  EXPECT_EQ(out[0].wr_id, 8u);
+  EXPECT_EQ(out[19].wr_id, 27u);
+  EXPECT_EQ(*dev->resize_cq(cq, 3), 3u);  // 28, 29, 30 fill it exactly
+  sink(*dev, cq).push(wc(31), false);     // one too many for the new size
+  EXPECT_EQ(dev->poll_cq(cq, out).error(), Errc::kNoSpace);
+  ASSERT_TRUE(dev->get_async_event().has_value());
+}
+
+TEST(Cq, ResizeChecksTheSizeAndTheHandle) {
+  auto dev = make_device();
+  CqHandle cq = dev->create_cq(CqInitAttr{1, 0, 0})->handle;
+  EXPECT_EQ(dev->resize_cq(cq, 0).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->resize_cq(cq, 32768).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(*dev->resize_cq(cq, 32767), 32767u);
+  ASSERT_EQ(dev->destroy_cq(cq), Errc::kOk);
+  EXPECT_EQ(dev->resize_cq(cq, 4).error(), Errc::kInvalidArgument);
+}
+
 TEST(Cq, StaleHandlesAreDetected) {
   auto dev = make_device();
   CqHandle cq = dev->create_cq(CqInitAttr{1, 0, 0})->handle;

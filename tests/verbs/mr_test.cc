@@ -76,6 +76,83 @@ TEST_F(MrTest, QueryAndDeregDetectStaleHandles) {
   EXPECT_EQ(dev->query_mr(mr->handle).error(), Errc::kInvalidArgument);
 }
 
+// ibv_rereg_mr: PD and access changes as rxe (the keys stay), translation changes too; each
+// takes effect for the very next resolve.
+TEST_F(MrTest, ReregChangesPdAccessAndTranslationAndKeepsTheKeys) {
+  auto& res = dev->memory();
+  auto mr = dev->reg_mr(pd, buf.data(), 64, kAccessLocalWrite | kAccessRemoteWrite);
+  ASSERT_TRUE(mr.ok());
+  PdHandle other = *dev->alloc_pd();
+  const std::uint32_t other_id =
+      DeviceTestAccess::state(*dev).pds.get(verbs::detail::to_raw(other))->id;
+
+  auto r = dev->rereg_mr(mr->handle, kReregPd, other, nullptr, 0, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->lkey, mr->lkey);
+  EXPECT_EQ(r->rkey, mr->rkey);
+  EXPECT_EQ(r->pd, other);
+  EXPECT_EQ(r->access, mr->access);
+  EXPECT_EQ(res.resolve(pd_id, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).error(),
+            AccessError::kWrongPd);
+  EXPECT_TRUE(res.resolve(other_id, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).ok());
+  // The MR's references moved: the old PD can go, the new one cannot.
+  EXPECT_EQ(dev->dealloc_pd(other), Errc::kBusy);
+  PdHandle spare = *dev->alloc_pd();
+  EXPECT_EQ(dev->dealloc_pd(spare), Errc::kOk);
+
+  r = dev->rereg_mr(mr->handle, kReregAccess, PdHandle{}, nullptr, 0, kAccessRemoteRead);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->access, std::uint32_t{kAccessRemoteRead});
+  EXPECT_EQ(res.resolve(other_id, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).error(),
+            AccessError::kNoPermission);
+  EXPECT_TRUE(res.resolve(other_id, mr->rkey, true, mr->iova, 8, kAccessRemoteRead).ok());
+
+  std::vector<std::byte> moved(256);
+  r = dev->rereg_mr(mr->handle, kReregTranslation | kReregPd | kReregAccess, pd, moved.data(),
+                    moved.size(), kAccessLocalWrite | kAccessRemoteAtomic);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->iova, reinterpret_cast<std::uintptr_t>(moved.data()));
+  EXPECT_EQ(r->length, moved.size());
+  EXPECT_EQ(r->lkey, mr->lkey);
+  auto bytes = res.resolve(pd_id, mr->rkey, true, r->iova + 248, 8, kAccessRemoteAtomic);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(bytes->data(), moved.data() + 248);
+  EXPECT_EQ(res.resolve(pd_id, mr->lkey, false, mr->iova, 8, 0).error(),
+            AccessError::kOutOfBounds);  // the old range is gone
+  EXPECT_EQ(dev->dealloc_pd(other), Errc::kOk);
+  EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+  EXPECT_EQ(dev->dealloc_pd(pd), Errc::kOk);
+}
+
+TEST_F(MrTest, ReregRefusesWhatRegistrationRefusesAndChangesNothing) {
+  auto mr = dev->reg_mr(pd, buf.data(), 64, kAccessLocalWrite);
+  ASSERT_TRUE(mr.ok());
+  auto rereg = [&](std::uint32_t flags, PdHandle p, void* addr, std::size_t len,
+                   std::uint32_t access) {
+    return dev->rereg_mr(mr->handle, flags, p, addr, len, access).error();
+  };
+  EXPECT_EQ(rereg(0, pd, nullptr, 0, 0), Errc::kInvalidArgument);  // nothing to change
+  EXPECT_EQ(rereg(8, pd, nullptr, 0, 0), Errc::kInvalidArgument);  // no such flag
+  EXPECT_EQ(rereg(kReregPd, PdHandle{}, nullptr, 0, 0), Errc::kInvalidArgument);
+  // Remote write or atomic without local write; a PD change in the same call is not made.
+  PdHandle other = *dev->alloc_pd();
+  EXPECT_EQ(rereg(kReregPd | kReregAccess, other, nullptr, 0, kAccessRemoteWrite),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(rereg(kReregAccess, pd, nullptr, 0, kAccessRemoteAtomic), Errc::kInvalidArgument);
+  EXPECT_EQ(rereg(kReregAccess, pd, nullptr, 0, kAccessMwBind), Errc::kNotSupported);
+  EXPECT_EQ(rereg(kReregTranslation, pd, nullptr, 16, 0), Errc::kInvalidArgument);
+  EXPECT_EQ(rereg(kReregTranslation, pd, buf.data(), 0, 0), Errc::kInvalidArgument);
+  auto q = dev->query_mr(mr->handle);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->pd, pd);
+  EXPECT_EQ(q->access, std::uint32_t{kAccessLocalWrite});
+  EXPECT_EQ(q->length, 64u);
+  EXPECT_EQ(dev->dealloc_pd(other), Errc::kOk);  // never gained a reference
+  EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+  EXPECT_EQ(dev->rereg_mr(mr->handle, kReregAccess, pd, nullptr, 0, 0).error(),
+            Errc::kInvalidArgument);
+}
+
 TEST_F(MrTest, KeysAreIndexAndKeyByteAndLkeyEqualsRkey) {
   auto a = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
   auto b = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);

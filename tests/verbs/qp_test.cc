@@ -282,7 +282,8 @@ TEST(QpModify, ValuesAreCheckedAsRxeDoes) {
   EXPECT_EQ(try_init([](QpAttr& a) { a.port_num = 2; }), Errc::kInvalidArgument);
   EXPECT_EQ(try_init([](QpAttr& a) { a.port_num = 0; }), Errc::kInvalidArgument);
   EXPECT_EQ(try_init([](QpAttr& a) { a.pkey_index = 1; }), Errc::kInvalidArgument);
-  EXPECT_EQ(try_init([](QpAttr& a) { a.qp_access_flags = 0x100; }), Errc::kInvalidArgument);
+  // 0x400: no such flag (bits 8 and 9 are FLUSH's placement types, QP access flags since 6.2).
+  EXPECT_EQ(try_init([](QpAttr& a) { a.qp_access_flags = 0x400; }), Errc::kInvalidArgument);
   EXPECT_EQ(try_init([](QpAttr& a) { a.qp_state = static_cast<QpState>(9); }),
             Errc::kInvalidArgument);
   ASSERT_EQ(try_init([](QpAttr&) {}), Errc::kOk);
@@ -544,14 +545,16 @@ TEST(QpPost, UdNeedsALiveAh) {
 
 // Which opcodes each QP type posts through the verbs (transport/wr_opcodes.def), written out: UD
 // SEND and SEND with Immediate only; UC also RDMA WRITE; RC also READ, the atomics and SEND with
-// Invalidate; none LOCAL_INV nor an opcode uroce does not know. A refused WR changes nothing.
+// Invalidate, ATOMIC WRITE and FLUSH; none LOCAL_INV nor an opcode uroce does not know. A refused
+// WR changes nothing.
 TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
   const std::vector<WrOpcode> ud = {WrOpcode::kSend, WrOpcode::kSendWithImm};
   std::vector<WrOpcode> uc = ud;
   uc.insert(uc.end(), {WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm});
   std::vector<WrOpcode> rc = uc;
-  rc.insert(rc.end(), {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp,
-                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv});
+  rc.insert(rc.end(),
+            {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
+             WrOpcode::kSendWithInv, WrOpcode::kFlush, WrOpcode::kAtomicWrite});
   const std::map<QpType, std::vector<WrOpcode>> allowed = {
       {QpType::kRc, rc}, {QpType::kUc, uc}, {QpType::kUd, ud}};
   for (const auto& [type, ops] : allowed) {
@@ -570,6 +573,7 @@ TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
       wr.sg_list = {&sge, 1};
       wr.rdma = {0x10000, 1};
       wr.atomic.remote_addr = 0x10000;
+      wr.flush.placement = 1;  // global visibility
       wr.ud.ah = ah;
       const SendWr* bad = nullptr;
       const bool ok = std::find(ops.begin(), ops.end(), op) != ops.end();
@@ -759,6 +763,45 @@ TEST(QpTraffic, RcWriteToAMissingKeyIsRefusedByTheResolver) {
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
   EXPECT_EQ(ev->qp, qb.handle);
+}
+
+// ibv_rereg_mr moves the MR to another PD: the next WRITE naming its unchanged rkey comes from
+// a QP of the old PD and is NAKed Remote Access Error (the requester's WQE completes with
+// REM_ACCESS_ERR); a WRITE before the change is placed.
+TEST(QpTraffic, RcWriteAfterReregToAnotherPdIsARemoteAccessError) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
+  std::memcpy(a.buf.data(), "before!!", 8);
+  Sge sge{a.mr.iova, 8, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::kRdmaWrite;
+  wr.send_flags = kSendSignaled;
+  wr.sg_list = {&sge, 1};
+  wr.rdma = {b.mr.iova, b.mr.rkey};
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  auto a_wcs = a.poll();
+  ASSERT_EQ(a_wcs.size(), 1u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data(), "before!!", 8), 0);
+
+  PdHandle other = *b.f.dev->alloc_pd();
+  auto r = b.f.dev->rereg_mr(b.mr.handle, kReregPd, other, nullptr, 0, 0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->rkey, b.mr.rkey);
+  std::memcpy(a.buf.data(), "after!!!", 8);
+  wr.wr_id = 2;
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  a_wcs = a.poll();
+  ASSERT_FALSE(a_wcs.empty());
+  EXPECT_EQ(a_wcs[0].wr_id, 2u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(std::memcmp(b.buf.data(), "before!!", 8), 0);
+  auto ev = b.f.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
 }
 
 // SEND with Invalidate naming an ordinary MR (IBTA o10-37; rxe_invalidate_mr() refuses any MR

@@ -25,6 +25,9 @@ TransportHeaders random_headers(Opcode op, std::mt19937_64& rng) {
   h.bth.dest_qpn = static_cast<std::uint32_t>(rng() & 0xffffff);
   h.bth.ack_req = rng() & 1;
   h.bth.psn = static_cast<std::uint32_t>(rng() & 0xffffff);
+  if (info.has(ExtHeader::kFeth)) {
+    h.feth = Feth{static_cast<std::uint8_t>(rng() & 0xf), static_cast<std::uint8_t>(rng() & 3)};
+  }
   if (info.has(ExtHeader::kReth)) {
     h.reth = Reth{rng(), static_cast<std::uint32_t>(rng()), static_cast<std::uint32_t>(rng())};
   }

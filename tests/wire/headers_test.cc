@@ -88,6 +88,14 @@ TEST(ExtHeaders, Layouts) {
   ImmDtMut(b).set_value(0xcafef00d);
   EXPECT_EQ(std::vector<std::byte>(b.begin(), b.begin() + 4), from_hex("cafef00d"));
   EXPECT_EQ(IethView(b).value(), 0xcafef00du);
+
+  // FETH (rxe_hdr.h): placement type in bits 3..0, selectivity level in bits 5..4.
+  b.fill(std::byte{0xee});
+  FethMut(b).encode(Feth{kFlushGlobal | kFlushPersistent, kFlushMr});
+  EXPECT_EQ(std::vector<std::byte>(b.begin(), b.begin() + 4), from_hex("00000013"));
+  EXPECT_EQ(FethView(b).decode(), (Feth{3, 1}));
+  EXPECT_EQ(FethView(from_hex("ffffffe1")).decode(), (Feth{1, 2}));
+  EXPECT_EQ(FethView(from_hex("ffffffe1")).reserved(), 0x3ffffffu);
 }
 
 TEST(HeadersDeathTest, ViewOfShortSpanAborts) {

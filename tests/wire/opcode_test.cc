@@ -27,7 +27,7 @@ TEST(Opcode, TableHoldsExactlyTheKnownOpcodes) {
     EXPECT_EQ(info->value, v);
     EXPECT_EQ(listed.count(static_cast<std::uint8_t>(v)), 1u) << v;
   }
-  EXPECT_EQ(valid, 38);
+  EXPECT_EQ(valid, 40);
   // Reserved RC opcodes, RD (unsupported, as in rxe), reserved UD opcodes, CNP neighbours.
   for (unsigned v : {0x15u, 0x18u, 0x1fu, 0x2cu, 0x40u, 0x4au, 0x60u, 0x63u, 0x66u, 0x80u, 0xffu}) {
     EXPECT_EQ(opcode_info(static_cast<std::uint8_t>(v)), nullptr) << v;
@@ -69,8 +69,12 @@ TEST(Opcode, HeadersFollowFromTheSemantics) {
     EXPECT_EQ(i.has(ExtHeader::kIeth), name_has(i, "Invalidate"));
     EXPECT_EQ(i.is(kFlagInvalidate), name_has(i, "Invalidate"));
     EXPECT_EQ(i.has(ExtHeader::kDeth), i.transport == Transport::kUd);
-    const bool reth =
-        (name_has(i, "WRITE First") || name_has(i, "WRITE Only") || name_has(i, "READ Request"));
+    const bool reth = name_has(i, "WRITE First") || name_has(i, "WRITE Only") ||
+                      name_has(i, "READ Request") || name_has(i, "ATOMIC WRITE") ||
+                      name_has(i, "FLUSH");
+    EXPECT_EQ(i.has(ExtHeader::kFeth), name_has(i, "FLUSH"));
+    EXPECT_EQ(i.is(kFlagFlush), name_has(i, "FLUSH"));
+    EXPECT_EQ(i.is(kFlagAtomicWrite), name_has(i, "ATOMIC WRITE"));
     EXPECT_EQ(i.has(ExtHeader::kReth), reth);
     const bool aeth = name_has(i, "Acknowledge") || name_has(i, "Response First") ||
                       name_has(i, "Response Last") || name_has(i, "Response Only");
@@ -80,7 +84,8 @@ TEST(Opcode, HeadersFollowFromTheSemantics) {
     EXPECT_EQ(i.has(ExtHeader::kCnpReserved), i.transport == Transport::kCnp);
 
     const bool only = name_has(i, "Only") || name_has(i, "Request") || name_has(i, "Acknowledge") ||
-                      name_has(i, "Compare") || name_has(i, "Fetch") || name_has(i, "CNP");
+                      name_has(i, "Compare") || name_has(i, "Fetch") || name_has(i, "CNP") ||
+                      name_has(i, "ATOMIC WRITE") || name_has(i, "FLUSH");
     EXPECT_EQ(i.is(kFlagFirst), only || name_has(i, "First"));
     EXPECT_EQ(i.is(kFlagLast), only || name_has(i, "Last"));
     EXPECT_EQ(i.is(kFlagMiddle), name_has(i, "Middle"));

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -92,8 +93,22 @@ struct Ah {
   AhHandle h;
 };
 
+// rdma-core 45 appended wr_flush to struct ibv_qp_ex (after wr_atomic_write, the last member of
+// the distribution's rdma-core 44 headers this library is built with), with IBV_WR_FLUSH 14,
+// IBV_QP_EX_WITH_FLUSH and the IBV_ACCESS_FLUSH_* flags: an application built with newer headers
+// finds the function right after the struct. The same values here.
+using WrFlushFn = void (*)(ibv_qp_ex*, std::uint32_t rkey, std::uint64_t remote_addr,
+                           std::size_t len, std::uint8_t type, std::uint8_t level);
+inline constexpr std::uint64_t kQpExWithFlush = 1u << 11;  // IBV_QP_EX_WITH_FLUSH
+struct QpExWithFlush {                                     // the layout of rdma-core 45's
+  ibv_qp_ex ex;
+  WrFlushFn wr_flush;
+};
+static_assert(offsetof(QpExWithFlush, wr_flush) == sizeof(ibv_qp_ex));
+
 struct Qp {
-  ibv_qp_ex ibv;  // an ibv_qp prefix (qp_base)
+  ibv_qp_ex ibv;                 // an ibv_qp prefix (qp_base)
+  WrFlushFn wr_flush = nullptr;  // rdma-core 45's ibv_qp_ex.wr_flush (QpExWithFlush)
   QpHandle h;
   std::uint32_t events_reported = 0;  // as Cq's, against qp_base.events_completed
   QpType type = QpType::kRc;

@@ -3,6 +3,8 @@
 // ordinary verbs.
 #include <endian.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "compat/ibverbs/compat.h"
@@ -128,8 +130,33 @@ void wr_atomic_fetch_add(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr, s
   p->wr.atomic.compare_add = add;
 }
 
-// Operations uroce does not have (memory windows, TSO, XRC, atomic write): the batch fails
-// with EOPNOTSUPP at wr_complete (create_qp_ex already refuses their send_ops_flags).
+void wr_set_inline_data_list(ibv_qp_ex* iqp, std::size_t n, const ibv_data_buf* bufs);
+
+// IBTA 1.5. ATOMIC WRITE: rdma-core's rxe copies the 8 bytes now; they go as inline data.
+void wr_atomic_write(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr, const void* value) {
+  auto* p = new_wr(q, WrOpcode::kAtomicWrite, IBV_QP_EX_WITH_ATOMIC_WRITE);
+  p->wr.rdma.rkey = rkey;
+  p->wr.rdma.remote_addr = addr;
+  const ibv_data_buf b{const_cast<void*>(value), 8};
+  wr_set_inline_data_list(q, 1, &b);
+}
+// FLUSH (rdma-core 45's ibv_wr_flush): type is the placement (IBV_FLUSH_GLOBAL 1,
+// IBV_FLUSH_PERSISTENT 2), level the selectivity (IBV_FLUSH_RANGE 0, IBV_FLUSH_MR 1).
+void wr_flush(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr, std::size_t len,
+              std::uint8_t type, std::uint8_t level) {
+  auto* p = new_wr(q, WrOpcode::kFlush, kQpExWithFlush);
+  p->wr.rdma.rkey = rkey;
+  p->wr.rdma.remote_addr = addr;
+  p->wr.flush.length = static_cast<std::uint32_t>(std::min<std::size_t>(len, UINT32_MAX));
+  p->wr.flush.placement = type;
+  p->wr.flush.selectivity = level;
+  if (len > UINT32_MAX && q != nullptr && qp_of(q)->batch_error == 0) {
+    qp_of(q)->batch_error = EINVAL;  // a RETH's DMA length is 32 bits
+  }
+}
+
+// Operations uroce does not have (memory windows, TSO, XRC): the batch fails with EOPNOTSUPP
+// at wr_complete (create_qp_ex already refuses their send_ops_flags).
 void unsupported(ibv_qp_ex* iqp) {
   Qp* q = qp_of(iqp);
   if (q->batch_error == 0) q->batch_error = EOPNOTSUPP;
@@ -140,7 +167,6 @@ void unsupported(ibv_qp_ex* iqp) {
 }
 void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, std::uint32_t, const ibv_mw_bind_info*) { unsupported(q); }
 void wr_send_tso(ibv_qp_ex* q, void*, std::uint16_t, std::uint16_t) { unsupported(q); }
-void wr_atomic_write(ibv_qp_ex* q, std::uint32_t, std::uint64_t, const void*) { unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* iqp, std::uint32_t) {
   Qp* q = qp_of(iqp);
   if (q->batch_error == 0) q->batch_error = EOPNOTSUPP;
@@ -259,10 +285,11 @@ int wr_complete(ibv_qp_ex* iqp) noexcept {
 // and LOCAL_INV on RC). No IBV_QP_EX_WITH_LOCAL_INV: uroce has no region a LOCAL_INV could
 // invalidate (no fast-register MRs, no memory windows) and refuses it at post time. SEND with
 // Invalidate is an RC opcode only (IBTA has no UC one; uroce's UC refuses it at post time).
-constexpr std::uint64_t kRcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                                 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+constexpr std::uint64_t kRcOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
+    IBV_QP_EX_WITH_ATOMIC_WRITE | kQpExWithFlush;
 constexpr std::uint64_t kUcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 constexpr std::uint64_t kUdOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
@@ -315,6 +342,7 @@ void init_qp_ex_ops(Qp* qp) {
   x.wr_complete = wr_complete;
   x.wr_abort = wr_abort;
   x.wr_atomic_write = wr_atomic_write;
+  qp->wr_flush = wr_flush;
 }
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {

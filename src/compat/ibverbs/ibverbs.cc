@@ -297,6 +297,9 @@ void to_ibv_qp_attr(const QpAttr& a, ibv_qp_attr* o) {
 }
 
 static_assert(sizeof(ibv_sge) == sizeof(Sge));
+// The IBTA 1.5 values uroce shares with libibverbs (FLUSH's are rdma-core 45's: 14, 8, 1 << 8).
+static_assert(IBV_WR_ATOMIC_WRITE == static_cast<int>(WrOpcode::kAtomicWrite) &&
+              IBV_WC_ATOMIC_WRITE == static_cast<int>(WcOpcode::kAtomicWrite));
 static_assert(offsetof(ibv_sge, addr) == offsetof(Sge, addr));
 static_assert(offsetof(ibv_sge, length) == offsetof(Sge, length));
 static_assert(offsetof(ibv_sge, lkey) == offsetof(Sge, lkey));
@@ -740,7 +743,7 @@ int vop_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   std::memset(&full, 0, sizeof full);
   const DeviceAttr& a = ctx_of(c)->query_dev->query_device();
   to_ibv_device_attr(a, &full.orig_attr);
-  full.device_cap_flags_ex = a.device_cap_flags;
+  full.device_cap_flags_ex = a.device_cap_flags | a.device_cap_flags_ex;
   full.phys_port_cnt_ex = a.phys_port_cnt;
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;
@@ -1105,6 +1108,43 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   return 0;
 }
 
+// rdma-core's ibv_rereg_mr: its own input checks (ERR_INPUT), then the provider's command
+// (ERR_CMD with errno); on success it updates pd, addr and length, the provider the keys.
+static_assert(IBV_REREG_MR_CHANGE_TRANSLATION == kReregTranslation &&
+              IBV_REREG_MR_CHANGE_PD == kReregPd && IBV_REREG_MR_CHANGE_ACCESS == kReregAccess);
+UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                              int access) {
+  if (mr == nullptr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (length == 0 || addr == nullptr)) ||
+      (access != 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS) == 0)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  return guarded<int>(IBV_REREG_MR_ERR_CMD, [&]() -> int {
+    const bool new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0;
+    if (new_pd && (pd == nullptr || pd->context != mr->context)) {
+      errno = EINVAL;
+      return IBV_REREG_MR_ERR_CMD;
+    }
+    engine::UdpDevice* u = ctx_of(mr->context)->udp.load();
+    auto r = u->lock()->rereg_mr(mr_of(mr)->h, static_cast<std::uint32_t>(flags),
+                                 new_pd ? pd_of(pd)->h : PdHandle{}, addr, length,
+                                 static_cast<std::uint32_t>(access));
+    if (!r.ok()) {
+      errno = err(r.error());
+      return IBV_REREG_MR_ERR_CMD;
+    }
+    if (new_pd) mr->pd = pd;
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+      mr->addr = addr;
+      mr->length = length;
+    }
+    mr->lkey = r.value().lkey;
+    mr->rkey = r.value().rkey;
+    return 0;
+  });
+}
+
 // ===================================================================== completion channels, CQs
 
 UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
@@ -1147,7 +1187,15 @@ UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_conte
   });
 }
 
-UROCE_EXPORT int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+// rdma-core's ibv_resize_cq returns the provider's errno and leaves cq->cqe at the new size.
+UROCE_EXPORT int ibv_resize_cq(ibv_cq* icq, int cqe) {
+  if (icq == nullptr || cqe <= 0) return EINVAL;
+  Cq* cq = cq_of(icq);
+  auto r = cq->ctx->udp.load()->lock()->resize_cq(cq->h, static_cast<std::uint32_t>(cqe));
+  if (!r.ok()) return err(r.error());
+  icq->cqe = static_cast<int>(r.value());
+  return 0;
+}
 
 UROCE_EXPORT int ibv_destroy_cq(ibv_cq* icq) {
   Cq* cq = cq_of(icq);

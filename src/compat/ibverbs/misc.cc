@@ -188,16 +188,6 @@ UROCE_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* bu
 
 // ===================================================================== not offered by uroce
 
-UROCE_EXPORT int ibv_rereg_mr(ibv_mr*, int flags, ibv_pd*, void* addr, size_t length, int) {
-  if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0 ||
-      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (length == 0 || addr == nullptr))) {
-    errno = EINVAL;
-    return IBV_REREG_MR_ERR_INPUT;
-  }
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_CMD;
-}
-
 UROCE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   errno = EOPNOTSUPP;
   return nullptr;
