@@ -38,32 +38,74 @@ bool all_zero(const Solo& s, std::size_t off, std::size_t n) {
                      [](std::byte x) { return x == std::byte{0}; });
 }
 
-TEST(SourceAddress, RcRequestsFromAThirdHostTouchNothing) {
-  Solo s(QpType::kRc);
-  post_recv(s, 1, 8192, 64);
-  const Bytes data = pattern(256, 5);
-  // An RDMA WRITE at the expected PSN with a valid rkey and address, a SEND that would take the
-  // receive WQE, a future PSN that would earn a sequence NAK, a CNP and an ECN CE mark.
-  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
-  s.feed_from(kThird, request_headers(Opcode::kRcSendOnly, kEpsn), pattern(16, 6));
-  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key, 256),
-              data);
-  s.feed_from(kThird, request_headers(Opcode::kCnp, 0));
-  s.feed_from(kThird, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data,
-              3);
+// Requests from `src` (at the Solo's src_port) that would each change the QP if it took them: an
+// RDMA WRITE at the expected PSN with a valid rkey and address, a SEND that would take the receive
+// WQE, a future PSN that would earn a sequence NAK, a CNP and an ECN CE mark. Five packets.
+void feed_forged_requests(Solo& s, const wire::IpAddress& src, const Bytes& data) {
+  s.feed_from(src, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
+  s.feed_from(src, request_headers(Opcode::kRcSendOnly, kEpsn), pattern(16, 6));
+  s.feed_from(src, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key, 256), data);
+  s.feed_from(src, request_headers(Opcode::kCnp, 0));
+  s.feed_from(src, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data, 3);
+}
+
+// After feed_forged_requests() to a QP with one receive WQE posted: nothing moved.
+void expect_requests_untouched(Solo& s) {
   EXPECT_TRUE(s.drain().empty());  // no ACK, no NAK
   EXPECT_TRUE(s.e.rcq.wcs.empty());
   EXPECT_EQ(s.e.rq->size(), 1u);
   EXPECT_TRUE(all_zero(s, 0, 256));
   const transport::QpCounters& c = s.e.qp->counters();
-  EXPECT_EQ(c.src_addr_mismatch, 5u);
   EXPECT_EQ(c.packets_received, 0u);
   EXPECT_EQ(c.out_of_sequence, 0u);
+  EXPECT_EQ(c.duplicate_requests, 0u);
   EXPECT_EQ(c.seq_naks_sent, 0u);
   EXPECT_EQ(c.dropped, 0u);
   EXPECT_EQ(s.e.cc.cnps, 0);
   EXPECT_EQ(s.e.cc.ecn_ce_marks, 0);
   EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+}
+
+// Two RDMA WRITEs sent (PSNs kSqPsn and kSqPsn + 1); returns the ACK timer's deadline.
+Instant send_two_writes(Solo& s) {
+  for (std::uint64_t id = 1; id <= 2; ++id) {
+    const Sge sge{s.va(0), 100, s.e.key};
+    transport::SendRequest r = request(id, WrOpcode::kRdmaWrite, std::span(&sge, 1));
+    r.remote_addr = 0x7f00'0000'1000;
+    r.rkey = 0xabcd;
+    EXPECT_EQ(s.e.qp->post_send(r), Errc::kOk);
+  }
+  EXPECT_EQ(s.drain().size(), 2u);
+  return s.e.qp->poll_timeout();
+}
+
+// Responses from `src` to send_two_writes(): an ACK of both, a sequence NAK (go back), an RNR NAK
+// (wait), a remote access NAK (fail); then nothing may have moved. Four packets.
+void expect_forged_responses_ignored(Solo& s, const wire::IpAddress& src, Instant deadline) {
+  s.feed_from(src, aeth(kSqPsn + 1, wire::make_ack_syndrome()));
+  s.feed_from(src, aeth(kSqPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError)));
+  s.feed_from(src, aeth(kSqPsn, wire::make_rnr_nak_syndrome(1)));
+  s.feed_from(src, aeth(kSqPsn, wire::make_nak_syndrome(wire::NakCode::kRemoteAccessError)));
+  EXPECT_TRUE(s.drain().empty());  // no retransmission
+  EXPECT_TRUE(s.e.scq.wcs.empty());
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 2u);
+  EXPECT_EQ(s.e.qp->poll_timeout(), deadline);  // no RNR wait, the ACK timer untouched
+  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
+  const transport::QpCounters& c = s.e.qp->counters();
+  EXPECT_EQ(c.seq_naks_received, 0u);
+  EXPECT_EQ(c.rnr_naks_received, 0u);
+  EXPECT_EQ(c.other_naks_received, 0u);
+  EXPECT_EQ(c.dropped, 0u);
+}
+
+TEST(SourceAddress, RcRequestsFromAThirdHostTouchNothing) {
+  Solo s(QpType::kRc);
+  post_recv(s, 1, 8192, 64);
+  const Bytes data = pattern(256, 5);
+  feed_forged_requests(s, kThird, data);
+  expect_requests_untouched(s);
+  const transport::QpCounters& c = s.e.qp->counters();
+  EXPECT_EQ(c.src_addr_mismatch, 5u);
 
   // The ePSN did not move: the peer's own WRITE at that PSN is new, executed and ACKed, and its
   // CNP reaches congestion control.
@@ -83,32 +125,10 @@ TEST(SourceAddress, RcRequestsFromAThirdHostTouchNothing) {
 
 TEST(SourceAddress, RcResponsesFromAThirdHostTouchNothing) {
   Solo s(QpType::kRc);
-  for (std::uint64_t id = 1; id <= 2; ++id) {
-    const Sge sge{s.va(0), 100, s.e.key};
-    transport::SendRequest r = request(id, WrOpcode::kRdmaWrite, std::span(&sge, 1));
-    r.remote_addr = 0x7f00'0000'1000;
-    r.rkey = 0xabcd;
-    ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
-  }
-  ASSERT_EQ(s.drain().size(), 2u);  // PSNs 0x1000 and 0x1001
-  const Instant deadline = s.e.qp->poll_timeout();
+  const Instant deadline = send_two_writes(s);
   ASSERT_FALSE(deadline.is_never());
-  // An ACK of both, a sequence NAK (go back), an RNR NAK (wait), a remote access NAK (fail).
-  s.feed_from(kThird, aeth(kSqPsn + 1, wire::make_ack_syndrome()));
-  s.feed_from(kThird, aeth(kSqPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError)));
-  s.feed_from(kThird, aeth(kSqPsn, wire::make_rnr_nak_syndrome(1)));
-  s.feed_from(kThird, aeth(kSqPsn, wire::make_nak_syndrome(wire::NakCode::kRemoteAccessError)));
-  EXPECT_TRUE(s.drain().empty());  // no retransmission
-  EXPECT_TRUE(s.e.scq.wcs.empty());
-  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 2u);
-  EXPECT_EQ(s.e.qp->poll_timeout(), deadline);  // no RNR wait, the ACK timer untouched
-  EXPECT_EQ(s.e.qp->state(), QpState::kRts);
-  const transport::QpCounters& c = s.e.qp->counters();
-  EXPECT_EQ(c.src_addr_mismatch, 4u);
-  EXPECT_EQ(c.seq_naks_received, 0u);
-  EXPECT_EQ(c.rnr_naks_received, 0u);
-  EXPECT_EQ(c.other_naks_received, 0u);
-  EXPECT_EQ(c.dropped, 0u);
+  expect_forged_responses_ignored(s, kThird, deadline);
+  EXPECT_EQ(s.e.qp->counters().src_addr_mismatch, 4u);
 
   // The peer's ACK completes both.
   s.feed(aeth(kSqPsn + 1, wire::make_ack_syndrome()));
@@ -199,28 +219,13 @@ TEST(SourcePort, RequestsFromAnotherPortOfAKnownPeerTouchNothing) {
   post_recv(s, 1, 8192, 64);
   const Bytes data = pattern(256, 5);
   s.src_port = kOtherPort;
-  // A WRITE and a SEND at the ePSN, a future PSN (a sequence NAK), a duplicate (a re-ACK), a
-  // CNP and an ECN CE mark.
-  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data);
-  s.feed(request_headers(Opcode::kRcSendOnly, kEpsn), pattern(16, 6));
-  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn + 3, s.va(0), s.e.key, 256), data);
+  feed_forged_requests(s, s.peer, data);
+  // And a duplicate, which would earn a re-ACK.
   s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn - 1, s.va(0), s.e.key, 256), data);
-  s.feed(request_headers(Opcode::kCnp, 0));
-  s.feed_from(s.peer, reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(0), s.e.key, 256), data,
-              3);
-  EXPECT_TRUE(s.drain().empty());  // no ACK, no NAK
-  EXPECT_TRUE(s.e.rcq.wcs.empty());
-  EXPECT_EQ(s.e.rq->size(), 1u);
-  EXPECT_TRUE(all_zero(s, 0, 256));
+  expect_requests_untouched(s);
   const transport::QpCounters& c = s.e.qp->counters();
   EXPECT_EQ(c.src_port_mismatch, 6u);
   EXPECT_EQ(c.src_addr_mismatch, 0u);
-  EXPECT_EQ(c.packets_received, 0u);
-  EXPECT_EQ(c.duplicate_requests, 0u);
-  EXPECT_EQ(c.out_of_sequence, 0u);
-  EXPECT_EQ(c.seq_naks_sent, 0u);
-  EXPECT_EQ(s.e.cc.cnps, 0);
-  EXPECT_EQ(s.e.cc.ecn_ce_marks, 0);
   EXPECT_EQ(s.e.qp->peer_udp_port(), wire::kRoceV2Port);
 
   // The peer's own WRITE at that PSN, from 4791, is new: executed and ACKed.
@@ -238,27 +243,10 @@ TEST(SourcePort, RequestsFromAnotherPortOfAKnownPeerTouchNothing) {
 TEST(SourcePort, ResponsesFromAnotherPortOfAKnownPeerTouchNothing) {
   Solo s(QpType::kRc);
   s.e.qp->set_peer_udp_port(wire::kRoceV2Port);
-  for (std::uint64_t id = 1; id <= 2; ++id) {
-    const Sge sge{s.va(0), 100, s.e.key};
-    transport::SendRequest r = request(id, WrOpcode::kRdmaWrite, std::span(&sge, 1));
-    r.remote_addr = 0x7f00'0000'1000;
-    r.rkey = 0xabcd;
-    ASSERT_EQ(s.e.qp->post_send(r), Errc::kOk);
-  }
-  ASSERT_EQ(s.drain().size(), 2u);
-  const Instant deadline = s.e.qp->poll_timeout();
+  const Instant deadline = send_two_writes(s);
   s.src_port = kOtherPort;
-  s.feed(aeth(kSqPsn + 1, wire::make_ack_syndrome()));
-  s.feed(aeth(kSqPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError)));
-  s.feed(aeth(kSqPsn, wire::make_rnr_nak_syndrome(1)));
-  s.feed(aeth(kSqPsn, wire::make_nak_syndrome(wire::NakCode::kRemoteAccessError)));
-  EXPECT_TRUE(s.drain().empty());
-  EXPECT_TRUE(s.e.scq.wcs.empty());
-  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 2u);
-  EXPECT_EQ(s.e.qp->poll_timeout(), deadline);
-  const transport::QpCounters& c = s.e.qp->counters();
-  EXPECT_EQ(c.src_port_mismatch, 4u);
-  EXPECT_EQ(c.seq_naks_received + c.rnr_naks_received + c.other_naks_received, 0u);
+  expect_forged_responses_ignored(s, s.peer, deadline);
+  EXPECT_EQ(s.e.qp->counters().src_port_mismatch, 4u);
 
   s.src_port = wire::kRoceV2Port;
   s.feed(aeth(kSqPsn + 1, wire::make_ack_syndrome()));
