@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -181,6 +182,12 @@ struct DeviceConfig {
   wire::IpAddress ip;               // the local address; neither 0.0.0.0 nor ::
   std::uint32_t netdev_mtu = 1500;  // >= 336: the active MTU must be at least 256
   std::uint64_t seed = 0;           // for MR keys: one seed, one sequence of keys
+  // Where MR keys get their random bits (all 32 of a key's), when set: a function that fills its
+  // argument with unpredictable bytes. A device that serves real peers gets the kernel's CSPRNG
+  // from the edge (engine::UdpDevice::open, unless it was given a seed), so that no key can be
+  // guessed from others (issue 44). Empty: a PRNG seeded with `seed`, reproducible (the
+  // simulator, tests).
+  std::function<void(std::span<std::byte>)> random_bytes;
   std::uint32_t async_event_queue_depth = 1024;
   // Completion vectors (ibv_context.num_comp_vectors): rxe has one per CPU. uroce's CQs share
   // the device's progress, so a vector only has to be accepted: any below this number is.

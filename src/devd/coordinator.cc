@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "base/entropy.h"
 #include "datapath/udp.h"
+#include "devd/block_allocator.h"
 #include "devd/cm_server.h"
 #include "devd/steering.h"
 #include "proto/devd_protocol.h"
@@ -51,17 +53,7 @@ class Coordinator {
         sink_(cm->sink_fd()),
         cm_(std::move(cm)),
         opt_(o),
-        used_(devd::kLastBlock + 1, false) {
-    // Start the cyclic block counter somewhere new, so that a coordinator started after an
-    // earlier one exited is unlikely to hand out the QPNs its contexts had (a peer may still
-    // be sending to them).
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    const std::uint64_t mix = (std::uint64_t(ts.tv_sec) * 1'000'003u) ^ std::uint64_t(ts.tv_nsec) ^
-                              (std::uint64_t(::getpid()) << 20);
-    next_block_ = devd::kFirstBlock +
-                  static_cast<std::uint32_t>(mix % (devd::kLastBlock - devd::kFirstBlock));
-  }
+        blocks_(o.seed != 0 ? o.seed : kernel_random_u64()) {}
 
   int run() {
     std::int64_t idle_since = monotonic_ms();  // -1 while a context uses the device
@@ -323,22 +315,17 @@ class Coordinator {
   }
 
   int allocate_block(std::size_t i, std::uint32_t* out) {
-    const std::uint32_t range = devd::kLastBlock - devd::kFirstBlock + 1;
-    for (std::uint32_t tries = 0; tries < range; ++tries) {
-      const std::uint32_t b = next_block_;
-      next_block_ = b == devd::kLastBlock ? devd::kFirstBlock : b + 1;
-      if (used_[b]) continue;
-      members_[i].blocks.push_back(b);
-      if (!reprogram()) {
-        members_[i].blocks.pop_back();
-        reprogram();
-        return ENOMEM;  // the program would not fit
-      }
-      used_[b] = true;
-      *out = b;
-      return 0;
+    const std::optional<std::uint32_t> b = blocks_.allocate();
+    if (!b) return ENOMEM;
+    members_[i].blocks.push_back(*b);
+    if (!reprogram()) {
+      members_[i].blocks.pop_back();
+      blocks_.undo(*b);
+      reprogram();
+      return ENOMEM;  // the program would not fit
     }
-    return ENOMEM;
+    *out = *b;
+    return 0;
   }
 
   bool release_block(std::size_t i, std::uint32_t b) {
@@ -347,7 +334,7 @@ class Coordinator {
       if (bl[k] == b) {
         bl[k] = bl.back();
         bl.pop_back();
-        used_[b] = false;
+        blocks_.release(b);
         reprogram();
         return true;
       }
@@ -380,7 +367,7 @@ class Coordinator {
   }
 
   void release_all(Member& mem) {
-    for (std::uint32_t b : mem.blocks) used_[b] = false;
+    for (std::uint32_t b : mem.blocks) blocks_.release(b);
     mem.blocks.clear();
     mem.qp1 = false;
   }
@@ -413,8 +400,7 @@ class Coordinator {
   std::unique_ptr<CmServer> cm_;
   CoordinatorOptions opt_;
   std::vector<Member> members_;  // members_[k] is the group's index k + 1
-  std::vector<bool> used_;       // by block
-  std::uint32_t next_block_;
+  BlockAllocator blocks_;        // random blocks (issue 44)
 };
 
 }  // namespace
@@ -427,10 +413,8 @@ int run_coordinator(int listen_fd, int sink_fd, const CoordinatorOptions& option
     ::close(listen_fd);
     return 1;
   }
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  const std::uint64_t seed = (std::uint64_t(ts.tv_sec) * 1'000'000'007u) ^
-                             std::uint64_t(ts.tv_nsec) ^ (std::uint64_t(::getpid()) << 32);
+  // The CM's communication IDs and transaction IDs: unpredictable too.
+  const std::uint64_t seed = kernel_random_u64();
   auto cm = CmServer::open(options.ip, options.port, sink_fd, seed, options.capture_path,
                            Duration::ms(options.cm_listen_grace_ms));
   if (!cm.ok()) {

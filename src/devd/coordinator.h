@@ -35,6 +35,8 @@ struct CoordinatorOptions {
   std::int64_t cm_listen_grace_ms = 100;
   // Faults on the coordinator's own packets (the CM's MADs): UROCE_FAULTS where it was started.
   std::string faults;
+  // The seed of the QPN blocks' random choice (BlockAllocator); 0: the kernel's CSPRNG.
+  std::uint64_t seed = 0;
 };
 
 // Serves the device. `listen_fd`: the listening SOCK_SEQPACKET socket bound to

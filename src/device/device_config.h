@@ -80,7 +80,7 @@ struct DeviceSelection {
   std::string ip;
   std::string capture_path;  // empty: UROCE_PCAP, if set
   std::uint16_t port = wire::kRoceV2Port;
-  std::uint64_t seed = 0;  // 0: derived from the time and pid
+  std::uint64_t seed = 0;  // MR keys: 0 from the kernel's CSPRNG, else reproducible
 };
 
 // Resolves `sel` against the configuration. Messages say what was wrong and what exists.

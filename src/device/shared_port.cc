@@ -22,8 +22,10 @@
 #include <string_view>
 
 #include "base/assert.h"
+#include "base/entropy.h"
 #include "datapath/udp.h"
 #include "device/device_config.h"
+#include "proto/block_order.h"
 
 extern char** environ;
 
@@ -502,10 +504,11 @@ std::optional<std::uint32_t> SharedPort::allocate_qpn() {
     }
     current_ = ans.value;
     next_in_block_ = 0;
+    order_ = devd::block_order(kernel_random_u64());  // unpredictable QPNs (issue 44)
     live_[ans.value] = 0;
   }
   UROCE_ASSERT(current_ && next_in_block_ < devd::kBlockSize);
-  const std::uint32_t qpn = (*current_ << devd::kBlockBits) | next_in_block_++;
+  const std::uint32_t qpn = (*current_ << devd::kBlockBits) | order_[next_in_block_++];
   UROCE_ASSERT(devd::block_of(qpn) == *current_);
   ++live_[*current_];
   return qpn;

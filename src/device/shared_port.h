@@ -8,10 +8,11 @@
 //   sp->forget_socket(); close the socket; sp->leave();
 //
 // QP numbers come in blocks of 256 from the coordinator: one block is current and hands out its
-// numbers in order, each once; a block goes back when its last QP is destroyed and it is no
-// longer current. The coordinator hands blocks out cyclically over the whole 24-bit space, so
-// a destroyed QP's number is not reused while a peer may still be sending to it (rxe delays
-// reuse likewise).
+// numbers in a random order (proto/block_order.h), each once; a block goes back when its last QP
+// is destroyed and it is no longer current. The coordinator hands out random blocks of the whole
+// 24-bit space and keeps released ones in quarantine (devd/block_allocator.h), so that QPNs are
+// hard to predict (issue 44) and a destroyed QP's number is not reused while a peer may still be
+// sending to it (rxe delays reuse likewise).
 //
 // The coordinator is the program DevdOptions::path names (UROCE_DEVD at the edge), else the
 // uroce-devd built with this library. It is started with its standard streams on /dev/null and
@@ -29,6 +30,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -124,6 +126,7 @@ class SharedPort final : public QpnSource {
   std::uint32_t index_ = 0;
   std::optional<std::uint32_t> current_;                   // the block numbers come from
   std::uint32_t next_in_block_ = 0;                        // its next unused number
+  std::array<std::uint8_t, devd::kBlockSize> order_{};     // ... in this order (block_order)
   std::unordered_map<std::uint32_t, std::uint32_t> live_;  // live QPs per block held
 };
 

@@ -19,6 +19,7 @@
 #include <set>
 #include <string_view>
 
+#include "base/entropy.h"
 #include "device/device_config.h"
 
 namespace uroce::engine {
@@ -205,6 +206,8 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   cfg.congestion_control = configured_cc(cfg.name, cfg.ip, options, cfg.congestion_control);
   if (options.adaptive_recovery) cfg.adaptive_recovery = *options.adaptive_recovery;
   configure_selective_repeat(cfg, options);
+  // Unguessable MR keys from the kernel's CSPRNG, unless a seed asks for reproducible ones.
+  if (!cfg.random_bytes && cfg.seed == 0) cfg.random_bytes = kernel_random_bytes;
   // The faults first: a malformed spec opens nothing.
   auto fault_text = configured_faults(cfg.name, cfg.ip, options);
   if (!fault_text.ok()) return Err{Error(EINVAL, fault_text.error())};
@@ -1035,12 +1038,8 @@ Result<std::unique_ptr<UdpDevice>, Error> open_device(const DeviceSelection& sel
   DeviceConfig cfg;
   cfg.name = spec.value().name;
   cfg.ip = spec.value().ip;
-  cfg.netdev_mtu = 0;  // the interface's
-  cfg.seed = sel.seed;
-  if (cfg.seed == 0) {
-    const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
-    cfg.seed = static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
-  }
+  cfg.netdev_mtu = 0;   // the interface's
+  cfg.seed = sel.seed;  // 0: keys from the kernel's CSPRNG (UdpDevice::open)
   auto dev =
       UdpDevice::open(cfg, sel.port, sel.capture_path, UdpDevice::Sharing::kDefault, options);
   if (!dev.ok()) return Err{dev.error().within(cfg.name + " (" + ip_to_string(cfg.ip) + ")")};

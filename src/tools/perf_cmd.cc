@@ -16,11 +16,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "base/entropy.h"
 #include "device/device_config.h"
 #include "device/udp_device.h"
 #include "edge/environment.h"
@@ -347,7 +347,6 @@ void open_side(Side& s) {
   if (!scq.ok() || !rcq.ok()) fail("create_cq failed");
   s.scq = scq->handle;
   s.rcq = rcq->handle;
-  std::mt19937 rng(static_cast<std::uint32_t>(now_ns() ^ ::getpid()));
   s.qps.resize(s.opt.qps);
   for (std::uint32_t i = 0; i < s.opt.qps; ++i) {
     QpSide& q = s.qps[i];
@@ -360,7 +359,7 @@ void open_side(Side& s) {
     q.qp = qp->handle;
     q.qpn = qp->qp_num;
     s.inline_max = qp->cap.max_inline_data;
-    q.psn = rng() & 0xffffffu;
+    q.psn = static_cast<std::uint32_t>(kernel_random_u64()) & 0xffffffu;  // issue 44
   }
 }
 

@@ -12,9 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
+#include "base/entropy.h"
 #include "device/device_config.h"
 #include "device/udp_device.h"
 #include "edge/environment.h"
@@ -614,9 +614,8 @@ bool PingRun::trade_addresses(std::string* why) {
     my.gid = g->gid;
   }
   my.qpn = qpn_;
-  std::mt19937_64 rng(static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
-                      (static_cast<std::uint64_t>(::getpid()) << 40));
-  my.psn = static_cast<std::uint32_t>(rng()) & 0xffffff;
+  // An initial PSN an off-path attacker cannot guess (issue 44).
+  my.psn = static_cast<std::uint32_t>(kernel_random_u64()) & 0xffffff;
   my_psn_ = my.psn;
   std::fprintf(out_, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", my.lid,
                my.qpn, my.psn, gid_to_text(my.gid).c_str());

@@ -23,9 +23,10 @@ std::size_t Qp::one_pass_target(const wire::RocePacket& pkt, const PacketInfo& i
   UROCE_CHECK(out.size() >= kMaxSge);
   const wire::OpcodeInfo& op = *pkt.op;
   if (!wire::icrc_deferrable(op) || pkt.payload.empty()) return 0;
-  // handle_packet(): a connected QP from RTR on, its peer only, the default P_Key.
+  // handle_packet(): a connected QP from RTR on, its peer only (address and port), the default
+  // P_Key.
   if (type_ == QpType::kUd || state_ == QpState::kReset || state_ == QpState::kInit) return 0;
-  if (!wire::same_host(info.src, path_.dst)) return 0;
+  if (!wire::same_host(info.src, path_.dst) || !from_peer_port(pkt, info)) return 0;
   if (!wire::pkey_matches(pkt.bth().pkey(), 0xffff)) return 0;
   return op.is(wire::kFlagResponse) ? read_response_target(pkt, out) : request_target(pkt, out);
 }

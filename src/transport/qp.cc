@@ -61,6 +61,8 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
   if (mask & kQpAv) {
     attr_.ah_attr = a.ah_attr;
     path_ = path;
+    // A new path may lead to another host, or to the same one from elsewhere: learn again.
+    if (!sport_known_) sport_pinned_ = false;
   }
   if (mask & kQpPathMtu) {
     attr_.path_mtu = a.path_mtu;
@@ -144,6 +146,7 @@ void Qp::reset_state() {
   comp_.retry_cnt = attr_.retry_cnt;
   comp_.rnr_retry = attr_.rnr_retry;
   resp_ = Responder{};
+  set_peer_udp_port(std::nullopt);  // the next connection's (verbs sets it again at RTR)
   sr_ = SelectiveRepeat{.on = sr_.on};
   for (auto& s : sr_slots_) s.held = false;
   for (auto& r : resources_) r = RdAtomicResource{};
@@ -362,6 +365,17 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
       ++counters_.src_addr_mismatch;
       return;
     }
+    // The address is not enough: any user of the peer's host can send from it (issue 44). The
+    // port, as the address, before anything else: a packet dropped here moves no PSN, earns no
+    // ACK or NAK, and gives congestion control nothing.
+    if (!from_peer_port(pkt, info)) {
+      ++counters_.src_port_mismatch;
+      return;
+    }
+    if (!sport_pinned_ && pins_port(pkt)) {
+      sport_ = info.src_port;
+      sport_pinned_ = true;
+    }
   }
   const wire::BthView bth = pkt.bth();
   if (!wire::pkey_matches(bth.pkey(), 0xffff)) {
@@ -387,6 +401,35 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
   } else {
     handle_request(now, pkt, info);
   }
+}
+
+void Qp::set_peer_udp_port(std::optional<std::uint16_t> port) {
+  sport_known_ = port.has_value();
+  sport_pinned_ = port.has_value();
+  sport_ = port.value_or(0);
+}
+
+bool Qp::from_peer_port(const wire::RocePacket& pkt, const PacketInfo& info) const {
+  if (!sport_pinned_ || info.src_port == sport_) return true;
+  // A CNP from a peer whose port was learned: hardware sends CNPs from another port (ConnectX:
+  // 0) than its QP's packets. It can only slow the QP down.
+  return !sport_known_ && pkt.op->is(wire::kFlagCnp);
+}
+
+bool Qp::pins_port(const wire::RocePacket& pkt) const {
+  // Only what the peer alone is likely to know: an off-path sender must guess the PSN within a
+  // window of one for a request, and within the outstanding PSNs for a response. Duplicates,
+  // NAK-earning PSNs and CNPs teach nothing.
+  const wire::OpcodeInfo& op = *pkt.op;
+  if (op.is(wire::kFlagCnp)) return false;
+  if (op.transport != (type_ == QpType::kRc ? wire::Transport::kRc : wire::Transport::kUc)) {
+    return false;
+  }
+  const std::uint32_t psn = pkt.bth().psn();
+  if (op.is(wire::kFlagResponse)) {
+    return sq_count_ > 0 && wire::psn_ge(psn, comp_.psn) && wire::psn_lt(psn, req_.psn);
+  }
+  return state_ != QpState::kErr && psn == resp_.psn;
 }
 
 void Qp::handle_timeout(Instant now) {

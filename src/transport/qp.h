@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -239,6 +240,10 @@ struct QpCounters {
   // RC/UC packets whose IP source is not the QP's path (rxe's check_addr()): dropped before they
   // touch any state, CNPs and ECN marks included.
   std::uint64_t src_addr_mismatch = 0;
+  // RC/UC packets from the path's address but not from the peer's UDP source port (source
+  // pinning, Qp::set_peer_udp_port): dropped as early, so a co-located user who binds the peer's
+  // address on another port cannot inject.
+  std::uint64_t src_port_mismatch = 0;
   // A held ACK left without the request it waited for (only_ack_to_send): the engine's hold ran
   // out, or it flushed the ACK because the application blocked or a QP changed. This QP then
   // stops holding ACKs of that kind of message until its application answers one.
@@ -287,6 +292,7 @@ struct QpCounters {
     retry_exceeded += o.retry_exceeded;
     rnr_retry_exceeded += o.rnr_retry_exceeded;
     src_addr_mismatch += o.src_addr_mismatch;
+    src_port_mismatch += o.src_port_mismatch;
     acks_held_unanswered += o.acks_held_unanswered;
     acks_deferred_unanswered += o.acks_deferred_unanswered;
     np_ecn_marked_roce_packets += o.np_ecn_marked_roce_packets;
@@ -439,6 +445,22 @@ class Qp {
   // slots (kSrWindow of them), once. docs/ARCHITECTURE.md, "Selective repeat".
   void set_selective_repeat(bool on);
   bool selective_repeat() const { return sr_.on; }
+
+  // Source pinning (connected QPs): the UDP source port the peer's packets must come from, on
+  // top of the path's address. `port` when it is known before any packet: a uroce peer sends
+  // everything from the port it is bound to, 4791, which another user of its host cannot bind.
+  // nullopt: learn it, the port of the first packet from the path's address that passes the
+  // PSN checks (a request at the ePSN, a response to an outstanding PSN), for rxe (which sends
+  // every packet of a QP from rdma_get_udp_sport()) and hardware. A learned port is forgotten
+  // when the path changes and at RESET; a known one at RESET only. CNPs are held to a known port
+  // only: ConnectX sends its CNPs from port 0 (roce-facts.md). Set by verbs at INIT -> RTR;
+  // learning is the default.
+  void set_peer_udp_port(std::optional<std::uint16_t> port);
+  // The port packets must come from now; nullopt while it is still to be learned.
+  std::optional<std::uint16_t> peer_udp_port() const {
+    if (!sport_pinned_) return std::nullopt;
+    return sport_;
+  }
 
   // Testing hook: number of send WQEs not yet completed.
   std::uint32_t outstanding_send_wqes() const { return sq_count_; }
@@ -629,6 +651,10 @@ class Qp {
   static constexpr std::uint8_t kCnpDscp = 48;  // mlx5 np_cnp_dscp's default
   void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
                  bool ack_req, bool solicited, std::uint32_t payload_bytes);
+  // Source pinning: whether `pkt` may come from `info`'s UDP port (set_peer_udp_port), and
+  // whether it passes the PSN checks that let its port be learned.
+  bool from_peer_port(const wire::RocePacket& pkt, const PacketInfo& info) const;
+  bool pins_port(const wire::RocePacket& pkt) const;
 
   std::uint32_t qpn_;
   QpType type_;
@@ -637,6 +663,11 @@ class Qp {
   QpState state_ = QpState::kReset;
   QpAttr attr_;
   AddressVector path_;
+  // Source pinning (set_peer_udp_port): the port, whether there is one, and whether it was
+  // known before any packet (kept across path changes, and CNPs held to it) or learned.
+  std::uint16_t sport_ = 0;
+  bool sport_pinned_ = false;
+  bool sport_known_ = false;
   std::uint32_t mtu_bytes_ = 1024;
   QpCounters counters_;
 

@@ -83,10 +83,6 @@ DeviceState::DeviceState(const DeviceConfig& cfg)
                           link_rate_for_eth_speed(cfg.link_speed_mbps))),
       gid{gid_from_ip(cfg.ip), GidType::kRoceV2},
       prng(cfg.seed),
-      // The first MR index is drawn from the seed (rxe starts at 1): together with the random
-      // key byte this makes a device's keys hard to guess, and one seed reproduces them.
-      mr_index(kMinMrIndex, kMaxMrIndex, kMaxMr,
-               static_cast<std::uint32_t>(prng.range(kMinMrIndex, kMaxMrIndex))),
       qpn_alloc(kMinQpn, kMaxQpn, kMaxQp, kMinQpn),
       events(cfg.async_event_queue_depth) {}
 

@@ -30,8 +30,13 @@ inline constexpr std::uint32_t kMaxQpn = 0x20000;  // ... so user QPNs start at 
 inline constexpr std::uint32_t kMaxCq = 16384;
 inline constexpr std::uint32_t kMaxCqe = (1u << 15) - 1;
 inline constexpr std::uint32_t kMaxMr = 256 * 1024;
-inline constexpr std::uint32_t kMinMrIndex = 1;
-inline constexpr std::uint32_t kMaxMrIndex = kMaxMr;
+// The keys of this many deregistered MRs are not handed out again until as many more MRs have
+// been deregistered after them (mr.cc): a peer that still holds a stale rkey, or guesses a key it
+// saw before, never reaches the region registered next.
+inline constexpr std::uint32_t kKeyQuarantine = 4096;
+// A registration draws at most this many keys before it gives up (ENOMEM). A real random source
+// needs more than one with probability (live MRs + quarantine) / 2^32 at most, below 2^-13.
+inline constexpr std::uint32_t kMaxKeyDraws = 64;
 inline constexpr std::uint32_t kMaxPd = 0x7ffc;
 inline constexpr std::uint32_t kMaxResRdAtom = 0x3f000;
 inline constexpr std::uint32_t kMaxAh = (1u << 15) - 1;  // rxe since 5.17 (was 100)
@@ -155,9 +160,12 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   Prng prng;
 
   std::uint32_t next_pd_id = 1;
-  CyclicIdAllocator mr_index;
-  std::vector<MrObj*> mr_by_index;        // by key index (key >> 8)
-  std::vector<std::uint8_t> mr_last_key;  // the key byte last used at each index
+  // MRs by key (lkey = rkey); a null entry is a key in quarantine (kKeyQuarantine), whose keys in
+  // the order they were released are `key_quarantine`.
+  std::unordered_map<std::uint32_t, MrObj*> mr_by_key;
+  BoundedRing<std::uint32_t> key_quarantine{kKeyQuarantine};
+  // 32 random bits for a key: config.random_bytes, else `prng`.
+  std::uint32_t random_key_bits();
   CyclicIdAllocator qpn_alloc;
   QpnSource* qpn_source = nullptr;  // replaces qpn_alloc when set
   std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;

@@ -1,9 +1,15 @@
 // Memory regions and the key table behind transport::MemoryResolver.
 //
-// Keys are rxe's: lkey = rkey = (24-bit index << 8) | 8-bit key byte. Indices are handed out
-// cyclically from a seeded starting point, the key byte comes from the device's seeded PRNG and
-// differs from the byte last used at the same index, so a key of a deregistered MR never names
-// the next MR at its index.
+// Keys (issue 44): lkey = rkey, as rxe, but all 32 bits random (rxe's are a 24-bit index and 8
+// random bits, from a PRNG seeded with the clock and the pid): an off-path attacker who knows one
+// key learns nothing about the next, and must guess 32 bits. The bits come from the kernel's
+// CSPRNG on a real device (DeviceConfig::random_bytes), from the seeded PRNG in the simulator and
+// tests. A key is drawn again while it names a live MR or one of the last kKeyQuarantine
+// deregistered, so a stale key never names a region registered soon after. The table is a hash
+// map from the key (a key no longer holds an index).
+#include <array>
+
+#include "base/bytes.h"
 #include "verbs/device_state.h"
 
 namespace uroce {
@@ -16,8 +22,15 @@ using transport::AccessError;
 namespace verbs::detail {
 
 MrObj* DeviceState::mr_for_key(std::uint32_t key) const {
-  const std::uint32_t index = key >> 8;
-  return index < mr_by_index.size() ? mr_by_index[index] : nullptr;
+  const auto it = mr_by_key.find(key);
+  return it == mr_by_key.end() ? nullptr : it->second;
+}
+
+std::uint32_t DeviceState::random_key_bits() {
+  if (!config.random_bytes) return static_cast<std::uint32_t>(prng.next() >> 32);
+  std::array<std::byte, 4> b{};
+  config.random_bytes(b);
+  return load_le32(b, 0);
 }
 
 // Called for every RDMA access and every SGE (what rxe does in lookup_mr() and
@@ -125,19 +138,13 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
     return Err{e};
   }
   if (s.mrs.full()) return Err{Errc::kNoMemory};
-  const std::optional<std::uint32_t> index = s.mr_index.allocate();
-  if (!index) return Err{Errc::kNoMemory};
-
-  if (s.mr_by_index.size() <= *index) {
-    s.mr_by_index.resize(std::size_t{*index} + 1, nullptr);
-    s.mr_last_key.resize(std::size_t{*index} + 1, 0);
+  // Neither 0 nor a key in use or in quarantine (a hash map entry, live or null).
+  std::uint32_t key = 0;
+  for (std::uint32_t draws = 0; key == 0 && draws < vd::kMaxKeyDraws; ++draws) {
+    key = s.random_key_bits();
+    if (s.mr_by_key.contains(key)) key = 0;
   }
-  std::uint8_t key_byte;
-  do {
-    key_byte = static_cast<std::uint8_t>(s.prng.below(256));
-  } while (key_byte == s.mr_last_key[*index]);
-  s.mr_last_key[*index] = key_byte;
-  const std::uint32_t key = (*index << 8) | key_byte;
+  if (key == 0) return Err{Errc::kNoMemory};
 
   auto mr = std::make_unique<vd::MrObj>();
   mr->pd = pd;
@@ -152,7 +159,7 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
   const RawHandle h = s.mrs.insert(std::move(mr));
   UROCE_CHECK(h.generation != 0);  // checked full() above
   raw->self = from_raw<MrHandle>(h);
-  s.mr_by_index[*index] = raw;
+  s.mr_by_key[key] = raw;
   ++p->use_count;
   return info_of(*raw);
 }
@@ -207,10 +214,18 @@ Errc Device::dereg_mr(MrHandle mr) {
   vd::DeviceState& s = *s_;
   std::unique_ptr<vd::MrObj> m = s.mrs.remove(to_raw(mr));
   if (m == nullptr) return Errc::kInvalidArgument;
-  const std::uint32_t index = m->lkey >> 8;
-  UROCE_ASSERT(s.mr_by_index[index] == m.get());
-  s.mr_by_index[index] = nullptr;
-  s.mr_index.release(index);
+  // Its key goes into quarantine, and the oldest key there out of it.
+  const auto it = s.mr_by_key.find(m->lkey);
+  UROCE_ASSERT(it != s.mr_by_key.end() && it->second == m.get());
+  it->second = nullptr;
+  if (s.key_quarantine.full()) {
+    const std::uint32_t oldest = s.key_quarantine.front();
+    s.key_quarantine.pop_front();
+    const auto old = s.mr_by_key.find(oldest);
+    UROCE_ASSERT(old != s.mr_by_key.end() && old->second == nullptr);
+    s.mr_by_key.erase(old);
+  }
+  s.key_quarantine.push_back(m->lkey);
   vd::PdObj* p = s.pds.get(to_raw(m->pd));
   UROCE_CHECK(p != nullptr && p->use_count > 0);  // a PD with MRs cannot be freed
   --p->use_count;

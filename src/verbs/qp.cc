@@ -53,12 +53,17 @@ QpCap actual_caps(const QpCap& cap, bool has_srq) {
   return a;
 }
 
-// Whether an RC QP connected to `peer` uses selective repeat: the device allows it, and the
-// peer is uroce, as the CM found (`cm_says`) or the configuration names it.
-bool selective_repeat_towards(const DeviceConfig& c, const wire::IpAddress& peer, bool cm_says) {
-  if (!c.selective_repeat) return false;
+// Whether `peer` is known to run uroce: the CM found uroce's GUID mark (`cm_says`), or the
+// configuration names it.
+bool peer_is_uroce(const DeviceConfig& c, const wire::IpAddress& peer, bool cm_says) {
   if (cm_says || c.sr_all_peers) return true;
   return std::find(c.sr_peers.begin(), c.sr_peers.end(), peer) != c.sr_peers.end();
+}
+
+// Whether an RC QP connected to `peer` uses selective repeat: the device allows it, and the
+// peer is uroce.
+bool selective_repeat_towards(const DeviceConfig& c, const wire::IpAddress& peer, bool cm_says) {
+  return c.selective_repeat && peer_is_uroce(c, peer, cm_says);
 }
 
 bool valid_state(QpState s) {
@@ -305,6 +310,14 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   applied.cur_qp_state = cur;
   q->qp->modify(applied, mask, path);
   apply_mask(q->attr, applied, mask);
+  if (type != QpType::kUd && cur == QpState::kInit && next == QpState::kRtr) {
+    // Source pinning (transport::Qp::set_peer_udp_port), set at every connection: a uroce peer
+    // sends everything from 4791, which no other user of its host can bind; any other's port is
+    // learned from its first packet in sequence.
+    const bool uroce = peer_is_uroce(s.config, path.dst, sr_bit && attr.selective_repeat);
+    q->qp->set_peer_udp_port(uroce ? std::optional<std::uint16_t>(wire::kRoceV2Port)
+                                   : std::nullopt);
+  }
   if (to_rtr) {
     // Selective repeat with a peer known to be uroce (docs/ARCHITECTURE.md, "Negotiation"), set
     // again at every connection: a QP reset and connected elsewhere starts from go-back-N.

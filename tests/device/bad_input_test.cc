@@ -36,6 +36,13 @@ class RawSender {
     EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
   }
   ~RawSender() { ::close(fd_); }
+  // The port it is bound to (the kernel's choice when it was given 0).
+  std::uint16_t port() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    return ntohs(a.sin_port);
+  }
   void send(const char* ip, ConstBytes data) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -49,6 +56,16 @@ class RawSender {
  private:
   int fd_ = -1;
 };
+
+// Drives `s` alone until its socket has received `n` more datagrams.
+void receive(Side& s, std::uint64_t n) {
+  const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
+    s.dev->progress();
+  }
+  EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
+}
 
 std::uint64_t total_drops(const datapath::UdpCounters& c) {
   std::uint64_t n = 0;
@@ -218,15 +235,6 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
     frame.resize(wire::build_frame(frame, o, h, payload));
     forger.send(to, ConstBytes(frame).subspan(wire::kIpv4Bytes + wire::kUdpBytes));
   };
-  // Drives one device alone until it has received `n` more datagrams.
-  auto receive = [](Side& s, std::uint64_t n) {
-    const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
-    const Instant give_up = UdpDevice::now() + Duration::s(20);
-    while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
-      s.dev->progress();
-    }
-    EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
-  };
   const transport::Qp& qa = *a.dev->device().find_qp(a.qpn);
   const transport::Qp& qb = *b.dev->device().find_qp(b.qpn);
 
@@ -289,10 +297,135 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   }
   // `uroce stats`: per QP and summed on the device line.
   const std::string text = format_stats_text(a.dev->stats(), true);
-  EXPECT_NE(text.find(" src_addr_drops 4 unknown_qpn "), std::string::npos) << text;
-  EXPECT_NE(text.find(" src_addr_drops 4 outstanding_send_wqes "), std::string::npos) << text;
+  EXPECT_NE(text.find(" src_addr_drops 4 src_port_drops 0 unknown_qpn "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" src_addr_drops 4 src_port_drops 0 outstanding_send_wqes "),
+            std::string::npos)
+      << text;
   EXPECT_NE(format_stats_json(b.dev->stats(), false).find(",\"src_addr_drops\":1,"),
             std::string::npos);
+}
+
+// Issue 44's attack, from the peer's own host: any user there can bind the peer's address on an
+// ephemeral port, and send SEND Only packets with the right QPN, a window of PSNs from the
+// responder's next expected one on, and valid ICRCs, ahead of the peer's own SENDs at those
+// PSNs. Against a check of the address alone one such SEND, too long for the receive buffer,
+// failed the connection (a local length error at the responder, retry exceeded at the
+// requester). The QP also holds its peer to its UDP source port, known (a peer named as uroce:
+// 4791) or learned from the peer's first packet in sequence: every forged packet is counted and
+// dropped, and the connection's own SENDs complete with their data.
+void forged_sends_from_the_peers_address(bool peer_named_as_uroce) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  Side a, b;
+  test::SideOptions oa, ob;
+  if (peer_named_as_uroce) {
+    oa.device.sr_peers = SrPeers{false, {test::v4(b_ip)}};
+    ob.device.sr_peers = SrPeers{false, {test::v4(a_ip)}};
+  }
+  test::make_side(a, a_ip, oa);
+  test::make_side(b, b_ip, ob);
+  test::connect(a, b, b_ip);
+  test::connect(b, a, a_ip);
+  const transport::Qp& qb = *b.dev->device().find_qp(b.qpn);
+  EXPECT_EQ(qb.peer_udp_port(),
+            peer_named_as_uroce ? std::optional<std::uint16_t>(wire::kRoceV2Port) : std::nullopt);
+  constexpr std::size_t kLen = 256;
+  constexpr int kRound = 8;
+  for (std::size_t i = 0; i < 2 * kRound * kLen; ++i) a.buf[i] = static_cast<std::byte>(i * 13 + 1);
+  std::vector<Sge> rsges;
+  std::vector<RecvWr> recvs;
+  for (int i = 0; i < 2 * kRound; ++i) {
+    rsges.push_back(Sge{b.va(65536 + static_cast<std::size_t>(i) * kLen), kLen, b.mr.lkey});
+  }
+  for (int i = 0; i < 2 * kRound; ++i) recvs.push_back(RecvWr{100u + i, std::span(&rsges[i], 1)});
+  ASSERT_EQ(b.dev->device().post_recv(b.qp, recvs, nullptr), Errc::kOk);
+  std::vector<Sge> sges(2 * kRound);
+  auto post_sends = [&](int first) {
+    std::vector<SendWr> wrs(kRound);
+    for (int i = 0; i < kRound; ++i) {
+      const auto k = static_cast<std::size_t>(first + i);
+      sges[k] = Sge{a.va(k * kLen), static_cast<std::uint32_t>(kLen), a.mr.lkey};
+      wrs[static_cast<std::size_t>(i)].wr_id = k;
+      wrs[static_cast<std::size_t>(i)].opcode = WrOpcode::kSend;
+      wrs[static_cast<std::size_t>(i)].sg_list = std::span(&sges[k], 1);
+      wrs[static_cast<std::size_t>(i)].send_flags = kSendSignaled;
+    }
+    ASSERT_EQ(a.dev->device().post_send(a.qp, wrs, nullptr), Errc::kOk);
+  };
+  auto expect_round = [&](int first) {
+    const auto wcs = test::run_until(a, b, kRound);
+    ASSERT_EQ(wcs.size(), static_cast<std::size_t>(kRound));
+    for (const Wc& wc : wcs) EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
+    Wc got[kRound];
+    std::size_t n = 0;
+    const Instant give_up = UdpDevice::now() + Duration::s(20);
+    while (n < kRound && UdpDevice::now() < give_up) {
+      b.dev->progress();
+      auto k = b.dev->device().poll_cq(b.cq, std::span(got + n, kRound - n));
+      if (k.ok()) n += k.value();
+    }
+    ASSERT_EQ(n, static_cast<std::size_t>(kRound));
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(got[i].status, WcStatus::kSuccess) << wc_status_name(got[i].status);
+      EXPECT_EQ(got[i].wr_id, 100u + static_cast<std::uint64_t>(first) + i);
+      EXPECT_EQ(got[i].byte_len, kLen);
+    }
+    const std::size_t at = static_cast<std::size_t>(first) * kLen;
+    EXPECT_EQ(std::memcmp(a.buf.data() + at, b.buf.data() + 65536 + at, kRound * kLen), 0);
+  };
+  // The connection runs: PSNs 0x100..0x107.
+  post_sends(0);
+  expect_round(0);
+  EXPECT_EQ(qb.peer_udp_port(), wire::kRoceV2Port);
+
+  // The attacker, on a's address, forges the next 32 PSNs before a sends them.
+  RawSender attacker(a_ip, 0);
+  const std::uint16_t port = attacker.port();
+  ASSERT_NE(port, wire::kRoceV2Port);
+  constexpr std::uint32_t kWindow = 32;
+  const std::vector<std::byte> junk(512, std::byte{0xee});  // longer than a receive buffer
+  std::vector<std::byte> frame(2048);
+  for (std::uint32_t i = 0; i < kWindow; ++i) {
+    wire::OuterHeaders o;
+    o.src = test::v4(a_ip);
+    o.dst = test::v4(b_ip);
+    o.src_port = port;  // in the ICRC: a valid one for the packet as b receives it
+    o.ethernet = false;
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+    h.bth.dest_qpn = b.qpn;
+    h.bth.psn = 0x100 + kRound + i;
+    h.bth.ack_req = true;
+    frame.resize(2048);
+    frame.resize(wire::build_frame(frame, o, h, junk));
+    attacker.send(b_ip, ConstBytes(frame).subspan(wire::kIpv4Bytes + wire::kUdpBytes));
+  }
+  const std::uint64_t b_sent = qb.counters().packets_sent;
+  const std::uint64_t b_received = qb.counters().packets_received;
+  receive(b, kWindow);
+  EXPECT_EQ(qb.counters().src_port_mismatch, kWindow);
+  EXPECT_EQ(qb.counters().src_addr_mismatch, 0u);
+  EXPECT_EQ(qb.counters().packets_received, b_received);
+  EXPECT_EQ(qb.counters().packets_sent, b_sent);  // no ACK, no NAK
+  EXPECT_EQ(qb.state(), QpState::kRts);
+  EXPECT_EQ(total_drops(b.dev->datapath().counters()), 0u);  // every ICRC was valid
+
+  // The peer's own SENDs at those PSNs: new, executed, with their data.
+  post_sends(kRound);
+  expect_round(kRound);
+  EXPECT_EQ(qb.counters().duplicate_requests, 0u);
+  EXPECT_EQ(qb.counters().out_of_sequence, 0u);
+  const std::string text = format_stats_text(b.dev->stats(), true);
+  EXPECT_NE(text.find(" src_addr_drops 0 src_port_drops 32 "), std::string::npos) << text;
+}
+
+TEST(BadInput, ForgedSendsFromThePeersAddressOnAnotherPortAreDropped) {
+  forged_sends_from_the_peers_address(false);
+}
+
+TEST(BadInput, ForgedSendsFromAUrocePeersAddressOnAnotherPortAreDropped) {
+  forged_sends_from_the_peers_address(true);
 }
 
 // The other side of the check: over IPv6 a legitimate peer's packets pass it. Loopback has one

@@ -277,6 +277,30 @@ TEST(UdpDevice, PortMtuFollowsTheInterfaceAsRxe) {
   EXPECT_EQ(e.value()->device().active_mtu(), Mtu::k1024);
 }
 
+// MR keys (issue 44): two devices opened alike, with no seed, draw their keys from the kernel's
+// CSPRNG, so that one's keys say nothing about the other's; a seed makes them reproducible.
+TEST(UdpDevice, KeysDifferBetweenDevicesOpenedWithoutASeed) {
+  auto keys = [](std::uint64_t seed) {
+    DeviceConfig cfg;
+    cfg.ip = v4(test::unique_ip());
+    cfg.seed = seed;
+    auto d = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive);
+    EXPECT_TRUE(d.ok()) << d.error();
+    std::vector<std::uint32_t> k;
+    if (!d.ok()) return k;
+    Device& dev = d.value()->device();
+    const PdHandle pd = dev.alloc_pd().value();
+    static std::byte region[64];
+    for (int i = 0; i < 4; ++i) k.push_back(dev.reg_mr(pd, region, sizeof region, 0)->rkey);
+    return k;
+  };
+  const auto a = keys(0);
+  const auto b = keys(0);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(keys(77), keys(77));
+}
+
 TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();

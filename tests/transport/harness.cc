@@ -274,6 +274,7 @@ void Solo::feed_from(const wire::IpAddress& src, wire::TransportHeaders h, Const
   }
   transport::PacketInfo info;
   info.src = src;
+  info.src_port = src_port;
   info.ecn = ecn;
   info.ip_header = f->ip_udp.first(20);
   e.qp->handle_packet(now, f->roce, info);

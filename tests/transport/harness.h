@@ -228,6 +228,8 @@ class Solo {
 
   Endpoint e;
   wire::IpAddress peer = wire::IpAddress::v4(0x0a000002);
+  // The UDP source port of every packet fed (source pinning, Qp::set_peer_udp_port).
+  std::uint16_t src_port = wire::kRoceV2Port;
   // The next packet fed carries transport::kBthSrKeptBit (a selective-repeat peer's NAK).
   bool next_sr_kept = false;
   Instant now = Instant::from_ns(1'000'000);

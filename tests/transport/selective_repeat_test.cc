@@ -259,6 +259,7 @@ TEST(SelectiveRepeatResponder, OnePassPlacesNothingOutOfOrderNorWhilePacketsAreK
     UROCE_CHECK(f.ok());
     transport::PacketInfo info;
     info.src = s.peer;
+    info.src_port = s.src_port;
     std::array<MutBytes, transport::kMaxSge> out{};
     return s.e.qp->one_pass_target(f->roce, info, out);
   };

@@ -1,9 +1,13 @@
 // Memory regions: access-flag validation, keys, and the resolver the transport uses.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
+#include "base/prng.h"
 #include "transport/interfaces.h"
 #include "verbs/device_state.h"
 #include "verbs_test_util.h"
@@ -153,17 +157,14 @@ TEST_F(MrTest, ReregRefusesWhatRegistrationRefusesAndChangesNothing) {
             Errc::kInvalidArgument);
 }
 
-TEST_F(MrTest, KeysAreIndexAndKeyByteAndLkeyEqualsRkey) {
+TEST_F(MrTest, LkeyEqualsRkeyAndConsecutiveKeysShareNothing) {
   auto a = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
   auto b = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->lkey, a->rkey);  // rxe: one key
-  // Consecutive registrations take consecutive 24-bit indices (wrapping within the MR range).
-  const std::uint32_t ia = a->lkey >> 8;
-  const std::uint32_t ib = b->lkey >> 8;
-  EXPECT_EQ(ib, ia == verbs::detail::kMaxMrIndex ? verbs::detail::kMinMrIndex : ia + 1);
-  EXPECT_GE(ia, verbs::detail::kMinMrIndex);
-  EXPECT_LE(ia, verbs::detail::kMaxMrIndex);
+  // No index, no counter: rxe's consecutive registrations differ in their top 24 bits by one.
+  EXPECT_NE(b->lkey >> 8, (a->lkey >> 8) + 1);
+  EXPECT_NE(a->lkey, b->lkey);
 }
 
 std::vector<std::uint32_t> key_sequence(std::uint64_t seed, int n) {
@@ -182,31 +183,75 @@ TEST(MrKeys, ReproduciblePerSeedAndDifferentAcrossSeeds) {
   EXPECT_NE(k1, k2);
   // Unique within a device.
   EXPECT_EQ(std::set<std::uint32_t>(k1.begin(), k1.end()).size(), k1.size());
-  // The starting index differs per seed, and the key bytes are not a constant or a counter.
-  EXPECT_NE(k1[0] >> 8, k2[0] >> 8);
-  std::set<std::uint32_t> bytes;
-  for (std::uint32_t k : k1) bytes.insert(k & 0xff);
-  EXPECT_GT(bytes.size(), 100u);  // 200 draws from 256 values
+  // Every byte of a key is random: 200 draws from 256 values give well over 100 distinct ones.
+  for (unsigned shift : {0u, 8u, 16u, 24u}) {
+    std::set<std::uint32_t> bytes;
+    for (std::uint32_t k : k1) bytes.insert((k >> shift) & 0xff);
+    EXPECT_GT(bytes.size(), 100u) << shift;
+  }
 }
 
-TEST(MrKeys, AReusedIndexGetsAnotherKeyByte) {
-  auto dev = make_device(test_config(7));
+// A random source of 8192 values (13 bits), so that keys would repeat within a few hundred
+// registrations (birthday) if nothing kept them apart.
+std::function<void(std::span<std::byte>)> narrow_source(std::uint64_t seed) {
+  auto prng = std::make_shared<Prng>(seed);
+  return [prng](std::span<std::byte> out) {
+    const auto v = static_cast<std::uint32_t>(1 + prng->below(8192)) * 0x9e3779b1u;  // never 0
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<std::byte>(v >> (8 * (i % 4)));
+  };
+}
+
+TEST(MrKeys, NoKeyRepeatsWithinTheQuarantine) {
+  DeviceConfig cfg = test_config(3);
+  cfg.random_bytes = narrow_source(3);
+  auto dev = make_device(cfg);
+  PdHandle pd = *dev->alloc_pd();
+  std::byte region[64];
+  // A long-lived MR whose key is never handed out again while it lives.
+  auto held = dev->reg_mr(pd, region, sizeof region, 0);
+  ASSERT_TRUE(held.ok());
+  constexpr std::uint32_t kQ = verbs::detail::kKeyQuarantine;
+  std::vector<std::uint32_t> keys;
+  for (std::uint32_t i = 0; i < 3 * kQ; ++i) {
+    auto mr = dev->reg_mr(pd, region, sizeof region, 0);
+    ASSERT_TRUE(mr.ok()) << i;
+    keys.push_back(mr->lkey);
+    ASSERT_NE(mr->lkey, held->lkey);
+    ASSERT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+  }
+  // Each key differs from the kQuarantine keys deregistered before it.
+  std::uint32_t repeats_after = 0;
+  std::unordered_map<std::uint32_t, std::size_t> last;
+  for (std::size_t j = 0; j < keys.size(); ++j) {
+    auto [it, first_time] = last.try_emplace(keys[j], j);
+    if (first_time) continue;
+    EXPECT_GT(j - it->second, kQ) << it->second << " " << j;
+    ++repeats_after;
+    it->second = j;
+  }
+  // The narrow source did bring keys back once they had left the quarantine.
+  EXPECT_GT(repeats_after, 0u);
+  // A stale key resolves to nothing.
+  auto& res = dev->memory();
+  EXPECT_EQ(res.resolve(0, keys.back(), true, 0, 0, 0).error(), AccessError::kInvalidKey);
+}
+
+TEST(MrKeys, ARegistrationThatFindsNoFreeKeyFailsWithNoMemory) {
+  DeviceConfig cfg = test_config(4);
+  cfg.random_bytes = [](std::span<std::byte> out) {
+    for (std::byte& b : out) b = std::byte{0x5a};
+  };
+  auto dev = make_device(cfg);
   PdHandle pd = *dev->alloc_pd();
   std::byte region[64];
   auto first = dev->reg_mr(pd, region, sizeof region, 0);
   ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->lkey, 0x5a5a5a5au);
+  EXPECT_EQ(dev->reg_mr(pd, region, sizeof region, 0).error(), Errc::kNoMemory);
   ASSERT_EQ(dev->dereg_mr(first->handle), Errc::kOk);
-  // Cycle through every index once: the next registration reuses the first index.
-  std::uint32_t last = 0;
-  for (std::uint32_t i = 0; i < verbs::detail::kMaxMr; ++i) {
-    auto mr = dev->reg_mr(pd, region, sizeof region, 0);
-    ASSERT_TRUE(mr.ok()) << i;
-    last = mr->lkey;
-    ASSERT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
-    if ((last >> 8) == (first->lkey >> 8)) break;
-  }
-  EXPECT_EQ(last >> 8, first->lkey >> 8);
-  EXPECT_NE(last, first->lkey);  // a stale key never names the next MR at its index
+  // In quarantine now: still no key.
+  EXPECT_EQ(dev->reg_mr(pd, region, sizeof region, 0).error(), Errc::kNoMemory);
 }
 
 TEST_F(MrTest, ResolveGivesTheRegisteredBytes) {

@@ -57,6 +57,26 @@ TEST(Golden, RxeConventions) {
   EXPECT_EQ(aeth_type(0x2c), AethType::kRnrNak);
 }
 
+// Source pinning (transport::Qp::set_peer_udp_port) learns an rxe peer's port from its first
+// packet in sequence and drops later packets from any other: rxe must send every packet of a
+// connected QP, requests, responses, retransmissions and NAKs alike, from one port
+// (rdma_get_udp_sport() at modify_qp).
+TEST(Golden, RxeSendsEveryPacketOfAConnectedQpFromOnePort) {
+  std::map<std::string, std::set<std::uint16_t>> ports;  // by file, source and destination QPN
+  for (const auto& fr : test::load_all_golden()) {
+    auto f = parse_frame(LinkType::kEthernet, fr.view());
+    ASSERT_TRUE(f.ok());
+    const Transport t = f->roce.op->transport;
+    if (t != Transport::kRc && t != Transport::kUc) continue;
+    const auto& a = f->ipv4.src.bytes;
+    const std::string key = fr.file + " from " + std::to_string(a[3]) + " to QPN " +
+                            std::to_string(f->roce.bth().dest_qpn());
+    ports[key].insert(f->udp.src_port);
+  }
+  EXPECT_GE(ports.size(), 10u);
+  for (const auto& [key, p] : ports) EXPECT_EQ(p.size(), 1u) << key;
+}
+
 enum class Expect { kValid, kIcrc, kIcrcOrFragment, kNotValid };
 
 // What flipping bit `bit` of byte `off` of an IPv4 Ethernet frame must do (roce-facts.md, ICRC).

@@ -114,11 +114,6 @@ bool is_nonblocking(int fd) {
   return fl >= 0 && (fl & O_NONBLOCK) != 0;
 }
 
-std::uint64_t fresh_seed() {
-  const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
-  return static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 32);
-}
-
 // ---- conversions (the numeric values are libibverbs': casts) ----
 
 void to_ibv_device_attr(const DeviceAttr& a, ibv_device_attr* o) {
@@ -592,7 +587,7 @@ engine::UdpDevice* net(Context* ctx) {
   if (engine::UdpDevice* u = ctx->udp.load(std::memory_order_acquire)) return u;
   DeviceConfig cfg = ctx->config;
   cfg.netdev_mtu = 0;  // the interface's, as the query device saw it
-  cfg.seed = fresh_seed();
+  cfg.seed = 0;        // MR keys from the kernel's CSPRNG (UdpDevice::open)
   // The environment, read here (the edge) and passed down: an invalid variable opens nothing.
   auto options = edge::device_options();
   if (!options.ok()) {
@@ -858,7 +853,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
     // Applications pass their CPU as comp_vector (UCX does); uroce accepts any below this.
     ctx->config.num_comp_vectors = engine::host_num_comp_vectors();
-    ctx->config.seed = fresh_seed();
+    ctx->config.seed = 0;  // (its keys are the networked device's)
     ctx->ifindex = interface_index(d->spec.ip);
     auto qd = Device::create(ctx->config);
     if (!qd.ok()) {

@@ -37,10 +37,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "base/entropy.h"
 #include "compat/rdmacm/rdmacm.h"
 #include "device/device_config.h"
 #include "device/shared_port.h"
@@ -441,12 +441,9 @@ struct Event {
   std::uint8_t private_data[224] = {};
 };
 
-std::uint32_t random_psn() {
-  static std::mutex mu;
-  static std::mt19937 gen{std::random_device{}()};
-  std::lock_guard lk(mu);
-  return gen() & 0xffffff;
-}
+// A connection's initial PSN, which an off-path attacker must not guess (issue 44): from the
+// kernel's CSPRNG (a Mersenne twister's next outputs follow from 624 earlier ones).
+std::uint32_t random_psn() { return static_cast<std::uint32_t>(kernel_random_u64()) & 0xffffff; }
 
 bool is_ud(const Id* id) { return id->pub.qp_type == IBV_QPT_UD; }
 
