@@ -190,7 +190,7 @@ struct DeviceConfig {
   // (docs/ARCHITECTURE.md, "Congestion control": the simulator's fault swarms do not yet pass
   // with dcqcn-aimd).
   enum class CongestionControl : std::uint8_t { kNone, kDcqcn, kAimd, kDcqcnAimd };
-  CongestionControl congestion_control = CongestionControl::kNone;
+  CongestionControl congestion_control = CongestionControl::kDcqcnAimd;
   // DCQCN's parameters (mlx5's cc_params and defaults); line_rate_mbps 0 takes link_speed_mbps.
   cc::DcqcnParams dcqcn;
   // Aimd's parameters (cc/aimd.h's defaults).
