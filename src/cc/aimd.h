@@ -75,7 +75,7 @@ struct AimdParams {
   // ACKed alone with 10, 25 with 32). Twice that: a stream of one-packet messages keeps its
   // ACKs deferred while slow start tests the path.
   std::uint32_t initial_window_packets = 32;
-  std::uint32_t min_window_packets = 1;       // the floor (at least 1)
+  std::uint32_t min_window_packets = 1;  // the floor (at least 1)
   std::uint32_t max_window_packets = 1u << 16;
   // Reno's is 1 per round trip. 4: this rule's round trip, timed in user space on a busy host,
   // runs several times the kernel TCP's beside it (its srtt 2-5 ms where the queue holds 2 ms),

@@ -47,7 +47,7 @@ constexpr std::size_t kArenaBytes = kTargetOffset + kSendSlots * kSlot;
 std::size_t source_off(std::uint64_t i) { return kSourceOffset + (i % kSendSlots) * kSlot; }
 std::size_t recv_off(std::uint64_t k) { return kRecvOffset + (k % kSlots) * kSlot; }
 std::size_t target_off(std::uint64_t i) { return kTargetOffset + (i % kSendSlots) * kSlot; }
-constexpr std::uint64_t kChannel = 1;        // the CQ's completion channel tag
+constexpr std::uint64_t kChannel = 1;  // the CQ's completion channel tag
 
 constexpr std::uint32_t kAllAccess =
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;

@@ -24,8 +24,8 @@ LossyFlowResult run(std::uint32_t per_100k, bool adaptive, Cc cc = Cc::kNone) {
   std::printf(
       "loss %u/100000 %s, cc %s: goodput %.3f Gb/s, retransmitted %.3f, ACK timeouts %llu, "
       "adaptive %llu, probes %llu, window %u\n",
-      per_100k, adaptive ? "adaptive" : "IBTA", congestion_control_name(cc), r.goodput_bps / 1e9, r.retransmitted_share,
-      static_cast<unsigned long long>(r.timeouts),
+      per_100k, adaptive ? "adaptive" : "IBTA", congestion_control_name(cc), r.goodput_bps / 1e9,
+      r.retransmitted_share, static_cast<unsigned long long>(r.timeouts),
       static_cast<unsigned long long>(r.adaptive_timeouts),
       static_cast<unsigned long long>(r.tail_probes), r.send_window);
   return r;
