@@ -201,11 +201,11 @@ struct DeviceConfig {
   // a CNP slows the QP down (cc/dcqcn.h, its parameters the mlx5 defaults, the line rate
   // link_speed_mbps when known); Aimd, a window driven by loss and delay for networks that drop
   // instead of marking, TCP-friendly (cc/aimd.h); or both at once (cc/dcqcn_aimd.h). Named
-  // none, dcqcn, aimd and dcqcn-aimd (congestion_control_name). None by default for now
-  // (docs/ARCHITECTURE.md, "Congestion control": the simulator's fault swarms do not yet pass
-  // with dcqcn-aimd).
+  // none, dcqcn, aimd and dcqcn-aimd (congestion_control_name). dcqcn-aimd by default: it
+  // marks, and answers marks, as ConnectX does, and holds its share beside TCP where nothing
+  // marks (docs/ARCHITECTURE.md, "Congestion control"); none is the kernel's Soft-RoCE.
   enum class CongestionControl : std::uint8_t { kNone, kDcqcn, kAimd, kDcqcnAimd };
-  CongestionControl congestion_control = CongestionControl::kNone;
+  CongestionControl congestion_control = CongestionControl::kDcqcnAimd;
   // DCQCN's parameters (mlx5's cc_params and defaults); line_rate_mbps 0 takes link_speed_mbps.
   cc::DcqcnParams dcqcn;
   // Aimd's parameters (cc/aimd.h's defaults).

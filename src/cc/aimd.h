@@ -68,8 +68,14 @@ namespace uroce::cc {
 
 struct AimdParams {
   // The window, in PSNs.
-  std::uint32_t initial_window_packets = 10;  // TCP's IW10 (RFC 6928)
-  std::uint32_t min_window_packets = 1;       // the floor (at least 1)
+  // Above TCP's IW10 (RFC 6928): a uroce peer defers the ACKs of a ping-pong's requests behind
+  // its answers until they cover 16 PSNs (transport::kMaxPsnsBehindADeferredAck), so a window
+  // that closes before then waits for the peer's ACK hold to run out, which also turns the
+  // peer's deferring off for the next 64 messages (ProgressSim's ping-pong: 67 of 100 messages
+  // ACKed alone with 10, 25 with 32). Twice that: a stream of one-packet messages keeps its
+  // ACKs deferred while slow start tests the path.
+  std::uint32_t initial_window_packets = 32;
+  std::uint32_t min_window_packets = 1;  // the floor (at least 1)
   std::uint32_t max_window_packets = 1u << 16;
   // Reno's is 1 per round trip. 4: this rule's round trip, timed in user space on a busy host,
   // runs several times the kernel TCP's beside it (its srtt 2-5 ms where the queue holds 2 ms),

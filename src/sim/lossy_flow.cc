@@ -45,6 +45,7 @@ bool add_host(Flow& f, std::size_t index) {
   cfg.seed = f.opt.seed * 7 + index;
   cfg.link_speed_mbps = static_cast<std::uint32_t>(f.opt.link_bps / 1'000'000);
   cfg.adaptive_recovery = f.opt.adaptive_recovery;
+  cfg.congestion_control = f.opt.congestion_control;
   ScenarioHost* h =
       f.sc.add_host(cfg, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)}, {},
                     [&f](const std::string& what) { f.fail(what); });

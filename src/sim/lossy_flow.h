@@ -15,6 +15,7 @@
 #include <string>
 
 #include "fault/fault.h"
+#include "uroce/verbs.h"
 
 namespace uroce::sim {
 
@@ -25,6 +26,10 @@ struct LossyFlowOptions {
   // (transport::RecoveryParams, DeviceConfig::adaptive_recovery); off, IBTA's ACK timeout and a
   // 128-PSN window. Room for more switches of the recovery here (selective repeat).
   bool adaptive_recovery = true;
+  // The sender's congestion control. None by default: the loss here is random, not congestion,
+  // and the scenario measures the recovery; a loss-driven rule (aimd, the device's default
+  // dcqcn-aimd) takes each loss for congestion and cuts its window, as TCP's Reno does.
+  DeviceConfig::CongestionControl congestion_control = DeviceConfig::CongestionControl::kNone;
   std::uint64_t link_bps = 10'000'000'000;
   std::int64_t link_delay_ns = 10'000;  // one way
   std::uint32_t message_bytes = 65536;  // each WRITE

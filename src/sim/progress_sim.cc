@@ -34,8 +34,20 @@ using engine::ThreadAction;
 
 constexpr std::uint32_t kMaxMessage = 3000;  // up to 3 packets at path MTU 1024
 constexpr std::size_t kSlot = 4096;          // one message's room in an arena
-constexpr std::size_t kSlots = 8;            // receive buffers / WRITE targets, reused in turn
-constexpr std::uint64_t kChannel = 1;        // the CQ's completion channel tag
+constexpr std::size_t kSlots = 8;            // receive buffers, reused in turn
+// Sources and WRITE targets, reused in turn: as many as the send queue's depth, so that no
+// message's source or target is reused while it may still be read or written (with a window of
+// 16 and 8 of them, a WRITE that congestion control held back read the source of the one posted
+// 8 after it).
+constexpr std::size_t kSendSlots = 16;
+constexpr std::size_t kSourceOffset = 0;
+constexpr std::size_t kRecvOffset = kSendSlots * kSlot;
+constexpr std::size_t kTargetOffset = kRecvOffset + kSlots * kSlot;
+constexpr std::size_t kArenaBytes = kTargetOffset + kSendSlots * kSlot;
+std::size_t source_off(std::uint64_t i) { return kSourceOffset + (i % kSendSlots) * kSlot; }
+std::size_t recv_off(std::uint64_t k) { return kRecvOffset + (k % kSlots) * kSlot; }
+std::size_t target_off(std::uint64_t i) { return kTargetOffset + (i % kSendSlots) * kSlot; }
+constexpr std::uint64_t kChannel = 1;  // the CQ's completion channel tag
 
 constexpr std::uint32_t kAllAccess =
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
@@ -58,7 +70,7 @@ struct SimHost final : engine::QpDirectory,
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<Scheduler> sched;
   Prng rng{1};
-  std::vector<std::byte> arena;  // [0, kSlots * kSlot): sources; then receive/target slots
+  std::vector<std::byte> arena;  // kArenaBytes: sources, receive slots, WRITE targets
   MrInfo mr;
   CqHandle cq;
   QpHandle qp;
@@ -213,7 +225,7 @@ bool make_host(Run& r, SimHost& h, int index) {
   h.engine->set_defer_acks(sc.hold_acks && sc.defer_acks);
   h.dev->set_doorbell_handler(&h);
   h.dev->set_completion_event_handler(&h);
-  h.arena.assign(2 * kSlots * kSlot, std::byte{0});
+  h.arena.assign(kArenaBytes, std::byte{0});
   auto pd = h.dev->alloc_pd();
   if (!pd.ok()) return false;
   auto mr = h.dev->reg_mr(pd.value(), h.arena.data(), h.arena.size(), kAllAccess);
@@ -225,7 +237,7 @@ bool make_host(Run& r, SimHost& h, int index) {
   QpInitAttr init;
   init.send_cq = h.cq;
   init.recv_cq = h.cq;
-  init.cap = QpCap{16, static_cast<std::uint32_t>(kSlots), 1, 1, 0};
+  init.cap = QpCap{kSendSlots, static_cast<std::uint32_t>(kSlots), 1, 1, 0};
   auto qp = h.dev->create_qp(pd.value(), init);
   if (!qp.ok()) return false;
   h.qp = qp->handle;
@@ -249,7 +261,7 @@ void message_bytes(const Run& r, int from, std::uint32_t i, std::span<std::byte>
 }
 
 bool post_recv(SimHost& h) {
-  const std::size_t off = (kSlots + h.recv_next % kSlots) * kSlot;
+  const std::size_t off = recv_off(h.recv_next);
   const Sge sge{h.va(off), static_cast<std::uint32_t>(kSlot), h.mr.lkey};
   const RecvWr w{h.recv_next, std::span(&sge, 1)};
   ++h.recv_next;
@@ -262,7 +274,7 @@ void transmit_round(SimHost& h);
 void post_next(Run& r, SimHost& h, const SimHost& peer, bool write) {
   const std::uint32_t i = h.sent;
   const std::uint32_t len = message_len(r, h.index, i);
-  const std::size_t src = (i % kSlots) * kSlot;
+  const std::size_t src = source_off(i);
   message_bytes(r, h.index, i, std::span(h.arena.data() + src, len));
   const Sge sge{h.va(src), len, h.mr.lkey};
   SendWr w;
@@ -277,7 +289,7 @@ void post_next(Run& r, SimHost& h, const SimHost& peer, bool write) {
     w.send_flags = kSendSignaled;
   }
   w.opcode = write ? WrOpcode::kRdmaWrite : WrOpcode::kSend;
-  if (write) w.rdma = {peer.va((kSlots + i % kSlots) * kSlot), peer.mr.rkey};
+  if (write) w.rdma = {peer.va(target_off(i)), peer.mr.rkey};
   h.quiet = h.sched->config().progress_thread;
   const SendWr* bad = nullptr;
   const Errc e = h.dev->post_send(h.qp, std::span(&w, 1), &bad);
@@ -318,17 +330,14 @@ void fill_window(Run& r, SimHost& h, SimHost& peer) {
   }
 }
 
-// kStreams: WRITE `i` completed, so its bytes landed in its slot; a later WRITE to the same slot
-// (posted since) may have overwritten them. True when the slot holds one of those.
+// kStreams: WRITE `i` completed, so its bytes landed in its target, which no later WRITE can
+// have reused yet (kSendSlots: the application posts WRITE i + kSendSlots only after it polled
+// i's completion, its window being at most the send queue).
 bool stream_write_landed(const Run& r, const SimHost& h, const SimHost& peer, std::uint32_t i) {
-  const std::size_t off = (kSlots + i % kSlots) * kSlot;
-  for (std::uint32_t j = i; j < h.sent; j += kSlots) {
-    const std::uint32_t len = message_len(r, h.index, j);
-    std::vector<std::byte> want(len);
-    message_bytes(r, h.index, j, want);
-    if (std::memcmp(peer.arena.data() + off, want.data(), len) == 0) return true;
-  }
-  return false;
+  const std::uint32_t len = message_len(r, h.index, i);
+  std::vector<std::byte> want(len);
+  message_bytes(r, h.index, i, want);
+  return std::memcmp(peer.arena.data() + target_off(i), want.data(), len) == 0;
 }
 
 bool host_done(const Run& r, const SimHost& h) {
@@ -358,7 +367,7 @@ void handle_completions(Run& r, SimHost& h, std::span<const Wc> wcs) {
       const std::uint32_t len = message_len(r, peer.index, i);
       std::vector<std::byte> want(len);
       message_bytes(r, peer.index, i, want);
-      const std::size_t off = (kSlots + wc.wr_id % kSlots) * kSlot;
+      const std::size_t off = recv_off(wc.wr_id);
       if (wc.byte_len != len || std::memcmp(h.arena.data() + off, want.data(), len) != 0) {
         r.fail(who + "message " + std::to_string(i) + " arrived altered");
         return;
@@ -391,7 +400,7 @@ void handle_completions(Run& r, SimHost& h, std::span<const Wc> wcs) {
       const std::uint32_t len = message_len(r, h.index, i);
       std::vector<std::byte> want(len);
       message_bytes(r, h.index, i, want);
-      const std::size_t off = (kSlots + i % kSlots) * kSlot;
+      const std::size_t off = target_off(i);
       if (std::memcmp(peer.arena.data() + off, want.data(), len) != 0) {
         r.fail(who + "WRITE " + std::to_string(i) + " did not land");
         return;
@@ -652,6 +661,10 @@ const char* app_model_name(AppModel m) {
 
 ProgressSimResult run_progress_sim(const ProgressSimOptions& options) {
   auto r = std::make_unique<Run>(options);
+  if (options.window == 0 || options.window > kSendSlots) {
+    r->fail("window must be 1.." + std::to_string(kSendSlots));
+    return r->result;
+  }
   // The seed draws the machine: link delay 1-20 us, wake-up latency up to 2-30 us, poll gaps
   // up to 0.1-3 us.
   LinkConfig link;

@@ -65,7 +65,7 @@ struct ProgressSimOptions {
   // Ping-pongs and kStreams: each host asks for the completion of every this-many-th message and
   // of its last (UCX's rc_verbs: every 64th); 1: every one. kWrites signals every WRITE.
   std::uint32_t signal_every[2] = {1, 1};
-  std::uint32_t window = 8;  // kStreams: WRITEs outstanding per host (the send queue holds 16)
+  std::uint32_t window = 8;  // kStreams: WRITEs outstanding per host, 1..16 (the send queue)
   // The policy (its progress_thread is ignored: `thread` sets it per side).
   engine::SchedulerConfig policy;
   // ACK timeout code of every QP: 4.096 us * 2^code; by default the shortest with which a QP

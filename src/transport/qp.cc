@@ -5,10 +5,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cc/aimd.h"
 #include "wire/aeth.h"
 #include "wire/psn.h"
 
 namespace uroce::transport {
+
+// cc/aimd.h: the window a flow starts with lets a ping-pong's deferred ACKs wait for their
+// 16 PSNs.
+static_assert(cc::AimdParams{}.initial_window_packets >= 2 * kMaxPsnsBehindADeferredAck);
 
 namespace {
 

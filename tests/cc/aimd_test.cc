@@ -11,10 +11,17 @@ namespace {
 
 constexpr Instant kT0 = Instant::from_ns(1'000'000'000);
 
+// The rule's arithmetic is checked from TCP's initial window of 10 (the default is 32).
+AimdParams iw10() {
+  AimdParams p;
+  p.initial_window_packets = 10;
+  return p;
+}
+
 // A sender that keeps its window full: sends what the window allows, then ACKs them all one
 // `rtt` later, a round trip at a time.
 struct Flow {
-  explicit Flow(const AimdParams& p = {}) : cc(p) {}
+  explicit Flow(const AimdParams& p = iw10()) : cc(p) {}
   Aimd cc;
   Instant now = kT0;
   std::uint32_t out = 0;  // PSNs outstanding
@@ -81,7 +88,7 @@ TEST(Aimd, ALossCutsTheFlightOncePerRoundTrip) {
 }
 
 // A flow in slow start at window 40, all 40 out, then an ACK timeout 10 ms later.
-Flow timed_out(const AimdParams& p = {}) {
+Flow timed_out(const AimdParams& p = iw10()) {
   Flow f(p);
   f.round(Duration::us(100));
   f.round(Duration::us(100));
@@ -120,7 +127,7 @@ TEST(Aimd, ASpuriousTimeoutIsUndone) {
 }
 
 TEST(Aimd, ATimeoutCanRestartSlowStartFromOnePacket) {
-  AimdParams p;
+  AimdParams p = iw10();
   p.timeout_window_packets = 1;
   Flow f = timed_out(p);
   EXPECT_DOUBLE_EQ(f.cc.window(), 1.0);
@@ -136,7 +143,7 @@ TEST(Aimd, ATimeoutCanRestartSlowStartFromOnePacket) {
 }
 
 TEST(Aimd, NeverBelowTheFloor) {
-  AimdParams p;
+  AimdParams p = iw10();
   p.initial_window_packets = 2;
   Flow f(p);
   for (int i = 0; i < 20; ++i) {
@@ -157,13 +164,13 @@ TEST(Aimd, NeverBelowTheFloor) {
 
 // The delay rule on (off by default: aimd.h, "delay").
 AimdParams with_delay_rule() {
-  AimdParams p;
+  AimdParams p = iw10();
   p.delay_rule = true;
   return p;
 }
 
 // A flow brought out of slow start by one loss, at window 28, with an RTT of `base`.
-Flow congestion_avoidance(Duration base, const AimdParams& p = {}) {
+Flow congestion_avoidance(Duration base, const AimdParams& p = iw10()) {
   Flow f(p);
   f.round(base);
   f.round(base);  // window 40
@@ -268,7 +275,7 @@ TEST(Aimd, ByDefaultNeitherDelayNorPacingHoldsTheWindow) {
 }
 
 TEST(Aimd, PacesAtTheWindowOverTheRoundTripWithABurst) {
-  AimdParams p;
+  AimdParams p = iw10();
   p.pacing_gain_percent = 125;
   p.burst_packets = 4;
   Flow f(p);
@@ -348,7 +355,7 @@ TEST(DcqcnAimd, TheRateHearsEcnAndTheWindowHearsLoss) {
   DcqcnParams rate;
   rate.line_rate_mbps = 10'000;
   rate.burst_bytes = 1024;
-  DcqcnAimd cc(rate, AimdParams{});
+  DcqcnAimd cc(rate, iw10());
   EXPECT_TRUE(cc.ecn_capable());
   EXPECT_EQ(cc.window_packets(), 10u);
   // A loss cuts the window, not the rate.

@@ -31,6 +31,7 @@ TEST(CcWindow, AimdsWindowCapsThePsnsOutstanding) {
   Solo s(QpType::kRc, 1024);
   s.set(/*timeout=*/14, /*retry_cnt=*/7, /*rnr_retry=*/7);
   cc::AimdParams p;
+  p.initial_window_packets = 10;
   p.burst_packets = 1000;  // no pacing in the way of the count
   cc::Aimd aimd(p);
   s.e.cc.inner = &aimd;
@@ -70,6 +71,7 @@ TEST(CcWindow, AfterATimeoutTheAckOfWhatThePeerHadIsTaken) {
   Solo s(QpType::kRc, 1024);
   s.set(/*timeout=*/14, /*retry_cnt=*/7, /*rnr_retry=*/7);
   cc::AimdParams p;
+  p.initial_window_packets = 10;
   p.burst_packets = 1000;
   p.timeout_window_packets = 1;
   cc::Aimd aimd(p);
@@ -89,6 +91,7 @@ TEST(CcWindow, AfterATimeoutTheAckOfWhatThePeerHadIsTaken) {
 TEST(CcWindow, AimdPacesOnceItHasARoundTrip) {
   Solo s(QpType::kRc, 1024);
   cc::AimdParams p;
+  p.initial_window_packets = 10;
   p.pacing_gain_percent = 125;
   p.burst_packets = 4;
   cc::Aimd aimd(p);
