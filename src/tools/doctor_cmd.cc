@@ -21,9 +21,15 @@ namespace uroce::tools {
 
 void add_doctor_options(CLI::App& doctor, DoctorOptions& o) {
   // For the tests: other places to read the host's settings from.
-  doctor.add_option("--sysctl-dir", o.sysctl_dir)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  doctor.add_option("--ib-dir", o.ib_dir)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  doctor.add_option("--proc-net-unix", o.proc_net_unix)->group("")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  doctor.add_option("--sysctl-dir", o.sysctl_dir)
+      ->group("")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  doctor.add_option("--ib-dir", o.ib_dir)
+      ->group("")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  doctor.add_option("--proc-net-unix", o.proc_net_unix)
+      ->group("")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
 std::optional<std::string> rmem_problem(std::uint64_t rmem_max, bool privileged) {
@@ -32,7 +38,8 @@ std::optional<std::string> rmem_problem(std::uint64_t rmem_max, bool privileged)
   return "net.core.rmem_max is " + std::to_string(rmem_max) + ", below the " +
          std::to_string(want) +
          " bytes a device's socket asks for: bursts beyond it are dropped by the kernel and "
-         "retransmitted; fix: sysctl -w net.core.rmem_max=" + std::to_string(want);
+         "retransmitted; fix: sysctl -w net.core.rmem_max=" +
+         std::to_string(want);
 }
 
 namespace {
@@ -128,15 +135,17 @@ void check_devices(Report& r, const DoctorOptions& o) {
     if (e == 0) {
       r.ok(where + ": UDP port 4791 is free (bound when a program opens the device)");
     } else if (e == EADDRNOTAVAIL) {
-      r.problem(where + ": not an address of this host; fix: add it to an interface, or "
-                        "configure this host's address (UROCE_DEVICES, /etc/uroce/devices.conf)");
+      r.problem(where +
+                ": not an address of this host; fix: add it to an interface, or "
+                "configure this host's address (UROCE_DEVICES, /etc/uroce/devices.conf)");
     } else if (e == EADDRINUSE &&
                coordinator_listens(o.proc_net_unix, engine::devd::socket_name(d.ip, 4791))) {
       r.ok(where + ": UDP port 4791 is held by the device's coordinator (uroce-devd): in use");
     } else if (e == EADDRINUSE) {
-      r.problem(where + ": UDP port 4791 is taken by a program other than uroce (the kernel's "
-                        "rdma_rxe takes it on every address); fix: `rdma link delete` its "
-                        "devices or `modprobe -r rdma_rxe`, or stop that program (ss -ulpn)");
+      r.problem(where +
+                ": UDP port 4791 is taken by a program other than uroce (the kernel's "
+                "rdma_rxe takes it on every address); fix: `rdma link delete` its "
+                "devices or `modprobe -r rdma_rxe`, or stop that program (ss -ulpn)");
     } else {
       r.problem(where + ": cannot bind UDP port 4791: " + std::strerror(e));
     }
@@ -184,8 +193,7 @@ int doctor_run(const DoctorOptions& o, std::FILE* out) {
                      : ""));
   }
   std::fprintf(out, "%s\n",
-               r.problems == 0 ? "all well"
-                               : (std::to_string(r.problems) + " problem(s)").c_str());
+               r.problems == 0 ? "all well" : (std::to_string(r.problems) + " problem(s)").c_str());
   return r.problems == 0 ? 0 : 1;
 }
 
