@@ -95,6 +95,13 @@ vm_network() {
   ip -n "$ns" addr add "$host_ip/24" dev br0
   ip -n "$ns" addr add "$host_ip6/64" dev br0 nodad
   ip -n "$ns" tuntap add tap0 mode tap
+  # The tap's queue towards qemu holds tx_queue_len frames, and tun drops what does not fit
+  # (tap0's TX dropped). A 1 MiB READ's responses from uroce, or a full window of requests,
+  # arrive in one burst of up to 1024 frames per message, faster than a TCG guest takes them:
+  # with the default 1000, ib_read_bw -s 1M lost 2334 of 15771 frames there (2026-12-06), and
+  # the matrix, which requires rxe to accept every packet uroce sent, failed. The link under
+  # test is the bridge, not qemu's intake, so the queue is made deep enough for the bursts.
+  ip -n "$ns" link set tap0 txqueuelen 20000
   ip -n "$ns" link set tap0 master br0
   ip -n "$ns" link set tap0 up
   ip -n "$ns" link set br0 up
