@@ -202,6 +202,31 @@ TEST(DcqcnReactionPoint, AlphaDecaysOncePerPeriodWithoutACnp) {
   EXPECT_NEAR(rp.alpha(), a * std::pow(1019.0 / 1024.0, 10), 1e-9);
 }
 
+// Why 64 senders into a 10 Gb/s port cannot converge with ConnectX's defaults (docs/SIMULATION.md,
+// "Incast", 64 senders): the port sends 1.15 packets of 1 KiB per us, so even with every packet
+// marked each of 64 flows hears a CNP about every 55 us. Alpha decays by 1019/1024 every
+// dce_tcp_rtt (1 us), 24% between two CNPs, and a CNP adds 5/1024: alpha settles near
+// g / (1 - (1 - g) 0.764) = 0.020 after each CNP, 0.016 when the next one cuts, which then takes
+// 0.8% off. The same CNPs with the paper's 55 us alpha period keep alpha near 1.
+TEST(DcqcnReactionPoint, WithACnpEvery55usConnectXsAlphaSettlesNearTwoPercent) {
+  DcqcnParams p;
+  p.line_rate_mbps = 10'000;
+  p.rp_time_reset_us = 1'000'000;  // no timer increase in between: only the cuts
+  DcqcnReactionPoint rp(p);
+  Instant t = kT0;
+  for (int i = 0; i < 100; ++i, t = t + Duration::us(55)) ASSERT_TRUE(rp.on_cnp(t));
+  EXPECT_NEAR(rp.alpha(), 0.0204, 0.002);  // just after a CNP; 0.0156 when the next one cuts
+  const std::uint64_t before = rp.current_mbps();
+  ASSERT_TRUE(rp.on_cnp(t));
+  EXPECT_GT(rp.current_mbps(), before * 99 / 100);  // a cut takes 0.8% off
+
+  p.rp_dce_tcp_rtt_us = 55;
+  DcqcnReactionPoint paper(p);
+  t = kT0;
+  for (int i = 0; i < 100; ++i, t = t + Duration::us(55)) ASSERT_TRUE(paper.on_cnp(t));
+  EXPECT_GT(paper.alpha(), 0.9);
+}
+
 TEST(DcqcnReactionPoint, BackAtTheLineItIsUnlimitedAgain) {
   DcqcnReactionPoint rp(ten_gig());
   ASSERT_TRUE(rp.on_cnp(kT0));
