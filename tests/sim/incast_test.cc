@@ -93,13 +93,14 @@ TEST(Incast, TwoSendersWithDcqcnMarkingOnEnqueueLeaveThePortIdle) {
 }
 
 // Issue 39's acceptance scenario (docs/SIMULATION.md, "Incast"): path MTU 1024 (RoCE's on a
-// standard 1500-byte Ethernet), marking from Kmin 5 KB to Kmax 160 KB, every packet above Kmax
+// standard 1500-byte Ethernet), marking from Kmin 5 KB to Kmax 100 KB, every packet above Kmax
 // (Pmax 100%), a 512 KiB buffer, the transport's adaptive loss recovery and selective repeat
 // between the uroce peers (the start may drop: a loss then costs a round trip, not 16.8 ms).
 // Each sender keeps eight 64 KiB WRITEs outstanding: its window (128 PSNs) would fill the
 // buffer without congestion control (below), so what holds the queue is DCQCN's rate. Measured
 // from 5 to 10 ms here, to keep CI cheap under ASan; the figures in docs/SIMULATION.md are from 10
-// to 20 ms (`uroce sim incast`'s default), seeds 1-5.
+// to 20 ms (`uroce sim incast`'s default), seeds 1-8. (With Kmax 160 KB, the previous choice, seeds
+// 3 and 6 of eight senders kept one flow at twice the others' rate: Jain 0.89-0.90.)
 IncastOptions acceptance(std::uint32_t senders, std::uint64_t seed, bool dcqcn) {
   IncastOptions o = into_one(senders, 512 * 1024, dcqcn);
   o.seed = seed;
@@ -107,7 +108,7 @@ IncastOptions acceptance(std::uint32_t senders, std::uint64_t seed, bool dcqcn) 
   o.converge_ns = 5'000'000;
   o.mtu = 1024;
   o.ecn_kmin_bytes = 5'000;
-  o.ecn_kmax_bytes = 160'000;
+  o.ecn_kmax_bytes = 100'000;
   o.ecn_pmax_percent = 100;
   o.adaptive_recovery = true;
   o.selective_repeat = true;
@@ -130,10 +131,10 @@ TEST(Incast, DcqcnMeetsTheAcceptanceForTwoSenders) {
   for (std::uint64_t seed : {1u, 2u}) expect_acceptance(acceptance(2, seed, true));
 }
 
-// Seed 1 (the costliest run here under ASan). Seeds 2, 4 and 5 meet it too; seed 3's Jain is
-// 0.88-0.92 (docs/SIMULATION.md, "Incast"): DCQCN evens the rates out slowly once the queue is
-// short.
-TEST(Incast, DcqcnMeetsTheAcceptanceForEightSenders) { expect_acceptance(acceptance(8, 1, true)); }
+// Seeds 1 and 3 (the costliest runs here under ASan; seeds 1-8 meet it, docs/SIMULATION.md).
+TEST(Incast, DcqcnMeetsTheAcceptanceForEightSenders) {
+  for (std::uint64_t seed : {1u, 3u}) expect_acceptance(acceptance(8, seed, true));
+}
 
 // The same eight senders without congestion control overflow the buffer and share the port
 // unevenly, the queue above Kmax. (From 10 to 20 ms they drop after convergence too: 214 frames
