@@ -161,12 +161,13 @@ TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForTwoSenders) {
 // "Incast", 64 senders): with every packet marked each of 64 flows hears a CNP only every 55 us
 // (the port's 1.15 packets per us shared 64 ways), ConnectX's alpha (updated every 1 us) settles
 // near 0.02 between them and a cut takes under 1% off (cc test
-// DcqcnReactionPoint.WithACnpEvery55usConnectXsAlphaSettlesNearTwoPercent); a flow whose ACKs
-// come in bursts goes 300 us without a CNP now and then, and the timer's fast recovery then takes
-// it halfway back to the line rate (the target, left unclamped), undoing hundreds of cuts. The
-// rates never fall to the fair share (156 Mb/s) and the windows, not DCQCN, bound the queue: with
-// a 16 MiB buffer nothing drops but the queue stays at 5-9 MB for 20 ms. No Kmin, Kmax, Pmax or
-// buffer changes this (the marks per flow are already at their most).
+// DcqcnReactionPoint.WithACnpEvery55usConnectXsAlphaSettlesNearTwoPercent). The windows, not the
+// rates, then pace the senders: a window's packets pass a 6 ms queue in clumps, a flow hears no
+// CNP between two (1.5 ms), and the timer's fast recovery takes it halfway back to the line rate
+// (the target, left unclamped), undoing hundreds of cuts. The rates never fall to the fair share
+// (156 Mb/s) and the windows bound the queue: with a 16 MiB buffer nothing drops but the queue
+// stays at 5-9 MB for 20 ms. No Kmin, Kmax, Pmax or buffer changes this (the marks per flow are
+// already at their most).
 TEST(Incast, DISABLED_DcqcnMeetsTheAcceptanceForSixtyFourSenders) {
   IncastOptions o = acceptance(64, 1, true);
   o.bdp_window = false;
