@@ -242,6 +242,9 @@ LinkRate link_rate_for_eth_speed(std::uint32_t mbps);
 // The name of a congestion control as UROCE_CC and the config file's cc= give it ("none",
 // "dcqcn", "aimd", "dcqcn-aimd"), and back (nullopt for any other name).
 const char* congestion_control_name(DeviceConfig::CongestionControl cc);
+// The IP ECN codepoint a QP's packets leave with under the rule (unless their traffic class
+// names one): ECT(0), 2, where the rule answers CE marks with CNPs (dcqcn, dcqcn-aimd), else 0.
+std::uint8_t congestion_control_ecn(DeviceConfig::CongestionControl cc);
 std::optional<DeviceConfig::CongestionControl> congestion_control_from_name(std::string_view name);
 
 // What ibv_rereg_mr changes (IBV_REREG_MR_CHANGE_*).

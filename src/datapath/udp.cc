@@ -319,6 +319,13 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOp
       return Err{fail("setsockopt")};
     }
   }
+  if (opt.default_tos != 0) {
+    const int tos = opt.default_tos;
+    if (::setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos,
+                     sizeof tos) != 0) {
+      return Err{fail(v6 ? "setsockopt(IPV6_TCLASS)" : "setsockopt(IP_TOS)")};
+    }
+  }
   std::string gso_note;
   if (opt.gso) {
     // UDP_SEGMENT is given per send; a kernel that knows the option answers this query.
@@ -369,6 +376,7 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOp
 
 UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
     : fd_(fd),
+      socket_tos_(options.default_tos),
       local_(options.local),
       port_(options.port),
       gso_(options.gso),
@@ -776,13 +784,15 @@ void UdpDatapath::drain() {
       m.msg_hdr.msg_iov = first_iov;
       m.msg_hdr.msg_iovlen = static_cast<std::size_t>(&s.iov[iov_used] - first_iov);
       // DSCP and ECN from the QP's traffic class, per packet (rxe: the address vector's
-      // traffic_class becomes the IPv4 TOS byte / IPv6 traffic class); the segment size.
+      // traffic_class becomes the IPv4 TOS byte / IPv6 traffic class) where it is not the
+      // socket's own; the segment size.
       std::size_t control = 0;
-      if (a.tos != 0 || n > 1) {
+      const bool own_tos = a.tos != socket_tos_;
+      if (own_tos || n > 1) {
         m.msg_hdr.msg_control = s.control[nmsg].bytes.data();
         m.msg_hdr.msg_controllen = s.control[nmsg].bytes.size();
         cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
-        if (a.tos != 0) {
+        if (own_tos) {
           c->cmsg_level = a.dst.v6 ? IPPROTO_IPV6 : IPPROTO_IP;
           c->cmsg_type = a.dst.v6 ? IPV6_TCLASS : IP_TOS;
           c->cmsg_len = CMSG_LEN(sizeof(int));

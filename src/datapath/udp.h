@@ -97,6 +97,12 @@ struct UdpOptions {
   // with IPV6_V6ONLY set): the datapath sets its options and owns it from open() on, failed
   // opens included. -1: the datapath creates and binds its own.
   int bound_fd = -1;
+  // The socket's own IPv4 TOS / IPv6 traffic class (IP_TOS / IPV6_TCLASS, set once): a packet
+  // whose TOS differs is sent with a control message that says its own. The device sets ECT(0)
+  // here when its congestion control marks every packet ECN-capable, so that those packets need
+  // no per-packet control message (about 3% of a loopback round trip). Every process of a
+  // shared device has a socket of its own in the group: the value is never another's.
+  std::uint8_t default_tos = 0;
   // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
   // backpressure. Empty: the system call.
   std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
@@ -299,6 +305,7 @@ class UdpDatapath final : public Datapath {
   };
 
   int fd_;
+  std::uint8_t socket_tos_;  // UdpOptions::default_tos, set on the socket
   wire::IpAddress local_;
   std::uint16_t port_;
   bool gso_;

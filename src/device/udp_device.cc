@@ -234,6 +234,9 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   }
   if (options.udp_gro) udp.gro = *options.udp_gro;
   if (options.udp_batch) udp.tx_batch = *options.udp_batch;
+  // Every packet of a QP leaves ECT(0) under DCQCN: the socket's own TOS, so that they need no
+  // per-packet control message.
+  udp.default_tos = congestion_control_ecn(config.congestion_control);
   if (sharing == Sharing::kShared) {
     auto sp = SharedPort::join(config.ip, port, cfg.name, options.devd);
     if (!sp.ok()) return Err{sp.error()};

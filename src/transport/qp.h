@@ -647,7 +647,7 @@ class Qp {
   void build_cnp(TxPacket& out);
   // poll_transmit's packets other than a CNP: a held ACK's request, responses, requests.
   bool poll_packet(Instant now, TxPacket& out);
-  static constexpr std::uint8_t kEct0 = 0b10;   // IP ECN: ECN-capable transport (0)
+  static constexpr std::uint8_t kEct0 = wire::kEcnEct0;
   static constexpr std::uint8_t kCnpDscp = 48;  // mlx5 np_cnp_dscp's default
   void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
                  bool ack_req, bool solicited, std::uint32_t payload_bytes);

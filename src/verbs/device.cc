@@ -2,9 +2,13 @@
 // accessors. The other objects live in mr.cc, cq.cc, srq.cc, ah.cc and qp.cc.
 #include <algorithm>
 
+#include "cc/aimd.h"
+#include "cc/dcqcn.h"
+#include "cc/dcqcn_aimd.h"
 #include "transport/qp.h"
 #include "verbs/address.h"
 #include "verbs/device_state.h"
+#include "wire/ip.h"
 
 namespace uroce {
 
@@ -140,6 +144,22 @@ QpObj* DeviceState::qp_for_qpn(std::uint32_t qpn) const {
   return it == qp_by_qpn.end() ? nullptr : it->second;
 }
 
+std::unique_ptr<cc::CongestionControl> make_congestion_control(const DeviceConfig& config) {
+  cc::DcqcnParams dcqcn = config.dcqcn;
+  if (dcqcn.line_rate_mbps == 0) dcqcn.line_rate_mbps = config.link_speed_mbps;
+  switch (config.congestion_control) {
+    case DeviceConfig::CongestionControl::kDcqcn:
+      return std::make_unique<cc::Dcqcn>(dcqcn);
+    case DeviceConfig::CongestionControl::kAimd:
+      return std::make_unique<cc::Aimd>(config.aimd);
+    case DeviceConfig::CongestionControl::kDcqcnAimd:
+      return std::make_unique<cc::DcqcnAimd>(dcqcn, config.aimd);
+    case DeviceConfig::CongestionControl::kNone:
+      break;
+  }
+  return std::make_unique<cc::NoCongestionControl>();  // kNone, or not one
+}
+
 }  // namespace verbs::detail
 
 LinkRate link_rate_for_eth_speed(std::uint32_t mbps) {
@@ -175,6 +195,12 @@ const char* congestion_control_name(DeviceConfig::CongestionControl cc) {
     if (n.cc == cc) return n.name;
   }
   return "?";
+}
+
+std::uint8_t congestion_control_ecn(DeviceConfig::CongestionControl cc) {
+  DeviceConfig config;
+  config.congestion_control = cc;
+  return vd::make_congestion_control(config)->ecn_capable() ? wire::kEcnEct0 : 0;
 }
 
 std::optional<DeviceConfig::CongestionControl> congestion_control_from_name(std::string_view name) {

@@ -187,6 +187,10 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   HandleTable<QpObj> qps{kMaxQp};
 };
 
+// A QP's congestion control as the device's configuration names it (NoCongestionControl for
+// none); dcqcn's line rate is the link's where its parameters leave it 0.
+std::unique_ptr<cc::CongestionControl> make_congestion_control(const DeviceConfig& config);
+
 }  // namespace uroce::verbs::detail
 
 namespace uroce {

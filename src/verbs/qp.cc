@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <bit>
 
-#include "cc/aimd.h"
-#include "cc/dcqcn.h"
-#include "cc/dcqcn_aimd.h"
 #include "verbs/address.h"
 #include "verbs/device_state.h"
 #include "verbs/qp_state_table.h"
@@ -154,22 +151,7 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
     q->rq =
         std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr, q->init.cap.max_recv_sge);
   }
-  cc::DcqcnParams dcqcn = s.config.dcqcn;
-  if (dcqcn.line_rate_mbps == 0) dcqcn.line_rate_mbps = s.config.link_speed_mbps;
-  switch (s.config.congestion_control) {
-    case DeviceConfig::CongestionControl::kDcqcn:
-      q->cc = std::make_unique<cc::Dcqcn>(dcqcn);
-      break;
-    case DeviceConfig::CongestionControl::kAimd:
-      q->cc = std::make_unique<cc::Aimd>(s.config.aimd);
-      break;
-    case DeviceConfig::CongestionControl::kDcqcnAimd:
-      q->cc = std::make_unique<cc::DcqcnAimd>(dcqcn, s.config.aimd);
-      break;
-    case DeviceConfig::CongestionControl::kNone:
-      break;
-  }
-  if (q->cc == nullptr) q->cc = std::make_unique<cc::NoCongestionControl>();  // kNone, or not one
+  q->cc = vd::make_congestion_control(s.config);
   transport::QpEnv env;
   env.memory = &s;
   env.send_cq = scq;

@@ -16,6 +16,7 @@ inline constexpr std::uint16_t kEtherTypeIpv6 = 0x86dd;
 inline constexpr std::uint16_t kEtherTypeVlan = 0x8100;
 inline constexpr std::uint16_t kEtherTypeQinQ = 0x88a8;
 inline constexpr std::uint8_t kIpProtoUdp = 17;
+inline constexpr std::uint8_t kEcnEct0 = 0b10;  // the IP ECN codepoint ECT(0) (RFC 3168)
 inline constexpr std::size_t kEthernetBytes = 14;
 inline constexpr std::size_t kIpv4Bytes = 20;
 inline constexpr std::size_t kIpv6Bytes = 40;

@@ -20,6 +20,11 @@
 # fault stage: UROCE_FAULTS=dir=tx,peer=<other end>,loss=LOSS); then the counters must also show
 # packets lost on both sides and RC packets retransmitted. Skipped (77) when not root (network
 # namespaces, `uroce setup`) or when Open MPI or UCX is missing.
+#
+# With MPI_VIA_UROCE_RUN=1 the ranks are started as `mpirun ... uroce run -- MPI_CHECK`, the way
+# the README's Open MPI section shows: no LD_LIBRARY_PATH is exported, so only `uroce run` (in every
+# rank, on both "hosts") puts the drop-ins in front of the program, and the counters prove that
+# uroce carried the traffic.
 set -u
 libdir=$1 uroce=$2 mpi_check=$3 net=$4 loss=${5:-}
 
@@ -102,14 +107,25 @@ else
   # Without loss, the rendezvous by RDMA WRITE (put_zcopy), so that both schemes run.
   lossy=(-x UCX_RNDV_SCHEME=put_zcopy)
 fi
+rank=("$mpi_check")
+if [[ ${MPI_VIA_UROCE_RUN:-0} == 1 ]]; then
+  # `uroce run` finds the drop-ins next to itself (here: the build's compat directory).
+  rank=("$uroce" run -- "$mpi_check")
+fi
 (
-  export LD_LIBRARY_PATH=$libdir
+  if [[ ${MPI_VIA_UROCE_RUN:-0} == 1 ]]; then
+    unset LD_LIBRARY_PATH
+    libpath=()
+  else
+    export LD_LIBRARY_PATH=$libdir
+    libpath=(-x LD_LIBRARY_PATH)
+  fi
   # mpirun and its two local ranks in the first namespace, with its environment.
   while read -r kv; do export "${kv?}"; done < <(ns_env "$ADDR_A" "$ADDR_B")
   exec ip netns exec "$NS_A" timeout -k 5 150 mpirun --allow-run-as-root -np 4 \
     --hostfile "$tmp/hosts" --map-by slot "${mca[@]}" \
-    -x UCX_TLS=self,rc_verbs,ud_verbs -x UCX_NET_DEVICES=uroce0:1 -x LD_LIBRARY_PATH \
-    "${preload[@]}" "${lossy[@]}" "$mpi_check"
+    -x UCX_TLS=self,rc_verbs,ud_verbs -x UCX_NET_DEVICES=uroce0:1 "${libpath[@]}" \
+    "${preload[@]}" "${lossy[@]}" "${rank[@]}"
 ) >"$tmp/out" 2>&1
 rc=$?
 cat "$tmp/out"

@@ -1319,6 +1319,34 @@ TEST(UdpDatapath, TrafficClassBecomesTheTosByte) {
   EXPECT_EQ(static_cast<int>(got[0].ip_header[1]), (26 << 2) | 2);
 }
 
+// A socket whose own TOS is ECT(0) (a device whose congestion control sends every packet
+// ECN-capable): packets with that TOS leave without a control message and still carry it, and
+// packets with another TOS, 0 included, carry their own.
+TEST(UdpDatapath, ThePacketsTosWinsOverTheSocketsOwn) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  UdpOptions ao{v4(a_ip), 4791};
+  ao.default_tos = 2;
+  auto a = UdpDatapath::open(ao);
+  auto b = UdpDatapath::open({v4(b_ip), 4791});
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  const int tos_of_socket = [&] {
+    int tos = -1;
+    socklen_t len = sizeof tos;
+    EXPECT_EQ(::getsockopt(a.value()->fd(), IPPROTO_IP, IP_TOS, &tos, &len), 0);
+    return tos;
+  }();
+  EXPECT_EQ(tos_of_socket, 2);
+  for (const std::uint8_t tos : {std::uint8_t{2}, std::uint8_t{0}, std::uint8_t{(26 << 2) | 1}}) {
+    send_gathered(*a.value(), v4(b_ip), 4791, data_of(64), tos);
+    const auto got = receive_all(*b.value(), 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].meta.tos, tos);
+    EXPECT_TRUE(got[0].meta.icrc_verified);
+  }
+}
+
 TEST(UdpDatapath, InterfaceMtuOfLoopback) {
   // lo has a 64 KiB MTU (65536 on Linux); every 127/8 address is on it.
   auto a = interface_mtu(v4("127.0.0.1"));

@@ -66,7 +66,8 @@ TCP_PKT_OVERHEAD = 14 + 20 + 20 + 12
 ECN_NAMES = ("not_ect", "ect1", "ect0", "ce")  # by codepoint 0..3
 # A uroce flow's receiving device, from `uroce stats` (src/engine/stats.cc names them).
 RECEIVER_COUNTERS = ("rcvd_pkts", "rx_drops", "out_of_seq_request", "duplicate_request",
-                     "send_seq_err")
+                     "send_seq_err", "np_ecn_marked_roce_packets", "np_cnp_sent",
+                     "out_of_order_kept")
 MARKER_COUNTERS = ("pkts", "bytes", "ect_pkts", "marked", "ce_already", "not_ect_over_kmin",
                    "not_ipv4", "vq_full")
 
@@ -721,7 +722,8 @@ def device_sample(stats, ns, pid):
 # A sending QP's recovery and congestion-control state, as its last sample showed it (`uroce
 # stats --qp`, src/device/stats.cc): the window and rate in force and the rule's cuts so far.
 SENDER_QP_FIELDS = ("srtt_ns", "min_rtt_ns", "send_window", "cc_window", "cc_rate_mbps",
-                    "cc_loss_cuts", "cc_delay_cuts", "cc_spurious_timeouts", "cc_competing")
+                    "cc_loss_cuts", "cc_delay_cuts", "cc_spurious_timeouts", "cc_competing",
+                    "rp_cnp_handled", "selective_repeat", "selective_retransmits")
 
 
 def sender_qp_state(device):
@@ -766,6 +768,10 @@ def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_
                 row["retransmitted_pkts"] = d.get("retransmitted_pkts")
                 row["ack_timeouts"] = d.get("ack_timeouts")
                 row["retry_exceeded_err"] = d.get("retry_exceeded_err")
+                # DCQCN's reaction point (CNPs that reached the sender and cut its rate) and
+                # selective repeat's resends, device-wide (the one QP of the flow and CM's).
+                row["rp_cnp_handled"] = d.get("rp_cnp_handled")
+                row["selective_retransmits"] = d.get("selective_retransmits")
                 if d.get("sent_pkts"):
                     row["retransmitted_share"] = d["retransmitted_pkts"] / d["sent_pkts"]
                 row["sender_qp"] = sender_qp_state(d)
@@ -804,6 +810,13 @@ def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_
         "roce_retry_exceeded_err": sum(r["retry_exceeded_err"] or 0 for r in roce) if roce
         else None,
         "all_completed": all(r["completed"] for r in rows),
+        # CNPs: sent by the receiving devices (their notification point, for CE-marked RoCE
+        # packets), and handled by the sending ones (their reaction point).
+        "roce_cnps_sent": sum((r.get("receiver") or {}).get("np_cnp_sent") or 0 for r in roce)
+        if roce else None,
+        "roce_cnps_handled": sum(r.get("rp_cnp_handled") or 0 for r in roce) if roce else None,
+        "roce_selective_retransmits": sum(r.get("selective_retransmits") or 0 for r in roce)
+        if roce else None,
     }
     ceiling = {
         "roce_write_efficiency": eff_roce,
@@ -877,7 +890,9 @@ def table(r):
             f"of the goodput ceiling (RoCE WRITE {fmt(c['roce_goodput_ceiling_gbit_s'])} Gb/s, "
             f"TCP {fmt(c['tcp_goodput_ceiling_gbit_s'])} Gb/s); Jain {fmt(t['jain'])}; RoCE "
             f"retransmitted {fmt(t['roce_retransmitted_share'], '{:.2%}')}, ACK timeouts "
-            f"{fmt(t['roce_ack_timeouts'], '{}')}")
+            f"{fmt(t['roce_ack_timeouts'], '{}')}, selectively resent "
+            f"{fmt(t['roce_selective_retransmits'], '{}')}; CNPs sent "
+            f"{fmt(t['roce_cnps_sent'], '{}')}, handled {fmt(t['roce_cnps_handled'], '{}')}")
         lines.append(
             f"bottleneck: {b['tbf_sent_pkts']} packets, {b['tbf_sent_bytes']} bytes "
             f"({fmt(b['wire_gbit_s'])} Gb/s over {b['window_s']:.2f} s; "

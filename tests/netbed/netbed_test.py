@@ -121,6 +121,18 @@ def bed_with_traffic(uroce):
               "uroce's RoCEv2 packets left ECN-capable on their own (none for the stamper)")
     m = r.get("marker") or {}
     check(m.get("marked", 0) > 0, "the marker set CE on packets")
+    if os.environ.get("UROCE_CC", "dcqcn-aimd") != "none":
+        # Notification point to reaction point, end to end: the receiving device counted the
+        # CE-marked RoCEv2 packets and answered with CNPs (rate-limited per QP, so fewer), and
+        # the sending device took them (a CNP cannot be lost on the way back: only the
+        # receiver's port is a bottleneck). The two devices are sampled at different moments,
+        # so the two counts are not compared.
+        t = r.get("totals", {})
+        marked = (uroce_flow.get("receiver") or {}).get("np_ecn_marked_roce_packets") or 0
+        check(marked > 0, "the receiving device counted CE-marked RoCEv2 packets")
+        check(0 < (t.get("roce_cnps_sent") or 0) <= marked,
+              "it sent CNPs for them, at most one per marked packet")
+        check((t.get("roce_cnps_handled") or 0) > 0, "the sending device handled CNPs")
     check(m.get("pkts", 0) > 0 and m.get("ect_pkts", 0) > 0, "the marker saw ECT packets")
     rx = r.get("receiver_ecn", {})
     check(rx.get("roce", {}).get("ce", 0) > 0, "the receiver saw RoCEv2 packets with CE")

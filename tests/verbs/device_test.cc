@@ -231,5 +231,17 @@ TEST(AsyncEvents, BoundedQueueCountsWhatItDrops) {
   EXPECT_FALSE(dev->get_async_event().has_value());
 }
 
+// The ECN codepoint a device's socket takes as its own (datapath/udp.h, default_tos): ECT(0)
+// exactly for the rules that answer CE marks with CNPs, as their QPs' packets leave.
+TEST(Device, CongestionControlEcnIsEct0ForTheRulesThatReactToCnps) {
+  using Cc = DeviceConfig::CongestionControl;
+  EXPECT_EQ(congestion_control_ecn(Cc::kNone), 0);
+  EXPECT_EQ(congestion_control_ecn(Cc::kAimd), 0);
+  EXPECT_EQ(congestion_control_ecn(Cc::kDcqcn), 2);
+  EXPECT_EQ(congestion_control_ecn(Cc::kDcqcnAimd), 2);
+  EXPECT_EQ(congestion_control_ecn(DeviceConfig{}.congestion_control), 2);  // the default
+}
+
 }  // namespace
 }  // namespace uroce
+
