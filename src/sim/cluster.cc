@@ -1420,7 +1420,7 @@ void check_send_inv(Cluster& c) {
     return;
   }
   // Still valid: the key is known, only PD 0 is wrong for it (an invalid key is unknown to all).
-  auto probe = hy.dev->memory().resolve(0, hy.mr.rkey, true, 0, 1, 0);
+  auto probe = hy.dev->memory().resolve(0, 0, hy.mr.rkey, true, 0, 1, 0);
   if (probe.ok() || probe.error() != transport::AccessError::kWrongPd) {
     c.fail(what + ": the region did not stay valid");
   }

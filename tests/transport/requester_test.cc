@@ -1957,7 +1957,8 @@ TEST(Requester, PostSendChecksItsArguments) {
   EXPECT_EQ(s.e.qp->post_send(misaligned), Errc::kInvalidArgument);
   EXPECT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kAtomicCmpAndSwp, sge(s.e, 0, 8))), Errc::kOk);
   // Not an operation a QP posts.
-  EXPECT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kLocalInv, sge(s.e, 0, 8))), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->post_send(rq(4, static_cast<WrOpcode>(10), sge(s.e, 0, 8))),  // IBV_WR_TSO
+            Errc::kInvalidArgument);
   EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 3u);
   EXPECT_EQ(s.drain().size(), 3u);
   EXPECT_TRUE(s.e.scq.wcs.empty());
