@@ -96,9 +96,9 @@ inline constexpr std::uint64_t kDeviceExFlushPersistent = 1ull << 39;
 inline constexpr std::uint64_t kDeviceExAtomicWrite = 1ull << 40;
 
 // Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() accepts MW_BIND (memory
-// windows may be bound to the region), rejects ZERO_BASED and ON_DEMAND with kNotSupported, accepts HUGETLB as a hint and ignores the
-// optional range (bits 20..29, e.g. RELAXED_ORDERING), as libibverbs does for a device without
-// them.
+// windows may be bound to the region), rejects ZERO_BASED and ON_DEMAND with kNotSupported, accepts
+// HUGETLB as a hint and ignores the optional range (bits 20..29, e.g. RELAXED_ORDERING), as
+// libibverbs does for a device without them.
 inline constexpr std::uint32_t kAccessMwBind = 16;
 inline constexpr std::uint32_t kAccessZeroBased = 32;
 inline constexpr std::uint32_t kAccessOnDemand = 64;

@@ -26,9 +26,9 @@ enum class AccessError : std::uint8_t {
 // A memory window bind (IBV_WR_BIND_MW, and ibv_bind_mw for a type 1 window), as the requester
 // executes it when the work request reaches the head of the send queue (rxe_bind_mw()).
 struct MwBindRequest {
-  std::uint32_t pd = 0;      // the posting QP's protection domain
-  std::uint32_t qpn = 0;     // the posting QP (a type 2 window is bound to it)
-  std::uint32_t mw_rkey = 0;  // the window's key when the bind was posted
+  std::uint32_t pd = 0;        // the posting QP's protection domain
+  std::uint32_t qpn = 0;       // the posting QP (a type 2 window is bound to it)
+  std::uint32_t mw_rkey = 0;   // the window's key when the bind was posted
   std::uint32_t new_rkey = 0;  // its low 8 bits become the window's key byte
   std::uint32_t mr_lkey = 0;   // the region the window opens (length 0: none, an unbind)
   std::uint64_t addr = 0;

@@ -216,9 +216,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.remote_qkey = wr.remote_qkey;
   }
   // FLUSH and the local operations: no local data.
-  w.length = operand != 0                                  ? operand
-             : wr_op->is(kWrFlush) || wr_op->is_local() ? 0
-                                                         : length;
+  w.length = operand != 0 ? operand : wr_op->is(kWrFlush) || wr_op->is_local() ? 0 : length;
   w.is_inline = inline_data;
   if (inline_data) {
     // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.

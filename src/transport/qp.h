@@ -165,8 +165,8 @@ struct SendRequest {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kSend;
   std::uint32_t send_flags = 0;
-  std::span<const Sge> sges;      // gathered at transmit time (unless inline)
-  std::uint32_t imm_data = 0;     // ImmDt value, or the rkey to invalidate (SEND with Inv, LOCAL_INV)
+  std::span<const Sge> sges;   // gathered at transmit time (unless inline)
+  std::uint32_t imm_data = 0;  // ImmDt value, or the rkey to invalidate (SEND with Inv, LOCAL_INV)
   std::uint64_t remote_addr = 0;  // RDMA and atomics; BIND_MW: the window's address
   std::uint32_t rkey = 0;         // BIND_MW: the window's new key
   std::uint64_t compare_add = 0;  // atomics
@@ -182,7 +182,7 @@ struct SendRequest {
     std::uint32_t mr_lkey = 0;  // the region behind it
     std::uint64_t length = 0;   // 0: unbind (type 1)
     std::uint32_t access = 0;   // remote access it grants
-  } bind;  // BIND_MW
+  } bind;                       // BIND_MW
 };
 
 // What the receiver learnt from the outer headers of a packet.

@@ -124,8 +124,8 @@ bool Qp::run_local_op() {
   const std::uint32_t index = req_.next_wqe;
   const SendWqe& w = sq_at(index);
   if (w.wr_op->opcode == WrOpcode::kBindMw) {
-    const MwBindRequest bind{env_.pd,         qpn_,          w.bind_mw_rkey, w.rkey,
-                             w.bind_mr_lkey,  w.remote_addr, w.bind_length,  w.bind_access};
+    const MwBindRequest bind{env_.pd,        qpn_,          w.bind_mw_rkey, w.rkey,
+                             w.bind_mr_lkey, w.remote_addr, w.bind_length,  w.bind_access};
     if (!env_.memory->bind_mw(bind).ok()) {
       fail_wqe(index, WcStatus::kMwBindErr);
       return false;

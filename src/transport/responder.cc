@@ -301,10 +301,11 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
     resp_.write_resid = reth.dma_length();
     resp_.write_length = reth.dma_length();
     if (resp_.write_length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
-    if (resp_.write_length > 0 && !env_.memory
-                                       ->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va,
-                                                 resp_.write_length, kAccessRemoteWrite)
-                                       .ok()) {
+    if (resp_.write_length > 0 &&
+        !env_.memory
+             ->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va, resp_.write_length,
+                       kAccessRemoteWrite)
+             .ok()) {
       return RespStatus::kAccessError;
     }
   }
@@ -423,7 +424,8 @@ Qp::RespStatus Qp::execute_flush(const wire::RocePacket& pkt) {
   const bool ok =
       feth.selectivity() == wire::kFlushMr
           ? env_.memory->resolve_region(env_.pd, qpn_, reth.rkey(), access).ok()
-          : env_.memory->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), reth.dma_length(), access)
+          : env_.memory
+                ->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), reth.dma_length(), access)
                 .ok();
   if (!ok) return RespStatus::kAccessError;
   resp_.msn = wire::psn_add(resp_.msn, 1);
@@ -578,7 +580,8 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       // simulator must catch.
       // A duplicate atomic is executed a second time, as a responder without saved atomic
       // results would do.
-      if (auto mem = env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
+      if (auto mem =
+              env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
           mem.ok()) {
         std::uint64_t cur = 0;
         std::memcpy(&cur, mem.value().data(), 8);
@@ -721,8 +724,8 @@ bool Qp::poll_response(TxPacket& out) {
       const std::uint32_t psn = r.psn;
       if (len > 0) {
         // Resolved per packet: a region deregistered mid-READ is never read from again.
-        auto mem =
-            env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va + r.offset, len, kAccessRemoteRead);
+        auto mem = env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va + r.offset, len,
+                                        kAccessRemoteRead);
         if (!mem.ok()) {
           // The NAK replaces this READ's rest and whatever was queued behind it.
           responses_.clear();

@@ -398,7 +398,8 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
         return false;
       }
       if (length > 0 &&
-          !env_.memory->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
+          !env_.memory
+               ->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
                .ok()) {
         return false;
       }

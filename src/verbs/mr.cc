@@ -35,7 +35,8 @@ std::uint32_t DeviceState::random_key_bits() {
 
 // [addr, addr + length) inside [base, base + size), without overflow (addr + length may pass
 // 2^64).
-static bool inside(std::uint64_t addr, std::uint64_t length, std::uint64_t base, std::uint64_t size) {
+static bool inside(std::uint64_t addr, std::uint64_t length, std::uint64_t base,
+                   std::uint64_t size) {
   if (addr < base) return false;
   return length <= size && addr - base <= size - length;
 }

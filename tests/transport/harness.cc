@@ -45,8 +45,7 @@ Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_
 }
 
 Result<MutBytes, AccessError> TestMemory::resolve_region(std::uint32_t pd, std::uint32_t /*qpn*/,
-                                                         std::uint32_t key,
-                                                         std::uint32_t access) {
+                                                         std::uint32_t key, std::uint32_t access) {
   auto found = checked(pd, key, access);
   if (!found.ok()) return Err{found.error()};
   return as_mut_bytes(reinterpret_cast<void*>(found.value()->addr), found.value()->length);

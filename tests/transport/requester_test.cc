@@ -1971,8 +1971,8 @@ TEST(Requester, PostSendChecksItsArguments) {
 TEST(Requester, LocalOperationsRunWhenEveryEarlierWqeHasCompleted) {
   Solo s(QpType::kRc);
   std::vector<std::byte> region(64);
-  const std::uint32_t window = s.e.memory.add(1, region.data(), region.size(),
-                                              kAccessRemoteWrite, /*invalidatable=*/true);
+  const std::uint32_t window =
+      s.e.memory.add(1, region.data(), region.size(), kAccessRemoteWrite, /*invalidatable=*/true);
   ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWrite, sge(s.e, 0, 8))), Errc::kOk);
   SendRequest inv = request(2, WrOpcode::kLocalInv, {});
   inv.imm_data = window;
@@ -1993,7 +1993,8 @@ TEST(Requester, LocalOperationsRunWhenEveryEarlierWqeHasCompleted) {
   EXPECT_EQ(s.e.scq.wcs[1].wr_id, 2u);
   EXPECT_EQ(s.e.scq.wcs[1].opcode, WcOpcode::kLocalInv);
   EXPECT_EQ(s.e.scq.wcs[1].status, WcStatus::kSuccess);
-  EXPECT_EQ(s.e.memory.invalidate(1, 0, window, false).error(), transport::AccessError::kInvalidKey);
+  EXPECT_EQ(s.e.memory.invalidate(1, 0, window, false).error(),
+            transport::AccessError::kInvalidKey);
   ack(s, kPsn + 1);
   ASSERT_EQ(s.e.scq.wcs.size(), 3u);
 

@@ -294,8 +294,8 @@ TEST(WrOpcode, PlantedWrongEntriesAreCaught) {
       make_wr_opcode_info(WrOpcode::kLocalInv, "LOCAL INVALIDATE", rc | uc, WcOpcode::kLocalInv,
                           std::nullopt, 0, 0),
       // BIND_MW completing as a LOCAL_INV.
-      make_wr_opcode_info(WrOpcode::kBindMw, "BIND MW", rc | uc, WcOpcode::kLocalInv,
-                          std::nullopt, 0, 0),
+      make_wr_opcode_info(WrOpcode::kBindMw, "BIND MW", rc | uc, WcOpcode::kLocalInv, std::nullopt,
+                          0, 0),
   };
   for (const WrOpcodeInfo& e : planted) {
     EXPECT_FALSE(check_entry(e).empty()) << e.name;

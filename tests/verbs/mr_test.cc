@@ -320,9 +320,10 @@ TEST_F(MrTest, ResolveRequiresEveryRequestedAccessFlag) {
 
   auto rw = dev->reg_mr(pd, buf.data(), 64, kAccessLocalWrite | kAccessRemoteWrite);
   EXPECT_TRUE(res.resolve(pd_id, 0, rw->rkey, true, rw->iova, 8, kAccessRemoteWrite).ok());
-  EXPECT_EQ(res.resolve(pd_id, 0, rw->rkey, true, rw->iova, 8, kAccessRemoteWrite | kAccessRemoteRead)
-                .error(),
-            AccessError::kNoPermission);
+  EXPECT_EQ(
+      res.resolve(pd_id, 0, rw->rkey, true, rw->iova, 8, kAccessRemoteWrite | kAccessRemoteRead)
+          .error(),
+      AccessError::kNoPermission);
 }
 
 TEST_F(MrTest, ResolveChecksBounds) {
@@ -360,11 +361,13 @@ TEST_F(MrTest, ResolveAtTheTopOfTheAddressSpace) {
   auto top = res.resolve(pd_id, 0, mr->rkey, true, UINT64_MAX, 1, kAccessRemoteRead);
   ASSERT_TRUE(top.ok());
   EXPECT_EQ(top->data(), buf.data() + 4095);
-  EXPECT_TRUE(res.resolve(pd_id, 0, mr->rkey, true, UINT64_MAX - 4095, 4096, kAccessRemoteRead).ok());
+  EXPECT_TRUE(
+      res.resolve(pd_id, 0, mr->rkey, true, UINT64_MAX - 4095, 4096, kAccessRemoteRead).ok());
   EXPECT_EQ(res.resolve(pd_id, 0, mr->rkey, true, UINT64_MAX, 2, kAccessRemoteRead).error(),
             AccessError::kOutOfBounds);
-  EXPECT_EQ(res.resolve(pd_id, 0, mr->rkey, true, UINT64_MAX - 4095, 4097, kAccessRemoteRead).error(),
-            AccessError::kOutOfBounds);
+  EXPECT_EQ(
+      res.resolve(pd_id, 0, mr->rkey, true, UINT64_MAX - 4095, 4097, kAccessRemoteRead).error(),
+      AccessError::kOutOfBounds);
   EXPECT_EQ(res.resolve(pd_id, 0, mr->rkey, true, 0, 1, kAccessRemoteRead).error(),
             AccessError::kOutOfBounds);
 }
@@ -386,7 +389,8 @@ TEST_F(MrTest, InvalidatingAnOrdinaryMrIsRefusedAndTheMrStaysValid) {
   EXPECT_EQ(res.invalidate(pd_id, 0, mr->rkey ^ 0x80, true).error(), AccessError::kInvalidKey);
   EXPECT_EQ(res.invalidate(pd_id + 1, 0, mr->rkey, true).error(), AccessError::kWrongPd);
   EXPECT_EQ(res.invalidate(pd_id, 0, mr->rkey, true).error(), AccessError::kNotInvalidatable);
-  EXPECT_EQ(res.invalidate(pd_id, 0, mr->rkey, true).error(), AccessError::kNotInvalidatable);  // again
+  EXPECT_EQ(res.invalidate(pd_id, 0, mr->rkey, true).error(),
+            AccessError::kNotInvalidatable);  // again
   EXPECT_TRUE(res.resolve(pd_id, 0, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).ok());
   EXPECT_TRUE(res.resolve(pd_id, 0, mr->lkey, false, mr->iova, 8, 0).ok());
   EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);

@@ -554,10 +554,9 @@ TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
   std::vector<WrOpcode> uc = ud;
   uc.insert(uc.end(), {WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm});
   std::vector<WrOpcode> rc = uc;
-  rc.insert(rc.end(),
-            {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
-             WrOpcode::kSendWithInv, WrOpcode::kFlush, WrOpcode::kAtomicWrite,
-             WrOpcode::kLocalInv});
+  rc.insert(rc.end(), {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp,
+                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv, WrOpcode::kFlush,
+                       WrOpcode::kAtomicWrite, WrOpcode::kLocalInv});
   const std::map<QpType, std::vector<WrOpcode>> allowed = {
       {QpType::kRc, rc}, {QpType::kUc, uc}, {QpType::kUd, ud}};
   for (const auto& [type, ops] : allowed) {
@@ -930,7 +929,6 @@ TEST(QpTraffic, UdSendThroughAnAhWithTheQpsPortAndTheSrqLimitEvent) {
   EXPECT_FALSE(b.f.dev->has_async_event());
 }
 
-
 // ---- memory windows (rxe_mw.c) ----
 
 // b's side of the window tests: a region that windows may be bound to, on b's QP.
@@ -1084,8 +1082,9 @@ TEST(MemoryWindow, Type1WrongKeyAndWrongAccessAreRemoteAccessErrors) {
       qb.handle, mw.handle, 1, 0, MwBindInfo{w.mr.handle, w.mr.iova, 256, kAccessRemoteRead});
   Wire(*a.f.dev, *b.f.dev).run();
   // A read-only window refuses a WRITE: a forged one gets NAK Remote Access Error.
-  EXPECT_TRUE(is_nak(forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova, rkey), kEight),
-                     wire::NakCode::kRemoteAccessError));
+  EXPECT_TRUE(
+      is_nak(forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova, rkey), kEight),
+             wire::NakCode::kRemoteAccessError));
   (void)qa;
 }
 
@@ -1141,7 +1140,8 @@ TEST(MemoryWindow, BindMwChecksItsArguments) {
   const MrInfo elsewhere =
       *b.f.dev->reg_mr(other, b.buf.data(), 64, kAccessLocalWrite | kAccessMwBind);
   EXPECT_EQ(
-      b.f.dev->bind_mw(q.handle, t1.handle, 1, 0, MwBindInfo{elsewhere.handle, elsewhere.iova, 64, 0})
+      b.f.dev
+          ->bind_mw(q.handle, t1.handle, 1, 0, MwBindInfo{elsewhere.handle, elsewhere.iova, 64, 0})
           .error(),
       Errc::kPermission);
   EXPECT_EQ(b.f.dev->find_qp(q.qp_num)->outstanding_send_wqes(), 0u);  // none posted
@@ -1230,10 +1230,10 @@ TEST(MemoryWindow, Type2BindWriteThenSendWithInvalidate) {
   EXPECT_EQ(b_wcs[0].imm_data, rkey);
   // Invalidated: a forged WRITE under the key is NAKed Remote Access Error.
   const std::uint32_t next_psn = 0x100 + 2;  // the WRITE and the SEND took 0x100 and 0x101
-  EXPECT_TRUE(is_nak(forge(*b.f.dev, qb.qp_num, kIpA,
-                           forged_write(qb.qp_num, w.mr.iova + 2048, rkey, next_psn), kEight,
-                           a.f.dev->find_qp(qa.qp_num)->path().udp_sport),
-                     wire::NakCode::kRemoteAccessError));
+  EXPECT_TRUE(is_nak(
+      forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova + 2048, rkey, next_psn),
+            kEight, a.f.dev->find_qp(qa.qp_num)->path().udp_sport),
+      wire::NakCode::kRemoteAccessError));
   EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kOk);  // nothing bound to it any more
 }
 
@@ -1249,8 +1249,9 @@ TEST(MemoryWindow, Type2WindowIsBoundToItsQp) {
   w.bind2(qb2.handle, mw, rkey, 0, 4096, kAccessRemoteWrite);  // bound to qb2
   Wire(*a.f.dev, *b.f.dev).run();
   ASSERT_EQ(b.poll().size(), 1u);
-  EXPECT_TRUE(is_nak(forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova, rkey), kEight),
-                     wire::NakCode::kRemoteAccessError));
+  EXPECT_TRUE(
+      is_nak(forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova, rkey), kEight),
+             wire::NakCode::kRemoteAccessError));
   EXPECT_EQ(write_through(a, b, qa2.handle, w.mr.iova, rkey, 8), WcStatus::kSuccess);
   (void)qa;
 }

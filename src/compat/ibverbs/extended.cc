@@ -295,12 +295,12 @@ int wr_complete(ibv_qp_ex* iqp) noexcept {
 // What each QP type can post, as rdma-core's rxe provider: BIND_MW on RC and UC, LOCAL_INV on
 // RC (a type 2 window is what it can invalidate). SEND with Invalidate is an RC opcode only
 // (IBTA has no UC one; uroce's UC refuses it at post time).
-constexpr std::uint64_t kRcOps =
-    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
-    IBV_QP_EX_WITH_ATOMIC_WRITE | kQpExWithFlush | IBV_QP_EX_WITH_LOCAL_INV |
-    IBV_QP_EX_WITH_BIND_MW;
+constexpr std::uint64_t kRcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                                 IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE |
+                                 kQpExWithFlush | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
 constexpr std::uint64_t kUcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                  IBV_QP_EX_WITH_BIND_MW;

@@ -543,8 +543,7 @@ int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       s.bind_mw.rkey = w->bind_mw.rkey;
       s.bind_mw.bind_info = MwBindInfo{b.mr != nullptr ? mr_of(b.mr)->h : MrHandle{}, b.addr,
                                        b.length, b.mw_access_flags};
-    } else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-               w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    } else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
       s.atomic.remote_addr = w->wr.atomic.remote_addr;
       s.atomic.compare_add = w->wr.atomic.compare_add;
       s.atomic.swap = w->wr.atomic.swap;
