@@ -1303,6 +1303,14 @@ void final_checks(Cluster& c) {
   }
 }
 
+// The first RC side whose pair was not torn down (a torn-down pair is in ERR already), or null.
+Side* first_live_rc_side(Cluster& c) {
+  for (auto& sp : c.sides) {
+    if (sp->type == QpType::kRc && !sp->torn_down) return sp.get();
+  }
+  return nullptr;
+}
+
 // A type 2 memory window, once per run on the first RC pair not torn down, after the workload
 // and its oracles (as check_send_inv, which follows it on the same QPs): y binds a window over
 // 256 bytes of its arena to its QP (BIND_MW), x WRITEs 16 bytes through it and then sends a
@@ -1310,13 +1318,7 @@ void final_checks(Cluster& c) {
 // land (the arena check holds them), the receive says WITH_INV and names the key, and the key
 // grants nothing afterwards.
 void check_memory_window(Cluster& c) {
-  Side* x = nullptr;
-  for (auto& sp : c.sides) {
-    if (sp->type == QpType::kRc && !sp->torn_down) {
-      x = sp.get();
-      break;
-    }
-  }
+  Side* x = first_live_rc_side(c);
   if (x == nullptr) return;
   Side& y = *x->peer;
   Host& hx = *x->host;
@@ -1422,13 +1424,7 @@ void check_memory_window(Cluster& c) {
 // completes with its data (when the link delivers both requests in one batch, a responder that
 // dropped its queued responses for the NAK would fail it: issue 11, item 1).
 void check_send_inv(Cluster& c) {
-  Side* x = nullptr;
-  for (auto& sp : c.sides) {
-    if (sp->type == QpType::kRc && !sp->torn_down) {  // a torn-down pair is in ERR already
-      x = sp.get();
-      break;
-    }
-  }
+  Side* x = first_live_rc_side(c);
   if (x == nullptr) return;
   Side& y = *x->peer;
   Host& hx = *x->host;
