@@ -463,10 +463,10 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   auto pd = h->dev->alloc_pd();
   if (!pd.ok()) return false;
   h->pd = pd.value();
-  auto mr = h->dev->reg_mr(
-      h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
-      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic |
-          kAccessMwBind);  // check_memory_window binds a window to it
+  auto mr = h->dev->reg_mr(h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
+                           kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                               kAccessRemoteAtomic |
+                               kAccessMwBind);  // check_memory_window binds a window to it
   if (!mr.ok()) return false;
   h->mr = mr.value();
   h->counter_off = h->alloc(8);
