@@ -953,6 +953,17 @@ struct WindowSide {
   MrInfo mr;
 };
 
+// Two connected sides, b with a region windows may be bound to and a window of `type`.
+struct WindowPair {
+  explicit WindowPair(MwType type) : w(b), mw(*b.f.dev->alloc_mw(b.f.pd, type)) {
+    std::tie(qa, qb) = connect_rc(a, b);
+  }
+  Side a{kIpA}, b{kIpB};
+  QpInfo qa, qb;
+  WindowSide w;
+  MwInfo mw;
+};
+
 // a WRITEs `len` bytes at `va` under `rkey` on qa; the status of its completion.
 WcStatus write_through(Side& a, Side& b, QpHandle qa, std::uint64_t va, std::uint32_t rkey,
                        std::uint32_t len) {
@@ -1048,10 +1059,8 @@ TEST(MemoryWindow, AllocGivesAKeyOfItsOwnAndHoldsThePd) {
 // through the window lands, one that runs past the window's end (still inside the region) is a
 // remote access error, and so is the old key.
 TEST(MemoryWindow, Type1BindThenAccessIsCheckedAgainstTheWindow) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType1);
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
   auto rkey = b.f.dev->bind_mw(qb.handle, mw.handle, 0x51, kSendSignaled,
                                MwBindInfo{w.mr.handle, w.mr.iova + 1024, 512, kAccessRemoteWrite});
   ASSERT_TRUE(rkey.ok());
@@ -1074,10 +1083,8 @@ TEST(MemoryWindow, Type1BindThenAccessIsCheckedAgainstTheWindow) {
 }
 
 TEST(MemoryWindow, Type1WrongKeyAndWrongAccessAreRemoteAccessErrors) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType1);
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
   const std::uint32_t rkey = *b.f.dev->bind_mw(
       qb.handle, mw.handle, 1, 0, MwBindInfo{w.mr.handle, w.mr.iova, 256, kAccessRemoteRead});
   Wire(*a.f.dev, *b.f.dev).run();
@@ -1089,10 +1096,8 @@ TEST(MemoryWindow, Type1WrongKeyAndWrongAccessAreRemoteAccessErrors) {
 }
 
 TEST(MemoryWindow, Type1OldKeyIsRefused) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType1);
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
   const MwBindInfo bind{w.mr.handle, w.mr.iova, 256, kAccessRemoteWrite};
   const std::uint32_t first = *b.f.dev->bind_mw(qb.handle, mw.handle, 1, 0, bind);
   const std::uint32_t second = *b.f.dev->bind_mw(qb.handle, mw.handle, 2, 0, bind);
@@ -1105,10 +1110,8 @@ TEST(MemoryWindow, Type1OldKeyIsRefused) {
 // An unbind (length 0) of a type 1 window: its key grants nothing after it, and the region can
 // be deregistered.
 TEST(MemoryWindow, Type1UnbindReleasesTheRegion) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType1);
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
   const std::uint32_t rkey = *b.f.dev->bind_mw(
       qb.handle, mw.handle, 1, 0, MwBindInfo{w.mr.handle, w.mr.iova, 256, kAccessRemoteWrite});
   const std::uint32_t unbound = *b.f.dev->bind_mw(qb.handle, mw.handle, 2, 0, MwBindInfo{});
@@ -1191,10 +1194,8 @@ TEST(MemoryWindow, BadBindsCompleteWithMwBindErr) {
 // leaves the key granting nothing: a WRITE after it is a remote access error. The region can
 // be deregistered then.
 TEST(MemoryWindow, Type2BindWriteThenSendWithInvalidate) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType2);
+  WindowPair p(MwType::kType2);
+  auto& [a, b, qa, qb, w, mw] = p;
   const std::uint32_t rkey = (mw.rkey & ~0xffu) | 0x5a;
   w.bind2(qb.handle, mw, rkey, 2048, 1024, kAccessRemoteWrite);
   Wire(*a.f.dev, *b.f.dev).run();
@@ -1240,11 +1241,9 @@ TEST(MemoryWindow, Type2BindWriteThenSendWithInvalidate) {
 // A type 2 window bound on one QP is out of reach through another QP of the same PD, and a
 // SEND with Invalidate through that other QP is an invalid request.
 TEST(MemoryWindow, Type2WindowIsBoundToItsQp) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
+  WindowPair p(MwType::kType2);
+  auto& [a, b, qa, qb, w, mw] = p;
   const auto [qa2, qb2] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType2);
   const std::uint32_t rkey = mw.rkey + 1;
   w.bind2(qb2.handle, mw, rkey, 0, 4096, kAccessRemoteWrite);  // bound to qb2
   Wire(*a.f.dev, *b.f.dev).run();
@@ -1277,10 +1276,8 @@ TEST(MemoryWindow, SendWithInvalidateOfAnUnknownKeyIsAnInvalidRequest) {
 // LOCAL_INV: a type 2 window's key grants nothing after it; a type 1 window cannot be
 // invalidated (o10-37.2.26): IBV_WC_LOC_QP_OP_ERR.
 TEST(MemoryWindow, LocalInvalidateOfType2AndType1) {
-  Side a(kIpA), b(kIpB);
-  const auto [qa, qb] = connect_rc(a, b);
-  WindowSide w(b);
-  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType2);
+  WindowPair p(MwType::kType2);
+  auto& [a, b, qa, qb, w, mw] = p;
   const std::uint32_t rkey = mw.rkey + 1;
   w.bind2(qb.handle, mw, rkey, 0, 4096, kAccessRemoteWrite);
   SendWr inv;
