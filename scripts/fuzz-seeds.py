@@ -210,6 +210,17 @@ def reframed(ip_udp, body):
     return bytes(hdr) + body + icrc(bytes(hdr), body)
 
 
+def entry_views(ip_udp, bodies):
+    """Each body (BTH .. pad) reframed on ip_udp's addresses, as the UDP payload, a raw IPv4
+    packet, an Ethernet frame and an IPv6 copy."""
+    for body in bodies:
+        pkt = reframed(ip_udp, body)
+        yield 0, pkt[28:]
+        yield selector(RAW, True), pkt
+        yield selector(ETHERNET, True), ethernet(pkt)
+        yield selector(IPV6, True), to_ipv6(pkt[:28], pkt[28:])
+
+
 def ibta15_seeds(ip_udp, roce):
     """The IBTA 1.5 requests (ATOMIC WRITE, FLUSH), which no golden capture has, on the first
     captured IPv4 packet's addresses: valid ones, and ones with bad fields for the parser."""
@@ -223,12 +234,27 @@ def ibta15_seeds(ip_udp, roce):
     for feth in (0x01, 0x12, 0x03, 0xffffffff):
         bodies.append(bytes(bth) + struct.pack('>I', feth) + reth)
     bodies.append(bytes(bth) + struct.pack('>I', 1) + reth + bytes(4))  # FLUSH with a payload
-    for body in bodies:
-        pkt = reframed(ip_udp, body)
-        yield 0, pkt[28:]
-        yield selector(RAW, True), pkt
-        yield selector(ETHERNET, True), ethernet(pkt)
-        yield selector(IPV6, True), to_ipv6(pkt[:28], pkt[28:])
+    yield from entry_views(ip_udp, bodies)
+
+
+def ieth_seeds(ip_udp, roce):
+    """SEND with Invalidate (the IETH: the R_Key to invalidate, a memory window's for instance),
+    which no golden capture has, on the first captured IPv4 packet's addresses: Only and Last,
+    with and without payload, with a pad, and one cut inside the IETH."""
+    bth = bytearray(roce[:12])
+    bth[1] &= 0xcf  # pad count 0
+    ieth = struct.pack('>I', 0x00abcd5a)  # index << 8 | key byte, as a window's rkey
+    bodies = []
+    for opcode in (0x17, 0x16):  # RC SEND Only with Invalidate, RC SEND Last with Invalidate
+        bth[0] = opcode
+        bodies.append(bytes(bth) + ieth + b'invalidate: 24 bytes ...')
+        bodies.append(bytes(bth) + ieth)  # no payload
+    padded = bytearray(bth)
+    padded[0] = 0x17
+    padded[1] |= 0x30  # pad count 3
+    bodies.append(bytes(padded) + ieth + b'x' + bytes(3))
+    bodies.append(bytes(bth[:12]) + ieth[:2])  # cut inside the IETH
+    yield from entry_views(ip_udp, bodies)
 
 
 def main(argv):
@@ -262,6 +288,7 @@ def main(argv):
             if not written and ip[0] >> 4 == 4:
                 seeds += list(edge_seeds(*parts))
                 seeds += list(ibta15_seeds(*parts))
+                seeds += list(ieth_seeds(*parts))
             for sel, data in seeds:
                 seed = bytes([sel]) + data
                 name = hashlib.sha1(seed).hexdigest()

@@ -58,6 +58,7 @@ enum class WrOpcode : std::uint8_t {
   kAtomicCmpAndSwp = 5,
   kAtomicFetchAndAdd = 6,
   kLocalInv = 7,
+  kBindMw = 8,
   kSendWithInv = 9,
   kFlush = 14,        // IBTA 1.5 (rdma-core 45+)
   kAtomicWrite = 15,  // IBTA 1.5 (rdma-core 44+)

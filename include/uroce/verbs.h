@@ -61,6 +61,7 @@ struct Handle {
 };
 using PdHandle = Handle<struct PdTag>;
 using MrHandle = Handle<struct MrTag>;
+using MwHandle = Handle<struct MwTag>;
 using CqHandle = Handle<struct CqTag>;
 using SrqHandle = Handle<struct SrqTag>;
 using AhHandle = Handle<struct AhTag>;
@@ -83,6 +84,8 @@ enum DeviceCapFlag : std::uint32_t {
   kDevicePortActiveEvent = 1u << 10,
   kDeviceSysImageGuid = 1u << 11,
   kDeviceRcRnrNakGen = 1u << 12,
+  kDeviceMemWindow = 1u << 17,
+  kDeviceMemWindowType2B = 1u << 24,
 };
 // The extended flags above bit 31 (IB_UVERBS_DEVICE_*, ibv_device_attr_ex.device_cap_flags_ex)
 // that uroce reports: FLUSH to global visibility and ATOMIC WRITE, as rxe since 6.2. Not
@@ -92,10 +95,10 @@ inline constexpr std::uint64_t kDeviceExFlushGlobal = 1ull << 38;
 inline constexpr std::uint64_t kDeviceExFlushPersistent = 1ull << 39;
 inline constexpr std::uint64_t kDeviceExAtomicWrite = 1ull << 40;
 
-// Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() rejects MW_BIND,
-// ZERO_BASED and ON_DEMAND with kNotSupported, accepts HUGETLB as a hint and ignores the
-// optional range (bits 20..29, e.g. RELAXED_ORDERING), as libibverbs does for a device without
-// them.
+// Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() accepts MW_BIND (memory
+// windows may be bound to the region), rejects ZERO_BASED and ON_DEMAND with kNotSupported, accepts
+// HUGETLB as a hint and ignores the optional range (bits 20..29, e.g. RELAXED_ORDERING), as
+// libibverbs does for a device without them.
 inline constexpr std::uint32_t kAccessMwBind = 16;
 inline constexpr std::uint32_t kAccessZeroBased = 32;
 inline constexpr std::uint32_t kAccessOnDemand = 64;
@@ -264,6 +267,25 @@ struct MrInfo {
   PdHandle pd;
 };
 
+// Memory windows (IBV_MW_TYPE_*): type 1 is bound by bind_mw() (ibv_bind_mw), type 2 (2B) by a
+// BIND_MW work request, which ties it to the QP that posted it.
+enum class MwType : std::uint8_t { kType1 = 1, kType2 = 2 };
+struct MwInfo {
+  MwHandle handle;
+  std::uint32_t rkey = 0;  // (index << 8) | key byte, as rxe
+  MwType type = MwType::kType1;
+  PdHandle pd;
+};
+// What a bind gives the window (struct ibv_mw_bind_info): [addr, addr + length) of `mr` with
+// the remote access `access` (IBV_ACCESS_REMOTE_*). A null mr and length 0 unbind a type 1
+// window.
+struct MwBindInfo {
+  MrHandle mr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;
+};
+
 struct CqInitAttr {
   std::uint32_t cqe = 0;          // 1..max_cqe; rounded up as rxe does (see CqInfo)
   std::uint64_t channel = 0;      // opaque tag handed to the CompletionEventHandler
@@ -334,6 +356,12 @@ struct SendWr {
     std::uint8_t selectivity = 0;  // wire::kFlushRange or wire::kFlushMr
   } flush;
   std::uint32_t invalidate_rkey = 0;  // SEND with Invalidate, LOCAL_INV
+  // BIND_MW (type 2): the window, its new key (the low 8 bits count, ibv_inc_rkey) and the bind.
+  struct {
+    MwHandle mw;
+    std::uint32_t rkey = 0;
+    MwBindInfo bind_info;
+  } bind_mw;
 };
 
 struct RecvWr {
@@ -428,7 +456,21 @@ class Device {
   // or SGE that names a key checks the new PD, access and range.
   Result<MrInfo, Errc> rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle pd, void* addr,
                                 std::size_t length, std::uint32_t access);
+  // kInvalidArgument while memory windows are bound to it (rxe_dereg_mr, IBA 10.6.7.2.6).
   Errc dereg_mr(MrHandle mr);
+
+  // Memory windows (rxe_mw.c). alloc_mw: kNoMemory beyond max_mw. A window holds its PD (a PD
+  // with windows cannot be freed). dealloc_mw unbinds it first.
+  Result<MwInfo, Errc> alloc_mw(PdHandle pd, MwType type);
+  Errc dealloc_mw(MwHandle mw);
+  Result<MwInfo, Errc> query_mw(MwHandle mw) const;
+  // ibv_bind_mw: binds type 1 window `mw` through a BIND_MW work request posted on `qp` (wr_id
+  // and send_flags its own), and returns the window's new rkey (its key byte incremented), in
+  // force once the request executes. kInvalidArgument for a type 2 window, a range without a
+  // region, or ZERO_BASED; kPermission when the region's PD is not the window's (rdma-core's
+  // rxe provider); what post_send refuses.
+  Result<std::uint32_t, Errc> bind_mw(QpHandle qp, MwHandle mw, std::uint64_t wr_id,
+                                      std::uint32_t send_flags, const MwBindInfo& bind);
 
   // Completion queues.
   Result<CqInfo, Errc> create_cq(const CqInitAttr& attr);

@@ -463,9 +463,10 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   auto pd = h->dev->alloc_pd();
   if (!pd.ok()) return false;
   h->pd = pd.value();
-  auto mr = h->dev->reg_mr(
-      h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
-      kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic);
+  auto mr = h->dev->reg_mr(h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
+                           kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                               kAccessRemoteAtomic |
+                               kAccessMwBind);  // check_memory_window binds a window to it
   if (!mr.ok()) return false;
   h->mr = mr.value();
   h->counter_off = h->alloc(8);
@@ -1302,6 +1303,115 @@ void final_checks(Cluster& c) {
   }
 }
 
+// The first RC side whose pair was not torn down (a torn-down pair is in ERR already), or null.
+Side* first_live_rc_side(Cluster& c) {
+  for (auto& sp : c.sides) {
+    if (sp->type == QpType::kRc && !sp->torn_down) return sp.get();
+  }
+  return nullptr;
+}
+
+// A type 2 memory window, once per run on the first RC pair not torn down, after the workload
+// and its oracles (as check_send_inv, which follows it on the same QPs): y binds a window over
+// 256 bytes of its arena to its QP (BIND_MW), x WRITEs 16 bytes through it and then sends a
+// zero-length SEND with Invalidate of its key. Each completes successfully, the WRITE's bytes
+// land (the arena check holds them), the receive says WITH_INV and names the key, and the key
+// grants nothing afterwards.
+void check_memory_window(Cluster& c) {
+  Side* x = first_live_rc_side(c);
+  if (x == nullptr) return;
+  Side& y = *x->peer;
+  Host& hx = *x->host;
+  Host& hy = *y.host;
+  const std::string what = x->name + " through a memory window of " + y.name;
+  for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);  // polled below
+  constexpr std::size_t kOff = kGuardBytes + 64;  // past the counter; the workload is done
+  constexpr std::uint32_t kLen = 16;
+  auto mw = hy.dev->alloc_mw(hy.pd, MwType::kType2);
+  if (!mw.ok()) {
+    c.fail(what + ": alloc_mw failed");
+    return;
+  }
+  const std::uint32_t key = (mw->rkey & ~0xffu) | ((mw->rkey + 1) & 0xffu);
+  std::vector<Wc> got_x, got_y;
+  auto poll = [&](Device& dev, CqHandle cq, std::vector<Wc>& into) {
+    Wc wcs[4];
+    auto n = dev.poll_cq(cq, wcs);
+    if (n.ok()) into.insert(into.end(), wcs, wcs + n.value());
+  };
+  // Runs the network until x has `nx` completions and y `ny`, and the network is quiet.
+  auto settle = [&](std::size_t nx, std::size_t ny) {
+    const Instant deadline = c.now + Duration::ns(1'000'000'000);
+    got_x.clear();
+    got_y.clear();
+    for (;;) {
+      transmit_rounds(c);
+      poll(*hx.dev, x->scq, got_x);
+      poll(*hy.dev, y.scq, got_y);
+      if (y.rcq != y.scq) poll(*hy.dev, y.rcq, got_y);
+      if (got_x.size() >= nx && got_y.size() >= ny && c.net.next_event_time().is_never()) {
+        return got_x.size() == nx && got_y.size() == ny;
+      }
+      const Instant t = next_event(c);
+      if (t.is_never() || t > deadline) return false;
+      if (t > c.now) c.now = t;
+      deliver_and_receive(c);
+    }
+  };
+  SendWr bind;
+  bind.wr_id = 1;
+  bind.opcode = WrOpcode::kBindMw;
+  bind.send_flags = kSendSignaled;
+  bind.bind_mw.mw = mw->handle;
+  bind.bind_mw.rkey = key;
+  bind.bind_mw.bind_info = MwBindInfo{hy.mr.handle, hy.va(kOff), 256, kAccessRemoteWrite};
+  if (hy.dev->post_send(y.qp, std::span(&bind, 1), nullptr) != Errc::kOk || !settle(0, 1) ||
+      got_y[0].status != WcStatus::kSuccess || got_y[0].opcode != WcOpcode::kBindMw) {
+    c.fail(what + ": the bind did not complete");
+    return;
+  }
+  const Sge sge{hx.va(kOff), kLen, hx.mr.lkey};
+  SendWr write;
+  write.wr_id = 2;
+  write.opcode = WrOpcode::kRdmaWrite;
+  write.send_flags = kSendSignaled;
+  write.sg_list = std::span(&sge, 1);
+  write.rdma.remote_addr = hy.va(kOff);
+  write.rdma.rkey = key;
+  if (hx.dev->post_send(x->qp, std::span(&write, 1), nullptr) != Errc::kOk || !settle(1, 0) ||
+      got_x[0].status != WcStatus::kSuccess) {
+    c.fail(what + ": the WRITE did not complete successfully");
+    return;
+  }
+  for (std::size_t i = 0; i < kLen; ++i) {
+    if (hy.arena[kOff + i] != hx.arena[kOff + i]) {
+      c.fail(what + ": the WRITE left a wrong byte at " + std::to_string(i));
+      return;
+    }
+    hy.expected[kOff + i] = hy.arena[kOff + i];
+  }
+  const RecvWr rwr{3, {}};
+  SendWr inv;
+  inv.wr_id = 4;
+  inv.opcode = WrOpcode::kSendWithInv;
+  inv.send_flags = kSendSignaled;
+  inv.invalidate_rkey = key;
+  if (hy.dev->post_recv(y.qp, std::span(&rwr, 1), nullptr) != Errc::kOk ||
+      hx.dev->post_send(x->qp, std::span(&inv, 1), nullptr) != Errc::kOk || !settle(1, 1) ||
+      got_x[0].status != WcStatus::kSuccess || got_y[0].status != WcStatus::kSuccess ||
+      (got_y[0].wc_flags & kWcWithInv) == 0 || got_y[0].imm_data != key) {
+    c.fail(what + ": the SEND with Invalidate of its key did not complete as such");
+    return;
+  }
+  // Unbound: the key names a window that grants nothing, whatever the PD.
+  auto probe = hy.dev->memory().resolve(0, y.qpn, key, true, hy.va(kOff), 1, kAccessRemoteWrite);
+  if (probe.ok() || probe.error() != transport::AccessError::kInvalidKey) {
+    c.fail(what + ": the window still grants access after its invalidation");
+    return;
+  }
+  if (hy.dev->dealloc_mw(mw->handle) != Errc::kOk) c.fail(what + ": dealloc_mw failed");
+}
+
 // SEND with Invalidate, the negative case the workload leaves out: every MR of uroce is an
 // ordinary one, which only fast-register MRs and memory windows are not (IBTA o10-37,
 // rxe_invalidate_mr()), so it must fail. Checked once per run on the first RC pair not torn
@@ -1314,13 +1424,7 @@ void final_checks(Cluster& c) {
 // completes with its data (when the link delivers both requests in one batch, a responder that
 // dropped its queued responses for the NAK would fail it: issue 11, item 1).
 void check_send_inv(Cluster& c) {
-  Side* x = nullptr;
-  for (auto& sp : c.sides) {
-    if (sp->type == QpType::kRc && !sp->torn_down) {  // a torn-down pair is in ERR already
-      x = sp.get();
-      break;
-    }
-  }
+  Side* x = first_live_rc_side(c);
   if (x == nullptr) return;
   Side& y = *x->peer;
   Host& hx = *x->host;
@@ -1420,7 +1524,7 @@ void check_send_inv(Cluster& c) {
     return;
   }
   // Still valid: the key is known, only PD 0 is wrong for it (an invalid key is unknown to all).
-  auto probe = hy.dev->memory().resolve(0, hy.mr.rkey, true, 0, 1, 0);
+  auto probe = hy.dev->memory().resolve(0, 0, hy.mr.rkey, true, 0, 1, 0);
   if (probe.ok() || probe.error() != transport::AccessError::kWrongPd) {
     c.fail(what + ": the region did not stay valid");
   }
@@ -1740,6 +1844,7 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   for (auto& h : c.hosts) h->dev->set_completion_event_handler(&events);
   run_events(c);
   if (c.result.ok) final_checks(c);
+  if (c.result.ok) check_memory_window(c);
   if (c.result.ok) check_send_inv(c);
   if (c.result.ok) final_checks(c);  // the negative case wrote nothing
   c.result.simulated_ns = (c.now - start).count_ns();

@@ -127,10 +127,14 @@ void print_cap_flags(std::FILE* out, std::uint32_t flags) {
   static const struct {
     std::uint32_t bit;
     const char* name;
-  } kNames[] = {
-      {kDeviceBadPkeyCntr, "BAD_PKEY_CNTR"},          {kDeviceBadQkeyCntr, "BAD_QKEY_CNTR"},
-      {kDeviceUdAvPortEnforce, "UD_AV_PORT_ENFORCE"}, {kDevicePortActiveEvent, "PORT_ACTIVE_EVENT"},
-      {kDeviceSysImageGuid, "SYS_IMAGE_GUID"},        {kDeviceRcRnrNakGen, "RC_RNR_NAK_GEN"}};
+  } kNames[] = {{kDeviceBadPkeyCntr, "BAD_PKEY_CNTR"},
+                {kDeviceBadQkeyCntr, "BAD_QKEY_CNTR"},
+                {kDeviceUdAvPortEnforce, "UD_AV_PORT_ENFORCE"},
+                {kDevicePortActiveEvent, "PORT_ACTIVE_EVENT"},
+                {kDeviceSysImageGuid, "SYS_IMAGE_GUID"},
+                {kDeviceRcRnrNakGen, "RC_RNR_NAK_GEN"},
+                {kDeviceMemWindow, "MEM_WINDOW"},
+                {kDeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"}};
   std::uint32_t unknown = flags;
   for (const auto& n : kNames) {
     if (flags & n.bit) {

@@ -19,7 +19,21 @@ enum class AccessError : std::uint8_t {
   kWrongPd,           // the key belongs to another protection domain
   kNoPermission,      // the region lacks the access flag
   kOutOfBounds,       // [addr, addr+length) is not inside the region
-  kNotInvalidatable,  // invalidate(): an ordinary MR (only fast-register MRs and MWs can be)
+  kNotInvalidatable,  // invalidate(): an ordinary MR or a type 1 window (IBTA o10-37.2.26)
+  kWrongQp,           // a type 2 memory window bound to another QP
+};
+
+// A memory window bind (IBV_WR_BIND_MW, and ibv_bind_mw for a type 1 window), as the requester
+// executes it when the work request reaches the head of the send queue (rxe_bind_mw()).
+struct MwBindRequest {
+  std::uint32_t pd = 0;        // the posting QP's protection domain
+  std::uint32_t qpn = 0;       // the posting QP (a type 2 window is bound to it)
+  std::uint32_t mw_rkey = 0;   // the window's key when the bind was posted
+  std::uint32_t new_rkey = 0;  // its low 8 bits become the window's key byte
+  std::uint32_t mr_lkey = 0;   // the region the window opens (length 0: none, an unbind)
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;  // the remote access the window grants (IBV_ACCESS_REMOTE_*)
 };
 
 // Memory protection in one place (implemented by verbs/). Keys are resolved on every access,
@@ -28,19 +42,26 @@ class MemoryResolver {
  public:
   virtual ~MemoryResolver() = default;
   // The bytes of [addr, addr + length) under `key` (an lkey when !remote, an rkey when remote),
-  // for a QP in protection domain `pd`, with `access` (AccessFlag bits) all granted. A local key
-  // always grants local read. Zero-length accesses are not resolved by the transport (a
+  // for QP `qpn` in protection domain `pd`, with `access` (AccessFlag bits) all granted. A local
+  // key always grants local read. An rkey may name a memory window: its range, access and PD
+  // count, and a type 2 window's QP. Zero-length accesses are not resolved by the transport (a
   // zero-length RDMA operation checks no key).
-  virtual Result<MutBytes, AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
-                                                std::uint64_t addr, std::uint64_t length,
-                                                std::uint32_t access) = 0;
-  // The whole region under `rkey` for a QP in `pd`, with `access` all granted (a FLUSH of a
-  // memory region, IBTA 1.5: no range to check).
-  virtual Result<MutBytes, AccessError> resolve_region(std::uint32_t pd, std::uint32_t rkey,
+  virtual Result<MutBytes, AccessError> resolve(std::uint32_t pd, std::uint32_t qpn,
+                                                std::uint32_t key, bool remote, std::uint64_t addr,
+                                                std::uint64_t length, std::uint32_t access) = 0;
+  // The whole region (or window) under `rkey` for QP `qpn` in `pd`, with `access` all granted
+  // (a FLUSH of a memory region, IBTA 1.5: no range to check).
+  virtual Result<MutBytes, AccessError> resolve_region(std::uint32_t pd, std::uint32_t qpn,
+                                                       std::uint32_t rkey,
                                                        std::uint32_t access) = 0;
-  // Invalidates `rkey` (SEND with Invalidate). Returns why it cannot be, if it cannot; the
-  // region is then unchanged (the responder NAKs Invalid Request, IBTA o10-37).
-  virtual Result<bool, AccessError> invalidate(std::uint32_t pd, std::uint32_t rkey) = 0;
+  // Invalidates `rkey`: SEND with Invalidate received by QP `qpn` (remote), or LOCAL_INV posted
+  // on it. Returns why it cannot be, if it cannot; the region or window is then unchanged (the
+  // responder NAKs Invalid Request, IBTA o10-37; the requester fails the LOCAL_INV).
+  virtual Result<bool, AccessError> invalidate(std::uint32_t pd, std::uint32_t qpn,
+                                               std::uint32_t rkey, bool remote) = 0;
+  // Binds a memory window (or unbinds a type 1 window: length 0). The window is unchanged on
+  // an error (the bind completes with IBV_WC_MW_BIND_ERR).
+  virtual Result<bool, AccessError> bind_mw(const MwBindRequest& bind) = 0;
 };
 
 // A completion queue, as the transport sees it. The queue handles its own overflow (verbs: the

@@ -59,7 +59,7 @@ std::size_t Qp::request_target(const wire::RocePacket& pkt, std::span<MutBytes> 
   if ((attr_.qp_access_flags & kAccessRemoteWrite) == 0) return 0;
   // The packets add up to the RETH's DMA length exactly.
   if (last ? payload != resp_.write_resid : payload >= resp_.write_resid) return 0;
-  auto mem = env_.memory->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va, payload,
+  auto mem = env_.memory->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va, payload,
                                   kAccessRemoteWrite);
   if (!mem.ok()) return 0;
   out[0] = mem.value();

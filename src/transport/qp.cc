@@ -206,12 +206,17 @@ Errc Qp::post_send(const SendRequest& wr) {
   w.flush_length = wr.flush_length;
   w.flush_placement = wr.flush_placement;
   w.flush_selectivity = wr.flush_selectivity;
+  w.bind_mw_rkey = wr.bind.mw_rkey;
+  w.bind_mr_lkey = wr.bind.mr_lkey;
+  w.bind_length = wr.bind.length;
+  w.bind_access = wr.bind.access;
   if (type_ == QpType::kUd) {
     w.ud_av = *wr.ud_av;
     w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
     w.remote_qkey = wr.remote_qkey;
   }
-  w.length = operand != 0 ? operand : wr_op->is(kWrFlush) ? 0 : length;  // FLUSH: no local data
+  // FLUSH and the local operations: no local data.
+  w.length = operand != 0 ? operand : wr_op->is(kWrFlush) || wr_op->is_local() ? 0 : length;
   w.is_inline = inline_data;
   if (inline_data) {
     // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.
@@ -492,6 +497,7 @@ void Qp::build_cnp(TxPacket& out) {
 }
 
 bool Qp::poll_packet(Instant now, TxPacket& out) {
+  run_local_ops();  // a bind or an invalidation at the head of the send queue sends nothing
   if (ack_held_) {
     ack_held_ = false;                          // one request packet at most goes first
     const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does

@@ -165,10 +165,10 @@ struct SendRequest {
   std::uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kSend;
   std::uint32_t send_flags = 0;
-  std::span<const Sge> sges;      // gathered at transmit time (unless inline)
-  std::uint32_t imm_data = 0;     // ImmDt value, or the rkey to invalidate (SEND with Inv)
-  std::uint64_t remote_addr = 0;  // RDMA and atomics
-  std::uint32_t rkey = 0;
+  std::span<const Sge> sges;   // gathered at transmit time (unless inline)
+  std::uint32_t imm_data = 0;  // ImmDt value, or the rkey to invalidate (SEND with Inv, LOCAL_INV)
+  std::uint64_t remote_addr = 0;  // RDMA and atomics; BIND_MW: the window's address
+  std::uint32_t rkey = 0;         // BIND_MW: the window's new key
   std::uint64_t compare_add = 0;  // atomics
   std::uint64_t swap = 0;
   std::uint32_t flush_length = 0;        // FLUSH: the RETH's length
@@ -177,6 +177,12 @@ struct SendRequest {
   const AddressVector* ud_av = nullptr;  // UD: destination (copied at post)
   std::uint32_t remote_qpn = 0;          // UD
   std::uint32_t remote_qkey = 0;         // UD; high bit set: use the QP's Q_Key
+  struct {
+    std::uint32_t mw_rkey = 0;  // the window's key as the poster knew it
+    std::uint32_t mr_lkey = 0;  // the region behind it
+    std::uint64_t length = 0;   // 0: unbind (type 1)
+    std::uint32_t access = 0;   // remote access it grants
+  } bind;                       // BIND_MW
 };
 
 // What the receiver learnt from the outer headers of a packet.
@@ -480,6 +486,10 @@ class Qp {
     std::uint32_t flush_length = 0;
     std::uint8_t flush_placement = 0;
     std::uint8_t flush_selectivity = 0;
+    std::uint32_t bind_mw_rkey = 0;  // BIND_MW (SendRequest::bind)
+    std::uint32_t bind_mr_lkey = 0;
+    std::uint64_t bind_length = 0;
+    std::uint32_t bind_access = 0;
     AddressVector ud_av;
     std::uint32_t remote_qpn = 0;
     std::uint32_t remote_qkey = 0;
@@ -517,6 +527,12 @@ class Qp {
 
   // ---- requester (requester.cc) ----
   bool poll_request(Instant now, TxPacket& out);
+  // Executes the local operation (LOCAL_INV, BIND_MW) at the head of the send queue and
+  // completes it; false when it failed (the QP is in error then).
+  bool run_local_op();
+  // Runs the local operations at the head of the send queue, if every WQE before them is
+  // complete (request_ready); false when one failed.
+  bool run_local_ops();
   // The next request may go, apart from an RNR wait and congestion control.
   bool request_ready() const;
   void build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out);

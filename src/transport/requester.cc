@@ -18,6 +18,10 @@ bool Qp::request_ready() const {
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
   if (req_.next_wqe == sq_tail_ + sq_count_) return false;
   const SendWqe& w = sq_at(req_.next_wqe);
+  // A local operation (BIND_MW, LOCAL_INV) waits until every WQE before it has completed: a
+  // window bound or invalidated behind requests still in flight could change what they reach
+  // (rxe runs it as its requester passes it; uroce orders it as if fenced). SQD starts none.
+  if (w.wr_op->is_local()) return req_.next_wqe == sq_tail_ && state_ == QpState::kRts;
   const bool rc = type_ == QpType::kRc;
   // The PSN window (rxe: RXE_MAX_UNACKED_PSNS), as an unsigned distance: a READ takes all
   // its response PSNs at once and may leave up to 2^23 of them outstanding. A READ may start
@@ -60,6 +64,9 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
   if (sr_.resend_pending && sr_poll_resend(now, out)) return true;
   if (rec_.probe_due) return poll_probe(now, out);
   if (!request_ready()) return false;
+  if (sq_at(req_.next_wqe).wr_op->is_local() && (!run_local_ops() || !request_ready())) {
+    return false;
+  }
   const std::uint32_t index = req_.next_wqe;
   SendWqe& w = sq_at(index);
   const bool rc = type_ == QpType::kRc;
@@ -103,6 +110,34 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
   return true;
 }
 
+bool Qp::run_local_ops() {
+  while (state_ == QpState::kRts && req_.next_wqe == sq_tail_ && sq_count_ > 0 &&
+         sq_at(sq_tail_).wr_op->is_local()) {
+    if (!run_local_op()) return false;
+  }
+  return state_ != QpState::kErr;
+}
+
+bool Qp::run_local_op() {
+  // rxe_do_local_ops(): a bind that fails completes with IBV_WC_MW_BIND_ERR, an invalidation
+  // with IBV_WC_LOC_QP_OP_ERR, and the QP enters the error state.
+  const std::uint32_t index = req_.next_wqe;
+  const SendWqe& w = sq_at(index);
+  if (w.wr_op->opcode == WrOpcode::kBindMw) {
+    const MwBindRequest bind{env_.pd,        qpn_,          w.bind_mw_rkey, w.rkey,
+                             w.bind_mr_lkey, w.remote_addr, w.bind_length,  w.bind_access};
+    if (!env_.memory->bind_mw(bind).ok()) {
+      fail_wqe(index, WcStatus::kMwBindErr);
+      return false;
+    }
+  } else if (!env_.memory->invalidate(env_.pd, qpn_, w.imm_data, false).ok()) {
+    fail_wqe(index, WcStatus::kLocQpOpErr);
+    return false;
+  }
+  complete_send(index, WcStatus::kSuccess);
+  return true;
+}
+
 bool Qp::gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std::uint32_t len,
                 TxPacket& out) {
   if (len == 0) return true;
@@ -121,7 +156,7 @@ bool Qp::gather(const SendWqe& w, std::uint32_t index, std::uint64_t offset, std
       continue;
     }
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.length - skip, left));
-    auto mem = env_.memory->resolve(env_.pd, s.lkey, false, s.addr + skip, n, 0);
+    auto mem = env_.memory->resolve(env_.pd, qpn_, s.lkey, false, s.addr + skip, n, 0);
     if (!mem.ok()) return false;
     UROCE_CHECK(out.num_pieces < TxPacket::kMaxPieces);
     out.pieces[out.num_pieces++] = mem.value();

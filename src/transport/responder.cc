@@ -278,7 +278,7 @@ Qp::RespStatus Qp::execute_send(const wire::RocePacket& pkt, bool placed) {
   }
   if (op.has(wire::ExtHeader::kIeth)) {
     imm = pkt.ieth().value();
-    if (!env_.memory->invalidate(env_.pd, imm).ok()) return RespStatus::kInvalidRequest;
+    if (!env_.memory->invalidate(env_.pd, qpn_, imm, true).ok()) return RespStatus::kInvalidRequest;
     flags |= kWcWithInv;
   }
   resp_.in_message = MsgKind::kNone;
@@ -301,10 +301,11 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
     resp_.write_resid = reth.dma_length();
     resp_.write_length = reth.dma_length();
     if (resp_.write_length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
-    if (resp_.write_length > 0 && !env_.memory
-                                       ->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va,
-                                                 resp_.write_length, kAccessRemoteWrite)
-                                       .ok()) {
+    if (resp_.write_length > 0 &&
+        !env_.memory
+             ->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va, resp_.write_length,
+                       kAccessRemoteWrite)
+             .ok()) {
       return RespStatus::kAccessError;
     }
   }
@@ -314,7 +315,7 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
   }
   if (payload > 0) {
     // Resolved per packet: a region deregistered mid-message is never written.
-    auto mem = env_.memory->resolve(env_.pd, resp_.write_rkey, true, resp_.write_va, payload,
+    auto mem = env_.memory->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va, payload,
                                     kAccessRemoteWrite);
     if (!mem.ok()) return RespStatus::kAccessError;
     const MutBytes dst = mem.value();
@@ -344,7 +345,7 @@ Qp::RespStatus Qp::execute_read(const wire::RocePacket& pkt) {
   const std::uint64_t length = reth.dma_length();
   if (length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
   if (length > 0 &&
-      !env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteRead)
+      !env_.memory->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteRead)
            .ok()) {
     return RespStatus::kAccessError;
   }
@@ -363,7 +364,7 @@ Qp::RespStatus Qp::execute_atomic(const wire::RocePacket& pkt) {
   const std::uint32_t psn = pkt.bth().psn();
   const wire::AtomicEthView a = pkt.atomic_eth();
   if ((a.va() & 7u) != 0) return RespStatus::kInvalidRequest;
-  auto mem = env_.memory->resolve(env_.pd, a.rkey(), true, a.va(), 8, kAccessRemoteAtomic);
+  auto mem = env_.memory->resolve(env_.pd, qpn_, a.rkey(), true, a.va(), 8, kAccessRemoteAtomic);
   if (!mem.ok()) return RespStatus::kAccessError;
   UROCE_ASSERT(mem.value().size() >= 8);
   std::uint64_t orig = 0;
@@ -394,7 +395,7 @@ Qp::RespStatus Qp::execute_atomic_write(const wire::RocePacket& pkt) {
   if (length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
   // rxe check_rkey(): the key and the range first, then the payload against the RETH's length.
   auto mem =
-      env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite);
+      env_.memory->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite);
   if (!mem.ok()) return RespStatus::kAccessError;
   if (length != 8 || pkt.payload.size() != 8) return RespStatus::kInvalidRequest;
   if ((reth.va() & 7u) != 0) return RespStatus::kInvalidRequest;  // misaligned (rxe's class C)
@@ -422,8 +423,9 @@ Qp::RespStatus Qp::execute_flush(const wire::RocePacket& pkt) {
   const std::uint32_t access = flush_access(feth.placement());
   const bool ok =
       feth.selectivity() == wire::kFlushMr
-          ? env_.memory->resolve_region(env_.pd, reth.rkey(), access).ok()
-          : env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), reth.dma_length(), access)
+          ? env_.memory->resolve_region(env_.pd, qpn_, reth.rkey(), access).ok()
+          : env_.memory
+                ->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), reth.dma_length(), access)
                 .ok();
   if (!ok) return RespStatus::kAccessError;
   resp_.msn = wire::psn_add(resp_.msn, 1);
@@ -578,7 +580,8 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       // simulator must catch.
       // A duplicate atomic is executed a second time, as a responder without saved atomic
       // results would do.
-      if (auto mem = env_.memory->resolve(env_.pd, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
+      if (auto mem =
+              env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
           mem.ok()) {
         std::uint64_t cur = 0;
         std::memcpy(&cur, mem.value().data(), 8);
@@ -721,8 +724,8 @@ bool Qp::poll_response(TxPacket& out) {
       const std::uint32_t psn = r.psn;
       if (len > 0) {
         // Resolved per packet: a region deregistered mid-READ is never read from again.
-        auto mem =
-            env_.memory->resolve(env_.pd, r.rkey, true, r.va + r.offset, len, kAccessRemoteRead);
+        auto mem = env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va + r.offset, len,
+                                        kAccessRemoteRead);
         if (!mem.ok()) {
           // The NAK replaces this READ's rest and whatever was queued behind it.
           responses_.clear();

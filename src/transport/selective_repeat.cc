@@ -180,7 +180,7 @@ bool Qp::sr_order_allows(std::uint32_t psn, bool send_continuation,
           rkey = a.rkey();
         }
         if (length > 0) {
-          auto mem = env_.memory->resolve(env_.pd, rkey, true, va, length,
+          auto mem = env_.memory->resolve(env_.pd, qpn_, rkey, true, va, length,
                                           read ? kAccessRemoteRead : kAccessRemoteAtomic);
           if (!mem.ok() || overlaps_any(mem.value(), pieces)) return false;
         }
@@ -398,7 +398,8 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
         return false;
       }
       if (length > 0 &&
-          !env_.memory->resolve(env_.pd, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
+          !env_.memory
+               ->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
                .ok()) {
         return false;
       }
@@ -408,7 +409,7 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
       return false;
     }
     if (payload > 0) {
-      auto mem = env_.memory->resolve(env_.pd, rkey, true, va, payload, kAccessRemoteWrite);
+      auto mem = env_.memory->resolve(env_.pd, qpn_, rkey, true, va, payload, kAccessRemoteWrite);
       if (!mem.ok()) return false;
       pieces[n++] = mem.value();
     }

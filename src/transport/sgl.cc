@@ -25,7 +25,7 @@ ScatterResult scatter_targets(MemoryResolver& memory, std::uint32_t pd, std::spa
       continue;
     }
     const std::uint64_t n = std::min<std::uint64_t>(s.length - skip, length - done);
-    auto mem = memory.resolve(pd, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
+    auto mem = memory.resolve(pd, 0, s.lkey, false, s.addr + skip, n, kAccessLocalWrite);
     if (!mem.ok()) return ScatterResult::kAccessError;
     UROCE_ASSERT(mem.value().size() == n);
     out[pieces++] = mem.value();

@@ -80,6 +80,8 @@ struct WrOpcodeInfo {
 
   constexpr bool allows(QpType t) const { return (qp_types & qp_type_bit(t)) != 0; }
   constexpr bool is(std::uint32_t flag) const { return (flags & flag) == flag; }
+  // LOCAL_INV and BIND_MW: no packet; the requester executes them (Qp::run_local_op).
+  constexpr bool is_local() const { return !packet.has_value(); }
   // RDMA READ and ATOMIC (rxe: WR_ATOMIC_OR_READ_MASK), and ATOMIC WRITE and FLUSH: answered
   // by READ responses or an Atomic Acknowledge, never by a plain ACK (the IBTA 1.5 two by a
   // zero-length READ Response Only, rxe's send_read_response_ack()); each takes a responder
@@ -232,7 +234,7 @@ inline constexpr std::array<WrOpcode, 0
 #undef UROCE_WR_OPCODE
 };
 
-static_assert(kAllWrOpcodes.size() == 11);
+static_assert(kAllWrOpcodes.size() == 12);
 static_assert(wr_opcode_info(WrOpcode::kSend)->request_opcode(QpType::kUd, PacketPosition::kOnly) ==
               wire::Opcode::kUdSendOnly);
 

@@ -33,15 +33,18 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   a.max_qp = kMaxQp;
   a.max_qp_wr = transport::kMaxQpWr;
   // rxe's flags without those uroce does not implement (automatic path migration, SRQ
-  // resize, memory management extensions, changing the physical port).
+  // resize, memory management extensions, changing the physical port). Memory windows of type
+  // 1 and 2B, as rxe.
   a.device_cap_flags = kDeviceBadPkeyCntr | kDeviceBadQkeyCntr | kDeviceUdAvPortEnforce |
-                       kDevicePortActiveEvent | kDeviceSysImageGuid | kDeviceRcRnrNakGen;
+                       kDevicePortActiveEvent | kDeviceSysImageGuid | kDeviceRcRnrNakGen |
+                       kDeviceMemWindow | kDeviceMemWindowType2B;
   a.device_cap_flags_ex = kDeviceExFlushGlobal | kDeviceExAtomicWrite;
   a.max_sge = transport::kMaxSge;
   a.max_sge_rd = transport::kMaxSge;
   a.max_cq = kMaxCq;
   a.max_cqe = kMaxCqe;
   a.max_mr = kMaxMr;
+  a.max_mw = kMaxMw;
   a.max_pd = kMaxPd;
   a.max_qp_rd_atom = transport::kMaxRdAtomic;
   a.max_ee_rd_atom = 0;
@@ -49,7 +52,7 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   a.max_qp_init_rd_atom = transport::kMaxRdAtomic;
   a.max_ee_init_rd_atom = 0;
   a.atomic_cap = AtomicCap::kHca;
-  // No multicast, memory windows, EE contexts or raw QPs in uroce (rxe reports multicast).
+  // No multicast, EE contexts or raw QPs in uroce (rxe reports multicast).
   a.max_ah = kMaxAh;
   a.max_srq = kMaxSrq;
   a.max_srq_wr = kMaxSrqWr;

@@ -30,6 +30,7 @@ inline constexpr std::uint32_t kMaxQpn = 0x20000;  // ... so user QPNs start at 
 inline constexpr std::uint32_t kMaxCq = 16384;
 inline constexpr std::uint32_t kMaxCqe = (1u << 15) - 1;
 inline constexpr std::uint32_t kMaxMr = 256 * 1024;
+inline constexpr std::uint32_t kMaxMw = 256 * 1024;  // rxe's RXE_MAX_MW beside RXE_MAX_MR
 // The keys of this many deregistered MRs are not handed out again until as many more MRs have
 // been deregistered after them (mr.cc): a peer that still holds a stale rkey, or guesses a key it
 // saw before, never reaches the region registered next.
@@ -73,6 +74,24 @@ struct MrObj {
   std::uint32_t access = 0;
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
+  std::uint32_t mw_count = 0;  // memory windows bound to it (rxe: num_mw)
+};
+
+// A memory window (rxe_mw.c). Its rkey is (index << 8) | key byte: the index, 24 random bits,
+// names it in DeviceState::mw_by_index; a bind changes only the key byte.
+struct MwObj {
+  MwHandle self;
+  PdHandle pd;
+  std::uint32_t pd_id = 0;
+  MwType type = MwType::kType1;
+  std::uint32_t rkey = 0;         // the key in force
+  std::uint32_t posted_rkey = 0;  // after the binds posted so far (what ibv_mw.rkey holds)
+  // Bound: type 1 valid with a length, type 2 valid (rxe: RXE_MW_STATE_VALID with an MR).
+  MrObj* mr = nullptr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;
+  std::uint32_t qpn = 0;  // type 2: the QP it is bound to
 };
 
 class CqObj final : public transport::CompletionSink {
@@ -127,12 +146,24 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   explicit DeviceState(const DeviceConfig& cfg);
 
   // transport::MemoryResolver
-  Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+  Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t qpn,
+                                                   std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) override;
-  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t rkey,
+  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t qpn,
+                                                          std::uint32_t rkey,
                                                           std::uint32_t access) override;
-  Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t rkey) override;
+  Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t qpn,
+                                                  std::uint32_t rkey, bool remote) override;
+  Result<bool, transport::AccessError> bind_mw(const transport::MwBindRequest& bind) override;
+  // The bound window `mw` for QP `qpn` in `pd`, with `access` all granted (rxe_lookup_mw()).
+  Result<const MwObj*, transport::AccessError> checked_window(const MwObj& mw, std::uint32_t pd,
+                                                              std::uint32_t qpn,
+                                                              std::uint32_t access) const;
+  // The window an rkey names (its index and key byte both), or nullptr.
+  MwObj* mw_for_key(std::uint32_t rkey) const;
+  // Drops a window's binding (its MR's count with it).
+  static void unbind(MwObj& mw);
 
   // transport::EventSink
   void qp_event(std::uint32_t qpn, AsyncEventType type) override;
@@ -166,6 +197,10 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   BoundedRing<std::uint32_t> key_quarantine{kKeyQuarantine};
   // 32 random bits for a key: config.random_bytes, else `prng`.
   std::uint32_t random_key_bits();
+  // Windows by index (rkey >> 8); a null entry is an index in quarantine (`mw_quarantine`, as
+  // key_quarantine). No MR key has a window's index in its top 24 bits (mr.cc draws around them).
+  std::unordered_map<std::uint32_t, MwObj*> mw_by_index;
+  BoundedRing<std::uint32_t> mw_quarantine{kKeyQuarantine};
   CyclicIdAllocator qpn_alloc;
   QpnSource* qpn_source = nullptr;  // replaces qpn_alloc when set
   std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;
@@ -181,6 +216,7 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   // Declared children last: destroyed first (QPs before the CQs and SRQs they point to).
   HandleTable<PdObj> pds{kMaxPd};
   HandleTable<MrObj> mrs{kMaxMr};
+  HandleTable<MwObj> mws{kMaxMw};
   HandleTable<CqObj> cqs{kMaxCq};
   HandleTable<SrqObj> srqs{kMaxSrq};
   HandleTable<AhObj> ahs{kMaxAh};

@@ -33,6 +33,14 @@ std::uint32_t DeviceState::random_key_bits() {
   return load_le32(b, 0);
 }
 
+// [addr, addr + length) inside [base, base + size), without overflow (addr + length may pass
+// 2^64).
+static bool inside(std::uint64_t addr, std::uint64_t length, std::uint64_t base,
+                   std::uint64_t size) {
+  if (addr < base) return false;
+  return length <= size && addr - base <= size - length;
+}
+
 // Called for every RDMA access and every SGE (what rxe does in lookup_mr() and
 // mr_check_range()). All bound arithmetic avoids overflow: [addr, addr + length) must lie in
 // [iova, iova + mr_length), with addr + length possibly past 2^64.
@@ -46,38 +54,145 @@ Result<const MrObj*, AccessError> DeviceState::checked_mr(std::uint32_t pd, std:
   return mr;
 }
 
-Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32_t qpn,
+                                                   std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) {
+  if (remote && mr_for_key(key) == nullptr) {
+    if (const MwObj* mw = mw_for_key(key); mw != nullptr) {
+      auto checked = checked_window(*mw, pd, qpn, access);
+      if (!checked.ok()) return Err{checked.error()};
+      // Inside the window, and inside its region (which rereg_mr may have changed since).
+      if (!inside(addr, length, mw->addr, mw->length) ||
+          !inside(addr, length, mw->mr->iova, mw->mr->length)) {
+        return Err{AccessError::kOutOfBounds};
+      }
+      return MutBytes(mw->mr->base + (addr - mw->mr->iova), static_cast<std::size_t>(length));
+    }
+  }
   auto checked = checked_mr(pd, key, remote, access);
   if (!checked.ok()) return Err{checked.error()};
   const MrObj* mr = checked.value();
-  if (addr < mr->iova) return Err{AccessError::kOutOfBounds};
-  const std::uint64_t offset = addr - mr->iova;
-  if (length > mr->length || offset > mr->length - length) return Err{AccessError::kOutOfBounds};
-  return MutBytes(mr->base + offset, static_cast<std::size_t>(length));
+  if (!inside(addr, length, mr->iova, mr->length)) return Err{AccessError::kOutOfBounds};
+  return MutBytes(mr->base + (addr - mr->iova), static_cast<std::size_t>(length));
 }
 
-// A FLUSH of a whole region (IBTA 1.5; rxe check_rkey() skips the range check for it).
-Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std::uint32_t rkey,
+// A FLUSH of a whole region (IBTA 1.5; rxe check_rkey() skips the range check for it), or of a
+// whole window.
+Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std::uint32_t qpn,
+                                                          std::uint32_t rkey,
                                                           std::uint32_t access) {
+  if (mr_for_key(rkey) == nullptr) {
+    if (const MwObj* mw = mw_for_key(rkey); mw != nullptr) {
+      auto checked = checked_window(*mw, pd, qpn, access);
+      if (!checked.ok()) return Err{checked.error()};
+      if (!inside(mw->addr, mw->length, mw->mr->iova, mw->mr->length)) {
+        return Err{AccessError::kOutOfBounds};
+      }
+      return MutBytes(mw->mr->base + (mw->addr - mw->mr->iova),
+                      static_cast<std::size_t>(mw->length));
+    }
+  }
   auto checked = checked_mr(pd, rkey, true, access);
   if (!checked.ok()) return Err{checked.error()};
   return MutBytes(checked.value()->base, static_cast<std::size_t>(checked.value()->length));
 }
 
-// SEND with Invalidate (and LOCAL_INV, which uroce refuses at post time: verbs/qp.cc). IBTA
-// o10-37 and rxe (rxe_invalidate_mr(): -EINVAL unless the type is IB_MR_TYPE_MEM_REG) allow
-// invalidation only of regions made for it: fast-register MRs and memory windows. uroce has
-// neither, so every MR it has is an ordinary one (ibv_reg_mr) and refuses: after the key and PD
-// checks, the answer is kNotInvalidatable and the region stays valid. The responder turns any
-// refusal into NAK Invalid Request (IBV_WC_REM_INV_REQ_ERR at the requester) and the error
-// state, as rxe's responder does.
-Result<bool, AccessError> DeviceState::invalidate(std::uint32_t pd, std::uint32_t rkey) {
+// SEND with Invalidate and LOCAL_INV. IBTA o10-37 and rxe (rxe_invalidate_mr(): -EINVAL unless
+// the type is IB_MR_TYPE_MEM_REG) allow invalidation only of regions made for it: fast-register
+// MRs and memory windows. uroce has no fast-register MRs, so every MR refuses: after the key and
+// PD checks, the answer is kNotInvalidatable and the region stays valid. A window: type 2 only
+// (o10-37.2.26, rxe_check_invalidate_mw()), bound, in the QP's PD (rxe checks no PD), and for a
+// SEND with Invalidate bound to the QP that received it (rxe checks no QP either). The responder
+// turns any refusal into NAK Invalid Request (IBV_WC_REM_INV_REQ_ERR at the requester) and the
+// error state, as rxe's responder does; the requester fails a LOCAL_INV (IBV_WC_LOC_QP_OP_ERR).
+Result<bool, AccessError> DeviceState::invalidate(std::uint32_t pd, std::uint32_t qpn,
+                                                  std::uint32_t rkey, bool remote) {
+  if (MwObj* mw = mw_for_key(rkey); mw != nullptr) {
+    if (mw->pd_id != pd) return Err{AccessError::kWrongPd};
+    if (mw->type == MwType::kType1) return Err{AccessError::kNotInvalidatable};
+    if (mw->mr == nullptr) return Err{AccessError::kInvalidKey};  // not bound
+    if (remote && mw->qpn != qpn) return Err{AccessError::kWrongQp};
+    unbind(*mw);
+    return true;
+  }
   const MrObj* mr = mr_for_key(rkey);
   if (mr == nullptr || mr->rkey != rkey) return Err{AccessError::kInvalidKey};
   if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
   return Err{AccessError::kNotInvalidatable};
+}
+
+MwObj* DeviceState::mw_for_key(std::uint32_t rkey) const {
+  const auto it = mw_by_index.find(rkey >> 8);
+  if (it == mw_by_index.end() || it->second == nullptr || it->second->rkey != rkey) return nullptr;
+  return it->second;
+}
+
+// rxe_lookup_mw(): bound (a type 1 window with a length, a type 2 one valid), the QP's PD, a
+// type 2 window's own QP, every access asked for granted.
+Result<const MwObj*, AccessError> DeviceState::checked_window(const MwObj& mw, std::uint32_t pd,
+                                                              std::uint32_t qpn,
+                                                              std::uint32_t access) const {
+  if (mw.mr == nullptr || mw.length == 0) return Err{AccessError::kInvalidKey};
+  if (mw.pd_id != pd) return Err{AccessError::kWrongPd};
+  if (mw.type == MwType::kType2 && mw.qpn != qpn) return Err{AccessError::kWrongQp};
+  if ((access & ~mw.access) != 0) return Err{AccessError::kNoPermission};
+  return &mw;
+}
+
+void DeviceState::unbind(MwObj& mw) {
+  if (mw.mr != nullptr) {
+    UROCE_CHECK(mw.mr->mw_count > 0);
+    --mw.mr->mw_count;
+  }
+  mw.mr = nullptr;
+  mw.addr = 0;
+  mw.length = 0;
+  mw.access = 0;
+  mw.qpn = 0;
+}
+
+// rxe_bind_mw() and rxe_check_bind_mw(): the window and the region by their keys; a type 2
+// window free (o10-37.2.30), in the QP's PD (C10-72) and given a region and a length
+// (o10-37.2.40); the region allows MW_BIND (C10-73), local write if the window grants remote
+// write or atomic (C10-74), and holds the whole range (C10-75). uroce also wants the region in
+// the window's PD and has no zero-based windows. Nothing changes on an error.
+Result<bool, AccessError> DeviceState::bind_mw(const transport::MwBindRequest& b) {
+  MwObj* mw = mw_for_key(b.mw_rkey);
+  if (mw == nullptr) return Err{AccessError::kInvalidKey};
+  MrObj* mr = nullptr;
+  if (b.length != 0) {
+    mr = mr_for_key(b.mr_lkey);
+    if (mr == nullptr || mr->lkey != b.mr_lkey) return Err{AccessError::kInvalidKey};
+  }
+  constexpr std::uint32_t kWindowAccess =
+      kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic | kAccessLocalWrite;
+  if ((b.access & ~kWindowAccess) != 0) return Err{AccessError::kNoPermission};
+  if (mw->type == MwType::kType2) {
+    if (mw->mr != nullptr) return Err{AccessError::kInvalidKey};
+    if (mw->pd_id != b.pd) return Err{AccessError::kWrongPd};
+    if (mr == nullptr) return Err{AccessError::kInvalidKey};
+  }
+  if (mr != nullptr) {
+    if (mr->pd_id != mw->pd_id) return Err{AccessError::kWrongPd};
+    if ((mr->access & kAccessMwBind) == 0) return Err{AccessError::kNoPermission};
+    if ((b.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
+        (mr->access & kAccessLocalWrite) == 0) {
+      return Err{AccessError::kNoPermission};
+    }
+    if (!inside(b.addr, b.length, mr->iova, mr->length)) return Err{AccessError::kOutOfBounds};
+  }
+  unbind(*mw);
+  mw->rkey = (mw->rkey & ~0xffu) | (b.new_rkey & 0xffu);
+  if (mr != nullptr) {
+    mw->mr = mr;
+    ++mr->mw_count;
+    mw->addr = b.addr;
+    mw->length = b.length;
+    mw->access = b.access;
+    if (mw->type == MwType::kType2) mw->qpn = b.qpn;
+  }
+  return true;
 }
 
 }  // namespace verbs::detail
@@ -95,12 +210,12 @@ Errc check_mr_access(std::uint32_t access) {
   }
   // FLUSH_PERSISTENT: a device without IB_DEVICE_FLUSH_PERSISTENT refuses it (the kernel's
   // ib_check_mr_access()); uroce has no persistent memory (verbs.h kDeviceExFlushPersistent).
-  if ((access & (kAccessMwBind | kAccessZeroBased | kAccessOnDemand | kAccessFlushPersistent)) !=
-      0) {
+  if ((access & (kAccessZeroBased | kAccessOnDemand | kAccessFlushPersistent)) != 0) {
     return Errc::kNotSupported;
   }
   constexpr std::uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                                   kAccessRemoteAtomic | kAccessHugetlb | kAccessFlushGlobal;
+                                   kAccessRemoteAtomic | kAccessHugetlb | kAccessFlushGlobal |
+                                   kAccessMwBind;
   if ((access & ~kKnown) != 0) return Errc::kInvalidArgument;
   return Errc::kOk;
 }
@@ -142,7 +257,7 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
   std::uint32_t key = 0;
   for (std::uint32_t draws = 0; key == 0 && draws < vd::kMaxKeyDraws; ++draws) {
     key = s.random_key_bits();
-    if (s.mr_by_key.contains(key)) key = 0;
+    if (s.mr_by_key.contains(key) || s.mw_by_index.contains(key >> 8)) key = 0;
   }
   if (key == 0) return Err{Errc::kNoMemory};
 
@@ -212,6 +327,12 @@ Result<MrInfo, Errc> Device::rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle
 
 Errc Device::dereg_mr(MrHandle mr) {
   vd::DeviceState& s = *s_;
+  {
+    const vd::MrObj* bound = s.mrs.get(to_raw(mr));
+    if (bound == nullptr) return Errc::kInvalidArgument;
+    // rxe_dereg_mr(): not while windows are bound to it (IBA 10.6.7.2.6), -EINVAL.
+    if (bound->mw_count != 0) return Errc::kInvalidArgument;
+  }
   std::unique_ptr<vd::MrObj> m = s.mrs.remove(to_raw(mr));
   if (m == nullptr) return Errc::kInvalidArgument;
   // Its key goes into quarantine, and the oldest key there out of it.

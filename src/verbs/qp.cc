@@ -88,15 +88,18 @@ void apply_mask(QpAttr& dst, const QpAttr& src, std::uint32_t mask) {
   if (mask & kQpDestQpn) dst.dest_qp_num = src.dest_qp_num;
 }
 
-// Copies into `r` the operands that wr's opcode carries (transport/wr_opcodes.def). False for an
-// opcode that no QP type may post (LOCAL_INV, unknown values): the transport would refuse it too,
+// Copies into `r` the operands that wr's opcode carries (transport/wr_opcodes.def), BIND_MW's
+// window and region aside (post_send looks them up). False for an opcode that no QP type may
+// post (unknown values): the transport would refuse it too,
 // but verbs cannot tell what to copy.
 bool take_operands(const SendWr& wr, transport::SendRequest& r) {
   const transport::WrOpcodeInfo* op = transport::wr_opcode_info(wr.opcode);
   if (op == nullptr || op->qp_types == 0) return false;
   if (op->is(transport::kWrImm)) r.imm_data = wr.imm_data;
   // SEND with Invalidate: legal to send, the peer may have regions made for it.
-  if (op->is(transport::kWrInvalidate)) r.imm_data = wr.invalidate_rkey;
+  if (op->is(transport::kWrInvalidate) || wr.opcode == WrOpcode::kLocalInv) {
+    r.imm_data = wr.invalidate_rkey;
+  }
   if (op->is(transport::kWrAtomic)) {
     r.remote_addr = wr.atomic.remote_addr;
     r.rkey = wr.atomic.rkey;
@@ -201,6 +204,13 @@ Errc Device::destroy_qp(QpHandle qp) {
     s.qpn_source->release_qpn(q->qpn);
   } else {
     s.qpn_alloc.release(q->qpn);
+  }
+  // Type 2 windows bound to it are bound to nothing now (rxe holds the QP until they are
+  // invalidated; a QP number given again must not reach them).
+  for (auto& [index, mw] : s.mw_by_index) {
+    if (mw != nullptr && mw->type == MwType::kType2 && mw->mr != nullptr && mw->qpn == q->qpn) {
+      vd::DeviceState::unbind(*mw);
+    }
   }
   // Release the parents.
   vd::PdObj* p = s.pds.get(to_raw(q->pd));
@@ -357,6 +367,23 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
     r.send_flags = wr.send_flags | (q->init.sq_sig_all ? std::uint32_t{kSendSignaled} : 0u);
     r.sges = wr.sg_list;
     if (!take_operands(wr, r)) return fail(wr, Errc::kInvalidArgument);
+    vd::MwObj* mw = nullptr;
+    if (wr.opcode == WrOpcode::kBindMw) {
+      // The window and the region by handle; their keys, as the poster knows them, travel in
+      // the WQE and are checked again when it executes (the region may be gone by then).
+      mw = s.mws.get(to_raw(wr.bind_mw.mw));
+      const MwBindInfo& b = wr.bind_mw.bind_info;
+      const vd::MrObj* mr = b.mr.is_null() ? nullptr : s.mrs.get(to_raw(b.mr));
+      if (mw == nullptr || (!b.mr.is_null() && mr == nullptr)) {
+        return fail(wr, Errc::kInvalidArgument);
+      }
+      r.rkey = wr.bind_mw.rkey;
+      r.remote_addr = b.addr;
+      r.bind.mw_rkey = mw->posted_rkey;
+      r.bind.mr_lkey = mr != nullptr ? mr->lkey : 0;
+      r.bind.length = b.length;
+      r.bind.access = b.access;
+    }
     transport::AddressVector av;  // copied by post_send()
     if (q->init.qp_type == QpType::kUd) {
       const vd::AhObj* ah = s.ahs.get(to_raw(wr.ud.ah));
@@ -369,6 +396,7 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
     }
     const Errc e = q->qp->post_send(r);
     if (e != Errc::kOk) return fail(wr, e);
+    if (mw != nullptr) mw->posted_rkey = (mw->posted_rkey & ~0xffu) | (wr.bind_mw.rkey & 0xffu);
     doorbell.rang = true;
   }
   return Errc::kOk;

@@ -366,12 +366,14 @@ int main(void) {
   struct ibv_device_attr da;
   REQUIRE(ibv_query_device(ctx, &da) == 0);
   CHECK(da.max_qp_wr == dx.orig_attr.max_qp_wr);
-  /* No fast-register MRs, memory windows or local invalidation: none advertised (rxe has them). */
-  const unsigned int no_mem_mgt = IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_MEM_WINDOW |
-                                  IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  /* Memory windows of type 1 and 2B, as rxe; no fast-register MRs (rxe has them). */
+  const unsigned int mw_caps = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  const unsigned int no_mem_mgt = IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_MEM_WINDOW_TYPE_2A;
+  CHECK((da.device_cap_flags & mw_caps) == mw_caps);
+  CHECK((dx.device_cap_flags_ex & mw_caps) == mw_caps);
   CHECK((da.device_cap_flags & no_mem_mgt) == 0);
   CHECK((dx.device_cap_flags_ex & no_mem_mgt) == 0);
-  CHECK(da.max_mw == 0 && da.max_fmr == 0);
+  CHECK(da.max_mw == 256 * 1024 && da.max_fmr == 0);
   /* IBTA 1.5: ATOMIC WRITE and FLUSH to global visibility, as rxe; no persistent memory. */
   CHECK((dx.device_cap_flags_ex & (kDeviceFlushGlobal | kDeviceAtomicWrite)) ==
         (kDeviceFlushGlobal | kDeviceAtomicWrite));
@@ -459,7 +461,7 @@ int main(void) {
                         IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                         IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                         IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE |
-                        kQpExWithFlush;
+                        kQpExWithFlush | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
     s[i].qp = ibv_create_qp_ex(ctx, &qa);
     REQUIRE(s[i].qp != NULL);
     CHECK(qa.cap.max_inline_data >= 64);
@@ -655,14 +657,121 @@ int main(void) {
   CHECK(got == 1 && wc.wr_id == 10 && wc.opcode == IBV_WC_SEND);
 
   /* An opcode uroce does not have: EINVAL, bad_wr names it. */
-  swr.opcode = IBV_WR_BIND_MW;
+  swr.opcode = IBV_WR_TSO;
   CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
-  /* LOCAL_INV: no region of uroce can be invalidated; refused at post time, the QP unchanged. */
-  swr.opcode = IBV_WR_LOCAL_INV;
-  swr.invalidate_rkey = s[0].mr->rkey;
+  /* BIND_MW without a window: EINVAL at post time, the QP unchanged. */
+  swr.opcode = IBV_WR_BIND_MW;
   CHECK(ibv_post_send(s[0].qp, &swr, &bad_swr) == EINVAL && bad_swr == &swr);
   REQUIRE(ibv_query_qp(s[0].qp, &qattr, IBV_QP_STATE, &qinit) == 0);
   CHECK(qattr.qp_state == IBV_QPS_RTS);
+
+  /* ---- memory windows: type 1 by ibv_bind_mw, type 2 by a BIND_MW work request (ordinary
+   * and extended), WRITEs through them, SEND with Invalidate and LOCAL_INV of type 2 ---- */
+  {
+    struct ibv_mr* wmr = ibv_reg_mr(pd, b + 3584, 512,
+                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                        IBV_ACCESS_MW_BIND);
+    REQUIRE(wmr != NULL);
+    struct ibv_mw* mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+    struct ibv_mw* mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+    REQUIRE(mw1 != NULL && mw2 != NULL);
+    CHECK(mw1->type == IBV_MW_TYPE_1 && mw2->type == IBV_MW_TYPE_2 && mw1->pd == pd);
+    const uint32_t old1 = mw1->rkey;
+    struct ibv_mw_bind mb;
+    memset(&mb, 0, sizeof mb);
+    mb.wr_id = 40;
+    mb.send_flags = IBV_SEND_SIGNALED;
+    mb.bind_info.mr = wmr;
+    mb.bind_info.addr = (uintptr_t)(b + 3584);
+    mb.bind_info.length = 128;
+    mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    CHECK(ibv_bind_mw(s[1].qp, mw2, &mb) == EINVAL); /* type 1 only */
+    CHECK(ibv_bind_mw(s[1].qp, mw1, &mb) == 0);
+    CHECK(mw1->rkey == ibv_inc_rkey(old1));
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 40 && wc.status == IBV_WC_SUCCESS &&
+          wc.opcode == IBV_WC_BIND_MW);
+    CHECK(ibv_dereg_mr(wmr) == EINVAL); /* windows are bound to it (rxe) */
+
+    /* A WRITE through the type 1 window (one past its end, a remote access error that breaks the
+     * QP, is MemoryWindow.* in verbs_test). */
+    struct ibv_sge msge = {(uintptr_t)a, 16, s[0].mr->lkey};
+    struct ibv_send_wr mwr;
+    memset(&mwr, 0, sizeof mwr);
+    mwr.wr_id = 41;
+    mwr.sg_list = &msge;
+    mwr.num_sge = 1;
+    mwr.opcode = IBV_WR_RDMA_WRITE;
+    mwr.send_flags = IBV_SEND_SIGNALED;
+    mwr.wr.rdma.remote_addr = (uintptr_t)(b + 3584 + 112);
+    mwr.wr.rdma.rkey = mw1->rkey;
+    memcpy(a, "through window 1", 16);
+    REQUIRE(ibv_post_send(s[0].qp, &mwr, &bad_swr) == 0);
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 41 && wc.status == IBV_WC_SUCCESS);
+    CHECK(memcmp(b + 3584 + 112, "through window 1", 16) == 0);
+
+    /* Type 2 by an ordinary BIND_MW work request. */
+    struct ibv_send_wr bw;
+    memset(&bw, 0, sizeof bw);
+    bw.wr_id = 42;
+    bw.opcode = IBV_WR_BIND_MW;
+    bw.send_flags = IBV_SEND_SIGNALED;
+    bw.bind_mw.mw = mw2;
+    bw.bind_mw.rkey = ibv_inc_rkey(mw2->rkey);
+    bw.bind_mw.bind_info.mr = wmr;
+    bw.bind_mw.bind_info.addr = (uintptr_t)(b + 3712);
+    bw.bind_mw.bind_info.length = 128;
+    bw.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    REQUIRE(ibv_post_send(s[1].qp, &bw, &bad_swr) == 0);
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 42 && wc.status == IBV_WC_SUCCESS &&
+          wc.opcode == IBV_WC_BIND_MW);
+    mw2->rkey = bw.bind_mw.rkey;
+
+    /* SEND with Invalidate of its key: the receive says so and names the key. */
+    struct ibv_sge isge = {(uintptr_t)(b + 512), 64, s[1].mr->lkey};
+    struct ibv_recv_wr irwr = {.wr_id = 44, .sg_list = &isge, .num_sge = 1};
+    REQUIRE(ibv_post_recv(s[1].qp, &irwr, &bad_rwr) == 0);
+    mwr.wr_id = 43;
+    mwr.opcode = IBV_WR_SEND_WITH_INV;
+    mwr.invalidate_rkey = mw2->rkey;
+    REQUIRE(ibv_post_send(s[0].qp, &mwr, &bad_swr) == 0);
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 44 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV);
+    CHECK((wc.wc_flags & IBV_WC_WITH_INV) != 0 && wc.invalidated_rkey == mw2->rkey);
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 43 && wc.status == IBV_WC_SUCCESS);
+
+    /* Bound again through ibv_wr_bind_mw, then invalidated by ibv_wr_local_inv. */
+    const uint32_t key2 = ibv_inc_rkey(mw2->rkey);
+    struct ibv_qp_ex* bx = s[1].qpx;
+    ibv_wr_start(bx);
+    bx->wr_id = 45;
+    bx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_bind_mw(bx, mw2, key2, &bw.bind_mw.bind_info);
+    bx->wr_id = 46;
+    ibv_wr_local_inv(bx, key2);
+    CHECK(ibv_wr_complete(bx) == 0);
+    struct seen lw[2];
+    poll_ex(s[1].cq, lw, 2);
+    CHECK(lw[0].wr_id == 45 && lw[0].status == IBV_WC_SUCCESS && lw[0].opcode == IBV_WC_BIND_MW);
+    CHECK(lw[1].wr_id == 46 && lw[1].status == IBV_WC_SUCCESS && lw[1].opcode == IBV_WC_LOCAL_INV);
+
+    CHECK(ibv_dealloc_mw(mw1) == 0); /* unbinds it */
+    CHECK(ibv_dealloc_mw(mw2) == 0);
+    CHECK(ibv_dereg_mr(wmr) == 0);
+  }
 
   /* ---- ibv_rereg_mr: libibverbs' input checks, the provider's, then what a change does ---- */
   {
@@ -804,8 +913,6 @@ int main(void) {
   CHECK(pqp->events_completed == 1);
 
   /* ---- what uroce does not offer: the errors libibverbs gives for such a provider ---- */
-  errno = 0;
-  CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL && errno == EOPNOTSUPP);
   struct ibv_xrcd_init_attr xa = {
       .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = 0};
   errno = 0;
@@ -822,13 +929,10 @@ int main(void) {
   mwa.qp_type = IBV_QPT_RC;
   mwa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   mwa.pd = pd;
-  mwa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
-  errno = 0;
-  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
-  mwa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_LOCAL_INV; /* nothing to invalidate */
-  errno = 0;
-  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
   mwa.qp_type = IBV_QPT_UC;
+  mwa.send_ops_flags = IBV_QP_EX_WITH_LOCAL_INV; /* RC's alone (rxe) */
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);
   mwa.send_ops_flags = IBV_QP_EX_WITH_SEND_WITH_INV; /* an RC opcode only */
   errno = 0;
   CHECK(ibv_create_qp_ex(ctx, &mwa) == NULL && errno == EOPNOTSUPP);

@@ -29,7 +29,8 @@ Result<const TestMemory::Region*, AccessError> TestMemory::checked(std::uint32_t
   return &r;
 }
 
-Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_t /*qpn*/,
+                                                  std::uint32_t key, bool remote,
                                                   std::uint64_t addr, std::uint64_t length,
                                                   std::uint32_t access) {
   std::uint32_t need = access;
@@ -43,14 +44,15 @@ Result<MutBytes, AccessError> TestMemory::resolve(std::uint32_t pd, std::uint32_
   return as_mut_bytes(reinterpret_cast<void*>(addr), length);
 }
 
-Result<MutBytes, AccessError> TestMemory::resolve_region(std::uint32_t pd, std::uint32_t key,
-                                                         std::uint32_t access) {
+Result<MutBytes, AccessError> TestMemory::resolve_region(std::uint32_t pd, std::uint32_t /*qpn*/,
+                                                         std::uint32_t key, std::uint32_t access) {
   auto found = checked(pd, key, access);
   if (!found.ok()) return Err{found.error()};
   return as_mut_bytes(reinterpret_cast<void*>(found.value()->addr), found.value()->length);
 }
 
-Result<bool, AccessError> TestMemory::invalidate(std::uint32_t pd, std::uint32_t key) {
+Result<bool, AccessError> TestMemory::invalidate(std::uint32_t pd, std::uint32_t /*qpn*/,
+                                                 std::uint32_t key, bool /*remote*/) {
   auto it = regions_.find(key);
   if (it == regions_.end() || !it->second.valid) return Err{AccessError::kInvalidKey};
   if (it->second.pd != pd) return Err{AccessError::kWrongPd};

@@ -36,12 +36,19 @@ class TestMemory : public transport::MemoryResolver {
   void remove(std::uint32_t key) { regions_.at(key).valid = false; }
   std::uint32_t resolves = 0;
 
-  Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t key, bool remote,
+  Result<MutBytes, transport::AccessError> resolve(std::uint32_t pd, std::uint32_t qpn,
+                                                   std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) override;
-  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t key,
+  Result<MutBytes, transport::AccessError> resolve_region(std::uint32_t pd, std::uint32_t qpn,
+                                                          std::uint32_t key,
                                                           std::uint32_t access) override;
-  Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t key) override;
+  Result<bool, transport::AccessError> invalidate(std::uint32_t pd, std::uint32_t qpn,
+                                                  std::uint32_t key, bool remote) override;
+  // No windows here (verbs/ has them): every bind fails.
+  Result<bool, transport::AccessError> bind_mw(const transport::MwBindRequest&) override {
+    return Err{transport::AccessError::kInvalidKey};
+  }
 
  private:
   // The valid region `key` names in `pd` with every `need` flag.

@@ -1957,10 +1957,54 @@ TEST(Requester, PostSendChecksItsArguments) {
   EXPECT_EQ(s.e.qp->post_send(misaligned), Errc::kInvalidArgument);
   EXPECT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kAtomicCmpAndSwp, sge(s.e, 0, 8))), Errc::kOk);
   // Not an operation a QP posts.
-  EXPECT_EQ(s.e.qp->post_send(rq(4, WrOpcode::kLocalInv, sge(s.e, 0, 8))), Errc::kInvalidArgument);
+  EXPECT_EQ(s.e.qp->post_send(rq(4, static_cast<WrOpcode>(10), sge(s.e, 0, 8))),  // IBV_WR_TSO
+            Errc::kInvalidArgument);
   EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 3u);
   EXPECT_EQ(s.drain().size(), 3u);
   EXPECT_TRUE(s.e.scq.wcs.empty());
+}
+
+// A local operation (LOCAL_INV here; BIND_MW alike) sends nothing and runs only once every WQE
+// before it has completed: the WRITE ahead of it still reaches the region it names, and the SEND
+// behind it waits. Then it completes (IBV_WC_LOCAL_INV) and the SEND leaves at the next PSN. One
+// that fails completes with IBV_WC_LOC_QP_OP_ERR and puts the QP in error.
+TEST(Requester, LocalOperationsRunWhenEveryEarlierWqeHasCompleted) {
+  Solo s(QpType::kRc);
+  std::vector<std::byte> region(64);
+  const std::uint32_t window =
+      s.e.memory.add(1, region.data(), region.size(), kAccessRemoteWrite, /*invalidatable=*/true);
+  ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kRdmaWrite, sge(s.e, 0, 8))), Errc::kOk);
+  SendRequest inv = request(2, WrOpcode::kLocalInv, {});
+  inv.imm_data = window;
+  ASSERT_EQ(s.e.qp->post_send(inv), Errc::kOk);
+  ASSERT_EQ(s.e.qp->post_send(rq(3, WrOpcode::kSend, sge(s.e, 0, 8))), Errc::kOk);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);  // the WRITE; the SEND waits behind the LOCAL_INV
+  EXPECT_EQ(describe(out[0]), pkt(Opcode::kRcRdmaWriteOnly, kPsn, true));
+  const auto region_va = reinterpret_cast<std::uint64_t>(region.data());
+  EXPECT_TRUE(s.e.memory.resolve(1, 0, window, true, region_va, 8, kAccessRemoteWrite).ok());
+  EXPECT_FALSE(s.e.qp->has_transmit_work());
+  ack(s, kPsn);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(describe(out[0]), pkt(Opcode::kRcSendOnly, kPsn + 1, true));
+  ASSERT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.scq.wcs[0].opcode, WcOpcode::kRdmaWrite);
+  EXPECT_EQ(s.e.scq.wcs[1].wr_id, 2u);
+  EXPECT_EQ(s.e.scq.wcs[1].opcode, WcOpcode::kLocalInv);
+  EXPECT_EQ(s.e.scq.wcs[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(s.e.memory.invalidate(1, 0, window, false).error(),
+            transport::AccessError::kInvalidKey);
+  ack(s, kPsn + 1);
+  ASSERT_EQ(s.e.scq.wcs.size(), 3u);
+
+  // The same key again: nothing to invalidate now.
+  ASSERT_EQ(s.e.qp->post_send(inv), Errc::kOk);
+  EXPECT_TRUE(s.drain().empty());
+  ASSERT_EQ(s.e.scq.wcs.size(), 4u);
+  EXPECT_EQ(s.e.scq.wcs[3].status, WcStatus::kLocQpOpErr);
+  EXPECT_EQ(s.e.scq.wcs[3].opcode, WcOpcode::kLocalInv);
+  EXPECT_EQ(s.e.qp->state(), QpState::kErr);
 }
 
 TEST(Requester, PostSendRefusesWhatTheTransportCannotCarry) {

@@ -148,7 +148,7 @@ TEST(Responder, SendWithInvalidateInvalidatesARegionMadeForIt) {
   ASSERT_EQ(s.e.rcq.wcs.size(), 1u);
   EXPECT_EQ(s.e.rcq.wcs[0].wc_flags, kWcWithInv);
   EXPECT_EQ(s.e.rcq.wcs[0].imm_data, victim);
-  EXPECT_FALSE(s.e.memory.resolve(1, victim, true, s.va(65536), 4, kAccessRemoteWrite).ok());
+  EXPECT_FALSE(s.e.memory.resolve(1, 0, victim, true, s.va(65536), 4, kAccessRemoteWrite).ok());
 }
 
 TEST(Responder, NoReceiveWqeGivesRnrNakWithMinRnrTimer) {
@@ -364,7 +364,7 @@ TEST(ResponderErrors, SendWithInvalidateOfAnOrdinaryRegionIsAnInvalidRequest) {
   expect_error_nak(s, kEpsn, kInvReq, AsyncEventType::kQpReqErr);
   ASSERT_EQ(s.e.rcq.wcs.size(), 1u);
   EXPECT_EQ(s.e.rcq.wcs[0].status, WcStatus::kRemInvReqErr);
-  EXPECT_TRUE(s.e.memory.resolve(1, ordinary, true, s.va(65536), 4, kAccessRemoteWrite).ok());
+  EXPECT_TRUE(s.e.memory.resolve(1, 0, ordinary, true, s.va(65536), 4, kAccessRemoteWrite).ok());
 }
 
 TEST(ResponderErrors, FirstPacketShorterThanTheMtu) {

@@ -31,8 +31,9 @@ struct Rule {
 };
 
 // UD carries SEND (with or without immediate) only; UC adds RDMA WRITE; READ, the atomics and
-// SEND with Invalidate are RC's alone; uroce lets no QP post LOCAL_INV (it has nothing that a
-// LOCAL_INV could invalidate). A send completion reports the operation, not its variant.
+// SEND with Invalidate are RC's alone; the local operations as rxe_wr_opcode_info has them:
+// LOCAL_INV on RC, BIND_MW on RC and UC. A send completion reports the operation, not its
+// variant.
 const std::vector<Rule> kRules = {
     {WrOpcode::kRdmaWrite, {RC, UC}, WcOpcode::kRdmaWrite},
     {WrOpcode::kRdmaWriteWithImm, {RC, UC}, WcOpcode::kRdmaWrite},
@@ -41,7 +42,8 @@ const std::vector<Rule> kRules = {
     {WrOpcode::kRdmaRead, {RC}, WcOpcode::kRdmaRead},
     {WrOpcode::kAtomicCmpAndSwp, {RC}, WcOpcode::kCompSwap},
     {WrOpcode::kAtomicFetchAndAdd, {RC}, WcOpcode::kFetchAdd},
-    {WrOpcode::kLocalInv, {}, WcOpcode::kLocalInv},
+    {WrOpcode::kLocalInv, {RC}, WcOpcode::kLocalInv},
+    {WrOpcode::kBindMw, {RC, UC}, WcOpcode::kBindMw},
     {WrOpcode::kSendWithInv, {RC}, WcOpcode::kSend},
     // IBTA 1.5 (annex A19): RC only, as rxe's table has them.
     {WrOpcode::kFlush, {RC}, WcOpcode::kFlush},
@@ -187,10 +189,10 @@ TEST(WrOpcode, TableHoldsTheIbvOpcodesUroceKnows) {
     ASSERT_NE(wr_opcode_info(op), nullptr);
     EXPECT_EQ(wr_opcode_info(op)->opcode, op);
   }
-  EXPECT_EQ(listed, (std::set<unsigned>{0, 1, 2, 3, 4, 5, 6, 7, 9, 14, 15}));
+  EXPECT_EQ(listed, (std::set<unsigned>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 15}));
   EXPECT_EQ(kRules.size(), kAllWrOpcodes.size());
-  // IBV_WR_BIND_MW (8), IBV_WR_TSO (10) and the rest: unknown, as are values past the table.
-  for (unsigned v : {8u, 10u, 11u, 12u, 13u, 16u, 200u, 255u}) {
+  // IBV_WR_TSO (10) and the rest: unknown, as are values past the table.
+  for (unsigned v : {10u, 11u, 12u, 13u, 16u, 200u, 255u}) {
     EXPECT_EQ(wr_opcode_info(static_cast<WrOpcode>(v)), nullptr) << v;
   }
 }
@@ -233,6 +235,7 @@ TEST(WrOpcode, CompletionOpcodes) {
   EXPECT_EQ(wc(WrOpcode::kAtomicCmpAndSwp), WcOpcode::kCompSwap);
   EXPECT_EQ(wc(WrOpcode::kAtomicFetchAndAdd), WcOpcode::kFetchAdd);
   EXPECT_EQ(wc(WrOpcode::kLocalInv), WcOpcode::kLocalInv);
+  EXPECT_EQ(wc(WrOpcode::kBindMw), WcOpcode::kBindMw);
   EXPECT_EQ(wc(WrOpcode::kFlush), WcOpcode::kFlush);              // IBV_WC_FLUSH, 8
   EXPECT_EQ(wc(WrOpcode::kAtomicWrite), WcOpcode::kAtomicWrite);  // IBV_WC_ATOMIC_WRITE, 9
 }
@@ -287,9 +290,12 @@ TEST(WrOpcode, PlantedWrongEntriesAreCaught) {
       // SEND with Immediate without its immediate.
       make_wr_opcode_info(WrOpcode::kSendWithImm, "SEND with Immediate", rc | uc | ud,
                           WcOpcode::kSend, Opcode::kRcSendOnlyImm, 0, kWrSend | kWrInline),
-      // LOCAL_INV allowed on RC (rxe's mask).
-      make_wr_opcode_info(WrOpcode::kLocalInv, "LOCAL INVALIDATE", rc, WcOpcode::kLocalInv,
+      // LOCAL_INV allowed on UC too (rxe's mask has RC alone).
+      make_wr_opcode_info(WrOpcode::kLocalInv, "LOCAL INVALIDATE", rc | uc, WcOpcode::kLocalInv,
                           std::nullopt, 0, 0),
+      // BIND_MW completing as a LOCAL_INV.
+      make_wr_opcode_info(WrOpcode::kBindMw, "BIND MW", rc | uc, WcOpcode::kLocalInv, std::nullopt,
+                          0, 0),
   };
   for (const WrOpcodeInfo& e : planted) {
     EXPECT_FALSE(check_entry(e).empty()) << e.name;

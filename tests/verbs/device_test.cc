@@ -63,7 +63,9 @@ TEST(Device, AttributesAreRxes) {
   EXPECT_EQ(a.atomic_cap, AtomicCap::kHca);
   EXPECT_EQ(a.phys_port_cnt, 1);
   EXPECT_EQ(a.local_ca_ack_delay, 15);
-  EXPECT_EQ(a.max_mw, 0u);
+  EXPECT_EQ(a.max_mw, 256u * 1024);  // RXE_MAX_MW
+  EXPECT_NE(a.device_cap_flags & kDeviceMemWindow, 0u);
+  EXPECT_NE(a.device_cap_flags & kDeviceMemWindowType2B, 0u);
   EXPECT_NE(a.device_cap_flags & kDeviceRcRnrNakGen, 0u);
   EXPECT_NE(a.device_cap_flags & kDeviceSysImageGuid, 0u);
   // node_guid: uroce's marked GUID of 10.0.0.1 (verbs::node_guid_from_ip).

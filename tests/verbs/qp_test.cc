@@ -13,6 +13,7 @@
 #include "verbs/device_state.h"
 #include "verbs/qp_state_table.h"
 #include "verbs_test_util.h"
+#include "wire/aeth.h"
 #include "wire/builder.h"
 #include "wire/packet.h"
 
@@ -545,16 +546,17 @@ TEST(QpPost, UdNeedsALiveAh) {
 
 // Which opcodes each QP type posts through the verbs (transport/wr_opcodes.def), written out: UD
 // SEND and SEND with Immediate only; UC also RDMA WRITE; RC also READ, the atomics and SEND with
-// Invalidate, ATOMIC WRITE and FLUSH; none LOCAL_INV nor an opcode uroce does not know. A refused
-// WR changes nothing.
+// Invalidate, ATOMIC WRITE, FLUSH and LOCAL_INV (executed later, when it reaches the head of the
+// queue); none an opcode uroce does not know, nor a BIND_MW without a window (RC and UC post
+// it with one: MemoryWindow.*). A refused WR changes nothing.
 TEST(QpPost, EachQpTypePostsTheOperationsItsTransportCarries) {
   const std::vector<WrOpcode> ud = {WrOpcode::kSend, WrOpcode::kSendWithImm};
   std::vector<WrOpcode> uc = ud;
   uc.insert(uc.end(), {WrOpcode::kRdmaWrite, WrOpcode::kRdmaWriteWithImm});
   std::vector<WrOpcode> rc = uc;
-  rc.insert(rc.end(),
-            {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp, WrOpcode::kAtomicFetchAndAdd,
-             WrOpcode::kSendWithInv, WrOpcode::kFlush, WrOpcode::kAtomicWrite});
+  rc.insert(rc.end(), {WrOpcode::kRdmaRead, WrOpcode::kAtomicCmpAndSwp,
+                       WrOpcode::kAtomicFetchAndAdd, WrOpcode::kSendWithInv, WrOpcode::kFlush,
+                       WrOpcode::kAtomicWrite, WrOpcode::kLocalInv});
   const std::map<QpType, std::vector<WrOpcode>> allowed = {
       {QpType::kRc, rc}, {QpType::kUc, uc}, {QpType::kUd, ud}};
   for (const auto& [type, ops] : allowed) {
@@ -857,9 +859,10 @@ TEST(QpTraffic, SendWithInvalidateOfAnOrdinaryMrIsAnInvalidRequestAndTheMrStaysV
   EXPECT_EQ(std::memcmp(b.buf.data() + 2048 + 100, "invalidate", 10), 0);
 }
 
-// LOCAL_INV: uroce has no region it could invalidate, so it refuses the WR when posted
-// (EINVAL, bad_wr at it, the WRs before it posted) and the QP stays as it was.
-TEST(QpPost, LocalInvalidateIsRefusedAtPostTime) {
+// LOCAL_INV of an ordinary MR: only fast-register MRs and type 2 windows can be invalidated, so
+// it fails when it executes (rxe_do_local_ops(): IBV_WC_LOC_QP_OP_ERR, the QP to error), after
+// the WRITE before it completed; the region stays valid.
+TEST(QpPost, LocalInvalidateOfAnOrdinaryMrFailsTheQp) {
   Side a(kIpA), b(kIpB);
   const auto [qa, qb] = connect_rc(a, b);
   Sge sge{a.mr.iova, 4, a.mr.lkey};
@@ -871,21 +874,19 @@ TEST(QpPost, LocalInvalidateIsRefusedAtPostTime) {
   wrs[1].wr_id = 2;
   wrs[1].opcode = WrOpcode::kLocalInv;
   wrs[1].invalidate_rkey = a.mr.rkey;
-  const SendWr* bad = nullptr;
-  EXPECT_EQ(a.f.dev->post_send(qa.handle, wrs, &bad), Errc::kInvalidArgument);
-  EXPECT_EQ(bad, &wrs[1]);
-  EXPECT_EQ(a.f.state(qa.handle), QpState::kRts);
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, wrs, nullptr), Errc::kOk);
   Wire(*a.f.dev, *b.f.dev).run();
   const auto a_wcs = a.poll();
-  ASSERT_EQ(a_wcs.size(), 1u);  // the WRITE only
+  ASSERT_EQ(a_wcs.size(), 2u);
   EXPECT_EQ(a_wcs[0].wr_id, 1u);
   EXPECT_EQ(a_wcs[0].status, WcStatus::kSuccess);
-  // a's region is untouched: the same WRITE from it goes through again.
-  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wrs[0], 1}, nullptr), Errc::kOk);
-  Wire(*a.f.dev, *b.f.dev).run();
-  const auto again = a.poll();
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(a_wcs[1].wr_id, 2u);
+  EXPECT_EQ(a_wcs[1].status, WcStatus::kLocQpOpErr);
+  EXPECT_EQ(a_wcs[1].opcode, WcOpcode::kLocalInv);
+  EXPECT_EQ(a.f.state(qa.handle), QpState::kErr);
+  const std::uint32_t pd_id =
+      DeviceTestAccess::state(*a.f.dev).pds.get(verbs::detail::to_raw(a.f.pd))->id;
+  EXPECT_TRUE(a.f.dev->memory().resolve(pd_id, 0, a.mr.lkey, false, a.mr.iova, 4, 0).ok());
 }
 
 TEST(QpTraffic, UdSendThroughAnAhWithTheQpsPortAndTheSrqLimitEvent) {
@@ -926,6 +927,399 @@ TEST(QpTraffic, UdSendThroughAnAhWithTheQpsPortAndTheSrqLimitEvent) {
   EXPECT_EQ(ev->type, AsyncEventType::kSrqLimitReached);
   EXPECT_EQ(ev->srq, srq);
   EXPECT_FALSE(b.f.dev->has_async_event());
+}
+
+// ---- memory windows (rxe_mw.c) ----
+
+// b's side of the window tests: a region that windows may be bound to, on b's QP.
+struct WindowSide {
+  explicit WindowSide(Side& s)
+      : side(s),
+        mr(*s.f.dev->reg_mr(s.f.pd, s.buf.data(), s.buf.size(),
+                            kAccessLocalWrite | kAccessRemoteWrite | kAccessMwBind)) {}
+  // Posts a signaled BIND_MW of a type 2 window on `qp` and runs the wire.
+  void bind2(QpHandle qp, const MwInfo& mw, std::uint32_t new_rkey, std::uint64_t offset,
+             std::uint64_t length, std::uint32_t access) {
+    SendWr wr;
+    wr.wr_id = 0xb1;
+    wr.opcode = WrOpcode::kBindMw;
+    wr.send_flags = kSendSignaled;
+    wr.bind_mw.mw = mw.handle;
+    wr.bind_mw.rkey = new_rkey;
+    wr.bind_mw.bind_info = MwBindInfo{mr.handle, mr.iova + offset, length, access};
+    ASSERT_EQ(side.f.dev->post_send(qp, {&wr, 1}, nullptr), Errc::kOk);
+  }
+  Side& side;
+  MrInfo mr;
+};
+
+// Two connected sides, b with a region windows may be bound to and a window of `type`.
+struct WindowPair {
+  explicit WindowPair(MwType type) : w(b), mw(*b.f.dev->alloc_mw(b.f.pd, type)) {
+    std::tie(qa, qb) = connect_rc(a, b);
+  }
+  Side a{kIpA}, b{kIpB};
+  QpInfo qa, qb;
+  WindowSide w;
+  MwInfo mw;
+};
+
+// a WRITEs `len` bytes at `va` under `rkey` on qa; the status of its completion.
+WcStatus write_through(Side& a, Side& b, QpHandle qa, std::uint64_t va, std::uint32_t rkey,
+                       std::uint32_t len) {
+  Sge sge{a.mr.iova, len, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 0x77;
+  wr.opcode = WrOpcode::kRdmaWrite;
+  wr.sg_list = {&sge, 1};
+  wr.rdma = {va, rkey};
+  EXPECT_EQ(a.f.dev->post_send(qa, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto wcs = a.poll();
+  EXPECT_EQ(wcs.size(), 1u);
+  return wcs.empty() ? WcStatus::kGeneralErr : wcs.back().status;
+}
+
+// Hands a forged request to QP `qpn` of `dst` (from `src`, UDP port `sport`: the peer's, once the
+// QP has learned it) and returns the headers of everything the QP answers with.
+std::vector<wire::TransportHeaders> forge(Device& dst, std::uint32_t qpn,
+                                          const wire::IpAddress& src,
+                                          const wire::TransportHeaders& h, ConstBytes payload,
+                                          std::uint16_t sport = 4791) {
+  const wire::OpcodeInfo& op = wire::opcode_info(static_cast<wire::Opcode>(h.bth.opcode));
+  std::vector<std::byte> udp(wire::roce_size(op, payload.size()));
+  wire::write_roce(udp, h, payload);
+  auto pkt = wire::parse_roce(udp);
+  EXPECT_TRUE(pkt.ok());
+  std::vector<wire::TransportHeaders> out;
+  transport::Qp* qp = dst.find_qp(qpn);
+  if (!pkt.ok() || qp == nullptr) return out;
+  transport::PacketInfo info;
+  info.src = src;
+  info.src_port = sport;
+  const Instant now = Instant::from_ns(5'000'000);
+  qp->handle_packet(now, *pkt, info);
+  transport::TxPacket tx;
+  while (qp->poll_transmit(now, tx)) {
+    std::vector<std::byte> bytes(tx.header_span().begin(), tx.header_span().end());
+    for (ConstBytes piece : tx.payload()) bytes.insert(bytes.end(), piece.begin(), piece.end());
+    bytes.resize(bytes.size() + wire::pad_for(tx.payload_bytes) + wire::kIcrcBytes);
+    auto answer = wire::parse_roce(bytes);
+    EXPECT_TRUE(answer.ok());
+    if (answer.ok()) out.push_back(wire::decode_headers(*answer));
+  }
+  return out;
+}
+
+// A forged RDMA WRITE Only of 8 bytes at the responder's next PSN (0x100: connect_rc swaps the
+// PSNs of good_attr for b).
+wire::TransportHeaders forged_write(std::uint32_t dest_qpn, std::uint64_t va, std::uint32_t rkey,
+                                    std::uint32_t psn = 0x100) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
+  h.bth.dest_qpn = dest_qpn;
+  h.bth.psn = psn;
+  h.bth.ack_req = true;
+  h.reth = wire::Reth{va, rkey, 8};
+  return h;
+}
+
+const std::array<std::byte, 8> kEight{};  // a forged WRITE's payload
+
+bool is_nak(const std::vector<wire::TransportHeaders>& answers, wire::NakCode code) {
+  return answers.size() == 1 &&
+         answers[0].bth.opcode == static_cast<std::uint8_t>(wire::Opcode::kRcAcknowledge) &&
+         wire::aeth_type(answers[0].aeth.syndrome) == wire::AethType::kNak &&
+         wire::aeth_value(answers[0].aeth.syndrome) == static_cast<std::uint8_t>(code);
+}
+
+TEST(MemoryWindow, AllocGivesAKeyOfItsOwnAndHoldsThePd) {
+  Side b(kIpB);
+  Device& dev = *b.f.dev;
+  const MwInfo w1 = *dev.alloc_mw(b.f.pd, MwType::kType1);
+  const MwInfo w2 = *dev.alloc_mw(b.f.pd, MwType::kType2);
+  EXPECT_EQ(w1.type, MwType::kType1);
+  EXPECT_EQ(w2.type, MwType::kType2);
+  EXPECT_NE(w1.rkey >> 8, w2.rkey >> 8);
+  EXPECT_NE(w1.rkey >> 8, b.mr.rkey >> 8);
+  EXPECT_EQ(dev.alloc_mw(PdHandle{}, MwType::kType1).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev.alloc_mw(b.f.pd, static_cast<MwType>(3)).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(dev.dereg_mr(b.mr.handle), Errc::kOk);
+  EXPECT_EQ(dev.dealloc_pd(b.f.pd), Errc::kBusy);  // the windows hold it
+  EXPECT_EQ(dev.dealloc_mw(w1.handle), Errc::kOk);
+  EXPECT_EQ(dev.dealloc_mw(w1.handle), Errc::kInvalidArgument);
+  EXPECT_EQ(dev.query_mw(w2.handle)->rkey, w2.rkey);
+  EXPECT_EQ(dev.dealloc_mw(w2.handle), Errc::kOk);
+  EXPECT_EQ(dev.dealloc_pd(b.f.pd), Errc::kOk);
+  // Unbound windows grant nothing.
+  EXPECT_FALSE(dev.memory().resolve(1, 0, w2.rkey, true, 0, 1, 0).ok());
+}
+
+// Type 1: ibv_bind_mw posts a BIND_MW and returns the key with its byte incremented; a WRITE
+// through the window lands, one that runs past the window's end (still inside the region) is a
+// remote access error, and so is the old key.
+TEST(MemoryWindow, Type1BindThenAccessIsCheckedAgainstTheWindow) {
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
+  auto rkey = b.f.dev->bind_mw(qb.handle, mw.handle, 0x51, kSendSignaled,
+                               MwBindInfo{w.mr.handle, w.mr.iova + 1024, 512, kAccessRemoteWrite});
+  ASSERT_TRUE(rkey.ok());
+  EXPECT_EQ(*rkey, (mw.rkey & ~0xffu) | ((mw.rkey + 1) & 0xffu));
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto bound = b.poll();
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_EQ(bound[0].wr_id, 0x51u);
+  EXPECT_EQ(bound[0].opcode, WcOpcode::kBindMw);
+  EXPECT_EQ(bound[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(b.f.dev->query_mw(mw.handle)->rkey, *rkey);
+
+  std::memcpy(a.buf.data(), "windowed", 8);
+  EXPECT_EQ(write_through(a, b, qa.handle, w.mr.iova + 1024 + 504, *rkey, 8), WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 1024 + 504, "windowed", 8), 0);
+  // Bound windows keep their region registered (rxe_dereg_mr: -EINVAL).
+  EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kInvalidArgument);
+  EXPECT_EQ(write_through(a, b, qa.handle, w.mr.iova + 1024 + 505, *rkey, 8),
+            WcStatus::kRemAccessErr);
+}
+
+TEST(MemoryWindow, Type1WrongKeyAndWrongAccessAreRemoteAccessErrors) {
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
+  const std::uint32_t rkey = *b.f.dev->bind_mw(
+      qb.handle, mw.handle, 1, 0, MwBindInfo{w.mr.handle, w.mr.iova, 256, kAccessRemoteRead});
+  Wire(*a.f.dev, *b.f.dev).run();
+  // A read-only window refuses a WRITE: a forged one gets NAK Remote Access Error.
+  EXPECT_TRUE(
+      is_nak(forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova, rkey), kEight),
+             wire::NakCode::kRemoteAccessError));
+  (void)qa;
+}
+
+TEST(MemoryWindow, Type1OldKeyIsRefused) {
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
+  const MwBindInfo bind{w.mr.handle, w.mr.iova, 256, kAccessRemoteWrite};
+  const std::uint32_t first = *b.f.dev->bind_mw(qb.handle, mw.handle, 1, 0, bind);
+  const std::uint32_t second = *b.f.dev->bind_mw(qb.handle, mw.handle, 2, 0, bind);
+  EXPECT_NE(first, second);
+  Wire(*a.f.dev, *b.f.dev).run();
+  EXPECT_EQ(b.f.dev->query_mw(mw.handle)->rkey, second);
+  EXPECT_EQ(write_through(a, b, qa.handle, w.mr.iova, first, 8), WcStatus::kRemAccessErr);
+}
+
+// An unbind (length 0) of a type 1 window: its key grants nothing after it, and the region can
+// be deregistered.
+TEST(MemoryWindow, Type1UnbindReleasesTheRegion) {
+  WindowPair p(MwType::kType1);
+  auto& [a, b, qa, qb, w, mw] = p;
+  const std::uint32_t rkey = *b.f.dev->bind_mw(
+      qb.handle, mw.handle, 1, 0, MwBindInfo{w.mr.handle, w.mr.iova, 256, kAccessRemoteWrite});
+  const std::uint32_t unbound = *b.f.dev->bind_mw(qb.handle, mw.handle, 2, 0, MwBindInfo{});
+  Wire(*a.f.dev, *b.f.dev).run();
+  EXPECT_FALSE(b.f.dev->memory().resolve(1, qb.qp_num, rkey, true, w.mr.iova, 8, 0).ok());
+  EXPECT_FALSE(b.f.dev->memory().resolve(1, qb.qp_num, unbound, true, w.mr.iova, 8, 0).ok());
+  EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kOk);
+  (void)qa;
+}
+
+// ibv_bind_mw's own checks (rdma-core's rxe provider): type 1 only, no range without a region,
+// no zero-based window, the region in the window's PD.
+TEST(MemoryWindow, BindMwChecksItsArguments) {
+  Side b(kIpB);
+  QpInfo q = b.f.create(QpType::kRc);
+  b.f.drive(q.handle, QpType::kRc, QpState::kRts);
+  WindowSide w(b);
+  const MwInfo t1 = *b.f.dev->alloc_mw(b.f.pd, MwType::kType1);
+  const MwInfo t2 = *b.f.dev->alloc_mw(b.f.pd, MwType::kType2);
+  const MwBindInfo good{w.mr.handle, w.mr.iova, 64, kAccessRemoteRead};
+  EXPECT_EQ(b.f.dev->bind_mw(q.handle, t2.handle, 1, 0, good).error(), Errc::kInvalidArgument);
+  EXPECT_EQ(b.f.dev->bind_mw(q.handle, t1.handle, 1, 0, MwBindInfo{{}, 0, 64, 0}).error(),
+            Errc::kInvalidArgument);
+  MwBindInfo zero_based = good;
+  zero_based.access |= kAccessZeroBased;
+  EXPECT_EQ(b.f.dev->bind_mw(q.handle, t1.handle, 1, 0, zero_based).error(),
+            Errc::kInvalidArgument);
+  const PdHandle other = *b.f.dev->alloc_pd();
+  const MrInfo elsewhere =
+      *b.f.dev->reg_mr(other, b.buf.data(), 64, kAccessLocalWrite | kAccessMwBind);
+  EXPECT_EQ(
+      b.f.dev
+          ->bind_mw(q.handle, t1.handle, 1, 0, MwBindInfo{elsewhere.handle, elsewhere.iova, 64, 0})
+          .error(),
+      Errc::kPermission);
+  EXPECT_EQ(b.f.dev->find_qp(q.qp_num)->outstanding_send_wqes(), 0u);  // none posted
+}
+
+// A bind the requester cannot execute (rxe_check_bind_mw): a region without MW_BIND, a range
+// outside the region, a writable window on a region without local write. Each completes with
+// IBV_WC_MW_BIND_ERR and puts the QP in error; the window stays unbound.
+TEST(MemoryWindow, BadBindsCompleteWithMwBindErr) {
+  struct Case {
+    const char* what;
+    std::uint32_t mr_access;
+    std::uint64_t offset, length;
+    std::uint32_t access;
+  };
+  const Case cases[] = {
+      {"no MW_BIND", kAccessLocalWrite, 0, 64, kAccessRemoteRead},
+      {"past the region", kAccessLocalWrite | kAccessMwBind, 4096 - 32, 64, kAccessRemoteRead},
+      {"writable, no local write", kAccessMwBind, 0, 64, kAccessRemoteWrite},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Side b(kIpB);
+    QpInfo q = b.f.create(QpType::kRc);
+    b.f.drive(q.handle, QpType::kRc, QpState::kRts);
+    const MrInfo mr = *b.f.dev->reg_mr(b.f.pd, b.buf.data(), b.buf.size(), c.mr_access);
+    const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType2);
+    SendWr wr;
+    wr.wr_id = 9;
+    wr.opcode = WrOpcode::kBindMw;
+    wr.bind_mw.mw = mw.handle;
+    wr.bind_mw.rkey = mw.rkey + 1;
+    wr.bind_mw.bind_info = MwBindInfo{mr.handle, mr.iova + c.offset, c.length, c.access};
+    ASSERT_EQ(b.f.dev->post_send(q.handle, {&wr, 1}, nullptr), Errc::kOk);
+    Wire(*b.f.dev, *b.f.dev).run();
+    const auto wcs = b.poll();
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kMwBindErr);
+    EXPECT_EQ(wcs[0].opcode, WcOpcode::kBindMw);
+    EXPECT_EQ(b.f.state(q.handle), QpState::kErr);
+    EXPECT_EQ(b.f.dev->dereg_mr(mr.handle), Errc::kOk);  // nothing bound to it
+  }
+}
+
+// Type 2: bound by a work request to the QP that posted it. The peer WRITEs through it; a SEND
+// with Invalidate of its key completes the receive WITH_INV (the key in invalidated_rkey) and
+// leaves the key granting nothing: a WRITE after it is a remote access error. The region can
+// be deregistered then.
+TEST(MemoryWindow, Type2BindWriteThenSendWithInvalidate) {
+  WindowPair p(MwType::kType2);
+  auto& [a, b, qa, qb, w, mw] = p;
+  const std::uint32_t rkey = (mw.rkey & ~0xffu) | 0x5a;
+  w.bind2(qb.handle, mw, rkey, 2048, 1024, kAccessRemoteWrite);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto bound = b.poll();
+  ASSERT_EQ(bound.size(), 1u);
+  EXPECT_EQ(bound[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(bound[0].opcode, WcOpcode::kBindMw);
+  EXPECT_EQ(b.f.dev->query_mw(mw.handle)->rkey, rkey);
+
+  std::memcpy(a.buf.data(), "type two", 8);
+  EXPECT_EQ(write_through(a, b, qa.handle, w.mr.iova + 2048, rkey, 8), WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 2048, "type two", 8), 0);
+
+  Sge recv_sge{w.mr.iova, 64, w.mr.lkey};
+  RecvWr rwr{7, {&recv_sge, 1}};
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&rwr, 1}, nullptr), Errc::kOk);
+  Sge sge{a.mr.iova, 8, a.mr.lkey};
+  SendWr inv;
+  inv.wr_id = 3;
+  inv.opcode = WrOpcode::kSendWithInv;
+  inv.sg_list = {&sge, 1};
+  inv.invalidate_rkey = rkey;
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&inv, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto a_wcs = a.poll();
+  ASSERT_EQ(a_wcs.size(), 1u);
+  EXPECT_EQ(a_wcs[0].status, WcStatus::kSuccess);
+  const auto b_wcs = b.poll();
+  ASSERT_EQ(b_wcs.size(), 1u);
+  EXPECT_EQ(b_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(b_wcs[0].opcode, WcOpcode::kRecv);
+  EXPECT_NE(b_wcs[0].wc_flags & kWcWithInv, 0u);
+  EXPECT_EQ(b_wcs[0].imm_data, rkey);
+  // Invalidated: a forged WRITE under the key is NAKed Remote Access Error.
+  const std::uint32_t next_psn = 0x100 + 2;  // the WRITE and the SEND took 0x100 and 0x101
+  EXPECT_TRUE(is_nak(
+      forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova + 2048, rkey, next_psn),
+            kEight, a.f.dev->find_qp(qa.qp_num)->path().udp_sport),
+      wire::NakCode::kRemoteAccessError));
+  EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kOk);  // nothing bound to it any more
+}
+
+// A type 2 window bound on one QP is out of reach through another QP of the same PD, and a
+// SEND with Invalidate through that other QP is an invalid request.
+TEST(MemoryWindow, Type2WindowIsBoundToItsQp) {
+  WindowPair p(MwType::kType2);
+  auto& [a, b, qa, qb, w, mw] = p;
+  const auto [qa2, qb2] = connect_rc(a, b);
+  const std::uint32_t rkey = mw.rkey + 1;
+  w.bind2(qb2.handle, mw, rkey, 0, 4096, kAccessRemoteWrite);  // bound to qb2
+  Wire(*a.f.dev, *b.f.dev).run();
+  ASSERT_EQ(b.poll().size(), 1u);
+  EXPECT_TRUE(
+      is_nak(forge(*b.f.dev, qb.qp_num, kIpA, forged_write(qb.qp_num, w.mr.iova, rkey), kEight),
+             wire::NakCode::kRemoteAccessError));
+  EXPECT_EQ(write_through(a, b, qa2.handle, w.mr.iova, rkey, 8), WcStatus::kSuccess);
+  (void)qa;
+}
+
+// SEND with Invalidate of a key that names nothing: NAK Invalid Request.
+TEST(MemoryWindow, SendWithInvalidateOfAnUnknownKeyIsAnInvalidRequest) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
+  Sge recv_sge{b.mr.iova, 64, b.mr.lkey};
+  RecvWr rwr{7, {&recv_sge, 1}};
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&rwr, 1}, nullptr), Errc::kOk);
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnlyInv);
+  h.bth.dest_qpn = qb.qp_num;
+  h.bth.psn = 0x100;
+  h.bth.ack_req = true;
+  h.ieth_rkey = 0xdead00ef;
+  const std::array<std::byte, 4> payload{};
+  EXPECT_TRUE(is_nak(forge(*b.f.dev, qb.qp_num, kIpA, h, payload), wire::NakCode::kInvalidRequest));
+  (void)qa;
+}
+
+// LOCAL_INV: a type 2 window's key grants nothing after it; a type 1 window cannot be
+// invalidated (o10-37.2.26): IBV_WC_LOC_QP_OP_ERR.
+TEST(MemoryWindow, LocalInvalidateOfType2AndType1) {
+  WindowPair p(MwType::kType2);
+  auto& [a, b, qa, qb, w, mw] = p;
+  const std::uint32_t rkey = mw.rkey + 1;
+  w.bind2(qb.handle, mw, rkey, 0, 4096, kAccessRemoteWrite);
+  SendWr inv;
+  inv.wr_id = 0x11;
+  inv.opcode = WrOpcode::kLocalInv;
+  inv.send_flags = kSendSignaled;
+  inv.invalidate_rkey = rkey;
+  ASSERT_EQ(b.f.dev->post_send(qb.handle, {&inv, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  const auto wcs = b.poll();
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[1].opcode, WcOpcode::kLocalInv);
+  EXPECT_EQ(wcs[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(write_through(a, b, qa.handle, w.mr.iova, rkey, 8), WcStatus::kRemAccessErr);
+  EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kOk);
+
+  Side c(kIpB);
+  QpInfo q = c.f.create(QpType::kRc);
+  c.f.drive(q.handle, QpType::kRc, QpState::kRts);
+  const MwInfo t1 = *c.f.dev->alloc_mw(c.f.pd, MwType::kType1);
+  inv.invalidate_rkey = t1.rkey;
+  ASSERT_EQ(c.f.dev->post_send(q.handle, {&inv, 1}, nullptr), Errc::kOk);
+  Wire(*c.f.dev, *c.f.dev).run();
+  const auto c_wcs = c.poll();
+  ASSERT_EQ(c_wcs.size(), 1u);
+  EXPECT_EQ(c_wcs[0].status, WcStatus::kLocQpOpErr);
+}
+
+// Destroying the QP a type 2 window is bound to leaves the window bound to nothing: the region
+// can go, and a QP given the same number later reaches nothing.
+TEST(MemoryWindow, DestroyingItsQpUnbindsAType2Window) {
+  Side b(kIpB);
+  QpInfo q = b.f.create(QpType::kRc);
+  b.f.drive(q.handle, QpType::kRc, QpState::kRts);
+  WindowSide w(b);
+  const MwInfo mw = *b.f.dev->alloc_mw(b.f.pd, MwType::kType2);
+  w.bind2(q.handle, mw, mw.rkey + 1, 0, 64, kAccessRemoteWrite);
+  Wire(*b.f.dev, *b.f.dev).run();
+  ASSERT_EQ(b.poll().size(), 1u);
+  EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kInvalidArgument);
+  EXPECT_EQ(b.f.dev->destroy_qp(q.handle), Errc::kOk);
+  EXPECT_EQ(b.f.dev->dereg_mr(w.mr.handle), Errc::kOk);
 }
 
 }  // namespace

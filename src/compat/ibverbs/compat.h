@@ -62,6 +62,11 @@ struct Mr {
   MrHandle h;
 };
 
+struct Mw {
+  ibv_mw ibv;
+  MwHandle h;
+};
+
 struct Channel {
   ibv_comp_channel ibv;
   std::uint64_t tag = 0;
@@ -152,6 +157,7 @@ inline Context* ctx_of(ibv_context* c) {
 }
 inline Pd* pd_of(ibv_pd* p) { return reinterpret_cast<Pd*>(p); }
 inline Mr* mr_of(ibv_mr* m) { return reinterpret_cast<Mr*>(m); }
+inline Mw* mw_of(ibv_mw* m) { return reinterpret_cast<Mw*>(m); }
 inline Cq* cq_of(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 inline Cq* cq_of(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 inline Srq* srq_of(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }

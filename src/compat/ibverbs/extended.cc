@@ -155,7 +155,7 @@ void wr_flush(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr, std::size_t 
   }
 }
 
-// Operations uroce does not have (memory windows, TSO, XRC): the batch fails with EOPNOTSUPP
+// Operations uroce does not have (TSO, XRC): the batch fails with EOPNOTSUPP
 // at wr_complete (create_qp_ex already refuses their send_ops_flags).
 void unsupported(ibv_qp_ex* iqp) {
   Qp* q = qp_of(iqp);
@@ -165,7 +165,18 @@ void unsupported(ibv_qp_ex* iqp) {
   } catch (...) {
   }
 }
-void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, std::uint32_t, const ibv_mw_bind_info*) { unsupported(q); }
+// rdma-core's rxe wr_bind_mw: the window, its new key, the region and range.
+void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, std::uint32_t rkey, const ibv_mw_bind_info* info) {
+  auto* p = new_wr(q, WrOpcode::kBindMw, IBV_QP_EX_WITH_BIND_MW);
+  if (mw == nullptr || info == nullptr) {
+    if (qp_of(q)->batch_error == 0) qp_of(q)->batch_error = EINVAL;
+    return;
+  }
+  p->wr.bind_mw.mw = mw_of(mw)->h;
+  p->wr.bind_mw.rkey = rkey;
+  p->wr.bind_mw.bind_info = MwBindInfo{info->mr != nullptr ? mr_of(info->mr)->h : MrHandle{},
+                                       info->addr, info->length, info->mw_access_flags};
+}
 void wr_send_tso(ibv_qp_ex* q, void*, std::uint16_t, std::uint16_t) { unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* iqp, std::uint32_t) {
   Qp* q = qp_of(iqp);
@@ -281,17 +292,18 @@ int wr_complete(ibv_qp_ex* iqp) noexcept {
 
 // ---- creation ----
 
-// What each QP type can post (rdma-core's rxe provider offers RC and UC the same less BIND_MW,
-// and LOCAL_INV on RC). No IBV_QP_EX_WITH_LOCAL_INV: uroce has no region a LOCAL_INV could
-// invalidate (no fast-register MRs, no memory windows) and refuses it at post time. SEND with
-// Invalidate is an RC opcode only (IBTA has no UC one; uroce's UC refuses it at post time).
-constexpr std::uint64_t kRcOps =
-    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
-    IBV_QP_EX_WITH_ATOMIC_WRITE | kQpExWithFlush;
+// What each QP type can post, as rdma-core's rxe provider: BIND_MW on RC and UC, LOCAL_INV on
+// RC (a type 2 window is what it can invalidate). SEND with Invalidate is an RC opcode only
+// (IBTA has no UC one; uroce's UC refuses it at post time).
+constexpr std::uint64_t kRcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                                 IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE |
+                                 kQpExWithFlush | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
 constexpr std::uint64_t kUcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                 IBV_QP_EX_WITH_BIND_MW;
 constexpr std::uint64_t kUdOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 }  // namespace

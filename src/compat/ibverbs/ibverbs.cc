@@ -439,6 +439,59 @@ int op_post_srq_recv(ibv_srq* isrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   });
 }
 
+// Memory windows: ibv_alloc_mw, ibv_dealloc_mw and ibv_bind_mw are libibverbs' inline
+// functions over these context ops (ibv_bind_mw checks the type 1 window, the range without a
+// region and the region's PD before it calls op_bind_mw, as Device::bind_mw does again).
+ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  return guarded<ibv_mw*>(nullptr, [&]() -> ibv_mw* {
+    engine::UdpDevice* u = ctx_of(pd->context)->udp.load();
+    auto r = u->lock()->alloc_mw(pd_of(pd)->h, static_cast<MwType>(type));
+    if (!r.ok()) {
+      errno = err(r.error());
+      return nullptr;
+    }
+    auto* m = new Mw();
+    m->ibv.context = pd->context;
+    m->ibv.pd = pd;
+    m->ibv.rkey = r.value().rkey;
+    m->ibv.handle = r.value().handle.index;
+    m->ibv.type = type;
+    m->h = r.value().handle;
+    return &m->ibv;
+  });
+}
+
+int op_dealloc_mw(ibv_mw* mw) {
+  engine::UdpDevice* u = ctx_of(mw->context)->udp.load();
+  const Errc e = u->lock()->dealloc_mw(mw_of(mw)->h);
+  if (e != Errc::kOk) return err(e);
+  delete mw_of(mw);
+  return 0;
+}
+
+// rdma-core's rxe: a BIND_MW work request with the key byte incremented; mw->rkey is the new key
+// once it is posted ("user has to undo this if he gets an error wc").
+int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
+  engine::UdpDevice* u = ctx_of(qp->context)->udp.load(std::memory_order_acquire);
+  if (u == nullptr || bind == nullptr) return EINVAL;
+  const ibv_mw_bind_info& b = bind->bind_info;
+  const MwBindInfo info{b.mr != nullptr ? mr_of(b.mr)->h : MrHandle{}, b.addr, b.length,
+                        b.mw_access_flags};
+  std::uint32_t rkey = 0;
+  const Errc e = post_then_transmit(u, [&](Device& d) {
+    auto r = d.bind_mw(qp_of(qp)->h, mw_of(mw)->h, bind->wr_id, bind->send_flags, info);
+    if (!r.ok()) return r.error();
+    rkey = r.value();
+    return Errc::kOk;
+  });
+  if (e != Errc::kOk) {
+    errno = err(e);
+    return errno;
+  }
+  mw->rkey = rkey;
+  return 0;
+}
+
 bool supported_opcode(ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_RDMA_WRITE:
@@ -449,9 +502,10 @@ bool supported_opcode(ibv_wr_opcode op) {
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
     case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
     case IBV_WR_SEND_WITH_INV:
       return true;
-    default:  // BIND_MW, TSO, DRIVER1, ATOMIC_WRITE, FLUSH: rxe 44 rejects them too (EINVAL)
+    default:  // TSO, DRIVER1, ATOMIC_WRITE, FLUSH: rxe 44 rejects them too (EINVAL)
       return false;
   }
 }
@@ -478,7 +532,18 @@ int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     } else {
       s.imm_data = be32toh(w->imm_data);  // uroce holds the value ImmDt carries big-endian
     }
-    if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    if (w->opcode == IBV_WR_BIND_MW) {
+      // A type 2 window (rxe's post_send takes type 1 too); its key travels in bind_mw.rkey.
+      if (w->bind_mw.mw == nullptr) {
+        unconvertible = w;
+        break;
+      }
+      const ibv_mw_bind_info& b = w->bind_mw.bind_info;
+      s.bind_mw.mw = mw_of(w->bind_mw.mw)->h;
+      s.bind_mw.rkey = w->bind_mw.rkey;
+      s.bind_mw.bind_info = MwBindInfo{b.mr != nullptr ? mr_of(b.mr)->h : MrHandle{}, b.addr,
+                                       b.length, b.mw_access_flags};
+    } else if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
       s.atomic.remote_addr = w->wr.atomic.remote_addr;
       s.atomic.compare_add = w->wr.atomic.compare_add;
       s.atomic.swap = w->wr.atomic.swap;
@@ -884,6 +949,9 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     c.ops.post_send = op_post_send;
     c.ops.post_recv = op_post_recv;
     c.ops.post_srq_recv = op_post_srq_recv;
+    c.ops.alloc_mw = op_alloc_mw;
+    c.ops.bind_mw = op_bind_mw;
+    c.ops.dealloc_mw = op_dealloc_mw;
     return &ctx.release()->vctx.context;
   });
 }
