@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -203,6 +204,24 @@ class CmServerTest : public ::testing::Test {
     return r;
   }
 
+  // Sends a REP for no REQ (transaction `tid`), which the CM answers with a REJ at once, and
+  // reads the MADs the device sends until that REJ: how many others were REJs.
+  std::size_t rejects_until_marker(std::uint64_t tid) {
+    wire::CmRep rep;
+    rep.local_comm_id = 0x57;
+    rep.remote_comm_id = 0x9b;
+    rep.local_qpn = 0x402;
+    send(wire::build_cm_mad(wire::CmMad{tid, rep}));
+    std::size_t rejects = 0;
+    for (;;) {
+      auto ans = receive();
+      EXPECT_TRUE(ans.has_value()) << "no answer to the marker";
+      if (!ans) return rejects;
+      if (ans->transaction_id == tid) return rejects;
+      if (std::holds_alternative<wire::CmRej>(ans->message)) ++rejects;
+    }
+  }
+
   int chan_ = -1;
   std::unique_ptr<datapath::UdpDatapath> dp_;
   std::uint32_t psn_ = 0;
@@ -379,6 +398,76 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
     ::close(chan_);
     chan_ = -1;
   }
+}
+
+// Issue 43: `cmtime -c 1000`'s client sends its 1000 REQs in a burst; a server that had not yet
+// read its CONNECT_REQUESTs when its channel's socket filled (a few hundred events) was dropped
+// by the coordinator as one that had stopped reading: its IDs went, the REQs still coming were
+// REJected (reason 28) and its rdma_accept calls failed with ENODEV. A channel that reads late
+// must get every request its listen's backlog (1024 by default, as the kernel's max_backlog) holds.
+TEST_F(CmServerTest, AChannelThatReadsLateGetsEveryRequestItsBacklogHolds) {
+  const std::uint32_t id = create_id();
+  bind(id, 7495);
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kListen;
+  m.id = id;
+  m.backlog = 0;  // the default
+  ASSERT_EQ(call(m).status, 0);
+  constexpr std::uint32_t kReqs = 1000;
+  for (std::uint32_t i = 0; i < kReqs; ++i) {
+    wire::CmReq r = req_for(7495);
+    r.local_comm_id = 0x2000 + i;
+    r.local_qpn = 0x2000 + i;
+    send(wire::build_cm_mad(wire::CmMad{0xa000 + i, r}));
+  }
+  // Every REQ has been read once a MAD sent after them has its answer (one socket, in order).
+  EXPECT_EQ(rejects_until_marker(0x55aa), 0u) << "a REQ was rejected";
+  // Only now does the channel read: every request, each once, then the channel still serves.
+  std::set<std::uint32_t> qpns;
+  for (std::uint32_t i = 0; i < kReqs; ++i) {
+    auto ev = next_event();
+    ASSERT_TRUE(ev.has_value()) << "after " << i << " requests";
+    ASSERT_EQ(ev->event, 4u);  // RDMA_CM_EVENT_CONNECT_REQUEST
+    qpns.insert(ev->conn.qp_num);
+  }
+  EXPECT_EQ(qpns.size(), kReqs);
+  EXPECT_NE(create_id(), 0u);
+  EXPECT_EQ(cm_counters()["client_drops"], 0u);
+}
+
+// Past its backlog a listener's requests are dropped, not rejected (cm.c: "Do not reject to allow
+// future retries", when ucma's backlog is full): the peer's CM retransmits its REQ, and the
+// channel is kept however long it takes to read.
+TEST_F(CmServerTest, RequestsPastTheBacklogAreDroppedForTheirRetryNotRejected) {
+  const std::uint32_t id = create_id();
+  bind(id, 7496);
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kListen;
+  m.id = id;
+  m.backlog = 2;
+  ASSERT_EQ(call(m).status, 0);
+  constexpr std::uint32_t kReqs = 600;  // more than the channel's socket holds
+  for (std::uint32_t i = 0; i < kReqs; ++i) {
+    wire::CmReq r = req_for(7496);
+    r.local_comm_id = 0x3000 + i;
+    r.local_qpn = 0x3000 + i;
+    send(wire::build_cm_mad(wire::CmMad{0xb000 + i, r}));
+  }
+  EXPECT_EQ(rejects_until_marker(0x55ab), 0u) << "a REQ was rejected";
+  const std::uint64_t dropped = cm_counters()["req_backlog_drops"];
+  EXPECT_GT(dropped, 0u);
+  std::uint32_t got = 0;
+  for (;;) {
+    pollfd p{chan_, POLLIN, 0};
+    if (events_.empty() && ::poll(&p, 1, 0) != 1) break;
+    auto ev = next_event();
+    ASSERT_TRUE(ev.has_value());
+    ASSERT_EQ(ev->event, 4u);
+    ++got;
+  }
+  EXPECT_EQ(got + dropped, kReqs);
+  EXPECT_NE(create_id(), 0u);
+  EXPECT_EQ(cm_counters()["client_drops"], 0u);
 }
 
 // A REQ that comes before the listen (a program that lets its peer connect before it listens:
