@@ -204,22 +204,46 @@ class CmServerTest : public ::testing::Test {
     return r;
   }
 
-  // Sends a REP for no REQ (transaction `tid`), which the CM answers with a REJ at once, and
-  // reads the MADs the device sends until that REJ: how many others were REJs.
-  std::size_t rejects_until_marker(std::uint64_t tid) {
-    wire::CmRep rep;
-    rep.local_comm_id = 0x57;
-    rep.remote_comm_id = 0x9b;
-    rep.local_qpn = 0x402;
-    send(wire::build_cm_mad(wire::CmMad{tid, rep}));
+  // Sends `count` REQs for `port` with distinct communication IDs and QPNs from `base`, in
+  // batches each followed by a REP for no REQ, which the CM answers with a REJ at once: once
+  // that has come, the batch has been read (one socket, in order), and the next may go without
+  // overflowing the coordinator's socket or ours. How many REQs were rejected.
+  std::size_t send_reqs(std::uint16_t port, std::uint32_t count, std::uint32_t base) {
     std::size_t rejects = 0;
-    for (;;) {
-      auto ans = receive();
-      EXPECT_TRUE(ans.has_value()) << "no answer to the marker";
-      if (!ans) return rejects;
-      if (ans->transaction_id == tid) return rejects;
-      if (std::holds_alternative<wire::CmRej>(ans->message)) ++rejects;
+    std::uint64_t marker = 0;
+    bool seen = false;
+    auto answer = [&](const wire::RocePacket& pkt, const datapath::RxMeta&) {
+      auto m = wire::parse_cm_mad(pkt.payload);
+      if (!m.ok()) return;
+      if (m->transaction_id == marker) {
+        seen = true;
+      } else if (m->transaction_id < base + 0x100000 &&
+                 std::holds_alternative<wire::CmRej>(m->message)) {
+        ++rejects;
+      }
+    };
+    for (std::uint32_t i = 0; i < count;) {
+      for (std::uint32_t k = 0; k < 32 && i < count; ++k, ++i) {
+        wire::CmReq r = req_for(port);
+        r.local_comm_id = base + 1 + i;
+        r.local_qpn = base + 1 + i;
+        send(wire::build_cm_mad(wire::CmMad{base + 1 + i, r}));
+      }
+      wire::CmRep rep;
+      rep.local_comm_id = 0x57;
+      rep.remote_comm_id = 0x9b;
+      rep.local_qpn = 0x402;
+      marker = base + 0x100000 + i;
+      seen = false;
+      send(wire::build_cm_mad(wire::CmMad{marker, rep}));
+      for (int w = 0; w < 1000 && !seen; ++w) {
+        pollfd p{dp_->fd(), POLLIN, 0};
+        if (::poll(&p, 1, 100) == 1) dp_->receive(64, answer);
+      }
+      EXPECT_TRUE(seen) << "no answer to the REP after " << i << " REQs";
+      if (!seen) break;
     }
+    return rejects;
   }
 
   int chan_ = -1;
@@ -356,9 +380,10 @@ TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "a message more than the replies and events";
 }
 
-// A channel whose socket fills up (it stops reading its events) is dropped, and a channel that
-// connects afterwards (the coordinator may give it the same fd number) is served as any other.
-TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
+// A channel that closes with events still queued for it (it stopped reading, its socket is full)
+// is dropped with its IDs, and a channel that connects afterwards (the coordinator may give it the
+// same fd number) is served as any other.
+TEST_F(CmServerTest, AChannelThatClosesWithEventsQueuedIsDroppedAndItsSuccessorServed) {
   const std::uint32_t id = create_id();
   devd::CmMsg m;
   m.type = devd::CmMsgType::kBind;
@@ -368,18 +393,8 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
   m.type = devd::CmMsgType::kListen;
   ASSERT_EQ(call(m).status, 0);
   // REQs with distinct communication IDs: a CONNECT_REQUEST each, which this channel never
-  // reads, until its socket is full and the coordinator drops it.
-  for (std::uint32_t i = 0; i < 2000; ++i) {
-    wire::CmReq r = req_for(7490);
-    r.local_comm_id = 0x1000 + i;
-    r.local_qpn = 0x1000 + i;
-    send(wire::build_cm_mad(wire::CmMad{0x9000 + i, r}));
-    if (i % 64 == 63) {
-      // The coordinator closes its end once it has dropped the channel.
-      pollfd p{chan_, POLLRDHUP, 0};
-      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP)) != 0) break;
-    }
-  }
+  // reads: more than its socket holds, so that the coordinator queues the rest.
+  EXPECT_EQ(send_reqs(7490, 600, 0x1000), 0u);
   ::close(chan_);
   chan_ = -1;
   // A new channel: it works, several commands in a row.
@@ -414,15 +429,9 @@ TEST_F(CmServerTest, AChannelThatReadsLateGetsEveryRequestItsBacklogHolds) {
   m.backlog = 0;  // the default
   ASSERT_EQ(call(m).status, 0);
   constexpr std::uint32_t kReqs = 1000;
-  for (std::uint32_t i = 0; i < kReqs; ++i) {
-    wire::CmReq r = req_for(7495);
-    r.local_comm_id = 0x2000 + i;
-    r.local_qpn = 0x2000 + i;
-    send(wire::build_cm_mad(wire::CmMad{0xa000 + i, r}));
-  }
-  // Every REQ has been read once a MAD sent after them has its answer (one socket, in order).
-  EXPECT_EQ(rejects_until_marker(0x55aa), 0u) << "a REQ was rejected";
-  // Only now does the channel read: every request, each once, then the channel still serves.
+  // Only once every REQ has been read (the answer to a MAD sent after them has come) ...
+  EXPECT_EQ(send_reqs(7495, kReqs, 0x2000), 0u) << "a REQ was rejected";
+  // ... does the channel read: every request, each once, then the channel still serves.
   std::set<std::uint32_t> qpns;
   for (std::uint32_t i = 0; i < kReqs; ++i) {
     auto ev = next_event();
@@ -447,13 +456,7 @@ TEST_F(CmServerTest, RequestsPastTheBacklogAreDroppedForTheirRetryNotRejected) {
   m.backlog = 2;
   ASSERT_EQ(call(m).status, 0);
   constexpr std::uint32_t kReqs = 600;  // more than the channel's socket holds
-  for (std::uint32_t i = 0; i < kReqs; ++i) {
-    wire::CmReq r = req_for(7496);
-    r.local_comm_id = 0x3000 + i;
-    r.local_qpn = 0x3000 + i;
-    send(wire::build_cm_mad(wire::CmMad{0xb000 + i, r}));
-  }
-  EXPECT_EQ(rejects_until_marker(0x55ab), 0u) << "a REQ was rejected";
+  EXPECT_EQ(send_reqs(7496, kReqs, 0x3000), 0u) << "a REQ was rejected";
   const std::uint64_t dropped = cm_counters()["req_backlog_drops"];
   EXPECT_GT(dropped, 0u);
   std::uint32_t got = 0;
