@@ -311,9 +311,9 @@ class Coordinator {
         break;
       }
       case devd::MsgType::kClosedQp:
+        // Not answered (protocol 4): a context destroying thousands of QPs does not wait.
         cm_->keep_closed_qp(devd::closed_qp_from(m, now()));
-        r.type = devd::MsgType::kClosedQp;
-        break;
+        return;
       case devd::MsgType::kBye:
         // Its own reference is closed: ours is the last one.
         remove(i);
