@@ -66,8 +66,9 @@ bool open_host(Host& h, const std::string& ip, std::uint32_t n, bool exclusive) 
   if (!parsed.ok()) return false;
   cfg.ip = parsed.value();
   h.ip = ip;
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, "",
-                           exclusive ? UdpDevice::Sharing::kExclusive : UdpDevice::Sharing::kShared);
+  auto d =
+      UdpDevice::open(cfg, wire::kRoceV2Port, "",
+                      exclusive ? UdpDevice::Sharing::kExclusive : UdpDevice::Sharing::kShared);
   if (!d.ok()) {
     std::fprintf(stderr, "open %s: %s\n", ip.c_str(), d.error().text.c_str());
     return false;
@@ -109,8 +110,7 @@ bool connect_qp(Host& h, std::uint32_t i, const Host& peer) {
   a.qp_state = QpState::kInit;
   a.port_num = 1;
   a.qp_access_flags = kAccess;
-  if (dev.modify_qp(h.qps[i], a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) !=
-      Errc::kOk) {
+  if (dev.modify_qp(h.qps[i], a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) != Errc::kOk) {
     return false;
   }
   a.qp_state = QpState::kRtr;

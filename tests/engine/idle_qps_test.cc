@@ -48,9 +48,9 @@ std::vector<QpHandle> add_idle_qps(Side& s, const Side& peer, std::uint32_t n) {
     a.timeout = 14;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
-    EXPECT_EQ(dev.modify_qp(qp->handle, a,
-                            kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry |
-                                kQpMaxQpRdAtomic),
+    EXPECT_EQ(dev.modify_qp(
+                  qp->handle, a,
+                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
               Errc::kOk);
     out.push_back(qp->handle);
   }
