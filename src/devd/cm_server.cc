@@ -101,6 +101,19 @@ cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
   c.send_mra = false;
   return c;
 }
+
+// The rdma_cm port space and port a REQ or SIDR_REQ asks for; nullopt for any other MAD.
+std::optional<wire::RdmaServiceId> requested_service(ConstBytes mad) {
+  auto m = wire::parse_cm_mad(mad);
+  if (!m.ok()) return std::nullopt;
+  if (const auto* req = std::get_if<wire::CmReq>(&m->message)) {
+    return wire::parse_rdma_ip_service_id(req->service_id);
+  }
+  if (const auto* sidr = std::get_if<wire::CmSidrReq>(&m->message)) {
+    return wire::parse_rdma_ip_service_id(sidr->service_id);
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 CmServer::CmServer(const wire::IpAddress& ip, std::uint16_t port,
@@ -285,17 +298,7 @@ bool CmServer::flush_out(int fd, Client& c) {
 }
 
 bool CmServer::over_backlog(ConstBytes mad) {
-  auto m = wire::parse_cm_mad(mad);
-  if (!m.ok()) return false;
-  std::uint64_t service = 0;
-  if (const auto* req = std::get_if<wire::CmReq>(&m->message)) {
-    service = req->service_id;
-  } else if (const auto* sidr = std::get_if<wire::CmSidrReq>(&m->message)) {
-    service = sidr->service_id;
-  } else {
-    return false;
-  }
-  const auto sid = wire::parse_rdma_ip_service_id(service);
+  const auto sid = requested_service(mad);
   if (!sid) return false;
   const auto ps = static_cast<std::uint32_t>(sid->port_space);
   for (const auto& [listen, number] : by_listen_) {
@@ -919,17 +922,7 @@ Result<fault::FaultSpec, std::string> CmServer::set_faults(const std::string& te
 // and otherwise it is REJected as the kernel does, listen_grace_ late.
 bool CmServer::hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes mad) {
   if (listen_grace_ <= Duration::zero()) return false;
-  auto m = wire::parse_cm_mad(mad);
-  if (!m.ok()) return false;
-  std::uint64_t service = 0;
-  if (const auto* req = std::get_if<wire::CmReq>(&m->message)) {
-    service = req->service_id;
-  } else if (const auto* sidr = std::get_if<wire::CmSidrReq>(&m->message)) {
-    service = sidr->service_id;
-  } else {
-    return false;
-  }
-  const auto sid = wire::parse_rdma_ip_service_id(service);
+  const auto sid = requested_service(mad);
   if (!sid) return false;
   const auto ps = static_cast<std::uint32_t>(sid->port_space);
   for (const auto& [n, id] : ids_) {

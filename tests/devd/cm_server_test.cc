@@ -158,6 +158,17 @@ class CmServerTest : public ::testing::Test {
     ASSERT_EQ(call(m).status, 0);
   }
 
+  // A new ID bound to the device's address and `port`, listening with `backlog`.
+  void listen_on(std::uint16_t port, std::int32_t backlog) {
+    const std::uint32_t id = create_id();
+    bind(id, port);
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kListen;
+    m.id = id;
+    m.backlog = backlog;
+    ASSERT_EQ(call(m).status, 0);
+  }
+
   // A new RDMA_PS_TCP ID of an RC QP on this channel; its number.
   std::uint32_t create_id() {
     devd::CmMsg m;
@@ -421,13 +432,7 @@ TEST_F(CmServerTest, AChannelThatClosesWithEventsQueuedIsDroppedAndItsSuccessorS
 // REJected (reason 28) and its rdma_accept calls failed with ENODEV. A channel that reads late
 // must get every request its listen's backlog (1024 by default, as the kernel's max_backlog) holds.
 TEST_F(CmServerTest, AChannelThatReadsLateGetsEveryRequestItsBacklogHolds) {
-  const std::uint32_t id = create_id();
-  bind(id, 7495);
-  devd::CmMsg m;
-  m.type = devd::CmMsgType::kListen;
-  m.id = id;
-  m.backlog = 0;  // the default
-  ASSERT_EQ(call(m).status, 0);
+  listen_on(7495, 0);  // the default backlog
   constexpr std::uint32_t kReqs = 1000;
   // Only once every REQ has been read (the answer to a MAD sent after them has come) ...
   EXPECT_EQ(send_reqs(7495, kReqs, 0x2000), 0u) << "a REQ was rejected";
@@ -448,13 +453,7 @@ TEST_F(CmServerTest, AChannelThatReadsLateGetsEveryRequestItsBacklogHolds) {
 // future retries", when ucma's backlog is full): the peer's CM retransmits its REQ, and the
 // channel is kept however long it takes to read.
 TEST_F(CmServerTest, RequestsPastTheBacklogAreDroppedForTheirRetryNotRejected) {
-  const std::uint32_t id = create_id();
-  bind(id, 7496);
-  devd::CmMsg m;
-  m.type = devd::CmMsgType::kListen;
-  m.id = id;
-  m.backlog = 2;
-  ASSERT_EQ(call(m).status, 0);
+  listen_on(7496, 2);
   constexpr std::uint32_t kReqs = 600;  // more than the channel's socket holds
   EXPECT_EQ(send_reqs(7496, kReqs, 0x3000), 0u) << "a REQ was rejected";
   const std::uint64_t dropped = cm_counters()["req_backlog_drops"];
