@@ -101,6 +101,19 @@ cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
   c.send_mra = false;
   return c;
 }
+
+// The rdma_cm port space and port a REQ or SIDR_REQ asks for; nullopt for any other MAD.
+std::optional<wire::RdmaServiceId> requested_service(ConstBytes mad) {
+  auto m = wire::parse_cm_mad(mad);
+  if (!m.ok()) return std::nullopt;
+  if (const auto* req = std::get_if<wire::CmReq>(&m->message)) {
+    return wire::parse_rdma_ip_service_id(req->service_id);
+  }
+  if (const auto* sidr = std::get_if<wire::CmSidrReq>(&m->message)) {
+    return wire::parse_rdma_ip_service_id(sidr->service_id);
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 CmServer::CmServer(const wire::IpAddress& ip, std::uint16_t port,
@@ -119,10 +132,18 @@ CmServer::~CmServer() {
   for (const auto& [fd, c] : clients_) ::close(fd);
 }
 
-void CmServer::add_client(int fd, pid_t pid) { clients_[fd] = Client{pid}; }
+void CmServer::add_client(int fd, pid_t pid) {
+  Client c;
+  c.pid = pid;
+  clients_[fd] = std::move(c);
+}
 
 void CmServer::add_pollfds(std::vector<pollfd>& fds) const {
-  for (const auto& [fd, c] : clients_) fds.push_back({fd, POLLIN, 0});
+  // A client with a queue is not read until its socket has taken it (a hang-up is reported
+  // either way).
+  for (const auto& [fd, c] : clients_) {
+    fds.push_back({fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+  }
 }
 
 devd::CmAddr CmServer::local_addr(std::uint16_t port) const {
@@ -237,16 +258,71 @@ void CmServer::drop_client(Instant now, int fd) {
 }
 
 void CmServer::send(int fd, const devd::CmMsg& m) {
-  if (clients_.count(fd) == 0) return;
-  // Never wait for a client: one whose socket is full is dropped (its IDs with it), as one
-  // that closed.
-  if (::send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof m)) {
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  Client& c = it->second;
+  // Never wait for a client: what its socket does not take waits in its queue. A client that
+  // is merely slow (cmtime's server, reading a burst of 1000 CONNECT_REQUESTs) must not lose its
+  // IDs; one whose socket fails, or whose queue outgrows any backlog, is dropped.
+  if (c.out.empty()) {
+    const ssize_t n = ::send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(sizeof m)) return;
+    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+      pending_drops_.push_back(fd);
+      return;
+    }
+  }
+  if (c.out.size() >= kMaxQueued) {
     pending_drops_.push_back(fd);
+    return;
+  }
+  c.out.push_back(m);
+  if (m.type == devd::CmMsgType::kEvent && m.event == kConnectRequest) {
+    ++c.queued_requests[m.listen_id];
   }
 }
 
+bool CmServer::flush_out(int fd, Client& c) {
+  while (!c.out.empty()) {
+    const devd::CmMsg& m = c.out.front();
+    const ssize_t n = ::send(fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n != static_cast<ssize_t>(sizeof m)) return false;
+    if (m.type == devd::CmMsgType::kEvent && m.event == kConnectRequest) {
+      auto q = c.queued_requests.find(m.listen_id);
+      if (q != c.queued_requests.end() && --q->second == 0) c.queued_requests.erase(q);
+    }
+    c.out.pop_front();
+  }
+  return true;
+}
+
+bool CmServer::over_backlog(ConstBytes mad) {
+  const auto sid = requested_service(mad);
+  if (!sid) return false;
+  const auto ps = static_cast<std::uint32_t>(sid->port_space);
+  for (const auto& [listen, number] : by_listen_) {
+    auto id = ids_.find(number);
+    if (id == ids_.end() || id->second.ps != ps || id->second.src.port != sid->port) continue;
+    auto c = clients_.find(id->second.client);
+    if (c == clients_.end()) return false;
+    auto q = c->second.queued_requests.find(number);
+    if (q == c->second.queued_requests.end() || q->second < id->second.backlog) return false;
+    ++counters_.req_backlog_drops;
+    return true;
+  }
+  return false;
+}
+
 void CmServer::on_client_readable(Instant now, int fd) {
-  if (clients_.count(fd) == 0) return;
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  if (!flush_out(fd, it->second)) {
+    drop_client(now, fd);
+    return;
+  }
+  // Its commands wait until its socket has taken what is queued (their replies would queue).
+  if (!it->second.out.empty()) return;
   for (int i = 0; i < 64; ++i) {
     devd::CmMsg m;
     const ssize_t n = ::recv(fd, &m, sizeof m, MSG_DONTWAIT);
@@ -257,7 +333,8 @@ void CmServer::on_client_readable(Instant now, int fd) {
     }
     if (const auto r = handle(now, fd, m)) send(fd, *r);
     pump(now);
-    if (clients_.count(fd) == 0) break;
+    auto c = clients_.find(fd);
+    if (c == clients_.end() || !c->second.out.empty()) break;
   }
   flush_drops(now);
 }
@@ -390,7 +467,7 @@ std::optional<devd::CmMsg> CmServer::handle_on_id(Instant now, int fd, Id& id, c
       reply_then_event(fd, r, id, kRouteResolved);
       return std::nullopt;
     case devd::CmMsgType::kListen:
-      return listen_command(now, id, r);
+      return listen_command(now, id, m.backlog, r);
     case devd::CmMsgType::kConnect:
       return connect_command(now, id, m, ud, r);
     case devd::CmMsgType::kAccept:
@@ -448,7 +525,11 @@ std::optional<devd::CmMsg> CmServer::resolve_addr_command(int fd, Id& id, const 
   return std::nullopt;
 }
 
-devd::CmMsg CmServer::listen_command(Instant now, Id& id, devd::CmMsg r) {
+devd::CmMsg CmServer::listen_command(Instant now, Id& id, std::int32_t backlog, devd::CmMsg r) {
+  // ucma_listen: none, or more than max_backlog, is max_backlog.
+  id.backlog = backlog > 0 && static_cast<std::uint32_t>(backlog) < kMaxBacklog
+                   ? static_cast<std::uint32_t>(backlog)
+                   : kMaxBacklog;
   if (id.listening) return r;  // the kernel accepts a second listen (a new backlog)
   if (!id.bound) {
     id.src = local_addr(0);
@@ -729,6 +810,7 @@ void CmServer::on_sink_readable(Instant now) {
     std::memcpy(from.gid.data(), g.raw.data(), 16);
     ++counters_.rx_mads;
     if (hold_for_listen(now, from, pkt.payload)) return;
+    if (over_backlog(pkt.payload)) return;
     (void)cm_.handle_mad(now, from, pkt.payload);
   });
   for (const transport::TxPacket& ack : acks) send_closed_qp_ack(now, ack);
@@ -792,6 +874,11 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   m.type = devd::MsgType::kCmStats;
   devd::set_text(m.text, text);
   send(m);
+  std::snprintf(text, sizeof text, "client_drops %llu req_backlog_drops %llu",
+                static_cast<unsigned long long>(counters_.client_drops),
+                static_cast<unsigned long long>(counters_.req_backlog_drops));
+  devd::set_text(m.text, text);
+  send(m);
   if (dp_->has_faults()) {
     std::string line;
     // What the fault stage did to the CM's own packets (class=cm rules, UROCE_FAULTS).
@@ -835,17 +922,7 @@ Result<fault::FaultSpec, std::string> CmServer::set_faults(const std::string& te
 // and otherwise it is REJected as the kernel does, listen_grace_ late.
 bool CmServer::hold_for_listen(Instant now, const cm::CmPeer& from, ConstBytes mad) {
   if (listen_grace_ <= Duration::zero()) return false;
-  auto m = wire::parse_cm_mad(mad);
-  if (!m.ok()) return false;
-  std::uint64_t service = 0;
-  if (const auto* req = std::get_if<wire::CmReq>(&m->message)) {
-    service = req->service_id;
-  } else if (const auto* sidr = std::get_if<wire::CmSidrReq>(&m->message)) {
-    service = sidr->service_id;
-  } else {
-    return false;
-  }
-  const auto sid = wire::parse_rdma_ip_service_id(service);
+  const auto sid = requested_service(mad);
   if (!sid) return false;
   const auto ps = static_cast<std::uint32_t>(sid->port_space);
   for (const auto& [n, id] : ids_) {

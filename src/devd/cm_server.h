@@ -10,14 +10,19 @@
 // (`unsteered`), and sends the CM's MADs from it as UD SEND Only packets from QP 1 to QP 1 with
 // Q_Key 0x80010000.
 //
-// Single-threaded: the coordinator's loop calls it when its fds are readable or its deadline has
-// come; it never blocks (a client that does not read its events is dropped).
+// Single-threaded: the coordinator's loop calls it when its fds are readable or writable or its
+// deadline has come; it never blocks. What a client's socket does not take waits in a queue of
+// its own (its commands are not read meanwhile); a listener's CONNECT_REQUESTs in that queue are
+// bounded by its listen's backlog, and REQs past it are dropped for the peer to retransmit, as the
+// kernel's ucma does. Only a client whose queue outgrows kMaxQueued, or whose socket fails, is
+// dropped.
 #pragma once
 
 #include <poll.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -43,10 +48,11 @@ struct CmServerCounters {
   std::uint64_t rx_bad = 0;     // QP 1 packets with a bad ICRC, opcode or Q_Key
   std::uint64_t unsteered = 0;  // packets for a QPN nobody owns
   std::uint64_t tx_mads = 0;
-  std::uint64_t tx_failed = 0;       // MADs the socket did not take
-  std::uint64_t client_drops = 0;    // clients dropped (closed, or not reading their events)
-  std::uint64_t req_held = 0;        // REQs that came for a port before its listen
-  std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for a closed context's QPs
+  std::uint64_t tx_failed = 0;          // MADs the socket did not take
+  std::uint64_t client_drops = 0;       // clients dropped (closed, or not reading their events)
+  std::uint64_t req_backlog_drops = 0;  // REQs dropped: their listener's backlog was full
+  std::uint64_t req_held = 0;           // REQs that came for a port before its listen
+  std::uint64_t closed_qp_acks = 0;     // duplicates acknowledged for a closed context's QPs
 };
 
 class CmServer {
@@ -116,10 +122,17 @@ class CmServer {
     bool active = false;
     std::uint32_t listener = 0;  // a passive connection's listener
     std::uint32_t qkey = 0;      // UD: the Q_Key of its QP
+    std::uint32_t backlog = 0;   // a listener's: its CONNECT_REQUESTs queued at most
   };
   struct Client {
     pid_t pid = 0;
+    std::deque<devd::CmMsg> out;  // what its socket has not taken yet, in order
+    std::map<std::uint32_t, std::uint32_t> queued_requests;  // listener -> its requests in `out`
   };
+  // A client's queue at most (each under 1 KiB): past it the client is dropped.
+  static constexpr std::size_t kMaxQueued = 16384;
+  // rdma_listen's backlog when it gives none or more (the kernel's net.rdma_ucm.max_backlog).
+  static constexpr std::uint32_t kMaxBacklog = 1024;
 
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
            std::uint64_t seed, Duration listen_grace);
@@ -134,7 +147,7 @@ class CmServer {
   devd::CmMsg bind_command(Id& id, const devd::CmMsg& m, devd::CmMsg r);
   std::optional<devd::CmMsg> resolve_addr_command(int fd, Id& id, const devd::CmMsg& m,
                                                   devd::CmMsg r);
-  devd::CmMsg listen_command(Instant now, Id& id, devd::CmMsg r);
+  devd::CmMsg listen_command(Instant now, Id& id, std::int32_t backlog, devd::CmMsg r);
   devd::CmMsg connect_command(Instant now, Id& id, const devd::CmMsg& m, bool ud, devd::CmMsg r);
   devd::CmMsg accept_command(Instant now, Id& id, const devd::CmMsg& m, bool ud, devd::CmMsg r);
   // Address and route resolution: the command's reply, then its event for `id`.
@@ -152,6 +165,11 @@ class CmServer {
   void deliver_conn_event(const cm::CmEvent& e);
   const Id& add_passive_id(const cm::CmEvent& e, const Id& listener, const wire::CmaHeader& h);
   void send(int fd, const devd::CmMsg& m);
+  // Hands the client's socket what it takes of its queue; false when the socket failed.
+  bool flush_out(int fd, Client& c);
+  // A REQ or SIDR_REQ for a listener whose queued requests fill its backlog: true (and counted)
+  // when `mad` is one, to be dropped unanswered.
+  bool over_backlog(ConstBytes mad);
   Id* id_of(int fd, std::uint32_t number);
   Id* id_by_conn(cm::ConnId c);
   devd::CmAddr local_addr(std::uint16_t port) const;

@@ -234,6 +234,17 @@ class Coordinator {
     if (!send_msg(c, w, udp)) connection_closed(members_.size() - 1);
   }
 
+  // A list (`uroce stats`) is longer than the socket holds once there are a few hundred rdma_cm
+  // IDs: wait for its reader, a little, rather than leave the list without its end.
+  static bool send_listed(int fd, const devd::Msg& m) {
+    for (;;) {
+      if (send_msg(fd, m)) return true;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 200) != 1) return false;
+    }
+  }
+
   void list(int c) {
     for (std::size_t i = 0; i < members_.size(); ++i) {
       const Member& mem = members_[i];
@@ -247,16 +258,16 @@ class Coordinator {
       m.value = mem.conn >= 0 ? 0 : 1;  // 1: exiting
       devd::set_text(m.device, mem.device);
       devd::set_text(m.comm, mem.comm);
-      if (!send_msg(c, m)) return;
+      if (!send_listed(c, m)) return;
     }
     bool ok = true;
-    cm_->list([&](const devd::Msg& m) { ok = ok && send_msg(c, m); });
+    cm_->list([&](const devd::Msg& m) { ok = ok && send_listed(c, m); });
     if (!ok) return;
     devd::Msg end;
     end.type = devd::MsgType::kListEnd;
     const std::uint64_t unsteered = cm_->counters().unsteered;
     end.value = static_cast<std::uint32_t>(unsteered > 0xffffffffu ? 0xffffffffu : unsteered);
-    send_msg(c, end);
+    send_listed(c, end);
   }
 
   std::size_t find_by_fd(int fd) const {
@@ -300,9 +311,9 @@ class Coordinator {
         break;
       }
       case devd::MsgType::kClosedQp:
+        // Not answered (protocol 4): a context destroying thousands of QPs does not wait.
         cm_->keep_closed_qp(devd::closed_qp_from(m, now()));
-        r.type = devd::MsgType::kClosedQp;
-        break;
+        return;
       case devd::MsgType::kBye:
         // Its own reference is closed: ours is the last one.
         remove(i);

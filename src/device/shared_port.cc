@@ -535,9 +535,9 @@ void SharedPort::give_back(std::uint32_t block) {
 
 void SharedPort::keep_closed_qp(const transport::ClosedQp& q, Duration life) {
   std::lock_guard lk(mu_);
-  devd::Msg ans;
-  // A coordinator that has gone (call() false) leaves the closed QP to this context's engine.
-  (void)call(devd::closed_qp_msg(q, life), ans);
+  // Not answered: no round trip per destroyed QP. A coordinator that has gone leaves the closed
+  // QP to this context's engine.
+  if (conn_ >= 0 && owner_ == ::getpid()) (void)send_msg(conn_, devd::closed_qp_msg(q, life));
 }
 
 Errc SharedPort::claim_qp1(bool on) {

@@ -102,8 +102,9 @@ class SharedPort final : public QpnSource {
 
   std::optional<std::uint32_t> allocate_qpn() override;
   void release_qpn(std::uint32_t qpn) override;
-  // Tells the coordinator about a destroyed RC QP (devd kClosedQp), which it acknowledges
-  // duplicates for, for `life`, once this context has gone (transport/closed_qps.h).
+  // Tells the coordinator about a destroyed RC QP (devd kClosedQp, not answered: no round trip),
+  // which it acknowledges duplicates for, for `life`, once this context has gone
+  // (transport/closed_qps.h).
   void keep_closed_qp(const transport::ClosedQp& q, Duration life);
   // Delivers QP1's datagrams (CM MADs) to this context's socket (kBusy: another context has
   // them), or gives them back to the coordinator.

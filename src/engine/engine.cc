@@ -101,7 +101,7 @@ void Engine::activate(std::uint32_t qpn) {
 
 void Engine::doorbell(std::uint32_t qpn) {
   SerialUse::Scope serial(serial_);
-  if (qps_.find_qp(qpn) == nullptr) return;
+  if (find(qpn) == nullptr) return;
   activate(qpn);
 }
 
@@ -129,7 +129,7 @@ void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
                        const transport::PacketInfo& info_in) {
   SerialUse::Scope serial(serial_);
   const std::uint32_t qpn = pkt.bth().dest_qpn();
-  transport::Qp* qp = qps_.find_qp(qpn);
+  transport::Qp* qp = find(qpn);
   transport::PacketInfo info = info_in;
   if (info.pending != nullptr && !check_pending(pkt, info, qp)) return;
   ++counters_.rx_packets;
@@ -151,7 +151,7 @@ void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
 
 std::optional<transport::ClosedQp> Engine::qp_destroying(Instant now, std::uint32_t qpn) {
   SerialUse::Scope serial(serial_);
-  const transport::Qp* qp = qps_.find_qp(qpn);
+  const transport::Qp* qp = find(qpn);
   if (qp == nullptr) return std::nullopt;
   auto c = transport::closed_state(*qp, now);
   if (c) closed_.add(*c);
@@ -172,7 +172,7 @@ void Engine::handle_timers(Instant now) {
     due_.push_back(t.qpn);
   }
   for (std::uint32_t qpn : due_) {
-    transport::Qp* qp = qps_.find_qp(qpn);
+    transport::Qp* qp = find(qpn);
     if (qp == nullptr) continue;
     ++counters_.timer_fires;
     qp->handle_timeout(now);
@@ -212,7 +212,7 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
   if (hold_acks) {
     // Set aside the QPs with only an ACK to send; they stay marked active and rejoin the list.
     for (std::size_t i = 0; i < active_.size();) {
-      transport::Qp* qp = qps_.find_qp(active_[i]);
+      transport::Qp* qp = find(active_[i]);
       if (qp != nullptr &&
           qp->only_ack_to_send(defer_acks_ ? 1 + transport::kMaxPsnsBehindADeferredAck : 1)) {
         qp->note_ack_held();
@@ -239,7 +239,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold
     if (!transmit(now, pending_)) return 0;
     has_pending_ = false;
     ++sent;
-    if (transport::Qp* qp = qps_.find_qp(pending_qpn_)) arm(pending_qpn_, *qp);
+    if (transport::Qp* qp = find(pending_qpn_)) arm(pending_qpn_, *qp);
   }
   while (!closed_acks_.empty() && sent < budget) {
     if (!transmit(now, closed_acks_.back())) return sent;  // an ACK has no payload to keep
@@ -251,7 +251,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold
   while (sent < budget && !active_.empty()) {
     if (next_active_ >= active_.size()) next_active_ = 0;
     const std::uint32_t qpn = active_[next_active_];
-    transport::Qp* qp = qps_.find_qp(qpn);
+    transport::Qp* qp = find(qpn);
     std::size_t n = 0;
     bool more = qp != nullptr;
     bool deferred = false;

@@ -59,6 +59,10 @@ struct EngineCounters {
   std::uint64_t rx_unknown_qpn = 0;
   std::uint64_t tx_backpressure = 0;
   std::uint64_t timer_fires = 0;
+  // QPs looked up (a received packet's, an active QP's turn, a due timer's, a doorbell's): what a
+  // round costs in QPs. It grows with the traffic and the active QPs, never with the idle ones:
+  // no round walks every QP (issue 43).
+  std::uint64_t qp_visits = 0;
   std::uint64_t tx_acks_held = 0;      // ACKs held by a flush_tx(hold_acks) for the next one
   std::uint64_t tx_acks_deferred = 0;  // held ACKs kept behind a request (set_defer_acks)
   std::uint64_t closed_qp_acks = 0;    // duplicates acknowledged for destroyed QPs (ClosedQps)
@@ -161,6 +165,11 @@ class Engine {
   // The deferred ICRC check of handle_rx: places the payload in the same pass where `qp` says it
   // goes. False (and counted) when the check fails. Clears info.pending.
   bool check_pending(const wire::RocePacket& pkt, transport::PacketInfo& info, transport::Qp* qp);
+  // The directory's QP (counted in qp_visits).
+  transport::Qp* find(std::uint32_t qpn) {
+    ++counters_.qp_visits;
+    return qps_.find_qp(qpn);
+  }
   void arm(std::uint32_t qpn, const transport::Qp& qp);
   void activate(std::uint32_t qpn);
   bool transmit(Instant now, const transport::TxPacket& tx);

@@ -29,10 +29,11 @@
 
 namespace uroce::engine::devd {
 
-// 2: kClosedQp. 3: CmMsg's qp.selective_repeat (cm::QpAttributes). A coordinator refuses a
+// 2: kClosedQp. 3: CmMsg's qp.selective_repeat (cm::QpAttributes). 4: kClosedQp is not answered
+// (a context that destroyed 10,000 QPs waited for 10,000 round trips). A coordinator refuses a
 // context of another version at its hello (the context's open fails with a message), rather than
 // meet a message it does not know mid-run.
-inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersion = 4;
 
 // QP numbers are handed out in aligned blocks of 256: block b holds QPNs [b*256, b*256 + 255].
 // Block 0 (QPN 0, the SMI; QPN 1, the GSI) and block 0xffff (QPN 0xffffff, multicast) are never
@@ -62,7 +63,7 @@ enum class MsgType : std::uint32_t {
   kCmStats,  // kList: the CM's counters (text: "name value" pairs)
   // A context destroyed an RC QP: value its QPN, index the peer's QPN, blocks the responder's
   // ePSN, qp1 its MSN, status how long to answer for it (ms), text the path (ClosedQpPath).
-  // Answered with kClosedQp.
+  // Not answered: a destroy does not wait for the coordinator (the connection keeps the order).
   kClosedQp,
 };
 

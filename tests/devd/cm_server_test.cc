@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -157,6 +158,17 @@ class CmServerTest : public ::testing::Test {
     ASSERT_EQ(call(m).status, 0);
   }
 
+  // A new ID bound to the device's address and `port`, listening with `backlog`.
+  void listen_on(std::uint16_t port, std::int32_t backlog) {
+    const std::uint32_t id = create_id();
+    bind(id, port);
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kListen;
+    m.id = id;
+    m.backlog = backlog;
+    ASSERT_EQ(call(m).status, 0);
+  }
+
   // A new RDMA_PS_TCP ID of an RC QP on this channel; its number.
   std::uint32_t create_id() {
     devd::CmMsg m;
@@ -201,6 +213,48 @@ class CmServerTest : public ::testing::Test {
     EXPECT_TRUE(n.ok());
     std::memcpy(r.private_data.data(), pd.data(), 92);
     return r;
+  }
+
+  // Sends `count` REQs for `port` with distinct communication IDs and QPNs from `base`, in
+  // batches each followed by a REP for no REQ, which the CM answers with a REJ at once: once
+  // that has come, the batch has been read (one socket, in order), and the next may go without
+  // overflowing the coordinator's socket or ours. How many REQs were rejected.
+  std::size_t send_reqs(std::uint16_t port, std::uint32_t count, std::uint32_t base) {
+    std::size_t rejects = 0;
+    std::uint64_t marker = 0;
+    bool seen = false;
+    auto answer = [&](const wire::RocePacket& pkt, const datapath::RxMeta&) {
+      auto m = wire::parse_cm_mad(pkt.payload);
+      if (!m.ok()) return;
+      if (m->transaction_id == marker) {
+        seen = true;
+      } else if (m->transaction_id < base + 0x100000 &&
+                 std::holds_alternative<wire::CmRej>(m->message)) {
+        ++rejects;
+      }
+    };
+    for (std::uint32_t i = 0; i < count;) {
+      for (std::uint32_t k = 0; k < 32 && i < count; ++k, ++i) {
+        wire::CmReq r = req_for(port);
+        r.local_comm_id = base + 1 + i;
+        r.local_qpn = base + 1 + i;
+        send(wire::build_cm_mad(wire::CmMad{base + 1 + i, r}));
+      }
+      wire::CmRep rep;
+      rep.local_comm_id = 0x57;
+      rep.remote_comm_id = 0x9b;
+      rep.local_qpn = 0x402;
+      marker = base + 0x100000 + i;
+      seen = false;
+      send(wire::build_cm_mad(wire::CmMad{marker, rep}));
+      for (int w = 0; w < 1000 && !seen; ++w) {
+        pollfd p{dp_->fd(), POLLIN, 0};
+        if (::poll(&p, 1, 100) == 1) dp_->receive(64, answer);
+      }
+      EXPECT_TRUE(seen) << "no answer to the REP after " << i << " REQs";
+      if (!seen) break;
+    }
+    return rejects;
   }
 
   int chan_ = -1;
@@ -337,9 +391,10 @@ TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "a message more than the replies and events";
 }
 
-// A channel whose socket fills up (it stops reading its events) is dropped, and a channel that
-// connects afterwards (the coordinator may give it the same fd number) is served as any other.
-TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
+// A channel that closes with events still queued for it (it stopped reading, its socket is full)
+// is dropped with its IDs, and a channel that connects afterwards (the coordinator may give it the
+// same fd number) is served as any other.
+TEST_F(CmServerTest, AChannelThatClosesWithEventsQueuedIsDroppedAndItsSuccessorServed) {
   const std::uint32_t id = create_id();
   devd::CmMsg m;
   m.type = devd::CmMsgType::kBind;
@@ -349,18 +404,8 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
   m.type = devd::CmMsgType::kListen;
   ASSERT_EQ(call(m).status, 0);
   // REQs with distinct communication IDs: a CONNECT_REQUEST each, which this channel never
-  // reads, until its socket is full and the coordinator drops it.
-  for (std::uint32_t i = 0; i < 2000; ++i) {
-    wire::CmReq r = req_for(7490);
-    r.local_comm_id = 0x1000 + i;
-    r.local_qpn = 0x1000 + i;
-    send(wire::build_cm_mad(wire::CmMad{0x9000 + i, r}));
-    if (i % 64 == 63) {
-      // The coordinator closes its end once it has dropped the channel.
-      pollfd p{chan_, POLLRDHUP, 0};
-      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP)) != 0) break;
-    }
-  }
+  // reads: more than its socket holds, so that the coordinator queues the rest.
+  EXPECT_EQ(send_reqs(7490, 600, 0x1000), 0u);
   ::close(chan_);
   chan_ = -1;
   // A new channel: it works, several commands in a row.
@@ -379,6 +424,46 @@ TEST_F(CmServerTest, AChannelThatStopsReadingIsDroppedAndItsSuccessorServed) {
     ::close(chan_);
     chan_ = -1;
   }
+}
+
+// Issue 43: `cmtime -c 1000`'s client sends its 1000 REQs in a burst; a server that had not yet
+// read its CONNECT_REQUESTs when its channel's socket filled (a few hundred events) was dropped
+// by the coordinator as one that had stopped reading: its IDs went, the REQs still coming were
+// REJected (reason 28) and its rdma_accept calls failed with ENODEV. A channel that reads late
+// must get every request its listen's backlog (1024 by default, as the kernel's max_backlog) holds.
+TEST_F(CmServerTest, AChannelThatReadsLateGetsEveryRequestItsBacklogHolds) {
+  listen_on(7495, 0);  // the default backlog
+  constexpr std::uint32_t kReqs = 1000;
+  // Only once every REQ has been read (the answer to a MAD sent after them has come) ...
+  EXPECT_EQ(send_reqs(7495, kReqs, 0x2000), 0u) << "a REQ was rejected";
+  // ... does the channel read: every request, each once, then the channel still serves.
+  std::set<std::uint32_t> qpns;
+  for (std::uint32_t i = 0; i < kReqs; ++i) {
+    auto ev = next_event();
+    ASSERT_TRUE(ev.has_value()) << "after " << i << " requests";
+    ASSERT_EQ(ev->event, 4u);  // RDMA_CM_EVENT_CONNECT_REQUEST
+    qpns.insert(ev->conn.qp_num);
+  }
+  EXPECT_EQ(qpns.size(), kReqs);
+  EXPECT_NE(create_id(), 0u);
+  EXPECT_EQ(cm_counters()["client_drops"], 0u);
+}
+
+// Past its backlog a listener's requests are dropped, not rejected (cm.c: "Do not reject to allow
+// future retries", when ucma's backlog is full): the peer's CM retransmits its REQ, and the
+// channel is kept however long it takes to read.
+TEST_F(CmServerTest, RequestsPastTheBacklogAreDroppedForTheirRetryNotRejected) {
+  listen_on(7496, 2);
+  constexpr std::uint32_t kReqs = 600;  // more than the channel's socket holds
+  EXPECT_EQ(send_reqs(7496, kReqs, 0x3000), 0u) << "a REQ was rejected";
+  const std::uint64_t dropped = cm_counters()["req_backlog_drops"];
+  EXPECT_GT(dropped, 0u);
+  // A command's reply comes after every event queued before it (the coordinator reads a
+  // channel's commands only once its queue is in the socket): call() keeps them in events_.
+  EXPECT_NE(create_id(), 0u);
+  for (const devd::CmMsg& ev : events_) EXPECT_EQ(ev.event, 4u);
+  EXPECT_EQ(events_.size() + dropped, kReqs);
+  EXPECT_EQ(cm_counters()["client_drops"], 0u);
 }
 
 // A REQ that comes before the listen (a program that lets its peer connect before it listens:
