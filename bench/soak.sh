@@ -138,25 +138,22 @@ fail() {
   echo "[$(now)s] FAIL: $*" >&2
 }
 note() { echo "[$(now)s] $*" >&2; }
-# wait_tcp PORT PID: until something listens on TCP PORT (bounded), or PID has exited.
-wait_tcp() {
-  for _ in $(seq 1 600); do
-    ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
-    kill -0 "$2" 2>/dev/null || return 1
+# wait_tcp PORT PID: until something listens on TCP PORT, or PID has exited (bounded: 60 s).
+# wait_cm PORT PID: the same, until the coordinator lists PID's rdma_cm ID listening on PORT.
+tcp_listens() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+cm_listens() {
+  q stats 2>/dev/null | grep -Eq "^cm_id $addr:4791 pid $2 ps tcp port $1 state listening"
+}
+wait_until() { # PID CONDITION ARGS...
+  local pid=$1 end=$((EPOCHSECONDS + 60))
+  shift
+  until "$@"; do
+    kill -0 "$pid" 2>/dev/null && ((EPOCHSECONDS < end)) || return 1
     sleep 0.1
   done
-  return 1
 }
-# wait_cm PORT PID: until the coordinator lists PID's rdma_cm ID listening on PORT.
-wait_cm() {
-  for _ in $(seq 1 600); do
-    q stats 2>/dev/null | grep -Eq "^cm_id $addr:4791 pid $2 ps tcp port $1 state listening" &&
-      return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
+wait_tcp() { wait_until "$2" tcp_listens "$1"; }
+wait_cm() { wait_until "$2" cm_listens "$1" "$2"; }
 # wait_pid PID LIMIT_S: PID's exit status, or 124 after LIMIT_S (then it is SIGKILLed: a hang).
 wait_pid() {
   local pid=$1 limit=$2 end=$(($(date +%s) + $2))
