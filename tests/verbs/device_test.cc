@@ -246,4 +246,3 @@ TEST(Device, CongestionControlEcnIsEct0ForTheRulesThatReactToCnps) {
 
 }  // namespace
 }  // namespace uroce
-
