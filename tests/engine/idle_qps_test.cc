@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "device/two_devices.h"
+#include "verbs/connect.h"
 
 namespace uroce::engine::test {
 namespace {
@@ -26,32 +27,10 @@ std::vector<QpHandle> add_idle_qps(Side& s, const Side& peer, std::uint32_t n) {
     auto qp = dev.create_qp(s.pd, init);
     EXPECT_TRUE(qp.ok());
     if (!qp.ok()) break;
-    QpAttr a;
-    a.qp_state = QpState::kInit;
-    a.port_num = 1;
-    a.qp_access_flags = kAllAccess;
-    EXPECT_EQ(dev.modify_qp(qp->handle, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags),
-              Errc::kOk);
-    a.qp_state = QpState::kRtr;
-    a.ah_attr.dgid = verbs::gid_from_ip(v4(peer.ip.c_str()));
-    a.ah_attr.is_global = true;
-    a.path_mtu = Mtu::k1024;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = 0;
-    a.min_rnr_timer = 12;
-    EXPECT_EQ(dev.modify_qp(qp->handle, a,
-                            kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn |
-                                kQpMaxDestRdAtomic | kQpMinRnrTimer),
-              Errc::kOk);
-    a.qp_state = QpState::kRts;
-    a.sq_psn = 0;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    EXPECT_EQ(dev.modify_qp(
-                  qp->handle, a,
-                  kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic),
-              Errc::kOk);
+    verbs::RcConnection c;
+    c.peer_ip = v4(peer.ip.c_str());
+    c.peer_qpn = peer.qpn;
+    EXPECT_EQ(verbs::connect_rc_qp(dev, qp->handle, c), Errc::kOk);
     out.push_back(qp->handle);
   }
   return out;
