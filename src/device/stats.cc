@@ -169,6 +169,11 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"src_addr_drops", c.src_addr_mismatch},
       {"src_port_drops", c.src_port_mismatch},
       {"outstanding_send_wqes", qp.outstanding_send_wqes},
+      {"sq_psn", qp.sq_psn},
+      {"unacked_psn", qp.unacked_psn},
+      {"rq_psn", qp.rq_psn},
+      {"responses_waiting", qp.responses_waiting ? 1u : 0u},
+      {"engine_active", qp.active ? 1u : 0u},
       {"acks_held_unanswered", c.acks_held_unanswered},
       {"acks_deferred_unanswered", c.acks_deferred_unanswered},
       {"np_ecn_marked_roce_packets", c.np_ecn_marked_roce_packets},
@@ -209,6 +214,22 @@ QpStats qp_stats(const transport::Qp& qp) {
     s.selective_repeat = qp.selective_repeat();
   }
   s.cc = qp.cc_state();
+  s.sq_psn = qp.requester_psn();
+  s.unacked_psn = qp.completer_psn();
+  s.rq_psn = qp.responder_psn();
+  s.responses_waiting = qp.responses_waiting();
+  return s;
+}
+
+QpStats qp_stats(const transport::Qp& qp, const Engine& engine, Instant now) {
+  QpStats s = qp_stats(qp);
+  const auto in_us = [now](Instant t) -> std::int64_t {
+    if (t.is_never()) return -1;
+    return t <= now ? 0 : (t - now).count_ns() / 1000;
+  };
+  s.timer_in_us = in_us(qp.poll_timeout());
+  s.armed_in_us = in_us(engine.armed_at(qp.qpn()));
+  s.active = engine.is_active(qp.qpn());
   return s;
 }
 
@@ -246,6 +267,8 @@ std::string format_stats_text(const DeviceStats& s, bool with_qps) {
            std::to_string(qp.qpn) + " type " + qp_type_name(qp.type) + " state " +
            qp_state_name(qp.state);
     append_named(out, qp_counters(qp), false);
+    out += " timer_in_us " + std::to_string(qp.timer_in_us) + " armed_in_us " +
+           std::to_string(qp.armed_in_us);
     out += '\n';
   }
   return out;
@@ -292,6 +315,8 @@ std::string format_stats_json(const DeviceStats& s, bool with_qps) {
       out += "{\"lqpn\":" + std::to_string(qp.qpn) + ",\"type\":\"" + qp_type_name(qp.type) +
              "\",\"state\":\"" + qp_state_name(qp.state) + '"';
       append_named(out, qp_counters(qp), true);
+      out += ",\"timer_in_us\":" + std::to_string(qp.timer_in_us) +
+             ",\"armed_in_us\":" + std::to_string(qp.armed_in_us);
       out += '}';
     }
     out += ']';

@@ -44,10 +44,23 @@ struct QpStats {
   std::uint32_t send_window = 0;
   bool selective_repeat = false;  // recovers by selective repeat (docs/ARCHITECTURE.md)
   cc::CcState cc;  // the congestion control's rate and window (cc/congestion_control.h)
+  // Where a stalled connection stands: the requester's next PSN, the completer's oldest
+  // unacknowledged one and the responder's expected one; the time to the QP's next deadline and
+  // to the engine's timer for it (-1: none), responses waiting to leave, and whether the engine
+  // has the QP on its active list.
+  std::uint32_t sq_psn = 0;
+  std::uint32_t unacked_psn = 0;
+  std::uint32_t rq_psn = 0;
+  std::int64_t timer_in_us = -1;
+  std::int64_t armed_in_us = -1;
+  bool responses_waiting = false;
+  bool active = false;
 };
 
 // A live QP's statistics.
 QpStats qp_stats(const transport::Qp& qp);
+// The same, with the engine's view of the QP at `now` (its timer and active list).
+QpStats qp_stats(const transport::Qp& qp, const Engine& engine, Instant now);
 
 using NamedCounters = std::vector<std::pair<std::string_view, std::uint64_t>>;
 

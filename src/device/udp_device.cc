@@ -766,8 +766,9 @@ DeviceStats UdpDevice::stats_locked() {
   s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
   s.thread_rx_pkts = thread_rx_pkts_;
+  const Instant t = now();
   for (const transport::Qp* qp : device_->live_qps()) {
-    s.qps.push_back(qp_stats(*qp));
+    s.qps.push_back(engine_ ? qp_stats(*qp, *engine_, t) : qp_stats(*qp));
   }
   std::sort(s.qps.begin(), s.qps.end(),
             [](const QpStats& a, const QpStats& b) { return a.qpn < b.qpn; });

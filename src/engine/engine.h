@@ -152,6 +152,16 @@ class Engine {
   }
   const EngineCounters& counters() const { return counters_; }
   const wire::IpAddress& local() const { return local_; }
+  // The engine's view of one QP, for `uroce stats --qp`: when its timer is armed (never: not
+  // armed), and whether it is on the active list.
+  Instant armed_at(std::uint32_t qpn) const {
+    auto it = armed_.find(qpn);
+    return it == armed_.end() ? Instant::never() : it->second;
+  }
+  bool is_active(std::uint32_t qpn) const {
+    auto it = is_active_.find(qpn);
+    return it != is_active_.end() && it->second;
+  }
 
   // Packets per QP before the next QP gets its turn.
   static constexpr std::size_t kBurst = 16;

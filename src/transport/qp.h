@@ -342,6 +342,12 @@ class Qp {
   // The responder's next expected PSN and its MSN (ClosedQps keeps them when the QP goes).
   std::uint32_t responder_psn() const { return resp_.psn; }
   std::uint32_t responder_msn() const { return resp_.msn; }
+  // The requester's next PSN to send and the completer's oldest unacknowledged one (`uroce stats
+  // --qp`: a stalled connection shows which side waits for what).
+  std::uint32_t requester_psn() const { return req_.psn; }
+  std::uint32_t completer_psn() const { return comp_.psn; }
+  // True while the responder has an ACK, NAK or READ/atomic response waiting to be sent.
+  bool responses_waiting() const { return !responses_.empty(); }
   // The local ACK timeout, 4.096 us * 2^timeout (infinite for timeout 0).
   Duration ack_timeout() const;
   // Loss recovery's state (recovery.cc), for `uroce stats`: the smoothed RTT and the minimum RTT

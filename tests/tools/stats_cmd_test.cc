@@ -204,6 +204,15 @@ TEST(StatsCmd, ShowsTheCountersOfADeviceOfThisProcess) {
                        " type RC state RTS sent_pkts 10 sent_payload_bytes 10240 "),
             std::string::npos)
       << r.out;
+  // Everything sent was acknowledged: no timer, and the oldest unacknowledged PSN is the next.
+  EXPECT_NE(r.out.find(" timer_in_us -1 armed_in_us "), std::string::npos) << r.out;
+  const auto field = [&](const std::string& name) {
+    const std::size_t at = r.out.find(" " + name + " ", r.out.find("\nqp "));
+    return at == std::string::npos ? std::string() : r.out.substr(at + name.size() + 2, 8);
+  };
+  EXPECT_FALSE(field("sq_psn").empty()) << r.out;
+  EXPECT_EQ(field("sq_psn").substr(0, field("sq_psn").find(' ')),
+            field("unacked_psn").substr(0, field("unacked_psn").find(' ')));
 
   cmd.json = true;
   r = run(cmd);
