@@ -75,7 +75,15 @@ AppAfter Scheduler::app_round_end(Instant now, const RoundReport& report) {
   // sleeps on the socket would look by itself. (A thread off the socket leaves them to the
   // owner's rounds, and takes over when the lease ends.)
   if (report.tx_left) doorbell_pending_ = true;
-  if (asleep_ && (report.tx_left || (watching_ && acks_due_ < watch_until_))) {
+  // A thread asleep on the socket past the end of the lease this round began: the round may
+  // have armed a timer (it sent a request), which only the owner of the socket runs, and the
+  // application may not poll again. rping does exactly that: its CQ thread blocked in
+  // get_cq_event (the socket went to the thread) before its main thread posted (the socket came
+  // back). Should the request or its ACK be lost, no packet would wake the thread, and the
+  // request would stay outstanding for ever, never resent. Woken, it looks again when the lease
+  // ends (an off-socket sleep) and takes the socket back if the application has let it go.
+  const bool sleeps_past_lease = watching_ && watch_until_ > lease_end_ + config_.lease_slack;
+  if (asleep_ && (report.tx_left || sleeps_past_lease || (watching_ && acks_due_ < watch_until_))) {
     asleep_ = false;
     ++counters_.wake_signals;
     a.wake_thread = true;

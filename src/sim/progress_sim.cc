@@ -95,6 +95,7 @@ struct SimHost final : engine::QpDirectory,
   AppModel model = AppModel::kPolling;
   Instant app_at = Instant::never();
   bool app_blocked = false;
+  bool poster_turn = false;    // kBlockedWaiterOtherPoster: the poster acts next
   bool event_pending = false;  // the channel holds a completion event
   bool quiet = false;          // posting with quiet doorbells (the drop-in's post)
 
@@ -505,6 +506,25 @@ void app_act(Run& r, SimHost& h) {
       if (h.event_pending) h.app_at = r.wake_after();
       return;
     }
+    case AppModel::kBlockedWaiterOtherPoster:
+      if (!h.poster_turn) {
+        // The waiter takes the event, re-arms and blocks again; the poster, handed the event,
+        // runs up to 2 ms later (a thread the scheduler got to late: past the progress thread's
+        // spin for a blocked application).
+        h.event_pending = false;
+        if (h.dev->req_notify_cq(h.cq, false) != Errc::kOk) r.fail("req_notify_cq failed");
+        if (h.sched->app_blocks(r.now)) r.signal(h);
+        h.app_blocked = true;
+        h.poster_turn = true;
+        h.app_at = r.now + Duration::ns(1 + static_cast<std::int64_t>(r.rng.below(2'000'000)));
+        return;
+      }
+      // The poster answers what the completions ask for (poll_cq's completions post the
+      // answers), with no round of its own when the CQ is empty, and waits for the next event.
+      h.poster_turn = false;
+      poll_cq(r, h, false);
+      if (h.event_pending) h.app_at = r.wake_after();
+      return;
     case AppModel::kIdle:
       return;
   }
@@ -590,6 +610,7 @@ void deliver(Run& r) {
 }
 
 void check_retransmissions(Run& r) {
+  if (!r.opt.loss.is_zero()) return;  // the recovery's business
   for (const SimHost& h : r.hosts) {
     const transport::Qp* q = h.dev->find_qp(h.qpn);
     // A tail-loss probe (transport/recovery.cc) is sent after about two RTTs without an ACK, well
@@ -605,12 +626,33 @@ void check_retransmissions(Run& r) {
   }
 }
 
+const char* thread_state_name(SimHost::ThreadState s) {
+  switch (s) {
+    case SimHost::ThreadState::kNone:
+      return "none";
+    case SimHost::ThreadState::kReady:
+      return "ready";
+    case SimHost::ThreadState::kSpin:
+      return "spinning";
+    case SimHost::ThreadState::kSleep:
+      return "asleep";
+    case SimHost::ThreadState::kOffSocket:
+      return "asleep off the socket";
+  }
+  return "?";
+}
+
 std::string state_of(const Run& r) {
   std::string s;
   for (const SimHost& h : r.hosts) {
     s += " [host " + std::to_string(h.index) + ": sent " + std::to_string(h.sent) + ", received " +
          std::to_string(h.received) + ", send completions " + std::to_string(h.send_completions) +
-         ", owner " + (h.sched->owner() == Owner::kThread ? "thread" : "application") + "]";
+         ", owner " + (h.sched->owner() == Owner::kThread ? "thread" : "application") +
+         ", thread " + thread_state_name(h.tstate) +
+         (h.tstate == SimHost::ThreadState::kSleep && h.action.watch_socket ? " on the socket"
+                                                                            : "") +
+         ", application " + (h.app_blocked ? "blocked" : "running") +
+         (h.event_pending ? " with an event" : "") + "]";
   }
   return s;
 }
@@ -655,6 +697,8 @@ const char* app_model_name(AppModel m) {
       return "poll-then-stop";
     case AppModel::kPollThenBlock:
       return "poll-then-block";
+    case AppModel::kBlockedWaiterOtherPoster:
+      return "blocked-waiter-other-poster";
   }
   return "?";
 }
@@ -671,6 +715,7 @@ ProgressSimResult run_progress_sim(const ProgressSimOptions& options) {
   link.delay_ns = 1'000 + static_cast<std::int64_t>(r->rng.below(19'000));
   r->wake_latency_ns = 2'000 + static_cast<std::int64_t>(r->rng.below(28'000));
   r->poll_gap_ns = 100 + static_cast<std::int64_t>(r->rng.below(2'900));
+  link.loss = options.loss;
   r->result.link_delay_ns = link.delay_ns;
   r->result.max_wake_latency_ns = r->wake_latency_ns;
   r->result.max_poll_gap_ns = r->poll_gap_ns + 50;

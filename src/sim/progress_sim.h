@@ -8,7 +8,8 @@
 // - one owner: the thread runs no round while the application owns the socket unless a
 //   doorbell asked for one;
 // - every message arrives, byte for byte, and every WR completes successfully;
-// - no request is retransmitted but as a tail-loss probe: every ACK, held or not, reached its
+// - without loss (ProgressSimOptions::loss): no request is retransmitted but as a tail-loss probe:
+// every ACK, held or not, reached its
 //   requester before the ACK timeout, IBTA's or the adaptive one (the network loses nothing);
 // - liveness: the workload finishes within the run's limit (a thread asleep that nothing
 //   wakes, or a held ACK nobody sends, ends it there).
@@ -23,6 +24,7 @@
 #include "base/time.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "fault/fault.h"
 #include "transport/qp.h"
 
 namespace uroce::sim {
@@ -34,6 +36,11 @@ enum class AppModel : std::uint8_t {
   kIdle,           // opened the device and never calls it again (a passive target)
   kPollThenStop,   // polls until `switch_after` messages, then goes away without a word
   kPollThenBlock,  // polls until `switch_after` messages, then blocks for events
+  // Two threads, as rping has them: one arms the CQ and blocks for events (application_waits)
+  // and hands each completion to the other, which posts the answer while the first is already
+  // blocked again. The post, a round of the application's, takes the socket back from the
+  // progress thread, and nothing of the application's gives it back.
+  kBlockedWaiterOtherPoster,
 };
 const char* app_model_name(AppModel m);
 
@@ -72,6 +79,11 @@ struct ProgressSimOptions {
   // offers its ACKs for holding (12: 16.8 ms).
   std::uint8_t ack_timeout = transport::Qp::kMinTimeoutToHoldAck;
   Duration limit = Duration::s(10);  // simulated time
+  // Random loss on the link (each frame, each way; seeded). With loss, retransmissions are the
+  // recovery's business and no longer a failure: the oracles left are the data, the completions
+  // and liveness (every message arrives within `limit`; a lost packet that nothing resends, or
+  // a timer that nothing runs, ends the run there).
+  fault::Ratio loss;
 };
 
 struct HostReport {
