@@ -279,10 +279,12 @@ loop() { # NAME
         wait_tcp $port $sp
         run 1 "$L.c" "$uroce" perf $t -d $dev -D 3600 -p $port --timeout 20 -u 14 --retry_count 3 "$addr"
         cp=$!
-        # Mid-transfer: once the client's counters show 2000 packets sent.
+        # Mid-transfer: once the client's counters show 2000 packets sent and received (a
+        # read_bw client sends one READ request for many response packets).
         for _ in $(seq 1 600); do
           sent=$(q stats -d $dev 2>/dev/null | awk -v p="$cp" '$1 == "link" && $4 == p {
-            for (k = 5; k < NF; k++) if ($k == "sent_pkts") print $(k + 1) }')
+            for (k = 5; k < NF; k++) if ($k == "sent_pkts" || $k == "rcvd_pkts") n += $(k + 1)
+            print n + 0 }')
           ((${sent:-0} >= 2000)) && break
           kill -0 "$cp" 2>/dev/null || break
           sleep 0.1
