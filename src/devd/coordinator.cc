@@ -267,6 +267,9 @@ class Coordinator {
     end.type = devd::MsgType::kListEnd;
     const std::uint64_t unsteered = cm_->counters().unsteered;
     end.value = static_cast<std::uint32_t>(unsteered > 0xffffffffu ? 0xffffffffu : unsteered);
+    end.blocks = blocks_.in_use();
+    const std::size_t closed = cm_->closed_qps(now());
+    end.index = static_cast<std::uint32_t>(closed > 0xffffffffu ? 0xffffffffu : closed);
     send_listed(c, end);
   }
 
