@@ -79,7 +79,8 @@ std::byte pattern(std::uint32_t seed, std::uint32_t qp, std::uint32_t iter, std:
 
 std::uint64_t checksum(const std::byte* p, std::size_t n) {
   std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ std::to_integer<std::uint64_t>(p[i])) * 1099511628211ull;
+  for (std::size_t i = 0; i < n; ++i)
+    h = (h ^ std::to_integer<std::uint64_t>(p[i])) * 1099511628211ull;
   return h;
 }
 
