@@ -204,6 +204,7 @@ TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
   ASSERT_EQ(info->members.size(), 1u);
   // The first block stays (a's QP lives in it) and the current one; the used-up ones went back.
   EXPECT_EQ(info->members[0].blocks, 2u);
+  EXPECT_EQ(info->blocks_used, 2u);
 }
 
 TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
@@ -397,6 +398,10 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
     a.dev->wait(Duration::ms(1));
   }
   EXPECT_EQ(members, 2u);
+  // The killed children's QPN blocks are free again: a's and b's are the only ones in use.
+  auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->blocks_used, 2u);
   Side d, e;
   test::make_side(d, dev_ip);
   test::make_side(e, dev_ip);
