@@ -21,9 +21,13 @@ It fails (exit 1) unless:
 - once all workers have exited, `uroce stats` shows the device as before the run: the holder the
   only context, the QPN blocks in use and rdma_cm IDs as before, no closed QP still answered for
   (they expire after their peer's retry budget: this waits for that), and no worker's stats
-  endpoint left.
-No step waits on a timer: each waits for a worker's line, its exit, or `uroce stats`' answer.
-Prints one JSON object with the counts, the reclaim figures and the run's wall-clock time.
+  endpoint left; the same coordinator process runs, with as many open files as before.
+With --rounds R it does this R times in a row against the same coordinator (round r's victims
+from seed + r), and reports the coordinator's RSS after each round (growth would be a leak).
+No step waits on a timer: each waits for a worker's line, its exit, or `uroce stats`' answer
+(the reclaim check looks again every 50 ms until the state is back or --timeout).
+Prints a JSON line per round and one for the whole run: the counts, the reclaim figures and
+the wall-clock times.
 """
 import argparse
 import json
@@ -58,6 +62,25 @@ def stats(uroce, ip):
     return st
 
 
+def devd_resources(ip):
+    """(pid, open fds, RSS kB) of the device's coordinator (the uroce-devd run with --ip ip)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if not args[0].endswith(b"uroce-devd") or ip.encode() not in args:
+                continue
+            fds = len(os.listdir(f"/proc/{d}/fd"))
+            with open(f"/proc/{d}/status") as f:
+                rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            return int(d), fds, rss
+        except (OSError, StopIteration):
+            continue
+    return None, None, None
+
+
 def stats_endpoint_pids():
     """Pids with a uroce stats endpoint (@uroce/<pid>/<device>) in this network namespace."""
     pids = set()
@@ -87,49 +110,15 @@ class Proc:
             pass  # it died (a victim, or failed): its exit says so
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bin", required=True, help="bench/many_procs")
-    ap.add_argument("--uroce", required=True, help="the uroce tool (uroce stats)")
-    ap.add_argument("--ip", required=True, help="the shared device's address (loopback)")
-    ap.add_argument("--procs", type=int, default=64)
-    ap.add_argument("--kill", type=int, default=16, help="workers SIGKILLed mid-run")
-    ap.add_argument("--seed", type=int, default=None, help="victims' choice (default: random)")
-    ap.add_argument("--qps", type=int, default=16)
-    ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--size", type=int, default=4096)
-    ap.add_argument("--ack-timeout", type=int, default=18,
-                    help="QPs' ACK timeout exponent: a dead partner is seen after 8 of them")
-    ap.add_argument("--timeout", type=float, default=600,
-                    help="hang guard: workers still running then fail the run")
-    ap.add_argument("--logdir", default=None, help="each worker's stderr (default: discarded)")
-    a = ap.parse_args()
-    if a.procs < 2 or a.procs % 2 or not 0 <= a.kill <= a.procs:
-        ap.error("--procs must be even and >= 2, --kill between 0 and --procs")
-    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
+def run_round(a, rnd, seed, before, devd_pid, failures, errfile, deadline):
+    """One round: --procs workers, the victims of `seed` killed; returns the round's figures."""
     victims = set(random.Random(seed).sample(range(a.procs), a.kill))
-    print(f"many_procs: seed {seed} victims {sorted(victims)}", flush=True)
-    failures = []
+    print(f"many_procs: round {rnd} seed {seed} victims {sorted(victims)}", flush=True)
     t_start = time.monotonic()
-    deadline = t_start + a.timeout
-
-    def errfile(name):
-        if a.logdir is None:
-            return subprocess.DEVNULL
-        os.makedirs(a.logdir, exist_ok=True)
-        return open(os.path.join(a.logdir, name), "w")
-
-    holder = Proc(-1, [a.bin, "--ip", a.ip, "--hold", "1", "--qps", "1"], errfile("holder.err"))
-    ready = holder.p.stdout.readline().decode()
-    if not ready.startswith("ready"):
-        print(f"many_procs: the holder did not start: {ready!r}", file=sys.stderr)
-        return 1
-    before = stats(a.uroce, a.ip)
-    print(f"many_procs: before {json.dumps(before)}", flush=True)
-
     common = ["--ip", a.ip, "--qps", str(a.qps), "--iters", str(a.iters), "--size", str(a.size),
               "--ack-timeout", str(a.ack_timeout)]
-    workers = [Proc(i, [a.bin] + common, errfile(f"worker{i}.err")) for i in range(a.procs)]
+    workers = [Proc(i, [a.bin] + common, errfile(f"round{rnd}.worker{i}.err"))
+               for i in range(a.procs)]
     partner = lambda i: i ^ 1
     sel = selectors.DefaultSelector()
     for w in workers:
@@ -137,12 +126,14 @@ def main():
     open_pipes = len(workers)
     rts = 0
     during = None
+    t_setup = None
     while open_pipes:
         left = deadline - time.monotonic()
         events = sel.select(timeout=max(left, 0)) if left > 0 else []
         if not events:
             hung = [w.idx for w in workers if not w.eof]
-            failures.append(f"workers {hung} still running at the {a.timeout} s guard (a hang)")
+            failures.append(f"round {rnd}: workers {hung} still running at the {a.timeout} s "
+                            "guard (a hang)")
             for w in workers:
                 if w.p.poll() is None:
                     w.p.kill()
@@ -168,7 +159,9 @@ def main():
                     # the coordinator with every context in and none gone.
                     rts += 1
                     if rts == len(workers):
+                        t_setup = time.monotonic() - t_start
                         during = stats(a.uroce, a.ip)
+                        _, during["devd_fds"], during["devd_rss_kb"] = devd_resources(a.ip)
                         for x in workers:
                             x.send("rts")
                 elif line == "half":
@@ -192,7 +185,8 @@ def main():
                 # Its partner, a victim too, was killed first: it never got to half.
                 outcome["victim_partner_gone_first"] += 1
             else:
-                failures.append(f"victim {w.idx} exited {rc} ({w.last!r}), not by its SIGKILL")
+                failures.append(f"round {rnd}: victim {w.idx} exited {rc} ({w.last!r}), not by "
+                                "its SIGKILL")
             continue
         m = re.search(r"bytes_checked (\d+) probes (\d+)", w.last)
         if rc == 0 and m and not partner_killed:
@@ -203,8 +197,14 @@ def main():
             outcome["peer_gone_exit3"] += 1
         else:
             why = "its partner was killed" if partner_killed else "its partner lived"
-            failures.append(f"worker {w.idx} exited {rc} ({w.last!r}); {why}")
-    t_traffic = time.monotonic() - t_start
+            failures.append(f"round {rnd}: worker {w.idx} exited {rc} ({w.last!r}); {why}")
+    t_exited = time.monotonic() - t_start
+    blocks_each = (a.qps + 255) // 256
+    if during is not None and (
+            during["contexts"] != a.procs + 1 or
+            during["qpn_blocks_used"] != before["qpn_blocks_used"] + a.procs * blocks_each):
+        failures.append(f"round {rnd}: at full load {during}, expected {a.procs + 1} contexts "
+                        f"and {before['qpn_blocks_used'] + a.procs * blocks_each} QPN blocks")
 
     # Reclaim: the coordinator removes a dead context once its process has exited, and answers
     # for closed QPs for their peers' retry budget: poll its state until it is back (or the guard).
@@ -213,41 +213,98 @@ def main():
     while True:
         polls += 1
         after = stats(a.uroce, a.ip)
+        pid_now, after["devd_fds"], after["devd_rss_kb"] = devd_resources(a.ip)
         leftover = worker_pids & stats_endpoint_pids()
         same = (after["contexts"] == before["contexts"] and
                 after["qpn_blocks_used"] == before["qpn_blocks_used"] and
                 after["members"] == before["members"] and after["cm_ids"] == before["cm_ids"] and
-                after["closed_qps"] == 0 and not leftover)
+                after["closed_qps"] == 0 and not leftover and pid_now == devd_pid and
+                after["devd_fds"] == before["devd_fds"])
         if same or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # between looks at a state that changes on its own timers
-    t_reclaim = time.monotonic() - t_start - t_traffic
+    t_reclaim = time.monotonic() - t_start - t_exited
     if not same:
-        failures.append(f"not reclaimed: before {before}, after {after}, "
+        failures.append(f"round {rnd}: not reclaimed: before {before}, after {after}, "
                         f"stats endpoints of workers left: {sorted(leftover)}")
+    shown = ("contexts", "qpn_blocks_used", "closed_qps", "cm_ids", "devd_fds", "devd_rss_kb")
+    return {
+        "seed": seed, "killed": outcome["killed"],
+        "victims_whose_partner_died_first": outcome["victim_partner_gone_first"],
+        "done": outcome["done"], "partner_killed_exit3": outcome["peer_gone_exit3"],
+        "bytes_checked": bytes_checked, "probes": probes,
+        "during": {k: during[k] for k in shown if k in during} if during else None,
+        "after": {k: after[k] for k in shown},
+        "unsteered_pkts": after["unsteered_pkts"], "reclaim_polls": polls,
+        "setup_s": round(t_setup, 2) if t_setup is not None else None,
+        "all_exited_s": round(t_exited, 2), "reclaim_s": round(t_reclaim, 2),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", required=True, help="bench/many_procs")
+    ap.add_argument("--uroce", required=True, help="the uroce tool (uroce stats)")
+    ap.add_argument("--ip", required=True, help="the shared device's address (loopback)")
+    ap.add_argument("--procs", type=int, default=64)
+    ap.add_argument("--kill", type=int, default=16, help="workers SIGKILLed mid-run")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="victims' choice (round r: seed + r; default: random)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of --procs workers one after another on the same coordinator")
+    ap.add_argument("--qps", type=int, default=16)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--ack-timeout", type=int, default=18,
+                    help="QPs' ACK timeout exponent: a dead partner is seen after 8 of them")
+    ap.add_argument("--timeout", type=float, default=600,
+                    help="hang guard for the whole run: workers still running then fail it")
+    ap.add_argument("--logdir", default=None, help="each worker's stderr (default: discarded)")
+    a = ap.parse_args()
+    if a.procs < 2 or a.procs % 2 or not 0 <= a.kill <= a.procs or a.rounds < 1:
+        ap.error("--procs must be even and >= 2, --kill between 0 and --procs, --rounds >= 1")
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
+    print(f"many_procs: seed {seed}", flush=True)
+    failures = []
+    t_start = time.monotonic()
+    deadline = t_start + a.timeout
+
+    def errfile(name):
+        if a.logdir is None:
+            return subprocess.DEVNULL
+        os.makedirs(a.logdir, exist_ok=True)
+        return open(os.path.join(a.logdir, name), "w")
+
+    holder = Proc(-1, [a.bin, "--ip", a.ip, "--hold", "1", "--qps", "1"], errfile("holder.err"))
+    ready = holder.p.stdout.readline().decode()
+    if not ready.startswith("ready"):
+        print(f"many_procs: the holder did not start: {ready!r}", file=sys.stderr)
+        return 1
+    before = stats(a.uroce, a.ip)
+    devd_pid, before["devd_fds"], before["devd_rss_kb"] = devd_resources(a.ip)
+    print(f"many_procs: before {json.dumps(before)}", flush=True)
+    rounds = []
+    for r in range(a.rounds):
+        rounds.append(run_round(a, r, seed + r, before, devd_pid, failures, errfile, deadline))
+        print(f"many_procs: round {r} {json.dumps(rounds[-1])}", flush=True)
+        if failures:
+            break
     holder.send("end")
     if holder.p.wait() != 0:
         failures.append("the holder failed")
+    shown = ("contexts", "qpn_blocks_used", "closed_qps", "cm_ids", "devd_fds", "devd_rss_kb")
+    total = lambda k: sum(x[k] for x in rounds)
     result = {
         "procs": a.procs, "qps_per_proc": a.qps, "iters": a.iters, "size": a.size, "seed": seed,
-        "killed": outcome["killed"],
-        "victims_whose_partner_died_first": outcome["victim_partner_gone_first"],
-        "done": outcome["done"],
-        "partner_killed_exit3": outcome["peer_gone_exit3"],
-        "bytes_checked": bytes_checked, "probes": probes,
-        "during": {k: during[k] for k in ("contexts", "qpn_blocks_used")} if during else None,
-        "before": {k: before[k] for k in ("contexts", "qpn_blocks_used", "closed_qps", "cm_ids")},
-        "after": {k: after[k] for k in ("contexts", "qpn_blocks_used", "closed_qps", "cm_ids")},
-        "unsteered_pkts": after["unsteered_pkts"], "reclaim_polls": polls,
-        "traffic_s": round(t_traffic, 2), "reclaim_s": round(t_reclaim, 2),
+        "rounds": len(rounds), "killed": total("killed"),
+        "victims_whose_partner_died_first": total("victims_whose_partner_died_first"),
+        "done": total("done"), "partner_killed_exit3": total("partner_killed_exit3"),
+        "bytes_checked": total("bytes_checked"),
+        "before": {k: before[k] for k in shown},
+        "devd_rss_kb_after_each_round": [x["after"]["devd_rss_kb"] for x in rounds],
+        "seconds": round(time.monotonic() - t_start, 2),
         "failures": failures,
     }
-    blocks_each = (a.qps + 255) // 256
-    if during is not None and (
-            during["contexts"] != a.procs + 1 or
-            during["qpn_blocks_used"] != before["qpn_blocks_used"] + a.procs * blocks_each):
-        failures.append(f"at full load {during}, expected {a.procs + 1} contexts and "
-                        f"{before['qpn_blocks_used'] + a.procs * blocks_each} QPN blocks")
     print(json.dumps(result), flush=True)
     for f in failures:
         print(f"many_procs: FAIL: {f}", file=sys.stderr)
