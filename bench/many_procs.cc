@@ -61,8 +61,6 @@ using namespace uroce;
 using namespace uroce::engine;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint32_t kAccess =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 constexpr std::uint32_t kRecvDepth = 4;  // receives posted per QP (at most 2 SENDs in flight)
 constexpr std::size_t kMsg = 16;         // a SEND: iteration, checksum
 constexpr auto kProbeAfter = std::chrono::milliseconds(50);
@@ -163,7 +161,8 @@ class Worker {
     sends_ = recvs_ + std::size_t{o_.qps} * kRecvDepth * kMsg;
     probes_ = sends_ + std::size_t{o_.qps} * 2 * kMsg;
     buf_.assign(probes_ + std::size_t{o_.qps} * 8, std::byte{0});
-    auto mr = d.reg_mr(pd_, buf_.data(), buf_.size(), kAccess);
+    // The access the QPs get (RcConnection's default: every remote operation).
+    auto mr = d.reg_mr(pd_, buf_.data(), buf_.size(), verbs::RcConnection{}.access);
     if (!mr.ok()) die(1, "reg_mr failed");
     mr_ = mr.value();
     auto cq = d.create_cq(CqInitAttr{o_.qps * (kRecvDepth + 4) + 16, 0, 0});
