@@ -24,13 +24,17 @@ std::optional<std::uint32_t> BlockAllocator::allocate() {
       if (usable(b, quarantine_too)) got = b;
     }
   }
-  if (got) used_[*got] = true;
+  if (got) {
+    used_[*got] = true;
+    ++in_use_;
+  }
   return got;
 }
 
 void BlockAllocator::release(std::uint32_t b) {
   UROCE_ASSERT(b >= devd::kFirstBlock && b <= devd::kLastBlock && used_[b]);
   used_[b] = false;
+  --in_use_;
   if (quarantined_[b]) return;  // taken out of quarantine when nothing else was free
   if (quarantine_.full()) {
     quarantined_[quarantine_.front()] = false;
@@ -43,6 +47,7 @@ void BlockAllocator::release(std::uint32_t b) {
 void BlockAllocator::undo(std::uint32_t b) {
   UROCE_ASSERT(b >= devd::kFirstBlock && b <= devd::kLastBlock && used_[b]);
   used_[b] = false;
+  --in_use_;
 }
 
 }  // namespace uroce::engine

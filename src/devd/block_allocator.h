@@ -34,6 +34,8 @@ class BlockAllocator {
   // `b` (just allocated) is free again at once, as if it had never been handed out.
   void undo(std::uint32_t b);
   bool used(std::uint32_t b) const { return used_[b]; }
+  // Blocks allocated and not released (`uroce stats`: qpn_blocks_used).
+  std::uint32_t in_use() const { return in_use_; }
 
  private:
   bool usable(std::uint32_t b, bool quarantine_too) const {
@@ -43,6 +45,7 @@ class BlockAllocator {
   std::vector<bool> used_;         // by block
   std::vector<bool> quarantined_;  // by block
   BoundedRing<std::uint32_t> quarantine_{kBlockQuarantine};
+  std::uint32_t in_use_ = 0;
 };
 
 }  // namespace uroce::engine

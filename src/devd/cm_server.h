@@ -97,6 +97,7 @@ class CmServer {
   void keep_closed_qp(const transport::ClosedQp& q) { closed_.add(q); }
   // Closed QPs still answered at `now`: the coordinator stays while there are any.
   bool keeps_closed_qps(Instant now) { return closed_.live(now) != 0; }
+  std::size_t closed_qps(Instant now) { return closed_.live(now); }
   // Faults on the CM's own packets (the coordinator applies UROCE_FAULTS of the process that
   // started it, so that class=cm rules reach the CM MADs); "" clears them.
   Result<fault::FaultSpec, std::string> set_faults(const std::string& text, Instant now);

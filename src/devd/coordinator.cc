@@ -8,6 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -53,7 +56,11 @@ class Coordinator {
         sink_(cm->sink_fd()),
         cm_(std::move(cm)),
         opt_(o),
-        blocks_(o.seed != 0 ? o.seed : kernel_random_u64()) {}
+        blocks_(o.seed != 0 ? o.seed : kernel_random_u64()),
+        spare_(open_spare()) {}
+  ~Coordinator() {
+    if (spare_ >= 0) ::close(spare_);
+  }
 
   int run() {
     std::int64_t idle_since = monotonic_ms();  // -1 while a context uses the device
@@ -166,9 +173,45 @@ class Coordinator {
     send_msg(fd, m);
   }
 
+  // A file kept open to be given up when the coordinator has no other: see refuse_out_of_files().
+  static int open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+  static std::string out_of_files_text() {
+    rlimit r{};
+    ::getrlimit(RLIMIT_NOFILE, &r);
+    return "the device's coordinator has no file descriptor left for another context (its "
+           "RLIMIT_NOFILE, " +
+           std::to_string(r.rlim_cur) +
+           ", is the hard limit of the process that started it; each context takes three): "
+           "close another context, or start the device from a process with a higher limit";
+  }
+
+  // accept() failed with EMFILE or ENFILE: the connection stays in the backlog and the listening
+  // socket readable, so that poll() would return at once forever while the client waits for an
+  // answer. Give up the spare file, take the connection, tell it why, close it, and take the
+  // spare again.
+  void refuse_out_of_files() {
+    if (spare_ < 0) return;
+    ::close(spare_);
+    spare_ = -1;
+    const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) {
+      pollfd p{c, POLLIN, 0};
+      devd::Msg m;
+      if (::poll(&p, 1, 200) == 1 && ::recv(c, &m, sizeof m, 0) == sizeof m) {
+        send_error(c, EMFILE, out_of_files_text());
+      }
+      ::close(c);
+    }
+    spare_ = open_spare();
+  }
+
   void accept_one() {
     const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) return;
+    if (c < 0) {
+      if (errno == EMFILE || errno == ENFILE) refuse_out_of_files();
+      return;
+    }
     // The first message says what the connection is for. A client sends it right after
     // connecting; wait a little for it rather than keep half-open connections around.
     pollfd p{c, POLLIN, 0};
@@ -213,8 +256,22 @@ class Coordinator {
       return;
     }
     const int udp = datapath::make_group_socket(opt_.ip, opt_.port);
+    if (udp == -EMFILE || udp == -ENFILE) {
+      send_error(c, EMFILE, out_of_files_text());
+      ::close(c);
+      return;
+    }
     if (udp < 0) {
       send_error(c, -udp, std::string("cannot add a socket to the device: ") + std::strerror(-udp));
+      ::close(c);
+      return;
+    }
+    // Without a pidfd a dead member's socket would leave the group before its process has gone
+    // (the order may be off): refuse rather than take one without when the files ran out.
+    const int pidfd = pidfd_open(cred.pid);
+    if (pidfd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      ::close(udp);
+      send_error(c, EMFILE, out_of_files_text());
       ::close(c);
       return;
     }
@@ -223,7 +280,7 @@ class Coordinator {
     mem.udp = udp;
     mem.pid = cred.pid;
     mem.uid = cred.uid;
-    mem.pidfd = pidfd_open(cred.pid);
+    mem.pidfd = pidfd;
     mem.device = devd::get_text(m.device);
     mem.comm = devd::get_text(m.comm);
     // The kernel appended the socket at bind: its index is the group's size minus one.
@@ -267,6 +324,9 @@ class Coordinator {
     end.type = devd::MsgType::kListEnd;
     const std::uint64_t unsteered = cm_->counters().unsteered;
     end.value = static_cast<std::uint32_t>(unsteered > 0xffffffffu ? 0xffffffffu : unsteered);
+    end.blocks = blocks_.in_use();
+    const std::size_t closed = cm_->closed_qps(now());
+    end.index = static_cast<std::uint32_t>(closed > 0xffffffffu ? 0xffffffffu : closed);
     send_listed(c, end);
   }
 
@@ -412,6 +472,7 @@ class Coordinator {
   CoordinatorOptions opt_;
   std::vector<Member> members_;  // members_[k] is the group's index k + 1
   BlockAllocator blocks_;        // random blocks (issue 44)
+  int spare_ = -1;               // /dev/null, given up to refuse a connection with EMFILE
 };
 
 }  // namespace

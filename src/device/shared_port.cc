@@ -408,6 +408,8 @@ Result<SharedDeviceInfo, Error> SharedPort::query(const wire::IpAddress& ip, std
     while (recv_msg(conn, m, 2000)) {
       if (m.type == devd::MsgType::kListEnd) {
         info.unsteered = m.value;
+        info.blocks_used = m.blocks;
+        info.closed_qps = m.index;
         ended = true;
         break;
       }

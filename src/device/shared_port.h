@@ -70,6 +70,10 @@ struct SharedDeviceInfo {
   std::vector<SharedCmId> cm_ids;
   std::string cm_counters;      // "name value" pairs
   std::uint64_t unsteered = 0;  // datagrams the coordinator dropped (no context owns the QPN)
+  // QPN blocks handed out and not given back: the sum of the members' unless the coordinator
+  // lost track of one (issue 43 checks that it returns to its value before a run).
+  std::uint32_t blocks_used = 0;
+  std::uint32_t closed_qps = 0;  // destroyed RC QPs whose duplicates it still acknowledges
 };
 
 class SharedPort final : public QpnSource {

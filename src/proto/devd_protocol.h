@@ -16,7 +16,9 @@
 // kReleaseBlock -> kReleased, kClaimQp1 -> kQp1; kBye before it closes the connection says its
 // socket is closed already. A connection that says kCmHello is librdmacm's (devd_cm_protocol.h).
 // A connection that says kList instead of kHello gets one kMember per
-// context, one kCmId per rdma_cm ID, a kCmStats and then kListEnd (for `uroce stats`).
+// context, one kCmId per rdma_cm ID, a kCmStats and then kListEnd (for `uroce stats`: value the
+// datagrams no context owned, blocks the QPN blocks handed out and not given back, index the
+// closed QPs still answered for).
 #pragma once
 
 #include <cstdint>

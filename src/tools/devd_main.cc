@@ -12,6 +12,7 @@
 // UROCE_CM_LISTEN_GRACE_MS): how long a request for a port nobody listens on waits.
 #include <arpa/inet.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -88,6 +89,14 @@ int main(int argc, char** argv) {
   CPU_ZERO(&every);
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &every);
   (void)::sched_setaffinity(0, sizeof every, &every);
+  // Three files per context (its connection, its socket, a pidfd): the soft RLIMIT_NOFILE it
+  // inherits (often 1024) would stop it near 340 contexts, so it takes the hard limit. At the
+  // limit it refuses the next context with EMFILE and says why (coordinator.cc).
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &files);
+  }
   if (::chdir("/") != 0) {
     // Harmless: it only keeps the starter's working directory busy.
   }

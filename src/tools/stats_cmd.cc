@@ -210,8 +210,12 @@ void print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
                    static_cast<int>(id.pid), ps, id.port, id.state.c_str());
     }
     if (cmd.device.empty() || shown != 0 || !info->cm_ids.empty()) {
-      std::fprintf(out, "shared %s:%u contexts %zu unsteered_pkts %llu\n", ip_text.c_str(), port,
-                   info->members.size(), static_cast<unsigned long long>(info->unsteered));
+      std::fprintf(out,
+                   "shared %s:%u contexts %zu unsteered_pkts %llu qpn_blocks_used %u closed_qps "
+                   "%u\n",
+                   ip_text.c_str(), port, info->members.size(),
+                   static_cast<unsigned long long>(info->unsteered), info->blocks_used,
+                   info->closed_qps);
       if (!info->cm_counters.empty()) {
         std::fprintf(out, "cm %s:%u %s\n", ip_text.c_str(), port, info->cm_counters.c_str());
       }

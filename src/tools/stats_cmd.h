@@ -14,7 +14,7 @@
 // uses it and a summary:
 //
 //   member 127.0.0.1:4791 pid 4242 comm ibv_rc_pingpong device uroce0 index 1 qpn_blocks 1
-//   shared 127.0.0.1:4791 contexts 2 unsteered_pkts 0
+//   shared 127.0.0.1:4791 contexts 2 unsteered_pkts 0 qpn_blocks_used 2 closed_qps 0
 #pragma once
 
 #include <cstdint>

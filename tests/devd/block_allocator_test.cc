@@ -88,5 +88,22 @@ TEST(BlockOrder, APermutationDrawnFromTheSeed) {
   EXPECT_LT(in_place, 8);  // about one fixed point in a random permutation
 }
 
+// in_use() is what `uroce stats` shows as qpn_blocks_used: every block allocated and not given
+// back, quarantined or not (issue 43 checks it returns to its value before a run).
+TEST(BlockAllocator, CountsTheBlocksInUse) {
+  BlockAllocator a(9);
+  EXPECT_EQ(a.in_use(), 0u);
+  std::vector<std::uint32_t> got;
+  for (int i = 0; i < 5; ++i) got.push_back(a.allocate().value());
+  EXPECT_EQ(a.in_use(), 5u);
+  a.release(got[0]);
+  a.release(got[1]);
+  EXPECT_EQ(a.in_use(), 3u);
+  a.undo(got[2]);
+  EXPECT_EQ(a.in_use(), 2u);
+  (void)a.allocate();
+  EXPECT_EQ(a.in_use(), 3u);
+}
+
 }  // namespace
 }  // namespace uroce::engine

@@ -3,10 +3,12 @@
 // allocation, members leaving (gracefully, killed, forked) and other users.
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <set>
 
 #include "datapath/udp.h"
@@ -204,6 +207,7 @@ TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
   ASSERT_EQ(info->members.size(), 1u);
   // The first block stays (a's QP lives in it) and the current one; the used-up ones went back.
   EXPECT_EQ(info->members[0].blocks, 2u);
+  EXPECT_EQ(info->blocks_used, 2u);
 }
 
 TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
@@ -397,6 +401,10 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
     a.dev->wait(Duration::ms(1));
   }
   EXPECT_EQ(members, 2u);
+  // The killed children's QPN blocks are free again: a's and b's are the only ones in use.
+  auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->blocks_used, 2u);
   Side d, e;
   test::make_side(d, dev_ip);
   test::make_side(e, dev_ip);
@@ -406,6 +414,80 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
   write_and_check(a, b, 10'000, 11);
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+// A coordinator out of file descriptors (it inherits RLIMIT_NOFILE from the process that started
+// it; each context costs it three: connection, socket, pidfd) refuses the next context at once
+// with EMFILE and a reason, and takes one again when another has left. Before, an accept() that
+// failed with EMFILE left the connection in the backlog: the listening socket stayed readable, the
+// coordinator spun on it, and the joiner waited for a welcome that never came (10 s per attempt,
+// 2000 attempts). Three limits in a row, so that the limit is met by the accept, the socket and
+// the pidfd in turn.
+TEST(SharedDevice, ACoordinatorOutOfFilesRefusesTheNextContextAndRecovers) {
+  for (int extra = 0; extra < 3; ++extra) {
+    SCOPED_TRACE(extra);
+    const char* const dev_ip = test::unique_ip();
+    int started[2];
+    int done[2];
+    ASSERT_EQ(::pipe(started), 0);
+    ASSERT_EQ(::pipe(done), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // This child starts the coordinator, which keeps the child's limit: what the child has
+      // open now, plus room for the device and about ten contexts in the coordinator.
+      ::close(done[1]);
+      int open_fds = 0;
+      for (int fd = 0; fd < 4096; ++fd) open_fds += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+      const rlim_t limit = static_cast<rlim_t>(std::max(open_fds + 24, 48) + extra);
+      const rlimit r{limit, limit};
+      if (::setrlimit(RLIMIT_NOFILE, &r) != 0) std::_Exit(1);
+      Side c;
+      test::make_side(c, dev_ip);
+      const char one = 1;
+      if (::write(started[1], &one, 1) != 1) std::_Exit(1);
+      char x;
+      [[maybe_unused]] const ssize_t n = ::read(done[0], &x, 1);  // until the parent is done
+      std::_Exit(0);
+    }
+    ::close(started[1]);
+    ::close(done[0]);
+    char one;
+    ASSERT_EQ(::read(started[0], &one, 1), 1);
+    DeviceConfig cfg;
+    cfg.name = "uroce0";
+    cfg.ip = v4(dev_ip);
+    std::vector<std::unique_ptr<UdpDevice>> devs;
+    std::optional<Error> refused;
+    for (int i = 0; i < 200 && !refused; ++i) {
+      auto d = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kShared);
+      if (d.ok()) {
+        devs.push_back(std::move(d.value()));
+      } else {
+        refused = d.error();
+      }
+    }
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->code, EMFILE) << refused->text;
+    EXPECT_FALSE(devs.empty());
+    // One leaves (kBye, served before the next connection): the next joins.
+    devs.pop_back();
+    auto again = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kShared);
+    EXPECT_TRUE(again.ok()) << again.error().text;
+    auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
+    if (again.ok()) {
+      // The listing needs a file too: after `again` took the last one, it may be refused.
+      again.value().reset();
+      info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
+    }
+    ASSERT_TRUE(info.ok()) << info.error().text;
+    EXPECT_EQ(info->members.size(), devs.size() + 1);
+    devs.clear();
+    ::close(done[1]);
+    ::close(started[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
 }
 
 TEST(SharedDevice, TheCoordinatorGoesAwayWhenNoContextUsesTheDevice) {
