@@ -605,6 +605,43 @@ int main(void) {
   } while (got == 0);
   CHECK(got == 1 && wc.wr_id == 7 && wc.opcode == IBV_WC_RDMA_WRITE);
 
+  /* ---- ATOMIC WRITE and FLUSH through ibv_post_send: rdma-core offers them only through
+   * ibv_qp_ex (struct ibv_send_wr has no FLUSH fields, and rxe's post_send carries no rkey for
+   * either), so the drop-in refuses them there: EINVAL at the WR, the WRs before it posted. */
+  {
+    uint64_t word = 0x0102030405060708ull, before;
+    memcpy(&before, b + 2064, 8);
+    struct ibv_sge asge = {(uintptr_t)&word, 8, 0};
+    struct ibv_send_wr aw[2];
+    memset(aw, 0, sizeof aw);
+    aw[0] = swr; /* a WRITE with immediate, valid, signaled */
+    aw[0].wr_id = 40;
+    aw[0].opcode = IBV_WR_RDMA_WRITE;
+    aw[0].next = &aw[1];
+    aw[1].wr_id = 41;
+    aw[1].sg_list = &asge;
+    aw[1].num_sge = 1;
+    aw[1].opcode = IBV_WR_ATOMIC_WRITE;
+    aw[1].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    aw[1].wr.rdma.remote_addr = (uintptr_t)(b + 2064);
+    aw[1].wr.rdma.rkey = s[1].mr->rkey;
+    bad_swr = NULL;
+    CHECK(ibv_post_send(s[0].qp, &aw[0], &bad_swr) == EINVAL && bad_swr == &aw[1]);
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 40 && wc.status == IBV_WC_SUCCESS);
+    aw[1].opcode = (enum ibv_wr_opcode)14; /* rdma-core 45's IBV_WR_FLUSH */
+    aw[1].sg_list = NULL;
+    aw[1].num_sge = 0;
+    aw[1].send_flags = IBV_SEND_SIGNALED;
+    bad_swr = NULL;
+    CHECK(ibv_post_send(s[0].qp, &aw[1], &bad_swr) == EINVAL && bad_swr == &aw[1]);
+    CHECK(ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc) == 0);
+    memcpy(&v, b + 2064, 8);
+    CHECK(v == before); /* nothing written */
+  }
+
   /* ---- ibv_resize_cq with completions queued ---- */
   /* Three WRITEs with immediate: once the requester has their three completions, the responder
    * queued its three receive completions before it acknowledged them. */
