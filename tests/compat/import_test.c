@@ -14,65 +14,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures;
+#include "compat_test.h"
 
-#define CHECK(cond)                                                                          \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
-              errno, strerror(errno));                                                       \
-      ++failures;                                                                            \
-    }                                                                                        \
-  } while (0)
-
-#define REQUIRE(cond)                                                                          \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "%s:%d: REQUIRE failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
-              errno, strerror(errno));                                                         \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-enum { kBuf = 4096 };
+enum { kBuf = 4096, kAccess = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE };
 
 /* The first context's PD and MR objects, which its closing leaves to the application (as
  * rdma-core's ibv_close_device does): kept reachable here. */
 static void* g_left[2];
-
-static void to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* gid) {
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-  REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = 7;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = *gid;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 7;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
 
 /* An RC QP with the ibv_wr_* interface (as pyverbs' QpExRCRDMAWrite) and its CQ. */
 static struct ibv_qp* make_qp(struct ibv_context* ctx, struct ibv_pd* pd, struct ibv_cq** cq) {
@@ -168,8 +116,8 @@ int main(void) {
   CHECK(qp_b->pd == pd_b && qp_b->context == b);
   union ibv_gid gid;
   REQUIRE(ibv_query_gid(c, 1, 0, &gid) == 0);
-  to_rts(qp_b, qp_c->qp_num, &gid);
-  to_rts(qp_c, qp_b->qp_num, &gid);
+  rc_connect(qp_b, qp_c->qp_num, &gid, kAccess, 7, 1);
+  rc_connect(qp_c, qp_b->qp_num, &gid, kAccess, 7, 1);
 
   /* The client writes into the imported MR (its rkey, the server's address); the imported side
    * writes from it (its lkey) into the client's. */
