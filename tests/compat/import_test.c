@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "compat_test.h"
@@ -180,6 +181,19 @@ int main(void) {
   CHECK(mr_b2->rkey == mr_a->rkey);
   ibv_unimport_mr(mr_b2);
   CHECK(ibv_dealloc_pd(pd_b) == EBUSY); /* the shared PD still has its MR and a QP */
+
+  /* A child of fork has the command file but not the objects (they live in the parent):
+   * EOPNOTSUPP there, as for a file passed to another process. */
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    errno = 0;
+    struct ibv_context* in_child = ibv_import_device(dup(b->cmd_fd));
+    _exit(in_child == NULL && errno == EOPNOTSUPP ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
   /* A dup of the imported context's cmd_fd imports the same objects again. */
   const int fd2 = dup(b->cmd_fd);
