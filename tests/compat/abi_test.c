@@ -20,12 +20,12 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "compat_test.h"
+
 /* Exported by libibverbs (IBVERBS_1.0) for the kernel's SA path records; rdma-core declares them
  * in a header Debian does not ship (infiniband/marshall.h). */
 void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec* dst, struct ib_user_path_rec* src);
 void ibv_copy_path_rec_to_kern(struct ib_user_path_rec* dst, struct ibv_sa_path_rec* src);
-
-static int failures;
 
 /* Destroys two QPs and then their CQ from another thread (see the teardown). */
 struct destroy_job {
@@ -46,24 +46,6 @@ static void* destroy_qps_and_cq(void* arg) {
   return NULL;
 }
 
-#define CHECK(cond)                                                                          \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
-              errno, strerror(errno));                                                       \
-      ++failures;                                                                            \
-    }                                                                                        \
-  } while (0)
-
-#define REQUIRE(cond)                                                                          \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "%s:%d: REQUIRE failed: %s (errno %d: %s)\n", __FILE__, __LINE__, #cond, \
-              errno, strerror(errno));                                                         \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
 enum { kBuf = 4096 };
 
 struct side {
@@ -83,51 +65,21 @@ struct qp_ex_v45 {
                    uint8_t type, uint8_t level);
 };
 enum {
-  kQpExWithFlush = 1 << 11,     /* IBV_QP_EX_WITH_FLUSH */
-  kAccessFlushGlobal = 1 << 8,  /* IBV_ACCESS_FLUSH_GLOBAL */
-  kWcFlush = 8,                 /* IBV_WC_FLUSH */
-  kFlushGlobal = 1,             /* IBV_FLUSH_GLOBAL (placement type) */
-  kFlushRange = 0,              /* IBV_FLUSH_RANGE (selectivity level) */
+  kQpExWithFlush = 1 << 11,    /* IBV_QP_EX_WITH_FLUSH */
+  kAccessFlushGlobal = 1 << 8, /* IBV_ACCESS_FLUSH_GLOBAL */
+  kWcFlush = 8,                /* IBV_WC_FLUSH */
+  kFlushGlobal = 1,            /* IBV_FLUSH_GLOBAL (placement type) */
+  kFlushRange = 0,             /* IBV_FLUSH_RANGE (selectivity level) */
 };
 #define kDeviceFlushGlobal (1ULL << 38)     /* IB_UVERBS_DEVICE_FLUSH_GLOBAL */
 #define kDeviceFlushPersistent (1ULL << 39) /* IB_UVERBS_DEVICE_FLUSH_PERSISTENT */
 #define kDeviceAtomicWrite (1ULL << 40)     /* IB_UVERBS_DEVICE_ATOMIC_WRITE */
 
 static void connect_qp(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* gid) {
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                      IBV_ACCESS_LOCAL_WRITE | kAccessFlushGlobal;
-  REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = 100;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = *gid;
-  a.ah_attr.grh.sgid_index = 0;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 100;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  REQUIRE(ibv_modify_qp(qp, &a,
-                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+  rc_connect(qp, dest_qpn, gid,
+             IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                 IBV_ACCESS_LOCAL_WRITE | kAccessFlushGlobal,
+             100, 4);
   CHECK(qp->state == IBV_QPS_RTS);
 }
 
@@ -555,8 +507,8 @@ int main(void) {
     ibv_wr_atomic_write(x, s[1].mr->rkey, (uintptr_t)(b + 2064), &word);
     word = 0; /* the 8 bytes were copied at the call */
     x->wr_id = 31;
-    ((struct qp_ex_v45*)x)->wr_flush(x, s[1].mr->rkey, (uintptr_t)b, 4096, kFlushGlobal,
-                                     kFlushRange);
+    ((struct qp_ex_v45*)x)
+        ->wr_flush(x, s[1].mr->rkey, (uintptr_t)b, 4096, kFlushGlobal, kFlushRange);
     REQUIRE(ibv_wr_complete(x) == 0);
     struct seen fw[2];
     poll_ex(s[0].cq, fw, 2);
@@ -604,6 +556,43 @@ int main(void) {
     got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
   } while (got == 0);
   CHECK(got == 1 && wc.wr_id == 7 && wc.opcode == IBV_WC_RDMA_WRITE);
+
+  /* ---- ATOMIC WRITE and FLUSH through ibv_post_send: rdma-core offers them only through
+   * ibv_qp_ex (struct ibv_send_wr has no FLUSH fields, and rxe's post_send carries no rkey for
+   * either), so the drop-in refuses them there: EINVAL at the WR, the WRs before it posted. */
+  {
+    uint64_t word = 0x0102030405060708ull, before;
+    memcpy(&before, b + 2064, 8);
+    struct ibv_sge asge = {(uintptr_t)&word, 8, 0};
+    struct ibv_send_wr aw[2];
+    memset(aw, 0, sizeof aw);
+    aw[0] = swr; /* a WRITE with immediate, valid, signaled */
+    aw[0].wr_id = 40;
+    aw[0].opcode = IBV_WR_RDMA_WRITE;
+    aw[0].next = &aw[1];
+    aw[1].wr_id = 41;
+    aw[1].sg_list = &asge;
+    aw[1].num_sge = 1;
+    aw[1].opcode = IBV_WR_ATOMIC_WRITE;
+    aw[1].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    aw[1].wr.rdma.remote_addr = (uintptr_t)(b + 2064);
+    aw[1].wr.rdma.rkey = s[1].mr->rkey;
+    bad_swr = NULL;
+    CHECK(ibv_post_send(s[0].qp, &aw[0], &bad_swr) == EINVAL && bad_swr == &aw[1]);
+    do {
+      got = ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc);
+    } while (got == 0);
+    CHECK(got == 1 && wc.wr_id == 40 && wc.status == IBV_WC_SUCCESS);
+    aw[1].opcode = (enum ibv_wr_opcode)14; /* rdma-core 45's IBV_WR_FLUSH */
+    aw[1].sg_list = NULL;
+    aw[1].num_sge = 0;
+    aw[1].send_flags = IBV_SEND_SIGNALED;
+    bad_swr = NULL;
+    CHECK(ibv_post_send(s[0].qp, &aw[1], &bad_swr) == EINVAL && bad_swr == &aw[1]);
+    CHECK(ibv_poll_cq(ibv_cq_ex_to_cq(s[0].cq), 1, &wc) == 0);
+    memcpy(&v, b + 2064, 8);
+    CHECK(v == before); /* nothing written */
+  }
 
   /* ---- ibv_resize_cq with completions queued ---- */
   /* Three WRITEs with immediate: once the requester has their three completions, the responder
@@ -668,9 +657,8 @@ int main(void) {
   /* ---- memory windows: type 1 by ibv_bind_mw, type 2 by a BIND_MW work request (ordinary
    * and extended), WRITEs through them, SEND with Invalidate and LOCAL_INV of type 2 ---- */
   {
-    struct ibv_mr* wmr = ibv_reg_mr(pd, b + 3584, 512,
-                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                        IBV_ACCESS_MW_BIND);
+    struct ibv_mr* wmr = ibv_reg_mr(
+        pd, b + 3584, 512, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
     REQUIRE(wmr != NULL);
     struct ibv_mw* mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
     struct ibv_mw* mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
@@ -691,8 +679,7 @@ int main(void) {
     do {
       got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
     } while (got == 0);
-    CHECK(got == 1 && wc.wr_id == 40 && wc.status == IBV_WC_SUCCESS &&
-          wc.opcode == IBV_WC_BIND_MW);
+    CHECK(got == 1 && wc.wr_id == 40 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW);
     CHECK(ibv_dereg_mr(wmr) == EINVAL); /* windows are bound to it (rxe) */
 
     /* A WRITE through the type 1 window (one past its end, a remote access error that breaks the
@@ -731,8 +718,7 @@ int main(void) {
     do {
       got = ibv_poll_cq(ibv_cq_ex_to_cq(s[1].cq), 1, &wc);
     } while (got == 0);
-    CHECK(got == 1 && wc.wr_id == 42 && wc.status == IBV_WC_SUCCESS &&
-          wc.opcode == IBV_WC_BIND_MW);
+    CHECK(got == 1 && wc.wr_id == 42 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW);
     mw2->rkey = bw.bind_mw.rkey;
 
     /* SEND with Invalidate of its key: the receive says so and names the key. */

@@ -111,6 +111,17 @@ struct QpExWithFlush {                                     // the layout of rdma
 };
 static_assert(offsetof(QpExWithFlush, wr_flush) == sizeof(ibv_qp_ex));
 
+// Built with rdma-core 45+ headers, ibv_qp_ex has wr_flush itself: set it there too (a template,
+// so that with 44's headers, which lack the member, the assignment is never instantiated).
+template <class QpEx>
+inline constexpr bool kHasWrFlush = requires(QpEx& x) {
+  x.wr_flush;
+};
+template <class QpEx>
+constexpr void set_wr_flush_member(QpEx& x, WrFlushFn f) {
+  if constexpr (kHasWrFlush<QpEx>) x.wr_flush = f;
+}
+
 struct Qp {
   ibv_qp_ex ibv;                 // an ibv_qp prefix (qp_base)
   WrFlushFn wr_flush = nullptr;  // rdma-core 45's ibv_qp_ex.wr_flush (QpExWithFlush)
@@ -134,6 +145,38 @@ struct Qp {
   int batch_error = 0;  // the first error of this batch (wr_complete returns it)
 };
 
+// What a context shares with the contexts imported from its command file (ibv_import_device on
+// a dup of context->cmd_fd), as the kernel's contexts on one uverbs file share its objects: the
+// networked device and what names its objects. The last context sharing it closes the device.
+struct SharedState {
+  std::mutex mu;  // guards the lazy open and the maps below (never held with the device lock)
+  std::unique_ptr<engine::UdpDevice> owner;
+  std::atomic<engine::UdpDevice*> udp{nullptr};
+  std::unordered_map<std::uint64_t, Cq*> cqs;
+  std::unordered_map<std::uint64_t, Qp*> qps;
+  std::unordered_map<std::uint64_t, Srq*> srqs;
+  // What ibv_import_pd and ibv_import_mr find by ibv_pd.handle / ibv_mr.handle (the handle's
+  // index): the live PDs and MRs allocated through any of the sharing contexts.
+  struct MrEntry {
+    MrHandle h;
+    std::uint32_t lkey = 0;
+    std::uint32_t rkey = 0;
+    std::size_t length = 0;
+  };
+  std::unordered_map<std::uint32_t, PdHandle> pds;
+  std::unordered_map<std::uint32_t, MrEntry> mrs;
+  // The command file (a memfd) by identity, and the process that made it: ibv_import_device
+  // finds the state from a dup of the file, in this process only.
+  std::uint64_t file_dev = 0;
+  std::uint64_t file_ino = 0;
+  int pid = 0;
+  CompatDevice* dev = nullptr;
+  // The file the device signals async events on (an eventfd): every sharing context's async_fd
+  // is a dup of it, so an event reaches whichever context reads it.
+  int async_file = -1;
+  ~SharedState();
+};
+
 struct Context {
   verbs_context vctx;  // vctx.context is the ibv_context applications hold
   CompatDevice* dev = nullptr;
@@ -142,13 +185,7 @@ struct Context {
   int async_placeholder = -1;         // context.async_fd: the UdpDevice signals this file
   std::uint32_t ifindex = 0;          // the interface holding the address (GID entries)
   bool address_local = true;          // an interface holds the address (else the port is down)
-
-  std::mutex mu;  // guards the lazy open and the maps below (never held with the device lock)
-  std::unique_ptr<engine::UdpDevice> owner;
-  std::atomic<engine::UdpDevice*> udp{nullptr};
-  std::unordered_map<std::uint64_t, Cq*> cqs;
-  std::unordered_map<std::uint64_t, Qp*> qps;
-  std::unordered_map<std::uint64_t, Srq*> srqs;
+  std::shared_ptr<SharedState> s;     // shared with the contexts imported from this one
 };
 
 inline Context* ctx_of(ibv_context* c) {

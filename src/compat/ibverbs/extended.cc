@@ -15,7 +15,7 @@ namespace {
 
 // ---- CQ ----
 
-engine::UdpDevice* udp_of(Cq* cq) { return cq->ctx->udp.load(std::memory_order_acquire); }
+engine::UdpDevice* udp_of(Cq* cq) { return cq->ctx->s->udp.load(std::memory_order_acquire); }
 
 int poll_one(ibv_cq_ex* icq) {
   Cq* cq = cq_of(icq);
@@ -272,7 +272,7 @@ int wr_complete_impl(ibv_qp_ex* iqp) {
       p.wr.sg_list = std::span<const Sge>(q->sge_pool.data() + p.sge_first, p.sge_count);
       t_batch.push_back(p.wr);
     }
-    engine::UdpDevice* u = ctx_of(iqp->qp_base.context)->udp.load(std::memory_order_acquire);
+    engine::UdpDevice* u = ctx_of(iqp->qp_base.context)->s->udp.load(std::memory_order_acquire);
     const SendWr* bad = nullptr;
     result =
         err(post_then_transmit(u, [&](Device& d) { return d.post_send(q->h, t_batch, &bad); }));
@@ -354,8 +354,27 @@ void init_qp_ex_ops(Qp* qp) {
   x.wr_complete = wr_complete;
   x.wr_abort = wr_abort;
   x.wr_atomic_write = wr_atomic_write;
-  qp->wr_flush = wr_flush;
+  qp->wr_flush = wr_flush;           // where 45+ applications find it with 44's layout
+  set_wr_flush_member(x, wr_flush);  // and in ibv_qp_ex, when built with 45+ headers
 }
+
+namespace {
+// The guard above on both layouts, whichever headers this is built with.
+struct QpEx44 {
+  int wr_atomic_write = 0;
+};
+struct QpEx45 {
+  WrFlushFn wr_flush = nullptr;
+};
+constexpr bool guard_sets_45_member() {
+  QpEx44 a;
+  QpEx45 b;
+  set_wr_flush_member(a, wr_flush);
+  set_wr_flush_member(b, wr_flush);
+  return a.wr_atomic_write == 0 && b.wr_flush == &wr_flush;
+}
+static_assert(!kHasWrFlush<QpEx44> && kHasWrFlush<QpEx45> && guard_sets_45_member());
+}  // namespace
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   return guarded<ibv_cq_ex*>(nullptr, [&]() -> ibv_cq_ex* {

@@ -7,6 +7,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -355,7 +358,7 @@ int poll_locked(engine::UdpDevice* u, Cq* cq, int n, ibv_wc* wc) {
 
 int op_poll_cq(ibv_cq* icq, int n, ibv_wc* wc) {
   Cq* cq = cq_of(icq);
-  engine::UdpDevice* u = cq->ctx->udp.load(std::memory_order_acquire);
+  engine::UdpDevice* u = cq->ctx->s->udp.load(std::memory_order_acquire);
   if (n <= 0 || u == nullptr) return 0;
   const int got = poll_locked(u, cq, n, wc);
   if (got != 0) return got;
@@ -368,7 +371,7 @@ int op_poll_cq(ibv_cq* icq, int n, ibv_wc* wc) {
 
 int op_req_notify_cq(ibv_cq* icq, int solicited_only) {
   Cq* cq = cq_of(icq);
-  engine::UdpDevice* u = cq->ctx->udp.load(std::memory_order_acquire);
+  engine::UdpDevice* u = cq->ctx->s->udp.load(std::memory_order_acquire);
   if (u == nullptr) return EINVAL;
   const Errc e = u->lock()->req_notify_cq(cq->h, solicited_only != 0);
   // Arming a CQ means the application is about to wait for an event (in ibv_get_cq_event, or
@@ -423,7 +426,7 @@ int post_recv_list(engine::UdpDevice* u, ibv_recv_wr* wr, ibv_recv_wr** bad_wr,
 
 int op_post_recv(ibv_qp* iqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* qp = qp_of(iqp);
-  engine::UdpDevice* u = ctx_of(iqp->context)->udp.load(std::memory_order_acquire);
+  engine::UdpDevice* u = ctx_of(iqp->context)->s->udp.load(std::memory_order_acquire);
   if (u == nullptr) return EINVAL;
   return post_recv_list(u, wr, bad_wr, [qp](Device& d, const RecvWr** bad) {
     return d.post_recv(qp->h, t_recv, bad);
@@ -432,7 +435,7 @@ int op_post_recv(ibv_qp* iqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 int op_post_srq_recv(ibv_srq* isrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Srq* srq = srq_of(isrq);
-  engine::UdpDevice* u = ctx_of(isrq->context)->udp.load(std::memory_order_acquire);
+  engine::UdpDevice* u = ctx_of(isrq->context)->s->udp.load(std::memory_order_acquire);
   if (u == nullptr) return EINVAL;
   return post_recv_list(u, wr, bad_wr, [srq](Device& d, const RecvWr** bad) {
     return d.post_srq_recv(srq->h, t_recv, bad);
@@ -444,7 +447,7 @@ int op_post_srq_recv(ibv_srq* isrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 // region and the region's PD before it calls op_bind_mw, as Device::bind_mw does again).
 ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
   return guarded<ibv_mw*>(nullptr, [&]() -> ibv_mw* {
-    engine::UdpDevice* u = ctx_of(pd->context)->udp.load();
+    engine::UdpDevice* u = ctx_of(pd->context)->s->udp.load();
     auto r = u->lock()->alloc_mw(pd_of(pd)->h, static_cast<MwType>(type));
     if (!r.ok()) {
       errno = err(r.error());
@@ -462,7 +465,7 @@ ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 }
 
 int op_dealloc_mw(ibv_mw* mw) {
-  engine::UdpDevice* u = ctx_of(mw->context)->udp.load();
+  engine::UdpDevice* u = ctx_of(mw->context)->s->udp.load();
   const Errc e = u->lock()->dealloc_mw(mw_of(mw)->h);
   if (e != Errc::kOk) return err(e);
   delete mw_of(mw);
@@ -472,7 +475,7 @@ int op_dealloc_mw(ibv_mw* mw) {
 // rdma-core's rxe: a BIND_MW work request with the key byte incremented; mw->rkey is the new key
 // once it is posted ("user has to undo this if he gets an error wc").
 int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
-  engine::UdpDevice* u = ctx_of(qp->context)->udp.load(std::memory_order_acquire);
+  engine::UdpDevice* u = ctx_of(qp->context)->s->udp.load(std::memory_order_acquire);
   if (u == nullptr || bind == nullptr) return EINVAL;
   const ibv_mw_bind_info& b = bind->bind_info;
   const MwBindInfo info{b.mr != nullptr ? mr_of(b.mr)->h : MrHandle{}, b.addr, b.length,
@@ -512,7 +515,7 @@ bool supported_opcode(ibv_wr_opcode op) {
 
 int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp* qp = qp_of(iqp);
-  engine::UdpDevice* u = ctx_of(iqp->context)->udp.load(std::memory_order_acquire);
+  engine::UdpDevice* u = ctx_of(iqp->context)->s->udp.load(std::memory_order_acquire);
   if (u == nullptr) return EINVAL;
   t_send.clear();
   ibv_send_wr* unconvertible = nullptr;
@@ -647,9 +650,9 @@ bool transmit_on_post() {
 }
 
 engine::UdpDevice* net(Context* ctx) {
-  if (engine::UdpDevice* u = ctx->udp.load(std::memory_order_acquire)) return u;
-  std::lock_guard lk(ctx->mu);
-  if (engine::UdpDevice* u = ctx->udp.load(std::memory_order_acquire)) return u;
+  if (engine::UdpDevice* u = ctx->s->udp.load(std::memory_order_acquire)) return u;
+  std::lock_guard lk(ctx->s->mu);
+  if (engine::UdpDevice* u = ctx->s->udp.load(std::memory_order_acquire)) return u;
   DeviceConfig cfg = ctx->config;
   cfg.netdev_mtu = 0;  // the interface's, as the query device saw it
   cfg.seed = 0;        // MR keys from the kernel's CSPRNG (UdpDevice::open)
@@ -693,9 +696,9 @@ engine::UdpDevice* net(Context* ctx) {
     errno = ENOMEM;
     return nullptr;
   }
-  ctx->owner = std::move(r.value());
-  ctx->udp.store(ctx->owner.get(), std::memory_order_release);
-  return ctx->owner.get();
+  ctx->s->owner = std::move(r.value());
+  ctx->s->udp.store(ctx->s->owner.get(), std::memory_order_release);
+  return ctx->s->owner.get();
 }
 
 ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
@@ -728,9 +731,9 @@ ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_chann
   cq->ctx = ctx;
   cq->channel = ch;
   if (ex) init_cq_ex_ops(cq);
-  std::lock_guard lk(ctx->mu);
+  std::lock_guard lk(ctx->s->mu);
   if (ch != nullptr) ++ch->ibv.refcnt;
-  ctx->cqs[key(cq->h)] = cq;
+  ctx->s->cqs[key(cq->h)] = cq;
   return ibv_cq_ex_to_cq(&cq->ibv);
 }
 
@@ -778,8 +781,8 @@ ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr,
   qp->ex = ex;
   qp->send_ops = send_ops;
   if (ex) init_qp_ex_ops(qp);
-  std::lock_guard lk(ctx->mu);
-  ctx->qps[key(qp->h)] = qp;
+  std::lock_guard lk(ctx->s->mu);
+  ctx->s->qps[key(qp->h)] = qp;
   return &b;
 }
 
@@ -813,19 +816,19 @@ int vop_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
 
 bool fill_async_event(Context* ctx, const AsyncEvent& e, ibv_async_event* out) {
   out->event_type = static_cast<ibv_event_type>(e.type);
-  std::lock_guard lk(ctx->mu);
+  std::lock_guard lk(ctx->s->mu);
   switch (e.type) {
     case AsyncEventType::kCqErr: {
-      auto it = ctx->cqs.find(key(e.cq));
-      if (it == ctx->cqs.end()) return false;
+      auto it = ctx->s->cqs.find(key(e.cq));
+      if (it == ctx->s->cqs.end()) return false;
       out->element.cq = ibv_cq_ex_to_cq(&it->second->ibv);
       note_reported(&it->second->ibv.mutex, &it->second->async_events_reported);
       return true;
     }
     case AsyncEventType::kSrqErr:
     case AsyncEventType::kSrqLimitReached: {
-      auto it = ctx->srqs.find(key(e.srq));
-      if (it == ctx->srqs.end()) return false;
+      auto it = ctx->s->srqs.find(key(e.srq));
+      if (it == ctx->s->srqs.end()) return false;
       out->element.srq = &it->second->ibv;
       note_reported(&it->second->ibv.mutex, &it->second->events_reported);
       return true;
@@ -838,8 +841,8 @@ bool fill_async_event(Context* ctx, const AsyncEvent& e, ibv_async_event* out) {
     case AsyncEventType::kPathMig:
     case AsyncEventType::kPathMigErr:
     case AsyncEventType::kQpLastWqeReached: {
-      auto it = ctx->qps.find(key(e.qp));
-      if (it == ctx->qps.end()) return false;
+      auto it = ctx->s->qps.find(key(e.qp));
+      if (it == ctx->s->qps.end()) return false;
       out->element.qp = &it->second->ibv.qp_base;
       note_reported(&it->second->ibv.qp_base.mutex, &it->second->events_reported);
       return true;
@@ -898,6 +901,121 @@ UROCE_EXPORT int ibv_get_device_index(ibv_device* device) {
   return d != nullptr ? d->index : -1;
 }
 
+namespace uroce::compat {
+namespace {
+
+// ---- command files (context->cmd_fd) and what they name ----
+
+// Each ibv_open_device makes a command file, a memfd that holds this marker and the pid, and
+// registers its identity (device and inode numbers, which every dup of the file shares) with
+// the state the context shares. ibv_import_device finds the state from any dup.
+constexpr char kCmdMarker[] = "uroce-cmd ";
+
+struct CmdFiles {
+  std::mutex mu;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::weak_ptr<SharedState>> by_id;
+};
+CmdFiles& cmd_files() {
+  static auto* f = new CmdFiles();  // never freed: contexts may close during exit
+  return *f;
+}
+
+int make_cmd_file() {
+  const int fd = ::memfd_create("uroce-cmd", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[64];
+  const int n =
+      std::snprintf(text, sizeof text, "%s%d\n", kCmdMarker, static_cast<int>(::getpid()));
+  if (::write(fd, text, static_cast<std::size_t>(n)) != n) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+bool is_cmd_file(int fd) {
+  char head[sizeof kCmdMarker - 1];
+  return ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
+         std::memcmp(head, kCmdMarker, sizeof head) == 0;
+}
+
+// A context of device `d` without its shared state and files: the part every context has.
+std::unique_ptr<Context> make_context(CompatDevice* d, ibv_device* device) {
+  auto ctx = std::make_unique<Context>();
+  std::memset(&ctx->vctx, 0, sizeof ctx->vctx);
+  ctx->dev = d;
+  ctx->config.name = d->spec.name;
+  ctx->config.ip = d->spec.ip;
+  // The port MTU follows the interface's, as the networked device will see it; an address
+  // that is on no interface (yet) reads as Ethernet's 1500 until then.
+  auto mtu = datapath::interface_mtu(d->spec.ip);
+  ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
+  ctx->address_local = mtu.ok();
+  ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
+  // Applications pass their CPU as comp_vector (UCX does); uroce accepts any below this.
+  ctx->config.num_comp_vectors = engine::host_num_comp_vectors();
+  ctx->config.seed = 0;  // (its keys are the networked device's)
+  ctx->ifindex = interface_index(d->spec.ip);
+  auto qd = Device::create(ctx->config);
+  if (!qd.ok()) {
+    std::fprintf(stderr, "uroce libibverbs: device %s: invalid configuration (%s)\n",
+                 d->spec.name.c_str(), errc_name(qd.error()));
+    errno = EINVAL;
+    return nullptr;
+  }
+  ctx->query_dev = std::move(qd.value());
+
+  verbs_context& v = ctx->vctx;
+  v.sz = sizeof(verbs_context);
+  v.query_port = vop_query_port;
+  v.query_device_ex = vop_query_device_ex;
+  v.create_cq_ex = create_cq_ex;
+  v.create_qp_ex = create_qp_ex;
+  ibv_context& c = v.context;
+  c.device = device;
+  c.cmd_fd = -1;
+  c.async_fd = -1;
+  c.num_comp_vectors = static_cast<int>(ctx->config.num_comp_vectors);
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c.ops.poll_cq = op_poll_cq;
+  c.ops.req_notify_cq = op_req_notify_cq;
+  c.ops.post_send = op_post_send;
+  c.ops.post_recv = op_post_recv;
+  c.ops.post_srq_recv = op_post_srq_recv;
+  c.ops.alloc_mw = op_alloc_mw;
+  c.ops.bind_mw = op_bind_mw;
+  c.ops.dealloc_mw = op_dealloc_mw;
+  return ctx;
+}
+
+void free_context(Context* ctx) {
+  ibv_context& c = ctx->vctx.context;
+  ctx->s.reset();  // the last context sharing the state closes the networked device
+  if (c.cmd_fd >= 0) ::close(c.cmd_fd);
+  if (ctx->async_placeholder >= 0) ::close(ctx->async_placeholder);
+  pthread_mutex_destroy(&c.mutex);
+  delete ctx;
+}
+
+}  // namespace
+
+SharedState::~SharedState() {
+  if (owner) {
+    owner->close();
+    owner.reset();
+  }
+  if (async_file >= 0) ::close(async_file);
+  CmdFiles& f = cmd_files();
+  std::lock_guard lk(f.mu);
+  auto it = f.by_id.find({file_dev, file_ino});
+  if (it != f.by_id.end() && it->second.expired()) f.by_id.erase(it);
+}
+
+}  // namespace uroce::compat
+
 UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   return guarded<ibv_context*>(nullptr, [&]() -> ibv_context* {
     CompatDevice* d = find_device(device);
@@ -905,67 +1023,81 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
       errno = ENODEV;
       return nullptr;
     }
-    auto ctx = std::make_unique<Context>();
-    std::memset(&ctx->vctx, 0, sizeof ctx->vctx);
-    ctx->dev = d;
-    ctx->config.name = d->spec.name;
-    ctx->config.ip = d->spec.ip;
-    // The port MTU follows the interface's, as the networked device will see it; an address
-    // that is on no interface (yet) reads as Ethernet's 1500 until then.
-    auto mtu = datapath::interface_mtu(d->spec.ip);
-    ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
-    ctx->address_local = mtu.ok();
-    ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
-    // Applications pass their CPU as comp_vector (UCX does); uroce accepts any below this.
-    ctx->config.num_comp_vectors = engine::host_num_comp_vectors();
-    ctx->config.seed = 0;  // (its keys are the networked device's)
-    ctx->ifindex = interface_index(d->spec.ip);
-    auto qd = Device::create(ctx->config);
-    if (!qd.ok()) {
-      std::fprintf(stderr, "uroce libibverbs: device %s: invalid configuration (%s)\n",
-                   d->spec.name.c_str(), errc_name(qd.error()));
+    std::unique_ptr<Context> ctx = make_context(d, device);
+    if (ctx == nullptr) return nullptr;
+    ibv_context& c = ctx->vctx.context;
+    auto s = std::make_shared<SharedState>();
+    s->dev = d;
+    s->pid = static_cast<int>(::getpid());
+    s->async_file = ::eventfd(0, EFD_CLOEXEC);
+    if (s->async_file >= 0) {
+      ctx->async_placeholder = ::fcntl(s->async_file, F_DUPFD_CLOEXEC, 0);
+    }
+    c.cmd_fd = ctx->async_placeholder >= 0 ? make_cmd_file() : -1;
+    struct stat st {};
+    if (c.cmd_fd < 0 || ::fstat(c.cmd_fd, &st) != 0) {
+      const int e = errno;
+      ctx->s = std::move(s);
+      free_context(ctx.release());
+      errno = e;
+      return nullptr;
+    }
+    s->file_dev = st.st_dev;
+    s->file_ino = st.st_ino;
+    {
+      CmdFiles& f = cmd_files();
+      std::lock_guard lk(f.mu);
+      f.by_id[{s->file_dev, s->file_ino}] = s;
+    }
+    ctx->s = std::move(s);
+    c.async_fd = ctx->async_placeholder;
+    return &ctx.release()->vctx.context;
+  });
+}
+
+// rdma-core's ibv_import_device: a context on the command file `cmd_fd` (a dup of a context's
+// cmd_fd) that shares that context's objects; it owns cmd_fd (ibv_close_device closes it).
+// uroce's objects live in the process: a command file of another process (SCM_RIGHTS, or a
+// context that fork copied) is EOPNOTSUPP, as is one whose contexts were all closed; a file
+// that is no command file is EINVAL, as rdma-core answers for what is no uverbs device.
+UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
+  return guarded<ibv_context*>(nullptr, [&]() -> ibv_context* {
+    struct stat st {};
+    if (::fstat(cmd_fd, &st) != 0) {
       errno = EINVAL;
       return nullptr;
     }
-    ctx->query_dev = std::move(qd.value());
-    ctx->async_placeholder = ::eventfd(0, EFD_CLOEXEC);
-    if (ctx->async_placeholder < 0) return nullptr;
-
-    verbs_context& v = ctx->vctx;
-    v.sz = sizeof(verbs_context);
-    v.query_port = vop_query_port;
-    v.query_device_ex = vop_query_device_ex;
-    v.create_cq_ex = create_cq_ex;
-    v.create_qp_ex = create_qp_ex;
-    ibv_context& c = v.context;
-    c.device = device;
-    c.cmd_fd = -1;
+    std::shared_ptr<SharedState> s;
+    {
+      CmdFiles& f = cmd_files();
+      std::lock_guard lk(f.mu);
+      auto it = f.by_id.find({st.st_dev, st.st_ino});
+      if (it != f.by_id.end()) s = it->second.lock();
+    }
+    if (s == nullptr || s->pid != static_cast<int>(::getpid())) {
+      errno = is_cmd_file(cmd_fd) ? EOPNOTSUPP : EINVAL;
+      return nullptr;
+    }
+    std::unique_ptr<Context> ctx = make_context(s->dev, &s->dev->dev);
+    if (ctx == nullptr) return nullptr;
+    ctx->async_placeholder = ::fcntl(s->async_file, F_DUPFD_CLOEXEC, 0);
+    if (ctx->async_placeholder < 0) {
+      const int e = errno;
+      free_context(ctx.release());
+      errno = e;
+      return nullptr;
+    }
+    ctx->s = std::move(s);
+    ibv_context& c = ctx->vctx.context;
     c.async_fd = ctx->async_placeholder;
-    c.num_comp_vectors = static_cast<int>(ctx->config.num_comp_vectors);
-    pthread_mutex_init(&c.mutex, nullptr);
-    c.abi_compat = __VERBS_ABI_IS_EXTENDED;
-    c.ops.poll_cq = op_poll_cq;
-    c.ops.req_notify_cq = op_req_notify_cq;
-    c.ops.post_send = op_post_send;
-    c.ops.post_recv = op_post_recv;
-    c.ops.post_srq_recv = op_post_srq_recv;
-    c.ops.alloc_mw = op_alloc_mw;
-    c.ops.bind_mw = op_bind_mw;
-    c.ops.dealloc_mw = op_dealloc_mw;
+    c.cmd_fd = cmd_fd;
     return &ctx.release()->vctx.context;
   });
 }
 
 UROCE_EXPORT int ibv_close_device(ibv_context* context) {
   if (context == nullptr) return EINVAL;
-  Context* ctx = ctx_of(context);
-  if (ctx->owner) {
-    ctx->owner->close();
-    ctx->owner.reset();
-  }
-  if (ctx->async_placeholder >= 0) ::close(ctx->async_placeholder);
-  pthread_mutex_destroy(&context->mutex);
-  delete ctx;
+  free_context(ctx_of(context));
   return 0;
 }
 
@@ -1103,17 +1235,56 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
     p->ibv.context = context;
     p->ibv.handle = r.value().index;
     p->h = r.value();
+    SharedState& s = *ctx_of(context)->s;
+    std::lock_guard lk(s.mu);
+    s.pds[p->h.index] = p->h;
     return &p->ibv;
   });
 }
 
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
-  engine::UdpDevice* u = ctx_of(pd->context)->udp.load();
-  const Errc e = u->lock()->dealloc_pd(pd_of(pd)->h);
+  SharedState& s = *ctx_of(pd->context)->s;
+  const Errc e = s.udp.load()->lock()->dealloc_pd(pd_of(pd)->h);
   if (e != Errc::kOk) return err(e);
+  {
+    std::lock_guard lk(s.mu);
+    auto it = s.pds.find(pd_of(pd)->h.index);
+    if (it != s.pds.end() && it->second == pd_of(pd)->h) s.pds.erase(it);
+  }
   delete pd_of(pd);
   return 0;
 }
+
+// rdma-core's ibv_import_pd: the PD whose ibv_pd.handle is `pd_handle`, allocated through any
+// context sharing `context`'s objects. ENOENT for a handle that names no live PD, as the
+// kernel's object lookup. ibv_dealloc_pd of an imported PD destroys the PD for every holder;
+// ibv_unimport_pd frees only this process's object.
+UROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
+  return guarded<ibv_pd*>(nullptr, [&]() -> ibv_pd* {
+    if (context == nullptr) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    SharedState& s = *ctx_of(context)->s;
+    PdHandle h;
+    {
+      std::lock_guard lk(s.mu);
+      auto it = s.pds.find(pd_handle);
+      if (it == s.pds.end()) {
+        errno = ENOENT;
+        return nullptr;
+      }
+      h = it->second;
+    }
+    auto* p = new Pd();
+    p->ibv.context = context;
+    p->ibv.handle = pd_handle;
+    p->h = h;
+    return &p->ibv;
+  });
+}
+
+UROCE_EXPORT void ibv_unimport_pd(ibv_pd* pd) { delete pd_of(pd); }
 
 namespace {
 
@@ -1124,7 +1295,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::optional<std::uint64_
       errno = EINVAL;
       return nullptr;
     }
-    engine::UdpDevice* u = ctx_of(pd->context)->udp.load();
+    engine::UdpDevice* u = ctx_of(pd->context)->s->udp.load();
     auto r = iova ? u->lock()->reg_mr_iova(pd_of(pd)->h, addr, length, *iova, access)
                   : u->lock()->reg_mr(pd_of(pd)->h, addr, length, access);
     if (!r.ok()) {
@@ -1140,8 +1311,18 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::optional<std::uint64_
     m->ibv.lkey = r.value().lkey;
     m->ibv.rkey = r.value().rkey;
     m->h = r.value().handle;
+    SharedState& s = *ctx_of(pd->context)->s;
+    std::lock_guard lk(s.mu);
+    s.mrs[m->h.index] = SharedState::MrEntry{m->h, m->ibv.lkey, m->ibv.rkey, length};
     return &m->ibv;
   });
+}
+
+// Forgets MR `h` (deregistered) in ibv_import_mr's table.
+void forget_mr(SharedState& s, MrHandle h) {
+  std::lock_guard lk(s.mu);
+  auto it = s.mrs.find(h.index);
+  if (it != s.mrs.end() && it->second.h == h) s.mrs.erase(it);
 }
 
 }  // namespace
@@ -1164,12 +1345,50 @@ UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uin
 }
 
 UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
-  engine::UdpDevice* u = ctx_of(mr->context)->udp.load();
-  const Errc e = u->lock()->dereg_mr(mr_of(mr)->h);
+  SharedState& s = *ctx_of(mr->context)->s;
+  const Errc e = s.udp.load()->lock()->dereg_mr(mr_of(mr)->h);
   if (e != Errc::kOk) return err(e);
+  forget_mr(s, mr_of(mr)->h);
   delete mr_of(mr);
   return 0;
 }
+
+// rdma-core's ibv_import_mr: the MR whose ibv_mr.handle is `mr_handle`, registered through any
+// context sharing `pd`'s context's objects, with its keys and length and a null addr (as
+// rdma-core's: the address is the registering process's business). ENOENT for a handle that
+// names no live MR. ibv_dereg_mr deregisters it for every holder, ibv_unimport_mr frees only
+// this object.
+UROCE_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
+  return guarded<ibv_mr*>(nullptr, [&]() -> ibv_mr* {
+    if (pd == nullptr) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    SharedState& s = *ctx_of(pd->context)->s;
+    SharedState::MrEntry e;
+    {
+      std::lock_guard lk(s.mu);
+      auto it = s.mrs.find(mr_handle);
+      if (it == s.mrs.end()) {
+        errno = ENOENT;
+        return nullptr;
+      }
+      e = it->second;
+    }
+    auto* m = new Mr();
+    m->ibv.context = pd->context;
+    m->ibv.pd = pd;
+    m->ibv.addr = nullptr;
+    m->ibv.length = e.length;
+    m->ibv.handle = mr_handle;
+    m->ibv.lkey = e.lkey;
+    m->ibv.rkey = e.rkey;
+    m->h = e.h;
+    return &m->ibv;
+  });
+}
+
+UROCE_EXPORT void ibv_unimport_mr(ibv_mr* mr) { delete mr_of(mr); }
 
 // rdma-core's ibv_rereg_mr: its own input checks (ERR_INPUT), then the provider's command
 // (ERR_CMD with errno); on success it updates pd, addr and length, the provider the keys.
@@ -1185,11 +1404,11 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
   }
   return guarded<int>(IBV_REREG_MR_ERR_CMD, [&]() -> int {
     const bool new_pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0;
-    if (new_pd && (pd == nullptr || pd->context != mr->context)) {
+    if (new_pd && (pd == nullptr || ctx_of(pd->context)->s != ctx_of(mr->context)->s)) {
       errno = EINVAL;
       return IBV_REREG_MR_ERR_CMD;
     }
-    engine::UdpDevice* u = ctx_of(mr->context)->udp.load();
+    engine::UdpDevice* u = ctx_of(mr->context)->s->udp.load();
     auto r = u->lock()->rereg_mr(mr_of(mr)->h, static_cast<std::uint32_t>(flags),
                                  new_pd ? pd_of(pd)->h : PdHandle{}, addr, length,
                                  static_cast<std::uint32_t>(access));
@@ -1204,6 +1423,14 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
     }
     mr->lkey = r.value().lkey;
     mr->rkey = r.value().rkey;
+    SharedState& s = *ctx_of(mr->context)->s;
+    std::lock_guard lk(s.mu);
+    auto it = s.mrs.find(mr_of(mr)->h.index);
+    if (it != s.mrs.end() && it->second.h == mr_of(mr)->h) {
+      it->second.lkey = mr->lkey;
+      it->second.rkey = mr->rkey;
+      it->second.length = mr->length;
+    }
     return 0;
   });
 }
@@ -1234,10 +1461,10 @@ UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
 UROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   auto* ch = reinterpret_cast<Channel*>(channel);
   {
-    std::lock_guard lk(ch->ctx->mu);
+    std::lock_guard lk(ch->ctx->s->mu);
     if (ch->ibv.refcnt != 0) return EBUSY;
   }
-  const Errc e = ch->ctx->udp.load()->destroy_comp_channel(ch->tag);
+  const Errc e = ch->ctx->s->udp.load()->destroy_comp_channel(ch->tag);
   if (e != Errc::kOk) return err(e);
   delete ch;
   return 0;
@@ -1254,7 +1481,7 @@ UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_conte
 UROCE_EXPORT int ibv_resize_cq(ibv_cq* icq, int cqe) {
   if (icq == nullptr || cqe <= 0) return EINVAL;
   Cq* cq = cq_of(icq);
-  auto r = cq->ctx->udp.load()->lock()->resize_cq(cq->h, static_cast<std::uint32_t>(cqe));
+  auto r = cq->ctx->s->udp.load()->lock()->resize_cq(cq->h, static_cast<std::uint32_t>(cqe));
   if (!r.ok()) return err(r.error());
   icq->cqe = static_cast<int>(r.value());
   return 0;
@@ -1263,11 +1490,11 @@ UROCE_EXPORT int ibv_resize_cq(ibv_cq* icq, int cqe) {
 UROCE_EXPORT int ibv_destroy_cq(ibv_cq* icq) {
   Cq* cq = cq_of(icq);
   Context* ctx = cq->ctx;
-  const Errc e = ctx->udp.load()->lock()->destroy_cq(cq->h);
+  const Errc e = ctx->s->udp.load()->lock()->destroy_cq(cq->h);
   if (e != Errc::kOk) return err(e);
   {
-    std::lock_guard lk(ctx->mu);
-    ctx->cqs.erase(key(cq->h));
+    std::lock_guard lk(ctx->s->mu);
+    ctx->s->cqs.erase(key(cq->h));
     if (cq->channel != nullptr) --cq->channel->ibv.refcnt;
   }
   wait_acked(&cq->ibv.mutex, &cq->ibv.cond, &cq->comp_events_reported,
@@ -1281,7 +1508,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* icq) {
 
 UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
   auto* ch = reinterpret_cast<Channel*>(channel);
-  engine::UdpDevice* u = ch->ctx->udp.load();
+  engine::UdpDevice* u = ch->ctx->s->udp.load();
   for (;;) {
     const bool nonblocking = is_nonblocking(ch->ibv.fd);
     auto r = u->get_cq_event(ch->tag, nonblocking ? Duration::zero() : Duration::infinite());
@@ -1293,9 +1520,9 @@ UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
       errno = nonblocking ? EAGAIN : EIO;
       return -1;
     }
-    std::lock_guard lk(ch->ctx->mu);
-    auto it = ch->ctx->cqs.find(key(*r.value()));
-    if (it == ch->ctx->cqs.end()) {
+    std::lock_guard lk(ch->ctx->s->mu);
+    auto it = ch->ctx->s->cqs.find(key(*r.value()));
+    if (it == ch->ctx->s->cqs.end()) {
       u->ack_cq_events(ch->tag, *r.value(), 1);  // a CQ destroyed since: nobody to tell
       continue;
     }
@@ -1309,7 +1536,7 @@ UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
 UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* icq, unsigned int nevents) {
   Cq* cq = cq_of(icq);
   if (cq->channel == nullptr || nevents == 0) return;
-  cq->ctx->udp.load()->ack_cq_events(cq->channel->tag, cq->h, nevents);
+  cq->ctx->s->udp.load()->ack_cq_events(cq->channel->tag, cq->h, nevents);
   pthread_mutex_lock(&cq->ibv.mutex);
   cq->ibv.comp_events_completed += nevents;
   pthread_cond_broadcast(&cq->ibv.cond);
@@ -1322,7 +1549,7 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   Context* ctx = ctx_of(context);
   for (;;) {
     const bool nonblocking = is_nonblocking(ctx->async_placeholder);
-    engine::UdpDevice* u = ctx->udp.load(std::memory_order_acquire);
+    engine::UdpDevice* u = ctx->s->udp.load(std::memory_order_acquire);
     if (u == nullptr) {
       if (nonblocking) {
         errno = EAGAIN;
@@ -1395,7 +1622,7 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
       return nullptr;
     }
     Context* ctx = ctx_of(pd->context);
-    engine::UdpDevice* u = ctx->udp.load();
+    engine::UdpDevice* u = ctx->s->udp.load();
     SrqAttr a{attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit};
     auto r = u->lock()->create_srq(pd_of(pd)->h, a);
     if (!r.ok()) {
@@ -1412,8 +1639,8 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     s->ibv.handle = r.value().handle.index;
     init_sync(&s->ibv.mutex, &s->ibv.cond);
     s->h = r.value().handle;
-    std::lock_guard lk(ctx->mu);
-    ctx->srqs[key(s->h)] = s;
+    std::lock_guard lk(ctx->s->mu);
+    ctx->s->srqs[key(s->h)] = s;
     return &s->ibv;
   });
 }
@@ -1421,13 +1648,13 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
 UROCE_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   SrqAttr a{attr->max_wr, attr->max_sge, attr->srq_limit};
   return err(ctx_of(srq->context)
-                 ->udp.load()
+                 ->s->udp.load()
                  ->lock()
                  ->modify_srq(srq_of(srq)->h, a, static_cast<std::uint32_t>(mask)));
 }
 
 UROCE_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
-  auto r = ctx_of(srq->context)->udp.load()->lock()->query_srq(srq_of(srq)->h);
+  auto r = ctx_of(srq->context)->s->udp.load()->lock()->query_srq(srq_of(srq)->h);
   if (!r.ok()) return err(r.error());
   attr->max_wr = r.value().max_wr;
   attr->max_sge = r.value().max_sge;
@@ -1437,11 +1664,11 @@ UROCE_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 
 UROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
   Context* ctx = ctx_of(srq->context);
-  const Errc e = ctx->udp.load()->lock()->destroy_srq(srq_of(srq)->h);
+  const Errc e = ctx->s->udp.load()->lock()->destroy_srq(srq_of(srq)->h);
   if (e != Errc::kOk) return err(e);
   {
-    std::lock_guard lk(ctx->mu);
-    ctx->srqs.erase(key(srq_of(srq)->h));
+    std::lock_guard lk(ctx->s->mu);
+    ctx->s->srqs.erase(key(srq_of(srq)->h));
   }
   wait_acked(&srq->mutex, &srq->cond, &srq_of(srq)->events_reported, &srq->events_completed);
   destroy_sync(&srq->mutex, &srq->cond);
@@ -1457,7 +1684,7 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
       errno = EINVAL;
       return nullptr;
     }
-    auto r = ctx_of(pd->context)->udp.load()->lock()->create_ah(pd_of(pd)->h, to_ah_attr(*attr));
+    auto r = ctx_of(pd->context)->s->udp.load()->lock()->create_ah(pd_of(pd)->h, to_ah_attr(*attr));
     if (!r.ok()) {
       errno = err(r.error());
       return nullptr;
@@ -1472,7 +1699,7 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 }
 
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
-  const Errc e = ctx_of(ah->context)->udp.load()->lock()->destroy_ah(ah_of(ah)->h);
+  const Errc e = ctx_of(ah->context)->s->udp.load()->lock()->destroy_ah(ah_of(ah)->h);
   if (e != Errc::kOk) return err(e);
   delete ah_of(ah);
   return 0;
@@ -1567,14 +1794,14 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   // uroce's own bit (no IBV_QP_* one, the kernel refuses it): the drop-in librdmacm's RTR for a
   // peer whose GUID carries uroce's mark (cma.cc's modify_rtr).
   a.selective_repeat = (m & kQpSelectiveRepeat) != 0;
-  const Errc e = ctx_of(qp->context)->udp.load()->lock()->modify_qp(qp_of(qp)->h, a, m);
+  const Errc e = ctx_of(qp->context)->s->udp.load()->lock()->modify_qp(qp_of(qp)->h, a, m);
   if (e != Errc::kOk) return err(e);
   if ((m & IBV_QP_STATE) != 0) qp->state = attr->qp_state;
   return 0;
 }
 
 UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init_attr) {
-  auto r = ctx_of(qp->context)->udp.load()->lock()->query_qp(qp_of(qp)->h);
+  auto r = ctx_of(qp->context)->s->udp.load()->lock()->query_qp(qp_of(qp)->h);
   if (!r.ok()) return err(r.error());
   to_ibv_qp_attr(r.value().attr, attr);
   if (init_attr != nullptr) {
@@ -1593,11 +1820,11 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_at
 
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   Context* ctx = ctx_of(qp->context);
-  const Errc e = ctx->udp.load()->lock()->destroy_qp(qp_of(qp)->h);
+  const Errc e = ctx->s->udp.load()->lock()->destroy_qp(qp_of(qp)->h);
   if (e != Errc::kOk) return err(e);
   {
-    std::lock_guard lk(ctx->mu);
-    ctx->qps.erase(key(qp_of(qp)->h));
+    std::lock_guard lk(ctx->s->mu);
+    ctx->s->qps.erase(key(qp_of(qp)->h));
   }
   wait_acked(&qp->mutex, &qp->cond, &qp_of(qp)->events_reported, &qp->events_completed);
   destroy_sync(&qp->mutex, &qp->cond);

@@ -196,24 +196,10 @@ UROCE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int,
 UROCE_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 UROCE_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 
-UROCE_EXPORT ibv_context* ibv_import_device(int) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-UROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-UROCE_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
 UROCE_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) {
   errno = EOPNOTSUPP;
   return nullptr;
 }
-UROCE_EXPORT void ibv_unimport_pd(ibv_pd*) {}
-UROCE_EXPORT void ibv_unimport_mr(ibv_mr*) {}
 UROCE_EXPORT void ibv_unimport_dm(ibv_dm*) {}
 
 UROCE_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
