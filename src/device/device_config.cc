@@ -128,8 +128,10 @@ std::vector<DeviceSpec> interface_devices(const std::vector<InterfaceAddress>& i
       if (base.size() > kMaxName) base.resize(kMaxName);
       std::string name = base;
       for (int n = 2; name_taken(name); ++n) {
-        const std::string suffix = "_" + std::to_string(n);
-        name = base.substr(0, kMaxName - suffix.size()) + suffix;
+        std::string suffix(1, '_');  // not "_" + to_string(n): GCC 12's -Wrestrict misfires
+        suffix += std::to_string(n);
+        name = base.substr(0, kMaxName - suffix.size());
+        name += suffix;
       }
       DeviceSpec d;
       d.name = name;
