@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -16,14 +17,13 @@ namespace {
 
 constexpr const char* kDefaultConfigFile = "/etc/uroce/devices.conf";
 
+bool name_byte_ok(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.';
+}
+
 bool valid_name(const std::string& n) {
-  if (n.empty() || n.size() > 63) return false;
-  for (char c : n) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
+  return !n.empty() && n.size() <= 63 && std::all_of(n.begin(), n.end(), name_byte_ok);
 }
 
 std::string describe(const std::vector<DeviceSpec>& list) {
@@ -73,7 +73,80 @@ Result<DeviceSpec, std::string> parse_entry(const std::string& name, const std::
   return d;
 }
 
+// An IPv6 address a device can bind without a scope: not link-local (fe80::/10), not multicast.
+bool usable_v6(const wire::IpAddress& ip) {
+  const bool link_local = ip.bytes[0] == 0xfe && (ip.bytes[1] & 0xc0) == 0x80;
+  return !link_local && ip.bytes[0] != 0xff;
+}
+
 }  // namespace
+
+std::vector<DeviceSpec> interface_devices(const std::vector<InterfaceAddress>& interfaces,
+                                          const std::vector<DeviceSpec>& taken) {
+  // Each interface that is up and not loopback, with its chosen address.
+  struct Candidate {
+    std::string ifname;
+    std::optional<wire::IpAddress> v4, v6;
+  };
+  std::vector<Candidate> found;
+  for (const InterfaceAddress& a : interfaces) {
+    if (a.name.empty() || a.loopback || !a.up || !a.ip) continue;
+    auto it = std::find_if(found.begin(), found.end(),
+                           [&](const Candidate& c) { return c.ifname == a.name; });
+    if (it == found.end()) it = found.insert(found.end(), Candidate{a.name, {}, {}});
+    if (!a.ip->v6 && !it->v4) it->v4 = a.ip;
+    if (a.ip->v6 && !it->v6 && usable_v6(*a.ip)) it->v6 = a.ip;
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Candidate& x, const Candidate& y) { return x.ifname < y.ifname; });
+  std::vector<std::string> names;
+  std::vector<wire::IpAddress> addresses;
+  for (const DeviceSpec& t : taken) {
+    names.push_back(t.name);
+    addresses.push_back(t.ip);
+  }
+  const auto name_taken = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  // Pass 0 names the interfaces whose names are usable as they are, pass 1 the others.
+  constexpr std::string_view kPrefix = "uroce_";
+  constexpr std::size_t kMaxName = 63;
+  std::vector<std::optional<DeviceSpec>> chosen(found.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      const Candidate& c = found[i];
+      const std::optional<wire::IpAddress> ip = c.v4 ? c.v4 : c.v6;
+      if (!ip) continue;
+      std::string base = std::string(kPrefix) + c.ifname;
+      const bool as_is =
+          base.size() <= kMaxName && std::all_of(c.ifname.begin(), c.ifname.end(), name_byte_ok);
+      if (as_is != (pass == 0)) continue;
+      if (std::find(addresses.begin(), addresses.end(), *ip) != addresses.end()) continue;
+      for (char& ch : base) {
+        if (!name_byte_ok(ch)) ch = '_';
+      }
+      if (base.size() > kMaxName) base.resize(kMaxName);
+      std::string name = base;
+      for (int n = 2; name_taken(name); ++n) {
+        std::string suffix(1, '_');  // not "_" + to_string(n): GCC 12's -Wrestrict misfires
+        suffix += std::to_string(n);
+        name = base.substr(0, kMaxName - suffix.size());
+        name += suffix;
+      }
+      DeviceSpec d;
+      d.name = name;
+      d.ip = *ip;
+      names.push_back(name);
+      addresses.push_back(*ip);
+      chosen[i] = d;
+    }
+  }
+  std::vector<DeviceSpec> out;
+  for (auto& d : chosen) {
+    if (d) out.push_back(std::move(*d));
+  }
+  return out;
+}
 
 Result<wire::IpAddress, std::string> parse_ip(const std::string& text) {
   wire::IpAddress a;
@@ -191,7 +264,11 @@ Result<std::vector<DeviceSpec>, std::string> configured_devices(const DeviceSour
   DeviceSpec d;
   d.name = "uroce0";
   d.ip = wire::IpAddress::v4(0x7f000001);
-  return std::vector<DeviceSpec>{d};
+  std::vector<DeviceSpec> list{d};
+  if (source.interfaces) {
+    for (DeviceSpec& i : interface_devices(*source.interfaces, list)) list.push_back(i);
+  }
+  return list;
 }
 
 Result<DeviceSpec, std::string> resolve_device(const DeviceSelection& sel,

@@ -10,7 +10,9 @@
 //      fault/fault.h's grammar, no spaces; NAME: the congestion control, as UROCE_CC names it;
 //      sr and sr_peers: selective repeat, as UROCE_SR and UROCE_SR_PEERS give it); `#` starts a
 //      comment;
-//   3. the default: uroce0 on 127.0.0.1.
+//   3. the default: uroce0 on 127.0.0.1, first (index 0, what a program that takes the first
+//      device gets), then one device per interface of this host that is up and has an address,
+//      as rxe puts a device on a netdev (host_interface_devices below; docs/CONFIGURATION.md).
 // Two processes on one host use different devices by giving each its own list (for example
 // UROCE_DEVICES=127.0.0.2 in the second one) or by naming an address on the command line.
 #pragma once
@@ -57,11 +59,41 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string
 Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string& text,
                                                                const std::string& path);
 
-// Where the device list comes from, as the edge (src/edge) read it from the environment:
-// nothing below the edge reads UROCE_DEVICES or UROCE_CONFIG itself.
+// One entry of the host's interface list, as getifaddrs(3) gives it (the edge, src/edge, reads
+// it): an interface's name and flags with one of its addresses, or with none (an interface
+// without an IP address appears once, with `ip` unset).
+struct InterfaceAddress {
+  std::string name;
+  bool up = false;        // IFF_UP: administratively up (carrier not required)
+  bool loopback = false;  // IFF_LOOPBACK
+  std::optional<wire::IpAddress> ip;
+};
+
+// The devices the default list adds after uroce0, one per interface, pure (tests feed it fake
+// lists):
+//   - skipped: loopback interfaces (uroce0 serves 127.0.0.1), interfaces that are down, and
+//     interfaces without a usable address;
+//   - the address: the interface's first IPv4 address in the list's (the kernel's) order, else
+//     its first IPv6 address that is neither link-local (fe80::/10, which needs a scope) nor
+//     multicast; an address an earlier device already has is skipped;
+//   - the name: `uroce_<interface>`, each byte outside A-Z a-z 0-9 _ - . replaced by `_`, cut
+//     to 63 bytes; a name an earlier device has (only after such a replacement or cut) gets
+//     `_2`, `_3`, ... until it is free. Interfaces whose names need no replacement are named
+//     first, so each of them always gets exactly `uroce_<interface>`;
+//   - the order: by interface name (bytewise), not by index, so that it does not depend on
+//     the order in which interfaces were created.
+// `taken` names and addresses (uroce0's) are never given out.
+std::vector<DeviceSpec> interface_devices(const std::vector<InterfaceAddress>& interfaces,
+                                          const std::vector<DeviceSpec>& taken = {});
+
+// Where the device list comes from, as the edge (src/edge) read it from the environment and
+// the host: nothing below the edge reads UROCE_DEVICES or UROCE_CONFIG, or lists interfaces.
 struct DeviceSource {
   std::optional<std::string> devices;  // UROCE_DEVICES, when set (used when not empty)
   std::string config_path;             // UROCE_CONFIG, when set and not empty
+  // The host's interfaces (getifaddrs), read by the edge when no UROCE_DEVICES is set; unset
+  // (a DeviceSource built by hand, in tests): the default list is uroce0 alone.
+  std::optional<std::vector<InterfaceAddress>> interfaces;
 };
 
 // The configured devices (see above) from `source`. An error message for a malformed

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "datapath/udp.h"
+#include "edge/interfaces.h"
 
 namespace uroce::edge {
 
@@ -41,6 +42,7 @@ engine::DeviceSource device_source(const char* const* env) {
   engine::DeviceSource s;
   if (const char* d = lookup(env, "UROCE_DEVICES")) s.devices = std::string(d);
   if (const char* c = lookup(env, "UROCE_CONFIG"); c != nullptr && *c != '\0') s.config_path = c;
+  if (!s.devices || s.devices->empty()) s.interfaces = host_interfaces();  // for the default
   return s;
 }
 

@@ -14,7 +14,9 @@ namespace uroce::edge {
 // The process's environment (environ).
 const char* const* process_environment();
 
-// Where the device list comes from (UROCE_DEVICES, UROCE_CONFIG; device/device_config.h).
+// Where the device list comes from (UROCE_DEVICES, UROCE_CONFIG; device/device_config.h), with
+// the host's interfaces (host_interfaces(), edge/interfaces.h) unless UROCE_DEVICES names the
+// devices.
 engine::DeviceSource device_source(const char* const* env = process_environment());
 
 // What a shared device's coordinator started from this process is told, from `env`

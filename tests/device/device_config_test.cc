@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cerrno>
+#include <fstream>
 
 #include "device/udp_device.h"  // open_device
 #include "support/test_net.h"
@@ -131,6 +132,113 @@ TEST(DeviceConfig, ResolvesFromTheListAndTheFile) {
   EXPECT_EQ(unreadable.error(), "cannot read UROCE_CONFIG file /nonexistent/uroce.conf");
   file.devices = "";  // UROCE_DEVICES set but empty: the file is read
   EXPECT_FALSE(resolve_device({}, file).ok());
+}
+
+// The host's interfaces as getifaddrs lists them (the edge's job), built by hand: an entry per
+// address, and one without an address per interface.
+InterfaceAddress entry(const std::string& name, const char* ip, bool up = true,
+                       bool loopback = false) {
+  InterfaceAddress a;
+  a.name = name;
+  a.up = up;
+  a.loopback = loopback;
+  if (ip != nullptr) a.ip = parse_ip(ip).value();
+  return a;
+}
+
+std::string show(const std::vector<DeviceSpec>& list) {
+  std::string s;
+  for (const DeviceSpec& d : list) s += (s.empty() ? "" : " ") + d.name + "=" + ip_to_string(d.ip);
+  return s;
+}
+
+TEST(InterfaceDevices, LoopbackAloneGivesNoDevice) {
+  EXPECT_EQ(show(interface_devices({})), "");
+  EXPECT_EQ(show(interface_devices({entry("lo", nullptr, true, true),
+                                    entry("lo", "127.0.0.1", true, true),
+                                    entry("lo", "::1", true, true)})),
+            "");
+}
+
+TEST(InterfaceDevices, OneEthernetWithAnAddressGivesItsDevice) {
+  EXPECT_EQ(show(interface_devices({entry("lo", "127.0.0.1", true, true), entry("eth0", nullptr),
+                                    entry("eth0", "10.77.0.100")})),
+            "uroce_eth0=10.77.0.100");
+}
+
+TEST(InterfaceDevices, InterfacesWithoutAnAddressOrDownGiveNone) {
+  EXPECT_EQ(show(interface_devices({entry("dummy0", nullptr), entry("eth1", nullptr),
+                                    entry("eth2", "192.0.2.7", /*up=*/false),
+                                    entry("eth3", "fe80::1")})),  // link-local only
+            "");
+}
+
+TEST(InterfaceDevices, SeveralAddressesGiveOneDeviceOnTheFirstIpv4) {
+  EXPECT_EQ(show(interface_devices({entry("eth0", "fe80::1"), entry("eth0", "2001:db8::1"),
+                                    entry("eth0", "10.0.0.1"), entry("eth0", "10.0.0.2")})),
+            "uroce_eth0=10.0.0.1");
+  // No IPv4: the first IPv6 address that needs no scope.
+  EXPECT_EQ(show(interface_devices({entry("v6", "fe80::2"), entry("v6", "ff02::1"),
+                                    entry("v6", "2001:db8::5"), entry("v6", "2001:db8::6")})),
+            "uroce_v6=2001:db8::5");
+}
+
+TEST(InterfaceDevices, OrderIsByNameAndAddressesAreNotGivenTwice) {
+  // Listed in index order (eth1 made first); the address of uroce0 and one repeated on two
+  // interfaces go to one device only.
+  DeviceSpec u0;
+  u0.name = "uroce0";
+  u0.ip = parse_ip("127.0.0.1").value();
+  EXPECT_EQ(show(interface_devices({entry("eth1", "10.0.0.1"), entry("eth0", "10.0.0.2"),
+                                    entry("br0", "10.0.0.1"), entry("odd", "127.0.0.1")},
+                                   {u0})),
+            "uroce_br0=10.0.0.1 uroce_eth0=10.0.0.2");
+}
+
+TEST(InterfaceDevices, NamesAreValidUniqueAndFitInIbvSysfsNameMax) {
+  // a_b keeps its name; a#b and a@b, which become it, get a suffix (in name order).
+  EXPECT_EQ(show(interface_devices(
+                {entry("a@b", "10.0.0.1"), entry("a#b", "10.0.0.2"), entry("a_b", "10.0.0.3")})),
+            "uroce_a_b_2=10.0.0.2 uroce_a_b_3=10.0.0.1 uroce_a_b=10.0.0.3");
+  // Longer than Linux allows (IFNAMSIZ 16): still at most 63 bytes, distinct, and parseable.
+  const std::string long_a(100, 'x');
+  const std::string long_b = long_a + "y";
+  auto list = interface_devices({entry(long_a, "10.0.0.4"), entry(long_b, "10.0.0.5")});
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "uroce_" + long_a.substr(0, 57));
+  EXPECT_EQ(list[1].name, "uroce_" + long_a.substr(0, 55) + "_2");
+  for (const DeviceSpec& d : list) {
+    EXPECT_LE(d.name.size(), 63u);  // IBV_SYSFS_NAME_MAX 64 with its NUL
+    auto back = parse_device_list(d.name + "=" + ip_to_string(d.ip));
+    EXPECT_TRUE(back.ok()) << back.error();
+  }
+}
+
+TEST(InterfaceDevices, TheDefaultListKeepsUroce0FirstAndConfigurationWins) {
+  std::ifstream etc("/etc/uroce/devices.conf");
+  if (etc) GTEST_SKIP() << "/etc/uroce/devices.conf exists here: it is the configuration";
+  DeviceSource host;
+  host.interfaces = {entry("lo", "127.0.0.1", true, true), entry("eth0", "10.77.0.100")};
+  auto list = configured_devices(host);
+  ASSERT_TRUE(list.ok()) << list.error();
+  EXPECT_EQ(show(list.value()), "uroce0=127.0.0.1 uroce_eth0=10.77.0.100");
+  EXPECT_EQ(resolve_device({}, host).value().name, "uroce0");  // the first device
+  EXPECT_EQ(ip_to_string(resolve_device(by_name("uroce_eth0"), host).value().ip), "10.77.0.100");
+  EXPECT_EQ(resolve_device(by_ip("10.77.0.100"), host).value().name, "uroce_eth0");
+  DeviceSource none;  // no interfaces read (a DeviceSource built by hand): uroce0 alone
+  EXPECT_EQ(show(configured_devices(none).value()), "uroce0=127.0.0.1");
+  host.devices = "10.77.0.100";  // UROCE_DEVICES wins
+  EXPECT_EQ(show(configured_devices(host).value()), "uroce0=10.77.0.100");
+  host.devices.reset();
+  char path[] = "/tmp/uroce-ifdev-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = "mine 127.0.0.9\n";
+  ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  host.config_path = path;  // and so does a config file
+  EXPECT_EQ(show(configured_devices(host).value()), "mine=127.0.0.9");
+  ::unlink(path);
 }
 
 TEST(DeviceConfig, OpenReportsAddressThatIsNotLocal) {

@@ -185,6 +185,13 @@ TEST(EdgeEnvironment, TheDeviceListsSourceAsTheEnvironmentSaysIt) {
   auto none = device_source(Env({}).get());
   EXPECT_FALSE(none.devices);
   EXPECT_EQ(none.config_path, "");
+  // No UROCE_DEVICES: the host's interfaces are read for the default list; lo is in every
+  // network namespace.
+  ASSERT_TRUE(none.interfaces);
+  bool lo = false;
+  for (const auto& i : *none.interfaces) lo = lo || (i.name == "lo" && i.loopback);
+  EXPECT_TRUE(lo);
+  EXPECT_FALSE(device_source(Env({"UROCE_DEVICES=127.0.0.2"}).get()).interfaces);
   const Env env({"UROCE_DEVICES=", "UROCE_CONFIG=/etc/x.conf"});
   auto set = device_source(env.get());
   EXPECT_EQ(set.devices, "");  // set, if empty: the config file's faults= are not used

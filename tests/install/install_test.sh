@@ -4,7 +4,8 @@
 #   install_test.sh BUILD_DIR CONSUMER_SRC CXX ADDRESS RUN_PAIR TCP_PORT
 #
 # installs BUILD_DIR into a temporary prefix, checks the layout (the drop-ins in their private
-# directory, liburoce with its SONAME, headers, uroce.pc, the CMake package), builds
+# directory, liburoce with its SONAME, headers, uroce.pc, the CMake package, the manual pages
+# uroce(1), uroce(7) and uroce-devd(8)), builds
 # CONSUMER_SRC/main.cc against the prefix with pkg-config and with find_package(uroce), runs both
 # builds (the second opens a device on ADDRESS, which must start the installed uroce-devd, found
 # from liburoce's own place), and runs rdma-core's ibv_devices and an ibv_rc_pingpong pair
@@ -41,8 +42,14 @@ for f in bin/uroce bin/uroce-devd; do [ -x "$p/$f" ] || fail "no $f"; done
 for f in "$lib/uroce/libibverbs.so.1" "$lib/uroce/librdmacm.so.1" \
   "$p/include/uroce/verbs.h" "$p/include/uroce/version.h" \
   "$p/include/uroce/internal/device/udp_device.h" "$lib/pkgconfig/uroce.pc" \
-  "$lib/cmake/uroce/uroce-config.cmake"; do
+  "$lib/cmake/uroce/uroce-config.cmake" "$p/share/man/man1/uroce.1.gz" \
+  "$p/share/man/man7/uroce.7.gz" "$p/share/man/man8/uroce-devd.8.gz"; do
   [ -e "$f" ] || fail "no ${f#"$p"/}"
+done
+# The manual pages are roff that groff renders without a warning (where groff is installed).
+command -v groff >/dev/null && for f in "$p"/share/man/man*/*.gz; do
+  w=$(zcat "$f" | groff -man -ww -z 2>&1) || fail "groff on ${f#"$p"/}"
+  [ -z "$w" ] || fail "${f#"$p"/}: $w"
 done
 # Nothing that would shadow rdma-core's libraries on the loader's path.
 ls "$lib" | grep -E '^lib(ibverbs|rdmacm)' && fail "a drop-in directly in ${lib#"$p"/}"

@@ -1,14 +1,14 @@
 #!/bin/bash
-# The Debian package (cmake/install.cmake, scripts/package), built from the build tree under test,
-# installed with apt-get, checked, and purged:
+# The Debian packages (cmake/install.cmake, scripts/package), uroce and uroce-dev, built from the
+# build tree under test, installed with apt-get, checked, and purged:
 #
 #   package_test.sh BUILD_DIR MARKER
 #
 # Root only (it installs into /usr): skips otherwise, and skips when a uroce package is
 # installed already (it would replace and purge it). Checks `uroce --version`, the drop-ins in
 # /usr/lib/<triplet>/uroce/ (rdma-core's libibverbs.so.1 untouched), `uroce run -- ibv_devices`,
-# what `uroce doctor` finds,
-# then that purging leaves none of the package's files. It purges the package on every way out
+# what `uroce doctor` finds, the manual pages in uroce and the development files in uroce-dev
+# (and not in uroce), then that purging leaves none of the packages' files. It purges the package on every way out
 # (trap); MARKER exists while the package is installed, for the ctest fixture cleanup
 # (package_cleanup.sh) that runs even when this test is killed at its timeout. Every step is
 # bounded well inside the test's ctest timeout.
@@ -21,15 +21,17 @@ fi
 for t in cpack dpkg-shlibdeps apt-get dpkg-architecture; do
   command -v "$t" >/dev/null || { echo "SKIP: no $t"; exit 77; }
 done
-status=$(dpkg-query -W -f='${db:Status-Status}' uroce 2>/dev/null)
-if [ -n "$status" ] && [ "$status" != not-installed ]; then
-  echo "SKIP: a uroce package is on this machine already ($status): not replacing it"
-  exit 77
-fi
+for p in uroce uroce-dev; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' $p 2>/dev/null)
+  if [ -n "$status" ] && [ "$status" != not-installed ]; then
+    echo "SKIP: a $p package is on this machine already ($status): not replacing it"
+    exit 77
+  fi
+done
 tmp=$(mktemp -d)
 cleanup() {
   if [ -e "$marker" ]; then
-    timeout 120 dpkg --purge uroce >/dev/null 2>&1 && rm -f "$marker"
+    timeout 120 dpkg --purge uroce-dev uroce >/dev/null 2>&1 && rm -f "$marker"
   fi
   rm -rf "$tmp"
 }
@@ -44,13 +46,30 @@ SECONDS=0
 timeout 400 cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/pkg" >"$tmp/cpack.log" 2>&1 ||
   { cat "$tmp/cpack.log"; fail "cpack -G DEB"; }
 deb=$(ls "$tmp"/pkg/uroce_*.deb)
-echo "built $(basename "$deb") in ${SECONDS}s"
+dev=$(ls "$tmp"/pkg/uroce-dev_*.deb)
+echo "built $(basename "$deb") and $(basename "$dev") in ${SECONDS}s"
 dpkg-deb -f "$deb" Depends
 dpkg-deb -f "$deb" Depends | grep -Eq 'ibverbs|rdmacm' && fail "it depends on rdma-core"
+dpkg-deb -f "$dev" Depends | grep -qx "uroce (= $(dpkg-deb -f "$deb" Version))" ||
+  fail "uroce-dev does not depend on its uroce: $(dpkg-deb -f "$dev" Depends)"
+# What goes where: the development files in uroce-dev only, the manual pages in uroce.
+dpkg-deb -c "$deb" | awk '{ print $6 }' >"$tmp/runtime-files"
+dpkg-deb -c "$dev" | awk '{ print $6 }' >"$tmp/dev-files"
+for f in ./usr/include/uroce/verbs.h ./usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/pkgconfig/uroce.pc \
+  ./usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/cmake/uroce/uroce-config.cmake \
+  ./usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/liburoce.so; do
+  grep -qx -- "$f" "$tmp/dev-files" || fail "uroce-dev has no $f"
+done
+grep -E '^\./usr/include/|\.pc$|/cmake/|liburoce\.so$' "$tmp/runtime-files" &&
+  fail "uroce holds development files"
+for f in ./usr/share/man/man1/uroce.1.gz ./usr/share/man/man7/uroce.7.gz \
+  ./usr/share/man/man8/uroce-devd.8.gz; do
+  grep -qx -- "$f" "$tmp/runtime-files" || fail "uroce has no $f"
+done
 
 touch "$marker"
-timeout 180 apt-get install -y --no-install-recommends "$deb" >"$tmp/apt.log" 2>&1 ||
-  { cat "$tmp/apt.log"; fail "apt-get install $deb"; }
+timeout 180 apt-get install -y --no-install-recommends "$deb" "$dev" >"$tmp/apt.log" 2>&1 ||
+  { cat "$tmp/apt.log"; fail "apt-get install $deb $dev"; }
 triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 /usr/bin/uroce --version | grep -qx "uroce $(dpkg-deb -f "$deb" Version | sed 's/-.*//')" ||
   fail "uroce --version"
@@ -74,8 +93,13 @@ out=$(/usr/bin/uroce doctor 2>&1)
 grep -q "^ok: the drop-ins are in /usr/bin/.*/uroce " <<<"$out" || fail "uroce doctor: $out"
 grep -qx "ok: the coordinator is /usr/bin/uroce-devd" <<<"$out" || fail "uroce doctor: $out"
 
-dpkg -L uroce >"$tmp/files"
-timeout 120 apt-get purge -y uroce >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge"; }
+if command -v man >/dev/null; then
+  man -w uroce-devd | grep -qx /usr/share/man/man8/uroce-devd.8.gz || fail "man -w uroce-devd"
+fi
+
+{ dpkg -L uroce; dpkg -L uroce-dev; } >"$tmp/files"
+timeout 120 apt-get purge -y uroce-dev uroce >"$tmp/apt.log" 2>&1 ||
+  { cat "$tmp/apt.log"; fail "apt-get purge"; }
 rm -f "$marker"
 left=0
 while read -r f; do
