@@ -884,6 +884,11 @@ DeviceStats UdpDevice::stats() {
   return stats_locked();
 }
 
+void UdpDevice::flush_capture() {
+  std::lock_guard lk(mu_);
+  if (capture_) capture_->flush();
+}
+
 void UdpDevice::open_stats_endpoint() {
   // Without an endpoint the device still works; `uroce stats` just does not see it.
   UROCE_ASSERT(stats_fd_ < 0);  // opened once, at open()

@@ -168,6 +168,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // The device's membership when shared (nullptr when exclusive).
   SharedPort* shared_port() { return shared_.get(); }
   int fd() const { return dp_ ? dp_->fd() : -1; }
+  // Writes out what the capture file (capture_path) has buffered, so that it can be read while
+  // the device runs.
+  void flush_capture();
 
   // One round of progress now. Returns true if anything was received or sent. After close():
   // does nothing, returns false.
