@@ -149,9 +149,8 @@ bool Aead::open(const Nonce& nonce, ConstBytes aad, std::span<const ConstBytes> 
     if (!feed_aad(dec_, false, b)) return false;
   }
   int len = 0;
-  if (!ciphertext.empty() &&
-      EVP_DecryptUpdate(dec_, u8(out), &len, u8(ciphertext), static_cast<int>(ciphertext.size())) !=
-          1) {
+  if (!ciphertext.empty() && EVP_DecryptUpdate(dec_, u8(out), &len, u8(ciphertext),
+                                               static_cast<int>(ciphertext.size())) != 1) {
     return false;
   }
   Tag expected = tag;  // EVP_CTRL_GCM_SET_TAG takes a non-const pointer

@@ -22,8 +22,8 @@ Result<std::unique_ptr<SealedDatapath>, std::string> SealedDatapath::create(
   if (settings.mode == Mode::kOff) return Err{std::string("aead=off seals nothing")};
   auto aead = Aead::create(settings.key);
   if (!aead.ok()) return Err{aead.error()};
-  return std::unique_ptr<SealedDatapath>(new SealedDatapath(
-      inner, settings.mode, std::move(aead.value()), salt, first_counter));
+  return std::unique_ptr<SealedDatapath>(
+      new SealedDatapath(inner, settings.mode, std::move(aead.value()), salt, first_counter));
 }
 
 SealedDatapath::SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, std::uint32_t salt,

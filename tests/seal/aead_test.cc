@@ -57,13 +57,13 @@ TEST(Aead, GcmSpecificationTestVectors) {
   }
   const auto key = key_of("feffe9928665731c6d6a8f9467308308");
   const auto nonce = nonce_of("cafebabefacedbaddecaf888");
-  const auto p = hex(
-      "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
-      "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");
+  const auto p =
+      hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+          "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");
   const auto aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
-  const auto want_c = hex(
-      "42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e"
-      "21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091");
+  const auto want_c =
+      hex("42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e"
+          "21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091");
   const auto want_tag = hex("5bc94fbc3221a5db94fae95ae7121a47");
   auto a = Aead::create(key).value();
   // The plaintext in three pieces, as a packet's payload comes from several SGEs.
@@ -226,8 +226,8 @@ class SealedPair : public ::testing::Test {
     tx_ = SealedDatapath::create(tx_inner_, Settings{tx_mode, key_of(std::string(32, '4'))},
                                  0x11223344, 1000)
               .value();
-    rx_ = SealedDatapath::create(rx_inner_, Settings{rx_mode, key_of(rx_key)}, 0x55667788, 5)
-              .value();
+    rx_ =
+        SealedDatapath::create(rx_inner_, Settings{rx_mode, key_of(rx_key)}, 0x55667788, 5).value();
   }
   // A packet from the transport: RDMA WRITE Only of `payload` to `qpn` at `psn`.
   void send(std::uint32_t qpn, std::uint32_t psn, ConstBytes payload) {
