@@ -209,7 +209,7 @@ FrameOut parse_frame(LinkType link, ConstBytes f, const FrameOptions& opts) {
     if (!icrc_verify(out.ip_udp, roce)) return Err{DropReason::kBadIcrc};
     out.icrc_checked = true;
   }
-  auto pkt = parse_roce(roce);
+  auto pkt = parse_roce(roce, opts.accept_sealed);
   if (!pkt.ok()) return Err{pkt.error()};
   out.roce = pkt.value();
   return out;

@@ -97,6 +97,7 @@ bool link_type_supported(int dlt);
 
 struct FrameOptions {
   bool verify_icrc = true;
+  bool accept_sealed = false;  // parse_roce's: sealed packets parse (RocePacket::trailer)
 };
 
 struct Frame {

@@ -69,7 +69,12 @@ std::vector<std::vector<std::byte>> packets_from(const std::string& pcap, const 
     char ip[16];
     const auto* a = reinterpret_cast<const unsigned char*>(rec.data.data() + 14 + 12);
     std::snprintf(ip, sizeof ip, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
-    if (src == ip) out.emplace_back(rec.data.begin() + kOuter, rec.data.end());
+    if (src != ip) continue;
+    // Sealed or not, a frame is RoCEv2 with a valid ICRC (what `uroce pcap check` verifies).
+    auto f = wire::parse_frame(wire::LinkType::kEthernet, rec.data,
+                               wire::FrameOptions{.verify_icrc = true, .accept_sealed = true});
+    EXPECT_TRUE(f.ok()) << wire::drop_reason_name(f.error());
+    out.emplace_back(rec.data.begin() + kOuter, rec.data.end());
   }
   return out;
 }
@@ -271,12 +276,12 @@ TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
   auto same_nonce = captured;
   same_nonce[kRethVa] ^= std::byte{0x40};
   attacker.send(b_ip, same_nonce);
-  // Changed, and given a counter b has not seen (one byte of the nonce's counter changed
-  // too): the tag does not verify.
+  // Changed, and given a counter b has not seen (ahead of every counter a used): the tag does
+  // not verify.
   for (std::size_t at : {kPsn, kRethVa, kPayload, tag}) {
     auto t = captured;
     t[at] ^= std::byte{0x04};
-    t[nonce + 6] ^= std::byte{0x01};  // counter + 2^40 (or - 2^40)
+    store_be64(t, nonce + 4, load_be64(t, nonce + 4) + (std::uint64_t{1} << 20) + at);
     attacker.send(b_ip, t);
   }
   receive(b, 6);
@@ -359,8 +364,8 @@ TEST(Aead, TheConfigFileNamesModeAndKey) {
   EXPECT_EQ(list.value()[0].seal->key.size, 16u);
   EXPECT_EQ(list.value()[1].seal->mode, seal::Mode::kOff);
   EXPECT_FALSE(list.value()[2].seal);
-  for (const char* bad : {"a 10.0.0.1 aead=encrypt", "a 10.0.0.1 aead=maybe",
-                          "a 10.0.0.1 aead=require psk=12"}) {
+  for (const char* bad :
+       {"a 10.0.0.1 aead=encrypt", "a 10.0.0.1 aead=maybe", "a 10.0.0.1 aead=require psk=12"}) {
     auto r = parse_device_file(bad, "f");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
