@@ -36,50 +36,24 @@ printf 'srv %s aead=%s psk=%s\ncli %s aead=%s psk=%s\n' "$SIP" "$MODE" "$key" "$
   "$key" >"$tmp/on.conf"
 printf 'srv %s\ncli %s\n' "$SIP" "$CIP" >"$tmp/off.conf"
 
-# perf SETTING OUT ARGS...: one uroce perf pair with the devices of SETTING's config file.
-perf() {
-  local setting=$1 out=$2
-  shift 2
-  local env=(env -u UROCE_DEVICES UROCE_CONFIG="$tmp/$setting.conf")
-  "${env[@]}" "${cpu0[@]}" "$U" perf "$@" --ip "$SIP" -p 18519 --json >"$tmp/server.json" &
-  local srv=$!
-  "${env[@]}" "${cpu1[@]}" "$U" perf "$@" --ip "$CIP" -p 18519 --json --connect_timeout 30 \
-    "$SIP" >"$tmp/$out.json"
-  wait $srv
-  echo "$out: $(cat "$tmp/$out.json")"
-}
-
 for r in $(seq 1 "$R"); do
   order=(on off)
   ((r % 2 == 0)) && order=(off on)
   for setting in "${order[@]}"; do
-    perf "$setting" "write_bw.$setting.$r" write_bw -s 65536 -D "$S"
-    perf "$setting" "write_bw4k.$setting.$r" write_bw -s 4096 -D "$S"
-    perf "$setting" "write_lat.$setting.$r" write_lat -s 8 -n 20000
-    perf "$setting" "write_lat4k.$setting.$r" write_lat -s 4096 -n 20000
+    cfg=(-u UROCE_DEVICES UROCE_CONFIG="$tmp/$setting.conf")
+    perf_pair "$tmp" "write_bw.$setting.$r" "${cfg[@]}" -- write_bw -s 65536 -D "$S"
+    perf_pair "$tmp" "write_bw4k.$setting.$r" "${cfg[@]}" -- write_bw -s 4096 -D "$S"
+    perf_pair "$tmp" "write_lat.$setting.$r" "${cfg[@]}" -- write_lat -s 8 -n 20000
+    perf_pair "$tmp" "write_lat4k.$setting.$r" "${cfg[@]}" -- write_lat -s 4096 -n 20000
   done
 done
 
-python3 - "$tmp" "$R" "$MODE" <<'PY'
-import json, statistics, sys
-d, rounds, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def val(name, setting, r, key):
-    with open(f"{d}/{name}.{setting}.{r}.json") as fh:
-        return float(json.loads(fh.read().strip().splitlines()[-1])[key])
-rows = [  # label, run, key, higher is better
-    ("WRITE 64 KiB, Gb/s", "write_bw", "bw_avg_gbit_s", True),
-    ("WRITE 4 KiB, Gb/s", "write_bw4k", "bw_avg_gbit_s", True),
-    ("WRITE 8 B latency, typical us", "write_lat", "t_typical_us", False),
-    ("WRITE 8 B latency, p99 us", "write_lat", "t_p99_us", False),
-    ("WRITE 4 KiB latency, typical us", "write_lat4k", "t_typical_us", False),
-]
-print(f"\n| row | {mode}, median | off, median | ratio, median of {rounds} rounds (low-high) |")
-print("| --- | --- | --- | --- |")
-for label, run, key, higher in rows:
-    on = [val(run, "on", r, key) for r in range(1, rounds + 1)]
-    off = [val(run, "off", r, key) for r in range(1, rounds + 1)]
-    ratios = [(a / b if higher else b / a) if a and b else float("nan") for a, b in zip(on, off)]
-    print(f"| {label} | {statistics.median(on):.3f} | {statistics.median(off):.3f} | "
-          f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
-print(f"\nratio: {mode} against off (latency: off / {mode}); 1 is free, below 1 the cost")
-PY
+bench/ab_table.py "$tmp" "$R" on "$MODE" off off <<'ROWS'
+WRITE 64 KiB, Gb/s|write_bw|bw_avg_gbit_s|1
+WRITE 4 KiB, Gb/s|write_bw4k|bw_avg_gbit_s|1
+WRITE 8 B latency, typical us|write_lat|t_typical_us|0
+WRITE 8 B latency, p99 us|write_lat|t_p99_us|0
+WRITE 4 KiB latency, typical us|write_lat4k|t_typical_us|0
+ROWS
+echo
+echo "ratio: $MODE against off (latency: off / $MODE); 1 is free, below 1 the cost"

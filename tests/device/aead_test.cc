@@ -126,16 +126,6 @@ class Injector {
   std::uint16_t port_ = 0;
 };
 
-// Drives `s` alone until its socket has received `n` more datagrams.
-void receive(Side& s, std::uint64_t n) {
-  const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
-  const Instant give_up = UdpDevice::now() + Duration::s(20);
-  while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
-    s.dev->progress();
-  }
-  EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
-}
-
 // An RDMA WRITE of `data` (placed in a's buffer at `at`) to b's buffer at `at`; its completion.
 Wc write(Side& a, Side& b, std::size_t at, const std::vector<std::byte>& data,
          std::uint64_t id = 1) {
@@ -284,7 +274,7 @@ TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
     store_be64(t, nonce + 4, load_be64(t, nonce + 4) + (std::uint64_t{1} << 20) + at);
     attacker.send(b_ip, t);
   }
-  receive(b, 6);
+  test::receive(b, 6);
   EXPECT_EQ(counter(b, "aead_replay_drops"), 2u);
   EXPECT_EQ(counter(b, "aead_auth_drops"), 4u);
   EXPECT_EQ(qb.counters().packets_received, qp_received);

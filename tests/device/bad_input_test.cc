@@ -57,16 +57,6 @@ class RawSender {
   int fd_ = -1;
 };
 
-// Drives `s` alone until its socket has received `n` more datagrams.
-void receive(Side& s, std::uint64_t n) {
-  const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
-  const Instant give_up = UdpDevice::now() + Duration::s(20);
-  while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
-    s.dev->progress();
-  }
-  EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
-}
-
 std::uint64_t total_drops(const datapath::UdpCounters& c) {
   std::uint64_t n = 0;
   for (auto d : c.rx_drops) n += d;
@@ -248,7 +238,7 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   w.reth = wire::Reth{b.va(kTarget), b.mr.rkey, static_cast<std::uint32_t>(junk.size())};
   const std::uint64_t b_sent = qb.counters().packets_sent;
   forge(b_ip, w, junk);
-  receive(b, 1);
+  test::receive(b, 1);
   EXPECT_EQ(qb.counters().src_addr_mismatch, 1u);
   EXPECT_EQ(qb.counters().packets_received, 64u);
   EXPECT_EQ(qb.counters().packets_sent, b_sent);  // no ACK for it
@@ -273,7 +263,7 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
   response(kNextPsn + 31, wire::make_ack_syndrome());
   response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kRemoteAccessError));
-  receive(a, 4);
+  test::receive(a, 4);
   Wc early[16];
   EXPECT_EQ(a.dev->device().poll_cq(a.cq, early).value(), 0u);  // nothing completed or failed
   EXPECT_EQ(qa.counters().src_addr_mismatch, 4u);
@@ -403,7 +393,7 @@ void forged_sends_from_the_peers_address(bool peer_named_as_uroce) {
   }
   const std::uint64_t b_sent = qb.counters().packets_sent;
   const std::uint64_t b_received = qb.counters().packets_received;
-  receive(b, kWindow);
+  test::receive(b, kWindow);
   EXPECT_EQ(qb.counters().src_port_mismatch, kWindow);
   EXPECT_EQ(qb.counters().src_addr_mismatch, 0u);
   EXPECT_EQ(qb.counters().packets_received, b_received);

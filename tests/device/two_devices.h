@@ -151,6 +151,16 @@ inline std::vector<Wc> run_until(Side& a, Side& b, std::size_t n) {
   return got;
 }
 
+// Drives `s` alone until its socket has received `n` more datagrams (gives up after 20 s).
+inline void receive(Side& s, std::uint64_t n) {
+  const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
+    s.dev->progress();
+  }
+  EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
+}
+
 // A device counter by its `uroce stats` name (DeviceStats::device_counters); a name that is not
 // there fails the test.
 inline std::uint64_t named_counter(const NamedCounters& counters, std::string_view name) {
