@@ -546,7 +546,8 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   UROCE_CHECK(transport_headers.size() <= kMaxHeaderBytes);
   std::size_t payload_bytes = 0;
   for (ConstBytes p : payload) payload_bytes += p.size();
-  if (payload_bytes > kStagePayload) {
+  const bool sealed = wire::BthView(transport_headers).tver() != 0;
+  if (payload_bytes > kStagePayload + (sealed ? wire::kSealTrailerBytes : 0)) {
     ++counters_.tx_errors;  // more than any path MTU carries (no receiver takes it): lost
     return true;
   }

@@ -176,9 +176,10 @@ class UdpDatapath final : public Datapath {
   // datagram lie one after the other and leave as one iovec. A packet with more than
   // kStagePayload (no path MTU carries that much, and no receiver takes it) is lost, counted in
   // tx_errors.
-  // (A sealed packet's trailer travels as payload: issue 44, seal/sealed_datapath.h.)
-  static constexpr std::size_t kStagePayload = wire::kMaxPayloadBytes + wire::kSealTrailerBytes;
-  static constexpr std::size_t kStagePacket = kMaxHeaderBytes + kStagePayload + 8;
+  // A sealed packet (BTH TVer not 0: seal/sealed_datapath.h) may carry its trailer on top.
+  static constexpr std::size_t kStagePayload = wire::kMaxPayloadBytes;
+  static constexpr std::size_t kStagePacket =
+      kMaxHeaderBytes + kStagePayload + wire::kSealTrailerBytes + 8;
   // A clear message on failure (address not local, port in use, ...).
   static Result<std::unique_ptr<UdpDatapath>, Error> open(const UdpOptions& options);
   ~UdpDatapath() override;
