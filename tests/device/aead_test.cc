@@ -4,10 +4,6 @@
 // payload byte changed (and a valid ICRC), are dropped and counted before they reach a QP or
 // memory, while the connection goes on; a peer with the wrong key, or without sealing against
 // `require`, ends in retry-exceeded completions, counted, with nothing written.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -87,43 +83,24 @@ bool contains(ConstBytes hay, ConstBytes needle) {
 // the peer's address: it sends RoCE packets with their ICRC made right for itself.
 class Injector {
  public:
-  explicit Injector(const char* ip) : ip_(ip) {
-    fd_ = ::socket(AF_INET, SOCK_DGRAM, 0);
-    EXPECT_GE(fd_, 0);
-    int pmtu = IP_PMTUDISC_DO;
-    ::setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    ::inet_pton(AF_INET, ip, &a.sin_addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
-    socklen_t len = sizeof a;
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    port_ = ntohs(a.sin_port);
-  }
-  ~Injector() { ::close(fd_); }
+  explicit Injector(const char* ip) : ip_(ip), socket_(ip, 0) {}
   void send(const char* to, std::vector<std::byte> roce) {
     wire::OuterHeaders o;
     o.src = test::v4(ip_);
     o.dst = test::v4(to);
-    o.src_port = port_;
+    o.src_port = socket_.port();
     o.ethernet = false;
     std::array<std::byte, 64> ip_udp;
     const std::size_t n = wire::write_outer(ip_udp, o, roce.size());
     const std::size_t body = roce.size() - wire::kIcrcBytes;
     store_le32(roce, body,
                wire::icrc_compute(ConstBytes(ip_udp).first(n), ConstBytes(roce).first(body)));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(wire::kRoceV2Port);
-    ::inet_pton(AF_INET, to, &a.sin_addr);
-    EXPECT_EQ(::sendto(fd_, roce.data(), roce.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a),
-              static_cast<ssize_t>(roce.size()));
+    socket_.send(to, roce);
   }
 
  private:
   const char* ip_;
-  int fd_ = -1;
-  std::uint16_t port_ = 0;
+  test::RawSender socket_;
 };
 
 // An RDMA WRITE of `data` (placed in a's buffer at `at`) to b's buffer at `at`; its completion.
