@@ -85,3 +85,22 @@ ratio_row() {
 
 # cpu_model: the first "model name" of /proc/cpuinfo.
 cpu_model() { sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1; }
+
+# perf_pair DIR OUT ENV... -- ARGS...: one `uroce perf ARGS` pair on loopback, the server on $SIP
+# pinned by cpu0 and the client on $CIP by cpu1 (pin_pair), both under `env ENV...` ($U: the
+# uroce binary). The client's JSON goes to DIR/OUT.json and is echoed as "OUT: JSON".
+perf_pair() {
+  local dir=$1 out=$2 envs=()
+  shift 2
+  while [[ $1 != -- ]]; do
+    envs+=("$1")
+    shift
+  done
+  shift
+  env "${envs[@]}" "${cpu0[@]}" "$U" perf "$@" --ip "$SIP" -p 18517 --json >"$dir/server.json" &
+  local srv=$!
+  env "${envs[@]}" "${cpu1[@]}" "$U" perf "$@" --ip "$CIP" -p 18517 --json --connect_timeout 30 \
+    "$SIP" >"$dir/$out.json"
+  wait $srv
+  echo "$out: $(cat "$dir/$out.json")"
+}

@@ -65,8 +65,8 @@ endforeach()
 
 # The Debian package (scripts/package: `cpack -G DEB` in a Release tree): everything above, under
 # /usr, its dependencies found by dpkg-shlibdeps (the libraries the programs link: libc,
-# libstdc++, ISA-L, libpcap; no ibverbs-providers, no rdma-core), with a copyright file and a
-# changelog in /usr/share/doc/uroce. docs/PACKAGING.md explains what lintian says about it.
+# libstdc++, ISA-L, libpcap, OpenSSL's libcrypto; no ibverbs-providers, no rdma-core), with a
+# copyright file and a changelog in /usr/share/doc/uroce. docs/PACKAGING.md explains what lintian says about it.
 configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${PROJECT_BINARY_DIR}/changelog.Debian
                @ONLY)
 execute_process(COMMAND gzip -9nf ${PROJECT_BINARY_DIR}/changelog.Debian)

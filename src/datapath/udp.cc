@@ -546,7 +546,8 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   UROCE_CHECK(transport_headers.size() <= kMaxHeaderBytes);
   std::size_t payload_bytes = 0;
   for (ConstBytes p : payload) payload_bytes += p.size();
-  if (payload_bytes > kStagePayload) {
+  const bool sealed = wire::BthView(transport_headers).tver() != 0;
+  if (payload_bytes > kStagePayload + (sealed ? wire::kSealTrailerBytes : 0)) {
     ++counters_.tx_errors;  // more than any path MTU carries (no receiver takes it): lost
     return true;
   }
@@ -1007,7 +1008,7 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   ++counters_.rx_packets;
   counters_.rx_bytes += roce.size();
   if (roce.size() < wire::kBthBytes + wire::kIcrcBytes) {
-    const auto too_short = wire::parse_roce(roce);  // names what is missing
+    const auto too_short = wire::parse_roce(roce, accept_sealed_);  // names what is missing
     ++counters_.rx_drops[static_cast<std::size_t>(too_short.ok() ? wire::DropReason::kBadIcrc
                                                                  : too_short.error())];
     return;
@@ -1026,7 +1027,7 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   const std::uint32_t outer_state = outer_icrc(false, meta.src, meta.src_port, roce.size());
   std::optional<Result<wire::RocePacket, wire::DropReason>> early;
   if (defer_icrc_ && !tap_) {
-    early = wire::parse_roce(roce);
+    early = wire::parse_roce(roce, accept_sealed_);
     if (early->ok() && wire::icrc_deferrable(*early->value().op)) {
       deferred_check_.dp = this;
       deferred_check_.likely_id = meta.gro_index;
@@ -1067,7 +1068,7 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
     ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
     return;
   }
-  auto pkt = early ? std::move(*early) : wire::parse_roce(roce);
+  auto pkt = early ? std::move(*early) : wire::parse_roce(roce, accept_sealed_);
   if (!pkt.ok()) {
     ++counters_.rx_drops[static_cast<std::size_t>(pkt.error())];
     return;

@@ -176,8 +176,10 @@ class UdpDatapath final : public Datapath {
   // datagram lie one after the other and leave as one iovec. A packet with more than
   // kStagePayload (no path MTU carries that much, and no receiver takes it) is lost, counted in
   // tx_errors.
+  // A sealed packet (BTH TVer not 0: seal/sealed_datapath.h) may carry its trailer on top.
   static constexpr std::size_t kStagePayload = wire::kMaxPayloadBytes;
-  static constexpr std::size_t kStagePacket = kMaxHeaderBytes + kStagePayload + 8;
+  static constexpr std::size_t kStagePacket =
+      kMaxHeaderBytes + kStagePayload + wire::kSealTrailerBytes + 8;
   // A clear message on failure (address not local, port in use, ...).
   static Result<std::unique_ptr<UdpDatapath>, Error> open(const UdpOptions& options);
   ~UdpDatapath() override;
@@ -219,6 +221,9 @@ class UdpDatapath final : public Datapath {
   // area) and with a tap set: a packet's ICRC does not need its IP header written (issue 14).
   // Off by default: every verified packet shows it.
   void set_ip_header_for_ud_only(bool on) { ip_header_ud_only_ = on; }
+  // Sealed packets (wire/packet.h) reach the handler, which must open them
+  // (seal::SealedDatapath); off by default: they are dropped as bad_tver.
+  void set_accept_sealed(bool on) { accept_sealed_ = on; }
 
   // Faults from `spec` from now on (an empty spec: none); `start` is the origin of its
   // partition windows. The receive stage draws from the spec's seed mixed with a constant, so
@@ -357,6 +362,7 @@ class UdpDatapath final : public Datapath {
   Instant fault_now_{};  // the latest time the stages have seen
   bool defer_icrc_ = false;
   bool ip_header_ud_only_ = false;
+  bool accept_sealed_ = false;
   DeferredCheck deferred_check_;
 };
 

@@ -213,11 +213,14 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     if (w.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
     constexpr const char* kExpected =
-        "expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS]'";
-    if (w.size() < 2 || w.size() > 6) return Err{where + kExpected};
+        "expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS] [aead=MODE] "
+        "[psk=HEX]'";
+    if (w.size() < 2 || w.size() > 8) return Err{where + kExpected};
     auto d = parse_entry(w[0], w[1], out.size());
     if (!d.ok()) return Err{where + d.error()};
     bool have_faults = false;
+    std::optional<std::string> aead;
+    std::optional<std::string> psk;
     for (std::size_t i = 2; i < w.size(); ++i) {
       if (w[i].starts_with("faults=") && !have_faults) {
         have_faults = true;
@@ -238,9 +241,18 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
         auto peers = parse_sr_peers(w[i].substr(std::string_view("sr_peers=").size()));
         if (!peers.ok()) return Err{where + "sr_peers=: " + peers.error()};
         d.value().sr_peers = peers.value();
+      } else if (w[i].starts_with("aead=") && !aead) {
+        aead = w[i].substr(std::string_view("aead=").size());
+      } else if (w[i].starts_with("psk=") && !psk) {
+        psk = w[i].substr(std::string_view("psk=").size());
       } else {
         return Err{where + kExpected};
       }
+    }
+    if (aead || psk) {
+      auto s = seal::parse_settings(aead.value_or("off"), psk.value_or(""));
+      if (!s.ok()) return Err{where + s.error()};
+      d.value().seal = s.value();
     }
     out.push_back(d.value());
   }

@@ -6,10 +6,11 @@
 //   1. the environment variable UROCE_DEVICES: entries separated by commas or spaces, each
 //      `name=address` or a bare `address` (named uroce0, uroce1, ... by position);
 //   2. the file named by UROCE_CONFIG, else /etc/uroce/devices.conf if it exists: one device
-//      per line, `name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS]` (SPEC:
-//      fault/fault.h's grammar, no spaces; NAME: the congestion control, as UROCE_CC names it;
-//      sr and sr_peers: selective repeat, as UROCE_SR and UROCE_SR_PEERS give it); `#` starts a
-//      comment;
+//      per line, `name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS] [aead=MODE]
+//      [psk=HEX]` (SPEC: fault/fault.h's grammar, no spaces; NAME: the congestion control, as
+//      UROCE_CC names it; sr and sr_peers: selective repeat, as UROCE_SR and UROCE_SR_PEERS give
+//      it; MODE: off, authenticate, encrypt or require, and HEX its pre-shared AES-GCM key of 32
+//      or 64 hex digits, docs/SECURITY.md); `#` starts a comment;
 //   3. the default: uroce0 on 127.0.0.1, first (index 0, what a program that takes the first
 //      device gets), then one device per interface of this host that is up and has an address,
 //      as rxe puts a device on a netdev (host_interface_devices below; docs/CONFIGURATION.md).
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "seal/aead.h"
 #include "uroce/verbs.h"
 #include "wire/ip.h"
 
@@ -48,6 +50,8 @@ struct DeviceSpec {
   // the DeviceConfig's.
   std::optional<bool> selective_repeat;
   std::optional<SrPeers> sr_peers;
+  // The config file's aead=MODE and psk=HEX (docs/SECURITY.md); unset: off.
+  std::optional<seal::Settings> seal;
 };
 
 // Parses an IPv4 or IPv6 address in text form; an error message when it is not one.

@@ -11,6 +11,7 @@
 
 #include "device/device_config.h"
 #include "proto/devd_options.h"
+#include "seal/aead.h"
 #include "uroce/verbs.h"
 
 namespace uroce::engine {
@@ -49,6 +50,9 @@ struct DeviceOptions {
   // config file's sr= and sr_peers= for the device, else the DeviceConfig's.
   std::optional<bool> selective_repeat;
   std::optional<SrPeers> sr_peers;
+  // Authenticated or encrypted packets between uroce peers (docs/SECURITY.md); unset: the config
+  // file's aead= and psk= for the device, else off.
+  std::optional<seal::Settings> seal;
   // What a shared device's coordinator that this device starts is told (UROCE_DEVD,
   // UROCE_DEVD_LINGER_MS, UROCE_SHARE, UROCE_DEVD_LOG, UROCE_DEVD_PCAP, UROCE_FAULTS,
   // UROCE_CM_LISTEN_GRACE_MS).

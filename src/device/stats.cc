@@ -136,6 +136,15 @@ NamedCounters DeviceStats::device_counters() const {
       // Selective repeat between uroce peers (docs/ARCHITECTURE.md).
       {"selective_retransmits", q.selective_retransmits},
       {"out_of_order_kept", q.out_of_order_kept},
+      // Authenticated and encrypted packets between uroce peers (seal/sealed_datapath.h; all
+      // zero with aead=off).
+      {"aead_tx_pkts", seal.tx_sealed},
+      {"aead_tx_errors", seal.tx_errors},
+      {"aead_rx_pkts", seal.rx_opened},
+      {"aead_auth_drops", seal.rx_auth_fail},
+      {"aead_replay_drops", seal.rx_replay},
+      {"aead_plain_drops", seal.rx_plain_dropped},
+      {"aead_plain_rx", seal.rx_plain},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},

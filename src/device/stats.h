@@ -26,6 +26,7 @@
 
 #include "datapath/udp.h"
 #include "engine/engine.h"
+#include "seal/sealed_datapath.h"
 #include "transport/qp.h"
 
 namespace uroce::engine {
@@ -79,6 +80,7 @@ struct DeviceStats {
   int pid = 0;
   EngineCounters engine;
   datapath::UdpCounters datapath;
+  seal::SealCounters seal;  // zero with aead=off
   std::uint64_t async_events_dropped = 0;
   std::uint64_t stats_requests = 0;  // requests served by the stats endpoint
   // Thread mode: how often the progress thread woke up, and the packets its own rounds received

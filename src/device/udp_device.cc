@@ -189,6 +189,20 @@ void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options)
   }
 }
 
+// The sealing of device `name` at `ip` (docs/SECURITY.md): the options', else the config file's
+// aead= and psk= for it, else off.
+seal::Settings configured_seal(const std::string& name, const wire::IpAddress& ip,
+                               const DeviceOptions& options) {
+  if (options.seal) return *options.seal;
+  if (options.source.devices) return {};  // UROCE_DEVICES set: no file in use
+  auto list = configured_devices(options.source);
+  if (!list.ok()) return {};
+  for (const DeviceSpec& d : list.value()) {
+    if (d.name == name && d.ip == ip && d.seal) return *d.seal;
+  }
+  return {};
+}
+
 }  // namespace
 
 Instant UdpDevice::now() {
@@ -255,10 +269,24 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   d->shared_ = std::move(shared);
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
-  d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
-  // The engine checks the ICRC of message continuations in the pass that places their payload
-  // (issue 14): the engine's round hands it RxMeta::pending.
-  d->dp_->set_deferred_icrc(true);
+  const seal::Settings sealing = configured_seal(cfg.name, cfg.ip, options);
+  if (sealing.mode != seal::Mode::kOff) {
+    // Authenticated or encrypted packets (docs/SECURITY.md): the sealing datapath in front of
+    // the socket's, with a nonce salt and first counter from the kernel's CSPRNG. It opens
+    // packets before the engine sees them, so their ICRC is checked before (no deferral).
+    const std::uint64_t r = kernel_random_u64();
+    auto sd = seal::SealedDatapath::create(*d->dp_, sealing, static_cast<std::uint32_t>(r >> 32),
+                                           kernel_random_u64() >> 1);
+    if (!sd.ok()) return Err{Error(EINVAL, cfg.name + ": aead: " + sd.error())};
+    d->seal_ = std::move(sd.value());
+    d->dp_->set_accept_sealed(true);
+    d->engine_ = std::make_unique<Engine>(*d, *d->seal_, config.ip);
+  } else {
+    d->engine_ = std::make_unique<Engine>(*d, *d->dp_, config.ip);
+    // The engine checks the ICRC of message continuations in the pass that places their
+    // payload (issue 14): the engine's round hands it RxMeta::pending.
+    d->dp_->set_deferred_icrc(true);
+  }
   // Its receive reads the IP header of UD packets only (the GRH area).
   d->dp_->set_ip_header_for_ud_only(true);
   std::string path = capture_path.empty() ? options.capture_path : capture_path;
@@ -760,6 +788,7 @@ DeviceStats UdpDevice::stats_locked() {
   s.pid = static_cast<int>(::getpid());
   s.engine = engine_ ? engine_->counters() : closed_engine_;
   s.datapath = dp_ ? dp_->counters() : closed_dp_;
+  s.seal = seal_ ? seal_->counters() : closed_seal_;
   s.destroyed_qps = device_->destroyed_qp_counters();
   s.faults = dp_ ? fault_stats_locked() : closed_faults_;
   s.async_events_dropped = device_->async_events_dropped();
@@ -854,6 +883,11 @@ FaultStats UdpDevice::fault_stats_locked() const {
 DeviceStats UdpDevice::stats() {
   std::lock_guard lk(mu_);
   return stats_locked();
+}
+
+void UdpDevice::flush_capture() {
+  std::lock_guard lk(mu_);
+  if (capture_) capture_->flush();
 }
 
 void UdpDevice::open_stats_endpoint() {
@@ -1017,8 +1051,10 @@ CloseResult UdpDevice::close(Duration deadline) {
     for (transport::Qp* qp : device_->live_qps()) qp_destroying(qp->qpn());
     closed_engine_ = engine_->counters();
     closed_dp_ = dp_->counters();
+    if (seal_) closed_seal_ = seal_->counters();
     closed_faults_ = fault_stats_locked();
     engine_.reset();
+    seal_.reset();
     if (shared_) shared_->forget_socket();
     dp_.reset();  // closes the socket
   }

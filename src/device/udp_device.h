@@ -101,6 +101,7 @@
 #include "device/stats.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "seal/sealed_datapath.h"
 #include "uroce/verbs.h"
 
 namespace uroce::engine {
@@ -167,6 +168,9 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // The device's membership when shared (nullptr when exclusive).
   SharedPort* shared_port() { return shared_.get(); }
   int fd() const { return dp_ ? dp_->fd() : -1; }
+  // Writes out what the capture file (capture_path) has buffered, so that it can be read while
+  // the device runs.
+  void flush_capture();
 
   // One round of progress now. Returns true if anything was received or sent. After close():
   // does nothing, returns false.
@@ -355,6 +359,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::unique_ptr<SharedPort> shared_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<datapath::UdpDatapath> dp_;
+  // With aead= other than off: in front of dp_, the engine's datapath (docs/SECURITY.md).
+  std::unique_ptr<seal::SealedDatapath> seal_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<capture::PcapWriter> capture_;
   // UROCE_PCAP's companion log of injected faults (PCAP.faults), opened with the first fault.
@@ -412,6 +418,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   CloseResult close_result_;
   EngineCounters closed_engine_;  // the engine's and datapath's last counters, after close()
   datapath::UdpCounters closed_dp_;
+  seal::SealCounters closed_seal_;
   FaultStats closed_faults_;  // the last ones, after close()
 };
 

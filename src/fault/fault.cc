@@ -863,7 +863,7 @@ PacketInfo classify(ConstBytes roce, Direction dir, const wire::IpAddress& peer)
   PacketInfo info;
   info.dir = dir;
   info.peer = peer;
-  auto parsed = wire::parse_roce(roce);
+  auto parsed = wire::parse_roce(roce, true);  // sealed packets too (issue 44)
   if (!parsed.ok()) return info;
   info.cls = class_of(parsed.value());
   info.dest_qpn = parsed->bth().dest_qpn();

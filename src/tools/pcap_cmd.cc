@@ -160,7 +160,8 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
                      file.c_str(), rec.index, rec.data.size(), rec.orig_len);
         continue;
       }
-      auto frame = wire::parse_frame(link, rec.data);
+      // Sealed packets (docs/SECURITY.md) are checked as far as their headers and ICRC go.
+      auto frame = wire::parse_frame(link, rec.data, wire::FrameOptions{.accept_sealed = true});
       if (frame.ok()) {
         count_packet(file, rec.index, frame->roce, stats, out);
         continue;
@@ -193,6 +194,16 @@ bool dump_roce(std::FILE* out, const wire::Frame& f) {
                static_cast<int>(p.op->name.size()), p.op->name.data(), unsigned{bth.opcode},
                bth.dest_qpn, bth.psn, bth.ack_req, bth.solicited, bth.mig_req,
                unsigned{bth.pad_count}, unsigned{bth.tver}, unsigned{bth.pkey}, bth.fecn, bth.becn);
+  if (p.sealed()) {
+    // docs/SECURITY.md: not verified here (no key).
+    std::fprintf(out, "  SEAL %s nonce ",
+                 bth.tver == wire::kTverEncrypted ? "encrypted" : "authenticated");
+    for (std::size_t i = 0; i < p.trailer.size(); ++i) {
+      if (i == wire::kSealNonceBytes) std::fprintf(out, " tag ");
+      std::fprintf(out, "%02x", static_cast<unsigned>(p.trailer[i]));
+    }
+    std::fprintf(out, " (not verified)\n");
+  }
   const wire::TransportHeaders h = wire::decode_headers(p);
   if (p.op->has(ExtHeader::kDeth)) {
     std::fprintf(out, "  DETH Q_Key 0x%08x SrcQP 0x%06x\n", h.deth.qkey, h.deth.src_qpn);
@@ -303,7 +314,8 @@ int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
     print_faults_until(rec.ts_ns);
     std::fprintf(out, "#%" PRIu64 " t=%" PRId64 ".%09" PRId64 " len %u", rec.index,
                  rec.ts_ns / 1'000'000'000, rec.ts_ns % 1'000'000'000, rec.orig_len);
-    auto frame = wire::parse_frame(link, rec.data, wire::FrameOptions{.verify_icrc = false});
+    auto frame = wire::parse_frame(link, rec.data,
+                                   wire::FrameOptions{.verify_icrc = false, .accept_sealed = true});
     if (!frame.ok()) {
       if (wire::is_not_roce(frame.error())) {
         std::fprintf(out, " not RoCEv2\n");

@@ -34,18 +34,26 @@ bool is_not_roce(DropReason r) {
   return r == DropReason::kNotIp || r == DropReason::kNotUdp || r == DropReason::kNotRoceV2Port;
 }
 
-Out parse_roce(ConstBytes p) {
+Out parse_roce(ConstBytes p, bool accept_sealed) {
   if (p.size() < kBthBytes + kIcrcBytes) return Err{DropReason::kTruncatedBth};
   const BthView bth(p);
-  // rxe hdr_check: only transport version 0 is defined (IBTA 9.2).
-  if (bth.tver() != 0) return Err{DropReason::kBadTver};
+  // rxe hdr_check: only transport version 0 is defined (IBTA 9.2). uroce's sealed packets use
+  // 1 and 2 (packet.h), where the caller accepts them.
+  std::size_t trailer = 0;
+  if (bth.tver() != 0) {
+    const bool sealed = bth.tver() == kTverAuthenticated || bth.tver() == kTverEncrypted;
+    if (!accept_sealed || !sealed) return Err{DropReason::kBadTver};
+    trailer = kSealTrailerBytes;
+  }
   const OpcodeInfo* op = opcode_info(bth.opcode());
   if (op == nullptr) return Err{DropReason::kUnknownOpcode};
-  if (p.size() < op->header_bytes + kIcrcBytes) return Err{DropReason::kTruncatedHeaders};
+  if (p.size() < op->header_bytes + trailer + kIcrcBytes) {
+    return Err{DropReason::kTruncatedHeaders};
+  }
   // Headers, payload + pad and the ICRC are all whole 32-bit words (IBTA 9.2.1.2: pad to a
   // 4-byte multiple).
   if (p.size() % 4 != 0) return Err{DropReason::kUnalignedLength};
-  const std::size_t payload_and_pad = p.size() - op->header_bytes - kIcrcBytes;
+  const std::size_t payload_and_pad = p.size() - op->header_bytes - trailer - kIcrcBytes;
   const std::uint8_t pad = bth.pad_count();
   if (pad > payload_and_pad) return Err{DropReason::kBadPadCount};
   const std::size_t payload = payload_and_pad - pad;
@@ -70,6 +78,7 @@ Out parse_roce(ConstBytes p) {
   pkt.bytes = p;
   pkt.payload = p.subspan(op->header_bytes, payload);
   pkt.pad = pad;
+  if (trailer != 0) pkt.trailer = p.subspan(p.size() - kIcrcBytes - trailer, trailer);
   return pkt;
 }
 
@@ -200,7 +209,7 @@ FrameOut parse_frame(LinkType link, ConstBytes f, const FrameOptions& opts) {
     if (!icrc_verify(out.ip_udp, roce)) return Err{DropReason::kBadIcrc};
     out.icrc_checked = true;
   }
-  auto pkt = parse_roce(roce);
+  auto pkt = parse_roce(roce, opts.accept_sealed);
   if (!pkt.ok()) return Err{pkt.error()};
   out.roce = pkt.value();
   return out;

@@ -40,13 +40,26 @@ bool is_not_roce(DropReason r);
 
 inline constexpr std::size_t kMaxPayloadBytes = 4096;
 
+// Sealed packets (issue 44, docs/SECURITY.md): between uroce peers that protect their packets
+// with AEAD, the BTH transport version is 1 (payload authenticated) or 2 (payload encrypted), and
+// a trailer of the 12-byte nonce and the 16-byte tag lies between the pad and the ICRC. The pad
+// count still counts the payload's pad. Only parse_roce(p, true) accepts them; rxe drops them as
+// an unknown transport version.
+inline constexpr std::uint8_t kTverAuthenticated = 1;
+inline constexpr std::uint8_t kTverEncrypted = 2;
+inline constexpr std::size_t kSealNonceBytes = 12;
+inline constexpr std::size_t kSealTagBytes = 16;
+inline constexpr std::size_t kSealTrailerBytes = kSealNonceBytes + kSealTagBytes;
+
 // A validated packet: BTH through ICRC. Header accessors assert that the opcode has the header.
 struct RocePacket {
   const OpcodeInfo* op = nullptr;
   ConstBytes bytes;    // BTH .. ICRC inclusive
   ConstBytes payload;  // excluding pad
   std::uint8_t pad = 0;
+  ConstBytes trailer;  // a sealed packet's nonce and tag (empty for a plain one)
 
+  bool sealed() const { return !trailer.empty(); }
   BthView bth() const { return BthView(bytes); }
   RethView reth() const { return RethView(ext(ExtHeader::kReth)); }
   FethView feth() const { return FethView(ext(ExtHeader::kFeth)); }
@@ -67,7 +80,9 @@ struct RocePacket {
   }
 };
 
-Result<RocePacket, DropReason> parse_roce(ConstBytes udp_payload);
+// `accept_sealed`: a packet with transport version 1 or 2 parses as a sealed packet (its
+// trailer set, its payload still as sent) instead of being dropped as kBadTver.
+Result<RocePacket, DropReason> parse_roce(ConstBytes udp_payload, bool accept_sealed = false);
 
 // pcap link types (https://www.tcpdump.org/linktypes.html) that parse_frame understands.
 enum class LinkType : std::uint16_t {
@@ -82,6 +97,7 @@ bool link_type_supported(int dlt);
 
 struct FrameOptions {
   bool verify_icrc = true;
+  bool accept_sealed = false;  // parse_roce's: sealed packets parse (RocePacket::trailer)
 };
 
 struct Frame {

@@ -18,54 +18,8 @@
 namespace uroce::engine {
 namespace {
 
+using test::RawSender;
 using test::Side;
-
-// A plain UDP socket at `ip`:`port` that sends datagrams to a device, unconnected with
-// IP_PMTUDISC_DO as uroce's own sockets are (so its identification is 0).
-class RawSender {
- public:
-  RawSender(const char* ip, std::uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_DGRAM, 0);
-    EXPECT_GE(fd_, 0);
-    int pmtu = IP_PMTUDISC_DO;
-    ::setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    ::inet_pton(AF_INET, ip, &a.sin_addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
-  }
-  ~RawSender() { ::close(fd_); }
-  // The port it is bound to (the kernel's choice when it was given 0).
-  std::uint16_t port() const {
-    sockaddr_in a{};
-    socklen_t len = sizeof a;
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    return ntohs(a.sin_port);
-  }
-  void send(const char* ip, ConstBytes data) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(wire::kRoceV2Port);
-    ::inet_pton(AF_INET, ip, &a.sin_addr);
-    const auto n =
-        ::sendto(fd_, data.data(), data.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    EXPECT_EQ(n, static_cast<ssize_t>(data.size())) << std::strerror(errno);
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// Drives `s` alone until its socket has received `n` more datagrams.
-void receive(Side& s, std::uint64_t n) {
-  const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
-  const Instant give_up = UdpDevice::now() + Duration::s(20);
-  while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
-    s.dev->progress();
-  }
-  EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
-}
 
 std::uint64_t total_drops(const datapath::UdpCounters& c) {
   std::uint64_t n = 0;
@@ -248,7 +202,7 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   w.reth = wire::Reth{b.va(kTarget), b.mr.rkey, static_cast<std::uint32_t>(junk.size())};
   const std::uint64_t b_sent = qb.counters().packets_sent;
   forge(b_ip, w, junk);
-  receive(b, 1);
+  test::receive(b, 1);
   EXPECT_EQ(qb.counters().src_addr_mismatch, 1u);
   EXPECT_EQ(qb.counters().packets_received, 64u);
   EXPECT_EQ(qb.counters().packets_sent, b_sent);  // no ACK for it
@@ -273,7 +227,7 @@ TEST(BadInput, PacketsFromAThirdHostNeverReachAConnection) {
   response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kPsnSequenceError));
   response(kNextPsn + 31, wire::make_ack_syndrome());
   response(kNextPsn, wire::make_nak_syndrome(wire::NakCode::kRemoteAccessError));
-  receive(a, 4);
+  test::receive(a, 4);
   Wc early[16];
   EXPECT_EQ(a.dev->device().poll_cq(a.cq, early).value(), 0u);  // nothing completed or failed
   EXPECT_EQ(qa.counters().src_addr_mismatch, 4u);
@@ -403,7 +357,7 @@ void forged_sends_from_the_peers_address(bool peer_named_as_uroce) {
   }
   const std::uint64_t b_sent = qb.counters().packets_sent;
   const std::uint64_t b_received = qb.counters().packets_received;
-  receive(b, kWindow);
+  test::receive(b, kWindow);
   EXPECT_EQ(qb.counters().src_port_mismatch, kWindow);
   EXPECT_EQ(qb.counters().src_addr_mismatch, 0u);
   EXPECT_EQ(qb.counters().packets_received, b_received);

@@ -67,7 +67,7 @@ TEST(DeviceConfig, FileChoosesTheCongestionControlPerDevice) {
     ASSERT_FALSE(r.ok()) << line;
     EXPECT_EQ(r.error(),
               "f.conf:1: expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] "
-              "[sr_peers=PEERS]'")
+              "[sr_peers=PEERS] [aead=MODE] [psk=HEX]'")
         << line;
   }
 }

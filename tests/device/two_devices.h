@@ -4,6 +4,12 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstddef>
 #include <memory>
@@ -149,6 +155,53 @@ inline std::vector<Wc> run_until(Side& a, Side& b, std::size_t n) {
     if (k.ok()) got.insert(got.end(), wcs, wcs + k.value());
   }
   return got;
+}
+
+// A plain UDP socket at `ip`:`port` that sends datagrams to a device, unconnected with
+// IP_PMTUDISC_DO as uroce's own sockets are (so its identification is 0).
+class RawSender {
+ public:
+  RawSender(const char* ip, std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM, 0);
+    EXPECT_GE(fd_, 0);
+    int pmtu = IP_PMTUDISC_DO;
+    ::setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, ip, &a.sin_addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  }
+  ~RawSender() { ::close(fd_); }
+  // The port it is bound to (the kernel's choice when it was given 0).
+  std::uint16_t port() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    return ntohs(a.sin_port);
+  }
+  void send(const char* ip, ConstBytes data) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(wire::kRoceV2Port);
+    ::inet_pton(AF_INET, ip, &a.sin_addr);
+    const auto n =
+        ::sendto(fd_, data.data(), data.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    EXPECT_EQ(n, static_cast<ssize_t>(data.size())) << std::strerror(errno);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Drives `s` alone until its socket has received `n` more datagrams (gives up after 20 s).
+inline void receive(Side& s, std::uint64_t n) {
+  const std::uint64_t want = s.dev->datapath().counters().rx_packets + n;
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (s.dev->datapath().counters().rx_packets < want && UdpDevice::now() < give_up) {
+    s.dev->progress();
+  }
+  EXPECT_EQ(s.dev->datapath().counters().rx_packets, want);
 }
 
 // A device counter by its `uroce stats` name (DeviceStats::device_counters); a name that is not

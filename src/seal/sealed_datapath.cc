@@ -1,0 +1,181 @@
+#include "seal/sealed_datapath.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "wire/builder.h"
+#include "wire/headers.h"
+
+namespace uroce::seal {
+
+namespace {
+
+constexpr std::size_t kSlotBytes =
+    SealedDatapath::kMaxHeaderBytes + wire::kMaxPayloadBytes + 3 + wire::kSealTrailerBytes;
+constexpr std::uint32_t kGsiQpn = 1;
+
+}  // namespace
+
+Result<std::unique_ptr<SealedDatapath>, std::string> SealedDatapath::create(
+    datapath::Datapath& inner, const Settings& settings, std::uint32_t salt,
+    std::uint64_t first_counter) {
+  if (settings.mode == Mode::kOff) return Err{std::string("aead=off seals nothing")};
+  auto aead = Aead::create(settings.key);
+  if (!aead.ok()) return Err{aead.error()};
+  return std::unique_ptr<SealedDatapath>(
+      new SealedDatapath(inner, settings.mode, std::move(aead.value()), salt, first_counter));
+}
+
+SealedDatapath::SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, std::uint32_t salt,
+                               std::uint64_t first_counter)
+    : inner_(inner),
+      mode_(mode),
+      aead_(std::move(aead)),
+      salt_(salt),
+      counter_(first_counter),
+      slots_(kSlots * kSlotBytes),
+      plain_(wire::kMaxPayloadBytes),
+      senders_(kSenders),
+      thunk_([this](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+        on_rx(pkt, meta);
+      }) {}
+
+std::size_t SealedDatapath::receive(Instant now, std::size_t max, const RxHandler& handler) {
+  handler_ = &handler;
+  const std::size_t n = inner_.receive(now, max, thunk_);
+  handler_ = nullptr;
+  return n;
+}
+
+SealedDatapath::Sender* SealedDatapath::find_sender(std::uint32_t salt) {
+  for (Sender& s : senders_) {
+    if (s.used && s.salt == salt) return &s;
+  }
+  return nullptr;
+}
+
+SealedDatapath::Sender& SealedDatapath::add_sender(std::uint32_t salt) {
+  Sender* oldest = &senders_[0];
+  for (Sender& s : senders_) {
+    if (!s.used) {
+      oldest = &s;
+      break;
+    }
+    if (s.last_seen < oldest->last_seen) oldest = &s;
+  }
+  *oldest = Sender{};
+  oldest->used = true;
+  oldest->salt = salt;
+  return *oldest;
+}
+
+void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+  // The device turns deferred ICRC checks off when it seals: every packet here was checked.
+  UROCE_CHECK(meta.pending == nullptr);
+  if (!pkt.sealed()) {
+    if (mode_ == Mode::kRequire && pkt.bth().dest_qpn() != kGsiQpn) {
+      ++counters_.rx_plain_dropped;
+      return;
+    }
+    ++counters_.rx_plain;
+    (*handler_)(pkt, meta);
+    return;
+  }
+  Nonce nonce;
+  Tag tag;
+  std::memcpy(nonce.data(), pkt.trailer.data(), nonce.size());
+  std::memcpy(tag.data(), pkt.trailer.data() + nonce.size(), tag.size());
+  const std::uint32_t salt = load_be32(nonce, 0);
+  const std::uint64_t counter = load_be64(nonce, 4);
+  Sender* sender = find_sender(salt);
+  if (sender != nullptr && !sender->window.fresh(counter)) {
+    ++counters_.rx_replay;
+    return;
+  }
+  const ConstBytes headers = pkt.bytes.first(pkt.op->header_bytes);
+  // The pad is outside the tag: it must be zero, so that no byte of a sealed packet can change.
+  const ConstBytes pad = pkt.bytes.subspan(headers.size() + pkt.payload.size(), pkt.pad);
+  if (std::any_of(pad.begin(), pad.end(), [](std::byte b) { return b != std::byte{0}; })) {
+    ++counters_.rx_auth_fail;
+    return;
+  }
+  wire::RocePacket out = pkt;
+  out.trailer = {};
+  bool ok = false;
+  if (pkt.bth().tver() == wire::kTverEncrypted) {
+    const MutBytes plain = MutBytes(plain_).first(pkt.payload.size());
+    ok = aead_.open(nonce, headers, {}, pkt.payload, plain, tag);
+    out.payload = plain;
+  } else {
+    ok = aead_.open(nonce, headers, std::span(&pkt.payload, 1), {}, {}, tag);
+  }
+  if (!ok) {
+    ++counters_.rx_auth_fail;
+    return;
+  }
+  if (sender == nullptr) sender = &add_sender(salt);
+  sender->window.record(counter);
+  sender->last_seen = ++rx_seq_;
+  ++counters_.rx_opened;
+  (*handler_)(out, meta);
+}
+
+bool SealedDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
+                          std::span<const ConstBytes> payload) {
+  if (wire::BthView(transport_headers).dest_qpn() == kGsiQpn) {
+    return inner_.send(now, o, transport_headers, payload);
+  }
+  std::size_t n = 0;
+  for (ConstBytes p : payload) n += p.size();
+  if (transport_headers.size() > kMaxHeaderBytes || n > wire::kMaxPayloadBytes) {
+    ++counters_.tx_errors;  // no path MTU carries it: lost, as the UDP datapath loses it
+    return true;
+  }
+  if (used_slots_ == kSlots) {
+    inner_.flush(now);  // afterwards no queued packet refers to the slots
+    used_slots_ = 0;
+  }
+  const MutBytes slot = MutBytes(slots_).subspan(used_slots_ * kSlotBytes, kSlotBytes);
+  const std::size_t hn = transport_headers.size();
+  const std::size_t pad = wire::pad_for(n);
+  const MutBytes headers = slot.first(hn);
+  std::memcpy(headers.data(), transport_headers.data(), hn);
+  const bool encrypt = mode_ != Mode::kAuthenticate;
+  wire::BthMut(headers).set_tver(encrypt ? wire::kTverEncrypted : wire::kTverAuthenticated);
+  const MutBytes body = slot.subspan(hn, n + pad + wire::kSealTrailerBytes);
+  const MutBytes data = body.first(n);
+  std::fill_n(body.begin() + static_cast<std::ptrdiff_t>(n), pad, std::byte{0});
+  Nonce nonce;
+  store_be32(nonce, 0, salt_);
+  store_be64(nonce, 4, counter_++);  // never again, whatever happens to this packet
+  Tag tag;
+  bool ok = false;
+  if (encrypt) {
+    ok = aead_.seal(nonce, headers, {}, payload, data, tag);
+  } else {
+    std::size_t at = 0;
+    for (ConstBytes p : payload) {
+      if (!p.empty()) std::memcpy(data.data() + at, p.data(), p.size());
+      at += p.size();
+    }
+    ok = aead_.seal(nonce, headers, payload, {}, {}, tag);
+  }
+  if (!ok) {
+    ++counters_.tx_errors;
+    return true;
+  }
+  std::memcpy(body.data() + n + pad, nonce.data(), nonce.size());
+  std::memcpy(body.data() + n + pad + nonce.size(), tag.data(), tag.size());
+  const ConstBytes piece[1] = {body};
+  if (!inner_.send(now, o, headers, piece)) return false;  // the caller retries (a new nonce)
+  ++used_slots_;
+  ++counters_.tx_sealed;
+  return true;
+}
+
+void SealedDatapath::flush(Instant now) {
+  inner_.flush(now);
+  used_slots_ = 0;
+}
+
+}  // namespace uroce::seal

@@ -1,0 +1,111 @@
+// seal/sealed_datapath: a Datapath in front of another (the device's UdpDatapath) that seals
+// every packet it sends and opens every sealed packet it receives, so that the engine above it
+// sees plain packets only and never one that did not verify (issue 44, docs/SECURITY.md).
+//
+// Wire format (wire/packet.h): BTH TVer 1 (payload authenticated, in clear) or 2 (payload
+// encrypted); then the headers and payload as usual, the payload's pad (zero bytes: a receiver
+// drops a packet whose pad is not, as it drops one whose tag is wrong), and a 28-byte trailer,
+// the nonce (12 bytes) and the AES-GCM tag (16), before the ICRC. The associated data is the
+// transport headers as sent (BTH with its TVer, PSN and QPN, and every extension header: RETH's
+// address and rkey, AETH, ...); in authenticate mode the payload follows it as associated data.
+//
+// The nonce is the sender's 32-bit salt followed by its 64-bit packet counter, both big-endian.
+// The salt is drawn from the kernel's CSPRNG when the device opens, and the counter starts at a
+// random value below 2^63 and grows by one for every packet sealed, whatever its QP: no two
+// packets of one sender share a nonce, a retransmission of a PSN (whose payload the application
+// may have changed in between) included. Two senders under one key (both ends of a connection
+// with the same pre-shared key, several processes of a device) reuse a nonce only when their
+// salts are equal and their counter ranges overlap: about 2^-32 * 2^-23 for two senders that
+// each send 2^40 packets. The QPN and PSN are not in the nonce: the nonce must be unique, and
+// they are authenticated as associated data (a packet moved to another QP or PSN fails its tag).
+//
+// Replay: the receiver keeps, per sender salt (kSenders of them, the least recently seen one
+// making room), a window of the last 960 counters (seal::ReplayWindow); a packet whose counter
+// was seen or is older is dropped before its tag is checked (aead_replay_drops), and a counter
+// is recorded only once its packet verified. Drops happen here, before the engine: a forged or
+// replayed packet never reaches a QP or memory.
+//
+// Packets to QP 1 (the CM's MADs, answered by the coordinator over its own socket) travel plain
+// both ways in every mode.
+//
+// Receive requires the inner datapath not to defer ICRC checks to the handler (RxMeta::pending:
+// the device turns deferral off when it seals) and to accept sealed packets
+// (UdpDatapath::set_accept_sealed).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datapath/datapath.h"
+#include "seal/aead.h"
+
+namespace uroce::seal {
+
+// The counters `uroce stats` shows (DeviceStats::seal).
+struct SealCounters {
+  std::uint64_t tx_sealed = 0;         // aead_tx_pkts
+  std::uint64_t tx_errors = 0;         // aead_tx_errors: not sealed (library failure, too long)
+  std::uint64_t rx_opened = 0;         // aead_rx_pkts: verified (and decrypted)
+  std::uint64_t rx_auth_fail = 0;      // aead_auth_drops: tag wrong (forged, tampered, wrong key)
+  std::uint64_t rx_replay = 0;         // aead_replay_drops
+  std::uint64_t rx_plain_dropped = 0;  // aead_plain_drops: plain packets refused (require)
+  std::uint64_t rx_plain = 0;          // aead_plain_rx: plain packets taken (authenticate, encrypt)
+};
+
+class SealedDatapath final : public datapath::Datapath {
+ public:
+  static constexpr std::size_t kSenders = 64;  // replay windows (sender salts) remembered
+  static constexpr std::size_t kSlots = 64;    // packets sealed before the inner one is flushed
+  static constexpr std::size_t kMaxHeaderBytes = 64;
+
+  // `inner` outlives the result. `salt` and `first_counter` make the nonces (see above): the
+  // device draws them from the kernel's CSPRNG. `settings.mode` must not be kOff.
+  static Result<std::unique_ptr<SealedDatapath>, std::string> create(datapath::Datapath& inner,
+                                                                     const Settings& settings,
+                                                                     std::uint32_t salt,
+                                                                     std::uint64_t first_counter);
+
+  std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
+  bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
+            std::span<const ConstBytes> payload) override;
+  void flush(Instant now) override;
+  bool tx_queued() const override { return inner_.tx_queued(); }
+  Instant next_deadline() const override { return inner_.next_deadline(); }
+
+  Mode mode() const { return mode_; }
+  const SealCounters& counters() const { return counters_; }
+
+ private:
+  struct Sender {
+    bool used = false;
+    std::uint32_t salt = 0;
+    std::uint64_t last_seen = 0;
+    ReplayWindow window;
+  };
+
+  SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, std::uint32_t salt,
+                 std::uint64_t first_counter);
+  void on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& meta);
+  Sender* find_sender(std::uint32_t salt);
+  Sender& add_sender(std::uint32_t salt);
+
+  datapath::Datapath& inner_;
+  Mode mode_;
+  Aead aead_;
+  std::uint32_t salt_;
+  std::uint64_t counter_;
+  std::vector<std::byte> slots_;  // kSlots sealed packets (headers, payload, pad, trailer)
+  std::size_t used_slots_ = 0;    // since the inner datapath's last flush
+  std::vector<std::byte> plain_;  // a received packet's decrypted payload
+  std::vector<Sender> senders_;
+  std::uint64_t rx_seq_ = 0;  // for last_seen
+  const RxHandler* handler_ = nullptr;
+  RxHandler thunk_;  // made once: calls on_rx
+  SealCounters counters_;
+};
+
+}  // namespace uroce::seal

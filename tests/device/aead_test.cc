@@ -1,0 +1,345 @@
+// Authenticated and encrypted RDMA between two uroce devices on loopback (issue 44,
+// docs/SECURITY.md): with `encrypt` the data arrives and the packets on the wire do not hold
+// it; packets captured from a live connection and sent again, as they were or with a header or
+// payload byte changed (and a valid ICRC), are dropped and counted before they reach a QP or
+// memory, while the connection goes on; a peer with the wrong key, or without sealing against
+// `require`, ends in retry-exceeded completions, counted, with nothing written.
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "capture/pcap_file.h"
+#include "device/stats.h"
+#include "device/two_devices.h"
+#include "wire/builder.h"
+#include "wire/icrc.h"
+
+namespace uroce::engine {
+namespace {
+
+using test::Side;
+
+constexpr const char* kKey = "000102030405060708090a0b0c0d0e0f";
+constexpr const char* kOtherKey = "f00102030405060708090a0b0c0d0e0f";
+
+seal::Settings sealing(seal::Mode m, const char* key = kKey) {
+  seal::Settings s;
+  s.mode = m;
+  if (m != seal::Mode::kOff) s.key = seal::parse_key_hex(key).value();
+  return s;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("uroce-aead-" + name + "-" + std::to_string(::getpid()) + ".pcap"))
+      .string();
+}
+
+std::uint64_t counter(Side& s, std::string_view name) {
+  return test::named_counter(s.dev->stats().device_counters(), name);
+}
+
+// A byte pattern no header or key material contains by chance.
+std::vector<std::byte> secret_text(std::size_t n) {
+  static constexpr char kText[] = "attack at dawn, bring the rkeys; ";
+  std::vector<std::byte> p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>(kText[i % (sizeof kText - 1)]);
+  return p;
+}
+
+// The RoCE packets (BTH to ICRC) of a capture that `src` sent.
+std::vector<std::vector<std::byte>> packets_from(const std::string& pcap, const std::string& src) {
+  std::vector<std::vector<std::byte>> out;
+  auto r = capture::PcapReader::open(pcap);
+  EXPECT_TRUE(r.ok()) << r.error();
+  if (!r.ok()) return out;
+  capture::PcapRecord rec;
+  constexpr std::size_t kOuter = 14 + 20 + 8;  // Ethernet, IPv4, UDP
+  while (true) {
+    auto more = r.value().next(rec);
+    if (!more.ok() || !more.value()) break;
+    if (rec.data.size() < kOuter + wire::kBthBytes) continue;
+    char ip[16];
+    const auto* a = reinterpret_cast<const unsigned char*>(rec.data.data() + 14 + 12);
+    std::snprintf(ip, sizeof ip, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
+    if (src != ip) continue;
+    // Sealed or not, a frame is RoCEv2 with a valid ICRC (what `uroce pcap check` verifies).
+    auto f = wire::parse_frame(wire::LinkType::kEthernet, rec.data,
+                               wire::FrameOptions{.verify_icrc = true, .accept_sealed = true});
+    EXPECT_TRUE(f.ok()) << wire::drop_reason_name(f.error());
+    out.emplace_back(rec.data.begin() + kOuter, rec.data.end());
+  }
+  return out;
+}
+
+bool contains(ConstBytes hay, ConstBytes needle) {
+  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end()) != hay.end();
+}
+
+// A UDP socket on `ip` with a port of the kernel's choice, as any local user can open one on
+// the peer's address: it sends RoCE packets with their ICRC made right for itself.
+class Injector {
+ public:
+  explicit Injector(const char* ip) : ip_(ip), socket_(ip, 0) {}
+  void send(const char* to, std::vector<std::byte> roce) {
+    wire::OuterHeaders o;
+    o.src = test::v4(ip_);
+    o.dst = test::v4(to);
+    o.src_port = socket_.port();
+    o.ethernet = false;
+    std::array<std::byte, 64> ip_udp;
+    const std::size_t n = wire::write_outer(ip_udp, o, roce.size());
+    const std::size_t body = roce.size() - wire::kIcrcBytes;
+    store_le32(roce, body,
+               wire::icrc_compute(ConstBytes(ip_udp).first(n), ConstBytes(roce).first(body)));
+    socket_.send(to, roce);
+  }
+
+ private:
+  const char* ip_;
+  test::RawSender socket_;
+};
+
+// An RDMA WRITE of `data` (placed in a's buffer at `at`) to b's buffer at `at`; its completion.
+Wc write(Side& a, Side& b, std::size_t at, const std::vector<std::byte>& data,
+         std::uint64_t id = 1) {
+  std::memcpy(a.buf.data() + at, data.data(), data.size());
+  const Sge sge{a.va(at), static_cast<std::uint32_t>(data.size()), a.mr.lkey};
+  const SendWr w = test::write_wr(id, sge, b, at);
+  EXPECT_EQ(a.dev->device().post_send(a.qp, std::span(&w, 1), nullptr), Errc::kOk);
+  const auto wcs = test::run_until(a, b, 1);
+  EXPECT_EQ(wcs.size(), 1u);
+  return wcs.empty() ? Wc{} : wcs[0];
+}
+
+class AeadModes : public ::testing::TestWithParam<seal::Mode> {};
+
+// Both ends in the mode: a WRITE of 64 KiB and a SEND arrive whole. The capture of the sender
+// shows the text only when the mode leaves the payload in clear.
+TEST_P(AeadModes, DataArrivesAndTheWireShowsPlaintextOnlyWhenNotEncrypted) {
+  const seal::Mode mode = GetParam();
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const std::string cap = temp_path(std::string("data-") + std::string(seal::mode_name(mode)));
+  Side a, b;
+  test::SideOptions oa, ob;
+  oa.device.seal = sealing(mode);
+  ob.device.seal = sealing(mode);
+  oa.capture = cap;
+  test::make_side(a, a_ip, oa);
+  test::make_side(b, b_ip, ob);
+  test::pair_up(a, b);
+  const auto text = secret_text(65536);
+  const Wc wc = write(a, b, 0, text);
+  EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
+  EXPECT_EQ(std::memcmp(b.buf.data(), text.data(), text.size()), 0);
+  // A SEND of an odd length (pad bytes) into a posted receive.
+  const Sge rsge{b.va(200000), 4096, b.mr.lkey};
+  const RecvWr rwr{7, std::span(&rsge, 1)};
+  ASSERT_EQ(b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr), Errc::kOk);
+  const Sge ssge{a.va(100), 3001, a.mr.lkey};
+  SendWr s;
+  s.wr_id = 2;
+  s.opcode = WrOpcode::kSend;
+  s.sg_list = std::span(&ssge, 1);
+  s.send_flags = kSendSignaled;
+  ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(&s, 1), nullptr), Errc::kOk);
+  const auto wcs = test::run_until(a, b, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  Wc rwc{};
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (UdpDevice::now() < give_up) {
+    b.dev->progress();
+    auto k = b.dev->device().poll_cq(b.cq, std::span(&rwc, 1));
+    if (k.ok() && k.value() == 1) break;
+  }
+  EXPECT_EQ(rwc.status, WcStatus::kSuccess);
+  EXPECT_EQ(rwc.byte_len, 3001u);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 200000, a.buf.data() + 100, 3001), 0);
+
+  a.dev->flush_capture();
+  const auto sent = packets_from(cap, a_ip);
+  ASSERT_GT(sent.size(), 64u);  // 64 KiB at a path MTU of 1024, and the SEND
+  std::size_t with_text = 0;
+  for (const auto& p : sent) {
+    const std::uint8_t tver = wire::BthView(p).tver();
+    EXPECT_EQ(tver, mode == seal::Mode::kOff            ? 0
+                    : mode == seal::Mode::kAuthenticate ? wire::kTverAuthenticated
+                                                        : wire::kTverEncrypted);
+    // Any 24 bytes of the text (it repeats every 33).
+    if (contains(p, ConstBytes(text).subspan(5, 24))) ++with_text;
+  }
+  const bool clear = mode == seal::Mode::kOff || mode == seal::Mode::kAuthenticate;
+  if (clear) {
+    EXPECT_GE(with_text, 64u);
+  } else {
+    EXPECT_EQ(with_text, 0u);
+  }
+  const std::uint64_t sealed = counter(a, "aead_tx_pkts");
+  if (mode == seal::Mode::kOff) {
+    EXPECT_EQ(sealed, 0u);
+  } else {
+    EXPECT_GE(sealed, sent.size());
+    EXPECT_EQ(counter(b, "aead_rx_pkts"), counter(a, "aead_tx_pkts"));
+    EXPECT_EQ(counter(a, "aead_rx_pkts"), counter(b, "aead_tx_pkts"));
+    EXPECT_EQ(counter(b, "aead_auth_drops"), 0u);
+    EXPECT_EQ(counter(b, "aead_replay_drops"), 0u);
+  }
+  std::filesystem::remove(cap);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AeadModes,
+                         ::testing::Values(seal::Mode::kOff, seal::Mode::kAuthenticate,
+                                           seal::Mode::kEncrypt, seal::Mode::kRequire),
+                         [](const auto& info) { return std::string(seal::mode_name(info.param)); });
+
+class AeadAttacks : public ::testing::TestWithParam<seal::Mode> {};
+
+// An on-path attacker captured a's RDMA WRITE to b and sends it from a's address again: as it
+// was and with its RETH address changed (replays: the nonce was seen), then with a fresh
+// counter in its nonce and its PSN, its RETH address, a payload byte or its tag changed (the
+// tag fails). Each is dropped and counted by b before its QP sees it; b's memory stays as it
+// was; the connection's next WRITE completes.
+TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const std::string cap = temp_path(std::string("attack-") + std::string(mode_name(GetParam())));
+  Side a, b;
+  test::SideOptions oa, ob;
+  oa.device.seal = sealing(GetParam());
+  ob.device.seal = sealing(seal::Mode::kRequire);
+  oa.capture = cap;
+  test::make_side(a, a_ip, oa);
+  test::make_side(b, b_ip, ob);
+  test::pair_up(a, b);
+  const auto text = secret_text(512);
+  ASSERT_EQ(write(a, b, 0, text).status, WcStatus::kSuccess);
+  a.dev->flush_capture();
+  std::vector<std::byte> captured;
+  for (const auto& p : packets_from(cap, a_ip)) {
+    if (wire::BthView(p).opcode() == static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly)) {
+      captured = p;
+    }
+  }
+  ASSERT_FALSE(captured.empty());
+  // b's copy is wiped: a packet that got through would write it again.
+  std::fill_n(b.buf.begin(), 4096, std::byte{0});
+  const transport::Qp& qb = *b.dev->device().find_qp(b.qpn);
+  const std::uint64_t qp_received = qb.counters().packets_received;
+
+  Injector attacker(a_ip);
+  // As it was: its nonce was seen.
+  attacker.send(b_ip, captured);
+  constexpr std::size_t kPsn = 11;         // BTH's low PSN byte
+  constexpr std::size_t kRethVa = 12 + 7;  // the low byte of RETH's virtual address
+  constexpr std::size_t kPayload = 12 + 16 + 100;
+  const std::size_t nonce = captured.size() - wire::kIcrcBytes - wire::kSealTrailerBytes;
+  const std::size_t tag = captured.size() - wire::kIcrcBytes - 1;
+  // Changed, with its nonce as it was: still a replay, dropped before its tag is checked.
+  auto same_nonce = captured;
+  same_nonce[kRethVa] ^= std::byte{0x40};
+  attacker.send(b_ip, same_nonce);
+  // Changed, and given a counter b has not seen (ahead of every counter a used): the tag does
+  // not verify.
+  for (std::size_t at : {kPsn, kRethVa, kPayload, tag}) {
+    auto t = captured;
+    t[at] ^= std::byte{0x04};
+    store_be64(t, nonce + 4, load_be64(t, nonce + 4) + (std::uint64_t{1} << 20) + at);
+    attacker.send(b_ip, t);
+  }
+  test::receive(b, 6);
+  EXPECT_EQ(counter(b, "aead_replay_drops"), 2u);
+  EXPECT_EQ(counter(b, "aead_auth_drops"), 4u);
+  EXPECT_EQ(qb.counters().packets_received, qp_received);
+  EXPECT_EQ(qb.state(), QpState::kRts);
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(b.buf[i], std::byte{0}) << i;
+
+  // The connection goes on.
+  const auto more = secret_text(2000);
+  ASSERT_EQ(write(a, b, 8192, more, 2).status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 8192, more.data(), more.size()), 0);
+  const std::string stats = format_stats_text(b.dev->stats(), false);
+  EXPECT_NE(stats.find(" aead_auth_drops 4 aead_replay_drops 2 "), std::string::npos) << stats;
+  std::filesystem::remove(cap);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AeadAttacks,
+                         ::testing::Values(seal::Mode::kAuthenticate, seal::Mode::kEncrypt),
+                         [](const auto& info) { return std::string(seal::mode_name(info.param)); });
+
+// a's WRITE towards b cannot get through: b drops every packet, counted under `dropped_as`,
+// and a's completion is retry-exceeded (ACK timeout about 1 ms, 2 retries).
+void fails_cleanly(const seal::Settings& sa, const seal::Settings& sb,
+                   const std::string& dropped_as) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  Side a, b;
+  test::SideOptions oa, ob;
+  oa.device.seal = sa;
+  ob.device.seal = sb;
+  test::make_side(a, a_ip, oa);
+  test::make_side(b, b_ip, ob);
+  test::connect(a, b, b_ip, 8, 2);
+  test::connect(b, a, a_ip);
+  const Wc wc = write(a, b, 0, secret_text(3000));
+  EXPECT_EQ(wc.status, WcStatus::kRetryExcErr) << wc_status_name(wc.status);
+  const auto named = b.dev->stats().device_counters();
+  std::uint64_t drops = 0;
+  if (dropped_as.starts_with("drop_")) {  // a drop reason of the wire parser
+    for (std::size_t r = 0; r < wire::kDropReasonCount; ++r) {
+      if (wire::drop_reason_name(static_cast<wire::DropReason>(r)) == dropped_as.substr(5)) {
+        drops = b.dev->datapath().counters().rx_drops[r];
+      }
+    }
+  } else {
+    drops = test::named_counter(named, dropped_as);
+  }
+  EXPECT_GE(drops, 3u);  // the first try and two retries, at least
+  EXPECT_EQ(b.dev->device().find_qp(b.qpn)->counters().packets_received, 0u);
+  for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(b.buf[i], std::byte{0}) << i;
+  EXPECT_EQ(test::named_counter(named, "retry_exceeded_err"), 0u);
+  EXPECT_EQ(counter(a, "retry_exceeded_err"), 1u);
+}
+
+TEST(Aead, AWrongKeyEndsInRetryExceeded) {
+  fails_cleanly(sealing(seal::Mode::kEncrypt), sealing(seal::Mode::kEncrypt, kOtherKey),
+                "aead_auth_drops");
+}
+
+TEST(Aead, OffAgainstRequireEndsInRetryExceeded) {
+  fails_cleanly(sealing(seal::Mode::kOff), sealing(seal::Mode::kRequire), "aead_plain_drops");
+}
+
+TEST(Aead, RequireAgainstOffEndsInRetryExceeded) {
+  // The off device has no key: sealed packets are an unknown transport version to it, as to rxe.
+  fails_cleanly(sealing(seal::Mode::kRequire), sealing(seal::Mode::kOff), "drop_bad_tver");
+}
+
+TEST(Aead, TheConfigFileNamesModeAndKey) {
+  auto list = parse_device_file(
+      "a 10.0.0.1 aead=encrypt psk=000102030405060708090a0b0c0d0e0f\n"
+      "b 10.0.0.2 cc=none aead=off\n"
+      "c 10.0.0.3\n",
+      "f");
+  ASSERT_TRUE(list.ok()) << list.error();
+  ASSERT_TRUE(list.value()[0].seal);
+  EXPECT_EQ(list.value()[0].seal->mode, seal::Mode::kEncrypt);
+  EXPECT_EQ(list.value()[0].seal->key.size, 16u);
+  EXPECT_EQ(list.value()[1].seal->mode, seal::Mode::kOff);
+  EXPECT_FALSE(list.value()[2].seal);
+  for (const char* bad :
+       {"a 10.0.0.1 aead=encrypt", "a 10.0.0.1 aead=maybe", "a 10.0.0.1 aead=require psk=12"}) {
+    auto r = parse_device_file(bad, "f");
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.error().find("f:1: "), std::string::npos) << r.error();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uroce::engine

@@ -1,0 +1,401 @@
+// seal/aead and seal/sealed_datapath without sockets: AES-GCM against the GCM specification's
+// test vectors (so that uroce drives OpenSSL right), the policy and key parsers, the replay
+// window, and a SealedDatapath over a datapath that keeps what is sent and hands back what a
+// test queues: every byte of a sealed packet tampered with, replays, plain packets per policy.
+#include "seal/aead.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "seal/sealed_datapath.h"
+#include "wire/builder.h"
+
+namespace uroce::seal {
+namespace {
+
+std::vector<std::byte> hex(std::string_view h) {
+  std::vector<std::byte> out;
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2) {
+    out.push_back(static_cast<std::byte>(std::stoi(std::string(h.substr(i, 2)), nullptr, 16)));
+  }
+  return out;
+}
+
+Nonce nonce_of(std::string_view h) {
+  Nonce n;
+  const auto b = hex(h);
+  std::memcpy(n.data(), b.data(), n.size());
+  return n;
+}
+
+Key key_of(std::string_view h) { return parse_key_hex(h).value(); }
+
+// McGrew and Viega, "The Galois/Counter Mode of Operation (GCM)", test cases 1, 2 and 4 (also in
+// NIST's GCM test vectors).
+TEST(Aead, GcmSpecificationTestVectors) {
+  {
+    auto a = Aead::create(key_of("00000000000000000000000000000000")).value();
+    Tag tag;
+    ASSERT_TRUE(a.seal(nonce_of("000000000000000000000000"), {}, {}, {}, {}, tag));
+    EXPECT_EQ(std::vector<std::byte>(tag.begin(), tag.end()),
+              hex("58e2fccefa7e3061367f1d57a4e7455a"));
+  }
+  {
+    auto a = Aead::create(key_of("00000000000000000000000000000000")).value();
+    const std::vector<std::byte> p(16, std::byte{0});
+    std::vector<std::byte> c(16);
+    Tag tag;
+    const ConstBytes pieces[] = {p};
+    ASSERT_TRUE(a.seal(nonce_of("000000000000000000000000"), {}, {}, pieces, c, tag));
+    EXPECT_EQ(c, hex("0388dace60b6a392f328c2b971b2fe78"));
+    EXPECT_EQ(std::vector<std::byte>(tag.begin(), tag.end()),
+              hex("ab6e47d42cec13bdf53a67b21257bddf"));
+  }
+  const auto key = key_of("feffe9928665731c6d6a8f9467308308");
+  const auto nonce = nonce_of("cafebabefacedbaddecaf888");
+  const auto p =
+      hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+          "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");
+  const auto aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+  const auto want_c =
+      hex("42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e"
+          "21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091");
+  const auto want_tag = hex("5bc94fbc3221a5db94fae95ae7121a47");
+  auto a = Aead::create(key).value();
+  // The plaintext in three pieces, as a packet's payload comes from several SGEs.
+  const ConstBytes pieces[] = {ConstBytes(p).first(7), ConstBytes(p).subspan(7, 30),
+                               ConstBytes(p).subspan(37)};
+  std::vector<std::byte> c(p.size());
+  Tag tag;
+  ASSERT_TRUE(a.seal(nonce, aad, {}, pieces, c, tag));
+  EXPECT_EQ(c, want_c);
+  EXPECT_EQ(std::vector<std::byte>(tag.begin(), tag.end()), want_tag);
+  std::vector<std::byte> back(c.size());
+  ASSERT_TRUE(a.open(nonce, aad, {}, c, back, tag));
+  EXPECT_EQ(back, p);
+  // Associated data in two pieces is the same associated data.
+  const ConstBytes aad_tail[] = {ConstBytes(aad).subspan(5)};
+  ASSERT_TRUE(a.open(nonce, ConstBytes(aad).first(5), aad_tail, c, back, tag));
+  // Any bit of the ciphertext, the associated data or the tag: refused.
+  for (std::size_t bit = 0; bit < c.size() * 8; bit += 13) {
+    auto bad = c;
+    bad[bit / 8] ^= std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
+    EXPECT_FALSE(a.open(nonce, aad, {}, bad, back, tag)) << bit;
+  }
+  for (std::size_t bit = 0; bit < aad.size() * 8; bit += 7) {
+    auto bad = aad;
+    bad[bit / 8] ^= std::byte{static_cast<std::uint8_t>(1u << (bit % 8))};
+    EXPECT_FALSE(a.open(nonce, bad, {}, c, back, tag)) << bit;
+  }
+  Tag bad_tag = tag;
+  bad_tag[15] ^= std::byte{1};
+  EXPECT_FALSE(a.open(nonce, aad, {}, c, back, bad_tag));
+  // And a good packet still opens after the refusals.
+  EXPECT_TRUE(a.open(nonce, aad, {}, c, back, tag));
+}
+
+TEST(Aead, Aes256KeysWork) {
+  auto key = parse_key_hex(std::string(64, 'a'));
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(key->size, 32u);
+  auto a = Aead::create(key.value()).value();
+  const auto p = hex("00112233445566778899");
+  std::vector<std::byte> c(p.size()), back(p.size());
+  Tag tag;
+  const ConstBytes pieces[] = {p};
+  const Nonce n{};
+  ASSERT_TRUE(a.seal(n, {}, {}, pieces, c, tag));
+  EXPECT_NE(c, p);
+  ASSERT_TRUE(a.open(n, {}, {}, c, back, tag));
+  EXPECT_EQ(back, p);
+  // The same bytes under the 128-bit key of the first half: another ciphertext.
+  auto b = Aead::create(parse_key_hex(std::string(32, 'a')).value()).value();
+  std::vector<std::byte> c2(p.size());
+  Tag tag2;
+  ASSERT_TRUE(b.seal(n, {}, {}, pieces, c2, tag2));
+  EXPECT_NE(c2, c);
+}
+
+TEST(Aead, KeysAndPoliciesParse) {
+  EXPECT_FALSE(parse_key_hex("").ok());
+  EXPECT_FALSE(parse_key_hex(std::string(31, '0')).ok());
+  EXPECT_FALSE(parse_key_hex(std::string(31, '0') + "g").ok());
+  const auto k = parse_key_hex("000102030405060708090a0B0c0D0e0F");
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->size, 16u);
+  EXPECT_EQ(k->bytes[11], std::byte{0x0b});
+  for (const char* m : {"off", "authenticate", "encrypt", "require"}) {
+    EXPECT_EQ(mode_name(*mode_from_name(m)), m);
+  }
+  EXPECT_FALSE(mode_from_name("on"));
+  EXPECT_EQ(parse_settings("off", "").value().mode, Mode::kOff);
+  EXPECT_FALSE(parse_settings("encrypt", "").ok());  // a mode that seals needs a key
+  EXPECT_FALSE(parse_settings("encrypt", "abc").ok());
+  EXPECT_FALSE(parse_settings("sometimes", std::string(32, '1')).ok());
+  const auto s = parse_settings("require", std::string(64, 'f'));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->mode, Mode::kRequire);
+  EXPECT_EQ(s->key.size, 32u);
+  // The message never repeats the secret.
+  const auto bad = parse_settings("encrypt", std::string(30, '7') + "zz");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().find("777"), std::string::npos) << bad.error();
+}
+
+TEST(ReplayWindow, TakesEachCounterOnceWithinTheWindow) {
+  ReplayWindow w;
+  const std::uint64_t base = (std::uint64_t{1} << 62) + 5;
+  EXPECT_TRUE(w.fresh(base));
+  w.record(base);
+  EXPECT_FALSE(w.fresh(base));
+  // Out of order within the window: each once.
+  for (std::uint64_t c : {base + 10, base + 3, base + 7, base + 1}) {
+    EXPECT_TRUE(w.fresh(c)) << c - base;
+    w.record(c);
+    EXPECT_FALSE(w.fresh(c)) << c - base;
+  }
+  EXPECT_TRUE(w.fresh(base + 2));
+  EXPECT_FALSE(w.fresh(base + 3));
+  // A jump far ahead: everything behind the window is old.
+  w.record(base + 100000);
+  EXPECT_FALSE(w.fresh(base + 2));
+  EXPECT_FALSE(w.fresh(base + 100000 - (ReplayWindow::kWindow - 64)));
+  EXPECT_TRUE(w.fresh(base + 100000 - (ReplayWindow::kWindow - 64) + 1));
+  EXPECT_TRUE(w.fresh(base + 99999));
+  // Advancing by less than the window keeps what was recorded within it, and frees the words
+  // it moves past.
+  w.record(base + 99990);
+  w.record(base + 100500);
+  EXPECT_FALSE(w.fresh(base + 99990));
+  EXPECT_FALSE(w.fresh(base + 100000));
+  EXPECT_TRUE(w.fresh(base + 100001));
+  for (std::uint64_t c = base + 100501; c < base + 100501 + 3 * ReplayWindow::kWindow; ++c) {
+    ASSERT_TRUE(w.fresh(c)) << c - base;
+    w.record(c);
+  }
+}
+
+// A datapath that keeps each sent packet (BTH to ICRC, the ICRC left zero: the checks it stands
+// for are the UDP datapath's) and hands queued packets to the handler as the UDP datapath does.
+class KeepingDatapath final : public datapath::Datapath {
+ public:
+  std::vector<std::vector<std::byte>> sent;
+  std::deque<std::vector<std::byte>> inbound;
+  std::size_t flushes = 0;
+  std::size_t parse_drops = 0;
+
+  std::size_t receive(Instant, std::size_t max, const RxHandler& handler) override {
+    std::size_t n = 0;
+    while (n < max && !inbound.empty()) {
+      const std::vector<std::byte> p = std::move(inbound.front());
+      inbound.pop_front();
+      ++n;
+      auto pkt = wire::parse_roce(p, true);
+      if (!pkt.ok()) {
+        ++parse_drops;
+        continue;
+      }
+      handler(pkt.value(), datapath::RxMeta{});
+    }
+    return n;
+  }
+  bool send(Instant, const wire::OuterHeaders&, ConstBytes h,
+            std::span<const ConstBytes> payload) override {
+    std::vector<std::byte> p(h.begin(), h.end());
+    for (ConstBytes b : payload) p.insert(p.end(), b.begin(), b.end());
+    p.resize(p.size() + wire::pad_for(p.size() - h.size()) + wire::kIcrcBytes);
+    sent.push_back(std::move(p));
+    return true;
+  }
+  void flush(Instant) override { ++flushes; }
+};
+
+struct Received {
+  std::vector<std::byte> payload;
+  std::uint32_t psn = 0;
+  std::uint32_t qpn = 0;
+};
+
+class SealedPair : public ::testing::Test {
+ protected:
+  void make(Mode tx_mode, Mode rx_mode, const std::string& rx_key = std::string(32, '4')) {
+    tx_ = SealedDatapath::create(tx_inner_, Settings{tx_mode, key_of(std::string(32, '4'))},
+                                 0x11223344, 1000)
+              .value();
+    rx_ =
+        SealedDatapath::create(rx_inner_, Settings{rx_mode, key_of(rx_key)}, 0x55667788, 5).value();
+  }
+  // A packet from the transport: RDMA WRITE Only of `payload` to `qpn` at `psn`.
+  void send(std::uint32_t qpn, std::uint32_t psn, ConstBytes payload) {
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly);
+    h.bth.dest_qpn = qpn;
+    h.bth.psn = psn;
+    h.reth = wire::Reth{0x1000, 0xabcd, static_cast<std::uint32_t>(payload.size())};
+    std::array<std::byte, 64> hb;
+    const std::size_t hn = wire::write_headers(hb, h, payload.size());
+    // The payload in two pieces, as from two SGEs.
+    const std::size_t cut = payload.size() / 3;
+    const ConstBytes pieces[] = {payload.first(cut), payload.subspan(cut)};
+    ASSERT_TRUE(tx_->send(Instant{}, wire::OuterHeaders{}, ConstBytes(hb).first(hn), pieces));
+  }
+  std::vector<Received> deliver(const std::vector<std::byte>& packet) {
+    rx_inner_.inbound.push_back(packet);
+    std::vector<Received> got;
+    rx_->receive(Instant{}, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta&) {
+      EXPECT_FALSE(pkt.sealed());
+      got.push_back({std::vector<std::byte>(pkt.payload.begin(), pkt.payload.end()),
+                     pkt.bth().psn(), pkt.bth().dest_qpn()});
+    });
+    return got;
+  }
+  KeepingDatapath tx_inner_, rx_inner_;
+  std::unique_ptr<SealedDatapath> tx_, rx_;
+};
+
+std::vector<std::byte> pattern(std::size_t n) {
+  std::vector<std::byte> p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::byte>('A' + i % 26);
+  return p;
+}
+
+bool contains(const std::vector<std::byte>& hay, ConstBytes needle) {
+  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end()) != hay.end();
+}
+
+TEST_F(SealedPair, EncryptedPacketsCarryNoPlaintextAndOpen) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  const auto p = pattern(301);  // 3 bytes of pad
+  send(17, 0x100, p);
+  send(17, 0x100, p);  // the same PSN and bytes again, as a retransmission
+  ASSERT_EQ(tx_inner_.sent.size(), 2u);
+  for (const auto& s : tx_inner_.sent) {
+    EXPECT_EQ(wire::BthView(s).tver(), wire::kTverEncrypted);
+    EXPECT_FALSE(contains(s, ConstBytes(p).subspan(100, 16)));
+    auto parsed = wire::parse_roce(s, true);
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(parsed->payload.size(), p.size());
+    EXPECT_EQ(parsed->pad, 3);
+  }
+  // Each packet has a nonce of its own: a retransmission is not the same ciphertext.
+  EXPECT_NE(tx_inner_.sent[0], tx_inner_.sent[1]);
+  for (const auto& s : tx_inner_.sent) {
+    const auto got = deliver(s);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].payload, p);
+    EXPECT_EQ(got[0].psn, 0x100u);
+    EXPECT_EQ(got[0].qpn, 17u);
+  }
+  EXPECT_EQ(tx_->counters().tx_sealed, 2u);
+  EXPECT_EQ(rx_->counters().rx_opened, 2u);
+}
+
+TEST_F(SealedPair, AuthenticatedPacketsCarryTheirPayloadInClear) {
+  make(Mode::kAuthenticate, Mode::kRequire);
+  const auto p = pattern(64);
+  send(17, 0x100, p);
+  ASSERT_EQ(tx_inner_.sent.size(), 1u);
+  EXPECT_EQ(wire::BthView(tx_inner_.sent[0]).tver(), wire::kTverAuthenticated);
+  EXPECT_TRUE(contains(tx_inner_.sent[0], p));
+  const auto got = deliver(tx_inner_.sent[0]);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, p);
+}
+
+// Every byte of a sealed packet but the ICRC (which the UDP datapath checks: an attacker
+// recomputes it), flipped: the packet fails to parse or is dropped as unauthentic, never
+// delivered. Then the untouched packet is delivered once, and its replay is dropped.
+TEST_F(SealedPair, EveryTamperedByteIsDroppedAndReplaysToo) {
+  for (Mode m : {Mode::kAuthenticate, Mode::kEncrypt}) {
+    SCOPED_TRACE(std::string(mode_name(m)));
+    tx_inner_.sent.clear();
+    make(m, Mode::kRequire);
+    send(17, 0x100, pattern(77));
+    const std::vector<std::byte> good = tx_inner_.sent.at(0);
+    std::size_t auth_drops = 0;
+    for (std::size_t i = 0; i + wire::kIcrcBytes < good.size(); ++i) {
+      for (std::uint8_t flip : {0x01, 0x80}) {
+        auto bad = good;
+        bad[i] ^= std::byte{flip};
+        const std::size_t parse_before = rx_inner_.parse_drops;
+        EXPECT_TRUE(deliver(bad).empty()) << "byte " << i;
+        if (rx_inner_.parse_drops == parse_before) ++auth_drops;
+      }
+    }
+    // Every flip that still parsed was caught by its tag (a flip of the counter is not a
+    // replay either: no counter was recorded yet), or made it a plain packet (TVer 1 -> 0),
+    // which `require` refuses.
+    EXPECT_GT(auth_drops, good.size());
+    EXPECT_EQ(rx_->counters().rx_auth_fail + rx_->counters().rx_plain_dropped, auth_drops);
+    EXPECT_LE(rx_->counters().rx_plain_dropped, 1u);
+    EXPECT_EQ(rx_->counters().rx_replay, 0u);
+    EXPECT_EQ(rx_->counters().rx_opened, 0u);
+    EXPECT_EQ(deliver(good).size(), 1u);
+    EXPECT_TRUE(deliver(good).empty());
+    EXPECT_TRUE(deliver(good).empty());
+    EXPECT_EQ(rx_->counters().rx_replay, 2u);
+    EXPECT_EQ(rx_->counters().rx_opened, 1u);
+  }
+}
+
+TEST_F(SealedPair, OutOfOrderPacketsAreTakenOnceEach) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  for (std::uint32_t i = 0; i < 20; ++i) send(17, 0x100 + i, pattern(8 + i));
+  const auto sent = tx_inner_.sent;
+  for (std::size_t i : {3, 0, 19, 7, 1, 2, 18}) {
+    const auto got = deliver(sent[i]);
+    ASSERT_EQ(got.size(), 1u) << i;
+    EXPECT_EQ(got[0].psn, 0x100u + i);
+  }
+  for (std::size_t i : {3, 0, 19, 7}) EXPECT_TRUE(deliver(sent[i]).empty()) << i;
+  EXPECT_EQ(rx_->counters().rx_replay, 4u);
+}
+
+TEST_F(SealedPair, WrongKeyIsRefused) {
+  make(Mode::kEncrypt, Mode::kEncrypt, std::string(32, '5'));
+  send(17, 0x100, pattern(40));
+  EXPECT_TRUE(deliver(tx_inner_.sent.at(0)).empty());
+  EXPECT_EQ(rx_->counters().rx_auth_fail, 1u);
+}
+
+TEST_F(SealedPair, PlainPacketsByPolicy) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+  h.bth.dest_qpn = 17;
+  const auto p = pattern(16);
+  std::vector<std::byte> plain(wire::roce_size(*wire::opcode_info(h.bth.opcode), p.size()));
+  wire::write_roce(plain, h, p);
+  h.bth.dest_qpn = 1;  // the CM's QP
+  std::vector<std::byte> gsi(plain.size());
+  wire::write_roce(gsi, h, p);
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  EXPECT_EQ(deliver(plain).size(), 1u);
+  EXPECT_EQ(rx_->counters().rx_plain, 1u);
+  make(Mode::kEncrypt, Mode::kRequire);
+  EXPECT_TRUE(deliver(plain).empty());
+  EXPECT_EQ(rx_->counters().rx_plain_dropped, 1u);
+  EXPECT_EQ(deliver(gsi).size(), 1u);  // QP 1 is plain in every mode
+  // And QP 1 goes out plain.
+  send(1, 5, p);
+  EXPECT_EQ(wire::BthView(tx_inner_.sent.back()).tver(), 0);
+  EXPECT_EQ(tx_->counters().tx_sealed, 0u);
+}
+
+TEST_F(SealedPair, ManyPacketsBeforeAFlushFlushTheInnerDatapath) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  for (std::size_t i = 0; i < 2 * SealedDatapath::kSlots + 1; ++i) send(17, i, pattern(100));
+  EXPECT_EQ(tx_inner_.flushes, 2u);
+  EXPECT_EQ(tx_->counters().tx_sealed, 2 * SealedDatapath::kSlots + 1);
+}
+
+TEST(SealedDatapath, OffIsNotASealingMode) {
+  KeepingDatapath inner;
+  EXPECT_FALSE(SealedDatapath::create(inner, Settings{}, 1, 1).ok());
+}
+
+}  // namespace
+}  // namespace uroce::seal
