@@ -33,7 +33,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/uroce/ DESTINATION ${CMAKE_INSTA
         COMPONENT dev FILES_MATCHING PATTERN "*.h")
 # The rooms of src/ whose headers the API's headers include (device/udp_device.h,
 # edge/environment.h); tests/install compiles against the installed copy.
-foreach(room base wire cc fault capture transport verbs engine datapath proto device edge)
+foreach(room base wire cc fault capture transport verbs engine datapath proto seal device edge)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/src/${room}/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/uroce/internal/${room}
           COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
