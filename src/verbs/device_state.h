@@ -203,6 +203,11 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   BoundedRing<std::uint32_t> mw_quarantine{kKeyQuarantine};
   CyclicIdAllocator qpn_alloc;
   QpnSource* qpn_source = nullptr;  // replaces qpn_alloc when set
+  // A QPN of this device's own (no qpn_source): drawn at random from qpn_alloc's range where the
+  // device draws its keys from the kernel (config.random_bytes: a real device without a seed),
+  // so that one connection's QPN says nothing of the next (issue 44); in turn from kMinQpn, as
+  // rxe numbers them, where it is seeded (the simulator, tests).
+  std::optional<std::uint32_t> allocate_qpn();
   std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;
   std::vector<transport::Qp*> live_qps;
   transport::QpCounters destroyed_qps;  // summed at destroy_qp

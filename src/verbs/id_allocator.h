@@ -37,6 +37,17 @@ class CyclicIdAllocator {
     return std::nullopt;  // unreachable while live_ < max_live_ <= range
   }
 
+  // Takes `id` itself: false when it is out of range or in use, or max_live numbers are.
+  bool take(std::uint32_t id) {
+    if (live_ >= max_live_ || id < min_ || id > max_ || in_use(id)) return false;
+    mark(id, true);
+    ++live_;
+    return true;
+  }
+
+  std::uint32_t min() const { return min_; }
+  std::uint32_t max() const { return max_; }
+
   void release(std::uint32_t id) {
     UROCE_ASSERT(in_use(id));
     mark(id, false);

@@ -136,7 +136,7 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   if (!caps_fit(s.attr, init.cap, has_srq)) return Err{Errc::kInvalidArgument};
   if (s.qps.full()) return Err{Errc::kNoMemory};
   const std::optional<std::uint32_t> qpn =
-      s.qpn_source != nullptr ? s.qpn_source->allocate_qpn() : s.qpn_alloc.allocate();
+      s.qpn_source != nullptr ? s.qpn_source->allocate_qpn() : s.allocate_qpn();
   if (!qpn) return Err{Errc::kNoMemory};
   // A source shared with other processes is outside input: a number it should not have given
   // fails this create_qp instead of aliasing a QP.

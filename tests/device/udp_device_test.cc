@@ -7,6 +7,8 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cerrno>
 
 #include <sys/wait.h>
@@ -299,6 +301,45 @@ TEST(UdpDevice, KeysDifferBetweenDevicesOpenedWithoutASeed) {
   ASSERT_EQ(a.size(), 4u);
   EXPECT_NE(a, b);
   EXPECT_EQ(keys(77), keys(77));
+}
+
+// QPNs (issue 44): a device of its own (no coordinator) opened without a seed draws its QPNs at
+// random from its range, as the coordinator does for a shared one; with a seed it numbers them
+// in turn from 0x11, as rxe does.
+TEST(UdpDevice, QpNumbersOfAnExclusiveDeviceWithoutASeedAreRandom) {
+  auto qpns = [](std::uint64_t seed) {
+    DeviceConfig cfg;
+    cfg.ip = v4(test::unique_ip());
+    cfg.seed = seed;
+    auto d = UdpDevice::open(cfg, wire::kRoceV2Port, "", UdpDevice::Sharing::kExclusive);
+    EXPECT_TRUE(d.ok()) << d.error();
+    std::vector<std::uint32_t> q;
+    if (!d.ok()) return q;
+    Device& dev = d.value()->device();
+    const PdHandle pd = dev.alloc_pd().value();
+    const CqHandle cq = dev.create_cq(CqInitAttr{16, 0, 0})->handle;
+    QpInitAttr init;
+    init.send_cq = init.recv_cq = cq;
+    init.cap = QpCap{4, 4, 1, 1, 0};
+    for (int i = 0; i < 8; ++i) {
+      auto qp = dev.create_qp(pd, init);
+      EXPECT_TRUE(qp.ok());
+      if (qp.ok()) q.push_back(qp->qp_num);
+    }
+    return q;
+  };
+  const std::vector<std::uint32_t> in_turn{0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18};
+  EXPECT_EQ(qpns(77), in_turn);
+  const auto a = qpns(0);
+  const auto b = qpns(0);
+  ASSERT_EQ(a.size(), 8u);
+  EXPECT_NE(a, in_turn);  // in turn from 0x11: one chance in about 2^136
+  EXPECT_NE(a, b);
+  for (const std::uint32_t n : a) {
+    EXPECT_GE(n, 0x11u);
+    EXPECT_LE(n, 0x20000u);
+    EXPECT_EQ(std::count(a.begin(), a.end(), n), 1);
+  }
 }
 
 TEST(UdpDevice, UnreachablePeerEndsInRetryExceeded) {
