@@ -33,19 +33,6 @@ std::uint32_t DeviceState::random_key_bits() {
   return load_le32(b, 0);
 }
 
-std::optional<std::uint32_t> DeviceState::allocate_qpn() {
-  if (config.random_bytes) {
-    // At most kMaxQp of about 2 * kMaxQp numbers are in use, so a draw is free at least half of
-    // the time: 64 misses in a row (2^-64) fall back to the next free number in turn.
-    const std::uint32_t span = qpn_alloc.max() - qpn_alloc.min() + 1;
-    for (int tries = 0; tries < 64; ++tries) {
-      const std::uint32_t qpn = qpn_alloc.min() + random_key_bits() % span;
-      if (qpn_alloc.take(qpn)) return qpn;
-    }
-  }
-  return qpn_alloc.allocate();
-}
-
 // [addr, addr + length) inside [base, base + size), without overflow (addr + length may pass
 // 2^64).
 static bool inside(std::uint64_t addr, std::uint64_t length, std::uint64_t base,

@@ -13,6 +13,19 @@ using verbs::detail::from_raw;
 using verbs::detail::to_raw;
 namespace vd = verbs::detail;
 
+std::optional<std::uint32_t> vd::DeviceState::allocate_qpn() {
+  if (config.random_bytes) {
+    // At most kMaxQp of about 2 * kMaxQp numbers are in use, so a draw is free at least half of
+    // the time: 64 misses in a row (2^-64) fall back to the next free number in turn.
+    const std::uint32_t span = qpn_alloc.max() - qpn_alloc.min() + 1;
+    for (int tries = 0; tries < 64; ++tries) {
+      const std::uint32_t qpn = qpn_alloc.min() + random_key_bits() % span;
+      if (qpn_alloc.take(qpn)) return qpn;
+    }
+  }
+  return qpn_alloc.allocate();
+}
+
 namespace {
 
 constexpr std::uint32_t kPsnMask = 0xffffff;
