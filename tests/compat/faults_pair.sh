@@ -52,7 +52,12 @@ fail() {
 [[ $(grep -c '^faults ' "$tmp/stats.txt") -ge 2 ]] || fail "both sides should report their faults"
 corrupted=$(($(sum tx_corrupt faults) + $(sum rx_corrupt faults)))
 bad_icrc=$(sum drop_bad_icrc link)
-((bad_icrc == corrupted)) ||
+# Every corrupted packet fails its ICRC but one whose flipped bits all lie in the byte the ICRC
+# masks (BTH byte 4: FECN, BECN and the reserved bits, which switches may change on the way):
+# that one arrives as it would from a switch that set the bit. A 20-byte ACK has 8 such bits in
+# 160, a 1 KiB request 8 in 8400, so a run with dozens of corruptions now and then has one (CI run
+# of 51d05df: 53 corrupted, 52 dropped). More than two, or more drops than corruptions, fails.
+((bad_icrc <= corrupted && corrupted - bad_icrc <= 2)) ||
   fail "the receivers dropped $bad_icrc packets for a bad ICRC; the stages corrupted $corrupted"
 IFS=, read -ra want <<<"$checks"
 for c in "${want[@]}"; do
