@@ -133,54 +133,50 @@ void forget_open(UdpDevice* d) {
   if (g_open != nullptr) g_open->erase(d);
 }
 
-// The fault spec for device `name` at `ip`: the options' for this device (UROCE_FAULTS_<NAME>),
-// else for every device (UROCE_FAULTS), else the config file's faults= for it; "" for none, or
-// why the configuration cannot be read.
-Result<std::string, std::string> configured_faults(const std::string& name,
-                                                   const wire::IpAddress& ip,
-                                                   const DeviceOptions& options) {
+// The config file's entry for device `name` at `ip`, read once per open: nullopt when
+// UROCE_DEVICES is set (no file in use), without a file, or without an entry (the device was
+// opened by address). Names are unique in a file (check_unique), so there is one at most.
+std::optional<DeviceSpec> file_entry(const std::string& name, const wire::IpAddress& ip,
+                                     const DeviceOptions& options) {
+  if (options.source.devices) return std::nullopt;
+  auto list = configured_devices(options.source);
+  if (!list.ok()) return std::nullopt;
+  for (DeviceSpec& d : list.value()) {
+    if (d.name == name && d.ip == ip) return std::move(d);
+  }
+  return std::nullopt;
+}
+
+// The fault spec for device `name`: the options' for this device (UROCE_FAULTS_<NAME>), else
+// for every device (UROCE_FAULTS), else the config file's faults= for it; "" for none.
+std::string configured_faults(const std::string& name, const DeviceOptions& options,
+                              const std::optional<DeviceSpec>& entry) {
   if (auto it = options.device_faults.find(fault_key(name)); it != options.device_faults.end()) {
     return it->second;
   }
   if (options.faults) return *options.faults;
-  if (options.source.devices) return std::string();  // UROCE_DEVICES set: no file in use
-  auto list = configured_devices(options.source);
-  if (!list.ok()) return std::string();  // the device was opened by address: no entry
-  for (const DeviceSpec& d : list.value()) {
-    if (d.name == name && d.ip == ip) return d.faults;
-  }
-  return std::string();
+  return entry ? entry->faults : std::string();
 }
 
-// The congestion control of device `name` at `ip`: the options' (UROCE_CC), else the config
-// file's cc= for it, else `fallback` (the DeviceConfig's).
-DeviceConfig::CongestionControl configured_cc(const std::string& name, const wire::IpAddress& ip,
-                                              const DeviceOptions& options,
+// The congestion control: the options' (UROCE_CC), else the config file's cc= for the device,
+// else `fallback` (the DeviceConfig's).
+DeviceConfig::CongestionControl configured_cc(const DeviceOptions& options,
+                                              const std::optional<DeviceSpec>& entry,
                                               DeviceConfig::CongestionControl fallback) {
   if (options.congestion_control) return *options.congestion_control;
-  if (options.source.devices) return fallback;  // UROCE_DEVICES set: no file in use
-  auto list = configured_devices(options.source);
-  if (!list.ok()) return fallback;
-  for (const DeviceSpec& d : list.value()) {
-    if (d.name == name && d.ip == ip && d.congestion_control) return *d.congestion_control;
-  }
+  if (entry && entry->congestion_control) return *entry->congestion_control;
   return fallback;
 }
 
-// Selective repeat of device `name` at `ip` (DeviceConfig::selective_repeat, sr_peers): the
-// options' (UROCE_SR, UROCE_SR_PEERS), else the config file's sr= and sr_peers= for it, else
-// what `cfg` has.
-void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options) {
+// Selective repeat (DeviceConfig::selective_repeat, sr_peers): the options' (UROCE_SR,
+// UROCE_SR_PEERS), else the config file's sr= and sr_peers= for the device, else what `cfg` has.
+void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options,
+                                const std::optional<DeviceSpec>& entry) {
   std::optional<bool> on = options.selective_repeat;
   std::optional<SrPeers> peers = options.sr_peers;
-  if (!options.source.devices && (!on || !peers)) {  // UROCE_DEVICES unset: the file, if any
-    if (auto list = configured_devices(options.source); list.ok()) {
-      for (const DeviceSpec& d : list.value()) {
-        if (d.name != cfg.name || d.ip != cfg.ip) continue;
-        if (!on) on = d.selective_repeat;
-        if (!peers) peers = d.sr_peers;
-      }
-    }
+  if (entry) {
+    if (!on) on = entry->selective_repeat;
+    if (!peers) peers = entry->sr_peers;
   }
   if (on) cfg.selective_repeat = *on;
   if (peers) {
@@ -189,17 +185,12 @@ void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options)
   }
 }
 
-// The sealing of device `name` at `ip` (docs/SECURITY.md): the options', else the config file's
-// aead= and psk= for it, else off.
-seal::Settings configured_seal(const std::string& name, const wire::IpAddress& ip,
-                               const DeviceOptions& options) {
+// The sealing (docs/SECURITY.md): the options', else the config file's aead= and psk= for the
+// device, else off.
+seal::Settings configured_seal(const DeviceOptions& options,
+                               const std::optional<DeviceSpec>& entry) {
   if (options.seal) return *options.seal;
-  if (options.source.devices) return {};  // UROCE_DEVICES set: no file in use
-  auto list = configured_devices(options.source);
-  if (!list.ok()) return {};
-  for (const DeviceSpec& d : list.value()) {
-    if (d.name == name && d.ip == ip && d.seal) return *d.seal;
-  }
+  if (entry && entry->seal) return *entry->seal;
   return {};
 }
 
@@ -217,15 +208,15 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
                                                           Sharing sharing,
                                                           const DeviceOptions& options) {
   DeviceConfig cfg = config;
-  cfg.congestion_control = configured_cc(cfg.name, cfg.ip, options, cfg.congestion_control);
+  const std::optional<DeviceSpec> entry = file_entry(cfg.name, cfg.ip, options);
+  cfg.congestion_control = configured_cc(options, entry, cfg.congestion_control);
   if (options.adaptive_recovery) cfg.adaptive_recovery = *options.adaptive_recovery;
-  configure_selective_repeat(cfg, options);
+  configure_selective_repeat(cfg, options, entry);
   // Unguessable MR keys from the kernel's CSPRNG, unless a seed asks for reproducible ones.
   if (!cfg.random_bytes && cfg.seed == 0) cfg.random_bytes = kernel_random_bytes;
   // The faults first: a malformed spec opens nothing.
-  auto fault_text = configured_faults(cfg.name, cfg.ip, options);
-  if (!fault_text.ok()) return Err{Error(EINVAL, fault_text.error())};
-  if (auto f = fault::FaultSpec::parse(fault_text.value()); !f.ok()) {
+  const std::string fault_text = configured_faults(cfg.name, options, entry);
+  if (auto f = fault::FaultSpec::parse(fault_text); !f.ok()) {
     return Err{Error(EINVAL, cfg.name + ": " + f.error())};
   }
   if (cfg.netdev_mtu == 0) {
@@ -269,7 +260,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   d->shared_ = std::move(shared);
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
-  const seal::Settings sealing = configured_seal(cfg.name, cfg.ip, options);
+  const seal::Settings sealing = configured_seal(options, entry);
   if (sealing.mode != seal::Mode::kOff) {
     // Authenticated or encrypted packets (docs/SECURITY.md): the sealing datapath in front of
     // the socket's, with a nonce salt and first counter from the kernel's CSPRNG. It opens
@@ -323,7 +314,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
-  if (!fault_text.value().empty()) (void)d->set_faults(fault_text.value());  // parsed above
+  if (!fault_text.empty()) (void)d->set_faults(fault_text);  // parsed above
   if (!d->stats_file_.empty()) remember_open(d.get());
   return d;
 }
