@@ -482,6 +482,14 @@ void start_work(Run& r, SimHost& h) {
   }
 }
 
+// A blocking application takes its event and re-arms the CQ: the drop-in's ibv_req_notify_cq
+// hands the socket to the thread (application_waits).
+void take_event_and_rearm(Run& r, SimHost& h) {
+  h.event_pending = false;
+  if (h.dev->req_notify_cq(h.cq, false) != Errc::kOk) r.fail("req_notify_cq failed");
+  if (h.sched->app_blocks(r.now)) r.signal(h);
+}
+
 void app_act(Run& r, SimHost& h) {
   h.app_at = Instant::never();
   start_work(r, h);
@@ -497,9 +505,7 @@ void app_act(Run& r, SimHost& h) {
       // Woken by an event (or starting): take it, re-arm (the drop-in's ibv_req_notify_cq
       // hands the socket to the thread), poll once, then block in get_cq_event.
       h.app_blocked = false;
-      h.event_pending = false;
-      if (h.dev->req_notify_cq(h.cq, false) != Errc::kOk) r.fail("req_notify_cq failed");
-      if (h.sched->app_blocks(r.now)) r.signal(h);
+      take_event_and_rearm(r, h);
       poll_cq(r, h, true);
       if (h.sched->app_blocks(r.now)) r.signal(h);
       h.app_blocked = true;
@@ -511,9 +517,7 @@ void app_act(Run& r, SimHost& h) {
         // The waiter takes the event, re-arms and blocks again; the poster, handed the event,
         // runs up to 2 ms later (a thread the scheduler got to late: past the progress thread's
         // spin for a blocked application).
-        h.event_pending = false;
-        if (h.dev->req_notify_cq(h.cq, false) != Errc::kOk) r.fail("req_notify_cq failed");
-        if (h.sched->app_blocks(r.now)) r.signal(h);
+        take_event_and_rearm(r, h);
         h.app_blocked = true;
         h.poster_turn = true;
         h.app_at = r.now + Duration::ns(1 + static_cast<std::int64_t>(r.rng.below(2'000'000)));
