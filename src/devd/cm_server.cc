@@ -749,16 +749,9 @@ void CmServer::deliver_conn_event(const cm::CmEvent& e) {
 void CmServer::pump(Instant now) {
   while (auto e = cm_.poll_event()) deliver(*e);
   while (auto out = cm_.poll_transmit()) {
-    wire::TransportHeaders h;
-    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kUdSendOnly);
-    h.bth.pkey = 0xffff;
-    h.bth.dest_qpn = wire::kGsiQpn;
-    h.bth.psn = psn_;
-    psn_ = (psn_ + 1) & 0xffffff;
-    h.deth.qkey = wire::kGsiQkey;
-    h.deth.src_qpn = wire::kGsiQpn;
     std::array<std::byte, 32> hdr{};
-    const std::size_t hn = wire::write_headers(MutBytes(hdr), h, wire::kMadBytes);
+    const std::size_t hn = wire::write_gsi_mad_headers(MutBytes(hdr), psn_);
+    psn_ = (psn_ + 1) & 0xffffff;
     wire::OuterHeaders o;
     o.src = ip_;
     auto peer = verbs::ip_from_gid(uroce::Gid{out->to.gid});

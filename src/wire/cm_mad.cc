@@ -1,5 +1,7 @@
 #include "wire/cm_mad.h"
 
+#include "wire/builder.h"
+
 namespace uroce::wire {
 
 namespace {
@@ -214,6 +216,17 @@ std::array<std::byte, kMadBytes> build_cm_mad(const CmMad& mad) {
   std::array<std::byte, kMadBytes> out{};
   build_cm_mad(mad, out);
   return out;
+}
+
+std::size_t write_gsi_mad_headers(MutBytes out, std::uint32_t psn) {
+  TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(Opcode::kUdSendOnly);
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qpn = kGsiQpn;
+  h.bth.psn = psn & 0xffffff;
+  h.deth.qkey = kGsiQkey;
+  h.deth.src_qpn = kGsiQpn;
+  return write_headers(out, h, kMadBytes);
 }
 
 std::optional<RdmaServiceId> parse_rdma_ip_service_id(std::uint64_t service_id) {

@@ -163,6 +163,11 @@ Result<CmMad, CmParseError> parse_cm_mad(ConstBytes mad);
 std::size_t build_cm_mad(const CmMad& mad, MutBytes out);
 std::array<std::byte, kMadBytes> build_cm_mad(const CmMad& mad);
 
+// The BTH and DETH of a MAD from QP 1 to QP 1, as every CM MAD travels over RoCEv2: a UD SEND
+// Only, P_Key 0xffff, the GSI's Q_Key, PSN `psn`, for a kMadBytes payload. Written to `out`
+// (at least 20 bytes); returns their length.
+std::size_t write_gsi_mad_headers(MutBytes out, std::uint32_t psn);
+
 // Fills a private data area from the user's bytes (the rest is zero). False when `user` is larger
 // than the area: the caller reports that as EINVAL, as rdma_connect(3) does.
 template <std::size_t N>

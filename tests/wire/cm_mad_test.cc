@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 namespace uroce::wire {
@@ -449,6 +450,19 @@ TEST(RdmaServiceId, PortSpaces) {
   EXPECT_EQ(rdma_port_space_name(RdmaPortSpace::kIpoib), "RDMA_PS_IPOIB");
   EXPECT_EQ(parse_rdma_service_id(0x0000000001070001ull), std::nullopt);
   EXPECT_EQ(parse_rdma_service_id(0x0000000101060001ull), std::nullopt);
+}
+
+// A CM MAD's BTH and DETH: UD SEND Only (0x64) from QP 1 to QP 1, P_Key 0xffff, the GSI's
+// Q_Key 0x80010000, the PSN given (24 bits), no pad for the 256-byte MAD.
+TEST(GsiMadHeaders, AreAUdSendOnlyFromQp1ToQp1) {
+  std::array<std::byte, 32> out{};
+  ASSERT_EQ(write_gsi_mad_headers(MutBytes(out), 0x1abcdef), 20u);
+  const std::array<std::uint8_t, 20> want = {0x64, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00,
+                                             0x01, 0x00, 0xab, 0xcd, 0xef, 0x80, 0x01,
+                                             0x00, 0x00, 0x00, 0x00, 0x00, 0x01};
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(static_cast<std::uint8_t>(out[k]), want[k]) << "byte " << k;
+  }
 }
 
 }  // namespace
