@@ -126,6 +126,20 @@ std::uint32_t crc32(std::uint32_t crc, ConstBytes data) {
   return crc32_gzip_refl(crc, reinterpret_cast<const unsigned char*>(data.data()), data.size());
 }
 
+const char* crc32_implementation() {
+  switch (crc32_fold::selected()) {
+    case crc32_fold::Kernel::kVpclmul512:
+      return "vpclmul512: 512-bit VPCLMULQDQ folding (AVX-512)";
+    case crc32_fold::Kernel::kVpclmul256:
+      return "vpclmul256: 256-bit VPCLMULQDQ folding (AVX2)";
+    case crc32_fold::Kernel::kPclmul128:
+      return "pclmul128: 128-bit PCLMULQDQ folding (SSE4.1)";
+    case crc32_fold::Kernel::kNone:
+      break;
+  }
+  return "ISA-L crc32_gzip_refl (this CPU has no PCLMULQDQ for uroce's own kernels)";
+}
+
 std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src) {
   UROCE_CHECK(dst.size() >= src.size());
   if (crc32_fold::available()) {

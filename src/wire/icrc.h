@@ -36,6 +36,11 @@ std::uint32_t crc32(std::uint32_t crc, ConstBytes data);
 // copy even while another thread rewrites `src`. For a send path that copies the payload anyway.
 std::uint32_t copy_and_crc32(std::uint32_t crc, MutBytes dst, ConstBytes src);
 
+// Which implementation crc32() and the ICRC run on this CPU, for `uroce doctor`: the
+// crc32_fold.h kernel chosen at run time ("vpclmul512: 512-bit VPCLMULQDQ folding (AVX-512)",
+// ...), or ISA-L's crc32_gzip_refl where the CPU has no PCLMULQDQ.
+const char* crc32_implementation();
+
 // What a packet's ICRC owes its outer headers: the CRC register (zlib convention) after the
 // pseudo-LRH and the masked IP and UDP headers `ip_udp`. It depends only on the fields the ICRC
 // covers there (addresses, ports, lengths, the IPv4 identification and DF), not on the masked

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "crc32_kernel_fixture.h"
@@ -529,6 +530,17 @@ TEST(IcrcIdentification, RejectsShortInputAndIpv6) {
   std::vector<std::byte> v6(48);
   std::vector<std::byte> roce(40);
   EXPECT_FALSE(icrc_recover_ipv4_identification(v6, roce).has_value());
+}
+
+// `uroce doctor` names the kernel that runs: the selected one, or ISA-L without one.
+TEST(Crc32Implementation, NamesTheSelectedKernel) {
+  const std::string name = crc32_implementation();
+  const crc32_fold::Kernel k = crc32_fold::selected();
+  if (k == crc32_fold::Kernel::kNone) {
+    EXPECT_EQ(name.rfind("ISA-L", 0), 0u) << name;
+  } else {
+    EXPECT_EQ(name.rfind(std::string(crc32_fold::kernel_name(k)) + ":", 0), 0u) << name;
+  }
 }
 
 }  // namespace
