@@ -128,7 +128,8 @@ sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
   return a;
 }
 
-// A connection to the coordinator, or -errno (ECONNREFUSED: none is listening).
+}  // namespace
+
 int connect_coordinator(const std::string& name) {
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;
@@ -141,6 +142,8 @@ int connect_coordinator(const std::string& name) {
   }
   return fd;
 }
+
+namespace {
 
 void sleep_ms(int ms) {
   timespec ts{0, ms * 1'000'000L};

@@ -48,6 +48,10 @@
 
 namespace uroce::engine {
 
+// A connection to the coordinator listening on the abstract unix socket `name`
+// (devd::socket_name), or -errno (ECONNREFUSED: none is listening).
+int connect_coordinator(const std::string& name);
+
 // What `uroce stats` shows of a shared device.
 struct SharedMember {
   pid_t pid = 0;
