@@ -19,6 +19,10 @@ fail() {
 mkdir -p "$tmp/big" "$tmp/small" "$tmp/ib" "$tmp/noib"
 echo 16777216 >"$tmp/big/rmem_max"
 echo 212992 >"$tmp/small/rmem_max"
+for d in big small; do
+  echo 4194304 >"$tmp/$d/wmem_max"
+  echo 212992 >"$tmp/$d/wmem_default"
+done
 ln -s /dev/null "$tmp/ib/uverbs0"
 : >"$tmp/unix"
 # doctor STATUS REGEX [ENV...] -- [OPTIONS...]: `uroce doctor` exits STATUS, its output matches
@@ -42,6 +46,14 @@ doctor() {
 
 doctor 0 '^all well$' UROCE_DEVICES=127.79.0.20 --
 doctor 0 '^ok: uroce0 on 127.79.0.20: UDP port 4791 is free' UROCE_DEVICES=127.79.0.20 --
+doctor 0 '^ok: uroce0 on 127.79.0.20: a datagram sent to UDP port 4791 from this host arrives' \
+  UROCE_DEVICES=127.79.0.20 --
+doctor 0 '^note: uroce0 on 127.79.0.20: interface lo, MTU [0-9]+: RoCE MTU 4096$' \
+  UROCE_DEVICES=127.79.0.20 --
+doctor 0 '^ok: net.core.wmem_max is 4194304: .*net.core.wmem_default, 212992' \
+  UROCE_DEVICES=127.79.0.20 --
+doctor 0 '^note: CRC-32 \(ICRC\) kernel of this CPU: ' UROCE_DEVICES=127.79.0.20 --
+doctor 1 '^problem: peer not-an-ip: not an IP address' UROCE_DEVICES=127.79.0.20 -- not-an-ip
 doctor 0 '^note: uroce0 on 127.79.0.20: UCX will not use it .*uroce setup' \
   UROCE_DEVICES=127.79.0.20 -- --ib-dir "$tmp/noib"
 doctor 1 '^problem: uroce0 on 192.0.2.1: not an address of this host' UROCE_DEVICES=192.0.2.1 --
