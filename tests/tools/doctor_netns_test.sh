@@ -28,6 +28,7 @@ fail() {
   exit 1
 }
 source "$(dirname "$0")/../compat/netns_lib.sh"
+source "$(dirname "$0")/doctor_lib.sh"
 netns_reap uroce-dr42
 tmp=$(mktemp -d)
 chmod 755 "$tmp"
@@ -56,13 +57,7 @@ doctor() {
   ip netns exec "$ns" env -u UROCE_CONFIG -u UROCE_DEVD -u UROCE_CC UROCE_DEVICES="$addr" \
     "${envs[@]}" $wrap "$uroce" doctor --ib-dir "$tmp/ib" --sysctl-dir "$tmp/big" "$@" \
     >"$tmp/out" 2>&1
-  local rc=$?
-  cat "$tmp/out"
-  [ "$rc" = "$want" ] || fail "doctor $* in $ns exited $rc, not $want"
-  grep -Eq -- "$re" "$tmp/out" || fail "doctor $* in $ns: no line matches '$re'"
-  grep -Evq '^(ok|problem|note): |^all well$|^[0-9]+ problem\(s\)$' "$tmp/out" &&
-    fail "doctor $*: a line of another shape"
-  echo "---- ok: exit $rc, /$re/"
+  doctor_expect $? "$want" "$re" "$tmp/out" "doctor $* in $ns"
 }
 wrap=
 # wait_coordinator NS ADDR: until the coordinator for ADDR listens in NS (bounded).

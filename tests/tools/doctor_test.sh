@@ -16,6 +16,7 @@ fail() {
   echo "FAIL: $*"
   exit 1
 }
+source "$(dirname "$0")/doctor_lib.sh"
 mkdir -p "$tmp/big" "$tmp/small" "$tmp/ib" "$tmp/noib"
 echo 16777216 >"$tmp/big/rmem_max"
 echo 212992 >"$tmp/small/rmem_max"
@@ -35,13 +36,7 @@ doctor() {
   shift
   env -u UROCE_CONFIG -u UROCE_DEVD "${envs[@]}" "$uroce" doctor --ib-dir "$tmp/ib" \
     --proc-net-unix "$tmp/unix" --sysctl-dir "$tmp/big" "$@" >"$tmp/out" 2>&1
-  local rc=$?
-  cat "$tmp/out"
-  [ "$rc" = "$want" ] || fail "doctor $* exited $rc, not $want"
-  grep -Eq -- "$re" "$tmp/out" || fail "doctor $*: no line matches '$re'"
-  grep -Evq '^(ok|problem|note): |^all well$|^[0-9]+ problem\(s\)$' "$tmp/out" &&
-    fail "doctor $*: a line of another shape"
-  echo "---- ok: exit $rc, /$re/"
+  doctor_expect $? "$want" "$re" "$tmp/out" "doctor $*"
 }
 
 doctor 0 '^all well$' UROCE_DEVICES=127.79.0.20 --
