@@ -1,6 +1,5 @@
 #include "tools/doctor_cmd.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <sys/socket.h>
@@ -116,25 +115,10 @@ bool coordinator_listens(const std::string& proc_net_unix, const std::string& na
 
 // Binds UDP PORT on the device's address alone: errno, 0 when it was free.
 int try_bind(const wire::IpAddress& ip, std::uint16_t port) {
-  const std::string text = engine::ip_to_string(ip);
   sockaddr_storage ss{};
   socklen_t len = 0;
-  int family = AF_INET;
-  if (text.find(':') != std::string::npos) {
-    family = AF_INET6;
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_port = htons(port);
-    ::inet_pton(AF_INET6, text.c_str(), &a->sin6_addr);
-    len = sizeof *a;
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_port = htons(port);
-    ::inet_pton(AF_INET, text.c_str(), &a->sin_addr);
-    len = sizeof *a;
-  }
-  const int fd = ::socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  datapath::to_sockaddr(ip, port, ss, len);
+  const int fd = ::socket(ip.v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
   const int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 ? 0 : errno;
   ::close(fd);
