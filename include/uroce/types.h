@@ -14,6 +14,7 @@ enum class Errc : int {
   kNoEntry = 2,           // ENOENT
   kInterrupted = 4,       // EINTR: a signal ended a blocking wait
   kNoMemory = 12,         // ENOMEM
+  kBadAddress = 14,       // EFAULT: memory that is not mapped with the access asked for
   kBusy = 16,             // EBUSY: resource still has children or is in use
   kInvalidArgument = 22,  // EINVAL
   kNoSpace = 28,          // ENOSPC

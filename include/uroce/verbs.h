@@ -14,7 +14,9 @@
 //   fails with Errc::kBusy, as the kernel does: a PD with MRs, QPs, AHs or SRQs; a CQ used by a
 //   QP; an SRQ used by a QP. Destroying the Device frees everything that is left.
 // - Memory registered with reg_mr() must stay valid until dereg_mr(); uroce reads and writes
-//   it (through transport::MemoryResolver) whenever a QP accesses it.
+//   it (through transport::MemoryResolver) whenever a QP accesses it. An on-demand (ODP) region
+//   need not be mapped: each access first asks DeviceConfig::fault_in, and an access to pages
+//   that are not mapped with the access it needs fails as a protection error instead.
 //
 // Engine side: find_qp() demultiplexes packets by QPN; live_qps() lists QPs to drive;
 // set_completion_event_handler() tells the engine when an armed CQ gets a completion (it then
@@ -96,14 +98,43 @@ inline constexpr std::uint64_t kDeviceExFlushPersistent = 1ull << 39;
 inline constexpr std::uint64_t kDeviceExAtomicWrite = 1ull << 40;
 
 // Access flags beyond the four of uroce/types.h (IBV_ACCESS_*). reg_mr() accepts MW_BIND (memory
-// windows may be bound to the region), rejects ZERO_BASED and ON_DEMAND with kNotSupported, accepts
-// HUGETLB as a hint and ignores the optional range (bits 20..29, e.g. RELAXED_ORDERING), as
-// libibverbs does for a device without them.
+// windows may be bound to the region) and ON_DEMAND (below), rejects ZERO_BASED with
+// kNotSupported, accepts HUGETLB as a hint and ignores the optional range (bits 20..29, e.g.
+// RELAXED_ORDERING), as libibverbs does for a device without them.
 inline constexpr std::uint32_t kAccessMwBind = 16;
 inline constexpr std::uint32_t kAccessZeroBased = 32;
 inline constexpr std::uint32_t kAccessOnDemand = 64;
 inline constexpr std::uint32_t kAccessHugetlb = 128;
 inline constexpr std::uint32_t kAccessRelaxedOrdering = 1u << 20;
+
+// On-demand paging (IBV_ODP_*, ibv_device_attr_ex.odp_caps). uroce pins nothing: every region
+// is paged by the kernel as the process's own memory is, so ODP is its natural mode. An ODP
+// region (kAccessOnDemand) differs from an ordinary one in what it asks of the application:
+// its pages need not be mapped while it is registered, and an access to a page that is not
+// mapped (or not writable, for a write) fails as a protection error (NAK Remote Access Error
+// at the peer, IBV_WC_LOC_PROT_ERR locally) where an ordinary region's would be the
+// application's crash. The implicit region, reg_mr(pd, nullptr, SIZE_MAX, ON_DEMAND | ...)
+// with iova 0, covers the whole address space (IBV_ODP_SUPPORT_IMPLICIT; rxe refuses it).
+inline constexpr std::uint64_t kOdpSupport = 1u << 0;          // IBV_ODP_SUPPORT
+inline constexpr std::uint64_t kOdpSupportImplicit = 1u << 1;  // IBV_ODP_SUPPORT_IMPLICIT
+// Per transport (IBV_ODP_SUPPORT_SEND ... _SRQ_RECV): which operations may use ODP regions.
+inline constexpr std::uint32_t kOdpSend = 1u << 0;
+inline constexpr std::uint32_t kOdpRecv = 1u << 1;
+inline constexpr std::uint32_t kOdpWrite = 1u << 2;
+inline constexpr std::uint32_t kOdpRead = 1u << 3;
+inline constexpr std::uint32_t kOdpAtomic = 1u << 4;
+inline constexpr std::uint32_t kOdpSrqRecv = 1u << 5;
+
+struct OdpCaps {
+  std::uint64_t general_caps = 0;  // kOdpSupport*
+  std::uint32_t rc_odp_caps = 0;   // kOdp* per transport
+  std::uint32_t uc_odp_caps = 0;
+  std::uint32_t ud_odp_caps = 0;
+};
+
+// ibv_advise_mr's advice (IBV_ADVISE_MR_ADVICE_*) and its one flag.
+enum class AdviseMr : std::uint32_t { kPrefetch = 0, kPrefetchWrite = 1, kPrefetchNoFault = 2 };
+inline constexpr std::uint32_t kAdviseMrFlagFlush = 1u << 0;  // IBV_ADVISE_MR_FLAG_FLUSH
 
 struct DeviceAttr {
   std::string fw_ver;           // "0.0.0", as libibverbs formats rxe's fw_ver 0
@@ -148,6 +179,7 @@ struct DeviceAttr {
   std::uint8_t local_ca_ack_delay = 0;
   std::uint8_t phys_port_cnt = 0;
   std::uint32_t max_inline_data = 0;  // not in ibv_device_attr: the QP cap limit
+  OdpCaps odp;                        // ibv_device_attr_ex.odp_caps
 };
 
 struct PortAttr {
@@ -191,6 +223,13 @@ struct DeviceConfig {
   // guessed from others (issue 44). Empty: a PRNG seeded with `seed`, reproducible (the
   // simulator, tests).
   std::function<void(std::span<std::byte>)> random_bytes;
+  // Makes [addr, addr + length) of this process present for an access to an on-demand (ODP)
+  // region, as the kernel's ODP page fault does for a NIC (for a write when `write`): true when
+  // every page of it is mapped with that access, false otherwise (the access then fails as a
+  // protection error, kAccessOnDemand). A device that serves real memory gets the kernel's
+  // (engine::UdpDevice::open: madvise MADV_POPULATE_READ/WRITE). Empty: every address of an ODP
+  // region counts as mapped (the simulator, whose regions are its own arrays).
+  std::function<bool(std::byte* addr, std::size_t length, bool write)> fault_in;
   std::uint32_t async_event_queue_depth = 1024;
   // Completion vectors (ibv_context.num_comp_vectors): rxe has one per CPU. uroce's CQs share
   // the device's progress, so a vector only has to be accepted: any below this number is.
@@ -458,6 +497,15 @@ class Device {
                                 std::size_t length, std::uint32_t access);
   // kInvalidArgument while memory windows are bound to it (rxe_dereg_mr, IBA 10.6.7.2.6).
   Errc dereg_mr(MrHandle mr);
+  // ibv_advise_mr for ODP regions, as rxe's rxe_ib_advise_mr: kPrefetch and kPrefetchWrite
+  // fault the ranges in (DeviceConfig::fault_in), kPrefetchNoFault has nothing to do (nothing
+  // is pinned, so there is no snapshot to take). Every SGE must name an ODP region of `pd` by
+  // its lkey, inside it (kInvalidArgument otherwise; kPermission for kPrefetchWrite into
+  // a region without LOCAL_WRITE). With kAdviseMrFlagFlush the call is synchronous and a range
+  // that cannot be faulted in is kBadAddress; without, it is best effort, as the kernel's
+  // queued prefetch: such a range is skipped. Unknown advice: kNotSupported; unknown flags or
+  // no SGE: kInvalidArgument.
+  Errc advise_mr(PdHandle pd, AdviseMr advice, std::uint32_t flags, std::span<const Sge> sges);
 
   // Memory windows (rxe_mw.c). alloc_mw: kNoMemory beyond max_mw. A window holds its PD (a PD
   // with windows cannot be freed). dealloc_mw unbinds it first.

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "base/entropy.h"
+#include "datapath/fault_in.h"
 #include "device/device_config.h"
 
 namespace uroce::engine {
@@ -214,6 +215,8 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   configure_selective_repeat(cfg, options, entry);
   // Unguessable MR keys from the kernel's CSPRNG, unless a seed asks for reproducible ones.
   if (!cfg.random_bytes && cfg.seed == 0) cfg.random_bytes = kernel_random_bytes;
+  // ODP regions' pages faulted in as the kernel faults them in for a NIC (or refused).
+  if (!cfg.fault_in) cfg.fault_in = datapath::fault_in;
   // The faults first: a malformed spec opens nothing.
   const std::string fault_text = configured_faults(cfg.name, options, entry);
   if (auto f = fault::FaultSpec::parse(fault_text); !f.ok()) {

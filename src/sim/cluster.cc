@@ -120,6 +120,17 @@ struct Host final : engine::QpDirectory, datapath::Datapath, DoorbellHandler {
     std::size_t end = 0;
   };
   std::vector<Unverified> unverified;
+  // On-demand paging (issue 41): whether the arena's region is an ODP one (drawn from the seed),
+  // and the model of its pages behind DeviceConfig::fault_in: every arena page is mapped except
+  // [hole_begin, hole_end) (empty but for check_odp_hole); a page faulted in for a write is
+  // marked, so that the arena check can tell that no byte changed in a page never faulted in
+  // for one (`initial`: the arena as the workload left it before the run).
+  bool odp = false;
+  std::vector<std::byte> initial;
+  std::vector<std::uint8_t> faulted_for_write;  // per kOdpPage of the arena
+  std::size_t hole_begin = 0;
+  std::size_t hole_end = 0;
+  bool fault_in(const std::byte* addr, std::size_t length, bool write);
 
   std::uint64_t va(std::size_t off) const {
     return reinterpret_cast<std::uint64_t>(arena.data()) + off;
@@ -431,6 +442,29 @@ void fill_random(std::span<std::byte> b, std::uint64_t seed) {
   for (; i < b.size(); ++i) b[i] = static_cast<std::byte>(p.next());
 }
 
+constexpr std::size_t kOdpPage = 4096;
+
+bool Host::fault_in(const std::byte* addr, std::size_t length, bool write) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  const auto base = reinterpret_cast<std::uintptr_t>(arena.data());
+  if (a < base || length > arena.size() || a - base > arena.size() - length) return false;
+  const std::size_t off = a - base;
+  if (off < hole_end && hole_begin < off + length) return false;  // not mapped
+  for (std::size_t p = off / kOdpPage; write && p <= (off + length - 1) / kOdpPage; ++p) {
+    faulted_for_write[p] = 1;
+  }
+  return true;
+}
+
+// Whether host `index`'s arena region is on demand: half the hosts, from a hash of the seed and
+// the index (the workload's draws stay as they were).
+bool host_is_odp(std::uint64_t seed, std::uint32_t index) {
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + index + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return ((z ^ (z >> 31)) & 1) != 0;
+}
+
 bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   auto h = std::make_unique<Host>();
   h->cl = &c;
@@ -444,6 +478,11 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   cfg.ip = h->ip;
   cfg.netdev_mtu = 9000;  // active MTU 4096: every path MTU can be chosen
   cfg.seed = c.opt.seed * 1000 + index;
+  h->odp = host_is_odp(c.opt.seed, index);
+  Host* raw = h.get();
+  cfg.fault_in = [raw](std::byte* addr, std::size_t length, bool write) {
+    return raw->fault_in(addr, length, write);
+  };
   auto dev = Device::create(cfg);
   if (!dev.ok()) return false;
   h->dev = std::move(dev.value());
@@ -459,13 +498,14 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   h->arena.resize(arena_bytes);
   fill_random(h->arena, c.opt.seed * 7919 + index);
   h->expected = h->arena;
+  h->faulted_for_write.assign((arena_bytes + kOdpPage - 1) / kOdpPage, 0);
   h->exempt.assign(arena_bytes, 0);
   auto pd = h->dev->alloc_pd();
   if (!pd.ok()) return false;
   h->pd = pd.value();
   auto mr = h->dev->reg_mr(h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
                            kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                               kAccessRemoteAtomic |
+                               kAccessRemoteAtomic | (h->odp ? kAccessOnDemand : 0u) |
                                kAccessMwBind);  // check_memory_window binds a window to it
   if (!mr.ok()) return false;
   h->mr = mr.value();
@@ -1250,6 +1290,22 @@ void check_counter(Cluster& c, Host& h, const UncertainAtomics& u) {
   }
 }
 
+// An on-demand region's bytes change only in pages faulted in for a write (DeviceConfig::
+// fault_in): every path that writes into a region (a WRITE's or atomic's target, a receive's
+// scatter, a READ response's) asks for the write first.
+void check_odp_faults(Cluster& c, const Host& h) {
+  for (std::size_t p = 0; p < h.faulted_for_write.size(); ++p) {
+    if (h.faulted_for_write[p] != 0) continue;
+    const std::size_t begin = p * kOdpPage;
+    const std::size_t n = std::min(kOdpPage, h.arena.size() - begin);
+    if (std::memcmp(h.arena.data() + begin, h.initial.data() + begin, n) != 0) {
+      c.fail("host " + std::to_string(h.id) + ": a byte of ODP page " + std::to_string(p) +
+             " changed, but the page was never faulted in for a write");
+      return;
+    }
+  }
+}
+
 void final_checks(Cluster& c) {
   std::map<const Host*, UncertainAtomics> uncertain;
   for (auto& sp : c.sides) {
@@ -1285,6 +1341,8 @@ void final_checks(Cluster& c) {
         return;
       }
     }
+    if (h.odp) check_odp_faults(c, h);
+    if (!c.result.ok) return;
   }
   // UC writes: each byte is either as before or as written.
   for (auto& sp : c.sides) {
@@ -1829,6 +1887,65 @@ std::string replay_command(const ClusterOptions& o) {
   return cmd;
 }
 
+// A page of an on-demand region that is not mapped (issue 41), once per run on an RC pair the
+// checks before it left alone, whose responder's region is on demand: y's page model reports 256
+// bytes of its arena unmapped, and x WRITEs 16 bytes there. The WRITE fails with
+// REM_ACCESS_ERR (NAK Remote Access Error, as rxe's failed ODP fault), x sees nothing else, and
+// no byte is written (the arena check runs again after it).
+void check_odp_hole(Cluster& c) {
+  const Side* used = first_live_rc_side(c);
+  Side* x = nullptr;
+  for (auto& sp : c.sides) {
+    if (sp->type == QpType::kRc && !sp->torn_down && sp.get() != used && sp->peer != used &&
+        sp->peer->host->odp) {
+      x = sp.get();
+      break;
+    }
+  }
+  if (x == nullptr) return;
+  Side& y = *x->peer;
+  Host& hx = *x->host;
+  Host& hy = *y.host;
+  constexpr std::size_t kHole = kGuardBytes + kOdpPage;
+  if (kHole + 256 > hy.arena.size() - kGuardBytes) return;
+  const std::string what = x->name + " WRITE into an unmapped ODP page of " + y.name;
+  for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);  // polled below
+  hy.hole_begin = kHole;
+  hy.hole_end = kHole + 256;
+  const Sge sge{hx.va(kGuardBytes + 64), 16, hx.mr.lkey};
+  SendWr w;
+  w.wr_id = 5;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.send_flags = kSendSignaled;
+  w.sg_list = std::span(&sge, 1);
+  w.rdma.remote_addr = hy.va(kHole + 16);
+  w.rdma.rkey = hy.mr.rkey;
+  if (hx.dev->post_send(x->qp, std::span(&w, 1), nullptr) != Errc::kOk) {
+    c.fail(what + ": could not be posted");
+    return;
+  }
+  std::vector<Wc> got;
+  const Instant deadline = c.now + Duration::ns(1'000'000'000);
+  for (;;) {
+    transmit_rounds(c);
+    Wc wcs[4];
+    if (auto n = hx.dev->poll_cq(x->scq, wcs); n.ok()) got.insert(got.end(), wcs, wcs + *n);
+    if (!got.empty() && c.net.next_event_time().is_never()) break;
+    const Instant t = next_event(c);
+    if (t.is_never() || t > deadline) {
+      c.fail(what + ": no completion");
+      return;
+    }
+    if (t > c.now) c.now = t;
+    deliver_and_receive(c);
+  }
+  hy.hole_begin = hy.hole_end = 0;
+  if (got.size() != 1 || got[0].wr_id != 5 || got[0].status != WcStatus::kRemAccessErr) {
+    c.fail(what + ": " + std::to_string(got.size()) + " completion(s), the first " +
+           wc_status_name(got[0].status) + ", expected one REM_ACCESS_ERR");
+  }
+}
+
 // Builds the cluster and its workload, runs it to the end, then checks what it left.
 ClusterResult run_cluster(const ClusterOptions& opt) {
   Cluster c(opt);
@@ -1840,12 +1957,18 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   if (!build_workload(c, tap)) return c.result;
   const Instant start = c.now;
   if (!set_up_network(c, start)) return c.result;
+  // What the application leaves in the arenas (the workload's sources written): from here on
+  // only the device writes them (check_odp_faults).
+  for (auto& h : c.hosts) {
+    if (h->odp) h->initial = h->arena;
+  }
   CompletionEvents events(c);
   for (auto& h : c.hosts) h->dev->set_completion_event_handler(&events);
   run_events(c);
   if (c.result.ok) final_checks(c);
   if (c.result.ok) check_memory_window(c);
   if (c.result.ok) check_send_inv(c);
+  if (c.result.ok) check_odp_hole(c);
   if (c.result.ok) final_checks(c);  // the negative case wrote nothing
   c.result.simulated_ns = (c.now - start).count_ns();
   collect_counters(c);

@@ -21,6 +21,7 @@ enum class AccessError : std::uint8_t {
   kOutOfBounds,       // [addr, addr+length) is not inside the region
   kNotInvalidatable,  // invalidate(): an ordinary MR or a type 1 window (IBTA o10-37.2.26)
   kWrongQp,           // a type 2 memory window bound to another QP
+  kNotMapped,         // an on-demand region's pages are not mapped with the access asked for
 };
 
 // A memory window bind (IBV_WR_BIND_MW, and ibv_bind_mw for a type 1 window), as the requester

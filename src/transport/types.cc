@@ -16,6 +16,8 @@ const char* errc_name(Errc e) {
       return "interrupted";
     case Errc::kNoMemory:
       return "out of memory";
+    case Errc::kBadAddress:
+      return "bad address";
     case Errc::kBusy:
       return "resource busy";
     case Errc::kInvalidArgument:

@@ -39,6 +39,15 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
                        kDevicePortActiveEvent | kDeviceSysImageGuid | kDeviceRcRnrNakGen |
                        kDeviceMemWindow | kDeviceMemWindowType2B;
   a.device_cap_flags_ex = kDeviceExFlushGlobal | kDeviceExAtomicWrite;
+  // On-demand paging for every operation of every transport, and the implicit region: uroce
+  // pins nothing, so every region is paged as the process's memory is (verbs.h, kOdpSupport).
+  // rxe has RC only, and no implicit region.
+  constexpr std::uint32_t kOdpAll =
+      kOdpSend | kOdpRecv | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv;
+  a.odp.general_caps = kOdpSupport | kOdpSupportImplicit;
+  a.odp.rc_odp_caps = kOdpAll;
+  a.odp.uc_odp_caps = kOdpSend | kOdpRecv | kOdpWrite | kOdpSrqRecv;
+  a.odp.ud_odp_caps = kOdpSend | kOdpRecv | kOdpSrqRecv;
   a.max_sge = transport::kMaxSge;
   a.max_sge_rd = transport::kMaxSge;
   a.max_cq = kMaxCq;

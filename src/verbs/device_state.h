@@ -179,6 +179,11 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   // The MR `key` names (an rkey when `remote`) for a QP in `pd`, with `access` all granted.
   Result<const MrObj*, transport::AccessError> checked_mr(std::uint32_t pd, std::uint32_t key,
                                                           bool remote, std::uint32_t access) const;
+  // The bytes of [addr, addr + length), inside `mr`, for `access`: an ODP region's pages made
+  // present first (config.fault_in), kNotMapped when they cannot be.
+  Result<MutBytes, transport::AccessError> present(const MrObj& mr, std::uint64_t addr,
+                                                   std::uint64_t length,
+                                                   std::uint32_t access) const;
   QpObj* qp_for_qpn(std::uint32_t qpn) const;
   // Checks an AH / QP address vector as rdma_check_ah_attr() and rxe_av_chk_attr() do and
   // resolves it (udp_sport left at 0).

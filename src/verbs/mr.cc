@@ -41,6 +41,23 @@ static bool inside(std::uint64_t addr, std::uint64_t length, std::uint64_t base,
   return length <= size && addr - base <= size - length;
 }
 
+// The bytes of [addr, addr + length) of `mr` (checked inside it), through the address rather
+// than `base` (an implicit ODP region's base is address 0, and no pointer may be offset from
+// null). An ODP region's pages are made present first (config.fault_in): pages that are not
+// mapped with the access fail it, as a NIC's ODP page fault that the kernel cannot serve.
+Result<MutBytes, AccessError> DeviceState::present(const MrObj& mr, std::uint64_t addr,
+                                                   std::uint64_t length,
+                                                   std::uint32_t access) const {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(mr.base) + (addr - mr.iova);
+  auto* p = reinterpret_cast<std::byte*>(at);
+  const auto n = static_cast<std::size_t>(length);
+  if ((mr.access & kAccessOnDemand) != 0 && n != 0 && config.fault_in) {
+    constexpr std::uint32_t kWrites = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteAtomic;
+    if (!config.fault_in(p, n, (access & kWrites) != 0)) return Err{AccessError::kNotMapped};
+  }
+  return MutBytes(p, n);
+}
+
 // Called for every RDMA access and every SGE (what rxe does in lookup_mr() and
 // mr_check_range()). All bound arithmetic avoids overflow: [addr, addr + length) must lie in
 // [iova, iova + mr_length), with addr + length possibly past 2^64.
@@ -67,14 +84,14 @@ Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32
           !inside(addr, length, mw->mr->iova, mw->mr->length)) {
         return Err{AccessError::kOutOfBounds};
       }
-      return MutBytes(mw->mr->base + (addr - mw->mr->iova), static_cast<std::size_t>(length));
+      return present(*mw->mr, addr, length, access);
     }
   }
   auto checked = checked_mr(pd, key, remote, access);
   if (!checked.ok()) return Err{checked.error()};
   const MrObj* mr = checked.value();
   if (!inside(addr, length, mr->iova, mr->length)) return Err{AccessError::kOutOfBounds};
-  return MutBytes(mr->base + (addr - mr->iova), static_cast<std::size_t>(length));
+  return present(*mr, addr, length, access);
 }
 
 // A FLUSH of a whole region (IBTA 1.5; rxe check_rkey() skips the range check for it), or of a
@@ -89,13 +106,16 @@ Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std:
       if (!inside(mw->addr, mw->length, mw->mr->iova, mw->mr->length)) {
         return Err{AccessError::kOutOfBounds};
       }
-      return MutBytes(mw->mr->base + (mw->addr - mw->mr->iova),
-                      static_cast<std::size_t>(mw->length));
+      return present(*mw->mr, mw->addr, mw->length, access);
     }
   }
   auto checked = checked_mr(pd, rkey, true, access);
   if (!checked.ok()) return Err{checked.error()};
-  return MutBytes(checked.value()->base, static_cast<std::size_t>(checked.value()->length));
+  const MrObj& mr = *checked.value();
+  // An implicit ODP region has no pages to name as a whole: its FLUSH flushes nothing it could
+  // fault in (uroce's memory is coherent; FLUSH orders, it moves no bytes).
+  if (mr.base == nullptr && mr.iova == 0 && mr.length == UINT64_MAX) return MutBytes();
+  return present(mr, mr.iova, mr.length, access);
 }
 
 // SEND with Invalidate and LOCAL_INV. IBTA o10-37 and rxe (rxe_invalidate_mr(): -EINVAL unless
@@ -210,12 +230,10 @@ Errc check_mr_access(std::uint32_t access) {
   }
   // FLUSH_PERSISTENT: a device without IB_DEVICE_FLUSH_PERSISTENT refuses it (the kernel's
   // ib_check_mr_access()); uroce has no persistent memory (verbs.h kDeviceExFlushPersistent).
-  if ((access & (kAccessZeroBased | kAccessOnDemand | kAccessFlushPersistent)) != 0) {
-    return Errc::kNotSupported;
-  }
+  if ((access & (kAccessZeroBased | kAccessFlushPersistent)) != 0) return Errc::kNotSupported;
   constexpr std::uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                                    kAccessRemoteAtomic | kAccessHugetlb | kAccessFlushGlobal |
-                                   kAccessMwBind;
+                                   kAccessMwBind | kAccessOnDemand;
   if ((access & ~kKnown) != 0) return Errc::kInvalidArgument;
   return Errc::kOk;
 }
@@ -230,6 +248,10 @@ Errc check_mr_range(const void* addr, std::size_t length, std::uint64_t iova,
   if (start + last < start || iova + last < iova) return Errc::kInvalidArgument;
   if (length > max_mr_size) return Errc::kInvalidArgument;
   return Errc::kOk;
+}
+
+bool is_implicit(const vd::MrObj& m) {
+  return m.base == nullptr && m.iova == 0 && m.length == UINT64_MAX;
 }
 
 MrInfo info_of(const vd::MrObj& m) {
@@ -249,8 +271,13 @@ Result<MrInfo, Errc> Device::reg_mr_iova(PdHandle pd, void* addr, std::size_t le
   vd::PdObj* p = s.pds.get(to_raw(pd));
   if (p == nullptr) return Err{Errc::kInvalidArgument};
   if (const Errc e = check_mr_access(access); e != Errc::kOk) return Err{e};
-  if (const Errc e = check_mr_range(addr, length, iova, s.attr.max_mr_size); e != Errc::kOk) {
-    return Err{e};
+  // The implicit ODP region (ib_uverbs_reg_mr's start 0 and length U64_MAX, iova 0): the whole
+  // address space, each access faulted in on its own.
+  const bool implicit = addr == nullptr && length == SIZE_MAX && (access & kAccessOnDemand) != 0;
+  if (implicit && iova != 0) return Err{Errc::kInvalidArgument};
+  if (!implicit) {
+    const Errc e = check_mr_range(addr, length, iova, s.attr.max_mr_size);
+    if (e != Errc::kOk) return Err{e};
   }
   if (s.mrs.full()) return Err{Errc::kNoMemory};
   // Neither 0 nor a key in use or in quarantine (a hash map entry, live or null).
@@ -302,6 +329,11 @@ Result<MrInfo, Errc> Device::rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle
   }
   if ((flags & kReregAccess) != 0) {
     if (const Errc e = check_mr_access(access); e != Errc::kOk) return Err{e};
+    // The implicit region stays on demand unless it gets a range of its own: without ODP it
+    // would hand out the whole address space unchecked.
+    if (is_implicit(*m) && (access & kAccessOnDemand) == 0 && (flags & kReregTranslation) == 0) {
+      return Err{Errc::kInvalidArgument};
+    }
   }
   const auto new_iova = reinterpret_cast<std::uintptr_t>(addr);
   if ((flags & kReregTranslation) != 0) {
@@ -350,6 +382,39 @@ Errc Device::dereg_mr(MrHandle mr) {
   vd::PdObj* p = s.pds.get(to_raw(m->pd));
   UROCE_CHECK(p != nullptr && p->use_count > 0);  // a PD with MRs cannot be freed
   --p->use_count;
+  return Errc::kOk;
+}
+
+// rxe_ib_advise_mr() and rxe_ib_prefetch_sg_list(): each SGE's region found by lkey in `pd` (and,
+// as mlx5's get_prefetchable_mr(), on demand), checked, then faulted in. Every SGE is checked
+// before the first is faulted in, so that a bad one leaves nothing half done.
+Errc Device::advise_mr(PdHandle pd, AdviseMr advice, std::uint32_t flags,
+                       std::span<const Sge> sges) {
+  vd::DeviceState& s = *s_;
+  if (advice != AdviseMr::kPrefetch && advice != AdviseMr::kPrefetchWrite &&
+      advice != AdviseMr::kPrefetchNoFault) {
+    return Errc::kNotSupported;
+  }
+  if ((flags & ~kAdviseMrFlagFlush) != 0 || sges.empty()) return Errc::kInvalidArgument;
+  const vd::PdObj* p = s.pds.get(to_raw(pd));
+  if (p == nullptr) return Errc::kInvalidArgument;
+  const bool write = advice == AdviseMr::kPrefetchWrite;
+  for (const Sge& g : sges) {
+    const vd::MrObj* mr = s.mr_for_key(g.lkey);
+    if (mr == nullptr || mr->lkey != g.lkey || mr->pd_id != p->id) return Errc::kInvalidArgument;
+    if ((mr->access & kAccessOnDemand) == 0) return Errc::kInvalidArgument;
+    if (!vd::inside(g.addr, g.length, mr->iova, mr->length)) return Errc::kInvalidArgument;
+    if (write && (mr->access & kAccessLocalWrite) == 0) return Errc::kPermission;
+  }
+  // No fault: nothing is pinned, so there is no mapping to snapshot.
+  if (advice == AdviseMr::kPrefetchNoFault) return Errc::kOk;
+  const bool sync = (flags & kAdviseMrFlagFlush) != 0;
+  for (const Sge& g : sges) {
+    const vd::MrObj& mr = *s.mr_for_key(g.lkey);
+    auto got = s.present(mr, g.addr, g.length, write ? std::uint32_t{kAccessLocalWrite} : 0u);
+    // Without FLUSH the kernel queues the prefetch and ignores its failure: best effort.
+    if (!got.ok() && sync) return Errc::kBadAddress;
+  }
   return Errc::kOk;
 }
 

@@ -45,10 +45,10 @@ TEST_F(MrTest, AccessFlagsAreCheckedAsTheKernelDoes) {
   EXPECT_EQ(reg(kAccessRemoteWrite).error(), Errc::kInvalidArgument);
   EXPECT_EQ(reg(kAccessRemoteAtomic).error(), Errc::kInvalidArgument);
   EXPECT_EQ(reg(kAccessRemoteWrite | kAccessRemoteRead).error(), Errc::kInvalidArgument);
-  // What uroce does not have.
+  // What uroce does not have, and what it has beyond plain regions.
   EXPECT_TRUE(reg(kAccessMwBind).ok());  // memory windows may be bound to it
   EXPECT_EQ(reg(kAccessZeroBased).error(), Errc::kNotSupported);
-  EXPECT_EQ(reg(kAccessOnDemand).error(), Errc::kNotSupported);
+  EXPECT_TRUE(reg(kAccessOnDemand).ok());                    // on-demand paging (MrOdp below)
   EXPECT_EQ(reg(1u << 12).error(), Errc::kInvalidArgument);  // no such flag
   // Hints and the optional range are accepted; the optional range is dropped.
   EXPECT_TRUE(reg(kAccessHugetlb).ok());
@@ -394,6 +394,191 @@ TEST_F(MrTest, InvalidatingAnOrdinaryMrIsRefusedAndTheMrStaysValid) {
   EXPECT_TRUE(res.resolve(pd_id, 0, mr->rkey, true, mr->iova, 8, kAccessRemoteWrite).ok());
   EXPECT_TRUE(res.resolve(pd_id, 0, mr->lkey, false, mr->iova, 8, 0).ok());
   EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+}
+
+}  // namespace
+}  // namespace uroce
+
+namespace uroce {
+namespace {
+
+// On-demand paging (uroce/verbs.h, kAccessOnDemand): the device's fault_in is a model here, a
+// set of mapped pages (writable or read-only) of a fake address space, and it records each call.
+class MrOdp : public ::testing::Test {
+ protected:
+  static constexpr std::uintptr_t kPage = 4096;
+  void SetUp() override {
+    DeviceConfig c = testing::test_config();
+    c.fault_in = [this](std::byte* addr, std::size_t length, bool write) {
+      calls.push_back({reinterpret_cast<std::uintptr_t>(addr), length, write});
+      const auto a = reinterpret_cast<std::uintptr_t>(addr);
+      for (std::uintptr_t p = a / kPage; p <= (a + length - 1) / kPage; ++p) {
+        auto it = pages.find(p);
+        if (it == pages.end() || (write && !it->second)) return false;
+      }
+      return true;
+    };
+    dev = testing::make_device(c);
+    pd = *dev->alloc_pd();
+    pd_id = DeviceTestAccess::state(*dev).pds.get(verbs::detail::to_raw(pd))->id;
+  }
+  void map(std::uintptr_t addr, std::size_t length, bool writable) {
+    for (std::uintptr_t p = addr / kPage; p < (addr + length) / kPage; ++p) pages[p] = writable;
+  }
+  struct Call {
+    std::uintptr_t addr;
+    std::size_t length;
+    bool write;
+  };
+  std::unique_ptr<Device> dev;
+  PdHandle pd;
+  std::uint32_t pd_id = 0;
+  std::unordered_map<std::uintptr_t, bool> pages;  // page number -> writable
+  std::vector<Call> calls;
+};
+
+constexpr std::uint32_t kAll =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+TEST_F(MrOdp, TheDeviceReportsOdpForEveryTransportAndTheImplicitRegion) {
+  const OdpCaps& odp = dev->query_device().odp;
+  EXPECT_EQ(odp.general_caps, kOdpSupport | kOdpSupportImplicit);
+  EXPECT_EQ(odp.rc_odp_caps, kOdpSend | kOdpRecv | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv);
+  EXPECT_NE(odp.uc_odp_caps & kOdpWrite, 0u);
+  EXPECT_NE(odp.ud_odp_caps & kOdpSend, 0u);
+}
+
+TEST_F(MrOdp, AnAccessFaultsThePagesInWithTheAccessItNeeds) {
+  auto* base = reinterpret_cast<std::byte*>(0x7f0000000000);
+  map(0x7f0000000000, 4 * kPage, true);
+  auto mr = dev->reg_mr(pd, base, 4 * kPage, kAll | kAccessOnDemand);
+  ASSERT_TRUE(mr.ok());
+  EXPECT_TRUE(calls.empty());  // nothing is touched at registration
+  auto w =
+      dev->memory().resolve(pd_id, 0, mr->rkey, true, mr->iova + 100, 5000, kAccessRemoteWrite);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->data(), base + 100);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].addr, 0x7f0000000000u + 100);
+  EXPECT_EQ(calls[0].length, 5000u);
+  EXPECT_TRUE(calls[0].write);
+  ASSERT_TRUE(dev->memory().resolve(pd_id, 0, mr->rkey, true, mr->iova, 8, kAccessRemoteRead).ok());
+  EXPECT_FALSE(calls.back().write);
+  ASSERT_TRUE(dev->memory().resolve(pd_id, 0, mr->lkey, false, mr->iova, 8, 0).ok());  // a SEND's
+  EXPECT_FALSE(calls.back().write);
+  ASSERT_TRUE(
+      dev->memory().resolve(pd_id, 0, mr->lkey, false, mr->iova, 8, kAccessLocalWrite).ok());
+  EXPECT_TRUE(calls.back().write);  // a receive's scatter
+}
+
+TEST_F(MrOdp, PagesThatAreNotMappedOrNotWritableFailTheAccessAsNotMapped) {
+  const std::uintptr_t a = 0x7f0000000000;
+  map(a, kPage, true);           // page 0 writable
+  map(a + kPage, kPage, false);  // page 1 read-only; pages 2 and 3 not mapped
+  auto mr = dev->reg_mr(pd, reinterpret_cast<std::byte*>(a), 4 * kPage, kAll | kAccessOnDemand);
+  ASSERT_TRUE(mr.ok());
+  auto& res = dev->memory();
+  EXPECT_TRUE(res.resolve(pd_id, 0, mr->rkey, true, a, kPage, kAccessRemoteWrite).ok());
+  EXPECT_EQ(res.resolve(pd_id, 0, mr->rkey, true, a, kPage + 1, kAccessRemoteWrite).error(),
+            AccessError::kNotMapped);
+  EXPECT_TRUE(res.resolve(pd_id, 0, mr->rkey, true, a, 2 * kPage, kAccessRemoteRead).ok());
+  EXPECT_EQ(res.resolve(pd_id, 0, mr->rkey, true, a + 2 * kPage, 8, kAccessRemoteAtomic).error(),
+            AccessError::kNotMapped);
+  EXPECT_EQ(res.resolve(pd_id, 0, mr->lkey, false, a + 3 * kPage, 1, 0).error(),
+            AccessError::kNotMapped);
+  // The ordinary checks come first: out of bounds is still out of bounds, and asks nothing.
+  const std::size_t before = calls.size();
+  EXPECT_EQ(res.resolve(pd_id, 0, mr->rkey, true, a + 4 * kPage, 1, kAccessRemoteRead).error(),
+            AccessError::kOutOfBounds);
+  EXPECT_EQ(calls.size(), before);
+}
+
+TEST_F(MrOdp, AnOrdinaryRegionNeverAsks) {
+  std::vector<std::byte> buf(64);
+  auto mr = dev->reg_mr(pd, buf.data(), buf.size(), kAll);
+  ASSERT_TRUE(mr.ok());
+  EXPECT_TRUE(
+      dev->memory().resolve(pd_id, 0, mr->rkey, true, mr->iova, 64, kAccessRemoteWrite).ok());
+  EXPECT_TRUE(calls.empty());
+}
+
+TEST_F(MrOdp, TheImplicitRegionCoversTheAddressSpaceAndEveryAccessIsFaultedIn) {
+  auto mr = dev->reg_mr(pd, nullptr, SIZE_MAX, kAll | kAccessOnDemand);
+  ASSERT_TRUE(mr.ok());
+  EXPECT_EQ(mr->iova, 0u);
+  EXPECT_EQ(mr->length, SIZE_MAX);
+  map(0x5000, kPage, true);
+  auto r = dev->memory().resolve(pd_id, 0, mr->rkey, true, 0x5010, 16, kAccessRemoteWrite);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r->data()), 0x5010u);
+  EXPECT_EQ(dev->memory().resolve(pd_id, 0, mr->rkey, true, 0, 8, kAccessRemoteRead).error(),
+            AccessError::kNotMapped);
+  // [0, 2^64 - 1): the last byte is at 2^64 - 2.
+  EXPECT_EQ(
+      dev->memory().resolve(pd_id, 0, mr->rkey, true, UINT64_MAX - 8, 8, kAccessRemoteRead).error(),
+      AccessError::kNotMapped);
+  EXPECT_EQ(
+      dev->memory().resolve(pd_id, 0, mr->rkey, true, UINT64_MAX - 7, 8, kAccessRemoteRead).error(),
+      AccessError::kOutOfBounds);
+  // Only on demand, and only at iova 0 (rxe_odp_mr_init_user()); without ON_DEMAND a null
+  // address is refused as before.
+  EXPECT_EQ(dev->reg_mr_iova(pd, nullptr, SIZE_MAX, 0x1000, kAccessOnDemand).error(),
+            Errc::kInvalidArgument);
+  EXPECT_EQ(dev->reg_mr(pd, nullptr, SIZE_MAX, kAccessLocalWrite).error(), Errc::kInvalidArgument);
+  // It cannot stop being on demand while it covers everything.
+  EXPECT_EQ(
+      dev->rereg_mr(mr->handle, kReregAccess, PdHandle{}, nullptr, 0, kAccessLocalWrite).error(),
+      Errc::kInvalidArgument);
+  EXPECT_EQ(dev->dereg_mr(mr->handle), Errc::kOk);
+}
+
+TEST_F(MrOdp, AdviseMrPrefetchesOdpRangesAndChecksEverySgeFirst) {
+  const std::uintptr_t a = 0x7f0000000000;
+  map(a, 2 * kPage, true);
+  auto mr = dev->reg_mr(pd, reinterpret_cast<std::byte*>(a), 4 * kPage,
+                        kAccessLocalWrite | kAccessOnDemand);
+  ASSERT_TRUE(mr.ok());
+  auto ro = dev->reg_mr(pd, reinterpret_cast<std::byte*>(a), kPage, kAccessOnDemand);
+  ASSERT_TRUE(ro.ok());
+  std::vector<std::byte> buf(64);
+  auto plain = dev->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite);
+  ASSERT_TRUE(plain.ok());
+  const Sge first{a, 2 * kPage, mr->lkey};
+  const Sge rest{a + 2 * kPage, 2 * kPage, mr->lkey};  // not mapped
+  const Sge sges[] = {first};
+
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetchWrite, kAdviseMrFlagFlush, sges), Errc::kOk);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(calls[0].write);
+  EXPECT_EQ(calls[0].length, 2 * kPage);
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, kAdviseMrFlagFlush, sges), Errc::kOk);
+  EXPECT_FALSE(calls.back().write);
+  // Synchronous (FLUSH): a range that cannot be faulted in fails; without FLUSH, best effort.
+  const Sge both[] = {first, rest};
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, kAdviseMrFlagFlush, both), Errc::kBadAddress);
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 0, both), Errc::kOk);
+  // No fault: nothing to do.
+  calls.clear();
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetchNoFault, 0, both), Errc::kOk);
+  EXPECT_TRUE(calls.empty());
+
+  // Refusals, each before anything is faulted in.
+  const Sge bad_key[] = {first, Sge{a, 8, mr->lkey ^ 0x100}};
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 0, bad_key), Errc::kInvalidArgument);
+  const Sge not_odp[] = {Sge{reinterpret_cast<std::uintptr_t>(buf.data()), 8, plain->lkey}};
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 0, not_odp), Errc::kInvalidArgument);
+  const Sge outside[] = {Sge{a + 3 * kPage, kPage + 1, mr->lkey}};
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 0, outside), Errc::kInvalidArgument);
+  const Sge read_only[] = {Sge{a, 8, ro->lkey}};
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetchWrite, 0, read_only), Errc::kPermission);
+  PdHandle other = *dev->alloc_pd();
+  EXPECT_EQ(dev->advise_mr(other, AdviseMr::kPrefetch, 0, sges), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->advise_mr(pd, static_cast<AdviseMr>(3), 0, sges), Errc::kNotSupported);
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 2, sges), Errc::kInvalidArgument);
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 0, {}), Errc::kInvalidArgument);
+  EXPECT_TRUE(calls.empty());
+  EXPECT_EQ(dev->advise_mr(pd, AdviseMr::kPrefetch, 0, read_only), Errc::kOk);  // a read may
+  EXPECT_EQ(calls.size(), 1u);
 }
 
 }  // namespace

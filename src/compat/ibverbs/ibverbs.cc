@@ -464,6 +464,26 @@ ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
   });
 }
 
+// ibv_advise_mr (verbs_context.advise_mr; libibverbs' inline returns what this returns, an
+// errno value): prefetch of ODP regions (uroce/verbs.h Device::advise_mr).
+int vop_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, std::uint32_t flags, ibv_sge* sg_list,
+                  std::uint32_t num_sge) {
+  return guarded<int>(ENOMEM, [&]() -> int {
+    if (pd == nullptr || (sg_list == nullptr && num_sge != 0)) return EINVAL;
+    std::vector<Sge> sges(num_sge);
+    for (std::uint32_t i = 0; i < num_sge; ++i) {
+      sges[i] = Sge{sg_list[i].addr, sg_list[i].length, sg_list[i].lkey};
+    }
+    // Copied out as the integer C passed: advice outside the enum (an application's or a newer
+    // rdma-core's value) is EOPNOTSUPP, not a load of an invalid enum value.
+    std::uint32_t raw = 0;
+    static_assert(sizeof raw == sizeof advice);
+    std::memcpy(&raw, &advice, sizeof raw);
+    engine::UdpDevice* u = ctx_of(pd->context)->s->udp.load();
+    return err(u->lock()->advise_mr(pd_of(pd)->h, static_cast<AdviseMr>(raw), flags, sges));
+  });
+}
+
 int op_dealloc_mw(ibv_mw* mw) {
   engine::UdpDevice* u = ctx_of(mw->context)->s->udp.load();
   const Errc e = u->lock()->dealloc_mw(mw_of(mw)->h);
@@ -807,6 +827,10 @@ int vop_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   const DeviceAttr& a = ctx_of(c)->query_dev->query_device();
   to_ibv_device_attr(a, &full.orig_attr);
   full.device_cap_flags_ex = a.device_cap_flags | a.device_cap_flags_ex;
+  full.odp_caps.general_caps = a.odp.general_caps;
+  full.odp_caps.per_transport_caps.rc_odp_caps = a.odp.rc_odp_caps;
+  full.odp_caps.per_transport_caps.uc_odp_caps = a.odp.uc_odp_caps;
+  full.odp_caps.per_transport_caps.ud_odp_caps = a.odp.ud_odp_caps;
   full.phys_port_cnt_ex = a.phys_port_cnt;
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;
@@ -973,6 +997,7 @@ std::unique_ptr<Context> make_context(CompatDevice* d, ibv_device* device) {
   v.query_device_ex = vop_query_device_ex;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
+  v.advise_mr = vop_advise_mr;
   ibv_context& c = v.context;
   c.device = device;
   c.cmd_fd = -1;
