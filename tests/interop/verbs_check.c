@@ -1,6 +1,8 @@
 // uroce_verbs_check: a small verbs program that runs every RC operation (SEND, SEND with
 // Immediate, RDMA WRITE, RDMA WRITE with Immediate, RDMA READ, Compare&Swap, Fetch&Add) and UD
-// SEND between two processes and verifies every byte, every completion and every immediate.
+// SEND between two processes and verifies every byte, every completion and every immediate;
+// on request (-o mw) also a type 2 memory window: bound, written through, and invalidated by
+// SEND with Invalidate.
 //
 // It is written only against rdma-core 44's <infiniband/verbs.h> and links the system
 // libibverbs, so the very same binary runs in a VM over the kernel's Soft-RoCE (rdma_rxe) and on
@@ -23,6 +25,7 @@
 //     S i      client, --rnr only: its message is posted (the server posts the receive late)
 //     W i / D i  client: its WRITE / READ i completed (the server checks its buffer)
 //     A n      client: its n atomics completed (the server checks the final word)
+//     K i rkey server, mw: its window is bound over the target with this key
 //     R n      server: all n iterations verified
 //   END      both, at the end.   FAIL <text>  either side, when it fails (the other exits too).
 // Every message's data is a pattern of (op, size, iteration, offset); receive buffers hold the
@@ -52,9 +55,23 @@
 #define PROG "uroce_verbs_check"
 #define PROTOCOL "uroce_verbs_check/1"
 
-enum op { OP_SEND, OP_SEND_IMM, OP_WRITE, OP_WRITE_IMM, OP_READ, OP_CAS, OP_FAA, OP_UD, OP_COUNT };
-static const char* const kOpNames[OP_COUNT] = {"send", "send_imm", "write", "write_imm",
-                                               "read", "cas",      "faa",   "ud"};
+enum op {
+  OP_SEND,
+  OP_SEND_IMM,
+  OP_WRITE,
+  OP_WRITE_IMM,
+  OP_READ,
+  OP_CAS,
+  OP_FAA,
+  OP_UD,
+  OP_MW,
+  OP_COUNT
+};
+static const char* const kOpNames[OP_COUNT] = {"send", "send_imm", "write", "write_imm", "read",
+                                               "cas",  "faa",      "ud",    "mw"};
+// What runs without -o: all but the memory window (its own matrix case, as not every provider
+// has windows).
+enum { DEFAULT_OPS = OP_MW };
 
 enum { MAX_SIZES = 64 };
 enum { CORRUPT_DATA = 1, CORRUPT_IMM = 2 };
@@ -168,8 +185,9 @@ static void usage(FILE* to) {
           "  -p, --port=PORT         the TCP port of the out-of-band exchange (default 18600)\n"
           "  -m, --mtu=BYTES         RC path MTU, 256..4096 (default: the smaller active MTU of\n"
           "                          both ports)\n"
-          "  -o, --ops=LIST          comma list of send,send_imm,write,write_imm,read,cas,faa,ud\n"
-          "                          (default: all eight)\n"
+          "  -o, --ops=LIST          comma list of send,send_imm,write,write_imm,read,cas,faa,ud,\n"
+          "                          mw (default: all but mw; mw: a type 2 memory window bound\n"
+          "                          over the target, a WRITE through it, SEND with Invalidate)\n"
           "  -s, --sizes=LIST        comma list of message sizes in bytes (default\n"
           "                          1,2,63,64,1023,1024,1025,4095,4096,4097,65536,1048576);\n"
           "                          atomics use 8 bytes, UD at most the port MTU\n"
@@ -473,6 +491,7 @@ static struct {
   struct ibv_qp *qp, *ud_qp;
   struct ibv_ah* ah;
   struct ibv_mr* mr;
+  struct ibv_mw* mw;  // -o mw: the server's type 2 window
   uint8_t* buf;
   size_t len;
   // Regions of buf, each with GUARD bytes around it.
@@ -568,7 +587,7 @@ static void open_device(void) {
   if (V.pd == NULL) fail("ibv_alloc_pd: %s", strerror(errno));
   V.mr = ibv_reg_mr(V.pd, V.buf, V.len,
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                        IBV_ACCESS_REMOTE_ATOMIC);
+                        IBV_ACCESS_REMOTE_ATOMIC | (has_op(OP_MW) ? IBV_ACCESS_MW_BIND : 0));
   if (V.mr == NULL) fail("ibv_reg_mr of %zu bytes: %s", V.len, strerror(errno));
   V.channel = ibv_create_comp_channel(V.ctx);
   if (V.channel == NULL) fail("ibv_create_comp_channel: %s", strerror(errno));
@@ -745,6 +764,8 @@ static const char* wc_opcode_name(int op) {
       return "RECV";
     case IBV_WC_RECV_RDMA_WITH_IMM:
       return "RECV_RDMA_WITH_IMM";
+    case IBV_WC_BIND_MW:
+      return "BIND_MW";
     default:
       return "other";
   }
@@ -1281,6 +1302,79 @@ static void client_atomic(int op, unsigned n) {
   tcp_send("telling the server the atomics completed", "A %u", n);
 }
 
+// A type 2 memory window (-o mw): the server binds it over its target with a new key (BIND_MW,
+// remote write only), the client WRITEs through the key and then sends a zero-length SEND with
+// Invalidate of it; the server checks the data, that its receive says WITH_INV and names the key,
+// and binds again (an invalidated type 2 window is free to bind) for the next iteration.
+static void server_mw(size_t size, unsigned n) {
+  if (V.mw == NULL) {
+    V.mw = ibv_alloc_mw(V.pd, IBV_MW_TYPE_2);
+    if (V.mw == NULL) fail("ibv_alloc_mw (type 2): %s", strerror(errno));
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    g_cur_iter = i;
+    const uint32_t seed = seed_of(OP_MW, size, i);
+    prepare_target(V.data_off, size, seed);
+    const uint32_t key = ibv_inc_rkey(V.mw->rkey);
+    struct ibv_send_wr wr = {.wr_id = i, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+    wr.bind_mw.mw = V.mw;
+    wr.bind_mw.rkey = key;
+    wr.bind_mw.bind_info.mr = V.mr;
+    wr.bind_mw.bind_info.addr = (uintptr_t)(V.buf + V.data_off);
+    wr.bind_mw.bind_info.length = size;
+    wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    post_send(V.qp, &wr);
+    struct ibv_wc wc;
+    wait_wc(V.scq, &wc, "the window's bind");
+    check_wc(&wc, "bind", i, V.qp, IBV_WC_BIND_MW);
+    V.mw->rkey = key;  // as ibv_bind_mw does for a type 1 window; a type 2 one's is the WR's
+    post_recv(V.qp, V.scratch_off, 64, i);
+    ready(i);
+    tcp_send("the window's key", "K %u %u", i, key);
+    wait_wc(V.rcq, &wc, "the SEND with Invalidate of the window's key");
+    check_wc(&wc, "receive", i, V.qp, IBV_WC_RECV);
+    check_byte_len(&wc, 0);
+    if (!(wc.wc_flags & IBV_WC_WITH_INV) || wc.invalidated_rkey != key) {
+      fail("the receive: expected WITH_INV of key 0x%08x, got flags 0x%x and key 0x%08x", key,
+           (unsigned)wc.wc_flags, wc.invalidated_rkey);
+    }
+    ++g_checks;
+    verify_target(V.data_off, size, seed, "data written through the window");
+    iteration_done(i);
+  }
+}
+
+static void client_mw(size_t size, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    g_cur_iter = i;
+    await_ready(i);
+    char line[64];
+    tcp_recv(line, sizeof line, "the window's key");
+    unsigned at, key;
+    char tail;
+    if (sscanf(line, "K %u %u%c", &at, &key, &tail) != 2 || at != i) {
+      fail("out of step with the peer at the window's key: got \"%s\"", line);
+    }
+    fill_source(size, seed_of(OP_MW, size, i));
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)(V.buf + V.data_off), .length = (uint32_t)size, .lkey = V.mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE};
+    wr.wr.rdma.remote_addr = V.peer.addr + V.data_off;
+    wr.wr.rdma.rkey = key;
+    post_send(V.qp, &wr);
+    struct ibv_wc wc;
+    wait_wc(V.scq, &wc, "the write through the window");
+    check_wc(&wc, "write", i, V.qp, IBV_WC_RDMA_WRITE);
+    struct ibv_send_wr inv = {.wr_id = i, .opcode = IBV_WR_SEND_WITH_INV};
+    inv.invalidate_rkey = key;
+    post_send(V.qp, &inv);
+    wait_wc(V.scq, &wc, "the SEND with Invalidate");
+    check_wc(&wc, "send with invalidate", i, V.qp, IBV_WC_SEND);
+    iteration_done(i);
+  }
+}
+
 static unsigned iterations_for(size_t size) {
   size_t n = kBytesPerStep / size;
   if (n > g_opt.iters) n = g_opt.iters;
@@ -1312,6 +1406,9 @@ static void run_step(int op, size_t size) {
       break;
     case OP_READ:
       server ? server_read(size, n) : client_read(size, n);
+      break;
+    case OP_MW:
+      server ? server_mw(size, n) : client_mw(size, n);
       break;
     default:
       server ? server_atomic(op, n) : client_atomic(op, n);
@@ -1390,7 +1487,7 @@ static void parse_ops(const char* s) {
     if (op < 0) {
       usage_error(
           "unknown operation '%s' in -o (known: send,send_imm,write,write_imm,read,"
-          "cas,faa,ud)",
+          "cas,faa,ud,mw)",
           t);
     }
     for (int k = 0; k < g_opt.nops; ++k)
@@ -1435,8 +1532,8 @@ static void parse_args(int argc, char** argv) {
                                         {"dup-ud", no_argument, NULL, OPT_DUP_UD},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
-  for (int k = 0; k < OP_COUNT; ++k) g_opt.ops[k] = k;
-  g_opt.nops = OP_COUNT;
+  for (int k = 0; k < DEFAULT_OPS; ++k) g_opt.ops[k] = k;
+  g_opt.nops = DEFAULT_OPS;
   memcpy(g_opt.sizes, kDefaultSizes, sizeof kDefaultSizes);
   g_opt.nsizes = (int)(sizeof kDefaultSizes / sizeof kDefaultSizes[0]);
   opterr = 0;
@@ -1589,6 +1686,7 @@ int main(int argc, char** argv) {
   ibv_destroy_cq(V.scq);
   ibv_destroy_cq(V.rcq);
   ibv_destroy_comp_channel(V.channel);
+  if (V.mw != NULL) ibv_dealloc_mw(V.mw);
   ibv_dereg_mr(V.mr);
   ibv_dealloc_pd(V.pd);
   ibv_close_device(V.ctx);

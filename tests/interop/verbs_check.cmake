@@ -51,6 +51,9 @@ verbs_check_pair(rnr 240 0 0 "rnr: [1-9][0-9]* RNR-delayed messages sent"
                  -o send,send_imm,write_imm -s 1,1024,4097,65536 -n 5)
 # UD alone: data, byte_len, src_qp, IBV_WC_GRH and the IPv4 header in the GRH area.
 verbs_check_pair(ud 120 0 0 "ud size 4096: 20 iterations ok" CAPTURE -o ud)
+# A type 2 memory window (-o mw): bound, written through, invalidated by SEND with Invalidate,
+# at every size; the server's capture must pass `uroce pcap check`.
+verbs_check_pair(mw 240 0 0 "${VC_PASS}" CAPTURE -o mw)
 # Every op but READ, with the server's capture checked packet by packet (ICRC, structure).
 verbs_check_pair(captured 240 0 0 "${VC_PASS}" CAPTURE
                  -o send,send_imm,write,write_imm,cas,faa,ud -m 1024)
