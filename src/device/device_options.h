@@ -10,6 +10,7 @@
 #include <string>
 
 #include "device/device_config.h"
+#include "engine/ack_policy.h"
 #include "proto/devd_options.h"
 #include "seal/aead.h"
 #include "uroce/verbs.h"
@@ -27,10 +28,9 @@ struct DeviceOptions {
   bool shared = true;
   // A pcap file of every packet, when open() is given none (UROCE_PCAP; empty: none).
   std::string capture_path;
-  // ACK holding and deferral (UROCE_HOLD_ACKS, UROCE_DEFER_ACKS: anything but "0" is on).
-  // Unset: the device's defaults.
-  std::optional<bool> hold_acks;
-  std::optional<bool> defer_acks;
+  // ACK holding and deferral (UROCE_HOLD_ACKS, UROCE_DEFER_ACKS: anything but "0" is on; the
+  // hold's length is the policy's default). The defaults are the device's.
+  AckPolicyConfig acks;
   // RC loss recovery: adaptive RTO, tail-loss probe, BDP window (UROCE_RECOVERY=0 turns it off:
   // IBTA's ACK timeout and a 128-PSN window only). Unset: the DeviceConfig's.
   std::optional<bool> adaptive_recovery;

@@ -309,10 +309,8 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   if (d->wake_fd_ < 0 || d->async_fd_ < 0) {
     return Err{Error::system(errno, "eventfd")};
   }
-  if (options.hold_acks) d->hold_acks_ = *options.hold_acks;
-  if (options.defer_acks) d->defer_acks_ = *options.defer_acks;
+  d->acks_ = options.acks;
   d->stats_file_ = options.stats_file;
-  d->engine_->set_defer_acks(d->hold_acks_ && d->defer_acks_);
   d->sched_.reconfigure(d->base_config());
   d->device_->set_doorbell_handler(d.get());
   d->device_->set_completion_event_handler(d.get());
@@ -333,9 +331,7 @@ UdpDevice::~UdpDevice() {
 
 SchedulerConfig UdpDevice::base_config() const {
   SchedulerConfig c;
-  c.hold_acks = hold_acks_;
-  c.defer_acks = defer_acks_;
-  c.ack_hold = kAckHold;
+  c.acks = acks_;
   c.app_lease = kAppLease;
   return c;
 }
@@ -478,7 +474,7 @@ void UdpDevice::qp_changing(std::uint32_t /*qpn*/) {
   assert_in_device_call();
   if (!engine_) return;
   std::lock_guard sl(sched_mu_);
-  engine_->flush_held_acks(now(), sched_);
+  engine_->flush_held_acks(now(), sched_.acks());
 }
 
 void UdpDevice::qp_destroying(std::uint32_t qpn) {
@@ -989,7 +985,7 @@ void UdpDevice::stop_at_exit() {
   std::string line;
   {
     std::lock_guard lk(mu_);
-    if (engine_) (void)engine_->flush_tx(now(), SIZE_MAX, false);
+    if (engine_) (void)engine_->flush_tx(now(), SIZE_MAX, AckMode::kSend);
     stopped_at_exit_ = true;
     line = format_stats_text(stats_locked(), false);
   }
@@ -1000,7 +996,7 @@ CloseResult UdpDevice::close(Duration deadline) {
   if (closed_) return close_result_;
   forget_open(this);
   stop_progress_thread();
-  hold_acks_ = false;  // the drain sends everything owed
+  acks_.hold = false;  // the drain sends everything owed
   {
     std::lock_guard sl(sched_mu_);
     sched_.reconfigure(base_config());
@@ -1014,7 +1010,7 @@ CloseResult UdpDevice::close(Duration deadline) {
       res = CloseResult{};
       {
         std::lock_guard lk(mu_);
-        round_locked(now(), RoundPlan{SIZE_MAX, false}, Engine::RoundKind::kReceive, false);
+        round_locked(now(), RoundPlan{}, Engine::RoundKind::kReceive, false);
         res.outstanding_send_wqes = outstanding_locked(&res.tx_pending);
         next = engine_->next_timeout();
       }

@@ -164,6 +164,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   Device& device() { return *device_; }
   // Valid until close().
   const Engine& engine() const { return *engine_; }
+  // The ACK policy its rounds follow (DeviceOptions::acks; holding is off once it closes).
+  const AckPolicyConfig& ack_policy() const { return acks_; }
   const datapath::UdpDatapath& datapath() const { return *dp_; }
   // The device's membership when shared (nullptr when exclusive).
   SharedPort* shared_port() { return shared_.get(); }
@@ -176,16 +178,15 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // does nothing, returns false.
   //
   // A positive ACK a ping-pong QP owes its peer (transport::Qp::only_ack_to_send) waits, for
-  // kAckHold, for the request the application is about to post on that QP, and leaves in the
-  // same batch right behind it (Engine::flush_tx's hold_acks): one system call per hop instead
-  // of two, and the peer, polling for its completion, finds the request first. The owner's
-  // first round after kAckHold sends it (Scheduler: at most kAckHold + kAppLease in thread
-  // mode). UROCE_HOLD_ACKS=0 turns this off.
+  // AckPolicyConfig::hold_for (100 us), for the request the application is about to post on
+  // that QP, and leaves in the same batch right behind it (engine/ack_policy.h): one system call
+  // per hop instead of two, and the peer, polling for its completion, finds the request first.
+  // The owner's first round after the hold sends it (Scheduler: at most the hold + kAppLease in
+  // thread mode). DeviceOptions::acks (UROCE_HOLD_ACKS=0) turns this off.
   bool progress();
   // progress() without receiving or timers: sends what is ready (what a post just queued).
   // For a caller that runs progress() itself when it polls; returns true if anything was sent.
   bool transmit();
-  static constexpr Duration kAckHold = Duration::us(100);
   // Thread mode: an application's round keeps the socket the application's for this long (a
   // packet then waits at most this long for the thread when the application stops polling
   // without saying so).
@@ -379,8 +380,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   std::atomic<bool> thread_waiting_{false};  // the progress thread waits for the lock
   int wake_fd_ = -1;  // eventfd: doorbells, hand-offs and stop wake the thread
   Duration thread_slack_ = Duration::zero();  // the progress thread's timer slack (set_timer_slack)
-  bool hold_acks_ = true;                     // DeviceOptions::hold_acks (UROCE_HOLD_ACKS)
-  bool defer_acks_ = true;                    // DeviceOptions::defer_acks (UROCE_DEFER_ACKS)
+  AckPolicyConfig acks_;                      // DeviceOptions::acks (UROCE_HOLD_ACKS, ...)
   std::string stats_file_;                    // DeviceOptions::stats_file (UROCE_STATS_FILE)
 
   // Completion channels; the map has its own mutex (taken inside mu_ by cq_event()).

@@ -93,8 +93,8 @@ Result<engine::DeviceOptions, std::string> device_options(const char* const* env
   }
   if (const char* s = lookup(env, "UROCE_SHARED")) o.shared = std::string_view(s) != "0";
   if (const char* p = lookup(env, "UROCE_PCAP")) o.capture_path = p;
-  if (const char* h = lookup(env, "UROCE_HOLD_ACKS")) o.hold_acks = std::string_view(h) != "0";
-  if (const char* d = lookup(env, "UROCE_DEFER_ACKS")) o.defer_acks = std::string_view(d) != "0";
+  if (const char* h = lookup(env, "UROCE_HOLD_ACKS")) o.acks.hold = std::string_view(h) != "0";
+  if (const char* d = lookup(env, "UROCE_DEFER_ACKS")) o.acks.defer = std::string_view(d) != "0";
   if (const char* r = lookup(env, "UROCE_RECOVERY"))
     o.adaptive_recovery = std::string_view(r) != "0";
   if (const char* s = lookup(env, "UROCE_STATS_FILE")) o.stats_file = s;

@@ -17,20 +17,20 @@ RoundReport Engine::round(Instant now, const RoundPlan& plan, RoundKind kind,
   UROCE_ASSERT(plan.tx_budget > 0);
   RoundReport r;
   if (kind == RoundKind::kTransmit) {
-    r.sent = flush_tx(now, plan.tx_budget, plan.hold_acks);
+    r.sent = flush_tx(now, plan.tx_budget, plan.acks);
   } else {
     // What was posted since the last round leaves first: a request must not wait behind the
     // read of the socket, which is a system call (about a microsecond) even when it finds
     // nothing, and is on every hop of a ping-pong (the answer is posted right after the
     // question arrives, then the next round sends it).
-    if (has_unheld_tx_work()) r.sent = flush_tx(now, plan.tx_budget, plan.hold_acks);
+    if (has_unheld_tx_work()) r.sent = flush_tx(now, plan.tx_budget, plan.acks);
     round_now_ = now;
     r.received = dp_.receive(now, kRxBurst, rx_handler_);
     handle_timers(now);
     // Again for what the packets and timers made, or for held ACKs whose hold is over; not in a
     // round with neither (a ping-pong's empty polls while its ACK waits for the next request).
-    if (r.sent < plan.tx_budget && has_tx_work_to_flush(plan.hold_acks)) {
-      r.sent += flush_tx(now, plan.tx_budget - r.sent, plan.hold_acks);
+    if (r.sent < plan.tx_budget && has_tx_work_to_flush(plan.acks)) {
+      r.sent += flush_tx(now, plan.tx_budget - r.sent, plan.acks);
     }
   }
   UROCE_ASSERT(r.sent <= plan.tx_budget);
@@ -40,15 +40,15 @@ RoundReport Engine::round(Instant now, const RoundPlan& plan, RoundKind kind,
   r.received = received;
   r.sent = sent;
   // A round that holds nothing leaves nothing held, unless its budget ran out first.
-  UROCE_ASSERT(plan.hold_acks || r.held_acks == 0 || r.sent == plan.tx_budget);
+  UROCE_ASSERT(AckPolicy::holds(plan.acks) || r.held_acks == 0 || r.sent == plan.tx_budget);
   return r;
 }
 
-void Engine::flush_held_acks(Instant now, Scheduler& sched) {
+void Engine::flush_held_acks(Instant now, AckPolicy& acks) {
   SerialUse::Scope serial(serial_);
-  if (sched.acks_due().is_never()) return;
-  flush_tx(now, SIZE_MAX, false);
-  sched.acks_flushed();
+  if (acks.due().is_never()) return;
+  flush_tx(now, SIZE_MAX, AckMode::kSend);
+  acks.flushed();
 }
 
 AppRound run_app_round(Engine& engine, Scheduler& sched, Instant now, Engine::RoundKind kind) {
@@ -206,15 +206,14 @@ bool Engine::transmit(Instant now, const transport::TxPacket& tx) {
   return true;
 }
 
-std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
+std::size_t Engine::flush_tx(Instant now, std::size_t budget, AckMode acks) {
   SerialUse::Scope serial(serial_);
   held_list_.clear();
-  if (hold_acks) {
+  if (AckPolicy::holds(acks)) {
     // Set aside the QPs with only an ACK to send; they stay marked active and rejoin the list.
     for (std::size_t i = 0; i < active_.size();) {
       transport::Qp* qp = find(active_[i]);
-      if (qp != nullptr &&
-          qp->only_ack_to_send(defer_acks_ ? 1 + transport::kMaxPsnsBehindADeferredAck : 1)) {
+      if (qp != nullptr && AckPolicy::sets_aside(acks, *qp)) {
         qp->note_ack_held();
         held_list_.push_back(active_[i]);
         active_[i] = active_.back();
@@ -224,16 +223,17 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, bool hold_acks) {
       }
     }
   }
-  const std::size_t sent = poll_and_transmit(now, budget, hold_acks);
+  const std::size_t sent = poll_and_transmit(now, budget, acks);
   dp_.flush(now);
   held_ = held_list_.size();
-  UROCE_ASSERT(hold_acks || held_ == 0);  // set aside, or deferred, only while holding ACKs
+  UROCE_ASSERT(AckPolicy::holds(acks) ||
+               held_ == 0);  // set aside, or deferred, only while holding ACKs
   counters_.tx_acks_held += held_;
   active_.insert(active_.end(), held_list_.begin(), held_list_.end());
   return sent;
 }
 
-std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold_acks) {
+std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, AckMode acks) {
   std::size_t sent = 0;
   if (has_pending_) {
     if (!transmit(now, pending_)) return 0;
@@ -279,7 +279,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, bool hold
       }
       ++n;
       ++sent;
-      if (hold_acks && defer_acks_ && qp->ack_deferrable()) {
+      if (AckPolicy::defers_behind(acks, *qp)) {
         // The ACK the request overtook stays behind it, held: set aside with the held ones.
         qp->defer_ack();
         ++counters_.tx_acks_deferred;

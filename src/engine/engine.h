@@ -11,8 +11,9 @@
 //                                 3. fire due timers
 //                                 4. transmit what 2 and 3 made, and held ACKs now due
 //                               kTransmit (a post's own round) does 1 only. `plan` (the
-//                               Scheduler's) says how much may be sent and whether positive
-//                               ACKs are held; the report is what the Scheduler needs next.
+//                               Scheduler's) says how much may be sent and what happens to
+//                               positive ACKs (its AckMode, the AckPolicy's); the report is what
+//                               the Scheduler needs next.
 //
 // The parts a round is made of, also called directly by tests and by the device outside rounds:
 //   handle_rx(now, pkt, info)   a packet arrived: demux by destination QPN. Parsed, and verified
@@ -20,9 +21,11 @@
 //                               same pass as its payload is placed (issue 14)
 //   doorbell(qpn)               an application posted work to a QP
 //   handle_timers(now)          fire every QP timer that is due
-//   flush_tx(now)               transmit for QPs with work, round robin, fair per burst, then
-//                               flush the datapath (which may batch); optionally holding QPs
-//                               whose only packet is an ACK for the next flush
+//   flush_tx(now, budget, mode) transmit for QPs with work, round robin, fair per burst, then
+//                               flush the datapath (which may batch). Per `mode`, holds QPs
+//                               whose only packet is an ACK for the next flush, and keeps an
+//                               ACK a request overtook behind it: the AckPolicy decides which
+//                               (engine/ack_policy.h), the engine carries it out
 //   next_timeout()              when handle_timers() next has work, or the datapath (a packet
 //                               its fault stage holds back falls due)
 #pragma once
@@ -37,6 +40,7 @@
 #include "base/serial_use.h"
 #include "base/time.h"
 #include "datapath/datapath.h"
+#include "engine/ack_policy.h"
 #include "engine/scheduler.h"
 #include "transport/closed_qps.h"
 #include "transport/qp.h"
@@ -63,8 +67,8 @@ struct EngineCounters {
   // round costs in QPs. It grows with the traffic and the active QPs, never with the idle ones:
   // no round walks every QP (issue 43).
   std::uint64_t qp_visits = 0;
-  std::uint64_t tx_acks_held = 0;      // ACKs held by a flush_tx(hold_acks) for the next one
-  std::uint64_t tx_acks_deferred = 0;  // held ACKs kept behind a request (set_defer_acks)
+  std::uint64_t tx_acks_held = 0;      // ACKs a flush_tx held for the next one (AckMode::kHold)
+  std::uint64_t tx_acks_deferred = 0;  // held ACKs kept behind a request (kHoldAndDefer)
   std::uint64_t closed_qp_acks = 0;    // duplicates acknowledged for destroyed QPs (ClosedQps)
   // Packets whose payload was placed in the same pass as their ICRC was checked (issue 14),
   // failed checks included (those are counted as bad_icrc drops too).
@@ -98,10 +102,11 @@ class Engine {
   static constexpr std::size_t kRxBurst = 64;
   // What round() reports of the engine's state, for a caller that ran no round (wait()).
   RoundReport state(bool want_next_timer);
-  // Sends every ACK that `sched`'s rounds hold, outside a round, and tells it so: what a device
-  // does when a QP is about to be modified or destroyed (DoorbellHandler::qp_changing), while the
-  // QP can still send them. Every held ACK, not only that QP's: they are all due soon anyway.
-  void flush_held_acks(Instant now, Scheduler& sched);
+  // Sends every ACK that rounds following `acks` hold, outside a round, and tells it so: what a
+  // device does when a QP is about to be modified or destroyed (DoorbellHandler::qp_changing),
+  // while the QP can still send them. Every held ACK, not only that QP's: they are all due soon
+  // anyway.
+  void flush_held_acks(Instant now, AckPolicy& acks);
   // The datapath's packet in the engine: its outer headers to the QP's PacketInfo, then
   // handle_rx. What round() gives datapath::receive.
   void handle_datapath_rx(Instant now, const wire::RocePacket& pkt, const datapath::RxMeta& meta);
@@ -122,19 +127,15 @@ class Engine {
   // Sends up to `budget` packets, then flushes the datapath (which may batch them): no packet
   // is left queued on the way out referring to registered memory. Returns how many were sent.
   //
-  // hold_acks: a QP whose only packet is a positive ACK (transport::Qp::only_ack_to_send) stays
-  // active without sending it; held_acks() counts those. The caller sends them with its next
-  // flush without hold_acks, soon: a responder that answers a request with its own next request
-  // (a ping-pong of WRITEs or SENDs) then sends the ACK in the same batch as that request, one
-  // system call per hop instead of two, and the peer, polling for its ACK, finds the request in
-  // the same receive batch. The transport coalesces a held ACK with later ones.
-  std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX, bool hold_acks = false);
-  // With hold_acks, a held ACK that a request overtook may stay behind it, still held
-  // (transport::Qp::ack_deferrable), instead of following it in the same batch. Off by default.
-  void set_defer_acks(bool on) { defer_acks_ = on; }
-  bool defer_acks() const { return defer_acks_; }
-  // Whether a flush since the last call deferred an ACK (the caller's hold starts over).
-  bool take_acks_deferred() { return std::exchange(acks_deferred_, false); }
+  // acks (AckPolicy::mode): kHold, a QP that AckPolicy::sets_aside (its only packet is a
+  // positive ACK that may wait) stays active without sending it; held_acks() counts those. The
+  // caller sends them with its next flush in kSend, soon: a responder that answers a request with
+  // its own next request (a ping-pong of WRITEs or SENDs) then sends the ACK in the same batch as
+  // that request, one system call per hop instead of two, and the peer, polling for its ACK,
+  // finds the request in the same receive batch. The transport coalesces a held ACK with later
+  // ones. kHoldAndDefer also keeps a held ACK that a request overtook behind it, still held
+  // (AckPolicy::defers_behind), instead of following it in the same batch.
+  std::size_t flush_tx(Instant now, std::size_t budget = SIZE_MAX, AckMode acks = AckMode::kSend);
   Instant next_timeout();
   bool has_tx_work() const {
     return !active_.empty() || has_pending_ || !closed_acks_.empty() || dp_.tx_queued();
@@ -145,10 +146,10 @@ class Engine {
   bool has_unheld_tx_work() const {
     return active_.size() > held_ || has_pending_ || !closed_acks_.empty() || dp_.tx_queued();
   }
-  // Whether flush_tx(now, budget, hold_acks) has anything to do: work beyond the held ACKs, or
-  // held ACKs that may leave now. A flush without either only sets the same ACKs aside again.
-  bool has_tx_work_to_flush(bool hold_acks) const {
-    return has_unheld_tx_work() || (!hold_acks && held_ > 0);
+  // Whether flush_tx(now, budget, acks) has anything to do: work beyond the held ACKs, or held
+  // ACKs that may leave now. A flush without either only sets the same ACKs aside again.
+  bool has_tx_work_to_flush(AckMode acks) const {
+    return has_unheld_tx_work() || (!AckPolicy::holds(acks) && held_ > 0);
   }
   const EngineCounters& counters() const { return counters_; }
   const wire::IpAddress& local() const { return local_; }
@@ -183,7 +184,9 @@ class Engine {
   void arm(std::uint32_t qpn, const transport::Qp& qp);
   void activate(std::uint32_t qpn);
   bool transmit(Instant now, const transport::TxPacket& tx);
-  std::size_t poll_and_transmit(Instant now, std::size_t budget, bool hold_acks);
+  std::size_t poll_and_transmit(Instant now, std::size_t budget, AckMode acks);
+  // Whether a flush since the last call deferred an ACK (the caller's hold starts over).
+  bool take_acks_deferred() { return std::exchange(acks_deferred_, false); }
 
   QpDirectory& qps_;
   datapath::Datapath& dp_;
@@ -203,9 +206,8 @@ class Engine {
   std::vector<std::uint32_t> due_;                    // scratch for handle_timers
   std::unordered_map<std::uint32_t, bool> is_active_;
   std::size_t next_active_ = 0;
-  std::vector<std::uint32_t> held_list_;  // during flush_tx(hold_acks): set aside
+  std::vector<std::uint32_t> held_list_;  // during a holding flush_tx: set aside
   std::size_t held_ = 0;
-  bool defer_acks_ = false;
   bool acks_deferred_ = false;
   // A packet the datapath could not take; sent before anything else.
   transport::TxPacket pending_;

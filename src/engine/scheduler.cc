@@ -14,7 +14,9 @@ constexpr Duration kWritableWait = Duration::ms(1);
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config)
-    : config_(config), owner_(config.progress_thread ? Owner::kThread : Owner::kApplication) {
+    : config_(config),
+      owner_(config.progress_thread ? Owner::kThread : Owner::kApplication),
+      acks_(config.acks) {
   UROCE_CHECK(config.tx_budget > 0);
 }
 
@@ -33,20 +35,7 @@ void Scheduler::reconfigure(const SchedulerConfig& config) {
   sleep_until_ = Instant::never();
   watching_ = false;
   watch_until_ = Instant::never();
-  if (!config_.hold_acks) acks_due_ = Instant::never();
-}
-
-void Scheduler::note_acks(Instant now, std::size_t held, bool deferred) {
-  if (held == 0) {
-    acks_due_ = Instant::never();
-  } else if (acks_due_.is_never() || deferred) {
-    // A deferred ACK (Engine::set_defer_acks) stays held across hops: each request that
-    // overtakes it starts its hold over. Each hop of the peer's came within a hold (or the ACK
-    // would have left), and it covers at most kMaxPsnsBehindADeferredAck PSNs, so it stays at
-    // most that many holds, the last one with the lease if the application stops polling: about
-    // 4 ms, a quarter of the shortest ACK timeout under which ACKs are held.
-    acks_due_ = now + config_.ack_hold;
-  }
+  acks_.reconfigure(config_.acks);
 }
 
 // ---- the application's thread ----
@@ -63,11 +52,11 @@ RoundPlan Scheduler::app_round_begin(Instant now) {
     // the middle of it. A store: the thread looks at it when its sleep ends.
     lease_end_ = now + config_.app_lease;
   }
-  return RoundPlan{SIZE_MAX, hold_now(now)};
+  return RoundPlan{SIZE_MAX, acks_.mode(now)};
 }
 
 AppAfter Scheduler::app_round_end(Instant now, const RoundReport& report) {
-  note_acks(now, report.held_acks, report.acks_deferred);
+  acks_.round_done(now, report.held_acks, report.acks_deferred);
   AppAfter a;
   if (!config_.progress_thread) return a;
   // Work this round could not finish (a full socket, doorbells rung quietly) is the thread's,
@@ -83,7 +72,8 @@ AppAfter Scheduler::app_round_end(Instant now, const RoundReport& report) {
   // request would stay outstanding for ever, never resent. Woken, it looks again when the lease
   // ends (an off-socket sleep) and takes the socket back if the application has let it go.
   const bool sleeps_past_lease = watching_ && watch_until_ > lease_end_ + config_.lease_slack;
-  if (asleep_ && (report.tx_left || sleeps_past_lease || (watching_ && acks_due_ < watch_until_))) {
+  if (asleep_ &&
+      (report.tx_left || sleeps_past_lease || (watching_ && acks_.due() < watch_until_))) {
     asleep_ = false;
     ++counters_.wake_signals;
     a.wake_thread = true;
@@ -106,7 +96,7 @@ bool Scheduler::app_blocks(Instant now) {
 
 Instant Scheduler::app_wait_until(Instant now, Instant max_until, const RoundReport& state) const {
   if (state.tx_left) return now;
-  return std::min({max_until, state.next_timer, acks_due_});
+  return std::min({max_until, state.next_timer, acks_.due()});
 }
 
 // ---- any thread ----
@@ -165,10 +155,8 @@ ThreadAction Scheduler::thread_next(Instant now) {
       ++counters_.thread_rounds;
       ThreadAction a;
       a.kind = ThreadAction::Kind::kRound;
-      // No ACK is held for an application blocked in the library: it posts nothing until this
-      // thread's round wakes it, and the hold would only make the thread sleep on a near timer
-      // (about 13 us under PVM to arm) for an ACK that leaves alone anyway.
-      a.plan = RoundPlan{config_.tx_budget, hold_now(now) && !app_blocked_};
+      // No ACK is held for an application blocked in the library (AckPolicy::mode).
+      a.plan = RoundPlan{config_.tx_budget, acks_.mode(now, app_blocked_)};
       return a;
     }
     case Plan::kSpin: {
@@ -189,10 +177,10 @@ ThreadAction Scheduler::thread_next(Instant now) {
 
 void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
   UROCE_ASSERT(!asleep_);  // a round is the thread's work, awake
-  note_acks(now, report.held_acks, report.acks_deferred);
+  acks_.round_done(now, report.held_acks, report.acks_deferred);
   const bool worked = report.received > 0 || report.sent > 0;
   const bool idle = !worked && !report.tx_left;
-  const bool held = !acks_due_.is_never();
+  const bool held = !acks_.due().is_never();
   if (worked) {
     Duration spin = config_.spin;
     if (spin == Duration::zero() && (app_blocked_ || streaming_)) spin = config_.blocked_app_spin;
@@ -200,9 +188,9 @@ void Scheduler::thread_round_end(Instant now, const RoundReport& report) {
   }
   if ((idle && now >= spin_until_) || (held && !report.tx_left)) {
     // Nothing to do, or only held ACKs: step aside (sleep) so that the application, which may
-    // be about to answer, sends them behind its request; they are due by acks_due_.
+    // be about to answer, sends them behind its request; they are due by acks_.due().
     plan_ = Plan::kSleep;
-    sleep_until_ = std::min(report.next_timer, acks_due_);
+    sleep_until_ = std::min(report.next_timer, acks_.due());
   } else if (idle) {
     plan_ = Plan::kSpin;
     sleep_until_ = report.next_timer;

@@ -34,15 +34,15 @@
 // (get_cq_event, req_notify_cq) hands over explicitly. Without a progress thread (polling
 // mode) the application always owns the socket.
 //
-// Held ACKs. A round may hold QPs whose only packet is a positive ACK (Engine::flush_tx's
-// hold_acks) so that the ACK leaves in one batch behind the request the application is about
-// to post on that QP. A held ACK leaves by acks_due() (first held + ack_hold) in a round of the
-// owner: the thread sleeps until then at the latest; an owning application's next round sends
-// it, and if that application has stopped polling, the lease's end wakes the thread, so an ACK
-// is held at most ack_hold + app_lease + lease_slack. A thread's round holds nothing while the
-// application is blocked in the library (app_blocks() since its last round): no request can
-// come before the thread wakes it, so the ACKs of its rounds leave at once (one a round held
-// just before the application blocked still leaves by acks_due()).
+// Held ACKs. Whether a round holds the positive ACKs that may wait for the request behind them,
+// and when held ones fall due, is the AckPolicy's (engine/ack_policy.h), which the Scheduler owns
+// and asks: a round's plan carries its AckMode, its report what it held, and a held ACK leaves
+// by acks().due() in a round of the owner. The thread sleeps until then at the latest; an
+// owning application's next round sends it, and if that application has stopped polling, the
+// lease's end wakes the thread, so an ACK is held at most acks.hold_for + app_lease +
+// lease_slack. A thread's round holds nothing while the application is blocked in the library
+// (app_blocks() since its last round; AckPolicy::mode): one a round held just before the
+// application blocked still leaves by acks().due().
 //
 // Threads: not thread-safe; the caller serialises all calls (UdpDevice under its scheduler
 // mutex). Times are the caller's monotonic clock.
@@ -52,18 +52,15 @@
 #include <cstdint>
 
 #include "base/time.h"
+#include "engine/ack_policy.h"
 
 namespace uroce::engine {
 
 struct SchedulerConfig {
   // A progress thread exists (thread mode); without one the application owns the socket.
   bool progress_thread = false;
-  // Hold ACKs for the request behind them (UROCE_HOLD_ACKS=0 turns it off).
-  bool hold_acks = true;
-  // With hold_acks, let a held ACK stay behind the request that overtook it (Engine::
-  // set_defer_acks; UROCE_DEFER_ACKS=0 turns it off).
-  bool defer_acks = true;
-  Duration ack_hold = Duration::us(100);
+  // Which ACKs wait for the request behind them, and how long (the AckPolicy's switches).
+  AckPolicyConfig acks;
   // How long an application round keeps the socket the application's.
   Duration app_lease = Duration::us(200);
   // How much later than the lease's end the thread may wake to look at it (ThreadAction::
@@ -91,7 +88,7 @@ struct RoundReport {
   std::size_t received = 0;
   std::size_t sent = 0;
   std::size_t held_acks = 0;              // Engine::held_acks()
-  bool acks_deferred = false;             // Engine::take_acks_deferred(): the hold starts over
+  bool acks_deferred = false;             // a flush deferred an ACK: the hold starts over
   bool tx_left = false;                   // Engine::has_unheld_tx_work()
   Instant next_timer = Instant::never();  // Engine::next_timeout()
 };
@@ -99,7 +96,7 @@ struct RoundReport {
 // How to run the round about to start.
 struct RoundPlan {
   std::size_t tx_budget = SIZE_MAX;
-  bool hold_acks = false;  // Engine::flush_tx's hold_acks
+  AckMode acks = AckMode::kSend;  // Engine::flush_tx's: AckPolicy::mode
 };
 
 enum class Owner : std::uint8_t { kApplication, kThread };
@@ -149,8 +146,10 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   Owner owner() const { return owner_; }
-  // When held ACKs must leave (never() while none are held).
-  Instant acks_due() const { return acks_due_; }
+  // The ACK policy its rounds follow: acks().due() is when held ACKs must leave (never() while
+  // none are held). Mutable for Engine::flush_held_acks.
+  const AckPolicy& acks() const { return acks_; }
+  AckPolicy& acks() { return acks_; }
   // The application owns the socket until then (thread mode).
   Instant lease_end() const { return lease_end_; }
   // A doorbell asked the thread for a round it has not started yet.
@@ -176,9 +175,6 @@ class Scheduler {
   // A post rang a doorbell. `quiet`: its poster transmits itself right after (transmit()), so
   // the thread need not. Returns whether to wake the thread.
   bool doorbell(bool quiet);
-  // Held ACKs were sent outside a round (a QP about to change): none are held any more.
-  void acks_flushed() { acks_due_ = Instant::never(); }
-
   // ---- the progress thread ----
 
   ThreadAction thread_next(Instant now);
@@ -193,15 +189,13 @@ class Scheduler {
   void reconfigure(const SchedulerConfig& config);
 
  private:
-  bool hold_now(Instant now) const { return config_.hold_acks && now < acks_due_; }
-  void note_acks(Instant now, std::size_t held, bool deferred);
   ThreadAction go_to_sleep(Instant now, ThreadAction::Kind kind, Instant until, bool watch_socket);
 
   enum class Plan : std::uint8_t { kRound, kSpin, kSleep, kWaitWritable };
 
   SchedulerConfig config_;
   Owner owner_;
-  Instant acks_due_ = Instant::never();
+  AckPolicy acks_;
   Instant lease_end_ = Instant::from_ns(0);
   Instant off_socket_until_ = Instant::never();  // the end of the thread's off-socket sleep
   bool app_blocked_ = false;                     // app_blocks() since its last round

@@ -353,7 +353,7 @@ void Host::receive_all(Instant now) {
   } while (!inbox.empty());
 }
 
-void Host::qp_changing(std::uint32_t) { engine->flush_held_acks(cl->now, *sched); }
+void Host::qp_changing(std::uint32_t) { engine->flush_held_acks(cl->now, sched->acks()); }
 
 void Host::qp_destroying(std::uint32_t qpn) { engine->qp_destroying(cl->now, qpn); }
 
@@ -487,13 +487,11 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   if (!dev.ok()) return false;
   h->dev = std::move(dev.value());
   h->engine = std::make_unique<engine::Engine>(*h, *h, h->ip);
-  // A real device's progress policy (device/udp_device.h: kAckHold, kAppLease; the
-  // Scheduler's defaults otherwise), in polling mode: the application owns the socket.
+  // A real device's progress policy (the AckPolicy's and the Scheduler's defaults, as
+  // device/udp_device.h's), in polling mode: the application owns the socket.
   engine::SchedulerConfig sc;
-  sc.hold_acks = c.opt.hold_acks;
-  sc.defer_acks = c.opt.defer_acks;
+  sc.acks = c.opt.acks;
   h->sched = std::make_unique<engine::Scheduler>(sc);
-  h->engine->set_defer_acks(sc.hold_acks && sc.defer_acks);
   h->dev->set_doorbell_handler(h.get());
   h->arena.resize(arena_bytes);
   fill_random(h->arena, c.opt.seed * 7919 + index);
@@ -756,7 +754,7 @@ void post_recvs(Cluster& c, Side& s) {
 
 // Whether `op`, about to be posted, asks for a completion. A quarter of the ops do not (as
 // perftest's and UCX's streams post most WRs unsignaled), which is what lets a host defer an ACK
-// behind its own request (Engine::set_defer_acks). Drawn from a hash of the seed and the op, not
+// behind its own request (AckPolicyConfig::defer). Drawn from a hash of the seed and the op, not
 // from the run's generator, so that the rest of the run draws what it drew before. Signaled
 // regardless: a QP's last op (nothing would complete it) and one that would make the send queue
 // all unsignaled (an application must signal at least one WR per queue depth).
@@ -1878,8 +1876,8 @@ std::string replay_command(const ClusterOptions& o) {
   if (o.aimed_corruption_per_mille != 0 && o.faults) {
     cmd += " --aim-corruption " + std::to_string(o.aimed_corruption_per_mille);
   }
-  if (!o.hold_acks) cmd += " --no-hold-acks";
-  if (!o.defer_acks) cmd += " --no-defer-acks";
+  if (!o.acks.hold) cmd += " --no-hold-acks";
+  if (!o.acks.defer) cmd += " --no-defer-acks";
   if (o.selective_repeat_percent != 0) {
     cmd += " --selective-repeat " + std::to_string(o.selective_repeat_percent);
   }

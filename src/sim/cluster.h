@@ -39,6 +39,7 @@
 #include <string>
 
 #include "base/time.h"
+#include "engine/ack_policy.h"
 #include "fault/fault.h"
 #include "sim/fault_plan.h"
 #include "uroce/types.h"
@@ -72,11 +73,10 @@ struct ClusterOptions {
   // in the payload, pad or ICRC (the link's own corruption flips bits anywhere, mostly in the
   // payload). On top of the plan's faults; a run without faults has none.
   std::uint32_t aimed_corruption_per_mille = 0;
-  // Each host's progress policy, as a real device's (engine::SchedulerConfig, UROCE_HOLD_ACKS,
+  // Each host's ACK policy, as a real device's (engine::AckPolicyConfig, UROCE_HOLD_ACKS,
   // UROCE_DEFER_ACKS): positive ACKs held for the request behind them, and deferred behind a
   // request that overtakes them. On by default, as on a device.
-  bool hold_acks = true;
-  bool defer_acks = true;
+  engine::AckPolicyConfig acks;
   // Selective repeat (issue 39) on this many of every 100 RC pairs, both sides, each pair drawn
   // from the seed (without touching the workload's draws): 0 none (go-back-N, as towards rxe),
   // 100 all.

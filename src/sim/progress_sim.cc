@@ -185,7 +185,7 @@ void SimHost::doorbell(std::uint32_t n) {
   if (sched->doorbell(quiet)) run->signal(*this);
 }
 
-void SimHost::qp_changing(std::uint32_t) { engine->flush_held_acks(run->now, *sched); }
+void SimHost::qp_changing(std::uint32_t) { engine->flush_held_acks(run->now, sched->acks()); }
 
 void SimHost::qp_destroying(std::uint32_t n) { engine->qp_destroying(run->now, n); }
 
@@ -223,7 +223,6 @@ bool make_host(Run& r, SimHost& h, int index) {
   engine::SchedulerConfig sc = r.opt.policy;
   sc.progress_thread = r.opt.thread[index];
   h.sched = std::make_unique<Scheduler>(sc);
-  h.engine->set_defer_acks(sc.hold_acks && sc.defer_acks);
   h.dev->set_doorbell_handler(&h);
   h.dev->set_completion_event_handler(&h);
   h.arena.assign(kArenaBytes, std::byte{0});
@@ -414,7 +413,7 @@ void handle_completions(Run& r, SimHost& h, std::span<const Wc> wcs) {
 // ---- rounds ---------------------------------------------------------------------------------
 
 void note_held(Run& r, SimHost& h) {
-  const bool held = !h.sched->acks_due().is_never();
+  const bool held = !h.sched->acks().due().is_never();
   if (held && h.held_since.is_never()) h.held_since = r.now;
   if (!held && !h.held_since.is_never()) {
     h.report.max_ack_held_ns =

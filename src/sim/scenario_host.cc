@@ -18,8 +18,9 @@ std::unique_ptr<ScenarioHost> ScenarioHost::create(Network& net, const Instant& 
   if (!dev.ok()) return nullptr;
   h->dev_ = std::move(dev.value());
   h->engine_ = std::make_unique<engine::Engine>(*h, *h, h->ip_);
-  h->sched_ = std::make_unique<engine::Scheduler>(engine::SchedulerConfig{});
-  if (opt.defer_acks) h->engine_->set_defer_acks(true);
+  engine::SchedulerConfig sc;
+  sc.acks = opt.acks;
+  h->sched_ = std::make_unique<engine::Scheduler>(sc);
   h->dev_->set_doorbell_handler(h.get());
   return h;
 }
@@ -114,7 +115,7 @@ void ScenarioHost::doorbell(std::uint32_t qpn) {
   rang_ = true;
 }
 
-void ScenarioHost::qp_changing(std::uint32_t) { engine_->flush_held_acks(clock_, *sched_); }
+void ScenarioHost::qp_changing(std::uint32_t) { engine_->flush_held_acks(clock_, sched_->acks()); }
 
 ScenarioHost* Scenario::add_host(const DeviceConfig& cfg, MacAddress mac,
                                  const ScenarioHostOptions& opt,

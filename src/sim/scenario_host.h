@@ -30,7 +30,7 @@
 namespace uroce::sim {
 
 struct ScenarioHostOptions {
-  bool defer_acks = true;  // Engine::set_defer_acks, as a device's default
+  engine::AckPolicyConfig acks;  // a device's defaults: ACKs held and deferred
   // > 0: the NIC's transmitter, one frame at a time at this rate. A packet the engine offers
   // while the one before is still on the wire is refused (backpressure: the engine keeps it and
   // offers it again once the wire is free), so the network sees the host's frames in the order

@@ -122,8 +122,8 @@ void add_sim(CLI::App& app, SimCli& c) {
 
 int sim_run_cli(SimCli& c) {
   c.cmd.cluster.faults = !c.no_faults;
-  c.cmd.cluster.hold_acks = !c.no_hold_acks;
-  c.cmd.cluster.defer_acks = !c.no_defer_acks;
+  c.cmd.cluster.acks.hold = !c.no_hold_acks;
+  c.cmd.cluster.acks.defer = !c.no_defer_acks;
   if (c.faults_opt->count() > 0) {
     auto spec = uroce::fault::FaultSpec::parse(c.fault_spec);
     if (!spec.ok()) {

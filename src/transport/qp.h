@@ -95,7 +95,7 @@ inline constexpr std::byte kBthSrKeptBit{0x40};
 // perftest's ACK timeout (exponent 14, 67 ms) and 200 times shorter than rdma_cm's (18, 1.07 s).
 inline constexpr Duration kMinRto = Duration::ms(5);
 // A tail-loss probe waits 2 * SRTT and this much for the ACK it would reveal: twice the
-// engine's hold of an ACK that waits for a request (SchedulerConfig::ack_hold, 100 us). A probe
+// engine's hold of an ACK that waits for a request (AckPolicyConfig::hold_for, 100 us). A probe
 // that was not needed costs one duplicate packet, which the peer re-ACKs at once.
 inline constexpr Duration kProbeAckAllowance = Duration::us(200);
 // Probes per stall (until progress): the newest packet, then the oldest unacknowledged one.
@@ -399,7 +399,7 @@ class Qp {
   // response, no request ready), it acknowledges the end of a message, and this QP looks like
   // one side of a ping-pong: it has sent requests itself and has at most one outstanding, so
   // its application is likely to post the next one soon. Such an ACK may wait a little to leave
-  // together with that request (Engine::flush_tx's hold_acks). A QP that only responds (a
+  // together with that request (engine/ack_policy.h). A QP that only responds (a
   // bandwidth test's target) or streams requests, an ACK in the middle of a message and one that
   // covers kMaxPsnsBehindAHeldAck PSNs or more get out at once: the peer's window may be waiting
   // for them. So does a duplicate's re-ACK, and the ACK of a kind of message this QP's
@@ -412,7 +412,7 @@ class Qp {
   bool only_ack_to_send(std::uint32_t max_outstanding = 1) const;
   // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
   // (UdpDevice: 100 us, 2.3 ms when the application stops polling: the hold, the lease and its
-  // timer slack), and four times the longest a deferred one stays (Scheduler::note_acks: a
+  // timer slack), and four times the longest a deferred one stays (AckPolicy::round_done: a
   // hold per request that overtakes it, each of which adds a PSN to it, so at most
   // kMaxPsnsBehindADeferredAck holds, and the last one's 2.3 ms: about 4 ms); IBTA lets a timer
   // fire no earlier than its nominal value. perftest and ibv_rc_pingpong set 14.

@@ -1,4 +1,4 @@
-// Held ACKs (UdpDevice::progress, Engine::flush_tx's hold_acks): a QP that plays one side of a
+// Held ACKs (UdpDevice::progress, AckPolicy, Engine::flush_tx): a QP that plays one side of a
 // ping-pong sends the ACK it owes behind its next request, in one system call; a held ACK
 // still goes out on its own, in polling mode and in thread mode, when no request comes; a QP
 // that only responds never holds one. Over real UDP sockets on loopback; waits are bounded by
@@ -134,7 +134,7 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   const std::string cap = capture_path("pingpong");
   Side a, b;
   SideOptions ao;
-  ao.device.defer_acks = false;  // the ACK follows the answer (deferring: below)
+  ao.device.acks.defer = false;  // the ACK follows the answer (deferring: below)
   SideOptions bo = ao;
   bo.capture = cap;
   pingpong_pair(a, b, a_ip, b_ip, bo, ao);
@@ -172,7 +172,7 @@ TEST_F(AckHold, PingPongAckLeavesBehindTheNextRequestInOneSystemCall) {
   EXPECT_EQ(ops, (std::vector<std::uint8_t>{write_only, write_only, ack}));
 }
 
-// Deferred ACKs (on by default; Engine::set_defer_acks): a ping-pong of WRITEs whose sides post
+// Deferred ACKs (on by default; AckPolicyConfig::defer): a ping-pong of WRITEs whose sides post
 // their next WRITE as soon as the peer's arrives, without waiting for their own completions.
 // Whether a given ACK stays behind an answer or leaves when its hold runs out depends on the
 // machine's speed (the simulator tests that with time as an input:
@@ -184,8 +184,8 @@ TEST_F(AckHold, DeferredAcksLoseNothing) {
   const char* const b_ip = test::unique_ip();
   Side a, b;
   pingpong_pair(a, b, a_ip, b_ip);
-  ASSERT_TRUE(a.dev->engine().defer_acks());
-  ASSERT_TRUE(b.dev->engine().defer_acks());
+  ASSERT_TRUE(a.dev->ack_policy().defer);
+  ASSERT_TRUE(b.dev->ack_policy().defer);
   constexpr std::uint32_t kHops = 12;  // each side's WRITEs stay within its send queue (16)
   auto stamp = [](Side& s, std::uint32_t i, char who) {
     char text[8] = {who, 'o', 'p', ' ', static_cast<char>('a' + i), 0, 0, 0};
@@ -235,15 +235,16 @@ TEST_F(AckHold, DeferringIsSwitchedOffByTheOptions) {
   const char* const b_ip = test::unique_ip();
   Side a;
   SideOptions ao;
-  ao.device.defer_acks = false;  // UROCE_DEFER_ACKS=0
+  ao.device.acks.defer = false;  // UROCE_DEFER_ACKS=0
   make_side(a, a_ip, ao);
-  EXPECT_FALSE(a.dev->engine().defer_acks());
+  const Instant t = UdpDevice::now();
+  EXPECT_EQ(AckPolicy(a.dev->ack_policy()).mode(t), AckMode::kHold);  // held, never deferred
   Side b;
   SideOptions bo;
-  bo.device.defer_acks = true;
-  bo.device.hold_acks = false;  // UROCE_HOLD_ACKS=0
+  bo.device.acks.defer = true;
+  bo.device.acks.hold = false;  // UROCE_HOLD_ACKS=0
   make_side(b, b_ip, bo);
-  EXPECT_FALSE(b.dev->engine().defer_acks());  // nothing is held, so nothing is deferred
+  EXPECT_EQ(AckPolicy(b.dev->ack_policy()).mode(t), AckMode::kSend);  // nothing is held or deferred
 }
 
 TEST_F(AckHold, ARoundSendsWhatWasPostedBeforeItReadsTheSocket) {
@@ -435,7 +436,7 @@ TEST_F(AckHold, SwitchedOffByTheOptions) {
   const char* const b_ip = test::unique_ip();
   Side a, b;
   SideOptions o;
-  o.device.hold_acks = false;  // UROCE_HOLD_ACKS=0
+  o.device.acks.hold = false;  // UROCE_HOLD_ACKS=0
   make_side(a, a_ip, o);
   make_side(b, b_ip, o);
   pair_up(a, b);

@@ -35,8 +35,9 @@ TEST(EdgeEnvironment, NoVariableIsTheDefaultOptions) {
   EXPECT_FALSE(o->udp_batch);
   EXPECT_TRUE(o->shared);
   EXPECT_EQ(o->capture_path, "");
-  EXPECT_FALSE(o->hold_acks);
-  EXPECT_FALSE(o->defer_acks);
+  EXPECT_TRUE(o->acks.hold);  // the device's defaults
+  EXPECT_TRUE(o->acks.defer);
+  EXPECT_EQ(o->acks.hold_for, engine::AckPolicyConfig{}.hold_for);
   EXPECT_EQ(o->stats_file, "");
   EXPECT_FALSE(o->faults);
   EXPECT_TRUE(o->device_faults.empty());
@@ -59,8 +60,8 @@ TEST(EdgeEnvironment, EveryVariableLandsInItsField) {
   EXPECT_EQ(o->udp_batch, 7u);
   EXPECT_FALSE(o->shared);
   EXPECT_EQ(o->capture_path, "/tmp/x.pcap");
-  EXPECT_EQ(o->hold_acks, false);
-  EXPECT_EQ(o->defer_acks, true);  // anything but "0" is on, as before
+  EXPECT_FALSE(o->acks.hold);
+  EXPECT_TRUE(o->acks.defer);  // anything but "0" is on, as before
   EXPECT_EQ(o->stats_file, "/tmp/s.txt");
   EXPECT_EQ(o->faults, "dir=tx,loss=1%");
   ASSERT_EQ(o->device_faults.size(), 1u);
@@ -69,10 +70,12 @@ TEST(EdgeEnvironment, EveryVariableLandsInItsField) {
 }
 
 TEST(EdgeEnvironment, AsBeforeOnlyZeroSwitchesOffAndEmptySwitchesAreUnset) {
-  auto o = read({"UROCE_SHARED=1", "UROCE_HOLD_ACKS=", "UROCE_UDP_GSO=", "UROCE_CC=none"});
+  auto o = read({"UROCE_SHARED=1", "UROCE_HOLD_ACKS=", "UROCE_DEFER_ACKS=0",
+                 "UROCE_UDP_GSO=", "UROCE_CC=none"});
   ASSERT_TRUE(o.ok()) << o.error();
   EXPECT_TRUE(o->shared);
-  EXPECT_EQ(o->hold_acks, true);  // set, and not "0"
+  EXPECT_TRUE(o->acks.hold);  // set, and not "0"
+  EXPECT_FALSE(o->acks.defer);
   EXPECT_FALSE(o->udp_gso);
   EXPECT_EQ(o->congestion_control, DeviceConfig::CongestionControl::kNone);
 }

@@ -151,7 +151,7 @@ TEST(Cluster, HostsHoldAndDeferAcksAsADeviceDoes) {
     ASSERT_TRUE(r.ok) << r.failure;
     held += r.acks_held;
     deferred += r.acks_deferred;
-    o.hold_acks = false;
+    o.acks.hold = false;
     const ClusterResult off = run_cluster(o);
     ASSERT_TRUE(off.ok) << off.failure;
     EXPECT_EQ(off.acks_held, 0u) << seed;
@@ -164,9 +164,9 @@ TEST(Cluster, HostsHoldAndDeferAcksAsADeviceDoes) {
 TEST(Cluster, ReplayCommandNamesTheAckPolicy) {
   ClusterOptions o;
   o.seed = 9;
-  o.defer_acks = false;
+  o.acks.defer = false;
   EXPECT_EQ(replay_command(o), "uroce sim --seed 9 --no-defer-acks");
-  o.hold_acks = false;
+  o.acks.hold = false;
   EXPECT_EQ(replay_command(o), "uroce sim --seed 9 --no-hold-acks --no-defer-acks");
 }
 

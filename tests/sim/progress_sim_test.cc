@@ -32,21 +32,22 @@ ProgressSimResult run_ok(const ProgressSimOptions& o) {
 // The same options without deferred ACKs: the run the deferring tests compare with.
 ProgressSimResult run_ok_without_deferring(const ProgressSimOptions& o) {
   ProgressSimOptions no_defer = o;
-  no_defer.policy.defer_acks = false;
+  no_defer.policy.acks.defer = false;
   return run_ok(no_defer);
 }
 
 // The longest an ACK may stay held when the host's owner is an application that polls, or
 // the thread (which sleeps until the ACK is due): the hold, plus a poll gap or a wake-up.
 std::int64_t hold_bound_ns(const ProgressSimOptions& o, const ProgressSimResult& r) {
-  return o.policy.ack_hold.count_ns() + std::max(r.max_poll_gap_ns, r.max_wake_latency_ns) + 2'000;
+  return o.policy.acks.hold_for.count_ns() + std::max(r.max_poll_gap_ns, r.max_wake_latency_ns) +
+         2'000;
 }
 
 TEST(ProgressSim, PollingPingPongKeepsTheSocketAndSendsEveryAckBehindTheNextRequest) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
     o.seed = seed;
-    o.policy.defer_acks = false;  // the hold alone (deferring: below)
+    o.policy.acks.defer = false;  // the hold alone (deferring: below)
     const ProgressSimResult r = run_ok(o);
     for (int h = 0; h < 2; ++h) {
       SCOPED_TRACE(describe(o) + " host " + std::to_string(h));
@@ -70,7 +71,7 @@ TEST(ProgressSim, PollingModeWithoutThreadsHoldsAcksTheSameWay) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
     o.seed = seed;
-    o.policy.defer_acks = false;  // the hold alone (deferring: below)
+    o.policy.acks.defer = false;  // the hold alone (deferring: below)
     o.thread[0] = o.thread[1] = false;
     const ProgressSimResult r = run_ok(o);
     for (int h = 0; h < 2; ++h) {
@@ -120,7 +121,7 @@ TEST(ProgressSim, APollingApplicationsThreadLooksAtTheLeaseOncePerLeaseAndSlack)
 
 TEST(ProgressSim, WithoutAckHoldingEveryAckLeavesAlone) {
   ProgressSimOptions o;
-  o.policy.hold_acks = false;
+  o.policy.acks.hold = false;
   const ProgressSimResult r = run_ok(o);
   for (int h = 0; h < 2; ++h) {
     EXPECT_EQ(r.host[h].engine.tx_acks_held, 0u);
@@ -180,7 +181,7 @@ TEST(ProgressSim, AnIdleTargetsThreadSpinsForAStream) {
     o.seed = seed;
     o.workload = Workload::kWrites;
     o.app[1] = AppModel::kIdle;
-    o.policy.hold_acks = false;
+    o.policy.acks.hold = false;
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
     // The next WRITE comes a round trip, a poll gap and a wake-up after the ACK at most.
@@ -212,7 +213,8 @@ TEST(ProgressSim, IdleTargetsThreadSendsTheAcksItHolds) {
     EXPECT_EQ(t.sched.lease_expiries, 1u);
     // The thread sleeps until the held ACK is due, and wakes for it.
     EXPECT_LE(t.max_ack_held_ns, (o.policy.app_lease + o.policy.lease_slack).count_ns() +
-                                     o.policy.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+                                     o.policy.acks.hold_for.count_ns() + r.max_wake_latency_ns +
+                                     2'000);
   }
 }
 
@@ -234,13 +236,13 @@ TEST(ProgressSim, AWriteTargetThatNeverAnswersHoldsOneAck) {
       const ProgressSimResult r = run_ok(o);
       EXPECT_EQ(r.host[1].acks_held_unanswered, 1u);
       ProgressSimOptions no_hold = o;
-      no_hold.policy.hold_acks = false;
+      no_hold.policy.acks.hold = false;
       const ProgressSimResult base = run_ok(no_hold);
       EXPECT_EQ(base.host[1].acks_held_unanswered, 0u);
-      EXPECT_LE(r.simulated_ns, base.simulated_ns + o.policy.ack_hold.count_ns() +
+      EXPECT_LE(r.simulated_ns, base.simulated_ns + o.policy.acks.hold_for.count_ns() +
                                     (o.policy.app_lease + o.policy.lease_slack).count_ns() +
                                     r.max_wake_latency_ns + r.max_poll_gap_ns + 10'000);
-      EXPECT_LT(r.simulated_ns, std::int64_t{o.messages} * o.policy.ack_hold.count_ns());
+      EXPECT_LT(r.simulated_ns, std::int64_t{o.messages} * o.policy.acks.hold_for.count_ns());
     }
   }
 }
@@ -253,7 +255,7 @@ TEST(ProgressSim, AnApplicationThatBlocksHandsOverAtOnce) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
     o.seed = seed;
-    o.policy.defer_acks = false;  // the hold alone (deferring: below)
+    o.policy.acks.defer = false;  // the hold alone (deferring: below)
     o.app[1] = AppModel::kPollThenBlock;
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
@@ -278,13 +280,14 @@ TEST(ProgressSim, AnApplicationThatStopsSilentlyLosesTheSocketWhenItsLeaseEnds) 
     EXPECT_EQ(t.sched.lease_expiries, 1u);
     EXPECT_EQ(t.sched.handoffs_to_thread, 0u);
     EXPECT_LE(t.max_ack_held_ns, (o.policy.app_lease + o.policy.lease_slack).count_ns() +
-                                     o.policy.ack_hold.count_ns() + r.max_wake_latency_ns + 2'000);
+                                     o.policy.acks.hold_for.count_ns() + r.max_wake_latency_ns +
+                                     2'000);
   }
 }
 
 // Deferred ACKs (the default): in a ping-pong whose applications post their next message
 // without waiting for the last one's completion, the ACK a host owes stays behind its answer
-// when that answer is one packet (Engine::set_defer_acks), so most turns carry no ACK at all.
+// when that answer is one packet (AckPolicyConfig::defer), so most turns carry no ACK at all.
 // It leaves with a later answer once it covers kMaxPsnsBehindADeferredAck PSNs, and the run's
 // oracle sees no retransmission: no ACK came later than the peer's ACK timeout. Without
 // deferring every message's ACK is sent (the tests above). Messages of 1-3 packets: the ACK
@@ -421,7 +424,7 @@ TEST(ProgressSim, CanaryAHoldLongerThanTheAckTimeoutIsCaught) {
   ProgressSimOptions o;
   o.workload = Workload::kWrites;
   o.app[1] = AppModel::kIdle;
-  o.policy.ack_hold = Duration::ms(20);
+  o.policy.acks.hold_for = Duration::ms(20);
   const ProgressSimResult r = run_progress_sim(o);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.failure.find("retransmitted"), std::string::npos) << r.failure;

@@ -73,7 +73,7 @@ ScenarioHost* make_host(Flow& f, std::uint8_t index, std::size_t mem_bytes) {
   cfg.seed = f.opt.seed * 10 + index;
   cfg.congestion_control = DeviceConfig::CongestionControl::kNone;
   ScenarioHostOptions opt;
-  opt.defer_acks = false;
+  opt.acks.defer = false;
   ScenarioHost* h = f.sc.add_host(cfg, MacAddress{0x02, 0, 0, 0, 3, index}, opt,
                                   [&f](const std::string&) { f.fail("invalid frame"); });
   if (h == nullptr || !h->open_memory(mem_bytes) ||
