@@ -65,7 +65,7 @@ tarball=$cache/bookworm-$key.tar
 mkdir -p "$cache/archives/partial"
 if [ ! -s "$tarball" ]; then
   step "no cached root: mmdebstrap bookworm --variant=apt --include=$include (once)"
-  timeout 900 mmdebstrap --variant=apt --include="$include" --skip=cleanup/apt/lists \
+  timeout 780 mmdebstrap --variant=apt --include="$include" --skip=cleanup/apt/lists \
     bookworm "$tarball.new" "$mirror" >"$state/mmdebstrap.log" 2>&1 ||
     { tail -n 30 "$state/mmdebstrap.log"; rm -f "$tarball.new"; fail "mmdebstrap"; }
   mv "$tarball.new" "$tarball"
