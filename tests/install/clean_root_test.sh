@@ -63,12 +63,14 @@ cache=${UROCE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uroce}
 key=$(echo "bookworm apt $include $mirror lists" | sha256sum | cut -c1-16)
 tarball=$cache/bookworm-$key.tar
 mkdir -p "$cache/archives/partial"
-if [ ! -s "$tarball" ]; then
+if [ ! -f "$tarball" ]; then
   step "no cached root: mmdebstrap bookworm --variant=apt --include=$include (once)"
-  timeout 780 mmdebstrap --variant=apt --include="$include" --skip=cleanup/apt/lists \
-    bookworm "$tarball.new" "$mirror" >"$state/mmdebstrap.log" 2>&1 ||
-    { tail -n 30 "$state/mmdebstrap.log"; rm -f "$tarball.new"; fail "mmdebstrap"; }
-  mv "$tarball.new" "$tarball"
+  # Written aside and renamed when complete, so that a killed run leaves no partial tarball
+  # (--format: mmdebstrap would take the format from the name's extension).
+  timeout 780 mmdebstrap --variant=apt --format=tar --include="$include" \
+    --skip=cleanup/apt/lists bookworm "$tarball.part" "$mirror" >"$state/mmdebstrap.log" 2>&1 ||
+    { tail -n 30 "$state/mmdebstrap.log"; rm -f "$tarball.part"; fail "mmdebstrap"; }
+  mv -T "$tarball.part" "$tarball" || fail "mv $tarball.part $tarball"
 fi
 step "root: $tarball ($(du -h "$tarball" | cut -f1))"
 mkdir "$root" && tar -C "$root" -xf "$tarball" || fail "unpacking $tarball"
