@@ -193,6 +193,7 @@ enum class Start { kStarted, kRace };
 
 // Claims the coordinator's name, binds the group's first socket and starts uroce-devd with
 // both. kRace: another process claimed the name first (connect again).
+// Long: the sockets, argv and posix_spawn attributes of one spawn, in order.
 Result<Start, Error> start_coordinator(const wire::IpAddress& ip, std::uint16_t port,
                                        const std::string& name, const devd::DevdOptions& options) {
   int listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

@@ -67,6 +67,7 @@ std::string link_name(const DeviceStats& s) {
 
 }  // namespace
 
+// Long: a table of rxe's counter names and their sources, one line each.
 NamedCounters DeviceStats::device_counters() const {
   // Destroyed QPs count too, as rxe's device counters do.
   transport::QpCounters q = destroyed_qps;

@@ -202,6 +202,7 @@ Instant UdpDevice::now() {
                               .count());
 }
 
+// Long: the steps of opening a device, each needing the ones before; read top to bottom.
 Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& config,
                                                           std::uint16_t port,
                                                           const std::string& capture_path,

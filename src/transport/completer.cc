@@ -123,6 +123,7 @@ bool Qp::scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t of
          ScatterResult::kOk;
 }
 
+// Long: the completer's checks of a response in rxe's order, then one dispatch.
 void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) {
   if (type_ != QpType::kRc || (state_ != QpState::kRts && state_ != QpState::kSqd)) {
     ++counters_.dropped;

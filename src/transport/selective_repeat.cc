@@ -139,6 +139,7 @@ bool overlaps_any(ConstBytes range, std::span<const MutBytes> pieces) {
 
 }  // namespace
 
+// Long: one pass from the ePSN with a small state machine whose state is local.
 bool Qp::sr_order_allows(std::uint32_t psn, bool send_continuation,
                          std::span<const MutBytes> pieces) const {
   // One pass from the ePSN: the message running at each PSN, its kind and, for a WRITE or a

@@ -284,7 +284,8 @@ class FunctionLengthTest(TreeTest):
 
     def test_functions_up_to_the_limit_pass(self):
         write_tree(self.root, {
-            "src/a/a.cc": "int x = 0;\n" + function_of("at_limit", 118) + function_of("short", 3),
+            "src/a/a.cc": "int x = 0;\n// Long: a test's reason.\n" + function_of("at_limit", 118) +
+                          function_of("short", 3),
             # Braces in comments and literals, a brace-initialized member and a class body
             # are not functions of their own.
             "src/a/b.h": "struct S {\n  S() : v_{1}, w_{2} {}\n  int f() const { return 0; }\n"
@@ -297,7 +298,7 @@ class FunctionLengthTest(TreeTest):
         lam = "void outer() {\n  auto f = [&] {\n" + "    x += 1;\n" * 118 + "  };\n}\n"
         write_tree(self.root, {
             "src/a/a.cc": "int x = 0;\n" + function_of("over_limit", 119) +
-                          function_of("at_limit", 118),
+                          "// Long: a test's reason.\n" + function_of("at_limit", 118),
             # A lambda's lines count towards the function that holds it.
             "src/b/b.cc": "int x = 0;\n" + lam,
             "src/c/c.cc": "int x = 0;\n" + function_of("C::long_method", 200,
@@ -309,7 +310,25 @@ class FunctionLengthTest(TreeTest):
                          {"src/a/a.cc:2", "src/b/b.cc:2", "src/c/c.cc:2"}, result.stdout)
         self.assertIn("over_limit is 121 lines (limit 120)", result.stdout)
         self.assertIn("C::long_method is 202 lines", result.stdout)
-        self.assertEqual(self.length("--max", "300").returncode, 0)
+        self.assertEqual(self.length("--max", "300", "--reason-over", "300").returncode, 0)
+
+    def test_a_function_over_70_lines_needs_a_reason(self):
+        write_tree(self.root, {
+            "src/a/a.cc": "int x = 0;\n" + function_of("no_reason", 69) +  # 71 lines
+                          "// What it does.\n" + function_of("other_comment", 69) +
+                          "// Long: kept whole because ...\n\n" + function_of("detached", 69) +
+                          function_of("seventy", 68),
+            "src/b/b.cc": "int x = 0;\n// What it does,\n//  Long: one table, one line each.\n"
+                          "// More.\ntemplate <int N>\n" + function_of("reasoned", 100) +
+                          "// Long:\n" + function_of("empty_reason", 69),
+        })
+        result = self.length()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout),
+                         {"src/a/a.cc:2", "src/a/a.cc:74", "src/a/a.cc:147", "src/b/b.cc:109"},
+                         result.stdout)
+        self.assertIn("no_reason is 71 lines, over 70 without a // Long: reason", result.stdout)
+        self.assertEqual(self.length("--reason-over", "71").returncode, 0)
 
     def test_root_without_src_is_an_error(self):
         self.assertEqual(self.length().returncode, 2)
