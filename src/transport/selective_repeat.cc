@@ -54,6 +54,7 @@
 #include <bitset>
 #include <cstring>
 
+#include "base/assert.h"
 #include "transport/qp.h"
 #include "transport/sgl.h"
 #include "wire/aeth.h"
@@ -74,6 +75,7 @@ void Qp::set_selective_repeat(bool on) {
   // Its slots (20 KiB) only for a QP that uses them, allocated once, when the connection is set
   // up: never on the data path.
   if (on && sr_slots_.empty()) sr_slots_.resize(kSrWindow);
+  UROCE_ASSERT(!on || sr_slots_.size() == kSrWindow);  // indexed by PSN modulo the window
   if (!on) {
     sr_release_from(wire::psn_add(resp_.psn, 1));
     sr_ = SelectiveRepeat{};
@@ -90,6 +92,7 @@ void Qp::sr_forget(std::uint32_t from, std::uint32_t to) {
   }
   for (std::uint32_t p = from; p != to; p = wire::psn_add(p, 1)) {
     if (sr_holds(p)) {
+      UROCE_ASSERT(sr_.held > 0);  // sr_.held counts the held slots
       sr_slot(p).held = false;
       --sr_.held;
     }
@@ -100,6 +103,7 @@ void Qp::sr_release_from(std::uint32_t psn) {
   if (sr_.held == 0) return;
   for (SrSlot& s : sr_slots_) {
     if (s.held && wire::psn_ge(s.psn, psn)) {
+      UROCE_ASSERT(sr_.held > 0);  // sr_.held counts the held slots
       s.held = false;
       --sr_.held;
     }
@@ -225,6 +229,8 @@ void Qp::sr_copy(std::uint32_t psn, std::span<const MutBytes> pieces, ConstBytes
   }
   std::size_t off = 0;
   for (const MutBytes dst : pieces) {
+    // A piece is at most one packet's payload (the `later` bits below), within `src`.
+    UROCE_ASSERT(dst.size() <= wire::kMaxPayloadBytes && off + dst.size() <= src.size());
     const ConstBytes part = src.subspan(off, dst.size());
     off += dst.size();
     // The bytes that kept packets past `psn` placed already: theirs are the later writes.
@@ -351,6 +357,7 @@ std::uint32_t Qp::sr_message_start(std::uint32_t psn) const {
 }
 
 Qp::SrWrite Qp::sr_write_at(std::uint32_t psn, std::uint32_t start) const {
+  UROCE_ASSERT(start == resp_.psn || wire::psn_lt(start, psn));  // sr_message_start(psn)
   if (start != resp_.psn) {
     const SrSlot& s = sr_slots_[start % kSrWindow];
     const wire::OpcodeInfo* sop = wire::opcode_info(std::to_integer<std::uint8_t>(s.header[0]));
@@ -433,8 +440,13 @@ bool Qp::sr_send_targets(const wire::RocePacket& pkt, std::uint32_t start,
 
 void Qp::sr_hold(const wire::RocePacket& pkt, std::span<const MutBytes> pieces) {
   const std::uint32_t psn = pkt.bth().psn();
+  UROCE_ASSERT(wire::psn_gt(psn, resp_.psn));  // kept: past the ePSN (sr_keepable)
+  UROCE_ASSERT(pieces.size() <= kSrPieces &&
+               pkt.op->header_bytes + wire::kIcrcBytes <= SrSlot{}.header.size());
   sr_copy(psn, pieces, pkt.payload);
   SrSlot& s = sr_slot(psn);
+  // Held slots lie within one window past the ePSN: the one for `psn` is free.
+  UROCE_ASSERT(!s.held && sr_.held < kSrWindow);
   s.held = true;
   s.psn = psn;
   s.payload_bytes = static_cast<std::uint16_t>(pkt.payload.size());
@@ -450,6 +462,7 @@ void Qp::sr_hold(const wire::RocePacket& pkt, std::span<const MutBytes> pieces) 
 }
 
 bool Qp::sr_keep(const wire::RocePacket& pkt) {
+  UROCE_ASSERT(sr_.on && type_ == QpType::kRc && sr_slots_.size() == kSrWindow);
   if (!sr_keepable(pkt)) return false;
   const wire::OpcodeInfo& op = *pkt.op;
   const std::uint32_t psn = pkt.bth().psn();
@@ -476,6 +489,7 @@ bool Qp::sr_keep(const wire::RocePacket& pkt) {
 void Qp::sr_out_of_order(const wire::RocePacket& pkt) {
   ++counters_.out_of_sequence;
   const std::uint32_t psn = pkt.bth().psn();
+  UROCE_ASSERT(wire::psn_gt(psn, resp_.psn));  // past the ePSN (handle_rc_request)
   if (sr_holds(psn)) {
     ++counters_.duplicate_requests;  // a retransmission of a packet kept already
   } else if ((sr_.cut && wire::psn_ge(psn, sr_.cut_psn)) || !sr_keep(pkt)) {
@@ -510,6 +524,7 @@ void Qp::sr_drain() {
   bool drained = false;
   while (sr_holds(resp_.psn)) {
     SrSlot& slot = sr_slot(resp_.psn);
+    UROCE_ASSERT(sr_.held > 0);  // sr_.held counts the held slots
     slot.held = false;
     --sr_.held;
     const std::uint32_t psn = resp_.psn;
@@ -551,6 +566,7 @@ void Qp::sr_drain() {
 }
 
 bool Qp::sr_handle_nak(Instant now, std::uint32_t index, std::uint32_t psn) {
+  UROCE_ASSERT(sr_.on && sq_count_ > 0 && index == sq_tail_);  // from handle_response
   const SendWqe& w = sq_at(index);
   // A READ or atomic to resend, or a packet never sent: go back N as for any sequence NAK.
   if (w.wr_op->is_read_or_atomic() || w.state == WqeState::kPosted ||
@@ -668,6 +684,7 @@ bool Qp::sr_poll_resend(Instant now, TxPacket& out) {
   }
   const std::uint64_t offset =
       std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
+  UROCE_ASSERT(offset <= w.length);  // psn is one of the WQE's PSNs (checked above)
   const auto bytes =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
   const Instant allowed = env_.cc->next_send_time(now, bytes);
@@ -685,6 +702,7 @@ bool Qp::sr_poll_resend(Instant now, TxPacket& out) {
   sr_.resend_active = true;
   // Each packet sent past psn before this resend and not heard of yet may still bring one NAK
   // at psn (and a duplicated one more: the slack).
+  UROCE_ASSERT(wire::psn_lt(psn, req_.psn));  // sent (checked above): sent_past >= 0
   const auto sent_past = static_cast<std::uint32_t>(wire::psn_diff(req_.psn, psn)) - 1;
   sr_.naks_left = sent_past - std::min(sent_past, sr_.naks_seen) + 2;
   // Karn: only a hole's first resend times the round trip.
