@@ -462,16 +462,7 @@ void Network::drop(Instant t, HostId from, HostId to, Link* l, DropCause c, Cons
   const auto i = static_cast<std::size_t>(c);
   ++total_.dropped_frames[i];
   if (l != nullptr) ++l->stats.dropped_frames[i];
-  if (tap_ != nullptr) {
-    TapEvent e;
-    e.point = TapPoint::kDrop;
-    e.time = t;
-    e.from = from;
-    e.to = to;
-    e.cause = c;
-    e.frame = frame;
-    tap_->on_frame(e);
-  }
+  tap(TapPoint::kDrop, t, from, to, frame, c);
 }
 
 void Network::send(Instant now, HostId from, ConstBytes frame) {
@@ -485,7 +476,7 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   const std::optional<IpPeek> ip = peek_ip(frame);
   HostId to = kNoHost;
   if (ip) to = find_host(ip->dst).value_or(kNoHost);
-  tap_send(now, from, to, frame);
+  tap(TapPoint::kSend, now, from, to, frame);
   if (to == kNoHost) return drop(now, from, kNoHost, nullptr, DropCause::kNoRoute, frame);
 
   Link& l = link(from, to);
@@ -540,13 +531,15 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   }
 }
 
-void Network::tap_send(Instant now, HostId from, HostId to, ConstBytes frame) {
+void Network::tap(TapPoint point, Instant t, HostId from, HostId to, ConstBytes frame,
+                  DropCause cause) {
   if (tap_ == nullptr) return;
   TapEvent e;
-  e.point = TapPoint::kSend;
-  e.time = now;
+  e.point = point;
+  e.time = t;
   e.from = from;
   e.to = to;
+  e.cause = cause;
   e.frame = frame;
   tap_->on_frame(e);
 }

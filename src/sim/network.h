@@ -397,8 +397,10 @@ class Network {
   bool effectively_cut(const Link& l) const;
   void mark_cut(Link& l);
   void drop(Instant t, HostId from, HostId to, Link* l, DropCause c, ConstBytes frame);
-  // send()'s steps. The tap's kSend event, before anything can drop the frame.
-  void tap_send(Instant now, HostId from, HostId to, ConstBytes frame);
+  // The tap's kSend or kDrop event of a frame (`cause`: kDrop's).
+  void tap(TapPoint point, Instant t, HostId from, HostId to, ConstBytes frame,
+           DropCause cause = {});
+  // send()'s steps, after the tap's kSend event.
   // The sender's link takes a frame of `bytes` at `now`: when its serialization ends, with
   // `ecn_by_queue` set when the transmit queue it joins is long enough to mark it; nullopt, with
   // `cause`, when the queue or the in-flight bound drops it.
