@@ -277,6 +277,7 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open(const UdpOptions& 
   return r;
 }
 
+// Long: one socket's options, one setsockopt after another, each with its fallback.
 Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOptions& options) {
   UdpOptions opt = options;
   if (opt.tx_batch < 1 || opt.tx_batch > kMaxBatch || opt.rx_batch < 1 ||
@@ -492,6 +493,7 @@ std::uint32_t UdpDatapath::outer_icrc(bool sent, const wire::IpAddress& peer,
   return e.state;
 }
 
+// Long: the fault-stage path and the fast path of one send share its room and slot.
 bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                        std::span<const ConstBytes> payload) {
   if (tx_faults_ != nullptr) {
@@ -746,6 +748,7 @@ std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) co
   return n;
 }
 
+// Long: builds one sendmmsg batch and accounts for what went; the hot transmit loop.
 void UdpDatapath::drain() {
   TxScratch& s = *tx_scratch_;
   while (queued_ != 0) {
@@ -877,6 +880,7 @@ void UdpDatapath::tap_sent(TxSlot& t, std::uint16_t ipv4_id) {
   tap_(tap_buf_, true);
 }
 
+// Long: the recvmmsg loop with its control messages and GRO; the hot receive path.
 std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& handler) {
   RxRing& r = *rx_;
   std::size_t datagrams = 0;
@@ -1004,6 +1008,7 @@ void UdpDatapath::receive_packet(ConstBytes roce, const RxMeta& base, const RxHa
   handle_packet(roce, base, handler);
 }
 
+// Long: ICRC (deferred or now), parse, IP header: one packet's checks in order.
 void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHandler& handler) {
   ++counters_.rx_packets;
   counters_.rx_bytes += roce.size();

@@ -206,6 +206,7 @@ class Coordinator {
     spare_ = open_spare();
   }
 
+  // Long: one connection's first message, dispatched by its kind, a few lines each.
   void accept_one() {
     const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {

@@ -133,6 +133,7 @@ std::vector<DeviceSpec> interface_devices(const std::vector<InterfaceAddress>& i
         name = base.substr(0, kMaxName - suffix.size());
         name += suffix;
       }
+      UROCE_ASSERT(valid_name(name) && !name_taken(name));  // what a config could name
       DeviceSpec d;
       d.name = name;
       d.ip = *ip;
@@ -165,7 +166,9 @@ Result<wire::IpAddress, std::string> parse_ip(const std::string& text) {
 
 std::string ip_to_string(const wire::IpAddress& ip) {
   char buf[INET6_ADDRSTRLEN] = {};
-  ::inet_ntop(ip.v6 ? AF_INET6 : AF_INET, ip.bytes.data(), buf, sizeof buf);
+  [[maybe_unused]] const char* text =
+      ::inet_ntop(ip.v6 ? AF_INET6 : AF_INET, ip.bytes.data(), buf, sizeof buf);
+  UROCE_ASSERT(text != nullptr);  // every address fits INET6_ADDRSTRLEN
   return buf;
 }
 
@@ -280,6 +283,8 @@ Result<std::vector<DeviceSpec>, std::string> configured_devices(const DeviceSour
   if (source.interfaces) {
     for (DeviceSpec& i : interface_devices(*source.interfaces, list)) list.push_back(i);
   }
+  // interface_devices() avoids the names and addresses taken.
+  UROCE_ASSERT(check_unique(list).ok());
   return list;
 }
 

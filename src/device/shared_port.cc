@@ -58,6 +58,7 @@ void atfork_child() {
 }
 
 void guard_fd(int fd) {
+  UROCE_ASSERT(fd >= 0);  // -1 marks a free slot
   std::call_once(g_atfork_once, [] {
     for (std::atomic<int>& slot : g_guarded) slot.store(-1);
     ::pthread_atfork(nullptr, nullptr, atfork_child);
@@ -125,6 +126,7 @@ sockaddr_un abstract_address(const std::string& name, socklen_t& len) {
   const std::size_t n = std::min(name.size(), sizeof a.sun_path - 1);
   std::memcpy(a.sun_path + 1, name.data(), n);
   len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  UROCE_ASSERT(len <= sizeof a);  // the name was cut to fit
   return a;
 }
 
@@ -146,6 +148,7 @@ int connect_coordinator(const std::string& name) {
 namespace {
 
 void sleep_ms(int ms) {
+  UROCE_ASSERT(ms >= 0 && ms < 1000);  // tv_nsec below one second
   timespec ts{0, ms * 1'000'000L};
   while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
@@ -196,6 +199,7 @@ enum class Start { kStarted, kRace };
 
 // Claims the coordinator's name, binds the group's first socket and starts uroce-devd with
 // both. kRace: another process claimed the name first (connect again).
+// Long: the sockets, argv and posix_spawn attributes of one spawn, in order.
 Result<Start, Error> start_coordinator(const wire::IpAddress& ip, std::uint16_t port,
                                        const std::string& name, const devd::DevdOptions& options) {
   int listen_fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -240,6 +244,7 @@ Result<Start, Error> start_coordinator(const wire::IpAddress& ip, std::uint16_t 
     if (s_hi >= 0) ::close(s_hi);
     return Err{Error::system(errno, "fcntl")};
   }
+  UROCE_ASSERT(l_hi >= 10 && s_hi >= 10);  // the dup2s below never land on each other
   // Everything the coordinator is told comes on its command line (proto/devd_options.h).
   const std::string path = coordinator_path(options);
   const std::string ip_text = ip_to_string(ip);
@@ -461,12 +466,14 @@ int SharedPort::take_socket() {
   std::lock_guard lk(mu_);
   UROCE_ASSERT(owner_ == ::getpid());  // by the process that joined, not a forked child
   const int fd = udp_;
+  UROCE_ASSERT(fd >= 0);  // taken once, from the socket kWelcome passed (join)
   udp_ = -1;
   return fd;
 }
 
 void SharedPort::forget_socket() {
   std::lock_guard lk(mu_);
+  UROCE_ASSERT(udp_ < 0);  // taken by the datapath (take_socket) before it lets it go
   unguard_fd(udp_number_);
   udp_number_ = -1;
 }
@@ -516,6 +523,8 @@ std::optional<std::uint32_t> SharedPort::allocate_qpn() {
   const std::uint32_t qpn = (*current_ << devd::kBlockBits) | order_[next_in_block_++];
   UROCE_ASSERT(devd::block_of(qpn) == *current_);
   ++live_[*current_];
+  // The block's live QPs are among the numbers it handed out.
+  UROCE_ASSERT(live_[*current_] <= next_in_block_);
   return qpn;
 }
 

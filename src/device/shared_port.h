@@ -122,9 +122,10 @@ class SharedPort final : public QpnSource {
 
  private:
   SharedPort() = default;
-  // One request, one answer. false when the coordinator is gone.
+  // One request, one answer, under mu_. false when the coordinator is gone.
   bool call(const devd::Msg& req, devd::Msg& answer);
-  // A block whose numbers are all handed out and whose QPs are all gone, back to the coordinator.
+  // A block whose numbers are all handed out and whose QPs are all gone, back to the coordinator
+  // (under mu_).
   void give_back(std::uint32_t block);
 
   std::mutex mu_;

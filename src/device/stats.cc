@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "base/assert.h"
+
 namespace uroce::engine {
 
 namespace {
@@ -19,12 +21,14 @@ const char* qp_type_name(QpType t) {
 }
 
 std::uint64_t rx_drops(const DeviceStats& s, std::size_t reason) {
+  UROCE_ASSERT(reason < wire::kDropReasonCount);
   return s.datapath.rx_drops[reason] + s.engine.rx_drops[reason];
 }
 
 void append_u64(std::string& out, std::uint64_t v) {
   char buf[24];
   const int n = std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(v));
+  UROCE_ASSERT(n > 0 && static_cast<std::size_t>(n) < sizeof buf);  // 20 digits at most
   out.append(buf, static_cast<std::size_t>(n));
 }
 
@@ -37,7 +41,9 @@ void append_json_string(std::string& out, std::string_view s) {
       out += c;
     } else if (static_cast<unsigned char>(c) < 0x20) {
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      [[maybe_unused]] const int n =
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      UROCE_ASSERT(n == 6);  // a backslash, u and four hex digits (c < 0x20)
       out += buf;
     } else {
       out += c;
@@ -67,6 +73,7 @@ std::string link_name(const DeviceStats& s) {
 
 }  // namespace
 
+// Long: a table of rxe's counter names and their sources, one line each.
 NamedCounters DeviceStats::device_counters() const {
   // Destroyed QPs count too, as rxe's device counters do.
   transport::QpCounters q = destroyed_qps;
@@ -270,6 +277,7 @@ std::string format_stats_text(const DeviceStats& s, bool with_qps) {
     }
     out += '\n';
   }
+  UROCE_ASSERT(out.back() == '\n');  // whole lines: a stats file appends them (stats_file)
   if (!with_qps) return out;
   for (const QpStats& qp : s.qps) {
     out += "qp " + link_name(s) + " pid " + std::to_string(s.pid) + " lqpn " +

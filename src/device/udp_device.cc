@@ -126,7 +126,8 @@ void remember_open(UdpDevice* d) {
     g_open->clear();
     g_open_pid = ::getpid();
   }
-  g_open->insert(d);
+  [[maybe_unused]] const bool fresh = g_open->insert(d).second;
+  UROCE_ASSERT(fresh);  // once, at open()
 }
 
 void forget_open(UdpDevice* d) {
@@ -203,6 +204,7 @@ Instant UdpDevice::now() {
                               .count());
 }
 
+// Long: the steps of opening a device, each needing the ones before; read top to bottom.
 Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& config,
                                                           std::uint16_t port,
                                                           const std::string& capture_path,
@@ -250,6 +252,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
     if (!sp.ok()) return Err{sp.error()};
     shared = std::move(sp.value());
     udp.bound_fd = shared->take_socket();
+    UROCE_ASSERT(udp.bound_fd >= 0);  // the group's socket, bound already
     if (Errc e = dev.value()->set_qpn_source(shared.get()); e != Errc::kOk) {
       return Err{Error(static_cast<int>(e), std::string("set_qpn_source: ") + errc_name(e))};
     }
@@ -316,6 +319,8 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   d->device_->set_completion_event_handler(d.get());
   d->open_stats_endpoint();
   if (!fault_text.empty()) (void)d->set_faults(fault_text);  // parsed above
+  // An open device has its parts until close(), and no progress thread yet.
+  UROCE_ASSERT(d->device_ && d->dp_ && d->engine_ && !d->has_progress_thread());
   if (!d->stats_file_.empty()) remember_open(d.get());
   return d;
 }
@@ -449,6 +454,8 @@ void UdpDevice::stop_progress_thread() {
   signal_thread();
   thread_.join();
   UROCE_ASSERT(!has_progress_thread());
+  // The thread let go of mu_ last after taking it: it says it waits only while it does.
+  UROCE_ASSERT(!thread_waiting_.load(std::memory_order_relaxed));
   drain_fd(wake_fd_);
   std::lock_guard sl(sched_mu_);
   sched_.reconfigure(base_config());
@@ -490,6 +497,7 @@ void UdpDevice::qp_destroying(std::uint32_t qpn) {
 
 void UdpDevice::doorbell(std::uint32_t qpn) {
   assert_in_device_call();
+  UROCE_ASSERT(engine_ != nullptr);  // close() unhooks the doorbells before the engine goes
   engine_->doorbell(qpn);
   // Inside post_send (under mu_ in thread mode). A quiet doorbell's poster transmits itself
   // right after (QuietDoorbells): it neither wakes the thread nor asks it for a round.
@@ -631,7 +639,8 @@ void UdpDevice::cq_event(CqHandle cq, std::uint64_t channel) {
   // Called inside a Device call (under mu_ in thread mode): only record and signal.
   assert_in_device_call();
   auto ch = find_channel(channel);
-  if (!ch) return;  // a CQ without a (live) channel: nobody to tell
+  if (!ch) return;            // a CQ without a (live) channel: nobody to tell
+  UROCE_ASSERT(ch->fd >= 0);  // a channel is created with its eventfd (create_comp_channel)
   std::lock_guard cl(ch->mu);
   ch->check();
   if (ch->events.empty()) {
@@ -653,6 +662,7 @@ void UdpDevice::take_deferred_channels(std::vector<std::shared_ptr<Channel>>& ou
   UROCE_ASSERT(!defer_channel_signals_);  // the round that deferred them is over
   UROCE_ASSERT(out.empty());              // the last ones were signaled (and cleared)
   if (!deferred_signals_.empty()) std::swap(out, deferred_signals_);
+  UROCE_ASSERT(deferred_signals_.empty());  // each owed signal is taken once
 }
 
 void UdpDevice::signal_deferred_channels(std::vector<std::shared_ptr<Channel>>& out) {
@@ -736,6 +746,7 @@ std::uint32_t UdpDevice::unacked_cq_events(std::uint64_t channel, CqHandle cq) c
 
 void UdpDevice::sync_async_fd_locked() {
   mu_.assert_held();
+  UROCE_ASSERT(async_fd_ >= 0);  // created at open(), closed by the destructor
   const bool want = device_->has_async_event();
   if (want == async_signaled_) return;
   if (want) {
@@ -861,6 +872,7 @@ std::string UdpDevice::serve_faults_request(std::string_view r) {
 
 FaultStats UdpDevice::fault_stats_locked() const {
   mu_.assert_held();
+  UROCE_ASSERT(dp_ != nullptr);  // not after close() (closed_faults_ then)
   FaultStats f;
   if (!dp_->has_faults()) return f;
   f.spec = dp_->fault_spec().to_string();
@@ -950,6 +962,7 @@ void UdpDevice::maybe_serve_stats(Instant t, bool force) {
       const bool last = off + len == body.size();
       chunk.assign(1, last ? '.' : '+');
       chunk.append(body, off, len);
+      UROCE_ASSERT(chunk.size() <= kStatsChunk + 1);  // what a client's buffer takes
       if (::sendto(stats_fd_, chunk.data(), chunk.size(), MSG_DONTWAIT,
                    reinterpret_cast<const sockaddr*>(&from), from_len) < 0) {
         break;
@@ -963,6 +976,7 @@ void UdpDevice::maybe_serve_stats(Instant t, bool force) {
 
 std::uint32_t UdpDevice::outstanding_locked(bool* tx_pending) {
   mu_.assert_held();
+  UROCE_ASSERT(engine_ != nullptr && tx_pending != nullptr);  // close()'s drain, before reset
   std::uint32_t n = 0;
   for (transport::Qp* qp : device_->live_qps()) {
     const QpState st = qp->state();
@@ -1047,6 +1061,8 @@ CloseResult UdpDevice::close(Duration deadline) {
     seal_.reset();
     if (shared_) shared_->forget_socket();
     dp_.reset();  // closes the socket
+    // Closed: only the counters remain.
+    UROCE_ASSERT(!engine_ && !seal_ && !dp_ && !capture_ && fault_log_ == nullptr);
   }
   if (shared_) shared_->leave();
   if (stats_fd_ >= 0) {

@@ -525,6 +525,7 @@ std::string burst_string(const GilbertElliott& g) {
 
 // Applies one item of a rule. The error names what is wrong with the value (the caller names the
 // item).
+// Long: one short case per fault key; a table of parsers would be no shorter.
 Result<std::monostate, std::string> apply_item(Key key, std::string_view v, Rule& rule) {
   Faults& f = rule.faults;
   auto ratio = [&](Ratio& out) -> Result<std::monostate, std::string> {
@@ -645,6 +646,7 @@ std::string error(std::string_view what, std::string_view why) {
   return s;
 }
 
+// Long: the item loop of a rule's grammar, with the error of each malformed item.
 Result<Rule, std::string> parse_rule(std::string_view text, std::size_t index,
                                      std::optional<std::uint64_t>& seed, bool& only_seed) {
   Rule rule;
@@ -1091,6 +1093,7 @@ FaultStage::~FaultStage() = default;
 FaultStage::FaultStage(FaultStage&&) noexcept = default;
 FaultStage& FaultStage::operator=(FaultStage&&) noexcept = default;
 
+// Long: one packet through a rule (partition, rate, fate, copies); lambdas share state.
 FaultStage::Verdict FaultStage::submit(Instant now, const PacketInfo& info, ConstBytes packet) {
   Impl& m = *impl_;
   now = std::max(now, m.last_now);

@@ -535,6 +535,7 @@ std::uint32_t pick_len(Prng& r, std::uint32_t mtu, std::uint32_t max_len, std::u
   return std::clamp(len, min_len, max_len);
 }
 
+// Long: one case per QP type drawing its operation mix from the same stream.
 void generate_ops(Cluster& c, Side& s) {
   Prng& r = c.rng;
   Host& local = *s.host;
@@ -766,6 +767,7 @@ bool signal_op(const Cluster& c, const Side& s, const Op& op) {
   return ((z ^ (z >> 31)) & 3u) != 0;
 }
 
+// Long: each operation's SGEs and work request by kind; the kinds share the SGE split.
 void post_sends(Cluster& c, Side& s) {
   if (s.torn_down) return;
   Host& h = *s.host;
@@ -1041,6 +1043,7 @@ void on_recv_flush(Cluster& c, Side& s, const RecvSlot& slot) {
   }
 }
 
+// Long: one receive completion checked against its operation, case by case.
 void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
   if (s.recv_posted.empty() || s.recv_posted.front().wr_id != wc.wr_id) {
     c.fail(s.name + ": receive completion out of order (wr_id " + std::to_string(wc.wr_id) + ")");
@@ -1373,6 +1376,7 @@ Side* first_live_rc_side(Cluster& c) {
 // zero-length SEND with Invalidate of its key. Each completes successfully, the WRITE's bytes
 // land (the arena check holds them), the receive says WITH_INV and names the key, and the key
 // grants nothing afterwards.
+// Long: one scripted scenario: bind, WRITE, SEND with Invalidate, probe.
 void check_memory_window(Cluster& c) {
   Side* x = first_live_rc_side(c);
   if (x == nullptr) return;
@@ -1479,6 +1483,7 @@ void check_memory_window(Cluster& c) {
 // post: an error NAK must leave after the responses owed to the requests before it, so the READ
 // completes with its data (when the link delivers both requests in one batch, a responder that
 // dropped its queued responses for the NAK would fail it: issue 11, item 1).
+// Long: one scripted scenario: post, run, then check each completion and the memory.
 void check_send_inv(Cluster& c) {
   Side* x = first_live_rc_side(c);
   if (x == nullptr) return;

@@ -462,16 +462,7 @@ void Network::drop(Instant t, HostId from, HostId to, Link* l, DropCause c, Cons
   const auto i = static_cast<std::size_t>(c);
   ++total_.dropped_frames[i];
   if (l != nullptr) ++l->stats.dropped_frames[i];
-  if (tap_ != nullptr) {
-    TapEvent e;
-    e.point = TapPoint::kDrop;
-    e.time = t;
-    e.from = from;
-    e.to = to;
-    e.cause = c;
-    e.frame = frame;
-    tap_->on_frame(e);
-  }
+  tap(TapPoint::kDrop, t, from, to, frame, c);
 }
 
 void Network::send(Instant now, HostId from, ConstBytes frame) {
@@ -485,15 +476,7 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   const std::optional<IpPeek> ip = peek_ip(frame);
   HostId to = kNoHost;
   if (ip) to = find_host(ip->dst).value_or(kNoHost);
-  if (tap_ != nullptr) {
-    TapEvent e;
-    e.point = TapPoint::kSend;
-    e.time = now;
-    e.from = from;
-    e.to = to;
-    e.frame = frame;
-    tap_->on_frame(e);
-  }
+  tap(TapPoint::kSend, now, from, to, frame);
   if (to == kNoHost) return drop(now, from, kNoHost, nullptr, DropCause::kNoRoute, frame);
 
   Link& l = link(from, to);
@@ -501,38 +484,17 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   ++l.stats.sent_frames;
   l.stats.sent_bytes += frame.size();
   if (effectively_cut(l)) return drop(now, from, to, &l, DropCause::kPartition, frame);
-
-  // The transmit queue: frames whose serialization has not ended by `now`.
-  while (!l.tx_queue.empty() && l.tx_queue.front().tx_end <= now) {
-    l.tx_queue_bytes -= l.tx_queue.front().bytes;
-    l.tx_queue.pop_front();
-  }
-  const bool queue_full =
-      (c.queue_limit_packets != 0 && l.tx_queue.size() >= c.queue_limit_packets) ||
-      (c.queue_limit_bytes != 0 && l.tx_queue_bytes + frame.size() > c.queue_limit_bytes);
-  if (queue_full) return drop(now, from, to, &l, DropCause::kQueueFull, frame);
-  // A lost frame holds its place in the transmit queue but no slot: bound the queue as well, for
-  // links without a queue limit.
-  if (slots_.size() - free_slots_.size() >= options_.max_in_flight_frames ||
-      l.tx_queue.size() >= options_.max_in_flight_frames) {
-    return drop(now, from, to, &l, DropCause::kInFlightLimit, frame);
-  }
-  const bool ecn_by_queue =
-      c.ecn_mark_queue_packets != 0 && l.tx_queue.size() >= c.ecn_mark_queue_packets;
-  const Instant link_end =
-      std::max(now, l.tx_busy_until) + serialization_time(frame.size(), c.bandwidth_bps);
-  l.tx_busy_until = link_end;
-  if (link_end > now) {
-    l.tx_queue.push_back(QueuedFrame{link_end, frame.size()});
-    l.tx_queue_bytes += frame.size();
-  }
+  DropCause cause{};
+  bool ecn_by_queue = false;
+  const std::optional<Instant> link_end = onto_link(now, l, c, frame.size(), cause, ecn_by_queue);
+  if (!link_end) return drop(now, from, to, &l, cause, frame);
   // The switch port in front of `to`, if any, after the sender's link has serialized the frame.
+  Outgoing o{now, Instant{}, &l, &c, to, false, std::nullopt};
   bool port_mark = false;
-  std::optional<Departure> departure;
   const std::optional<Instant> port_end =
-      through_port(from, to, link_end, frame.size(), port_mark, departure);
+      through_port(from, to, *link_end, frame.size(), port_mark, o.departure);
   if (!port_end) return drop(now, from, to, &l, DropCause::kQueueFull, frame);
-  const Instant tx_end = *port_end;
+  o.tx_end = *port_end;
 
   // Each fault draws from its own stream, and only when it is on: turning one fault on or off
   // does not change the choices of the others. The fate is the fault stage's (corruption flips
@@ -546,20 +508,18 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
   std::vector<std::byte> first = acquire_buffer(frame);
   bool ecn = ecn_by_queue || port_mark;
   if (!c.ecn_mark.is_zero() && l.ecn.chance(c.ecn_mark.num, c.ecn_mark.den)) ecn = true;
-  const bool marked = ecn && mark_ce(first, *ip);
-  if (marked) {
+  o.marked = ecn && mark_ce(first, *ip);
+  if (o.marked) {
     ++l.stats.ecn_marked;
     ++total_.ecn_marked;
     if (port_mark) ++ports_.at(to).stats.ecn_marked;
   }
-  const bool dup = fate.copies == 2;
   std::vector<std::byte> second;
-  if (dup) {
+  if (fate.copies == 2) {
     ++l.stats.duplicated;
     ++total_.duplicated;
     second = acquire_buffer(first);
   }
-
   for (std::size_t copy = 0; copy < fate.copies; ++copy) {
     std::vector<std::byte>& buf = copy == 0 ? first : second;
     if (copy == 1 && slots_.size() - free_slots_.size() >= options_.max_in_flight_frames) {
@@ -567,37 +527,85 @@ void Network::send(Instant now, HostId from, ConstBytes frame) {
       release_buffer(std::move(buf));
       break;
     }
-    fault::CopyFate& cf = fate.copy[copy];
-    // extra_delay_ns: delay + jitter (+ reorder_delay_ns when reordered).
-    const Instant arrival = tx_end + Duration::ns(cf.extra_delay_ns);
-    const bool reordered = cf.reordered;
-    if (reordered) {
-      ++l.stats.reordered;
-      ++total_.reordered;
-    }
-    const bool corrupted = cf.corrupted;
-    if (corrupted) {
-      fault::flip_bits(buf, 0, c.corrupt_bits, *cf.corrupt_rng);
-      ++l.stats.corrupted;
-      ++total_.corrupted;
-    }
-    const std::uint32_t slot = acquire_slot();
-    InFlight& f = slots_[slot];
-    f.frame = std::move(buf);
-    f.sent_time = now;
-    f.arrival = arrival;
-    f.seq = next_seq_++;
-    f.link = &l;
-    f.cut_generation = l.cut_generation;
-    f.duplicate = copy == 1;
-    f.reordered = reordered;
-    f.corrupted = corrupted;
-    f.ecn_marked = marked;
-    f.departure = departure;
-    if (departure) ports_.at(to).awaiting.insert(departure->id);
-    arrivals_.push(Pending{arrival, f.seq, slot});
-    ++in_flight_;
+    launch(o, std::move(buf), fate.copy[copy], copy == 1);
   }
+}
+
+void Network::tap(TapPoint point, Instant t, HostId from, HostId to, ConstBytes frame,
+                  DropCause cause) {
+  if (tap_ == nullptr) return;
+  TapEvent e;
+  e.point = point;
+  e.time = t;
+  e.from = from;
+  e.to = to;
+  e.cause = cause;
+  e.frame = frame;
+  tap_->on_frame(e);
+}
+
+std::optional<Instant> Network::onto_link(Instant now, Link& l, const LinkConfig& c,
+                                          std::size_t bytes, DropCause& cause, bool& ecn_by_queue) {
+  // The transmit queue: frames whose serialization has not ended by `now`.
+  while (!l.tx_queue.empty() && l.tx_queue.front().tx_end <= now) {
+    l.tx_queue_bytes -= l.tx_queue.front().bytes;
+    l.tx_queue.pop_front();
+  }
+  const bool queue_full =
+      (c.queue_limit_packets != 0 && l.tx_queue.size() >= c.queue_limit_packets) ||
+      (c.queue_limit_bytes != 0 && l.tx_queue_bytes + bytes > c.queue_limit_bytes);
+  if (queue_full) {
+    cause = DropCause::kQueueFull;
+    return std::nullopt;
+  }
+  // A lost frame holds its place in the transmit queue but no slot: bound the queue as well, for
+  // links without a queue limit.
+  if (slots_.size() - free_slots_.size() >= options_.max_in_flight_frames ||
+      l.tx_queue.size() >= options_.max_in_flight_frames) {
+    cause = DropCause::kInFlightLimit;
+    return std::nullopt;
+  }
+  ecn_by_queue = c.ecn_mark_queue_packets != 0 && l.tx_queue.size() >= c.ecn_mark_queue_packets;
+  const Instant link_end =
+      std::max(now, l.tx_busy_until) + serialization_time(bytes, c.bandwidth_bps);
+  l.tx_busy_until = link_end;
+  if (link_end > now) {
+    l.tx_queue.push_back(QueuedFrame{link_end, bytes});
+    l.tx_queue_bytes += bytes;
+  }
+  return link_end;
+}
+
+void Network::launch(const Outgoing& o, std::vector<std::byte>&& buf, fault::CopyFate& cf,
+                     bool duplicate) {
+  Link& l = *o.link;
+  // extra_delay_ns: delay + jitter (+ reorder_delay_ns when reordered).
+  const Instant arrival = o.tx_end + Duration::ns(cf.extra_delay_ns);
+  if (cf.reordered) {
+    ++l.stats.reordered;
+    ++total_.reordered;
+  }
+  if (cf.corrupted) {
+    fault::flip_bits(buf, 0, o.config->corrupt_bits, *cf.corrupt_rng);
+    ++l.stats.corrupted;
+    ++total_.corrupted;
+  }
+  const std::uint32_t slot = acquire_slot();
+  InFlight& f = slots_[slot];
+  f.frame = std::move(buf);
+  f.sent_time = o.now;
+  f.arrival = arrival;
+  f.seq = next_seq_++;
+  f.link = &l;
+  f.cut_generation = l.cut_generation;
+  f.duplicate = duplicate;
+  f.reordered = cf.reordered;
+  f.corrupted = cf.corrupted;
+  f.ecn_marked = o.marked;
+  f.departure = o.departure;
+  if (o.departure) ports_.at(o.to).awaiting.insert(o.departure->id);
+  arrivals_.push(Pending{arrival, f.seq, slot});
+  ++in_flight_;
 }
 
 void Network::arrive(std::uint32_t slot) {

@@ -397,6 +397,27 @@ class Network {
   bool effectively_cut(const Link& l) const;
   void mark_cut(Link& l);
   void drop(Instant t, HostId from, HostId to, Link* l, DropCause c, ConstBytes frame);
+  // The tap's kSend or kDrop event of a frame (`cause`: kDrop's).
+  void tap(TapPoint point, Instant t, HostId from, HostId to, ConstBytes frame,
+           DropCause cause = {});
+  // send()'s steps, after the tap's kSend event.
+  // The sender's link takes a frame of `bytes` at `now`: when its serialization ends, with
+  // `ecn_by_queue` set when the transmit queue it joins is long enough to mark it; nullopt, with
+  // `cause`, when the queue or the in-flight bound drops it.
+  std::optional<Instant> onto_link(Instant now, Link& l, const LinkConfig& c, std::size_t bytes,
+                                   DropCause& cause, bool& ecn_by_queue);
+  // What every copy of one sent frame shares.
+  struct Outgoing {
+    Instant now;     // when it was sent
+    Instant tx_end;  // when it has left the sender's link and the port in front of `to`
+    Link* link = nullptr;
+    const LinkConfig* config = nullptr;
+    HostId to = kNoHost;
+    bool marked = false;  // CE set
+    std::optional<Departure> departure;
+  };
+  // One copy of it goes in flight, with its own fate (delay, reordering, corruption).
+  void launch(const Outgoing& o, std::vector<std::byte>&& buf, fault::CopyFate& cf, bool duplicate);
   std::vector<std::byte> acquire_buffer(ConstBytes contents);
   void release_buffer(std::vector<std::byte>&& b);
   std::uint32_t acquire_slot();

@@ -23,6 +23,7 @@
 #include "devd/coordinator.h"
 #include "proto/devd_options.h"
 
+// Long: uroce-devd's command-line parser, one option per branch.
 int main(int argc, char** argv) {
   uroce::engine::CoordinatorOptions o;
   bool have_ip = false;

@@ -23,103 +23,65 @@ std::string guid_groups(std::uint64_t g) {
   return s;
 }
 
-const char* port_state_name(PortState s) {
-  switch (s) {
-    case PortState::kNop:
-      return "PORT_NOP";
-    case PortState::kDown:
-      return "PORT_DOWN";
-    case PortState::kInit:
-      return "PORT_INIT";
-    case PortState::kArmed:
-      return "PORT_ARMED";
-    case PortState::kActive:
-      return "PORT_ACTIVE";
+// A value's name in one of the tables below, as ibv_devinfo prints it; `unknown` for a value
+// none names.
+template <typename T>
+struct Named {
+  T value;
+  const char* name;
+};
+
+template <typename T, std::size_t N>
+const char* name_of(T value, const Named<T> (&names)[N], const char* unknown) {
+  for (const Named<T>& n : names) {
+    if (n.value == value) return n.name;
   }
-  return "invalid state";
+  return unknown;
+}
+
+const char* port_state_name(PortState s) {
+  static constexpr Named<PortState> kNames[] = {{PortState::kNop, "PORT_NOP"},
+                                                {PortState::kDown, "PORT_DOWN"},
+                                                {PortState::kInit, "PORT_INIT"},
+                                                {PortState::kArmed, "PORT_ARMED"},
+                                                {PortState::kActive, "PORT_ACTIVE"}};
+  return name_of(s, kNames, "invalid state");
 }
 
 const char* phys_state_name(std::uint8_t s) {
-  switch (s) {
-    case 1:
-      return "SLEEP";
-    case 2:
-      return "POLLING";
-    case 3:
-      return "DISABLED";
-    case 4:
-      return "PORT_CONFIGURATION TRAINNING";
-    case 5:
-      return "LINK_UP";
-    case 6:
-      return "LINK_ERROR_RECOVERY";
-    case 7:
-      return "PHY TEST";
-    default:
-      return "invalid physical state";
-  }
+  static constexpr Named<std::uint8_t> kNames[] = {
+      {1, "SLEEP"},    {2, "POLLING"},
+      {3, "DISABLED"}, {4, "PORT_CONFIGURATION TRAINNING"},
+      {5, "LINK_UP"},  {6, "LINK_ERROR_RECOVERY"},
+      {7, "PHY TEST"}};
+  return name_of(s, kNames, "invalid physical state");
 }
 
 const char* link_layer_name(LinkLayer l) {
-  switch (l) {
-    case LinkLayer::kInfiniband:
-      return "InfiniBand";
-    case LinkLayer::kEthernet:
-      return "Ethernet";
-    default:
-      return "Unknown";
-  }
+  static constexpr Named<LinkLayer> kNames[] = {{LinkLayer::kInfiniband, "InfiniBand"},
+                                                {LinkLayer::kEthernet, "Ethernet"}};
+  return name_of(l, kNames, "Unknown");
 }
 
 const char* atomic_cap_name(AtomicCap a) {
-  switch (a) {
-    case AtomicCap::kNone:
-      return "ATOMIC_NONE";
-    case AtomicCap::kHca:
-      return "ATOMIC_HCA";
-    case AtomicCap::kGlob:
-      return "ATOMIC_GLOB";
-  }
-  return "invalid atomic capability";
+  static constexpr Named<AtomicCap> kNames[] = {{AtomicCap::kNone, "ATOMIC_NONE"},
+                                                {AtomicCap::kHca, "ATOMIC_HCA"},
+                                                {AtomicCap::kGlob, "ATOMIC_GLOB"}};
+  return name_of(a, kNames, "invalid atomic capability");
 }
 
+// The IBTA's width and speed codes (ibv_width_str, ibv_speed_str).
 const char* width_name(std::uint8_t w) {
-  switch (w) {
-    case 1:
-      return "1";
-    case 2:
-      return "4";
-    case 4:
-      return "8";
-    case 8:
-      return "12";
-    case 16:
-      return "2";
-    default:
-      return "invalid width";
-  }
+  static constexpr Named<std::uint8_t> kNames[] = {
+      {1, "1"}, {2, "4"}, {4, "8"}, {8, "12"}, {16, "2"}};
+  return name_of(w, kNames, "invalid width");
 }
 
 const char* speed_name(std::uint8_t s) {
-  switch (s) {
-    case 1:
-      return "2.5 Gbps";
-    case 2:
-      return "5.0 Gbps";
-    case 4:
-    case 8:
-      return "10.0 Gbps";
-    case 16:
-      return "14.0 Gbps";
-    case 32:
-      return "25.0 Gbps";
-    case 64:
-      return "50.0 Gbps";
-    case 128:
-      return "100.0 Gbps";
-    default:
-      return "invalid speed";
-  }
+  static constexpr Named<std::uint8_t> kNames[] = {
+      {1, "2.5 Gbps"},   {2, "5.0 Gbps"},   {4, "10.0 Gbps"},  {8, "10.0 Gbps"},
+      {16, "14.0 Gbps"}, {32, "25.0 Gbps"}, {64, "50.0 Gbps"}, {128, "100.0 Gbps"}};
+  return name_of(s, kNames, "invalid speed");
 }
 
 void print_cap_flags(std::FILE* out, std::uint32_t flags) {

@@ -8,6 +8,7 @@
 
 namespace uroce::tools {
 
+// Long: the option table of uroce incast, one option per statement.
 void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sim::IncastOptions& o = c.incast;
   cc::DcqcnParams& p = o.dcqcn_params;

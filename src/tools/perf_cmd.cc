@@ -846,6 +846,7 @@ void server_send_bw(Side& s, std::uint64_t size, RunOut& o,
 // write_lat and send_lat: ping-pong on QP 0. The client starts; each side answers the other's
 // message. write_lat spins on the last byte of its receive buffer (as perftest); send_lat on
 // the receive completion. Samples are half round trips.
+// Long: the latency loop and its lambdas share the run's state; on the measured path.
 void pingpong(Side& s, std::uint64_t size, RunOut& o) {
   QpSide& q = s.qps[0];
   reset_run(s, false);
@@ -1012,6 +1013,7 @@ std::string cpu_fields(double cpu, double wall) {
 }
 
 // One size, both sides in step: SIZE/READY, the run, DONE/RESULT.
+// Long: both sides of one size in step; the protocol reads top to bottom.
 PerfResult run_size(Side& s, std::uint64_t size) {
   RunOut o;
   o.r.test = s.kind.name;
@@ -1254,69 +1256,98 @@ std::string check_options(const PerfOptions& o, Side& s) {
   return "";
 }
 
+// The server's side of the greeting: takes the client's parameters, checks that they match its
+// own, and answers with the path MTU.
+void server_hello(Side& s, std::FILE* out) {
+  const int lfd = tcp_listen(s);
+  int fd = -1;
+  try {
+    fd = tcp_accept(s, lfd, out);
+  } catch (...) {
+    ::close(lfd);
+    throw;
+  }
+  ::close(lfd);
+  s.ch = std::make_unique<Channel>(fd);
+  auto f = fields(expect_line(s, "HELLO", "greeting"));
+  // The client's parameters rule, as its command line defines the run; the test must match.
+  std::string mismatch;
+  if (need(f, "test") != s.kind.name)
+    mismatch = "the client runs " + need(f, "test") + ", this server " + s.kind.name;
+  if (need(f, "atomic") != (s.fetch_add ? "FETCH_AND_ADD" : "CMP_AND_SWAP"))
+    mismatch = "the client runs another atomic type (-A)";
+  if (static_cast<std::uint32_t>(num(f, "qps")) != s.opt.qps)
+    mismatch =
+        "the client uses " + need(f, "qps") + " QPs (-q), this server " + std::to_string(s.opt.qps);
+  if (!mismatch.empty()) {
+    s.ch->send_line("ERR why=" + mismatch);
+    fail(mismatch);
+  }
+  s.iters = static_cast<std::uint64_t>(num(f, "iters"));
+  s.opt.duration = static_cast<std::uint32_t>(num(f, "duration"));
+  s.sizes.clear();
+  {
+    std::istringstream in(need(f, "sizes"));
+    std::string v;
+    while (std::getline(in, v, ',')) s.sizes.push_back(std::strtoull(v.c_str(), nullptr, 10));
+  }
+  for (auto z : s.sizes) {
+    if (z < 1 || z > kMaxSize || (s.kind.verb == Verb::kAtomic && z != 8)) {
+      s.ch->send_line("ERR why=invalid message size");
+      fail("the client asked for an invalid message size");
+    }
+  }
+  if (s.sizes.empty()) fail("the client sent no message size");
+  alloc_buffers(s);
+  const std::uint32_t peer_mtu = static_cast<std::uint32_t>(num(f, "mtu"));
+  std::uint32_t mtu = std::min(peer_mtu, s.d().active_mtu_bytes());
+  if (s.opt.mtu) mtu = std::min(mtu, s.opt.mtu);
+  s.path_mtu = mtu_from_bytes(mtu);
+  s.ch->send_line("OK mtu=" + std::to_string(mtu_bytes(s.path_mtu)));
+}
+
+// The client's side of the greeting: sends its parameters and takes the path MTU.
+void client_hello(Side& s) {
+  alloc_buffers(s);
+  const int fd = tcp_connect(s);
+  s.ch = std::make_unique<Channel>(fd);
+  std::string sizes;
+  for (auto z : s.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(z);
+  std::uint32_t mtu = s.d().active_mtu_bytes();
+  if (s.opt.mtu) mtu = std::min(mtu, s.opt.mtu);
+  s.ch->send_line(std::string("HELLO uroce-perf=1 test=") + s.kind.name +
+                  " atomic=" + (s.fetch_add ? "FETCH_AND_ADD" : "CMP_AND_SWAP") +
+                  " qps=" + std::to_string(s.opt.qps) + " iters=" + std::to_string(s.iters) +
+                  " duration=" + std::to_string(s.opt.duration) + " sizes=" + sizes +
+                  " mtu=" + std::to_string(mtu));
+  auto f = fields(expect_line(s, "OK", "answer to the greeting"));
+  s.path_mtu = mtu_from_bytes(static_cast<std::uint32_t>(num(f, "mtu")));
+}
+
+// The engine's and datapath's counters after the run (--counters).
+void print_counters(Side& s, std::FILE* out) {
+  const auto& e = s.dev->engine().counters();
+  const auto& u = s.dev->datapath().counters();
+  std::uint64_t drops = 0;
+  for (auto v : e.rx_drops) drops += v;
+  for (auto v : u.rx_drops) drops += v;
+  std::fprintf(
+      out,
+      " counters: tx_packets %llu rx_packets %llu timer_fires %llu tx_backpressure "
+      "%llu tx_errors %llu rx_drops %llu tx_send_calls %llu tx_acks_held %llu\n",
+      static_cast<unsigned long long>(u.tx_packets), static_cast<unsigned long long>(u.rx_packets),
+      static_cast<unsigned long long>(e.timer_fires),
+      static_cast<unsigned long long>(e.tx_backpressure),
+      static_cast<unsigned long long>(u.tx_errors), static_cast<unsigned long long>(drops),
+      static_cast<unsigned long long>(u.tx_calls), static_cast<unsigned long long>(e.tx_acks_held));
+}
+
 void session(Side& s, std::FILE* out, std::vector<PerfResult>* results) {
   open_side(s);
   if (s.server) {
-    const int lfd = tcp_listen(s);
-    int fd = -1;
-    try {
-      fd = tcp_accept(s, lfd, out);
-    } catch (...) {
-      ::close(lfd);
-      throw;
-    }
-    ::close(lfd);
-    s.ch = std::make_unique<Channel>(fd);
-    auto f = fields(expect_line(s, "HELLO", "greeting"));
-    // The client's parameters rule, as its command line defines the run; the test must match.
-    std::string mismatch;
-    if (need(f, "test") != s.kind.name)
-      mismatch = "the client runs " + need(f, "test") + ", this server " + s.kind.name;
-    if (need(f, "atomic") != (s.fetch_add ? "FETCH_AND_ADD" : "CMP_AND_SWAP"))
-      mismatch = "the client runs another atomic type (-A)";
-    if (static_cast<std::uint32_t>(num(f, "qps")) != s.opt.qps)
-      mismatch = "the client uses " + need(f, "qps") + " QPs (-q), this server " +
-                 std::to_string(s.opt.qps);
-    if (!mismatch.empty()) {
-      s.ch->send_line("ERR why=" + mismatch);
-      fail(mismatch);
-    }
-    s.iters = static_cast<std::uint64_t>(num(f, "iters"));
-    s.opt.duration = static_cast<std::uint32_t>(num(f, "duration"));
-    s.sizes.clear();
-    {
-      std::istringstream in(need(f, "sizes"));
-      std::string v;
-      while (std::getline(in, v, ',')) s.sizes.push_back(std::strtoull(v.c_str(), nullptr, 10));
-    }
-    for (auto z : s.sizes) {
-      if (z < 1 || z > kMaxSize || (s.kind.verb == Verb::kAtomic && z != 8)) {
-        s.ch->send_line("ERR why=invalid message size");
-        fail("the client asked for an invalid message size");
-      }
-    }
-    if (s.sizes.empty()) fail("the client sent no message size");
-    alloc_buffers(s);
-    const std::uint32_t peer_mtu = static_cast<std::uint32_t>(num(f, "mtu"));
-    std::uint32_t mtu = std::min(peer_mtu, s.d().active_mtu_bytes());
-    if (s.opt.mtu) mtu = std::min(mtu, s.opt.mtu);
-    s.path_mtu = mtu_from_bytes(mtu);
-    s.ch->send_line("OK mtu=" + std::to_string(mtu_bytes(s.path_mtu)));
+    server_hello(s, out);
   } else {
-    alloc_buffers(s);
-    const int fd = tcp_connect(s);
-    s.ch = std::make_unique<Channel>(fd);
-    std::string sizes;
-    for (auto z : s.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(z);
-    std::uint32_t mtu = s.d().active_mtu_bytes();
-    if (s.opt.mtu) mtu = std::min(mtu, s.opt.mtu);
-    s.ch->send_line(std::string("HELLO uroce-perf=1 test=") + s.kind.name +
-                    " atomic=" + (s.fetch_add ? "FETCH_AND_ADD" : "CMP_AND_SWAP") +
-                    " qps=" + std::to_string(s.opt.qps) + " iters=" + std::to_string(s.iters) +
-                    " duration=" + std::to_string(s.opt.duration) + " sizes=" + sizes +
-                    " mtu=" + std::to_string(mtu));
-    auto f = fields(expect_line(s, "OK", "answer to the greeting"));
-    s.path_mtu = mtu_from_bytes(static_cast<std::uint32_t>(num(f, "mtu")));
+    client_hello(s);
   }
   for (std::uint32_t i = 0; i < s.opt.qps; ++i) s.ch->send_line(qp_line(s, i));
   read_peer_qps(s);
@@ -1328,24 +1359,7 @@ void session(Side& s, std::FILE* out, std::vector<PerfResult>* results) {
     if (results) results->push_back(r);
   }
   if (!s.opt.json && !s.opt.quiet) std::fprintf(out, "%s", rule());
-  if (s.opt.counters) {
-    const auto& e = s.dev->engine().counters();
-    const auto& u = s.dev->datapath().counters();
-    std::uint64_t drops = 0;
-    for (auto v : e.rx_drops) drops += v;
-    for (auto v : u.rx_drops) drops += v;
-    std::fprintf(out,
-                 " counters: tx_packets %llu rx_packets %llu timer_fires %llu tx_backpressure "
-                 "%llu tx_errors %llu rx_drops %llu tx_send_calls %llu tx_acks_held %llu\n",
-                 static_cast<unsigned long long>(u.tx_packets),
-                 static_cast<unsigned long long>(u.rx_packets),
-                 static_cast<unsigned long long>(e.timer_fires),
-                 static_cast<unsigned long long>(e.tx_backpressure),
-                 static_cast<unsigned long long>(u.tx_errors),
-                 static_cast<unsigned long long>(drops),
-                 static_cast<unsigned long long>(u.tx_calls),
-                 static_cast<unsigned long long>(e.tx_acks_held));
-  }
+  if (s.opt.counters) print_counters(s, out);
   // Last handshake: the client waits for the server's BYE so that neither side tears its QPs
   // down while the other still needs an ACK.
   if (!s.server) {

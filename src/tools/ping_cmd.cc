@@ -299,6 +299,7 @@ class PingRun {
   std::uint32_t scnt_ = 0;
 };
 
+// Long: device, PD, CQs, QP and buffers set up in order, each failing with its why.
 bool PingRun::setup(std::string* why) {
   engine::DeviceSelection sel;
   sel.name = opt_.ib_dev;

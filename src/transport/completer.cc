@@ -10,6 +10,7 @@
 // hardware have it (rxe alone treats retry_cnt 7 as infinite too).
 #include <cstring>
 
+#include "base/assert.h"
 #include "transport/qp.h"
 #include "transport/sgl.h"
 #include "wire/aeth.h"
@@ -123,6 +124,7 @@ bool Qp::scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t of
          ScatterResult::kOk;
 }
 
+// Long: the completer's checks of a response in rxe's order, then one dispatch.
 void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) {
   if (type_ != QpType::kRc || (state_ != QpState::kRts && state_ != QpState::kSqd)) {
     ++counters_.dropped;
@@ -216,7 +218,9 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
 }
 
 void Qp::handle_ack(Instant now, std::uint32_t index, std::uint32_t psn) {
+  UROCE_ASSERT(sq_count_ > 0 && index == sq_tail_);  // the oldest WQE (handle_response)
   const SendWqe& w = sq_at(index);
+  UROCE_ASSERT(wire::psn_le(psn, w.last_psn));  // an ACK past it completed it already
   if (w.wr_op->is_read_or_atomic()) {
     ++counters_.dropped;  // a plain ACK cannot answer a READ or an atomic
     return;
@@ -227,6 +231,8 @@ void Qp::handle_ack(Instant now, std::uint32_t index, std::uint32_t psn) {
 }
 
 void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::uint8_t syndrome) {
+  UROCE_ASSERT(sq_count_ > 0 && index == sq_tail_);  // the oldest WQE (handle_response)
+  UROCE_ASSERT(wire::aeth_type(syndrome) != wire::AethType::kAck);
   const std::uint8_t value = wire::aeth_value(syndrome);
   switch (wire::aeth_type(syndrome)) {
     case wire::AethType::kRnrNak:
@@ -291,6 +297,7 @@ void Qp::handle_nak(Instant now, std::uint32_t index, std::uint32_t psn, std::ui
 
 void Qp::handle_atomic_ack(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
                            std::uint32_t psn) {
+  UROCE_ASSERT(sq_count_ > 0 && index == sq_tail_);  // the oldest WQE (handle_response)
   SendWqe& w = sq_at(index);
   if (!w.wr_op->is(kWrAtomic) || psn != w.first_psn || w.state != WqeState::kPending) {
     ++counters_.dropped;
@@ -311,6 +318,7 @@ void Qp::handle_atomic_ack(Instant now, const wire::RocePacket& pkt, std::uint32
 
 void Qp::handle_read_response(Instant now, const wire::RocePacket& pkt, std::uint32_t index,
                               std::uint32_t psn, bool placed) {
+  UROCE_ASSERT(sq_count_ > 0 && index == sq_tail_);  // the oldest WQE (handle_response)
   SendWqe& w = sq_at(index);
   if (w.wr_op->answered_empty()) {
     // ATOMIC WRITE and FLUSH: one READ Response Only without data at their PSN completes them

@@ -58,6 +58,7 @@ Duration Qp::ack_timeout() const {
   return Duration::ns(4096) * (std::int64_t{1} << std::min<std::uint8_t>(attr_.timeout, 31));
 }
 
+// Long: one attribute per mask bit, applied in the verbs' order.
 void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) {
   if (mask & kQpAccessFlags) attr_.qp_access_flags = a.qp_access_flags;
   if (mask & kQpQkey) attr_.qkey = a.qkey;
@@ -162,6 +163,7 @@ void Qp::reset_state() {
   }
 }
 
+// Long: a work request's checks against its opcode's row, then its WQE field by field.
 Errc Qp::post_send(const SendRequest& wr) {
   if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kRtr) {
     return Errc::kInvalidArgument;

@@ -893,7 +893,32 @@ class Qp {
   // Responder: an out-of-order request (past resp_.psn); the one after an in-order request.
   void sr_out_of_order(const wire::RocePacket& pkt);
   void sr_after_in_order(std::uint32_t psn, RespStatus s);
+  // Keeps an out-of-order request when its place and effect are certain already: the steps
+  // below, in order. False (nothing kept) otherwise.
   bool sr_keep(const wire::RocePacket& pkt);
+  // The checks that do not depend on order: within the window, a kind that may be kept, the QP's
+  // access flags, and a payload size its opcode allows.
+  bool sr_keepable(const wire::RocePacket& pkt) const;
+  // The nearest kept First below `psn`, past the ePSN; resp_.psn when there is none.
+  std::uint32_t sr_message_start(std::uint32_t psn) const;
+  // Where a WRITE whose validated RETH covers a PSN puts that PSN's payload.
+  struct SrWrite {
+    bool in_write = false;
+    std::uint64_t va = 0;     // the address of the packet at the PSN
+    std::uint64_t resid = 0;  // the bytes of that WRITE from there on
+    std::uint32_t rkey = 0;
+  };
+  // The WRITE, started at `start` (a kept First, or the message in progress at resp_.psn),
+  // that covers `psn`; in_write false when there is none.
+  SrWrite sr_write_at(std::uint32_t psn, std::uint32_t start) const;
+  // Resolve where a kept WRITE's or SEND's payload goes, as execute_request() would, appending
+  // to pieces[n..]; false when it would not be accepted in order either.
+  bool sr_write_targets(const wire::RocePacket& pkt, const SrWrite& w, std::span<MutBytes> pieces,
+                        std::size_t& n) const;
+  bool sr_send_targets(const wire::RocePacket& pkt, std::uint32_t start, std::span<MutBytes> pieces,
+                       std::size_t& n) const;
+  // Stores the packet in its slot: its payload copied to `pieces`, its headers kept.
+  void sr_hold(const wire::RocePacket& pkt, std::span<const MutBytes> pieces);
   // The receive WQE (its position in the RQ) that a SEND starting at `psn`, past the ePSN, will
   // take when its turn comes; -1 when that is not known yet (an SRQ, a PSN before it not kept).
   int sr_recv_wqe_index(std::uint32_t psn) const;

@@ -7,6 +7,7 @@
 // restarts from a PSN, skipping the packets of the first WQE that were already acknowledged.
 #include <algorithm>
 
+#include "base/assert.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -223,6 +224,7 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
 
 bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn,
                               std::uint32_t dest_qpn, TxPacket& out) {
+  UROCE_ASSERT(w.sent_bytes < w.length || (w.sent_bytes == 0 && w.length == 0));  // not all sent
   const std::uint64_t offset = w.sent_bytes;
   const auto len =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
@@ -243,6 +245,7 @@ bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn
   }
   req_.psn = wire::psn_add(psn, 1);
   w.sent_bytes = offset + len;
+  UROCE_ASSERT(w.sent_bytes <= w.length && last == (w.sent_bytes == w.length));
   if (last) {
     w.state = WqeState::kPending;
     ++req_.next_wqe;
@@ -253,6 +256,7 @@ bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn
 bool Qp::fill_message_packet(const SendWqe& w, std::uint32_t index, std::uint32_t psn,
                              std::uint64_t offset, bool ack_req, std::uint32_t dest_qpn,
                              TxPacket& out) {
+  UROCE_ASSERT(offset <= w.length);  // a packet of the message, not past its end
   const auto len =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
   const bool first = offset == 0;

@@ -54,6 +54,7 @@
 #include <bitset>
 #include <cstring>
 
+#include "base/assert.h"
 #include "transport/qp.h"
 #include "transport/sgl.h"
 #include "wire/aeth.h"
@@ -74,6 +75,7 @@ void Qp::set_selective_repeat(bool on) {
   // Its slots (20 KiB) only for a QP that uses them, allocated once, when the connection is set
   // up: never on the data path.
   if (on && sr_slots_.empty()) sr_slots_.resize(kSrWindow);
+  UROCE_ASSERT(!on || sr_slots_.size() == kSrWindow);  // indexed by PSN modulo the window
   if (!on) {
     sr_release_from(wire::psn_add(resp_.psn, 1));
     sr_ = SelectiveRepeat{};
@@ -90,6 +92,7 @@ void Qp::sr_forget(std::uint32_t from, std::uint32_t to) {
   }
   for (std::uint32_t p = from; p != to; p = wire::psn_add(p, 1)) {
     if (sr_holds(p)) {
+      UROCE_ASSERT(sr_.held > 0);  // sr_.held counts the held slots
       sr_slot(p).held = false;
       --sr_.held;
     }
@@ -100,6 +103,7 @@ void Qp::sr_release_from(std::uint32_t psn) {
   if (sr_.held == 0) return;
   for (SrSlot& s : sr_slots_) {
     if (s.held && wire::psn_ge(s.psn, psn)) {
+      UROCE_ASSERT(sr_.held > 0);  // sr_.held counts the held slots
       s.held = false;
       --sr_.held;
     }
@@ -139,6 +143,7 @@ bool overlaps_any(ConstBytes range, std::span<const MutBytes> pieces) {
 
 }  // namespace
 
+// Long: one pass from the ePSN with a small state machine whose state is local.
 bool Qp::sr_order_allows(std::uint32_t psn, bool send_continuation,
                          std::span<const MutBytes> pieces) const {
   // One pass from the ePSN: the message running at each PSN, its kind and, for a WRITE or a
@@ -224,6 +229,8 @@ void Qp::sr_copy(std::uint32_t psn, std::span<const MutBytes> pieces, ConstBytes
   }
   std::size_t off = 0;
   for (const MutBytes dst : pieces) {
+    // A piece is at most one packet's payload (the `later` bits below), within `src`.
+    UROCE_ASSERT(dst.size() <= wire::kMaxPayloadBytes && off + dst.size() <= src.size());
     const ConstBytes part = src.subspan(off, dst.size());
     off += dst.size();
     // The bytes that kept packets past `psn` placed already: theirs are the later writes.
@@ -321,151 +328,168 @@ int Qp::sr_recv_wqe_index(std::uint32_t psn) const {
   return taken < env_.rq->size() ? static_cast<int>(taken) : -1;
 }
 
-bool Qp::sr_keep(const wire::RocePacket& pkt) {
+bool Qp::sr_keepable(const wire::RocePacket& pkt) const {
   const wire::OpcodeInfo& op = *pkt.op;
-  const std::uint32_t psn = pkt.bth().psn();
-  const auto d = static_cast<std::uint32_t>(wire::psn_diff(psn, resp_.psn));
+  const auto d = static_cast<std::uint32_t>(wire::psn_diff(pkt.bth().psn(), resp_.psn));
   if (d >= kSrWindow || op.header_bytes + wire::kIcrcBytes > SrSlot{}.header.size()) return false;
   // ATOMIC WRITE and FLUSH (IBTA 1.5) are not kept: the requester resends them after the gap.
   if (op.is(wire::kFlagAtomicWrite) || op.is(wire::kFlagFlush)) return false;
-  const bool send = op.is(wire::kFlagSend);
-  const bool write = op.is(wire::kFlagWrite);
-  const bool first = op.is(wire::kFlagFirst);
-  const bool last = op.is(wire::kFlagLast);
-  const std::size_t payload = pkt.payload.size();
   // execute_request()'s checks that do not depend on order: the QP's access flags, and First
   // and Middle carrying exactly the MTU, Last 1..MTU bytes, Only 0..MTU.
   const std::uint32_t access = attr_.qp_access_flags;
-  if ((write && !(access & kAccessRemoteWrite)) ||
+  if ((op.is(wire::kFlagWrite) && !(access & kAccessRemoteWrite)) ||
       (op.is(wire::kFlagRead) && !(access & kAccessRemoteRead)) ||
       (op.is(wire::kFlagAtomic) && !(access & kAccessRemoteAtomic))) {
     return false;
   }
-  if (op.is(wire::kFlagPayload)) {
-    if (payload > mtu_bytes_ || (!last && payload != mtu_bytes_)) return false;
-    if (last && !first && payload == 0) return false;
-  }
-  // The nearest kept request below this one that starts a message, if any.
-  std::uint32_t start = resp_.psn;
-  for (std::uint32_t p = wire::psn_add(psn, -1); p != resp_.psn; p = wire::psn_add(p, -1)) {
-    if (sr_holds(p) && wire::opcode_info(std::to_integer<std::uint8_t>(sr_slot(p).header[0]))
-                           ->is(wire::kFlagFirst)) {
-      start = p;
-      break;
-    }
-  }
-  // The WRITE whose validated RETH covers `psn`: its first PSN's address and length.
-  bool in_write = false;
-  std::uint64_t write_va = 0;     // the address of the packet at `psn`
-  std::uint64_t write_resid = 0;  // the bytes of that WRITE from there on
-  std::uint32_t write_rkey = 0;
-  if (start != resp_.psn) {
-    const SrSlot& s = sr_slot(start);
-    const wire::OpcodeInfo* sop = wire::opcode_info(std::to_integer<std::uint8_t>(s.header[0]));
-    if (sop->is(wire::kFlagWrite) && !sop->is(wire::kFlagLast)) {
-      const wire::RethView reth(
-          ConstBytes(s.header).subspan(sop->offset_of(wire::ExtHeader::kReth)));
-      const std::uint64_t done =
-          std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, start))} * mtu_bytes_;
-      if (done < reth.dma_length()) {
-        in_write = true;
-        write_va = reth.va() + done;
-        write_resid = reth.dma_length() - done;
-        write_rkey = reth.rkey();
-      }
-    }
-  } else if (resp_.in_message == MsgKind::kWrite) {
-    const std::uint64_t done = std::uint64_t{d} * mtu_bytes_;
-    if (done < resp_.write_resid) {
-      in_write = true;
-      write_va = resp_.write_va + done;
-      write_resid = resp_.write_resid - done;
-      write_rkey = resp_.write_rkey;
-    }
-  }
+  if (!op.is(wire::kFlagPayload)) return true;
+  const std::size_t payload = pkt.payload.size();
+  const bool last = op.is(wire::kFlagLast);
+  if (payload > mtu_bytes_ || (!last && payload != mtu_bytes_)) return false;
+  return !(last && !op.is(wire::kFlagFirst) && payload == 0);
+}
 
-  // Where the payload goes, resolved as execute_request() resolves it.
-  std::array<MutBytes, kMaxSge> pieces{};
-  std::size_t n = 0;
-  if (write) {
-    std::uint64_t va = write_va;
-    std::uint32_t rkey = write_rkey;
-    if (first) {
-      if (in_write) return false;  // inside a WRITE already: not a request a peer sends
-      const wire::RethView reth = pkt.reth();
-      const std::uint64_t length = reth.dma_length();
-      if (length > kMaxMessageBytes || (last ? payload != length : payload >= length)) {
-        return false;
-      }
-      if (length > 0 &&
-          !env_.memory
-               ->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
-               .ok()) {
-        return false;
-      }
-      va = reth.va();
-      rkey = reth.rkey();
-    } else if (!in_write || (last ? payload != write_resid : payload >= write_resid)) {
+std::uint32_t Qp::sr_message_start(std::uint32_t psn) const {
+  for (std::uint32_t p = wire::psn_add(psn, -1); p != resp_.psn; p = wire::psn_add(p, -1)) {
+    if (sr_slot_is(p, wire::kFlagFirst)) return p;
+  }
+  return resp_.psn;
+}
+
+Qp::SrWrite Qp::sr_write_at(std::uint32_t psn, std::uint32_t start) const {
+  UROCE_ASSERT(start == resp_.psn || wire::psn_lt(start, psn));  // sr_message_start(psn)
+  if (start != resp_.psn) {
+    const SrSlot& s = sr_slots_[start % kSrWindow];
+    const wire::OpcodeInfo* sop = wire::opcode_info(std::to_integer<std::uint8_t>(s.header[0]));
+    if (!sop->is(wire::kFlagWrite) || sop->is(wire::kFlagLast)) return {};
+    const wire::RethView reth(ConstBytes(s.header).subspan(sop->offset_of(wire::ExtHeader::kReth)));
+    const std::uint64_t done =
+        std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, start))} * mtu_bytes_;
+    if (done >= reth.dma_length()) return {};
+    return {true, reth.va() + done, reth.dma_length() - done, reth.rkey()};
+  }
+  if (resp_.in_message != MsgKind::kWrite) return {};
+  const std::uint64_t done =
+      std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, resp_.psn))} * mtu_bytes_;
+  if (done >= resp_.write_resid) return {};
+  return {true, resp_.write_va + done, resp_.write_resid - done, resp_.write_rkey};
+}
+
+bool Qp::sr_write_targets(const wire::RocePacket& pkt, const SrWrite& w, std::span<MutBytes> pieces,
+                          std::size_t& n) const {
+  const std::size_t payload = pkt.payload.size();
+  const bool last = pkt.op->is(wire::kFlagLast);
+  std::uint64_t va = w.va;
+  std::uint32_t rkey = w.rkey;
+  if (pkt.op->is(wire::kFlagFirst)) {
+    if (w.in_write) return false;  // inside a WRITE already: not a request a peer sends
+    const wire::RethView reth = pkt.reth();
+    const std::uint64_t length = reth.dma_length();
+    if (length > kMaxMessageBytes || (last ? payload != length : payload >= length)) {
       return false;
     }
-    if (payload > 0) {
-      auto mem = env_.memory->resolve(env_.pd, qpn_, rkey, true, va, payload, kAccessRemoteWrite);
-      if (!mem.ok()) return false;
-      pieces[n++] = mem.value();
-    }
-  } else if (send) {
-    // The receive WQE and the offset in it: a SEND First starts the WQE it will take; a
-    // continuation follows the kept SEND First before it, or the SEND in progress.
-    std::span<const Sge> sges;
-    std::uint64_t offset = 0;
-    if (first || start != resp_.psn) {
-      const std::uint32_t from = first ? psn : start;
-      if (in_write ||
-          (!first && (!sr_slot_is(from, wire::kFlagSend) || sr_slot_is(from, wire::kFlagLast) ||
-                      !sr_send_run(from, psn, false)))) {
-        return false;
-      }
-      const int j = sr_recv_wqe_index(from);
-      if (j < 0) return false;
-      sges = env_.rq->at(static_cast<std::uint32_t>(j)).sges;
-      offset = std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, from))} * mtu_bytes_;
-    } else {
-      if (resp_.in_message != MsgKind::kSend || !resp_.has_wqe ||
-          !sr_send_run(resp_.psn, psn, true)) {
-        return false;
-      }
-      sges = std::span<const Sge>(resp_.wqe_sges).first(resp_.wqe_num_sge);
-      offset = resp_.recv_offset + std::uint64_t{d} * mtu_bytes_;
-    }
-    if (scatter_targets(*env_.memory, env_.pd, sges, offset, payload, pieces, n) !=
-        ScatterResult::kOk) {
+    if (length > 0 &&
+        !env_.memory
+             ->resolve(env_.pd, qpn_, reth.rkey(), true, reth.va(), length, kAccessRemoteWrite)
+             .ok()) {
       return false;
     }
-  } else if (!(op.is(wire::kFlagRead) || op.is(wire::kFlagAtomic))) {
+    va = reth.va();
+    rkey = reth.rkey();
+  } else if (!w.in_write || (last ? payload != w.resid : payload >= w.resid)) {
     return false;
   }
-  if (n > kSrPieces) return false;
-  if (n > 0 && !sr_order_allows(psn, send && !first, std::span(pieces).first(n))) return false;
-  sr_copy(psn, std::span(pieces).first(n), pkt.payload);
+  if (payload > 0) {
+    auto mem = env_.memory->resolve(env_.pd, qpn_, rkey, true, va, payload, kAccessRemoteWrite);
+    if (!mem.ok()) return false;
+    pieces[n++] = mem.value();
+  }
+  return true;
+}
+
+bool Qp::sr_send_targets(const wire::RocePacket& pkt, std::uint32_t start,
+                         std::span<MutBytes> pieces, std::size_t& n) const {
+  const std::uint32_t psn = pkt.bth().psn();
+  const bool first = pkt.op->is(wire::kFlagFirst);
+  // The receive WQE and the offset in it: a SEND First starts the WQE it will take; a
+  // continuation follows the kept SEND First before it, or the SEND in progress.
+  std::span<const Sge> sges;
+  std::uint64_t offset = 0;
+  if (first || start != resp_.psn) {
+    const std::uint32_t from = first ? psn : start;
+    if (!first && (!sr_slot_is(from, wire::kFlagSend) || sr_slot_is(from, wire::kFlagLast) ||
+                   !sr_send_run(from, psn, false))) {
+      return false;
+    }
+    const int j = sr_recv_wqe_index(from);
+    if (j < 0) return false;
+    sges = env_.rq->at(static_cast<std::uint32_t>(j)).sges;
+    offset = std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, from))} * mtu_bytes_;
+  } else {
+    if (resp_.in_message != MsgKind::kSend || !resp_.has_wqe ||
+        !sr_send_run(resp_.psn, psn, true)) {
+      return false;
+    }
+    sges = std::span<const Sge>(resp_.wqe_sges).first(resp_.wqe_num_sge);
+    offset = resp_.recv_offset +
+             std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, resp_.psn))} * mtu_bytes_;
+  }
+  return scatter_targets(*env_.memory, env_.pd, sges, offset, pkt.payload.size(), pieces, n) ==
+         ScatterResult::kOk;
+}
+
+void Qp::sr_hold(const wire::RocePacket& pkt, std::span<const MutBytes> pieces) {
+  const std::uint32_t psn = pkt.bth().psn();
+  UROCE_ASSERT(wire::psn_gt(psn, resp_.psn));  // kept: past the ePSN (sr_keepable)
+  UROCE_ASSERT(pieces.size() <= kSrPieces &&
+               pkt.op->header_bytes + wire::kIcrcBytes <= SrSlot{}.header.size());
+  sr_copy(psn, pieces, pkt.payload);
   SrSlot& s = sr_slot(psn);
+  // Held slots lie within one window past the ePSN: the one for `psn` is free.
+  UROCE_ASSERT(!s.held && sr_.held < kSrWindow);
   s.held = true;
   s.psn = psn;
-  s.payload_bytes = static_cast<std::uint16_t>(payload);
-  s.pieces = static_cast<std::uint8_t>(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  s.payload_bytes = static_cast<std::uint16_t>(pkt.payload.size());
+  s.pieces = static_cast<std::uint8_t>(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
     s.piece_at[i] = reinterpret_cast<std::uintptr_t>(pieces[i].data());
     s.piece_len[i] = static_cast<std::uint16_t>(pieces[i].size());
   }
   s.header.fill(std::byte{0});
-  std::memcpy(s.header.data(), pkt.bytes.data(), op.header_bytes);
+  std::memcpy(s.header.data(), pkt.bytes.data(), pkt.op->header_bytes);
   ++sr_.held;
   ++counters_.out_of_order_kept;
+}
+
+bool Qp::sr_keep(const wire::RocePacket& pkt) {
+  UROCE_ASSERT(sr_.on && type_ == QpType::kRc && sr_slots_.size() == kSrWindow);
+  if (!sr_keepable(pkt)) return false;
+  const wire::OpcodeInfo& op = *pkt.op;
+  const std::uint32_t psn = pkt.bth().psn();
+  const std::uint32_t start = sr_message_start(psn);
+  const SrWrite w = sr_write_at(psn, start);
+  // Where the payload goes, resolved as execute_request() resolves it.
+  std::array<MutBytes, kMaxSge> pieces{};
+  std::size_t n = 0;
+  if (op.is(wire::kFlagWrite)) {
+    if (!sr_write_targets(pkt, w, pieces, n)) return false;
+  } else if (op.is(wire::kFlagSend)) {
+    // A SEND inside a WRITE is not a request a peer sends.
+    if (w.in_write || !sr_send_targets(pkt, start, pieces, n)) return false;
+  } else if (!(op.is(wire::kFlagRead) || op.is(wire::kFlagAtomic))) {
+    return false;
+  }
+  if (n > kSrPieces) return false;
+  const bool continuation = op.is(wire::kFlagSend) && !op.is(wire::kFlagFirst);
+  if (n > 0 && !sr_order_allows(psn, continuation, std::span(pieces).first(n))) return false;
+  sr_hold(pkt, std::span(pieces).first(n));
   return true;
 }
 
 void Qp::sr_out_of_order(const wire::RocePacket& pkt) {
   ++counters_.out_of_sequence;
   const std::uint32_t psn = pkt.bth().psn();
+  UROCE_ASSERT(wire::psn_gt(psn, resp_.psn));  // past the ePSN (handle_rc_request)
   if (sr_holds(psn)) {
     ++counters_.duplicate_requests;  // a retransmission of a packet kept already
   } else if ((sr_.cut && wire::psn_ge(psn, sr_.cut_psn)) || !sr_keep(pkt)) {
@@ -500,6 +524,7 @@ void Qp::sr_drain() {
   bool drained = false;
   while (sr_holds(resp_.psn)) {
     SrSlot& slot = sr_slot(resp_.psn);
+    UROCE_ASSERT(sr_.held > 0);  // sr_.held counts the held slots
     slot.held = false;
     --sr_.held;
     const std::uint32_t psn = resp_.psn;
@@ -541,6 +566,7 @@ void Qp::sr_drain() {
 }
 
 bool Qp::sr_handle_nak(Instant now, std::uint32_t index, std::uint32_t psn) {
+  UROCE_ASSERT(sr_.on && sq_count_ > 0 && index == sq_tail_);  // from handle_response
   const SendWqe& w = sq_at(index);
   // A READ or atomic to resend, or a packet never sent: go back N as for any sequence NAK.
   if (w.wr_op->is_read_or_atomic() || w.state == WqeState::kPosted ||
@@ -658,6 +684,7 @@ bool Qp::sr_poll_resend(Instant now, TxPacket& out) {
   }
   const std::uint64_t offset =
       std::uint64_t{static_cast<std::uint32_t>(wire::psn_diff(psn, w.first_psn))} * mtu_bytes_;
+  UROCE_ASSERT(offset <= w.length);  // psn is one of the WQE's PSNs (checked above)
   const auto bytes =
       static_cast<std::uint32_t>(std::min<std::uint64_t>(w.length - offset, mtu_bytes_));
   const Instant allowed = env_.cc->next_send_time(now, bytes);
@@ -675,6 +702,7 @@ bool Qp::sr_poll_resend(Instant now, TxPacket& out) {
   sr_.resend_active = true;
   // Each packet sent past psn before this resend and not heard of yet may still bring one NAK
   // at psn (and a duplicated one more: the slack).
+  UROCE_ASSERT(wire::psn_lt(psn, req_.psn));  // sent (checked above): sent_past >= 0
   const auto sent_past = static_cast<std::uint32_t>(wire::psn_diff(req_.psn, psn)) - 1;
   sr_.naks_left = sent_past - std::min(sent_past, sr_.naks_seen) + 2;
   // Karn: only a hole's first resend times the round trip.

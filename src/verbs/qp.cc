@@ -242,6 +242,7 @@ Errc Device::destroy_qp(QpHandle qp) {
   return Errc::kOk;
 }
 
+// Long: the kernel's checks of a modify, one line each in rxe's order, then the apply.
 Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   vd::DeviceState& s = *s_;
   vd::QpObj* q = s.qps.get(to_raw(qp));

@@ -139,6 +139,7 @@ inline std::byte* back_off(std::byte* p, std::size_t back) {
 
 // The kernel: crc32 of src[0..len) with the first 64 bytes ORed with or_mask[0..64) (kMasked);
 // with kCopy it also stores every byte it reads to dst. len >= 4.
+// Long: the AVX-512 fold; its cases share live registers that a split would spill.
 template <bool kCopy, bool kMasked>
 UROCE_VPCLMUL_TARGET std::uint32_t kernel(std::uint32_t crc, std::byte* dst, const std::byte* src,
                                           std::size_t len, const std::byte* or_mask) {

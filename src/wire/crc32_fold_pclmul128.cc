@@ -18,6 +18,9 @@
 namespace uroce::wire::crc32_fold::detail {
 namespace pclmul128 {
 
+// The register width's operations that crc32_fold_lanes.inc is written over. The same shape as
+// crc32_fold_vpclmul256.cc's Vec, line for line, but other intrinsics under another target
+// attribute: the algorithm is shared already, the wrappers cannot be.
 struct Vec {
   using V = __m128i;
   static constexpr std::size_t kLanes = 1;

@@ -28,20 +28,10 @@
 set -u
 libdir=$1 uroce=$2 mpi_check=$3 net=$4 loss=${5:-}
 
-for prog in mpirun ucx_info ip; do
-  if ! command -v "$prog" >/dev/null; then
-    echo "SKIP: $prog is not installed (apt-get install openmpi-bin ucx-utils iproute2)"
-    exit 77
-  fi
-done
-if ((EUID != 0)); then
-  echo "SKIP: needs root (network namespaces, uroce setup); CI runs as root"
-  exit 77
-fi
-if ! "$uroce" setup >/dev/null; then
-  echo "FAIL: uroce setup"
-  exit 1
-fi
+source "$(dirname "$0")/require_lib.sh"
+require_programs "openmpi-bin ucx-utils iproute2" mpirun ucx_info ip
+require_root "(network namespaces, uroce setup)"
+require_setup "$uroce"
 
 tmp=$(mktemp -d)
 source "$(dirname "$0")/netns_lib.sh"

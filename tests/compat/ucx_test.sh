@@ -28,20 +28,10 @@ set -u
 mode=$1 libdir=$2 uroce=$3
 shift 3
 
-for prog in ucx_info ucx_perftest; do
-  if ! command -v "$prog" >/dev/null; then
-    echo "SKIP: $prog is not installed (apt-get install ucx-utils)"
-    exit 77
-  fi
-done
-if ((EUID != 0)); then
-  echo "SKIP: needs root for /dev/infiniband/uverbs0 (uroce setup); CI runs as root"
-  exit 77
-fi
-if ! "$uroce" setup >/dev/null; then
-  echo "FAIL: uroce setup"
-  exit 1
-fi
+source "$(dirname "$0")/require_lib.sh"
+require_programs ucx-utils ucx_info ucx_perftest
+require_root "for /dev/infiniband/uverbs0 (uroce setup)"
+require_setup "$uroce"
 
 export LD_LIBRARY_PATH=$libdir
 # A sanitizer build of the library needs its runtime loaded first (UCX is not instrumented);

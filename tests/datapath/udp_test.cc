@@ -1028,6 +1028,22 @@ TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   EXPECT_EQ(got[0].ip_header[5], std::byte{0x34});
 }
 
+// A plain UDP socket at `from_ip` port 4791 that sends with DF clear (IP_PMTUDISC_DONT), as a
+// sender other than uroce may, into `fd`; `to`: `to_ip` port 4791.
+void open_df_clear_sender(const char* from_ip, const char* to_ip, int& fd, sockaddr_in& to) {
+  fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  const int dont = IP_PMTUDISC_DONT;
+  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_port = htons(4791);
+  ::inet_pton(AF_INET, from_ip, &from.sin_addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+  to = from;
+  ::inet_pton(AF_INET, to_ip, &to.sin_addr);
+}
+
 // A sender whose socket does not set DF (IP_PMTUDISC_DONT): its kernel sends DF=0 and picks the
 // identification. The ICRC covers both; a receiver that rebuilt the header with DF=1 would drop
 // every such packet. Here the ICRCs are computed for DF=0 and identifications 0 and 0x2345:
@@ -1038,17 +1054,9 @@ TEST(UdpDatapath, Ipv4PacketsSentWithDfClearAreVerified) {
   const char* const from_ip = test::unique_ip();
   auto b = UdpDatapath::open({v4(b_ip), 4791});
   ASSERT_TRUE(b.ok()) << b.error();
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  const int dont = IP_PMTUDISC_DONT;
-  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  from.sin_port = htons(4791);
-  ::inet_pton(AF_INET, from_ip, &from.sin_addr);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
-  sockaddr_in to = from;
-  ::inet_pton(AF_INET, b_ip, &to.sin_addr);
+  int fd = -1;
+  sockaddr_in to{};
+  ASSERT_NO_FATAL_FAILURE(open_df_clear_sender(from_ip, b_ip, fd, to));
   struct Case {
     std::size_t len;
     std::uint16_t id;  // the identification the ICRC is computed for
@@ -1110,17 +1118,9 @@ TEST(UdpDatapath, DeferredChecksRecoverIdentificationAndDfAndRejectCorruption) {
   auto b = UdpDatapath::open({v4(b_ip), 4791});
   ASSERT_TRUE(b.ok()) << b.error();
   b.value()->set_deferred_icrc(true);
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  const int dont = IP_PMTUDISC_DONT;
-  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  from.sin_port = htons(4791);
-  ::inet_pton(AF_INET, from_ip, &from.sin_addr);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
-  sockaddr_in to = from;
-  ::inet_pton(AF_INET, b_ip, &to.sin_addr);
+  int fd = -1;
+  sockaddr_in to{};
+  ASSERT_NO_FATAL_FAILURE(open_df_clear_sender(from_ip, b_ip, fd, to));
   struct Case {
     wire::Opcode op;
     bool df;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Tests for scripts/check-core-purity, scripts/check-rooms, scripts/check-edge, scripts/check-format
-and scripts/check-function-length: each is run on small trees made
+"""Tests for scripts/check-core-purity, scripts/check-rooms, scripts/check-edge, scripts/check-format,
+scripts/check-function-length and scripts/check-assertions: each is run on small trees made
 in a temporary directory, with and without planted problems, and must pass or fail as expected.
 
 Run one test with `check_scripts_test.py CorePurityTest.test_planted_violations`; ctest
@@ -22,6 +22,7 @@ FORMAT = os.path.join(REPO, "scripts", "check-format")
 ROOMS = os.path.join(REPO, "scripts", "check-rooms")
 EDGE = os.path.join(REPO, "scripts", "check-edge")
 LENGTH = os.path.join(REPO, "scripts", "check-function-length")
+ASSERTIONS = os.path.join(REPO, "scripts", "check-assertions")
 
 
 def write_tree(root, files):
@@ -284,7 +285,8 @@ class FunctionLengthTest(TreeTest):
 
     def test_functions_up_to_the_limit_pass(self):
         write_tree(self.root, {
-            "src/a/a.cc": "int x = 0;\n" + function_of("at_limit", 118) + function_of("short", 3),
+            "src/a/a.cc": "int x = 0;\n// Long: a test's reason.\n" + function_of("at_limit", 118) +
+                          function_of("short", 3),
             # Braces in comments and literals, a brace-initialized member and a class body
             # are not functions of their own.
             "src/a/b.h": "struct S {\n  S() : v_{1}, w_{2} {}\n  int f() const { return 0; }\n"
@@ -297,7 +299,7 @@ class FunctionLengthTest(TreeTest):
         lam = "void outer() {\n  auto f = [&] {\n" + "    x += 1;\n" * 118 + "  };\n}\n"
         write_tree(self.root, {
             "src/a/a.cc": "int x = 0;\n" + function_of("over_limit", 119) +
-                          function_of("at_limit", 118),
+                          "// Long: a test's reason.\n" + function_of("at_limit", 118),
             # A lambda's lines count towards the function that holds it.
             "src/b/b.cc": "int x = 0;\n" + lam,
             "src/c/c.cc": "int x = 0;\n" + function_of("C::long_method", 200,
@@ -309,10 +311,73 @@ class FunctionLengthTest(TreeTest):
                          {"src/a/a.cc:2", "src/b/b.cc:2", "src/c/c.cc:2"}, result.stdout)
         self.assertIn("over_limit is 121 lines (limit 120)", result.stdout)
         self.assertIn("C::long_method is 202 lines", result.stdout)
-        self.assertEqual(self.length("--max", "300").returncode, 0)
+        self.assertEqual(self.length("--max", "300", "--reason-over", "300").returncode, 0)
+
+    def test_a_function_over_70_lines_needs_a_reason(self):
+        write_tree(self.root, {
+            "src/a/a.cc": "int x = 0;\n" + function_of("no_reason", 69) +  # 71 lines
+                          "// What it does.\n" + function_of("other_comment", 69) +
+                          "// Long: kept whole because ...\n\n" + function_of("detached", 69) +
+                          function_of("seventy", 68),
+            "src/b/b.cc": "int x = 0;\n// What it does,\n//  Long: one table, one line each.\n"
+                          "// More.\ntemplate <int N>\n" + function_of("reasoned", 100) +
+                          "// Long:\n" + function_of("empty_reason", 69),
+        })
+        result = self.length()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertEqual(reported_locations(result.stdout),
+                         {"src/a/a.cc:2", "src/a/a.cc:74", "src/a/a.cc:147", "src/b/b.cc:109"},
+                         result.stdout)
+        self.assertIn("no_reason is 71 lines, over 70 without a // Long: reason", result.stdout)
+        self.assertEqual(self.length("--reason-over", "71").returncode, 0)
 
     def test_root_without_src_is_an_error(self):
         self.assertEqual(self.length().returncode, 2)
+
+
+def lines_with_asserts(asserts, lines):
+    """A file of `lines` lines of which `asserts` assert."""
+    return "void f() {\n" + "  UROCE_ASSERT(x);\n" * asserts + "  g();\n" * (lines - asserts - 2) + \
+        "}\n"
+
+
+class AssertionsTest(TreeTest):
+    def assertions(self):
+        return run([ASSERTIONS, self.root])
+
+    def test_rooms_at_or_above_wire_pass(self):
+        write_tree(self.root, {
+            "src/wire/a.cc": lines_with_asserts(1, 100),        # 10 per 1000
+            # Both files of the room count: 3 in 202 lines, 14.9 per 1000.
+            "src/transport/a.cc": lines_with_asserts(2, 200),
+            "src/transport/b.h": "UROCE_CHECK(y);\n\n",
+            "src/engine/a.cc": lines_with_asserts(1, 100),  # equal to wire's passes
+            "src/device/a.cc": lines_with_asserts(3, 100),
+        })
+        result = self.assertions()
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("transport      3 assertion lines in    202 lines:  14.9 per 1000",
+                      result.stdout)
+
+    def test_a_room_below_wire_fails_and_comments_do_not_count(self):
+        write_tree(self.root, {
+            "src/wire/a.cc": lines_with_asserts(2, 100),
+            "src/transport/a.cc": lines_with_asserts(2, 100),
+            # Only the subfolder's file asserts: not counted, nor are comments.
+            "src/engine/a.cc": "// UROCE_ASSERT(x) in a comment\n" + lines_with_asserts(0, 99),
+            "src/engine/sub/b.cc": lines_with_asserts(50, 100),
+            "src/device/a.cc": lines_with_asserts(3, 100),
+        })
+        result = self.assertions()
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("src/engine: 0.0 assertions per 1000 lines, below src/wire's 20.0",
+                      result.stdout)
+        self.assertNotIn("src/transport:", result.stdout)
+        self.assertNotIn("src/device:", result.stdout)
+
+    def test_root_without_a_room_is_an_error(self):
+        write_tree(self.root, {"src/wire/a.cc": "int x;\n"})
+        self.assertEqual(self.assertions().returncode, 2)
 
 
 class EdgeTest(TreeTest):

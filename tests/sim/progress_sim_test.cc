@@ -43,6 +43,23 @@ std::int64_t hold_bound_ns(const ProgressSimOptions& o, const ProgressSimResult&
          2'000;
 }
 
+// Host 0 WRITEs to host 1, whose application behaves as `target`.
+ProgressSimOptions writes_to(AppModel target, std::uint64_t seed) {
+  ProgressSimOptions o;
+  o.seed = seed;
+  o.workload = Workload::kWrites;
+  o.app[1] = target;
+  return o;
+}
+
+// The longest an ACK may stay held when the application took the socket and then stopped
+// polling: its lease (and slack) runs out, the thread takes over and holds the ACK, and wakes for
+// it.
+std::int64_t lease_hold_bound_ns(const ProgressSimOptions& o, const ProgressSimResult& r) {
+  return (o.policy.app_lease + o.policy.lease_slack).count_ns() +
+         o.policy.acks.hold_for.count_ns() + r.max_wake_latency_ns + 2'000;
+}
+
 TEST(ProgressSim, PollingPingPongKeepsTheSocketAndSendsEveryAckBehindTheNextRequest) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
@@ -177,10 +194,7 @@ TEST(ProgressSim, TheThreadSpinsOnlyForABlockedApplication) {
 TEST(ProgressSim, AnIdleTargetsThreadSpinsForAStream) {
   int streams = 0;  // seeds whose machine is fast enough for a stream
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    ProgressSimOptions o;
-    o.seed = seed;
-    o.workload = Workload::kWrites;
-    o.app[1] = AppModel::kIdle;
+    ProgressSimOptions o = writes_to(AppModel::kIdle, seed);
     o.policy.acks.hold = false;
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
@@ -200,10 +214,7 @@ TEST(ProgressSim, AnIdleTargetsThreadSpinsForAStream) {
 // receives every WRITE and sends the ACKs it held once they are due (no request comes).
 TEST(ProgressSim, IdleTargetsThreadSendsTheAcksItHolds) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    ProgressSimOptions o;
-    o.seed = seed;
-    o.workload = Workload::kWrites;
-    o.app[1] = AppModel::kIdle;
+    const ProgressSimOptions o = writes_to(AppModel::kIdle, seed);
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
     const HostReport& t = r.host[1];
@@ -212,9 +223,7 @@ TEST(ProgressSim, IdleTargetsThreadSendsTheAcksItHolds) {
     // Its one WRITE's transmit round leased it the socket once; the lease ran out once.
     EXPECT_EQ(t.sched.lease_expiries, 1u);
     // The thread sleeps until the held ACK is due, and wakes for it.
-    EXPECT_LE(t.max_ack_held_ns, (o.policy.app_lease + o.policy.lease_slack).count_ns() +
-                                     o.policy.acks.hold_for.count_ns() + r.max_wake_latency_ns +
-                                     2'000);
+    EXPECT_LE(t.max_ack_held_ns, lease_hold_bound_ns(o, r));
   }
 }
 
@@ -228,10 +237,7 @@ TEST(ProgressSim, IdleTargetsThreadSendsTheAcksItHolds) {
 TEST(ProgressSim, AWriteTargetThatNeverAnswersHoldsOneAck) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     for (const AppModel target : {AppModel::kPolling, AppModel::kIdle}) {
-      ProgressSimOptions o;
-      o.seed = seed;
-      o.workload = Workload::kWrites;
-      o.app[1] = target;
+      ProgressSimOptions o = writes_to(target, seed);
       SCOPED_TRACE(describe(o));
       const ProgressSimResult r = run_ok(o);
       EXPECT_EQ(r.host[1].acks_held_unanswered, 1u);
@@ -270,18 +276,13 @@ TEST(ProgressSim, AnApplicationThatBlocksHandsOverAtOnce) {
 
 TEST(ProgressSim, AnApplicationThatStopsSilentlyLosesTheSocketWhenItsLeaseEnds) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    ProgressSimOptions o;
-    o.seed = seed;
-    o.workload = Workload::kWrites;
-    o.app[1] = AppModel::kPollThenStop;
+    const ProgressSimOptions o = writes_to(AppModel::kPollThenStop, seed);
     const ProgressSimResult r = run_ok(o);
     SCOPED_TRACE(describe(o));
     const HostReport& t = r.host[1];
     EXPECT_EQ(t.sched.lease_expiries, 1u);
     EXPECT_EQ(t.sched.handoffs_to_thread, 0u);
-    EXPECT_LE(t.max_ack_held_ns, (o.policy.app_lease + o.policy.lease_slack).count_ns() +
-                                     o.policy.acks.hold_for.count_ns() + r.max_wake_latency_ns +
-                                     2'000);
+    EXPECT_LE(t.max_ack_held_ns, lease_hold_bound_ns(o, r));
   }
 }
 

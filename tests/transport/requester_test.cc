@@ -146,6 +146,35 @@ void answer_4k_read(Solo& s, const std::vector<std::byte>& remote, std::uint32_t
     read_stream_packet(s, remote, first, psn);
 }
 
+// The opcodes of a message's packets (Only, First, Middle, Last), and the one packet i of n takes.
+struct MessageOpcodes {
+  Opcode only, first, middle, last;
+  Opcode at(std::uint32_t i, std::uint32_t n) const {
+    return n == 1 ? only : i == 0 ? first : i + 1 == n ? last : middle;
+  }
+};
+constexpr MessageOpcodes kSendOpcodes{Opcode::kRcSendOnly, Opcode::kRcSendFirst,
+                                      Opcode::kRcSendMiddle, Opcode::kRcSendLast};
+constexpr MessageOpcodes kWriteOpcodes{Opcode::kRcRdmaWriteOnly, Opcode::kRcRdmaWriteFirst,
+                                       Opcode::kRcRdmaWriteMiddle, Opcode::kRcRdmaWriteLast};
+
+// Posts `wr`, a message of the `len` bytes at `at` of the local buffer, and checks what leaves:
+// one packet per path MTU with `ops`' opcodes, consecutive PSNs, AckReq on the last, and the
+// message's bytes in order. Its packets.
+std::vector<Solo::Sent> check_segmented(Solo& s, const SendRequest& wr, const MessageOpcodes& ops,
+                                        std::size_t at, std::uint32_t len, std::uint32_t mtu) {
+  EXPECT_EQ(s.e.qp->post_send(wr), Errc::kOk);
+  auto out = s.drain();
+  const std::uint32_t n = (len + mtu - 1) / mtu;
+  EXPECT_EQ(out.size(), n);
+  for (std::uint32_t i = 0; i < n && i < out.size(); ++i) {
+    SCOPED_TRACE("packet " + std::to_string(i));
+    EXPECT_EQ(describe(out[i]), pkt(ops.at(i, n), kPsn + i, i + 1 == n));
+    EXPECT_EQ(out[i].payload, slice(s.e, at + std::size_t{i} * mtu, std::min(mtu, len - i * mtu)));
+  }
+  return out;
+}
+
 void to_state(Endpoint& e, QpState state) {
   QpAttr attr;
   attr.qp_state = state;
@@ -160,21 +189,15 @@ TEST(Requester, SendIsSegmentedByThePathMtu) {
       SCOPED_TRACE("mtu " + std::to_string(mtu) + " len " + std::to_string(len));
       Solo s(QpType::kRc, mtu);
       fill(s.e, 0, len, 7);
-      ASSERT_EQ(s.e.qp->post_send(rq(1, WrOpcode::kSend, sge(s.e, 0, len))), Errc::kOk);
-      const auto out = s.drain();
+      const auto out =
+          check_segmented(s, rq(1, WrOpcode::kSend, sge(s.e, 0, len)), kSendOpcodes, 0, len, mtu);
       const std::uint32_t n = (len + mtu - 1) / mtu;
       ASSERT_EQ(out.size(), n);
       for (std::uint32_t i = 0; i < n; ++i) {
         SCOPED_TRACE("packet " + std::to_string(i));
-        const Opcode op = n == 1       ? Opcode::kRcSendOnly
-                          : i == 0     ? Opcode::kRcSendFirst
-                          : i + 1 == n ? Opcode::kRcSendLast
-                                       : Opcode::kRcSendMiddle;
-        EXPECT_EQ(describe(out[i]), pkt(op, kPsn + i, i + 1 == n));
         EXPECT_EQ(out[i].h.bth.dest_qpn, Solo::kPeerQpn);
         EXPECT_EQ(out[i].h.bth.pkey, 0xffff);
         const std::uint32_t bytes = std::min(mtu, len - i * mtu);
-        EXPECT_EQ(out[i].payload, slice(s.e, std::size_t{i} * mtu, bytes));
         EXPECT_EQ(out[i].h.bth.pad_count, (4 - bytes % 4) % 4);
         EXPECT_EQ(out[i].h.reth, wire::Reth{});
         EXPECT_EQ(out[i].av.dst, s.peer);
@@ -196,20 +219,13 @@ TEST(Requester, WriteCarriesRethOnlyOnFirstAndOnlyWithTheTotalLength) {
       SCOPED_TRACE("mtu " + std::to_string(mtu) + " len " + std::to_string(len));
       Solo s(QpType::kRc, mtu);
       fill(s.e, 64, len, 3);
-      ASSERT_EQ(s.e.qp->post_send(rq(9, WrOpcode::kRdmaWrite, sge(s.e, 64, len))), Errc::kOk);
-      const auto out = s.drain();
+      const auto out = check_segmented(s, rq(9, WrOpcode::kRdmaWrite, sge(s.e, 64, len)),
+                                       kWriteOpcodes, 64, len, mtu);
       const std::uint32_t n = (len + mtu - 1) / mtu;
       ASSERT_EQ(out.size(), n);
       for (std::uint32_t i = 0; i < n; ++i) {
-        SCOPED_TRACE("packet " + std::to_string(i));
-        const Opcode op = n == 1       ? Opcode::kRcRdmaWriteOnly
-                          : i == 0     ? Opcode::kRcRdmaWriteFirst
-                          : i + 1 == n ? Opcode::kRcRdmaWriteLast
-                                       : Opcode::kRcRdmaWriteMiddle;
-        EXPECT_EQ(describe(out[i]), pkt(op, kPsn + i, i + 1 == n));
-        EXPECT_EQ(out[i].h.reth, i == 0 ? (wire::Reth{kRemoteVa, kRkey, len}) : wire::Reth{});
-        EXPECT_EQ(out[i].payload,
-                  slice(s.e, 64 + std::size_t{i} * mtu, std::min(mtu, len - i * mtu)));
+        EXPECT_EQ(out[i].h.reth, i == 0 ? (wire::Reth{kRemoteVa, kRkey, len}) : wire::Reth{})
+            << "packet " << i;
       }
       ack(s, kPsn + n - 1);
       ASSERT_EQ(s.e.scq.wcs.size(), 1u);

@@ -1687,18 +1687,31 @@ UROCE_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   return 0;
 }
 
-UROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
-  Context* ctx = ctx_of(srq->context);
-  const Errc e = ctx->s->udp.load()->lock()->destroy_srq(srq_of(srq)->h);
+namespace {
+
+// The end of ibv_destroy_srq and ibv_destroy_qp, `e` the device's answer: once destroyed, the
+// object leaves the context's table, every event reported of it is acknowledged (libibverbs
+// waits so too) and it is freed. `ibv`: its ibv_srq or ibv_qp (mutex, cond, events_completed).
+template <typename Obj, typename Ibv>
+int release_destroyed(Errc e, Context* ctx, std::unordered_map<std::uint64_t, Obj*>& table,
+                      Obj* obj, Ibv* ibv) {
   if (e != Errc::kOk) return err(e);
   {
     std::lock_guard lk(ctx->s->mu);
-    ctx->s->srqs.erase(key(srq_of(srq)->h));
+    table.erase(key(obj->h));
   }
-  wait_acked(&srq->mutex, &srq->cond, &srq_of(srq)->events_reported, &srq->events_completed);
-  destroy_sync(&srq->mutex, &srq->cond);
-  delete srq_of(srq);
+  wait_acked(&ibv->mutex, &ibv->cond, &obj->events_reported, &ibv->events_completed);
+  destroy_sync(&ibv->mutex, &ibv->cond);
+  delete obj;
   return 0;
+}
+
+}  // namespace
+
+UROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
+  Context* ctx = ctx_of(srq->context);
+  const Errc e = ctx->s->udp.load()->lock()->destroy_srq(srq_of(srq)->h);
+  return release_destroyed(e, ctx, ctx->s->srqs, srq_of(srq), srq);
 }
 
 // ===================================================================== AH
@@ -1846,13 +1859,5 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_at
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   Context* ctx = ctx_of(qp->context);
   const Errc e = ctx->s->udp.load()->lock()->destroy_qp(qp_of(qp)->h);
-  if (e != Errc::kOk) return err(e);
-  {
-    std::lock_guard lk(ctx->s->mu);
-    ctx->s->qps.erase(key(qp_of(qp)->h));
-  }
-  wait_acked(&qp->mutex, &qp->cond, &qp_of(qp)->events_reported, &qp->events_completed);
-  destroy_sync(&qp->mutex, &qp->cond);
-  delete qp_of(qp);
-  return 0;
+  return release_destroyed(e, ctx, ctx->s->qps, qp_of(qp), qp);
 }

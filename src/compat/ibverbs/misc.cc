@@ -19,6 +19,17 @@ using namespace uroce::compat;
 
 // ===================================================================== strings
 
+namespace {
+
+// libibverbs' names are tables indexed by the enum's value; "unknown" beyond them.
+template <typename E, std::size_t N>
+const char* name_in(const char* const (&names)[N], E value) {
+  const auto i = static_cast<unsigned>(value);
+  return i < N ? names[i] : "unknown";
+}
+
+}  // namespace
+
 UROCE_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
   static const char* const kNames[] = {
       "success",
@@ -46,8 +57,7 @@ UROCE_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
       "TM error",
       "TM software rendezvous",
   };
-  const auto i = static_cast<unsigned>(status);
-  return i < std::size(kNames) ? kNames[i] : "unknown";
+  return name_in(kNames, status);
 }
 
 UROCE_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
@@ -73,8 +83,7 @@ UROCE_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
       "GID table change",
       "WQ fatal",
   };
-  const auto i = static_cast<unsigned>(event);
-  return i < std::size(kNames) ? kNames[i] : "unknown";
+  return name_in(kNames, event);
 }
 
 UROCE_EXPORT const char* ibv_node_type_str(ibv_node_type node_type) {
@@ -84,16 +93,14 @@ UROCE_EXPORT const char* ibv_node_type_str(ibv_node_type node_type) {
       "iWARP NIC",         "usNIC",
       "usNIC UDP",         "unspecified",
   };
-  const auto i = static_cast<unsigned>(node_type);
-  return i < std::size(kNames) ? kNames[i] : "unknown";
+  return name_in(kNames, node_type);
 }
 
 UROCE_EXPORT const char* ibv_port_state_str(ibv_port_state port_state) {
   static const char* const kNames[] = {
       "no state change (NOP)", "down", "init", "armed", "active", "active defer",
   };
-  const auto i = static_cast<unsigned>(port_state);
-  return i < std::size(kNames) ? kNames[i] : "unknown";
+  return name_in(kNames, port_state);
 }
 
 // ===================================================================== rates

@@ -1194,6 +1194,7 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
   return 0;
 }
 
+// Long: one case per target state, each filling what librdmacm sets for it.
 UROCE_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
   if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
@@ -1266,6 +1267,7 @@ UROCE_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp
   }
 }
 
+// Long: librdmacm's defaults and checks for a QP, then its creation and INIT.
 UROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
   Id* p = id_of(id);
