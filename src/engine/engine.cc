@@ -233,6 +233,23 @@ std::size_t Engine::flush_tx(Instant now, std::size_t budget, AckMode acks) {
   return sent;
 }
 
+// A packet the datapath had no room for waits, maybe past the completion of its WQE (UC and UD
+// complete when sent; a READ response's memory belongs to the application): its bytes are kept
+// as they are now, and it leaves first in the next round.
+void Engine::keep_pending(std::uint32_t qpn, transport::Qp& qp, const transport::TxPacket& tx) {
+  UROCE_ASSERT(!has_pending_);  // one waiting packet at most: it went out first
+  pending_ = tx;
+  pending_payload_.clear();
+  for (ConstBytes piece : tx.payload()) {
+    pending_payload_.insert(pending_payload_.end(), piece.begin(), piece.end());
+  }
+  pending_.pieces[0] = ConstBytes(pending_payload_);
+  pending_.num_pieces = pending_payload_.empty() ? 0 : 1;
+  pending_qpn_ = qpn;
+  has_pending_ = true;
+  arm(qpn, qp);
+}
+
 std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, AckMode acks) {
   std::size_t sent = 0;
   if (has_pending_) {
@@ -261,20 +278,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, AckMode a
         break;
       }
       if (!transmit(now, tx)) {
-        UROCE_ASSERT(!has_pending_);  // one waiting packet at most: it went out first
-        pending_ = tx;
-        // The packet waits for room in the datapath, maybe past the completion of its WQE (UC
-        // and UD complete when sent; a READ response's memory belongs to the application):
-        // keep its bytes as they are now.
-        pending_payload_.clear();
-        for (ConstBytes piece : tx.payload()) {
-          pending_payload_.insert(pending_payload_.end(), piece.begin(), piece.end());
-        }
-        pending_.pieces[0] = ConstBytes(pending_payload_);
-        pending_.num_pieces = pending_payload_.empty() ? 0 : 1;
-        pending_qpn_ = qpn;
-        has_pending_ = true;
-        arm(qpn, *qp);
+        keep_pending(qpn, *qp, tx);
         return sent;
       }
       ++n;

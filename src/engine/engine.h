@@ -185,6 +185,7 @@ class Engine {
   void activate(std::uint32_t qpn);
   bool transmit(Instant now, const transport::TxPacket& tx);
   std::size_t poll_and_transmit(Instant now, std::size_t budget, AckMode acks);
+  void keep_pending(std::uint32_t qpn, transport::Qp& qp, const transport::TxPacket& tx);
   // Whether a flush since the last call deferred an ACK (the caller's hold starts over).
   bool take_acks_deferred() { return std::exchange(acks_deferred_, false); }
 
