@@ -616,6 +616,8 @@ class Qp {
   // AckReq on every this-many packets of a message (kMaxPacketsPerAck, or half a smaller window,
   // so that a window below 64 PSNs is acknowledged before it is full).
   std::uint32_t ack_req_interval() const;
+  // The adaptive timeout or the tail-loss probe is on and has no RTT sample yet.
+  bool awaiting_first_rtt_sample() const;
   // The adaptive timeout before backoff; ack_timeout() without a sample or with adaptive_rto off.
   Duration base_rto() const;
   Duration probe_timeout() const;
