@@ -165,20 +165,26 @@ TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForTwoSenders) {
 // the rates, pace the senders, and 64 windows of 128 PSNs are 16 times the buffer. The window's
 // ECN echo rule (cc/aimd.h: DCTCP's cut by the share of echoed PSNs, once per round, with its
 // one-PSN additive increase while the path marks) holds the 64 windows near one PSN each, about
-// 70 KB in flight. Measured from 10 to 20 ms (`uroce sim incast`'s default): from 5 to 10 ms the
-// flows are still recovering the start's 1,559 drops (goodput share 0.70, Jain 0.95-0.96).
+// 70 KB in flight. The WRITEs are 8 KiB: goodput counts whole WRITEs completed, and a flow's
+// share (156 Mb/s) completes a 64 KiB WRITE only every 3.4 ms, too coarse to measure fairness
+// over milliseconds. Measured from 4 to 7 ms to keep CI cheap; docs/SIMULATION.md has 10 to 20 ms.
+IncastOptions sixty_four(bool dcqcn) {
+  IncastOptions o = acceptance(64, 1, dcqcn);
+  if (dcqcn) o.cc = Cc::kDcqcnAimd;
+  o.message_bytes = 8192;
+  o.duration_ns = 7'000'000;
+  o.converge_ns = 4'000'000;
+  return o;
+}
+
 TEST(Incast, DefaultRuleMeetsTheAcceptanceForSixtyFourSenders) {
-  IncastOptions o = acceptance(64, 1, true);
-  o.cc = Cc::kDcqcnAimd;
-  o.duration_ns = 20'000'000;
-  o.converge_ns = 10'000'000;
-  expect_acceptance(o);
+  expect_acceptance(sixty_four(true));
 }
 
 // The same 64 senders without congestion control overflow the buffer all along and share the
 // port unevenly.
 TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForSixtyFourSenders) {
-  const IncastOptions o = acceptance(64, 1, false);
+  const IncastOptions o = sixty_four(false);
   const IncastResult r = run_incast(o);
   ASSERT_TRUE(r.ok) << r.failure;
   EXPECT_GT(r.drops_measured, 0u);
