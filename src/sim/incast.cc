@@ -79,6 +79,7 @@ bool make_qp(Run& r, ScenarioHost& n, std::uint32_t depth) {
   if (r.opt.adaptive_recovery && !r.opt.bdp_window) {
     transport::RecoveryParams p;
     p.bdp_window = false;
+    p.ack_req_until_sampled = true;  // as the device sets it (verbs/qp.cc)
     n.dev().find_qp(n.qpns().back())->set_recovery(p);
   }
   return true;

@@ -82,7 +82,7 @@ std::uint32_t Qp::send_window() const {
 }
 
 bool Qp::awaiting_first_rtt_sample() const {
-  return (env_.recovery.adaptive_rto || env_.recovery.tail_probe) && rec_.samples == 0;
+  return env_.recovery.ack_req_until_sampled && rec_.samples == 0;
 }
 
 std::uint32_t Qp::ack_req_interval() const {
