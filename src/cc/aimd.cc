@@ -17,6 +17,7 @@ Aimd::Aimd(const AimdParams& p)
   UROCE_CHECK(p.delay_beta >= 0.0 && p.ai_packets_per_rtt >= 0.0);
   UROCE_CHECK(p.burst_packets >= 1 && p.rtt_ring_packets >= 1);
   UROCE_CHECK(p.target_headroom_us >= 0 && p.min_rtt_window_ms > 0);
+  UROCE_CHECK(p.ecn_gain > 0.0 && p.ecn_gain <= 1.0);
   cwnd_ = std::min(cwnd_, static_cast<double>(p.max_window_packets));
 }
 
@@ -111,6 +112,7 @@ void Aimd::rtt_sample(Instant now, Duration rtt) {
 }
 
 void Aimd::end_round(Instant now) {
+  if (p_.ecn_rule) ecn_round();
   if (p_.delay_rule && round_min_ != Duration::zero()) {
     const Duration t = target();
     if (round_min_ > t) {
@@ -138,6 +140,32 @@ void Aimd::end_round(Instant now) {
   round_end_ = now + srtt_;
 }
 
+void Aimd::ecn_round() {
+  if (round_acked_ == 0 && round_echoes_ == 0) return;
+  const double share =
+      std::min(1.0, static_cast<double>(round_echoes_) /
+                        static_cast<double>(std::max<std::uint64_t>(round_acked_, 1)));
+  ecn_alpha_ = (1.0 - p_.ecn_gain) * ecn_alpha_ + p_.ecn_gain * share;
+  ecn_high_ = round_echoes_ > 0;
+  if (ecn_high_) {
+    rounds_since_echo_ = 0;
+  } else if (rounds_since_echo_ != 0xffffffffu) {
+    ++rounds_since_echo_;
+  }
+  if (round_echoes_ > 0) {
+    cwnd_ = std::max(static_cast<double>(p_.min_window_packets), cwnd_ * (1.0 - ecn_alpha_ / 2));
+    ssthresh_ = cwnd_;  // slow start ends here
+    ++counters_.ecn_decreases;
+  }
+  round_acked_ = 0;
+  round_echoes_ = 0;
+}
+
+void Aimd::on_congestion_echo(Instant) {
+  ++counters_.ecn_echoes;
+  ++round_echoes_;
+}
+
 void Aimd::on_ack(const AckEvent& ack) {
   Duration sample = Duration::zero();
   if (ack.rtt > Duration::zero()) {
@@ -147,6 +175,7 @@ void Aimd::on_ack(const AckEvent& ack) {
     sample = own_sample(ack);
   }
   if (sample != Duration::zero()) rtt_sample(ack.now, sample);
+  round_acked_ += ack.acked_packets;
   if (srtt_ != Duration::zero()) {
     if (round_end_.is_never()) round_end_ = ack.now + srtt_;
     if (ack.now >= round_end_) end_round(ack.now);
@@ -164,13 +193,19 @@ void Aimd::on_ack(const AckEvent& ack) {
   const bool recovering = recovery_left_ > 0;
   recovery_left_ -= std::min(recovery_left_, ack.acked_packets);
   if (ack.acked_packets == 0 || recovering || (delay_high_ && !competing_)) return;
+  // Nor while the network marks this flow's packets (the echo rule's rounds, above).
+  if (p_.ecn_hold_growth && (ecn_high_ || round_echoes_ > 0)) return;
   // Grow only a window the sender uses (at least half of it was out).
   if (2.0 * static_cast<double>(flight_before) < cwnd_) return;
   const double acked = static_cast<double>(ack.acked_packets);
   if (cwnd_ < ssthresh_) {
     cwnd_ = std::min(cwnd_ + acked, ssthresh_);
   } else {
-    cwnd_ += p_.ai_packets_per_rtt * acked / cwnd_;
+    // Never faster than slow start (one PSN per PSN acknowledged): a window of a few PSNs
+    // would otherwise grow several times over in one round.
+    const bool marking = p_.ecn_rule && rounds_since_echo_ < p_.ecn_memory_rounds;
+    const double ai = marking ? p_.ecn_ai_packets_per_rtt : p_.ai_packets_per_rtt;
+    cwnd_ += std::min(ai * acked / cwnd_, acked);
   }
   cwnd_ = std::min(cwnd_, static_cast<double>(p_.max_window_packets));
 }

@@ -27,6 +27,11 @@
 //                at or below the target again ends this
 //   pacing       packets leave at gain * window / srtt, burst_packets at once; none before the
 //                first RTT sample
+//   ECN echo     once per round, when the round heard a congestion echo (on_congestion_echo:
+//                DcqcnAimd passes on each CNP its DCQCN hears), window *= 1 - ecn_alpha / 2,
+//                where ecn_alpha is a moving average (gain ecn_gain) of the share of the
+//                round's acknowledged PSNs that were echoed (CNPs / PSNs, at most 1), as DCTCP
+//                (Alizadeh et al., SIGCOMM 2010) does with ECE; slow start ends there
 //   floor        the window never goes below min_window_packets (>= 1)
 //   recovery     after a loss the go-back-N sends again what was outstanding; the window lets
 //                those PSNs go (it is at least what of them is not yet acknowledged) and the cut
@@ -100,6 +105,19 @@ struct AimdParams {
   // cuts at most a fifth; loss, not delay, is the hard limit.
   double delay_beta = 0.4;
   double max_delay_decrease = 0.2;
+  // The ECN echo rule (above). It hears only what on_congestion_echo is told, and only DcqcnAimd
+  // tells it (its packets leave ECN-capable): Aimd alone sends nothing a switch may mark, and a
+  // path that never marks (loopback, a network without ECN) never echoes, so the window then
+  // follows loss alone exactly as without it.
+  bool ecn_rule = true;
+  double ecn_gain = 1.0 / 16;  // DCTCP's g
+  bool ecn_hold_growth = true;
+  // The additive increase while the path marks (an echo within the last ecn_memory_rounds
+  // rounds): DCTCP's one PSN per round, not ai_packets_per_rtt (sized to hold a share beside
+  // loss-driven TCP; N flows add N times it each round, more than the marks take back when N
+  // windows of a few PSNs fill the queue).
+  double ecn_ai_packets_per_rtt = 1.0;
+  std::uint32_t ecn_memory_rounds = 16;
   std::uint32_t competing_after_rounds = 5;  // Copa: the queue did not empty in 5 round trips
   // The smallest RTT is forgotten after this long without a sample as small (a changed path).
   std::int64_t min_rtt_window_ms = 10'000;
@@ -117,6 +135,8 @@ struct AimdCounters {
   std::uint64_t spurious_timeouts = 0;  // cuts undone (see above)
   std::uint64_t delay_decreases = 0;    // rounds whose RTT was above the target
   std::uint64_t competing_rounds = 0;   // rounds above the target with the delay rule stood down
+  std::uint64_t ecn_echoes = 0;         // on_congestion_echo calls
+  std::uint64_t ecn_decreases = 0;      // rounds that heard an echo and cut the window
   std::uint64_t rtt_samples = 0;        // taken (the transport's or the rule's own)
   std::uint64_t paced_waits = 0;        // next_send_time() said later
 };
@@ -135,9 +155,13 @@ class Aimd final : public CongestionControl {
   void on_ecn_ce(Instant) override {}
   bool take_cnp(Instant) override { return false; }
   CcState state() const override;
+  // The network marked one of this flow's packets CE (a CNP reached the sender): the ECN echo
+  // rule's signal (above). Not a CongestionControl hook: DcqcnAimd calls it.
+  void on_congestion_echo(Instant now);
 
   double window() const { return cwnd_; }
   double ssthresh() const { return ssthresh_; }
+  double ecn_alpha() const { return ecn_alpha_; }
   bool in_slow_start() const { return cwnd_ < ssthresh_; }
   bool competing() const { return competing_; }
   Duration srtt() const { return srtt_; }        // zero before the first sample
@@ -148,6 +172,7 @@ class Aimd final : public CongestionControl {
  private:
   void rtt_sample(Instant now, Duration rtt);
   void end_round(Instant now);
+  void ecn_round();  // the ECN echo rule at the end of a round
   // The rule's own RTT timing (see above): the send time of the newest PSN this ACK covers, or
   // zero when it has none it trusts.
   Duration own_sample(const AckEvent& ack);
@@ -171,6 +196,13 @@ class Aimd final : public CongestionControl {
   Instant round_end_ = Instant::never();
   Duration round_min_ = Duration::zero();
   bool delay_high_ = false;  // the last round ended above the target
+  // The ECN echo rule: DCTCP's alpha (starting at 1, as DCTCP's does), and the round's PSNs
+  // acknowledged and echoes heard.
+  double ecn_alpha_ = 1.0;
+  std::uint64_t round_acked_ = 0;
+  std::uint64_t round_echoes_ = 0;
+  bool ecn_high_ = false;                          // the last round heard an echo
+  std::uint32_t rounds_since_echo_ = 0xffffffffu;  // rounds ended since the last echoed one
   std::uint32_t rounds_above_ = 0;
   bool competing_ = false;
   // Pacing: when the bucket is empty again.

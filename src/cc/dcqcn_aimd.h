@@ -1,17 +1,22 @@
 // One rule for networks that mark and networks that drop: DCQCN's rate (cc/dcqcn.h), driven by
-// ECN through CNPs, and Aimd's window (cc/aimd.h), driven by loss and delay, side by side. They
-// compose as two independent limits, each hearing only its own signals:
+// ECN through CNPs, and Aimd's window (cc/aimd.h), driven by loss and delay and, through the
+// CNPs, by ECN too. They compose as two independent limits:
 //
 //   next_send_time   the later of the two: DCQCN's rate and the window's pacing both hold
 //   on_sent, on_ack  both (DCQCN's byte counter and timers; the window's growth and RTT)
 //   on_loss          the window only (DCQCN has no loss rule)
 //   window_packets   the window (DCQCN has none)
-//   on_cnp, on_ecn_ce, take_cnp, ecn_capable   DCQCN only: packets leave ECT(0), CE marks are
-//                    answered with CNPs, and a CNP cuts the rate
+//   on_cnp           both: DCQCN cuts the rate at once; the window hears an echo, and its ECN
+//                    echo rule (DCTCP's) cuts once per round by the share of PSNs echoed
+//   on_ecn_ce, take_cnp, ecn_capable   DCQCN only: packets leave ECT(0), CE marks are answered
+//                    with CNPs
 //
-// On a network that marks, DCQCN cuts the rate before the queue grows, so the window sees a short
-// RTT and no loss and stays out of the way. On one that drops and never marks, DCQCN's rate stays
-// at the line and the window does the work. Neither signal is counted twice.
+// On a network that marks, both hear the marks: DCQCN's rate does the fine control while a few
+// flows share the port, and the window bounds what is in flight when many do (64 flows into one
+// port hear a CNP each only every ~55 us, too rarely for ConnectX's alpha to cut their rates
+// below the windows': docs/SIMULATION.md, "Incast"). On one that drops and never marks, DCQCN's
+// rate stays at the line, the window never hears an echo, and it does the work on loss alone,
+// exactly as Aimd alone does (a loopback path neither marks nor drops).
 #pragma once
 
 #include <algorithm>
@@ -38,7 +43,10 @@ class DcqcnAimd final : public CongestionControl {
   }
   void on_loss(Instant now, LossSignal signal) override { window_.on_loss(now, signal); }
   std::uint32_t window_packets() const override { return window_.window_packets(); }
-  void on_cnp(Instant now) override { rate_.on_cnp(now); }
+  void on_cnp(Instant now) override {
+    rate_.on_cnp(now);
+    window_.on_congestion_echo(now);
+  }
   void on_ecn_ce(Instant now) override { rate_.on_ecn_ce(now); }
   bool take_cnp(Instant now) override { return rate_.take_cnp(now); }
   bool ecn_capable() const override { return true; }

@@ -79,6 +79,7 @@ bool make_qp(Run& r, ScenarioHost& n, std::uint32_t depth) {
   if (r.opt.adaptive_recovery && !r.opt.bdp_window) {
     transport::RecoveryParams p;
     p.bdp_window = false;
+    p.ack_req_until_sampled = true;  // as the device sets it (verbs/qp.cc)
     n.dev().find_qp(n.qpns().back())->set_recovery(p);
   }
   return true;
@@ -189,11 +190,11 @@ Snapshot snapshot(const Run& r) {
   return s;
 }
 
-// DCQCN's reaction point of sender `s`'s QP, or nullptr without DCQCN.
-const cc::Dcqcn* dcqcn_of(Run& r, std::uint32_t s) {
+// Sender `s`'s QP's congestion control.
+const cc::CongestionControl* cc_of(Run& r, std::uint32_t s) {
   ScenarioHost& tx = r.nic(s);
   const verbs::detail::QpObj* q = DeviceTestAccess::state(tx.dev()).qp_for_qpn(tx.qpns()[0]);
-  return q == nullptr ? nullptr : dynamic_cast<const cc::Dcqcn*>(q->cc.get());
+  return q == nullptr ? nullptr : q->cc.get();
 }
 
 void sample(Run& r) {
@@ -205,8 +206,10 @@ void sample(Run& r) {
   x.drops = ps.dropped_frames;
   x.ecn_marked = ps.ecn_marked;
   for (std::uint32_t s = 1; s <= r.senders(); ++s) {
-    const cc::Dcqcn* d = dcqcn_of(r, s);
-    x.rate_mbps.push_back(d == nullptr ? 0 : d->reaction_point().current_mbps());
+    const cc::CongestionControl* c = cc_of(r, s);
+    const cc::CcState state = c == nullptr ? cc::CcState{} : c->state();
+    x.rate_mbps.push_back(state.rate_mbps);
+    x.window.push_back(state.window_packets);
     std::uint64_t cnps = 0, retransmitted = 0;
     for (transport::Qp* qp : r.nic(s).dev().live_qps()) {
       cnps += qp->counters().rp_cnp_handled;

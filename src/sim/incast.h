@@ -59,9 +59,11 @@ struct IncastSample {
   std::uint64_t queue_bytes = 0;
   std::uint64_t drops = 0;       // the port's, so far
   std::uint64_t ecn_marked = 0;  // the port's, so far
-  // Per sender: DCQCN's current rate (0: not limited, or no DCQCN), CNPs it heard, packets it
-  // retransmitted and bytes the port forwarded for it, so far.
+  // Per sender: DCQCN's current rate (0: not limited, or no DCQCN), congestion control's window,
+  // CNPs it heard, packets it retransmitted and bytes the port forwarded for it, so far.
   std::vector<std::uint64_t> rate_mbps;
+  std::vector<std::uint32_t>
+      window;  // congestion control's PSN window (cc::kUnlimitedWindow: none)
   std::vector<std::uint64_t> cnps;
   std::vector<std::uint64_t> retransmitted;
   std::vector<std::uint64_t> forwarded_bytes;

@@ -80,6 +80,15 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
       ->capture_default_str();
   sub.add_option("--burst-bytes", p.burst_bytes, "Pacing: bytes that may leave at once")
       ->capture_default_str();
+  // Aimd's window (aimd and dcqcn-aimd).
+  cc::AimdParams& w = o.aimd_params;
+  sub.add_option("--ecn-window", w.ecn_rule, "dcqcn-aimd: the window's ECN echo rule")
+      ->capture_default_str();
+  sub.add_option("--ecn-hold-growth", w.ecn_hold_growth)->capture_default_str();
+  sub.add_option("--ecn-ai-packets-per-rtt", w.ecn_ai_packets_per_rtt)->capture_default_str();
+  sub.add_option("--ecn-gain", w.ecn_gain, "The ECN echo rule's gain")->capture_default_str();
+  sub.add_option("--ai-packets-per-rtt", w.ai_packets_per_rtt, "The window's additive increase")
+      ->capture_default_str();
 }
 
 namespace {
@@ -88,7 +97,7 @@ void print_trace(const sim::IncastResult& r, std::uint32_t flows, std::FILE* out
   std::fprintf(out, "%10s %8s %6s %7s", "t_us", "queue_B", "drops", "marks");
   const std::size_t shown = std::min<std::size_t>(flows, r.flows.size());
   for (std::size_t f = 0; f < shown; ++f) {
-    std::fprintf(out, "  f%-2zu %6s %5s %5s %6s", f, "Mb/s", "cnp", "retx", "Gb/s");
+    std::fprintf(out, "  f%-2zu %6s %5s %5s %5s %6s", f, "Mb/s", "win", "cnp", "retx", "Gb/s");
   }
   std::fprintf(out, "\n");
   const sim::IncastSample* prev = nullptr;
@@ -101,8 +110,10 @@ void print_trace(const sim::IncastResult& r, std::uint32_t flows, std::FILE* out
         gbps = static_cast<double>(s.forwarded_bytes[f] - prev->forwarded_bytes[f]) * 8 /
                static_cast<double>(s.at_ns - prev->at_ns);
       }
-      std::fprintf(out, "      %6" PRIu64 " %5" PRIu64 " %5" PRIu64 " %6.2f", s.rate_mbps[f],
-                   s.cnps[f], s.retransmitted[f], gbps);
+      const std::uint32_t w = s.window[f];
+      std::fprintf(out, "      %6" PRIu64 " %5s %5" PRIu64 " %5" PRIu64 " %6.2f", s.rate_mbps[f],
+                   w == cc::kUnlimitedWindow ? "-" : std::to_string(w).c_str(), s.cnps[f],
+                   s.retransmitted[f], gbps);
     }
     std::fprintf(out, "\n");
     prev = &s;

@@ -134,7 +134,12 @@ struct RecoveryParams {
   bool tail_probe = true;    // a tail-loss probe after about 2 * SRTT
   bool bdp_window = true;    // a window sized to the bandwidth-delay product
   Duration min_rto = kMinRto;
-  static RecoveryParams off() { return RecoveryParams{false, false, false, kMinRto}; }
+  // AckReq on every packet until the first RTT sample: before one only the IBTA timer runs, and
+  // a first window whose AckReq packets were dropped would wait it out (an incast's start). Off
+  // here, so that a QP's packets carry AckReq where IBTA's requesters put it; a device with the
+  // adaptive recovery turns it on (verbs/qp.cc).
+  bool ack_req_until_sampled = false;
+  static RecoveryParams off() { return RecoveryParams{false, false, false, kMinRto, false}; }
 };
 
 // The resolved path of a connected QP or of a UD address handle.
@@ -616,6 +621,8 @@ class Qp {
   // AckReq on every this-many packets of a message (kMaxPacketsPerAck, or half a smaller window,
   // so that a window below 64 PSNs is acknowledged before it is full).
   std::uint32_t ack_req_interval() const;
+  // RecoveryParams::ack_req_until_sampled is on and there is no RTT sample yet.
+  bool awaiting_first_rtt_sample() const;
   // The adaptive timeout before backoff; ack_timeout() without a sample or with adaptive_rto off.
   Duration base_rto() const;
   Duration probe_timeout() const;

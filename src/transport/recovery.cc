@@ -81,6 +81,10 @@ std::uint32_t Qp::send_window() const {
   return std::min(recovery_window(), env_.cc->window_packets());
 }
 
+bool Qp::awaiting_first_rtt_sample() const {
+  return env_.recovery.ack_req_until_sampled && rec_.samples == 0;
+}
+
 std::uint32_t Qp::ack_req_interval() const {
   return std::clamp<std::uint32_t>(send_window() / 2, 1, kMaxPacketsPerAck);
 }

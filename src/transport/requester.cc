@@ -232,8 +232,11 @@ bool Qp::build_message_packet(SendWqe& w, std::uint32_t index, std::uint32_t psn
   bool ack_req = false;
   if (type_ == QpType::kRc) {
     ++req_.noack_packets;
-    // AckReq at least every half window (recovery.cc), and on a tail-loss probe's packet.
-    if (last || req_.noack_packets >= ack_req_interval() || rec_.force_ack_req) {
+    // AckReq at least every half window (recovery.cc), on a tail-loss probe's packet, and on
+    // every packet until the first RTT sample when asked to
+    // (RecoveryParams::ack_req_until_sampled).
+    if (last || req_.noack_packets >= ack_req_interval() || rec_.force_ack_req ||
+        awaiting_first_rtt_sample()) {
       ack_req = true;
       req_.noack_packets = 0;
     }

@@ -178,7 +178,11 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   env.cc = q->cc.get();
   env.pd = p->id;
   env.port_mtu_bytes = mtu_bytes(s.port.active_mtu);
-  if (!s.config.adaptive_recovery) env.recovery = transport::RecoveryParams::off();
+  if (!s.config.adaptive_recovery) {
+    env.recovery = transport::RecoveryParams::off();
+  } else {
+    env.recovery.ack_req_until_sampled = true;
+  }
   q->qp = std::make_unique<transport::Qp>(*qpn, init.qp_type, q->init.cap, env);
 
   vd::QpObj* raw = q.get();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "cc/dcqcn_aimd.h"
 
 namespace uroce::cc {
@@ -365,9 +367,11 @@ TEST(DcqcnAimd, TheRateHearsEcnAndTheWindowHearsLoss) {
   EXPECT_FALSE(cc.rate().reaction_point().limited());
   cc.on_ack({.now = kT0, .acked_packets = 10, .in_flight = 0});
   EXPECT_EQ(cc.window_packets(), 7u);
-  // A CNP cuts the rate, not the window; the receiver's side answers CE marks with CNPs.
+  // A CNP cuts the rate at once; the window hears it as an echo, and cuts at its round's end
+  // (below); the receiver's side answers CE marks with CNPs.
   cc.on_cnp(kT0 + Duration::us(10));
   EXPECT_TRUE(cc.rate().reaction_point().limited());
+  EXPECT_EQ(cc.window().counters().ecn_echoes, 1u);
   EXPECT_EQ(cc.window_packets(), 7u);
   cc.on_ecn_ce(kT0);
   EXPECT_TRUE(cc.take_cnp(kT0));
@@ -377,6 +381,81 @@ TEST(DcqcnAimd, TheRateHearsEcnAndTheWindowHearsLoss) {
   cc.on_sent(t, 1024);
   EXPECT_GT(cc.next_send_time(t, 1024), t);
   EXPECT_EQ(cc.next_send_time(t, 1024), cc.rate().reaction_point().next_send_time(t, 1024));
+}
+
+// The ECN echo rule (DCTCP's): a round that heard echoes cuts the window by ecn_alpha / 2, where
+// ecn_alpha (from 1) moves by ecn_gain towards the round's share of echoed PSNs.
+TEST(Aimd, AnEchoedRoundCutsTheWindowByHalfDctcpsAlpha) {
+  Flow f = congestion_avoidance(Duration::us(100));
+  const double before = f.cc.window();
+  // Rounds without echoes have lowered alpha from 1 by 15/16 each.
+  const double a0 = f.cc.ecn_alpha();
+  EXPECT_LT(a0, 1.0);
+  // One echo in a round of `before` PSNs: alpha = a0 * 15/16 + (1/16) * (1 / before).
+  f.send_window();
+  f.cc.on_congestion_echo(f.now + Duration::us(50));
+  f.round(Duration::us(100));
+  const double share = 1.0 / before;
+  const double alpha = a0 * 15.0 / 16.0 + share / 16.0;
+  EXPECT_NEAR(f.cc.ecn_alpha(), alpha, 1e-9);
+  // The round's end comes with the ACK after the echo: the cut, and no growth with it.
+  EXPECT_NEAR(f.cc.window(), before * (1 - alpha / 2), 1e-9);
+  EXPECT_EQ(f.cc.counters().ecn_decreases, 1u);
+  EXPECT_FALSE(f.cc.in_slow_start());
+  // A round without echoes lowers alpha and cuts nothing, and the window grows by DCTCP's one
+  // PSN per round while the path marks (ecn_ai_packets_per_rtt), not ai_packets_per_rtt (4).
+  const double w = f.cc.window();
+  f.round(Duration::us(100));
+  EXPECT_NEAR(f.cc.ecn_alpha(), alpha * 15.0 / 16.0, 1e-9);
+  EXPECT_EQ(f.cc.counters().ecn_decreases, 1u);
+  EXPECT_GT(f.cc.window(), w + 0.9);
+  EXPECT_LT(f.cc.window(), w + 1.0);
+}
+
+// Every echoed round cuts: a flow whose every round is echoed ends at the floor, one PSN.
+TEST(Aimd, EchoesEveryRoundTakeTheWindowToTheFloor) {
+  Flow f = congestion_avoidance(Duration::us(100));
+  for (int i = 0; i < 40; ++i) {
+    f.send_window();
+    f.cc.on_congestion_echo(f.now);
+    f.round(Duration::us(100));
+  }
+  EXPECT_EQ(f.cc.window_packets(), 1u);
+  EXPECT_DOUBLE_EQ(f.cc.window(), 1.0);
+}
+
+// A path that never marks (loopback, a network without ECN) never echoes: the window is the one
+// the rule gives without the ECN echo rule, loss for loss and round for round.
+TEST(Aimd, WithoutEchoesTheEcnRuleChangesNothing) {
+  auto run = [](bool ecn) {
+    AimdParams p = iw10();
+    p.ecn_rule = ecn;
+    Flow f(p);
+    std::vector<double> windows;
+    for (int i = 0; i < 60; ++i) {
+      f.round(Duration::us(100 + (i * 37) % 300));
+      if (i % 9 == 4) f.cc.on_loss(f.now, LossSignal::kNak);
+      windows.push_back(f.cc.window());
+    }
+    return windows;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
+// Congestion avoidance never grows faster than slow start: a window of one PSN, acknowledged, is
+// two, not 1 + ai_packets_per_rtt (4).
+TEST(Aimd, AdditiveIncreaseIsNeverFasterThanSlowStart) {
+  AimdParams p = iw10();
+  p.initial_window_packets = 2;
+  Flow f(p);
+  f.send_window();
+  f.cc.on_loss(f.now, LossSignal::kNak);  // 2 * 0.7 = 1.4
+  f.round(Duration::us(100));             // the recovery's round
+  ASSERT_FALSE(f.cc.in_slow_start());
+  ASSERT_DOUBLE_EQ(f.cc.window(), 1.4);
+  ASSERT_EQ(f.cc.window_packets(), 1u);
+  f.round(Duration::us(100));  // one PSN acknowledged: + min(4 / 1.4, 1)
+  EXPECT_DOUBLE_EQ(f.cc.window(), 2.4);
 }
 
 }  // namespace

@@ -108,6 +108,39 @@ TEST(Recovery, ARetransmissionPastTheGapASequenceNakReportedIsTimed) {
   EXPECT_EQ(s.e.scq.wcs.size(), 1u);
 }
 
+// Before the first RTT sample only the IBTA timer runs, so a first window whose AckReq packets
+// were dropped (incast: the buffer's tail) would wait it out: until a sample, every packet asks
+// for an ACK (RecoveryParams::ack_req_until_sampled, which a device with the adaptive recovery
+// turns on). After it, AckReq is back to every half window and each message's last packet;
+// without it, nothing changes.
+TEST(Recovery, EveryPacketAsksForAnAckUntilTheFirstRttSample) {
+  Solo s(QpType::kRc);
+  transport::RecoveryParams p;
+  p.ack_req_until_sampled = true;
+  s.e.qp->set_recovery(p);
+  post_write(s, 1, 4096);  // PSNs p .. p+3
+  const auto first = s.drain();
+  ASSERT_EQ(first.size(), 4u);
+  for (const auto& pkt : first) EXPECT_TRUE(pkt.h.bth.ack_req) << pkt.h.bth.psn;
+  s.now = s.now + Duration::us(20);
+  ack(s, kPsn + 3);
+  ASSERT_EQ(s.e.qp->srtt(), Duration::us(20));
+  post_write(s, 2, 4096);
+  const auto second = s.drain();
+  ASSERT_EQ(second.size(), 4u);
+  EXPECT_FALSE(second[0].h.bth.ack_req);
+  EXPECT_FALSE(second[1].h.bth.ack_req);
+  EXPECT_FALSE(second[2].h.bth.ack_req);
+  EXPECT_TRUE(second[3].h.bth.ack_req);
+
+  Solo off(QpType::kRc);  // the default: off
+  post_write(off, 1, 4096);
+  const auto plain = off.drain();
+  ASSERT_EQ(plain.size(), 4u);
+  EXPECT_FALSE(plain[0].h.bth.ack_req);
+  EXPECT_TRUE(plain[3].h.bth.ack_req);
+}
+
 TEST(Recovery, TheRtoIsTheIbtaTimeoutUntilAnRttIsMeasuredThenClampedBetweenFloorAndIbta) {
   Solo s(QpType::kRc);
   s.set(/*timeout=*/14, 7, 7);
