@@ -79,6 +79,14 @@ foreach(component runtime dev)
           DESTINATION ${docdir} COMPONENT ${component})
 endforeach()
 
+# /etc/uroce/devices.conf: a commented example, which names no device and so leaves the default
+# list in place (src/device/device_config.h). The Debian package's only (EXCLUDE_FROM_ALL: a
+# component's install, as CPack's, takes it; `cmake --install --prefix P` writes nothing under
+# /etc), a conffile (debian/conffiles): an upgrade keeps the administrator's edits, a purge
+# removes it.
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/debian/devices.conf DESTINATION /etc/uroce
+        COMPONENT runtime EXCLUDE_FROM_ALL)
+
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME uroce)
 set(CPACK_PACKAGE_CONTACT "uroce developers <dev@uroce.invalid>")
@@ -120,7 +128,8 @@ file(WRITE ${PROJECT_BINARY_DIR}/debian/shlibs
      "liburoce ${PROJECT_VERSION_MAJOR} uroce (>= ${PROJECT_VERSION})\n")
 # liburoce.so.0 is in the loader's path: the ldconfig trigger (CPack adds a postinst and a postrm
 # that run ldconfig too).
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs
-                                               ${CMAKE_CURRENT_LIST_DIR}/debian/triggers)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA
+    ${PROJECT_BINARY_DIR}/debian/shlibs ${CMAKE_CURRENT_LIST_DIR}/debian/triggers
+    ${CMAKE_CURRENT_LIST_DIR}/debian/conffiles)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

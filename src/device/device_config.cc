@@ -259,7 +259,7 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     }
     out.push_back(d.value());
   }
-  if (out.empty()) return Err{path + ": names no device"};
+  if (out.empty()) return out;  // comments only: the caller's default list
   auto unique = check_unique(std::move(out));
   if (!unique.ok()) return Err{path + ": " + unique.error()};
   return unique;
@@ -273,9 +273,13 @@ Result<std::vector<DeviceSpec>, std::string> configured_devices(const DeviceSour
   if (f) {
     std::stringstream ss;
     ss << f.rdbuf();
-    return parse_device_file(ss.str(), path);
+    auto listed = parse_device_file(ss.str(), path);
+    // A file that names no device (the package's /etc/uroce/devices.conf as shipped, all
+    // comments) leaves the default list in place.
+    if (!listed.ok() || !listed.value().empty()) return listed;
+  } else if (named) {
+    return Err{"cannot read UROCE_CONFIG file " + path};
   }
-  if (named) return Err{"cannot read UROCE_CONFIG file " + path};
   DeviceSpec d;
   d.name = "uroce0";
   d.ip = wire::IpAddress::v4(0x7f000001);

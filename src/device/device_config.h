@@ -10,7 +10,8 @@
 //      [psk=HEX]` (SPEC: fault/fault.h's grammar, no spaces; NAME: the congestion control, as
 //      UROCE_CC names it; sr and sr_peers: selective repeat, as UROCE_SR and UROCE_SR_PEERS give
 //      it; MODE: off, authenticate, encrypt or require, and HEX its pre-shared AES-GCM key of 32
-//      or 64 hex digits, docs/SECURITY.md); `#` starts a comment;
+//      or 64 hex digits, docs/SECURITY.md); `#` starts a comment; a file that names no device
+//      (the package's, as shipped: comments only) counts as none;
 //   3. the default: uroce0 on 127.0.0.1, first (index 0, what a program that takes the first
 //      device gets), then one device per interface of this host that is up and has an address,
 //      as rxe puts a device on a netdev (host_interface_devices below; docs/CONFIGURATION.md).
@@ -59,6 +60,7 @@ Result<wire::IpAddress, std::string> parse_ip(const std::string& text);
 std::string ip_to_string(const wire::IpAddress& ip);
 
 // Parses a UROCE_DEVICES value or a config file's text. Errors name the offending entry/line.
+// A UROCE_DEVICES value must name a device; a file may name none (an empty list).
 Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string& text);
 Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string& text,
                                                                const std::string& path);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <fstream>
+#include <sstream>
 
 #include "device/udp_device.h"  // open_device
 #include "support/test_net.h"
@@ -238,6 +239,38 @@ TEST(InterfaceDevices, TheDefaultListKeepsUroce0FirstAndConfigurationWins) {
   ::close(fd);
   host.config_path = path;  // and so does a config file
   EXPECT_EQ(show(configured_devices(host).value()), "mine=127.0.0.9");
+  ::unlink(path);
+}
+
+// The package ships /etc/uroce/devices.conf as a commented example (cmake/debian/devices.conf):
+// a file that names no device leaves the default list in place, where a file that names one
+// replaces it.
+TEST(InterfaceDevices, AConfigFileThatNamesNoDeviceKeepsTheDefaultList) {
+  std::ifstream shipped(std::string(UROCE_TEST_DATA_DIR) + "/../../cmake/debian/devices.conf");
+  ASSERT_TRUE(shipped) << "the package's example config file";
+  std::stringstream text;
+  text << shipped.rdbuf();
+  auto parsed = parse_device_file(text.str(), "devices.conf");
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_TRUE(parsed.value().empty());
+  char path[] = "/tmp/uroce-conf-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, text.str().data(), text.str().size()),
+            static_cast<ssize_t>(text.str().size()));
+  ::close(fd);
+  DeviceSource host;
+  host.interfaces = {entry("lo", "127.0.0.1", true, true), entry("eth0", "10.77.0.100")};
+  host.config_path = path;
+  auto list = configured_devices(host);
+  ASSERT_TRUE(list.ok()) << list.error();
+  EXPECT_EQ(show(list.value()), "uroce0=127.0.0.1 uroce_eth0=10.77.0.100");
+  // Uncommenting one example makes the file the list.
+  std::ofstream(path, std::ios::app) << "rxe0 10.0.0.11\n";
+  EXPECT_EQ(show(configured_devices(host).value()), "rxe0=10.0.0.11");
+  // A bad line is still an error, not the default list.
+  std::ofstream(path, std::ios::trunc) << "# nothing\nbroken\n";
+  EXPECT_FALSE(configured_devices(host).ok());
   ::unlink(path);
 }
 

@@ -7,7 +7,8 @@
 # Root only (it installs into /usr): skips otherwise, and skips when a uroce package is
 # installed already (it would replace and purge it). Checks `uroce --version`, the drop-ins in
 # /usr/lib/<triplet>/uroce/ (rdma-core's libibverbs.so.1 untouched), `uroce run -- ibv_devices`,
-# what `uroce doctor` finds, the manual pages in uroce and the development files in uroce-dev
+# what `uroce doctor` finds, /etc/uroce/devices.conf (a conffile naming no device), the manual
+# pages in uroce and the development files in uroce-dev
 # (and not in uroce), then that purging leaves none of the packages' files. It purges the package on every way out
 # (trap); MARKER exists while the package is installed, for the ctest fixture cleanup
 # (package_cleanup.sh) that runs even when this test is killed at its timeout. Every step is
@@ -80,6 +81,12 @@ for f in libibverbs.so.1 librdmacm.so.1; do
   fi
 done
 ldconfig -p | grep -q 'liburoce.so.0 ' || fail "ldconfig does not know liburoce.so.0"
+# The device configuration: a conffile, installed as an example that names no device (the
+# default list stays: ibv_devices below still lists uroce0).
+[ -f /etc/uroce/devices.conf ] || fail "no /etc/uroce/devices.conf"
+dpkg-query -W -f='${Conffiles}\n' uroce | grep -q '^ */etc/uroce/devices.conf ' ||
+  fail "/etc/uroce/devices.conf is not a conffile: $(dpkg-query -W -f='${Conffiles}' uroce)"
+grep -Ev '^[[:space:]]*(#|$)' /etc/uroce/devices.conf && fail "devices.conf names a device"
 if command -v ibv_devices >/dev/null; then
   run_env=(env -u UROCE_DEVICES -u UROCE_CONFIG -u UROCE_DEVD)
   if readelf -d /usr/bin/uroce | grep -Eq 'libasan|libtsan'; then
@@ -103,7 +110,7 @@ timeout 120 apt-get purge -y uroce-dev uroce >"$tmp/apt.log" 2>&1 ||
 rm -f "$marker"
 left=0
 while read -r f; do
-  case $f in */uroce*) ;; *) continue ;; esac # the package's own; /usr/bin stays
+  case $f in */uroce*) ;; *) continue ;; esac # the package's own (/etc/uroce too); /usr/bin stays
   if [ -e "$f" ] || [ -L "$f" ]; then
     echo "left behind: $f"
     left=1
