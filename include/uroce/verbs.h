@@ -114,7 +114,8 @@ inline constexpr std::uint32_t kAccessRelaxedOrdering = 1u << 20;
 // mapped (or not writable, for a write) fails as a protection error (NAK Remote Access Error
 // at the peer, IBV_WC_LOC_PROT_ERR locally) where an ordinary region's would be the
 // application's crash. The implicit region, reg_mr(pd, nullptr, SIZE_MAX, ON_DEMAND | ...)
-// with iova 0, covers the whole address space (IBV_ODP_SUPPORT_IMPLICIT; rxe refuses it).
+// with iova 0, covers the whole address space (rxe refuses it). uroce accepts it but does not
+// advertise kOdpSupportImplicit: UCX 1.13 crashes when a verbs device has it (verbs/device.cc).
 inline constexpr std::uint64_t kOdpSupport = 1u << 0;          // IBV_ODP_SUPPORT
 inline constexpr std::uint64_t kOdpSupportImplicit = 1u << 1;  // IBV_ODP_SUPPORT_IMPLICIT
 // Per transport (IBV_ODP_SUPPORT_SEND ... _SRQ_RECV): which operations may use ODP regions.
