@@ -501,10 +501,14 @@ void Qp::build_cnp(TxPacket& out) {
 bool Qp::poll_packet(Instant now, TxPacket& out) {
   run_local_ops();  // a bind or an invalidation at the head of the send queue sends nothing
   if (ack_held_) {
-    ack_held_ = false;                          // one request packet at most goes first
-    const std::uint32_t index = req_.next_wqe;  // the WQE poll_request sends from, if it does
+    ack_held_ = false;  // one request packet at most goes first
+    // The WQE poll_request sends from, if it does, read before it sends: a UC or UD WQE
+    // completes as its last packet leaves, and its slot leaves the queue's window with it.
+    const std::uint32_t index = req_.next_wqe;
+    const bool unsignaled =
+        index - sq_tail_ < sq_count_ && (sq_at(index).send_flags & kSendSignaled) == 0;
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
-      ack_after_unsignaled_ = (sq_at(index).send_flags & kSendSignaled) == 0;
+      ack_after_unsignaled_ = unsignaled;
       learn_.hold_answered(responses_.front().ack_for);
       return true;
     }
