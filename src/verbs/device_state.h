@@ -75,6 +75,8 @@ struct MrObj {
   std::uint32_t lkey = 0;
   std::uint32_t rkey = 0;
   std::uint32_t mw_count = 0;  // memory windows bound to it (rxe: num_mw)
+  // The implicit ODP region: the whole address space (reg_mr of nullptr, SIZE_MAX, iova 0).
+  bool is_implicit() const { return base == nullptr && iova == 0 && length == UINT64_MAX; }
 };
 
 // A memory window (rxe_mw.c). Its rkey is (index << 8) | key byte: the index, 24 random bits,

@@ -114,7 +114,7 @@ Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std:
   const MrObj& mr = *checked.value();
   // An implicit ODP region has no pages to name as a whole: its FLUSH flushes nothing it could
   // fault in (uroce's memory is coherent; FLUSH orders, it moves no bytes).
-  if (mr.base == nullptr && mr.iova == 0 && mr.length == UINT64_MAX) return MutBytes();
+  if (mr.is_implicit()) return MutBytes();
   return present(mr, mr.iova, mr.length, access);
 }
 
@@ -250,10 +250,6 @@ Errc check_mr_range(const void* addr, std::size_t length, std::uint64_t iova,
   return Errc::kOk;
 }
 
-bool is_implicit(const vd::MrObj& m) {
-  return m.base == nullptr && m.iova == 0 && m.length == UINT64_MAX;
-}
-
 MrInfo info_of(const vd::MrObj& m) {
   return MrInfo{m.self, m.lkey, m.rkey, m.iova, m.length, m.access, m.pd};
 }
@@ -331,7 +327,7 @@ Result<MrInfo, Errc> Device::rereg_mr(MrHandle mr, std::uint32_t flags, PdHandle
     if (const Errc e = check_mr_access(access); e != Errc::kOk) return Err{e};
     // The implicit region stays on demand unless it gets a range of its own: without ODP it
     // would hand out the whole address space unchecked.
-    if (is_implicit(*m) && (access & kAccessOnDemand) == 0 && (flags & kReregTranslation) == 0) {
+    if (m->is_implicit() && (access & kAccessOnDemand) == 0 && (flags & kReregTranslation) == 0) {
       return Err{Errc::kInvalidArgument};
     }
   }
