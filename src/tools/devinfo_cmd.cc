@@ -107,40 +107,60 @@ void print_cap_flags(std::FILE* out, std::uint32_t flags) {
   if (unknown != 0) std::fprintf(out, "\t\t\t\t\tUnknown flags: 0x%x\n", unknown);
 }
 
+// The 32-bit limits ibv_devinfo -v prints, in its order and with its tab alignment.
+struct LimitRow {
+  const char* label;
+  std::uint32_t DeviceAttr::*field;
+};
+constexpr LimitRow kLimitsBeforeFlags[] = {
+    {"max_qp:\t\t\t\t", &DeviceAttr::max_qp},
+    {"max_qp_wr:\t\t\t", &DeviceAttr::max_qp_wr},
+};
+constexpr LimitRow kLimitsBeforeAtomic[] = {
+    {"max_sge:\t\t\t", &DeviceAttr::max_sge},
+    {"max_sge_rd:\t\t\t", &DeviceAttr::max_sge_rd},
+    {"max_cq:\t\t\t\t", &DeviceAttr::max_cq},
+    {"max_cqe:\t\t\t", &DeviceAttr::max_cqe},
+    {"max_mr:\t\t\t\t", &DeviceAttr::max_mr},
+    {"max_pd:\t\t\t\t", &DeviceAttr::max_pd},
+    {"max_qp_rd_atom:\t\t\t", &DeviceAttr::max_qp_rd_atom},
+    {"max_ee_rd_atom:\t\t\t", &DeviceAttr::max_ee_rd_atom},
+    {"max_res_rd_atom:\t\t", &DeviceAttr::max_res_rd_atom},
+    {"max_qp_init_rd_atom:\t\t", &DeviceAttr::max_qp_init_rd_atom},
+    {"max_ee_init_rd_atom:\t\t", &DeviceAttr::max_ee_init_rd_atom},
+};
+constexpr LimitRow kLimitsAfterAtomic[] = {
+    {"max_ee:\t\t\t\t", &DeviceAttr::max_ee},
+    {"max_rdd:\t\t\t", &DeviceAttr::max_rdd},
+    {"max_mw:\t\t\t\t", &DeviceAttr::max_mw},
+    {"max_raw_ipv6_qp:\t\t", &DeviceAttr::max_raw_ipv6_qp},
+    {"max_raw_ethy_qp:\t\t", &DeviceAttr::max_raw_ethy_qp},
+    {"max_mcast_grp:\t\t\t", &DeviceAttr::max_mcast_grp},
+    {"max_mcast_qp_attach:\t\t", &DeviceAttr::max_mcast_qp_attach},
+    {"max_total_mcast_qp_attach:\t", &DeviceAttr::max_total_mcast_qp_attach},
+    {"max_ah:\t\t\t\t", &DeviceAttr::max_ah},
+    {"max_fmr:\t\t\t", &DeviceAttr::max_fmr},
+    {"max_srq:\t\t\t", &DeviceAttr::max_srq},
+    {"max_srq_wr:\t\t\t", &DeviceAttr::max_srq_wr},
+    {"max_srq_sge:\t\t\t", &DeviceAttr::max_srq_sge},
+};
+
+template <std::size_t N>
+void print_limit_rows(std::FILE* out, const DeviceAttr& a, const LimitRow (&rows)[N]) {
+  for (const LimitRow& r : rows) std::fprintf(out, "\t%s%u\n", r.label, a.*r.field);
+}
+
 void print_device_limits(std::FILE* out, const DeviceAttr& a, std::uint32_t num_comp_vectors) {
   std::fprintf(out, "\tmax_mr_size:\t\t\t0x%llx\n", static_cast<unsigned long long>(a.max_mr_size));
   std::fprintf(out, "\tpage_size_cap:\t\t\t0x%llx\n",
                static_cast<unsigned long long>(a.page_size_cap));
-  std::fprintf(out, "\tmax_qp:\t\t\t\t%u\n", a.max_qp);
-  std::fprintf(out, "\tmax_qp_wr:\t\t\t%u\n", a.max_qp_wr);
+  print_limit_rows(out, a, kLimitsBeforeFlags);
   std::fprintf(out, "\tdevice_cap_flags:\t\t0x%08x\n", a.device_cap_flags);
   print_cap_flags(out, a.device_cap_flags);
-  std::fprintf(out, "\tmax_sge:\t\t\t%u\n", a.max_sge);
-  std::fprintf(out, "\tmax_sge_rd:\t\t\t%u\n", a.max_sge_rd);
-  std::fprintf(out, "\tmax_cq:\t\t\t\t%u\n", a.max_cq);
-  std::fprintf(out, "\tmax_cqe:\t\t\t%u\n", a.max_cqe);
-  std::fprintf(out, "\tmax_mr:\t\t\t\t%u\n", a.max_mr);
-  std::fprintf(out, "\tmax_pd:\t\t\t\t%u\n", a.max_pd);
-  std::fprintf(out, "\tmax_qp_rd_atom:\t\t\t%u\n", a.max_qp_rd_atom);
-  std::fprintf(out, "\tmax_ee_rd_atom:\t\t\t%u\n", a.max_ee_rd_atom);
-  std::fprintf(out, "\tmax_res_rd_atom:\t\t%u\n", a.max_res_rd_atom);
-  std::fprintf(out, "\tmax_qp_init_rd_atom:\t\t%u\n", a.max_qp_init_rd_atom);
-  std::fprintf(out, "\tmax_ee_init_rd_atom:\t\t%u\n", a.max_ee_init_rd_atom);
+  print_limit_rows(out, a, kLimitsBeforeAtomic);
   std::fprintf(out, "\tatomic_cap:\t\t\t%s (%d)\n", atomic_cap_name(a.atomic_cap),
                static_cast<int>(a.atomic_cap));
-  std::fprintf(out, "\tmax_ee:\t\t\t\t%u\n", a.max_ee);
-  std::fprintf(out, "\tmax_rdd:\t\t\t%u\n", a.max_rdd);
-  std::fprintf(out, "\tmax_mw:\t\t\t\t%u\n", a.max_mw);
-  std::fprintf(out, "\tmax_raw_ipv6_qp:\t\t%u\n", a.max_raw_ipv6_qp);
-  std::fprintf(out, "\tmax_raw_ethy_qp:\t\t%u\n", a.max_raw_ethy_qp);
-  std::fprintf(out, "\tmax_mcast_grp:\t\t\t%u\n", a.max_mcast_grp);
-  std::fprintf(out, "\tmax_mcast_qp_attach:\t\t%u\n", a.max_mcast_qp_attach);
-  std::fprintf(out, "\tmax_total_mcast_qp_attach:\t%u\n", a.max_total_mcast_qp_attach);
-  std::fprintf(out, "\tmax_ah:\t\t\t\t%u\n", a.max_ah);
-  std::fprintf(out, "\tmax_fmr:\t\t\t%u\n", a.max_fmr);
-  std::fprintf(out, "\tmax_srq:\t\t\t%u\n", a.max_srq);
-  std::fprintf(out, "\tmax_srq_wr:\t\t\t%u\n", a.max_srq_wr);
-  std::fprintf(out, "\tmax_srq_sge:\t\t\t%u\n", a.max_srq_sge);
+  print_limit_rows(out, a, kLimitsAfterAtomic);
   std::fprintf(out, "\tmax_pkeys:\t\t\t%u\n", a.max_pkeys);
   std::fprintf(out, "\tlocal_ca_ack_delay:\t\t%u\n", a.local_ca_ack_delay);
   std::fprintf(out, "\tnum_comp_vectors:\t\t%u\n", num_comp_vectors);
