@@ -494,6 +494,7 @@ void SharedPort::leave() {
 }
 
 bool SharedPort::call(const devd::Msg& req, devd::Msg& answer) {
+  mu_.assert_held();
   if (conn_ < 0 || owner_ != ::getpid()) return false;
   return send_msg(conn_, req) && recv_msg(conn_, answer, 10'000);
 }
@@ -538,6 +539,7 @@ void SharedPort::release_qpn(std::uint32_t qpn) {
 }
 
 void SharedPort::give_back(std::uint32_t block) {
+  mu_.assert_held();
   UROCE_ASSERT(!current_ || *current_ != block);  // never the block numbers are taken from
   live_.erase(block);
   devd::Msg rel;

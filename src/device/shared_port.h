@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/owner.h"
 #include "base/result.h"
 #include "proto/devd_options.h"
 #include "proto/devd_protocol.h"
@@ -128,7 +129,7 @@ class SharedPort final : public QpnSource {
   // (under mu_).
   void give_back(std::uint32_t block);
 
-  std::mutex mu_;
+  OwnedMutex mu_;
   int conn_ = -1;
   int udp_ = -1;         // until take_socket()
   int udp_number_ = -1;  // the socket's fd number while the fork guard knows it
