@@ -128,8 +128,15 @@ void expect_acceptance(const IncastOptions& o) {
   EXPECT_GT(r.cnps_sent, 0u);
 }
 
+// Measured from 3 to 6 ms, which seeds 1-16 meet too (Jain 0.988-1.000), to halve the test's
+// cost under ASan (about 5 s of CPU).
 TEST(Incast, DefaultRuleMeetsTheAcceptanceForTwoSenders) {
-  for (std::uint64_t seed : {1u, 2u}) expect_acceptance(acceptance(2, seed, true));
+  for (std::uint64_t seed : {1u, 2u}) {
+    IncastOptions o = acceptance(2, seed, true);
+    o.duration_ns = 6'000'000;
+    o.converge_ns = 3'000'000;
+    expect_acceptance(o);
+  }
 }
 
 // Seeds 1 and 2. Before a CNP cut DCQCN's rate only while the rate held the flow back
