@@ -28,7 +28,7 @@
 //   pacing       packets leave at gain * window / srtt, burst_packets at once; none before the
 //                first RTT sample
 //   ECN echo     once per round, when the round heard a congestion echo (on_congestion_echo:
-//                DcqcnAimd passes on each CNP its DCQCN hears), window *= 1 - ecn_alpha / 2,
+//                DcqcnAimd passes on every CNP its QP receives), window *= 1 - ecn_alpha / 2,
 //                where ecn_alpha is a moving average (gain ecn_gain) of the share of the
 //                round's acknowledged PSNs that were echoed (CNPs / PSNs, at most 1), as DCTCP
 //                (Alizadeh et al., SIGCOMM 2010) does with ECE; slow start ends there

@@ -383,6 +383,52 @@ TEST(DcqcnAimd, TheRateHearsEcnAndTheWindowHearsLoss) {
   EXPECT_EQ(cc.next_send_time(t, 1024), cc.rate().reaction_point().next_send_time(t, 1024));
 }
 
+// A CNP cuts the limit that holds the flow back. The first of an episode cuts the rate (it was
+// not limited); later ones cut it only while it holds a packet back (within a smoothed RTT); the
+// window hears every one. Without this, the window's echo rule kept the port marking all along,
+// every CNP reset DCQCN's increase timer and byte counter, and rates that held nothing back
+// drifted down until they held some flows below their share (eight senders, Jain 0.933).
+TEST(DcqcnAimd, ACnpCutsTheRateOnlyWhileTheRateHoldsTheFlowBack) {
+  DcqcnParams rate;
+  rate.line_rate_mbps = 10'000;
+  rate.burst_bytes = 1024;
+  DcqcnAimd cc(rate, iw10());
+  // The window's RTT: 10 us.
+  cc.on_sent(kT0, 1024);
+  cc.on_ack({.now = kT0 + Duration::us(10), .acked_packets = 1, .rtt = Duration::us(10)});
+  ASSERT_EQ(cc.window().srtt(), Duration::us(10));
+  // The first CNP: the rate is cut, and the window hears it.
+  Instant t = kT0 + Duration::us(20);
+  cc.on_cnp(t);
+  const DcqcnReactionPoint& rp = cc.rate().reaction_point();
+  ASSERT_TRUE(rp.limited());
+  const std::uint64_t cut = rp.current_mbps();
+  EXPECT_LT(cut, 10'000u);
+  EXPECT_EQ(cc.rate().counters().rp_rate_cuts, 1u);
+  // Later, the rate has held nothing back (the window paced the flow): the window hears the CNP,
+  // the rate does not.
+  t = t + Duration::us(50);
+  EXPECT_EQ(cc.next_send_time(t, 1024), t);
+  cc.on_cnp(t + Duration::us(1));
+  EXPECT_EQ(cc.rate().counters().rp_rate_cuts, 1u);
+  EXPECT_EQ(cc.rate().counters().rp_cnp_handled, 1u);
+  EXPECT_EQ(cc.cnps_to_window_only(), 1u);
+  EXPECT_EQ(cc.window().counters().ecn_echoes, 2u);
+  EXPECT_EQ(rp.current_mbps(), cut);
+  // Now the rate holds a packet back: a CNP within the RTT cuts it again.
+  t = t + Duration::us(10);
+  for (int i = 0; i < 4; ++i) cc.on_sent(t, 1024);
+  EXPECT_GT(cc.next_send_time(t, 1024), t);
+  cc.on_cnp(t + Duration::us(5));
+  EXPECT_EQ(cc.rate().counters().rp_rate_cuts, 2u);
+  EXPECT_LT(rp.current_mbps(), cut);
+  // One smoothed RTT after the hold, the rate is no longer taken for the limit.
+  cc.on_cnp(t + Duration::us(30));
+  EXPECT_EQ(cc.rate().counters().rp_rate_cuts, 2u);
+  EXPECT_EQ(cc.cnps_to_window_only(), 2u);
+  EXPECT_EQ(cc.window().counters().ecn_echoes, 4u);
+}
+
 // The ECN echo rule (DCTCP's): a round that heard echoes cuts the window by ecn_alpha / 2, where
 // ecn_alpha (from 1) moves by ecn_gain towards the round's share of echoed PSNs.
 TEST(Aimd, AnEchoedRoundCutsTheWindowByHalfDctcpsAlpha) {

@@ -96,13 +96,14 @@ TEST(Incast, TwoSendersWithDcqcnMarkingOnEnqueueLeaveThePortIdle) {
 // standard 1500-byte Ethernet), marking from Kmin 5 KB to Kmax 100 KB, every packet above Kmax
 // (Pmax 100%), a 512 KiB buffer, the transport's adaptive loss recovery and selective repeat
 // between the uroce peers (the start may drop: a loss then costs a round trip, not 16.8 ms).
-// Each sender keeps eight 64 KiB WRITEs outstanding: its window (128 PSNs) would fill the
-// buffer without congestion control (below), so what holds the queue is DCQCN's rate. Measured
-// from 5 to 10 ms here, to keep CI cheap under ASan; the figures in docs/SIMULATION.md are from 10
-// to 20 ms (`uroce sim incast`'s default), seeds 1-8. (With Kmax 160 KB, the previous choice, seeds
-// 3 and 6 of eight senders kept one flow at twice the others' rate: Jain 0.89-0.90.)
-IncastOptions acceptance(std::uint32_t senders, std::uint64_t seed, bool dcqcn) {
-  IncastOptions o = into_one(senders, 512 * 1024, dcqcn);
+// Each sender keeps eight 64 KiB WRITEs outstanding: its transport window (128 PSNs) would fill
+// the buffer without congestion control (below). With congestion control on, every QP runs the
+// default rule, dcqcn-aimd (DCQCN's rate beside Aimd's window, cc/dcqcn_aimd.h). Measured from 5
+// to 10 ms here, to keep CI cheap under ASan; the figures in docs/SIMULATION.md are from 10 to
+// 20 ms (`uroce sim incast`'s default), seeds 1-16.
+IncastOptions acceptance(std::uint32_t senders, std::uint64_t seed, bool cc_on) {
+  IncastOptions o = into_one(senders, 512 * 1024, false);
+  o.cc = cc_on ? Cc::kDcqcnAimd : Cc::kNone;
   o.seed = seed;
   o.duration_ns = 10'000'000;
   o.converge_ns = 5'000'000;
@@ -127,13 +128,23 @@ void expect_acceptance(const IncastOptions& o) {
   EXPECT_GT(r.cnps_sent, 0u);
 }
 
-TEST(Incast, DcqcnMeetsTheAcceptanceForTwoSenders) {
-  for (std::uint64_t seed : {1u, 2u}) expect_acceptance(acceptance(2, seed, true));
+// Measured from 3 to 6 ms, which seeds 1-16 meet too (Jain 0.988-1.000), to halve the test's
+// cost under ASan (about 5 s of CPU).
+TEST(Incast, DefaultRuleMeetsTheAcceptanceForTwoSenders) {
+  for (std::uint64_t seed : {1u, 2u}) {
+    IncastOptions o = acceptance(2, seed, true);
+    o.duration_ns = 6'000'000;
+    o.converge_ns = 3'000'000;
+    expect_acceptance(o);
+  }
 }
 
-// Seeds 1 and 3 (the costliest runs here under ASan; seeds 1-8 meet it, docs/SIMULATION.md).
-TEST(Incast, DcqcnMeetsTheAcceptanceForEightSenders) {
-  for (std::uint64_t seed : {1u, 3u}) expect_acceptance(acceptance(8, seed, true));
+// Seeds 1 and 2. Before a CNP cut DCQCN's rate only while the rate held the flow back
+// (cc/dcqcn_aimd.h, on_cnp), the rates drifted apart under the window's steady marking: from 5 to
+// 10 ms seed 2 had Jain 0.899 (seeds 1-16: 0.881-0.976, nine below 0.95); seed 1 had 0.933 from
+// 10 to 20 ms. Seeds 1-16 meet it now (docs/SIMULATION.md, "Incast").
+TEST(Incast, DefaultRuleMeetsTheAcceptanceForEightSenders) {
+  for (std::uint64_t seed : {1u, 2u}) expect_acceptance(acceptance(8, seed, true));
 }
 
 // The same eight senders without congestion control overflow the buffer and share the port
@@ -157,20 +168,18 @@ TEST(Incast, WithoutCongestionControlTheAcceptanceFailsForTwoSenders) {
   EXPECT_GT(r.queue_p99_bytes, o.ecn_kmax_bytes);
 }
 
-// 64 senders: met by the default rule, dcqcn-aimd (DCQCN's rate beside Aimd's window), which
-// contains DCQCN: docs/SIMULATION.md, "Incast", 64 senders. DCQCN alone cannot hold the queue
-// here with ConnectX's defaults: each of 64 flows hears a CNP only every 55 us, alpha settles near
-// 0.02 and a cut takes under 1% off (cc test
-// DcqcnReactionPoint.WithACnpEvery55usConnectXsAlphaSettlesNearTwoPercent), so the windows, not
-// the rates, pace the senders, and 64 windows of 128 PSNs are 16 times the buffer. The window's
-// ECN echo rule (cc/aimd.h: DCTCP's cut by the share of echoed PSNs, once per round, with its
-// one-PSN additive increase while the path marks) holds the 64 windows near one PSN each, about
-// 70 KB in flight. The WRITEs are 8 KiB: goodput counts whole WRITEs completed, and a flow's
-// share (156 Mb/s) completes a 64 KiB WRITE only every 3.4 ms, too coarse to measure fairness
-// over milliseconds. Measured from 4 to 7 ms to keep CI cheap; docs/SIMULATION.md has 10 to 20 ms.
-IncastOptions sixty_four(bool dcqcn) {
-  IncastOptions o = acceptance(64, 1, dcqcn);
-  if (dcqcn) o.cc = Cc::kDcqcnAimd;
+// 64 senders. DCQCN alone cannot hold the queue here with ConnectX's defaults: each of 64 flows
+// hears a CNP only every 55 us, alpha settles near 0.02 and a cut takes under 1% off (cc test
+// DcqcnReactionPoint.WithACnpEvery55usConnectXsAlphaSettlesNearTwoPercent), so the transport's
+// windows, not the rates, pace the senders, and 64 windows of 128 PSNs are 16 times the buffer
+// (docs/SIMULATION.md, "Incast", 64 senders). The default rule's window hears the marks (cc/aimd.h:
+// DCTCP's cut by the share of echoed PSNs, once per round, with its one-PSN additive increase while
+// the path marks) and holds the 64 windows near one PSN each, about 70 KB in flight. The WRITEs
+// are 8 KiB: goodput counts whole WRITEs completed, and a flow's share (156 Mb/s) completes a
+// 64 KiB WRITE only every 3.4 ms, too coarse to measure fairness over milliseconds. Measured from
+// 4 to 7 ms to keep CI cheap; docs/SIMULATION.md has 10 to 20 ms.
+IncastOptions sixty_four(bool cc_on) {
+  IncastOptions o = acceptance(64, 1, cc_on);
   o.message_bytes = 8192;
   o.duration_ns = 7'000'000;
   o.converge_ns = 4'000'000;
