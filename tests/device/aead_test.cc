@@ -323,7 +323,8 @@ TEST(Aead, TheConfigFileNamesModeAndKey) {
   auto list = parse_device_file(
       "a 10.0.0.1 aead=encrypt psk=000102030405060708090a0b0c0d0e0f\n"
       "b 10.0.0.2 cc=none aead=off\n"
-      "c 10.0.0.3\n",
+      "c 10.0.0.3\n"
+      "d 10.0.0.4 aead=require\n",
       "f");
   ASSERT_TRUE(list.ok()) << list.error();
   ASSERT_TRUE(list.value()[0].seal);
@@ -331,8 +332,10 @@ TEST(Aead, TheConfigFileNamesModeAndKey) {
   EXPECT_EQ(list.value()[0].seal->key.size, 16u);
   EXPECT_EQ(list.value()[1].seal->mode, seal::Mode::kOff);
   EXPECT_FALSE(list.value()[2].seal);
-  for (const char* bad :
-       {"a 10.0.0.1 aead=encrypt", "a 10.0.0.1 aead=maybe", "a 10.0.0.1 aead=require psk=12"}) {
+  // No psk=: per-connection keys only (agreed through the CM).
+  EXPECT_EQ(list.value()[3].seal->mode, seal::Mode::kRequire);
+  EXPECT_EQ(list.value()[3].seal->key.size, 0u);
+  for (const char* bad : {"a 10.0.0.1 aead=maybe", "a 10.0.0.1 aead=require psk=12"}) {
     auto r = parse_device_file(bad, "f");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

@@ -133,7 +133,9 @@ TEST(Aead, KeysAndPoliciesParse) {
   }
   EXPECT_FALSE(mode_from_name("on"));
   EXPECT_EQ(parse_settings("off", "").value().mode, Mode::kOff);
-  EXPECT_FALSE(parse_settings("encrypt", "").ok());  // a mode that seals needs a key
+  // A mode that seals without a key: per-connection keys only (agreed through the CM).
+  ASSERT_TRUE(parse_settings("encrypt", "").ok());
+  EXPECT_EQ(parse_settings("encrypt", "").value().key.size, 0u);
   EXPECT_FALSE(parse_settings("encrypt", "abc").ok());
   EXPECT_FALSE(parse_settings("sometimes", std::string(32, '1')).ok());
   const auto s = parse_settings("require", std::string(64, 'f'));
