@@ -12,6 +12,7 @@
 #include <deque>
 #include <vector>
 
+#include "keeping_datapath.h"
 #include "seal/sealed_datapath.h"
 #include "wire/builder.h"
 
@@ -84,39 +85,12 @@ TEST(KeyExchange, ALowOrderPeerValueIsRefused) {
   EXPECT_FALSE(s.active.derive(zero, identity(s.active, s.passive)).ok());
 }
 
-// A datapath that keeps each packet sent and hands back queued ones (as tests/seal/aead_test.cc).
-class Keeping final : public datapath::Datapath {
- public:
-  std::vector<std::vector<std::byte>> sent;
-  std::deque<std::vector<std::byte>> inbound;
-  std::size_t receive(Instant, std::size_t max, const RxHandler& handler) override {
-    std::size_t n = 0;
-    while (n < max && !inbound.empty()) {
-      const std::vector<std::byte> p = std::move(inbound.front());
-      inbound.pop_front();
-      ++n;
-      auto pkt = wire::parse_roce(p, true);
-      if (pkt.ok()) handler(pkt.value(), datapath::RxMeta{});
-    }
-    return n;
-  }
-  bool send(Instant, const wire::OuterHeaders&, ConstBytes h,
-            std::span<const ConstBytes> payload) override {
-    std::vector<std::byte> p(h.begin(), h.end());
-    for (ConstBytes b : payload) p.insert(p.end(), b.begin(), b.end());
-    p.resize(p.size() + wire::pad_for(p.size() - h.size()) + wire::kIcrcBytes);
-    sent.push_back(std::move(p));
-    return true;
-  }
-  void flush(Instant) override {}
-};
-
 constexpr std::uint32_t kTxQpn = 0x99;  // the sender's QP
 constexpr std::uint32_t kRxQpn = 0x17;  // the receiver's
 
 // One end of a connection: a sealing datapath in `mode` (with a pre-shared key or none).
 struct End {
-  Keeping inner;
+  KeepingDatapath inner;
   std::unique_ptr<SealedDatapath> sd;
   End(Mode mode, const Key& psk, std::uint32_t salt) {
     sd = SealedDatapath::create(inner, Settings{mode, psk}, salt, 1000).value();
