@@ -681,6 +681,70 @@ TEST_F(CmKeysTest, AUroceRequestAgreesAKeyThatBothEndsDerive) {
   EXPECT_EQ(cm_counters()["keys_agreed"], 1u);
 }
 
+// The device's side active: its REQ to a peer is the plain 256-byte REQ (it does not know what the
+// peer is) with the application's private data as given. A REP from an rxe peer (no mark, no
+// public value) under `require`: a REJ with the reason on the wire, REJECTED (28) for the client.
+TEST_F(CmKeysTest, AnActiveSideUnderRequireRefusesAnRxeReply) {
+  const std::uint32_t id = create_id();
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kResolveAddr;
+  m.id = id;
+  m.dst.family = 4;
+  std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
+  m.dst.port = 7484;
+  ASSERT_EQ(call(m).status, 0);
+  m.type = devd::CmMsgType::kResolveRoute;
+  ASSERT_EQ(call(m).status, 0);
+  ASSERT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kConnect;
+  m.id = id;
+  m.conn.qp_num = 0x779;
+  m.conn.starting_psn = 0x4242;
+  m.conn.responder_resources = 1;
+  m.conn.initiator_depth = 1;
+  m.conn.retry_count = 7;
+  m.conn.rnr_retry_count = 7;
+  m.conn.private_data_len = 56;
+  std::memset(m.conn.private_data, 0x5a, 56);  // all the room the application has
+  m.seal_mode = static_cast<std::uint8_t>(seal::Mode::kRequire);
+  ASSERT_EQ(call(m).status, 0);
+  const auto raw = receive_raw();
+  ASSERT_EQ(raw.size(), wire::kMadBytes);
+  auto got = wire::parse_cm_mad(raw);
+  ASSERT_TRUE(got.ok());
+  const auto& req = std::get<wire::CmReq>(got->message);
+  EXPECT_TRUE(wire::is_uroce_guid(req.local_ca_guid));
+  for (std::size_t i = wire::kCmaHeaderBytes; i < req.private_data.size(); ++i) {
+    ASSERT_EQ(req.private_data[i], 0x5a) << i;
+  }
+  wire::CmRep rep;
+  rep.local_comm_id = 0x66;
+  rep.remote_comm_id = req.local_comm_id;
+  rep.local_qpn = 0x888;
+  rep.starting_psn = 0x1111;
+  rep.responder_resources = 1;
+  rep.initiator_depth = 1;
+  rep.rnr_retry_count = 7;
+  rep.local_ca_guid = 0x0200000000000002ull;  // rxe's kind
+  send(wire::build_cm_mad(wire::CmMad{got->transaction_id, rep}));
+  const auto rej = receive();
+  ASSERT_TRUE(rej.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(rej->message));
+  const auto& j = std::get<wire::CmRej>(rej->message);
+  EXPECT_EQ(j.remote_comm_id, 0x66u);
+  EXPECT_EQ(j.reason, static_cast<std::uint16_t>(wire::CmRejReason::kConsumerDefined));
+  const std::string text(reinterpret_cast<const char*>(j.private_data.data()),
+                         kRequireRejectText.size());
+  EXPECT_EQ(text, kRequireRejectText);
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 8u);  // RDMA_CM_EVENT_REJECTED
+  EXPECT_EQ(ev->status, 28);
+  EXPECT_EQ(ev->qp.seal_key_bytes, 0u);
+  EXPECT_EQ(cm_counters()["keys_refused"], 1u);
+}
+
 // A closed QP's expiry is one of the deadlines the coordinator polls for; once served it moves
 // on. It did not while a context was connected: only the coordinator's idle check (which it skips
 // while there are contexts) forgot expired entries, so its poll returned at once, over and over,
