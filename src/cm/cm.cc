@@ -629,6 +629,7 @@ void CmEndpoint::start_passive(Instant now, Conn& c, const CmPeer& from, std::ui
   c.qp.hop_limit = m.primary_hop_limit;
   c.qp.sl = m.primary_sl;
   c.qp.selective_repeat = config_.selective_repeat && wire::is_uroce_guid(m.local_ca_guid);
+  c.qp.peer_uroce = wire::is_uroce_guid(m.local_ca_guid);
   c.peer_rnr_retry = m.rnr_retry_count;
   // cm.c cm_req_handler: the REP waits the REQ's local response timeout, retried the REQ's
   // max CM retries.
@@ -797,6 +798,7 @@ CmRx CmEndpoint::on_rep(Instant now, const CmPeer& from, std::uint64_t tid, cons
   c->qp.srq = m.srq != 0;
   c->qp.ack_timeout = cm_ack_timeout(m.target_ack_delay, config_.packet_life_time);
   c->qp.selective_repeat = config_.selective_repeat && wire::is_uroce_guid(m.local_ca_guid);
+  c->qp.peer_uroce = wire::is_uroce_guid(m.local_ca_guid);
   stop_timer(*c);
   c->state = State::kRepRcvd;
   if (config_.send_mra) {

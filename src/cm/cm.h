@@ -127,6 +127,13 @@ struct QpAttributes {
   // CmConfig::selective_repeat allows it: the QP recovers losses by selective repeat
   // (transport::Qp::set_selective_repeat; the verbs layer has the last word, DeviceConfig).
   bool selective_repeat = false;
+  // The peer's Local CA GUID (REQ or REP) carries uroce's mark, whatever CmConfig says.
+  bool peer_uroce = false;
+  // The connection's AEAD key (docs/SECURITY.md, "Per-connection keys"): agreed by the
+  // coordinator (devd/cm_keys.h) between two uroce peers whose devices seal; 0 bytes: none.
+  // The CM itself never sets it.
+  std::array<std::uint8_t, 32> seal_key{};
+  std::uint8_t seal_key_bytes = 0;
   bool operator==(const QpAttributes&) const = default;
 };
 

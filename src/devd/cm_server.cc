@@ -102,6 +102,14 @@ cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
   return c;
 }
 
+// Per-connection keys (cm_keys.h): connections keyed, left plain, refused under require.
+std::string key_stats(const CmKeyCounters& k) {
+  return "keys_agreed " + std::to_string(k.agreed) + " keys_plain " +
+         std::to_string(k.plain_peers) + " keys_refused " + std::to_string(k.refused) +
+         " keys_failed " + std::to_string(k.failures) + " keys_bad_extension " +
+         std::to_string(k.bad_extension);
+}
+
 // The rdma_cm port space and port a REQ or SIDR_REQ asks for; nullopt for any other MAD.
 std::optional<wire::RdmaServiceId> requested_service(ConstBytes mad) {
   auto m = wire::parse_cm_mad(mad);
@@ -123,6 +131,7 @@ CmServer::CmServer(const wire::IpAddress& ip, std::uint16_t port,
       port_(port),
       dp_(std::move(dp)),
       cm_(config_for(ip, seed)),
+      keys_(verbs::gid_from_ip(ip).raw),
       psn_(static_cast<std::uint32_t>(seed) & 0xffffff),
       next_ephemeral_(static_cast<std::uint16_t>(
           kEphemeralFirst + (seed >> 24) % (kEphemeralLast - kEphemeralFirst + 1))),
@@ -454,6 +463,10 @@ std::optional<devd::CmMsg> CmServer::handle_on_id(Instant now, int fd, Id& id, c
                                                   devd::CmMsg r) {
   const bool ud =
       id.qp_type == kQptUd || id.ps == static_cast<std::uint32_t>(wire::RdmaPortSpace::kUdp);
+  if (m.type == devd::CmMsgType::kListen || m.type == devd::CmMsgType::kConnect ||
+      m.type == devd::CmMsgType::kAccept) {
+    id.seal_mode = static_cast<seal::Mode>(std::min<std::uint8_t>(m.seal_mode, 3));
+  }
   switch (m.type) {
     case devd::CmMsgType::kDestroyId:
       destroy_id(now, id);
@@ -598,6 +611,7 @@ devd::CmMsg CmServer::accept_command(Instant now, Id& id, const devd::CmMsg& m, 
   }
   auto q = cm_.accept(now, id.conn, accept_params(m.conn, pdata));
   if (!q.ok()) return with_status(r, EINVAL);
+  keys_.on_accept(id.conn, q.value(), id.seal_mode);  // its public value follows the REP
   r.qp = q.value();
   return r;
 }
@@ -622,6 +636,12 @@ void CmServer::deliver_request(const cm::CmEvent& e) {
   const ConstBytes pd(reinterpret_cast<const std::byte*>(e.private_data.data()),
                       e.private_data_bytes);
   auto h = wire::parse_cma_header(pd);
+  if (lid != nullptr && h.ok() && CmKeys::refuses_plain(lid->seal_mode, e.qp.peer_uroce)) {
+    keys_.count_refused();
+    (void)cm_.reject(Instant{}, e.id,
+                     as_bytes(kRequireRejectText.data(), kRequireRejectText.size()));
+    return;
+  }
   if (lid == nullptr || !h.ok()) {
     // A listener gone, or a REQ that is not rdma_cm's: refuse it (cma.c rejects a REQ whose
     // private data has no valid cma_hdr).
@@ -665,6 +685,7 @@ const CmServer::Id& CmServer::add_passive_id(const cm::CmEvent& e, const Id& lis
   id.has_conn = true;
   id.conn = e.id;
   id.listener = listener.number;
+  id.seal_mode = listener.seal_mode;
   id.bound = true;
   const std::uint8_t fam = h.ip_version == 6 ? 6 : 4;
   id.src.family = fam;
@@ -695,6 +716,7 @@ void CmServer::deliver_conn_event(const cm::CmEvent& e) {
   bool forget = false;  // the CM is done with the connection
   switch (e.type) {
     case cm::CmEventType::kConnectResponse:
+      if (!keys_.on_connect_response(e.id, ev.qp, id->seal_mode)) return refuse_response(*id, ev);
       ev.event = kConnectResponse;
       ev.conn.responder_resources = e.qp.max_dest_rd_atomic;
       ev.conn.initiator_depth = e.qp.max_rd_atomic;
@@ -706,6 +728,7 @@ void CmServer::deliver_conn_event(const cm::CmEvent& e) {
       // The active side's librdmacm reports ESTABLISHED itself once it has sent the RTU
       // (ucma_process_conn_resp); the kernel sends no second one.
       if (id->active) return;
+      keys_.on_established(e.id, ev.qp);
       ev.event = kEstablished;
       break;
     case cm::CmEventType::kRejected:
@@ -740,10 +763,29 @@ void CmServer::deliver_conn_event(const cm::CmEvent& e) {
   if (forget || e.type == cm::CmEventType::kRejected || e.type == cm::CmEventType::kUnreachable) {
     // The ID may connect again (rdma_connect after a REJ is allowed by rdma_cm only on a new
     // ID; keeping it simple: the connection is over).
+    keys_.forget(id->conn);
     by_conn_.erase(id->conn.value);
     id->has_conn = false;
   }
   send(id->client, ev);
+}
+
+// Policy `require` and a REP without a key (cm_keys.h): a REJ to the peer, REJECTED (Consumer
+// Defined, with the reason as private data) to the ID's client.
+void CmServer::refuse_response(Id& id, devd::CmMsg& ev) {
+  const ConstBytes why = as_bytes(kRequireRejectText.data(), kRequireRejectText.size());
+  keys_.count_refused();
+  keys_.forget(id.conn);
+  (void)cm_.reject(Instant{}, id.conn, why);
+  ev.event = kRejected;
+  ev.status = static_cast<std::int32_t>(wire::CmRejReason::kConsumerDefined);
+  ev.qp = cm::QpAttributes{};
+  std::memset(ev.conn.private_data, 0, sizeof ev.conn.private_data);
+  std::memcpy(ev.conn.private_data, why.data(), why.size());
+  ev.conn.private_data_len = static_cast<std::uint8_t>(why.size());
+  by_conn_.erase(id.conn.value);
+  id.has_conn = false;
+  send(id.client, ev);
 }
 
 void CmServer::pump(Instant now) {
@@ -763,8 +805,10 @@ void CmServer::pump(Instant now) {
     o.src_port = verbs::rxe_default_udp_sport(wire::kGsiQpn);
     o.dst_port = port_;
     o.ethernet = false;
-    const ConstBytes payload[1] = {ConstBytes(out->mad)};
-    if (dp_->send(now, o, ConstBytes(hdr).first(hn), payload)) {
+    // A REP or RTU to a uroce peer may carry this side's public value after the MAD.
+    const auto ext = keys_.extension_for(ConstBytes(out->mad));
+    const ConstBytes payload[2] = {ConstBytes(out->mad), ext ? ConstBytes(*ext) : ConstBytes()};
+    if (dp_->send(now, o, ConstBytes(hdr).first(hn), std::span(payload, ext ? 2 : 1))) {
       ++counters_.tx_mads;
     } else {
       ++counters_.tx_failed;
@@ -793,8 +837,9 @@ void CmServer::on_sink_readable(Instant now) {
       ++counters_.rx_bad;
       return;
     }
-    if (pkt.payload.size() != wire::kMadBytes ||
-        static_cast<std::uint8_t>(pkt.payload[wire::kMadOffMgmtClass]) != wire::kMgmtClassCm) {
+    // A MAD, or a REP or RTU with the peer's public value after it (cm_keys.h).
+    const std::optional<ConstBytes> mad = keys_.on_receive(pkt.payload);
+    if (!mad || static_cast<std::uint8_t>((*mad)[wire::kMadOffMgmtClass]) != wire::kMgmtClassCm) {
       ++counters_.rx_not_cm;
       return;
     }
@@ -802,9 +847,9 @@ void CmServer::on_sink_readable(Instant now) {
     cm::CmPeer from;
     std::memcpy(from.gid.data(), g.raw.data(), 16);
     ++counters_.rx_mads;
-    if (hold_for_listen(now, from, pkt.payload)) return;
-    if (over_backlog(pkt.payload)) return;
-    (void)cm_.handle_mad(now, from, pkt.payload);
+    if (hold_for_listen(now, from, *mad)) return;
+    if (over_backlog(*mad)) return;
+    (void)cm_.handle_mad(now, from, *mad);
   });
   for (const transport::TxPacket& ack : acks) send_closed_qp_ack(now, ack);
   if (!acks.empty()) dp_->flush(now);
@@ -871,6 +916,8 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
                 static_cast<unsigned long long>(counters_.client_drops),
                 static_cast<unsigned long long>(counters_.req_backlog_drops));
   devd::set_text(m.text, text);
+  send(m);
+  devd::set_text(m.text, key_stats(keys_.counters()));
   send(m);
   if (dp_->has_faults()) {
     std::string line;

@@ -34,6 +34,7 @@
 #include "capture/pcap_file.h"
 #include "cm/cm.h"
 #include "datapath/udp.h"
+#include "devd/cm_keys.h"
 #include "proto/devd_cm_protocol.h"
 #include "proto/devd_protocol.h"
 #include "transport/closed_qps.h"
@@ -106,6 +107,7 @@ class CmServer {
   // `uroce stats`: one kCmId per ID, then a kCmStats.
   void list(const std::function<void(const devd::Msg&)>& send) const;
   const cm::CmCounters& cm_counters() const { return cm_.counters(); }
+  const CmKeyCounters& key_counters() const { return keys_.counters(); }
 
  private:
   struct Id {
@@ -121,9 +123,10 @@ class CmServer {
     bool has_conn = false;
     cm::ConnId conn{};
     bool active = false;
-    std::uint32_t listener = 0;  // a passive connection's listener
-    std::uint32_t qkey = 0;      // UD: the Q_Key of its QP
-    std::uint32_t backlog = 0;   // a listener's: its CONNECT_REQUESTs queued at most
+    std::uint32_t listener = 0;               // a passive connection's listener
+    std::uint32_t qkey = 0;                   // UD: the Q_Key of its QP
+    std::uint32_t backlog = 0;                // a listener's: its CONNECT_REQUESTs queued at most
+    seal::Mode seal_mode = seal::Mode::kOff;  // its device's aead= (listen, connect, accept)
   };
   struct Client {
     pid_t pid = 0;
@@ -164,6 +167,7 @@ class CmServer {
   void deliver(const cm::CmEvent& e);
   void deliver_request(const cm::CmEvent& e);  // a REQ or SIDR_REQ for a listener
   void deliver_conn_event(const cm::CmEvent& e);
+  void refuse_response(Id& id, devd::CmMsg& ev);
   const Id& add_passive_id(const cm::CmEvent& e, const Id& listener, const wire::CmaHeader& h);
   void send(int fd, const devd::CmMsg& m);
   // Hands the client's socket what it takes of its queue; false when the socket failed.
@@ -186,6 +190,7 @@ class CmServer {
   std::unique_ptr<capture::PcapWriter> capture_;  // before dp_, whose tap writes to it
   std::unique_ptr<datapath::UdpDatapath> dp_;
   cm::CmEndpoint cm_;
+  CmKeys keys_;  // per-connection keys with uroce peers (cm_keys.h)
   std::uint32_t psn_ = 0;
   std::map<int, Client> clients_;
   std::vector<int> pending_drops_;  // clients whose socket was full, dropped after the call

@@ -887,6 +887,21 @@ DeviceStats UdpDevice::stats() {
   return stats_locked();
 }
 
+bool UdpDevice::set_connection_key(std::uint32_t local_qpn, const wire::IpAddress& peer,
+                                   std::uint32_t remote_qpn, ConstBytes key) {
+  std::lock_guard lk(mu_);
+  if (!seal_ || (key.size() != 16 && key.size() != 32)) return false;
+  seal::Key k;
+  k.size = key.size();
+  std::copy(key.begin(), key.end(), k.bytes.begin());
+  return seal_->set_connection_key(local_qpn, peer, remote_qpn, k);
+}
+
+void UdpDevice::clear_connection_key(std::uint32_t local_qpn) {
+  std::lock_guard lk(mu_);
+  if (seal_) seal_->clear_connection_key(local_qpn);
+}
+
 void UdpDevice::flush_capture() {
   std::lock_guard lk(mu_);
   if (capture_) capture_->flush();

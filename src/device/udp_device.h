@@ -274,6 +274,14 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // ---- counters ----
 
   DeviceStats stats();
+  // The per-connection key of QP `local_qpn` (docs/SECURITY.md "Per-connection keys"; the
+  // drop-in librdmacm installs what the CM agreed): its packets to `remote_qpn` at `peer` are
+  // sealed with it and only packets sealed with it are taken. False when the device does not
+  // seal (aead=off) or the key is not 16 or 32 bytes. clear_connection_key: back to the device's
+  // pre-shared key (or plain).
+  bool set_connection_key(std::uint32_t local_qpn, const wire::IpAddress& peer,
+                          std::uint32_t remote_qpn, ConstBytes key);
+  void clear_connection_key(std::uint32_t local_qpn);
 
   // ---- faults (fault/fault.h) ----
 

@@ -76,6 +76,9 @@ struct CmMsg {
   // CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED and the passive kAccept's reply: what the QP
   // is to be set to (rdma_init_qp_attr). UD events: the peer's QPN and Q_Key in conn.
   cm::QpAttributes qp;
+  // kListen, kConnect, kAccept: the ID's device's aead= mode (seal::Mode; 0: off), for the
+  // per-connection key (devd/cm_keys.h). Events: qp.seal_key holds the key agreed.
+  std::uint8_t seal_mode = 0;
 };
 static_assert(std::is_trivially_copyable_v<CmMsg>);
 static_assert(sizeof(CmMsg) < 1024);

@@ -41,7 +41,8 @@ struct Key {
 // 32 or 64 hex digits. The message does not repeat the text (it is a secret).
 Result<Key, std::string> parse_key_hex(std::string_view hex);
 
-// What a device seals with: its policy and key (a key is needed unless the mode is kOff).
+// What a device seals with: its policy and pre-shared key. Without a key (size 0) only QPs
+// with a per-connection key (agreed through the CM, seal/key_exchange.h) are sealed.
 struct Settings {
   Mode mode = Mode::kOff;
   Key key;

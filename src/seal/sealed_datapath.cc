@@ -20,17 +20,21 @@ Result<std::unique_ptr<SealedDatapath>, std::string> SealedDatapath::create(
     datapath::Datapath& inner, const Settings& settings, std::uint32_t salt,
     std::uint64_t first_counter) {
   if (settings.mode == Mode::kOff) return Err{std::string("aead=off seals nothing")};
-  auto aead = Aead::create(settings.key);
-  if (!aead.ok()) return Err{aead.error()};
+  std::optional<Aead> psk;
+  if (settings.key.size != 0) {
+    auto aead = Aead::create(settings.key);
+    if (!aead.ok()) return Err{aead.error()};
+    psk.emplace(std::move(aead.value()));
+  }
   return std::unique_ptr<SealedDatapath>(
-      new SealedDatapath(inner, settings.mode, std::move(aead.value()), salt, first_counter));
+      new SealedDatapath(inner, settings.mode, std::move(psk), salt, first_counter));
 }
 
-SealedDatapath::SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, std::uint32_t salt,
-                               std::uint64_t first_counter)
+SealedDatapath::SealedDatapath(datapath::Datapath& inner, Mode mode, std::optional<Aead> psk,
+                               std::uint32_t salt, std::uint64_t first_counter)
     : inner_(inner),
       mode_(mode),
-      aead_(std::move(aead)),
+      psk_(std::move(psk)),
       salt_(salt),
       counter_(first_counter),
       slots_(kSlots * kSlotBytes),
@@ -39,6 +43,33 @@ SealedDatapath::SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, 
       thunk_([this](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
         on_rx(pkt, meta);
       }) {}
+
+bool SealedDatapath::set_connection_key(std::uint32_t local_qpn, const wire::IpAddress& peer,
+                                        std::uint32_t remote_qpn, const Key& key) {
+  auto aead = Aead::create(key);
+  if (!aead.ok()) return false;
+  clear_connection_key(local_qpn);
+  auto k = std::unique_ptr<ConnKey>(new ConnKey{peer, remote_qpn, std::move(aead.value())});
+  by_remote_[RemoteKey{remote_qpn, peer.bytes}] = k.get();
+  by_local_[local_qpn] = std::move(k);
+  return true;
+}
+
+void SealedDatapath::clear_connection_key(std::uint32_t local_qpn) {
+  auto it = by_local_.find(local_qpn);
+  if (it == by_local_.end()) return;
+  auto r = by_remote_.find(RemoteKey{it->second->remote_qpn, it->second->peer.bytes});
+  if (r != by_remote_.end() && r->second == it->second.get()) by_remote_.erase(r);
+  by_local_.erase(it);
+}
+
+Aead* SealedDatapath::tx_key(const wire::OuterHeaders& o, std::uint32_t dest_qpn) {
+  if (!by_remote_.empty()) {
+    auto it = by_remote_.find(RemoteKey{dest_qpn, o.dst.bytes});
+    if (it != by_remote_.end()) return &it->second->aead;
+  }
+  return psk_ ? &*psk_ : nullptr;
+}
 
 std::size_t SealedDatapath::receive(Instant now, std::size_t max, const RxHandler& handler) {
   handler_ = &handler;
@@ -72,8 +103,20 @@ SealedDatapath::Sender& SealedDatapath::add_sender(std::uint32_t salt) {
 void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
   // The device turns deferred ICRC checks off when it seals: every packet here was checked.
   UROCE_CHECK(meta.pending == nullptr);
+  const std::uint32_t qpn = pkt.bth().dest_qpn();
+  Aead* key = nullptr;
+  bool per_connection = false;
+  if (!by_local_.empty()) {
+    auto it = by_local_.find(qpn);
+    if (it != by_local_.end()) {
+      key = &it->second->aead;
+      per_connection = true;
+    }
+  }
+  if (key == nullptr && psk_) key = &*psk_;
   if (!pkt.sealed()) {
-    if (mode_ == Mode::kRequire && pkt.bth().dest_qpn() != kGsiQpn) {
+    // A QP with a per-connection key takes sealed packets only, whatever the device's mode.
+    if ((mode_ == Mode::kRequire || per_connection) && qpn != kGsiQpn) {
       ++counters_.rx_plain_dropped;
       return;
     }
@@ -87,6 +130,10 @@ void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& 
   std::memcpy(tag.data(), pkt.trailer.data() + nonce.size(), tag.size());
   const std::uint32_t salt = load_be32(nonce, 0);
   const std::uint64_t counter = load_be64(nonce, 4);
+  if (key == nullptr) {  // no key this packet can be sealed with here
+    ++counters_.rx_auth_fail;
+    return;
+  }
   Sender* sender = find_sender(salt);
   if (sender != nullptr && !sender->window.fresh(counter)) {
     ++counters_.rx_replay;
@@ -104,10 +151,10 @@ void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& 
   bool ok = false;
   if (pkt.bth().tver() == wire::kTverEncrypted) {
     const MutBytes plain = MutBytes(plain_).first(pkt.payload.size());
-    ok = aead_.open(nonce, headers, {}, pkt.payload, plain, tag);
+    ok = key->open(nonce, headers, {}, pkt.payload, plain, tag);
     out.payload = plain;
   } else {
-    ok = aead_.open(nonce, headers, std::span(&pkt.payload, 1), {}, {}, tag);
+    ok = key->open(nonce, headers, std::span(&pkt.payload, 1), {}, {}, tag);
   }
   if (!ok) {
     ++counters_.rx_auth_fail;
@@ -122,15 +169,21 @@ void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& 
 
 bool SealedDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                           std::span<const ConstBytes> payload) {
-  if (wire::BthView(transport_headers).dest_qpn() == kGsiQpn) {
-    return inner_.send(now, o, transport_headers, payload);
-  }
+  const std::uint32_t dest_qpn = wire::BthView(transport_headers).dest_qpn();
+  Aead* key = dest_qpn == kGsiQpn ? nullptr : tx_key(o, dest_qpn);
+  if (key == nullptr) return inner_.send(now, o, transport_headers, payload);  // QP 1, no key
   std::size_t n = 0;
   for (ConstBytes p : payload) n += p.size();
   if (transport_headers.size() > kMaxHeaderBytes || n > wire::kMaxPayloadBytes) {
     ++counters_.tx_errors;  // no path MTU carries it: lost, as the UDP datapath loses it
     return true;
   }
+  return seal_and_send(now, *key, o, transport_headers, payload, n);
+}
+
+bool SealedDatapath::seal_and_send(Instant now, Aead& aead, const wire::OuterHeaders& o,
+                                   ConstBytes transport_headers,
+                                   std::span<const ConstBytes> payload, std::size_t n) {
   if (used_slots_ == kSlots) {
     inner_.flush(now);  // afterwards no queued packet refers to the slots
     used_slots_ = 0;
@@ -151,14 +204,14 @@ bool SealedDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes t
   Tag tag;
   bool ok = false;
   if (encrypt) {
-    ok = aead_.seal(nonce, headers, {}, payload, data, tag);
+    ok = aead.seal(nonce, headers, {}, payload, data, tag);
   } else {
     std::size_t at = 0;
     for (ConstBytes p : payload) {
       if (!p.empty()) std::memcpy(data.data() + at, p.data(), p.size());
       at += p.size();
     }
-    ok = aead_.seal(nonce, headers, payload, {}, {}, tag);
+    ok = aead.seal(nonce, headers, payload, {}, {}, tag);
   }
   if (!ok) {
     ++counters_.tx_errors;

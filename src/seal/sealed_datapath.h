@@ -28,6 +28,13 @@
 // Packets to QP 1 (the CM's MADs, answered by the coordinator over its own socket) travel plain
 // both ways in every mode.
 //
+// Keys (docs/SECURITY.md): a QP with a per-connection key (set_connection_key, agreed through
+// the CM: seal/key_exchange.h) seals what it sends to its peer's QP with that key, opens what
+// arrives for it with that key only, and takes no plain packet whatever the mode (a
+// per-connection `require`). Every other QP uses the device's pre-shared key when it has one
+// (Settings::key), for programs that exchange QP numbers out of band; without one it sends
+// plain packets, and a sealed packet for it cannot verify (aead_auth_drops).
+//
 // Receive requires the inner datapath not to defer ICRC checks to the handler (RxMeta::pending:
 // the device turns deferral off when it seals) and to accept sealed packets
 // (UdpDatapath::set_accept_sealed).
@@ -36,8 +43,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "datapath/datapath.h"
@@ -78,6 +89,15 @@ class SealedDatapath final : public datapath::Datapath {
 
   Mode mode() const { return mode_; }
   const SealCounters& counters() const { return counters_; }
+  bool has_psk() const { return psk_.has_value(); }
+
+  // The per-connection key of local QP `local_qpn`, connected to QP `remote_qpn` at `peer`
+  // (replaces the QP's earlier one). False when the key does not load (16 or 32 bytes).
+  bool set_connection_key(std::uint32_t local_qpn, const wire::IpAddress& peer,
+                          std::uint32_t remote_qpn, const Key& key);
+  // The QP's packets go back to the pre-shared key (or plain) rules.
+  void clear_connection_key(std::uint32_t local_qpn);
+  std::size_t connection_keys() const { return by_local_.size(); }
 
  private:
   struct Sender {
@@ -87,15 +107,30 @@ class SealedDatapath final : public datapath::Datapath {
     ReplayWindow window;
   };
 
-  SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, std::uint32_t salt,
+  struct ConnKey {
+    wire::IpAddress peer;
+    std::uint32_t remote_qpn = 0;
+    Aead aead;
+  };
+  using RemoteKey = std::pair<std::uint32_t, std::array<std::uint8_t, 16>>;
+
+  SealedDatapath(datapath::Datapath& inner, Mode mode, std::optional<Aead> psk, std::uint32_t salt,
                  std::uint64_t first_counter);
   void on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& meta);
+  // The key a packet to `o.dst`'s QP `dest_qpn` is sealed with: the connection's, else the
+  // pre-shared one, else none (plain).
+  Aead* tx_key(const wire::OuterHeaders& o, std::uint32_t dest_qpn);
+  bool seal_and_send(Instant now, Aead& aead, const wire::OuterHeaders& o,
+                     ConstBytes transport_headers, std::span<const ConstBytes> payload,
+                     std::size_t n);
   Sender* find_sender(std::uint32_t salt);
   Sender& add_sender(std::uint32_t salt);
 
   datapath::Datapath& inner_;
   Mode mode_;
-  Aead aead_;
+  std::optional<Aead> psk_;
+  std::unordered_map<std::uint32_t, std::unique_ptr<ConnKey>> by_local_;  // by local QPN
+  std::map<RemoteKey, ConnKey*> by_remote_;  // by the peer's QPN and address
   std::uint32_t salt_;
   std::uint64_t counter_;
   std::vector<std::byte> slots_;  // kSlots sealed packets (headers, payload, pad, trailer)

@@ -59,9 +59,21 @@ dump() {
   env -u LD_PRELOAD "$uroce" stats 2>&1 | grep -E '^(cm|shared)' || true
 }
 
+# devices ADDR: the environment that gives a side its one device. With UROCE_PAIR_AEAD=MODE
+# (aead_pair.sh) a config file instead, the device at aead=MODE without a psk= (per-connection
+# keys only, docs/SECURITY.md).
+devices() {
+  if [ -n "${UROCE_PAIR_AEAD:-}" ]; then
+    echo "uroce0 $1 aead=$UROCE_PAIR_AEAD" >"$tmp/devices-$1.conf"
+    echo "UROCE_CONFIG=$tmp/devices-$1.conf"
+  else
+    echo "UROCE_DEVICES=$1"
+  fi
+}
+
 src=0
 if [ "${server[0]}" != none ]; then
-  UROCE_DEVICES=$saddr LD_PRELOAD=$preload timeout -k 5 "$limit" "${server[@]}" >"$tmp/server" 2>&1 &
+  env -u UROCE_DEVICES "$(devices "$saddr")" "LD_PRELOAD=$preload" timeout -k 5 "$limit" "${server[@]}" >"$tmp/server" 2>&1 &
   spid=$!
   # Ready when the server listens: its rdma_cm ID in the coordinator's list, or its TCP socket.
   kind=${ready%%:*}
@@ -94,7 +106,7 @@ if [ "${server[0]}" != none ]; then
     exit 1
   fi
 fi
-UROCE_DEVICES=$caddr LD_PRELOAD=$preload timeout -k 5 "$limit" "${client[@]}" >"$tmp/client" 2>&1
+env -u UROCE_DEVICES "$(devices "$caddr")" "LD_PRELOAD=$preload" timeout -k 5 "$limit" "${client[@]}" >"$tmp/client" 2>&1
 crc=$?
 if [ -n "$spid" ]; then
   stays=0

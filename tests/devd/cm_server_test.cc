@@ -19,6 +19,7 @@
 #include "device/device_config.h"
 #include "device/shared_port.h"
 #include "proto/devd_cm_protocol.h"
+#include "seal/key_exchange.h"
 #include "support/test_net.h"
 #include "verbs/address.h"
 #include "wire/builder.h"
@@ -534,6 +535,214 @@ TEST_F(CmServerTest, FaultsReachTheCmsOwnPackets) {
   std::size_t got = 0;
   dp_->receive(16, [&](const wire::RocePacket&, const datapath::RxMeta&) { ++got; });
   EXPECT_EQ(got, 0u);
+}
+
+// Per-connection keys (devd/cm_keys.h, docs/SECURITY.md): the raw endpoint plays the active
+// side. A REQ as rxe sends it (no uroce mark in its Local CA GUID) gets a plain 256-byte REP and
+// no key under `encrypt`, and a REJ under `require`; a REQ from a uroce peer gets the device's
+// X25519 public value after the REP, and the RTU's brings the same key to both ends.
+class CmKeysTest : public CmServerTest {
+ protected:
+  // A listener on `port` of a device whose aead= is `mode`.
+  std::uint32_t listen_sealed(std::uint16_t port, seal::Mode mode) {
+    const std::uint32_t id = create_id();
+    bind(id, port);
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kListen;
+    m.id = id;
+    m.seal_mode = static_cast<std::uint8_t>(mode);
+    EXPECT_EQ(call(m).status, 0);
+    return id;
+  }
+  // The next QP 1 payload the device sends (bounded wait): a MAD, and what follows it.
+  std::vector<std::byte> receive_raw() {
+    std::vector<std::byte> got;
+    for (int i = 0; i < 100 && got.empty(); ++i) {
+      pollfd p{dp_->fd(), POLLIN, 0};
+      if (::poll(&p, 1, 100) != 1) continue;
+      dp_->receive(1, [&](const wire::RocePacket& pkt, const datapath::RxMeta&) {
+        got.assign(pkt.payload.begin(), pkt.payload.end());
+      });
+    }
+    return got;
+  }
+  // Accepts the request of event `ev` with QP `qpn`, as the drop-in librdmacm does.
+  void accept(const devd::CmMsg& ev, std::uint32_t qpn, seal::Mode mode) {
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kAccept;
+    m.id = ev.id;
+    m.conn.qp_num = qpn;
+    m.conn.responder_resources = 1;
+    m.conn.initiator_depth = 1;
+    m.conn.rnr_retry_count = 7;
+    m.seal_mode = static_cast<std::uint8_t>(mode);
+    ASSERT_EQ(call(m).status, 0);
+  }
+  void send_rtu(std::uint32_t device_comm_id, ConstBytes extension) {
+    wire::CmRtu rtu;
+    rtu.local_comm_id = 0x11223344;
+    rtu.remote_comm_id = device_comm_id;
+    const auto mad = wire::build_cm_mad(wire::CmMad{0x81, rtu});
+    std::vector<std::byte> p(mad.begin(), mad.end());
+    p.insert(p.end(), extension.begin(), extension.end());
+    send(p);
+  }
+};
+
+TEST_F(CmKeysTest, AnRxeRequestGetsPlainRoceUnderEncryptAndARejectUnderRequire) {
+  listen_sealed(7481, seal::Mode::kEncrypt);
+  wire::CmReq req = req_for(7481);
+  ASSERT_FALSE(wire::is_uroce_guid(req.local_ca_guid));  // rxe's kind of GUID
+  send(wire::build_cm_mad(wire::CmMad{0x80, req}));
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  ASSERT_EQ(ev->event, 4u);  // CONNECT_REQUEST
+  EXPECT_FALSE(ev->qp.peer_uroce);
+  accept(*ev, 0x777, seal::Mode::kEncrypt);
+  const auto rep = receive_raw();
+  ASSERT_EQ(rep.size(), wire::kMadBytes);  // the REP alone: byte-exact plain RoCE
+  auto m = wire::parse_cm_mad(rep);
+  ASSERT_TRUE(m.ok());
+  const auto& r = std::get<wire::CmRep>(m->message);
+  send_rtu(r.local_comm_id, {});
+  auto est = next_event();
+  ASSERT_TRUE(est.has_value());
+  EXPECT_EQ(est->event, 9u);  // ESTABLISHED
+  EXPECT_EQ(est->qp.seal_key_bytes, 0u);
+
+  // Under require the same REQ is refused on the wire, with the reason, and never offered.
+  listen_sealed(7482, seal::Mode::kRequire);
+  req = req_for(7482);
+  req.local_comm_id = 0x55;
+  req.local_qpn = 0x346;  // another QP (a REQ from the connected one is a stale connection)
+  send(wire::build_cm_mad(wire::CmMad{0x90, req}));
+  const auto rej = receive();
+  ASSERT_TRUE(rej.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(rej->message));
+  const auto& j = std::get<wire::CmRej>(rej->message);
+  EXPECT_EQ(j.reason, static_cast<std::uint16_t>(wire::CmRejReason::kConsumerDefined));
+  EXPECT_EQ(j.remote_comm_id, 0x55u);
+  const std::string text(reinterpret_cast<const char*>(j.private_data.data()),
+                         kRequireRejectText.size());
+  EXPECT_EQ(text, kRequireRejectText);
+  pollfd p{chan_, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "the refused request reached the listener";
+  auto c = cm_counters();
+  EXPECT_EQ(c["keys_plain"], 1u);
+  EXPECT_EQ(c["keys_refused"], 1u);
+  EXPECT_EQ(c["keys_agreed"], 0u);
+}
+
+TEST_F(CmKeysTest, AUroceRequestAgreesAKeyThatBothEndsDerive) {
+  listen_sealed(7483, seal::Mode::kEncrypt);
+  wire::CmReq req = req_for(7483);
+  req.local_ca_guid = verbs::node_guid_from_ip(ip(g_peer.c_str()));
+  ASSERT_TRUE(wire::is_uroce_guid(req.local_ca_guid));
+  send(wire::build_cm_mad(wire::CmMad{0x80, req}));
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  ASSERT_EQ(ev->event, 4u);
+  EXPECT_TRUE(ev->qp.peer_uroce);
+  // The application's private data is its own: all 56 bytes after the rdma_cm header.
+  EXPECT_EQ(ev->conn.private_data_len, 56);
+  accept(*ev, 0x778, seal::Mode::kEncrypt);
+  const auto rep = receive_raw();
+  ASSERT_EQ(rep.size(), wire::kMadBytes + kExtensionBytes);
+  auto m = wire::parse_cm_mad(ConstBytes(rep).first(wire::kMadBytes));
+  ASSERT_TRUE(m.ok());
+  const auto& r = std::get<wire::CmRep>(m->message);
+  EXPECT_EQ(std::memcmp(rep.data() + wire::kMadBytes, "urkx", 4), 0);
+  seal::PublicShare device_share;
+  std::memcpy(device_share.data(), rep.data() + wire::kMadBytes + 8, device_share.size());
+  // The active side's half, as a uroce coordinator does it.
+  auto own = seal::KeyShare::generate();
+  ASSERT_TRUE(own.ok());
+  seal::ConnectionIdentity id;
+  id.active_gid = gid(g_peer.c_str());
+  id.passive_gid = gid(g_device.c_str());
+  id.active_qpn = req.local_qpn;
+  id.passive_qpn = r.local_qpn;
+  id.active_comm_id = req.local_comm_id;
+  id.passive_comm_id = r.local_comm_id;
+  id.active_share = own->public_share();
+  id.passive_share = device_share;
+  const auto key = own->derive(device_share, id);
+  ASSERT_TRUE(key.ok()) << key.error();
+  std::array<std::byte, kExtensionBytes> ext{};
+  std::memcpy(ext.data(), "urkx", 4);
+  ext[4] = std::byte{1};
+  std::memcpy(ext.data() + 8, own->public_share().data(), seal::kPublicShareBytes);
+  send_rtu(r.local_comm_id, ext);
+  auto est = next_event();
+  ASSERT_TRUE(est.has_value());
+  ASSERT_EQ(est->event, 9u);  // ESTABLISHED, with the connection's key
+  ASSERT_EQ(est->qp.seal_key_bytes, 32u);
+  EXPECT_EQ(std::memcmp(est->qp.seal_key.data(), key->bytes.data(), 32), 0);
+  EXPECT_EQ(cm_counters()["keys_agreed"], 1u);
+}
+
+// The device's side active: its REQ to a peer is the plain 256-byte REQ (it does not know what the
+// peer is) with the application's private data as given. A REP from an rxe peer (no mark, no
+// public value) under `require`: a REJ with the reason on the wire, REJECTED (28) for the client.
+TEST_F(CmKeysTest, AnActiveSideUnderRequireRefusesAnRxeReply) {
+  const std::uint32_t id = create_id();
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kResolveAddr;
+  m.id = id;
+  m.dst.family = 4;
+  std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
+  m.dst.port = 7484;
+  ASSERT_EQ(call(m).status, 0);
+  m.type = devd::CmMsgType::kResolveRoute;
+  ASSERT_EQ(call(m).status, 0);
+  ASSERT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
+  m = devd::CmMsg{};
+  m.type = devd::CmMsgType::kConnect;
+  m.id = id;
+  m.conn.qp_num = 0x779;
+  m.conn.starting_psn = 0x4242;
+  m.conn.responder_resources = 1;
+  m.conn.initiator_depth = 1;
+  m.conn.retry_count = 7;
+  m.conn.rnr_retry_count = 7;
+  m.conn.private_data_len = 56;
+  std::memset(m.conn.private_data, 0x5a, 56);  // all the room the application has
+  m.seal_mode = static_cast<std::uint8_t>(seal::Mode::kRequire);
+  ASSERT_EQ(call(m).status, 0);
+  const auto raw = receive_raw();
+  ASSERT_EQ(raw.size(), wire::kMadBytes);
+  auto got = wire::parse_cm_mad(raw);
+  ASSERT_TRUE(got.ok());
+  const auto& req = std::get<wire::CmReq>(got->message);
+  EXPECT_TRUE(wire::is_uroce_guid(req.local_ca_guid));
+  for (std::size_t i = wire::kCmaHeaderBytes; i < req.private_data.size(); ++i) {
+    ASSERT_EQ(req.private_data[i], 0x5a) << i;
+  }
+  wire::CmRep rep;
+  rep.local_comm_id = 0x66;
+  rep.remote_comm_id = req.local_comm_id;
+  rep.local_qpn = 0x888;
+  rep.starting_psn = 0x1111;
+  rep.responder_resources = 1;
+  rep.initiator_depth = 1;
+  rep.rnr_retry_count = 7;
+  rep.local_ca_guid = 0x0200000000000002ull;  // rxe's kind
+  send(wire::build_cm_mad(wire::CmMad{got->transaction_id, rep}));
+  const auto rej = receive();
+  ASSERT_TRUE(rej.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(rej->message));
+  const auto& j = std::get<wire::CmRej>(rej->message);
+  EXPECT_EQ(j.remote_comm_id, 0x66u);
+  EXPECT_EQ(j.reason, static_cast<std::uint16_t>(wire::CmRejReason::kConsumerDefined));
+  const std::string text(reinterpret_cast<const char*>(j.private_data.data()),
+                         kRequireRejectText.size());
+  EXPECT_EQ(text, kRequireRejectText);
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 8u);  // RDMA_CM_EVENT_REJECTED
+  EXPECT_EQ(ev->status, 28);
+  EXPECT_EQ(ev->qp.seal_key_bytes, 0u);
+  EXPECT_EQ(cm_counters()["keys_refused"], 1u);
 }
 
 // A closed QP's expiry is one of the deadlines the coordinator polls for; once served it moves

@@ -271,6 +271,72 @@ INSTANTIATE_TEST_SUITE_P(Modes, AeadAttacks,
                          ::testing::Values(seal::Mode::kAuthenticate, seal::Mode::kEncrypt),
                          [](const auto& info) { return std::string(seal::mode_name(info.param)); });
 
+// Per-connection keys (docs/SECURITY.md): two devices at `encrypt` without a pre-shared key seal
+// only the QPs the CM gave a key (here set as the drop-in librdmacm sets it). A WRITE arrives
+// sealed, its text in no packet. The receiver of a later session (a new process: new replay
+// windows), whose QP of that number has that session's key, drops the WRITE recorded from the
+// first session (its tag fails), counted, where under one pre-shared key it verified.
+TEST(Aead, PerConnectionKeysSealWithoutAPskAndAnEarlierSessionsPacketFails) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const std::string cap = temp_path("per-connection");
+  std::vector<std::byte> recorded;
+  std::uint32_t a_qpn = 0;
+  std::uint32_t b_qpn = 0;
+  const auto key_of = [](char c) {
+    std::array<std::byte, 32> k;
+    k.fill(static_cast<std::byte>(c));
+    return k;
+  };
+  const auto text = secret_text(3000);
+  {
+    Side a, b;
+    test::SideOptions oa, ob;
+    oa.device.seal = seal::Settings{seal::Mode::kEncrypt, {}};
+    ob.device.seal = seal::Settings{seal::Mode::kEncrypt, {}};
+    // Exclusive devices: every packet to the address reaches the one process (a shared one
+    // steers a QPN no context owns any more to its coordinator).
+    oa.sharing = UdpDevice::Sharing::kExclusive;
+    ob.sharing = UdpDevice::Sharing::kExclusive;
+    oa.capture = cap;
+    test::make_side(a, a_ip, oa);
+    test::make_side(b, b_ip, ob);
+    test::pair_up(a, b);
+    a_qpn = a.qpn;
+    b_qpn = b.qpn;
+    const auto k1 = key_of('1');
+    ASSERT_TRUE(a.dev->set_connection_key(a.qpn, test::v4(b_ip), b.qpn, ConstBytes(k1)));
+    ASSERT_TRUE(b.dev->set_connection_key(b.qpn, test::v4(a_ip), a.qpn, ConstBytes(k1)));
+    ASSERT_EQ(write(a, b, 0, text).status, WcStatus::kSuccess);
+    EXPECT_EQ(std::memcmp(b.buf.data(), text.data(), text.size()), 0);
+    EXPECT_GT(counter(a, "aead_tx_pkts"), 0u);
+    EXPECT_EQ(counter(b, "aead_rx_pkts"), counter(a, "aead_tx_pkts"));
+    EXPECT_EQ(counter(b, "aead_plain_rx"), 0u);
+    a.dev->flush_capture();
+    for (const auto& p : packets_from(cap, a_ip)) {
+      EXPECT_EQ(wire::BthView(p).tver(), wire::kTverEncrypted);
+      EXPECT_FALSE(contains(p, ConstBytes(text).subspan(5, 24)));
+      if (wire::BthView(p).opcode() == static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteFirst)) {
+        recorded = p;
+      }
+    }
+  }
+  ASSERT_FALSE(recorded.empty());
+  Side b2;
+  test::SideOptions ob2;
+  ob2.device.seal = seal::Settings{seal::Mode::kEncrypt, {}};
+  ob2.sharing = UdpDevice::Sharing::kExclusive;
+  test::make_side(b2, b_ip, ob2);
+  const auto k2 = key_of('2');
+  ASSERT_TRUE(b2.dev->set_connection_key(b_qpn, test::v4(a_ip), a_qpn, ConstBytes(k2)));
+  Injector attacker(a_ip);
+  attacker.send(b_ip, recorded);
+  test::receive(b2, 1);
+  EXPECT_EQ(counter(b2, "aead_auth_drops"), 1u);
+  EXPECT_EQ(counter(b2, "aead_rx_pkts"), 0u);
+  std::filesystem::remove(cap);
+}
+
 // a's WRITE towards b cannot get through: b drops every packet, counted under `dropped_as`,
 // and a's completion is retry-exceeded (ACK timeout about 1 ms, 2 retries).
 void fails_cleanly(const seal::Settings& sa, const seal::Settings& sb,
@@ -323,7 +389,8 @@ TEST(Aead, TheConfigFileNamesModeAndKey) {
   auto list = parse_device_file(
       "a 10.0.0.1 aead=encrypt psk=000102030405060708090a0b0c0d0e0f\n"
       "b 10.0.0.2 cc=none aead=off\n"
-      "c 10.0.0.3\n",
+      "c 10.0.0.3\n"
+      "d 10.0.0.4 aead=require\n",
       "f");
   ASSERT_TRUE(list.ok()) << list.error();
   ASSERT_TRUE(list.value()[0].seal);
@@ -331,8 +398,10 @@ TEST(Aead, TheConfigFileNamesModeAndKey) {
   EXPECT_EQ(list.value()[0].seal->key.size, 16u);
   EXPECT_EQ(list.value()[1].seal->mode, seal::Mode::kOff);
   EXPECT_FALSE(list.value()[2].seal);
-  for (const char* bad :
-       {"a 10.0.0.1 aead=encrypt", "a 10.0.0.1 aead=maybe", "a 10.0.0.1 aead=require psk=12"}) {
+  // No psk=: per-connection keys only (agreed through the CM).
+  EXPECT_EQ(list.value()[3].seal->mode, seal::Mode::kRequire);
+  EXPECT_EQ(list.value()[3].seal->key.size, 0u);
+  for (const char* bad : {"a 10.0.0.1 aead=maybe", "a 10.0.0.1 aead=require psk=12"}) {
     auto r = parse_device_file(bad, "f");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

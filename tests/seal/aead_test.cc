@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "keeping_datapath.h"
 #include "seal/sealed_datapath.h"
 #include "wire/builder.h"
 
@@ -133,7 +134,9 @@ TEST(Aead, KeysAndPoliciesParse) {
   }
   EXPECT_FALSE(mode_from_name("on"));
   EXPECT_EQ(parse_settings("off", "").value().mode, Mode::kOff);
-  EXPECT_FALSE(parse_settings("encrypt", "").ok());  // a mode that seals needs a key
+  // A mode that seals without a key: per-connection keys only (agreed through the CM).
+  ASSERT_TRUE(parse_settings("encrypt", "").ok());
+  EXPECT_EQ(parse_settings("encrypt", "").value().key.size, 0u);
   EXPECT_FALSE(parse_settings("encrypt", "abc").ok());
   EXPECT_FALSE(parse_settings("sometimes", std::string(32, '1')).ok());
   const auto s = parse_settings("require", std::string(64, 'f'));
@@ -178,41 +181,6 @@ TEST(ReplayWindow, TakesEachCounterOnceWithinTheWindow) {
     w.record(c);
   }
 }
-
-// A datapath that keeps each sent packet (BTH to ICRC, the ICRC left zero: the checks it stands
-// for are the UDP datapath's) and hands queued packets to the handler as the UDP datapath does.
-class KeepingDatapath final : public datapath::Datapath {
- public:
-  std::vector<std::vector<std::byte>> sent;
-  std::deque<std::vector<std::byte>> inbound;
-  std::size_t flushes = 0;
-  std::size_t parse_drops = 0;
-
-  std::size_t receive(Instant, std::size_t max, const RxHandler& handler) override {
-    std::size_t n = 0;
-    while (n < max && !inbound.empty()) {
-      const std::vector<std::byte> p = std::move(inbound.front());
-      inbound.pop_front();
-      ++n;
-      auto pkt = wire::parse_roce(p, true);
-      if (!pkt.ok()) {
-        ++parse_drops;
-        continue;
-      }
-      handler(pkt.value(), datapath::RxMeta{});
-    }
-    return n;
-  }
-  bool send(Instant, const wire::OuterHeaders&, ConstBytes h,
-            std::span<const ConstBytes> payload) override {
-    std::vector<std::byte> p(h.begin(), h.end());
-    for (ConstBytes b : payload) p.insert(p.end(), b.begin(), b.end());
-    p.resize(p.size() + wire::pad_for(p.size() - h.size()) + wire::kIcrcBytes);
-    sent.push_back(std::move(p));
-    return true;
-  }
-  void flush(Instant) override { ++flushes; }
-};
 
 struct Received {
   std::vector<std::byte> payload;

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "compat/connection_key.h"
 #include "compat/ibverbs/compat.h"
 #include "datapath/udp.h"
 #include "edge/environment.h"
@@ -1826,8 +1827,30 @@ UROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
   return q->ex ? &q->ibv : nullptr;
 }
 
+// The per-connection key of kQpConnectionKey (compat/connection_key.h); a move to RTR without
+// it clears the QP's key. False when the key does not go in (the device does not seal).
+static bool apply_connection_key(ibv_qp* qp, const ibv_qp_attr* attr, std::uint32_t m) {
+  engine::UdpDevice* dev = ctx_of(qp->context)->s->udp.load();
+  if ((m & kQpConnectionKey) == 0) {
+    if ((m & IBV_QP_STATE) != 0 && attr->qp_state == IBV_QPS_RTR && dev != nullptr) {
+      dev->clear_connection_key(qp->qp_num);
+    }
+    return true;
+  }
+  const auto* k = reinterpret_cast<const QpAttrWithKey*>(attr);
+  Gid g;
+  std::memcpy(g.raw.data(), k->peer_gid, 16);
+  const auto peer = verbs::ip_from_gid(g);
+  return dev != nullptr && peer &&
+         dev->set_connection_key(qp->qp_num, *peer, k->remote_qpn,
+                                 as_bytes(k->key, k->key_bytes <= 32 ? k->key_bytes : 0));
+}
+
 UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
-  const auto m = static_cast<std::uint32_t>(mask);
+  auto m = static_cast<std::uint32_t>(mask);
+  if (!apply_connection_key(qp, attr, m)) return err(Errc::kInvalidArgument);
+  m &= ~kQpConnectionKey;
+  if (m == 0) return 0;  // the key alone
   QpAttr a = to_qp_attr(*attr);
   // uroce's own bit (no IBV_QP_* one, the kernel refuses it): the drop-in librdmacm's RTR for a
   // peer whose GUID carries uroce's mark (cma.cc's modify_rtr).

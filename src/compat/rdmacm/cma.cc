@@ -26,9 +26,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "base/entropy.h"
+#include "compat/connection_key.h"
 #include "compat/rdmacm/rdmacm.h"
 #include "device/device_config.h"
 #include "device/shared_port.h"
@@ -70,6 +74,8 @@ struct Device {
   std::uint8_t max_resp_res = 0;
   std::uint8_t max_init_depth = 0;
   bool opened = false;
+  // The config file's aead= (seal::Mode): what the coordinator's CM negotiates keys for.
+  std::uint8_t seal_mode = 0;
 };
 
 std::mutex g_mu;
@@ -92,6 +98,7 @@ std::vector<Device>& devices() {
           Device d;
           d.name = s.name;
           d.ip = s.ip;
+          d.seal_mode = s.seal ? static_cast<std::uint8_t>(s.seal->mode) : 0;
           d.ctx = ibv_open_device(list[i]);
           if (d.ctx != nullptr) {
             ibv_device_attr a{};
@@ -276,7 +283,17 @@ struct Channel {
 std::mutex g_graveyard_mu;
 std::vector<Channel*>* g_graveyard = nullptr;
 
-void queue_push(Channel* ch, const Queued& q) {
+void install_connection_key(int dev, const CmMsg& m);
+
+void queue_push(Channel* ch, Queued q) {
+  if (q.msg.type == CmMsgType::kEvent && q.msg.event == RDMA_CM_EVENT_ESTABLISHED &&
+      q.msg.qp.seal_key_bytes != 0) {
+    // The passive side's per-connection key (it comes with the RTU): into the QP as soon as it
+    // is here, whether or not the application reads the event before it uses the QP.
+    install_connection_key(q.dev, q.msg);
+    q.msg.qp.seal_key.fill(0);
+    q.msg.qp.seal_key_bytes = 0;
+  }
   ch->queue.push_back(q);
   const std::uint64_t one = 1;
   (void)!::write(ch->efd, &one, sizeof one);
@@ -449,6 +466,60 @@ bool is_ud(const Id* id) { return id->pub.qp_type == IBV_QPT_UD; }
 
 int primary_dev(const Id* id) { return id->subs.empty() ? -1 : id->subs.front().dev; }
 
+// The sealing mode of the ID's device, for the coordinator (devd/cm_keys.h): a connection is
+// keyed only when this library moves its QP (`own_qp`), since it installs the key as it does.
+std::uint8_t seal_mode_of(const Id* id, bool own_qp) {
+  const int dev = primary_dev(id);
+  if (dev < 0 || !own_qp) return 0;
+  std::lock_guard lk(g_mu);
+  return devices()[static_cast<std::size_t>(dev)].seal_mode;
+}
+
+// The per-connection key the CM agreed (`q`), with `a` and `mask` (compat/connection_key.h).
+int modify_with_key(ibv_qp* qp, const cm::QpAttributes& q, const ibv_qp_attr& a, int mask) {
+  compat::QpAttrWithKey k;
+  k.attr = a;
+  if (q.seal_key_bytes != 0 && q.seal_key_bytes <= sizeof k.key) {
+    mask |= static_cast<int>(compat::kQpConnectionKey);
+    k.remote_qpn = q.remote_qpn;
+    std::memcpy(k.peer_gid, q.remote_gid.data(), sizeof k.peer_gid);
+    k.key_bytes = q.seal_key_bytes;
+    std::memcpy(k.key, q.seal_key.data(), q.seal_key_bytes);
+  }
+  if (mask == 0) return 0;
+  const int e = ibv_modify_qp(qp, &k.attr, mask);
+  std::memset(k.key, 0, sizeof k.key);
+  return e;
+}
+
+void install_connection_key(int dev, const CmMsg& m) {
+  std::lock_guard lk(g_mu);
+  auto it = g_ids.find({dev, m.id});
+  if (it == g_ids.end() || it->second->destroyed || it->second->pub.qp == nullptr) return;
+  (void)modify_with_key(it->second->pub.qp, m.qp, ibv_qp_attr{}, 0);
+}
+
+// Passive, a connection the CM keys: waits (bounded) until the ESTABLISHED that brings its key,
+// or another event of the ID, is here, so that the QP has its key before the active side's first
+// packets even when the application sends before it reads the event (perftest's server does).
+// `ch` and `s`: the ID's, read before the accept (the ID may be gone by now).
+void await_connection_event(Channel* ch, const Sub s) {
+  std::lock_guard lk(ch->mu);
+  const int fd = conn_of(ch, s.dev);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (fd >= 0) {
+    for (const Queued& q : ch->queue) {
+      if (q.dev == s.dev && q.msg.id == s.number) return;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return;
+    pollfd pf{fd, POLLIN, 0};
+    (void)::poll(&pf, 1, static_cast<int>(left.count()));
+    pump(ch);
+  }
+}
+
 void set_device(Id* id, int dev) {
   std::lock_guard lk(g_mu);
   Device& d = devices()[static_cast<std::size_t>(dev)];
@@ -574,7 +645,7 @@ int modify_rtr(Id* id, std::uint8_t resp_res) {
   if (id->qp_attr.selective_repeat && id->pub.qp->qp_type == IBV_QPT_RC) {
     mask |= static_cast<int>(uroce::kQpSelectiveRepeat);
   }
-  const int e = ibv_modify_qp(id->pub.qp, &a, mask);
+  const int e = modify_with_key(id->pub.qp, id->qp_attr, a, mask);  // the active side's key
   return e == 0 ? 0 : fail(e);
 }
 
@@ -713,6 +784,8 @@ void on_connect_response(Id* id, const CmMsg& m, Event* e) {
   copy_conn(e, m);
   if (id->pub.qp == nullptr) return;
   int ok = modify_rtr(id, RDMA_MAX_RESP_RES);
+  id->qp_attr.seal_key.fill(0);  // in the device now (when agreed)
+  id->qp_attr.seal_key_bytes = 0;
   if (ok == 0) ok = modify_rts(id, RDMA_MAX_INIT_DEPTH);
   CmMsg req;
   req.type = CmMsgType::kAccept;
@@ -1187,6 +1260,7 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
     req.type = CmMsgType::kListen;
     req.id = s.number;
     req.backlog = backlog;
+    req.seal_mode = seal_mode_of(p, true);  // `require` refuses REQs from peers that are not uroce
     CmMsg r;
     if (!request(ch, s.dev, req, r)) return -1;
     if (!p->bound_any) fill_route(p, r.src, CmAddr{});
@@ -1438,6 +1512,7 @@ UROCE_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   CmMsg req;
   req.type = CmMsgType::kConnect;
   conn_to_msg(p, conn_param, req);
+  req.seal_mode = seal_mode_of(p, id->qp != nullptr);
   if (!is_ud(p) && req.conn.qp_num == 0) return fail(EINVAL);
   p->responder_resources = req.conn.responder_resources;
   p->initiator_depth = req.conn.initiator_depth;
@@ -1469,6 +1544,7 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   CmMsg req;
   req.type = CmMsgType::kAccept;
   conn_to_msg(p, conn_param, req);
+  req.seal_mode = seal_mode_of(p, id->qp != nullptr);
   // What the REQ offers bounds ours (rdma_accept's clamps): our responder resources by its
   // initiator depth, our initiator depth by its responder resources.
   std::uint8_t rr =
@@ -1506,6 +1582,8 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     p->qp_attr.rnr_retry = req.conn.rnr_retry_count;
     p->have_qp_attr = true;
   }
+  Channel* const ch = chan(p->pub.channel);
+  const Sub sub = p->subs.empty() ? Sub{} : p->subs.front();
   CmMsg r;
   if (!command(p, req, r)) {
     const int e = errno;
@@ -1513,6 +1591,7 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     return fail(e);
   }
   if (ud) return 0;  // SIDR: nothing more comes
+  if (req.seal_mode != 0 && r.qp.peer_uroce) await_connection_event(ch, sub);
   return complete(p, sync);
 }
 
