@@ -229,6 +229,9 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
     if (!mtu.ok()) return Err{mtu.error().within("cannot find the interface MTU")};
     cfg.netdev_mtu = mtu.value();
   }
+  // A sealed packet's trailer comes on top: the port MTU shrinks so that it still fits.
+  const seal::Settings sealing = configured_seal(options, entry);
+  cfg.netdev_mtu = seal::roce_share_of_mtu(cfg.netdev_mtu, sealing.mode);
   auto dev = Device::create(cfg);
   if (!dev.ok()) {
     return Err{Error(static_cast<int>(dev.error()),
@@ -266,7 +269,6 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   d->shared_ = std::move(shared);
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
-  const seal::Settings sealing = configured_seal(options, entry);
   if (sealing.mode != seal::Mode::kOff) {
     // Authenticated or encrypted packets (docs/SECURITY.md): the sealing datapath in front of
     // the socket's, with a nonce salt and first counter from the kernel's CSPRNG. It opens
