@@ -42,6 +42,7 @@ SealedDatapath::SealedDatapath(datapath::Datapath& inner, Mode mode, Aead aead, 
 
 std::size_t SealedDatapath::receive(Instant now, std::size_t max, const RxHandler& handler) {
   handler_ = &handler;
+  now_ = now;
   const std::size_t n = inner_.receive(now, max, thunk_);
   handler_ = nullptr;
   return n;
@@ -83,17 +84,25 @@ void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& 
     (*handler_)(pkt, unproven);
     return;
   }
+  // A source whose sealed packets keep failing is refused before the tag check it would cost.
+  const SourceKey source{meta.src.bytes, meta.src_port};
+  if (!failures_.allows(source, now_)) {
+    ++counters_.rx_src_limited;
+    return;
+  }
   const Nonce nonce = nonce_of(pkt);
   const std::uint32_t salt = load_be32(nonce, 0);
   const std::uint64_t counter = load_be64(nonce, 4);
   Sender* sender = find_sender(salt);
   if (sender != nullptr && !sender->window.fresh(counter)) {
     ++counters_.rx_replay;
+    failures_.charge(source, now_);
     return;
   }
   const std::optional<ConstBytes> payload = open_packet(aead_, pkt, plain_);
   if (!payload) {
     ++counters_.rx_auth_fail;
+    failures_.charge(source, now_);
     return;
   }
   wire::RocePacket out = pkt;

@@ -343,6 +343,8 @@ std::vector<FaultLine> read_fault_log(const std::string& path, std::FILE* out) {
 
 }  // namespace
 
+// Long: per frame its outer headers, its RoCE part and its ICRC, with the faults between them;
+// read top to bottom.
 int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err, const seal::Key* key) {
   auto aead = aead_for(key);
   if (!aead.ok()) {

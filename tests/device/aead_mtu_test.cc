@@ -74,27 +74,8 @@ void open_side(Side& s, const char* ip, seal::Mode mode, const std::string& capt
   o.device.seal = sealing(mode);
   o.capture = capture;
   o.buf_bytes = 1 << 19;
-  DeviceConfig cfg;
-  cfg.name = "uroce0";
-  cfg.ip = test::v4(ip);
-  cfg.netdev_mtu = 0;  // the interface's
-  s.ip = ip;
-  s.buf.assign(o.buf_bytes, std::byte{0});
-  auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture, o.sharing, o.device);
-  ASSERT_TRUE(d.ok()) << d.error();
-  s.dev = std::move(d.value());
-  Device& dev = s.dev->device();
-  s.pd = dev.alloc_pd().value();
-  s.mr = dev.reg_mr(s.pd, s.buf.data(), s.buf.size(), test::kAllAccess).value();
-  s.cq = dev.create_cq(CqInitAttr{256, 0, 0})->handle;
-  QpInitAttr init;
-  init.send_cq = s.cq;
-  init.recv_cq = s.cq;
-  init.cap = QpCap{16, 16, 1, 1, 64};
-  auto qp = dev.create_qp(s.pd, init);
-  ASSERT_TRUE(qp.ok());
-  s.qp = qp->handle;
-  s.qpn = qp->qp_num;
+  o.netdev_mtu = 0;  // the interface's
+  test::make_side(s, ip, o);
 }
 
 // Without a namespace: the port MTU a device offers, from an interface MTU it is given.

@@ -33,6 +33,18 @@ seal::Settings sealing(seal::Mode m, const char* key = kKey) {
   return s;
 }
 
+// a and b, each at an address of its own, sealing in `ma` and `mb`, connected; a captures to
+// `cap` unless it is empty.
+void sealed_pair(Side& a, Side& b, seal::Mode ma, seal::Mode mb, const std::string& cap = {}) {
+  test::SideOptions oa, ob;
+  oa.device.seal = sealing(ma);
+  ob.device.seal = sealing(mb);
+  oa.capture = cap;
+  test::make_side(a, test::unique_ip(), oa);
+  test::make_side(b, test::unique_ip(), ob);
+  test::pair_up(a, b);
+}
+
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("uroce-aead-" + name + "-" + std::to_string(::getpid()) + ".pcap"))
@@ -122,17 +134,10 @@ class AeadModes : public ::testing::TestWithParam<seal::Mode> {};
 // shows the text only when the mode leaves the payload in clear.
 TEST_P(AeadModes, DataArrivesAndTheWireShowsPlaintextOnlyWhenNotEncrypted) {
   const seal::Mode mode = GetParam();
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   const std::string cap = temp_path(std::string("data-") + std::string(seal::mode_name(mode)));
   Side a, b;
-  test::SideOptions oa, ob;
-  oa.device.seal = sealing(mode);
-  ob.device.seal = sealing(mode);
-  oa.capture = cap;
-  test::make_side(a, a_ip, oa);
-  test::make_side(b, b_ip, ob);
-  test::pair_up(a, b);
+  sealed_pair(a, b, mode, mode, cap);
+  const char* const a_ip = a.ip.c_str();
   const auto text = secret_text(65536);
   const Wc wc = write(a, b, 0, text);
   EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
@@ -206,17 +211,11 @@ class AeadAttacks : public ::testing::TestWithParam<seal::Mode> {};
 // tag fails). Each is dropped and counted by b before its QP sees it; b's memory stays as it
 // was; the connection's next WRITE completes.
 TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   const std::string cap = temp_path(std::string("attack-") + std::string(mode_name(GetParam())));
   Side a, b;
-  test::SideOptions oa, ob;
-  oa.device.seal = sealing(GetParam());
-  ob.device.seal = sealing(seal::Mode::kRequire);
-  oa.capture = cap;
-  test::make_side(a, a_ip, oa);
-  test::make_side(b, b_ip, ob);
-  test::pair_up(a, b);
+  sealed_pair(a, b, GetParam(), seal::Mode::kRequire, cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
   const auto text = secret_text(512);
   ASSERT_EQ(write(a, b, 0, text).status, WcStatus::kSuccess);
   a.dev->flush_capture();
@@ -287,17 +286,11 @@ struct Captured {
 // sealed packet verifies and the dump shows the payload decrypted; under another key every one
 // fails verification, reported as invalid, not a crash; without a key the capture still checks.
 TEST(Aead, PcapVerifiesAndDecryptsGivenTheKey) {
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   const std::string cap = temp_path("pcap-psk");
   Side a, b;
-  test::SideOptions oa, ob;
-  oa.device.seal = sealing(seal::Mode::kEncrypt);
-  ob.device.seal = sealing(seal::Mode::kEncrypt);
-  oa.capture = cap;
-  test::make_side(a, a_ip, oa);
-  test::make_side(b, b_ip, ob);
-  test::pair_up(a, b);
+  sealed_pair(a, b, seal::Mode::kEncrypt, seal::Mode::kEncrypt, cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
   ASSERT_EQ(write(a, b, 0, secret_text(3000)).status, WcStatus::kSuccess);
   a.dev->flush_capture();
   const std::size_t sealed = packets_from(cap, a_ip).size() + packets_from(cap, b_ip).size();
@@ -358,15 +351,10 @@ std::vector<std::byte> plain_send(std::uint32_t qpn, std::uint32_t psn, ConstByt
 // (authenticate and encrypt take plain packets) but pins nothing: the peer's WRITEs that follow
 // get through, and once one of them pinned port 4791 the injector's next packet is dropped.
 TEST_P(AeadAttacks, APlainPacketFirstDoesNotPinItsPort) {
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   Side a, b;
-  test::SideOptions oa, ob;
-  oa.device.seal = sealing(GetParam());
-  ob.device.seal = sealing(GetParam());
-  test::make_side(a, a_ip, oa);
-  test::make_side(b, b_ip, ob);
-  test::pair_up(a, b);
+  sealed_pair(a, b, GetParam(), GetParam());
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
   const transport::Qp& qb = *b.dev->device().find_qp(b.qpn);
   ASSERT_FALSE(qb.peer_udp_port());  // to be learned
   const Sge rsge{b.va(300000), 64, b.mr.lkey};
@@ -390,6 +378,47 @@ TEST_P(AeadAttacks, APlainPacketFirstDoesNotPinItsPort) {
   attacker.send(b_ip, plain_send(b.qpn, qb.responder_psn(), forged));
   test::receive(b, 1);
   EXPECT_EQ(qb.counters().src_port_mismatch, 1u);
+}
+
+// A flood of forged sealed packets from the peer's address on another port: the source's
+// budget of failures (SealedDatapath::kFailBurst, then kFailPerSecond) bounds the tag checks it
+// costs; the rest are dropped unopened and counted (aead_src_limited, in `uroce stats`); the
+// peer's own connection, from port 4791, goes on. The bound is computed from the time the flood
+// took, not assumed.
+TEST_P(AeadAttacks, AFloodOfForgedPacketsIsLimitedPerSource) {
+  const std::string cap = temp_path(std::string("flood-") + std::string(mode_name(GetParam())));
+  Side a, b;
+  sealed_pair(a, b, GetParam(), GetParam(), cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
+  ASSERT_EQ(write(a, b, 0, secret_text(512)).status, WcStatus::kSuccess);
+  a.dev->flush_capture();
+  std::vector<std::byte> captured = packets_from(cap, a_ip).at(0);
+  const std::size_t nonce = captured.size() - wire::kIcrcBytes - wire::kSealTrailerBytes;
+  constexpr std::uint64_t kFlood = 400;
+  Injector attacker(a_ip);
+  const Instant start = UdpDevice::now();
+  for (std::uint64_t i = 0; i < kFlood; ++i) {
+    captured[captured.size() - wire::kIcrcBytes - 1] ^= std::byte{0x01};  // a wrong tag
+    store_be64(captured, nonce + 4, load_be64(captured, nonce + 4) + 1);  // a new counter
+    attacker.send(b_ip, captured);
+    if (i % 64 == 63) test::receive(b, 64);
+  }
+  test::receive(b, kFlood % 64);
+  const double seconds = static_cast<double>((UdpDevice::now() - start).count_ns()) / 1e9;
+  const std::uint64_t checked = counter(b, "aead_auth_drops");
+  const std::uint64_t limited = counter(b, "aead_src_limited");
+  EXPECT_EQ(checked + limited, kFlood);
+  EXPECT_GE(checked, std::uint64_t{seal::SealedDatapath::kFailBurst});
+  EXPECT_LE(static_cast<double>(checked),
+            seal::SealedDatapath::kFailBurst + seal::SealedDatapath::kFailPerSecond * seconds + 1);
+  const auto more = secret_text(2000);
+  ASSERT_EQ(write(a, b, 8192, more, 2).status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 8192, more.data(), more.size()), 0);
+  const std::string stats = format_stats_text(b.dev->stats(), false);
+  EXPECT_NE(stats.find(" aead_src_limited " + std::to_string(limited) + " "), std::string::npos)
+      << stats;
+  std::filesystem::remove(cap);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, AeadAttacks,

@@ -57,6 +57,7 @@ struct SideOptions {
   std::size_t buf_bytes = 1 << 20;
   UdpDevice::Sharing sharing = UdpDevice::Sharing::kDefault;
   DeviceOptions device;  // what the edge would read from UROCE_* (device/device_options.h)
+  std::uint32_t netdev_mtu = 1500;  // the port MTU's source (0: the interface's MTU)
 };
 
 // Opens the device (polling mode) and creates PD, an MR over `buf`, a CQ and an RC QP.
@@ -64,6 +65,7 @@ inline void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
   DeviceConfig cfg;
   cfg.name = o.name;
   cfg.ip = v4(ip);
+  cfg.netdev_mtu = o.netdev_mtu;
   s.ip = ip;
   s.buf.assign(o.buf_bytes, std::byte{0});
   auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture, o.sharing, o.device);
