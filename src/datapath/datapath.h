@@ -36,6 +36,10 @@ struct RxMeta {
   wire::PendingIcrc* pending = nullptr;
   ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
                          // valid during the handler call only (set_ip_header_for_ud_only)
+  // False for a packet a sealing datapath (seal::SealedDatapath) took without a tag that
+  // verified, a plain one under aead=authenticate or encrypt: anyone may have sent it, so source
+  // pinning must not learn the peer's port from it (transport::PacketInfo::may_teach_port).
+  bool may_teach_port = true;
 };
 
 // A network interface as the engine sees it: packets go out through send() and flush(), and

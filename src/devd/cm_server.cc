@@ -286,8 +286,10 @@ void CmServer::send(int fd, const devd::CmMsg& m) {
     return;
   }
   c.out.push_back(m);
+  c.out_source.push_back(sending_from_);
   if (m.type == devd::CmMsgType::kEvent && m.event == kConnectRequest) {
     ++c.queued_requests[m.listen_id];
+    if (sending_from_) ++c.queued_from[{m.listen_id, *sending_from_}];
   }
 }
 
@@ -300,13 +302,18 @@ bool CmServer::flush_out(int fd, Client& c) {
     if (m.type == devd::CmMsgType::kEvent && m.event == kConnectRequest) {
       auto q = c.queued_requests.find(m.listen_id);
       if (q != c.queued_requests.end() && --q->second == 0) c.queued_requests.erase(q);
+      if (const auto& from = c.out_source.front()) {
+        auto f = c.queued_from.find({m.listen_id, *from});
+        if (f != c.queued_from.end() && --f->second == 0) c.queued_from.erase(f);
+      }
     }
     c.out.pop_front();
+    c.out_source.pop_front();
   }
   return true;
 }
 
-bool CmServer::over_backlog(ConstBytes mad) {
+bool CmServer::over_backlog(ConstBytes mad, const Source& from) {
   const auto sid = requested_service(mad);
   if (!sid) return false;
   const auto ps = static_cast<std::uint32_t>(sid->port_space);
@@ -315,9 +322,18 @@ bool CmServer::over_backlog(ConstBytes mad) {
     if (id == ids_.end() || id->second.ps != ps || id->second.src.port != sid->port) continue;
     auto c = clients_.find(id->second.client);
     if (c == clients_.end()) return false;
+    const std::uint32_t backlog = id->second.backlog;
     auto q = c->second.queued_requests.find(number);
-    if (q == c->second.queued_requests.end() || q->second < id->second.backlog) return false;
-    ++counters_.req_backlog_drops;
+    if (q == c->second.queued_requests.end()) return false;
+    if (q->second >= backlog) {
+      ++counters_.req_backlog_drops;
+      return true;
+    }
+    // One source's share: all but a reserve for the others.
+    const std::uint32_t share = backlog - std::min(kReqReserve, backlog / 2);
+    auto f = c->second.queued_from.find({number, from});
+    if (f == c->second.queued_from.end() || f->second < share) return false;
+    ++counters_.req_src_limited;
     return true;
   }
   return false;
@@ -670,7 +686,11 @@ void CmServer::deliver_request(const cm::CmEvent& e) {
   ev.conn.srq = e.qp.srq ? 1 : 0;
   ev.conn.qp_num = e.qp.remote_qpn;
   ev.qp = e.qp;
+  Source src;  // the REQ's, for its source's share of the backlog (over_backlog)
+  std::memcpy(src.data(), e.peer.gid.data(), src.size());
+  sending_from_ = src;
   send(id.client, ev);
+  sending_from_.reset();
 }
 
 // The passive ID of a request to `listener`, its addresses from the request's rdma_cm header.
@@ -848,7 +868,9 @@ void CmServer::on_sink_readable(Instant now) {
     std::memcpy(from.gid.data(), g.raw.data(), 16);
     ++counters_.rx_mads;
     if (hold_for_listen(now, from, *mad)) return;
-    if (over_backlog(*mad)) return;
+    Source src;
+    std::memcpy(src.data(), g.raw.data(), src.size());
+    if (over_backlog(*mad, src)) return;
     (void)cm_.handle_mad(now, from, *mad);
   });
   for (const transport::TxPacket& ack : acks) send_closed_qp_ack(now, ack);
@@ -912,9 +934,10 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   m.type = devd::MsgType::kCmStats;
   devd::set_text(m.text, text);
   send(m);
-  std::snprintf(text, sizeof text, "client_drops %llu req_backlog_drops %llu",
+  std::snprintf(text, sizeof text, "client_drops %llu req_backlog_drops %llu req_src_limited %llu",
                 static_cast<unsigned long long>(counters_.client_drops),
-                static_cast<unsigned long long>(counters_.req_backlog_drops));
+                static_cast<unsigned long long>(counters_.req_backlog_drops),
+                static_cast<unsigned long long>(counters_.req_src_limited));
   devd::set_text(m.text, text);
   send(m);
   devd::set_text(m.text, key_stats(keys_.counters()));

@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -52,8 +53,11 @@ struct CmServerCounters {
   std::uint64_t tx_failed = 0;          // MADs the socket did not take
   std::uint64_t client_drops = 0;       // clients dropped (closed, or not reading their events)
   std::uint64_t req_backlog_drops = 0;  // REQs dropped: their listener's backlog was full
-  std::uint64_t req_held = 0;           // REQs that came for a port before its listen
-  std::uint64_t closed_qp_acks = 0;     // duplicates acknowledged for a closed context's QPs
+  // REQs dropped: their source (IP address) held its share of the listener's backlog already,
+  // all of it but the kReqReserve kept for other sources (docs/SECURITY.md).
+  std::uint64_t req_src_limited = 0;
+  std::uint64_t req_held = 0;        // REQs that came for a port before its listen
+  std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for a closed context's QPs
 };
 
 class CmServer {
@@ -128,11 +132,20 @@ class CmServer {
     std::uint32_t backlog = 0;                // a listener's: its CONNECT_REQUESTs queued at most
     seal::Mode seal_mode = seal::Mode::kOff;  // its device's aead= (listen, connect, accept)
   };
+  using Source = std::array<std::uint8_t, 16>;  // a REQ's IP source, as the CM's GID
   struct Client {
     pid_t pid = 0;
     std::deque<devd::CmMsg> out;  // what its socket has not taken yet, in order
     std::map<std::uint32_t, std::uint32_t> queued_requests;  // listener -> its requests in `out`
+    // (listener, the REQ's source address) -> its requests in `out`; `out_source` holds each
+    // queued message's source, in `out`'s order (none for other messages).
+    std::map<std::pair<std::uint32_t, Source>, std::uint32_t> queued_from;
+    std::deque<std::optional<Source>> out_source;
   };
+  // Of a listener's backlog, the requests one source may not take (when the backlog has
+  // 2 * kReqReserve or more; else half of it): a flood of REQs from one address leaves the others
+  // room to connect.
+  static constexpr std::uint32_t kReqReserve = 16;
   // A client's queue at most (each under 1 KiB): past it the client is dropped.
   static constexpr std::size_t kMaxQueued = 16384;
   // rdma_listen's backlog when it gives none or more (the kernel's net.rdma_ucm.max_backlog).
@@ -174,7 +187,7 @@ class CmServer {
   bool flush_out(int fd, Client& c);
   // A REQ or SIDR_REQ for a listener whose queued requests fill its backlog: true (and counted)
   // when `mad` is one, to be dropped unanswered.
-  bool over_backlog(ConstBytes mad);
+  bool over_backlog(ConstBytes mad, const Source& from);
   Id* id_of(int fd, std::uint32_t number);
   Id* id_by_conn(cm::ConnId c);
   devd::CmAddr local_addr(std::uint16_t port) const;
@@ -211,6 +224,9 @@ class CmServer {
   std::vector<HeldReq> held_;  // at most kMaxHeld, oldest first
   Duration listen_grace_;
   CmServerCounters counters_;
+  // The source of the REQ whose CONNECT_REQUEST is being sent (deliver_request); none
+  // otherwise.
+  std::optional<Source> sending_from_;
   transport::ClosedQps closed_;
   static constexpr std::size_t kMaxClosedAcks = 64;  // per receive batch
   void send_closed_qp_ack(Instant now, const transport::TxPacket& ack);

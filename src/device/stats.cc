@@ -152,6 +152,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"aead_replay_drops", seal.rx_replay},
       {"aead_plain_drops", seal.rx_plain_dropped},
       {"aead_plain_rx", seal.rx_plain},
+      {"aead_src_limited", seal.rx_src_limited},
       {"async_events_dropped", async_events_dropped},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},

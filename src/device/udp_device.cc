@@ -196,6 +196,18 @@ seal::Settings configured_seal(const DeviceOptions& options,
   return {};
 }
 
+// The MTU the port MTU is derived from: the config's, else the interface's; less the seal
+// trailer when the device seals, so that a sealed full-MTU packet still fits the interface.
+Result<std::uint32_t, Error> roce_netdev_mtu(const DeviceConfig& cfg, seal::Mode mode) {
+  std::uint32_t mtu = cfg.netdev_mtu;
+  if (mtu == 0) {
+    auto found = datapath::interface_mtu(cfg.ip);
+    if (!found.ok()) return Err{found.error().within("cannot find the interface MTU")};
+    mtu = found.value();
+  }
+  return seal::roce_share_of_mtu(mtu, mode);
+}
+
 }  // namespace
 
 Instant UdpDevice::now() {
@@ -224,11 +236,10 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   if (auto f = fault::FaultSpec::parse(fault_text); !f.ok()) {
     return Err{Error(EINVAL, cfg.name + ": " + f.error())};
   }
-  if (cfg.netdev_mtu == 0) {
-    auto mtu = datapath::interface_mtu(cfg.ip);
-    if (!mtu.ok()) return Err{mtu.error().within("cannot find the interface MTU")};
-    cfg.netdev_mtu = mtu.value();
-  }
+  const seal::Settings sealing = configured_seal(options, entry);
+  auto mtu = roce_netdev_mtu(cfg, sealing.mode);
+  if (!mtu.ok()) return Err{mtu.error()};
+  cfg.netdev_mtu = mtu.value();
   auto dev = Device::create(cfg);
   if (!dev.ok()) {
     return Err{Error(static_cast<int>(dev.error()),
@@ -266,7 +277,6 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   d->shared_ = std::move(shared);
   d->device_ = std::move(dev.value());
   d->dp_ = std::move(dp.value());
-  const seal::Settings sealing = configured_seal(options, entry);
   if (sealing.mode != seal::Mode::kOff) {
     // Authenticated or encrypted packets (docs/SECURITY.md): the sealing datapath in front of
     // the socket's, with a nonce salt and first counter from the kernel's CSPRNG. It opens

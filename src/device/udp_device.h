@@ -133,7 +133,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   static constexpr std::size_t kStatsChunk = 32 * 1024;
 
   // config.netdev_mtu 0 means "the MTU of the interface that holds config.ip": the port MTU
-  // then follows as rxe derives it (largest power of two <= MTU - 80, at most 4096).
+  // then follows as rxe derives it (largest power of two <= MTU - 80, at most 4096), from the
+  // MTU less the seal trailer's 28 bytes when the device seals (seal::roce_share_of_mtu).
   // `capture_path`: write every packet sent and received to this pcap file (readable by
   // Wireshark and `uroce pcap check`); when empty, options.capture_path (UROCE_PCAP at the
   // edge) names the file, if set.

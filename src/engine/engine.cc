@@ -77,6 +77,7 @@ void Engine::handle_datapath_rx(Instant now, const wire::RocePacket& pkt,
   info.ecn = static_cast<std::uint8_t>(meta.tos & 3u);
   info.ip_header = meta.ip_header;
   info.pending = meta.pending;
+  info.may_teach_port = meta.may_teach_port;
   handle_rx(now, pkt, info);
 }
 

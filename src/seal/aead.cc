@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace uroce::seal {
@@ -88,6 +90,12 @@ Result<Settings, std::string> parse_settings(std::string_view mode, std::string_
   return s;
 }
 
+std::uint32_t roce_share_of_mtu(std::uint32_t netdev_mtu, Mode mode) {
+  if (mode == Mode::kOff) return netdev_mtu;
+  constexpr std::uint32_t kTrailer = wire::kSealTrailerBytes;
+  return netdev_mtu > kTrailer ? netdev_mtu - kTrailer : 0;
+}
+
 Result<Aead, std::string> Aead::create(const Key& key) {
   if (key.size != 16 && key.size != 32) return Err{std::string("the key must be 16 or 32 bytes")};
   Aead a;
@@ -159,6 +167,32 @@ bool Aead::open(const Nonce& nonce, ConstBytes aad, std::span<const ConstBytes> 
   }
   // The tag comparison is OpenSSL's (constant time).
   return EVP_DecryptFinal_ex(dec_, u8(out.subspan(static_cast<std::size_t>(len))), &len) == 1;
+}
+
+Nonce nonce_of(const wire::RocePacket& pkt) {
+  Nonce nonce;
+  std::memcpy(nonce.data(), pkt.trailer.data(), nonce.size());
+  return nonce;
+}
+
+std::optional<ConstBytes> open_packet(Aead& aead, const wire::RocePacket& pkt, MutBytes plain) {
+  const Nonce nonce = nonce_of(pkt);
+  Tag tag;
+  std::memcpy(tag.data(), pkt.trailer.data() + nonce.size(), tag.size());
+  const ConstBytes headers = pkt.bytes.first(pkt.op->header_bytes);
+  // The pad is outside the tag: it must be zero, so that no byte of a sealed packet can change.
+  const ConstBytes pad = pkt.bytes.subspan(headers.size() + pkt.payload.size(), pkt.pad);
+  if (std::any_of(pad.begin(), pad.end(), [](std::byte b) { return b != std::byte{0}; })) {
+    return std::nullopt;
+  }
+  if (pkt.bth().tver() == wire::kTverEncrypted) {
+    if (plain.size() < pkt.payload.size()) return std::nullopt;
+    const MutBytes out = plain.first(pkt.payload.size());
+    if (!aead.open(nonce, headers, {}, pkt.payload, out, tag)) return std::nullopt;
+    return ConstBytes(out);
+  }
+  if (!aead.open(nonce, headers, std::span(&pkt.payload, 1), {}, {}, tag)) return std::nullopt;
+  return pkt.payload;
 }
 
 bool ReplayWindow::fresh(std::uint64_t c) const {

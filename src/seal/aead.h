@@ -50,6 +50,13 @@ struct Settings {
 // The policy from the config file's words (aead=MODE, psk=HEX); the errors say what is wrong.
 Result<Settings, std::string> parse_settings(std::string_view mode, std::string_view psk_hex);
 
+// The interface MTU left to a plain RoCE packet when it leaves sealed: a device in `mode` derives
+// its port MTU from this instead of the interface's, so that a full-MTU packet with its 28-byte
+// trailer still fits the interface and is never fragmented or lost. (The pad needs no room: a
+// payload and its pad round up to a multiple of 4, and every path MTU is one.) 0 when nothing
+// is left.
+std::uint32_t roce_share_of_mtu(std::uint32_t netdev_mtu, Mode mode);
+
 using Nonce = std::array<std::byte, wire::kSealNonceBytes>;
 using Tag = std::array<std::byte, wire::kSealTagBytes>;
 
@@ -78,6 +85,15 @@ class Aead {
   evp_cipher_ctx_st* enc_ = nullptr;
   evp_cipher_ctx_st* dec_ = nullptr;
 };
+
+// The nonce a sealed packet (pkt.sealed()) carries in its trailer.
+Nonce nonce_of(const wire::RocePacket& pkt);
+
+// Verifies a sealed packet with `aead`: its pad must be zero and its tag right over its headers
+// and payload. Its payload in clear when it verifies: pkt.payload (TVer 1), or decrypted into
+// `plain` (TVer 2; at least the payload's size); nullopt when it does not. The replay window is
+// the caller's.
+std::optional<ConstBytes> open_packet(Aead& aead, const wire::RocePacket& pkt, MutBytes plain);
 
 // Which 64-bit counters of one sender were seen (RFC 6479's bitmap): the newest, and the
 // kWindow - 64 before it. A counter older than that is taken for a replay.

@@ -73,6 +73,7 @@ Aead* SealedDatapath::tx_key(const wire::OuterHeaders& o, std::uint32_t dest_qpn
 
 std::size_t SealedDatapath::receive(Instant now, std::size_t max, const RxHandler& handler) {
   handler_ = &handler;
+  now_ = now;
   const std::size_t n = inner_.receive(now, max, thunk_);
   handler_ = nullptr;
   return n;
@@ -121,13 +122,18 @@ void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& 
       return;
     }
     ++counters_.rx_plain;
-    (*handler_)(pkt, meta);
+    datapath::RxMeta unproven = meta;  // anyone may have sent it: it pins no peer's port
+    unproven.may_teach_port = false;
+    (*handler_)(pkt, unproven);
     return;
   }
-  Nonce nonce;
-  Tag tag;
-  std::memcpy(nonce.data(), pkt.trailer.data(), nonce.size());
-  std::memcpy(tag.data(), pkt.trailer.data() + nonce.size(), tag.size());
+  // A source whose sealed packets keep failing is refused before the tag check it would cost.
+  const SourceKey source{meta.src.bytes, meta.src_port};
+  if (!failures_.allows(source, now_)) {
+    ++counters_.rx_src_limited;
+    return;
+  }
+  const Nonce nonce = nonce_of(pkt);
   const std::uint32_t salt = load_be32(nonce, 0);
   const std::uint64_t counter = load_be64(nonce, 4);
   if (key == nullptr) {  // no key this packet can be sealed with here
@@ -137,29 +143,18 @@ void SealedDatapath::on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& 
   Sender* sender = find_sender(salt);
   if (sender != nullptr && !sender->window.fresh(counter)) {
     ++counters_.rx_replay;
+    failures_.charge(source, now_);
     return;
   }
-  const ConstBytes headers = pkt.bytes.first(pkt.op->header_bytes);
-  // The pad is outside the tag: it must be zero, so that no byte of a sealed packet can change.
-  const ConstBytes pad = pkt.bytes.subspan(headers.size() + pkt.payload.size(), pkt.pad);
-  if (std::any_of(pad.begin(), pad.end(), [](std::byte b) { return b != std::byte{0}; })) {
+  const std::optional<ConstBytes> payload = open_packet(*key, pkt, plain_);
+  if (!payload) {
     ++counters_.rx_auth_fail;
+    failures_.charge(source, now_);
     return;
   }
   wire::RocePacket out = pkt;
   out.trailer = {};
-  bool ok = false;
-  if (pkt.bth().tver() == wire::kTverEncrypted) {
-    const MutBytes plain = MutBytes(plain_).first(pkt.payload.size());
-    ok = key->open(nonce, headers, {}, pkt.payload, plain, tag);
-    out.payload = plain;
-  } else {
-    ok = key->open(nonce, headers, std::span(&pkt.payload, 1), {}, {}, tag);
-  }
-  if (!ok) {
-    ++counters_.rx_auth_fail;
-    return;
-  }
+  out.payload = *payload;
   if (sender == nullptr) sender = &add_sender(salt);
   sender->window.record(counter);
   sender->last_seen = ++rx_seq_;

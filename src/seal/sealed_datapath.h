@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/source_budget.h"
 #include "datapath/datapath.h"
 #include "seal/aead.h"
 
@@ -65,6 +66,9 @@ struct SealCounters {
   std::uint64_t rx_replay = 0;         // aead_replay_drops
   std::uint64_t rx_plain_dropped = 0;  // aead_plain_drops: plain packets refused (require)
   std::uint64_t rx_plain = 0;          // aead_plain_rx: plain packets taken (authenticate, encrypt)
+  // aead_src_limited: sealed packets dropped unopened, their source (address and UDP port) out
+  // of its budget of packets that failed (kFailBurst, then kFailPerSecond).
+  std::uint64_t rx_src_limited = 0;
 };
 
 class SealedDatapath final : public datapath::Datapath {
@@ -72,6 +76,9 @@ class SealedDatapath final : public datapath::Datapath {
   static constexpr std::size_t kSenders = 64;  // replay windows (sender salts) remembered
   static constexpr std::size_t kSlots = 64;    // packets sealed before the inner one is flushed
   static constexpr std::size_t kMaxHeaderBytes = 64;
+  // Per source: sealed packets that may fail (tag, pad or replay) at once, and per second after.
+  static constexpr std::uint32_t kFailBurst = 64;
+  static constexpr std::uint32_t kFailPerSecond = 64;
 
   // `inner` outlives the result. `salt` and `first_counter` make the nonces (see above): the
   // device draws them from the kernel's CSPRNG. `settings.mode` must not be kOff.
@@ -141,6 +148,8 @@ class SealedDatapath final : public datapath::Datapath {
   const RxHandler* handler_ = nullptr;
   RxHandler thunk_;  // made once: calls on_rx
   SealCounters counters_;
+  SourceBudget failures_{kFailBurst, kFailPerSecond};
+  Instant now_ = Instant::from_ns(0);  // the receive() call's
 };
 
 }  // namespace uroce::seal

@@ -220,7 +220,8 @@ Result<std::unique_ptr<Device>, std::string> make_device(const engine::DeviceSpe
   DeviceConfig cfg;
   cfg.name = spec.name;
   cfg.ip = spec.ip;
-  cfg.netdev_mtu = mtu.value();
+  cfg.netdev_mtu =
+      seal::roce_share_of_mtu(mtu.value(), spec.seal ? spec.seal->mode : seal::Mode::kOff);
   cfg.link_speed_mbps = datapath::interface_speed_mbps(spec.ip);  // as the drop-in's
   cfg.num_comp_vectors = engine::host_num_comp_vectors();
   auto dev = Device::create(cfg);

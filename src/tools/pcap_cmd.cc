@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <fstream>
 #include <map>
@@ -44,7 +45,8 @@ struct FileStats {
   std::uint64_t roce = 0;  // valid RoCEv2 packets
   std::uint64_t invalid = 0;
   std::uint64_t not_roce = 0;
-  std::uint64_t cut = 0;  // cut by the capture's snaplen: cannot be verified
+  std::uint64_t cut = 0;        // cut by the capture's snaplen: cannot be verified
+  std::uint64_t sealed_ok = 0;  // sealed packets whose tag verified under the given key
   std::map<std::uint8_t, std::uint64_t> per_opcode;
   std::map<std::uint16_t, std::uint64_t> per_cm_attr;         // valid CM MADs (QP 1)
   std::map<std::uint8_t, std::uint64_t> per_other_mad_class;  // valid MADs of other classes
@@ -55,6 +57,7 @@ struct FileStats {
     invalid += o.invalid;
     not_roce += o.not_roce;
     cut += o.cut;
+    sealed_ok += o.sealed_ok;
     for (const auto& [op, n] : o.per_opcode) per_opcode[op] += n;
     for (const auto& [a, n] : o.per_cm_attr) per_cm_attr[a] += n;
     for (const auto& [c, n] : o.per_other_mad_class) per_other_mad_class[c] += n;
@@ -68,6 +71,7 @@ void print_stats(std::FILE* out, const char* label, const FileStats& s) {
                " other traffic",
                label, s.frames, s.roce, s.invalid, s.not_roce);
   if (s.cut != 0) std::fprintf(out, ", %" PRIu64 " cut by snaplen (unverifiable)", s.cut);
+  if (s.sealed_ok != 0) std::fprintf(out, ", %" PRIu64 " sealed and verified", s.sealed_ok);
   std::fprintf(out, "\n");
   for (const auto& [op, n] : s.per_opcode) {
     const auto name = wire::opcode_info(op)->name;
@@ -123,6 +127,25 @@ Result<capture::PcapReader, std::string> open_capture(const std::string& file) {
   return reader;
 }
 
+// The AES-GCM context of --psk, when given; an error when the key is unusable.
+Result<std::optional<seal::Aead>, std::string> aead_for(const seal::Key* key) {
+  std::optional<seal::Aead> a;
+  if (key == nullptr) return a;
+  auto made = seal::Aead::create(*key);
+  if (!made.ok()) return Err{made.error()};
+  a.emplace(std::move(made.value()));
+  return a;
+}
+
+// A sealed packet that does not verify under the key (docs/SECURITY.md); counts what does.
+bool seal_fails(std::optional<seal::Aead>& aead, const wire::RocePacket& p, FileStats& stats) {
+  if (!aead || !p.sealed()) return false;
+  std::vector<std::byte> plain(p.payload.size());
+  if (!seal::open_packet(*aead, p, plain)) return true;
+  ++stats.sealed_ok;
+  return false;
+}
+
 wire::LinkType link_of(int dlt) {
   if (dlt == 12 || dlt == 14) return wire::LinkType::kRaw;
   return static_cast<wire::LinkType>(dlt);
@@ -130,7 +153,13 @@ wire::LinkType link_of(int dlt) {
 
 }  // namespace
 
-int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE* err) {
+int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE* err,
+               const seal::Key* key) {
+  auto aead = aead_for(key);
+  if (!aead.ok()) {
+    std::fprintf(err, "uroce pcap check: --psk: %s\n", aead.error().c_str());
+    return kExitFileError;
+  }
   FileStats total;
   bool file_error = false;
   for (const auto& file : files) {
@@ -162,6 +191,13 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
       }
       // Sealed packets (docs/SECURITY.md) are checked as far as their headers and ICRC go.
       auto frame = wire::parse_frame(link, rec.data, wire::FrameOptions{.accept_sealed = true});
+      if (frame.ok() && seal_fails(aead.value(), frame->roce, stats)) {
+        ++stats.invalid;
+        print_invalid(out, file, rec.index, "seal",
+                      "the tag does not verify with the given key: forged, tampered or another "
+                      "key's");
+        continue;
+      }
       if (frame.ok()) {
         count_packet(file, rec.index, frame->roce, stats, out);
         continue;
@@ -184,8 +220,39 @@ int pcap_check(const std::vector<std::string>& files, std::FILE* out, std::FILE*
 
 namespace {
 
-// Returns false when the packet is invalid (a malformed MAD to or from QP 1).
-bool dump_roce(std::FILE* out, const wire::Frame& f) {
+// A sealed packet's trailer and, given the key, whether it verifies and its payload's first
+// bytes in clear. False when it does not verify.
+bool dump_seal(std::FILE* out, const wire::RocePacket& p, std::optional<seal::Aead>& aead) {
+  const bool encrypted = p.bth().tver() == wire::kTverEncrypted;
+  std::fprintf(out, "  SEAL %s nonce ", encrypted ? "encrypted" : "authenticated");
+  for (std::size_t i = 0; i < p.trailer.size(); ++i) {
+    if (i == wire::kSealNonceBytes) std::fprintf(out, " tag ");
+    std::fprintf(out, "%02x", static_cast<unsigned>(p.trailer[i]));
+  }
+  if (!aead) {
+    std::fprintf(out, " (not verified: no key)\n");
+    return true;
+  }
+  std::vector<std::byte> plain(p.payload.size());
+  const auto clear = seal::open_packet(*aead, p, plain);
+  if (!clear) {
+    std::fprintf(out, " FAILED verification (forged, tampered or another key's)\n");
+    return false;
+  }
+  std::fprintf(out, " verified\n");
+  if (clear->empty()) return true;
+  constexpr std::size_t kShown = 32;
+  std::fprintf(out, "  %s", encrypted ? "decrypted" : "in clear");
+  for (std::size_t i = 0; i < std::min(kShown, clear->size()); ++i) {
+    std::fprintf(out, "%s%02x", i % 4 == 0 ? " " : "", static_cast<unsigned>((*clear)[i]));
+  }
+  std::fprintf(out, "%s\n", clear->size() > kShown ? " ..." : "");
+  return true;
+}
+
+// Returns false when the packet is invalid (a malformed MAD to or from QP 1, or a sealed packet
+// that does not verify under the given key).
+bool dump_roce(std::FILE* out, const wire::Frame& f, std::optional<seal::Aead>& aead) {
   const wire::RocePacket& p = f.roce;
   const wire::Bth bth = p.bth().decode();
   std::fprintf(out,
@@ -194,16 +261,7 @@ bool dump_roce(std::FILE* out, const wire::Frame& f) {
                static_cast<int>(p.op->name.size()), p.op->name.data(), unsigned{bth.opcode},
                bth.dest_qpn, bth.psn, bth.ack_req, bth.solicited, bth.mig_req,
                unsigned{bth.pad_count}, unsigned{bth.tver}, unsigned{bth.pkey}, bth.fecn, bth.becn);
-  if (p.sealed()) {
-    // docs/SECURITY.md: not verified here (no key).
-    std::fprintf(out, "  SEAL %s nonce ",
-                 bth.tver == wire::kTverEncrypted ? "encrypted" : "authenticated");
-    for (std::size_t i = 0; i < p.trailer.size(); ++i) {
-      if (i == wire::kSealNonceBytes) std::fprintf(out, " tag ");
-      std::fprintf(out, "%02x", static_cast<unsigned>(p.trailer[i]));
-    }
-    std::fprintf(out, " (not verified)\n");
-  }
+  const bool seal_ok = !p.sealed() || dump_seal(out, p, aead);
   const wire::TransportHeaders h = wire::decode_headers(p);
   if (p.op->has(ExtHeader::kDeth)) {
     std::fprintf(out, "  DETH Q_Key 0x%08x SrcQP 0x%06x\n", h.deth.qkey, h.deth.src_qpn);
@@ -240,7 +298,7 @@ bool dump_roce(std::FILE* out, const wire::Frame& f) {
   if (p.op->has(ExtHeader::kIeth)) std::fprintf(out, "  IETH R_Key 0x%08x\n", h.ieth_rkey);
   if (p.op->is(wire::kFlagCnp)) std::fprintf(out, "  CNP (congestion notification)\n");
   std::fprintf(out, "  payload %zu bytes, pad %u\n", p.payload.size(), unsigned{p.pad});
-  if (!is_gsi_packet(p)) return true;
+  if (!is_gsi_packet(p)) return seal_ok;
   const auto mad = parse_gsi_packet(p);
   if (!mad.ok()) {
     const GsiError& e = mad.error();
@@ -285,7 +343,14 @@ std::vector<FaultLine> read_fault_log(const std::string& path, std::FILE* out) {
 
 }  // namespace
 
-int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
+// Long: per frame its outer headers, its RoCE part and its ICRC, with the faults between them;
+// read top to bottom.
+int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err, const seal::Key* key) {
+  auto aead = aead_for(key);
+  if (!aead.ok()) {
+    std::fprintf(err, "uroce pcap dump: --psk: %s\n", aead.error().c_str());
+    return kExitFileError;
+  }
   // Injected faults beside the packets, by time (a dropped packet is in the log only).
   const std::vector<FaultLine> faults = read_fault_log(file + ".faults", out);
   std::size_t next_fault = 0;
@@ -339,7 +404,7 @@ int pcap_dump(const std::string& file, std::FILE* out, std::FILE* err) {
                    unsigned{f.ipv4.ttl}, unsigned{f.ipv4.identification},
                    f.ipv4.dont_fragment ? " DF" : "");
     }
-    if (!dump_roce(out, f)) any_invalid = true;
+    if (!dump_roce(out, f, aead.value())) any_invalid = true;
     const std::size_t n = f.roce.bytes.size() - wire::kIcrcBytes;
     const std::uint32_t expected = wire::icrc_compute(f.ip_udp, f.roce.bytes.first(n));
     if (expected == f.roce.icrc()) {

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@ namespace {
 struct PcapCli {
   std::vector<std::string> check_files;
   std::string dump_file;
+  std::string psk;  // --psk: verify (and decrypt) sealed packets with this key
   CLI::App* check = nullptr;
   CLI::App* dump = nullptr;
 };
@@ -37,6 +39,27 @@ void add_pcap(CLI::App& app, PcapCli& c) {
   c.check->add_option("files", c.check_files, "pcap or pcapng files")->required();
   c.dump = pcap->add_subcommand("dump", "Decode every packet of a capture");
   c.dump->add_option("file", c.dump_file, "pcap or pcapng file")->required();
+  for (CLI::App* sub : {c.check, c.dump}) {
+    sub->add_option("--psk", c.psk,
+                    "The devices' pre-shared key (32 or 64 hex digits, the config file's psk=): "
+                    "verify sealed packets' tags and decrypt encrypted payloads");
+  }
+}
+
+// The pcap command that was parsed.
+int run_pcap(const PcapCli& c) {
+  std::optional<uroce::seal::Key> key;
+  if (!c.psk.empty()) {
+    auto k = uroce::seal::parse_key_hex(c.psk);
+    if (!k.ok()) {
+      std::fprintf(stderr, "uroce pcap: --psk: %s\n", k.error().c_str());
+      return uroce::tools::kExitFileError;
+    }
+    key = k.value();
+  }
+  const uroce::seal::Key* kp = key ? &*key : nullptr;
+  if (c.check->parsed()) return uroce::tools::pcap_check(c.check_files, stdout, stderr, kp);
+  return uroce::tools::pcap_dump(c.dump_file, stdout, stderr, kp);
 }
 
 // `uroce sim` and its `incast` subcommand. The flags that negate a setting are read into
@@ -214,8 +237,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   if (auto rc = net_cmds.run()) return *rc;
-  if (pcap.check->parsed()) return uroce::tools::pcap_check(pcap.check_files, stdout, stderr);
-  if (pcap.dump->parsed()) return uroce::tools::pcap_dump(pcap.dump_file, stdout, stderr);
+  if (pcap.check->parsed() || pcap.dump->parsed()) return run_pcap(pcap);
   if (stats->parsed()) return uroce::tools::stats_run(stats_cmd, stdout, stderr);
   if (faults->parsed()) return uroce::tools::faults_run(faults_cmd, stdout, stderr);
   if (sim.incast->parsed()) return uroce::tools::incast_run(sim.incast_cmd, stdout);

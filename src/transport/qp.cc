@@ -384,7 +384,7 @@ void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInf
       ++counters_.src_port_mismatch;
       return;
     }
-    if (!sport_pinned_ && pins_port(pkt)) {
+    if (!sport_pinned_ && info.may_teach_port && pins_port(pkt)) {
       sport_ = info.src_port;
       sport_pinned_ = true;
     }

@@ -203,6 +203,10 @@ struct PacketInfo {
   // The payload is in place already (at the destination one_pass_target() gave, just before
   // this handle_packet() call): the QP does everything else as usual but does not copy it.
   bool payload_placed = false;
+  // False: the packet may not teach a connected QP its peer's UDP port (set_peer_udp_port's
+  // learning), though it passes every check: a plain packet on a device that seals, whose
+  // sealed packets alone prove their sender (docs/SECURITY.md).
+  bool may_teach_port = true;
 };
 
 // A packet to transmit: transport headers built, payload gathered by reference (the spans stay

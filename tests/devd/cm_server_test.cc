@@ -457,7 +457,9 @@ TEST_F(CmServerTest, RequestsPastTheBacklogAreDroppedForTheirRetryNotRejected) {
   listen_on(7496, 2);
   constexpr std::uint32_t kReqs = 600;  // more than the channel's socket holds
   EXPECT_EQ(send_reqs(7496, kReqs, 0x3000), 0u) << "a REQ was rejected";
-  const std::uint64_t dropped = cm_counters()["req_backlog_drops"];
+  // (Past its share, the one source's: all of a backlog of 2 but one kept for other sources.)
+  auto counters = cm_counters();
+  const std::uint64_t dropped = counters["req_backlog_drops"] + counters["req_src_limited"];
   EXPECT_GT(dropped, 0u);
   // A command's reply comes after every event queued before it (the coordinator reads a
   // channel's commands only once its queue is in the socket): call() keeps them in events_.
@@ -465,6 +467,38 @@ TEST_F(CmServerTest, RequestsPastTheBacklogAreDroppedForTheirRetryNotRejected) {
   for (const devd::CmMsg& ev : events_) EXPECT_EQ(ev.event, 4u);
   EXPECT_EQ(events_.size() + dropped, kReqs);
   EXPECT_EQ(cm_counters()["client_drops"], 0u);
+}
+
+// A flood of REQs from one address to a listener whose channel reads late takes what the
+// channel's socket holds and then its share of the listen's backlog (all but kReqReserve), no
+// more: the rest are dropped and counted (req_src_limited), and a REQ from another address
+// still gets into the backlog and reaches the listener. What the coordinator keeps is bounded
+// by the backlog however long the flood.
+TEST_F(CmServerTest, AFloodOfRequestsFromOneSourceLeavesOthersRoom) {
+  listen_on(7497, 64);
+  constexpr std::uint32_t kFlood = 800;  // more than the channel's socket holds
+  EXPECT_EQ(send_reqs(7497, kFlood, 0x4000), 0u) << "a REQ was rejected";
+  const std::uint64_t limited = cm_counters()["req_src_limited"];
+  EXPECT_GT(limited, 0u);
+  // Another address.
+  g_peer = ::uroce::test::unique_ip();
+  datapath::UdpOptions o(ip(g_peer.c_str()));
+  o.gso = false;
+  o.gro = false;
+  auto other = datapath::UdpDatapath::open(o);
+  ASSERT_TRUE(other.ok()) << other.error();
+  std::swap(dp_, other.value());
+  EXPECT_EQ(send_reqs(7497, 1, 0x9000), 0u);
+  auto counters = cm_counters();
+  EXPECT_EQ(counters["req_backlog_drops"], 0u);
+  EXPECT_EQ(counters["req_src_limited"], limited);
+  // The channel reads: every request queued, the other address's last.
+  EXPECT_NE(create_id(), 0u);
+  ASSERT_FALSE(events_.empty());
+  for (const devd::CmMsg& ev : events_) EXPECT_EQ(ev.event, 4u);
+  EXPECT_EQ(events_.size() + limited, kFlood + 1);
+  EXPECT_EQ(events_.back().conn.qp_num, 0x9001u);
+  EXPECT_EQ(counters["client_drops"], 0u);
 }
 
 // A REQ that comes before the listen (a program that lets its peer connect before it listens:

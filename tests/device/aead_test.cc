@@ -14,6 +14,7 @@
 #include "capture/pcap_file.h"
 #include "device/stats.h"
 #include "device/two_devices.h"
+#include "tools/pcap_cmd.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
 
@@ -30,6 +31,18 @@ seal::Settings sealing(seal::Mode m, const char* key = kKey) {
   s.mode = m;
   if (m != seal::Mode::kOff) s.key = seal::parse_key_hex(key).value();
   return s;
+}
+
+// a and b, each at an address of its own, sealing in `ma` and `mb`, connected; a captures to
+// `cap` unless it is empty.
+void sealed_pair(Side& a, Side& b, seal::Mode ma, seal::Mode mb, const std::string& cap = {}) {
+  test::SideOptions oa, ob;
+  oa.device.seal = sealing(ma);
+  ob.device.seal = sealing(mb);
+  oa.capture = cap;
+  test::make_side(a, test::unique_ip(), oa);
+  test::make_side(b, test::unique_ip(), ob);
+  test::pair_up(a, b);
 }
 
 std::string temp_path(const std::string& name) {
@@ -121,17 +134,10 @@ class AeadModes : public ::testing::TestWithParam<seal::Mode> {};
 // shows the text only when the mode leaves the payload in clear.
 TEST_P(AeadModes, DataArrivesAndTheWireShowsPlaintextOnlyWhenNotEncrypted) {
   const seal::Mode mode = GetParam();
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   const std::string cap = temp_path(std::string("data-") + std::string(seal::mode_name(mode)));
   Side a, b;
-  test::SideOptions oa, ob;
-  oa.device.seal = sealing(mode);
-  ob.device.seal = sealing(mode);
-  oa.capture = cap;
-  test::make_side(a, a_ip, oa);
-  test::make_side(b, b_ip, ob);
-  test::pair_up(a, b);
+  sealed_pair(a, b, mode, mode, cap);
+  const char* const a_ip = a.ip.c_str();
   const auto text = secret_text(65536);
   const Wc wc = write(a, b, 0, text);
   EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
@@ -205,17 +211,11 @@ class AeadAttacks : public ::testing::TestWithParam<seal::Mode> {};
 // tag fails). Each is dropped and counted by b before its QP sees it; b's memory stays as it
 // was; the connection's next WRITE completes.
 TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   const std::string cap = temp_path(std::string("attack-") + std::string(mode_name(GetParam())));
   Side a, b;
-  test::SideOptions oa, ob;
-  oa.device.seal = sealing(GetParam());
-  ob.device.seal = sealing(seal::Mode::kRequire);
-  oa.capture = cap;
-  test::make_side(a, a_ip, oa);
-  test::make_side(b, b_ip, ob);
-  test::pair_up(a, b);
+  sealed_pair(a, b, GetParam(), seal::Mode::kRequire, cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
   const auto text = secret_text(512);
   ASSERT_EQ(write(a, b, 0, text).status, WcStatus::kSuccess);
   a.dev->flush_capture();
@@ -264,6 +264,160 @@ TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
   EXPECT_EQ(std::memcmp(b.buf.data() + 8192, more.data(), more.size()), 0);
   const std::string stats = format_stats_text(b.dev->stats(), false);
   EXPECT_NE(stats.find(" aead_auth_drops 4 aead_replay_drops 2 "), std::string::npos) << stats;
+  std::filesystem::remove(cap);
+}
+
+// What a command printed to a stream of its own.
+struct Captured {
+  char* text = nullptr;
+  std::size_t size = 0;
+  std::FILE* f = ::open_memstream(&text, &size);
+  ~Captured() {
+    std::fclose(f);
+    std::free(text);
+  }
+  std::string str() {
+    std::fflush(f);
+    return std::string(text, size);
+  }
+};
+
+// `uroce pcap check` and `dump` given the key (--psk): on a capture of an encrypting pair, every
+// sealed packet verifies and the dump shows the payload decrypted; under another key every one
+// fails verification, reported as invalid, not a crash; without a key the capture still checks.
+TEST(Aead, PcapVerifiesAndDecryptsGivenTheKey) {
+  const std::string cap = temp_path("pcap-psk");
+  Side a, b;
+  sealed_pair(a, b, seal::Mode::kEncrypt, seal::Mode::kEncrypt, cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
+  ASSERT_EQ(write(a, b, 0, secret_text(3000)).status, WcStatus::kSuccess);
+  a.dev->flush_capture();
+  const std::size_t sealed = packets_from(cap, a_ip).size() + packets_from(cap, b_ip).size();
+  ASSERT_GE(sealed, 3u);
+  const seal::Key key = seal::parse_key_hex(kKey).value();
+  const seal::Key other = seal::parse_key_hex(kOtherKey).value();
+  {
+    Captured out, err;
+    EXPECT_EQ(tools::pcap_check({cap}, out.f, err.f, &key), tools::kExitOk) << out.str();
+    EXPECT_NE(out.str().find(", " + std::to_string(sealed) + " sealed and verified"),
+              std::string::npos)
+        << out.str();
+  }
+  {
+    Captured out, err;
+    EXPECT_EQ(tools::pcap_check({cap}, out.f, err.f, &other), tools::kExitInvalidPackets);
+    EXPECT_NE(out.str().find(std::to_string(sealed) + " invalid"), std::string::npos) << out.str();
+    EXPECT_NE(out.str().find("invalid: seal (the tag does not verify"), std::string::npos);
+  }
+  {
+    Captured out, err;
+    EXPECT_EQ(tools::pcap_check({cap}, out.f, err.f, nullptr), tools::kExitOk) << out.str();
+  }
+  {
+    // "attack at dawn" as the dump shows the first WRITE packet's payload, decrypted.
+    Captured out, err;
+    EXPECT_EQ(tools::pcap_dump(cap, out.f, err.f, &key), tools::kExitOk);
+    const std::string text = out.str();
+    EXPECT_NE(text.find("  decrypted 61747461 636b2061 74206461 776e2c20"), std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("FAILED"), std::string::npos);
+  }
+  {
+    Captured out, err;
+    EXPECT_EQ(tools::pcap_dump(cap, out.f, err.f, &other), tools::kExitInvalidPackets);
+    const std::string text = out.str();
+    EXPECT_NE(text.find("FAILED verification"), std::string::npos);
+    EXPECT_EQ(text.find("decrypted"), std::string::npos);
+  }
+  std::filesystem::remove(cap);
+}
+
+// An RC SEND Only of `payload` to `qpn` at `psn`, plain, its ICRC left for the Injector.
+std::vector<std::byte> plain_send(std::uint32_t qpn, std::uint32_t psn, ConstBytes payload) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+  h.bth.dest_qpn = qpn;
+  h.bth.psn = psn;
+  h.bth.ack_req = true;
+  std::vector<std::byte> out(wire::roce_size(*wire::opcode_info(h.bth.opcode), payload.size()));
+  wire::write_roce(out, h, payload);
+  return out;
+}
+
+// Source pinning on a sealing device: a connection whose peer's port is to be learned (not
+// known as uroce's) learns it only from a packet whose tag verified. A plain SEND from the
+// peer's address on another port, at the expected PSN, before the peer's first packet, is taken
+// (authenticate and encrypt take plain packets) but pins nothing: the peer's WRITEs that follow
+// get through, and once one of them pinned port 4791 the injector's next packet is dropped.
+TEST_P(AeadAttacks, APlainPacketFirstDoesNotPinItsPort) {
+  Side a, b;
+  sealed_pair(a, b, GetParam(), GetParam());
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
+  const transport::Qp& qb = *b.dev->device().find_qp(b.qpn);
+  ASSERT_FALSE(qb.peer_udp_port());  // to be learned
+  const Sge rsge{b.va(300000), 64, b.mr.lkey};
+  const RecvWr rwr{9, std::span(&rsge, 1)};
+  ASSERT_EQ(b.dev->device().post_recv(b.qp, std::span(&rwr, 1), nullptr), Errc::kOk);
+  Injector attacker(a_ip);
+  const auto forged = secret_text(16);
+  attacker.send(b_ip, plain_send(b.qpn, 0x100, forged));
+  test::receive(b, 1);
+  EXPECT_EQ(counter(b, "aead_plain_rx"), 1u);
+  EXPECT_EQ(qb.responder_psn(), 0x101u);  // taken: this mode does not stop injection
+  EXPECT_FALSE(qb.peer_udp_port());       // but it taught nothing
+  // a's first WRITE (PSN 0x100) is now a duplicate to b, acknowledged; its second is new.
+  ASSERT_EQ(write(a, b, 0, secret_text(100), 1).status, WcStatus::kSuccess);
+  const auto more = secret_text(700);
+  ASSERT_EQ(write(a, b, 4096, more, 2).status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 4096, more.data(), more.size()), 0);
+  ASSERT_TRUE(qb.peer_udp_port());
+  EXPECT_EQ(*qb.peer_udp_port(), wire::kRoceV2Port);
+  EXPECT_EQ(qb.counters().src_port_mismatch, 0u);
+  attacker.send(b_ip, plain_send(b.qpn, qb.responder_psn(), forged));
+  test::receive(b, 1);
+  EXPECT_EQ(qb.counters().src_port_mismatch, 1u);
+}
+
+// A flood of forged sealed packets from the peer's address on another port: the source's
+// budget of failures (SealedDatapath::kFailBurst, then kFailPerSecond) bounds the tag checks it
+// costs; the rest are dropped unopened and counted (aead_src_limited, in `uroce stats`); the
+// peer's own connection, from port 4791, goes on. The bound is computed from the time the flood
+// took, not assumed.
+TEST_P(AeadAttacks, AFloodOfForgedPacketsIsLimitedPerSource) {
+  const std::string cap = temp_path(std::string("flood-") + std::string(mode_name(GetParam())));
+  Side a, b;
+  sealed_pair(a, b, GetParam(), GetParam(), cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
+  ASSERT_EQ(write(a, b, 0, secret_text(512)).status, WcStatus::kSuccess);
+  a.dev->flush_capture();
+  std::vector<std::byte> captured = packets_from(cap, a_ip).at(0);
+  const std::size_t nonce = captured.size() - wire::kIcrcBytes - wire::kSealTrailerBytes;
+  constexpr std::uint64_t kFlood = 400;
+  Injector attacker(a_ip);
+  const Instant start = UdpDevice::now();
+  for (std::uint64_t i = 0; i < kFlood; ++i) {
+    captured[captured.size() - wire::kIcrcBytes - 1] ^= std::byte{0x01};  // a wrong tag
+    store_be64(captured, nonce + 4, load_be64(captured, nonce + 4) + 1);  // a new counter
+    attacker.send(b_ip, captured);
+    if (i % 64 == 63) test::receive(b, 64);
+  }
+  test::receive(b, kFlood % 64);
+  const double seconds = static_cast<double>((UdpDevice::now() - start).count_ns()) / 1e9;
+  const std::uint64_t checked = counter(b, "aead_auth_drops");
+  const std::uint64_t limited = counter(b, "aead_src_limited");
+  EXPECT_EQ(checked + limited, kFlood);
+  EXPECT_GE(checked, std::uint64_t{seal::SealedDatapath::kFailBurst});
+  EXPECT_LE(static_cast<double>(checked),
+            seal::SealedDatapath::kFailBurst + seal::SealedDatapath::kFailPerSecond * seconds + 1);
+  const auto more = secret_text(2000);
+  ASSERT_EQ(write(a, b, 8192, more, 2).status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 8192, more.data(), more.size()), 0);
+  const std::string stats = format_stats_text(b.dev->stats(), false);
+  EXPECT_NE(stats.find(" aead_src_limited " + std::to_string(limited) + " "), std::string::npos)
+      << stats;
   std::filesystem::remove(cap);
 }
 

@@ -57,6 +57,7 @@ struct SideOptions {
   std::size_t buf_bytes = 1 << 20;
   UdpDevice::Sharing sharing = UdpDevice::Sharing::kDefault;
   DeviceOptions device;  // what the edge would read from UROCE_* (device/device_options.h)
+  std::uint32_t netdev_mtu = 1500;  // the port MTU's source (0: the interface's MTU)
 };
 
 // Opens the device (polling mode) and creates PD, an MR over `buf`, a CQ and an RC QP.
@@ -64,6 +65,7 @@ inline void make_side(Side& s, const char* ip, const SideOptions& o = {}) {
   DeviceConfig cfg;
   cfg.name = o.name;
   cfg.ip = v4(ip);
+  cfg.netdev_mtu = o.netdev_mtu;
   s.ip = ip;
   s.buf.assign(o.buf_bytes, std::byte{0});
   auto d = UdpDevice::open(cfg, wire::kRoceV2Port, o.capture, o.sharing, o.device);
@@ -95,7 +97,7 @@ inline void make_side(Side& s, const char* ip, const std::string& capture) {
 
 // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`; ACK timeout 4.096 us * 2^timeout.
 inline void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeout = 14,
-                    std::uint8_t retry_cnt = 7) {
+                    std::uint8_t retry_cnt = 7, Mtu path_mtu = Mtu::k1024) {
   Device& dev = s.dev->device();
   QpAttr a;
   a.qp_state = QpState::kInit;
@@ -105,7 +107,7 @@ inline void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t
   a.qp_state = QpState::kRtr;
   a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));
   a.ah_attr.is_global = true;
-  a.path_mtu = Mtu::k1024;
+  a.path_mtu = path_mtu;
   a.dest_qp_num = peer.qpn;
   a.rq_psn = 0x100;
   a.max_dest_rd_atomic = 4;

@@ -214,7 +214,8 @@ class SealedPair : public ::testing::Test {
   std::vector<Received> deliver(const std::vector<std::byte>& packet) {
     rx_inner_.inbound.push_back(packet);
     std::vector<Received> got;
-    rx_->receive(Instant{}, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta&) {
+    clock_ = clock_ + tick_;  // a second apart by default: no source runs out of budget
+    rx_->receive(clock_, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta&) {
       EXPECT_FALSE(pkt.sealed());
       got.push_back({std::vector<std::byte>(pkt.payload.begin(), pkt.payload.end()),
                      pkt.bth().psn(), pkt.bth().dest_qpn()});
@@ -223,6 +224,8 @@ class SealedPair : public ::testing::Test {
   }
   KeepingDatapath tx_inner_, rx_inner_;
   std::unique_ptr<SealedDatapath> tx_, rx_;
+  Instant clock_ = Instant::from_ns(0);
+  Duration tick_ = Duration::s(1);
 };
 
 std::vector<std::byte> pattern(std::size_t n) {
@@ -363,6 +366,95 @@ TEST_F(SealedPair, ManyPacketsBeforeAFlushFlushTheInnerDatapath) {
 TEST(SealedDatapath, OffIsNotASealingMode) {
   KeepingDatapath inner;
   EXPECT_FALSE(SealedDatapath::create(inner, Settings{}, 1, 1).ok());
+}
+
+}  // namespace
+}  // namespace uroce::seal
+
+namespace uroce::seal {
+namespace {
+
+SourceKey source(std::uint8_t last, std::uint16_t port) {
+  SourceKey k;
+  k.address = {127, 0, 0, last};
+  k.port = port;
+  return k;
+}
+
+// A source may cost `burst` units at once, then one per 1/per_second: exactly, by the clock it
+// is given. Others keep their own budget.
+TEST(SourceBudget, BurstThenRateAndEachSourceItsOwn) {
+  SourceBudget b(8, 4);  // one unit every 250 ms
+  const Instant t0 = Instant::from_ns(1'000'000'000);
+  const SourceKey x = source(2, 5000);
+  int allowed = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (!b.allows(x, t0)) continue;
+    ++allowed;
+    b.charge(x, t0);
+  }
+  EXPECT_EQ(allowed, 8);
+  EXPECT_TRUE(b.allows(source(2, 4791), t0));  // the same address on another port
+  EXPECT_TRUE(b.allows(source(3, 5000), t0));
+  EXPECT_FALSE(b.allows(x, t0 + Duration::ms(249)));
+  EXPECT_TRUE(b.allows(x, t0 + Duration::ms(250)));
+  b.charge(x, t0 + Duration::ms(250));
+  EXPECT_FALSE(b.allows(x, t0 + Duration::ms(250)));
+  // Whole again after burst intervals.
+  EXPECT_TRUE(b.allows(x, t0 + Duration::s(3)));
+}
+
+// However many sources charge it, the table holds kSlots of them; one that a flood of others
+// pushed out starts again from a whole budget, never more.
+TEST(SourceBudget, MemoryIsBoundedWhateverTheSources) {
+  SourceBudget b(2, 1);
+  const Instant t = Instant::from_ns(5'000'000'000);
+  for (std::uint32_t i = 0; i < 100000; ++i) {
+    SourceKey k;
+    k.address[12] = static_cast<std::uint8_t>(i >> 16);
+    k.address[13] = static_cast<std::uint8_t>(i >> 8);
+    k.address[14] = static_cast<std::uint8_t>(i);
+    k.port = 7;
+    b.charge(k, t);
+  }
+  EXPECT_EQ(b.tracked(), SourceBudget::kSlots);
+  static_assert(sizeof(SourceBudget) < 16 * 1024);
+  const SourceKey x = source(9, 9);
+  b.charge(x, t);
+  b.charge(x, t);
+  EXPECT_FALSE(b.allows(x, t));
+}
+
+// A flood of sealed packets under another key from one source: the first kFailBurst cost a tag
+// check each and are counted as such, the rest are dropped unopened (aead_src_limited), all at
+// one instant; a genuine packet from another source (the peer's port) still opens.
+TEST_F(SealedPair, AFailingSourceIsLimitedOthersAreNot) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  auto other = SealedDatapath::create(
+                   tx_inner_, Settings{Mode::kEncrypt, key_of(std::string(32, '5'))}, 0x99, 1)
+                   .value();
+  constexpr std::uint32_t kFlood = 1000;
+  const auto p = pattern(40);
+  for (std::uint32_t i = 0; i < kFlood; ++i) {
+    wire::TransportHeaders h;
+    h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
+    h.bth.dest_qpn = 17;
+    h.bth.psn = i;
+    std::array<std::byte, 64> hb;
+    const std::size_t hn = wire::write_headers(hb, h, p.size());
+    const ConstBytes piece[] = {ConstBytes(p)};
+    ASSERT_TRUE(other->send(Instant{}, wire::OuterHeaders{}, ConstBytes(hb).first(hn), piece));
+  }
+  rx_inner_.meta.src_port = 40000;  // the attacker's
+  tick_ = Duration::ns(0);          // all at one instant
+  for (const auto& pkt : tx_inner_.sent) EXPECT_TRUE(deliver(pkt).empty());
+  EXPECT_EQ(rx_->counters().rx_auth_fail, SealedDatapath::kFailBurst);
+  EXPECT_EQ(rx_->counters().rx_src_limited, kFlood - SealedDatapath::kFailBurst);
+  tx_inner_.sent.clear();
+  send(17, 0x100, p);
+  rx_inner_.meta.src_port = wire::kRoceV2Port;  // the peer's
+  EXPECT_EQ(deliver(tx_inner_.sent.at(0)).size(), 1u);
+  EXPECT_EQ(rx_->counters().rx_opened, 1u);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ class KeepingDatapath final : public datapath::Datapath {
   std::deque<std::vector<std::byte>> inbound;
   std::size_t flushes = 0;
   std::size_t parse_drops = 0;
+  datapath::RxMeta meta;  // what every packet comes with
 
   std::size_t receive(Instant, std::size_t max, const RxHandler& handler) override {
     std::size_t n = 0;
@@ -31,7 +32,7 @@ class KeepingDatapath final : public datapath::Datapath {
         ++parse_drops;
         continue;
       }
-      handler(pkt.value(), datapath::RxMeta{});
+      handler(pkt.value(), meta);
     }
     return n;
   }

@@ -976,7 +976,8 @@ std::unique_ptr<Context> make_context(CompatDevice* d, ibv_device* device) {
   // The port MTU follows the interface's, as the networked device will see it; an address
   // that is on no interface (yet) reads as Ethernet's 1500 until then.
   auto mtu = datapath::interface_mtu(d->spec.ip);
-  ctx->config.netdev_mtu = mtu.ok() ? mtu.value() : 1500;
+  ctx->config.netdev_mtu = seal::roce_share_of_mtu(
+      mtu.ok() ? mtu.value() : 1500, d->spec.seal ? d->spec.seal->mode : seal::Mode::kOff);
   ctx->address_local = mtu.ok();
   ctx->config.link_speed_mbps = datapath::interface_speed_mbps(d->spec.ip);
   // Applications pass their CPU as comp_vector (UCX does); uroce accepts any below this.
