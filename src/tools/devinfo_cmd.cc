@@ -96,7 +96,8 @@ void print_cap_flags(std::FILE* out, std::uint32_t flags) {
                 {kDeviceSysImageGuid, "SYS_IMAGE_GUID"},
                 {kDeviceRcRnrNakGen, "RC_RNR_NAK_GEN"},
                 {kDeviceMemWindow, "MEM_WINDOW"},
-                {kDeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"}};
+                {kDeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"},
+                {kDeviceXrc, "XRC"}};
   std::uint32_t unknown = flags;
   for (const auto& n : kNames) {
     if (flags & n.bit) {

@@ -216,6 +216,11 @@ constexpr Opcode xrc_opcode(Opcode rc) {
 constexpr Opcode rc_opcode(Opcode xrc) {
   return static_cast<Opcode>(static_cast<std::uint8_t>(xrc) & 0x1fu);
 }
+// The RC opcode of the same operation as `op` for an XRC opcode, `op` itself for any other.
+constexpr Opcode rc_operation(Opcode op) {
+  const std::uint8_t v = static_cast<std::uint8_t>(op);
+  return (v & 0xe0u) == kXrcOpcodeBase ? rc_opcode(op) : op;
+}
 // Every XRC opcode is its RC operation's, with the XRCETH on requests.
 static_assert([] {
   for (Opcode op : kAllOpcodes) {
