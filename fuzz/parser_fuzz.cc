@@ -44,6 +44,7 @@ bool inside(ConstBytes inner, ConstBytes outer) {
 // - BTH byte 4: FECN and BECN kept, the 6 reserved bits zeroed (IBTA 9.2: reserved, 0 on send).
 // - BTH byte 8: AckReq kept, the 7 reserved bits zeroed.
 // - DETH byte 4: reserved, zeroed.
+// - XRCETH byte 0: reserved, zeroed.
 // - The CNP's 16 reserved bytes (RoCEv2 A17.9.3): zeroed.
 // - Pad bytes: the builder writes zeros; the parser does not require them to be zero.
 // The pad count itself is reproduced exactly: headers and the whole packet are 4-byte multiples
@@ -56,6 +57,7 @@ std::vector<std::uint8_t> builder_mask(const RocePacket& pkt) {
   mask[4] = 0xc0;
   mask[8] = 0x80;
   if (op.has(ExtHeader::kDeth)) mask[op.offset_of(ExtHeader::kDeth) + 4] = 0;
+  if (op.has(ExtHeader::kXrcEth)) mask[op.offset_of(ExtHeader::kXrcEth)] = 0;  // reserved byte
   if (op.has(ExtHeader::kFeth)) {  // bits 31..6 reserved: the builder writes zeros
     const std::size_t off = op.offset_of(ExtHeader::kFeth);
     mask[off] = mask[off + 1] = mask[off + 2] = 0;

@@ -257,6 +257,29 @@ def ieth_seeds(ip_udp, roce):
     yield from entry_views(ip_udp, bodies)
 
 
+def xrc_seeds(ip_udp, roce):
+    """XRC requests and responses (opcode prefix 101b; requests carry the 4-byte XRCETH, a
+    reserved byte and the XRC SRQ number, before any RETH or AtomicETH), which no golden capture
+    has, on the first captured IPv4 packet's addresses: SEND Only, RDMA WRITE Only with
+    Immediate, Compare & Swap, an ACK, a nonzero reserved byte, and one cut inside the XRCETH."""
+    bth = bytearray(roce[:12])
+    bth[1] &= 0xcf  # pad count 0
+    xrceth = struct.pack('>I', 0x00000123)
+    reth = struct.pack('>QII', 0x7f0000001000, 0x1234, 8)
+    bodies = []
+    bth[0] = 0xa4  # XRC SEND Only
+    bodies.append(bytes(bth) + xrceth + b'xrc send')
+    bodies.append(bytes(bth) + struct.pack('>I', 0xff000123) + b'xrc send')  # reserved byte set
+    bodies.append(bytes(bth) + xrceth[:2])  # cut inside the XRCETH
+    bth[0] = 0xab  # XRC RDMA WRITE Only with Immediate: XRCETH, RETH, ImmDt
+    bodies.append(bytes(bth) + xrceth + reth + struct.pack('>I', 7) + bytes(8))
+    bth[0] = 0xb3  # XRC Compare & Swap: XRCETH, AtomicETH
+    bodies.append(bytes(bth) + xrceth + struct.pack('>QIQQ', 0x7f0000001000, 0x1234, 1, 2))
+    bth[0] = 0xb1  # XRC Acknowledge: AETH, no XRCETH
+    bodies.append(bytes(bth) + struct.pack('>I', 0x1f000001))
+    yield from entry_views(ip_udp, bodies)
+
+
 def main(argv):
     if len(argv) < 2:
         sys.stderr.write(__doc__)
@@ -289,6 +312,7 @@ def main(argv):
                 seeds += list(edge_seeds(*parts))
                 seeds += list(ibta15_seeds(*parts))
                 seeds += list(ieth_seeds(*parts))
+                seeds += list(xrc_seeds(*parts))
             for sel, data in seeds:
                 seed = bytes([sel]) + data
                 name = hashlib.sha1(seed).hexdigest()

@@ -22,7 +22,9 @@ enum class Errc : int {
 };
 const char* errc_name(Errc e);
 
-enum class QpType : std::uint8_t { kRc = 2, kUc = 3, kUd = 4 };
+// ibv_qp_type's values. XRC_SEND (the initiator) and XRC_RECV (the target) are RC's protocol
+// under XRC opcodes (IBTA 9.8.1.1); the transport runs them as RC QPs (transport::XrcRole).
+enum class QpType : std::uint8_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10 };
 
 enum class QpState : std::uint8_t { kReset, kInit, kRtr, kRts, kSqd, kSqe, kErr };
 const char* qp_state_name(QpState s);

@@ -66,6 +66,7 @@ using MrHandle = Handle<struct MrTag>;
 using MwHandle = Handle<struct MwTag>;
 using CqHandle = Handle<struct CqTag>;
 using SrqHandle = Handle<struct SrqTag>;
+using XrcdHandle = Handle<struct XrcdTag>;
 using AhHandle = Handle<struct AhTag>;
 using QpHandle = Handle<struct QpTag>;
 
@@ -87,6 +88,7 @@ enum DeviceCapFlag : std::uint32_t {
   kDeviceSysImageGuid = 1u << 11,
   kDeviceRcRnrNakGen = 1u << 12,
   kDeviceMemWindow = 1u << 17,
+  kDeviceXrc = 1u << 20,
   kDeviceMemWindowType2B = 1u << 24,
 };
 // The extended flags above bit 31 (IB_UVERBS_DEVICE_*, ibv_device_attr_ex.device_cap_flags_ex)
@@ -345,7 +347,8 @@ struct SrqAttr {
 };
 struct SrqInfo {
   SrqHandle handle;
-  SrqAttr attr;  // actual values
+  SrqAttr attr;               // actual values
+  std::uint32_t srq_num = 0;  // an XRC SRQ's number, which initiators name (ibv_get_srq_num)
 };
 
 struct QpInitAttr {
@@ -353,6 +356,9 @@ struct QpInitAttr {
   CqHandle send_cq;
   CqHandle recv_cq;
   SrqHandle srq;  // null: the QP has its own receive queue
+  // XRC_RECV: its XRC domain (the QP has no PD, CQs, SRQ nor send queue; pass a null PD).
+  // XRC_SEND: no receive side (recv_cq and srq null).
+  XrcdHandle xrcd;
   QpCap cap;
   bool sq_sig_all = false;
 };
@@ -396,6 +402,9 @@ struct SendWr {
     std::uint8_t selectivity = 0;  // wire::kFlushRange or wire::kFlushMr
   } flush;
   std::uint32_t invalidate_rkey = 0;  // SEND with Invalidate, LOCAL_INV
+  struct {
+    std::uint32_t remote_srqn = 0;  // XRC_SEND: the target's XRC SRQ (qp_type.xrc.remote_srqn)
+  } xrc;
   // BIND_MW (type 2): the window, its new key (the low 8 bits count, ibv_inc_rkey) and the bind.
   struct {
     MwHandle mw;
@@ -546,6 +555,16 @@ class Device {
   Result<SrqAttr, Errc> query_srq(SrqHandle srq) const;
   Errc destroy_srq(SrqHandle srq);
   Errc post_srq_recv(SrqHandle srq, std::span<const RecvWr> wrs, const RecvWr** bad_wr);
+
+  // XRC (IBTA 9.8.1.1; ibv_open_xrcd(3), ibv_create_srq_ex(3)). An XRC domain is this device's
+  // only (no sharing between processes through a file: a process owns its device). An XRC SRQ
+  // belongs to a domain, takes its WQEs' keys from `pd` and completes into `cq`; XRC_RECV QPs of
+  // the same domain place requests into it by its number. close_xrcd: kBusy while SRQs or QPs
+  // use the domain. kNoMemory beyond the device's limit of domains.
+  Result<XrcdHandle, Errc> open_xrcd();
+  Errc close_xrcd(XrcdHandle xrcd);
+  Result<SrqInfo, Errc> create_xrc_srq(PdHandle pd, XrcdHandle xrcd, CqHandle cq,
+                                       const SrqAttr& attr);
 
   // Address handles (RoCE: is_global must be set; dgid names an IPv4-mapped or IPv6 address of
   // the same family as the device's).

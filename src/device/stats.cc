@@ -16,6 +16,10 @@ const char* qp_type_name(QpType t) {
       return "UC";
     case QpType::kUd:
       return "UD";
+    case QpType::kXrcSend:  // (the transport runs XRC QPs as RC ones)
+      return "XRC_SEND";
+    case QpType::kXrcRecv:
+      return "XRC_RECV";
   }
   return "?";
 }
@@ -143,6 +147,8 @@ NamedCounters DeviceStats::device_counters() const {
       // Selective repeat between uroce peers (docs/ARCHITECTURE.md).
       {"selective_retransmits", q.selective_retransmits},
       {"out_of_order_kept", q.out_of_order_kept},
+      // XRC targets: requests naming no XRC SRQ of the QP's domain (NAKed Invalid Request).
+      {"xrc_bad_srqn", q.xrc_bad_srqn},
       // Authenticated and encrypted packets between uroce peers (seal/sealed_datapath.h; all
       // zero with aead=off).
       {"aead_tx_pkts", seal.tx_sealed},
@@ -201,6 +207,7 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"spurious_timeouts", c.spurious_timeouts},
       {"selective_retransmits", c.selective_retransmits},
       {"out_of_order_kept", c.out_of_order_kept},
+      {"xrc_bad_srqn", c.xrc_bad_srqn},
       {"srtt_ns", static_cast<std::uint64_t>(qp.srtt_ns)},
       {"min_rtt_ns", static_cast<std::uint64_t>(qp.min_rtt_ns)},
       {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},

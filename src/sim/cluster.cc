@@ -568,6 +568,9 @@ void generate_ops(Cluster& c, Side& s) {
       case QpType::kUd:
         op.kind = r.chance(1, 2) ? OpKind::kSend : OpKind::kSendImm;
         break;
+      case QpType::kXrcSend:  // the workload has no XRC pairs (yet)
+      case QpType::kXrcRecv:
+        UROCE_CHECK(false);
     }
     // UC and UD messages name themselves in their first 8 bytes (they may be lost or
     // duplicated, so the receiver identifies them by content).

@@ -85,7 +85,8 @@ const char* speed_name(std::uint8_t s) {
 }
 
 void print_cap_flags(std::FILE* out, std::uint32_t flags) {
-  // IBV_DEVICE_* names for the bits uroce can report (verbs.h DeviceCapFlag).
+  // IBV_DEVICE_* names for the bits uroce can report (verbs.h DeviceCapFlag), in bit order as
+  // ibv_devinfo prints them.
   static const struct {
     std::uint32_t bit;
     const char* name;
@@ -96,6 +97,7 @@ void print_cap_flags(std::FILE* out, std::uint32_t flags) {
                 {kDeviceSysImageGuid, "SYS_IMAGE_GUID"},
                 {kDeviceRcRnrNakGen, "RC_RNR_NAK_GEN"},
                 {kDeviceMemWindow, "MEM_WINDOW"},
+                {kDeviceXrc, "XRC"},
                 {kDeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"}};
   std::uint32_t unknown = flags;
   for (const auto& n : kNames) {

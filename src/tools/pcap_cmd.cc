@@ -266,6 +266,7 @@ bool dump_roce(std::FILE* out, const wire::Frame& f, std::optional<seal::Aead>& 
   if (p.op->has(ExtHeader::kDeth)) {
     std::fprintf(out, "  DETH Q_Key 0x%08x SrcQP 0x%06x\n", h.deth.qkey, h.deth.src_qpn);
   }
+  if (p.op->has(ExtHeader::kXrcEth)) std::fprintf(out, "  XRCETH XRC SRQ 0x%06x\n", h.xrc_srqn);
   if (p.op->has(ExtHeader::kFeth)) {
     // Placement type bits: 1 global visibility, 2 persistence; selectivity 0 range, 1 region.
     const unsigned plt = h.feth.placement;

@@ -126,11 +126,16 @@ bool Qp::scatter_read_response(SendWqe& w, std::uint32_t index, std::uint64_t of
 
 // Long: the completer's checks of a response in rxe's order, then one dispatch.
 void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) {
-  if (type_ != QpType::kRc || (state_ != QpState::kRts && state_ != QpState::kSqd)) {
+  // An XRC initiator takes XRC responses, an RC QP RC ones (an XRC target sends nothing that is
+  // answered).
+  if (type_ != QpType::kRc || (state_ != QpState::kRts && state_ != QpState::kSqd) ||
+      pkt.op->transport != response_transport()) {
     ++counters_.dropped;
     return;
   }
   const std::uint32_t psn = pkt.bth().psn();
+  // XRC responses are RC's under another prefix: compared as RC's below.
+  const Opcode op = wire::rc_operation(pkt.op->opcode());
   // Stale (already acknowledged) or never sent: ignore (rxe check_psn: duplicate responses are
   // silently dropped). Sent means below req_.psn_end, not below req_.psn: a go-back-N lowers
   // req_.psn, and the responses to what was sent before it are still on the way. Dropped, they
@@ -143,9 +148,9 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
   const bool nak = pkt.op->has(wire::ExtHeader::kAeth) &&
                    wire::aeth_type(pkt.aeth().syndrome()) != wire::AethType::kAck;
   const bool sent =
-      wire::psn_lt(psn, req_.psn) || (pkt.op->opcode() == Opcode::kRcAcknowledge
-                                          ? wire::psn_lt(psn, req_.psn_end)
-                                          : !nak && psn == comp_.psn && psn != req_.psn_end);
+      wire::psn_lt(psn, req_.psn) ||
+      (op == Opcode::kRcAcknowledge ? wire::psn_lt(psn, req_.psn_end)
+                                    : !nak && psn == comp_.psn && psn != req_.psn_end);
   if (sq_count_ == 0 || stale || !sent) {
     ++counters_.dropped;
     // A stale response while requests are outstanding: the responder is still answering ones
@@ -180,7 +185,6 @@ void Qp::handle_response(Instant now, const wire::RocePacket& pkt, bool placed) 
     implied_nak(now, psn);
     return;
   }
-  const Opcode op = pkt.op->opcode();
   const bool has_aeth = pkt.op->has(wire::ExtHeader::kAeth);
   const std::uint8_t syndrome = has_aeth ? pkt.aeth().syndrome() : 0;
   if (has_aeth && wire::aeth_type(syndrome) != wire::AethType::kAck) {
@@ -325,7 +329,7 @@ void Qp::handle_read_response(Instant now, const wire::RocePacket& pkt, std::uin
     // (rxe_comp.c check_ack(): COMPST_WRITE_SEND for an ATOMIC WRITE, a zero-length READ for a
     // FLUSH). Anything else answers no request of theirs.
     if (psn != w.first_psn || w.state != WqeState::kPending ||
-        pkt.op->opcode() != Opcode::kRcRdmaReadResponseOnly) {
+        wire::rc_operation(pkt.op->opcode()) != Opcode::kRcRdmaReadResponseOnly) {
       ++counters_.dropped;
       return;
     }

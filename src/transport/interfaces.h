@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "base/bytes.h"
 #include "base/result.h"
@@ -71,6 +72,23 @@ class CompletionSink {
  public:
   virtual ~CompletionSink() = default;
   virtual void push(const Wc& wc, bool solicited) = 0;
+};
+
+// The XRC SRQs of a device (IBTA 9.8.1.1, XRC): where an XRC_RECV QP's requests land. An XRC
+// request names its SRQ in the XRCETH; the responder takes the receive WQE from it, completes
+// into its CQ and checks keys against its PD.
+class RecvQueue;
+struct XrcSrqTarget {
+  RecvQueue* rq = nullptr;
+  CompletionSink* cq = nullptr;
+  std::uint32_t pd = 0;
+};
+class XrcSrqTable {
+ public:
+  virtual ~XrcSrqTable() = default;
+  // The XRC SRQ numbered `srqn` in XRC domain `xrcd`, or nothing: no such SRQ, or it belongs to
+  // another domain (the responder NAKs Invalid Request either way).
+  virtual std::optional<XrcSrqTarget> xrc_srq(std::uint32_t xrcd, std::uint32_t srqn) = 0;
 };
 
 // Asynchronous events of a QP (IBV_EVENT_QP_FATAL, _SQ_DRAINED, _QP_LAST_WQE_REACHED ...).

@@ -32,6 +32,10 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
       responses_(1) {
   UROCE_CHECK(env_.memory != nullptr && env_.send_cq != nullptr && env_.recv_cq != nullptr);
   UROCE_CHECK(env_.rq != nullptr && env_.cc != nullptr);
+  // XRC is RC's protocol; the target's receive side is the XRC SRQs of its domain.
+  UROCE_CHECK(env_.xrc == XrcRole::kNone || type_ == QpType::kRc);
+  UROCE_CHECK(type_ == QpType::kRc || type_ == QpType::kUc || type_ == QpType::kUd);
+  UROCE_CHECK(env_.xrc != XrcRole::kRecv || (env_.rq_is_srq && env_.xrc_srqs != nullptr));
   UROCE_CHECK(cap.max_send_sge <= kMaxSge && cap.max_inline_data <= kMaxInlineData);
   if (type_ == QpType::kUd) mtu_bytes_ = env_.port_mtu_bytes;
 }
@@ -171,6 +175,12 @@ Errc Qp::post_send(const SendRequest& wr) {
   // Which QP types may post which operation, and what each carries: wr_opcodes.def.
   const WrOpcodeInfo* wr_op = wr_opcode_info(wr.opcode);
   if (wr_op == nullptr || !wr_op->allows(type_)) return Errc::kInvalidArgument;
+  // XRC: a target has no send queue; IBTA 1.5's FLUSH and ATOMIC WRITE have no XRC opcodes
+  // that uroce knows (table 38 lists RC's operations through SEND with Invalidate).
+  if (env_.xrc == XrcRole::kRecv ||
+      (env_.xrc == XrcRole::kSend && (wr_op->is(kWrFlush) || wr_op->is(kWrAtomicWrite)))) {
+    return Errc::kInvalidArgument;
+  }
   if (wr.sges.size() > cap_.max_send_sge) return Errc::kInvalidArgument;
   std::uint64_t length = 0;
   for (const Sge& s : wr.sges) length += s.length;
@@ -217,6 +227,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
     w.remote_qkey = wr.remote_qkey;
   }
+  if (env_.xrc == XrcRole::kSend) w.xrc_srqn = wr.xrc_srqn & 0xffffffu;
   // FLUSH and the local operations: no local data.
   w.length = operand != 0 ? operand : wr_op->is(kWrFlush) || wr_op->is_local() ? 0 : length;
   w.is_inline = inline_data;
@@ -344,10 +355,14 @@ void Qp::complete_send(std::uint32_t index, WcStatus status) {
   if (state_ == QpState::kSqd) update_drain();
 }
 
-void Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
-                   bool ack_req, bool solicited, std::uint32_t payload_bytes) {
+const wire::OpcodeInfo& Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn,
+                                      std::uint32_t psn, bool ack_req, bool solicited,
+                                      std::uint32_t payload_bytes, std::uint32_t xrc_srqn) {
+  UROCE_ASSERT(wire::opcode_info(op).transport != wire::Transport::kXrc);
+  if (env_.xrc != XrcRole::kNone) op = wire::xrc_opcode(op);
   wire::TransportHeaders h;
   h.bth.opcode = static_cast<std::uint8_t>(op);
+  h.xrc_srqn = xrc_srqn;
   h.bth.solicited = solicited;
   h.bth.pkey = 0xffff;
   h.bth.dest_qpn = dest_qpn;
@@ -357,6 +372,25 @@ void Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::
       static_cast<std::uint32_t>(wire::write_headers(MutBytes(out.header), h, payload_bytes));
   out.num_pieces = 0;
   out.payload_bytes = payload_bytes;
+  return wire::opcode_info(op);
+}
+
+wire::Transport Qp::request_transport() const {
+  switch (env_.xrc) {
+    case XrcRole::kSend:
+      return wire::Transport::kCnp;  // an initiator takes no requests
+    case XrcRole::kRecv:
+      return wire::Transport::kXrc;
+    case XrcRole::kNone:
+      break;
+  }
+  return type_ == QpType::kRc   ? wire::Transport::kRc
+         : type_ == QpType::kUc ? wire::Transport::kUc
+                                : wire::Transport::kUd;
+}
+
+wire::Transport Qp::response_transport() const {
+  return env_.xrc == XrcRole::kNone ? wire::Transport::kRc : wire::Transport::kXrc;
 }
 
 void Qp::handle_packet(Instant now, const wire::RocePacket& pkt, const PacketInfo& info) {
@@ -434,7 +468,7 @@ bool Qp::pins_port(const wire::RocePacket& pkt) const {
   // NAK-earning PSNs and CNPs teach nothing.
   const wire::OpcodeInfo& op = *pkt.op;
   if (op.is(wire::kFlagCnp)) return false;
-  if (op.transport != (type_ == QpType::kRc ? wire::Transport::kRc : wire::Transport::kUc)) {
+  if (op.transport != (op.is(wire::kFlagResponse) ? response_transport() : request_transport())) {
     return false;
   }
   const std::uint32_t psn = pkt.bth().psn();

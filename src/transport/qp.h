@@ -182,6 +182,7 @@ struct SendRequest {
   const AddressVector* ud_av = nullptr;  // UD: destination (copied at post)
   std::uint32_t remote_qpn = 0;          // UD
   std::uint32_t remote_qkey = 0;         // UD; high bit set: use the QP's Q_Key
+  std::uint32_t xrc_srqn = 0;            // XRC_SEND: the remote XRC SRQ (the XRCETH)
   struct {
     std::uint32_t mw_rkey = 0;  // the window's key as the poster knew it
     std::uint32_t mr_lkey = 0;  // the region behind it
@@ -283,6 +284,9 @@ struct QpCounters {
   // responder that kept what followed them, and out-of-order requests this responder kept.
   std::uint64_t selective_retransmits = 0;
   std::uint64_t out_of_order_kept = 0;
+  // XRC_RECV: requests whose XRCETH named no XRC SRQ of the QP's XRC domain (unknown, or
+  // another domain's), answered with a NAK (Invalid Request) and not executed.
+  std::uint64_t xrc_bad_srqn = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -318,9 +322,16 @@ struct QpCounters {
     spurious_timeouts += o.spurious_timeouts;
     selective_retransmits += o.selective_retransmits;
     out_of_order_kept += o.out_of_order_kept;
+    xrc_bad_srqn += o.xrc_bad_srqn;
     return *this;
   }
 };
+
+// XRC (IBTA 9.8.1.1 / 11.2.5): a QP of RC's protocol whose packets carry XRC opcodes. The
+// requester half (XRC_SEND, the initiator) names the remote XRC SRQ in each request's XRCETH and
+// has no receive side; the responder half (XRC_RECV, the target) has no send queue and takes
+// each request's receive WQE, CQ and PD from the XRC SRQ its XRCETH names.
+enum class XrcRole : std::uint8_t { kNone, kSend, kRecv };
 
 struct QpEnv {
   MemoryResolver* memory = nullptr;
@@ -333,6 +344,11 @@ struct QpEnv {
   std::uint32_t pd = 0;
   std::uint32_t port_mtu_bytes = 1024;  // UD messages are limited by the port MTU
   RecoveryParams recovery;              // RC loss recovery (recovery.cc)
+  // XRC (type kRc): the role, and for kRecv the XRC domain and its SRQs. An XRC_RECV QP's rq
+  // is an empty placeholder (rq_is_srq set): each request binds the SRQ it names.
+  XrcRole xrc = XrcRole::kNone;
+  std::uint32_t xrcd = 0;
+  XrcSrqTable* xrc_srqs = nullptr;
 };
 
 class Qp {
@@ -508,6 +524,7 @@ class Qp {
     AddressVector ud_av;
     std::uint32_t remote_qpn = 0;
     std::uint32_t remote_qkey = 0;
+    std::uint32_t xrc_srqn = 0;  // XRC_SEND
     std::uint32_t num_sge = 0;
     bool is_inline = false;
     std::uint64_t length = 0;  // total message bytes
@@ -682,8 +699,17 @@ class Qp {
   bool poll_packet(Instant now, TxPacket& out);
   static constexpr std::uint8_t kEct0 = wire::kEcnEct0;
   static constexpr std::uint8_t kCnpDscp = 48;  // mlx5 np_cnp_dscp's default
-  void build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn, std::uint32_t psn,
-                 bool ack_req, bool solicited, std::uint32_t payload_bytes);
+  // Writes the BTH (and the XRCETH, with `xrc_srqn`, of an XRC request) of `op`, an RC, UC or UD
+  // opcode: an XRC QP sends the XRC opcode of the same operation. Returns the opcode written.
+  const wire::OpcodeInfo& build_bth(TxPacket& out, wire::Opcode op, std::uint32_t dest_qpn,
+                                    std::uint32_t psn, bool ack_req, bool solicited,
+                                    std::uint32_t payload_bytes, std::uint32_t xrc_srqn = 0);
+  // The transport of the requests this QP takes (none for an XRC_SEND QP: kCnp never matches a
+  // request) and of the responses it takes.
+  wire::Transport request_transport() const;
+  wire::Transport response_transport() const;
+  // XRC_RECV: points the responder at the XRC SRQ the request's XRCETH names (its RQ, CQ, PD).
+  bool bind_xrc_srq(const wire::RocePacket& pkt);
   // Source pinning: whether `pkt` may come from `info`'s UDP port (set_peer_udp_port), and
   // whether it passes the PSN checks that let its port be learned.
   bool from_peer_port(const wire::RocePacket& pkt, const PacketInfo& info) const;

@@ -177,10 +177,11 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
     // One request for the rest of the READ; the responder answers with one PSN per packet.
     const std::uint64_t done = w.sent_bytes;
     const std::uint64_t rest = w.length - done;
-    build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
-              false, 0);
+    const wire::OpcodeInfo& info =
+        build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
+                  false, 0, w.xrc_srqn);
     w.read_req_psn = psn;  // the response at this PSN opens the stream (completer.cc)
-    wire::RethMut(MutBytes(out.header).subspan(wire::kBthBytes))
+    wire::RethMut(MutBytes(out.header).subspan(info.offset_of(wire::ExtHeader::kReth)))
         .encode(wire::Reth{w.remote_addr + done, w.rkey, static_cast<std::uint32_t>(rest)});
     req_.psn = wire::psn_add(psn, packets_for(rest, mtu_bytes_));
     w.sent_bytes = w.length;
@@ -189,9 +190,10 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
   } else if (w.wr_op->is(kWrAtomic)) {
     // The AtomicETH: Compare & Swap carries both operands, Fetch & Add its addend.
     const bool cas = w.wr_op->opcode == WrOpcode::kAtomicCmpAndSwp;
-    build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
-              false, 0);
-    wire::AtomicEthMut(MutBytes(out.header).subspan(wire::kBthBytes))
+    const wire::OpcodeInfo& info =
+        build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
+                  false, 0, w.xrc_srqn);
+    wire::AtomicEthMut(MutBytes(out.header).subspan(info.offset_of(wire::ExtHeader::kAtomicEth)))
         .encode(wire::AtomicEth{w.remote_addr, w.rkey, cas ? w.swap : w.compare_add,
                                 cas ? w.compare_add : 0});
     req_.psn = wire::psn_add(psn, 1);
@@ -201,9 +203,9 @@ void Qp::build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out) {
   } else if (w.wr_op->is(kWrFlush)) {
     // The FETH (placement type, selectivity level), then the RETH: the range, or for a whole
     // region only its R_Key that counts (rxe's responder skips the range check then).
-    const Opcode op = w.wr_op->request_opcode(type_, PacketPosition::kOnly);
-    build_bth(out, op, dest_qpn, psn, true, false, 0);
-    const wire::OpcodeInfo& info = wire::opcode_info(op);
+    const wire::OpcodeInfo& info =
+        build_bth(out, w.wr_op->request_opcode(type_, PacketPosition::kOnly), dest_qpn, psn, true,
+                  false, 0, w.xrc_srqn);
     const MutBytes hdr(out.header);
     wire::FethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kFeth)))
         .encode(wire::Feth{w.flush_placement, w.flush_selectivity});
@@ -268,8 +270,8 @@ bool Qp::fill_message_packet(const SendWqe& w, std::uint32_t index, std::uint32_
   // wr_opcodes.def derives the opcode for this QP type.
   const Opcode op = w.wr_op->request_opcode(type_, packet_position(first, last));
   const bool solicited = last && (w.send_flags & kSendSolicited) != 0;
-  build_bth(out, op, dest_qpn, psn, ack_req, solicited, len);
-  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  const wire::OpcodeInfo& info =
+      build_bth(out, op, dest_qpn, psn, ack_req, solicited, len, w.xrc_srqn);
   const MutBytes hdr(out.header);
   if (info.has(wire::ExtHeader::kReth)) {
     wire::RethMut(hdr.subspan(info.offset_of(wire::ExtHeader::kReth)))

@@ -46,6 +46,19 @@ bool Qp::take_recv_wqe() {
   return true;
 }
 
+bool Qp::bind_xrc_srq(const wire::RocePacket& pkt) {
+  UROCE_ASSERT(env_.xrc == XrcRole::kRecv && pkt.op->has(wire::ExtHeader::kXrcEth));
+  const std::optional<XrcSrqTarget> t = env_.xrc_srqs->xrc_srq(env_.xrcd, pkt.xrceth().srqn());
+  if (!t) return false;
+  // A message's packets all name its SRQ: a WQE taken from one completes there.
+  if (resp_.has_wqe && t->rq != env_.rq) return false;
+  UROCE_ASSERT(t->rq != nullptr && t->cq != nullptr);
+  env_.rq = t->rq;
+  env_.recv_cq = t->cq;
+  env_.pd = t->pd;
+  return true;
+}
+
 Qp::RespStatus Qp::scatter_into_recv(std::uint64_t offset, ConstBytes data) {
   UROCE_ASSERT(resp_.has_wqe);
   const std::span<const Sge> sges = std::span(resp_.wqe_sges).first(resp_.wqe_num_sge);
@@ -173,10 +186,7 @@ void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& 
     ++counters_.dropped;
     return;
   }
-  const wire::Transport want = type_ == QpType::kRc   ? wire::Transport::kRc
-                               : type_ == QpType::kUc ? wire::Transport::kUc
-                                                      : wire::Transport::kUd;
-  if (pkt.op->transport != want) {
+  if (pkt.op->transport != request_transport()) {
     ++counters_.dropped;
     return;
   }
@@ -192,6 +202,9 @@ void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& 
     case QpType::kUd:
       handle_ud_request(pkt, info);
       break;
+    case QpType::kXrcSend:  // XRC runs as RC (QpEnv::xrc): the constructor refuses these
+    case QpType::kXrcRecv:
+      UROCE_CHECK(false);
   }
 }
 
@@ -199,6 +212,11 @@ void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& 
 // step of its kind (SEND, WRITE, READ, atomic).
 Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
   const wire::OpcodeInfo& op = *pkt.op;
+  // XRC (IBTA 9.8.1.1): the XRCETH names the SRQ, which must be of the QP's XRC domain.
+  if (env_.xrc == XrcRole::kRecv && !bind_xrc_srq(pkt)) {
+    ++counters_.xrc_bad_srqn;
+    return RespStatus::kInvalidRequest;
+  }
   if (const RespStatus s = check_request(pkt); s != RespStatus::kOk) return s;
   if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe && !take_recv_wqe()) return RespStatus::kRnr;
   // Only a continuation is ever placed before it gets here (one_pass_target), or a request that
@@ -372,7 +390,7 @@ Qp::RespStatus Qp::execute_atomic(const wire::RocePacket& pkt) {
   // Atomic with respect to every other RDMA atomic of this device (IBV_ATOMIC_HCA): the engine
   // executes them one at a time.
   std::uint64_t result = orig;
-  if (pkt.op->opcode() == Opcode::kRcCompareSwap) {
+  if (wire::rc_operation(pkt.op->opcode()) == Opcode::kRcCompareSwap) {
     if (orig == a.compare()) result = a.swap_add();
   } else {
     result = orig + a.swap_add();
@@ -586,8 +604,9 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
         std::uint64_t cur = 0;
         std::memcpy(&cur, mem.value().data(), 8);
         const wire::AtomicEthView a = pkt.atomic_eth();
-        cur = op.opcode() == Opcode::kRcCompareSwap ? (cur == a.compare() ? a.swap_add() : cur)
-                                                    : cur + a.swap_add();
+        cur = wire::rc_operation(op.opcode()) == Opcode::kRcCompareSwap
+                  ? (cur == a.compare() ? a.swap_add() : cur)
+                  : cur + a.swap_add();
         std::memcpy(mem.value().data(), &cur, 8);
       }
 #endif

@@ -114,6 +114,9 @@ constexpr wire::Transport transport_of(QpType t) {
       return wire::Transport::kRc;
     case QpType::kUc:
       return wire::Transport::kUc;
+    case QpType::kXrcSend:  // never a transport QP's type: XRC runs as RC (QpEnv::xrc)
+    case QpType::kXrcRecv:
+      return wire::Transport::kXrc;
     case QpType::kUd:
       break;
   }

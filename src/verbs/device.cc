@@ -34,10 +34,10 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   a.max_qp_wr = transport::kMaxQpWr;
   // rxe's flags without those uroce does not implement (automatic path migration, SRQ
   // resize, memory management extensions, changing the physical port). Memory windows of type
-  // 1 and 2B, as rxe.
+  // 1 and 2B, as rxe. XRC, which rxe lacks (issue 41), as a ConnectX has it.
   a.device_cap_flags = kDeviceBadPkeyCntr | kDeviceBadQkeyCntr | kDeviceUdAvPortEnforce |
                        kDevicePortActiveEvent | kDeviceSysImageGuid | kDeviceRcRnrNakGen |
-                       kDeviceMemWindow | kDeviceMemWindowType2B;
+                       kDeviceMemWindow | kDeviceMemWindowType2B | kDeviceXrc;
   a.device_cap_flags_ex = kDeviceExFlushGlobal | kDeviceExAtomicWrite;
   // On-demand paging for every operation of every transport: uroce pins nothing, so every region
   // is paged as the process's memory is (verbs.h, kOdpSupport); rxe has RC only. The implicit

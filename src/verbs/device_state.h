@@ -42,6 +42,7 @@ inline constexpr std::uint32_t kMaxPd = 0x7ffc;
 inline constexpr std::uint32_t kMaxResRdAtom = 0x3f000;
 inline constexpr std::uint32_t kMaxAh = (1u << 15) - 1;  // rxe since 5.17 (was 100)
 inline constexpr std::uint32_t kMaxSrq = 960;
+inline constexpr std::uint32_t kMaxXrcd = 1024;
 inline constexpr std::uint32_t kMaxSrqWr = 0x4000;
 inline constexpr std::uint32_t kMaxSrqSge = 27;
 inline constexpr std::uint32_t kGidTableLen = 1024;
@@ -116,10 +117,25 @@ class CqObj final : public transport::CompletionSink {
   DeviceState& dev_;
 };
 
+struct XrcdObj {
+  std::uint32_t id = 0;         // what XRC_RECV QPs name their domain by (transport::QpEnv)
+  std::uint32_t use_count = 0;  // XRC SRQs and XRC_RECV QPs in it
+};
+
+// A completion queue for the side an XRC QP does not have (an initiator's receive side, a
+// target's send side): nothing ever completes into it.
+class NoCq final : public transport::CompletionSink {
+ public:
+  void push(const Wc&, bool) override { UROCE_CHECK(false); }
+};
+
 struct SrqObj {
   SrqObj(std::uint32_t max_wr, std::uint32_t max_sge) : rq(max_wr, max_sge) {}
   SrqHandle self;
   PdHandle pd;
+  XrcdHandle xrcd;  // null: a basic SRQ
+  CqHandle cq;      // an XRC SRQ's CQ
+  std::uint32_t srq_num = 0;
   SrqAttr attr;
   transport::RecvQueue rq;
   std::uint32_t use_count = 0;
@@ -144,7 +160,7 @@ struct QpObj {
   std::unique_ptr<transport::Qp> qp;
 };
 
-struct DeviceState final : transport::MemoryResolver, transport::EventSink {
+struct DeviceState final : transport::MemoryResolver, transport::EventSink, transport::XrcSrqTable {
   explicit DeviceState(const DeviceConfig& cfg);
 
   // transport::MemoryResolver
@@ -166,6 +182,9 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   MwObj* mw_for_key(std::uint32_t rkey) const;
   // Drops a window's binding (its MR's count with it).
   static void unbind(MwObj& mw);
+
+  // transport::XrcSrqTable
+  std::optional<transport::XrcSrqTarget> xrc_srq(std::uint32_t xrcd, std::uint32_t srqn) override;
 
   // transport::EventSink
   void qp_event(std::uint32_t qpn, AsyncEventType type) override;
@@ -219,6 +238,10 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   std::vector<transport::Qp*> live_qps;
   transport::QpCounters destroyed_qps;  // summed at destroy_qp
   std::vector<SrqObj*> armed_srqs;      // armed and not yet reported
+  std::uint32_t next_xrcd_id = 1;
+  std::uint32_t next_srq_num = 1;                             // 24 bits, never 0
+  std::unordered_map<std::uint32_t, SrqObj*> xrc_srq_by_num;  // live XRC SRQs
+  NoCq no_cq;
 
   BoundedRing<AsyncEvent> events;
   std::uint64_t events_dropped = 0;
@@ -230,6 +253,7 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink {
   HandleTable<MrObj> mrs{kMaxMr};
   HandleTable<MwObj> mws{kMaxMw};
   HandleTable<CqObj> cqs{kMaxCq};
+  HandleTable<XrcdObj> xrcds{kMaxXrcd};
   HandleTable<SrqObj> srqs{kMaxSrq};
   HandleTable<AhObj> ahs{kMaxAh};
   HandleTable<QpObj> qps{kMaxQp};

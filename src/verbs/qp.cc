@@ -132,21 +132,88 @@ bool take_operands(const SendWr& wr, transport::SendRequest& r) {
 
 }  // namespace
 
-Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
-  vd::DeviceState& s = *s_;
-  vd::PdObj* p = s.pds.get(to_raw(pd));
-  if (p == nullptr) return Err{Errc::kInvalidArgument};
-  // rxe_qp_chk_init(): RC, UC, UD (and the special QPs, which uroce does not have); both CQs.
-  if (init.qp_type != QpType::kRc && init.qp_type != QpType::kUc && init.qp_type != QpType::kUd) {
+namespace {
+
+bool is_xrc(QpType t) { return t == QpType::kXrcSend || t == QpType::kXrcRecv; }
+
+// What a QP of init.qp_type uses, looked up and checked (rxe_qp_chk_init(): RC, UC, UD, and
+// XRC's halves as mlx5 has them): its PD, CQs, SRQ and XRC domain. An XRC_RECV QP has only its
+// domain; an XRC_SEND QP has no receive side.
+struct QpParents {
+  vd::PdObj* pd = nullptr;
+  vd::CqObj* send_cq = nullptr;
+  vd::CqObj* recv_cq = nullptr;
+  vd::SrqObj* srq = nullptr;
+  vd::XrcdObj* xrcd = nullptr;
+};
+
+Result<QpParents, Errc> qp_parents(vd::DeviceState& s, PdHandle pd, const QpInitAttr& init) {
+  const QpType t = init.qp_type;
+  if (t != QpType::kRc && t != QpType::kUc && t != QpType::kUd && !is_xrc(t)) {
     return Err{Errc::kNotSupported};
   }
-  vd::CqObj* scq = s.cqs.get(to_raw(init.send_cq));
-  vd::CqObj* rcq = s.cqs.get(to_raw(init.recv_cq));
-  if (scq == nullptr || rcq == nullptr) return Err{Errc::kInvalidArgument};
-  const bool has_srq = !init.srq.is_null();
-  vd::SrqObj* srq = has_srq ? s.srqs.get(to_raw(init.srq)) : nullptr;
-  if (has_srq && srq == nullptr) return Err{Errc::kInvalidArgument};
-  if (!caps_fit(s.attr, init.cap, has_srq)) return Err{Errc::kInvalidArgument};
+  QpParents r;
+  if (t == QpType::kXrcRecv) {
+    r.xrcd = s.xrcds.get(to_raw(init.xrcd));
+    if (r.xrcd == nullptr) return Err{Errc::kInvalidArgument};
+    return r;
+  }
+  r.pd = s.pds.get(to_raw(pd));
+  r.send_cq = s.cqs.get(to_raw(init.send_cq));
+  if (r.pd == nullptr || r.send_cq == nullptr) return Err{Errc::kInvalidArgument};
+  if (t == QpType::kXrcSend) return r;
+  r.recv_cq = s.cqs.get(to_raw(init.recv_cq));
+  if (r.recv_cq == nullptr) return Err{Errc::kInvalidArgument};
+  if (!init.srq.is_null()) {
+    r.srq = s.srqs.get(to_raw(init.srq));
+    // An XRC SRQ serves XRC_RECV QPs only, by its number.
+    if (r.srq == nullptr || !r.srq->xrcd.is_null()) return Err{Errc::kInvalidArgument};
+  }
+  return r;
+}
+
+// The transport's view of a new QP: its parents, its receive queue (an SRQ's, its own, or for
+// XRC an empty placeholder) and XRC's role.
+transport::QpEnv qp_env(vd::DeviceState& s, const QpParents& r, const vd::QpObj& q, QpType type) {
+  const bool xrc = is_xrc(type);
+  transport::QpEnv env;
+  env.memory = &s;
+  env.send_cq =
+      r.send_cq != nullptr ? static_cast<transport::CompletionSink*>(r.send_cq) : &s.no_cq;
+  env.recv_cq =
+      r.recv_cq != nullptr ? static_cast<transport::CompletionSink*>(r.recv_cq) : &s.no_cq;
+  env.rq = r.srq != nullptr ? &r.srq->rq : q.rq.get();
+  env.rq_is_srq = r.srq != nullptr || type == QpType::kXrcRecv;
+  env.events = &s;
+  env.cc = q.cc.get();
+  env.pd = r.pd != nullptr ? r.pd->id : 0;  // an XRC target takes the PD of each request's SRQ
+  env.port_mtu_bytes = mtu_bytes(s.port.active_mtu);
+  if (xrc) {
+    env.xrc = type == QpType::kXrcSend ? transport::XrcRole::kSend : transport::XrcRole::kRecv;
+    env.xrcd = r.xrcd != nullptr ? r.xrcd->id : 0;
+    env.xrc_srqs = &s;
+  }
+  if (!s.config.adaptive_recovery) {
+    env.recovery = transport::RecoveryParams::off();
+  } else {
+    env.recovery.ack_req_until_sampled = true;
+  }
+  return env;
+}
+
+}  // namespace
+
+Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
+  vd::DeviceState& s = *s_;
+  auto parents = qp_parents(s, pd, init);
+  if (!parents) return Err{parents.error()};
+  const QpParents& r = *parents;
+  const bool xrc = is_xrc(init.qp_type);
+  // A QP without a receive queue of its own: an SRQ's, or XRC's (none, or the target's SRQs).
+  const bool no_rq = r.srq != nullptr || xrc;
+  QpInitAttr checked = init;
+  if (init.qp_type == QpType::kXrcRecv) checked.cap = QpCap{};  // no send queue either
+  if (!caps_fit(s.attr, checked.cap, no_rq)) return Err{Errc::kInvalidArgument};
   if (s.qps.full()) return Err{Errc::kNoMemory};
   const std::optional<std::uint32_t> qpn =
       s.qpn_source != nullptr ? s.qpn_source->allocate_qpn() : s.allocate_qpn();
@@ -156,34 +223,22 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   if (*qpn <= 1 || *qpn >= kQpnMask || s.qp_by_qpn.count(*qpn) != 0) return Err{Errc::kNoMemory};
 
   auto q = std::make_unique<vd::QpObj>();
-  q->pd = pd;
-  q->init = init;
-  q->init.cap = actual_caps(init.cap, has_srq);
+  q->pd = r.pd != nullptr ? pd : PdHandle{};
+  q->init = checked;
+  q->init.cap = actual_caps(checked.cap, no_rq);
   q->qpn = *qpn;
   q->default_sport = verbs::rxe_default_udp_sport(*qpn);
   q->attr.cap = q->init.cap;
   q->attr.path_mtu = Mtu::k256;  // rxe_qp_init_misc(): path_mtu 1 until modify_qp sets it
-  if (!has_srq) {
-    q->rq =
-        std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr, q->init.cap.max_recv_sge);
+  // XRC QPs get an empty placeholder: the transport needs a queue, and never fills this one.
+  if (r.srq == nullptr) {
+    q->rq = xrc ? std::make_unique<transport::RecvQueue>(1, 1)
+                : std::make_unique<transport::RecvQueue>(q->init.cap.max_recv_wr,
+                                                         q->init.cap.max_recv_sge);
   }
   q->cc = vd::make_congestion_control(s.config);
-  transport::QpEnv env;
-  env.memory = &s;
-  env.send_cq = scq;
-  env.recv_cq = rcq;
-  env.rq = has_srq ? &srq->rq : q->rq.get();
-  env.rq_is_srq = has_srq;
-  env.events = &s;
-  env.cc = q->cc.get();
-  env.pd = p->id;
-  env.port_mtu_bytes = mtu_bytes(s.port.active_mtu);
-  if (!s.config.adaptive_recovery) {
-    env.recovery = transport::RecoveryParams::off();
-  } else {
-    env.recovery.ack_req_until_sampled = true;
-  }
-  q->qp = std::make_unique<transport::Qp>(*qpn, init.qp_type, q->init.cap, env);
+  const transport::QpEnv env = qp_env(s, r, *q, init.qp_type);
+  q->qp = std::make_unique<transport::Qp>(*qpn, xrc ? QpType::kRc : init.qp_type, q->init.cap, env);
 
   vd::QpObj* raw = q.get();
   const RawHandle h = s.qps.insert(std::move(q));
@@ -194,10 +249,11 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   s.live_qps.push_back(raw->qp.get());
   // Use counts as the kernel keeps them: one per reference (a CQ used for both send and
   // receive is counted twice).
-  ++p->use_count;
-  ++scq->use_count;
-  ++rcq->use_count;
-  if (srq != nullptr) ++srq->use_count;
+  if (r.pd != nullptr) ++r.pd->use_count;
+  if (r.send_cq != nullptr) ++r.send_cq->use_count;
+  if (r.recv_cq != nullptr) ++r.recv_cq->use_count;
+  if (r.srq != nullptr) ++r.srq->use_count;
+  if (r.xrcd != nullptr) ++r.xrcd->use_count;
   return QpInfo{raw->self, *qpn, raw->init.cap};
 }
 
@@ -229,15 +285,25 @@ Errc Device::destroy_qp(QpHandle qp) {
       vd::DeviceState::unbind(*mw);
     }
   }
-  // Release the parents.
-  vd::PdObj* p = s.pds.get(to_raw(q->pd));
-  vd::CqObj* scq = s.cqs.get(to_raw(q->init.send_cq));
-  vd::CqObj* rcq = s.cqs.get(to_raw(q->init.recv_cq));
-  UROCE_CHECK(p != nullptr && scq != nullptr && rcq != nullptr);
-  --p->use_count;
-  --scq->use_count;
-  --rcq->use_count;
-  if (!q->init.srq.is_null()) {
+  // Release the parents (as qp_parents() found them).
+  const QpType type = q->init.qp_type;
+  if (type == QpType::kXrcRecv) {
+    vd::XrcdObj* x = s.xrcds.get(to_raw(q->init.xrcd));
+    UROCE_CHECK(x != nullptr && x->use_count > 0);
+    --x->use_count;
+  } else {
+    vd::PdObj* p = s.pds.get(to_raw(q->pd));
+    vd::CqObj* scq = s.cqs.get(to_raw(q->init.send_cq));
+    UROCE_CHECK(p != nullptr && scq != nullptr);
+    --p->use_count;
+    --scq->use_count;
+  }
+  if (type != QpType::kXrcRecv && type != QpType::kXrcSend) {
+    vd::CqObj* rcq = s.cqs.get(to_raw(q->init.recv_cq));
+    UROCE_CHECK(rcq != nullptr);
+    --rcq->use_count;
+  }
+  if (!q->init.srq.is_null() && !is_xrc(type)) {
     vd::SrqObj* srq = s.srqs.get(to_raw(q->init.srq));
     UROCE_CHECK(srq != nullptr);
     --srq->use_count;
@@ -385,6 +451,7 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
     r.send_flags = wr.send_flags | (q->init.sq_sig_all ? std::uint32_t{kSendSignaled} : 0u);
     r.sges = wr.sg_list;
     if (!take_operands(wr, r)) return fail(wr, Errc::kInvalidArgument);
+    if (q->init.qp_type == QpType::kXrcSend) r.xrc_srqn = wr.xrc.remote_srqn;
     vd::MwObj* mw = nullptr;
     if (wr.opcode == WrOpcode::kBindMw) {
       // The window and the region by handle; their keys, as the poster knows them, travel in
@@ -429,7 +496,9 @@ Errc Device::post_recv(QpHandle qp, std::span<const RecvWr> wrs, const RecvWr** 
   };
   if (wrs.empty()) return q == nullptr ? Errc::kInvalidArgument : Errc::kOk;
   // A QP with an SRQ has no receive queue of its own (rxe_post_recv(): EINVAL).
-  if (q == nullptr || !q->init.srq.is_null()) return fail(wrs[0], Errc::kInvalidArgument);
+  if (q == nullptr || !q->init.srq.is_null() || is_xrc(q->init.qp_type)) {
+    return fail(wrs[0], Errc::kInvalidArgument);
+  }
   for (const RecvWr& wr : wrs) {
     const Errc e = q->qp->post_recv(wr.wr_id, wr.sg_list);
     if (e != Errc::kOk) return fail(wr, e);

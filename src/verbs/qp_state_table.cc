@@ -80,7 +80,27 @@ constexpr Table ud_table() {
   return t;
 }
 
+// XRC's two halves (the kernel's qp_state_table, IB_QPT_XRC_INI and IB_QPT_XRC_TGT): RC's rows,
+// except that an initiator needs no responder attributes at RTR and a target no requester
+// attributes at RTS but its ACK timeout and the PSN its responses start from.
+constexpr Table xrc_send_table() {
+  Table t = rc_table();
+  t[idx(QpState::kInit)][idx(QpState::kRtr)] =
+      rule(kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn, kQpAltPath | kQpAccessFlags | kQpPkeyIndex);
+  return t;
+}
+
+constexpr Table xrc_recv_table() {
+  Table t = rc_table();
+  t[idx(QpState::kRtr)][idx(QpState::kRts)] =
+      rule(kQpTimeout | kQpSqPsn,
+           kQpCurState | kQpAltPath | kQpAccessFlags | kQpMinRnrTimer | kQpPathMigState);
+  return t;
+}
+
 constexpr Table kRc = rc_table();
+constexpr Table kXrcSend = xrc_send_table();
+constexpr Table kXrcRecv = xrc_recv_table();
 constexpr Table kUc = uc_table();
 constexpr Table kUd = ud_table();
 
@@ -95,6 +115,10 @@ QpTransitionRule qp_transition_rule(QpType type, QpState cur, QpState next) {
       return kUc[idx(cur)][idx(next)];
     case QpType::kUd:
       return kUd[idx(cur)][idx(next)];
+    case QpType::kXrcSend:
+      return kXrcSend[idx(cur)][idx(next)];
+    case QpType::kXrcRecv:
+      return kXrcRecv[idx(cur)][idx(next)];
   }
   return QpTransitionRule{};
 }

@@ -10,10 +10,11 @@ using verbs::detail::from_raw;
 using verbs::detail::to_raw;
 namespace vd = verbs::detail;
 
-Result<SrqInfo, Errc> Device::create_srq(PdHandle pd, const SrqAttr& attr) {
-  vd::DeviceState& s = *s_;
-  vd::PdObj* p = s.pds.get(to_raw(pd));
-  if (p == nullptr) return Err{Errc::kInvalidArgument};
+namespace {
+
+// A basic SRQ on `p` (XRC's fields left null): create_srq and create_xrc_srq.
+Result<vd::SrqObj*, Errc> make_srq(vd::DeviceState& s, PdHandle pd, vd::PdObj& p,
+                                   const SrqAttr& attr) {
   // rxe_srq_chk_init(): 1..max_srq_wr WRs, up to max_srq_sge SGEs (0 is raised to 1).
   if (attr.max_wr == 0 || attr.max_wr > s.attr.max_srq_wr) return Err{Errc::kInvalidArgument};
   if (attr.max_sge > s.attr.max_srq_sge) return Err{Errc::kInvalidArgument};
@@ -32,8 +33,74 @@ Result<SrqInfo, Errc> Device::create_srq(PdHandle pd, const SrqAttr& attr) {
   const RawHandle h = s.srqs.insert(std::move(srq));
   UROCE_CHECK(h.generation != 0);
   raw->self = from_raw<SrqHandle>(h);
-  ++p->use_count;
-  return SrqInfo{raw->self, actual};
+  ++p.use_count;
+  return raw;
+}
+
+}  // namespace
+
+Result<SrqInfo, Errc> Device::create_srq(PdHandle pd, const SrqAttr& attr) {
+  vd::DeviceState& s = *s_;
+  vd::PdObj* p = s.pds.get(to_raw(pd));
+  if (p == nullptr) return Err{Errc::kInvalidArgument};
+  auto srq = make_srq(s, pd, *p, attr);
+  if (!srq) return Err{srq.error()};
+  return SrqInfo{(*srq)->self, (*srq)->attr};
+}
+
+Result<XrcdHandle, Errc> Device::open_xrcd() {
+  vd::DeviceState& s = *s_;
+  if (s.xrcds.full()) return Err{Errc::kNoMemory};
+  auto x = std::make_unique<vd::XrcdObj>();
+  x->id = s.next_xrcd_id++;
+  const RawHandle h = s.xrcds.insert(std::move(x));
+  UROCE_CHECK(h.generation != 0);
+  return from_raw<XrcdHandle>(h);
+}
+
+Errc Device::close_xrcd(XrcdHandle xrcd) {
+  vd::DeviceState& s = *s_;
+  vd::XrcdObj* x = s.xrcds.get(to_raw(xrcd));
+  if (x == nullptr) return Errc::kInvalidArgument;
+  if (x->use_count != 0) return Errc::kBusy;
+  s.xrcds.remove(to_raw(xrcd));
+  return Errc::kOk;
+}
+
+Result<SrqInfo, Errc> Device::create_xrc_srq(PdHandle pd, XrcdHandle xrcd, CqHandle cq,
+                                             const SrqAttr& attr) {
+  vd::DeviceState& s = *s_;
+  vd::PdObj* p = s.pds.get(to_raw(pd));
+  vd::XrcdObj* x = s.xrcds.get(to_raw(xrcd));
+  vd::CqObj* c = s.cqs.get(to_raw(cq));
+  if (p == nullptr || x == nullptr || c == nullptr) return Err{Errc::kInvalidArgument};
+  // A 24-bit number no live XRC SRQ has (there are at most kMaxSrq of them).
+  std::uint32_t num = s.next_srq_num;
+  while (s.xrc_srq_by_num.count(num) != 0) num = num % 0xffffffu + 1;
+  auto srq = make_srq(s, pd, *p, attr);
+  if (!srq) return Err{srq.error()};
+  vd::SrqObj* q = *srq;
+  q->xrcd = xrcd;
+  q->cq = cq;
+  q->srq_num = num;
+  s.next_srq_num = num % 0xffffffu + 1;
+  s.xrc_srq_by_num.emplace(num, q);
+  ++x->use_count;
+  ++c->use_count;
+  return SrqInfo{q->self, q->attr, num};
+}
+
+std::optional<transport::XrcSrqTarget> vd::DeviceState::xrc_srq(std::uint32_t xrcd,
+                                                                std::uint32_t srqn) {
+  auto it = xrc_srq_by_num.find(srqn);
+  if (it == xrc_srq_by_num.end()) return std::nullopt;
+  SrqObj* q = it->second;
+  const XrcdObj* x = xrcds.get(to_raw(q->xrcd));
+  if (x == nullptr || x->id != xrcd) return std::nullopt;  // another domain's SRQ
+  CqObj* c = cqs.get(to_raw(q->cq));
+  const PdObj* p = pds.get(to_raw(q->pd));
+  UROCE_CHECK(c != nullptr && p != nullptr);  // held by the SRQ
+  return transport::XrcSrqTarget{&q->rq, c, p->id};
 }
 
 Errc Device::modify_srq(SrqHandle srq, const SrqAttr& attr, std::uint32_t mask) {
@@ -72,6 +139,14 @@ Errc Device::destroy_srq(SrqHandle srq) {
   vd::PdObj* p = s.pds.get(to_raw(q->pd));
   UROCE_CHECK(p != nullptr && p->use_count > 0);
   --p->use_count;
+  if (!q->xrcd.is_null()) {
+    vd::XrcdObj* x = s.xrcds.get(to_raw(q->xrcd));
+    vd::CqObj* c = s.cqs.get(to_raw(q->cq));
+    UROCE_CHECK(x != nullptr && c != nullptr && x->use_count > 0 && c->use_count > 0);
+    --x->use_count;
+    --c->use_count;
+    s.xrc_srq_by_num.erase(q->srq_num);
+  }
   s.srqs.remove(to_raw(srq));
   return Errc::kOk;
 }

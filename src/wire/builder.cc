@@ -18,6 +18,7 @@ TransportHeaders decode_headers(const RocePacket& pkt) {
   if (op.has(ExtHeader::kDeth)) h.deth = pkt.deth().decode();
   if (op.has(ExtHeader::kImmDt)) h.imm_data = pkt.immdt().value();
   if (op.has(ExtHeader::kIeth)) h.ieth_rkey = pkt.ieth().value();
+  if (op.has(ExtHeader::kXrcEth)) h.xrc_srqn = pkt.xrceth().srqn();
   return h;
 }
 
@@ -30,6 +31,7 @@ std::size_t write_headers(MutBytes out, const TransportHeaders& h, std::size_t p
   BthMut(out).encode(bth);
   auto at = [&](ExtHeader e) { return out.subspan(op->offset_of(e)); };
   if (op->has(ExtHeader::kDeth)) DethMut(at(ExtHeader::kDeth)).encode(h.deth);
+  if (op->has(ExtHeader::kXrcEth)) XrcEthMut(at(ExtHeader::kXrcEth)).set_srqn(h.xrc_srqn);
   if (op->has(ExtHeader::kFeth)) FethMut(at(ExtHeader::kFeth)).encode(h.feth);
   if (op->has(ExtHeader::kReth)) RethMut(at(ExtHeader::kReth)).encode(h.reth);
   if (op->has(ExtHeader::kAtomicEth)) AtomicEthMut(at(ExtHeader::kAtomicEth)).encode(h.atomic_eth);

@@ -29,6 +29,7 @@ struct TransportHeaders {
   Deth deth;
   std::uint32_t imm_data = 0;
   std::uint32_t ieth_rkey = 0;
+  std::uint32_t xrc_srqn = 0;  // XRCETH (24 bits)
   bool operator==(const TransportHeaders&) const = default;
 };
 

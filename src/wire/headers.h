@@ -276,4 +276,24 @@ using ImmDtMut = BasicWord32Ref<std::byte>;
 using IethView = BasicWord32Ref<const std::byte>;  // R_Key to invalidate
 using IethMut = BasicWord32Ref<std::byte>;
 
+// ---- XRCETH (4 bytes, IBTA 9.3.5): 8 reserved bits, the 24-bit XRC SRQ number ------------------
+template <class Byte>
+class BasicXrcEthRef : public HeaderRef<Byte, 4> {
+  using Base = HeaderRef<Byte, 4>;
+
+ public:
+  using Base::Base;
+  using Base::kMutable;
+  std::uint32_t srqn() const { return load_be32(this->bytes(), 0) & 0xffffffu; }
+  std::uint8_t reserved() const {
+    return static_cast<std::uint8_t>(load_be32(this->bytes(), 0) >> 24);
+  }
+  // The reserved byte is sent as 0 (IBTA: reserved fields are transmitted as 0).
+  void set_srqn(std::uint32_t srqn) const requires kMutable {
+    store_be32(this->mut(), 0, srqn & 0xffffffu);
+  }
+};
+using XrcEthView = BasicXrcEthRef<const std::byte>;
+using XrcEthMut = BasicXrcEthRef<std::byte>;
+
 }  // namespace uroce::wire

@@ -12,6 +12,8 @@ std::string_view transport_name(Transport t) {
       return "UD";
     case Transport::kCnp:
       return "CNP";
+    case Transport::kXrc:
+      return "XRC";
   }
   return "?";
 }
@@ -20,6 +22,8 @@ std::string_view ext_header_name(ExtHeader h) {
   switch (h) {
     case ExtHeader::kDeth:
       return "DETH";
+    case ExtHeader::kXrcEth:
+      return "XRCETH";
     case ExtHeader::kFeth:
       return "FETH";
     case ExtHeader::kReth:

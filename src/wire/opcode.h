@@ -9,7 +9,7 @@
 
 namespace uroce::wire {
 
-enum class Transport : std::uint8_t { kRc, kUc, kUd, kCnp };
+enum class Transport : std::uint8_t { kRc, kUc, kUd, kCnp, kXrc };
 
 std::string_view transport_name(Transport t);
 
@@ -20,9 +20,12 @@ enum class Opcode : std::uint8_t {
 };
 
 // Extension headers, in the order they appear after the BTH (IBTA 9.2, figure 35; the CNP's 16
-// reserved bytes are treated as a header so that a CNP carries no payload).
+// reserved bytes are treated as a header so that a CNP carries no payload). The XRCETH of an XRC
+// request follows the BTH (and would follow a DETH, which XRC never carries), before the RETH or
+// AtomicETH (IBTA 9.2, figure 35; 9.3.5).
 enum class ExtHeader : std::uint8_t {
   kDeth,
+  kXrcEth,
   kFeth,  // FLUSH (IBTA 1.5, annex A19): before the RETH
   kReth,
   kAtomicEth,
@@ -32,12 +35,13 @@ enum class ExtHeader : std::uint8_t {
   kIeth,
   kCnpReserved,
 };
-inline constexpr std::size_t kExtHeaderCount = 9;
+inline constexpr std::size_t kExtHeaderCount = 10;
 
 inline constexpr std::size_t kBthBytes = 12;
 inline constexpr std::size_t kIcrcBytes = 4;
 inline constexpr std::array<std::uint8_t, kExtHeaderCount> kExtHeaderBytes = {
     8,   // DETH
+    4,   // XRCETH: 8 reserved bits, the 24-bit XRC SRQ number
     4,   // FETH
     16,  // RETH
     28,  // AtomicETH
@@ -122,7 +126,9 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
   constexpr auto UC = Transport::kUc;
   constexpr auto UD = Transport::kUd;
   constexpr auto CNP = Transport::kCnp;
+  constexpr auto XRC = Transport::kXrc;
   constexpr std::uint16_t H_DETH = ext_bit(ExtHeader::kDeth);
+  constexpr std::uint16_t H_XRCETH = ext_bit(ExtHeader::kXrcEth);
   constexpr std::uint16_t H_FETH = ext_bit(ExtHeader::kFeth);
   constexpr std::uint16_t H_RETH = ext_bit(ExtHeader::kReth);
   constexpr std::uint16_t H_ATMETH = ext_bit(ExtHeader::kAtomicEth);
@@ -191,6 +197,44 @@ static_assert(opcode_info(Opcode::kRcFlush).offset_of(ExtHeader::kReth) == 16);
 static_assert(opcode_info(Opcode::kRcFlush).header_bytes == 32);
 static_assert(opcode_info(Opcode::kRcAtomicWrite).offset_of(ExtHeader::kReth) == 12);
 static_assert(opcode_info(Opcode::kRcAtomicWrite).header_bytes == 28);
-static_assert(kAllOpcodes.size() == 40);
+static_assert(opcode_info(Opcode::kXrcSendOnly).offset_of(ExtHeader::kXrcEth) == 12);
+static_assert(opcode_info(Opcode::kXrcSendOnly).header_bytes == 16);
+static_assert(opcode_info(Opcode::kXrcRdmaWriteOnlyImm).offset_of(ExtHeader::kReth) == 16);
+static_assert(opcode_info(Opcode::kXrcRdmaWriteOnlyImm).offset_of(ExtHeader::kImmDt) == 32);
+static_assert(opcode_info(Opcode::kXrcRdmaWriteOnlyImm).header_bytes == 36);
+static_assert(opcode_info(Opcode::kXrcCompareSwap).offset_of(ExtHeader::kAtomicEth) == 16);
+static_assert(opcode_info(Opcode::kXrcCompareSwap).header_bytes == 44);
+static_assert(opcode_info(Opcode::kXrcAcknowledge).header_bytes == 16);
+static_assert(opcode_info(Opcode::kXrcSendOnlyInv).offset_of(ExtHeader::kIeth) == 16);
+static_assert(kAllOpcodes.size() == 63);
+
+// The XRC opcode of an RC operation (and back): IBTA gives XRC the RC layout under prefix 101b.
+inline constexpr std::uint8_t kXrcOpcodeBase = 0xa0;
+constexpr Opcode xrc_opcode(Opcode rc) {
+  return static_cast<Opcode>(static_cast<std::uint8_t>(rc) | kXrcOpcodeBase);
+}
+constexpr Opcode rc_opcode(Opcode xrc) {
+  return static_cast<Opcode>(static_cast<std::uint8_t>(xrc) & 0x1fu);
+}
+// The RC opcode of the same operation as `op` for an XRC opcode, `op` itself for any other.
+constexpr Opcode rc_operation(Opcode op) {
+  const std::uint8_t v = static_cast<std::uint8_t>(op);
+  return (v & 0xe0u) == kXrcOpcodeBase ? rc_opcode(op) : op;
+}
+// Every XRC opcode is its RC operation's, with the XRCETH on requests.
+static_assert([] {
+  for (Opcode op : kAllOpcodes) {
+    const OpcodeInfo& x = opcode_info(op);
+    if (x.transport != Transport::kXrc) continue;
+    const OpcodeInfo& r = opcode_info(rc_opcode(op));
+    if (!r.valid || r.flags != x.flags || xrc_opcode(static_cast<Opcode>(r.value)) != op)
+      return false;
+    if ((r.ext_headers | (x.is(kFlagRequest) ? detail::ext_bit(ExtHeader::kXrcEth) : 0)) !=
+        x.ext_headers) {
+      return false;
+    }
+  }
+  return true;
+}());
 
 }  // namespace uroce::wire

@@ -71,6 +71,7 @@ struct RocePacket {
   DethView deth() const { return DethView(ext(ExtHeader::kDeth)); }
   ImmDtView immdt() const { return ImmDtView(ext(ExtHeader::kImmDt)); }
   IethView ieth() const { return IethView(ext(ExtHeader::kIeth)); }
+  XrcEthView xrceth() const { return XrcEthView(ext(ExtHeader::kXrcEth)); }
   std::uint32_t icrc() const { return load_le32(bytes, bytes.size() - kIcrcBytes); }
 
  private:

@@ -898,11 +898,43 @@ int main(void) {
   CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN);
   CHECK(pqp->events_completed == 1);
 
-  /* ---- what uroce does not offer: the errors libibverbs gives for such a provider ---- */
+  /* ---- XRC (issue 41): a domain, an XRC SRQ and its number, through the inline verbs ---- */
+  CHECK((da.device_cap_flags & IBV_DEVICE_XRC) != 0);
   struct ibv_xrcd_init_attr xa = {
-      .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = 0};
+      .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
+  struct ibv_xrcd* xrcd = ibv_open_xrcd(ctx, &xa);
+  REQUIRE(xrcd != NULL);
+  struct ibv_srq_init_attr_ex xsa;
+  memset(&xsa, 0, sizeof xsa);
+  xsa.attr.max_wr = 4;
+  xsa.attr.max_sge = 1;
+  xsa.comp_mask =
+      IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
+  xsa.srq_type = IBV_SRQT_XRC;
+  xsa.xrcd = xrcd;
+  xsa.cq = ecq;
+  xsa.pd = pd;
+  struct ibv_srq* xsrq = ibv_create_srq_ex(ctx, &xsa);
+  REQUIRE(xsrq != NULL);
+  uint32_t srq_num = 0;
+  CHECK(ibv_get_srq_num(xsrq, &srq_num) == 0 && srq_num != 0 && srq_num <= 0xffffff);
+  struct ibv_qp_init_attr_ex xqa;
+  memset(&xqa, 0, sizeof xqa);
+  xqa.qp_type = IBV_QPT_XRC_RECV;
+  xqa.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+  xqa.xrcd = xrcd;
+  struct ibv_qp* xqp = ibv_create_qp_ex(ctx, &xqa);
+  REQUIRE(xqp != NULL);
+  CHECK(xqp->qp_type == IBV_QPT_XRC_RECV && xqp->pd == NULL && xqp->send_cq == NULL);
+  CHECK(ibv_close_xrcd(xrcd) == EBUSY);  /* the SRQ and the QP are in it */
+  xqa.xrcd = NULL;
   errno = 0;
-  CHECK(ibv_open_xrcd(ctx, &xa) == NULL && errno == EOPNOTSUPP);
+  CHECK(ibv_create_qp_ex(ctx, &xqa) == NULL && errno == EINVAL);
+  CHECK(ibv_destroy_qp(xqp) == 0);
+  CHECK(ibv_destroy_srq(xsrq) == 0);
+  CHECK(ibv_close_xrcd(xrcd) == 0);
+
+  /* ---- what uroce does not offer: the errors libibverbs gives for such a provider ---- */
   struct ibv_cq_init_attr_ex tsa = cqa;
   tsa.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
   errno = 0;

@@ -61,7 +61,8 @@ Result<bool, AccessError> TestMemory::invalidate(std::uint32_t pd, std::uint32_t
   return true;
 }
 
-Endpoint::Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress addr, const QpCap& cap)
+Endpoint::Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress addr, const QpCap& cap,
+                   const XrcSetup& xrc)
     : ip(addr), buf(1 << 20) {
   rq = std::make_unique<transport::RecvQueue>(cap.max_recv_wr, cap.max_recv_sge);
   transport::QpEnv env;
@@ -73,15 +74,20 @@ Endpoint::Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress addr, const Q
   env.cc = &cc;
   env.pd = 1;
   env.port_mtu_bytes = 4096;
+  env.xrc = xrc.role;
+  env.xrc_srqs = xrc.srqs;
+  env.xrcd = xrc.xrcd;
+  env.rq_is_srq = xrc.role == transport::XrcRole::kRecv;  // its RQ: the SRQ each request names
   qp = std::make_unique<transport::Qp>(qpn, type, cap, env);
   key =
       memory.add(1, buf.data(), buf.size(),
                  kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic);
 }
 
-Pair::Pair(QpType type, std::uint32_t mtu, std::uint32_t psn_a, std::uint32_t psn_b)
-    : a(0x11, type, wire::IpAddress::v4(0x0a000001)),
-      b(0x12, type, wire::IpAddress::v4(0x0a000002)) {
+Pair::Pair(QpType type, std::uint32_t mtu, std::uint32_t psn_a, std::uint32_t psn_b,
+           const XrcSetup& xrc_a, const XrcSetup& xrc_b)
+    : a(0x11, type, wire::IpAddress::v4(0x0a000001), Endpoint::default_cap(), xrc_a),
+      b(0x12, type, wire::IpAddress::v4(0x0a000002), Endpoint::default_cap(), xrc_b) {
   const Mtu m = mtu_from_bytes(mtu);
   for (int i = 0; i < 2; ++i) {
     Endpoint& e = side(i);
@@ -213,8 +219,8 @@ void Pair::run(Duration limit) {
 namespace uroce::test {
 
 Solo::Solo(QpType type, std::uint32_t mtu, std::uint32_t sq_psn, std::uint32_t rq_psn,
-           const QpCap& cap)
-    : e(0x11, type, wire::IpAddress::v4(0x0a000001), cap), mtu_(mtu) {
+           const QpCap& cap, const XrcSetup& xrc)
+    : e(0x11, type, wire::IpAddress::v4(0x0a000001), cap, xrc), mtu_(mtu) {
   bring_up(sq_psn, rq_psn);
 }
 

@@ -118,9 +118,17 @@ class CountingCc final : public cc::CongestionControl {
   cc::CongestionControl* inner = nullptr;
 };
 
+// An XRC QP's role, and a target's domain and SRQ table (transport::QpEnv's fields).
+struct XrcSetup {
+  transport::XrcRole role = transport::XrcRole::kNone;
+  transport::XrcSrqTable* srqs = nullptr;
+  std::uint32_t xrcd = 0;
+};
+
 // One side: a QP with its own CQs, RQ and memory.
 struct Endpoint {
-  Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress ip, const QpCap& cap = default_cap());
+  Endpoint(std::uint32_t qpn, QpType type, wire::IpAddress ip, const QpCap& cap = default_cap(),
+           const XrcSetup& xrc = {});
   static QpCap default_cap() { return QpCap{64, 64, 4, 4, 64}; }
 
   wire::IpAddress ip;
@@ -145,7 +153,8 @@ struct Frame {
 class Pair {
  public:
   explicit Pair(QpType type, std::uint32_t mtu = 1024, std::uint32_t psn_a = 0x100,
-                std::uint32_t psn_b = 0x200);
+                std::uint32_t psn_b = 0x200, const XrcSetup& xrc_a = {},
+                const XrcSetup& xrc_b = {});
   Endpoint a, b;
   Instant now = Instant::from_ns(1'000'000);
   Duration one_way = Duration::us(2);
@@ -231,7 +240,8 @@ class Solo {
   static constexpr std::uint32_t kPeerQpn = 0x12;
 
   explicit Solo(QpType type, std::uint32_t mtu = 1024, std::uint32_t sq_psn = 0x1000,
-                std::uint32_t rq_psn = 0x5000, const QpCap& cap = Endpoint::default_cap());
+                std::uint32_t rq_psn = 0x5000, const QpCap& cap = Endpoint::default_cap(),
+                const XrcSetup& xrc = {});
 
   Endpoint e;
   wire::IpAddress peer = wire::IpAddress::v4(0x0a000002);

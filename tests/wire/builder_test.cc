@@ -43,6 +43,7 @@ TransportHeaders random_headers(Opcode op, std::mt19937_64& rng) {
   }
   if (info.has(ExtHeader::kImmDt)) h.imm_data = static_cast<std::uint32_t>(rng());
   if (info.has(ExtHeader::kIeth)) h.ieth_rkey = static_cast<std::uint32_t>(rng());
+  if (info.has(ExtHeader::kXrcEth)) h.xrc_srqn = static_cast<std::uint32_t>(rng() & 0xffffff);
   return h;
 }
 

@@ -96,6 +96,13 @@ TEST(ExtHeaders, Layouts) {
   EXPECT_EQ(FethView(b).decode(), (Feth{3, 1}));
   EXPECT_EQ(FethView(from_hex("ffffffe1")).decode(), (Feth{1, 2}));
   EXPECT_EQ(FethView(from_hex("ffffffe1")).reserved(), 0x3ffffffu);
+
+  // XRCETH (IBTA 9.3.5): a reserved byte sent as 0, then the 24-bit XRC SRQ number.
+  b.fill(std::byte{0xee});
+  XrcEthMut(b).set_srqn(0xfedcba98);
+  EXPECT_EQ(std::vector<std::byte>(b.begin(), b.begin() + 4), from_hex("00dcba98"));
+  EXPECT_EQ(XrcEthView(from_hex("ff123456")).srqn(), 0x123456u);
+  EXPECT_EQ(XrcEthView(from_hex("ff123456")).reserved(), 0xffu);
 }
 
 TEST(HeadersDeathTest, ViewOfShortSpanAborts) {

@@ -27,9 +27,11 @@ TEST(Opcode, TableHoldsExactlyTheKnownOpcodes) {
     EXPECT_EQ(info->value, v);
     EXPECT_EQ(listed.count(static_cast<std::uint8_t>(v)), 1u) << v;
   }
-  EXPECT_EQ(valid, 40);
-  // Reserved RC opcodes, RD (unsupported, as in rxe), reserved UD opcodes, CNP neighbours.
-  for (unsigned v : {0x15u, 0x18u, 0x1fu, 0x2cu, 0x40u, 0x4au, 0x60u, 0x63u, 0x66u, 0x80u, 0xffu}) {
+  EXPECT_EQ(valid, 63);
+  // Reserved RC opcodes, RD (unsupported, as in rxe), reserved UD opcodes, CNP neighbours, the
+  // reserved XRC opcode 0xb5 and XRC's FLUSH and ATOMIC WRITE (not supported).
+  for (unsigned v : {0x15u, 0x18u, 0x1fu, 0x2cu, 0x40u, 0x4au, 0x60u, 0x63u, 0x66u, 0x80u, 0xb5u,
+                     0xb8u, 0xbcu, 0xbdu, 0xffu}) {
     EXPECT_EQ(opcode_info(static_cast<std::uint8_t>(v)), nullptr) << v;
   }
 }
@@ -53,6 +55,10 @@ TEST(Opcode, TransportIsTheTopThreeBits) {
         break;
       case Transport::kCnp:
         EXPECT_EQ(info.value, 0x81u);
+        break;
+      case Transport::kXrc:
+        EXPECT_EQ(top, 0xa0u) << info.name;
+        EXPECT_TRUE(name_has(info, "XRC ")) << info.name;
         break;
     }
   }
@@ -82,6 +88,8 @@ TEST(Opcode, HeadersFollowFromTheSemantics) {
     EXPECT_EQ(i.has(ExtHeader::kAtomicAckEth), name_has(i, "Atomic Acknowledge"));
     EXPECT_EQ(i.has(ExtHeader::kAtomicEth), name_has(i, "Compare") || name_has(i, "Fetch"));
     EXPECT_EQ(i.has(ExtHeader::kCnpReserved), i.transport == Transport::kCnp);
+    // IBTA 9.3.5: every XRC request, and nothing else, carries the XRCETH.
+    EXPECT_EQ(i.has(ExtHeader::kXrcEth), i.transport == Transport::kXrc && i.is(kFlagRequest));
 
     const bool only = name_has(i, "Only") || name_has(i, "Request") || name_has(i, "Acknowledge") ||
                       name_has(i, "Compare") || name_has(i, "Fetch") || name_has(i, "CNP") ||
@@ -117,6 +125,28 @@ TEST(Opcode, ReceiveWqeRules) {
         (i.is(kFlagSend) && i.is(kFlagFirst)) || (i.is(kFlagWrite) && i.is(kFlagImm));
     EXPECT_EQ(i.is(kFlagRecvWqe), consumes) << i.name;
   }
+}
+
+TEST(Opcode, XrcIsRcUnderPrefix101WithTheXrcEthFirst) {
+  int xrc = 0;
+  for (Opcode op : kAllOpcodes) {
+    const OpcodeInfo& x = opcode_info(op);
+    if (x.transport != Transport::kXrc) continue;
+    ++xrc;
+    SCOPED_TRACE(std::string(x.name));
+    const OpcodeInfo& r = opcode_info(rc_opcode(op));
+    ASSERT_TRUE(r.valid);
+    EXPECT_EQ(r.transport, Transport::kRc);
+    EXPECT_EQ(std::string(x.name).substr(4), std::string(r.name).substr(3));
+    EXPECT_EQ(xrc_opcode(rc_opcode(op)), op);
+    if (x.is(kFlagRequest)) {
+      EXPECT_EQ(x.offset_of(ExtHeader::kXrcEth), kBthBytes);
+      EXPECT_EQ(x.header_bytes, r.header_bytes + 4u);
+    } else {
+      EXPECT_EQ(x.header_bytes, r.header_bytes);
+    }
+  }
+  EXPECT_EQ(xrc, 23);  // 0xa0..0xb4, 0xb6, 0xb7
 }
 
 }  // namespace

@@ -90,6 +90,7 @@ struct Cq {
 struct Srq {
   ibv_srq ibv;
   SrqHandle h;
+  std::uint32_t srq_num = 0;          // an XRC SRQ's (ibv_get_srq_num); 0 for a basic one
   std::uint32_t events_reported = 0;  // as Cq's, against ibv.events_completed
 };
 
@@ -261,8 +262,22 @@ void to_ibv_wc(const Wc& w, ibv_wc* o);
 std::uint8_t wc_sl(const Wc& w);
 ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
                          int comp_vector, bool ex);
-// Writes the actual capacities to *cap_out (as the kernel writes them back).
+// Writes the actual capacities to *cap_out (as the kernel writes them back). `xrcd`: an XRC
+// target's domain (its `pd` and CQs are ignored).
 ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr, bool ex,
-                         std::uint64_t send_ops, ibv_qp_cap* cap_out);
+                         std::uint64_t send_ops, ibv_qp_cap* cap_out, ibv_xrcd* xrcd = nullptr);
+
+// The mutex and condition variable of an object's events (ibverbs.cc).
+void init_sync(pthread_mutex_t* m, pthread_cond_t* c);
+// A new Srq for the device's SRQ `info` on `pd` (an XRC one's number kept), in the context's
+// table (ibverbs.cc).
+ibv_srq* new_srq(Context* ctx, ibv_pd* pd, void* srq_context, const SrqInfo& info);
+
+// XRC (xrc.cc): the verbs_context operations, and the domain an ibv_xrcd names.
+ibv_xrcd* vop_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int vop_close_xrcd(ibv_xrcd* xrcd);
+ibv_srq* vop_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int vop_get_srq_num(ibv_srq* srq, std::uint32_t* srq_num);
+XrcdHandle xrcd_handle(ibv_xrcd* xrcd);
 
 }  // namespace uroce::compat

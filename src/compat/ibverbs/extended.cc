@@ -405,15 +405,19 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return guarded<ibv_qp*>(nullptr, [&]() -> ibv_qp* {
-    if (attr == nullptr || (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr->pd == nullptr) {
+    // An XRC target names its domain instead of a PD (ibv_create_qp_ex(3)).
+    const bool target = attr != nullptr && attr->qp_type == IBV_QPT_XRC_RECV;
+    if (attr == nullptr ||
+        (target ? (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) == 0 || attr->xrcd == nullptr
+                : (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr->pd == nullptr)) {
       errno = EINVAL;
       return nullptr;
     }
-    const std::uint32_t known =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    const std::uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                                IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     if ((attr->comp_mask & ~known) != 0 ||
         ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0)) {
-      errno = EOPNOTSUPP;  // XRC, TSO, RSS, source QPN, create flags
+      errno = EOPNOTSUPP;  // TSO, RSS, source QPN, create flags
       return nullptr;
     }
     const bool ex = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
@@ -432,7 +436,9 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     // ibv_qp_init_attr_ex begins with the fields of ibv_qp_init_attr.
     ibv_qp_init_attr base;
     std::memcpy(&base, attr, sizeof base);
-    return create_qp_common(ctx_of(context), attr->pd, base, ex, ops, &attr->cap);
+    ibv_pd* pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) != 0 ? attr->pd : nullptr;
+    ibv_xrcd* xrcd = (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) != 0 ? attr->xrcd : nullptr;
+    return create_qp_common(ctx_of(context), pd, base, ex, ops, &attr->cap, xrcd);
   });
 }
 

@@ -245,11 +245,22 @@ void to_ibv_cap(const QpCap& c, ibv_qp_cap* o) {
   o->max_inline_data = c.max_inline_data;
 }
 
+// An enum field of a struct the application filled, as the integer it holds: the fields that
+// the attribute mask does not name may hold anything (rdma-core's ibv_xsrq_pingpong leaves them
+// uninitialized), which is no value of the enum.
+template <class E>
+std::uint8_t raw_enum(const E& e) {
+  static_assert(sizeof(E) == sizeof(std::uint32_t));
+  std::uint32_t v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<std::uint8_t>(v);
+}
+
 QpAttr to_qp_attr(const ibv_qp_attr& a) {
   QpAttr r;
-  r.qp_state = static_cast<QpState>(static_cast<std::uint8_t>(a.qp_state));
-  r.cur_qp_state = static_cast<QpState>(static_cast<std::uint8_t>(a.cur_qp_state));
-  r.path_mtu = static_cast<Mtu>(static_cast<std::uint8_t>(a.path_mtu));
+  r.qp_state = static_cast<QpState>(raw_enum(a.qp_state));
+  r.cur_qp_state = static_cast<QpState>(raw_enum(a.cur_qp_state));
+  r.path_mtu = static_cast<Mtu>(raw_enum(a.path_mtu));
   r.qkey = a.qkey;
   r.rq_psn = a.rq_psn;
   r.sq_psn = a.sq_psn;
@@ -309,10 +320,14 @@ std::span<const Sge> sges_of(const ibv_sge* s, int n) {
   return {reinterpret_cast<const Sge*>(s), static_cast<std::size_t>(n)};
 }
 
+}  // namespace
+
 void init_sync(pthread_mutex_t* m, pthread_cond_t* c) {
   pthread_mutex_init(m, nullptr);
   pthread_cond_init(c, nullptr);
 }
+
+namespace {
 
 // Counts one more event handed out for an object (under its mutex).
 void note_reported(pthread_mutex_t* m, std::uint32_t* reported) {
@@ -584,6 +599,7 @@ int post_send_impl(ibv_qp* iqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       s.rdma.remote_addr = w->wr.rdma.remote_addr;
       s.rdma.rkey = w->wr.rdma.rkey;
     }
+    if (qp->type == QpType::kXrcSend) s.xrc.remote_srqn = w->qp_type.xrc.remote_srqn;
     t_send.push_back(s);
   }
   const SendWr* bad = nullptr;
@@ -759,25 +775,32 @@ ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_chann
 }
 
 ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr, bool ex,
-                         std::uint64_t send_ops, ibv_qp_cap* cap_out) {
-  if (pd == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+                         std::uint64_t send_ops, ibv_qp_cap* cap_out, ibv_xrcd* xrcd) {
+  // An XRC target has only its domain (no PD, CQs or SRQ); an initiator no receive side.
+  const bool target = attr.qp_type == IBV_QPT_XRC_RECV;
+  const bool initiator = attr.qp_type == IBV_QPT_XRC_SEND;
+  if (target
+          ? xrcd == nullptr
+          : pd == nullptr || attr.send_cq == nullptr || (attr.recv_cq == nullptr && !initiator)) {
     errno = EINVAL;
     return nullptr;
   }
-  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD) {
-    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
+  if (attr.qp_type != IBV_QPT_RC && attr.qp_type != IBV_QPT_UC && attr.qp_type != IBV_QPT_UD &&
+      !target && !initiator) {
+    errno = EOPNOTSUPP;  // raw packet, driver QPs
     return nullptr;
   }
   engine::UdpDevice* u = net(ctx);
   if (u == nullptr) return nullptr;
   QpInitAttr i;
   i.qp_type = static_cast<QpType>(static_cast<std::uint8_t>(attr.qp_type));
-  i.send_cq = cq_of(attr.send_cq)->h;
-  i.recv_cq = cq_of(attr.recv_cq)->h;
-  if (attr.srq != nullptr) i.srq = srq_of(attr.srq)->h;
-  i.cap = to_cap(attr.cap);
+  if (attr.send_cq != nullptr && !target) i.send_cq = cq_of(attr.send_cq)->h;
+  if (attr.recv_cq != nullptr && !target && !initiator) i.recv_cq = cq_of(attr.recv_cq)->h;
+  if (attr.srq != nullptr && !target && !initiator) i.srq = srq_of(attr.srq)->h;
+  if (target) i.xrcd = xrcd_handle(xrcd);
+  i.cap = target ? QpCap{} : to_cap(attr.cap);
   i.sq_sig_all = attr.sq_sig_all != 0;
-  auto r = u->lock()->create_qp(pd_of(pd)->h, i);
+  auto r = u->lock()->create_qp(target ? PdHandle{} : pd_of(pd)->h, i);
   if (!r.ok()) {
     errno = err(r.error());
     return nullptr;
@@ -788,10 +811,10 @@ ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr,
   ibv_qp& b = qp->ibv.qp_base;
   b.context = &ctx->vctx.context;
   b.qp_context = attr.qp_context;
-  b.pd = pd;
-  b.send_cq = attr.send_cq;
-  b.recv_cq = attr.recv_cq;
-  b.srq = attr.srq;
+  b.pd = target ? nullptr : pd;
+  b.send_cq = target ? nullptr : attr.send_cq;
+  b.recv_cq = target || initiator ? nullptr : attr.recv_cq;
+  b.srq = target || initiator ? nullptr : attr.srq;
   b.handle = r.value().handle.index;
   b.qp_num = r.value().qp_num;
   b.state = IBV_QPS_RESET;
@@ -999,6 +1022,10 @@ std::unique_ptr<Context> make_context(CompatDevice* d, ibv_device* device) {
   v.query_device_ex = vop_query_device_ex;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
+  v.open_xrcd = vop_open_xrcd;
+  v.close_xrcd = vop_close_xrcd;
+  v.create_srq_ex = vop_create_srq_ex;
+  v.get_srq_num = vop_get_srq_num;
   v.advise_mr = vop_advise_mr;
   ibv_context& c = v.context;
   c.device = device;
@@ -1658,18 +1685,23 @@ UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     }
     attr->attr.max_wr = r.value().attr.max_wr;
     attr->attr.max_sge = r.value().attr.max_sge;
-    auto* s = new Srq();
-    std::memset(&s->ibv, 0, sizeof s->ibv);
-    s->ibv.context = pd->context;
-    s->ibv.srq_context = attr->srq_context;
-    s->ibv.pd = pd;
-    s->ibv.handle = r.value().handle.index;
-    init_sync(&s->ibv.mutex, &s->ibv.cond);
-    s->h = r.value().handle;
-    std::lock_guard lk(ctx->s->mu);
-    ctx->s->srqs[key(s->h)] = s;
-    return &s->ibv;
+    return new_srq(ctx, pd, attr->srq_context, r.value());
   });
+}
+
+ibv_srq* uroce::compat::new_srq(Context* ctx, ibv_pd* pd, void* srq_context, const SrqInfo& info) {
+  auto* s = new Srq();
+  std::memset(&s->ibv, 0, sizeof s->ibv);
+  s->ibv.context = pd->context;
+  s->ibv.srq_context = srq_context;
+  s->ibv.pd = pd;
+  s->ibv.handle = info.handle.index;
+  init_sync(&s->ibv.mutex, &s->ibv.cond);
+  s->h = info.handle;
+  s->srq_num = info.srq_num;
+  std::lock_guard lk(ctx->s->mu);
+  ctx->s->srqs[key(s->h)] = s;
+  return &s->ibv;
 }
 
 UROCE_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
