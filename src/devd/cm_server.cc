@@ -98,7 +98,7 @@ cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
   c.local_ca_guid = verbs::node_guid_from_ip(ip);
   // As cma.c does for a user-space ID: an MRA on every REQ and REP received, so that the peer
   // waits for an application that takes its time to accept.
-  c.send_mra = false;
+  c.send_mra = true;
   return c;
 }
 
