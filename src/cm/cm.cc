@@ -809,7 +809,7 @@ CmRx CmEndpoint::on_rep(Instant now, const CmPeer& from, std::uint64_t tid, cons
   c->qp.selective_repeat = config_.selective_repeat && wire::is_uroce_guid(m.local_ca_guid);
   stop_timer(*c);
   c->state = State::kRepRcvd;
-  if (config_.send_mra) {
+  if (config_.send_mra && config_.send_mra_on_rep) {
     c->reply = send_mra(*c, CmMsgResponse::kRep);
     c->state = State::kMraRepSent;
   }

@@ -83,6 +83,9 @@ struct CmConfig {
   // Send an MRA on every REQ (passive) and REP (active) received, as cma.c does for user-space
   // IDs (CMA_CM_MRA_SETTING: service timeout 24).
   bool send_mra = false;
+  // With send_mra, on REPs too. An MRA on a REP makes the passive side wait its service timeout
+  // (about a minute) before it sends the REP again, which a lost RTU then costs.
+  bool send_mra_on_rep = true;
   std::uint8_t mra_service_timeout = 24;
   // Bound of the ID table (a REQ over it is REJected No Resources). Timewait entries count:
   // a passive one stays until the peer's REQ retransmissions are over (about 100 s by default).
