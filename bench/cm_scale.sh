@@ -50,13 +50,21 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null
 tmp=$(mktemp -d)
 spids=()
 cpids=()
+sampler=
 cleanup() {
-  for p in "${spids[@]}" "${cpids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${spids[@]}" "${cpids[@]}" $sampler; do kill "$p" 2>/dev/null; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 stats() { env -u LD_PRELOAD "$uroce" stats 2>/dev/null; }
 
+# A device's coordinator applies the UROCE_FAULTS of the process that started it: one left from
+# an earlier run on these addresses (it lingers while its connections are in timewait) would
+# serve this run without CM_FAULTS.
+if [ -n "${CM_FAULTS:-}" ] && stats | grep -Eq "^cm ($saddr|$caddr):"; then
+  echo "FAIL: a coordinator of an earlier run still serves $saddr or $caddr (take another CM_NET)"
+  exit 1
+fi
 case $kind in
   cmtime) server=(cmtime -b "$saddr" -p "$port" -c "$n") ;;
   ucmatose) server=(ucmatose -b "$saddr" -p "$port" -c "$n" -C "$msgs") ;;
@@ -90,6 +98,16 @@ if [ "$up" -ne 1 ]; then
   exit 1
 fi
 
+# The devices' CM counters, sampled while the run goes (observation only): a coordinator exits
+# once its last program has and its timers are done, so one look at the end may find none. The
+# counters only grow, so each device's last sample is its total.
+(
+  while :; do
+    stats | grep -E "^(cm|faults) ($saddr|$caddr):" >>"$tmp/samples"
+    sleep 1
+  done
+) &
+sampler=$!
 start=$(date +%s.%N)
 ok=1
 case $kind in
@@ -123,8 +141,12 @@ case $kind in
     ;;
 esac
 end=$(date +%s.%N)
-# The server's coordinator's counters while it still runs (the client's, if it still lingers).
-stats | grep -E "^(cm|faults) $net\." >"$tmp/stats"
+stats | grep -E "^(cm|faults) ($saddr|$caddr):" >>"$tmp/samples"
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+sampler=
+# Each device's last sample.
+tac "$tmp/samples" | awk '!seen[$1 " " $2]++' | sort >"$tmp/stats"
 # ucmatose's and rping's servers exit by themselves once their connections are done;
 # cmtime's serves until stopped.
 if [ "$kind" = cmtime ]; then
@@ -153,10 +175,10 @@ if [ -n "${CM_FAULTS:-}" ]; then
   lost=$(grep -o 'fault_tx_loss [0-9]*' "$tmp/stats" | awk '{s += $2} END {print s + 0}')
   resent=$(grep -o 'retransmits [0-9]*' "$tmp/stats" | awk '{s += $2} END {print s + 0}')
   echo "CM MADs lost: $lost, retransmitted: $resent"
-  [ "$lost" -gt 0 ] && [ "$resent" -gt 0 ] || {
+  if [ "$lost" -eq 0 ] || [ "$resent" -eq 0 ]; then
     echo "FAIL: no CM MAD was lost or retransmitted under $CM_FAULTS"
     ok=0
-  }
+  fi
 fi
 echo "--- client: $kind, $n connections${CM_FAULTS:+, faults $CM_FAULTS}"
 head -40 "$tmp/client.0"
