@@ -169,16 +169,22 @@ std::array<std::byte, wire::kMadBytes> CmEndpoint::send_mra(const Conn& c, CmMsg
   return send(c.peer, CmMad{c.tid, mra});
 }
 
+void CmEndpoint::set_deadline(Conn& c, Instant when) {
+  if (!c.deadline.is_never()) timers_.erase({c.deadline, c.local_id});
+  c.deadline = when;
+  if (!when.is_never()) timers_.insert({when, c.local_id});
+}
+
 void CmEndpoint::stop_timer(Conn& c) {
   c.request.reset();
-  c.deadline = Instant::never();
+  set_deadline(c, Instant::never());
 }
 
 void CmEndpoint::arm(Instant now, Conn& c, Duration timeout, std::uint8_t retries) {
   c.timeout = timeout;
   c.max_retries = retries;
   c.retries_left = retries;
-  c.deadline = now + timeout;
+  set_deadline(c, now + timeout);
 }
 
 void CmEndpoint::enter_timewait(Instant now, Conn& c) {
@@ -186,8 +192,10 @@ void CmEndpoint::enter_timewait(Instant now, Conn& c) {
   c.state = State::kTimewait;
   c.request.reset();
   forget_remote_qpn(c);  // the QP may connect again: a new REQ from it is no longer stale
-  c.deadline = now + cm_time_to_duration(static_cast<std::uint8_t>(config_.packet_life_time + 1));
-  if (!c.active) c.deadline = std::max(c.deadline, c.req_retransmits_end);
+  Instant until =
+      now + cm_time_to_duration(static_cast<std::uint8_t>(config_.packet_life_time + 1));
+  if (!c.active) until = std::max(until, c.req_retransmits_end);
+  set_deadline(c, until);
 }
 
 void CmEndpoint::erase(Conn& c) {
@@ -196,6 +204,7 @@ void CmEndpoint::erase(Conn& c) {
     if (it != by_remote_.end() && it->second == c.local_id) by_remote_.erase(it);
     forget_remote_qpn(c);
   }
+  set_deadline(c, Instant::never());
   conns_.erase(c.local_id);
 }
 
@@ -340,7 +349,7 @@ Result<QpAttributes, CmError> CmEndpoint::accept(Instant now, ConnId id, const A
   c->state = State::kRepSent;
   // The REP's timer and retries come from the REQ (cm.c cm_req_handler), set on receipt.
   c->retries_left = c->max_retries;
-  c->deadline = now + c->timeout;
+  set_deadline(*c, now + c->timeout);
   return c->qp;
 }
 
@@ -384,7 +393,7 @@ Result<ConnId, CmError> CmEndpoint::establish(Instant now, ConnId id) {
   rtu.remote_comm_id = c->remote_id;
   c->reply = send(c->peer, CmMad{c->tid, rtu});
   c->state = State::kEstablished;
-  c->deadline = Instant::never();
+  set_deadline(*c, Instant::never());
   emit(event_for(CmEventType::kEstablished, *c));
   return id;
 }
@@ -716,8 +725,9 @@ CmRx CmEndpoint::on_mra(Instant now, const CmPeer& from, const wire::CmMra& m) {
   if (for_req) c->remote_id = m.local_comm_id;
   c->state = for_req ? State::kMraReqRcvd : State::kMraRepRcvd;
   // cm.c cm_mra_handler: wait the service timeout plus the path's timeout before the next try.
-  c->deadline = now + cm_time_to_duration(m.service_timeout) +
-                cm_time_to_duration(static_cast<std::uint8_t>(config_.packet_life_time + 1));
+  set_deadline(*c,
+               now + cm_time_to_duration(m.service_timeout) +
+                   cm_time_to_duration(static_cast<std::uint8_t>(config_.packet_life_time + 1)));
   return CmRx::kAccepted;
 }
 
@@ -801,7 +811,7 @@ CmRx CmEndpoint::on_rep(Instant now, const CmPeer& from, std::uint64_t tid, cons
   c->qp.peer_uroce = wire::is_uroce_guid(m.local_ca_guid);
   stop_timer(*c);
   c->state = State::kRepRcvd;
-  if (config_.send_mra) {
+  if (config_.send_mra && config_.send_mra_on_rep) {
     c->reply = send_mra(*c, CmMsgResponse::kRep);
     c->state = State::kMraRepSent;
   }
@@ -935,16 +945,15 @@ CmRx CmEndpoint::on_sidr_rep(Instant now, const CmPeer& from, const wire::CmSidr
 // ---- time ----
 
 Instant CmEndpoint::poll_timeout() const {
-  Instant next = Instant::never();
-  for (const auto& [id, c] : conns_) next = earliest(next, c.deadline);
-  return next;
+  return timers_.empty() ? Instant::never() : timers_.begin()->first;
 }
 
 void CmEndpoint::handle_timeout(Instant now) {
-  // Collect first: a timeout may erase its connection.
+  // Collect first (the timer index, earliest first): a timeout may erase its connection or
+  // arm it again.
   std::vector<std::uint32_t> due;
-  for (const auto& [id, c] : conns_) {
-    if (c.deadline <= now) due.push_back(id);
+  for (auto it = timers_.begin(); it != timers_.end() && it->first <= now; ++it) {
+    due.push_back(it->second);
   }
   for (std::uint32_t id : due) {
     auto it = conns_.find(id);
@@ -970,7 +979,7 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
     --c.retries_left;
     resend(c.peer, *c.request);
     ++counters_.retransmits;
-    c.deadline = now + c.timeout;
+    set_deadline(c, now + c.timeout);
     return;
   }
   switch (c.state) {
@@ -1016,7 +1025,7 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
       return;
     default:
       UROCE_ASSERT(false);  // no other state arms a timer
-      c.deadline = Instant::never();
+      set_deadline(c, Instant::never());
       return;
   }
 }

@@ -51,6 +51,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "base/bytes.h"
 #include "base/prng.h"
@@ -82,6 +83,9 @@ struct CmConfig {
   // Send an MRA on every REQ (passive) and REP (active) received, as cma.c does for user-space
   // IDs (CMA_CM_MRA_SETTING: service timeout 24).
   bool send_mra = false;
+  // With send_mra, on REPs too. An MRA on a REP makes the passive side wait its service timeout
+  // (about a minute) before it sends the REP again, which a lost RTU then costs.
+  bool send_mra_on_rep = true;
   std::uint8_t mra_service_timeout = 24;
   // Bound of the ID table (a REQ over it is REJected No Resources). Timewait entries count:
   // a passive one stays until the peer's REQ retransmissions are over (about 100 s by default).
@@ -379,6 +383,8 @@ class CmEndpoint {
                                                    std::uint32_t local_id, std::uint32_t remote_id,
                                                    ConstBytes private_data);
   std::array<std::byte, wire::kMadBytes> send_mra(const Conn& c, wire::CmMsgResponse what);
+  // Every change of a connection's deadline goes through here, which keeps timers_ in step.
+  void set_deadline(Conn& c, Instant when);
   void stop_timer(Conn& c);
   void arm(Instant now, Conn& c, Duration timeout, std::uint8_t retries);
   void enter_timewait(Instant now, Conn& c);
@@ -393,6 +399,9 @@ class CmEndpoint {
   std::uint32_t next_tid_ = 0;
   std::uint32_t next_listen_ = 0;
   std::map<std::uint32_t, Conn> conns_;  // by local communication ID
+  // The armed deadlines, earliest first: poll_timeout() and handle_timeout() cost what is due,
+  // not a walk over every connection (thousands of rdma_cm connections, issue 43).
+  std::set<std::pair<Instant, std::uint32_t>> timers_;
   // Passive connections and SIDR requests by the peer's ID (cm.c's remote ID and remote SIDR
   // tables), and passive connections not yet in timewait by the peer's QPN (remote QPN table).
   struct RemoteKey {

@@ -727,6 +727,65 @@ TEST_F(CmPair, MraOnRepAndADuplicateRepGetsTheMraAgain) {
   EXPECT_EQ(b_.poll_timeout(), now_ + Duration::ms(65536 + 2048));
 }
 
+// With send_mra_on_rep off (the coordinator's CM), a REP gets no MRA: the passive side keeps its
+// REP timer, the REQ's response timeout, and a REP again after it draws the RTU once the
+// application has established the connection.
+TEST_F(CmPair, NoMraOnRepWhenOnlyReqsAreMraed) {
+  CmConfig c = mra_config(1);
+  c.send_mra_on_rep = false;
+  CmEndpoint a(c);
+  ASSERT_TRUE(b_.listen(kService).ok());
+  auto a_id = a.connect(now_, connect_params());
+  ASSERT_TRUE(a_id.ok());
+  auto req = drain(a);
+  ASSERT_EQ(b_.handle_mad(now_, peer(1), req[0].mad), CmRx::kAccepted);
+  ASSERT_TRUE(b_.accept(now_, events(b_)[0].id, accept_params()).ok());
+  auto rep = drain(b_);
+  ASSERT_EQ(a.handle_mad(now_, peer(2), rep[0].mad), CmRx::kAccepted);
+  EXPECT_TRUE(drain(a).empty());  // no MRA
+  EXPECT_EQ(b_.poll_timeout(), now_ + Duration::ms(4096));
+  ASSERT_TRUE(a.establish(now_, *a_id).ok());
+  auto rtu = drain(a);
+  ASSERT_EQ(rtu.size(), 1u);
+  EXPECT_EQ(attr_of(rtu[0]), CmAttr::kRtu);
+  // The RTU was lost: B's REP again is answered with it.
+  now_ = b_.poll_timeout();
+  b_.handle_timeout(now_);
+  auto rep_again = drain(b_);
+  ASSERT_EQ(rep_again.size(), 1u);
+  ASSERT_EQ(attr_of(rep_again[0]), CmAttr::kRep);
+  expect_answered_again(a, peer(2), rep_again[0].mad, rtu[0]);
+}
+
+// Thousands of connections, each armed at its own time: poll_timeout() is always the earliest
+// armed deadline, and handle_timeout() serves exactly the connections that are due (each
+// retransmits its REQ once), whatever order they were armed in; the others wait.
+TEST_F(CmPair, TimersOfManyConnectionsAreServedByDeadline) {
+  constexpr int kConns = 3000;
+  const Instant start = now_;
+  for (int i = 0; i < kConns; ++i) {
+    // Armed out of order: connection i at start + ((i * 7919) % kConns) us.
+    now_ = start + Duration::us((i * 7919) % kConns);
+    ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  }
+  EXPECT_EQ(drain(a_).size(), static_cast<std::size_t>(kConns));
+  EXPECT_EQ(a_.poll_timeout(), start + Duration::ms(6144));
+  // Half of them are due.
+  now_ = start + Duration::ms(6144) + Duration::us(kConns / 2 - 1);
+  a_.handle_timeout(now_);
+  auto out = drain(a_);
+  EXPECT_EQ(out.size(), static_cast<std::size_t>(kConns / 2));
+  for (const auto& m : out) EXPECT_EQ(attr_of(m), CmAttr::kReq);
+  EXPECT_EQ(a_.poll_timeout(), start + Duration::ms(6144) + Duration::us(kConns / 2));
+  // The rest, and the first half not again until their next round (armed when served).
+  const Instant first_half_served = now_;
+  now_ = start + Duration::ms(6144) + Duration::us(kConns);
+  a_.handle_timeout(now_);
+  EXPECT_EQ(drain(a_).size(), static_cast<std::size_t>(kConns / 2));
+  EXPECT_EQ(a_.poll_timeout(), first_half_served + Duration::ms(6144));
+  EXPECT_EQ(a_.connection_count(), static_cast<std::size_t>(kConns));
+}
+
 // Which side sends from which Starting PSN, as two rxe hosts did it (the golden rping capture):
 // the active side's first RC packet carries the REP's Starting PSN, the passive side's the
 // REQ's; and the QP attributes the CM gives each side say the same.
