@@ -843,6 +843,12 @@ void CmServer::pump(Instant now) {
   }
 }
 
+std::uint64_t CmServer::dropped() const {
+  std::uint64_t n = counters_.unsteered;
+  for (std::uint64_t d : dp_->counters().rx_drops) n += d;
+  return n;
+}
+
 void CmServer::on_sink_readable(Instant now) {
   std::vector<transport::TxPacket> acks;  // for closed QPs, sent once the batch is read
   dp_->receive(now, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {

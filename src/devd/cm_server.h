@@ -108,6 +108,10 @@ class CmServer {
   Result<fault::FaultSpec, std::string> set_faults(const std::string& text, Instant now);
 
   const CmServerCounters& counters() const { return counters_; }
+  // What the coordinator's socket received and no one took: packets for a QPN nobody owns
+  // (CmServerCounters::unsteered) and those its datapath dropped before looking at the QPN
+  // (malformed, too short for a BTH, a bad ICRC). `uroce stats`: unsteered_pkts.
+  std::uint64_t dropped() const;
   // `uroce stats`: one kCmId per ID, then a kCmStats.
   void list(const std::function<void(const devd::Msg&)>& send) const;
   const cm::CmCounters& cm_counters() const { return cm_.counters(); }

@@ -323,7 +323,7 @@ class Coordinator {
     if (!ok) return;
     devd::Msg end;
     end.type = devd::MsgType::kListEnd;
-    const std::uint64_t unsteered = cm_->counters().unsteered;
+    const std::uint64_t unsteered = cm_->dropped();
     end.value = static_cast<std::uint32_t>(unsteered > 0xffffffffu ? 0xffffffffu : unsteered);
     end.blocks = blocks_.in_use();
     const std::size_t closed = cm_->closed_qps(now());

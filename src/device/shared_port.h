@@ -73,8 +73,10 @@ struct SharedCmId {
 struct SharedDeviceInfo {
   std::vector<SharedMember> members;
   std::vector<SharedCmId> cm_ids;
-  std::string cm_counters;      // "name value" pairs
-  std::uint64_t unsteered = 0;  // datagrams the coordinator dropped (no context owns the QPN)
+  std::string cm_counters;  // "name value" pairs
+  // Datagrams the coordinator dropped: no context owns their QPN, or they are no RoCE packet
+  // (malformed, a bad ICRC).
+  std::uint64_t unsteered = 0;
   // QPN blocks handed out and not given back: the sum of the members' unless the coordinator
   // lost track of one (issue 43 checks that it returns to its value before a run).
   std::uint32_t blocks_used = 0;

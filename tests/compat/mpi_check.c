@@ -1,7 +1,7 @@
 // The project's own MPI program (issue 16): every result it gets from MPI is checked against
 // what it must be, and any difference makes it exit non-zero.
 //
-//   mpi_check [MAX_BYTES]        (default 4 MiB; needs an even number of ranks, at least 2)
+//   mpi_check [MAX_BYTES [BARRIERS]]   (default 4 MiB, 1000; an even number of ranks, at least 2)
 //
 // Run with ranks placed by node, the first half on one host and the second half on another,
 // so that rank r's partner r + n/2 (and back) is on the other host:
@@ -13,8 +13,10 @@
 //      checked against the sum computed from the formula every rank used;
 //   3. MPI_Alltoall with blocks of 1 element, 1 KiB and 64 KiB, every element checked against
 //      the (source, destination, index) that built it;
-//   4. a loop of 1000 MPI_Barrier, each rank's count of them checked by an allreduce, then a
+//   4. a loop of BARRIERS MPI_Barrier, each rank's count of them checked by an allreduce, then a
 //      token passed around the ring of ranks across one more barrier.
+// The collectives' sizes above MAX_BYTES (of the vector a rank gives, or of one alltoall block)
+// are left out: a small MAX_BYTES keeps a run of many ranks on a small machine short.
 // Prints one line per phase from rank 0 and "mpi_check: PASS" at the end.
 #include <mpi.h>
 #include <stdint.h>
@@ -113,10 +115,13 @@ static void pingpong(size_t max_bytes) {
   check_all(phase);
 }
 
-static void allreduce(void) {
+static void allreduce(size_t max_bytes) {
   const int counts[] = {1, 7, 1024, 65536, 131072};  // int64s: up to 1 MiB
+  int largest = 0;
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
     const int n = counts[c];
+    if (c > 0 && sizeof(int64_t) * (size_t)n > max_bytes) break;
+    largest = n;
     int64_t* v = malloc(sizeof(int64_t) * (size_t)n);
     int64_t* r = malloc(sizeof(int64_t) * (size_t)n);
     if (v == NULL || r == NULL) MPI_Abort(MPI_COMM_WORLD, 2);
@@ -134,15 +139,20 @@ static void allreduce(void) {
     free(v);
     free(r);
   }
-  check_all("allreduce (sum of int64, 1 to 131072 elements)");
+  char phase[96];
+  snprintf(phase, sizeof phase, "allreduce (sum of int64, 1 to %d elements)", largest);
+  check_all(phase);
 }
 
 static int32_t a2a_value(int src, int dst, int k) { return src * 100000000 + dst * 1000000 + k; }
 
-static void alltoall(void) {
+static void alltoall(size_t max_bytes) {
   const int blocks[] = {1, 256, 16384};  // int32s per block: 4 B, 1 KiB, 64 KiB
+  size_t largest = 0;
   for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
     const int n = blocks[b];
+    if (b > 0 && sizeof(int32_t) * (size_t)n > max_bytes) break;
+    largest = sizeof(int32_t) * (size_t)n;
     int32_t* s = malloc(sizeof(int32_t) * (size_t)n * (size_t)nranks);
     int32_t* r = malloc(sizeof(int32_t) * (size_t)n * (size_t)nranks);
     if (s == NULL || r == NULL) MPI_Abort(MPI_COMM_WORLD, 2);
@@ -163,11 +173,12 @@ static void alltoall(void) {
     free(s);
     free(r);
   }
-  check_all("alltoall (blocks of 4 B, 1 KiB, 64 KiB)");
+  char phase[96];
+  snprintf(phase, sizeof phase, "alltoall (blocks of 4 B to %zu B)", largest);
+  check_all(phase);
 }
 
-static void barriers(void) {
-  const int loops = 1000;
+static void barriers(int loops) {
   int done = 0;
   for (int i = 0; i < loops; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -185,7 +196,9 @@ static void barriers(void) {
   MPI_Barrier(MPI_COMM_WORLD);
   MPI_Wait(&rq, MPI_STATUS_IGNORE);
   if (got != prev * 31 + 5) fail("ring token", prev, got, prev * 31 + 5);
-  check_all("1000 barriers, then a ring exchange");
+  char phase[96];
+  snprintf(phase, sizeof phase, "%d barriers, then a ring exchange", loops);
+  check_all(phase);
 }
 
 int main(int argc, char** argv) {
@@ -193,17 +206,24 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   size_t max_bytes = argc > 1 ? (size_t)strtoull(argv[1], NULL, 0) : (size_t)4 << 20;
-  if (nranks < 2 || nranks % 2 != 0 || max_bytes == 0 || max_bytes > (1u << 30)) {
-    if (rank == 0) fprintf(stderr, "mpi_check: needs an even number of ranks (got %d)\n", nranks);
+  const long loops = argc > 2 ? strtol(argv[2], NULL, 0) : 1000;
+  if (nranks < 2 || nranks % 2 != 0 || max_bytes == 0 || max_bytes > (1u << 30) || loops < 1 ||
+      loops > 10000000) {
+    if (rank == 0) {
+      fprintf(stderr,
+              "mpi_check: needs an even number of ranks (got %d), 1 <= MAX_BYTES <= 1 GiB, "
+              "1 <= BARRIERS <= 10^7\n",
+              nranks);
+    }
     MPI_Finalize();
     return 2;
   }
   if (rank == 0) printf("mpi_check: %d ranks\n", nranks);
   phase_start = MPI_Wtime();
   pingpong(max_bytes);
-  allreduce();
-  alltoall();
-  barriers();
+  allreduce(max_bytes);
+  alltoall(max_bytes);
+  barriers((int)loops);
   if (rank == 0) printf("mpi_check: PASS\n");
   MPI_Finalize();
   return 0;

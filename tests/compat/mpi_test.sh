@@ -21,12 +21,23 @@
 # packets lost on both sides and RC packets retransmitted. Skipped (77) when not root (network
 # namespaces, `uroce setup`) or when Open MPI or UCX is missing.
 #
+# At scale (issue 43): MPI_HOSTS=N (default 2) namespaces, MPI_RANKS_PER_HOST=R (default 2) ranks
+# each, MPI_CHECK_ARGS passed to MPI_CHECK (MAX_BYTES BARRIERS), MPI_TIMEOUT mpirun's limit in
+# seconds (150). With more than two hosts the namespaces are uroce-mpi43-PID-0 .. N-1 (NET.1 ..
+# NET.N), joined by a bridge in uroce-mpi43-PID-br (netns_star); ranks are placed by slot, R to a
+# host, so that rank r's ping-pong partner r + N*R/2 is on another host (for an even N). Every
+# host's device must show its R processes and at least the bytes its R ranks' ping-pongs moved
+# each way; with LOSS each device loses that share of what it sends to every other host (a fault
+# rule per peer).
+#
 # With MPI_VIA_UROCE_RUN=1 the ranks are started as `mpirun ... uroce run -- MPI_CHECK`, the way
 # the README's Open MPI section shows: no LD_LIBRARY_PATH is exported, so only `uroce run` (in every
 # rank, on both "hosts") puts the drop-ins in front of the program, and the counters prove that
 # uroce carried the traffic.
 set -u
 libdir=$1 uroce=$2 mpi_check=$3 net=$4 loss=${5:-}
+hosts=${MPI_HOSTS:-2} per=${MPI_RANKS_PER_HOST:-2}
+read -ra check_args <<<"${MPI_CHECK_ARGS:-}"
 
 source "$(dirname "$0")/require_lib.sh"
 require_programs "openmpi-bin ucx-utils iproute2" mpirun ucx_info ip
@@ -35,32 +46,49 @@ require_setup "$uroce"
 
 tmp=$(mktemp -d)
 source "$(dirname "$0")/netns_lib.sh"
-netns_reap uroce-mpi
-trap 'netns_pair_del; rm -rf "$tmp"' EXIT
-trap 'exit 1' INT TERM
-netns_pair "uroce-mpi-$$" "$net" || exit 1
+if ((hosts == 2)); then
+  netns_reap uroce-mpi
+  trap 'netns_pair_del; rm -rf "$tmp"' EXIT
+  trap 'exit 1' INT TERM
+  netns_pair "uroce-mpi-$$" "$net" || exit 1
+  NS=("$NS_A" "$NS_B") ADDR=("$ADDR_A" "$ADDR_B")
+else
+  netns_reap uroce-mpi43
+  trap 'netns_star_del; rm -rf "$tmp"' EXIT
+  trap 'exit 1' INT TERM
+  netns_star "uroce-mpi43-$$" "$net" "$hosts" || exit 1
+fi
 
-# The environment each namespace's processes get: their device, their counters, their faults.
-ns_env() { # ns_env ADDR OTHER_ADDR
-  echo "UROCE_DEVICES=uroce0=$1"
-  echo "UROCE_STATS_FILE=$tmp/$1.stats"
-  [[ -n $loss ]] && echo "UROCE_FAULTS=dir=tx,peer=$2,loss=$loss,seed=16"
+# The environment each namespace's processes get: their device, their counters, their faults
+# (with LOSS, a rule for each other host), and a TMPDIR of their own: every namespace's orted
+# takes the same host name, and Open MPI's session directories under one TMPDIR then race (seen
+# with four: "ORTE_ERROR_LOG: Error in file session_dir.c").
+ns_env() { # ns_env K
+  local j rules=()
+  mkdir -p "$tmp/tmpdir.$1"
+  echo "TMPDIR=$tmp/tmpdir.$1"
+  echo "UROCE_DEVICES=uroce0=${ADDR[$1]}"
+  echo "UROCE_STATS_FILE=$tmp/${ADDR[$1]}.stats"
+  if [[ -n $loss ]]; then
+    for ((j = 0; j < hosts; j++)); do
+      ((j == $1)) || rules+=("dir=tx,peer=${ADDR[j]},loss=$loss")
+    done
+    rules[0]+=,seed=16 # one seed for the whole spec
+    echo "UROCE_FAULTS=$(IFS=';' && echo "${rules[*]}")"
+  fi
 }
 # The rsh agent: `agent HOST COMMAND...` as ssh is called, the command run by a shell in the
 # namespace that holds HOST, with that namespace's environment.
-cat >"$tmp/agent" <<EOF
-#!/bin/bash
-host=\$1
-shift
-case \$host in
-  $ADDR_A) exec ip netns exec $NS_A env $(ns_env "$ADDR_A" "$ADDR_B" | tr '\n' ' ') /bin/sh -c "\$*" ;;
-  $ADDR_B) exec ip netns exec $NS_B env $(ns_env "$ADDR_B" "$ADDR_A" | tr '\n' ' ') /bin/sh -c "\$*" ;;
-esac
-echo "agent: no namespace for host \$host" >&2
-exit 255
-EOF
+{
+  printf '#!/bin/bash\nhost=$1\nshift\ncase $host in\n'
+  for ((k = 0; k < hosts; k++)); do
+    printf '  %s) exec ip netns exec %s env %s /bin/sh -c "$*" ;;\n' "${ADDR[k]}" "${NS[k]}" \
+      "$(ns_env $k | sed "s/.*/'&'/" | tr '\n' ' ')"
+  done
+  printf 'esac\necho "agent: no namespace for host $host" >&2\nexit 255\n'
+} >"$tmp/agent"
 chmod +x "$tmp/agent"
-printf '%s slots=2\n' "$ADDR_A" "$ADDR_B" >"$tmp/hosts"
+printf "%s slots=$per\n" "${ADDR[@]}" >"$tmp/hosts"
 
 # The ranks only: a sanitizer build of the library needs its runtime loaded first (Open MPI and
 # UCX are not instrumented), leaks of the programs themselves are not ours to report. mpirun and
@@ -110,12 +138,12 @@ fi
     export LD_LIBRARY_PATH=$libdir
     libpath=(-x LD_LIBRARY_PATH)
   fi
-  # mpirun and its two local ranks in the first namespace, with its environment.
-  while read -r kv; do export "${kv?}"; done < <(ns_env "$ADDR_A" "$ADDR_B")
-  exec ip netns exec "$NS_A" timeout -k 5 150 mpirun --allow-run-as-root -np 4 \
-    --hostfile "$tmp/hosts" --map-by slot "${mca[@]}" \
+  # mpirun and the first host's ranks in the first namespace, with its environment.
+  while read -r kv; do export "${kv?}"; done < <(ns_env 0)
+  exec ip netns exec "${NS[0]}" timeout -k 5 "${MPI_TIMEOUT:-150}" mpirun --allow-run-as-root \
+    -np $((hosts * per)) --hostfile "$tmp/hosts" --map-by slot "${mca[@]}" \
     -x UCX_TLS=self,rc_verbs,ud_verbs -x UCX_NET_DEVICES=uroce0:1 "${libpath[@]}" \
-    "${preload[@]}" "${lossy[@]}" "${rank[@]}"
+    "${preload[@]}" "${lossy[@]}" "${rank[@]}" "${check_args[@]}"
 ) >"$tmp/out" 2>&1
 rc=$?
 cat "$tmp/out"
@@ -132,9 +160,10 @@ grep -q '^mpi_check: PASS' "$tmp/out" || fail "mpi_check did not pass"
 
 source "$(dirname "$0")/stats_lib.sh"
 read -r each_way pairs < <(sed -n 's/^mpi_check: ping-pong moved \([0-9]*\) bytes each way per pair, \([0-9]*\) pairs$/\1 \2/p' "$tmp/out")
-crossing=$((each_way * pairs)) # bytes from one namespace to the other, either way
+((pairs == hosts * per / 2)) || fail "mpi_check reported $pairs ping-pong pairs"
+crossing=$((each_way * per)) # bytes the ping-pong took out of a namespace, and into it
 retransmitted=0 implied=0
-for addr in "$ADDR_A" "$ADDR_B"; do
+for addr in "${ADDR[@]}"; do
   f=$tmp/$addr.stats
   [[ -s $f ]] || fail "no counters from the devices at $addr"
   pids=$(awk '$1 == "link" { for (i = 2; i < NF; i++) if ($i == "pid") print $(i + 1) }' "$f" |
@@ -142,7 +171,7 @@ for addr in "$ADDR_A" "$ADDR_B"; do
   sent=$(stats_sum sent_bytes link "$f") rcvd=$(stats_sum rcvd_bytes link "$f")
   echo "uroce0 at $addr: $pids processes, sent_bytes $sent, rcvd_bytes $rcvd" \
     "(the ping-pong alone: $crossing bytes each way)"
-  ((pids == 2)) || fail "expected the 2 ranks of the namespace on uroce0 at $addr, saw $pids"
+  ((pids == per)) || fail "expected the $per ranks of the namespace on uroce0 at $addr, saw $pids"
   ((sent >= crossing && rcvd >= crossing)) ||
     fail "uroce0 at $addr did not carry the ping-pong's bytes"
   if [[ -n $loss ]]; then
@@ -157,7 +186,9 @@ for addr in "$ADDR_A" "$ADDR_B"; do
 done
 if [[ -n $loss ]]; then
   ((retransmitted > 0)) || fail "packets were lost and none retransmitted"
-  # The rendezvous READs lost responses, and got them again without waiting for a timeout.
-  ((implied > 0)) || fail "no READ response was lost and asked for again (implied NAK)"
+  # The rendezvous READs lost responses, and got them again without waiting for a timeout (with
+  # mpi_check's full sizes: MPI_CHECK_ARGS's small ones may all go eagerly).
+  ((implied > 0 || ${#check_args[@]} > 0)) ||
+    fail "no READ response was lost and asked for again (implied NAK)"
 fi
-echo "PASS: Open MPI, pml ucx over uroce, 4 ranks on two namespaces${loss:+, $loss loss}"
+echo "PASS: Open MPI, pml ucx over uroce, $((hosts * per)) ranks on $hosts namespaces${loss:+, $loss loss}"
