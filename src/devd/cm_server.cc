@@ -901,7 +901,7 @@ void CmServer::send_closed_qp_ack(Instant now, const transport::TxPacket& ack) {
   }
 }
 
-void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
+void CmServer::list_ids(const std::function<void(const devd::Msg&)>& send) const {
   for (const auto& [n, id] : ids_) {
     devd::Msg m;
     m.type = devd::MsgType::kCmId;
@@ -924,6 +924,10 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
     devd::set_text(m.text, state);
     send(m);
   }
+}
+
+void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
+  list_ids(send);
   const cm::CmCounters& c = cm_.counters();
   char text[256];
   std::snprintf(text, sizeof text,

@@ -118,6 +118,8 @@ class CmServer {
   const CmKeyCounters& key_counters() const { return keys_.counters(); }
 
  private:
+  // list(): one kCmId per ID.
+  void list_ids(const std::function<void(const devd::Msg&)>& send) const;
   struct Id {
     std::uint32_t number = 0;
     int client = -1;  // the channel connection that gets its events
