@@ -62,10 +62,11 @@ void expect_binomial(std::uint64_t count, std::uint64_t n, Ratio p, const char* 
 
 // ---- classification ------------------------------------------------------------------------
 
-// The class of each opcode, written out by hand from IBTA 9.2's table (not from the flags).
+// The class of each opcode, written out by hand from IBTA 9.2's table (not from the flags). An
+// XRC opcode is of its RC operation's class (IBTA 9.2: XRC has RC's operations under 101b).
 PacketClass expected_class(wire::Opcode op) {
   using wire::Opcode;
-  switch (op) {
+  switch (wire::rc_operation(op)) {
     case Opcode::kRcRdmaReadResponseFirst:
     case Opcode::kRcRdmaReadResponseMiddle:
     case Opcode::kRcRdmaReadResponseLast:
