@@ -642,15 +642,20 @@ TEST_F(RdmacmSrq, Errors) {
   EXPECT_EQ(rdma_create_srq_ex(id, &attr), -1);
   EXPECT_EQ(errno, EINVAL);
 
-  // An XRC receive ID's SRQ is an XRC SRQ, which needs the device's XRC domain: a uroce device
-  // has none (ibv_open_xrcd: EOPNOTSUPP), and nothing is left behind.
+  // An XRC receive ID's SRQ is an XRC SRQ on the device's XRC domain, with a CQ and completion
+  // channel of its own (as rdma-core's ucma_create_xsrq); rdma_destroy_srq takes all three.
   id->qp_type = IBV_QPT_XRC_RECV;
   ibv_srq_init_attr basic{};
   basic.attr.max_wr = 8;
   basic.attr.max_sge = 1;
-  errno = 0;
-  EXPECT_EQ(rdma_create_srq(id, nullptr, &basic), -1);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  ASSERT_EQ(rdma_create_srq(id, nullptr, &basic), 0) << std::strerror(errno);
+  ASSERT_NE(id->srq, nullptr);
+  EXPECT_NE(id->recv_cq, nullptr);
+  EXPECT_NE(id->recv_cq_channel, nullptr);
+  std::uint32_t srq_num = 0;
+  EXPECT_EQ(ibv_get_srq_num(id->srq, &srq_num), 0);  // an XRC SRQ has a number
+  EXPECT_NE(srq_num, 0u);
+  rdma_destroy_srq(id);
   EXPECT_EQ(id->srq, nullptr);
   EXPECT_EQ(id->recv_cq, nullptr);
   EXPECT_EQ(id->recv_cq_channel, nullptr);
