@@ -356,11 +356,12 @@ struct QpInitAttr {
   CqHandle send_cq;
   CqHandle recv_cq;
   SrqHandle srq;  // null: the QP has its own receive queue
-  // XRC_RECV: its XRC domain (the QP has no PD, CQs, SRQ nor send queue; pass a null PD).
-  // XRC_SEND: no receive side (recv_cq and srq null).
-  XrcdHandle xrcd;
   QpCap cap;
   bool sq_sig_all = false;
+  // XRC_RECV: its XRC domain (the QP has no PD, CQs, SRQ nor send queue; pass a null PD).
+  // XRC_SEND: no receive side (recv_cq and srq null). Last, so that code that initialises the
+  // fields above in order (tests/install/write_consumer) builds as before.
+  XrcdHandle xrcd;
 };
 struct QpInfo {
   QpHandle handle;
