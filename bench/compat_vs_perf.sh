@@ -5,7 +5,7 @@
 #
 #   bench/compat_vs_perf.sh [ROUNDS]     # default 3; SERVER_IP / CLIENT_IP to move it
 #   bench/compat_vs_perf.sh ROUNDS shared
-#   BASELINE=/path/to/other/build-release bench/compat_vs_perf.sh [ROUNDS]
+#   BASELINE=/path/to/other/build-release bench/compat_vs_perf.sh [ROUNDS]   # BASELINE_SERVER_IP / _CLIENT_IP: its addresses
 #
 # BASELINE: also the drop-in of another (Release) build, e.g. of the commit before a change
 # (`git worktree add /tmp/old COMMIT`, then configure_release and build it there), in every
@@ -26,6 +26,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-release
 sip=${SERVER_IP:-127.0.0.201}
 cip=${CLIENT_IP:-127.0.0.202}
+# The baseline's drop-in on addresses of its own: this build's coordinator lingers on $sip and $cip
+# after a run, and one of another build may speak another protocol version (it then fails).
+bsip=${BASELINE_SERVER_IP:-127.0.0.205}
+bcip=${BASELINE_CLIENT_IP:-127.0.0.206}
 if [[ -n ${BASELINE:-} && ! -e $BASELINE/compat/libibverbs.so.1 ]]; then
   echo "BASELINE: no compat/libibverbs.so.1 under $BASELINE" >&2
   exit 2
@@ -97,9 +101,9 @@ for r in $(seq 1 "$rounds"); do
   echo "  uroce perf write_bw   | $(uroce_perf write_bw)"
   echo "  ib_write_bw (drop-in) | $(drop_in ib_write_bw)"
   [[ -z ${BASELINE:-} ]] ||
-    echo "  ib_write_bw (baseline)| $(lib=$BASELINE/compat drop_in ib_write_bw)"
+    echo "  ib_write_bw (baseline)| $(lib=$BASELINE/compat sip=$bsip drop_in ib_write_bw "$bcip")"
   echo "  uroce perf write_lat  | $(uroce_perf write_lat)"
   echo "  ib_write_lat (drop-in)| $(drop_in ib_write_lat)"
   [[ -z ${BASELINE:-} ]] ||
-    echo "  ib_write_lat (baseline)| $(lib=$BASELINE/compat drop_in ib_write_lat)"
+    echo "  ib_write_lat (baseline)| $(lib=$BASELINE/compat sip=$bsip drop_in ib_write_lat "$bcip")"
 done

@@ -312,6 +312,7 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
   const wire::OpcodeInfo& op = *pkt.op;
   const bool last = op.is(wire::kFlagLast);
   const std::size_t payload = pkt.payload.size();
+  MutBytes message;  // a First or Only packet's whole message, resolved once for both uses
   if (op.is(wire::kFlagFirst)) {
     const wire::RethView reth = pkt.reth();
     resp_.write_va = reth.va();
@@ -319,12 +320,11 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
     resp_.write_resid = reth.dma_length();
     resp_.write_length = reth.dma_length();
     if (resp_.write_length > kMaxMessageBytes) return RespStatus::kInvalidRequest;
-    if (resp_.write_length > 0 &&
-        !env_.memory
-             ->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va, resp_.write_length,
-                       kAccessRemoteWrite)
-             .ok()) {
-      return RespStatus::kAccessError;
+    if (resp_.write_length > 0) {
+      auto whole = env_.memory->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va,
+                                        resp_.write_length, kAccessRemoteWrite);
+      if (!whole.ok()) return RespStatus::kAccessError;
+      message = whole.value();
     }
   }
   // The packets must add up to the RETH's DMA length exactly.
@@ -332,11 +332,15 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
     return RespStatus::kInvalidRequest;
   }
   if (payload > 0) {
-    // Resolved per packet: a region deregistered mid-message is never written.
-    auto mem = env_.memory->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va, payload,
-                                    kAccessRemoteWrite);
-    if (!mem.ok()) return RespStatus::kAccessError;
-    const MutBytes dst = mem.value();
+    // Resolved per packet (a region deregistered mid-message is never written), but for the
+    // message's first packet, whose bytes lead the message resolved just above.
+    MutBytes dst = message.first(std::min(payload, message.size()));
+    if (message.empty()) {
+      auto mem = env_.memory->resolve(env_.pd, qpn_, resp_.write_rkey, true, resp_.write_va,
+                                      payload, kAccessRemoteWrite);
+      if (!mem.ok()) return RespStatus::kAccessError;
+      dst = mem.value();
+    }
     if (!placed) sr_copy(pkt.bth().psn(), std::span(&dst, 1), pkt.payload.first(payload));
   }
   resp_.write_va += payload;

@@ -200,6 +200,9 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink, tran
   // The MR `key` names (an rkey when `remote`) for a QP in `pd`, with `access` all granted.
   Result<const MrObj*, transport::AccessError> checked_mr(std::uint32_t pd, std::uint32_t key,
                                                           bool remote, std::uint32_t access) const;
+  static Result<const MrObj*, transport::AccessError> check_mr(const MrObj* mr, std::uint32_t pd,
+                                                               std::uint32_t key, bool remote,
+                                                               std::uint32_t access);
   // The bytes of [addr, addr + length), inside `mr`, for `access`: an ODP region's pages made
   // present first (config.fault_in), kNotMapped when they cannot be.
   Result<MutBytes, transport::AccessError> present(const MrObj& mr, std::uint64_t addr,

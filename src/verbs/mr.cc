@@ -63,7 +63,14 @@ Result<MutBytes, AccessError> DeviceState::present(const MrObj& mr, std::uint64_
 // [iova, iova + mr_length), with addr + length possibly past 2^64.
 Result<const MrObj*, AccessError> DeviceState::checked_mr(std::uint32_t pd, std::uint32_t key,
                                                           bool remote, std::uint32_t access) const {
-  const MrObj* mr = mr_for_key(key);
+  return check_mr(mr_for_key(key), pd, key, remote, access);
+}
+
+// checked_mr's checks of `mr`, the region `key` names (nullptr: none), so that a caller that
+// has looked the key up already does not look it up again (one hash look-up per RDMA access).
+Result<const MrObj*, AccessError> DeviceState::check_mr(const MrObj* mr, std::uint32_t pd,
+                                                        std::uint32_t key, bool remote,
+                                                        std::uint32_t access) {
   if (mr == nullptr) return Err{AccessError::kInvalidKey};
   if ((remote ? mr->rkey : mr->lkey) != key) return Err{AccessError::kInvalidKey};
   if (mr->pd_id != pd) return Err{AccessError::kWrongPd};
@@ -75,7 +82,8 @@ Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32
                                                    std::uint32_t key, bool remote,
                                                    std::uint64_t addr, std::uint64_t length,
                                                    std::uint32_t access) {
-  if (remote && mr_for_key(key) == nullptr) {
+  const MrObj* const named = mr_for_key(key);
+  if (remote && named == nullptr) {
     if (const MwObj* mw = mw_for_key(key); mw != nullptr) {
       auto checked = checked_window(*mw, pd, qpn, access);
       if (!checked.ok()) return Err{checked.error()};
@@ -87,7 +95,7 @@ Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32
       return present(*mw->mr, addr, length, access);
     }
   }
-  auto checked = checked_mr(pd, key, remote, access);
+  auto checked = check_mr(named, pd, key, remote, access);
   if (!checked.ok()) return Err{checked.error()};
   const MrObj* mr = checked.value();
   if (!inside(addr, length, mr->iova, mr->length)) return Err{AccessError::kOutOfBounds};
@@ -99,7 +107,8 @@ Result<MutBytes, AccessError> DeviceState::resolve(std::uint32_t pd, std::uint32
 Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std::uint32_t qpn,
                                                           std::uint32_t rkey,
                                                           std::uint32_t access) {
-  if (mr_for_key(rkey) == nullptr) {
+  const MrObj* const named = mr_for_key(rkey);
+  if (named == nullptr) {
     if (const MwObj* mw = mw_for_key(rkey); mw != nullptr) {
       auto checked = checked_window(*mw, pd, qpn, access);
       if (!checked.ok()) return Err{checked.error()};
@@ -109,7 +118,7 @@ Result<MutBytes, AccessError> DeviceState::resolve_region(std::uint32_t pd, std:
       return present(*mw->mr, mw->addr, mw->length, access);
     }
   }
-  auto checked = checked_mr(pd, rkey, true, access);
+  auto checked = check_mr(named, pd, rkey, true, access);
   if (!checked.ok()) return Err{checked.error()};
   const MrObj& mr = *checked.value();
   // An implicit ODP region has no pages to name as a whole: its FLUSH flushes nothing it could

@@ -109,6 +109,29 @@ TEST(Responder, DuplicateWriteDoesNotWriteAgain) {
     ASSERT_EQ(s.e.buf[4096 + static_cast<std::size_t>(i)], std::byte{0});
 }
 
+// A message's first packet checks the whole message and places its own bytes from that one
+// look-up; each later packet looks its region up again (ResponderErrors,
+// MrDeregisteredBetweenPacketsOfAWrite).
+TEST(Responder, AWriteLooksItsRegionUpOncePerPacket) {
+  Solo s(QpType::kRc, 256);
+  const Bytes data = pattern(600, 6);
+  s.feed(reth_headers(Opcode::kRcRdmaWriteOnly, kEpsn, s.va(4096), s.e.key, 200),
+         ConstBytes(data).first(200));
+  EXPECT_EQ(s.e.memory.resolves, 1u);
+  auto h = reth_headers(Opcode::kRcRdmaWriteFirst, kEpsn + 1, s.va(8192), s.e.key, 600);
+  h.bth.ack_req = false;
+  s.feed(h, ConstBytes(data).first(256));
+  EXPECT_EQ(s.e.memory.resolves, 2u);
+  s.feed(Opcode::kRcRdmaWriteMiddle, kEpsn + 2, ConstBytes(data).subspan(256, 256), false);
+  s.feed(Opcode::kRcRdmaWriteLast, kEpsn + 3, ConstBytes(data).subspan(512), true);
+  EXPECT_EQ(s.e.memory.resolves, 4u);
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kEpsn + 3);
+  EXPECT_EQ(std::memcmp(s.e.buf.data() + 4096, data.data(), 200), 0);
+  EXPECT_EQ(std::memcmp(s.e.buf.data() + 8192, data.data(), 600), 0);
+}
+
 TEST(Responder, MultiPacketWriteAndSendWithImmediate) {
   Solo s(QpType::kRc, 256);
   post_recv(s, 5, 0, 1024);
