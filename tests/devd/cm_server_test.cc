@@ -647,6 +647,21 @@ class CmKeysTest : public CmServerTest {
     m.seal_mode = static_cast<std::uint8_t>(mode);
     ASSERT_EQ(call(m).status, 0);
   }
+  // A new ID with its address and route resolved towards the peer's `port`, for a connect.
+  std::uint32_t resolved_id(std::uint16_t port) {
+    const std::uint32_t id = create_id();
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kResolveAddr;
+    m.id = id;
+    m.dst.family = 4;
+    std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
+    m.dst.port = port;
+    EXPECT_EQ(call(m).status, 0);
+    m.type = devd::CmMsgType::kResolveRoute;
+    EXPECT_EQ(call(m).status, 0);
+    EXPECT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
+    return id;
+  }
   void send_rtu(std::uint32_t device_comm_id, ConstBytes extension) {
     wire::CmRtu rtu;
     rtu.local_comm_id = 0x11223344;
@@ -754,18 +769,8 @@ TEST_F(CmKeysTest, AUroceRequestAgreesAKeyThatBothEndsDerive) {
 // peer is) with the application's private data as given. A REP from an rxe peer (no mark, no
 // public value) under `require`: a REJ with the reason on the wire, REJECTED (28) for the client.
 TEST_F(CmKeysTest, AnActiveSideUnderRequireRefusesAnRxeReply) {
-  const std::uint32_t id = create_id();
+  const std::uint32_t id = resolved_id(7484);
   devd::CmMsg m;
-  m.type = devd::CmMsgType::kResolveAddr;
-  m.id = id;
-  m.dst.family = 4;
-  std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
-  m.dst.port = 7484;
-  ASSERT_EQ(call(m).status, 0);
-  m.type = devd::CmMsgType::kResolveRoute;
-  ASSERT_EQ(call(m).status, 0);
-  ASSERT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
-  m = devd::CmMsg{};
   m.type = devd::CmMsgType::kConnect;
   m.id = id;
   m.conn.qp_num = 0x779;
@@ -851,18 +856,8 @@ TEST_F(CmKeysTest, APassiveRequireRefusesAUroceRequestWithoutAKeyOffer) {
 // The device's REQ offers a key when its ID seals, and only then.
 TEST_F(CmKeysTest, TheRequestOffersAKeyWhenTheIdSeals) {
   for (const seal::Mode mode : {seal::Mode::kOff, seal::Mode::kEncrypt}) {
-    const std::uint32_t id = create_id();
+    const std::uint32_t id = resolved_id(7486);
     devd::CmMsg m;
-    m.type = devd::CmMsgType::kResolveAddr;
-    m.id = id;
-    m.dst.family = 4;
-    std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
-    m.dst.port = 7486;
-    ASSERT_EQ(call(m).status, 0);
-    m.type = devd::CmMsgType::kResolveRoute;
-    ASSERT_EQ(call(m).status, 0);
-    ASSERT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
-    m = devd::CmMsg{};
     m.type = devd::CmMsgType::kConnect;
     m.id = id;
     m.conn.qp_num = mode == seal::Mode::kOff ? 0x77a : 0x77b;
