@@ -247,6 +247,9 @@ wire::CmReq CmEndpoint::format_req(const Conn& c, const ConnectParams& p) const 
   req.local_comm_id = c.local_id;
   req.service_id = p.service_id;
   req.local_ca_guid = config_.local_ca_guid;
+  if (p.offer_key && wire::is_uroce_guid(req.local_ca_guid)) {
+    req.local_ca_guid |= wire::kUroceGuidKeyOffer;
+  }
   req.local_qpn = p.local_qpn;
   req.responder_resources = p.responder_resources;
   req.initiator_depth = p.initiator_depth;
@@ -639,6 +642,7 @@ void CmEndpoint::start_passive(Instant now, Conn& c, const CmPeer& from, std::ui
   c.qp.sl = m.primary_sl;
   c.qp.selective_repeat = config_.selective_repeat && wire::is_uroce_guid(m.local_ca_guid);
   c.qp.peer_uroce = wire::is_uroce_guid(m.local_ca_guid);
+  c.qp.peer_offers_key = wire::offers_key(m.local_ca_guid);
   c.peer_rnr_retry = m.rnr_retry_count;
   // cm.c cm_req_handler: the REP waits the REQ's local response timeout, retried the REQ's
   // max CM retries.

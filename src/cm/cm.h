@@ -133,6 +133,9 @@ struct QpAttributes {
   bool selective_repeat = false;
   // The peer's Local CA GUID (REQ or REP) carries uroce's mark, whatever CmConfig says.
   bool peer_uroce = false;
+  // Passive: the REQ's Local CA GUID also offers a per-connection key (wire::offers_key; the
+  // active side's ID seals, ConnectParams::offer_key).
+  bool peer_offers_key = false;
   // The connection's AEAD key (docs/SECURITY.md, "Per-connection keys"): agreed by the
   // coordinator (devd/cm_keys.h) between two uroce peers whose devices seal; 0 bytes: none.
   // The CM itself never sets it.
@@ -158,6 +161,9 @@ struct ConnectParams {
   std::uint8_t path_mtu = 3;         // 1..5
   bool srq = false;
   bool flow_control = false;  // rdma_conn_param.flow_control (End-to-End Flow Control)
+  // The REQ's Local CA GUID offers a per-connection key (wire::kUroceGuidKeyOffer), when it is a
+  // uroce GUID: the coordinator's ID seals (devd/cm_keys.h).
+  bool offer_key = false;
   std::uint16_t pkey = 0xffff;
   std::uint32_t flow_label = 0;
   std::uint8_t traffic_class = 0;

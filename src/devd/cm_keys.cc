@@ -25,13 +25,22 @@ bool carries_share(ConstBytes mad) {
 
 }  // namespace
 
+std::string_view refusal_text(Refusal r) {
+  return r == Refusal::kAuth ? kPskRejectText : kRequireRejectText;
+}
+
 std::optional<ConstBytes> CmKeys::on_receive(ConstBytes payload) {
   if (payload.size() == wire::kMadBytes) return payload;
-  if (payload.size() != wire::kMadBytes + kExtensionBytes) return std::nullopt;
+  if (payload.size() < wire::kMadBytes) return std::nullopt;
+  const std::size_t ext_bytes = payload.size() - wire::kMadBytes;
+  if (ext_bytes != kExtensionBytes && ext_bytes != kAuthExtensionBytes) return std::nullopt;
   const ConstBytes mad = payload.first(wire::kMadBytes);
   const ConstBytes ext = payload.subspan(wire::kMadBytes);
+  const auto version = static_cast<std::uint8_t>(ext[4]);
+  const std::uint8_t want =
+      ext_bytes == kExtensionBytes ? kExtensionVersion : kAuthExtensionVersion;
   if (!carries_share(mad) || std::memcmp(ext.data(), kExtensionMagic.data(), 4) != 0 ||
-      static_cast<std::uint8_t>(ext[4]) != kExtensionVersion) {
+      version != want) {
     ++counters_.bad_extension;
     return std::nullopt;
   }
@@ -40,6 +49,10 @@ std::optional<ConstBytes> CmKeys::on_receive(ConstBytes payload) {
   // overwritten by the next share for that ID).
   Peer p;
   std::memcpy(p.share.data(), ext.data() + 8, p.share.size());
+  if (version == kAuthExtensionVersion) {
+    p.mac.emplace();
+    std::memcpy(p.mac->data(), ext.data() + kExtensionBytes, p.mac->size());
+  }
   p.comm_id = load_be32(mad, kLocalCommId);
   const std::uint32_t ours = load_be32(mad, kRemoteCommId);
   const bool rep = attr_of(mad) == static_cast<std::uint16_t>(wire::CmAttr::kRep);
@@ -51,18 +64,58 @@ std::optional<ConstBytes> CmKeys::on_receive(ConstBytes payload) {
   return mad;
 }
 
-std::optional<std::array<std::byte, kExtensionBytes>> CmKeys::extension_for(ConstBytes mad) const {
+std::optional<Extension> CmKeys::extension_for(ConstBytes mad) const {
   if (mad.size() != wire::kMadBytes || !carries_share(mad)) return std::nullopt;
   auto it = own_.find(load_be32(mad, kLocalCommId));
   if (it == own_.end()) return std::nullopt;
-  std::array<std::byte, kExtensionBytes> ext{};
-  std::memcpy(ext.data(), kExtensionMagic.data(), 4);
-  ext[4] = static_cast<std::byte>(kExtensionVersion);
-  std::memcpy(ext.data() + 8, it->second.public_share().data(), seal::kPublicShareBytes);
+  const Own& own = it->second;
+  Extension ext;
+  ext.size = own.psk ? kAuthExtensionBytes : kExtensionBytes;
+  std::memcpy(ext.bytes.data(), kExtensionMagic.data(), 4);
+  ext.bytes[4] = static_cast<std::byte>(own.psk ? kAuthExtensionVersion : kExtensionVersion);
+  std::memcpy(ext.bytes.data() + 8, own.share.public_share().data(), seal::kPublicShareBytes);
+  if (own.psk) {
+    // The REP vouches for the passive side's value (the active side's communication ID is the
+    // REP's remote one); the RTU for both values.
+    const bool rep = attr_of(mad) == static_cast<std::uint16_t>(wire::CmAttr::kRep);
+    seal::ConnectionIdentity ident = own.ident;
+    if (rep) ident.active_comm_id = load_be32(mad, kRemoteCommId);
+    auto mac = seal::transcript_mac(
+        *own.psk, rep ? seal::ShareRole::kPassive : seal::ShareRole::kActive, ident);
+    if (!mac.ok()) return std::nullopt;  // the peer refuses the exchange without it
+    std::memcpy(ext.bytes.data() + kExtensionBytes, mac.value().data(), mac.value().size());
+  }
   return ext;
 }
 
-void CmKeys::on_accept(cm::ConnId id, const cm::QpAttributes& qp, seal::Mode mode) {
+Refusal CmKeys::on_request(const cm::QpAttributes& qp, seal::Mode mode, bool has_psk) {
+  if (mode == seal::Mode::kOff) return Refusal::kNone;
+  const bool offers = qp.peer_uroce && qp.peer_offers_key;
+  Refusal r = Refusal::kNone;
+  if (has_psk && qp.peer_uroce && !offers) {
+    ++counters_.auth_failed;  // a uroce peer that will not key: at `off`, or the offer stripped
+    r = Refusal::kAuth;
+  } else if (mode == seal::Mode::kRequire && !offers) {
+    r = Refusal::kPlain;
+  }
+  if (r != Refusal::kNone) ++counters_.refused;
+  return r;
+}
+
+seal::ConnectionIdentity CmKeys::identity(cm::ConnId id, bool active, const cm::QpAttributes& qp,
+                                          std::uint32_t peer_comm_id) const {
+  seal::ConnectionIdentity ident;
+  ident.active_gid = active ? local_gid_ : qp.remote_gid;
+  ident.passive_gid = active ? qp.remote_gid : local_gid_;
+  ident.active_qpn = active ? qp.local_qpn : qp.remote_qpn;
+  ident.passive_qpn = active ? qp.remote_qpn : qp.local_qpn;
+  ident.active_comm_id = active ? id.value : peer_comm_id;
+  ident.passive_comm_id = active ? peer_comm_id : id.value;
+  return ident;
+}
+
+void CmKeys::on_accept(cm::ConnId id, const cm::QpAttributes& qp, seal::Mode mode,
+                       const std::optional<seal::CmPsk>& psk) {
   if (mode == seal::Mode::kOff) return;
   if (!qp.peer_uroce) {
     ++counters_.plain_peers;
@@ -73,50 +126,81 @@ void CmKeys::on_accept(cm::ConnId id, const cm::QpAttributes& qp, seal::Mode mod
     ++counters_.failures;
     return;
   }
-  own_.insert_or_assign(id.value, std::move(k.value()));
+  Own own{std::move(k.value()), psk, identity(id, false, qp, 0), mode};
+  own.ident.passive_share = own.share.public_share();
+  own_.insert_or_assign(id.value, std::move(own));
 }
 
-void CmKeys::on_established(cm::ConnId id, cm::QpAttributes& qp) {
-  if (own_.count(id.value) == 0) return;
-  if (!derive(id, false, qp)) ++counters_.plain_peers;
-  forget(id);
+bool CmKeys::authentic(const std::optional<seal::CmPsk>& psk, const Peer& peer,
+                       seal::ShareRole role, const seal::ConnectionIdentity& ident) {
+  // Without a pre-shared key a MAC cannot be checked, and the peer (which has one) derives
+  // another key: refused as well.
+  const bool ok = psk ? peer.mac && seal::transcript_mac_ok(*psk, role, ident, *peer.mac)
+                      : !peer.mac.has_value();
+  if (!ok) ++counters_.auth_failed;
+  return ok;
 }
 
-bool CmKeys::on_connect_response(cm::ConnId id, cm::QpAttributes& qp, seal::Mode mode) {
-  const bool offered = qp.peer_uroce && peer_.count(id.value) != 0;
-  if (mode == seal::Mode::kOff) {
-    peer_.erase(id.value);
-    return true;
+bool CmKeys::on_established(cm::ConnId id, cm::QpAttributes& qp) {
+  auto it = own_.find(id.value);
+  if (it == own_.end()) return true;
+  Own& own = it->second;
+  auto peer = peer_.find(id.value);
+  bool keyed = false;
+  bool refused = false;
+  if (peer == peer_.end()) {
+    // No public value in the RTU: a peer at `off` whose REQ offered a key all the same, or the
+    // extension stripped.
+    ++counters_.plain_peers;
+    if (own.psk) ++counters_.auth_failed;
+  } else {
+    own.ident.active_comm_id = peer->second.comm_id;
+    own.ident.active_share = peer->second.share;
+    refused = !authentic(own.psk, peer->second, seal::ShareRole::kActive, own.ident);
+    keyed = !refused && install(own, peer->second.share, qp);
+    if (!refused && !keyed) ++counters_.plain_peers;
   }
+  // Without a key the connection stays only where it may be plain.
+  const bool ok = keyed || (!refused && !own.psk && own.mode != seal::Mode::kRequire);
+  if (!ok) ++counters_.refused;
+  forget(id);
+  return ok;
+}
+
+Refusal CmKeys::on_connect_response(cm::ConnId id, cm::QpAttributes& qp, seal::Mode mode,
+                                    const std::optional<seal::CmPsk>& psk) {
+  auto peer = peer_.find(id.value);
+  const bool offered = qp.peer_uroce && peer != peer_.end();
+  const Peer got = offered ? peer->second : Peer{};
+  peer_.erase(id.value);
+  if (mode == seal::Mode::kOff) return Refusal::kNone;
+  const Refusal fallback = mode == seal::Mode::kRequire ? Refusal::kPlain : Refusal::kNone;
   if (!offered) {
     ++counters_.plain_peers;
-    peer_.erase(id.value);
-    return mode != seal::Mode::kRequire;
+    if (psk && qp.peer_uroce) {
+      ++counters_.auth_failed;  // a uroce peer without a public value: at `off`, or stripped
+      return Refusal::kAuth;
+    }
+    return fallback;
   }
+  seal::ConnectionIdentity ident = identity(id, true, qp, got.comm_id);
+  ident.passive_share = got.share;
+  if (!authentic(psk, got, seal::ShareRole::kPassive, ident)) return Refusal::kAuth;
   auto k = seal::KeyShare::generate();
   if (!k.ok()) {
     ++counters_.failures;
-    return mode != seal::Mode::kRequire;
+    return psk ? Refusal::kAuth : fallback;
   }
-  own_.insert_or_assign(id.value, std::move(k.value()));  // sent after the RTU, kept until forget
-  return derive(id, true, qp) || mode != seal::Mode::kRequire;
+  Own own{std::move(k.value()), psk, ident, mode};
+  own.ident.active_share = own.share.public_share();
+  const bool keyed = install(own, got.share, qp);
+  own_.insert_or_assign(id.value, std::move(own));  // sent after the RTU, kept until forget
+  if (!keyed) return psk ? Refusal::kAuth : fallback;
+  return Refusal::kNone;
 }
 
-bool CmKeys::derive(cm::ConnId id, bool active, cm::QpAttributes& qp) {
-  auto own = own_.find(id.value);
-  auto peer = peer_.find(id.value);
-  if (own == own_.end() || peer == peer_.end()) return false;
-  seal::ConnectionIdentity ident;
-  ident.active_gid = active ? local_gid_ : qp.remote_gid;
-  ident.passive_gid = active ? qp.remote_gid : local_gid_;
-  ident.active_qpn = active ? qp.local_qpn : qp.remote_qpn;
-  ident.passive_qpn = active ? qp.remote_qpn : qp.local_qpn;
-  ident.active_comm_id = active ? id.value : peer->second.comm_id;
-  ident.passive_comm_id = active ? peer->second.comm_id : id.value;
-  ident.active_share = active ? own->second.public_share() : peer->second.share;
-  ident.passive_share = active ? peer->second.share : own->second.public_share();
-  auto key = own->second.derive(peer->second.share, ident);
-  peer_.erase(peer);
+bool CmKeys::install(const Own& own, const seal::PublicShare& peer, cm::QpAttributes& qp) {
+  auto key = own.share.derive(peer, own.ident, own.psk ? &*own.psk : nullptr);
   if (!key.ok()) {
     ++counters_.failures;
     return false;

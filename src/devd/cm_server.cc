@@ -107,12 +107,24 @@ cm::CmConfig config_for(const wire::IpAddress& ip, std::uint64_t seed) {
   return c;
 }
 
+// The CM's secret from a message's pre-shared key (CmMsg::psk): none without one.
+std::optional<seal::CmPsk> psk_of(const devd::CmMsg& m) {
+  if (m.seal_mode == 0 || (m.psk_bytes != 16 && m.psk_bytes != 32)) return std::nullopt;
+  seal::Key k;
+  k.size = m.psk_bytes;
+  std::memcpy(k.bytes.data(), m.psk, m.psk_bytes);
+  auto c = seal::cm_psk_from(k);
+  k.bytes.fill(std::byte{0});
+  if (!c.ok()) return std::nullopt;
+  return c.value();
+}
+
 // Per-connection keys (cm_keys.h): connections keyed, left plain, refused under require.
 std::string key_stats(const CmKeyCounters& k) {
   return "keys_agreed " + std::to_string(k.agreed) + " keys_plain " +
          std::to_string(k.plain_peers) + " keys_refused " + std::to_string(k.refused) +
-         " keys_failed " + std::to_string(k.failures) + " keys_bad_extension " +
-         std::to_string(k.bad_extension);
+         " keys_auth_failed " + std::to_string(k.auth_failed) + " keys_failed " +
+         std::to_string(k.failures) + " keys_bad_extension " + std::to_string(k.bad_extension);
 }
 
 // The rdma_cm port space and port a REQ or SIDR_REQ asks for; nullopt for any other MAD.
@@ -487,6 +499,7 @@ std::optional<devd::CmMsg> CmServer::handle_on_id(Instant now, int fd, Id& id, c
   if (m.type == devd::CmMsgType::kListen || m.type == devd::CmMsgType::kConnect ||
       m.type == devd::CmMsgType::kAccept) {
     id.seal_mode = static_cast<seal::Mode>(std::min<std::uint8_t>(m.seal_mode, 3));
+    id.psk = psk_of(m);
   }
   switch (m.type) {
     case devd::CmMsgType::kDestroyId:
@@ -605,7 +618,9 @@ devd::CmMsg CmServer::connect_command(Instant now, Id& id, const devd::CmMsg& m,
     p.private_data = pdata;
     c = cm_.sidr_resolve(now, p);
   } else {
-    c = cm_.connect(now, connect_params(m.conn, sg, dg, service_id, pdata));
+    cm::ConnectParams p = connect_params(m.conn, sg, dg, service_id, pdata);
+    p.offer_key = id.seal_mode != seal::Mode::kOff;  // the REQ's GUID says it (cm_keys.h)
+    c = cm_.connect(now, p);
   }
   if (!c.ok()) return with_status(r, c.error() == cm::CmError::kBusy ? ENOMEM : EINVAL);
   id.has_conn = true;
@@ -632,7 +647,7 @@ devd::CmMsg CmServer::accept_command(Instant now, Id& id, const devd::CmMsg& m, 
   }
   auto q = cm_.accept(now, id.conn, accept_params(m.conn, pdata));
   if (!q.ok()) return with_status(r, EINVAL);
-  keys_.on_accept(id.conn, q.value(), id.seal_mode);  // its public value follows the REP
+  keys_.on_accept(id.conn, q.value(), id.seal_mode, id.psk);  // its public value follows the REP
   r.qp = q.value();
   return r;
 }
@@ -657,11 +672,13 @@ void CmServer::deliver_request(const cm::CmEvent& e) {
   const ConstBytes pd(reinterpret_cast<const std::byte*>(e.private_data.data()),
                       e.private_data_bytes);
   auto h = wire::parse_cma_header(pd);
-  if (lid != nullptr && h.ok() && CmKeys::refuses_plain(lid->seal_mode, e.qp.peer_uroce)) {
-    keys_.count_refused();
-    (void)cm_.reject(Instant{}, e.id,
-                     as_bytes(kRequireRejectText.data(), kRequireRejectText.size()));
-    return;
+  if (lid != nullptr && h.ok()) {
+    const Refusal why = keys_.on_request(e.qp, lid->seal_mode, lid->psk.has_value());
+    if (why != Refusal::kNone) {
+      const std::string_view text = refusal_text(why);
+      (void)cm_.reject(Instant{}, e.id, as_bytes(text.data(), text.size()));
+      return;
+    }
   }
   if (lid == nullptr || !h.ok()) {
     // A listener gone, or a REQ that is not rdma_cm's: refuse it (cma.c rejects a REQ whose
@@ -711,6 +728,7 @@ const CmServer::Id& CmServer::add_passive_id(const cm::CmEvent& e, const Id& lis
   id.conn = e.id;
   id.listener = listener.number;
   id.seal_mode = listener.seal_mode;
+  id.psk = listener.psk;
   id.bound = true;
   const std::uint8_t fam = h.ip_version == 6 ? 6 : 4;
   id.src.family = fam;
@@ -725,23 +743,35 @@ const CmServer::Id& CmServer::add_passive_id(const cm::CmEvent& e, const Id& lis
   return ids_[id.number] = id;
 }
 
+namespace {
+// What every event of an ID's connection carries: the ID, its addresses, the QP's attributes and
+// the MAD's private data.
+devd::CmMsg conn_event(std::uint32_t id, const devd::CmAddr& src, const devd::CmAddr& dst,
+                       const cm::CmEvent& e) {
+  devd::CmMsg ev;
+  ev.type = devd::CmMsgType::kEvent;
+  ev.id = id;
+  ev.src = src;
+  ev.dst = dst;
+  ev.qp = e.qp;
+  const std::size_t n = std::min<std::size_t>(e.private_data_bytes, sizeof ev.conn.private_data);
+  std::memcpy(ev.conn.private_data, e.private_data.data(), n);
+  ev.conn.private_data_len = static_cast<std::uint8_t>(n);
+  return ev;
+}
+}  // namespace
+
 void CmServer::deliver_conn_event(const cm::CmEvent& e) {
   Id* id = id_by_conn(e.id);
   if (id == nullptr) return;
-  devd::CmMsg ev;
-  ev.type = devd::CmMsgType::kEvent;
-  ev.id = id->number;
-  ev.src = id->src;
-  ev.dst = id->dst;
-  ev.qp = e.qp;
-  std::memcpy(ev.conn.private_data, e.private_data.data(),
-              std::min<std::size_t>(e.private_data_bytes, sizeof ev.conn.private_data));
-  ev.conn.private_data_len = static_cast<std::uint8_t>(
-      std::min<std::size_t>(e.private_data_bytes, sizeof ev.conn.private_data));
+  devd::CmMsg ev = conn_event(id->number, id->src, id->dst, e);
   bool forget = false;  // the CM is done with the connection
   switch (e.type) {
     case cm::CmEventType::kConnectResponse:
-      if (!keys_.on_connect_response(e.id, ev.qp, id->seal_mode)) return refuse_response(*id, ev);
+      if (const Refusal why = keys_.on_connect_response(e.id, ev.qp, id->seal_mode, id->psk);
+          why != Refusal::kNone) {
+        return refuse_response(*id, ev, why);
+      }
       ev.event = kConnectResponse;
       ev.conn.responder_resources = e.qp.max_dest_rd_atomic;
       ev.conn.initiator_depth = e.qp.max_rd_atomic;
@@ -753,7 +783,12 @@ void CmServer::deliver_conn_event(const cm::CmEvent& e) {
       // The active side's librdmacm reports ESTABLISHED itself once it has sent the RTU
       // (ucma_process_conn_resp); the kernel sends no second one.
       if (id->active) return;
-      keys_.on_established(e.id, ev.qp);
+      if (!keys_.on_established(e.id, ev.qp)) {
+        // No key where one is needed: the RTU's public value did not authenticate under the
+        // pre-shared key, or there was none (cm_keys.h). Too late for a REJ: the QP gets no key
+        // and the connection a DREQ.
+        (void)cm_.disconnect(event_now_, e.id, {});
+      }
       ev.event = kEstablished;
       break;
     case cm::CmEventType::kRejected:
@@ -797,8 +832,9 @@ void CmServer::deliver_conn_event(const cm::CmEvent& e) {
 
 // Policy `require` and a REP without a key (cm_keys.h): a REJ to the peer, REJECTED (Consumer
 // Defined, with the reason as private data) to the ID's client.
-void CmServer::refuse_response(Id& id, devd::CmMsg& ev) {
-  const ConstBytes why = as_bytes(kRequireRejectText.data(), kRequireRejectText.size());
+void CmServer::refuse_response(Id& id, devd::CmMsg& ev, Refusal reason) {
+  const std::string_view text = refusal_text(reason);
+  const ConstBytes why = as_bytes(text.data(), text.size());
   keys_.count_refused();
   keys_.forget(id.conn);
   (void)cm_.reject(Instant{}, id.conn, why);
@@ -814,6 +850,7 @@ void CmServer::refuse_response(Id& id, devd::CmMsg& ev) {
 }
 
 void CmServer::pump(Instant now) {
+  event_now_ = now;
   while (auto e = cm_.poll_event()) deliver(*e);
   while (auto out = cm_.poll_transmit()) {
     std::array<std::byte, 32> hdr{};
@@ -832,7 +869,7 @@ void CmServer::pump(Instant now) {
     o.ethernet = false;
     // A REP or RTU to a uroce peer may carry this side's public value after the MAD.
     const auto ext = keys_.extension_for(ConstBytes(out->mad));
-    const ConstBytes payload[2] = {ConstBytes(out->mad), ext ? ConstBytes(*ext) : ConstBytes()};
+    const ConstBytes payload[2] = {ConstBytes(out->mad), ext ? ext->view() : ConstBytes()};
     if (dp_->send(now, o, ConstBytes(hdr).first(hn), std::span(payload, ext ? 2 : 1))) {
       ++counters_.tx_mads;
     } else {
@@ -844,7 +881,7 @@ void CmServer::pump(Instant now) {
 }
 
 std::uint64_t CmServer::dropped() const {
-  std::uint64_t n = counters_.unsteered;
+  std::uint64_t n = counters_.unsteered + counters_.unknown_qpn_src_limited;
   for (std::uint64_t d : dp_->counters().rx_drops) n += d;
   return n;
 }
@@ -854,6 +891,12 @@ void CmServer::on_sink_readable(Instant now) {
   dp_->receive(now, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
     const wire::BthView bth = pkt.bth();
     if (bth.dest_qpn() != wire::kGsiQpn) {
+      const SourceKey source{meta.src.bytes, meta.src_port};
+      if (!unknown_qpn_budget_.allows(source, now)) {
+        ++counters_.unknown_qpn_src_limited;
+        return;
+      }
+      unknown_qpn_budget_.charge(source, now);
       transport::TxPacket ack;
       if (meta.icrc_verified && acks.size() < kMaxClosedAcks &&
           closed_.answer(now, pkt, meta.src, ack)) {
@@ -949,10 +992,13 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   m.type = devd::MsgType::kCmStats;
   devd::set_text(m.text, text);
   send(m);
-  std::snprintf(text, sizeof text, "client_drops %llu req_backlog_drops %llu req_src_limited %llu",
+  std::snprintf(text, sizeof text,
+                "client_drops %llu req_backlog_drops %llu req_src_limited %llu "
+                "unknown_qpn_src_limited %llu",
                 static_cast<unsigned long long>(counters_.client_drops),
                 static_cast<unsigned long long>(counters_.req_backlog_drops),
-                static_cast<unsigned long long>(counters_.req_src_limited));
+                static_cast<unsigned long long>(counters_.req_src_limited),
+                static_cast<unsigned long long>(counters_.unknown_qpn_src_limited));
   devd::set_text(m.text, text);
   send(m);
   devd::set_text(m.text, key_stats(keys_.counters()));

@@ -31,6 +31,7 @@
 #include <set>
 #include <vector>
 
+#include "base/source_budget.h"
 #include "base/time.h"
 #include "capture/pcap_file.h"
 #include "cm/cm.h"
@@ -58,6 +59,9 @@ struct CmServerCounters {
   std::uint64_t req_src_limited = 0;
   std::uint64_t req_held = 0;        // REQs that came for a port before its listen
   std::uint64_t closed_qp_acks = 0;  // duplicates acknowledged for a closed context's QPs
+  // Packets for a QPN nobody owns dropped unlooked-at: their source (address and UDP port) was
+  // out of its budget (kUnknownQpnBurst, kUnknownQpnPerSecond; docs/SECURITY.md).
+  std::uint64_t unknown_qpn_src_limited = 0;
 };
 
 class CmServer {
@@ -137,6 +141,7 @@ class CmServer {
     std::uint32_t qkey = 0;                   // UD: the Q_Key of its QP
     std::uint32_t backlog = 0;                // a listener's: its CONNECT_REQUESTs queued at most
     seal::Mode seal_mode = seal::Mode::kOff;  // its device's aead= (listen, connect, accept)
+    std::optional<seal::CmPsk> psk;           // from its device's psk= (seal::cm_psk_from)
   };
   using Source = std::array<std::uint8_t, 16>;  // a REQ's IP source, as the CM's GID
   struct Client {
@@ -156,6 +161,10 @@ class CmServer {
   static constexpr std::size_t kMaxQueued = 16384;
   // rdma_listen's backlog when it gives none or more (the kernel's net.rdma_ucm.max_backlog).
   static constexpr std::uint32_t kMaxBacklog = 1024;
+  // Per source: packets for QPNs nobody owns (closed contexts' QPs, or none) that it may send at
+  // once and per second after, as a context's engine allows (engine/engine.h).
+  static constexpr std::uint32_t kUnknownQpnBurst = 256;
+  static constexpr std::uint32_t kUnknownQpnPerSecond = 256;
 
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
            std::uint64_t seed, Duration listen_grace);
@@ -186,7 +195,7 @@ class CmServer {
   void deliver(const cm::CmEvent& e);
   void deliver_request(const cm::CmEvent& e);  // a REQ or SIDR_REQ for a listener
   void deliver_conn_event(const cm::CmEvent& e);
-  void refuse_response(Id& id, devd::CmMsg& ev);
+  void refuse_response(Id& id, devd::CmMsg& ev, Refusal why);
   const Id& add_passive_id(const cm::CmEvent& e, const Id& listener, const wire::CmaHeader& h);
   void send(int fd, const devd::CmMsg& m);
   // Hands the client's socket what it takes of its queue; false when the socket failed.
@@ -214,6 +223,8 @@ class CmServer {
   std::map<int, Client> clients_;
   std::vector<int> pending_drops_;  // clients whose socket was full, dropped after the call
   Instant reap_now_{};              // the time of the command being handled
+  Instant event_now_{};             // the time of the CM events being delivered (pump)
+  SourceBudget unknown_qpn_budget_{kUnknownQpnBurst, kUnknownQpnPerSecond};
   std::map<std::uint32_t, Id> ids_;
   std::uint32_t next_id_ = 1;
   std::map<std::uint32_t, std::uint32_t> by_conn_;           // ConnId -> ID

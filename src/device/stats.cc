@@ -115,6 +115,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"src_port_drops", q.src_port_mismatch},
       {"unknown_qpn", engine.rx_unknown_qpn},
       {"closed_qp_acks", engine.closed_qp_acks},
+      {"unknown_qpn_src_limited", engine.rx_unknown_qpn_src_limited},
       {"rx_drops", drops},
       {"icrc_err", rx_drops(*this, icrc)},
       {"icrc_id_recovered", datapath.rx_icrc_id_recovered},

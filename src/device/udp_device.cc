@@ -498,6 +498,9 @@ void UdpDevice::qp_destroying(std::uint32_t qpn) {
   // Inside destroy_qp (under mu_ in thread mode), right after qp_changing. The coordinator gets
   // the closed QP too: it answers for it once this context has closed (its block taken back).
   assert_in_device_call();
+  // Its per-connection key goes with it: a QP created later with the same number must not seal
+  // or open with it (docs/SECURITY.md).
+  if (seal_) seal_->clear_connection_key(qpn);
   if (!engine_) return;
   const Instant t = now();
   auto closed = engine_->qp_destroying(t, qpn);
@@ -910,6 +913,11 @@ bool UdpDevice::set_connection_key(std::uint32_t local_qpn, const wire::IpAddres
 void UdpDevice::clear_connection_key(std::uint32_t local_qpn) {
   std::lock_guard lk(mu_);
   if (seal_) seal_->clear_connection_key(local_qpn);
+}
+
+std::size_t UdpDevice::connection_keys() {
+  std::lock_guard lk(mu_);
+  return seal_ ? seal_->connection_keys() : 0;
 }
 
 void UdpDevice::flush_capture() {

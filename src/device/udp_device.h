@@ -279,10 +279,11 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // drop-in librdmacm installs what the CM agreed): its packets to `remote_qpn` at `peer` are
   // sealed with it and only packets sealed with it are taken. False when the device does not
   // seal (aead=off) or the key is not 16 or 32 bytes. clear_connection_key: back to the device's
-  // pre-shared key (or plain).
+  // pre-shared key (or plain), as is every QP's when it is destroyed.
   bool set_connection_key(std::uint32_t local_qpn, const wire::IpAddress& peer,
                           std::uint32_t remote_qpn, ConstBytes key);
   void clear_connection_key(std::uint32_t local_qpn);
+  std::size_t connection_keys();  // QPs with a per-connection key
 
   // ---- faults (fault/fault.h) ----
 

@@ -136,6 +136,12 @@ void Engine::handle_rx(Instant now, const wire::RocePacket& pkt,
   ++counters_.rx_packets;
   counters_.rx_bytes += pkt.bytes.size();
   if (qp == nullptr) {
+    const SourceKey source{info.src.bytes, info.src_port};
+    if (!unknown_qpn_budget_.allows(source, now)) {
+      ++counters_.rx_unknown_qpn_src_limited;
+      return;
+    }
+    unknown_qpn_budget_.charge(source, now);
     transport::TxPacket ack;
     if (closed_acks_.size() < kMaxClosedAcks && closed_.answer(now, pkt, info.src, ack)) {
       closed_acks_.push_back(ack);

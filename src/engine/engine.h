@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "base/serial_use.h"
+#include "base/source_budget.h"
 #include "base/time.h"
 #include "datapath/datapath.h"
 #include "engine/ack_policy.h"
@@ -70,6 +71,9 @@ struct EngineCounters {
   std::uint64_t tx_acks_held = 0;      // ACKs a flush_tx held for the next one (AckMode::kHold)
   std::uint64_t tx_acks_deferred = 0;  // held ACKs kept behind a request (kHoldAndDefer)
   std::uint64_t closed_qp_acks = 0;    // duplicates acknowledged for destroyed QPs (ClosedQps)
+  // Packets for no QP dropped unlooked-at: their source was out of its budget (kUnknownQpnBurst,
+  // kUnknownQpnPerSecond; docs/SECURITY.md).
+  std::uint64_t rx_unknown_qpn_src_limited = 0;
   // Packets whose payload was placed in the same pass as their ICRC was checked (issue 14),
   // failed checks included (those are counted as bad_icrc drops too).
   std::uint64_t rx_one_pass = 0;
@@ -166,6 +170,13 @@ class Engine {
 
   // Packets per QP before the next QP gets its turn.
   static constexpr std::size_t kBurst = 16;
+  // Per source (IP address and UDP port): packets for no QP here (an unknown or closed QPN) that
+  // it may send at once, and per second after. Past that they are dropped before the closed QPs'
+  // look-up and the ACK it may send, and counted (rx_unknown_qpn_src_limited): a flood from one
+  // source costs bounded work, and other sources keep theirs (docs/SECURITY.md). A peer whose QP
+  // was destroyed retransmits at most a window, well within it.
+  static constexpr std::uint32_t kUnknownQpnBurst = 256;
+  static constexpr std::uint32_t kUnknownQpnPerSecond = 256;
 
  private:
   struct Timer {
@@ -223,6 +234,7 @@ class Engine {
   transport::ClosedQps closed_;
   std::vector<transport::TxPacket> closed_acks_;
   static constexpr std::size_t kMaxClosedAcks = 64;
+  SourceBudget unknown_qpn_budget_{kUnknownQpnBurst, kUnknownQpnPerSecond};
 };
 
 AppRound run_app_round(Engine& engine, Scheduler& sched, Instant now, Engine::RoundKind kind);

@@ -79,6 +79,11 @@ struct CmMsg {
   // kListen, kConnect, kAccept: the ID's device's aead= mode (seal::Mode; 0: off), for the
   // per-connection key (devd/cm_keys.h). Events: qp.seal_key holds the key agreed.
   std::uint8_t seal_mode = 0;
+  // With seal_mode: the device's pre-shared key (psk=; 16 or 32 bytes, 0: none), which the
+  // coordinator turns into the CM's secret (seal::cm_psk_from) that authenticates the key
+  // exchange (devd/cm_keys.h).
+  std::uint8_t psk_bytes = 0;
+  std::uint8_t psk[32] = {};
 };
 static_assert(std::is_trivially_copyable_v<CmMsg>);
 static_assert(sizeof(CmMsg) < 1024);

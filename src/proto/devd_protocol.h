@@ -33,10 +33,10 @@ namespace uroce::engine::devd {
 
 // 2: kClosedQp. 3: CmMsg's qp.selective_repeat (cm::QpAttributes). 4: kClosedQp is not answered
 // (a context that destroyed 10,000 QPs waited for 10,000 round trips). 5: CmMsg's seal_mode and
-// qp.seal_key (per-connection keys, devd/cm_keys.h). A coordinator refuses a
-// context of another version at its hello (the context's open fails with a message), rather than
-// meet a message it does not know mid-run.
-inline constexpr std::uint32_t kVersion = 5;
+// qp.seal_key (per-connection keys, devd/cm_keys.h). 6: CmMsg's psk and qp.peer_offers_key
+// (authenticated key exchange). A coordinator refuses a context of another version at its hello
+// (the context's open fails with a message), rather than meet a message it does not know mid-run.
+inline constexpr std::uint32_t kVersion = 6;
 
 // QP numbers are handed out in aligned blocks of 256: block b holds QPNs [b*256, b*256 + 255].
 // Block 0 (QPN 0, the SMI; QPN 1, the GSI) and block 0xffff (QPN 0xffffff, multicast) are never

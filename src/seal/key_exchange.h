@@ -6,8 +6,14 @@
 // communication IDs and both public values. A new connection has new key pairs and new
 // identities: a packet recorded from an earlier one no longer verifies.
 //
-// All of it is OpenSSL's (EVP_PKEY X25519, EVP_PKEY_HKDF); the private key comes from OpenSSL's
-// CSPRNG (seeded from the kernel's) and never leaves the KeyShare.
+// With a pre-shared key (the device's psk=), the CM's own secret derived from it (CmPsk) is
+// HKDF's salt, so that without the pre-shared key no one derives the connection's key, and each
+// side authenticates the public value it sends with an HMAC under it over the connection's
+// identity (transcript_mac): a public value swapped or a MAC stripped on the way is detected
+// while the connection is being set up (docs/SECURITY.md, "Authenticated key agreement").
+//
+// All of it is OpenSSL's (EVP_PKEY X25519, EVP_PKEY_HKDF, HMAC); the private key comes from
+// OpenSSL's CSPRNG (seeded from the kernel's) and never leaves the KeyShare.
 #pragma once
 
 #include <array>
@@ -42,6 +48,26 @@ struct ConnectionIdentity {
 inline constexpr std::size_t kIdentityInfoBytes = 16 + 2 * 16 + 4 * 4 + 2 * kPublicShareBytes;
 std::array<std::byte, kIdentityInfoBytes> identity_info(const ConnectionIdentity& id);
 
+// The CM's secret from a device's pre-shared key: HKDF-SHA-256(salt "uroce cm psk v1", ikm the
+// key), 32 bytes. The coordinator holds this, never the key the packets are sealed with.
+inline constexpr std::size_t kCmPskBytes = 32;
+using CmPsk = std::array<std::byte, kCmPskBytes>;
+Result<CmPsk, std::string> cm_psk_from(const Key& psk);
+
+// Which public value a transcript MAC authenticates: the passive side's (after the REP; it has
+// not seen the active side's yet, whose place in the identity is zero) or the active side's
+// (after the RTU; the whole identity, both public values).
+enum class ShareRole : std::uint8_t { kPassive, kActive };
+inline constexpr std::size_t kTranscriptMacBytes = 32;
+using TranscriptMac = std::array<std::byte, kTranscriptMacBytes>;
+// HMAC-SHA-256 under `psk` over a label naming `role` and identity_info(id) (with, for kPassive,
+// the active public value taken as zero whatever `id` holds).
+Result<TranscriptMac, std::string> transcript_mac(const CmPsk& psk, ShareRole role,
+                                                  const ConnectionIdentity& id);
+// Whether `mac` is transcript_mac(psk, role, id) (compared in constant time).
+bool transcript_mac_ok(const CmPsk& psk, ShareRole role, const ConnectionIdentity& id,
+                       const TranscriptMac& mac);
+
 // One side's X25519 key pair for one connection. Move-only; the private key is freed with it.
 class KeyShare {
  public:
@@ -54,9 +80,11 @@ class KeyShare {
 
   const PublicShare& public_share() const { return public_; }
   // The connection's AES-256-GCM key from the peer's public value and the identity (which holds
-  // both public values: the caller puts this side's own where its role says). Fails on a peer
-  // value that gives an all-zero shared secret (a low-order point) or a library failure.
-  Result<Key, std::string> derive(const PublicShare& peer, const ConnectionIdentity& id) const;
+  // both public values: the caller puts this side's own where its role says), with `psk` as
+  // HKDF's salt when given. Fails on a peer value that gives an all-zero shared secret (a
+  // low-order point) or a library failure.
+  Result<Key, std::string> derive(const PublicShare& peer, const ConnectionIdentity& id,
+                                  const CmPsk* psk = nullptr) const;
 
  private:
   KeyShare() = default;

@@ -43,10 +43,17 @@ inline constexpr std::uint32_t kGsiQkey = 0x80010000;
 // Byte 0 = 0x02 makes it a locally administered, individual EUI-64 (U/L bit set, I/G bit clear),
 // which no vendor-assigned GUID is, and bytes 3-4 = 'u' 'r' where every GUID made from a MAC
 // address (rxe's, the EUI-64 of its netdev's MAC) has ff fe: no rxe GUID can carry the mark.
-inline constexpr std::uint64_t kUroceGuidMarkMask = 0xffff'00ff'ff00'0000ull;
+// Byte 1's low bit is no part of the mark: a REQ's Local CA GUID sets it when its sender's ID
+// seals and will send its public value after the RTU (kUroceGuidKeyOffer, docs/SECURITY.md), so
+// that a passive side under aead=require can refuse a peer that will not before its REP.
+inline constexpr std::uint64_t kUroceGuidMarkMask = 0xfffe'00ff'ff00'0000ull;
 inline constexpr std::uint64_t kUroceGuidMark = 0x0200'0075'7200'0000ull;
+inline constexpr std::uint64_t kUroceGuidKeyOffer = 0x0001'0000'0000'0000ull;
 constexpr bool is_uroce_guid(std::uint64_t guid) {
   return (guid & kUroceGuidMarkMask) == kUroceGuidMark;
+}
+constexpr bool offers_key(std::uint64_t guid) {
+  return is_uroce_guid(guid) && (guid & kUroceGuidKeyOffer) != 0;
 }
 
 // MAD header offsets (from the start of the MAD).

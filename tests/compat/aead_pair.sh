@@ -6,6 +6,8 @@
 #
 #   aead_pair.sh MODE PLAINTEXT RUNNER ARGS...
 #
+# MODE is what follows aead= on each device's line, a pre-shared key included ("require psk=HEX").
+#
 # Both processes append their counters to one UROCE_STATS_FILE and capture to UROCE_PCAP (one
 # file each). Checked: both sides sealed packets (aead_tx_pkts) and opened sealed packets
 # (aead_rx_pkts), neither took a plain packet (aead_plain_rx 0: every QP had its key), and,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -646,6 +647,21 @@ class CmKeysTest : public CmServerTest {
     m.seal_mode = static_cast<std::uint8_t>(mode);
     ASSERT_EQ(call(m).status, 0);
   }
+  // A new ID with its address and route resolved towards the peer's `port`, for a connect.
+  std::uint32_t resolved_id(std::uint16_t port) {
+    const std::uint32_t id = create_id();
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kResolveAddr;
+    m.id = id;
+    m.dst.family = 4;
+    std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
+    m.dst.port = port;
+    EXPECT_EQ(call(m).status, 0);
+    m.type = devd::CmMsgType::kResolveRoute;
+    EXPECT_EQ(call(m).status, 0);
+    EXPECT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
+    return id;
+  }
   void send_rtu(std::uint32_t device_comm_id, ConstBytes extension) {
     wire::CmRtu rtu;
     rtu.local_comm_id = 0x11223344;
@@ -753,18 +769,8 @@ TEST_F(CmKeysTest, AUroceRequestAgreesAKeyThatBothEndsDerive) {
 // peer is) with the application's private data as given. A REP from an rxe peer (no mark, no
 // public value) under `require`: a REJ with the reason on the wire, REJECTED (28) for the client.
 TEST_F(CmKeysTest, AnActiveSideUnderRequireRefusesAnRxeReply) {
-  const std::uint32_t id = create_id();
+  const std::uint32_t id = resolved_id(7484);
   devd::CmMsg m;
-  m.type = devd::CmMsgType::kResolveAddr;
-  m.id = id;
-  m.dst.family = 4;
-  std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
-  m.dst.port = 7484;
-  ASSERT_EQ(call(m).status, 0);
-  m.type = devd::CmMsgType::kResolveRoute;
-  ASSERT_EQ(call(m).status, 0);
-  ASSERT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
-  m = devd::CmMsg{};
   m.type = devd::CmMsgType::kConnect;
   m.id = id;
   m.conn.qp_num = 0x779;
@@ -812,6 +818,302 @@ TEST_F(CmKeysTest, AnActiveSideUnderRequireRefusesAnRxeReply) {
   EXPECT_EQ(ev->qp.seal_key_bytes, 0u);
   EXPECT_EQ(cm_counters()["keys_refused"], 1u);
 }
+
+// A passive side under `require` knows from the REQ whether the active side will key: a uroce
+// REQ whose Local CA GUID does not offer a key (its device at `off`) is refused before the REP,
+// with the reason and counted, where before it came up and then lost every packet; the same REQ
+// with the offer reaches the listener.
+TEST_F(CmKeysTest, APassiveRequireRefusesAUroceRequestWithoutAKeyOffer) {
+  listen_sealed(7485, seal::Mode::kRequire);
+  wire::CmReq req = req_for(7485);
+  req.local_ca_guid = verbs::node_guid_from_ip(ip(g_peer.c_str()));
+  ASSERT_FALSE(wire::offers_key(req.local_ca_guid));
+  send(wire::build_cm_mad(wire::CmMad{0x80, req}));
+  const auto rej = receive();
+  ASSERT_TRUE(rej.has_value());
+  ASSERT_TRUE(std::holds_alternative<wire::CmRej>(rej->message));
+  const auto& j = std::get<wire::CmRej>(rej->message);
+  EXPECT_EQ(j.reason, static_cast<std::uint16_t>(wire::CmRejReason::kConsumerDefined));
+  const std::string text(reinterpret_cast<const char*>(j.private_data.data()),
+                         kRequireRejectText.size());
+  EXPECT_EQ(text, kRequireRejectText);
+  pollfd p{chan_, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "the refused request reached the listener";
+  EXPECT_EQ(cm_counters()["keys_refused"], 1u);
+
+  req.local_comm_id = 0x56;
+  req.local_qpn = 0x347;
+  req.local_ca_guid |= wire::kUroceGuidKeyOffer;
+  ASSERT_TRUE(wire::is_uroce_guid(req.local_ca_guid));
+  send(wire::build_cm_mad(wire::CmMad{0x81, req}));
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 4u);  // CONNECT_REQUEST
+  EXPECT_TRUE(ev->qp.peer_offers_key);
+  EXPECT_EQ(cm_counters()["keys_refused"], 1u);
+}
+
+// The device's REQ offers a key when its ID seals, and only then.
+TEST_F(CmKeysTest, TheRequestOffersAKeyWhenTheIdSeals) {
+  for (const seal::Mode mode : {seal::Mode::kOff, seal::Mode::kEncrypt}) {
+    const std::uint32_t id = resolved_id(7486);
+    devd::CmMsg m;
+    m.type = devd::CmMsgType::kConnect;
+    m.id = id;
+    m.conn.qp_num = mode == seal::Mode::kOff ? 0x77a : 0x77b;
+    m.seal_mode = static_cast<std::uint8_t>(mode);
+    ASSERT_EQ(call(m).status, 0);
+    const auto got = receive();
+    ASSERT_TRUE(got.has_value());
+    const auto& req = std::get<wire::CmReq>(got->message);
+    EXPECT_TRUE(wire::is_uroce_guid(req.local_ca_guid));
+    EXPECT_EQ(wire::offers_key(req.local_ca_guid), mode != seal::Mode::kOff);
+    EXPECT_EQ(req.local_ca_guid & ~wire::kUroceGuidKeyOffer,
+              verbs::node_guid_from_ip(ip(g_device.c_str())));
+  }
+}
+
+// With a pre-shared key the device's REP carries a version 2 extension, its public value with
+// an HMAC under the key; an RTU whose public value was swapped on the way (its MAC is over
+// another) gets no key, counted, and the connection a DREQ.
+TEST_F(CmKeysTest, WithAPskASwappedRtuValueIsRefusedWithADisconnect) {
+  const seal::Key psk = seal::parse_key_hex(std::string(64, '7')).value();
+  const std::uint32_t lid = create_id();
+  bind(lid, 7487);
+  devd::CmMsg l;
+  l.type = devd::CmMsgType::kListen;
+  l.id = lid;
+  l.seal_mode = static_cast<std::uint8_t>(seal::Mode::kEncrypt);
+  l.psk_bytes = 32;
+  std::memcpy(l.psk, psk.bytes.data(), 32);
+  ASSERT_EQ(call(l).status, 0);
+  wire::CmReq req = req_for(7487);
+  req.local_ca_guid = verbs::node_guid_from_ip(ip(g_peer.c_str())) | wire::kUroceGuidKeyOffer;
+  send(wire::build_cm_mad(wire::CmMad{0x80, req}));
+  auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  ASSERT_EQ(ev->event, 4u);
+  devd::CmMsg a;
+  a.type = devd::CmMsgType::kAccept;
+  a.id = ev->id;
+  a.conn.qp_num = 0x779;
+  a.conn.responder_resources = 1;
+  a.conn.initiator_depth = 1;
+  a.seal_mode = l.seal_mode;
+  a.psk_bytes = 32;
+  std::memcpy(a.psk, psk.bytes.data(), 32);
+  ASSERT_EQ(call(a).status, 0);
+  const auto rep = receive_raw();
+  ASSERT_EQ(rep.size(), wire::kMadBytes + kAuthExtensionBytes);
+  EXPECT_EQ(static_cast<std::uint8_t>(rep[wire::kMadBytes + 4]), kAuthExtensionVersion);
+  const auto parsed = wire::parse_cm_mad(ConstBytes(rep).first(wire::kMadBytes));
+  ASSERT_TRUE(parsed.ok());
+  const auto& r = std::get<wire::CmRep>(parsed->message);
+  seal::ConnectionIdentity id;
+  id.active_gid = gid(g_peer.c_str());
+  id.passive_gid = gid(g_device.c_str());
+  id.active_qpn = req.local_qpn;
+  id.passive_qpn = r.local_qpn;
+  id.active_comm_id = req.local_comm_id;
+  id.passive_comm_id = r.local_comm_id;
+  std::memcpy(id.passive_share.data(), rep.data() + wire::kMadBytes + 8, seal::kPublicShareBytes);
+  seal::TranscriptMac mac;
+  std::memcpy(mac.data(), rep.data() + wire::kMadBytes + kExtensionBytes, mac.size());
+  const seal::CmPsk cm_psk = seal::cm_psk_from(psk).value();
+  EXPECT_TRUE(seal::transcript_mac_ok(cm_psk, seal::ShareRole::kPassive, id, mac));
+  // The active side's RTU, authenticated, then its public value swapped by Mallory.
+  auto own = seal::KeyShare::generate().value();
+  auto mallory = seal::KeyShare::generate().value();
+  id.active_share = own.public_share();
+  std::array<std::byte, kAuthExtensionBytes> ext{};
+  std::memcpy(ext.data(), "urkx", 4);
+  ext[4] = static_cast<std::byte>(kAuthExtensionVersion);
+  std::memcpy(ext.data() + 8, mallory.public_share().data(), seal::kPublicShareBytes);
+  const auto rtu_mac = seal::transcript_mac(cm_psk, seal::ShareRole::kActive, id).value();
+  std::memcpy(ext.data() + kExtensionBytes, rtu_mac.data(), rtu_mac.size());
+  send_rtu(r.local_comm_id, ext);
+  auto est = next_event();
+  ASSERT_TRUE(est.has_value());
+  ASSERT_EQ(est->event, 9u);  // ESTABLISHED (the RTU came), without a key
+  EXPECT_EQ(est->qp.seal_key_bytes, 0u);
+  const auto dreq = receive();
+  ASSERT_TRUE(dreq.has_value());
+  EXPECT_TRUE(std::holds_alternative<wire::CmDreq>(dreq->message));
+  auto c = cm_counters();
+  EXPECT_EQ(c["keys_auth_failed"], 1u);
+  EXPECT_EQ(c["keys_agreed"], 0u);
+}
+
+// CmKeys alone (no sockets): two coordinators' halves, the active and the passive side, with the
+// MADs between them handed over by the test, which may change them on the way as an on-path
+// attacker would (swap a public value, strip the MAC or the whole extension) or give the two
+// sides different pre-shared keys.
+namespace keys {
+
+constexpr std::uint32_t kActiveId = 0xa1a1a1a1;
+constexpr std::uint32_t kPassiveId = 0xb2b2b2b2;
+
+cm::Gid gid_of(std::uint8_t last) {
+  cm::Gid g{};
+  g[10] = 0xff;
+  g[11] = 0xff;
+  g[12] = 10;
+  g[15] = last;
+  return g;
+}
+
+using Tamper = std::function<void(std::vector<std::byte>&)>;
+
+struct Outcome {
+  Refusal active = Refusal::kNone;  // what the active side made of the REP
+  bool passive_ok = false;          // what the passive side made of the RTU
+  cm::QpAttributes aq, pq;          // the two QPs' attributes (their keys)
+  CmKeyCounters ac, pc;
+};
+
+std::optional<seal::CmPsk> psk(char digit) {
+  return seal::cm_psk_from(seal::parse_key_hex(std::string(64, digit)).value()).value();
+}
+
+std::vector<std::byte> payload(const wire::CmMessage& msg, const std::optional<Extension>& ext) {
+  const auto mad = wire::build_cm_mad(wire::CmMad{0x42, msg});
+  std::vector<std::byte> p(mad.begin(), mad.end());
+  if (ext) p.insert(p.end(), ext->view().begin(), ext->view().end());
+  return p;
+}
+
+Outcome agree(const std::optional<seal::CmPsk>& apsk, const std::optional<seal::CmPsk>& ppsk,
+              const Tamper& on_rep = {}, const Tamper& on_rtu = {}) {
+  Outcome run;
+  CmKeys active(gid_of(1));
+  CmKeys passive(gid_of(2));
+  run.aq.local_qpn = 0x100;
+  run.aq.remote_qpn = 0x200;
+  run.aq.remote_gid = gid_of(2);
+  run.aq.peer_uroce = true;
+  run.pq.local_qpn = 0x200;
+  run.pq.remote_qpn = 0x100;
+  run.pq.remote_gid = gid_of(1);
+  run.pq.peer_uroce = true;
+  run.pq.peer_offers_key = true;
+  const seal::Mode mode = seal::Mode::kEncrypt;
+  EXPECT_EQ(passive.on_request(run.pq, mode, ppsk.has_value()), Refusal::kNone);
+  passive.on_accept(cm::ConnId{kPassiveId}, run.pq, mode, ppsk);
+  wire::CmRep rep;
+  rep.local_comm_id = kPassiveId;
+  rep.remote_comm_id = kActiveId;
+  auto p = payload(rep, passive.extension_for(payload(rep, std::nullopt)));
+  if (on_rep) on_rep(p);
+  EXPECT_TRUE(active.on_receive(p).has_value());
+  run.active = active.on_connect_response(cm::ConnId{kActiveId}, run.aq, mode, apsk);
+  if (run.active == Refusal::kNone) {
+    wire::CmRtu rtu;
+    rtu.local_comm_id = kActiveId;
+    rtu.remote_comm_id = kPassiveId;
+    p = payload(rtu, active.extension_for(payload(rtu, std::nullopt)));
+    if (on_rtu) on_rtu(p);
+    EXPECT_TRUE(passive.on_receive(p).has_value());
+    run.passive_ok = passive.on_established(cm::ConnId{kPassiveId}, run.pq);
+  }
+  run.ac = active.counters();
+  run.pc = passive.counters();
+  return run;
+}
+
+bool same_key(const Outcome& r) {
+  return r.aq.seal_key_bytes == 32 && r.pq.seal_key_bytes == 32 && r.aq.seal_key == r.pq.seal_key;
+}
+
+// Mallory's public value in place of the sender's (the MAC, if any, left as it was).
+Tamper swap_share() {
+  return [](std::vector<std::byte>& p) {
+    const auto m = seal::KeyShare::generate().value();
+    std::memcpy(p.data() + wire::kMadBytes + 8, m.public_share().data(), seal::kPublicShareBytes);
+  };
+}
+// The MAC stripped: a version 1 extension.
+Tamper strip_mac() {
+  return [](std::vector<std::byte>& p) {
+    p.resize(wire::kMadBytes + kExtensionBytes);
+    p[wire::kMadBytes + 4] = static_cast<std::byte>(kExtensionVersion);
+  };
+}
+Tamper strip_extension() {
+  return [](std::vector<std::byte>& p) { p.resize(wire::kMadBytes); };
+}
+
+TEST(CmKeys, WithAPskBothSidesAgreeAKeyThatNeedsThePsk) {
+  const Outcome with = agree(psk('1'), psk('1'));
+  EXPECT_EQ(with.active, Refusal::kNone);
+  EXPECT_TRUE(with.passive_ok);
+  EXPECT_TRUE(same_key(with));
+  EXPECT_EQ(with.ac.agreed, 1u);
+  EXPECT_EQ(with.pc.agreed, 1u);
+  EXPECT_EQ(with.ac.auth_failed + with.pc.auth_failed, 0u);
+  const Outcome without = agree(std::nullopt, std::nullopt);
+  EXPECT_TRUE(same_key(without));
+  EXPECT_NE(with.aq.seal_key, without.aq.seal_key);
+}
+
+TEST(CmKeys, WithoutAPskASwappedValueGoesUnnoticedAndTheKeysDiffer) {
+  // What an active on-path attacker could do before: the exchange completes with Mallory's
+  // value in it, each side holding a key Mallory shares (here: the two differ).
+  const Outcome r = agree(std::nullopt, std::nullopt, swap_share());
+  EXPECT_EQ(r.active, Refusal::kNone);
+  EXPECT_TRUE(r.passive_ok);
+  EXPECT_FALSE(same_key(r));
+}
+
+TEST(CmKeys, WithAPskAnActiveSideRefusesASwappedOrStrippedReply) {
+  for (const Tamper& t : {swap_share(), strip_mac(), strip_extension()}) {
+    const Outcome r = agree(psk('1'), psk('1'), t);
+    EXPECT_EQ(r.active, Refusal::kAuth);
+    EXPECT_EQ(r.aq.seal_key_bytes, 0u);
+    EXPECT_EQ(r.ac.auth_failed, 1u);
+    EXPECT_EQ(r.ac.agreed, 0u);
+  }
+}
+
+TEST(CmKeys, WithAPskAPassiveSideRefusesASwappedOrStrippedRtu) {
+  for (const Tamper& t : {swap_share(), strip_mac(), strip_extension()}) {
+    const Outcome r = agree(psk('1'), psk('1'), {}, t);
+    EXPECT_EQ(r.active, Refusal::kNone);
+    EXPECT_FALSE(r.passive_ok);
+    EXPECT_EQ(r.pq.seal_key_bytes, 0u);
+    EXPECT_EQ(r.pc.auth_failed, 1u);
+    EXPECT_EQ(r.pc.agreed, 0u);
+  }
+}
+
+TEST(CmKeys, AWrongPskOrAPskOnOneSideOnlyIsRefused) {
+  Outcome r = agree(psk('1'), psk('2'));  // another psk=
+  EXPECT_EQ(r.active, Refusal::kAuth);
+  EXPECT_EQ(r.ac.auth_failed, 1u);
+  r = agree(std::nullopt, psk('2'));  // the passive side's MAC cannot be checked
+  EXPECT_EQ(r.active, Refusal::kAuth);
+  r = agree(psk('1'), std::nullopt);  // the passive side sends no MAC
+  EXPECT_EQ(r.active, Refusal::kAuth);
+}
+
+TEST(CmKeys, APskOrRequireRefusesARequestWithoutAKeyOffer) {
+  CmKeys passive(gid_of(2));
+  cm::QpAttributes q;
+  q.peer_uroce = true;
+  q.peer_offers_key = false;  // a uroce peer at `off`, or the offer stripped
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kEncrypt, false), Refusal::kNone);
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kEncrypt, true), Refusal::kAuth);
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kRequire, false), Refusal::kPlain);
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kOff, true), Refusal::kNone);
+  q.peer_offers_key = true;
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kRequire, true), Refusal::kNone);
+  q.peer_uroce = false;  // rxe: refused under require only (a psk= alone keeps it as it was)
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kRequire, false), Refusal::kPlain);
+  EXPECT_EQ(passive.on_request(q, seal::Mode::kEncrypt, true), Refusal::kNone);
+  EXPECT_EQ(passive.counters().refused, 3u);
+  EXPECT_EQ(passive.counters().auth_failed, 1u);
+}
+
+}  // namespace keys
 
 // A closed QP's expiry is one of the deadlines the coordinator polls for; once served it moves
 // on. It did not while a context was connected: only the coordinator's idle check (which it skips

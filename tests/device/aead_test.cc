@@ -491,6 +491,38 @@ TEST(Aead, PerConnectionKeysSealWithoutAPskAndAnEarlierSessionsPacketFails) {
   std::filesystem::remove(cap);
 }
 
+// A destroyed QP's per-connection key goes with it (it stayed until its number reached RTR
+// again): a QP created later, whatever number it gets, finds none of an earlier connection's,
+// and the other QPs keep theirs.
+TEST(Aead, ADestroyedQpsConnectionKeyGoesWithIt) {
+  const char* const a_ip = test::unique_ip();
+  Side a;
+  test::SideOptions o;
+  o.device.seal = seal::Settings{seal::Mode::kEncrypt, {}};
+  o.sharing = UdpDevice::Sharing::kExclusive;
+  test::make_side(a, a_ip, o);
+  Device& dev = a.dev->device();
+  QpInitAttr init;
+  init.send_cq = a.cq;
+  init.recv_cq = a.cq;
+  init.cap = QpCap{4, 4, 1, 1, 0};
+  const auto other = dev.create_qp(a.pd, init);
+  ASSERT_TRUE(other.ok());
+  std::array<std::byte, 32> key;
+  key.fill(std::byte{0x5c});
+  ASSERT_TRUE(a.dev->set_connection_key(a.qpn, test::v4("10.44.0.9"), 0x1234, ConstBytes(key)));
+  ASSERT_TRUE(
+      a.dev->set_connection_key(other->qp_num, test::v4("10.44.0.9"), 0x1235, ConstBytes(key)));
+  EXPECT_EQ(a.dev->connection_keys(), 2u);
+  ASSERT_EQ(dev.destroy_qp(a.qp), Errc::kOk);
+  EXPECT_EQ(a.dev->connection_keys(), 1u);
+  const auto again = dev.create_qp(a.pd, init);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(a.dev->connection_keys(), 1u);
+  ASSERT_EQ(dev.destroy_qp(other->handle), Errc::kOk);
+  EXPECT_EQ(a.dev->connection_keys(), 0u);
+}
+
 // a's WRITE towards b cannot get through: b drops every packet, counted under `dropped_as`,
 // and a's completion is retry-exceeded (ACK timeout about 1 ms, 2 retries).
 void fails_cleanly(const seal::Settings& sa, const seal::Settings& sb,

@@ -78,13 +78,42 @@ TEST(Engine, PacketsQueuedInTheDatapathAreTransmitWork) {
 
 // A frame for a QP this engine does not have: it counts as rx_unknown_qpn, so a test sees that
 // the round handed it to the engine.
-std::vector<std::byte> frame_for_unknown_qp() {
+std::vector<std::byte> frame_for_unknown_qp(std::uint32_t src = 0x0a000002) {
   wire::TransportHeaders h;
   h.bth.opcode = static_cast<std::uint8_t>(wire::Opcode::kRcSendOnly);
   h.bth.dest_qpn = 0x77;
   h.bth.psn = 1;
   const std::byte payload[8] = {};
-  return test::craft(wire::IpAddress::v4(0x0a000002), wire::IpAddress::v4(0x0a000001), h, payload);
+  return test::craft(wire::IpAddress::v4(src), wire::IpAddress::v4(0x0a000001), h, payload);
+}
+
+// Packets for no QP here (unknown or closed QPNs) cost their source a budget (docs/SECURITY.md),
+// time as an input: of a flood from one source at one instant exactly kUnknownQpnBurst are
+// looked at and the rest dropped, counted; another source is not limited; a second later the
+// first has kUnknownQpnPerSecond more.
+TEST(EngineRound, PacketsForNoQpAreLimitedPerSource) {
+  NoQps qps;
+  FakeDatapath dp;
+  Engine e(qps, dp, wire::IpAddress::v4(0x0a000001));
+  constexpr std::uint64_t kFlood = 1000;
+  const auto flood_at = [&](Instant t) {
+    for (std::uint64_t i = 0; i < kFlood; ++i) dp.inbound.push_back(frame_for_unknown_qp());
+    while (!dp.inbound.empty()) e.round(t, RoundPlan{}, Engine::RoundKind::kReceive);
+  };
+  const Instant t0 = Instant::from_ns(5'000'000'000);
+  flood_at(t0);
+  EXPECT_EQ(e.counters().rx_unknown_qpn, Engine::kUnknownQpnBurst);
+  EXPECT_EQ(e.counters().rx_unknown_qpn_src_limited, kFlood - Engine::kUnknownQpnBurst);
+  dp.inbound.push_back(frame_for_unknown_qp(0x0a000003));
+  e.round(t0, RoundPlan{}, Engine::RoundKind::kReceive);
+  EXPECT_EQ(e.counters().rx_unknown_qpn, Engine::kUnknownQpnBurst + 1);
+  EXPECT_EQ(e.counters().rx_unknown_qpn_src_limited, kFlood - Engine::kUnknownQpnBurst);
+  flood_at(t0 + Duration::s(1));
+  EXPECT_EQ(e.counters().rx_unknown_qpn,
+            Engine::kUnknownQpnBurst + 1 + Engine::kUnknownQpnPerSecond);
+  EXPECT_EQ(e.counters().rx_unknown_qpn_src_limited,
+            2 * kFlood - Engine::kUnknownQpnBurst - Engine::kUnknownQpnPerSecond);
+  EXPECT_EQ(dp.sends, 0);
 }
 
 TEST(EngineRound, AReceivingRoundReadsABurstFiresTimersAndReportsTheEngineState) {

@@ -85,6 +85,47 @@ TEST(KeyExchange, ALowOrderPeerValueIsRefused) {
   EXPECT_FALSE(s.active.derive(zero, identity(s.active, s.passive)).ok());
 }
 
+// With a pre-shared key (docs/SECURITY.md, "Authenticated key agreement"): the key depends on
+// it (a man in the middle of the CM without it derives neither side's key), and each side's
+// transcript MAC verifies only over the identity and public values it was made over, under the
+// same key.
+TEST(KeyExchange, APskIsMixedIntoTheKeyAndAuthenticatesTheValues) {
+  Pair s;
+  const ConnectionIdentity id = identity(s.active, s.passive);
+  const CmPsk psk = cm_psk_from(parse_key_hex(std::string(32, 'a')).value()).value();
+  const CmPsk other = cm_psk_from(parse_key_hex(std::string(32, 'b')).value()).value();
+  EXPECT_NE(psk, other);
+  const Key plain = s.active.derive(s.passive.public_share(), id).value();
+  const Key a = s.active.derive(s.passive.public_share(), id, &psk).value();
+  const Key p = s.passive.derive(s.active.public_share(), id, &psk).value();
+  const Key wrong = s.passive.derive(s.active.public_share(), id, &other).value();
+  EXPECT_EQ(a.bytes, p.bytes);
+  EXPECT_NE(a.bytes, plain.bytes);
+  EXPECT_NE(a.bytes, wrong.bytes);
+
+  const TranscriptMac rep = transcript_mac(psk, ShareRole::kPassive, id).value();
+  const TranscriptMac rtu = transcript_mac(psk, ShareRole::kActive, id).value();
+  EXPECT_TRUE(transcript_mac_ok(psk, ShareRole::kPassive, id, rep));
+  EXPECT_TRUE(transcript_mac_ok(psk, ShareRole::kActive, id, rtu));
+  EXPECT_FALSE(transcript_mac_ok(other, ShareRole::kPassive, id, rep));  // wrong psk
+  EXPECT_FALSE(transcript_mac_ok(psk, ShareRole::kActive, id, rep));     // the other role's
+  // The passive side's MAC is made before it knows the active value: that value is not in it.
+  ConnectionIdentity later = id;
+  later.active_share[0] ^= std::byte{1};
+  EXPECT_TRUE(transcript_mac_ok(psk, ShareRole::kPassive, later, rep));
+  EXPECT_FALSE(transcript_mac_ok(psk, ShareRole::kActive, later, rtu));
+  // Mallory's value in place of either: neither MAC verifies.
+  Pair mallory;
+  ConnectionIdentity swapped = id;
+  swapped.passive_share = mallory.passive.public_share();
+  EXPECT_FALSE(transcript_mac_ok(psk, ShareRole::kPassive, swapped, rep));
+  EXPECT_FALSE(transcript_mac_ok(psk, ShareRole::kActive, swapped, rtu));
+  swapped = id;
+  swapped.active_share = mallory.active.public_share();
+  EXPECT_FALSE(transcript_mac_ok(psk, ShareRole::kActive, swapped, rtu));
+  EXPECT_FALSE(cm_psk_from(Key{}).ok());
+}
+
 constexpr std::uint32_t kTxQpn = 0x99;  // the sender's QP
 constexpr std::uint32_t kRxQpn = 0x17;  // the receiver's
 

@@ -29,6 +29,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -76,6 +77,9 @@ struct Device {
   bool opened = false;
   // The config file's aead= (seal::Mode): what the coordinator's CM negotiates keys for.
   std::uint8_t seal_mode = 0;
+  // Its psk= (16 or 32 bytes; 0: none): authenticates the CM's key exchange.
+  std::uint8_t psk_bytes = 0;
+  std::array<std::uint8_t, 32> psk{};
 };
 
 std::mutex g_mu;
@@ -99,6 +103,10 @@ std::vector<Device>& devices() {
           d.name = s.name;
           d.ip = s.ip;
           d.seal_mode = s.seal ? static_cast<std::uint8_t>(s.seal->mode) : 0;
+          if (s.seal && s.seal->key.size <= d.psk.size()) {
+            d.psk_bytes = static_cast<std::uint8_t>(s.seal->key.size);
+            std::memcpy(d.psk.data(), s.seal->key.bytes.data(), s.seal->key.size);
+          }
           d.ctx = ibv_open_device(list[i]);
           if (d.ctx != nullptr) {
             ibv_device_attr a{};
@@ -466,13 +474,18 @@ bool is_ud(const Id* id) { return id->pub.qp_type == IBV_QPT_UD; }
 
 int primary_dev(const Id* id) { return id->subs.empty() ? -1 : id->subs.front().dev; }
 
-// The sealing mode of the ID's device, for the coordinator (devd/cm_keys.h): a connection is
-// keyed only when this library moves its QP (`own_qp`), since it installs the key as it does.
-std::uint8_t seal_mode_of(const Id* id, bool own_qp) {
+// The sealing mode and pre-shared key of the ID's device, for the coordinator (devd/cm_keys.h):
+// a connection is keyed only when this library moves its QP (`own_qp`), since it installs the
+// key as it does.
+void set_seal_of(const Id* id, bool own_qp, CmMsg& m) {
   const int dev = primary_dev(id);
-  if (dev < 0 || !own_qp) return 0;
+  if (dev < 0 || !own_qp) return;
   std::lock_guard lk(g_mu);
-  return devices()[static_cast<std::size_t>(dev)].seal_mode;
+  const Device& d = devices()[static_cast<std::size_t>(dev)];
+  m.seal_mode = d.seal_mode;
+  if (d.seal_mode == 0) return;
+  m.psk_bytes = d.psk_bytes;
+  std::memcpy(m.psk, d.psk.data(), d.psk_bytes);
 }
 
 // The per-connection key the CM agreed (`q`), with `a` and `mask` (compat/connection_key.h).
@@ -1260,7 +1273,7 @@ UROCE_EXPORT int rdma_listen(rdma_cm_id* id, int backlog) {
     req.type = CmMsgType::kListen;
     req.id = s.number;
     req.backlog = backlog;
-    req.seal_mode = seal_mode_of(p, true);  // `require` refuses REQs from peers that are not uroce
+    set_seal_of(p, true, req);  // `require` refuses REQs from peers that will not key
     CmMsg r;
     if (!request(ch, s.dev, req, r)) return -1;
     if (!p->bound_any) fill_route(p, r.src, CmAddr{});
@@ -1512,7 +1525,7 @@ UROCE_EXPORT int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   CmMsg req;
   req.type = CmMsgType::kConnect;
   conn_to_msg(p, conn_param, req);
-  req.seal_mode = seal_mode_of(p, id->qp != nullptr);
+  set_seal_of(p, id->qp != nullptr, req);
   if (!is_ud(p) && req.conn.qp_num == 0) return fail(EINVAL);
   p->responder_resources = req.conn.responder_resources;
   p->initiator_depth = req.conn.initiator_depth;
@@ -1544,7 +1557,7 @@ UROCE_EXPORT int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   CmMsg req;
   req.type = CmMsgType::kAccept;
   conn_to_msg(p, conn_param, req);
-  req.seal_mode = seal_mode_of(p, id->qp != nullptr);
+  set_seal_of(p, id->qp != nullptr, req);
   // What the REQ offers bounds ours (rdma_accept's clamps): our responder resources by its
   // initiator depth, our initiator depth by its responder resources.
   std::uint8_t rr =
