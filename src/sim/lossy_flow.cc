@@ -1,6 +1,8 @@
 #include "sim/lossy_flow.h"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "sim/failure.h"
 #include "sim/scenario_host.h"
@@ -19,8 +21,8 @@ struct Flow final : ScenarioApp {
   explicit Flow(const LossyFlowOptions& o) : opt(o), sc(o.seed, Instant::from_ns(1'000'000)) {}
   LossyFlowOptions opt;
   Scenario sc;
-  std::uint64_t posted = 0;
-  std::uint64_t completed = 0;
+  std::vector<std::uint64_t> posted = std::vector<std::uint64_t>(opt.qps);  // per QP
+  std::vector<std::uint64_t> completed = std::vector<std::uint64_t>(opt.qps);
   std::uint64_t measured_bytes = 0;
   LossyFlowResult result;
 
@@ -37,6 +39,14 @@ struct Flow final : ScenarioApp {
   Instant next_time() const override { return now() < stop() ? stop() : Instant::never(); }
 };
 
+// A WRITE's slot in either host's memory: QP q's `window` slots, then the next QP's.
+std::size_t slot(const Flow& f, std::uint32_t q, std::uint64_t m) {
+  return (std::size_t{q} * f.opt.window + m % f.opt.window) * f.opt.message_bytes;
+}
+
+// A WRITE's wr_id: its QP above, its number on that QP below.
+constexpr int kQpShift = 48;
+
 bool add_host(Flow& f, std::size_t index) {
   DeviceConfig cfg;
   cfg.name = "lossy" + std::to_string(index);
@@ -46,11 +56,21 @@ bool add_host(Flow& f, std::size_t index) {
   cfg.link_speed_mbps = static_cast<std::uint32_t>(f.opt.link_bps / 1'000'000);
   cfg.adaptive_recovery = f.opt.adaptive_recovery;
   cfg.congestion_control = f.opt.congestion_control;
+  ScenarioHostOptions ho;
+  if (index == kReceiver) {
+    ho.socket_buffer_bytes = f.opt.receiver_socket_bytes;
+    ho.frame_cost_ns = f.opt.receiver_frame_cost_ns;
+    ho.deschedule_period_ns = f.opt.receiver_deschedule_period_ns;
+    ho.deschedule_off_ns = f.opt.receiver_deschedule_off_ns;
+  }
   ScenarioHost* h =
-      f.sc.add_host(cfg, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)}, {},
+      f.sc.add_host(cfg, MacAddress{0x02, 0, 0, 0, 3, static_cast<std::uint8_t>(index)}, ho,
                     [&f](const std::string& what) { f.fail(what); });
-  return h != nullptr && h->open_memory(std::size_t{f.opt.message_bytes} * f.opt.window) &&
-         h->create_rc_qp(QpCap{f.opt.window, 1, 1, 1, 0});
+  if (h == nullptr || !h->open_memory(slot(f, f.opt.qps, 0))) return false;
+  for (std::uint32_t q = 0; q < f.opt.qps; ++q) {
+    if (!h->create_rc_qp(QpCap{f.opt.window, 1, 1, 1, 0})) return false;
+  }
+  return true;
 }
 
 bool setup(Flow& f) {
@@ -61,24 +81,26 @@ bool setup(Flow& f) {
   link.queue_limit_packets = 0;  // the loss is the only fault
   link.loss = f.opt.loss;
   if (!f.sc.net().configure_default(f.now(), link).ok()) return false;
-  for (std::size_t i : {kSender, kReceiver}) {
-    ScenarioHost& self = f.host(i);
-    const ScenarioHost& peer = f.host(1 - i);
-    verbs::RcConnection c;
-    c.path_mtu = mtu_from_bytes(f.opt.mtu);
-    c.timeout = f.opt.ack_timeout;
-    c.retry_cnt = f.opt.retry_cnt;
-    c.access = kAccessLocalWrite | kAccessRemoteWrite;
-    c.peer_ip = peer.ip();
-    c.peer_qpn = peer.qpns()[0];
-    c.sq_psn = i == kSender ? 0xfff000 : 0x3000;  // the sender's PSNs wrap round 0
-    c.rq_psn = i == kSender ? 0x3000 : 0xfff000;
-    if (verbs::connect_rc_qp(self.dev(), self.qps()[0], c) != Errc::kOk) return false;
+  for (std::uint32_t q = 0; q < f.opt.qps; ++q) {
+    for (std::size_t i : {kSender, kReceiver}) {
+      ScenarioHost& self = f.host(i);
+      const ScenarioHost& peer = f.host(1 - i);
+      verbs::RcConnection c;
+      c.path_mtu = mtu_from_bytes(f.opt.mtu);
+      c.timeout = f.opt.ack_timeout;
+      c.retry_cnt = f.opt.retry_cnt;
+      c.access = kAccessLocalWrite | kAccessRemoteWrite;
+      c.peer_ip = peer.ip();
+      c.peer_qpn = peer.qpns()[q];
+      c.sq_psn = i == kSender ? 0xfff000 : 0x3000;  // the sender's PSNs wrap round 0
+      c.rq_psn = i == kSender ? 0x3000 : 0xfff000;
+      if (verbs::connect_rc_qp(self.dev(), self.qps()[q], c) != Errc::kOk) return false;
+    }
   }
   return true;
 }
 
-// What WRITE `m` carries: its number, then a byte pattern of it.
+// What WRITE `m` (its wr_id) carries: its number, then a byte pattern of it.
 void fill(std::span<std::byte> b, std::uint64_t m) {
   std::memset(b.data(), static_cast<int>((m * 13 + 5) & 0xff), b.size());
   std::memcpy(b.data(), &m, std::min<std::size_t>(8, b.size()));
@@ -88,15 +110,18 @@ void post(Flow& f) {
   ScenarioHost& tx = f.host(kSender);
   const ScenarioHost& rx = f.host(kReceiver);
   const std::size_t len = f.opt.message_bytes;
-  while (f.now() < f.stop() && f.posted - f.completed < f.opt.window) {
-    const std::size_t off = (f.posted % f.opt.window) * len;
-    fill(tx.mem().subspan(off, len), f.posted);
-    if (tx.post_one(0, WrOpcode::kRdmaWrite, f.posted, off, static_cast<std::uint32_t>(len), rx,
-                    off) != Errc::kOk) {
-      f.fail("post_send failed");
-      return;
+  for (std::uint32_t q = 0; q < f.opt.qps; ++q) {
+    while (f.now() < f.stop() && f.posted[q] - f.completed[q] < f.opt.window) {
+      const std::size_t off = slot(f, q, f.posted[q]);
+      const std::uint64_t id = (std::uint64_t{q} << kQpShift) | f.posted[q];
+      fill(tx.mem().subspan(off, len), id);
+      if (tx.post_one(q, WrOpcode::kRdmaWrite, id, off, static_cast<std::uint32_t>(len), rx, off) !=
+          Errc::kOk) {
+        f.fail("post_send failed");
+        return;
+      }
+      ++f.posted[q];
     }
-    ++f.posted;
   }
 }
 
@@ -113,18 +138,21 @@ void reap(Flow& f) {
     if (!n.ok() || n.value() == 0) return;
     for (std::size_t i = 0; i < n.value(); ++i) {
       const Wc& wc = wcs[i];
-      if (wc.status != WcStatus::kSuccess || wc.wr_id != f.completed) {
-        f.fail("completion of WRITE " + std::to_string(wc.wr_id) + " status " +
-               wc_status_name(wc.status) + ", expected WRITE " + std::to_string(f.completed));
+      const auto q = static_cast<std::uint32_t>(wc.wr_id >> kQpShift);
+      const std::uint64_t m = wc.wr_id & ((std::uint64_t{1} << kQpShift) - 1);
+      const std::string name = "WRITE " + std::to_string(m) + " of QP " + std::to_string(q);
+      if (wc.status != WcStatus::kSuccess || q >= f.opt.qps || m != f.completed[q]) {
+        f.fail("completion of " + name + " status " + wc_status_name(wc.status) +
+               (q < f.opt.qps ? ", expected WRITE " + std::to_string(f.completed[q]) : ""));
         return;
       }
-      const std::size_t off = (f.completed % f.opt.window) * len;
-      fill(want, f.completed);
+      const std::size_t off = slot(f, q, m);
+      fill(want, wc.wr_id);
       if (std::memcmp(rx.mem().data() + off, want.data(), len) != 0) {
-        f.fail("WRITE " + std::to_string(f.completed) + " completed, its data not in place");
+        f.fail(name + " completed, its data not in place");
         return;
       }
-      ++f.completed;
+      ++f.completed[q];
       if (f.now() >= f.warm() && f.now() < f.stop()) f.measured_bytes += len;
     }
   }
@@ -150,21 +178,29 @@ void run(Flow& f) {
 
 void measure(Flow& f) {
   LossyFlowResult& r = f.result;
-  r.completed = f.completed;
+  for (const std::uint64_t c : f.completed) r.completed += c;
   const double seconds = static_cast<double>(f.opt.duration_ns - f.opt.warmup_ns) / 1e9;
   r.goodput_bps = static_cast<double>(f.measured_bytes) * 8 / seconds;
   r.frames_lost = f.sc.net().total_stats().dropped_total();
-  const transport::Qp* qp = f.host(kSender).dev().find_qp(f.host(kSender).qpns()[0]);
+  r.socket_drops = f.host(kReceiver).socket_drops();
+  ScenarioHost& tx = f.host(kSender);
+  for (const std::uint32_t qpn : tx.qpns()) {
+    const transport::Qp* qp = tx.dev().find_qp(qpn);
+    if (qp == nullptr) continue;
+    const transport::QpCounters& c = qp->counters();
+    r.packets_sent += c.packets_sent;
+    r.retransmitted_packets += c.retransmitted_packets;
+    r.timeouts += c.timeouts;
+    r.adaptive_timeouts += c.adaptive_timeouts;
+    r.tail_probes += c.tail_probes;
+    r.seq_naks += c.seq_naks_received;
+    r.retry_exceeded += c.retry_exceeded;
+  }
+  r.retransmitted_share = r.packets_sent == 0 ? 0
+                                              : static_cast<double>(r.retransmitted_packets) /
+                                                    static_cast<double>(r.packets_sent);
+  const transport::Qp* qp = tx.dev().find_qp(tx.qpns()[0]);
   if (qp == nullptr) return;
-  const transport::QpCounters& c = qp->counters();
-  r.packets_sent = c.packets_sent;
-  r.retransmitted_packets = c.retransmitted_packets;
-  r.retransmitted_share =
-      c.packets_sent == 0 ? 0 : static_cast<double>(c.retransmitted_packets) / c.packets_sent;
-  r.timeouts = c.timeouts;
-  r.adaptive_timeouts = c.adaptive_timeouts;
-  r.tail_probes = c.tail_probes;
-  r.seq_naks = c.seq_naks_received;
   r.srtt_ns = qp->srtt().count_ns();
   r.rto_ns = qp->rto().is_infinite() ? -1 : qp->rto().count_ns();
   r.send_window = qp->send_window();
@@ -174,8 +210,8 @@ void measure(Flow& f) {
 
 LossyFlowResult run_lossy_flow(const LossyFlowOptions& opt) {
   Flow f(opt);
-  if (opt.window == 0 || opt.message_bytes == 0 || opt.warmup_ns < 0 ||
-      opt.warmup_ns >= opt.duration_ns || opt.loss.num > opt.loss.den) {
+  if (opt.window == 0 || opt.qps == 0 || opt.qps > 64 || opt.message_bytes == 0 ||
+      opt.warmup_ns < 0 || opt.warmup_ns >= opt.duration_ns || opt.loss.num > opt.loss.den) {
     f.fail("invalid options");
     return f.result;
   }

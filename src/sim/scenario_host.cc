@@ -65,8 +65,44 @@ Errc ScenarioHost::post_one(std::size_t qp, WrOpcode op, std::uint64_t wr_id, st
   return dev_->post_send(qps_[qp], std::span(&wr, 1), nullptr);
 }
 
+Instant ScenarioHost::runnable_at(Instant t) const {
+  if (busy_until_ > t) t = busy_until_;
+  if (opt_.deschedule_period_ns > 0 && opt_.deschedule_off_ns > 0) {
+    const std::int64_t phase = t.ns() % opt_.deschedule_period_ns;
+    if (phase < opt_.deschedule_off_ns) t = t + Duration::ns(opt_.deschedule_off_ns - phase);
+  }
+  return t;
+}
+
+Instant ScenarioHost::wake() const {
+  if (!throttled()) return wake_;
+  // Frames and doorbells wait for the process to run again (an unthrottled host takes them in the
+  // step that brought them).
+  Instant t = wake_;
+  if (!inbox_.empty() || rang_) t = earliest(t, clock_);
+  return t.is_never() ? t : runnable_at(t);
+}
+
+void ScenarioHost::deliver(std::vector<std::byte> frame) {
+  if (opt_.socket_buffer_bytes > 0 && inbox_bytes_ + frame.size() > opt_.socket_buffer_bytes) {
+    ++socket_drops_;
+    return;
+  }
+  inbox_bytes_ += frame.size();
+  inbox_.push_back(std::move(frame));
+}
+
 void ScenarioHost::receive_rounds(Instant now) {
   if (inbox_.empty() && wake_ > now) return;
+  if (throttled()) {
+    if (runnable_at(now) > now) return;
+    // One round, then the CPU its frames cost.
+    const std::uint64_t taken = frames_taken_;
+    round(now, engine::Engine::RoundKind::kReceive);
+    busy_until_ =
+        now + Duration::ns(opt_.frame_cost_ns * static_cast<std::int64_t>(frames_taken_ - taken));
+    return;
+  }
   do {
     round(now, engine::Engine::RoundKind::kReceive);
   } while (!inbox_.empty());
@@ -74,7 +110,7 @@ void ScenarioHost::receive_rounds(Instant now) {
 
 void ScenarioHost::transmit_round_if_rang(Instant now) {
   if (refused_ && wire_free_ <= now) rang_ = true;
-  if (!rang_) return;
+  if (!rang_ || (throttled() && runnable_at(now) > now)) return;
   rang_ = false;
   round(now, engine::Engine::RoundKind::kTransmit);
 }
@@ -88,9 +124,12 @@ void ScenarioHost::round(Instant now, engine::Engine::RoundKind kind) {
 }
 
 std::size_t ScenarioHost::receive(Instant, std::size_t max, const RxHandler& handler) {
-  return receive_frames(inbox_, max, handler, [this] {
+  for (std::size_t i = 0; i < max && i < inbox_.size(); ++i) inbox_bytes_ -= inbox_[i].size();
+  const std::size_t n = receive_frames(inbox_, max, handler, [this] {
     fail_("host " + std::to_string(id_) + " received a frame that did not parse");
   });
+  frames_taken_ += n;
+  return n;
 }
 
 bool ScenarioHost::send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,

@@ -5,7 +5,8 @@
 // a queue of the frames the Network delivered to it, and an application that calls progress as a
 // polling one does: a receiving round when a frame is waiting or the Scheduler's wake-up is due, a
 // transmitting round after a doorbell. Optionally its NIC sends one frame at a time at the link's
-// rate (ScenarioHostOptions::wire_bps).
+// rate (ScenarioHostOptions::wire_bps), and its process is a slow or descheduled one: a finite
+// socket buffer, a CPU cost per frame received, periods in which it runs no round at all.
 //
 // A Scenario owns the network, the clock and the hosts. Scenario::run_until moves the clock from
 // event to event (the network's next frame, the hosts' wake-ups, the application's own times) and
@@ -36,6 +37,17 @@ struct ScenarioHostOptions {
   // offers it again once the wire is free), so the network sees the host's frames in the order
   // they reach the switch, and a paced QP's rate is the rate its packets leave at. 0: no limit.
   std::uint64_t wire_bps = 0;
+  // > 0: the socket's receive buffer, in bytes of frames. A frame that arrives when it would not
+  // fit beside those waiting is dropped, as the kernel drops a datagram for a full SO_RCVBUF
+  // (counted: ScenarioHost::socket_drops). 0: no limit.
+  std::uint64_t socket_buffer_bytes = 0;
+  // > 0: each frame a receiving round takes from the socket keeps the process busy this long (the
+  // CPU a slow host spends on a packet): it runs no round until then, one round at a time.
+  std::int64_t frame_cost_ns = 0;
+  // > 0 both: the process is descheduled for the first `off_ns` of every `period_ns` of the
+  // clock (from time 0): it runs no round, its timers wait, frames pile up in its socket.
+  std::int64_t deschedule_period_ns = 0;
+  std::int64_t deschedule_off_ns = 0;
 };
 
 class ScenarioHost final : public engine::QpDirectory,
@@ -54,7 +66,11 @@ class ScenarioHost final : public engine::QpDirectory,
   const wire::IpAddress& ip() const { return ip_; }
   Device& dev() { return *dev_; }
   const Device& dev() const { return *dev_; }
-  Instant wake() const { return wake_; }
+  // When the host next has something to do: the Scheduler's wake-up, and for a slow or
+  // descheduled one (ScenarioHostOptions) frames waiting or a doorbell, once it runs again.
+  Instant wake() const;
+  // Frames the socket's buffer had no room for (ScenarioHostOptions::socket_buffer_bytes).
+  std::uint64_t socket_drops() const { return socket_drops_; }
 
   // The application's memory: `bytes` in a PD, registered for local and remote writes, and one
   // CQ of 4096 entries for every QP. False when the device refused.
@@ -76,8 +92,9 @@ class ScenarioHost final : public engine::QpDirectory,
                 std::uint32_t len, const ScenarioHost& peer, std::size_t peer_off);
   const std::vector<std::uint32_t>& qpns() const { return qpns_; }
 
-  // A frame the network delivered, for the next receiving round.
-  void deliver(std::vector<std::byte> frame) { inbox_.push_back(std::move(frame)); }
+  // A frame the network delivered, for the next receiving round (dropped when the socket's
+  // buffer is full).
+  void deliver(std::vector<std::byte> frame);
   // Receiving rounds at `now` until no frame waits, if one waits or the wake-up is due.
   void receive_rounds(Instant now);
   // A transmitting round at `now` if a doorbell rang since the last one, or a packet the wire
@@ -97,6 +114,11 @@ class ScenarioHost final : public engine::QpDirectory,
   ScenarioHost(Network& net, const Instant& clock, const ScenarioHostOptions& opt,
                std::function<void(const std::string&)> fail)
       : net_(net), clock_(clock), opt_(opt), fail_(std::move(fail)) {}
+  bool throttled() const {
+    return opt_.frame_cost_ns > 0 || (opt_.deschedule_period_ns > 0 && opt_.deschedule_off_ns > 0);
+  }
+  // The earliest time at or after `t` at which the process runs (not busy, not descheduled).
+  Instant runnable_at(Instant t) const;
   Network& net_;
   const Instant& clock_;
   ScenarioHostOptions opt_;
@@ -107,6 +129,10 @@ class ScenarioHost final : public engine::QpDirectory,
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::Scheduler> sched_;
   std::deque<std::vector<std::byte>> inbox_;
+  std::uint64_t inbox_bytes_ = 0;
+  std::uint64_t socket_drops_ = 0;
+  std::uint64_t frames_taken_ = 0;
+  Instant busy_until_ = Instant::from_ns(0);  // with frame_cost_ns
   std::vector<std::byte> frame_;
   Instant wake_ = Instant::never();  // the Scheduler's app_wait_until after the last round
   bool rang_ = false;

@@ -639,6 +639,11 @@ class Qp {
   bool poll_probe(Instant now, TxPacket& out);
   // The PSN window the requester keeps (before congestion control's).
   std::uint32_t recovery_window() const;
+  // ... without the restart after a stall (Recovery::restart_window).
+  std::uint32_t steady_window() const;
+  // A timeout found no progress since the last one (note_ibta_timeout, handle_recovery_timeout):
+  // the go-back-N restarts from a small window.
+  void note_stall();
   // AckReq on every this-many packets of a message (kMaxPacketsPerAck, or half a smaller window,
   // so that a window below 64 PSNs is acknowledged before it is full).
   std::uint32_t ack_req_interval() const;
@@ -791,6 +796,9 @@ class Qp {
     bool lossy = false;        // a go-back-N came less than kLossyRtts SRTTs ago
     Instant lossy_until;
     std::uint32_t backoff = 0;  // adaptive timeouts since the last progress (RTO doubles)
+    // After a timeout without progress (note_stall): the window, from kMinBdpWindow, growing by
+    // each PSN acknowledged, until it reaches steady_window(); 0: none.
+    std::uint32_t restart_window = 0;
     // Raised by each spurious adaptive timeout (twice the RTO that fired, at most the ACK
     // timeout), for the QP's life: base_rto() never goes below it.
     Duration rto_floor = Duration::zero();

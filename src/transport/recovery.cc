@@ -68,7 +68,13 @@ Duration Qp::rto() const {
 Duration Qp::probe_timeout() const { return rec_.srtt * 2 + kProbeAckAllowance; }
 
 std::uint32_t Qp::recovery_window() const {
-  if (!env_.recovery.bdp_window || rec_.window == 0) return kMaxUnackedPsns;
+  if (!env_.recovery.bdp_window) return kMaxUnackedPsns;
+  const std::uint32_t w = steady_window();
+  return rec_.restart_window == 0 ? w : std::min(w, rec_.restart_window);
+}
+
+std::uint32_t Qp::steady_window() const {
+  if (rec_.window == 0) return kMaxUnackedPsns;
   // A window-based congestion control (cc::CongestionControl::window_packets) sizes the window
   // itself, up to the ceiling: the BDP estimate follows the flow's own past rate, and would pin
   // the rule's window (an aimd flow beside a fixed-window one stayed at kMinBdpWindow after a
@@ -121,6 +127,16 @@ std::uint64_t Qp::go_backs() const {
 void Qp::note_loss(Instant now) {
   rec_.lossy = true;
   rec_.lossy_until = now + rec_.srtt * kLossyRtts;
+}
+
+void Qp::note_stall() {
+  // Whatever was outstanding went unanswered for a whole timeout: the responder is gone, or
+  // its process was not running (a descheduled peer: its socket fills and drops what comes on
+  // top). A go-back-N of the whole window then resends it all into that full socket, at every
+  // timeout, and the packet the responder waits for is as likely to be dropped as any other.
+  // Restart small instead (RFC 5681's loss window after a retransmission timeout), and grow
+  // by what comes back (note_acked). Only with the BDP window: off, IBTA's and rxe's 128.
+  if (env_.recovery.bdp_window) rec_.restart_window = kMinBdpWindow;
 }
 
 void Qp::note_nak_go_back(Instant now, std::uint32_t psn) {
@@ -193,6 +209,11 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
                         : std::max(kMinBdpWindow, static_cast<std::uint32_t>(window));
     }
   }
+  if (rec_.restart_window != 0) {
+    // Slow start: the window doubles per round trip until it is the steady one again.
+    rec_.restart_window += acked;
+    if (rec_.restart_window >= steady_window()) rec_.restart_window = 0;
+  }
   if (rec_.rto_check) note_first_ack_after_rto(now);
   if (rec_.resent_unacked && wire::psn_gt(comp_.psn, rec_.resent_psn)) rec_.resent_unacked = false;
   rec_.backoff = 0;
@@ -226,6 +247,7 @@ void Qp::note_ibta_timeout(Instant now) {
   rec_.timing = false;
   rec_.backoff = 64;
   rec_.rto_deadline = Instant::never();
+  note_stall();
 }
 
 void Qp::handle_recovery_timeout(Instant now) {
@@ -243,6 +265,8 @@ void Qp::handle_recovery_timeout(Instant now) {
     rec_.rto_check = !rec_.resent_unacked;
     rec_.rto_fired_at = now;
     rec_.rto_fired = rto();
+    // A second adaptive timeout without progress: not a late ACK but a stall.
+    if (rec_.backoff > 0) note_stall();
     ++rec_.backoff;
     note_loss(now);
     rec_.timing = false;

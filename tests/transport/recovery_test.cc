@@ -386,6 +386,62 @@ TEST(Recovery, ALargerCongestionControlWindowIsNotCappedByTheBandwidthDelayEstim
   EXPECT_EQ(s.e.qp->send_window(), transport::kMaxBdpWindow);
 }
 
+// A stall (issue 39: four QPs' whole windows resent at every timeout into a descheduled receiver's
+// full socket): a timeout that finds no progress since the last one restarts the go-back-N from
+// kMinBdpWindow PSNs, not the whole window, and the window grows back by each PSN acknowledged.
+// `adaptive`: the second adaptive timeout in a row is the stall; else the IBTA timer's first.
+void expect_restart_after_a_stall(bool adaptive) {
+  Solo s(QpType::kRc);
+  s.e.qp->set_recovery(transport::RecoveryParams{adaptive, /*tail_probe=*/false, true, kMinRto});
+  const std::uint32_t psn = sample(s, 1, kPsn, Duration::us(30));
+  s.e.cc.window = 5000;  // a window-based rule that holds nothing back: the ceiling is the window
+  ASSERT_EQ(s.e.qp->send_window(), transport::kMaxBdpWindow);
+  post_write(s, 2, 512 * 1024);  // 512 packets
+  ASSERT_EQ(s.drain().size(), 512u);
+  if (adaptive) {
+    // The first adaptive timeout may have fired on late ACKs: the whole window again.
+    s.now = s.e.qp->poll_timeout();
+    s.e.qp->handle_timeout(s.now);
+    EXPECT_EQ(s.drain().size(), 512u);
+    EXPECT_EQ(s.e.qp->send_window(), transport::kMaxBdpWindow);
+  }
+  s.now = s.e.qp->poll_timeout();
+  s.e.qp->handle_timeout(s.now);
+  EXPECT_EQ(s.e.qp->counters().adaptive_timeouts, adaptive ? 2u : 0u);
+  EXPECT_EQ(s.e.qp->counters().timeouts, adaptive ? 0u : 1u);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow);
+  auto out = s.drain();
+  ASSERT_EQ(out.size(), transport::kMinBdpWindow);
+  EXPECT_EQ(out[0].h.bth.psn, psn);
+  // An ACK of the first 16: the window grows by 16, so 32 more leave (16 in place of those).
+  s.advance(Duration::us(30));
+  ack(s, wire::psn_add(psn, 15));
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow + 16);
+  out = s.drain();
+  ASSERT_EQ(out.size(), 32u);
+  EXPECT_EQ(out[0].h.bth.psn, wire::psn_add(psn, 32));
+  // The ACK of everything sent before the timeout (the receiver had it): +496.
+  s.advance(Duration::us(30));
+  ack(s, wire::psn_add(psn, 511));
+  EXPECT_EQ(s.e.scq.wcs.size(), 2u);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMinBdpWindow + 512);
+  // Once it reaches the steady window the restart is over.
+  post_write(s, 3, 512 * 1024);
+  ASSERT_EQ(s.drain().size(), 512u);
+  s.advance(Duration::us(30));
+  ack(s, wire::psn_add(psn, 1023));
+  EXPECT_EQ(s.e.scq.wcs.size(), 3u);
+  EXPECT_EQ(s.e.qp->send_window(), transport::kMaxBdpWindow);
+}
+
+TEST(Recovery, AnIbtaTimeoutRestartsTheGoBackNFromASmallWindow) {
+  expect_restart_after_a_stall(false);
+}
+
+TEST(Recovery, ASecondAdaptiveTimeoutWithoutProgressRestartsFromASmallWindow) {
+  expect_restart_after_a_stall(true);
+}
+
 // ---- ACKs of packets sent before a go-back-N (issue 39) -----------------------------------------
 // A timer that fires while the packets and their ACKs are on the way rewinds the requester below
 // PSNs the responder has. Their ACKs answer requests that were sent: they complete the WQEs, and
