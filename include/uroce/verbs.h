@@ -580,6 +580,13 @@ class Device {
   Errc modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask);
   Result<QpQuery, Errc> query_qp(QpHandle qp) const;
   Errc destroy_qp(QpHandle qp);
+  // ibv_open_qp(3): another handle on the XRC_RECV QP numbered `qp_num` in domain `xrcd` (one
+  // process's share of a target QP). Each handle modifies and queries the one QP and gets its
+  // async events; destroy_qp of a handle closes that handle, and the QP goes with its last one
+  // (the kernel's shared XRC target QPs). The handle holds the domain (close_xrcd: kBusy).
+  // kInvalidArgument, as the kernel's ib_open_qp(): no such domain, `type` not kXrcRecv, or no
+  // target QP of that number in that domain.
+  Result<QpInfo, Errc> open_qp(XrcdHandle xrcd, std::uint32_t qp_num, QpType type);
   // Posts in order; on the first failure stops, sets *bad_wr (if bad_wr is not null) to the
   // failing request and returns its error: the requests before it are posted. On success
   // *bad_wr is set to nullptr.

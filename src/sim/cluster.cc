@@ -57,6 +57,14 @@ bool consumes_recv(OpKind k) {
   return k == OpKind::kSend || k == OpKind::kSendImm || k == OpKind::kWriteImm;
 }
 
+// RC's protocol: RC itself and XRC's two halves. An XRC initiator is an RC requester without a
+// receive side, a target an RC responder whose receive queue is its XRC SRQ.
+bool rc_like(QpType t) {
+  return t == QpType::kRc || t == QpType::kXrcSend || t == QpType::kXrcRecv;
+}
+bool rc_requester(QpType t) { return t == QpType::kRc || t == QpType::kXrcSend; }
+bool rc_responder(QpType t) { return t == QpType::kRc || t == QpType::kXrcRecv; }
+
 struct Cluster;
 struct Side;
 
@@ -168,6 +176,11 @@ struct Side {
   std::uint32_t qpn = 0;
   CqHandle scq, rcq;
   AhHandle ah;  // UD: to the peer
+  // XRC target: its domain and SRQ (its receive CQ is the SRQ's), whose number the initiator
+  // names in each request.
+  XrcdHandle xrcd;
+  SrqHandle srq;
+  std::uint32_t srq_num = 0;
   std::uint32_t mtu = 1024;
   std::uint32_t depth = 8;
   std::uint32_t rq_depth = 8;
@@ -537,6 +550,7 @@ std::uint32_t pick_len(Prng& r, std::uint32_t mtu, std::uint32_t max_len, std::u
 
 // Long: one case per QP type drawing its operation mix from the same stream.
 void generate_ops(Cluster& c, Side& s) {
+  if (s.type == QpType::kXrcRecv) return;  // a target sends nothing
   Prng& r = c.rng;
   Host& local = *s.host;
   Host& remote = *s.peer->host;
@@ -544,7 +558,8 @@ void generate_ops(Cluster& c, Side& s) {
     Op op;
     op.id = c.next_op_id++;
     switch (s.type) {
-      case QpType::kRc: {
+      case QpType::kRc:
+      case QpType::kXrcSend: {
         // No SEND with Invalidate: uroce's MRs cannot be invalidated, so it fails and takes its
         // pair into the error state; it is checked once per run, at the end (check_send_inv).
         const std::uint64_t k = r.below(16);
@@ -568,13 +583,12 @@ void generate_ops(Cluster& c, Side& s) {
       case QpType::kUd:
         op.kind = r.chance(1, 2) ? OpKind::kSend : OpKind::kSendImm;
         break;
-      case QpType::kXrcSend:  // the workload has no XRC pairs (yet)
-      case QpType::kXrcRecv:
+      case QpType::kXrcRecv:  // returned above
         UROCE_CHECK(false);
     }
     // UC and UD messages name themselves in their first 8 bytes (they may be lost or
     // duplicated, so the receiver identifies them by content).
-    const std::uint32_t min_len = s.type == QpType::kRc ? 0 : 8;
+    const std::uint32_t min_len = rc_like(s.type) ? 0 : 8;
     op.imm = static_cast<std::uint32_t>(op.id);
     op.sges = static_cast<std::uint8_t>(1 + r.below(3));
     switch (op.kind) {
@@ -657,7 +671,7 @@ bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_ps
     a.dest_qp_num = s.peer->qpn;
     a.rq_psn = rq_psn;
     mask |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
-    if (s.type == QpType::kRc) {
+    if (rc_responder(s.type)) {
       // At least what the peer's requester may have outstanding (what rdma_cm negotiates);
       // often exactly that, so that responder resources are reused as soon as allowed.
       a.max_dest_rd_atomic = s.peer->max_rd_atomic;
@@ -673,13 +687,16 @@ bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_ps
   a.qp_state = QpState::kRts;
   a.sq_psn = sq_psn;
   mask = kQpState | kQpSqPsn;
-  if (s.type == QpType::kRc) {
+  if (rc_requester(s.type)) {
     s.ack_timeout = timeout;
     a.timeout = timeout;
     a.retry_cnt = 7;  // 7 retries (IBTA): a long partition fails the WR with RETRY_EXC_ERR
     a.rnr_retry = 7;  // infinite
     a.max_rd_atomic = s.max_rd_atomic;
     mask |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+  } else if (s.type == QpType::kXrcRecv) {
+    a.timeout = timeout;  // the kernel's XRC_TGT row asks for it, and nothing a requester has
+    mask |= kQpTimeout;
   }
   return dev.modify_qp(s.qp, a, mask) == Errc::kOk;
 }
@@ -697,8 +714,24 @@ std::size_t side_bytes(const ClusterOptions& o, QpType type, std::uint32_t mtu) 
   const std::size_t ops = o.ops_per_qp;
   // Sources and results here; WRITE/READ slots at the peer; receive slots for the peer's ops
   // (UC/UD keep three times as many posted, for duplicates).
-  const std::size_t recv = type == QpType::kRc ? ops : 3 * ops + 8;
+  const std::size_t recv = rc_like(type) ? ops : 3 * ops + 8;
   return ops * (len + 64) + ops * len + recv * len;
+}
+
+// An XRC target's domain and SRQ (completing into the side's receive CQ), and what its QP is
+// created with: the domain only.
+bool make_xrc_target(Side& s, Device& dev, Host& h, QpInitAttr& init) {
+  auto xrcd = dev.open_xrcd();
+  if (!xrcd.ok()) return false;
+  auto srq = dev.create_xrc_srq(h.pd, *xrcd, s.rcq, SrqAttr{s.rq_depth, 1, 0});
+  if (!srq.ok()) return false;
+  s.xrcd = *xrcd;
+  s.srq = srq->handle;
+  s.srq_num = srq->srq_num;
+  init = QpInitAttr{};
+  init.qp_type = QpType::kXrcRecv;
+  init.xrcd = s.xrcd;
+  return true;
 }
 
 Side* make_side(Cluster& c, Host& h, QpType type, std::uint32_t mtu) {
@@ -723,7 +756,13 @@ Side* make_side(Cluster& c, Host& h, QpType type, std::uint32_t mtu) {
   init.recv_cq = s->rcq;
   init.cap = QpCap{s->depth, s->rq_depth, 3, 1, 0};
   init.sq_sig_all = false;  // ops choose (Op::signaled)
-  auto qp = dev.create_qp(h.pd, init);
+  if (type == QpType::kXrcSend) {
+    init.recv_cq = CqHandle{};  // no receive side
+    init.cap = QpCap{s->depth, 0, 3, 0, 0};
+  } else if (type == QpType::kXrcRecv && !make_xrc_target(*s, dev, h, init)) {
+    return nullptr;
+  }
+  auto qp = dev.create_qp(type == QpType::kXrcRecv ? PdHandle{} : h.pd, init);
   if (!qp.ok()) return nullptr;
   s->qp = qp->handle;
   s->qpn = qp->qp_num;
@@ -739,7 +778,7 @@ void post_recvs(Cluster& c, Side& s) {
   while (s.recv_budget > 0 && s.recv_posted.size() < s.rq_depth) {
     const std::uint32_t len = s.max_len + (s.type == QpType::kUd ? transport::kGrhBytes : 0);
     RecvSlot slot{s.recv_wr_next++, h.alloc(len), len};
-    if (s.type != QpType::kRc) {
+    if (!rc_like(s.type)) {
       // UC and UD place a message before they know it completes: an aborted or unclaimed
       // message may leave bytes in a receive buffer. Completed messages are checked exactly.
       std::fill(h.exempt.begin() + static_cast<std::ptrdiff_t>(slot.off),
@@ -747,7 +786,10 @@ void post_recvs(Cluster& c, Side& s) {
     }
     const Sge sge{h.va(slot.off), len, h.mr.lkey};
     const RecvWr wr{slot.wr_id, std::span(&sge, 1)};
-    if (h.dev->post_recv(s.qp, std::span(&wr, 1), nullptr) != Errc::kOk) {
+    const Errc e = s.type == QpType::kXrcRecv
+                       ? h.dev->post_srq_recv(s.srq, std::span(&wr, 1), nullptr)
+                       : h.dev->post_recv(s.qp, std::span(&wr, 1), nullptr);
+    if (e != Errc::kOk) {
       c.fail(s.name + ": post_recv failed");
       return;
     }
@@ -824,6 +866,7 @@ void post_sends(Cluster& c, Side& s) {
         wr.atomic.swap = op.swap_add;
         break;
     }
+    if (s.type == QpType::kXrcSend) wr.xrc.remote_srqn = s.peer->srq_num;
     if (s.type == QpType::kUd) {
       wr.ud.ah = s.ah;
       wr.ud.remote_qpn = s.peer->qpn;
@@ -836,7 +879,7 @@ void post_sends(Cluster& c, Side& s) {
     }
     s.outstanding.push_back(&op);
     if (consumes_recv(op.kind)) {
-      if (s.type == QpType::kRc) {
+      if (rc_like(s.type)) {
         s.peer->incoming.push_back(&op);
       } else {
         s.peer->incoming_by_id[op.id] = &op;
@@ -887,7 +930,7 @@ void tear_down(Cluster& c, Side& s) {
   for (Side* x : {&s, s.peer}) {
     x->torn_down = true;
     c.unfinished -= x->ops.size() - x->completed;
-    if (x->type == QpType::kRc) c.unfinished -= x->recv_expected - x->recv_done;
+    if (rc_like(x->type)) c.unfinished -= x->recv_expected - x->recv_done;
   }
   for (Side* x : {&s, s.peer}) {
     QpAttr a;
@@ -908,7 +951,7 @@ void tear_down(Cluster& c, Side& s) {
 bool accept_send_error(Cluster& c, Side& s, const Op& op, WcStatus status) {
   const std::string what = s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) +
                            " completed with " + wc_status_name(status);
-  if (s.type != QpType::kRc) {
+  if (!rc_requester(s.type)) {
     c.fail(what);
     return false;
   }
@@ -980,6 +1023,7 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
   ++s.completed;
   if (!s.torn_down) --c.unfinished;
   ++c.result.ops_completed;
+  if (s.type == QpType::kXrcSend) ++c.result.xrc_ops_completed;
   Host& h = *s.host;
   Host& remote = *s.peer->host;
   const std::string what = s.name + " " + op_name(op.kind) + " op " + std::to_string(op.id);
@@ -987,7 +1031,7 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
     case OpKind::kWrite:
     case OpKind::kWriteImm:
       // RC: a completed WRITE is placed at the responder.
-      if (s.type == QpType::kRc) region_equals(c, remote, op.remote_off, op.data, what);
+      if (rc_like(s.type)) region_equals(c, remote, op.remote_off, op.data, what);
       break;
     case OpKind::kRead: {
       const ConstBytes src(remote.arena.data() + op.remote_off, op.len);
@@ -1056,7 +1100,7 @@ void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
   s.recv_posted.pop_front();
   Host& h = *s.host;
   if (wc.status != WcStatus::kSuccess) {
-    if (wc.status == WcStatus::kWrFlushErr && s.torn_down && s.type == QpType::kRc) {
+    if (wc.status == WcStatus::kWrFlushErr && s.torn_down && rc_like(s.type)) {
       on_recv_flush(c, s, slot);
       return;
     }
@@ -1068,7 +1112,7 @@ void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
     return;
   }
   const Op* op = nullptr;
-  if (s.type == QpType::kRc) {
+  if (rc_like(s.type)) {
     if (s.incoming.empty()) {
       c.fail(s.name + ": a receive completed with no message sent");
       return;
@@ -1109,7 +1153,7 @@ void on_recv_completion(Cluster& c, Side& s, const Wc& wc) {
     return;
   }
   if (op->kind == OpKind::kWriteImm) {
-    if (s.type == QpType::kRc) region_equals(c, h, op->remote_off, op->data, what);
+    if (rc_like(s.type)) region_equals(c, h, op->remote_off, op->data, what);
   } else {
     if (grh != 0) {
       // The GRH area: 20 zero bytes, then the IPv4 header (rxe): exempt from the image, but
@@ -1196,7 +1240,10 @@ void transmit_rounds(Cluster& c) {
 // an RC WRITE's target is old or new, a READ's destination old or the source (never written).
 // Those bytes are then taken as the expected image; everything else stays exact.
 void settle_uncertain(Cluster& c, Side& s) {
-  if (!s.outstanding.empty() || !s.recv_posted.empty()) {
+  // An XRC target's receive WQEs are its SRQ's: only the one a message was being placed in
+  // flushes with the QP; the others stay posted, untouched (the final image check).
+  const bool recv_left = !s.recv_posted.empty() && s.type != QpType::kXrcRecv;
+  if (!s.outstanding.empty() || recv_left) {
     c.fail(s.name + ": torn down, yet " + std::to_string(s.outstanding.size()) + " send and " +
            std::to_string(s.recv_posted.size()) + " receive WRs never completed (flushed)");
     return;
@@ -1619,6 +1666,7 @@ std::vector<PairPlan> plan_pairs(Cluster& c) {
   plan(QpType::kRc, c.opt.rc_pairs);
   plan(QpType::kUc, c.opt.uc_pairs);
   plan(QpType::kUd, c.opt.ud_pairs);
+  plan(QpType::kXrcSend, c.opt.xrc_pairs);  // the initiator on a, the target on b
   return pairs;
 }
 
@@ -1655,21 +1703,25 @@ bool make_ah(Cluster& c, Side& side) {
 // Pair `index` (counted from 1): its two sides made, named and connected, then its operations.
 bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8_t timeout) {
   Side* x = make_side(c, *c.hosts[p.a], p.type, p.mtu);
-  Side* y = make_side(c, *c.hosts[p.b], p.type, p.mtu);
+  Side* y =
+      make_side(c, *c.hosts[p.b], p.type == QpType::kXrcSend ? QpType::kXrcRecv : p.type, p.mtu);
   if (x == nullptr || y == nullptr) {
     c.fail("QP setup failed");
     return false;
   }
   x->peer = y;
   y->peer = x;
-  const char* t = p.type == QpType::kRc ? "rc" : p.type == QpType::kUc ? "uc" : "ud";
+  const char* t = p.type == QpType::kRc        ? "rc"
+                  : p.type == QpType::kUc      ? "uc"
+                  : p.type == QpType::kXrcSend ? "xrc"
+                                               : "ud";
   x->name = std::string(t) + std::to_string(index - 1) + ".a(host" + std::to_string(p.a) + " qpn " +
             std::to_string(x->qpn) + ")";
   y->name = std::string(t) + std::to_string(index - 1) + ".b(host" + std::to_string(p.b) + " qpn " +
             std::to_string(y->qpn) + ")";
   const auto psn_x = static_cast<std::uint32_t>(c.rng.below(1u << 24));
   const auto psn_y = static_cast<std::uint32_t>(c.rng.below(1u << 24));
-  if (p.type == QpType::kRc) {
+  if (rc_like(p.type)) {
     x->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
     y->max_rd_atomic = static_cast<std::uint8_t>(1 + c.rng.below(8));
   }
@@ -1695,14 +1747,14 @@ bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8
 void count_work(Cluster& c) {
   for (const auto& side : c.sides) {
     for (const Op& op : side->ops) {
-      c.unfinished += 1 + (side->type == QpType::kRc && consumes_recv(op.kind) ? 1 : 0);
+      c.unfinished += 1 + (rc_like(side->type) && consumes_recv(op.kind) ? 1 : 0);
     }
   }
   for (auto& s : c.sides) {
     std::uint64_t consuming = 0;
     for (const Op& op : s->peer->ops) consuming += consumes_recv(op.kind) ? 1 : 0;
-    s->recv_budget = s->type == QpType::kRc ? consuming : consuming * 3 + 8;
-    if (s->type == QpType::kRc) s->recv_expected = consuming;
+    s->recv_budget = rc_like(s->type) ? consuming : consuming * 3 + 8;
+    if (rc_like(s->type)) s->recv_expected = consuming;
   }
 }
 
@@ -1877,6 +1929,7 @@ std::string replay_command(const ClusterOptions& o) {
   if (o.rc_pairs != ClusterOptions{}.rc_pairs) cmd += " --rc " + std::to_string(o.rc_pairs);
   if (o.uc_pairs != ClusterOptions{}.uc_pairs) cmd += " --uc " + std::to_string(o.uc_pairs);
   if (o.ud_pairs != ClusterOptions{}.ud_pairs) cmd += " --ud " + std::to_string(o.ud_pairs);
+  if (o.xrc_pairs != ClusterOptions{}.xrc_pairs) cmd += " --xrc " + std::to_string(o.xrc_pairs);
   if (o.ops_per_qp != ClusterOptions{}.ops_per_qp) cmd += " --ops " + std::to_string(o.ops_per_qp);
   if (o.max_message_bytes != 0) cmd += " --max-msg " + std::to_string(o.max_message_bytes);
   if (o.idle_qps_per_host != 0) cmd += " --idle-qps " + std::to_string(o.idle_qps_per_host);

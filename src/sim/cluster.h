@@ -32,6 +32,10 @@
 // message continuation is checked in the pass that places its payload, every other packet's
 // before it is read.
 // - liveness: once faults stop, every QP finishes within the liveness limit.
+// XRC pairs (issue 41) are an initiator (XRC_SEND) posting RC's operations and a target
+// (XRC_RECV) on another host placing them into an XRC SRQ of its own: the RC oracles hold for
+// them, the receives checked as they complete on the SRQ's CQ (an SRQ's WQEs do not flush: a
+// torn-down target leaves the ones nothing took posted, untouched).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +56,9 @@ struct ClusterOptions {
   std::uint32_t rc_pairs = 3;  // RC QP pairs between hosts drawn from the seed
   std::uint32_t uc_pairs = 1;
   std::uint32_t ud_pairs = 1;  // UD QPs exchanging datagrams both ways
+  // XRC initiator/target pairs, one way each, every target with an XRC SRQ (drawn after the
+  // other pairs: with none, a seed's run is what it was before XRC).
+  std::uint32_t xrc_pairs = 0;
   std::uint32_t ops_per_qp = 24;
   std::uint32_t max_message_bytes = 0;  // 0: up to 3 path MTUs (+100), at most 16 KiB
   bool faults = true;
@@ -88,6 +95,7 @@ struct ClusterResult {
   std::string failure;  // the first oracle violation
   std::string plan;     // the fault plan, printable, with its replay on every host
   std::uint64_t ops_completed = 0;
+  std::uint64_t xrc_ops_completed = 0;  // of them, by XRC initiators
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_delivered = 0;
   std::uint64_t frames_dropped = 0;

@@ -94,6 +94,10 @@ void add_sim_shape(CLI::App& sim, uroce::tools::SimCommand& cmd) {
   sim.add_option("--ud", cmd.cluster.ud_pairs, "UD QP pairs")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
+  sim.add_option("--xrc", cmd.cluster.xrc_pairs,
+                 "XRC initiator/target pairs (each target with an XRC SRQ)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
   sim.add_option("--ops", cmd.cluster.ops_per_qp, "Operations per QP")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));

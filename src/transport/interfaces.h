@@ -82,12 +82,17 @@ struct XrcSrqTarget {
   RecvQueue* rq = nullptr;
   CompletionSink* cq = nullptr;
   std::uint32_t pd = 0;
+  // Distinct for every SRQ the table ever held: a QP that bound an SRQ knows it from one that
+  // took its number (and perhaps its memory) after it was destroyed.
+  std::uint64_t serial = 0;
 };
 class XrcSrqTable {
  public:
   virtual ~XrcSrqTable() = default;
   // The XRC SRQ numbered `srqn` in XRC domain `xrcd`, or nothing: no such SRQ, or it belongs to
-  // another domain (the responder NAKs Invalid Request either way).
+  // another domain (the responder NAKs Invalid Request either way). An SRQ may leave the table
+  // while a QP has bound it (destroyed): the QP asks again before it touches the SRQ's queue or
+  // CQ, and lets go of them when the answer is not the SRQ it bound (Qp::drop_stale_xrc_srq).
   virtual std::optional<XrcSrqTarget> xrc_srq(std::uint32_t xrcd, std::uint32_t srqn) = 0;
 };
 

@@ -38,6 +38,8 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
   UROCE_CHECK(env_.xrc != XrcRole::kRecv || (env_.rq_is_srq && env_.xrc_srqs != nullptr));
   UROCE_CHECK(cap.max_send_sge <= kMaxSge && cap.max_inline_data <= kMaxInlineData);
   if (type_ == QpType::kUd) mtu_bytes_ = env_.port_mtu_bytes;
+  xrc_.idle_rq = env_.rq;
+  xrc_.idle_cq = env_.recv_cq;
 }
 
 std::span<Sge> Qp::sges_of(std::uint32_t index) {
@@ -156,6 +158,7 @@ void Qp::reset_state() {
   comp_.retry_cnt = attr_.retry_cnt;
   comp_.rnr_retry = attr_.rnr_retry;
   resp_ = Responder{};
+  if (env_.xrc == XrcRole::kRecv) unbind_xrc_srq();
   set_peer_udp_port(std::nullopt);  // the next connection's (verbs sets it again at RTR)
   sr_ = SelectiveRepeat{.on = sr_.on};
   for (auto& s : sr_slots_) s.held = false;
@@ -286,6 +289,7 @@ void Qp::flush() {
   rec_.probe_deadline = Instant::never();
   rec_.probe_due = false;
   req_.rnr_resume = Instant::never();
+  drop_stale_xrc_srq();  // a WQE of a destroyed XRC SRQ completes nowhere
   if (resp_.has_wqe) {
     complete_recv(WcStatus::kWrFlushErr, 0, 0, 0, WcOpcode::kRecv, false, 0);
   }

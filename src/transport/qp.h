@@ -715,6 +715,11 @@ class Qp {
   wire::Transport response_transport() const;
   // XRC_RECV: points the responder at the XRC SRQ the request's XRCETH names (its RQ, CQ, PD).
   bool bind_xrc_srq(const wire::RocePacket& pkt);
+  // XRC_RECV: lets go of the SRQ an earlier request bound if the table no longer has it
+  // (destroyed), dropping the message in progress into it; see responder.cc.
+  void drop_stale_xrc_srq();
+  // XRC_RECV: back to no SRQ (the placeholders QpEnv gave), forgetting any message in progress.
+  void unbind_xrc_srq();
   // Source pinning: whether `pkt` may come from `info`'s UDP port (set_peer_udp_port), and
   // whether it passes the PSN checks that let its port be learned.
   bool from_peer_port(const wire::RocePacket& pkt, const PacketInfo& info) const;
@@ -724,6 +729,15 @@ class Qp {
   QpType type_;
   QpCap cap_;
   QpEnv env_;
+  // XRC_RECV: the receive queue and CQ placeholders QpEnv gave (the QP's own when no SRQ is
+  // bound), and the number and serial (XrcSrqTarget) of the SRQ bound, whose queue and CQ are
+  // env_.rq and env_.recv_cq while it is.
+  struct {
+    RecvQueue* idle_rq = nullptr;
+    CompletionSink* idle_cq = nullptr;
+    std::uint32_t srqn = 0;
+    std::uint64_t serial = 0;
+  } xrc_;
   QpState state_ = QpState::kReset;
   QpAttr attr_;
   AddressVector path_;
@@ -856,6 +870,9 @@ class Qp {
     std::uint64_t length = 0;
     std::uint64_t orig = 0;  // atomic: the value before the operation
     std::uint32_t msn = 0;
+    // The PD its keys were checked against (accept_rd_atomic sets it): an XRC target's changes
+    // with the SRQ each request names, and replays and responses sent later use this one.
+    std::uint32_t pd = 0;
   };
   std::vector<RdAtomicResource> resources_;
   void accept_rd_atomic(const RdAtomicResource& saved);
@@ -876,6 +893,7 @@ class Qp {
     std::uint64_t length = 0;
     std::uint32_t rkey = 0;
     std::uint64_t orig = 0;  // atomic: the original value, computed when the atomic executed
+    std::uint32_t pd = 0;    // READ: its resource's PD (RdAtomicResource::pd)
     // ACK: the kind of message whose last packet it acknowledges (a SEND or WRITE executed in
     // order), kNone for any other (a mid-message ACK, requested every kMaxPacketsPerAck
     // packets, opens the peer's window for the rest of the message and is never held; a

@@ -50,13 +50,45 @@ bool Qp::bind_xrc_srq(const wire::RocePacket& pkt) {
   UROCE_ASSERT(env_.xrc == XrcRole::kRecv && pkt.op->has(wire::ExtHeader::kXrcEth));
   const std::optional<XrcSrqTarget> t = env_.xrc_srqs->xrc_srq(env_.xrcd, pkt.xrceth().srqn());
   if (!t) return false;
-  // A message's packets all name its SRQ: a WQE taken from one completes there.
-  if (resp_.has_wqe && t->rq != env_.rq) return false;
+  // A message's packets all name its SRQ: a WQE taken from one completes there, a WRITE's
+  // keys are of one PD.
+  if ((resp_.has_wqe || resp_.in_message != MsgKind::kNone) && t->serial != xrc_.serial) {
+    return false;
+  }
   UROCE_ASSERT(t->rq != nullptr && t->cq != nullptr);
   env_.rq = t->rq;
   env_.recv_cq = t->cq;
   env_.pd = t->pd;
+  xrc_.srqn = pkt.xrceth().srqn();
+  xrc_.serial = t->serial;
   return true;
+}
+
+// An XRC SRQ may be destroyed while a target QP uses it: the kernel counts no XRC_RECV QP on an
+// XRC SRQ (ib_destroy_srq_user() refuses only while srq->usecnt, which only QPs created on the
+// SRQ raise), so ibv_destroy_srq succeeds mid-message. The QP finds out here, before anything
+// of the SRQ's is touched again: at every request and before a flush or an error completes the
+// WQE it holds. A message in progress into the SRQ is dropped: its receive WQE went with the
+// SRQ and completes nowhere (as every WQE still queued there), and the message's remaining
+// packets are Invalid Requests (they name an SRQ that is gone, or, if its number is taken again,
+// continue a message the QP no longer has: the opcode sequence check refuses them).
+void Qp::drop_stale_xrc_srq() {
+  if (env_.xrc != XrcRole::kRecv || env_.rq == xrc_.idle_rq) return;
+  const std::optional<XrcSrqTarget> t = env_.xrc_srqs->xrc_srq(env_.xrcd, xrc_.srqn);
+  if (t && t->serial == xrc_.serial) return;
+  unbind_xrc_srq();
+}
+
+void Qp::unbind_xrc_srq() {
+  UROCE_ASSERT(env_.xrc == XrcRole::kRecv);
+  resp_.has_wqe = false;
+  resp_.recv_offset = 0;
+  resp_.in_message = MsgKind::kNone;
+  env_.rq = xrc_.idle_rq;
+  env_.recv_cq = xrc_.idle_cq;
+  env_.pd = 0;
+  xrc_.srqn = 0;
+  xrc_.serial = 0;
 }
 
 Qp::RespStatus Qp::scatter_into_recv(std::uint64_t offset, ConstBytes data) {
@@ -135,6 +167,7 @@ void Qp::accept_rd_atomic(const RdAtomicResource& saved) {
   const std::uint32_t index = next_resource_;
   UROCE_ASSERT(index < resources_.size());
   resources_[index] = saved;
+  resources_[index].pd = env_.pd;
   next_resource_ = (next_resource_ + 1) % static_cast<std::uint32_t>(resources_.size());
   queue_rd_atomic_response(index, saved.first_psn, saved.va, saved.length, saved.rkey);
 }
@@ -156,6 +189,7 @@ void Qp::queue_rd_atomic_response(std::uint32_t resource, std::uint32_t psn, std
   // later READ or atomic before this response leaves (rxe also builds the atomic ACK from the
   // value computed when the atomic executes).
   job.orig = r.orig;
+  job.pd = r.pd;
   UROCE_CHECK(responses_.size() + 1 < responses_.capacity());
   responses_.push_back(job);
 }
@@ -163,6 +197,7 @@ void Qp::queue_rd_atomic_response(std::uint32_t resource, std::uint32_t psn, std
 void Qp::responder_error(std::uint8_t nak_syndrome, WcStatus status, std::uint32_t psn) {
   UROCE_CHECK(type_ == QpType::kRc);  // UC drops a bad message itself; UD has no NAKs
   ++counters_.other_naks_sent;
+  drop_stale_xrc_srq();  // a READ response's error may come long after the SRQ went
   if (resp_.has_wqe) complete_recv(status, 0, 0, 0, WcOpcode::kRecv, false, attr_.dest_qp_num);
   // Responses go out in PSN order, the NAK after everything before it: READ responses and
   // atomic ACKs owed to requests accepted before this one still leave, from the error state
@@ -213,9 +248,12 @@ void Qp::handle_request(Instant, const wire::RocePacket& pkt, const PacketInfo& 
 Qp::RespStatus Qp::execute_request(const wire::RocePacket& pkt, bool placed) {
   const wire::OpcodeInfo& op = *pkt.op;
   // XRC (IBTA 9.8.1.1): the XRCETH names the SRQ, which must be of the QP's XRC domain.
-  if (env_.xrc == XrcRole::kRecv && !bind_xrc_srq(pkt)) {
-    ++counters_.xrc_bad_srqn;
-    return RespStatus::kInvalidRequest;
+  if (env_.xrc == XrcRole::kRecv) {
+    drop_stale_xrc_srq();
+    if (!bind_xrc_srq(pkt)) {
+      ++counters_.xrc_bad_srqn;
+      return RespStatus::kInvalidRequest;
+    }
   }
   if (const RespStatus s = check_request(pkt); s != RespStatus::kOk) return s;
   if (op.is(wire::kFlagRecvWqe) && !resp_.has_wqe && !take_recv_wqe()) return RespStatus::kRnr;
@@ -602,8 +640,7 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
       // simulator must catch.
       // A duplicate atomic is executed a second time, as a responder without saved atomic
       // results would do.
-      if (auto mem =
-              env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
+      if (auto mem = env_.memory->resolve(r.pd, qpn_, r.rkey, true, r.va, 8, kAccessRemoteAtomic);
           mem.ok()) {
         std::uint64_t cur = 0;
         std::memcpy(&cur, mem.value().data(), 8);
@@ -747,8 +784,8 @@ bool Qp::poll_response(TxPacket& out) {
       const std::uint32_t psn = r.psn;
       if (len > 0) {
         // Resolved per packet: a region deregistered mid-READ is never read from again.
-        auto mem = env_.memory->resolve(env_.pd, qpn_, r.rkey, true, r.va + r.offset, len,
-                                        kAccessRemoteRead);
+        auto mem =
+            env_.memory->resolve(r.pd, qpn_, r.rkey, true, r.va + r.offset, len, kAccessRemoteRead);
         if (!mem.ok()) {
           // The NAK replaces this READ's rest and whatever was queued behind it.
           responses_.clear();

@@ -71,7 +71,9 @@ constexpr std::array<std::byte, wire::kMaxPayloadBytes> kPlacedPayload{};
 }  // namespace
 
 void Qp::set_selective_repeat(bool on) {
-  if (type_ != QpType::kRc) return;
+  // XRC runs go-back-N: a target places a request with the PD of the SRQ it names, which it
+  // binds only at the request's turn.
+  if (type_ != QpType::kRc || env_.xrc != XrcRole::kNone) return;
   // Its slots (20 KiB) only for a QP that uses them, allocated once, when the connection is set
   // up: never on the data path.
   if (on && sr_slots_.empty()) sr_slots_.resize(kSrWindow);

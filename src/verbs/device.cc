@@ -119,9 +119,23 @@ void DeviceState::qp_event(std::uint32_t qpn, AsyncEventType type) {
   if (q == nullptr) return;
   AsyncEvent ev;
   ev.type = type;
-  ev.qp = q->self;
   ev.qp_num = qpn;
-  push_event(ev);
+  // To every handle of the QP, as the kernel's __ib_shared_qp_event_handler().
+  if (!q->closed) {
+    ev.qp = q->self;
+    push_event(ev);
+  }
+  for (QpHandle h : q->opened) {
+    ev.qp = h;
+    push_event(ev);
+  }
+}
+
+QpObj* DeviceState::qp_of(QpHandle h) {
+  QpObj* q = qps.get(to_raw(h));
+  if (q == nullptr) return nullptr;
+  if (!q->opened_qp.is_null()) return qps.get(to_raw(q->opened_qp));
+  return q->closed ? nullptr : q;
 }
 
 void DeviceState::srq_limit_reached(transport::RecvQueue* rq) {

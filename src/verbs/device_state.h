@@ -136,6 +136,7 @@ struct SrqObj {
   XrcdHandle xrcd;  // null: a basic SRQ
   CqHandle cq;      // an XRC SRQ's CQ
   std::uint32_t srq_num = 0;
+  std::uint64_t serial = 0;  // an XRC SRQ's (transport::XrcSrqTarget::serial)
   SrqAttr attr;
   transport::RecvQueue rq;
   std::uint32_t use_count = 0;
@@ -147,8 +148,14 @@ struct AhObj {
   transport::AddressVector av;  // udp_sport filled at post time when flow_label is 0
 };
 
+// A QP, or another handle on an XRC target QP (Device::open_qp): such a handle has `opened_qp`
+// set and nothing else. The QP lists its opened handles; it lives while any handle does (the
+// kernel's shared XRC target QPs), `closed` once its creator's handle is destroyed.
 struct QpObj {
   QpHandle self;
+  QpHandle opened_qp;
+  std::vector<QpHandle> opened;
+  bool closed = false;
   PdHandle pd;
   QpInitAttr init;
   QpAttr attr;  // what modify_qp() set (state is read from the transport)
@@ -209,6 +216,8 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink, tran
                                                    std::uint64_t length,
                                                    std::uint32_t access) const;
   QpObj* qp_for_qpn(std::uint32_t qpn) const;
+  // The QP a live handle names (its creator's or one of open_qp), or nullptr.
+  QpObj* qp_of(QpHandle h);
   // Checks an AH / QP address vector as rdma_check_ah_attr() and rxe_av_chk_attr() do and
   // resolves it (udp_sport left at 0).
   Result<transport::AddressVector, Errc> resolve_ah_attr(const AhAttr& attr) const;
@@ -242,7 +251,8 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink, tran
   transport::QpCounters destroyed_qps;  // summed at destroy_qp
   std::vector<SrqObj*> armed_srqs;      // armed and not yet reported
   std::uint32_t next_xrcd_id = 1;
-  std::uint32_t next_srq_num = 1;                             // 24 bits, never 0
+  std::uint32_t next_srq_num = 1;  // 24 bits, never 0
+  std::uint64_t next_srq_serial = 1;
   std::unordered_map<std::uint32_t, SrqObj*> xrc_srq_by_num;  // live XRC SRQs
   NoCq no_cq;
 

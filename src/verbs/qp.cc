@@ -257,10 +257,10 @@ Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
   return QpInfo{raw->self, *qpn, raw->init.cap};
 }
 
-Errc Device::destroy_qp(QpHandle qp) {
-  vd::DeviceState& s = *s_;
-  vd::QpObj* q = s.qps.get(to_raw(qp));
-  if (q == nullptr) return Errc::kInvalidArgument;
+namespace {
+
+// Destroys the QP behind its last handle.
+Errc destroy_qp_object(vd::DeviceState& s, vd::QpObj* q) {
   if (s.doorbell_handler != nullptr) {
     s.doorbell_handler->qp_changing(q->qpn);
     s.doorbell_handler->qp_destroying(q->qpn);
@@ -308,14 +308,62 @@ Errc Device::destroy_qp(QpHandle qp) {
     UROCE_CHECK(srq != nullptr);
     --srq->use_count;
   }
-  s.qps.remove(to_raw(qp));
+  s.qps.remove(to_raw(q->self));
   return Errc::kOk;
+}
+
+}  // namespace
+
+// A handle of an XRC target QP closes alone while the QP has others (the kernel's
+// __ib_destroy_shared_qp()); the QP goes with its last one.
+Errc Device::destroy_qp(QpHandle qp) {
+  vd::DeviceState& s = *s_;
+  vd::QpObj* q = s.qps.get(to_raw(qp));
+  if (q == nullptr || q->closed) return Errc::kInvalidArgument;
+  if (!q->opened_qp.is_null()) {
+    vd::QpObj* real = s.qps.get(to_raw(q->opened_qp));
+    vd::XrcdObj* x = s.xrcds.get(to_raw(q->init.xrcd));
+    UROCE_CHECK(real != nullptr && x != nullptr && x->use_count > 0);
+    std::erase(real->opened, qp);
+    --x->use_count;
+    s.qps.remove(to_raw(qp));
+    return real->closed && real->opened.empty() ? destroy_qp_object(s, real) : Errc::kOk;
+  }
+  if (!q->opened.empty()) {
+    q->closed = true;
+    return Errc::kOk;
+  }
+  return destroy_qp_object(s, q);
+}
+
+Result<QpInfo, Errc> Device::open_qp(XrcdHandle xrcd, std::uint32_t qp_num, QpType type) {
+  vd::DeviceState& s = *s_;
+  // ib_uverbs_open_qp() and ib_open_qp(): the domain, the type, then the domain's target QPs.
+  vd::XrcdObj* x = s.xrcds.get(to_raw(xrcd));
+  if (x == nullptr || type != QpType::kXrcRecv) return Err{Errc::kInvalidArgument};
+  vd::QpObj* real = s.qp_for_qpn(qp_num);
+  if (real == nullptr || real->init.qp_type != QpType::kXrcRecv || real->init.xrcd != xrcd) {
+    return Err{Errc::kInvalidArgument};
+  }
+  if (s.qps.full()) return Err{Errc::kNoMemory};
+  auto h = std::make_unique<vd::QpObj>();
+  h->opened_qp = real->self;
+  h->qpn = qp_num;
+  h->init.qp_type = QpType::kXrcRecv;
+  h->init.xrcd = xrcd;
+  vd::QpObj* raw = h.get();
+  const RawHandle rh = s.qps.insert(std::move(h));
+  UROCE_CHECK(rh.generation != 0);
+  raw->self = from_raw<QpHandle>(rh);
+  real->opened.push_back(raw->self);
+  ++x->use_count;  // as the kernel's uxrcd refcnt: the domain stays while the handle does
+  return QpInfo{raw->self, qp_num, real->init.cap};
 }
 
 // Long: the kernel's checks of a modify, one line each in rxe's order, then the apply.
 Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   vd::DeviceState& s = *s_;
-  vd::QpObj* q = s.qps.get(to_raw(qp));
+  vd::QpObj* q = s.qp_of(qp);
   if (q == nullptr) return Errc::kInvalidArgument;
   if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_changing(q->qpn);
   const QpType type = q->init.qp_type;
@@ -397,7 +445,10 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   if (to_rtr) {
     // Selective repeat with a peer known to be uroce (docs/ARCHITECTURE.md, "Negotiation"), set
     // again at every connection: a QP reset and connected elsewhere starts from go-back-N.
-    const bool on = selective_repeat_towards(s.config, path.dst, sr_bit && attr.selective_repeat);
+    // Not for XRC: a target could place an out-of-order packet only with the PD of an SRQ its
+    // turn has not bound yet.
+    const bool on = !is_xrc(type) &&
+                    selective_repeat_towards(s.config, path.dst, sr_bit && attr.selective_repeat);
     if (on != q->qp->selective_repeat()) q->qp->set_selective_repeat(on);
     q->attr.selective_repeat = on;
   }
@@ -411,7 +462,7 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
 }
 
 Result<QpQuery, Errc> Device::query_qp(QpHandle qp) const {
-  const vd::QpObj* q = s_->qps.get(to_raw(qp));
+  const vd::QpObj* q = s_->qp_of(qp);
   if (q == nullptr) return Err{Errc::kInvalidArgument};
   QpQuery r;
   r.attr = q->attr;
@@ -427,7 +478,7 @@ Result<QpQuery, Errc> Device::query_qp(QpHandle qp) const {
 Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** bad_wr) {
   if (bad_wr != nullptr) *bad_wr = nullptr;
   vd::DeviceState& s = *s_;
-  vd::QpObj* q = s.qps.get(to_raw(qp));
+  vd::QpObj* q = s.qp_of(qp);
   auto fail = [&](const SendWr& wr, Errc e) {
     if (bad_wr != nullptr) *bad_wr = &wr;
     return e;
@@ -489,7 +540,7 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
 
 Errc Device::post_recv(QpHandle qp, std::span<const RecvWr> wrs, const RecvWr** bad_wr) {
   if (bad_wr != nullptr) *bad_wr = nullptr;
-  vd::QpObj* q = s_->qps.get(to_raw(qp));
+  vd::QpObj* q = s_->qp_of(qp);
   auto fail = [&](const RecvWr& wr, Errc e) {
     if (bad_wr != nullptr) *bad_wr = &wr;
     return e;

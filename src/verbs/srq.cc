@@ -83,6 +83,7 @@ Result<SrqInfo, Errc> Device::create_xrc_srq(PdHandle pd, XrcdHandle xrcd, CqHan
   q->xrcd = xrcd;
   q->cq = cq;
   q->srq_num = num;
+  q->serial = s.next_srq_serial++;
   s.next_srq_num = num % 0xffffffu + 1;
   s.xrc_srq_by_num.emplace(num, q);
   ++x->use_count;
@@ -100,7 +101,7 @@ std::optional<transport::XrcSrqTarget> vd::DeviceState::xrc_srq(std::uint32_t xr
   CqObj* c = cqs.get(to_raw(q->cq));
   const PdObj* p = pds.get(to_raw(q->pd));
   UROCE_CHECK(c != nullptr && p != nullptr);  // held by the SRQ
-  return transport::XrcSrqTarget{&q->rq, c, p->id};
+  return transport::XrcSrqTarget{&q->rq, c, p->id, q->serial};
 }
 
 Errc Device::modify_srq(SrqHandle srq, const SrqAttr& attr, std::uint32_t mask) {
@@ -133,6 +134,9 @@ Errc Device::destroy_srq(SrqHandle srq) {
   vd::DeviceState& s = *s_;
   vd::SrqObj* q = s.srqs.get(to_raw(srq));
   if (q == nullptr) return Errc::kInvalidArgument;
+  // use_count counts the QPs created on the SRQ, as the kernel's srq->usecnt: XRC_RECV QPs
+  // are not, so an XRC SRQ goes while target QPs use it, even mid-message (each drops that
+  // message at its next step: transport::Qp::drop_stale_xrc_srq).
   if (q->use_count != 0) return Errc::kBusy;
   auto it = std::find(s.armed_srqs.begin(), s.armed_srqs.end(), q);
   if (it != s.armed_srqs.end()) s.armed_srqs.erase(it);

@@ -42,6 +42,31 @@ TEST(Cluster, WithoutFaultsNothingIsRetransmittedOrDropped) {
   }
 }
 
+// XRC pairs (issue 41): initiators post RC's operations into their targets' XRC SRQs, under
+// the seeds' faults and without, every oracle holding.
+TEST(Cluster, XrcPairsPassTheOraclesUnderFaultsAndWithout) {
+  std::uint64_t xrc_ops = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    for (const bool faults : {true, false}) {
+      ClusterOptions o;
+      o.seed = seed;
+      o.faults = faults;
+      o.xrc_pairs = 2;
+      const ClusterResult r = run_cluster(o);
+      ASSERT_TRUE(r.ok) << r.failure << "\n" << replay_command(o) << "\n" << r.plan;
+      xrc_ops += r.xrc_ops_completed;
+    }
+  }
+  EXPECT_GT(xrc_ops, 8u * 2 * 2 * 12);  // most of 24 ops per pair complete
+}
+
+TEST(Cluster, ReplayCommandNamesXrcPairs) {
+  ClusterOptions o;
+  o.seed = 3;
+  o.xrc_pairs = 2;
+  EXPECT_EQ(replay_command(o), "uroce sim --seed 3 --xrc 2");
+}
+
 TEST(Cluster, FaultsAreReallyExercised) {
   std::uint64_t retransmissions = 0, icrc_drops = 0, dropped = 0;
   for (std::uint64_t seed = 1; seed <= 20; ++seed) {

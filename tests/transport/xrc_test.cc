@@ -33,16 +33,25 @@ class TestSrqs : public transport::XrcSrqTable {
     transport::RecvQueue rq;
     CqCollector cq;
     std::uint32_t pd = 1;
+    std::uint64_t serial = 0;
   };
-  Srq& add(std::uint32_t xrcd, std::uint32_t srqn) { return srqs_[{xrcd, srqn}]; }
+  Srq& add(std::uint32_t xrcd, std::uint32_t srqn) {
+    auto [it, fresh] = srqs_.try_emplace({xrcd, srqn});
+    if (fresh) it->second.serial = ++serials_;
+    return it->second;
+  }
+  // Destroys the SRQ (its queue and CQ with it), as ibv_destroy_srq does.
+  void remove(std::uint32_t xrcd, std::uint32_t srqn) { srqs_.erase({xrcd, srqn}); }
   std::optional<transport::XrcSrqTarget> xrc_srq(std::uint32_t xrcd, std::uint32_t srqn) override {
     auto it = srqs_.find({xrcd, srqn});
     if (it == srqs_.end()) return std::nullopt;
-    return transport::XrcSrqTarget{&it->second.rq, &it->second.cq, it->second.pd};
+    return transport::XrcSrqTarget{&it->second.rq, &it->second.cq, it->second.pd,
+                                   it->second.serial};
   }
 
  private:
   std::map<std::pair<std::uint32_t, std::uint32_t>, Srq> srqs_;
+  std::uint64_t serials_ = 0;
 };
 
 wire::TransportHeaders xrc_request(Opcode op, std::uint32_t psn, std::uint32_t srqn) {
@@ -183,6 +192,83 @@ TEST(Xrc, TargetPostsNothing) {
   const Sge s = sge(t.s.e, 0, 8);
   EXPECT_EQ(t.s.e.qp->post_send(request(1, WrOpcode::kSend, std::span(&s, 1))),
             Errc::kInvalidArgument);
+}
+
+// An XRC SRQ destroyed while a target QP is in the middle of a message into it (the kernel lets
+// ibv_destroy_srq do that: no XRC_RECV QP holds a count on an XRC SRQ). The QP must touch nothing
+// of the SRQ's again: the held WQE went with it, and the rest of the message is refused. Under
+// ASan, a QP that completes its WQE into the freed SRQ's CQ fails here.
+struct MidMessage {
+  MidMessage() {
+    TestSrqs::Srq& q = t.srqs.add(kXrcd, 0x31);
+    post_srq(q, t.s.e, 9, 0, 4096);
+    t.s.feed(xrc_request(Opcode::kXrcSendFirst, kEpsn, 0x31), ConstBytes(data).first(1024));
+    t.s.drain();
+    EXPECT_TRUE(q.rq.empty());  // the WQE is the QP's now
+    t.srqs.remove(kXrcd, 0x31);
+  }
+  Target t;
+  Bytes data = pattern(2500, 5);
+};
+
+TEST(Xrc, AnSrqDestroyedMidMessageRefusesTheRestOfIt) {
+  MidMessage m;
+  m.t.s.feed(xrc_request(Opcode::kXrcSendMiddle, kEpsn + 1, 0x31),
+             ConstBytes(m.data).subspan(1024, 1024));
+  const auto out = m.t.s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.aeth.syndrome, wire::make_nak_syndrome(wire::NakCode::kInvalidRequest));
+  EXPECT_EQ(out[0].h.bth.psn, kEpsn + 1);
+  EXPECT_EQ(m.t.s.e.qp->counters().xrc_bad_srqn, 1u);
+  EXPECT_EQ(m.t.s.e.qp->state(), QpState::kErr);
+  EXPECT_TRUE(m.t.s.e.rcq.wcs.empty());  // the WQE completes nowhere
+}
+
+TEST(Xrc, AnSrqDestroyedMidMessageLeavesNothingToFlush) {
+  MidMessage m;
+  QpAttr a;
+  a.qp_state = QpState::kErr;
+  m.t.s.e.qp->modify(a, kQpState, m.t.s.e.qp->path());
+  EXPECT_EQ(m.t.s.e.qp->state(), QpState::kErr);
+  EXPECT_TRUE(m.t.s.e.rcq.wcs.empty());
+}
+
+// Its number given to a new SRQ (which may even sit where the old one was): the rest of the old
+// message is no first packet for the new one.
+TEST(Xrc, AnSrqNumberTakenAgainMidMessageGetsNoneOfTheOldMessage) {
+  MidMessage m;
+  TestSrqs::Srq& fresh = m.t.srqs.add(kXrcd, 0x31);
+  post_srq(fresh, m.t.s.e, 10, 8192, 4096);
+  m.t.s.feed(xrc_request(Opcode::kXrcSendLast, kEpsn + 1, 0x31),
+             ConstBytes(m.data).subspan(1024, 1024));
+  const auto out = m.t.s.drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].h.aeth.syndrome, wire::make_nak_syndrome(wire::NakCode::kInvalidRequest));
+  EXPECT_EQ(fresh.rq.size(), 1u);
+  EXPECT_TRUE(fresh.cq.wcs.empty());
+  EXPECT_EQ(m.t.s.e.qp->counters().xrc_bad_srqn, 0u);  // the SRQ exists; the sequence is wrong
+}
+
+// A READ's responses are read with the PD of the SRQ its request named, even when a later
+// request bound another SRQ (of another PD) before they left.
+TEST(Xrc, AReadIsAnsweredWithThePdOfItsOwnSrq) {
+  Target t;
+  t.srqs.add(kXrcd, 0x31);                     // PD 1, the buffer's
+  TestSrqs::Srq& b = t.srqs.add(kXrcd, 0x32);  // PD 2
+  b.pd = 2;
+  post_srq(b, t.s.e, 1, 0, 0);
+  fill(t.s.e, 256, 64, 7);
+  wire::TransportHeaders rd = xrc_request(Opcode::kXrcRdmaReadRequest, kEpsn, 0x31);
+  rd.reth = wire::Reth{t.s.va(256), t.s.e.key, 64};
+  t.s.feed(rd);
+  t.s.feed(xrc_request(Opcode::kXrcSendOnly, kEpsn + 1, 0x32));  // empty: binds PD 2
+  const auto out = t.s.drain();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].op->opcode(), Opcode::kXrcRdmaReadResponseOnly);
+  EXPECT_EQ(out[0].payload, pattern(64, 7));
+  EXPECT_EQ(out[1].h.aeth.syndrome, wire::make_ack_syndrome());
+  ASSERT_EQ(b.cq.wcs.size(), 1u);
+  EXPECT_EQ(b.cq.wcs[0].status, WcStatus::kSuccess);
 }
 
 // An initiator and a target back to back: SENDs to two SRQs, a WRITE, a READ and an atomic,

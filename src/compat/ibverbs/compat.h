@@ -266,6 +266,9 @@ ibv_cq* create_cq_common(Context* ctx, int cqe, void* cq_context, ibv_comp_chann
 // target's domain (its `pd` and CQs are ignored).
 ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr, bool ex,
                          std::uint64_t send_ops, ibv_qp_cap* cap_out, ibv_xrcd* xrcd = nullptr);
+// A new Qp for the device's QP handle `h`, its ibv_qp fields those of `base` (its handle, mutex
+// and condition variable set here), in the context's table (ibverbs.cc).
+Qp* new_qp(Context* ctx, const ibv_qp& base, QpHandle h, bool ex, std::uint64_t send_ops);
 
 // The mutex and condition variable of an object's events (ibverbs.cc).
 void init_sync(pthread_mutex_t* m, pthread_cond_t* c);
@@ -278,6 +281,7 @@ ibv_xrcd* vop_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
 int vop_close_xrcd(ibv_xrcd* xrcd);
 ibv_srq* vop_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int vop_get_srq_num(ibv_srq* srq, std::uint32_t* srq_num);
+ibv_qp* vop_open_qp(ibv_context* context, ibv_qp_open_attr* attr);
 XrcdHandle xrcd_handle(ibv_xrcd* xrcd);
 
 }  // namespace uroce::compat

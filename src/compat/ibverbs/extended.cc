@@ -155,8 +155,8 @@ void wr_flush(ibv_qp_ex* q, std::uint32_t rkey, std::uint64_t addr, std::size_t 
   }
 }
 
-// Operations uroce does not have (TSO, XRC): the batch fails with EOPNOTSUPP
-// at wr_complete (create_qp_ex already refuses their send_ops_flags).
+// Operations uroce does not have (TSO): the batch fails with EOPNOTSUPP at wr_complete
+// (create_qp_ex already refuses their send_ops_flags).
 void unsupported(ibv_qp_ex* iqp) {
   Qp* q = qp_of(iqp);
   if (q->batch_error == 0) q->batch_error = EOPNOTSUPP;
@@ -178,9 +178,16 @@ void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, std::uint32_t rkey, const ibv_mw_bind_
                                        info->addr, info->length, info->mw_access_flags};
 }
 void wr_send_tso(ibv_qp_ex* q, void*, std::uint16_t, std::uint16_t) { unsupported(q); }
-void wr_set_xrc_srqn(ibv_qp_ex* iqp, std::uint32_t) {
+// The remote XRC SRQ of the WR being built (qp_type.xrc.remote_srqn of ibv_post_send); an
+// XRC_SEND QP's only (mlx5 gives no other QP type the setter).
+void wr_set_xrc_srqn(ibv_qp_ex* iqp, std::uint32_t remote_srqn) {
   Qp* q = qp_of(iqp);
-  if (q->batch_error == 0) q->batch_error = EOPNOTSUPP;
+  if (q->type != QpType::kXrcSend) {
+    if (q->batch_error == 0) q->batch_error = EOPNOTSUPP;
+    return;
+  }
+  Qp::PendingWr* p = current(q);
+  if (p != nullptr) p->wr.xrc.remote_srqn = remote_srqn;
 }
 
 void wr_set_ud_addr(ibv_qp_ex* iqp, ibv_ah* ah, std::uint32_t remote_qpn,
@@ -305,6 +312,9 @@ constexpr std::uint64_t kUcOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA
                                  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                  IBV_QP_EX_WITH_BIND_MW;
 constexpr std::uint64_t kUdOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+// An XRC initiator posts RC's operations, except IBTA 1.5's ATOMIC WRITE and FLUSH, which have
+// no XRC opcodes (transport::Qp::post_send refuses them).
+constexpr std::uint64_t kXrcSendOps = kRcOps & ~(IBV_QP_EX_WITH_ATOMIC_WRITE | kQpExWithFlush);
 
 }  // namespace
 
@@ -424,10 +434,11 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     std::uint64_t ops = 0;
     if (ex) {
       ops = attr->send_ops_flags;
-      const std::uint64_t allowed = attr->qp_type == IBV_QPT_RC   ? kRcOps
-                                    : attr->qp_type == IBV_QPT_UC ? kUcOps
-                                    : attr->qp_type == IBV_QPT_UD ? kUdOps
-                                                                  : 0;
+      const std::uint64_t allowed = attr->qp_type == IBV_QPT_RC         ? kRcOps
+                                    : attr->qp_type == IBV_QPT_UC       ? kUcOps
+                                    : attr->qp_type == IBV_QPT_UD       ? kUdOps
+                                    : attr->qp_type == IBV_QPT_XRC_SEND ? kXrcSendOps
+                                                                        : 0;
       if ((ops & ~allowed) != 0) {
         errno = EOPNOTSUPP;
         return nullptr;

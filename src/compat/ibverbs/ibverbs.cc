@@ -806,28 +806,34 @@ ibv_qp* create_qp_common(Context* ctx, ibv_pd* pd, const ibv_qp_init_attr& attr,
     return nullptr;
   }
   if (cap_out != nullptr) to_ibv_cap(r.value().cap, cap_out);
-  auto* qp = new Qp();
-  std::memset(&qp->ibv, 0, sizeof qp->ibv);
-  ibv_qp& b = qp->ibv.qp_base;
+  ibv_qp b{};
   b.context = &ctx->vctx.context;
   b.qp_context = attr.qp_context;
   b.pd = target ? nullptr : pd;
   b.send_cq = target ? nullptr : attr.send_cq;
   b.recv_cq = target || initiator ? nullptr : attr.recv_cq;
   b.srq = target || initiator ? nullptr : attr.srq;
-  b.handle = r.value().handle.index;
   b.qp_num = r.value().qp_num;
   b.state = IBV_QPS_RESET;
   b.qp_type = attr.qp_type;
+  return &new_qp(ctx, b, r.value().handle, ex, send_ops)->ibv.qp_base;
+}
+
+Qp* new_qp(Context* ctx, const ibv_qp& base, QpHandle h, bool ex, std::uint64_t send_ops) {
+  auto* qp = new Qp();
+  std::memset(&qp->ibv, 0, sizeof qp->ibv);
+  ibv_qp& b = qp->ibv.qp_base;
+  b = base;
+  b.handle = h.index;
   init_sync(&b.mutex, &b.cond);
-  qp->h = r.value().handle;
-  qp->type = i.qp_type;
+  qp->h = h;
+  qp->type = static_cast<QpType>(static_cast<std::uint8_t>(base.qp_type));
   qp->ex = ex;
   qp->send_ops = send_ops;
   if (ex) init_qp_ex_ops(qp);
   std::lock_guard lk(ctx->s->mu);
   ctx->s->qps[key(qp->h)] = qp;
-  return &b;
+  return qp;
 }
 
 namespace {
@@ -1026,6 +1032,7 @@ std::unique_ptr<Context> make_context(CompatDevice* d, ibv_device* device) {
   v.close_xrcd = vop_close_xrcd;
   v.create_srq_ex = vop_create_srq_ex;
   v.get_srq_num = vop_get_srq_num;
+  v.open_qp = vop_open_qp;
   v.advise_mr = vop_advise_mr;
   ibv_context& c = v.context;
   c.device = device;

@@ -1,7 +1,7 @@
 // XRC through the libibverbs ABI (issue 41): the verbs_context operations that libibverbs'
-// inline ibv_open_xrcd, ibv_close_xrcd, ibv_create_srq_ex and ibv_get_srq_num call, over the
-// Device's XRC domains and SRQs. ibv_create_qp_ex takes XRC's QP types in extended.cc, and
-// ibv_post_send carries qp_type.xrc.remote_srqn (ibverbs.cc).
+// inline ibv_open_xrcd, ibv_close_xrcd, ibv_create_srq_ex, ibv_get_srq_num and ibv_open_qp call,
+// over the Device's XRC domains, SRQs and target QPs. ibv_create_qp_ex takes XRC's QP types
+// and ibv_wr_set_xrc_srqn (extended.cc), ibv_post_send qp_type.xrc.remote_srqn (ibverbs.cc).
 //
 // A domain is the context's own: ibv_xrcd_init_attr's file (which lets processes share a domain
 // through the kernel) is accepted and not used, since a uroce device belongs to one process.
@@ -111,6 +111,41 @@ int vop_get_srq_num(ibv_srq* srq, std::uint32_t* srq_num) {
   if (s->srq_num == 0) return EINVAL;  // a basic SRQ has no number
   *srq_num = s->srq_num;
   return 0;
+}
+
+// rdma-core's ibv_cmd_open_qp() checks the mask (EOPNOTSUPP for bits it does not know, EINVAL
+// without the number, domain and type); the kernel the rest (Device::open_qp). The handle is
+// as rdma-core fills it: no PD, CQs or SRQ, state IBV_QPS_UNKNOWN.
+ibv_qp* vop_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
+  return guarded<ibv_qp*>(nullptr, [&]() -> ibv_qp* {
+    constexpr std::uint32_t kNeeds =
+        IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    if (attr == nullptr || attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED) {
+      errno = attr == nullptr ? EINVAL : EOPNOTSUPP;
+      return nullptr;
+    }
+    if ((attr->comp_mask & kNeeds) != kNeeds || attr->xrcd == nullptr) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    Context* ctx = ctx_of(context);
+    engine::UdpDevice* u = net(ctx);
+    if (u == nullptr) return nullptr;
+    // Any type other than XRC_RECV is the kernel's EINVAL: passed on as one uroce has not.
+    const QpType type = attr->qp_type == IBV_QPT_XRC_RECV ? QpType::kXrcRecv : QpType::kRc;
+    auto r = u->lock()->open_qp(xrcd_of(attr->xrcd)->h, attr->qp_num, type);
+    if (!r.ok()) {
+      errno = err(r.error());
+      return nullptr;
+    }
+    ibv_qp b{};
+    b.context = context;
+    b.qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) != 0 ? attr->qp_context : nullptr;
+    b.qp_num = attr->qp_num;
+    b.state = IBV_QPS_UNKNOWN;
+    b.qp_type = IBV_QPT_XRC_RECV;
+    return &new_qp(ctx, b, r.value().handle, false, 0)->ibv.qp_base;
+  });
 }
 
 XrcdHandle xrcd_handle(ibv_xrcd* xrcd) { return xrcd_of(xrcd)->h; }
