@@ -544,6 +544,18 @@ class Device {
   // Arms the CQ once: the next completion (solicited_only: the next solicited or unsuccessful
   // one) calls the CompletionEventHandler.
   Errc req_notify_cq(CqHandle cq, bool solicited_only);
+  // What each live CQ holds and how it is armed (`uroce stats --qp`): where a consumer that
+  // waits for an event stands.
+  struct CqState {
+    CqHandle cq;
+    std::uint32_t queued = 0;    // completions not yet polled
+    std::uint32_t capacity = 0;  // cqe
+    std::uint8_t arm = 0;        // 0: not armed, 1: next completion, 2: solicited only
+    bool error = false;          // overflowed
+    std::uint64_t events = 0;    // completion events fired
+    std::uint64_t channel = 0;   // its completion channel's tag (0: none)
+  };
+  std::vector<CqState> cq_states() const;
   void set_completion_event_handler(CompletionEventHandler* handler);
   void set_doorbell_handler(DoorbellHandler* handler);
   // Before the first create_qp (kBusy once a QP exists). nullptr: the Device's own range.
@@ -598,6 +610,8 @@ class Device {
   bool has_async_event();
   std::optional<AsyncEvent> get_async_event();
   std::uint64_t async_events_dropped() const;
+  // Completion events an arming fired at once for a completion queued before it (req_notify_cq).
+  std::uint64_t cq_events_at_arm() const;
 
   // ---- for the engine ----
   const wire::IpAddress& local_ip() const;

@@ -161,6 +161,7 @@ NamedCounters DeviceStats::device_counters() const {
       {"aead_plain_rx", seal.rx_plain},
       {"aead_src_limited", seal.rx_src_limited},
       {"async_events_dropped", async_events_dropped},
+      {"cq_events_at_arm", cq_events_at_arm},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
       {"qps", qps.size()},
@@ -209,6 +210,9 @@ NamedCounters qp_counters(const QpStats& qp) {
       {"selective_retransmits", c.selective_retransmits},
       {"out_of_order_kept", c.out_of_order_kept},
       {"xrc_bad_srqn", c.xrc_bad_srqn},
+      {"messages_completed", c.messages_completed},
+      {"messages_executed", c.messages_executed},
+      {"dest_qpn", qp.dest_qpn},
       {"srtt_ns", static_cast<std::uint64_t>(qp.srtt_ns)},
       {"min_rtt_ns", static_cast<std::uint64_t>(qp.min_rtt_ns)},
       {"rto_ns", static_cast<std::uint64_t>(qp.rto_ns)},
@@ -230,6 +234,7 @@ QpStats qp_stats(const transport::Qp& qp) {
   s.state = qp.state();
   s.outstanding_send_wqes = qp.outstanding_send_wqes();
   s.counters = qp.counters();
+  s.dest_qpn = qp.attr().dest_qp_num;
   if (qp.type() == QpType::kRc) {
     const Duration rto = qp.rto();
     s.srtt_ns = qp.srtt().count_ns();
@@ -295,6 +300,21 @@ std::string format_stats_text(const DeviceStats& s, bool with_qps) {
     append_named(out, qp_counters(qp), false);
     out += " timer_in_us " + std::to_string(qp.timer_in_us) + " armed_in_us " +
            std::to_string(qp.armed_in_us);
+    out += '\n';
+  }
+  for (const CqStats& cq : s.cqs) {
+    out += "cq " + link_name(s) + " pid " + std::to_string(s.pid) + " cq " + std::to_string(cq.cq);
+    append_named(out,
+                 {{"queued", cq.queued},
+                  {"capacity", cq.capacity},
+                  {"arm", cq.arm},
+                  {"error", cq.error ? 1u : 0u},
+                  {"events", cq.events},
+                  {"channel", cq.has_channel ? 1u : 0u},
+                  {"channel_waiting", cq.channel_waiting},
+                  {"channel_unacked", cq.channel_unacked},
+                  {"channel_readable", cq.channel_readable ? 1u : 0u}},
+                 false);
     out += '\n';
   }
   return out;

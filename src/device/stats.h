@@ -36,6 +36,7 @@ struct QpStats {
   QpType type = QpType::kRc;
   QpState state = QpState::kReset;
   std::uint32_t outstanding_send_wqes = 0;
+  std::uint32_t dest_qpn = 0;  // a connected QP's peer (0 before RTR and for UD)
   transport::QpCounters counters;
   // Loss recovery's state (transport/recovery.cc): smoothed and minimum RTT (0 before a sample),
   // the retransmission timeout in force (0 when infinite) and the PSN window.
@@ -74,6 +75,21 @@ struct FaultStats {
   fault::StageCounters rx;
 };
 
+// A completion queue and its channel, for `uroce stats --qp`: where a consumer that waits for
+// an event stands (cq lines).
+struct CqStats {
+  std::uint32_t cq = 0;  // the CQ's handle index
+  std::uint32_t queued = 0;
+  std::uint32_t capacity = 0;
+  std::uint8_t arm = 0;  // 0: not armed, 1: next completion, 2: solicited only
+  bool error = false;
+  std::uint64_t events = 0;           // completion events fired
+  bool has_channel = false;           // a completion channel is attached
+  std::uint32_t channel_waiting = 0;  // its events in the channel, not yet taken
+  std::uint32_t channel_unacked = 0;  // taken (ibv_get_cq_event), not acknowledged
+  bool channel_readable = false;      // the channel's fd polls readable
+};
+
 struct DeviceStats {
   std::string name;
   std::uint8_t port = 1;
@@ -82,12 +98,15 @@ struct DeviceStats {
   datapath::UdpCounters datapath;
   seal::SealCounters seal;  // zero with aead=off
   std::uint64_t async_events_dropped = 0;
+  // Completion events an arming fired at once (a completion was queued before it).
+  std::uint64_t cq_events_at_arm = 0;
   std::uint64_t stats_requests = 0;  // requests served by the stats endpoint
   // Thread mode: how often the progress thread woke up, and the packets its own rounds received
   // (the rest were received by the application's rounds).
   std::uint64_t thread_wakeups = 0;
   std::uint64_t thread_rx_pkts = 0;
   std::vector<QpStats> qps;             // every live QP, by QPN
+  std::vector<CqStats> cqs;             // every live CQ
   transport::QpCounters destroyed_qps;  // the sums of the QPs destroyed since open
   FaultStats faults;
 

@@ -806,6 +806,7 @@ DeviceStats UdpDevice::stats_locked() {
   s.destroyed_qps = device_->destroyed_qp_counters();
   s.faults = dp_ ? fault_stats_locked() : closed_faults_;
   s.async_events_dropped = device_->async_events_dropped();
+  s.cq_events_at_arm = device_->cq_events_at_arm();
   s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
   s.thread_rx_pkts = thread_rx_pkts_;
@@ -815,6 +816,28 @@ DeviceStats UdpDevice::stats_locked() {
   }
   std::sort(s.qps.begin(), s.qps.end(),
             [](const QpStats& a, const QpStats& b) { return a.qpn < b.qpn; });
+  for (const Device::CqState& c : device_->cq_states()) s.cqs.push_back(cq_stats_locked(c));
+  return s;
+}
+
+CqStats UdpDevice::cq_stats_locked(const Device::CqState& c) const {
+  CqStats s;
+  s.cq = c.cq.index;
+  s.queued = c.queued;
+  s.capacity = c.capacity;
+  s.arm = c.arm;
+  s.error = c.error;
+  s.events = c.events;
+  auto ch = c.channel != 0 ? find_channel(c.channel) : nullptr;
+  if (!ch) return s;
+  s.has_channel = true;
+  std::lock_guard cl(ch->mu);
+  s.channel_waiting =
+      static_cast<std::uint32_t>(std::count(ch->events.begin(), ch->events.end(), c.cq));
+  auto it = ch->unacked.find(cq_key(c.cq));
+  s.channel_unacked = it == ch->unacked.end() ? 0 : it->second;
+  pollfd p{ch->fd, POLLIN, 0};
+  s.channel_readable = ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
   return s;
 }
 

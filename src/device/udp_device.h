@@ -360,6 +360,7 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // the mutex for the snapshot.
   void maybe_serve_stats(Instant t, bool force);
   DeviceStats stats_locked();
+  CqStats cq_stats_locked(const Device::CqState& c) const;
   FaultStats fault_stats_locked() const;  // dp_ open
   std::shared_ptr<Channel> find_channel(std::uint64_t channel) const;
   std::uint32_t outstanding_locked(bool* tx_pending);

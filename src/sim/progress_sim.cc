@@ -97,6 +97,7 @@ struct SimHost final : engine::QpDirectory,
   bool app_blocked = false;
   bool poster_turn = false;    // kBlockedWaiterOtherPoster: the poster acts next
   bool event_pending = false;  // the channel holds a completion event
+  bool arm_next = false;       // kPollThenArm: its last poll found the CQ empty
   bool quiet = false;          // posting with quiet doorbells (the drop-in's post)
 
   // The workload.
@@ -528,6 +529,20 @@ void app_act(Run& r, SimHost& h) {
       poll_cq(r, h, false);
       if (h.event_pending) h.app_at = r.wake_after();
       return;
+    case AppModel::kPollThenArm:
+      h.app_blocked = false;
+      h.event_pending = false;  // whatever woke it, it polls
+      if (h.arm_next) {
+        h.arm_next = false;
+        app_round(r, h, true);  // the other CQ's empty poll
+        take_event_and_rearm(r, h);
+        h.app_blocked = true;
+        if (h.event_pending) h.app_at = r.wake_after();
+        return;
+      }
+      h.arm_next = poll_cq(r, h, true) == 0;
+      h.app_at = r.now + r.poll_gap();
+      return;
     case AppModel::kIdle:
       return;
   }
@@ -702,6 +717,8 @@ const char* app_model_name(AppModel m) {
       return "poll-then-block";
     case AppModel::kBlockedWaiterOtherPoster:
       return "blocked-waiter-other-poster";
+    case AppModel::kPollThenArm:
+      return "poll-then-arm";
   }
   return "?";
 }

@@ -41,6 +41,11 @@ enum class AppModel : std::uint8_t {
   // blocked again. The post, a round of the application's, takes the socket back from the
   // progress thread, and nothing of the application's gives it back.
   kBlockedWaiterOtherPoster,
+  // UCX's interface that goes idle (ucp_worker_iface_check_events_do, issue 43): it polls its
+  // CQ, and a poll gap after a poll that found it empty, polls another CQ of the device (the
+  // drop-in runs a progress round for an empty poll, which may complete work into this CQ), then
+  // arms this CQ without polling it again and sleeps until the completion event.
+  kPollThenArm,
 };
 const char* app_model_name(AppModel m);
 

@@ -350,6 +350,7 @@ void Qp::complete_send(std::uint32_t index, WcStatus status) {
     wc.qp_num = qpn_;
     env_.send_cq->push(wc, false);
   }
+  if (status == WcStatus::kSuccess && w.wr_op->packet.has_value()) ++counters_.messages_completed;
   w.state = WqeState::kDone;
   ++sq_tail_;
   --sq_count_;

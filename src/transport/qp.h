@@ -287,6 +287,13 @@ struct QpCounters {
   // XRC_RECV: requests whose XRCETH named no XRC SRQ of the QP's XRC domain (unknown, or
   // another domain's), answered with a NAK (Invalid Request) and not executed.
   std::uint64_t xrc_bad_srqn = 0;
+  // Messages, to compare the two ends of a connection once it is idle: work requests this
+  // requester completed successfully after sending them (signaled or not), and requests this
+  // responder executed in order (each once: the MSN's steps). A connected pair that has gone
+  // quiet has one side's messages_completed equal to the other's messages_executed, minus what
+  // the responder executed and the requester never heard (an ACK lost on a QP that then failed).
+  std::uint64_t messages_completed = 0;
+  std::uint64_t messages_executed = 0;
 
   // Adds every counter of `o` (a device's sums over its QPs, live and destroyed).
   QpCounters& operator+=(const QpCounters& o) {
@@ -323,6 +330,8 @@ struct QpCounters {
     selective_retransmits += o.selective_retransmits;
     out_of_order_kept += o.out_of_order_kept;
     xrc_bad_srqn += o.xrc_bad_srqn;
+    messages_completed += o.messages_completed;
+    messages_executed += o.messages_executed;
     return *this;
   }
 };

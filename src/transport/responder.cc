@@ -339,6 +339,7 @@ Qp::RespStatus Qp::execute_send(const wire::RocePacket& pkt, bool placed) {
   }
   resp_.in_message = MsgKind::kNone;
   resp_.msn = wire::psn_add(resp_.msn, 1);
+  ++counters_.messages_executed;
   complete_recv(WcStatus::kSuccess, static_cast<std::uint32_t>(resp_.recv_offset), flags, imm,
                 WcOpcode::kRecv, pkt.bth().solicited(), attr_.dest_qp_num);
   return RespStatus::kOk;
@@ -390,6 +391,7 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
   }
   resp_.in_message = MsgKind::kNone;
   resp_.msn = wire::psn_add(resp_.msn, 1);
+  ++counters_.messages_executed;
   if (op.has(wire::ExtHeader::kImmDt)) {
     complete_recv(WcStatus::kSuccess, static_cast<std::uint32_t>(resp_.write_length), kWcWithImm,
                   pkt.immdt().value(), WcOpcode::kRecvRdmaWithImm, pkt.bth().solicited(),
@@ -411,6 +413,7 @@ Qp::RespStatus Qp::execute_read(const wire::RocePacket& pkt) {
   }
   const std::uint32_t npsn = packets_for(length, mtu_bytes_);
   resp_.msn = wire::psn_add(resp_.msn, 1);  // a READ counts when accepted
+  ++counters_.messages_executed;
   accept_rd_atomic(RdAtomicResource{true, true, psn, wire::psn_add(psn, std::int64_t{npsn} - 1),
                                     reth.va(), reth.rkey(), length, 0, resp_.msn});
   resp_.psn = wire::psn_add(psn, npsn);
@@ -439,6 +442,7 @@ Qp::RespStatus Qp::execute_atomic(const wire::RocePacket& pkt) {
   }
   std::memcpy(mem.value().data(), &result, 8);
   resp_.msn = wire::psn_add(resp_.msn, 1);
+  ++counters_.messages_executed;
   accept_rd_atomic(RdAtomicResource{true, false, psn, psn, a.va(), a.rkey(), 8, orig, resp_.msn});
   resp_.psn = wire::psn_add(psn, 1);
   return RespStatus::kOk;
@@ -463,6 +467,7 @@ Qp::RespStatus Qp::execute_atomic_write(const wire::RocePacket& pkt) {
   // One 8-byte store after everything before it, as far as the engine's thread sees them.
   std::memcpy(mem.value().data(), pkt.payload.data(), 8);
   resp_.msn = wire::psn_add(resp_.msn, 1);
+  ++counters_.messages_executed;
   accept_rd_atomic(RdAtomicResource{true, true, psn, psn, reth.va(), reth.rkey(), 0, 0, resp_.msn});
   resp_.psn = wire::psn_add(psn, 1);
   return RespStatus::kOk;
@@ -489,6 +494,7 @@ Qp::RespStatus Qp::execute_flush(const wire::RocePacket& pkt) {
                 .ok();
   if (!ok) return RespStatus::kAccessError;
   resp_.msn = wire::psn_add(resp_.msn, 1);
+  ++counters_.messages_executed;
   accept_rd_atomic(RdAtomicResource{true, true, psn, psn, reth.va(), reth.rkey(), 0, 0, resp_.msn});
   resp_.psn = wire::psn_add(psn, 1);
   return RespStatus::kOk;

@@ -30,16 +30,39 @@ void CqObj::push(const Wc& wc, bool solicited) {
     dev_.push_event(ev);
     return;
   }
-  ring.push_back(wc);
-  // Solicited-only arming also fires for unsuccessful completions (IBTA 11.4.2.2; rxe passes
-  // solicited = 1 for the receive completions it flushes).
-  const bool fire = arm == Arm::kNextComp ||
-                    (arm == Arm::kSolicited && (solicited || wc.status != WcStatus::kSuccess));
-  if (fire) {
-    arm = Arm::kNone;
-    ++events;
-    if (dev_.comp_handler != nullptr) dev_.comp_handler->cq_event(self, channel);
+  ring.push_back(Queued{wc, solicited});
+  if (armed_for(wc, solicited)) fire();
+}
+
+// IBTA 11.4.2.2 and rxe raise the event for the next completion added after the arming only.
+// A consumer that polls its CQ empty, then arms it, then sleeps until the event (UCX does, for
+// every interface it stops polling: ucp_worker_iface_check_events_do) loses a completion added
+// between its poll and its arming: nothing wakes it until another one comes, and when the peer
+// waits for that consumer's answer first, none does (issue 43: the state a 16-rank Open MPI
+// alltoall hung in, nothing outstanding and nobody sending). In the drop-in that window is wide:
+// UCX's empty poll of the interface's send CQ runs a progress round, which may receive into the
+// receive CQ it then arms. ConnectX arms a CQ at the consumer index it has polled up to (the arm
+// doorbell carries it, mlx5_arm_cq) and raises the event for any completion past it, those written
+// before the arming included; UCX is written for that. uroce does the same: an arming that finds
+// a completion it asks for already queued fires at once. A consumer that re-polls after arming,
+// as the IBTA pattern has it, only sees one more event with its CQ empty.
+void CqObj::request_notify(bool solicited_only) {
+  // Arming for the next completion widens a solicited-only arming, never the reverse (rxe).
+  if (arm != Arm::kNextComp) arm = solicited_only ? Arm::kSolicited : Arm::kNextComp;
+  if (error) return;  // the CQ_ERR event said it all
+  for (std::size_t i = 0; i < ring.size(); ++i) {
+    if (armed_for(ring[i].wc, ring[i].solicited)) {
+      ++dev_.cq_events_at_arm;
+      fire();
+      return;
+    }
   }
+}
+
+void CqObj::fire() {
+  arm = Arm::kNone;
+  ++events;
+  if (dev_.comp_handler != nullptr) dev_.comp_handler->cq_event(self, channel);
 }
 
 }  // namespace verbs::detail
@@ -80,7 +103,7 @@ Result<std::uint32_t, Errc> Device::resize_cq(CqHandle cq, std::uint32_t cqe) {
   // rxe_queue_resize(): a new ring of the rounded size, the queued completions copied over in
   // order. A verbs call, not the data path: it may allocate.
   const std::uint32_t rounded = cq_capacity(cqe);
-  BoundedRing<Wc> ring(rounded);
+  BoundedRing<vd::CqObj::Queued> ring(rounded);
   while (!c->ring.empty()) {
     ring.push_back(c->ring.front());
     c->ring.pop_front();
@@ -103,18 +126,32 @@ Result<std::size_t, Errc> Device::poll_cq(CqHandle cq, std::span<Wc> out) {
   if (c->error) return Err{Errc::kNoSpace};
   std::size_t n = 0;
   while (n < out.size() && !c->ring.empty()) {
-    out[n++] = c->ring.front();
+    out[n++] = c->ring.front().wc;
     c->ring.pop_front();
   }
   return n;
 }
 
+std::vector<Device::CqState> Device::cq_states() const {
+  std::vector<CqState> out;
+  s_->cqs.for_each([&](RawHandle h, const vd::CqObj& c) {
+    CqState st;
+    st.cq = from_raw<CqHandle>(h);
+    st.queued = static_cast<std::uint32_t>(c.ring.size());
+    st.capacity = static_cast<std::uint32_t>(c.ring.capacity());
+    st.arm = static_cast<std::uint8_t>(c.arm);
+    st.error = c.error;
+    st.events = c.events;
+    st.channel = c.channel;
+    out.push_back(st);
+  });
+  return out;
+}
+
 Errc Device::req_notify_cq(CqHandle cq, bool solicited_only) {
   vd::CqObj* c = s_->cqs.get(to_raw(cq));
   if (c == nullptr) return Errc::kInvalidArgument;
-  using Arm = vd::CqObj::Arm;
-  // Arming for the next completion widens a solicited-only arming, never the reverse (rxe).
-  if (c->arm != Arm::kNextComp) c->arm = solicited_only ? Arm::kSolicited : Arm::kNextComp;
+  c->request_notify(solicited_only);
   return Errc::kOk;
 }
 

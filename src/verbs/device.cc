@@ -308,6 +308,8 @@ std::optional<AsyncEvent> Device::get_async_event() {
 
 std::uint64_t Device::async_events_dropped() const { return s_->events_dropped; }
 
+std::uint64_t Device::cq_events_at_arm() const { return s_->cq_events_at_arm; }
+
 const wire::IpAddress& Device::local_ip() const { return s_->config.ip; }
 Mtu Device::active_mtu() const { return s_->port.active_mtu; }
 std::uint32_t Device::active_mtu_bytes() const { return mtu_bytes(s_->port.active_mtu); }

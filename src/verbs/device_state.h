@@ -100,12 +100,21 @@ struct MwObj {
 class CqObj final : public transport::CompletionSink {
  public:
   enum class Arm : std::uint8_t { kNone, kNextComp, kSolicited };
+  // A queued completion, and whether its message asked for a solicited event (what a
+  // solicited-only arming looks for among the completions queued when it is made).
+  struct Queued {
+    Wc wc;
+    bool solicited = false;
+  };
   CqObj(DeviceState& dev, std::uint32_t cqe, std::uint64_t channel_tag)
       : ring(cqe), channel(channel_tag), dev_(dev) {}
   void push(const Wc& wc, bool solicited) override;
+  // ibv_req_notify_cq: arms the CQ once. A completion the arming asks for that is queued
+  // already fires the event at once (cq.cc says why).
+  void request_notify(bool solicited_only);
 
   CqHandle self;
-  BoundedRing<Wc> ring;
+  BoundedRing<Queued> ring;
   std::uint64_t channel;
   Arm arm = Arm::kNone;
   bool error = false;           // overflowed: completions are dropped, polls fail
@@ -114,6 +123,13 @@ class CqObj final : public transport::CompletionSink {
   std::uint64_t events = 0;  // completion events fired
 
  private:
+  bool armed_for(const Wc& wc, bool solicited) const {
+    // Solicited-only arming also fires for unsuccessful completions (IBTA 11.4.2.2; rxe passes
+    // solicited = 1 for the receive completions it flushes).
+    return arm == Arm::kNextComp ||
+           (arm == Arm::kSolicited && (solicited || wc.status != WcStatus::kSuccess));
+  }
+  void fire();
   DeviceState& dev_;
 };
 
@@ -259,6 +275,9 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink, tran
   BoundedRing<AsyncEvent> events;
   std::uint64_t events_dropped = 0;
   CompletionEventHandler* comp_handler = nullptr;
+  // Completion events that an arming fired at once, for a completion queued before it
+  // (CqObj::request_notify): wake-ups that IBTA's "next completion" rule alone would have lost.
+  std::uint64_t cq_events_at_arm = 0;
   DoorbellHandler* doorbell_handler = nullptr;
 
   // Declared children last: destroyed first (QPs before the CQs and SRQs they point to).

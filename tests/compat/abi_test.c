@@ -976,6 +976,21 @@ int main(void) {
   struct ibv_values_ex vals = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
   CHECK(ibv_query_rt_values_ex(ctx, &vals) == EOPNOTSUPP);
 
+  /* ---- arming a CQ that holds a completion: the event comes at once (issue 43) ----
+   * UCX polls an idle interface's CQ empty, arms it and sleeps until the event; a completion
+   * that came in between must wake it, as ConnectX's arming (at the consumer index) does.
+   * eqp is in the error state: a WR posted now completes flushed, at once. */
+  swr.wr_id = 11;
+  REQUIRE(ibv_post_send(eqp, &swr, &bad_swr) == 0);
+  struct pollfd afd = {ch->fd, POLLIN, 0};
+  CHECK(poll(&afd, 1, 0) == 0); /* not armed: no event */
+  REQUIRE(ibv_req_notify_cq(ecq, 0) == 0);
+  CHECK(poll(&afd, 1, 0) == 1);
+  REQUIRE(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ecq);
+  ibv_ack_cq_events(ev_cq, 1);
+  CHECK(ibv_poll_cq(ecq, 1, &wc) == 1 && wc.wr_id == 11 && wc.status == IBV_WC_WR_FLUSH_ERR);
+  CHECK(ibv_poll_cq(ecq, 1, &wc) == 0);
+
   /* ---- teardown ---- */
   /* rdma-core's ibv_destroy_cq returns only once every completion event it handed out for the
    * CQ was acknowledged. An event taken and not acknowledged: the destroying thread waits until

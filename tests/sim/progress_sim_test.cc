@@ -419,6 +419,30 @@ TEST(ProgressSim, AStreamBothWaysWithASmallWindowStopsHoldingAcksBehindIt) {
   }
 }
 
+// Issue 43: UCX stops polling an interface that has nothing to do (its adaptive progress): it
+// polls the interface's CQ empty, then more of the device's CQs (the drop-in runs a progress round
+// for each empty poll, and a round may complete work into the first CQ), then arms the first CQ
+// without polling it again and sleeps until the completion event. A completion that came in
+// between must wake it, as on ConnectX, whose arming carries the consumer index: an arming that
+// finds one queued fires at once. With IBTA's "next completion" alone, the first reply that lands
+// in that window stops a ping-pong for good (Open MPI's alltoall over ud_verbs hung so), with
+// nothing outstanding and nothing lost.
+TEST(ProgressSim, AnApplicationThatArmsAfterAnEmptyPollIsWokenByWhatCameBetween) {
+  for (const Workload w : {Workload::kPingPong, Workload::kStreams}) {
+    for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      ProgressSimOptions o;
+      o.seed = seed;
+      o.workload = w;
+      o.app[0] = o.app[1] = AppModel::kPollThenArm;
+      const ProgressSimResult r = run_ok(o);
+      if (w == Workload::kPingPong) {
+        EXPECT_EQ(r.host[0].messages_received, o.messages) << describe(o);
+        EXPECT_EQ(r.host[1].messages_received, o.messages) << describe(o);
+      }
+    }
+  }
+}
+
 // The canary: a policy that holds ACKs past the peer's ACK timeout (16.8 ms here) must be
 // caught by the run's oracle (the requester retransmits).
 TEST(ProgressSim, CanaryAHoldLongerThanTheAckTimeoutIsCaught) {
@@ -439,7 +463,7 @@ TEST(ProgressSim, UnderLossEveryWorkloadAndApplicationModelFinishes) {
   for (const Workload w : {Workload::kPingPong, Workload::kWrites,
                            Workload::kPingPongAfterCompletion, Workload::kStreams}) {
     for (const AppModel m : {AppModel::kPolling, AppModel::kBlocking, AppModel::kPollThenBlock,
-                             AppModel::kBlockedWaiterOtherPoster}) {
+                             AppModel::kBlockedWaiterOtherPoster, AppModel::kPollThenArm}) {
       for (const std::uint32_t signal : {1u, 64u}) {
         ProgressSimOptions o;
         o.seed = 1;

@@ -95,6 +95,8 @@ TEST(Cq, NotificationIsOneShot) {
   CqHandle cq = dev->create_cq(CqInitAttr{15, 42, 0})->handle;
   sink(*dev, cq).push(wc(1), false);
   EXPECT_TRUE(rec.events.empty());  // not armed
+  Wc out[1];
+  EXPECT_EQ(*dev->poll_cq(cq, out), 1u);
   ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
   sink(*dev, cq).push(wc(2), false);
   ASSERT_EQ(rec.events.size(), 1u);
@@ -114,9 +116,63 @@ TEST(Cq, SolicitedOnlyArmingWaitsForASolicitedOrFailedCompletion) {
   EXPECT_TRUE(rec.events.empty());
   sink(*dev, cq).push(wc(2), true);
   EXPECT_EQ(rec.events.size(), 1u);
+  Wc out[2];
+  EXPECT_EQ(*dev->poll_cq(cq, out), 2u);
   ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
   sink(*dev, cq).push(wc(3, WcStatus::kWrFlushErr), false);
   EXPECT_EQ(rec.events.size(), 2u);
+}
+
+// UCX arms an interface's CQ after a poll that found it empty and sleeps until the event
+// (issue 43): a completion that came between the poll and the arming must still wake it. An
+// arming that finds a completion it asks for already queued fires at once, as ConnectX's does.
+TEST(Cq, ArmingACqThatHoldsACompletionFiresAtOnce) {
+  auto dev = make_device();
+  Recorder rec;
+  dev->set_completion_event_handler(&rec);
+  CqHandle cq = dev->create_cq(CqInitAttr{15, 9, 0})->handle;
+  Wc out[4];
+  EXPECT_EQ(*dev->poll_cq(cq, out), 0u);                // polled empty ...
+  sink(*dev, cq).push(wc(1), false);                    // ... a completion comes ...
+  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);  // ... then the arming
+  ASSERT_EQ(rec.events.size(), 1u);
+  EXPECT_EQ(rec.events[0].first, cq);
+  EXPECT_EQ(rec.events[0].second, 9u);
+  sink(*dev, cq).push(wc(2), false);
+  EXPECT_EQ(rec.events.size(), 1u);  // that was the arming's one event
+  // Polled empty, an arming waits for the next completion again.
+  EXPECT_EQ(*dev->poll_cq(cq, out), 2u);
+  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
+  EXPECT_EQ(rec.events.size(), 1u);
+  sink(*dev, cq).push(wc(3), false);
+  EXPECT_EQ(rec.events.size(), 2u);
+}
+
+// A solicited-only arming fires at once only for a queued completion it would have fired for: a
+// solicited one or a failed one.
+TEST(Cq, SolicitedOnlyArmingFiresAtOnceForAQueuedSolicitedOrFailedCompletion) {
+  auto dev = make_device();
+  Recorder rec;
+  dev->set_completion_event_handler(&rec);
+  CqHandle cq = dev->create_cq(CqInitAttr{15, 0, 0})->handle;
+  Wc out[4];
+  sink(*dev, cq).push(wc(1), false);
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
+  EXPECT_TRUE(rec.events.empty());  // an unsolicited success: still armed
+  sink(*dev, cq).push(wc(2), false);
+  EXPECT_TRUE(rec.events.empty());
+  EXPECT_EQ(*dev->poll_cq(cq, out), 2u);
+  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);  // widened, nothing queued
+  EXPECT_TRUE(rec.events.empty());
+  sink(*dev, cq).push(wc(3), false);
+  EXPECT_EQ(rec.events.size(), 1u);
+  sink(*dev, cq).push(wc(4), true);  // solicited, queued behind 3, while disarmed
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
+  EXPECT_EQ(rec.events.size(), 2u);
+  EXPECT_EQ(*dev->poll_cq(cq, out), 2u);
+  sink(*dev, cq).push(wc(5, WcStatus::kWrFlushErr), false);  // failed, while disarmed
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);
+  EXPECT_EQ(rec.events.size(), 3u);
 }
 
 TEST(Cq, ArmingForAnyCompletionIsNotNarrowedBySolicitedOnly) {
@@ -141,9 +197,10 @@ TEST(Cq, ResizeGrowsAndShrinksKeepingQueuedCompletionsInOrder) {
   Wc out[32];
   ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 4)), 4u);                        // 5, 6 remain ...
   for (std::uint64_t i = 7; i <= 10; ++i) sink(*dev, cq).push(wc(i), false);  // ... wrapped
-  ASSERT_EQ(dev->req_notify_cq(cq, false), Errc::kOk);
+  ASSERT_EQ(dev->req_notify_cq(cq, true), Errc::kOk);  // none of those is solicited
+  EXPECT_TRUE(rec.events.empty());
   EXPECT_EQ(*dev->resize_cq(cq, 20), 31u);
-  for (std::uint64_t i = 11; i <= 30; ++i) sink(*dev, cq).push(wc(i), false);
+  for (std::uint64_t i = 11; i <= 30; ++i) sink(*dev, cq).push(wc(i), i == 30);
   EXPECT_EQ(rec.events.size(), 1u);  // the arming survived the resize
   ASSERT_EQ(*dev->poll_cq(cq, std::span(out, 3)), 3u);
   EXPECT_EQ(out[0].wr_id, 5u);
