@@ -68,6 +68,21 @@ Result<bool, std::string> PcapReader::next(PcapRecord& rec) {
   return true;
 }
 
+Result<PcapScan, std::string> for_each_record(const std::string& path,
+                                              const std::function<void(const PcapRecord&)>& fn) {
+  auto reader = PcapReader::open(path);
+  if (!reader.ok()) return Err{reader.error()};
+  PcapScan scan{.link_type = reader->link_type()};
+  PcapRecord rec;
+  for (;;) {
+    auto more = reader->next(rec);
+    if (!more.ok()) return Err{more.error()};
+    if (!more.value()) return scan;
+    ++scan.records;
+    fn(rec);
+  }
+}
+
 Result<PcapWriter, std::string> PcapWriter::open(const std::string& path, int link_type) {
   pcap* p =
       pcap_open_dead_with_tstamp_precision(to_dlt(link_type), 262144, PCAP_TSTAMP_PRECISION_NANO);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "base/bytes.h"
@@ -40,6 +41,18 @@ class PcapReader {
   std::uint64_t count_ = 0;
   bool nanosecond_ = false;
 };
+
+// What for_each_record read: the capture's link type (a LINKTYPE_* value) and its records.
+struct PcapScan {
+  int link_type = 0;
+  std::uint64_t records = 0;
+};
+
+// Opens the capture at `path` and calls `fn` with each of its records, in order (a record's
+// bytes are valid during its call only). The error of opening or reading it, with the records
+// read before a read error given to `fn` already.
+Result<PcapScan, std::string> for_each_record(const std::string& path,
+                                              const std::function<void(const PcapRecord&)>& fn);
 
 class PcapWriter {
  public:

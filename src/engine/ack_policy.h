@@ -12,11 +12,12 @@
 // datagram per hop.
 //
 // Three levels, from the longest-lived to the shortest:
-//   - per QP, learned: transport::AckLearner (transport/ack_learner.h), owned by each QP, which
-//     the QP feeds its events (an ACK queued, replaced, sent, left alone; a request started; the
-//     peer's request executed). It says whether the QP's application answers a message soon
-//     enough for its ACK to wait (Qp::only_ack_to_send) and whether its peer does not wait for
-//     a deferred one (Qp::ack_deferrable). The transport cannot include this file (layering).
+//   - per QP: transport::AckState (transport/ack_state.h), owned by each QP, with what it learns
+//     in a transport::AckLearner (transport/ack_learner.h), which the QP feeds its events (an
+//     ACK queued, replaced, sent, left alone; a request started; the peer's request executed).
+//     It says whether the QP's ACK may wait (Qp::only_ack_to_send) and whether a held one may
+//     stay behind the request that overtook it (Qp::ack_deferrable). The transport cannot
+//     include this file (layering).
 //   - per round, here: the mode of the round about to start (mode()), when the ACKs held so far
 //     fall due (due()), and what the round's report changes (round_done(), flushed()). The
 //     Scheduler owns one AckPolicy and asks it; its thread sleeps until due() at the latest.

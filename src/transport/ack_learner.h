@@ -1,7 +1,8 @@
 // What an RC QP learns about holding and deferring its ACKs (issue 40): three learners that the
 // QP feeds events and asks for a decision, kept out of the packet state machine so that each
-// rule reads, and is tested (tests/transport/ack_learner_test.cc), on its own. The per-QP level
-// of the device's ACK policy; the round and flush levels are engine/ack_policy.h's.
+// rule reads, and is tested (tests/transport/ack_learner_test.cc), on its own. Owned by the QP's
+// AckState (transport/ack_state.h), the per-QP level of the device's ACK policy; the round and
+// flush levels are engine/ack_policy.h's.
 //
 // - answers (per kind, AckFor::kWrite and kSend): whether this QP's application answers a message
 //   of that kind with a request of its own soon enough for the message's ACK to wait for it, as

@@ -148,10 +148,8 @@ void Qp::reset_state() {
   state_ = QpState::kReset;
   sq_tail_ = 0;
   sq_count_ = 0;
-  ack_held_ = false;
   cnp_owed_ = false;
-  ack_after_unsignaled_ = false;
-  learn_ = AckLearner{};
+  acks_ = AckState{};
   req_ = Requester{};
   comp_ = Completer{};
   rec_ = Recovery{};
@@ -497,7 +495,7 @@ void Qp::handle_timeout(Instant now) {
 }
 
 bool Qp::poll_transmit(Instant now, TxPacket& out) {
-  ack_after_unsignaled_ = false;
+  acks_.poll_started();
   // Congestion control's hold is what this poll finds: a packet it holds back sets it again
   // (poll_request, sr_poll_resend). Left from an earlier poll whose packet is gone since
   // (acknowledged, or no request ready any more), it stayed in poll_timeout() as a deadline in
@@ -538,17 +536,15 @@ void Qp::build_cnp(TxPacket& out) {
 }
 
 bool Qp::poll_packet(Instant now, TxPacket& out) {
-  run_local_ops();  // a bind or an invalidation at the head of the send queue sends nothing
-  if (ack_held_) {
-    ack_held_ = false;  // one request packet at most goes first
+  run_local_ops();          // a bind or an invalidation at the head of the send queue sends nothing
+  if (acks_.take_held()) {  // one request packet at most goes first
     // The WQE poll_request sends from, if it does, read before it sends: a UC or UD WQE
     // completes as its last packet leaves, and its slot leaves the queue's window with it.
     const std::uint32_t index = req_.next_wqe;
     const bool unsignaled =
         index - sq_tail_ < sq_count_ && (sq_at(index).send_flags & kSendSignaled) == 0;
     if (state_ != QpState::kErr && responses_.size() == 1 && poll_request(now, out)) {
-      ack_after_unsignaled_ = unsignaled;
-      learn_.hold_answered(responses_.front().ack_for);
+      acks_.overtaken(responses_.front().ack_for, unsignaled);
       return true;
     }
     if (state_ != QpState::kErr && responses_.size() == 1 &&
@@ -557,13 +553,13 @@ bool Qp::poll_packet(Instant now, TxPacket& out) {
       // The held ACK leaves alone (its hold ran out, or the engine flushed it for another
       // reason: the application blocked, a QP changed). A deferred one: the peer waited for
       // it. Otherwise this side's application did not answer in time.
-      if (learn_.left_alone(responses_.front().ack_for)) {
+      if (acks_.left_alone(responses_.front().ack_for)) {
         ++counters_.acks_deferred_unanswered;
       } else {
         ++counters_.acks_held_unanswered;
       }
       const bool sent = poll_response(out);
-      learn_.left_alone_sent();  // not one sent at once: an answer now is a late one
+      acks_.left_alone_sent();  // not one sent at once: an answer now is a late one
       return sent;
     }
   }
@@ -589,36 +585,23 @@ bool Qp::has_transmit_work() const {
   return req_.rnr_resume.is_never() && (rec_.probe_due || sr_.resend_pending || request_ready());
 }
 
-bool Qp::only_ack_to_send(std::uint32_t max_outstanding) const {
-  if (state_ == QpState::kErr || cnp_owed_) return false;
-  if (!req_.sent_any || sq_count_ > max_outstanding) return false;
-  // A held ACK must not outlast the peer's ACK timeout, or the peer retransmits. The peer's
-  // timeout is not visible here; this QP's own stands in for it (the two sides of a
-  // connection are set up alike: ibv_rc_pingpong, perftest, rdma_cm). Short ones never hold.
-  if (attr_.timeout != 0 && attr_.timeout < kMinTimeoutToHoldAck) return false;
-  // An ACK that covers many PSNs may be what the peer's window waits for (several messages in
-  // one turn): it leaves at once.
-  const Response* r = lone_message_ack(kMaxPsnsBehindAHeldAck);
-  return r != nullptr && learn_.may_hold(r->ack_for, sq_count_) &&
-         !(req_.rnr_resume.is_never() && request_ready());
-}
-
-bool Qp::ack_deferrable() const {
-  if (!ack_after_unsignaled_ || state_ == QpState::kErr) return false;
-  const Response* r = lone_message_ack(kMaxPsnsBehindADeferredAck);
-  return r != nullptr && learn_.may_defer(r->ack_for) &&
-         !(req_.rnr_resume.is_never() && request_ready());
-}
-
-const Qp::Response* Qp::lone_message_ack(std::uint32_t max_psns) const {
-  if (responses_.size() != 1) return nullptr;
+AckFacts Qp::ack_facts() const {
+  AckFacts f;
+  f.in_error = state_ == QpState::kErr;
+  f.cnp_owed = cnp_owed_;
+  f.sent_any = req_.sent_any;
+  f.outstanding = sq_count_;
+  f.ack_timeout = attr_.timeout;
+  if (responses_.size() != 1) return f;
   const Response& r = responses_.front();
   if (r.kind != Response::Kind::kAck || wire::aeth_type(r.syndrome) != wire::AethType::kAck ||
-      r.ack_for == AckFor::kNone ||
-      wire::psn_diff(r.psn, resp_.unacked_psn) + 1 >= static_cast<std::int32_t>(max_psns)) {
-    return nullptr;
+      r.ack_for == AckFor::kNone) {
+    return f;
   }
-  return &r;
+  f.lone_ack = r.ack_for;
+  f.lone_ack_psns = wire::psn_diff(r.psn, resp_.unacked_psn) + 1;
+  f.request_ready = req_.rnr_resume.is_never() && request_ready();
+  return f;
 }
 
 }  // namespace uroce::transport

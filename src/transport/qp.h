@@ -30,7 +30,7 @@
 #include "base/ring.h"
 #include "base/time.h"
 #include "cc/congestion_control.h"
-#include "transport/ack_learner.h"
+#include "transport/ack_state.h"
 #include "transport/interfaces.h"
 #include "transport/recv_queue.h"
 #include "transport/wr_opcode.h"
@@ -53,13 +53,6 @@ inline constexpr std::uint64_t kMaxMessageBytes = 1ull << 31;
 // rxe: at most 128 unacknowledged PSNs, AckReq at least every 64 packets.
 inline constexpr std::uint32_t kMaxUnackedPsns = 128;
 inline constexpr std::uint32_t kMaxPacketsPerAck = 64;
-// A positive ACK that covers this many PSNs or more is never held for a request (Qp::
-// only_ack_to_send): the peer may have sent them in one turn and wait for it to open its window
-// (kMaxUnackedPsns).
-inline constexpr std::uint32_t kMaxPsnsBehindAHeldAck = 64;
-// A held ACK that this side's own request overtook may stay behind it (Qp::ack_deferrable) while
-// it covers fewer PSNs than this: every this-many requests of a ping-pong, one ACK rides along.
-inline constexpr std::uint32_t kMaxPsnsBehindADeferredAck = 16;
 // uroce's own: a READ may start while fewer than this many PSNs are outstanding (requester.cc).
 inline constexpr std::uint32_t kMaxUnackedReadPsns = 256;
 // While going back, a response at most this many PSNs past the one awaited, below the last
@@ -89,9 +82,9 @@ inline constexpr std::byte kBthSrKeptBit{0x40};
 // from its own rounds: within microseconds while its application polls, but an application that
 // stops polling without a word leaves the socket to the progress thread only after its lease and
 // timer slack (engine::SchedulerConfig: 200 us + 2 ms), an ACK held for a request may wait
-// 2.3 ms, a deferred one about 4 ms (kMinTimeoutToHoldAck's comment), and a descheduled process
-// on a busy host loses a scheduler slice (milliseconds). A timeout below these would go back N
-// for packets the peer has received. 5 ms covers them; it is still 13 times shorter than
+// 2.3 ms, a deferred one about 4 ms (AckState::kMinTimeoutToHoldAck's comment), and a descheduled
+// process on a busy host loses a scheduler slice (milliseconds). A timeout below these would go
+// back N for packets the peer has received. 5 ms covers them; it is still 13 times shorter than
 // perftest's ACK timeout (exponent 14, 67 ms) and 200 times shorter than rdma_cm's (18, 1.07 s).
 inline constexpr Duration kMinRto = Duration::ms(5);
 // A tail-loss probe waits 2 * SRTT and this much for the ACK it would reveal: twice the
@@ -429,58 +422,24 @@ class Qp {
   Instant poll_timeout() const;
   // True when poll_transmit() would give a packet now (ignoring congestion-control pacing).
   bool has_transmit_work() const;
-  // True when all poll_transmit() would give now is one positive ACK (no NAK, no READ or atomic
-  // response, no request ready), it acknowledges the end of a message, and this QP looks like
-  // one side of a ping-pong: it has sent requests itself and has at most one outstanding, so
-  // its application is likely to post the next one soon. Such an ACK may wait a little to leave
-  // together with that request (engine/ack_policy.h). A QP that only responds (a
-  // bandwidth test's target) or streams requests, an ACK in the middle of a message and one that
-  // covers kMaxPsnsBehindAHeldAck PSNs or more get out at once: the peer's window may be waiting
-  // for them. So does a duplicate's re-ACK, and the ACK of a kind of message this QP's
-  // application has not been answering (AckLearner). Never with an ACK timeout below
-  // kMinTimeoutToHoldAck.
-  //
-  // max_outstanding: the most send WQEs this QP may have outstanding and still count as one side
-  // of a ping-pong; more than 1 where the peer defers its ACKs (defer_ack), which leaves up to
-  // kMaxPsnsBehindADeferredAck of this side's requests unacknowledged in a ping-pong.
-  bool only_ack_to_send(std::uint32_t max_outstanding = 1) const;
-  // 4.096 us * 2^12 = 16.8 ms: over seven times the longest an engine holds an ACK
-  // (UdpDevice: 100 us, 2.3 ms when the application stops polling: the hold, the lease and its
-  // timer slack), and four times the longest a deferred one stays (AckPolicy::round_done: a
-  // hold per request that overtakes it, each of which adds a PSN to it, so at most
-  // kMaxPsnsBehindADeferredAck holds, and the last one's 2.3 ms: about 4 ms); IBTA lets a timer
-  // fire no earlier than its nominal value. perftest and ibv_rc_pingpong set 14.
-  static constexpr std::uint8_t kMinTimeoutToHoldAck = 12;
-  // The engine held this QP's ACK: when a request is ready with it, the request's first packet
-  // goes out before the ACK. The peer, polling for the completion that ACK brings, then
-  // receives the request first and executes it in the same polling loop (a ping-pong of
-  // RDMA WRITEs whose target spins on memory needs no wake-up that way).
+  // The ACK-hold and deferral policy's calls (engine/ack_policy.h); the rules are AckState's
+  // (transport/ack_state.h). only_ack_to_send: all poll_transmit() would give now is one
+  // positive ACK that may wait for a request (AckState::may_hold).
+  bool only_ack_to_send(std::uint32_t max_outstanding = 1) const {
+    return acks_.may_hold(ack_facts(), max_outstanding);
+  }
+  static constexpr std::uint8_t kMinTimeoutToHoldAck = AckState::kMinTimeoutToHoldAck;
+  // The engine held this QP's ACK: a request ready with it goes out first.
   void note_ack_held() {
     UROCE_ASSERT(type_ == QpType::kRc);  // only RC answers with ACKs
-    ack_held_ = true;
-    learn_.held(sq_count_ > 1);
+    acks_.held(sq_count_);
   }
-  // True right after poll_transmit gave the request that overtook a held ACK, when that ACK may
-  // stay behind it instead of following it in the same batch: the request's WQE asks for no
-  // completion, and the ACK is a positive ACK of the end of a message of a kind whose ACKs the
-  // peer has not waited for (AckLearner), covering fewer than kMaxPsnsBehindADeferredAck PSNs, with
-  // no other request ready. The peer of a ping-pong whose application posts its next request
-  // without waiting for the completion (UCX's unsignaled sends) then gets one datagram per hop
-  // instead of two; the ACK leaves with a later request (every kMaxPsnsBehindADeferredAck PSNs),
-  // or alone when the hold runs out. An application that asks for the completion of its own
-  // request is taken to wait for completions, and the two sides of a connection mostly run the
-  // same program (perftest, ibv_rc_pingpong, MPI ranks), so its peer likely waits too: behind a
-  // signaled request the ACK is never deferred, and such a peer never stalls on it. A peer that
-  // waited all the same is learned from that (acks_deferred_unanswered): that kind's ACKs then
-  // follow the request as before. IBTA lets a responder coalesce ACKs; the requester's ACK
-  // timeout bounds the hold as for any held ACK (kMinTimeoutToHoldAck).
-  bool ack_deferrable() const;
-  // The engine keeps the ACK back (after ack_deferrable()): it stays held, as note_ack_held().
+  // Right after poll_transmit gave the request that overtook a held ACK: that ACK may stay
+  // behind it (AckState::may_defer); defer_ack() keeps it there, still held.
+  bool ack_deferrable() const { return acks_.may_defer(ack_facts()); }
   void defer_ack() {
     UROCE_ASSERT(ack_deferrable());
-    ack_after_unsignaled_ = false;
-    ack_held_ = true;
-    learn_.deferred();
+    acks_.defer();
   }
 
   // Selective repeat with this QP's peer (RC only; off by default, and never towards a peer that
@@ -1016,24 +975,18 @@ class Qp {
   // Requester: a NAK with kBthSrKeptBit; false when it must be taken as a plain sequence NAK.
   bool sr_handle_nak(Instant now, std::uint32_t index, std::uint32_t psn);
   bool sr_poll_resend(Instant now, TxPacket& out);
-  // The one response queued, when it is a positive ACK of the end of a SEND or WRITE (ack_for
-  // not kNone) covering fewer than `max_psns` PSNs: what only_ack_to_send may hold and
-  // ack_deferrable may defer. nullptr otherwise.
-  const Response* lone_message_ack(std::uint32_t max_psns) const;
+  // What AckState's decisions read of this QP.
+  AckFacts ack_facts() const;
 
   // A responder error moved the QP to ERR: the responses queued before it, and its NAK last,
   // still leave; then nothing.
   bool drain_responses_in_error_ = false;
-  bool ack_held_ = false;  // note_ack_held(): a ready request goes before the ACK
   // A CE-marked packet arrived and congestion control asked for a CNP (take_cnp): it leaves
   // before anything else this QP sends (build_cnp).
   bool cnp_owed_ = false;
-  // The last poll_transmit gave a request that overtook the held ACK, from a WQE that asks for
-  // no completion (ack_deferrable).
-  bool ack_after_unsignaled_ = false;
-  // Whether to hold and defer ACKs, learned from the peer's and the application's behaviour:
-  // fed events here, asked in only_ack_to_send and ack_deferrable.
-  AckLearner learn_;
+  // Whether to hold and defer ACKs (transport/ack_state.h): fed events here, asked by the
+  // engine through only_ack_to_send and ack_deferrable.
+  AckState acks_;
 };
 
 }  // namespace uroce::transport

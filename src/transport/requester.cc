@@ -84,7 +84,7 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
   if (w.state == WqeState::kPosted) {
     // This side answered the message whose ACK went at once, if one did: hold that kind's ACKs
     // again.
-    learn_.request_started();
+    acks_.request_started();
     w.state = WqeState::kSending;
     w.started = true;
     w.first_psn = req_.psn;

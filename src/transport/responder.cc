@@ -129,7 +129,7 @@ void Qp::complete_recv(WcStatus status, std::uint32_t byte_len, std::uint32_t wc
 
 void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
   UROCE_ASSERT(type_ == QpType::kRc);  // UC and UD answer nothing
-  learn_.ack_queued(ack_for);
+  acks_.ack_queued(ack_for);
   Response r;
   r.kind = Response::Kind::kAck;
   r.syndrome = syndrome;
@@ -150,7 +150,7 @@ void Qp::queue_ack(std::uint8_t syndrome, std::uint32_t psn, AckFor ack_for) {
     const bool new_is_seq_nak = syndrome == wire::make_nak_syndrome(NakCode::kPsnSequenceError);
     if (d > 0 || (d == 0 && !(back_is_nak && new_is_seq_nak))) {
       // The peer sent more without waiting for a deferred ACK: deferring pays.
-      learn_.ack_replaced(back.ack_for);
+      acks_.ack_replaced(back.ack_for);
       back = r;
     }
     return;
@@ -537,7 +537,7 @@ void Qp::answer_request(const wire::RocePacket& pkt, RespStatus s) {
   switch (s) {
     case RespStatus::kOk:
       resp_.nak_sent = false;
-      learn_.peer_spoke();  // the peer spoke again before this side's application
+      acks_.peer_spoke();  // the peer spoke again before this side's application
       // A READ, an atomic, an ATOMIC WRITE or a FLUSH has its response queued already.
       if (pkt.bth().ack_req() && !pkt.op->is(wire::kFlagRead) && !pkt.op->is(wire::kFlagAtomic) &&
           !pkt.op->is(wire::kFlagAtomicWrite) && !pkt.op->is(wire::kFlagFlush)) {
@@ -756,7 +756,7 @@ bool Qp::poll_response(TxPacket& out) {
   const std::uint32_t dest = attr_.dest_qp_num;
   switch (r.kind) {
     case Response::Kind::kAck:
-      learn_.ack_sent(r.ack_for);
+      acks_.ack_sent(r.ack_for);
       if (wire::aeth_type(r.syndrome) == wire::AethType::kAck) {
         resp_.unacked_psn = wire::psn_add(r.psn, 1);
       }

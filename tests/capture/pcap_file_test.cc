@@ -23,16 +23,9 @@ std::string temp_path(const std::string& name) {
 // The frames of a capture, in order.
 std::vector<std::vector<std::byte>> frames_of(const std::string& path) {
   std::vector<std::vector<std::byte>> out;
-  auto r = PcapReader::open(path);
-  EXPECT_TRUE(r.ok()) << path << ": " << (r.ok() ? "" : r.error());
-  if (!r.ok()) return out;
-  PcapRecord rec;
-  for (;;) {
-    auto more = r->next(rec);
-    EXPECT_TRUE(more.ok());
-    if (!more.ok() || !more.value()) break;
-    out.emplace_back(rec.data.begin(), rec.data.end());
-  }
+  auto scan = for_each_record(
+      path, [&](const PcapRecord& rec) { out.emplace_back(rec.data.begin(), rec.data.end()); });
+  EXPECT_TRUE(scan.ok()) << path << ": " << (scan.ok() ? "" : scan.error());
   return out;
 }
 
@@ -174,6 +167,55 @@ TEST(Pcap, TruncatedFileReportsAnError) {
   }
   EXPECT_TRUE(error);
   EXPECT_EQ(n, golden.size() - 1);
+  std::filesystem::remove(path);
+}
+
+TEST(Pcap, ForEachRecordGivesEveryRecordInOrderAndCountsThem) {
+  const std::string path = temp_path("each.pcap");
+  const auto golden = test::load_frames(test::data_dir() + "/golden/rc_send_multi.pcap");
+  ASSERT_GT(golden.size(), 1u);
+  {
+    auto w = PcapWriter::open(path, 101);
+    ASSERT_TRUE(w.ok());
+    for (std::size_t i = 0; i < golden.size(); ++i) {
+      w->write(golden[i].view(), static_cast<std::int64_t>(i) * 1000);
+    }
+  }
+  std::size_t i = 0;
+  auto scan = for_each_record(path, [&](const PcapRecord& rec) {
+    ASSERT_LT(i, golden.size());
+    EXPECT_EQ(rec.index, i + 1);
+    EXPECT_EQ(rec.ts_ns, static_cast<std::int64_t>(i) * 1000);
+    EXPECT_EQ(std::vector<std::byte>(rec.data.begin(), rec.data.end()), golden[i].bytes);
+    ++i;
+  });
+  ASSERT_TRUE(scan.ok()) << scan.error();
+  EXPECT_EQ(scan->link_type, 101);
+  EXPECT_EQ(scan->records, golden.size());
+  EXPECT_EQ(i, golden.size());
+  std::filesystem::remove(path);
+}
+
+TEST(Pcap, ForEachRecordReportsOpenAndReadErrorsAfterTheRecordsBeforeThem) {
+  std::size_t calls = 0;
+  const auto count = [&](const PcapRecord&) { ++calls; };
+  auto missing = for_each_record("/nonexistent/uroce.pcap", count);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_FALSE(missing.error().empty());
+  EXPECT_EQ(calls, 0u);
+
+  const std::string path = temp_path("each_trunc.pcap");
+  const auto golden = test::load_frames(test::data_dir() + "/golden/rc_send_only.pcap");
+  {
+    auto w = PcapWriter::open(path);
+    ASSERT_TRUE(w.ok());
+    for (const auto& f : golden) w->write(f.view(), 0);
+  }
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 10);
+  auto cut = for_each_record(path, count);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_FALSE(cut.error().empty());
+  EXPECT_EQ(calls, golden.size() - 1);  // all but the cut one
   std::filesystem::remove(path);
 }
 

@@ -169,15 +169,23 @@ class CmServerTest : public ::testing::Test {
     return m;
   }
 
+  // The command of `type` for `id` that carries an address with `port`: kBind the device's (its
+  // src), kResolveAddr the peer's (its dst).
+  static devd::CmMsg addr_cmd(devd::CmMsgType type, std::uint32_t id, std::uint16_t port) {
+    const bool bind = type == devd::CmMsgType::kBind;
+    devd::CmMsg m;
+    m.type = type;
+    m.id = id;
+    devd::CmAddr& a = bind ? m.src : m.dst;
+    a.family = 4;
+    std::memcpy(a.bytes, ip((bind ? g_device : g_peer).c_str()).bytes.data(), 4);
+    a.port = port;
+    return m;
+  }
+
   // Binds `id` to the device's address and `port`.
   void bind(std::uint32_t id, std::uint16_t port) {
-    devd::CmMsg m;
-    m.type = devd::CmMsgType::kBind;
-    m.id = id;
-    m.src.family = 4;
-    std::memcpy(m.src.bytes, ip(g_device.c_str()).bytes.data(), 4);
-    m.src.port = port;
-    ASSERT_EQ(call(m).status, 0);
+    ASSERT_EQ(call(addr_cmd(devd::CmMsgType::kBind, id, port)).status, 0);
   }
 
   // A new ID bound to the device's address and `port`, listening with `backlog`.
@@ -346,12 +354,7 @@ TEST_F(CmServerTest, AnswersTheWireAsTheKernelDoesAndCountsWhatIsBad) {
 
 TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
   const std::uint32_t id = create_id();
-  devd::CmMsg m;
-  m.type = devd::CmMsgType::kBind;
-  m.id = id;
-  m.src.family = 4;
-  std::memcpy(m.src.bytes, ip(g_device.c_str()).bytes.data(), 4);
-  m.src.port = 7480;
+  devd::CmMsg m = addr_cmd(devd::CmMsgType::kBind, id, 7480);
   ASSERT_EQ(call(m).status, 0);
   // The port is taken now.
   m.id = create_id();
@@ -396,12 +399,7 @@ TEST_F(CmServerTest, AListenerGetsTheRequestAndItsRejectReachesTheWire) {
 // route resolution answer, then report.
 TEST_F(CmServerTest, OneReplyPerCommandAndEventsAfterIt) {
   const std::uint32_t id = create_id();
-  devd::CmMsg m;
-  m.type = devd::CmMsgType::kResolveAddr;
-  m.id = id;
-  m.dst.family = 4;
-  std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
-  m.dst.port = 7999;
+  devd::CmMsg m = addr_cmd(devd::CmMsgType::kResolveAddr, id, 7999);
   auto r = call(m);
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.src.port, 0);  // an ephemeral port
@@ -650,12 +648,7 @@ class CmKeysTest : public CmServerTest {
   // A new ID with its address and route resolved towards the peer's `port`, for a connect.
   std::uint32_t resolved_id(std::uint16_t port) {
     const std::uint32_t id = create_id();
-    devd::CmMsg m;
-    m.type = devd::CmMsgType::kResolveAddr;
-    m.id = id;
-    m.dst.family = 4;
-    std::memcpy(m.dst.bytes, ip(g_peer.c_str()).bytes.data(), 4);
-    m.dst.port = port;
+    devd::CmMsg m = addr_cmd(devd::CmMsgType::kResolveAddr, id, port);
     EXPECT_EQ(call(m).status, 0);
     m.type = devd::CmMsgType::kResolveRoute;
     EXPECT_EQ(call(m).status, 0);

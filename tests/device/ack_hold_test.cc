@@ -94,19 +94,14 @@ bool receive_until(Side& s, std::uint64_t n) {
 // when the kernel has taken it, so the order is the order of the round's steps.
 std::vector<std::pair<std::string, std::uint8_t>> frames_in(const std::string& pcap) {
   std::vector<std::pair<std::string, std::uint8_t>> out;
-  auto r = capture::PcapReader::open(pcap);
-  EXPECT_TRUE(r.ok()) << r.error();
-  if (!r.ok()) return out;
-  capture::PcapRecord rec;
-  while (true) {
-    auto more = r.value().next(rec);
-    if (!more.ok() || !more.value()) break;
-    if (rec.data.size() < 14 + 20 + 8 + 12) continue;
+  auto scan = capture::for_each_record(pcap, [&](const capture::PcapRecord& rec) {
+    if (rec.data.size() < 14 + 20 + 8 + 12) return;
     char src[16];
     const auto* a = reinterpret_cast<const unsigned char*>(rec.data.data() + 14 + 12);
     std::snprintf(src, sizeof src, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
     out.emplace_back(src, static_cast<std::uint8_t>(rec.data[14 + 20 + 8]));
-  }
+  });
+  EXPECT_TRUE(scan.ok()) << scan.error();
   return out;
 }
 

@@ -57,15 +57,10 @@ std::string enter_small_loopback() {
 // The IPv4 total length of every frame of a capture (Ethernet II framing).
 std::vector<std::size_t> ip_lengths(const std::string& pcap) {
   std::vector<std::size_t> out;
-  auto r = capture::PcapReader::open(pcap);
-  EXPECT_TRUE(r.ok()) << r.error();
-  if (!r.ok()) return out;
-  capture::PcapRecord rec;
-  while (true) {
-    auto more = r.value().next(rec);
-    if (!more.ok() || !more.value()) break;
+  auto scan = capture::for_each_record(pcap, [&](const capture::PcapRecord& rec) {
     if (rec.data.size() >= 14 + 20) out.push_back(load_be16(rec.data, 14 + 2));
-  }
+  });
+  EXPECT_TRUE(scan.ok()) << scan.error();
   return out;
 }
 

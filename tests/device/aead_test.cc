@@ -66,25 +66,20 @@ std::vector<std::byte> secret_text(std::size_t n) {
 // The RoCE packets (BTH to ICRC) of a capture that `src` sent.
 std::vector<std::vector<std::byte>> packets_from(const std::string& pcap, const std::string& src) {
   std::vector<std::vector<std::byte>> out;
-  auto r = capture::PcapReader::open(pcap);
-  EXPECT_TRUE(r.ok()) << r.error();
-  if (!r.ok()) return out;
-  capture::PcapRecord rec;
   constexpr std::size_t kOuter = 14 + 20 + 8;  // Ethernet, IPv4, UDP
-  while (true) {
-    auto more = r.value().next(rec);
-    if (!more.ok() || !more.value()) break;
-    if (rec.data.size() < kOuter + wire::kBthBytes) continue;
+  auto scan = capture::for_each_record(pcap, [&](const capture::PcapRecord& rec) {
+    if (rec.data.size() < kOuter + wire::kBthBytes) return;
     char ip[16];
     const auto* a = reinterpret_cast<const unsigned char*>(rec.data.data() + 14 + 12);
     std::snprintf(ip, sizeof ip, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
-    if (src != ip) continue;
+    if (src != ip) return;
     // Sealed or not, a frame is RoCEv2 with a valid ICRC (what `uroce pcap check` verifies).
     auto f = wire::parse_frame(wire::LinkType::kEthernet, rec.data,
                                wire::FrameOptions{.verify_icrc = true, .accept_sealed = true});
     EXPECT_TRUE(f.ok()) << wire::drop_reason_name(f.error());
     out.emplace_back(rec.data.begin() + kOuter, rec.data.end());
-  }
+  });
+  EXPECT_TRUE(scan.ok()) << scan.error();
   return out;
 }
 

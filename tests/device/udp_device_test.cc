@@ -116,16 +116,12 @@ TEST(UdpDevice, EveryRcOperationOverLoopbackSockets) {
   const std::uint64_t received_a = a.dev->datapath().counters().rx_packets;
   a.dev.reset();
   b.dev.reset();
-  auto r = capture::PcapReader::open(cap_a);
-  ASSERT_TRUE(r.ok()) << r.error();
-  capture::PcapRecord rec;
-  std::uint64_t frames = 0;
-  while (r->next(rec).value()) {
-    ++frames;
+  auto scan = capture::for_each_record(cap_a, [](const capture::PcapRecord& rec) {
     auto f = wire::parse_frame(wire::LinkType::kEthernet, rec.data);
     EXPECT_TRUE(f.ok()) << "frame " << rec.index << ": " << wire::drop_reason_name(f.error());
-  }
-  EXPECT_EQ(frames, sent_a + received_a);
+  });
+  ASSERT_TRUE(scan.ok()) << scan.error();
+  EXPECT_EQ(scan->records, sent_a + received_a);
   std::filesystem::remove(cap_a);
   std::filesystem::remove(cap_b);
 }

@@ -34,17 +34,12 @@ struct Record {
 };
 
 std::vector<Record> read_all(const std::string& path) {
-  auto r = capture::PcapReader::open(path);
-  UROCE_CHECK(r.ok());
-  EXPECT_EQ(r->link_type(), 1);
   std::vector<Record> out;
-  capture::PcapRecord rec;
-  while (true) {
-    auto more = r->next(rec);
-    UROCE_CHECK(more.ok());
-    if (!more.value()) break;
+  auto scan = capture::for_each_record(path, [&](const capture::PcapRecord& rec) {
     out.push_back({rec.ts_ns, Bytes(rec.data.begin(), rec.data.end())});
-  }
+  });
+  UROCE_CHECK(scan.ok());
+  EXPECT_EQ(scan->link_type, 1);
   return out;
 }
 

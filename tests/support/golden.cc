@@ -22,20 +22,15 @@ std::vector<std::string> golden_files() {
 }
 
 std::vector<CapturedFrame> load_frames(const std::string& path) {
-  auto reader = capture::PcapReader::open(path);
-  UROCE_CHECK(reader.ok());
   std::vector<CapturedFrame> frames;
-  capture::PcapRecord rec;
-  while (true) {
-    auto more = reader->next(rec);
-    UROCE_CHECK(more.ok());
-    if (!more.value()) break;
+  auto scan = capture::for_each_record(path, [&](const capture::PcapRecord& rec) {
     CapturedFrame f;
     f.file = std::filesystem::path(path).filename().string();
     f.index = rec.index;
     f.bytes.assign(rec.data.begin(), rec.data.end());
     frames.push_back(std::move(f));
-  }
+  });
+  UROCE_CHECK(scan.ok());
   return frames;
 }
 
