@@ -216,9 +216,9 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     if (w.empty()) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
     constexpr const char* kExpected =
-        "expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS] [aead=MODE] "
-        "[psk=HEX]'";
-    if (w.size() < 2 || w.size() > 8) return Err{where + kExpected};
+        "expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS] "
+        "[recovery=0|1] [aead=MODE] [psk=HEX]'";
+    if (w.size() < 2 || w.size() > 9) return Err{where + kExpected};
     auto d = parse_entry(w[0], w[1], out.size());
     if (!d.ok()) return Err{where + d.error()};
     bool have_faults = false;
@@ -240,6 +240,10 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
         d.value().selective_repeat = w[i] == "sr=1";
       } else if (w[i].starts_with("sr=")) {
         return Err{where + "sr= must be 0 or 1, not '" + w[i].substr(3) + "'"};
+      } else if ((w[i] == "recovery=0" || w[i] == "recovery=1") && !d.value().adaptive_recovery) {
+        d.value().adaptive_recovery = w[i] == "recovery=1";
+      } else if (w[i].starts_with("recovery=")) {
+        return Err{where + "recovery= must be 0 or 1, not '" + w[i].substr(9) + "'"};
       } else if (w[i].starts_with("sr_peers=") && !d.value().sr_peers) {
         auto peers = parse_sr_peers(w[i].substr(std::string_view("sr_peers=").size()));
         if (!peers.ok()) return Err{where + "sr_peers=: " + peers.error()};

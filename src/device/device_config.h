@@ -51,6 +51,8 @@ struct DeviceSpec {
   // the DeviceConfig's.
   std::optional<bool> selective_repeat;
   std::optional<SrPeers> sr_peers;
+  // The config file's recovery=0|1 (UROCE_RECOVERY, when set, wins); unset: the DeviceConfig's.
+  std::optional<bool> adaptive_recovery;
   // The config file's aead=MODE and psk=HEX (docs/SECURITY.md); unset: off.
   std::optional<seal::Settings> seal;
 };

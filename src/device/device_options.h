@@ -32,7 +32,8 @@ struct DeviceOptions {
   // hold's length is the policy's default). The defaults are the device's.
   AckPolicyConfig acks;
   // RC loss recovery: adaptive RTO, tail-loss probe, BDP window (UROCE_RECOVERY=0 turns it off:
-  // IBTA's ACK timeout and a 128-PSN window only). Unset: the DeviceConfig's.
+  // IBTA's ACK timeout and a 128-PSN window only). Unset: the config file's recovery= for the
+  // device, else the DeviceConfig's.
   std::optional<bool> adaptive_recovery;
   // A file that gets one counters line per device when it closes or the process exits
   // (UROCE_STATS_FILE; empty: none).

@@ -170,6 +170,15 @@ DeviceConfig::CongestionControl configured_cc(const DeviceOptions& options,
   return fallback;
 }
 
+// The loss recovery (DeviceConfig::adaptive_recovery): the options' (UROCE_RECOVERY), else the
+// config file's recovery= for the device, else `fallback` (the DeviceConfig's).
+bool configured_recovery(const DeviceOptions& options, const std::optional<DeviceSpec>& entry,
+                         bool fallback) {
+  if (options.adaptive_recovery) return *options.adaptive_recovery;
+  if (entry && entry->adaptive_recovery) return *entry->adaptive_recovery;
+  return fallback;
+}
+
 // Selective repeat (DeviceConfig::selective_repeat, sr_peers): the options' (UROCE_SR,
 // UROCE_SR_PEERS), else the config file's sr= and sr_peers= for the device, else what `cfg` has.
 void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options,
@@ -225,7 +234,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   DeviceConfig cfg = config;
   const std::optional<DeviceSpec> entry = file_entry(cfg.name, cfg.ip, options);
   cfg.congestion_control = configured_cc(options, entry, cfg.congestion_control);
-  if (options.adaptive_recovery) cfg.adaptive_recovery = *options.adaptive_recovery;
+  cfg.adaptive_recovery = configured_recovery(options, entry, cfg.adaptive_recovery);
   configure_selective_repeat(cfg, options, entry);
   // Unguessable MR keys from the kernel's CSPRNG, unless a seed asks for reproducible ones.
   if (!cfg.random_bytes && cfg.seed == 0) cfg.random_bytes = kernel_random_bytes;

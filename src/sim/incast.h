@@ -26,8 +26,8 @@ namespace uroce::sim {
 struct IncastOptions {
   std::uint64_t seed = 1;
   std::uint32_t senders = 2;
-  // Every QP's congestion control.
-  DeviceConfig::CongestionControl cc = DeviceConfig::CongestionControl::kDcqcn;
+  // Every QP's congestion control: a device's default (dcqcn-aimd).
+  DeviceConfig::CongestionControl cc = DeviceConfig{}.congestion_control;
   cc::DcqcnParams dcqcn_params;                // DCQCN's parameters (line_rate_mbps 0: link_bps)
   cc::AimdParams aimd_params;                  // Aimd's
   std::uint64_t link_bps = 10'000'000'000;     // every host's link, and the receiver's port

@@ -16,7 +16,9 @@ void add_incast_options(CLI::App& sub, IncastCommand& c) {
   sub.add_option("-n,--senders", o.senders, "Senders into the one receiver")
       ->capture_default_str()
       ->check(CLI::Range(1, 250));
-  sub.add_option("--cc", c.cc_name, "Every QP's congestion control: none, dcqcn, aimd, dcqcn-aimd")
+  sub.add_option("--cc", c.cc_name,
+                 "Every QP's congestion control: none, dcqcn, aimd, dcqcn-aimd (a device's "
+                 "default)")
       ->capture_default_str()
       ->check([](const std::string& name) {
         return congestion_control_from_name(name) ? std::string{} : "unknown congestion control";

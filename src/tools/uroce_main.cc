@@ -143,7 +143,8 @@ void add_sim(CLI::App& app, SimCli& c) {
   add_sim_behaviour(*c.sim, c);
   c.incast = c.sim->add_subcommand(
       "incast",
-      "N senders into one receiver through a switch port with ECN marking, DCQCN or no CC");
+      "N senders into one receiver through a switch port with ECN marking, with a device's "
+      "congestion control (dcqcn-aimd) or --cc's");
   uroce::tools::add_incast_options(*c.incast, c.incast_cmd);
 }
 

@@ -68,7 +68,7 @@ TEST(DeviceConfig, FileChoosesTheCongestionControlPerDevice) {
     ASSERT_FALSE(r.ok()) << line;
     EXPECT_EQ(r.error(),
               "f.conf:1: expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] "
-              "[sr_peers=PEERS] [aead=MODE] [psk=HEX]'")
+              "[sr_peers=PEERS] [recovery=0|1] [aead=MODE] [psk=HEX]'")
         << line;
   }
 }
@@ -98,6 +98,19 @@ TEST(DeviceConfig, FileChoosesSelectiveRepeatAndItsPeersPerDevice) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error(),
             "f.conf:1: sr_peers=: 'nobody' is neither 'all' nor an IPv4 or IPv6 address");
+}
+
+TEST(DeviceConfig, FileTurnsTheLossRecoveryOnOrOffPerDevice) {
+  auto ok = parse_device_file("a 10.0.0.1 recovery=0\nb 10.0.0.2 recovery=1 sr=0\nc 10.0.0.3\n",
+                              "f.conf");
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  ASSERT_EQ(ok.value().size(), 3u);
+  EXPECT_EQ(ok.value()[0].adaptive_recovery, false);
+  EXPECT_EQ(ok.value()[1].adaptive_recovery, true);
+  EXPECT_FALSE(ok.value()[2].adaptive_recovery);
+  auto bad = parse_device_file("a 10.0.0.1 recovery=on\n", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "f.conf:1: recovery= must be 0 or 1, not 'on'");
 }
 
 DeviceSelection by_name(const std::string& name) {
