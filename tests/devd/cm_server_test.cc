@@ -646,6 +646,18 @@ class CmKeysTest : public CmServerTest {
     ASSERT_EQ(call(m).status, 0);
   }
   // A new ID with its address and route resolved towards the peer's `port`, for a connect.
+  // The connection's details both sides' keys cover: the test is the active side (g_peer), the
+  // device the passive one.
+  static seal::ConnectionIdentity identity_of(const wire::CmReq& req, const wire::CmRep& rep) {
+    seal::ConnectionIdentity id;
+    id.active_gid = gid(g_peer.c_str());
+    id.passive_gid = gid(g_device.c_str());
+    id.active_qpn = req.local_qpn;
+    id.passive_qpn = rep.local_qpn;
+    id.active_comm_id = req.local_comm_id;
+    id.passive_comm_id = rep.local_comm_id;
+    return id;
+  }
   std::uint32_t resolved_id(std::uint16_t port) {
     const std::uint32_t id = create_id();
     devd::CmMsg m = addr_cmd(devd::CmMsgType::kResolveAddr, id, port);
@@ -734,13 +746,7 @@ TEST_F(CmKeysTest, AUroceRequestAgreesAKeyThatBothEndsDerive) {
   // The active side's half, as a uroce coordinator does it.
   auto own = seal::KeyShare::generate();
   ASSERT_TRUE(own.ok());
-  seal::ConnectionIdentity id;
-  id.active_gid = gid(g_peer.c_str());
-  id.passive_gid = gid(g_device.c_str());
-  id.active_qpn = req.local_qpn;
-  id.passive_qpn = r.local_qpn;
-  id.active_comm_id = req.local_comm_id;
-  id.passive_comm_id = r.local_comm_id;
+  seal::ConnectionIdentity id = identity_of(req, r);
   id.active_share = own->public_share();
   id.passive_share = device_share;
   const auto key = own->derive(device_share, id);
@@ -902,13 +908,7 @@ TEST_F(CmKeysTest, WithAPskASwappedRtuValueIsRefusedWithADisconnect) {
   const auto parsed = wire::parse_cm_mad(ConstBytes(rep).first(wire::kMadBytes));
   ASSERT_TRUE(parsed.ok());
   const auto& r = std::get<wire::CmRep>(parsed->message);
-  seal::ConnectionIdentity id;
-  id.active_gid = gid(g_peer.c_str());
-  id.passive_gid = gid(g_device.c_str());
-  id.active_qpn = req.local_qpn;
-  id.passive_qpn = r.local_qpn;
-  id.active_comm_id = req.local_comm_id;
-  id.passive_comm_id = r.local_comm_id;
+  seal::ConnectionIdentity id = identity_of(req, r);
   std::memcpy(id.passive_share.data(), rep.data() + wire::kMadBytes + 8, seal::kPublicShareBytes);
   seal::TranscriptMac mac;
   std::memcpy(mac.data(), rep.data() + wire::kMadBytes + kExtensionBytes, mac.size());
