@@ -766,6 +766,7 @@ ProgressSimResult run_progress_sim(const ProgressSimOptions& options) {
   for (SimHost& h : r->hosts) {
     h.report.sched = h.sched->counters();
     h.report.engine = h.engine->counters();
+    h.report.cq_events_at_arm = h.dev->cq_events_at_arm();
     if (const transport::Qp* qp = h.dev->find_qp(h.qpn)) {
       h.report.acks_held_unanswered = qp->counters().acks_held_unanswered;
       h.report.acks_deferred_unanswered = qp->counters().acks_deferred_unanswered;

@@ -103,6 +103,8 @@ struct HostReport {
   std::uint64_t acks_held_unanswered = 0;      // the QP's: held ACKs that left alone
   std::uint64_t acks_deferred_unanswered = 0;  // the QP's: deferred ACKs that left alone
   std::uint64_t acks_sent = 0;                 // ACK packets sent
+  // Armings that found a completion queued and fired at once (verbs: as ConnectX arms).
+  std::uint64_t cq_events_at_arm = 0;
 };
 
 struct ProgressSimResult {

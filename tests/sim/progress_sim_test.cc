@@ -150,7 +150,10 @@ TEST(ProgressSim, WithoutAckHoldingEveryAckLeavesAlone) {
 // owns the socket meanwhile, and each post's transmit round and re-arm hand it back and forth
 // explicitly: never by the lease. The thread holds no ACK while the application is blocked
 // (nothing can come before the thread wakes it): every ACK leaves at once, alone, and the
-// thread never sleeps on a hold's timer.
+// thread never sleeps on a hold's timer. The one exception: a completion that came between the
+// event and the re-arm fires the re-arm at once (as ConnectX's arming does), and the application,
+// awake for that event, is not blocked; the thread may hold an ACK for it then, never more than
+// one per such event.
 TEST(ProgressSim, BlockingApplicationsHandTheSocketOverExplicitly) {
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     ProgressSimOptions o;
@@ -164,8 +167,8 @@ TEST(ProgressSim, BlockingApplicationsHandTheSocketOverExplicitly) {
       EXPECT_EQ(x.sched.lease_expiries, 0u);
       EXPECT_GE(x.sched.handoffs_to_thread, o.messages);
       EXPECT_GT(x.sched.thread_rounds, o.messages);  // the thread received every message
-      EXPECT_EQ(x.engine.tx_acks_held, 0u);
-      EXPECT_EQ(x.lone_ack_flushes, o.messages);
+      EXPECT_LE(x.engine.tx_acks_held, x.cq_events_at_arm);
+      EXPECT_EQ(x.lone_ack_flushes + x.engine.tx_acks_held, o.messages);
     }
   }
 }
