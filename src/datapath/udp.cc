@@ -320,7 +320,9 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOp
       return Err{fail("setsockopt")};
     }
   }
-  if (opt.default_tos != 0) {
+  // A group socket may have served another context before (the coordinator hands a freed slot's
+  // socket to the next one: devd/coordinator.h), so its options are set both ways.
+  if (opt.default_tos != 0 || bound) {
     const int tos = opt.default_tos;
     if (::setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_TCLASS : IP_TOS, &tos,
                      sizeof tos) != 0) {
@@ -347,7 +349,12 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOp
                  "are unverified; UROCE_UDP_GSO=1 uses GSO anyway";
     }
   }
-  if (opt.gro) opt.gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+  if (opt.gro) {
+    opt.gro = ::setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+  } else if (bound) {
+    const int off = 0;
+    ::setsockopt(fd, SOL_UDP, UDP_GRO, &off, sizeof off);  // a kernel without it never set it
+  }
   if (opt.rcvbuf_bytes != 0) {
     const int bytes = static_cast<int>(std::min<std::size_t>(opt.rcvbuf_bytes, INT_MAX / 2));
     if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0) {

@@ -37,10 +37,12 @@ std::int64_t monotonic_ms() {
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
+// One slot of the group: a context's, or free (its socket kept for the next context).
 struct Member {
-  int conn = -1;   // -1 once the connection closed (the process is dying: see pidfd)
-  int udp = -1;    // the coordinator's reference to the context's socket
-  int pidfd = -1;  // the process, to learn when it has exited
+  bool free = false;  // no context: the socket waits for the next one (nothing steered to it)
+  int conn = -1;      // -1 once the connection closed (the process is dying: see pidfd)
+  int udp = -1;       // the coordinator's reference to the slot's socket
+  int pidfd = -1;     // the process, to learn when it has exited
   pid_t pid = 0;
   uid_t uid = 0;
   std::string device;
@@ -71,6 +73,7 @@ class Coordinator {
       fds.push_back({sink_, POLLIN, 0});
       for (const Member& m : members_) {
         // A connection, or, once it closed, the process's exit.
+        if (m.free) continue;
         if (m.conn >= 0) {
           fds.push_back({m.conn, POLLIN, 0});
         } else {
@@ -136,6 +139,7 @@ class Coordinator {
   // still answered for (transport/closed_qps.h: the peer of a QP whose process exited right
   // after its last message may still retransmit that message for an ACK that was lost).
   bool idle() {
+    // Free slots at the end are closed as they free up (remove()), so no slot means no context.
     return members_.empty() && !cm_->has_clients() && !cm_->retransmitting() &&
            !cm_->keeps_closed_qps(now());
   }
@@ -256,7 +260,9 @@ class Coordinator {
       }
       return;
     }
-    const int udp = datapath::make_group_socket(opt_.ip, opt_.port);
+    const std::size_t slot = free_slot();
+    const int udp = slot < members_.size() ? members_[slot].udp
+                                           : datapath::make_group_socket(opt_.ip, opt_.port);
     if (udp == -EMFILE || udp == -ENFILE) {
       send_error(c, EMFILE, out_of_files_text());
       ::close(c);
@@ -271,7 +277,7 @@ class Coordinator {
     // (the order may be off): refuse rather than take one without when the files ran out.
     const int pidfd = pidfd_open(cred.pid);
     if (pidfd < 0 && (errno == EMFILE || errno == ENFILE)) {
-      ::close(udp);
+      if (slot == members_.size()) ::close(udp);
       send_error(c, EMFILE, out_of_files_text());
       ::close(c);
       return;
@@ -284,12 +290,35 @@ class Coordinator {
     mem.pidfd = pidfd;
     mem.device = devd::get_text(m.device);
     mem.comm = devd::get_text(m.comm);
-    // The kernel appended the socket at bind: its index is the group's size minus one.
-    members_.push_back(std::move(mem));
+    if (slot < members_.size()) {
+      // What reached the socket for its last owner is not the newcomer's.
+      drain(udp);
+      members_[slot] = std::move(mem);
+    } else {
+      // The kernel appended the socket at bind: its index is the group's size minus one.
+      members_.push_back(std::move(mem));
+    }
     devd::Msg w;
     w.type = devd::MsgType::kWelcome;
-    w.index = static_cast<std::uint32_t>(members_.size());
-    if (!send_msg(c, w, udp)) connection_closed(members_.size() - 1);
+    w.index = static_cast<std::uint32_t>(slot + 1);
+    if (!send_msg(c, w, udp)) connection_closed(slot);
+  }
+
+  // The first free slot, or members_.size() for none.
+  std::size_t free_slot() const {
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (members_[i].free) return i;
+    }
+    return members_.size();
+  }
+
+  // Reads and drops what waits on a slot's socket (datagrams steered to its last owner before
+  // the program changed), counted with the unsteered ones, and its pending errors.
+  void drain(int udp) {
+    std::byte buf[64];
+    while (::recv(udp, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC) >= 0) ++drained_;
+    while (::recv(udp, buf, sizeof buf, MSG_DONTWAIT | MSG_ERRQUEUE) >= 0) {
+    }
   }
 
   // A list (`uroce stats`) is longer than the socket holds once there are a few hundred rdma_cm
@@ -306,6 +335,7 @@ class Coordinator {
   void list(int c) {
     for (std::size_t i = 0; i < members_.size(); ++i) {
       const Member& mem = members_[i];
+      if (mem.free) continue;
       devd::Msg m;
       m.type = devd::MsgType::kMember;
       m.pid = mem.pid;
@@ -323,7 +353,7 @@ class Coordinator {
     if (!ok) return;
     devd::Msg end;
     end.type = devd::MsgType::kListEnd;
-    const std::uint64_t unsteered = cm_->dropped();
+    const std::uint64_t unsteered = cm_->dropped() + drained_;
     end.value = static_cast<std::uint32_t>(unsteered > 0xffffffffu ? 0xffffffffu : unsteered);
     end.blocks = blocks_.in_use();
     const std::size_t closed = cm_->closed_qps(now());
@@ -333,7 +363,8 @@ class Coordinator {
 
   std::size_t find_by_fd(int fd) const {
     for (std::size_t i = 0; i < members_.size(); ++i) {
-      if (members_[i].conn == fd || (members_[i].conn < 0 && members_[i].pidfd == fd)) return i;
+      const Member& m = members_[i];
+      if (!m.free && (m.conn == fd || (m.conn < 0 && m.pidfd == fd))) return i;
     }
     return members_.size();
   }
@@ -431,7 +462,9 @@ class Coordinator {
     ::close(mem.conn);
     mem.conn = -1;
     if (mem.pidfd < 0) {
-      remove(i);  // no pidfd: leave now (the order may be off briefly)
+      // No pidfd: the process may still hold its reference, so the socket is not given to
+      // another context; it leaves the group now (the order may be off briefly).
+      close_slot(i);
       return;
     }
     release_all(mem);
@@ -444,8 +477,29 @@ class Coordinator {
     mem.qp1 = false;
   }
 
-  // Closes the last reference: the kernel moves the group's last socket into this index.
+  // The context has gone and ours is its socket's last reference: the slot becomes free (see
+  // coordinator.h), and free slots at the group's end leave it.
   void remove(std::size_t i) {
+    Member& mem = members_[i];
+    if (mem.conn >= 0) ::close(mem.conn);
+    if (mem.pidfd >= 0) ::close(mem.pidfd);
+    release_all(mem);
+    const int udp = mem.udp;
+    mem = Member{};
+    mem.free = true;
+    mem.udp = udp;
+    reprogram();
+    drain(udp);
+    while (!members_.empty() && members_.back().free) {
+      // The last index: the kernel moves no other socket.
+      ::close(members_.back().udp);
+      members_.pop_back();
+    }
+  }
+
+  // Closes the slot's reference at once: the kernel moves the group's last socket into this
+  // index, and so does the coordinator's copy.
+  void close_slot(std::size_t i) {
     Member& mem = members_[i];
     if (mem.conn >= 0) ::close(mem.conn);
     if (mem.pidfd >= 0) ::close(mem.pidfd);
@@ -471,7 +525,8 @@ class Coordinator {
   int sink_;  // cm_'s (it owns it)
   std::unique_ptr<CmServer> cm_;
   CoordinatorOptions opt_;
-  std::vector<Member> members_;  // members_[k] is the group's index k + 1
+  std::vector<Member> members_;  // members_[k] is the group's index k + 1 (a context or free)
+  std::uint64_t drained_ = 0;    // datagrams drained from freed slots (drain())
   BlockAllocator blocks_;        // random blocks (issue 44)
   int spare_ = -1;               // /dev/null, given up to refuse a connection with EMFILE
 };

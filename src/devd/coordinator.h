@@ -3,13 +3,17 @@
 // (shared_port.cc), and returns once no context has used the device for `linger`.
 //
 // What it keeps, in the order the kernel keeps the reuseport group: index 0 is its own socket
-// (the sink: what no context owns, QP1 while nobody claims it), then one socket per context in
-// the order they joined. When a context leaves, the kernel moves the group's last socket into
-// the vacated index; the coordinator holds a reference to every context's socket and closes it
-// itself, at a moment it chooses, so its copy of the order never differs from the kernel's:
-// after a context's kBye (its own reference is closed already), or, when a process dies, once
-// the process has exited (a pidfd), when the kernel has closed its files. Right after each
-// change it attaches the new steering program.
+// (the sink: what no context owns, QP1 while nobody claims it), then one socket per slot. The
+// coordinator creates every context's socket and holds a reference to each, so a socket leaves
+// the group only when the coordinator closes it. A context's index never changes while it lives:
+// when a context leaves (its kBye, its own reference closed already; or, when its process dies,
+// once the process has exited, a pidfd), its blocks are steered to index 0 again and its slot
+// stays in the group, free, its socket drained of what was queued for the old owner; the next
+// context that joins gets that socket. Only free slots at the group's end are closed: closing
+// any other socket would make the kernel move the group's last socket into its index, and until
+// the next steering program every datagram for that last context's QPs would reach the wrong
+// socket (a lost UC or UD message; the soak saw them, issue 43). Right after each change it
+// attaches the new steering program.
 #pragma once
 
 #include <cstdint>

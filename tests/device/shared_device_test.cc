@@ -210,10 +210,35 @@ TEST(SharedDevice, QpNumbersAreUniqueAndNotReusedWhileOthersAreFree) {
   EXPECT_EQ(info->blocks_used, 2u);
 }
 
+// The group's indices of the live contexts, as the coordinator lists them (pid order aside).
+std::multiset<std::uint32_t> member_indices(const char* dev_ip) {
+  auto info = SharedPort::query(v4(dev_ip), wire::kRoceV2Port);
+  EXPECT_TRUE(info.ok());
+  std::multiset<std::uint32_t> idx;
+  if (info.ok()) {
+    for (const SharedMember& m : info->members) idx.insert(m.index);
+  }
+  return idx;
+}
+
+// Waits until the coordinator lists exactly `want` (a context's kBye reaches it after close()
+// returns); the last listing. 10 s at most: a hang guard.
+std::multiset<std::uint32_t> wait_for_indices(const char* dev_ip, const Side& waiter,
+                                              const std::multiset<std::uint32_t>& want) {
+  const Instant give_up = UdpDevice::now() + Duration::s(10);
+  std::multiset<std::uint32_t> got = member_indices(dev_ip);
+  while (got != want && UdpDevice::now() < give_up) {
+    waiter.dev->wait(Duration::ms(1));
+    got = member_indices(dev_ip);
+  }
+  return got;
+}
+
 TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
   const char* const dev_ip = test::unique_ip();
-  // a, b, c join in that order (indices 1, 2, 3). b leaving moves c to index 2 in the kernel;
-  // a and c must keep talking.
+  // a, b, c join in that order (indices 1, 2, 3). b leaving frees index 2 and moves nobody: c
+  // keeps index 3 (had the kernel moved c into b's index, c's datagrams would reach the wrong
+  // socket until the next steering program); a and c must keep talking.
   Side a, b, c;
   test::make_side(a, dev_ip);
   test::make_side(b, dev_ip);
@@ -222,17 +247,32 @@ TEST(SharedDevice, AContextThatLeavesDoesNotDisturbTheOthers) {
   write_and_check(a, c, 50'000, 3);
   b.dev->close();
   b.dev.reset();
+  EXPECT_EQ(wait_for_indices(dev_ip, a, {1, 3}), (std::multiset<std::uint32_t>{1, 3}));
   write_and_check(a, c, 50'000, 4);
   write_and_check(c, a, 50'000, 5);
-  // Newcomers get indices 3 and 4 (c moved to 2), and work.
+  // The first newcomer gets b's freed socket (index 2), the next a new one (index 4); both work.
   Side d, e;
   test::make_side(d, dev_ip);
   test::make_side(e, dev_ip);
-  EXPECT_EQ(d.dev->shared_port()->group_index(), 3u);
+  EXPECT_EQ(d.dev->shared_port()->group_index(), 2u);
   EXPECT_EQ(e.dev->shared_port()->group_index(), 4u);
+  EXPECT_EQ(member_indices(dev_ip), (std::multiset<std::uint32_t>{1, 2, 3, 4}));
   test::pair_up(d, e);
   write_and_check(d, e, 10'000, 6);
   write_and_check(a, c, 10'000, 7);
+  // The last index leaving closes its socket (nobody can move); then the freed middle one, and
+  // the group shrinks to what is left.
+  e.dev->close();
+  e.dev.reset();
+  EXPECT_EQ(wait_for_indices(dev_ip, a, {1, 2, 3}), (std::multiset<std::uint32_t>{1, 2, 3}));
+  d.dev->close();
+  d.dev.reset();
+  c.dev->close();
+  c.dev.reset();
+  EXPECT_EQ(wait_for_indices(dev_ip, a, {1}), (std::multiset<std::uint32_t>{1}));
+  Side f;
+  test::make_side(f, dev_ip);
+  EXPECT_EQ(f.dev->shared_port()->group_index(), 2u);
 }
 
 TEST(SharedDevice, APortHeldByAnotherProgramGivesAClearError) {
@@ -383,7 +423,7 @@ TEST(SharedDevice, AKilledMemberNeverDisturbsTheOthers) {
     ASSERT_EQ(::read(ready[0], &one, 1), 1);
   }
   write_and_check(a, b, 100'000, 7);
-  // The first child (index 3) dies first: the second moves into its index.
+  // The first child (index 3) dies first; the second keeps index 4.
   for (pid_t pid : kids) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
