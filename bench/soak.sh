@@ -460,7 +460,7 @@ sumc() { awk -v n="$1" -v k="$2" '$1 == k { for (i = 2; i < NF; i++) if ($i == n
   echo "counters at exit (every process but the killed): sent_pkts $(sumc sent_pkts link)" \
     "rcvd_pkts $(sumc rcvd_pkts link) retransmitted_pkts $(sumc retransmitted_pkts link)" \
     "ack_timeouts $(sumc ack_timeouts link) retry_exceeded_err $(sumc retry_exceeded_err link)" \
-    "tx_loss $(sumc tx_loss faults) rx_loss $(sumc rx_loss faults)"
+    "unknown_qpn $(sumc unknown_qpn link) tx_loss $(sumc tx_loss faults) rx_loss $(sumc rx_loss faults)"
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) h[i] = $i; next } { for (i = 2; i <= NF; i++) if ($i != "") { if (!(i in f)) f[i] = $i; l[i] = $i; if ($i + 0 > mx[i]) mx[i] = $i + 0 } }
     END { for (i = 2; i <= NF; i++) if (h[i] ~ /rss|fds|contexts|qpn_blocks|qps|cm_ids/) printf "%s: first %s last %s max %s\n", h[i], f[i], l[i], mx[i] }' "$csv"
   (($(wc -l <"$csv") > 9)) ||
