@@ -1012,7 +1012,7 @@ def add_run_options(ap):
                     help="ECN marking at the bottleneck (off)")
     ap.add_argument("--ect-roce", action=argparse.BooleanOptionalAction, default=True,
                     help="with --ecn: set ECT(0) on RoCEv2 packets at the senders (on)")
-    ap.add_argument("--kmin", type=parse_bytes, default=20000, help="marking from (20000 B)")
+    ap.add_argument("--kmin", type=parse_bytes, default=5000, help="marking from (5000 B)")
     ap.add_argument("--kmax", type=parse_bytes, default=200000,
                     help="every ECT packet marked from (200000 B)")
     ap.add_argument("--pmax", type=float, default=0.01, help="marking probability at Kmax (0.01)")
