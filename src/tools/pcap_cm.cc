@@ -7,6 +7,8 @@
 #include <variant>
 #include <vector>
 
+#include "devd/cm_keys.h"
+
 namespace uroce::tools {
 
 namespace {
@@ -21,6 +23,20 @@ std::string hex(std::uint64_t v, int digits) {
 }
 
 std::string sv(std::string_view s) { return std::string(s); }
+
+// Whether `tail` (what follows a MAD) is uroce's key extension: its magic, a version whose size
+// it has, three zero bytes.
+bool is_key_extension(ConstBytes tail) {
+  const bool v1 = tail.size() == engine::kExtensionBytes;
+  const bool v2 = tail.size() == engine::kAuthExtensionBytes;
+  if (!v1 && !v2) return false;
+  for (std::size_t i = 0; i < engine::kExtensionMagic.size(); ++i) {
+    if (load_u8(tail, i) != engine::kExtensionMagic[i]) return false;
+  }
+  const std::uint8_t version = load_u8(tail, 4);
+  if (version != (v1 ? engine::kExtensionVersion : engine::kAuthExtensionVersion)) return false;
+  return load_u8(tail, 5) == 0 && load_u8(tail, 6) == 0 && load_u8(tail, 7) == 0;
+}
 
 }  // namespace
 
@@ -44,6 +60,10 @@ Result<GsiMad, GsiError> parse_gsi_packet(const wire::RocePacket& p) {
   }
   GsiMad m;
   m.bytes = p.payload;
+  if (m.bytes.size() > wire::kMadBytes && is_key_extension(m.bytes.subspan(wire::kMadBytes))) {
+    m.key_extension = m.bytes.subspan(wire::kMadBytes);
+    m.bytes = m.bytes.first(wire::kMadBytes);
+  }
   if (m.bytes.size() != wire::kMadBytes) {
     return Err{GsiError{"bad_cm_mad", sv(cm_parse_error_name(wire::CmParseError::kBadLength)) +
                                           "; got " + std::to_string(m.bytes.size())}};
@@ -54,6 +74,11 @@ Result<GsiMad, GsiError> parse_gsi_packet(const wire::RocePacket& p) {
   auto cm = wire::parse_cm_mad(m.bytes);
   if (cm.ok()) {
     m.cm = std::move(cm).value();
+    const wire::CmAttr attr = wire::cm_attr_of(m.cm->message);
+    if (!m.key_extension.empty() && attr != wire::CmAttr::kRep && attr != wire::CmAttr::kRtu) {
+      return Err{GsiError{"bad_cm_mad", "a key extension after a " + sv(wire::cm_attr_name(attr)) +
+                                            " (only a REP or RTU carries one)"}};
+    }
     return m;
   }
   std::string got;
@@ -220,6 +245,13 @@ void dump_gsi_mad(std::FILE* out, const GsiMad& m) {
                load_be32(b, wire::kMadOffAttrMod));
   dump_fields(out, m.cm->message);
   dump_private_data(out, m.cm->message);
+  if (!m.key_extension.empty()) {
+    const unsigned version = load_u8(m.key_extension, 4);
+    std::fprintf(
+        out, "  CM   key extension (uroce) version %u: X25519 public value%s\n", version,
+        version == engine::kAuthExtensionVersion ? " and transcript MAC (pre-shared key)" : "");
+    dump_hex(out, "extension", m.key_extension);
+  }
 }
 
 }  // namespace uroce::tools

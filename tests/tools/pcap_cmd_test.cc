@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "capture/pcap_file.h"
+#include "devd/cm_keys.h"
 #include "support/golden.h"
 #include "wire/builder.h"
 #include "wire/cm_mad.h"
@@ -404,6 +405,65 @@ TEST(PcapCheck, MalformedMadsToQp1AreInvalidWithTheirReason) {
             std::string::npos)
       << d;
   EXPECT_NE(d.find("(not CM: not decoded)"), std::string::npos) << d;
+  EXPECT_EQ(err.text() + derr.text(), "");
+  std::filesystem::remove(path);
+}
+
+// uroce's key extension (devd/cm_keys.h) of `version` after `mad`: magic, version, three zero
+// bytes, a public value (and for version 2 a MAC), each byte of the value/MAC `fill`.
+std::vector<std::byte> with_extension(ConstBytes mad, std::uint8_t version,
+                                      std::uint8_t fill = 0x5a) {
+  std::vector<std::byte> p(mad.begin(), mad.end());
+  const std::size_t n = version == engine::kAuthExtensionVersion ? engine::kAuthExtensionBytes
+                                                                 : engine::kExtensionBytes;
+  for (std::uint8_t c : engine::kExtensionMagic) p.push_back(std::byte{c});
+  p.push_back(std::byte{version});
+  p.resize(p.size() + 3, std::byte{0});
+  p.resize(mad.size() + n, std::byte{fill});
+  return p;
+}
+
+TEST(PcapCheck, ARepOrRtuWithUroceKeyExtensionIsValidAndAnythingElseAfterAMadIsNot) {
+  const auto rep = wire::build_cm_mad(wire::CmMad{8, wire::CmRep{}});
+  const auto rtu = wire::build_cm_mad(wire::CmMad{9, wire::CmRtu{}});
+  const auto req = wire::build_cm_mad(wire::CmMad{7, rdma_cm_req()});
+  auto bad_magic = with_extension(rep, engine::kExtensionVersion);
+  bad_magic[wire::kMadBytes] = std::byte{'x'};
+  auto v2_short = with_extension(rtu, engine::kAuthExtensionVersion);
+  v2_short.resize(wire::kMadBytes + engine::kExtensionBytes);  // version 2 needs its MAC
+  const std::vector<std::vector<std::byte>> frames = {
+      gsi_frame(with_extension(rep, engine::kExtensionVersion)),      // 1: valid
+      gsi_frame(with_extension(rtu, engine::kAuthExtensionVersion)),  // 2: valid
+      gsi_frame(with_extension(req, engine::kExtensionVersion)),      // 3: not after a REQ
+      gsi_frame(bad_magic),                                           // 4
+      gsi_frame(v2_short),                                            // 5
+  };
+  const std::string path = temp_path("key_extension.pcap");
+  write_pcap(path, frames);
+  Output out, err;
+  EXPECT_EQ(pcap_check({path}, out.file(), err.file()), kExitInvalidPackets);
+  const std::string text = out.text();
+  const std::string got = std::to_string(wire::kMadBytes + engine::kExtensionBytes);
+  const std::string want[] = {
+      "frame 3: invalid: bad_cm_mad (a key extension after a REQ (only a REP or RTU carries one))",
+      "frame 4: invalid: bad_cm_mad (MAD is not 256 bytes; got " + got + ")",
+      "frame 5: invalid: bad_cm_mad (MAD is not 256 bytes; got " + got + ")",
+      "5 frames, 2 valid RoCEv2, 3 invalid, 0 other traffic",
+  };
+  for (const std::string& w : want) EXPECT_NE(text.find(w), std::string::npos) << w << "\n" << text;
+  EXPECT_EQ(text.find("frame 1:"), std::string::npos) << text;
+  EXPECT_EQ(text.find("frame 2:"), std::string::npos) << text;
+
+  Output dump, derr;
+  EXPECT_EQ(pcap_dump(path, dump.file(), derr.file()), kExitInvalidPackets);
+  const std::string d = dump.text();
+  EXPECT_NE(d.find("  CM   key extension (uroce) version 1: X25519 public value\n"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("  CM   key extension (uroce) version 2: X25519 public value and transcript "
+                   "MAC (pre-shared key)\n"),
+            std::string::npos)
+      << d;
   EXPECT_EQ(err.text() + derr.text(), "");
   std::filesystem::remove(path);
 }
