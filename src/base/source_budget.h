@@ -40,6 +40,11 @@ class SourceBudget {
     const Slot* s = find(src);
     return s == nullptr || spent_after(*s, now) <= tolerance_;
   }
+  // Whether `src`'s budget is whole now: nothing it was charged is still to be earned back.
+  bool whole(const SourceKey& src, Instant now) const {
+    const Slot* s = find(src);
+    return s == nullptr || s->tat <= now;
+  }
   // Spends one unit of `src`'s budget (call when its packet turned out bad, or cost the work).
   void charge(const SourceKey& src, Instant now) {
     Slot* s = find(src);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
 #include "base/bytes.h"
@@ -32,7 +33,10 @@ struct RxMeta {
   // With set_deferred_icrc(true): a packet whose ICRC is not checked yet (icrc_verified false),
   // for the handler to check, in the same pass as it places the payload, before anything else
   // reads the packet (engine::Engine::handle_rx does). Null otherwise. Valid during the handler
-  // call only, which must finish() it.
+  // call only, which must finish() it. With a sealing handler (UdpDatapath::set_accept_sealed)
+  // also a sealed RC or UC packet, whose AEAD tag covers every byte its ICRC does but the outer
+  // headers': the handler (seal::SealedDatapath) skip()s the check once the tag verified and
+  // finish()es it only to tell a corrupted packet from a forged one (docs/SECURITY.md).
   wire::PendingIcrc* pending = nullptr;
   ConstBytes ip_header;  // reconstructed (20 or 40 bytes), for a UD receive's GRH area;
                          // valid during the handler call only (set_ip_header_for_ud_only)
@@ -40,6 +44,14 @@ struct RxMeta {
   // verified, a plain one under aead=authenticate or encrypt: anyone may have sent it, so source
   // pinning must not learn the peer's port from it (transport::PacketInfo::may_teach_port).
   bool may_teach_port = true;
+};
+
+// Writes the body of a packet in place, for Datapath::send_built().
+class BodyWriter {
+ public:
+  virtual ~BodyWriter() = default;
+  // Fills all of `body`; false when it cannot (the packet is then not sent).
+  virtual bool write(MutBytes body) = 0;
 };
 
 // A network interface as the engine sees it: packets go out through send() and flush(), and
@@ -68,6 +80,19 @@ class Datapath {
   // room now (the caller retries later).
   virtual bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
                     std::span<const ConstBytes> payload) = 0;
+  // send() of a packet whose body (everything between the transport headers and the ICRC: the
+  // payload, its pad, a sealed packet's trailer; `body_bytes`, a multiple of 4) `writer` writes
+  // straight into the datapath's own buffer for the packet: a sealing datapath encrypts into the
+  // UDP datapath's staging ring in one pass instead of into a buffer of its own that send()
+  // copies again (issue 44). The datapath computes the ICRC over the bytes written. Returns as
+  // send() does; when `writer` fails, nothing is sent and the result is true (the caller counts
+  // it). nullopt, without calling `writer`, from a datapath that has no such buffer (the
+  // default): the caller then builds the packet itself and calls send().
+  virtual std::optional<bool> send_built(Instant /*now*/, const wire::OuterHeaders& /*o*/,
+                                         ConstBytes /*transport_headers*/,
+                                         std::size_t /*body_bytes*/, BodyWriter& /*writer*/) {
+    return std::nullopt;
+  }
   // Puts queued packets on the wire. Afterwards no queued packet refers to the caller's memory
   // any more: what the network cannot take now (backpressure) the datapath has copied and
   // sends on a later send() or flush(). The engine calls it at the end of every flush_tx.

@@ -606,6 +606,46 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
   return true;
 }
 
+std::optional<bool> UdpDatapath::send_built(Instant /*now*/, const wire::OuterHeaders& o,
+                                            ConstBytes transport_headers, std::size_t body_bytes,
+                                            BodyWriter& writer) {
+  // With faults a packet is built whole for the stage: the caller builds it and calls send().
+  if (tx_faults_ != nullptr) return std::nullopt;
+  if (queued_ == tx_batch_) {
+    drain();
+    if (queued_ == tx_batch_) return false;  // the socket is full: the caller retries later
+  }
+  UROCE_CHECK(transport_headers.size() <= kMaxHeaderBytes);
+  UROCE_CHECK(body_bytes % 4 == 0);
+  if (body_bytes > kStagePayload + wire::kSealTrailerBytes) {
+    ++counters_.tx_errors;  // more than any path MTU carries: lost, as send() loses it
+    return true;
+  }
+  TxSlot& t = slots_[(head_ + queued_) % tx_batch_];
+  const std::size_t hdr = transport_headers.size();
+  t.roce_bytes = static_cast<std::uint32_t>(hdr + body_bytes + wire::kIcrcBytes);
+  t.dst = o.dst;
+  t.dst_port = o.dst_port;
+  t.tos = o.traffic_class;
+  t.ttl = o.ttl;
+  t.raw = false;
+  const std::size_t ring_was = stage_w_;
+  std::byte* const at = stage(t.roce_bytes, t.stage_off);
+  UROCE_CHECK(at != nullptr);  // the ring holds a full queue of the largest packets
+  const MutBytes out(at, t.roce_bytes - wire::kIcrcBytes);
+  std::copy(transport_headers.begin(), transport_headers.end(), out.begin());
+  // The writer reads its source once (a READ response's too) and writes the body here: the
+  // ICRC covers exactly what leaves. It is computed over the bytes as written, still in cache.
+  if (!writer.write(out.subspan(hdr))) {
+    stage_w_ = ring_was;  // nothing queued
+    return true;
+  }
+  t.icrc0 = wire::icrc_continue(outer_icrc(true, o.dst, o.dst_port, t.roce_bytes), out);
+  ++queued_;
+  if (queued_ == tx_batch_) drain();
+  return true;
+}
+
 Instant UdpDatapath::fault_clock(Instant now) {
   // Two threads may each read the clock before one of them takes the device's lock: the later
   // call can bring the earlier time. The stages see time that never goes back.
@@ -1038,9 +1078,15 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   // does not is recognised the same way (both tries together: a 15-bit check).
   const std::uint32_t outer_state = outer_icrc(false, meta.src, meta.src_port, roce.size());
   std::optional<Result<wire::RocePacket, wire::DropReason>> early;
-  if (defer_icrc_ && !tap_) {
+  if ((defer_icrc_ || accept_sealed_) && !tap_) {
     early = wire::parse_roce(roce, accept_sealed_);
-    if (early->ok() && wire::icrc_deferrable(*early->value().op)) {
+    // A sealed RC or UC packet's tag covers every byte its ICRC does but the outer headers'
+    // (which the IP and UDP checksums cover): the sealing handler checks the ICRC only when the
+    // tag fails (docs/SECURITY.md). A UD one is checked here: its receive shows the IP header
+    // with the identification that the ICRC recovers.
+    const bool sealed = early->ok() && early->value().sealed() &&
+                        early->value().op->transport != wire::Transport::kUd;
+    if (sealed || (defer_icrc_ && early->ok() && wire::icrc_deferrable(*early->value().op))) {
       deferred_check_.dp = this;
       deferred_check_.likely_id = meta.gro_index;
       wire::PendingIcrc pending(outer_state, roce, early->value().payload, &deferred_check_);
@@ -1053,8 +1099,12 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
         meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
       }
       handler(early->value(), meta);
-      // The handler decided what the packet is (and counted a failed check as bad_icrc).
+      // The handler decided what the packet is. The engine counts a failed check as bad_icrc;
+      // the sealing datapath leaves that to the datapath.
       UROCE_CHECK(pending.finished());
+      if (sealed && !pending.skipped() && !pending.verified()) {
+        ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
+      }
       return;
     }
   }

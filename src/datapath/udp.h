@@ -28,7 +28,9 @@
 // reports. The ICRC is verified for every packet, before its headers are parsed; a packet whose
 // ICRC is wrong is dropped and counted (bad_icrc), whichever of its bits are wrong. Except with
 // set_deferred_icrc (the engine's mode, issue 14): a message continuation that parses reaches the
-// handler unverified, which checks it in the pass that places its payload. The one header
+// handler unverified, which checks it in the pass that places its payload; and with
+// set_accept_sealed, a sealed RC or UC packet, whose AEAD tag makes the check unneeded unless the
+// tag fails (seal/sealed_datapath.h). The one header
 // field a UDP socket does not show is the IPv4 identification: a packet whose ICRC does not match
 // with identification 0 (uroce's GSO segments, rxe's packets) has its identification recovered from
 // the ICRC itself, which still rejects a corrupted packet with probability 1 - 2^-16 (counted as
@@ -200,6 +202,11 @@ class UdpDatapath final : public Datapath {
   // when the queue is full and the socket has no room.
   bool send(Instant now, const wire::OuterHeaders& o, ConstBytes transport_headers,
             std::span<const ConstBytes> payload) override;
+  // The body written straight into the staging ring, the ICRC computed over it as written.
+  // nullopt (the caller builds the packet and calls send()) while faults are set.
+  std::optional<bool> send_built(Instant now, const wire::OuterHeaders& o,
+                                 ConstBytes transport_headers, std::size_t body_bytes,
+                                 BodyWriter& writer) override;
   void flush(Instant now) override;
   bool tx_queued() const override { return queued_ != 0; }
   std::size_t queued() const { return queued_; }
@@ -222,7 +229,10 @@ class UdpDatapath final : public Datapath {
   // Off by default: every verified packet shows it.
   void set_ip_header_for_ud_only(bool on) { ip_header_ud_only_ = on; }
   // Sealed packets (wire/packet.h) reach the handler, which must open them
-  // (seal::SealedDatapath); off by default: they are dropped as bad_tver.
+  // (seal::SealedDatapath); off by default: they are dropped as bad_tver. Unless a tap is set,
+  // a sealed RC or UC packet that parses reaches it with its ICRC unchecked (RxMeta::pending):
+  // its tag covers the same bytes, and the handler checks the ICRC only when the tag fails
+  // (a failed check is counted here, as bad_icrc).
   void set_accept_sealed(bool on) { accept_sealed_ = on; }
 
   // Faults from `spec` from now on (an empty spec: none); `start` is the origin of its

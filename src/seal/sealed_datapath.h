@@ -35,8 +35,20 @@
 // (Settings::key), for programs that exchange QP numbers out of band; without one it sends
 // plain packets, and a sealed packet for it cannot verify (aead_auth_drops).
 //
-// Receive requires the inner datapath not to defer ICRC checks to the handler (RxMeta::pending:
-// the device turns deferral off when it seals) and to accept sealed packets
+// Passes over a payload (docs/SECURITY.md, "What sealing costs"). Send: AES-GCM reads the
+// payload where the transport gathered it and writes the ciphertext straight into the inner
+// datapath's buffer for the packet (Datapath::send_built; the UDP datapath's staging ring, where
+// its ICRC is computed over the bytes as written), else into a slot of its own that send()
+// copies. Receive: the ICRC of a sealed packet is not checked where the tag verifies (the tag
+// covers every byte the ICRC does but the outer headers', which the IP and UDP checksums cover);
+// only a packet whose tag fails, or one from a source that failed lately, has it checked
+// (RxMeta::pending), so that corruption on the way is told from forgery and is not charged as
+// one. GCM decrypts into a buffer of this datapath's (4 KiB, always in cache), and the engine
+// copies the plaintext to where it goes once the tag verified: never into registered memory
+// before (an application may watch its memory, and a forged packet's bytes must never reach it).
+//
+// Receive requires the inner datapath not to defer ICRC checks of plain packets to the handler
+// (the device turns deferral off when it seals) and to accept sealed packets
 // (UdpDatapath::set_accept_sealed).
 #pragma once
 
@@ -62,6 +74,7 @@ struct SealCounters {
   std::uint64_t tx_sealed = 0;         // aead_tx_pkts
   std::uint64_t tx_errors = 0;         // aead_tx_errors: not sealed (library failure, too long)
   std::uint64_t rx_opened = 0;         // aead_rx_pkts: verified (and decrypted)
+  std::uint64_t rx_tag_checks = 0;     // tags checked, verified or not (not in `uroce stats`)
   std::uint64_t rx_auth_fail = 0;      // aead_auth_drops: tag wrong (forged, tampered, wrong key)
   std::uint64_t rx_replay = 0;         // aead_replay_drops
   std::uint64_t rx_plain_dropped = 0;  // aead_plain_drops: plain packets refused (require)
@@ -74,7 +87,7 @@ struct SealCounters {
 class SealedDatapath final : public datapath::Datapath {
  public:
   static constexpr std::size_t kSenders = 64;  // replay windows (sender salts) remembered
-  static constexpr std::size_t kSlots = 64;    // packets sealed before the inner one is flushed
+  static constexpr std::size_t kSlots = 64;    // bodies in slots before the inner one is flushed
   static constexpr std::size_t kMaxHeaderBytes = 64;
   // Per source: sealed packets that may fail (tag, pad or replay) at once, and per second after.
   static constexpr std::uint32_t kFailBurst = 64;
@@ -124,12 +137,24 @@ class SealedDatapath final : public datapath::Datapath {
   SealedDatapath(datapath::Datapath& inner, Mode mode, std::optional<Aead> psk, std::uint32_t salt,
                  std::uint64_t first_counter);
   void on_rx(const wire::RocePacket& pkt, const datapath::RxMeta& meta);
+  void deliver_plain(const wire::RocePacket& pkt, const datapath::RxMeta& meta);
+  // The replay window, the tag, and the handler for a packet that verified. `icrc`: its ICRC
+  // check when still to be made (RxMeta::pending), finished or skipped here where needed.
+  void open_sealed(const wire::RocePacket& pkt, const datapath::RxMeta& meta,
+                   wire::PendingIcrc* icrc);
+  // The key a packet for local QP `qpn` is opened with: its connection's, else the pre-shared
+  // one, else none.
+  Aead* rx_key(std::uint32_t qpn);
   // The key a packet to `o.dst`'s QP `dest_qpn` is sealed with: the connection's, else the
   // pre-shared one, else none (plain).
   Aead* tx_key(const wire::OuterHeaders& o, std::uint32_t dest_qpn);
   bool seal_and_send(Instant now, Aead& aead, const wire::OuterHeaders& o,
                      ConstBytes transport_headers, std::span<const ConstBytes> payload,
                      std::size_t n);
+  // For an inner datapath without send_built(): the body written into a slot of ours, which
+  // send() may read up to the inner datapath's next flush.
+  bool send_from_slot(Instant now, const wire::OuterHeaders& o, ConstBytes headers,
+                      std::size_t body_bytes, datapath::BodyWriter& writer);
   Sender* find_sender(std::uint32_t salt);
   Sender& add_sender(std::uint32_t salt);
 
@@ -140,7 +165,7 @@ class SealedDatapath final : public datapath::Datapath {
   std::map<RemoteKey, ConnKey*> by_remote_;  // by the peer's QPN and address
   std::uint32_t salt_;
   std::uint64_t counter_;
-  std::vector<std::byte> slots_;  // kSlots sealed packets (headers, payload, pad, trailer)
+  std::vector<std::byte> slots_;  // kSlots bodies (payload, pad, trailer): send_from_slot
   std::size_t used_slots_ = 0;    // since the inner datapath's last flush
   std::vector<std::byte> plain_;  // a received packet's decrypted payload
   std::vector<Sender> senders_;

@@ -202,6 +202,12 @@ bool PendingIcrc::finish() {
   return verified_;
 }
 
+void PendingIcrc::skip() {
+  UROCE_CHECK(!finished_);
+  finished_ = true;
+  skipped_ = true;
+}
+
 namespace {
 
 // Polynomial arithmetic modulo the CRC-32 polynomial in the reflected representation that the

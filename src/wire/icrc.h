@@ -114,8 +114,14 @@ class PendingIcrc {
   // Folds in the rest of the payload and the pad and checks the ICRC; the verdict is kept.
   // Once only.
   bool finish();
+  // Ends the check without computing it (finished() true, verified() false, skipped() true):
+  // the handler vouches for the packet's bytes another way, or dropped it for another reason.
+  // A sealed packet whose AEAD tag verified needs no ICRC (seal::SealedDatapath). Only before
+  // finish().
+  void skip();
   bool finished() const { return finished_; }
   bool verified() const { return verified_; }
+  bool skipped() const { return skipped_; }
 
  private:
   IcrcAccumulator acc_;
@@ -127,6 +133,7 @@ class PendingIcrc {
   IcrcCheck* check_;
   bool finished_ = false;
   bool verified_ = false;
+  bool skipped_ = false;
 };
 
 // The packets whose ICRC a receiver may check in the same pass as it places their payload: the

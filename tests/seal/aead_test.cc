@@ -222,6 +222,7 @@ class SealedPair : public ::testing::Test {
     });
     return got;
   }
+  void tampered_and_replayed(Mode m, bool pending);
   KeepingDatapath tx_inner_, rx_inner_;
   std::unique_ptr<SealedDatapath> tx_, rx_;
   Instant clock_ = Instant::from_ns(0);
@@ -280,37 +281,48 @@ TEST_F(SealedPair, AuthenticatedPacketsCarryTheirPayloadInClear) {
 // Every byte of a sealed packet but the ICRC (which the UDP datapath checks: an attacker
 // recomputes it), flipped: the packet fails to parse or is dropped as unauthentic, never
 // delivered. Then the untouched packet is delivered once, and its replay is dropped.
+// Again with the ICRC unchecked (as the UDP datapath hands sealed packets on) and made right
+// after each change (as an attacker makes it): the same drops, each counted as a forgery.
 TEST_F(SealedPair, EveryTamperedByteIsDroppedAndReplaysToo) {
-  for (Mode m : {Mode::kAuthenticate, Mode::kEncrypt}) {
-    SCOPED_TRACE(std::string(mode_name(m)));
-    tx_inner_.sent.clear();
-    make(m, Mode::kRequire);
-    send(17, 0x100, pattern(77));
-    const std::vector<std::byte> good = tx_inner_.sent.at(0);
-    std::size_t auth_drops = 0;
-    for (std::size_t i = 0; i + wire::kIcrcBytes < good.size(); ++i) {
-      for (std::uint8_t flip : {0x01, 0x80}) {
-        auto bad = good;
-        bad[i] ^= std::byte{flip};
-        const std::size_t parse_before = rx_inner_.parse_drops;
-        EXPECT_TRUE(deliver(bad).empty()) << "byte " << i;
-        if (rx_inner_.parse_drops == parse_before) ++auth_drops;
-      }
+  for (const bool pending : {false, true}) {
+    for (Mode m : {Mode::kAuthenticate, Mode::kEncrypt}) {
+      SCOPED_TRACE(std::string(mode_name(m)) + (pending ? ", ICRC unchecked" : ""));
+      tampered_and_replayed(m, pending);
     }
-    // Every flip that still parsed was caught by its tag (a flip of the counter is not a
-    // replay either: no counter was recorded yet), or made it a plain packet (TVer 1 -> 0),
-    // which `require` refuses.
-    EXPECT_GT(auth_drops, good.size());
-    EXPECT_EQ(rx_->counters().rx_auth_fail + rx_->counters().rx_plain_dropped, auth_drops);
-    EXPECT_LE(rx_->counters().rx_plain_dropped, 1u);
-    EXPECT_EQ(rx_->counters().rx_replay, 0u);
-    EXPECT_EQ(rx_->counters().rx_opened, 0u);
-    EXPECT_EQ(deliver(good).size(), 1u);
-    EXPECT_TRUE(deliver(good).empty());
-    EXPECT_TRUE(deliver(good).empty());
-    EXPECT_EQ(rx_->counters().rx_replay, 2u);
-    EXPECT_EQ(rx_->counters().rx_opened, 1u);
   }
+}
+
+void SealedPair::tampered_and_replayed(Mode m, bool pending) {
+  tx_inner_.sent.clear();
+  rx_inner_.pending_icrc = pending;
+  make(m, Mode::kRequire);
+  send(17, 0x100, pattern(77));
+  std::vector<std::byte> good = tx_inner_.sent.at(0);
+  if (pending) KeepingDatapath::set_icrc(good);
+  std::size_t auth_drops = 0;
+  for (std::size_t i = 0; i + wire::kIcrcBytes < good.size(); ++i) {
+    for (std::uint8_t flip : {0x01, 0x80}) {
+      auto bad = good;
+      bad[i] ^= std::byte{flip};
+      if (pending) KeepingDatapath::set_icrc(bad);
+      const std::size_t parse_before = rx_inner_.parse_drops;
+      EXPECT_TRUE(deliver(bad).empty()) << "byte " << i;
+      if (rx_inner_.parse_drops == parse_before) ++auth_drops;
+    }
+  }
+  // Every flip that still parsed was caught by its tag (a flip of the counter is not a
+  // replay either: no counter was recorded yet), or made it a plain packet (TVer 1 -> 0),
+  // which `require` refuses.
+  EXPECT_GT(auth_drops, good.size());
+  EXPECT_EQ(rx_->counters().rx_auth_fail + rx_->counters().rx_plain_dropped, auth_drops);
+  EXPECT_LE(rx_->counters().rx_plain_dropped, 1u);
+  EXPECT_EQ(rx_->counters().rx_replay, 0u);
+  EXPECT_EQ(rx_->counters().rx_opened, 0u);
+  EXPECT_EQ(deliver(good).size(), 1u);
+  EXPECT_TRUE(deliver(good).empty());
+  EXPECT_TRUE(deliver(good).empty());
+  EXPECT_EQ(rx_->counters().rx_replay, 2u);
+  EXPECT_EQ(rx_->counters().rx_opened, 1u);
 }
 
 TEST_F(SealedPair, OutOfOrderPacketsAreTakenOnceEach) {
@@ -356,11 +368,103 @@ TEST_F(SealedPair, PlainPacketsByPolicy) {
   EXPECT_EQ(tx_->counters().tx_sealed, 0u);
 }
 
+// An inner datapath without send_built(): the bodies are sealed into the sealing datapath's own
+// slots, which send() may read up to the next flush, so it flushes the inner one when they run
+// out. The packets open as the others do.
 TEST_F(SealedPair, ManyPacketsBeforeAFlushFlushTheInnerDatapath) {
+  tx_inner_.in_place = false;
   make(Mode::kEncrypt, Mode::kEncrypt);
   for (std::size_t i = 0; i < 2 * SealedDatapath::kSlots + 1; ++i) send(17, i, pattern(100));
   EXPECT_EQ(tx_inner_.flushes, 2u);
+  EXPECT_EQ(tx_inner_.built, 0u);
   EXPECT_EQ(tx_->counters().tx_sealed, 2 * SealedDatapath::kSlots + 1);
+  const auto got = deliver(tx_inner_.sent.back());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, pattern(100));
+}
+
+// Where the inner datapath offers it (send_built, as the UDP datapath's staging ring), the body
+// is sealed straight into the inner datapath's buffer for the packet: no slot, no flush of the
+// sealing datapath's own, and each packet opens.
+TEST_F(SealedPair, PacketsAreSealedWhereTheInnerDatapathSendsThemFrom) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  constexpr std::size_t kPackets = 2 * SealedDatapath::kSlots + 1;
+  for (std::size_t i = 0; i < kPackets; ++i) send(17, static_cast<std::uint32_t>(i), pattern(100));
+  EXPECT_EQ(tx_inner_.built, kPackets);
+  EXPECT_EQ(tx_inner_.flushes, 0u);
+  EXPECT_EQ(tx_->counters().tx_sealed, kPackets);
+  for (const auto& s : tx_inner_.sent) {
+    const auto got = deliver(s);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].payload, pattern(100));
+  }
+}
+
+// A sealed packet that comes with its ICRC unchecked (from the UDP datapath): the tag that
+// verifies vouches for every byte the ICRC covers but the outer headers', so the ICRC is never
+// computed, not even where it is wrong (only it or the outer headers could differ then).
+TEST_F(SealedPair, AVerifiedTagMakesTheIcrcUnneeded) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  rx_inner_.pending_icrc = true;
+  send(17, 0x100, pattern(300));
+  const std::vector<std::byte> good = tx_inner_.sent.at(0);  // its ICRC left zero: wrong
+  ASSERT_NE(KeepingDatapath::icrc(good), 0u);
+  const auto got = deliver(good);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, pattern(300));
+  ASSERT_TRUE(rx_inner_.last_icrc.has_value());
+  EXPECT_TRUE(rx_inner_.last_icrc->skipped);
+  EXPECT_EQ(rx_->counters().rx_tag_checks, 1u);
+  EXPECT_EQ(rx_->counters().rx_opened, 1u);
+}
+
+// A packet corrupted on the way (its ICRC wrong) fails its tag; its ICRC is checked then, and it
+// is dropped as corrupted (bad_icrc: the UDP datapath counts it), not counted as a forgery. Its
+// source has its ICRC checked first until that charge is earned back: further corrupted packets
+// (or forgeries whose ICRC the forger spoilt) cost no tag check, and however many come they
+// never run the source out of budget. Genuine packets still open; a forgery with its ICRC made
+// right is counted as one; once the charges are earned back the ICRC is skipped again.
+TEST_F(SealedPair, ACorruptedPacketIsToldFromAForgeryAndLocksNoSourceOut) {
+  make(Mode::kEncrypt, Mode::kEncrypt);
+  rx_inner_.pending_icrc = true;
+  tick_ = Duration::ns(0);  // all at one instant
+  clock_ = Instant::from_ns(1'000'000'000);
+  for (std::uint32_t i = 0; i < 3; ++i) send(17, 0x100 + i, pattern(200));
+  const auto sent = tx_inner_.sent;
+  const auto corrupted = [](std::vector<std::byte> p) {
+    KeepingDatapath::set_icrc(p);
+    p[40] ^= std::byte{0x10};  // a payload byte, after the ICRC was made
+    return p;
+  };
+  EXPECT_TRUE(deliver(corrupted(sent[0])).empty());
+  ASSERT_TRUE(rx_inner_.last_icrc.has_value());
+  EXPECT_FALSE(rx_inner_.last_icrc->skipped);
+  EXPECT_FALSE(rx_inner_.last_icrc->verified);
+  EXPECT_EQ(rx_->counters().rx_tag_checks, 1u);
+  EXPECT_EQ(rx_->counters().rx_auth_fail, 0u);
+  constexpr std::size_t kMore = 5 * SealedDatapath::kFailBurst;
+  for (std::size_t i = 0; i < kMore; ++i) EXPECT_TRUE(deliver(corrupted(sent[1])).empty());
+  EXPECT_EQ(rx_->counters().rx_tag_checks, 1u);
+  EXPECT_EQ(rx_->counters().rx_src_limited, 0u);
+  EXPECT_EQ(rx_->counters().rx_auth_fail, 0u);
+  // Genuine: its ICRC checked first, and right.
+  auto genuine = sent[1];
+  KeepingDatapath::set_icrc(genuine);
+  ASSERT_EQ(deliver(genuine).size(), 1u);
+  EXPECT_FALSE(rx_inner_.last_icrc->skipped);
+  EXPECT_TRUE(rx_inner_.last_icrc->verified);
+  // A forgery: ICRC right, tag wrong.
+  auto forged = sent[2];
+  forged[40] ^= std::byte{0x10};
+  KeepingDatapath::set_icrc(forged);
+  EXPECT_TRUE(deliver(forged).empty());
+  EXPECT_EQ(rx_->counters().rx_auth_fail, 1u);
+  EXPECT_EQ(rx_->counters().rx_tag_checks, 3u);
+  // A second later every charge is earned back: the ICRC is skipped again (here it is wrong).
+  clock_ = clock_ + Duration::s(1);
+  ASSERT_EQ(deliver(sent[2]).size(), 1u);
+  EXPECT_TRUE(rx_inner_.last_icrc->skipped);
+  EXPECT_EQ(rx_->counters().rx_opened, 2u);
 }
 
 TEST(SealedDatapath, OffIsNotASealingMode) {
