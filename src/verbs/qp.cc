@@ -267,7 +267,7 @@ Errc destroy_qp_object(vd::DeviceState& s, vd::QpObj* q) {
   }
   // Unlink from the engine's views first.
   s.destroyed_qps += q->qp->counters();
-  s.qp_by_qpn.erase(q->qpn);
+  s.forget_qpn(q->qpn);
   const std::size_t pos = q->live_pos;
   UROCE_ASSERT(s.live_qps[pos] == q->qp.get());
   s.live_qps[pos] = s.live_qps.back();
