@@ -194,6 +194,16 @@ struct OneQp final : QpDirectory {
   }
 };
 
+// A signaled SEND of the bytes `sge` names (it must outlive the post).
+transport::SendRequest signaled_send(const Sge& sge) {
+  transport::SendRequest wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::kSend;
+  wr.send_flags = kSendSignaled;
+  wr.sges = std::span(&sge, 1);
+  return wr;
+}
+
 // A UC SEND completes when it is sent; one the datapath could not take yet waits in the
 // engine. The application may reuse the buffer once it has the completion: the packet must
 // still carry the bytes of the SEND.
@@ -207,12 +217,7 @@ TEST(Engine, PacketWaitingForTheDatapathKeepsItsBytes) {
   dp.refuse = 1;
   Engine e(qps, dp, wire::IpAddress{});
   const Sge sge = test::sge(solo.e, 0, 256);
-  transport::SendRequest wr;
-  wr.wr_id = 1;
-  wr.opcode = WrOpcode::kSend;
-  wr.send_flags = kSendSignaled;
-  wr.sges = std::span(&sge, 1);
-  ASSERT_EQ(solo.e.qp->post_send(wr), Errc::kOk);
+  ASSERT_EQ(solo.e.qp->post_send(signaled_send(sge)), Errc::kOk);
   e.doorbell(solo.e.qp->qpn());
   EXPECT_EQ(e.flush_tx(solo.now), 0u);  // refused: the packet waits in the engine
   EXPECT_TRUE(e.has_tx_work());
@@ -234,12 +239,7 @@ TEST(EngineRound, AQpsTimerThatFiredFiresAgainOnceArmedAgain) {
   Engine e(qps, dp, wire::IpAddress{});
   const std::uint32_t qpn = solo.e.qp->qpn();
   const Sge sge = test::sge(solo.e, 0, 64);
-  transport::SendRequest wr;
-  wr.wr_id = 1;
-  wr.opcode = WrOpcode::kSend;
-  wr.send_flags = kSendSignaled;
-  wr.sges = std::span(&sge, 1);
-  ASSERT_EQ(solo.e.qp->post_send(wr), Errc::kOk);
+  ASSERT_EQ(solo.e.qp->post_send(signaled_send(sge)), Errc::kOk);
   e.doorbell(qpn);
   ASSERT_EQ(e.flush_tx(solo.now), 1u);
   Instant at = e.armed_at(qpn);  // the ACK timeout: no peer answers
