@@ -980,9 +980,7 @@ void UdpDevice::open_stats_endpoint() {
   ::close(fd);
 }
 
-void UdpDevice::maybe_serve_stats(Instant t, bool force) {
-  if (stats_fd_ < 0) return;
-  if (!force && t.ns() < next_stats_check_ns_.load(std::memory_order_relaxed)) return;
+void UdpDevice::serve_stats(Instant t, bool force) {
   std::unique_lock sl(stats_mu_, std::try_to_lock);
   if (!sl.owns_lock()) return;  // the other progress caller is serving
   if (!force && t.ns() < next_stats_check_ns_.load(std::memory_order_relaxed)) return;

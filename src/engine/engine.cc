@@ -84,9 +84,16 @@ void Engine::handle_datapath_rx(Instant now, const wire::RocePacket& pkt,
 void Engine::arm(std::uint32_t qpn, const transport::Qp& qp) {
   const Instant t = qp.poll_timeout();
   if (t.is_never()) return;
-  auto it = armed_.find(qpn);
-  if (it != armed_.end() && it->second <= t) return;  // an earlier entry will re-arm
-  armed_[qpn] = t;
+  if (armed_entry_ == nullptr || armed_entry_->first != qpn) {
+    auto it = armed_.find(qpn);
+    armed_entry_ = it == armed_.end() ? nullptr : &*it;
+  }
+  if (armed_entry_ != nullptr && armed_entry_->second <= t) return;  // an earlier entry re-arms
+  if (armed_entry_ != nullptr) {
+    armed_entry_->second = t;
+  } else {
+    armed_entry_ = &*armed_.emplace(qpn, t).first;
+  }
   timers_.push(Timer{t, qpn});
 }
 
@@ -94,7 +101,7 @@ void Engine::activate(std::uint32_t qpn) {
   // A doorbell, a packet or a timer may have given a QP whose ACK the last flush held something
   // else to send: has_unheld_tx_work() must not say no until the next flush has looked.
   held_ = 0;
-  bool& flag = is_active_[qpn];
+  bool& flag = active_flag(qpn);
   if (flag) return;
   flag = true;
   active_.push_back(qpn);
@@ -167,6 +174,7 @@ std::optional<transport::ClosedQp> Engine::qp_destroying(Instant now, std::uint3
 
 void Engine::handle_timers(Instant now) {
   SerialUse::Scope serial(serial_);
+  if (timers_.empty() || timers_.top().at > now) return;  // most rounds (issue 40)
   // Take the due entries first: a QP re-armed while they are handled waits for the next call,
   // so a QP that keeps reporting a past deadline cannot hold this loop.
   due_.clear();
@@ -175,6 +183,7 @@ void Engine::handle_timers(Instant now) {
     timers_.pop();
     auto it = armed_.find(t.qpn);
     if (it == armed_.end() || it->second != t.at) continue;  // superseded
+    armed_entry_ = nullptr;
     armed_.erase(it);
     due_.push_back(t.qpn);
   }
@@ -304,7 +313,7 @@ std::size_t Engine::poll_and_transmit(Instant now, std::size_t budget, AckMode a
       held_list_.push_back(qpn);  // still marked active; flush_tx puts it back
     } else if (!more) {
       // Idle (or gone): leave the active list until a doorbell, a packet or a timer.
-      is_active_[qpn] = false;
+      active_flag(qpn) = false;
     }
     if (deferred || !more) {
       active_[next_active_] = active_.back();

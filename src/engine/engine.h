@@ -92,6 +92,8 @@ struct AppRound {
 class Engine {
  public:
   Engine(QpDirectory& qps, datapath::Datapath& dp, const wire::IpAddress& local);
+  Engine(const Engine&) = delete;  // rx_handler_ and active_flag_ point into it
+  Engine& operator=(const Engine&) = delete;
 
   enum class RoundKind : std::uint8_t {
     kReceive,   // transmit, receive a burst, timers, transmit again (progress(), the thread)
@@ -194,6 +196,16 @@ class Engine {
   }
   void arm(std::uint32_t qpn, const transport::Qp& qp);
   void activate(std::uint32_t qpn);
+  // is_active_'s flag of `qpn`, the last one's kept at hand: a ping-pong's packets, doorbells
+  // and turns all name one QP (issue 40). Entries are never erased, and an unordered_map's
+  // elements stay where they are when it grows, so the pointer stays valid.
+  bool& active_flag(std::uint32_t qpn) {
+    if (active_flag_ == nullptr || active_flag_qpn_ != qpn) {
+      active_flag_ = &is_active_[qpn];
+      active_flag_qpn_ = qpn;
+    }
+    return *active_flag_;
+  }
   bool transmit(Instant now, const transport::TxPacket& tx);
   std::size_t poll_and_transmit(Instant now, std::size_t budget, AckMode acks);
   void keep_pending(std::uint32_t qpn, transport::Qp& qp, const transport::TxPacket& tx);
@@ -214,9 +226,14 @@ class Engine {
   std::array<MutBytes, transport::kMaxSge> placement_;  // check_pending's scratch
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   std::unordered_map<std::uint32_t, Instant> armed_;  // earliest deadline in timers_ per QP
-  std::vector<std::uint32_t> active_;                 // round-robin order
-  std::vector<std::uint32_t> due_;                    // scratch for handle_timers
+  // arm()'s last entry, kept at hand as active_flag()'s; handle_timers() forgets it when it
+  // erases an entry.
+  std::pair<const std::uint32_t, Instant>* armed_entry_ = nullptr;
+  std::vector<std::uint32_t> active_;  // round-robin order
+  std::vector<std::uint32_t> due_;     // scratch for handle_timers
   std::unordered_map<std::uint32_t, bool> is_active_;
+  bool* active_flag_ = nullptr;  // active_flag()'s last entry
+  std::uint32_t active_flag_qpn_ = 0;
   std::size_t next_active_ = 0;
   std::vector<std::uint32_t> held_list_;  // during a holding flush_tx: set aside
   std::size_t held_ = 0;

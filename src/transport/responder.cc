@@ -380,7 +380,12 @@ Qp::RespStatus Qp::execute_write(const wire::RocePacket& pkt, bool placed) {
       if (!mem.ok()) return RespStatus::kAccessError;
       dst = mem.value();
     }
-    if (!placed) sr_copy(pkt.bth().psn(), std::span(&dst, 1), pkt.payload.first(payload));
+    // sr_copy's first case in line (issue 40): no packet after this one is kept to overlap it.
+    if (!placed && sr_.held == 0) {
+      std::memcpy(dst.data(), pkt.payload.data(), dst.size());
+    } else if (!placed) {
+      sr_copy(pkt.bth().psn(), std::span(&dst, 1), pkt.payload.first(payload));
+    }
   }
   resp_.write_va += payload;
   resp_.write_resid -= payload;

@@ -168,9 +168,12 @@ void DeviceState::sweep_srq_limits() {
   for (std::size_t i = 0; i < n; ++i) report_srq_limit(fired[i]);
 }
 
-QpObj* DeviceState::qp_for_qpn(std::uint32_t qpn) const {
+QpObj* DeviceState::look_up_qpn(std::uint32_t qpn) const {
   const auto it = qp_by_qpn.find(qpn);
-  return it == qp_by_qpn.end() ? nullptr : it->second;
+  if (it == qp_by_qpn.end()) return nullptr;
+  last_qpn_ = qpn;
+  last_qp_ = it->second;
+  return it->second;
 }
 
 std::unique_ptr<cc::CongestionControl> make_congestion_control(const DeviceConfig& config) {

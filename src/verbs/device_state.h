@@ -231,7 +231,17 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink, tran
   Result<MutBytes, transport::AccessError> present(const MrObj& mr, std::uint64_t addr,
                                                    std::uint64_t length,
                                                    std::uint32_t access) const;
-  QpObj* qp_for_qpn(std::uint32_t qpn) const;
+  // The QP numbered `qpn`, or nullptr. The last one found is kept at hand: a ping-pong's packets,
+  // doorbells and turns all name one QP (issue 40). forget_qpn() drops it with the QP.
+  QpObj* qp_for_qpn(std::uint32_t qpn) const {
+    if (qpn == last_qpn_ && last_qp_ != nullptr) return last_qp_;
+    return look_up_qpn(qpn);
+  }
+  QpObj* look_up_qpn(std::uint32_t qpn) const;  // in qp_by_qpn, kept at hand when found
+  void forget_qpn(std::uint32_t qpn) {
+    qp_by_qpn.erase(qpn);
+    last_qp_ = nullptr;
+  }
   // The QP a live handle names (its creator's or one of open_qp), or nullptr.
   QpObj* qp_of(QpHandle h);
   // Checks an AH / QP address vector as rdma_check_ah_attr() and rxe_av_chk_attr() do and
@@ -263,6 +273,9 @@ struct DeviceState final : transport::MemoryResolver, transport::EventSink, tran
   // rxe numbers them, where it is seeded (the simulator, tests).
   std::optional<std::uint32_t> allocate_qpn();
   std::unordered_map<std::uint32_t, QpObj*> qp_by_qpn;
+  // qp_for_qpn()'s last find (single-threaded, as the Device: uroce/verbs.h).
+  mutable std::uint32_t last_qpn_ = 0;
+  mutable QpObj* last_qp_ = nullptr;
   std::vector<transport::Qp*> live_qps;
   transport::QpCounters destroyed_qps;  // summed at destroy_qp
   std::vector<SrqObj*> armed_srqs;      // armed and not yet reported

@@ -267,7 +267,7 @@ Errc destroy_qp_object(vd::DeviceState& s, vd::QpObj* q) {
   }
   // Unlink from the engine's views first.
   s.destroyed_qps += q->qp->counters();
-  s.qp_by_qpn.erase(q->qpn);
+  s.forget_qpn(q->qpn);
   const std::size_t pos = q->live_pos;
   UROCE_ASSERT(s.live_qps[pos] == q->qp.get());
   s.live_qps[pos] = s.live_qps.back();
@@ -495,6 +495,7 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
       if (rang && handler != nullptr) handler->doorbell(qpn);
     }
   } doorbell{s.doorbell_handler, q->qp->qpn()};
+  transport::AddressVector av;  // a UD WR's, copied by post_send()
   for (const SendWr& wr : wrs) {
     transport::SendRequest r;
     r.wr_id = wr.wr_id;
@@ -520,7 +521,6 @@ Errc Device::post_send(QpHandle qp, std::span<const SendWr> wrs, const SendWr** 
       r.bind.length = b.length;
       r.bind.access = b.access;
     }
-    transport::AddressVector av;  // copied by post_send()
     if (q->init.qp_type == QpType::kUd) {
       const vd::AhObj* ah = s.ahs.get(to_raw(wr.ud.ah));
       if (ah == nullptr) return fail(wr, Errc::kInvalidArgument);

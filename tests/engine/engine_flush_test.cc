@@ -194,6 +194,16 @@ struct OneQp final : QpDirectory {
   }
 };
 
+// A signaled SEND of the bytes `sge` names (it must outlive the post).
+transport::SendRequest signaled_send(const Sge& sge) {
+  transport::SendRequest wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::kSend;
+  wr.send_flags = kSendSignaled;
+  wr.sges = std::span(&sge, 1);
+  return wr;
+}
+
 // A UC SEND completes when it is sent; one the datapath could not take yet waits in the
 // engine. The application may reuse the buffer once it has the completion: the packet must
 // still carry the bytes of the SEND.
@@ -207,12 +217,7 @@ TEST(Engine, PacketWaitingForTheDatapathKeepsItsBytes) {
   dp.refuse = 1;
   Engine e(qps, dp, wire::IpAddress{});
   const Sge sge = test::sge(solo.e, 0, 256);
-  transport::SendRequest wr;
-  wr.wr_id = 1;
-  wr.opcode = WrOpcode::kSend;
-  wr.send_flags = kSendSignaled;
-  wr.sges = std::span(&sge, 1);
-  ASSERT_EQ(solo.e.qp->post_send(wr), Errc::kOk);
+  ASSERT_EQ(solo.e.qp->post_send(signaled_send(sge)), Errc::kOk);
   e.doorbell(solo.e.qp->qpn());
   EXPECT_EQ(e.flush_tx(solo.now), 0u);  // refused: the packet waits in the engine
   EXPECT_TRUE(e.has_tx_work());
@@ -221,6 +226,32 @@ TEST(Engine, PacketWaitingForTheDatapathKeepsItsBytes) {
   EXPECT_EQ(e.flush_tx(solo.now), 1u);
   ASSERT_EQ(dp.sent.size(), 1u);
   EXPECT_EQ(dp.sent[0], want);
+}
+
+// A QP's timer that fired is armed again and fires again, round after round: Engine::arm keeps
+// the QP's entry of its table at hand (issue 40), and must let go of it when handle_timers
+// erases the entry (a pointer kept past that would name freed memory).
+TEST(EngineRound, AQpsTimerThatFiredFiresAgainOnceArmedAgain) {
+  test::Solo solo(QpType::kRc);
+  OneQp qps;
+  qps.qp = solo.e.qp.get();
+  RefusingDatapath dp;  // refuses nothing: it takes every packet
+  Engine e(qps, dp, wire::IpAddress{});
+  const std::uint32_t qpn = solo.e.qp->qpn();
+  const Sge sge = test::sge(solo.e, 0, 64);
+  ASSERT_EQ(solo.e.qp->post_send(signaled_send(sge)), Errc::kOk);
+  e.doorbell(qpn);
+  ASSERT_EQ(e.flush_tx(solo.now), 1u);
+  Instant at = e.armed_at(qpn);  // the ACK timeout: no peer answers
+  ASSERT_FALSE(at.is_never());
+  for (std::uint64_t fires = 1; fires <= 3; ++fires) {
+    e.round(at, RoundPlan{}, Engine::RoundKind::kReceive);
+    EXPECT_EQ(e.counters().timer_fires, fires);
+    EXPECT_EQ(dp.sent.size(), fires + 1);  // the SEND again, after each timeout
+    const Instant next = e.armed_at(qpn);
+    EXPECT_TRUE(next > at) << fires;
+    at = next;
+  }
 }
 
 }  // namespace
