@@ -1115,10 +1115,11 @@ void on_send_completion(Cluster& c, Side& s, const Wc& wc) {
 }
 
 // Whether `op` of `s` writes its ATOMIC WRITE slot: an ATOMIC WRITE, or an 8-byte WRITE aimed
-// there (generate_ops).
+// there (generate_ops). A zero-length WRITE posted before the slot was allocated may name the
+// same offset (an empty allocation takes no room): it writes nothing.
 bool slot_writer(const Side& s, const Op& op) {
   return (op.kind == OpKind::kAtomicWrite || op.kind == OpKind::kWrite) && s.aw_slot &&
-         op.remote_off == *s.aw_slot;
+         op.remote_off == *s.aw_slot && op.len == 8;
 }
 
 // Whether the 8 bytes at `got` are the value of op `from` of `s` (a slot writer) or of a later
