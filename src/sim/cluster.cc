@@ -1,6 +1,7 @@
 #include "sim/cluster.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "uroce/verbs.h"
 #include "verbs/address.h"
 #include "wire/builder.h"
+#include "wire/headers.h"
 #include "wire/icrc.h"
 #include "wire/packet.h"
 
@@ -31,7 +33,18 @@ namespace {
 constexpr std::size_t kGuardBytes = std::size_t{64} << 10;  // unregistered, at both ends
 constexpr std::uint32_t kQkey = 0x11111111;
 
-enum class OpKind : std::uint8_t { kSend, kSendImm, kWrite, kWriteImm, kRead, kCas, kFaa };
+enum class OpKind : std::uint8_t {
+  kSend,
+  kSendImm,
+  kWrite,
+  kWriteImm,
+  kRead,
+  kCas,
+  kFaa,
+  kAtomicWrite,  // IBTA 1.5 (issue 41): RC only, to the side's slot at its peer
+  kFlush,        // IBTA 1.5 (issue 41): RC only, placement type global
+};
+constexpr std::size_t kOpKinds = 9;
 
 const char* op_name(OpKind k) {
   switch (k) {
@@ -49,8 +62,36 @@ const char* op_name(OpKind k) {
       return "ATOMIC_CMP_AND_SWP";
     case OpKind::kFaa:
       return "ATOMIC_FETCH_AND_ADD";
+    case OpKind::kAtomicWrite:
+      return "ATOMIC_WRITE";
+    case OpKind::kFlush:
+      return "FLUSH";
   }
   return "?";
+}
+
+// Each operation's work request opcode and the completion opcode it reports on success
+// (IBV_WR_*, IBV_WC_*, as rxe's), by OpKind.
+struct OpOpcodes {
+  WrOpcode wr;
+  WcOpcode wc;
+};
+constexpr OpOpcodes kOpcodes[kOpKinds] = {
+    {WrOpcode::kSend, WcOpcode::kSend},
+    {WrOpcode::kSendWithImm, WcOpcode::kSend},
+    {WrOpcode::kRdmaWrite, WcOpcode::kRdmaWrite},
+    {WrOpcode::kRdmaWriteWithImm, WcOpcode::kRdmaWrite},
+    {WrOpcode::kRdmaRead, WcOpcode::kRdmaRead},
+    {WrOpcode::kAtomicCmpAndSwp, WcOpcode::kCompSwap},
+    {WrOpcode::kAtomicFetchAndAdd, WcOpcode::kFetchAdd},
+    {WrOpcode::kAtomicWrite, WcOpcode::kAtomicWrite},
+    {WrOpcode::kFlush, WcOpcode::kFlush},
+};
+const OpOpcodes& opcodes_of(OpKind k) { return kOpcodes[static_cast<std::size_t>(k)]; }
+
+// Whether `k` writes into the peer's memory (the ops a FLUSH behind them vouches for).
+bool writes_remote(OpKind k) {
+  return k == OpKind::kWrite || k == OpKind::kWriteImm || k == OpKind::kAtomicWrite;
 }
 
 bool consumes_recv(OpKind k) {
@@ -73,13 +114,15 @@ struct Op {
   std::uint64_t id = 0;
   OpKind kind = OpKind::kSend;
   std::uint32_t len = 0;
-  std::size_t local_off = 0;   // source (SEND/WRITE) or destination (READ, atomic result)
-  std::size_t remote_off = 0;  // WRITE target, READ source, atomic counter
+  std::size_t local_off = 0;  // source (SEND/WRITE/ATOMIC WRITE), destination (READ, atomic)
+  // WRITE target, READ source, atomic counter, ATOMIC WRITE slot, FLUSH range (with `len`).
+  std::size_t remote_off = 0;
   std::uint32_t imm = 0;
   std::uint64_t compare = 0;
   std::uint64_t swap_add = 0;
-  std::vector<std::byte> data;  // the message (SEND/WRITE)
-  std::uint8_t sges = 1;        // SEND/WRITE: the source is gathered from this many SGEs
+  std::vector<std::byte> data;         // the message (SEND/WRITE), the 8 bytes of an ATOMIC WRITE
+  std::uint8_t flush_selectivity = 0;  // FLUSH: wire::kFlushRange or wire::kFlushMr
+  std::uint8_t sges = 1;               // SEND/WRITE: the source is gathered from this many SGEs
   // Posted with IBV_SEND_SIGNALED: a successful unsignaled op has no completion of its own (IBTA
   // C10-xx, rxe's do_complete: a CQE only for a signaled WR or an error); the next completion
   // of its QP says it is done. Decided when it is posted (post_sends).
@@ -213,6 +256,10 @@ struct Side {
   bool selective_repeat = false;
   std::uint64_t recv_expected = 0;  // RC: receives the peer's ops consume
   std::uint64_t recv_done = 0;      // RC: successful receive completions
+  bool scripted = false;            // a scripted check after the workload took its pair into ERR
+  // RC: the 8-byte aligned slot at the peer that all of this side's ATOMIC WRITEs target
+  // (allocated with the first), so that their order there shows.
+  std::optional<std::size_t> aw_slot;
 };
 
 struct Cluster {
@@ -232,6 +279,10 @@ struct Cluster {
   // Work not yet finished, summed over sides: posted or unposted sends, expected RC receives.
   // A torn-down pair's work is taken out when it is torn down.
   std::uint64_t unfinished = 0;
+  // Successful send WRs by OpKind (ClusterResult::ops_by_kind).
+  std::array<std::uint64_t, kOpKinds> completed_by_kind{};
+  std::uint8_t ack_timeout = 0;               // every RC requester's (drawn once per run)
+  std::uint32_t check_pairs = 0;              // pairs made for the scripted checks (scripted_pair)
   Instant liveness_start = Instant::never();  // the end of the fault phase
 
   void mark_dirty(std::size_t side) {
@@ -516,7 +567,8 @@ bool make_host(Cluster& c, std::uint32_t index, std::size_t arena_bytes) {
   h->pd = pd.value();
   auto mr = h->dev->reg_mr(h->pd, h->arena.data() + kGuardBytes, arena_bytes - 2 * kGuardBytes,
                            kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                               kAccessRemoteAtomic | (h->odp ? kAccessOnDemand : 0u) |
+                               kAccessRemoteAtomic | kAccessFlushGlobal |
+                               (h->odp ? kAccessOnDemand : 0u) |
                                kAccessMwBind);  // check_memory_window binds a window to it
   if (!mr.ok()) return false;
   h->mr = mr.value();
@@ -548,6 +600,42 @@ std::uint32_t pick_len(Prng& r, std::uint32_t mtu, std::uint32_t max_len, std::u
   return std::clamp(len, min_len, max_len);
 }
 
+// An ATOMIC WRITE: 8 bytes of its own (the first 4 its op id, so that no two are alike) into the
+// side's slot at the peer.
+void generate_atomic_write(Cluster& c, Side& s, Op& op) {
+  Host& local = *s.host;
+  Host& remote = *s.peer->host;
+  if (!s.aw_slot) s.aw_slot = remote.alloc(8);
+  op.len = 8;
+  op.data.resize(8);
+  fill_random(op.data, c.opt.seed ^ (op.id * 0x9e3779b97f4a7c15ull));
+  std::memcpy(op.data.data(), &op.id, 4);
+  op.local_off = local.alloc(8);
+  std::copy(op.data.begin(), op.data.end(), local.arena.begin() + std::ptrdiff_t(op.local_off));
+  std::copy(op.data.begin(), op.data.end(), local.expected.begin() + std::ptrdiff_t(op.local_off));
+  op.remote_off = *s.aw_slot;
+}
+
+// A FLUSH, placement type global (uroce has no persistent memory: kDeviceExFlushGlobal only),
+// of the whole region or of a range: the span of the targets that this side's WRITEs and ATOMIC
+// WRITEs since its last FLUSH have in the peer's arena (other sides' slots may lie between: a
+// FLUSH of them is harmless), or 64 bytes of its own there when there are none.
+void generate_flush(Cluster& c, Side& s, Op& op) {
+  op.flush_selectivity = c.rng.chance(1, 2) ? wire::kFlushMr : wire::kFlushRange;
+  std::size_t begin = SIZE_MAX, end = 0;
+  for (auto it = s.ops.rbegin(); it != s.ops.rend() && it->kind != OpKind::kFlush; ++it) {
+    if (!writes_remote(it->kind) || it->len == 0) continue;
+    begin = std::min(begin, it->remote_off);
+    end = std::max(end, it->remote_off + it->len);
+  }
+  if (begin == SIZE_MAX) {
+    begin = s.peer->host->alloc(64);
+    end = begin + 64;
+  }
+  op.remote_off = begin;
+  op.len = static_cast<std::uint32_t>(end - begin);
+}
+
 // Long: one case per QP type drawing its operation mix from the same stream.
 void generate_ops(Cluster& c, Side& s) {
   if (s.type == QpType::kXrcRecv) return;  // a target sends nothing
@@ -562,14 +650,18 @@ void generate_ops(Cluster& c, Side& s) {
       case QpType::kXrcSend: {
         // No SEND with Invalidate: uroce's MRs cannot be invalidated, so it fails and takes its
         // pair into the error state; it is checked once per run, at the end (check_send_inv).
-        const std::uint64_t k = r.below(16);
+        // RC adds IBTA 1.5's ATOMIC WRITE and FLUSH, which XRC does not carry (rxe has no XRC,
+        // and IBTA 1.5 defines them for RC only): an XRC initiator draws as before.
+        const std::uint64_t k = r.below(s.type == QpType::kRc ? 20 : 16);
         op.kind = k < 4    ? OpKind::kSend
                   : k < 6  ? OpKind::kSendImm
                   : k < 9  ? OpKind::kWrite
                   : k < 10 ? OpKind::kWriteImm
                   : k < 13 ? OpKind::kRead
                   : k < 14 ? OpKind::kCas
-                           : OpKind::kFaa;
+                  : k < 16 ? OpKind::kFaa
+                  : k < 18 ? OpKind::kAtomicWrite
+                           : OpKind::kFlush;
         break;
       }
       case QpType::kUc: {
@@ -597,6 +689,10 @@ void generate_ops(Cluster& c, Side& s) {
       case OpKind::kWrite:
       case OpKind::kWriteImm: {
         op.len = pick_len(r, s.mtu, s.max_len, min_len);
+        // An RC side's WRITE goes, a quarter of the time once it has one, to its ATOMIC WRITE
+        // slot: 8 bytes placed there in order among the ATOMIC WRITEs.
+        const bool to_slot = op.kind == OpKind::kWrite && s.aw_slot && r.chance(1, 4);
+        if (to_slot) op.len = 8;
         op.data.resize(op.len);
         fill_random(op.data, c.opt.seed ^ (op.id * 0x9e3779b97f4a7c15ull));
         if (op.len >= 8) std::memcpy(op.data.data(), &op.id, 8);
@@ -606,7 +702,7 @@ void generate_ops(Cluster& c, Side& s) {
         std::copy(op.data.begin(), op.data.end(),
                   local.expected.begin() + std::ptrdiff_t(op.local_off));
         if (op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm) {
-          op.remote_off = remote.alloc(op.len);
+          op.remote_off = to_slot ? *s.aw_slot : remote.alloc(op.len);
           if (s.type == QpType::kUc) {
             std::fill(remote.exempt.begin() + static_cast<std::ptrdiff_t>(op.remote_off),
                       remote.exempt.begin() + static_cast<std::ptrdiff_t>(op.remote_off + op.len),
@@ -629,6 +725,12 @@ void generate_ops(Cluster& c, Side& s) {
         op.local_off = local.alloc(8);
         op.compare = r.below(c.opt.ops_per_qp * 2 + 1);  // a guess of the counter's value
         op.swap_add = op.kind == OpKind::kFaa ? 1 : op.compare + 1;
+        break;
+      case OpKind::kAtomicWrite:
+        generate_atomic_write(c, s, op);
+        break;
+      case OpKind::kFlush:
+        generate_flush(c, s, op);
         break;
     }
     s.ops.push_back(std::move(op));
@@ -659,6 +761,7 @@ bool connect_side(Cluster& c, Side& s, std::uint32_t sq_psn, std::uint32_t rq_ps
   std::uint32_t mask = kQpState | kQpPkeyIndex | kQpPort;
   mask |= s.type == QpType::kUd ? kQpQkey : kQpAccessFlags;
   if (s.type == QpType::kUc) a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite;
+  if (s.type == QpType::kRc) a.qp_access_flags |= kAccessFlushGlobal;  // the workload's FLUSHes
   if (dev.modify_qp(s.qp, a, mask) != Errc::kOk) return false;
   a.qp_state = QpState::kRtr;
   mask = kQpState;
@@ -822,9 +925,11 @@ void post_sends(Cluster& c, Side& s) {
     // SEND and WRITE sources are split over up to three SGEs (gathered in order).
     Sge sges[3];
     std::size_t nsge = 0;
-    const bool gathered =
-        op.kind != OpKind::kRead && op.kind != OpKind::kCas && op.kind != OpKind::kFaa;
-    const std::uint32_t pieces = gathered ? std::min<std::uint32_t>(op.sges, op.len) : 1;
+    const bool gathered = op.kind == OpKind::kSend || op.kind == OpKind::kSendImm ||
+                          op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm;
+    const std::uint32_t pieces = op.kind == OpKind::kFlush ? 0  // no local memory
+                                 : gathered ? std::min<std::uint32_t>(op.sges, op.len)
+                                            : 1;
     std::uint32_t done = 0;
     for (std::uint32_t i = 0; i < pieces; ++i) {
       const std::uint32_t n = i + 1 == pieces ? op.len - done : op.len / pieces;
@@ -838,32 +943,25 @@ void post_sends(Cluster& c, Side& s) {
     s.unsignaled_run = op.signaled ? 0 : s.unsignaled_run + 1;
     wr.send_flags = op.signaled ? std::uint32_t{kSendSignaled} : 0u;
     wr.imm_data = op.imm;
+    wr.opcode = opcodes_of(op.kind).wr;
     switch (op.kind) {
       case OpKind::kSend:
-        wr.opcode = WrOpcode::kSend;
-        break;
       case OpKind::kSendImm:
-        wr.opcode = WrOpcode::kSendWithImm;
-        break;
-      case OpKind::kWrite:
-      case OpKind::kWriteImm:
-        wr.opcode = op.kind == OpKind::kWrite ? WrOpcode::kRdmaWrite : WrOpcode::kRdmaWriteWithImm;
-        wr.rdma.remote_addr = remote.va(op.remote_off);
-        wr.rdma.rkey = remote.mr.rkey;
-        break;
-      case OpKind::kRead:
-        wr.opcode = WrOpcode::kRdmaRead;
-        wr.rdma.remote_addr = remote.va(op.remote_off);
-        wr.rdma.rkey = remote.mr.rkey;
         break;
       case OpKind::kCas:
       case OpKind::kFaa:
-        wr.opcode =
-            op.kind == OpKind::kCas ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kAtomicFetchAndAdd;
         wr.atomic.remote_addr = remote.va(op.remote_off);
         wr.atomic.rkey = remote.mr.rkey;
         wr.atomic.compare_add = op.kind == OpKind::kCas ? op.compare : op.swap_add;
         wr.atomic.swap = op.swap_add;
+        break;
+      default:  // WRITE, READ, ATOMIC WRITE and FLUSH name their remote memory in a RETH
+        wr.rdma.remote_addr = remote.va(op.remote_off);
+        wr.rdma.rkey = remote.mr.rkey;
+        if (op.kind != OpKind::kFlush) break;
+        wr.flush.length = op.len;
+        wr.flush.placement = wire::kFlushGlobal;
+        wr.flush.selectivity = op.flush_selectivity;
         break;
     }
     if (s.type == QpType::kXrcSend) wr.xrc.remote_srqn = s.peer->srq_num;
@@ -1007,7 +1105,91 @@ void on_send_completion(Cluster& c, Side& s, const Wc& wc) {
     if (accept_send_error(c, s, op, wc.status)) s.outstanding.pop_front();
     return;
   }
+  if (wc.opcode != opcodes_of(op.kind).wc) {
+    c.fail(s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) +
+           " completed with opcode " + std::to_string(static_cast<int>(wc.opcode)) + ", expected " +
+           std::to_string(static_cast<int>(opcodes_of(op.kind).wc)));
+    return;
+  }
   send_succeeded(c, s, op);
+}
+
+// Whether `op` of `s` writes its ATOMIC WRITE slot: an ATOMIC WRITE, or an 8-byte WRITE aimed
+// there (generate_ops). A zero-length WRITE posted before the slot was allocated may name the
+// same offset (an empty allocation takes no room): it writes nothing.
+bool slot_writer(const Side& s, const Op& op) {
+  return (op.kind == OpKind::kAtomicWrite || op.kind == OpKind::kWrite) && s.aw_slot &&
+         op.remote_off == *s.aw_slot && op.len == 8;
+}
+
+// Whether the 8 bytes at `got` are the value of op `from` of `s` (a slot writer) or of a later
+// slot writer of `s` already posted: what the side's slot may hold once op `from` is known to
+// have executed. A responder executes a QP's requests in order, an ATOMIC WRITE all 8 bytes at
+// a time, each exactly once: a duplicate ATOMIC WRITE is answered from its saved resource and
+// never placed again (IBTA oA19-14; rxe's duplicate_request() replays it, atomic_write_reply()
+// skips the write when replaying), a duplicate WRITE only acknowledged (C9-105). Unlike a
+// READ's, such a replay is not harmless: placed again after a later write to the slot, it would
+// leave the older value there; a torn one would match no value.
+bool aw_slot_holds(const Side& s, std::size_t from, const std::byte* got) {
+  for (std::size_t j = from; j < s.next_post; ++j) {
+    if (slot_writer(s, s.ops[j]) && std::memcmp(s.ops[j].data.data(), got, 8) == 0) return true;
+  }
+  return false;
+}
+
+std::string hex8(const std::byte* p) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, p, 8);
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+// Slot writer `op` of `s` completed: its slot holds its value or a later one's (above); the
+// expected image takes its value (the last one's stays: the arena check at the end).
+void slot_write_succeeded(Cluster& c, Side& s, const Op& op, const std::string& what) {
+  Host& remote = *s.peer->host;
+  const std::byte* got = remote.arena.data() + op.remote_off;
+  if (!aw_slot_holds(s, static_cast<std::size_t>(&op - s.ops.data()), got)) {
+    c.fail(what + ": ATOMIC WRITE slot holds " + hex8(got) + ", neither its value " +
+           hex8(op.data.data()) + " nor a later write's there (placed twice, torn or lost)");
+    return;
+  }
+  std::memcpy(remote.expected.data() + op.remote_off, op.data.data(), 8);
+}
+
+// FLUSH op `op` of `s` completed: every WRITE and ATOMIC WRITE that `s` posted before it into
+// what it flushed (the region: all of them; a range: those meeting it) is in place at the peer
+// (IBTA 1.5 A19: a FLUSH completes only when the writes before it are placed, and visible for
+// its placement type). A WRITE's target holds its message (no later WR of `s` writes there); the
+// ATOMIC WRITE slot the value of the last write there before the FLUSH or of a later posted one.
+void flush_succeeded(Cluster& c, Side& s, const Op& op, const std::string& what) {
+  const Host& remote = *s.peer->host;
+  const std::size_t k = static_cast<std::size_t>(&op - s.ops.data());
+  const bool whole = op.flush_selectivity == wire::kFlushMr;
+  std::optional<std::size_t> last_aw;
+  for (std::size_t j = 0; j < k; ++j) {
+    const Op& w = s.ops[j];
+    if (!writes_remote(w.kind) || w.len == 0) continue;
+    if (!whole &&
+        (w.remote_off + w.len <= op.remote_off || w.remote_off >= op.remote_off + op.len)) {
+      continue;
+    }
+    if (slot_writer(s, w)) {
+      last_aw = j;
+      continue;
+    }
+    if (std::memcmp(remote.arena.data() + w.remote_off, w.data.data(), w.len) != 0) {
+      c.fail(what + " completed, yet " + op_name(w.kind) + " op " + std::to_string(w.id) +
+             " posted before it is not in place");
+      return;
+    }
+  }
+  if (last_aw && !aw_slot_holds(s, *last_aw, remote.arena.data() + s.ops[*last_aw].remote_off)) {
+    c.fail(what + " completed, yet the ATOMIC WRITE slot holds " +
+           hex8(remote.arena.data() + s.ops[*last_aw].remote_off) + ", not op " +
+           std::to_string(s.ops[*last_aw].id) + "'s value nor a later write's there");
+  }
 }
 
 // `op`, the first outstanding of `s`, completed successfully (with a completion of its own, or,
@@ -1023,6 +1205,7 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
   ++s.completed;
   if (!s.torn_down) --c.unfinished;
   ++c.result.ops_completed;
+  ++c.completed_by_kind[static_cast<std::size_t>(op.kind)];
   if (s.type == QpType::kXrcSend) ++c.result.xrc_ops_completed;
   Host& h = *s.host;
   Host& remote = *s.peer->host;
@@ -1030,8 +1213,13 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
   switch (op.kind) {
     case OpKind::kWrite:
     case OpKind::kWriteImm:
-      // RC: a completed WRITE is placed at the responder.
-      if (rc_like(s.type)) region_equals(c, remote, op.remote_off, op.data, what);
+      // RC: a completed WRITE is placed at the responder (one to the ATOMIC WRITE slot, or a
+      // later write there).
+      if (slot_writer(s, op)) {
+        slot_write_succeeded(c, s, op, what);
+      } else if (rc_like(s.type)) {
+        region_equals(c, remote, op.remote_off, op.data, what);
+      }
       break;
     case OpKind::kRead: {
       const ConstBytes src(remote.arena.data() + op.remote_off, op.len);
@@ -1047,6 +1235,12 @@ void send_succeeded(Cluster& c, Side& s, const Op& op) {
       (success ? remote.counter_successes : remote.counter_failures).push_back(v);
       break;
     }
+    case OpKind::kAtomicWrite:
+      slot_write_succeeded(c, s, op, what);
+      break;
+    case OpKind::kFlush:
+      flush_succeeded(c, s, op, what);
+      break;
     default:
       break;
   }
@@ -1236,6 +1430,26 @@ void transmit_rounds(Cluster& c) {
   for (auto& h : c.hosts) h->round(c.now, engine::Engine::RoundKind::kTransmit);
 }
 
+// The ATOMIC WRITE slot of a torn-down side whose WRs from uncertain_from on may or may not have
+// run: it holds the value of the last write there that completed (the expected image's), or
+// that of one of those that may have run (the last of them that did), whole; the image then
+// takes it.
+void settle_atomic_write_slot(Cluster& c, Side& s) {
+  if (!s.aw_slot) return;
+  Host& remote = *s.peer->host;
+  const std::byte* got = remote.arena.data() + *s.aw_slot;
+  std::byte* want = remote.expected.data() + *s.aw_slot;
+  if (std::memcmp(got, want, 8) == 0) return;
+  if (!aw_slot_holds(s, s.uncertain_from, got)) {
+    c.fail(s.name + ": ATOMIC WRITE slot holds " + hex8(got) +
+           ", neither the last completed write's " + hex8(want) +
+           " nor that of one that failed or flushed");
+    return;
+  }
+  ++c.result.unfinished_wrs_landed;
+  std::memcpy(want, got, 8);
+}
+
 // A torn-down pair's WRs from the first failed one on may or may not have run: each byte of
 // an RC WRITE's target is old or new, a READ's destination old or the source (never written).
 // Those bytes are then taken as the expected image; everything else stays exact.
@@ -1256,7 +1470,9 @@ void settle_uncertain(Cluster& c, Side& s) {
     Host* at = nullptr;
     std::size_t off = 0;
     const std::byte* new_bytes = nullptr;
-    if (op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm) {
+    if (slot_writer(s, op)) {
+      continue;  // the slot: below
+    } else if (op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm) {
       at = &remote;
       off = op.remote_off;
       new_bytes = op.data.data();
@@ -1265,7 +1481,7 @@ void settle_uncertain(Cluster& c, Side& s) {
       off = op.local_off;
       new_bytes = remote.arena.data() + op.remote_off;
     } else {
-      continue;  // SENDs: the receive oracle; atomics: the counter oracle
+      continue;  // SENDs: the receive oracle; atomics: the counter oracle; FLUSHes write nothing
     }
     if (auto i = settle_old_or_new(c, *at, off, op.len, new_bytes, op.len)) {
       c.fail(s.name + ": " + op_name(op.kind) + " op " + std::to_string(op.id) +
@@ -1273,6 +1489,7 @@ void settle_uncertain(Cluster& c, Side& s) {
       return;
     }
   }
+  settle_atomic_write_slot(c, s);
 }
 
 // The atomics of torn-down pairs that may or may not have run, by target host: Compare&Swap
@@ -1371,6 +1588,18 @@ void final_checks(Cluster& c) {
       if (s.ops[k].kind == OpKind::kFaa) ++u.faa;
     }
   }
+  // Each ATOMIC WRITE slot holds the value of the last write there (the image's), exactly.
+  for (auto& sp : c.sides) {
+    if (!sp->aw_slot) continue;
+    const Host& remote = *sp->peer->host;
+    const std::byte* got = remote.arena.data() + *sp->aw_slot;
+    if (std::memcmp(got, remote.expected.data() + *sp->aw_slot, 8) != 0) {
+      c.fail(sp->name + ": ATOMIC WRITE slot holds " + hex8(got) +
+             " at the end, the last one put " + hex8(remote.expected.data() + *sp->aw_slot) +
+             " there");
+      return;
+    }
+  }
   for (auto& hp : c.hosts) {
     Host& h = *hp;
     auto u = uncertain.find(&h);
@@ -1412,51 +1641,37 @@ void final_checks(Cluster& c) {
   }
 }
 
-// The first RC side whose pair was not torn down (a torn-down pair is in ERR already), or null.
-Side* first_live_rc_side(Cluster& c) {
-  for (auto& sp : c.sides) {
-    if (sp->type == QpType::kRc && !sp->torn_down) return sp.get();
-  }
-  return nullptr;
-}
+Side* scripted_pair(Cluster& c, bool odp_responder);
 
-// A type 2 memory window, once per run on the first RC pair not torn down, after the workload
-// and its oracles (as check_send_inv, which follows it on the same QPs): y binds a window over
-// 256 bytes of its arena to its QP (BIND_MW), x WRITEs 16 bytes through it and then sends a
-// zero-length SEND with Invalidate of its key. Each completes successfully, the WRITE's bytes
-// land (the arena check holds them), the receive says WITH_INV and names the key, and the key
-// grants nothing afterwards.
-// Long: one scripted scenario: bind, WRITE, SEND with Invalidate, probe.
-void check_memory_window(Cluster& c) {
-  Side* x = first_live_rc_side(c);
-  if (x == nullptr) return;
-  Side& y = *x->peer;
-  Host& hx = *x->host;
-  Host& hy = *y.host;
-  const std::string what = x->name + " through a memory window of " + y.name;
-  for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);  // polled below
-  constexpr std::size_t kOff = kGuardBytes + 64;  // past the counter; the workload is done
-  constexpr std::uint32_t kLen = 16;
-  auto mw = hy.dev->alloc_mw(hy.pd, MwType::kType2);
-  if (!mw.ok()) {
-    c.fail(what + ": alloc_mw failed");
-    return;
-  }
-  const std::uint32_t key = (mw->rkey & ~0xffu) | ((mw->rkey + 1) & 0xffu);
+// A scripted check's two sides (x the requester, y its peer), stepped by hand after the workload:
+// each step posts work and runs the network until the completions it expects came.
+struct Script {
+  Cluster& c;
+  Side& x;
+  Side& y;
+  Host& hx;
+  Host& hy;
   std::vector<Wc> got_x, got_y;
-  auto poll = [&](Device& dev, CqHandle cq, std::vector<Wc>& into) {
+
+  Script(Cluster& cl, Side& requester)
+      : c(cl), x(requester), y(*requester.peer), hx(*x.host), hy(*y.host) {
+    for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);  // polled here
+  }
+  static void poll(Device& dev, CqHandle cq, std::vector<Wc>& into) {
     Wc wcs[4];
     auto n = dev.poll_cq(cq, wcs);
     if (n.ok()) into.insert(into.end(), wcs, wcs + n.value());
-  };
-  // Runs the network until x has `nx` completions and y `ny`, and the network is quiet.
-  auto settle = [&](std::size_t nx, std::size_t ny) {
+  }
+  // Runs the network until x has `nx` completions (send and receive) and y `ny`, and the
+  // network is quiet: whether exactly those came, within a simulated second.
+  bool settle(std::size_t nx, std::size_t ny) {
     const Instant deadline = c.now + Duration::ns(1'000'000'000);
     got_x.clear();
     got_y.clear();
     for (;;) {
       transmit_rounds(c);
-      poll(*hx.dev, x->scq, got_x);
+      poll(*hx.dev, x.scq, got_x);
+      if (x.rcq != x.scq) poll(*hx.dev, x.rcq, got_x);
       poll(*hy.dev, y.scq, got_y);
       if (y.rcq != y.scq) poll(*hy.dev, y.rcq, got_y);
       if (got_x.size() >= nx && got_y.size() >= ny && c.net.next_event_time().is_never()) {
@@ -1467,65 +1682,158 @@ void check_memory_window(Cluster& c) {
       if (t > c.now) c.now = t;
       deliver_and_receive(c);
     }
-  };
+  }
+  // Whether both QPs are in the error state; the pair is left to the checks after.
+  bool both_in_error() {
+    x.scripted = y.scripted = true;
+    auto qx = hx.dev->query_qp(x.qp);
+    auto qy = hy.dev->query_qp(y.qp);
+    return qx.ok() && qy.ok() && qx->attr.qp_state == QpState::kErr &&
+           qy->attr.qp_state == QpState::kErr;
+  }
+};
+
+// x's 16 bytes at `from` (in its arena) WRITten through `rkey` to y's arena at `off`: whether the
+// WRITE completes, alone, with `status`; on success its bytes must be there (the image takes
+// them).
+bool write_through(Script& sc, std::uint64_t wr_id, std::size_t from, std::size_t off,
+                   std::uint32_t rkey, WcStatus status, const std::string& what) {
+  const Sge sge{sc.hx.va(from), 16, sc.hx.mr.lkey};
+  SendWr write;
+  write.wr_id = wr_id;
+  write.opcode = WrOpcode::kRdmaWrite;
+  write.send_flags = kSendSignaled;
+  write.sg_list = std::span(&sge, 1);
+  write.rdma.remote_addr = sc.hy.va(off);
+  write.rdma.rkey = rkey;
+  if (sc.hx.dev->post_send(sc.x.qp, std::span(&write, 1), nullptr) != Errc::kOk ||
+      !sc.settle(1, 0) || sc.got_x[0].wr_id != wr_id || sc.got_x[0].status != status) {
+    sc.c.fail(
+        what + ": a WRITE got " + std::to_string(sc.got_x.size()) + " completion(s), the first " +
+        (sc.got_x.empty() ? "none" : wc_status_name(sc.got_x[0].status)) + ", and " +
+        std::to_string(sc.got_y.size()) + " at its peer; expected one " + wc_status_name(status));
+    return false;
+  }
+  if (status != WcStatus::kSuccess) return true;  // nothing written: the arena check at the end
+  for (std::size_t i = 0; i < 16; ++i) {
+    if (sc.hy.arena[off + i] != sc.hx.arena[from + i]) {
+      sc.c.fail(what + ": the WRITE left a wrong byte at " + std::to_string(i));
+      return false;
+    }
+    sc.hy.expected[off + i] = sc.hy.arena[off + i];
+  }
+  return true;
+}
+
+// y binds type 2 window `mw` to its QP under `key` over 256 bytes of its arena at `off`.
+bool bind_window(Script& sc, const MwInfo& mw, std::uint32_t key, std::size_t off,
+                 const std::string& what) {
   SendWr bind;
   bind.wr_id = 1;
   bind.opcode = WrOpcode::kBindMw;
   bind.send_flags = kSendSignaled;
-  bind.bind_mw.mw = mw->handle;
+  bind.bind_mw.mw = mw.handle;
   bind.bind_mw.rkey = key;
-  bind.bind_mw.bind_info = MwBindInfo{hy.mr.handle, hy.va(kOff), 256, kAccessRemoteWrite};
-  if (hy.dev->post_send(y.qp, std::span(&bind, 1), nullptr) != Errc::kOk || !settle(0, 1) ||
-      got_y[0].status != WcStatus::kSuccess || got_y[0].opcode != WcOpcode::kBindMw) {
-    c.fail(what + ": the bind did not complete");
+  bind.bind_mw.bind_info = MwBindInfo{sc.hy.mr.handle, sc.hy.va(off), 256, kAccessRemoteWrite};
+  if (sc.hy.dev->post_send(sc.y.qp, std::span(&bind, 1), nullptr) != Errc::kOk ||
+      !sc.settle(0, 1) || sc.got_y[0].status != WcStatus::kSuccess ||
+      sc.got_y[0].opcode != WcOpcode::kBindMw) {
+    sc.c.fail(what + ": the bind did not complete");
+    return false;
+  }
+  return true;
+}
+
+// A signaled SEND with Invalidate (zero-length) or LOCAL_INV of `key`.
+SendWr invalidation(std::uint64_t wr_id, WrOpcode opcode, std::uint32_t key) {
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = opcode;
+  wr.send_flags = kSendSignaled;
+  wr.invalidate_rkey = key;
+  return wr;
+}
+
+// Whether `key` grants nothing at y's host any more: it names a window bound to nothing.
+bool key_unbound(Script& sc, std::uint32_t key, std::size_t off) {
+  auto probe =
+      sc.hy.dev->memory().resolve(0, sc.y.qpn, key, true, sc.hy.va(off), 1, kAccessRemoteWrite);
+  return !probe.ok() && probe.error() == transport::AccessError::kInvalidKey;
+}
+
+// A type 2 memory window's life, once per run on a pair of its own (scripted_pair), after the
+// workload and its oracles: y binds a window over 256 bytes of its arena to its QP (BIND_MW), x
+// WRITEs 16 bytes through it and then sends a zero-length SEND with Invalidate of its key: each
+// completes successfully, the WRITE's bytes land (the arena check holds them), the receive says
+// WITH_INV and names the key, and the key grants nothing afterwards. Then y binds it again under
+// the next key, x WRITEs through that, y invalidates it itself (LOCAL_INV, completing as such),
+// and x WRITEs through it once more: refused, as rxe refuses an access through an invalidated
+// window (check_rkey(): the window is no longer valid; NAK Remote Access Error), so the WRITE
+// completes with REM_ACCESS_ERR, nothing lands, and both QPs end in the error state (class D1e).
+// Long: one scripted scenario: bind, WRITE, SEND with Invalidate, probe, bind, WRITE, LOCAL_INV,
+// WRITE refused.
+void check_memory_window(Cluster& c) {
+  Side* requester = scripted_pair(c, false);
+  if (requester == nullptr) return;
+  Script sc(c, *requester);
+  Host& hx = sc.hx;
+  Host& hy = sc.hy;
+  const std::string what = sc.x.name + " through a memory window of " + sc.y.name;
+  constexpr std::size_t kOff = kGuardBytes + 64;  // past the counter; the workload is done
+  auto mw = hy.dev->alloc_mw(hy.pd, MwType::kType2);
+  if (!mw.ok()) {
+    c.fail(what + ": alloc_mw failed");
     return;
   }
-  const Sge sge{hx.va(kOff), kLen, hx.mr.lkey};
-  SendWr write;
-  write.wr_id = 2;
-  write.opcode = WrOpcode::kRdmaWrite;
-  write.send_flags = kSendSignaled;
-  write.sg_list = std::span(&sge, 1);
-  write.rdma.remote_addr = hy.va(kOff);
-  write.rdma.rkey = key;
-  if (hx.dev->post_send(x->qp, std::span(&write, 1), nullptr) != Errc::kOk || !settle(1, 0) ||
-      got_x[0].status != WcStatus::kSuccess) {
-    c.fail(what + ": the WRITE did not complete successfully");
+  const auto next_key = [](std::uint32_t k) { return (k & ~0xffu) | ((k + 1) & 0xffu); };
+  const std::uint32_t key = next_key(mw->rkey);
+  if (!bind_window(sc, *mw, key, kOff, what) ||
+      !write_through(sc, 2, kOff, kOff, key, WcStatus::kSuccess, what)) {
     return;
-  }
-  for (std::size_t i = 0; i < kLen; ++i) {
-    if (hy.arena[kOff + i] != hx.arena[kOff + i]) {
-      c.fail(what + ": the WRITE left a wrong byte at " + std::to_string(i));
-      return;
-    }
-    hy.expected[kOff + i] = hy.arena[kOff + i];
   }
   const RecvWr rwr{3, {}};
-  SendWr inv;
-  inv.wr_id = 4;
-  inv.opcode = WrOpcode::kSendWithInv;
-  inv.send_flags = kSendSignaled;
-  inv.invalidate_rkey = key;
-  if (hy.dev->post_recv(y.qp, std::span(&rwr, 1), nullptr) != Errc::kOk ||
-      hx.dev->post_send(x->qp, std::span(&inv, 1), nullptr) != Errc::kOk || !settle(1, 1) ||
-      got_x[0].status != WcStatus::kSuccess || got_y[0].status != WcStatus::kSuccess ||
-      (got_y[0].wc_flags & kWcWithInv) == 0 || got_y[0].imm_data != key) {
+  const SendWr inv = invalidation(4, WrOpcode::kSendWithInv, key);
+  if (hy.dev->post_recv(sc.y.qp, std::span(&rwr, 1), nullptr) != Errc::kOk ||
+      hx.dev->post_send(sc.x.qp, std::span(&inv, 1), nullptr) != Errc::kOk || !sc.settle(1, 1) ||
+      sc.got_x[0].status != WcStatus::kSuccess || sc.got_y[0].status != WcStatus::kSuccess ||
+      (sc.got_y[0].wc_flags & kWcWithInv) == 0 || sc.got_y[0].imm_data != key) {
     c.fail(what + ": the SEND with Invalidate of its key did not complete as such");
     return;
   }
   // Unbound: the key names a window that grants nothing, whatever the PD.
-  auto probe = hy.dev->memory().resolve(0, y.qpn, key, true, hy.va(kOff), 1, kAccessRemoteWrite);
-  if (probe.ok() || probe.error() != transport::AccessError::kInvalidKey) {
+  if (!key_unbound(sc, key, kOff)) {
     c.fail(what + ": the window still grants access after its invalidation");
     return;
   }
-  if (hy.dev->dealloc_mw(mw->handle) != Errc::kOk) c.fail(what + ": dealloc_mw failed");
+  const std::uint32_t key2 = next_key(key);
+  if (!bind_window(sc, *mw, key2, kOff, what) ||
+      !write_through(sc, 5, kOff, kOff + 32, key2, WcStatus::kSuccess, what)) {
+    return;
+  }
+  const SendWr local_inv = invalidation(6, WrOpcode::kLocalInv, key2);
+  if (hy.dev->post_send(sc.y.qp, std::span(&local_inv, 1), nullptr) != Errc::kOk ||
+      !sc.settle(0, 1) || sc.got_y[0].status != WcStatus::kSuccess ||
+      sc.got_y[0].opcode != WcOpcode::kLocalInv || !key_unbound(sc, key2, kOff)) {
+    c.fail(what + ": the LOCAL_INV of its key did not complete as such");
+    return;
+  }
+  if (!write_through(sc, 7, kOff, kOff + 64, key2, WcStatus::kRemAccessErr, what)) return;
+  if (!sc.both_in_error()) {
+    c.fail(what + ": a WRITE through the invalidated window left the QPs out of the error state");
+    return;
+  }
+  if (hy.dev->dealloc_mw(mw->handle) != Errc::kOk) {
+    c.fail(what + ": dealloc_mw failed");
+    return;
+  }
+  ++c.result.memory_windows_checked;
 }
 
 // SEND with Invalidate, the negative case the workload leaves out: every MR of uroce is an
 // ordinary one, which only fast-register MRs and memory windows are not (IBTA o10-37,
-// rxe_invalidate_mr()), so it must fail. Checked once per run on the first RC pair not torn
-// down (by retry exceeded), after the workload and its oracles, when the network has no faults
+// rxe_invalidate_mr()), so it must fail. Checked once per run on a pair of its own
+// (scripted_pair: not torn down by retry exceeded, nor used by another check), after the
+// workload and its oracles, when the network has no faults
 // left (a run ends after the fault plan's end): the responder NAKs Invalid Request, the SEND
 // and the receive it consumed both complete with REM_INV_REQ_ERR and nothing else, both QPs are
 // in the error state, and the named region is as valid as before. Zero-length, so no byte is
@@ -1535,9 +1843,10 @@ void check_memory_window(Cluster& c) {
 // dropped its queued responses for the NAK would fail it: issue 11, item 1).
 // Long: one scripted scenario: post, run, then check each completion and the memory.
 void check_send_inv(Cluster& c) {
-  Side* x = first_live_rc_side(c);
+  Side* x = scripted_pair(c, false);
   if (x == nullptr) return;
   Side& y = *x->peer;
+  x->scripted = y.scripted = true;
   Host& hx = *x->host;
   Host& hy = *y.host;
   const std::string what = x->name + " SEND_WITH_INV of " + y.name + "'s MR";
@@ -1638,7 +1947,9 @@ void check_send_inv(Cluster& c) {
   auto probe = hy.dev->memory().resolve(0, 0, hy.mr.rkey, true, 0, 1, 0);
   if (probe.ok() || probe.error() != transport::AccessError::kWrongPd) {
     c.fail(what + ": the region did not stay valid");
+    return;
   }
+  ++c.result.send_invs_checked;
 }
 
 std::uint32_t pick_mtu(Prng& r) {
@@ -1700,25 +2011,20 @@ bool make_ah(Cluster& c, Side& side) {
   return true;
 }
 
-// Pair `index` (counted from 1): its two sides made, named and connected, then its operations.
-bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8_t timeout) {
+// The two sides of pair `p` made, named `label`.a and .b, and connected (PSNs, max_rd_atomic and
+// the rest drawn from the seed); its `a` side, or null (the run failed).
+Side* link_pair(Cluster& c, const PairPlan& p, const std::string& label, std::uint8_t timeout) {
   Side* x = make_side(c, *c.hosts[p.a], p.type, p.mtu);
   Side* y =
       make_side(c, *c.hosts[p.b], p.type == QpType::kXrcSend ? QpType::kXrcRecv : p.type, p.mtu);
   if (x == nullptr || y == nullptr) {
     c.fail("QP setup failed");
-    return false;
+    return nullptr;
   }
   x->peer = y;
   y->peer = x;
-  const char* t = p.type == QpType::kRc        ? "rc"
-                  : p.type == QpType::kUc      ? "uc"
-                  : p.type == QpType::kXrcSend ? "xrc"
-                                               : "ud";
-  x->name = std::string(t) + std::to_string(index - 1) + ".a(host" + std::to_string(p.a) + " qpn " +
-            std::to_string(x->qpn) + ")";
-  y->name = std::string(t) + std::to_string(index - 1) + ".b(host" + std::to_string(p.b) + " qpn " +
-            std::to_string(y->qpn) + ")";
+  x->name = label + ".a(host" + std::to_string(p.a) + " qpn " + std::to_string(x->qpn) + ")";
+  y->name = label + ".b(host" + std::to_string(p.b) + " qpn " + std::to_string(y->qpn) + ")";
   const auto psn_x = static_cast<std::uint32_t>(c.rng.below(1u << 24));
   const auto psn_y = static_cast<std::uint32_t>(c.rng.below(1u << 24));
   if (rc_like(p.type)) {
@@ -1727,8 +2033,20 @@ bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8
   }
   if (!connect_side(c, *x, psn_x, psn_y, timeout) || !connect_side(c, *y, psn_y, psn_x, timeout)) {
     c.fail("QP connection failed");
-    return false;
+    return nullptr;
   }
+  return x;
+}
+
+// Pair `index` (counted from 1): its two sides made, named and connected, then its operations.
+bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8_t timeout) {
+  const char* t = p.type == QpType::kRc        ? "rc"
+                  : p.type == QpType::kUc      ? "uc"
+                  : p.type == QpType::kXrcSend ? "xrc"
+                                               : "ud";
+  Side* x = link_pair(c, p, t + std::to_string(index - 1), timeout);
+  if (x == nullptr) return false;
+  Side* y = x->peer;
   if (p.type == QpType::kRc && selective_repeat_for(c.opt, index)) {
     for (Side* side : {x, y}) {
       side->host->dev->find_qp(side->qpn)->set_selective_repeat(true);
@@ -1739,6 +2057,28 @@ bool connect_pair(Cluster& c, const PairPlan& p, std::uint32_t index, std::uint8
   generate_ops(c, *x);
   generate_ops(c, *y);
   return true;
+}
+
+// The pair for a scripted check after the workload, one that ends in the error state: the first
+// RC pair that neither the faults (torn down) nor an earlier check took there, whose responder's
+// region is on demand if `odp_responder`; else one made for the check between host 0 or 1 and a
+// host whose region fits, connected as the workload's. Null (no check) only when no host's
+// region is on demand and one must be.
+Side* scripted_pair(Cluster& c, bool odp_responder) {
+  for (auto& sp : c.sides) {
+    if (sp->type == QpType::kRc && !sp->torn_down && !sp->scripted &&
+        (!odp_responder || sp->peer->host->odp)) {
+      return sp.get();
+    }
+  }
+  std::uint32_t b = 1;
+  if (odp_responder) {
+    auto it = std::find_if(c.hosts.begin(), c.hosts.end(), [](const auto& h) { return h->odp; });
+    if (it == c.hosts.end()) return nullptr;
+    b = static_cast<std::uint32_t>(it - c.hosts.begin());
+  }
+  const PairPlan p{QpType::kRc, b == 0 ? 1u : 0u, b, pick_mtu(c.rng)};
+  return link_pair(c, p, "check" + std::to_string(c.check_pairs++), c.ack_timeout);
 }
 
 // The work the run waits for (`unfinished`), and each side's receive budget: RC receives
@@ -1830,10 +2170,10 @@ bool build_workload(Cluster& c, Tap& tap) {
   c.net.set_tap(&tap);
   const std::vector<PairPlan> pairs = plan_pairs(c);
   if (!make_hosts(c, pairs)) return false;
-  const std::uint8_t timeout = static_cast<std::uint8_t>(6 + c.rng.below(9));  // 262 us .. 67 ms
+  c.ack_timeout = static_cast<std::uint8_t>(6 + c.rng.below(9));  // 262 us .. 67 ms
   std::uint32_t index = 0;
   for (const PairPlan& p : pairs) {
-    if (!connect_pair(c, p, ++index, timeout)) return false;
+    if (!connect_pair(c, p, ++index, c.ack_timeout)) return false;
   }
   count_work(c);
   if (!c.result.ok) return false;
@@ -1922,6 +2262,13 @@ void collect_counters(Cluster& c) {
 
 }  // namespace
 
+std::uint64_t completed_ops(const ClusterResult& r, std::string_view name) {
+  for (const auto& [n, count] : r.ops_by_kind) {
+    if (n == name) return count;
+  }
+  return 0;
+}
+
 std::string replay_command(const ClusterOptions& o) {
   std::string cmd = "uroce sim --seed " + std::to_string(o.seed);
   if (!o.faults) cmd += " --no-faults";
@@ -1952,56 +2299,64 @@ std::string replay_command(const ClusterOptions& o) {
 // REM_ACCESS_ERR (NAK Remote Access Error, as rxe's failed ODP fault), x sees nothing else, and
 // no byte is written (the arena check runs again after it).
 void check_odp_hole(Cluster& c) {
-  const Side* used = first_live_rc_side(c);
-  Side* x = nullptr;
-  for (auto& sp : c.sides) {
-    if (sp->type == QpType::kRc && !sp->torn_down && sp.get() != used && sp->peer != used &&
-        sp->peer->host->odp) {
-      x = sp.get();
-      break;
-    }
-  }
-  if (x == nullptr) return;
-  Side& y = *x->peer;
-  Host& hx = *x->host;
-  Host& hy = *y.host;
+  Side* requester = scripted_pair(c, true);
+  if (requester == nullptr) return;
+  Script sc(c, *requester);
   constexpr std::size_t kHole = kGuardBytes + kOdpPage;
-  if (kHole + 256 > hy.arena.size() - kGuardBytes) return;
-  const std::string what = x->name + " WRITE into an unmapped ODP page of " + y.name;
-  for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);  // polled below
-  hy.hole_begin = kHole;
-  hy.hole_end = kHole + 256;
-  const Sge sge{hx.va(kGuardBytes + 64), 16, hx.mr.lkey};
-  SendWr w;
-  w.wr_id = 5;
-  w.opcode = WrOpcode::kRdmaWrite;
-  w.send_flags = kSendSignaled;
-  w.sg_list = std::span(&sge, 1);
-  w.rdma.remote_addr = hy.va(kHole + 16);
-  w.rdma.rkey = hy.mr.rkey;
-  if (hx.dev->post_send(x->qp, std::span(&w, 1), nullptr) != Errc::kOk) {
-    c.fail(what + ": could not be posted");
+  if (kHole + 256 > sc.hy.arena.size() - kGuardBytes) return;
+  const std::string what = sc.x.name + " WRITE into an unmapped ODP page of " + sc.y.name;
+  sc.hy.hole_begin = kHole;
+  sc.hy.hole_end = kHole + 256;
+  const bool refused = write_through(sc, 5, kGuardBytes + 64, kHole + 16, sc.hy.mr.rkey,
+                                     WcStatus::kRemAccessErr, what);
+  sc.hy.hole_begin = sc.hy.hole_end = 0;
+  if (!refused) return;
+  if (!sc.both_in_error()) {
+    c.fail(what + ": the QPs are not both in the error state");
     return;
   }
-  std::vector<Wc> got;
-  const Instant deadline = c.now + Duration::ns(1'000'000'000);
-  for (;;) {
-    transmit_rounds(c);
-    Wc wcs[4];
-    if (auto n = hx.dev->poll_cq(x->scq, wcs); n.ok()) got.insert(got.end(), wcs, wcs + *n);
-    if (!got.empty() && c.net.next_event_time().is_never()) break;
-    const Instant t = next_event(c);
-    if (t.is_never() || t > deadline) {
-      c.fail(what + ": no completion");
-      return;
-    }
-    if (t > c.now) c.now = t;
-    deliver_and_receive(c);
+  ++c.result.odp_holes_checked;
+}
+
+// FLUSH of a range that its region does not open to FLUSH (the workload's regions all allow
+// placement type global), once per run on a pair of its own after the other checks: y registers
+// a page of its arena again, with remote write only, and x FLUSHes 64 bytes of it, placement
+// type global. The QP allows that type, the region does not: refused as rxe's check_rkey()
+// refuses it (the R_Key lacks IB_ACCESS_FLUSH_GLOBAL: NAK Remote Access Error), so the FLUSH
+// completes with REM_ACCESS_ERR, alone, and both QPs end in the error state.
+void check_flush_refused(Cluster& c) {
+  Side* requester = scripted_pair(c, false);
+  if (requester == nullptr) return;
+  Script sc(c, *requester);
+  const std::string what = sc.x.name + " FLUSH of a region of " + sc.y.name + " without FLUSH";
+  auto mr = sc.hy.dev->reg_mr(sc.hy.pd, sc.hy.arena.data() + kGuardBytes, kOdpPage,
+                              kAccessLocalWrite | kAccessRemoteWrite);
+  if (!mr.ok()) {
+    c.fail(what + ": reg_mr failed");
+    return;
   }
-  hy.hole_begin = hy.hole_end = 0;
-  if (got.size() != 1 || got[0].wr_id != 5 || got[0].status != WcStatus::kRemAccessErr) {
-    c.fail(what + ": " + std::to_string(got.size()) + " completion(s), the first " +
-           wc_status_name(got[0].status) + ", expected one REM_ACCESS_ERR");
+  SendWr flush;
+  flush.wr_id = 8;
+  flush.opcode = WrOpcode::kFlush;
+  flush.send_flags = kSendSignaled;
+  flush.rdma.remote_addr = sc.hy.va(kGuardBytes + 64);
+  flush.rdma.rkey = mr->rkey;
+  flush.flush.length = 64;
+  flush.flush.placement = wire::kFlushGlobal;
+  flush.flush.selectivity = wire::kFlushRange;
+  const bool settled =
+      sc.hx.dev->post_send(sc.x.qp, std::span(&flush, 1), nullptr) == Errc::kOk && sc.settle(1, 0);
+  const bool in_error = sc.both_in_error();
+  if (sc.hy.dev->dereg_mr(mr->handle) != Errc::kOk) {
+    c.fail(what + ": dereg_mr failed");
+  } else if (!settled || sc.got_x[0].wr_id != 8 || sc.got_x[0].status != WcStatus::kRemAccessErr) {
+    c.fail(what + ": " + std::to_string(sc.got_x.size()) + " completion(s), the first " +
+           (sc.got_x.empty() ? "none" : wc_status_name(sc.got_x[0].status)) +
+           ", expected one REM_ACCESS_ERR");
+  } else if (!in_error) {
+    c.fail(what + ": the QPs are not both in the error state");
+  } else {
+    ++c.result.flush_refusals_checked;
   }
 }
 
@@ -2028,8 +2383,12 @@ ClusterResult run_cluster(const ClusterOptions& opt) {
   if (c.result.ok) check_memory_window(c);
   if (c.result.ok) check_send_inv(c);
   if (c.result.ok) check_odp_hole(c);
-  if (c.result.ok) final_checks(c);  // the negative case wrote nothing
+  if (c.result.ok) check_flush_refused(c);
+  if (c.result.ok) final_checks(c);  // the negative cases wrote nothing
   c.result.simulated_ns = (c.now - start).count_ns();
+  for (std::size_t k = 0; k < kOpKinds; ++k) {
+    c.result.ops_by_kind.emplace_back(op_name(static_cast<OpKind>(k)), c.completed_by_kind[k]);
+  }
   collect_counters(c);
   c.net.set_tap(nullptr);
   for (auto& h : c.hosts) h->dev->set_completion_event_handler(nullptr);

@@ -25,8 +25,20 @@
 //   placed in) hold, byte for byte, the old or the new contents, or bytes that a packet placed
 //   in one pass (issue 14) left where its intact self would have gone before it failed its
 //   ICRC (the host records each such range as the engine writes it);
-// - SEND with Invalidate of an ordinary MR (all of uroce's) fails as IBTA and rxe say, checked
-//   once at the end of a run on one RC pair (it takes the pair into the error state);
+// - ATOMIC WRITE (IBTA 1.5, RC only; each side's all into one 8-byte aligned slot at its
+//   peer): a QP's are placed in order, each exactly once (a duplicate is answered, never placed
+//   again), 8 bytes at a time: when one completes its slot holds its value or that of a later
+//   one already posted, and at the end the last one's;
+// - FLUSH (IBTA 1.5, RC only; placement type global, of the region or of a range): when it
+//   completes, every WRITE and ATOMIC WRITE its QP posted before it into what it flushed is in
+//   place at the peer;
+// - every successful completion has the opcode of its WR;
+// - scripted checks after the workload, each on a pair of its own (a workload pair left alone,
+//   or one made for it): SEND with Invalidate of an ordinary MR (all of uroce's) fails as IBTA
+//   and rxe say; a type 2 memory window is bound, written through, invalidated by SEND with
+//   Invalidate, bound again, invalidated by LOCAL_INV, and a WRITE through it then fails with
+//   REM_ACCESS_ERR; a WRITE into an unmapped page of an ODP region fails so too; a FLUSH of a
+//   region without the flush access fails so too (each takes its pair into the error state);
 // - every frame a host emits passes the wire parser (the checks of `uroce pcap check`);
 // Hosts receive as the engine's deferred path does in production (datapath/udp): the ICRC of a
 // message continuation is checked in the pass that places its payload, every other packet's
@@ -41,6 +53,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/time.h"
 #include "engine/ack_policy.h"
@@ -96,6 +111,16 @@ struct ClusterResult {
   std::string plan;     // the fault plan, printable, with its replay on every host
   std::uint64_t ops_completed = 0;
   std::uint64_t xrc_ops_completed = 0;  // of them, by XRC initiators
+  // Of them, by operation, in the workload's order, named as the failures name them ("SEND",
+  // ..., "ATOMIC_WRITE", "FLUSH"): every kind, drawn or not (completed_ops()).
+  std::vector<std::pair<std::string, std::uint64_t>> ops_by_kind;
+  // The scripted checks after the workload that ran to their end (each at most once a run):
+  // the memory window's life (check_memory_window), SEND with Invalidate of an MR, a WRITE into
+  // an unmapped ODP page, a FLUSH of a region without the flush access.
+  std::uint64_t memory_windows_checked = 0;
+  std::uint64_t send_invs_checked = 0;
+  std::uint64_t odp_holes_checked = 0;
+  std::uint64_t flush_refusals_checked = 0;
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_delivered = 0;
   std::uint64_t frames_dropped = 0;
@@ -131,6 +156,9 @@ struct ClusterResult {
 };
 
 ClusterResult run_cluster(const ClusterOptions& options);
+
+// How many operations named `name` (ClusterResult::ops_by_kind) completed successfully.
+std::uint64_t completed_ops(const ClusterResult& r, std::string_view name);
 
 // The command that replays a run.
 std::string replay_command(const ClusterOptions& options);

@@ -1,6 +1,9 @@
 #include "tools/sim_cmd.h"
 
 #include <cinttypes>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace uroce::tools {
 
@@ -15,6 +18,34 @@ std::optional<std::string> sim_check(const SimCommand& cmd) {
   return std::nullopt;
 }
 
+namespace {
+
+// "SEND 12, ..., FLUSH 3; checks: memory window 1, ...": a run's (or a swarm's) operations by
+// kind and the scripted checks that ran.
+std::string ops_line(const std::vector<std::pair<std::string, std::uint64_t>>& by_kind,
+                     const std::uint64_t (&checks)[4]) {
+  std::string line;
+  for (const auto& [name, n] : by_kind) {
+    line += (line.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  }
+  static const char* const kChecks[4] = {"memory window", "SEND_WITH_INV of an MR",
+                                         "unmapped ODP page", "FLUSH without access"};
+  line += "; checks:";
+  for (int i = 0; i < 4; ++i) {
+    line += std::string(i == 0 ? " " : ", ") + kChecks[i] + " " + std::to_string(checks[i]);
+  }
+  return line;
+}
+
+void add_checks(const sim::ClusterResult& r, std::uint64_t (&checks)[4]) {
+  checks[0] += r.memory_windows_checked;
+  checks[1] += r.send_invs_checked;
+  checks[2] += r.odp_holes_checked;
+  checks[3] += r.flush_refusals_checked;
+}
+
+}  // namespace
+
 int sim_run(const SimCommand& cmd, std::FILE* out) {
   std::uint64_t passed = 0;
   std::uint64_t failed = 0;
@@ -22,6 +53,9 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
   std::uint64_t retry_exceeded_qps = 0;
   std::uint64_t landed = 0;            // failed or flushed WRs of torn-down pairs seen to have run
   std::uint64_t kept = 0, resent = 0;  // selective repeat (--selective-repeat)
+  // Passing seeds' operations by kind, and their scripted checks.
+  std::vector<std::pair<std::string, std::uint64_t>> by_kind;
+  std::uint64_t checks[4] = {};
   for (std::uint64_t i = 0; i < cmd.swarm; ++i) {
     sim::ClusterOptions o = cmd.cluster;
     o.seed = cmd.cluster.seed + i;
@@ -34,6 +68,13 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
       landed += r.unfinished_wrs_landed;
       kept += r.out_of_order_kept;
       resent += r.selective_retransmits;
+      if (by_kind.empty()) {
+        by_kind = r.ops_by_kind;
+      } else {
+        for (std::size_t k = 0; k < by_kind.size(); ++k)
+          by_kind[k].second += r.ops_by_kind[k].second;
+      }
+      add_checks(r, checks);
       if (cmd.verbose || cmd.swarm == 1) {
         std::fprintf(out,
                      "seed %" PRIu64 ": ok: %" PRIu64 " operations, %" PRIu64
@@ -43,12 +84,18 @@ int sim_run(const SimCommand& cmd, std::FILE* out) {
                      o.seed, r.ops_completed, r.frames_sent, r.frames_dropped, r.icrc_drops,
                      r.retransmissions, r.retry_exceeded_qps, r.acks_held, r.acks_deferred,
                      static_cast<double>(r.simulated_ns) / 1e6);
+        std::uint64_t own[4] = {};
+        add_checks(r, own);
+        std::fprintf(out, "  operations: %s\n", ops_line(r.ops_by_kind, own).c_str());
       }
       continue;
     }
     ++failed;
     std::fprintf(out, "FAIL %s\n%s\nreplay: %s\n", r.failure.c_str(), r.plan.c_str(),
                  sim::replay_command(o).c_str());
+  }
+  if (!by_kind.empty() && cmd.swarm > 1) {  // one run's were printed with it
+    std::fprintf(out, "operations (passing seeds): %s\n", ops_line(by_kind, checks).c_str());
   }
   std::fprintf(out,
                "sim: %" PRIu64 " passed, %" PRIu64 " failed; %" PRIu64

@@ -30,6 +30,20 @@ std::uint32_t flush_access(std::uint8_t placement) {
          ((placement & wire::kFlushPersistent) != 0 ? kAccessFlushPersistent : 0u);
 }
 
+#ifdef UROCE_CANARY_ATOMIC_WRITE
+// The ATOMIC WRITE canary (defined only in tests/sim's uroce_sim_canary_atomic_write): a
+// deliberate bug that the simulator must catch. A duplicate ATOMIC WRITE is placed a second
+// time, at its saved resource's address, as a responder that redid it like a WRITE would: after
+// a later one to the same address, it puts the older value back.
+void canary_place_again(MemoryResolver& memory, std::uint32_t pd, std::uint32_t qpn,
+                        std::uint32_t rkey, std::uint64_t va, ConstBytes payload) {
+  if (payload.size() != 8) return;
+  if (auto mem = memory.resolve(pd, qpn, rkey, true, va, 8, kAccessRemoteWrite); mem.ok()) {
+    std::memcpy(mem.value().data(), payload.data(), 8);
+  }
+}
+#endif
+
 }  // namespace
 
 bool Qp::take_recv_wqe() {
@@ -602,6 +616,8 @@ void Qp::drop_responses_from(std::uint32_t psn) {
   }
 }
 
+// Long: one case per kind of request asked again (SEND or WRITE, READ, ATOMIC WRITE or FLUSH,
+// atomic), each matched against the saved resources in the one loop.
 void Qp::handle_duplicate(const wire::RocePacket& pkt) {
   const std::uint32_t psn = pkt.bth().psn();
   UROCE_ASSERT(wire::psn_lt(psn, resp_.psn));
@@ -641,6 +657,11 @@ void Qp::handle_duplicate(const wire::RocePacket& pkt) {
         r.first_psn == psn) {
       // oA19-14, oA19-15: an ATOMIC WRITE or FLUSH asked again is not executed again (rxe
       // replays its resource): the zero-length READ Response Only again.
+#ifdef UROCE_CANARY_ATOMIC_WRITE
+      if (op.is(wire::kFlagAtomicWrite)) {
+        canary_place_again(*env_.memory, r.pd, qpn_, r.rkey, r.va, pkt.payload);
+      }
+#endif
       drop_responses_from(psn);
       queue_rd_atomic_response(i, psn, r.va, 0, r.rkey);
       return;

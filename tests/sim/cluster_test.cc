@@ -22,6 +22,7 @@ TEST(Cluster, OneSeedReproducesARunExactly) {
   EXPECT_EQ(a.events, b.events);
   EXPECT_EQ(a.simulated_ns, b.simulated_ns);
   EXPECT_EQ(a.plan, b.plan);
+  EXPECT_EQ(a.ops_by_kind, b.ops_by_kind);
   o.seed = 43;
   const ClusterResult c = run_cluster(o);
   ASSERT_TRUE(c.ok) << c.failure;
@@ -58,6 +59,59 @@ TEST(Cluster, XrcPairsPassTheOraclesUnderFaultsAndWithout) {
     }
   }
   EXPECT_GT(xrc_ops, 8u * 2 * 2 * 12);  // most of 24 ops per pair complete
+}
+
+// IBTA 1.5's ATOMIC WRITE and FLUSH (issue 41) are drawn into RC's mix, under the seeds' faults
+// and without, and their oracles hold; every scripted check after the workload runs once a run
+// (the ODP one only when a host's region is on demand), also with a single RC pair, where the
+// checks get pairs of their own.
+TEST(Cluster, AtomicWriteAndFlushAreDrawnAndEveryScriptedCheckRuns) {
+  std::uint64_t atomic_writes = 0, flushes = 0, odp_holes = 0, landed = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    for (const bool faults : {true, false}) {
+      for (const std::uint32_t rc : {3u, 1u}) {
+        ClusterOptions o;
+        o.seed = seed;
+        o.faults = faults;
+        o.rc_pairs = rc;
+        const ClusterResult r = run_cluster(o);
+        ASSERT_TRUE(r.ok) << r.failure << "\n" << replay_command(o) << "\n" << r.plan;
+        atomic_writes += completed_ops(r, "ATOMIC_WRITE");
+        flushes += completed_ops(r, "FLUSH");
+        EXPECT_EQ(r.memory_windows_checked, 1u) << replay_command(o);
+        EXPECT_EQ(r.send_invs_checked, 1u) << replay_command(o);
+        EXPECT_EQ(r.flush_refusals_checked, 1u) << replay_command(o);
+        odp_holes += r.odp_holes_checked;
+        landed += r.unfinished_wrs_landed;
+        std::uint64_t sum = 0;
+        for (const auto& kind : r.ops_by_kind) sum += kind.second;
+        EXPECT_EQ(sum, r.ops_completed);
+      }
+    }
+  }
+  // 24 ops per side, a tenth of RC's of each kind: about 2.4 per RC side, 6 sides (3 pairs)
+  // or 2 (1 pair) a run.
+  std::printf("%llu ATOMIC WRITEs, %llu FLUSHes, %llu ODP holes\n",
+              static_cast<unsigned long long>(atomic_writes),
+              static_cast<unsigned long long>(flushes), static_cast<unsigned long long>(odp_holes));
+  EXPECT_GT(atomic_writes, 8u * 2 * 10);
+  EXPECT_GT(flushes, 8u * 2 * 10);
+  EXPECT_GT(odp_holes, 8u);
+}
+
+// XRC initiators draw no ATOMIC WRITE or FLUSH (IBTA 1.5 defines them for RC only; uroce's XRC
+// QPs refuse them at post): a run of XRC pairs alone has none.
+TEST(Cluster, XrcDrawsNoAtomicWriteOrFlush) {
+  ClusterOptions o;
+  o.seed = 5;
+  o.rc_pairs = 0;
+  o.xrc_pairs = 3;
+  const ClusterResult r = run_cluster(o);
+  ASSERT_TRUE(r.ok) << r.failure;
+  EXPECT_GT(r.xrc_ops_completed, 24u);
+  EXPECT_EQ(completed_ops(r, "ATOMIC_WRITE"), 0u);
+  EXPECT_EQ(completed_ops(r, "FLUSH"), 0u);
+  EXPECT_GT(completed_ops(r, "RDMA_WRITE"), 0u);
 }
 
 TEST(Cluster, ReplayCommandNamesXrcPairs) {
