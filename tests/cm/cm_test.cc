@@ -91,6 +91,20 @@ class CmPair : public ::testing::Test {
     EXPECT_EQ(again[0].mad, want.mad);
   }
 
+  // `e` learns that `gone` has no CM any more (an ICMP port unreachable from its host): it sends
+  // nothing more, retransmits nothing, and reports one event, `want` for `id`; that event.
+  CmEvent expect_ended_when_gone(CmEndpoint& e, const CmPeer& gone, CmEventType want, ConnId id) {
+    e.handle_peer_unreachable(now_, gone);
+    EXPECT_TRUE(drain(e).empty());
+    EXPECT_FALSE(e.retransmitting());
+    const auto evs = events(e);
+    EXPECT_EQ(evs.size(), 1u);
+    if (evs.empty()) return CmEvent{};
+    EXPECT_EQ(evs[0].type, want);
+    EXPECT_EQ(evs[0].id, id);
+    return evs[0];
+  }
+
   ConnectParams connect_params() {
     ConnectParams p;
     p.peer = peer(2);
@@ -732,13 +746,7 @@ TEST_F(CmPair, AnUnreachablePeerEndsADreqAsItsDrepWould) {
   now_ = a_.poll_timeout();
   a_.handle_timeout(now_);
   ASSERT_EQ(drain(a_).size(), 1u);  // its first retry draws the ICMP
-  a_.handle_peer_unreachable(now_, peer(2));
-  EXPECT_TRUE(drain(a_).empty());
-  auto evs = events(a_);
-  ASSERT_EQ(evs.size(), 1u);
-  EXPECT_EQ(evs[0].type, CmEventType::kDisconnected);
-  EXPECT_EQ(evs[0].id, a_id);
-  EXPECT_FALSE(a_.retransmitting());
+  expect_ended_when_gone(a_, peer(2), CmEventType::kDisconnected, a_id);
   EXPECT_EQ(a_.counters().retransmits, 1u);
   EXPECT_EQ(a_.counters().peer_unreachable, 1u);
   EXPECT_EQ(a_.counters().unreachable_ended, 1u);
@@ -747,7 +755,7 @@ TEST_F(CmPair, AnUnreachablePeerEndsADreqAsItsDrepWould) {
   EXPECT_EQ(a_.poll_timeout(), now_ + Duration::ms(2048));
   now_ = a_.poll_timeout();
   a_.handle_timeout(now_);
-  evs = events(a_);
+  const auto evs = events(a_);
   ASSERT_EQ(evs.size(), 1u);
   EXPECT_EQ(evs[0].type, CmEventType::kTimewaitExit);
   EXPECT_EQ(a_.connection_count(), 0u);
@@ -759,27 +767,18 @@ TEST_F(CmPair, AnUnreachablePeerEndsADreqAsItsDrepWould) {
 // no REJ sent after it; a REP waiting for its RTU likewise (UNREACHABLE, timewait). The same
 // input for a peer with nothing outstanding is only counted.
 TEST_F(CmPair, AnUnreachablePeerFailsAReqAndARepAtOnce) {
-  ASSERT_TRUE(a_.connect(now_, connect_params()).ok());
+  const auto req = a_.connect(now_, connect_params());
+  ASSERT_TRUE(req.ok());
   ASSERT_EQ(drain(a_).size(), 1u);
-  a_.handle_peer_unreachable(now_, peer(2));
-  EXPECT_TRUE(drain(a_).empty());
-  auto evs = events(a_);
-  ASSERT_EQ(evs.size(), 1u);
-  EXPECT_EQ(evs[0].type, CmEventType::kUnreachable);
-  EXPECT_EQ(evs[0].reason, CmRejReason::kTimeout);
+  EXPECT_EQ(expect_ended_when_gone(a_, peer(2), CmEventType::kUnreachable, *req).reason,
+            CmRejReason::kTimeout);
   EXPECT_EQ(a_.connection_count(), 0u);
   EXPECT_TRUE(a_.poll_timeout().is_never());
 
   auto [a_id, b_id] = up_to_rep(false);  // B's REP waits for the RTU
   (void)drain(b_);
   EXPECT_TRUE(b_.retransmitting());
-  b_.handle_peer_unreachable(now_, peer(1));
-  EXPECT_TRUE(drain(b_).empty());
-  auto b_evs = events(b_);
-  ASSERT_EQ(b_evs.size(), 1u);
-  EXPECT_EQ(b_evs[0].type, CmEventType::kUnreachable);
-  EXPECT_EQ(b_evs[0].id, b_id);
-  EXPECT_FALSE(b_.retransmitting());
+  expect_ended_when_gone(b_, peer(1), CmEventType::kUnreachable, b_id);
   EXPECT_EQ(b_.connection_count(), 1u);  // timewait: a late REQ still gets REJ Stale Connection
   b_.handle_peer_unreachable(now_, peer(1));
   EXPECT_TRUE(events(b_).empty());
