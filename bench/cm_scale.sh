@@ -59,8 +59,8 @@ trap cleanup EXIT
 stats() { env -u LD_PRELOAD "$uroce" stats 2>/dev/null; }
 
 # A device's coordinator applies the UROCE_FAULTS of the process that started it: one left from
-# an earlier run on these addresses (it lingers while its connections are in timewait) would
-# serve this run without CM_FAULTS.
+# an earlier run on these addresses (it lingers 2 s after its last program, and while its CM
+# still retransmits) would serve this run without CM_FAULTS.
 if [ -n "${CM_FAULTS:-}" ] && stats | grep -Eq "^cm ($saddr|$caddr):"; then
   echo "FAIL: a coordinator of an earlier run still serves $saddr or $caddr (take another CM_NET)"
   exit 1
@@ -141,12 +141,6 @@ case $kind in
     ;;
 esac
 end=$(date +%s.%N)
-stats | grep -E "^(cm|faults) ($saddr|$caddr):" >>"$tmp/samples"
-kill "$sampler" 2>/dev/null
-wait "$sampler" 2>/dev/null
-sampler=
-# Each device's last sample.
-tac "$tmp/samples" | awk '!seen[$1 " " $2]++' | sort >"$tmp/stats"
 # ucmatose's and rping's servers exit by themselves once their connections are done;
 # cmtime's serves until stopped.
 if [ "$kind" = cmtime ]; then
@@ -160,8 +154,19 @@ else
     }
   done
   [ "$kind" = ucmatose ] && { grep -q "test complete" "$tmp/server.0" || ok=0; }
+  # Observation only: a server waits for its connections' DISCONNECTED (ucmatose) or its
+  # client's last message; one that ends long after its client waited for a lost CM MAD's retry.
+  server_after=$(echo "$(date +%s.%N) - $end" | bc)
 fi
 spids=()
+# The last sample once the servers have ended (their coordinators stay 2 s after them), for
+# what their CMs did to the end: the DREQs of ucmatose's server are its last MADs.
+stats | grep -E "^(cm|faults) ($saddr|$caddr):" >>"$tmp/samples"
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+sampler=
+# Each device's last sample.
+tac "$tmp/samples" | awk '!seen[$1 " " $2]++' | sort >"$tmp/stats"
 if grep -Eiq 'error|fail|reject|unreachable|mismatch|Sanitizer|runtime error' "$tmp"/server.* \
   "$tmp"/client.*; then
   echo "FAIL: an error in the output:"
@@ -180,9 +185,26 @@ if [ -n "${CM_FAULTS:-}" ]; then
     ok=0
   fi
 fi
+# ucmatose's server disconnects, and its client answers each DREQ with a DREP and exits; its
+# coordinator exits 2 s later. A lost DREP then leaves the server's DREQ to a port where nothing
+# listens: the host's ICMP port unreachable ends it at once (peer_unreachable), where the CM
+# used to retry it 15 times, 4 s apart, and give up (dreq_timeouts): the server ended a minute
+# after its client (issue 43).
+if [ "$kind" = ucmatose ]; then
+  line=$(grep "^cm $saddr:" "$tmp/stats")
+  given_up=$(echo "$line" | grep -o 'dreq_timeouts [0-9]*' | awk '{print $2}')
+  gone=$(echo "$line" | grep -o 'peer_unreachable [0-9]*' | awk '{print $2}')
+  echo "the server's CM: DREQs given up after all their retries: ${given_up:-?}," \
+    "peers found gone (ICMP port unreachable): ${gone:-?}"
+  if [ "${given_up:-x}" != 0 ]; then
+    echo "FAIL: the server's CM retried a DREQ to the end (or its stats were not read)"
+    ok=0
+  fi
+fi
 echo "--- client: $kind, $n connections${CM_FAULTS:+, faults $CM_FAULTS}"
 head -40 "$tmp/client.0"
 printf 'wall time: %.1f s\n' "$(echo "$end - $start" | bc)"
+[ -n "${server_after:-}" ] && printf 'the server(s) ended %.1f s after the client(s)\n' "$server_after"
 echo "--- uroce stats"
 cat "$tmp/stats"
 if [ "$ok" -ne 1 ]; then

@@ -189,7 +189,7 @@ void CmEndpoint::arm(Instant now, Conn& c, Duration timeout, std::uint8_t retrie
 
 void CmEndpoint::enter_timewait(Instant now, Conn& c) {
   // cm.c cm_enter_timewait: wait 2^(av.timeout-8) ms, av.timeout being the lifetime + 1.
-  c.state = State::kTimewait;
+  set_state(c, State::kTimewait);
   c.request.reset();
   forget_remote_qpn(c);  // the QP may connect again: a new REQ from it is no longer stale
   Instant until =
@@ -198,7 +198,16 @@ void CmEndpoint::enter_timewait(Instant now, Conn& c) {
   set_deadline(c, until);
 }
 
+void CmEndpoint::set_state(Conn& c, State s) {
+  // The index of retransmitting connections follows the state: the connection's peer and ID
+  // never change while it is in it.
+  if (retries_request(c.state)) retrying_.erase({c.peer, c.local_id});
+  c.state = s;
+  if (retries_request(s)) retrying_.insert({c.peer, c.local_id});
+}
+
 void CmEndpoint::erase(Conn& c) {
+  retrying_.erase({c.peer, c.local_id});
   if (!c.active) {
     const auto it = by_remote_.find(RemoteKey{c.sidr, c.peer, c.remote_id});
     if (it != by_remote_.end() && it->second == c.local_id) by_remote_.erase(it);
@@ -308,7 +317,7 @@ Result<ConnId, CmError> CmEndpoint::connect(Instant now, const ConnectParams& p)
   c.qp.sl = p.sl;
 
   c.request = send(c.peer, CmMad{c.tid, format_req(c, p)});
-  c.state = State::kReqSent;
+  set_state(c, State::kReqSent);
   // cm.c ib_send_cm_req: twice the path lifetime plus the peer's response time.
   const Duration timeout = cm_time_to_duration(config_.packet_life_time) * 2 +
                            cm_time_to_duration(config_.cm_response_timeout);
@@ -349,7 +358,7 @@ Result<QpAttributes, CmError> CmEndpoint::accept(Instant now, ConnId id, const A
   UROCE_CHECK(fits);
   c->request = send(c->peer, CmMad{c->tid, rep});
   c->reply.reset();
-  c->state = State::kRepSent;
+  set_state(*c, State::kRepSent);
   // The REP's timer and retries come from the REQ (cm.c cm_req_handler), set on receipt.
   c->retries_left = c->max_retries;
   set_deadline(*c, now + c->timeout);
@@ -395,7 +404,7 @@ Result<ConnId, CmError> CmEndpoint::establish(Instant now, ConnId id) {
   rtu.local_comm_id = c->local_id;
   rtu.remote_comm_id = c->remote_id;
   c->reply = send(c->peer, CmMad{c->tid, rtu});
-  c->state = State::kEstablished;
+  set_state(*c, State::kEstablished);
   set_deadline(*c, Instant::never());
   emit(event_for(CmEventType::kEstablished, *c));
   return id;
@@ -416,7 +425,7 @@ Result<ConnId, CmError> CmEndpoint::disconnect(Instant now, ConnId id, ConstByte
     UROCE_CHECK(fits);
     c->tid = new_tid(c->local_id);
     c->request = send(c->peer, CmMad{c->tid, dreq});
-    c->state = State::kDreqSent;
+    set_state(*c, State::kDreqSent);
     // cm.c ib_send_cm_dreq: the ID's response timeout, max_cm_retries.
     arm(now, *c, c->timeout, config_.max_cm_retries);
     return id;
@@ -493,7 +502,7 @@ Result<ConnId, CmError> CmEndpoint::handle_comm_established(Instant now, ConnId 
   if (c->state != State::kRepSent && c->state != State::kMraRepRcvd) {
     return Err{CmError::kInvalidState};
   }
-  c->state = State::kEstablished;
+  set_state(*c, State::kEstablished);
   stop_timer(*c);
   emit(event_for(CmEventType::kEstablished, *c));
   return id;
@@ -518,7 +527,7 @@ Result<ConnId, CmError> CmEndpoint::sidr_resolve(Instant now, const SidrParams& 
   const bool fits = wire::set_private_data(req.private_data, p.private_data);
   UROCE_CHECK(fits);
   c.request = send(c.peer, CmMad{c.tid, req});
-  c.state = State::kSidrReqSent;
+  set_state(c, State::kSidrReqSent);
   // cma.c cma_resolve_ib_udp: 2^(CMA_CM_RESPONSE_TIMEOUT-8) ms, CMA_MAX_CM_RETRIES.
   arm(now, c, cm_time_to_duration(config_.cm_response_timeout), config_.max_cm_retries);
   return ConnId{c.local_id};
@@ -648,7 +657,7 @@ void CmEndpoint::start_passive(Instant now, Conn& c, const CmPeer& from, std::ui
   // max CM retries.
   c.timeout = cm_time_to_duration(m.local_cm_response_timeout);
   c.max_retries = m.max_cm_retries;
-  c.state = State::kReqRcvd;
+  set_state(c, State::kReqRcvd);
   // How long the active side may go on retransmitting this REQ: its retries times its timeout
   // (twice the path lifetime, which cm.c derives from the REQ's ACK timeout, plus our response
   // time; an MRA's service timeout instead when we send one), plus one more lifetime in flight.
@@ -705,7 +714,7 @@ CmRx CmEndpoint::on_req(Instant now, const CmPeer& from, std::uint64_t tid, cons
   c.listener = listener->second;
   if (config_.send_mra) {
     c.reply = send_mra(c, CmMsgResponse::kReq);
-    c.state = State::kMraReqSent;
+    set_state(c, State::kMraReqSent);
   }
   CmEvent e = event_for(CmEventType::kConnectRequest, c);
   e.offered_responder_resources = m.responder_resources;
@@ -727,7 +736,7 @@ CmRx CmEndpoint::on_mra(Instant now, const CmPeer& from, const wire::CmMra& m) {
                                                                               : CmRx::kDropped;
   }
   if (for_req) c->remote_id = m.local_comm_id;
-  c->state = for_req ? State::kMraReqRcvd : State::kMraRepRcvd;
+  set_state(*c, for_req ? State::kMraReqRcvd : State::kMraRepRcvd);
   // cm.c cm_mra_handler: wait the service timeout plus the path's timeout before the next try.
   set_deadline(*c,
                now + cm_time_to_duration(m.service_timeout) +
@@ -814,10 +823,10 @@ CmRx CmEndpoint::on_rep(Instant now, const CmPeer& from, std::uint64_t tid, cons
   c->qp.selective_repeat = config_.selective_repeat && wire::is_uroce_guid(m.local_ca_guid);
   c->qp.peer_uroce = wire::is_uroce_guid(m.local_ca_guid);
   stop_timer(*c);
-  c->state = State::kRepRcvd;
+  set_state(*c, State::kRepRcvd);
   if (config_.send_mra && config_.send_mra_on_rep) {
     c->reply = send_mra(*c, CmMsgResponse::kRep);
-    c->state = State::kMraRepSent;
+    set_state(*c, State::kMraRepSent);
   }
   CmEvent e = event_for(CmEventType::kConnectResponse, *c);
   copy_private_data(e, m.private_data);
@@ -830,7 +839,7 @@ CmRx CmEndpoint::on_rtu(Instant now, const CmPeer& from, const wire::CmRtu& m) {
   Conn* c = find(m.remote_comm_id, from);
   if (c == nullptr || m.local_comm_id != c->remote_id) return CmRx::kDropped;
   if (c->state != State::kRepSent && c->state != State::kMraRepRcvd) return CmRx::kDuplicate;
-  c->state = State::kEstablished;
+  set_state(*c, State::kEstablished);
   stop_timer(*c);
   emit(event_for(CmEventType::kEstablished, *c));
   return CmRx::kAccepted;
@@ -852,7 +861,7 @@ CmRx CmEndpoint::on_dreq(Instant now, const CmPeer& from, std::uint64_t tid,
     case State::kEstablished: {
       stop_timer(*c);
       c->tid = tid;
-      c->state = State::kDreqRcvd;
+      set_state(*c, State::kDreqRcvd);
       CmEvent e = event_for(CmEventType::kDisconnected, *c);
       copy_private_data(e, m.private_data);
       emit(e);
@@ -918,7 +927,7 @@ CmRx CmEndpoint::on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid,
   c.remote_id = m.request_id;
   c.tid = tid;
   c.qp.pkey = m.partition_key;
-  c.state = State::kSidrReqRcvd;
+  set_state(c, State::kSidrReqRcvd);
   // A SIDR_REQ does not say how long its sender retries; assume rdma_cm's (and ours): max CM
   // retries of 2^(CMA_CM_RESPONSE_TIMEOUT-8) ms, plus two lifetimes in flight.
   c.req_retransmits_end = now +
@@ -970,11 +979,20 @@ bool CmEndpoint::retries_request(State s) {
          s == State::kMraRepRcvd || s == State::kDreqSent || s == State::kSidrReqSent;
 }
 
-bool CmEndpoint::retransmitting() const {
-  for (const auto& [id, c] : conns_) {
-    if (retries_request(c.state)) return true;
+void CmEndpoint::handle_peer_unreachable(Instant now, const CmPeer& peer) {
+  ++counters_.peer_unreachable;
+  // Collected first: giving up erases connections or moves them out of the index.
+  std::vector<std::uint32_t> ids;
+  for (auto it = retrying_.lower_bound({peer, 0u}); it != retrying_.end() && it->first == peer;
+       ++it) {
+    ids.push_back(it->second);
   }
-  return false;
+  for (std::uint32_t id : ids) {
+    auto it = conns_.find(id);
+    UROCE_ASSERT(it != conns_.end());
+    ++counters_.unreachable_ended;
+    give_up(now, it->second, true);
+  }
 }
 
 void CmEndpoint::on_timeout(Instant now, Conn& c) {
@@ -986,11 +1004,26 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
     set_deadline(c, now + c.timeout);
     return;
   }
+  if (retries_request(c.state)) {
+    give_up(now, c, false);
+    return;
+  }
+  if (c.state == State::kTimewait) {
+    // A SIDR reply's tombstone ends silently: its user has been done with it since the reply.
+    if (!c.sidr) emit(event_for(CmEventType::kTimewaitExit, c));
+    erase(c);
+    return;
+  }
+  UROCE_ASSERT(false);  // no other state arms a timer
+  set_deadline(c, Instant::never());
+}
+
+void CmEndpoint::give_up(Instant now, Conn& c, bool peer_gone) {
   switch (c.state) {
     case State::kReqSent:
     case State::kMraReqRcvd: {
       // cm.c: IB_CM_REQ_ERROR (rdma_cm: UNREACHABLE); destroying the ID then sends REJ Timeout.
-      send_req_timeout_rej(c);
+      if (!peer_gone) send_req_timeout_rej(c);
       CmEvent e = event_for(CmEventType::kUnreachable, c);
       e.reason = CmRejReason::kTimeout;
       emit(e);
@@ -1002,8 +1035,10 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
       // No RTU. cm.c reports IB_CM_REP_ERROR and forgets the ID; uroce also sends REJ Timeout,
       // so that an active side that got a REP does not stay up alone, and keeps a timewait that
       // answers a late REQ with REJ Stale Connection.
-      send_rej(c.peer, c.tid, c.local_id, c.remote_id, CmMsgResponse::kOther, CmRejReason::kTimeout,
-               {}, nullptr);
+      if (!peer_gone) {
+        send_rej(c.peer, c.tid, c.local_id, c.remote_id, CmMsgResponse::kOther,
+                 CmRejReason::kTimeout, {}, nullptr);
+      }
       CmEvent e = event_for(CmEventType::kUnreachable, c);
       e.reason = CmRejReason::kTimeout;
       emit(e);
@@ -1011,7 +1046,9 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
       return;
     }
     case State::kDreqSent:
-      // cm.c: IB_CM_DREQ_ERROR, timewait; rdma_cm reports DISCONNECTED.
+      // cm.c: IB_CM_DREQ_ERROR, timewait; rdma_cm reports DISCONNECTED. With the peer gone
+      // (no CM left there to answer) the same: a DREP would have said no more.
+      if (!peer_gone) ++counters_.dreq_timeouts;
       emit(event_for(CmEventType::kDisconnected, c));
       enter_timewait(now, c);
       return;
@@ -1022,14 +1059,8 @@ void CmEndpoint::on_timeout(Instant now, Conn& c) {
       erase(c);
       return;
     }
-    case State::kTimewait:
-      // A SIDR reply's tombstone ends silently: its user has been done with it since the reply.
-      if (!c.sidr) emit(event_for(CmEventType::kTimewaitExit, c));
-      erase(c);
-      return;
     default:
-      UROCE_ASSERT(false);  // no other state arms a timer
-      set_deadline(c, Instant::never());
+      UROCE_ASSERT(false);  // retries_request() states only
       return;
   }
 }

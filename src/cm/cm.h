@@ -21,7 +21,8 @@
 //   ESTABLISHED --DREQ received--> DREQ_RCVD --disconnect()/DREP--> TIMEWAIT --> gone
 //   REQ retries out: REJ Timeout, gone (kUnreachable). REP retries out: REJ Timeout, TIMEWAIT
 //   (kUnreachable). REJ received while connecting: gone or TIMEWAIT (kRejected); once up:
-//   TIMEWAIT (kDisconnected).
+//   TIMEWAIT (kDisconnected). The peer's CM gone (handle_peer_unreachable): every request
+//   retransmitted to it ends as if its retries were out, with nothing more sent.
 //   SIDR: sidr_resolve() --SIDR_REQ--> SIDR_REQ_SENT --SIDR_REP--> gone (kSidrReply)
 //         SIDR_REQ --> SIDR_REQ_RCVD --sidr_reply()--> TIMEWAIT (answers duplicates with the
 //         same SIDR_REP until the requester's retries are over) --> gone
@@ -255,6 +256,12 @@ struct CmCounters {
   std::uint64_t tx = 0;
   std::uint64_t tx_dropped = 0;  // the transmit queue was full (nobody polls it)
   std::uint64_t retransmits = 0;
+  // handle_peer_unreachable() calls (`uroce stats`: peer_unreachable), and the requests they
+  // ended (unreachable_ended).
+  std::uint64_t peer_unreachable = 0;
+  std::uint64_t unreachable_ended = 0;
+  // DREQs whose retries ran out unanswered (DISCONNECTED all the same).
+  std::uint64_t dreq_timeouts = 0;
 };
 
 class CmEndpoint {
@@ -294,6 +301,16 @@ class CmEndpoint {
 
   CmRx handle_mad(Instant now, const CmPeer& from, ConstBytes mad);
   void handle_timeout(Instant now);
+  // Nothing listens at the peer's CM any more: its host answered a MAD sent to it with an ICMP
+  // port unreachable (the coordinator's socket reads it from its error queue). The kernel's CM
+  // is always there, and a uroce peer's coordinator while any of its programs is, so this means
+  // that the peer's device has gone (its coordinator exited), with every ID it had. Each request
+  // still retransmitted to it ends at once as its last retry would, without sending anything
+  // more there: a DREQ as if its DREP had come (DISCONNECTED, timewait), a REQ (or SIDR_REQ)
+  // UNREACHABLE, a REP UNREACHABLE and timewait. Connections that are up or in timewait are left
+  // alone (their QPs' own timeouts end the first), and so are other peers'. An ICMP that is lost
+  // just leaves the retries to run their course.
+  void handle_peer_unreachable(Instant now, const CmPeer& peer);
 
   std::optional<CmOutMad> poll_transmit();
   std::optional<CmEvent> poll_event();
@@ -305,7 +322,10 @@ class CmEndpoint {
   // SIDR_REQ waiting for its answer, MRA waits included): the CM has work left that no peer will
   // start for it. Timewait entries do not count: they only answer what comes. The coordinator
   // stays up while this holds, as the kernel's CM outlives the process that disconnected.
-  bool retransmitting() const;
+  // O(1): the coordinator asks on every round.
+  bool retransmitting() const { return !retrying_.empty(); }
+  // How many connections retransmit a request (retransmitting()).
+  std::size_t retransmitting_count() const { return retrying_.size(); }
 
  private:
   enum class State : std::uint8_t {
@@ -366,6 +386,9 @@ class CmEndpoint {
   CmRx on_sidr_req(Instant now, const CmPeer& from, std::uint64_t tid, const wire::CmSidrReq& m);
   CmRx on_sidr_rep(Instant now, const CmPeer& from, const wire::CmSidrRep& m);
   void on_timeout(Instant now, Conn& c);
+  // A request's retries are over (`peer_gone`: handle_peer_unreachable, which sends nothing
+  // more to the peer): the connection ends as cm.c ends it when they run out.
+  void give_up(Instant now, Conn& c, bool peer_gone);
   // The states that retransmit their request when the timer fires.
   static bool retries_request(State s);
   void send_req_timeout_rej(const Conn& c);
@@ -389,6 +412,8 @@ class CmEndpoint {
                                                    std::uint32_t local_id, std::uint32_t remote_id,
                                                    ConstBytes private_data);
   std::array<std::byte, wire::kMadBytes> send_mra(const Conn& c, wire::CmMsgResponse what);
+  // Every change of a connection's state goes through here, which keeps retrying_ in step.
+  void set_state(Conn& c, State s);
   // Every change of a connection's deadline goes through here, which keeps timers_ in step.
   void set_deadline(Conn& c, Instant when);
   void stop_timer(Conn& c);
@@ -408,6 +433,9 @@ class CmEndpoint {
   // The armed deadlines, earliest first: poll_timeout() and handle_timeout() cost what is due,
   // not a walk over every connection (thousands of rdma_cm connections, issue 43).
   std::set<std::pair<Instant, std::uint32_t>> timers_;
+  // The connections in a state that retransmits its request (retries_request), by peer:
+  // retransmitting() in O(1), and a peer's requests found without a walk over every connection.
+  std::set<std::pair<CmPeer, std::uint32_t>> retrying_;
   // Passive connections and SIDR requests by the peer's ID (cm.c's remote ID and remote SIDR
   // tables), and passive connections not yet in timewait by the peer's QPN (remote QPN table).
   struct RemoteKey {

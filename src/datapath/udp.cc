@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/errqueue.h>
 #include <linux/ethtool.h>
 #include <linux/sockios.h>
 #include <net/if.h>
@@ -64,6 +65,20 @@ void snapshot_registered_memory(std::span<const ConstBytes> payload, MutBytes ou
 }
 
 Error errno_error(const char* what) { return Error::system(errno, what); }
+
+// A socket address's IP address and port.
+void from_sockaddr(const sockaddr_storage& ss, wire::IpAddress& ip, std::uint16_t& port) {
+  if (ss.ss_family == AF_INET6) {
+    const auto* sa = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ip.v6 = true;
+    std::memcpy(ip.bytes.data(), &sa->sin6_addr, 16);
+    port = ntohs(sa->sin6_port);
+  } else {
+    const auto* sa = reinterpret_cast<const sockaddr_in*>(&ss);
+    std::memcpy(ip.bytes.data(), &sa->sin_addr, 4);
+    port = ntohs(sa->sin_port);
+  }
+}
 
 }  // namespace
 
@@ -320,6 +335,10 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOp
       return Err{fail("setsockopt")};
     }
   }
+  if (opt.recv_errors && ::setsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP,
+                                      v6 ? IPV6_RECVERR : IP_RECVERR, &on, sizeof on) != 0) {
+    return Err{fail("setsockopt(IP_RECVERR)")};
+  }
   // A group socket may have served another context before (the coordinator hands a freed slot's
   // socket to the next one: devd/coordinator.h), so its options are set both ways.
   if (opt.default_tos != 0 || bound) {
@@ -377,6 +396,14 @@ Result<std::unique_ptr<UdpDatapath>, Error> UdpDatapath::open_socket(const UdpOp
     ::close(fd);
     return Err{e};
   }
+  if (!bound && opt.port == 0) {
+    // The port the kernel chose: the ICRC covers the UDP source port.
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+      return Err{fail("getsockname")};
+    }
+    wire::IpAddress ignored;
+    from_sockaddr(ss, ignored, opt.port);
+  }
   std::unique_ptr<UdpDatapath> dp(new UdpDatapath(fd, opt));
   dp->gso_note_ = opt.gso ? "on" : gso_note.empty() ? "off" : gso_note;
   return dp;
@@ -392,6 +419,7 @@ UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
       tx_batch_(options.tx_batch),
       rx_batch_(options.rx_batch),
       sendmmsg_hook_(options.sendmmsg_hook),
+      recv_errors_(options.recv_errors),
       slots_(options.tx_batch),
       tx_scratch_(std::make_unique<TxScratch>()),
       stage_((options.tx_batch + 1) * kStagePacket),
@@ -798,6 +826,7 @@ std::size_t UdpDatapath::run_length(std::size_t first, std::size_t available) co
 // Long: builds one sendmmsg batch and accounts for what went; the hot transmit loop.
 void UdpDatapath::drain() {
   TxScratch& s = *tx_scratch_;
+  bool retried = false;  // recv_errors_: a send failed on an earlier datagram's error
   while (queued_ != 0) {
     // Messages from the head of the queue: one per GSO run (or per packet without GSO).
     std::size_t nmsg = 0;
@@ -893,6 +922,14 @@ void UdpDatapath::drain() {
       ++counters_.tx_blocked;  // the queued packets keep their bytes until the next try
       return;
     }
+    if (recv_errors_ && !retried) {
+      // The socket's pending error (an ICMP error of an earlier datagram, IP_RECVERR) fails
+      // one send and is cleared by it: this packet has not left. Once per call: a send that
+      // fails again fails for itself.
+      retried = true;
+      ++counters_.tx_error_retries;
+      continue;
+    }
     if (s.run[0] > 1) {
       // The kernel or the route refused the GSO datagram (no UDP_SEGMENT support on the path,
       // segments larger than the route's MTU, ...): send packet by packet from now on.
@@ -981,17 +1018,7 @@ std::size_t UdpDatapath::receive(Instant now, std::size_t max, const RxHandler& 
           segment = v > 0 ? static_cast<std::size_t>(v) : 0;
         }
       }
-      const auto& from = r.from[idx];
-      if (from.ss_family == AF_INET6) {
-        const auto* sa = reinterpret_cast<const sockaddr_in6*>(&from);
-        meta.src.v6 = true;
-        std::memcpy(meta.src.bytes.data(), &sa->sin6_addr, 16);
-        meta.src_port = ntohs(sa->sin6_port);
-      } else {
-        const auto* sa = reinterpret_cast<const sockaddr_in*>(&from);
-        std::memcpy(meta.src.bytes.data(), &sa->sin_addr, 4);
-        meta.src_port = ntohs(sa->sin_port);
-      }
+      from_sockaddr(r.from[idx], meta.src, meta.src_port);
       const ConstBytes data(static_cast<const std::byte*>(r.iov[idx].iov_base), len);
       if ((msg.msg_flags & MSG_TRUNC) != 0) {
         // Larger than any buffer: not a RoCE packet (nor a GRO batch of them).
@@ -1156,6 +1183,41 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
     tap_(tap_buf_, false);
   }
   handler(pkt.value(), meta);
+}
+
+std::size_t UdpDatapath::receive_errors(std::size_t max,
+                                        const std::function<void(const SendError&)>& handler) {
+  std::size_t n = 0;
+  for (; n < max; ++n) {
+    sockaddr_storage to{};
+    alignas(cmsghdr) std::array<std::byte, 256> control{};
+    std::array<std::byte, 64> start{};  // the datagram's first bytes, unused
+    iovec iov{start.data(), start.size()};
+    msghdr msg{};
+    msg.msg_name = &to;
+    msg.msg_namelen = sizeof to;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    if (::recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;  // EAGAIN: none left
+    SendError e;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (!(c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_RECVERR) &&
+          !(c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_RECVERR)) {
+        continue;
+      }
+      sock_extended_err ee{};
+      std::memcpy(&ee, CMSG_DATA(c), sizeof ee);
+      // icmp_err_convert / icmpv6_err_convert: port unreachable is ECONNREFUSED.
+      e.port_unreachable = ee.ee_errno == ECONNREFUSED && (ee.ee_origin == SO_EE_ORIGIN_ICMP ||
+                                                           ee.ee_origin == SO_EE_ORIGIN_ICMP6);
+    }
+    from_sockaddr(to, e.dst, e.dst_port);
+    ++(e.port_unreachable ? counters_.rx_port_unreachable : counters_.rx_other_errors);
+    handler(e);
+  }
+  return n;
 }
 
 int make_group_socket(const wire::IpAddress& ip, std::uint16_t port) {

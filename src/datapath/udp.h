@@ -83,11 +83,11 @@ struct UdpOptions {
   UdpOptions(const wire::IpAddress& address, std::uint16_t udp_port = wire::kRoceV2Port)
       : local(address), port(udp_port) {}
   wire::IpAddress local;
-  std::uint16_t port = wire::kRoceV2Port;
-  bool gso = true;            // UDP_SEGMENT for runs of equal-size packets
-  bool gro = true;            // UDP_GRO on receive
-  std::size_t tx_batch = 64;  // packets queued before flushing by itself
-  std::size_t rx_batch = 16;  // datagrams per recvmmsg call (each buffer is 64 KiB)
+  std::uint16_t port = wire::kRoceV2Port;  // 0: one the kernel picks (not with bound_fd)
+  bool gso = true;                         // UDP_SEGMENT for runs of equal-size packets
+  bool gro = true;                         // UDP_GRO on receive
+  std::size_t tx_batch = 64;               // packets queued before flushing by itself
+  std::size_t rx_batch = 16;               // datagrams per recvmmsg call (each buffer is 64 KiB)
   // Socket receive buffer: the kernel's default (about 208 KiB) overflows under a window of
   // 128 packets of 4 KiB from several QPs, and each loss costs a retransmission timeout. Root
   // gets it whole (SO_RCVBUFFORCE); others get up to net.core.rmem_max. 0: the default.
@@ -105,6 +105,12 @@ struct UdpOptions {
   // no per-packet control message (about 3% of a loopback round trip). Every process of a
   // shared device has a socket of its own in the group: the value is never another's.
   std::uint8_t default_tos = 0;
+  // IP_RECVERR (IPV6_RECVERR): the ICMP errors that sent datagrams draw (port unreachable: no
+  // socket at the destination's address and port) queue on the socket, for receive_errors().
+  // Such an error also fails the socket's next send once, which then sends again. A socket of a
+  // shared device's group does not want this: the kernel hands an ICMP error to a member of the
+  // group chosen by the addresses' hash, not to the one that sent the datagram.
+  bool recv_errors = false;
   // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
   // backpressure. Empty: the system call.
   std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
@@ -134,6 +140,19 @@ struct UdpCounters {
   std::uint64_t rx_gro_datagrams = 0;  // of which coalesced by GRO (two or more packets)
   std::uint64_t rx_gro_packets = 0;    // packets split out of them
   std::array<std::uint64_t, wire::kDropReasonCount> rx_drops{};
+  // UdpOptions::recv_errors: ICMP port unreachables read from the error queue, other errors
+  // read there, and sends that failed on an earlier datagram's error and went again.
+  std::uint64_t rx_port_unreachable = 0;
+  std::uint64_t rx_other_errors = 0;
+  std::uint64_t tx_error_retries = 0;
+};
+
+// An error the kernel queued for a datagram this socket sent (UdpOptions::recv_errors).
+struct SendError {
+  wire::IpAddress dst;  // the datagram's destination
+  std::uint16_t dst_port = 0;
+  // An ICMP (or ICMPv6) port unreachable: nothing listens at dst:dst_port.
+  bool port_unreachable = false;
 };
 
 // `ip`:`port` as a socket address.
@@ -189,6 +208,7 @@ class UdpDatapath final : public Datapath {
   UdpDatapath& operator=(const UdpDatapath&) = delete;
 
   int fd() const { return fd_; }
+  // The bound port (the kernel's choice when UdpOptions::port was 0).
   std::uint16_t port() const { return port_; }
   const UdpCounters& counters() const { return counters_; }
   // What is in effect (the options and what the kernel supports).
@@ -258,6 +278,9 @@ class UdpDatapath final : public Datapath {
   // The same at `now`: received packets that the receive stage holds leave it when due, before
   // the socket is read (counted in the result too).
   std::size_t receive(Instant now, std::size_t max, const RxHandler& handler) override;
+  // UdpOptions::recv_errors: reads up to `max` errors from the socket's error queue, without
+  // blocking (poll shows a waiting one as POLLERR); how many.
+  std::size_t receive_errors(std::size_t max, const std::function<void(const SendError&)>& handler);
 
  private:
   struct TxSlot;
@@ -329,6 +352,7 @@ class UdpDatapath final : public Datapath {
   std::size_t tx_batch_;
   std::size_t rx_batch_;
   std::function<int(int, mmsghdr*, unsigned)> sendmmsg_hook_;
+  bool recv_errors_;  // UdpOptions::recv_errors
   UdpCounters counters_;
   FrameTap tap_;
   std::vector<std::byte> tap_buf_;

@@ -70,7 +70,19 @@ Result<std::unique_ptr<CmServer>, Error> CmServer::open(const wire::IpAddress& i
   o.tx_batch = 16;
   auto dp = datapath::UdpDatapath::open(o);
   if (!dp.ok()) return Err{dp.error()};
-  std::unique_ptr<CmServer> s(new CmServer(ip, port, std::move(dp.value()), seed, listen_grace));
+  // The CM's MADs leave from a socket of their own, outside the group, on a port the kernel
+  // picks: an ICMP port unreachable that one draws comes back to it (to the group, it would go
+  // to whichever member the addresses hash to: a context's socket, which ignores it).
+  datapath::UdpOptions mo(ip, 0);
+  mo.gso = false;
+  mo.gro = false;
+  mo.rcvbuf_bytes = 0;
+  mo.tx_batch = 16;
+  mo.recv_errors = true;
+  auto mad_dp = datapath::UdpDatapath::open(mo);
+  if (!mad_dp.ok()) return Err{mad_dp.error()};
+  std::unique_ptr<CmServer> s(
+      new CmServer(ip, port, std::move(dp.value()), std::move(mad_dp.value()), seed, listen_grace));
   if (!capture_path.empty()) {
     // Another device's coordinator may have been started with the same UROCE_DEVD_PCAP.
     std::string chosen;
@@ -82,11 +94,13 @@ Result<std::unique_ptr<CmServer>, Error> CmServer::open(const wire::IpAddress& i
     }
     s->capture_ = std::make_unique<capture::PcapWriter>(std::move(w.value()));
     capture::PcapWriter* writer = s->capture_.get();
-    s->dp_->set_tap([writer](ConstBytes frame, bool) {
+    const auto tap = [writer](ConstBytes frame, bool) {
       // Wall-clock timestamps, as a device's capture has (udp_device.cc): they line up.
       const auto t = std::chrono::system_clock::now().time_since_epoch();
       writer->write(frame, std::chrono::duration_cast<std::chrono::nanoseconds>(t).count());
-    });
+    };
+    s->dp_->set_tap(tap);
+    s->mad_dp_->set_tap(tap);
   }
   return s;
 }
@@ -142,11 +156,13 @@ std::optional<wire::RdmaServiceId> requested_service(ConstBytes mad) {
 }  // namespace
 
 CmServer::CmServer(const wire::IpAddress& ip, std::uint16_t port,
-                   std::unique_ptr<datapath::UdpDatapath> dp, std::uint64_t seed,
+                   std::unique_ptr<datapath::UdpDatapath> dp,
+                   std::unique_ptr<datapath::UdpDatapath> mad_dp, std::uint64_t seed,
                    Duration listen_grace)
     : ip_(ip),
       port_(port),
       dp_(std::move(dp)),
+      mad_dp_(std::move(mad_dp)),
       cm_(config_for(ip, seed)),
       keys_(verbs::gid_from_ip(ip).raw),
       psn_(static_cast<std::uint32_t>(seed) & 0xffffff),
@@ -870,67 +886,90 @@ void CmServer::pump(Instant now) {
     // A REP or RTU to a uroce peer may carry this side's public value after the MAD.
     const auto ext = keys_.extension_for(ConstBytes(out->mad));
     const ConstBytes payload[2] = {ConstBytes(out->mad), ext ? ext->view() : ConstBytes()};
-    if (dp_->send(now, o, ConstBytes(hdr).first(hn), std::span(payload, ext ? 2 : 1))) {
+    if (mad_dp_->send(now, o, ConstBytes(hdr).first(hn), std::span(payload, ext ? 2 : 1))) {
       ++counters_.tx_mads;
     } else {
       ++counters_.tx_failed;
     }
     // The datapath reads the payload until its flush: the MAD lives in this iteration only.
-    dp_->flush(now);
+    mad_dp_->flush(now);
   }
 }
 
 std::uint64_t CmServer::dropped() const {
   std::uint64_t n = counters_.unsteered + counters_.unknown_qpn_src_limited;
-  for (std::uint64_t d : dp_->counters().rx_drops) n += d;
+  for (const auto* dp : {dp_.get(), mad_dp_.get()}) {
+    for (std::uint64_t d : dp->counters().rx_drops) n += d;
+  }
   return n;
 }
 
-void CmServer::on_sink_readable(Instant now) {
+void CmServer::on_mad_socket(Instant now) {
+  // ICMP errors of the MADs sent: a port unreachable from a peer's RoCEv2 port says that its
+  // CM has gone (cm::CmEndpoint::handle_peer_unreachable).
+  mad_dp_->receive_errors(64, [&](const datapath::SendError& e) {
+    if (!e.port_unreachable || e.dst_port != port_) return;
+    const uroce::Gid g = verbs::gid_from_ip(e.dst);
+    cm::CmPeer peer;
+    std::memcpy(peer.gid.data(), g.raw.data(), 16);
+    cm_.handle_peer_unreachable(now, peer);
+  });
+  // What a peer sends to this port (none do: replies go to port 4791) is served as the sink's.
+  receive_from(now, *mad_dp_);
+}
+
+void CmServer::on_sink_readable(Instant now) { receive_from(now, *dp_); }
+
+void CmServer::receive_from(Instant now, datapath::UdpDatapath& dp) {
   std::vector<transport::TxPacket> acks;  // for closed QPs, sent once the batch is read
-  dp_->receive(now, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
-    const wire::BthView bth = pkt.bth();
-    if (bth.dest_qpn() != wire::kGsiQpn) {
-      const SourceKey source{meta.src.bytes, meta.src_port};
-      if (!unknown_qpn_budget_.allows(source, now)) {
-        ++counters_.unknown_qpn_src_limited;
-        return;
-      }
-      unknown_qpn_budget_.charge(source, now);
-      transport::TxPacket ack;
-      if (meta.icrc_verified && acks.size() < kMaxClosedAcks &&
-          closed_.answer(now, pkt, meta.src, ack)) {
-        acks.push_back(ack);
-        return;
-      }
-      ++counters_.unsteered;
-      return;
-    }
-    if (!meta.icrc_verified || pkt.op->opcode() != wire::Opcode::kUdSendOnly ||
-        pkt.deth().qkey() != wire::kGsiQkey) {
-      ++counters_.rx_bad;
-      return;
-    }
-    // A MAD, or a REP or RTU with the peer's public value after it (cm_keys.h).
-    const std::optional<ConstBytes> mad = keys_.on_receive(pkt.payload);
-    if (!mad || static_cast<std::uint8_t>((*mad)[wire::kMadOffMgmtClass]) != wire::kMgmtClassCm) {
-      ++counters_.rx_not_cm;
-      return;
-    }
-    const uroce::Gid g = verbs::gid_from_ip(meta.src);
-    cm::CmPeer from;
-    std::memcpy(from.gid.data(), g.raw.data(), 16);
-    ++counters_.rx_mads;
-    if (hold_for_listen(now, from, *mad)) return;
-    Source src;
-    std::memcpy(src.data(), g.raw.data(), src.size());
-    if (over_backlog(*mad, src)) return;
-    (void)cm_.handle_mad(now, from, *mad);
+  dp.receive(now, 64, [&](const wire::RocePacket& pkt, const datapath::RxMeta& meta) {
+    on_packet(now, pkt, meta, acks);
   });
   for (const transport::TxPacket& ack : acks) send_closed_qp_ack(now, ack);
   if (!acks.empty()) dp_->flush(now);
   pump(now);
   flush_drops(now);
+}
+
+void CmServer::on_packet(Instant now, const wire::RocePacket& pkt, const datapath::RxMeta& meta,
+                         std::vector<transport::TxPacket>& acks) {
+  const wire::BthView bth = pkt.bth();
+  if (bth.dest_qpn() != wire::kGsiQpn) {
+    const SourceKey source{meta.src.bytes, meta.src_port};
+    if (!unknown_qpn_budget_.allows(source, now)) {
+      ++counters_.unknown_qpn_src_limited;
+      return;
+    }
+    unknown_qpn_budget_.charge(source, now);
+    transport::TxPacket ack;
+    if (meta.icrc_verified && acks.size() < kMaxClosedAcks &&
+        closed_.answer(now, pkt, meta.src, ack)) {
+      acks.push_back(ack);
+      return;
+    }
+    ++counters_.unsteered;
+    return;
+  }
+  if (!meta.icrc_verified || pkt.op->opcode() != wire::Opcode::kUdSendOnly ||
+      pkt.deth().qkey() != wire::kGsiQkey) {
+    ++counters_.rx_bad;
+    return;
+  }
+  // A MAD, or a REP or RTU with the peer's public value after it (cm_keys.h).
+  const std::optional<ConstBytes> mad = keys_.on_receive(pkt.payload);
+  if (!mad || static_cast<std::uint8_t>((*mad)[wire::kMadOffMgmtClass]) != wire::kMgmtClassCm) {
+    ++counters_.rx_not_cm;
+    return;
+  }
+  const uroce::Gid g = verbs::gid_from_ip(meta.src);
+  cm::CmPeer from;
+  std::memcpy(from.gid.data(), g.raw.data(), 16);
+  ++counters_.rx_mads;
+  if (hold_for_listen(now, from, *mad)) return;
+  Source src;
+  std::memcpy(src.data(), g.raw.data(), src.size());
+  if (over_backlog(*mad, src)) return;
+  (void)cm_.handle_mad(now, from, *mad);
 }
 
 void CmServer::send_closed_qp_ack(Instant now, const transport::TxPacket& ack) {
@@ -994,11 +1033,15 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
   send(m);
   std::snprintf(text, sizeof text,
                 "client_drops %llu req_backlog_drops %llu req_src_limited %llu "
-                "unknown_qpn_src_limited %llu",
+                "unknown_qpn_src_limited %llu peer_unreachable %llu unreachable_ended %llu "
+                "dreq_timeouts %llu",
                 static_cast<unsigned long long>(counters_.client_drops),
                 static_cast<unsigned long long>(counters_.req_backlog_drops),
                 static_cast<unsigned long long>(counters_.req_src_limited),
-                static_cast<unsigned long long>(counters_.unknown_qpn_src_limited));
+                static_cast<unsigned long long>(counters_.unknown_qpn_src_limited),
+                static_cast<unsigned long long>(c.peer_unreachable),
+                static_cast<unsigned long long>(c.unreachable_ended),
+                static_cast<unsigned long long>(c.dreq_timeouts));
   devd::set_text(m.text, text);
   send(m);
   devd::set_text(m.text, key_stats(keys_.counters()));
@@ -1007,7 +1050,11 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
     std::string line;
     // What the fault stage did to the CM's own packets (class=cm rules, UROCE_FAULTS).
     for (const auto d : {fault::Direction::kTx, fault::Direction::kRx}) {
-      const fault::StageCounters c = dp_->fault_counters(d);
+      // The sink's stage (what the CM receives, closed QPs' ACKs) and the MAD socket's.
+      fault::StageCounters c = dp_->fault_counters(d);
+      const fault::StageCounters m = mad_dp_->fault_counters(d);
+      c.packets += m.packets;
+      for (std::size_t k = 0; k < fault::kInjectedCount; ++k) c.injected[k] += m.injected[k];
       const char* dir = d == fault::Direction::kTx ? "tx" : "rx";
       line += std::string(line.empty() ? "" : " ") + "fault_" + dir + "_packets " +
               std::to_string(c.packets);
@@ -1024,7 +1071,8 @@ void CmServer::list(const std::function<void(const devd::Msg&)>& send) const {
 }
 
 Instant CmServer::next_deadline() const {
-  Instant t = std::min({cm_.poll_timeout(), dp_->next_deadline(), closed_.last_until()});
+  Instant t = std::min(
+      {cm_.poll_timeout(), dp_->next_deadline(), mad_dp_->next_deadline(), closed_.last_until()});
   return held_.empty() ? t : std::min(t, held_.front().until);
 }
 
@@ -1032,6 +1080,7 @@ Result<fault::FaultSpec, std::string> CmServer::set_faults(const std::string& te
   auto spec = fault::FaultSpec::parse(text);
   if (!spec.ok()) return Err{spec.error()};
   dp_->set_faults(spec.value(), now);
+  mad_dp_->set_faults(spec.value(), now);
   return spec;
 }
 
@@ -1091,6 +1140,7 @@ void CmServer::on_timeout(Instant now) {
     // What the fault stage held that is due: received MADs to the CM, sent ones to the wire.
     on_sink_readable(now);
     dp_->flush(now);
+    mad_dp_->flush(now);
   }
   pump(now);
   flush_drops(now);

@@ -7,8 +7,14 @@
 //
 // QP 1 is the group's sink socket (index 0, where the steering program sends DestQP 1 and every
 // QPN no context owns): CmServer reads it, hands CM MADs to the CM and counts the rest
-// (`unsteered`), and sends the CM's MADs from it as UD SEND Only packets from QP 1 to QP 1 with
-// Q_Key 0x80010000.
+// (`unsteered`). It sends the CM's MADs, UD SEND Only packets from QP 1 to QP 1 with Q_Key
+// 0x80010000, from a socket of their own (the MAD socket: the device's address, a port the
+// kernel picks, as RoCEv2 source ports are any), outside the group, with IP_RECVERR: when a
+// peer's host answers a MAD with an ICMP port unreachable, nothing listens at its port 4791, its
+// coordinator has gone, and the CM ends what it still retransmits there at once
+// (cm::CmEndpoint::handle_peer_unreachable) instead of retrying into the void for a minute.
+// The kernel gives a group's ICMP errors to the member the addresses hash to, so the sink could
+// not count on getting them.
 //
 // Single-threaded: the coordinator's loop calls it when its fds are readable or writable or its
 // deadline has come; it never blocks. What a client's socket does not take waits in a queue of
@@ -83,6 +89,8 @@ class CmServer {
   CmServer& operator=(const CmServer&) = delete;
 
   int sink_fd() const { return dp_->fd(); }
+  // The MAD socket (its errors show as POLLERR): on_mad_socket() when it is ready.
+  int mad_fd() const { return mad_dp_->fd(); }
 
   // A connection that said kCmHello (and got kWelcome): an event channel of process `pid`.
   void add_client(int fd, pid_t pid);
@@ -96,6 +104,7 @@ class CmServer {
   bool owns(int fd) const { return clients_.count(fd) != 0; }
 
   void on_sink_readable(Instant now);
+  void on_mad_socket(Instant now);
   void on_client_readable(Instant now, int fd);
   void on_timeout(Instant now);
   // When on_timeout() is next due (Instant::never() when nothing waits), or a closed QP expires.
@@ -167,7 +176,14 @@ class CmServer {
   static constexpr std::uint32_t kUnknownQpnPerSecond = 256;
 
   CmServer(const wire::IpAddress& ip, std::uint16_t port, std::unique_ptr<datapath::UdpDatapath> dp,
-           std::uint64_t seed, Duration listen_grace);
+           std::unique_ptr<datapath::UdpDatapath> mad_dp, std::uint64_t seed,
+           Duration listen_grace);
+
+  // Reads what `dp` (the sink or the MAD socket) received and serves it, then what follows.
+  void receive_from(Instant now, datapath::UdpDatapath& dp);
+  // One packet read: a CM MAD to the CM, a closed QP's packet to `acks`, the rest counted.
+  void on_packet(Instant now, const wire::RocePacket& pkt, const datapath::RxMeta& meta,
+                 std::vector<transport::TxPacket>& acks);
 
   // The reply to a command (nullopt: already sent, with what follows it).
   std::optional<devd::CmMsg> handle(Instant now, int fd, const devd::CmMsg& m);
@@ -215,8 +231,9 @@ class CmServer {
 
   wire::IpAddress ip_;
   std::uint16_t port_;
-  std::unique_ptr<capture::PcapWriter> capture_;  // before dp_, whose tap writes to it
-  std::unique_ptr<datapath::UdpDatapath> dp_;
+  std::unique_ptr<capture::PcapWriter> capture_;   // before dp_, whose tap writes to it
+  std::unique_ptr<datapath::UdpDatapath> dp_;      // the sink
+  std::unique_ptr<datapath::UdpDatapath> mad_dp_;  // the MAD socket
   cm::CmEndpoint cm_;
   CmKeys keys_;  // per-connection keys with uroce peers (cm_keys.h)
   std::uint32_t psn_ = 0;

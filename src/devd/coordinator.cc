@@ -71,6 +71,7 @@ class Coordinator {
       fds.clear();
       fds.push_back({listen_, POLLIN, 0});
       fds.push_back({sink_, POLLIN, 0});
+      fds.push_back({cm_->mad_fd(), POLLIN, 0});  // its errors too (POLLERR)
       for (const Member& m : members_) {
         // A connection, or, once it closed, the process's exit.
         if (m.free) continue;
@@ -104,10 +105,11 @@ class Coordinator {
         return 1;
       }
       if (fds[1].revents != 0) cm_->on_sink_readable(now());
+      if (fds[2].revents != 0) cm_->on_mad_socket(now());
       // Members and CM clients first (by fd: the vectors change as they leave), then new
       // connections.
       std::vector<int> ready;
-      for (std::size_t i = 2; i < fds.size(); ++i) {
+      for (std::size_t i = 3; i < fds.size(); ++i) {
         if (fds[i].revents != 0) ready.push_back(fds[i].fd);
       }
       for (int fd : ready) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "kernel_rping.h"
@@ -88,6 +89,20 @@ class CmPair : public ::testing::Test {
     auto again = drain(e);
     ASSERT_EQ(again.size(), 1u);
     EXPECT_EQ(again[0].mad, want.mad);
+  }
+
+  // `e` learns that `gone` has no CM any more (an ICMP port unreachable from its host): it sends
+  // nothing more, retransmits nothing, and reports one event, `want` for `id`; that event.
+  CmEvent expect_ended_when_gone(CmEndpoint& e, const CmPeer& gone, CmEventType want, ConnId id) {
+    e.handle_peer_unreachable(now_, gone);
+    EXPECT_TRUE(drain(e).empty());
+    EXPECT_FALSE(e.retransmitting());
+    const auto evs = events(e);
+    EXPECT_EQ(evs.size(), 1u);
+    if (evs.empty()) return CmEvent{};
+    EXPECT_EQ(evs[0].type, want);
+    EXPECT_EQ(evs[0].id, id);
+    return evs[0];
   }
 
   ConnectParams connect_params() {
@@ -672,6 +687,152 @@ TEST_F(CmPair, RetransmittingWhileARequestWaitsForItsAnswer) {
   EXPECT_FALSE(a_.retransmitting());  // TIMEWAIT
   EXPECT_FALSE(b_.retransmitting());
   EXPECT_EQ(a_.connection_count(), 1u);
+}
+
+// retransmitting_count() follows connections into and out of the states that retransmit, many
+// at once (it is a count kept on each change, not a walk over the connections): REQ_SENT until
+// the REP or a destroy, REP_SENT until the RTU, DREQ_SENT until the DREP.
+TEST_F(CmPair, TheRetransmittingCountFollowsEveryConnection) {
+  constexpr std::size_t kConns = 40;
+  ASSERT_TRUE(b_.listen(kService).ok());
+  std::vector<ConnId> mine;
+  for (std::size_t i = 0; i < kConns; ++i) {
+    auto p = connect_params();
+    p.local_qpn = 0x100 + static_cast<std::uint32_t>(i);
+    auto id = a_.connect(now_, p);
+    ASSERT_TRUE(id.ok());
+    mine.push_back(*id);
+    EXPECT_EQ(a_.retransmitting_count(), i + 1);
+  }
+  pump();
+  auto reqs = events(b_);
+  ASSERT_EQ(reqs.size(), kConns);
+  EXPECT_EQ(b_.retransmitting_count(), 0u);  // REQ_RCVD: its user answers
+  // B accepts the first half; A destroys the other half before any REP (REJ Timeout to B).
+  for (std::size_t i = 0; i < kConns / 2; ++i) {
+    ASSERT_TRUE(b_.accept(now_, reqs[i].id, accept_params()).ok());
+  }
+  EXPECT_EQ(b_.retransmitting_count(), kConns / 2);
+  for (std::size_t i = kConns / 2; i < kConns; ++i) ASSERT_TRUE(a_.destroy(now_, mine[i]).ok());
+  EXPECT_EQ(a_.retransmitting_count(), kConns / 2);
+  pump();  // the REPs: A's REQs are answered
+  EXPECT_EQ(a_.retransmitting_count(), 0u);
+  EXPECT_FALSE(a_.retransmitting());
+  for (std::size_t i = 0; i < kConns / 2; ++i) ASSERT_TRUE(a_.establish(now_, mine[i]).ok());
+  pump();
+  EXPECT_EQ(b_.retransmitting_count(), 0u);
+  (void)events(a_);
+  (void)events(b_);
+  for (std::size_t i = 0; i < kConns / 2; ++i) {
+    ASSERT_TRUE(a_.disconnect(now_, mine[i], {}).ok());
+    EXPECT_EQ(a_.retransmitting_count(), i + 1);
+  }
+  pump();  // B's users answer below; until then A waits
+  EXPECT_EQ(a_.retransmitting_count(), kConns / 2);
+  for (const auto& e : events(b_)) ASSERT_TRUE(b_.disconnect(now_, e.id, {}).ok());
+  pump();
+  EXPECT_EQ(a_.retransmitting_count(), 0u);
+  EXPECT_EQ(a_.connection_count(), kConns / 2);  // in timewait
+}
+
+// The peer's CM has gone (an ICMP port unreachable from its host): a DREQ outstanding to it ends
+// at once, as if its DREP had come, instead of after 15 retries; nothing more is sent there.
+TEST_F(CmPair, AnUnreachablePeerEndsADreqAsItsDrepWould) {
+  auto [a_id, b_id] = establish();
+  (void)events(a_);
+  ASSERT_TRUE(a_.disconnect(now_, a_id, {}).ok());
+  ASSERT_EQ(drain(a_).size(), 1u);  // the DREQ, lost: B's coordinator has exited
+  EXPECT_TRUE(a_.retransmitting());
+  now_ = a_.poll_timeout();
+  a_.handle_timeout(now_);
+  ASSERT_EQ(drain(a_).size(), 1u);  // its first retry draws the ICMP
+  expect_ended_when_gone(a_, peer(2), CmEventType::kDisconnected, a_id);
+  EXPECT_EQ(a_.counters().retransmits, 1u);
+  EXPECT_EQ(a_.counters().peer_unreachable, 1u);
+  EXPECT_EQ(a_.counters().unreachable_ended, 1u);
+  EXPECT_EQ(a_.counters().dreq_timeouts, 0u);
+  // Timewait as after a DREP, then gone.
+  EXPECT_EQ(a_.poll_timeout(), now_ + Duration::ms(2048));
+  now_ = a_.poll_timeout();
+  a_.handle_timeout(now_);
+  const auto evs = events(a_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kTimewaitExit);
+  EXPECT_EQ(a_.connection_count(), 0u);
+  EXPECT_TRUE(drain(a_).empty());
+  (void)b_id;
+}
+
+// A REQ to a peer with no CM fails at once as its last retry would (rdma_cm's UNREACHABLE), with
+// no REJ sent after it; a REP waiting for its RTU likewise (UNREACHABLE, timewait). The same
+// input for a peer with nothing outstanding is only counted.
+TEST_F(CmPair, AnUnreachablePeerFailsAReqAndARepAtOnce) {
+  const auto req = a_.connect(now_, connect_params());
+  ASSERT_TRUE(req.ok());
+  ASSERT_EQ(drain(a_).size(), 1u);
+  EXPECT_EQ(expect_ended_when_gone(a_, peer(2), CmEventType::kUnreachable, *req).reason,
+            CmRejReason::kTimeout);
+  EXPECT_EQ(a_.connection_count(), 0u);
+  EXPECT_TRUE(a_.poll_timeout().is_never());
+
+  auto [a_id, b_id] = up_to_rep(false);  // B's REP waits for the RTU
+  (void)drain(b_);
+  EXPECT_TRUE(b_.retransmitting());
+  expect_ended_when_gone(b_, peer(1), CmEventType::kUnreachable, b_id);
+  EXPECT_EQ(b_.connection_count(), 1u);  // timewait: a late REQ still gets REJ Stale Connection
+  b_.handle_peer_unreachable(now_, peer(1));
+  EXPECT_TRUE(events(b_).empty());
+  EXPECT_EQ(b_.counters().peer_unreachable, 2u);
+  EXPECT_EQ(b_.counters().unreachable_ended, 1u);
+  (void)a_id;
+}
+
+// Only the unreachable peer's requests end: another peer's REQ keeps its retries, and a
+// connection that is up with the unreachable peer stays up (its QP's timeouts end it).
+TEST_F(CmPair, AnUnreachablePeerLeavesOtherExchangesAlone) {
+  const ConnId up_id = establish().first;  // stays up
+  auto p = connect_params();
+  p.local_qpn = 0x33;
+  auto down = a_.connect(now_, p);
+  ASSERT_TRUE(down.ok());
+  const ConnId down_id = *down;
+  pump();
+  std::optional<ConnId> b_down;
+  for (const auto& e : events(b_)) {
+    if (e.type == CmEventType::kConnectRequest) b_down = e.id;
+  }
+  ASSERT_TRUE(b_down.has_value());
+  ASSERT_TRUE(b_.accept(now_, *b_down, accept_params()).ok());
+  pump();
+  ASSERT_TRUE(a_.establish(now_, down_id).ok());
+  pump();
+  (void)events(a_);
+  ASSERT_TRUE(a_.disconnect(now_, down_id, {}).ok());  // DREQ_SENT to B
+  p.peer = peer(3);
+  p.local_qpn = 0x44;
+  auto other = a_.connect(now_, p);  // REQ_SENT to a third peer
+  ASSERT_TRUE(other.ok());
+  (void)drain(a_);
+  EXPECT_EQ(a_.retransmitting_count(), 2u);
+  a_.handle_peer_unreachable(now_, peer(2));
+  auto evs = events(a_);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].type, CmEventType::kDisconnected);
+  EXPECT_EQ(evs[0].id, down_id);
+  EXPECT_EQ(a_.retransmitting_count(), 1u);
+  EXPECT_EQ(a_.connection_count(), 3u);  // up, timewait, and the REQ to peer 3
+  // The REQ to peer 3 is retried on its timer (the timewait has ended by then).
+  now_ = now_ + Duration::ms(6144);
+  a_.handle_timeout(now_);
+  auto out = drain(a_);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(attr_of(out[0]), CmAttr::kReq);
+  EXPECT_EQ(out[0].to, peer(3));
+  // The connection that is up still is: a DREQ for it goes out as ever.
+  ASSERT_TRUE(a_.disconnect(now_, up_id, {}).ok());
+  out = drain(a_);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(attr_of(out[0]), CmAttr::kDreq);
 }
 
 TEST_F(CmPair, ReqsTheCmCannotServeAreRejected) {

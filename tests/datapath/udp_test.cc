@@ -1435,5 +1435,47 @@ TEST(UdpDatapath, PortInUseIsAClearError) {
   EXPECT_NE(c.error().text.find("cannot bind"), std::string::npos);
 }
 
+// UdpOptions::recv_errors: a datagram to an address and port where nothing is bound draws an
+// ICMP port unreachable, read from the error queue with the datagram's destination. The error
+// the kernel also leaves pending on the socket fails its next send once: that packet goes again,
+// not lost. Port 0 binds one the kernel picks, which the ICRC covers.
+TEST(UdpDatapath, APortUnreachableIsReadFromTheErrorQueueAndCostsNoPacket) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const closed_ip = test::unique_ip();  // nothing binds it
+  UdpOptions o(v4(a_ip), 0);
+  o.gso = false;
+  o.gro = false;
+  o.recv_errors = true;
+  auto opened = UdpDatapath::open(o);
+  ASSERT_TRUE(opened.ok()) << opened.error();
+  UdpDatapath& a = *opened.value();
+  EXPECT_NE(a.port(), 0u);
+  auto b = open_dp(b_ip, false, false);
+  ASSERT_TRUE(b);
+  const Bytes data = data_of(300);
+  send_gathered(a, v4(closed_ip), wire::kRoceV2Port, data);
+  pollfd p{a.fd(), 0, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);  // bounded wait for the error: POLLERR
+  EXPECT_NE(p.revents & POLLERR, 0);
+  send_gathered(a, v4(b_ip), wire::kRoceV2Port, data);
+  EXPECT_EQ(a.counters().tx_error_retries, 1u);
+  EXPECT_EQ(a.counters().tx_errors, 0u);
+  const auto got = receive_all(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].meta.icrc_verified);
+  EXPECT_EQ(got[0].meta.src_port, a.port());
+  std::vector<SendError> errors;
+  const auto keep = [&](const SendError& e) { errors.push_back(e); };
+  EXPECT_EQ(a.receive_errors(8, keep), 1u);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(errors[0].port_unreachable);
+  EXPECT_TRUE(errors[0].dst == v4(closed_ip));
+  EXPECT_EQ(errors[0].dst_port, wire::kRoceV2Port);
+  EXPECT_EQ(a.counters().rx_port_unreachable, 1u);
+  EXPECT_EQ(a.receive_errors(8, keep), 0u);  // read: none left, and no POLLERR
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+}
+
 }  // namespace
 }  // namespace uroce::datapath

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -677,6 +678,82 @@ class CmKeysTest : public CmServerTest {
     send(p);
   }
 };
+
+// The peer's device has gone (its coordinator exited: nothing is bound at its port 4791). Its
+// host answers the next MAD with an ICMP port unreachable, which comes back to the MAD socket's
+// error queue, and the CM ends what it retransmits there at once
+// (cm::CmEndpoint::handle_peer_unreachable): before, a DREQ was retried for a minute and a REQ
+// for a minute and a half. The raw endpoint plays the peer, then closes its socket.
+class CmPeerGoneTest : public CmKeysTest {
+ protected:
+  // The raw endpoint (active) connected to a listener of the device on `port`; the device's ID.
+  std::uint32_t connected(std::uint16_t port) {
+    listen_on(port, 16);
+    send(wire::build_cm_mad(wire::CmMad{0x90, req_for(port)}));
+    const auto ev = next_event();
+    EXPECT_TRUE(ev.has_value() && ev->event == 4u);  // CONNECT_REQUEST
+    if (!ev) return 0;
+    accept(*ev, 0x778, seal::Mode::kOff);
+    const auto rep = receive_raw();
+    EXPECT_EQ(rep.size(), wire::kMadBytes);
+    if (rep.size() < wire::kMadBytes) return 0;
+    const auto m = wire::parse_cm_mad(ConstBytes(rep).first(wire::kMadBytes));
+    EXPECT_TRUE(m.ok() && std::holds_alternative<wire::CmRep>(m->message));
+    if (!m.ok() || !std::holds_alternative<wire::CmRep>(m->message)) return 0;
+    send_rtu(std::get<wire::CmRep>(m->message).local_comm_id, {});
+    const auto est = next_event();
+    EXPECT_TRUE(est.has_value() && est->event == 9u);  // ESTABLISHED
+    return ev->id;
+  }
+};
+
+TEST_F(CmPeerGoneTest, ADisconnectToAPeerWhoseDeviceHasGoneEndsAtOnce) {
+  const std::uint32_t id = connected(7495);
+  ASSERT_NE(id, 0u);
+  dp_.reset();  // the peer's device goes
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kDisconnect;
+  m.id = id;
+  ASSERT_EQ(call(m).status, 0);
+  // next_event() waits 10 s at most; the DREQ's 15 retries would take a minute.
+  const auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 10u);  // DISCONNECTED
+  const auto c = cm_counters();
+  EXPECT_EQ(c.at("peer_unreachable"), 1u);
+  EXPECT_EQ(c.at("unreachable_ended"), 1u);
+  EXPECT_EQ(c.at("retransmits"), 0u);
+  EXPECT_EQ(c.at("dreq_timeouts"), 0u);
+}
+
+TEST_F(CmPeerGoneTest, AConnectToAnAddressWhereNothingListensIsUnreachableAtOnce) {
+  const char* const nobody = ::uroce::test::unique_ip();  // this process's: nothing binds it
+  const std::uint32_t id = create_id();
+  devd::CmMsg m;
+  m.type = devd::CmMsgType::kResolveAddr;
+  m.id = id;
+  m.dst.family = 4;
+  std::memcpy(m.dst.bytes, ip(nobody).bytes.data(), 4);
+  m.dst.port = 7496;
+  ASSERT_EQ(call(m).status, 0);
+  m.type = devd::CmMsgType::kResolveRoute;
+  ASSERT_EQ(call(m).status, 0);
+  ASSERT_TRUE(next_event() && next_event());  // ADDR_RESOLVED, ROUTE_RESOLVED
+  devd::CmMsg c;
+  c.type = devd::CmMsgType::kConnect;
+  c.id = id;
+  c.conn.qp_num = 0x779;
+  ASSERT_EQ(call(c).status, 0);
+  // next_event() waits 10 s at most; the REQ's 15 retries would take a minute and a half.
+  const auto ev = next_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 7u);  // UNREACHABLE, as when the REQ's retries run out
+  EXPECT_EQ(ev->status, -ETIMEDOUT);
+  const auto n = cm_counters();
+  EXPECT_EQ(n.at("peer_unreachable"), 1u);
+  EXPECT_EQ(n.at("unreachable_ended"), 1u);
+  EXPECT_EQ(n.at("retransmits"), 0u);
+}
 
 TEST_F(CmKeysTest, AnRxeRequestGetsPlainRoceUnderEncryptAndARejectUnderRequire) {
   listen_sealed(7481, seal::Mode::kEncrypt);
