@@ -391,9 +391,12 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   // The values (rxe_qp_chk_attr(), rxe_av_chk_attr(), and the core's RoCE rules).
   if ((mask & kQpPort) && attr.port_num != 1) return Errc::kInvalidArgument;
   if ((mask & kQpPkeyIndex) && attr.pkey_index != 0) return Errc::kInvalidArgument;
-  // IB_ACCESS_SUPPORTED of kernels with FLUSH (6.2): the flush bits are QP access flags too.
+  // IB_ACCESS_SUPPORTED of kernels with FLUSH (6.2): the flush bits are QP access flags too,
+  // and so are the region-only bits up to HUGETLB (zero-based, on-demand, huge pages), which the
+  // kernel accepts and ignores on a QP (rdma-core's test_odp passes ON_DEMAND there).
   constexpr std::uint32_t kQpAccessBits = kAccessLocalWrite | kAccessRemoteWrite |
                                           kAccessRemoteRead | kAccessRemoteAtomic | kAccessMwBind |
+                                          kAccessZeroBased | kAccessOnDemand | kAccessHugetlb |
                                           kAccessFlushGlobal | kAccessFlushPersistent;
   if ((mask & kQpAccessFlags) && (attr.qp_access_flags & ~kQpAccessBits) != 0) {
     return Errc::kInvalidArgument;
