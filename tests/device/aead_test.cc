@@ -204,6 +204,17 @@ INSTANTIATE_TEST_SUITE_P(Modes, AeadModes,
 
 class AeadAttacks : public ::testing::TestWithParam<seal::Mode> {};
 
+// The last RDMA WRITE Only that `ip` sent in the capture `cap` (empty: none).
+std::vector<std::byte> last_write_only(const std::string& cap, const char* ip) {
+  std::vector<std::byte> captured;
+  for (const auto& p : packets_from(cap, ip)) {
+    if (wire::BthView(p).opcode() == static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly)) {
+      captured = p;
+    }
+  }
+  return captured;
+}
+
 // An on-path attacker captured a's RDMA WRITE to b and sends it from a's address again: as it
 // was and with its RETH address changed (replays: the nonce was seen), then with a fresh
 // counter in its nonce and its PSN, its RETH address, a payload byte or its tag changed (the
@@ -218,12 +229,7 @@ TEST_P(AeadAttacks, ReplayedAndTamperedPacketsAreDroppedBeforeMemory) {
   const auto text = secret_text(512);
   ASSERT_EQ(write(a, b, 0, text).status, WcStatus::kSuccess);
   a.dev->flush_capture();
-  std::vector<std::byte> captured;
-  for (const auto& p : packets_from(cap, a_ip)) {
-    if (wire::BthView(p).opcode() == static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly)) {
-      captured = p;
-    }
-  }
+  const std::vector<std::byte> captured = last_write_only(cap, a_ip);
   ASSERT_FALSE(captured.empty());
   // b's copy is wiped: a packet that got through would write it again.
   std::fill_n(b.buf.begin(), 4096, std::byte{0});
@@ -278,12 +284,7 @@ TEST_P(AeadAttacks, ACorruptedPacketIsABadIcrcNotAForgery) {
   const char* const b_ip = b.ip.c_str();
   ASSERT_EQ(write(a, b, 0, secret_text(512)).status, WcStatus::kSuccess);
   a.dev->flush_capture();
-  std::vector<std::byte> captured;
-  for (const auto& p : packets_from(cap, a_ip)) {
-    if (wire::BthView(p).opcode() == static_cast<std::uint8_t>(wire::Opcode::kRcRdmaWriteOnly)) {
-      captured = p;
-    }
-  }
+  std::vector<std::byte> captured = last_write_only(cap, a_ip);
   ASSERT_FALSE(captured.empty());
   std::fill_n(b.buf.begin(), 4096, std::byte{0});
   const std::uint64_t icrc_before = counter(b, "icrc_err");
