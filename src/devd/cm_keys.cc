@@ -25,6 +25,17 @@ bool carries_share(ConstBytes mad) {
 
 }  // namespace
 
+std::optional<std::uint8_t> extension_version(ConstBytes ext) {
+  if (ext.size() != kExtensionBytes && ext.size() != kAuthExtensionBytes) return std::nullopt;
+  const auto version = static_cast<std::uint8_t>(ext[4]);
+  const std::uint8_t want =
+      ext.size() == kExtensionBytes ? kExtensionVersion : kAuthExtensionVersion;
+  if (std::memcmp(ext.data(), kExtensionMagic.data(), 4) != 0 || version != want) {
+    return std::nullopt;
+  }
+  return version;
+}
+
 std::string_view refusal_text(Refusal r) {
   return r == Refusal::kAuth ? kPskRejectText : kRequireRejectText;
 }
@@ -36,14 +47,12 @@ std::optional<ConstBytes> CmKeys::on_receive(ConstBytes payload) {
   if (ext_bytes != kExtensionBytes && ext_bytes != kAuthExtensionBytes) return std::nullopt;
   const ConstBytes mad = payload.first(wire::kMadBytes);
   const ConstBytes ext = payload.subspan(wire::kMadBytes);
-  const auto version = static_cast<std::uint8_t>(ext[4]);
-  const std::uint8_t want =
-      ext_bytes == kExtensionBytes ? kExtensionVersion : kAuthExtensionVersion;
-  if (!carries_share(mad) || std::memcmp(ext.data(), kExtensionMagic.data(), 4) != 0 ||
-      version != want) {
+  const std::optional<std::uint8_t> checked = extension_version(ext);
+  if (!carries_share(mad) || !checked) {
     ++counters_.bad_extension;
     return std::nullopt;
   }
+  const std::uint8_t version = *checked;
   // Kept by our ID, which the REP or RTU names as its remote communication ID; an ID we do not
   // have is forgotten again when the CM drops the MAD (forget() at the connection's end, or
   // overwritten by the next share for that ID).

@@ -56,6 +56,9 @@ inline constexpr std::size_t kAuthExtensionBytes = kExtensionBytes + seal::kTran
 inline constexpr std::array<std::uint8_t, 4> kExtensionMagic = {'u', 'r', 'k', 'x'};
 inline constexpr std::uint8_t kExtensionVersion = 1;
 inline constexpr std::uint8_t kAuthExtensionVersion = 2;
+// Whether `ext` (what follows a MAD) has an extension's size, magic and the version that size
+// goes with; its version then, else nullopt. (The three zero bytes are not checked here.)
+std::optional<std::uint8_t> extension_version(ConstBytes ext);
 // The REJ's private data under `require` (what the refused peer's application sees).
 inline constexpr std::string_view kRequireRejectText =
     "uroce: aead=require refuses a peer without a per-connection key";

@@ -24,18 +24,11 @@ std::string hex(std::uint64_t v, int digits) {
 
 std::string sv(std::string_view s) { return std::string(s); }
 
-// Whether `tail` (what follows a MAD) is uroce's key extension: its magic, a version whose size
-// it has, three zero bytes.
+// Whether `tail` (what follows a MAD) is uroce's key extension: what the CM takes
+// (engine::extension_version) and its three zero bytes.
 bool is_key_extension(ConstBytes tail) {
-  const bool v1 = tail.size() == engine::kExtensionBytes;
-  const bool v2 = tail.size() == engine::kAuthExtensionBytes;
-  if (!v1 && !v2) return false;
-  for (std::size_t i = 0; i < engine::kExtensionMagic.size(); ++i) {
-    if (load_u8(tail, i) != engine::kExtensionMagic[i]) return false;
-  }
-  const std::uint8_t version = load_u8(tail, 4);
-  if (version != (v1 ? engine::kExtensionVersion : engine::kAuthExtensionVersion)) return false;
-  return load_u8(tail, 5) == 0 && load_u8(tail, 6) == 0 && load_u8(tail, 7) == 0;
+  return engine::extension_version(tail) && load_u8(tail, 5) == 0 && load_u8(tail, 6) == 0 &&
+         load_u8(tail, 7) == 0;
 }
 
 }  // namespace
