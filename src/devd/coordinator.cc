@@ -479,13 +479,18 @@ class Coordinator {
     mem.qp1 = false;
   }
 
+  // Closes what a slot's context held (its connection, its pidfd) and frees its blocks and QP1.
+  void end_context(Member& mem) {
+    if (mem.conn >= 0) ::close(mem.conn);
+    if (mem.pidfd >= 0) ::close(mem.pidfd);
+    release_all(mem);
+  }
+
   // The context has gone and ours is its socket's last reference: the slot becomes free (see
   // coordinator.h), and free slots at the group's end leave it.
   void remove(std::size_t i) {
     Member& mem = members_[i];
-    if (mem.conn >= 0) ::close(mem.conn);
-    if (mem.pidfd >= 0) ::close(mem.pidfd);
-    release_all(mem);
+    end_context(mem);
     const int udp = mem.udp;
     mem = Member{};
     mem.free = true;
@@ -503,9 +508,7 @@ class Coordinator {
   // index, and so does the coordinator's copy.
   void close_slot(std::size_t i) {
     Member& mem = members_[i];
-    if (mem.conn >= 0) ::close(mem.conn);
-    if (mem.pidfd >= 0) ::close(mem.pidfd);
-    release_all(mem);
+    end_context(mem);
     ::close(mem.udp);
     if (i + 1 != members_.size()) members_[i] = std::move(members_.back());
     members_.pop_back();
