@@ -175,7 +175,7 @@ cleanup() {
   for j in $(jobs -p); do kill "$j" 2>/dev/null; done
   # Only a pid still running with this run's environment (not one reused since).
   [[ -f $out/pids ]] && for j in $(cat "$out/pids"); do
-    grep -qz "^UROCE_STATS_FILE=$out/stats.txt\$" "/proc/$j/environ" 2>/dev/null && kill -9 "$j"
+    grep -qz "^UROCE_STATS_FILE=$out/stats.txt\$" "/proc/$j/environ" 2>/dev/null && kill -9 "$j" 2>/dev/null
   done
 }
 trap cleanup EXIT
