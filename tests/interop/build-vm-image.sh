@@ -5,6 +5,10 @@
 # installed on the host).
 #
 # usage: build-vm-image.sh [CACHE_DIR]      (default: $UROCE_INTEROP_CACHE or /var/cache/uroce-interop)
+# UROCE_INTEROP_KERNEL_SUITE=bookworm-backports: the kernel from Debian 12's backports (6.12 in
+# 2026; rxe has had ATOMIC WRITE and FLUSH since 6.2), everything else as before. Its package
+# lists are fetched into the cache with an apt configuration of their own: the host's apt
+# sources are not touched.
 # output: CACHE_DIR/image-HASH/vmlinuz, CACHE_DIR/image-HASH/initramfs.cpio.gz (paths printed on
 # the last line), HASH that of this script and the guest init
 #
@@ -20,7 +24,7 @@ mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 
 die() { echo "build-vm-image: $*" >&2; exit 1; }
-for tool in apt-get apt-cache dpkg cpio gzip objdump depmod flock; do
+for tool in apt-get apt-cache dpkg cpio gzip xz objdump depmod flock; do
   command -v "$tool" >/dev/null 2>&1 || die "missing host tool '$tool' (scripts/install-deps installs it)"
 done
 
@@ -28,7 +32,13 @@ done
 exec 9>"$cache/.lock"
 flock -w 900 9 || die "another build holds $cache/.lock for more than 900 s"
 
-stamp_want=$(cat "${BASH_SOURCE[0]}" "$here/vm-init.sh" | sha256sum | cut -c1-16)
+suite=${UROCE_INTEROP_KERNEL_SUITE:-}
+case $suite in
+  '' | bookworm-backports) ;;
+  *) die "UROCE_INTEROP_KERNEL_SUITE: '$suite' is not bookworm-backports (or empty)" ;;
+esac
+stamp_want=$( (cat "${BASH_SOURCE[0]}" "$here/vm-init.sh"; [[ -z $suite ]] || echo "$suite") |
+              sha256sum | cut -c1-16)
 image=$cache/image-$stamp_want
 if [[ -f $image/stamp && $(cat "$image/stamp") == "$stamp_want" && -f $image/vmlinuz &&
       -f $image/initramfs.cpio.gz ]]; then
@@ -47,7 +57,7 @@ packages=(busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-u
           libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g libxtables12 libpci3 libudev1)
 
 # The unpacked tree is reused while the package list is the same.
-tree_want=$(echo "${packages[*]}" | sha256sum | cut -c1-16)
+tree_want=$(echo "${packages[*]}${suite:+ $suite}" | sha256sum | cut -c1-16)
 debs=$cache/tree-$tree_want.debs
 tree=$cache/tree-$tree_want
 if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
@@ -63,9 +73,23 @@ if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
   fi
   rm -rf "$debs"
   mkdir -p "$debs"
+  kapt=()
+  if [[ -n $suite ]]; then
+    # Backports' lists in the cache, read by this script's apt calls only.
+    bp=$cache/apt-$suite
+    mkdir -p "$bp/lists/partial"
+    echo "deb http://deb.debian.org/debian $suite main" >"$bp/sources.list"
+    kapt=(-o "Dir::Etc::SourceList=$bp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+          -o "Dir::State::Lists=$bp/lists")
+    apt-get -q -o DPkg::Lock::Timeout=300 "${kapt[@]}" update >/dev/null ||
+      die "apt-get update of $suite failed"
+    kpkg=$(apt-cache "${kapt[@]}" depends linux-image-amd64 2>/dev/null |
+           awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    [[ -n $kpkg ]] || die "$suite has no linux-image-amd64"
+  fi
   echo "build-vm-image: downloading $kpkg and ${#packages[@]} user-space packages into $debs"
-  (cd "$debs" && apt-get download -q "$kpkg" "${packages[@]}") ||
-    die "apt-get download failed"
+  (cd "$debs" && apt-get download -q "${kapt[@]}" "$kpkg") || die "apt-get download of $kpkg failed"
+  (cd "$debs" && apt-get download -q "${packages[@]}") || die "apt-get download failed"
   rm -rf "$tree"
   mkdir -p "$tree"
   for deb in "$debs"/*.deb; do dpkg -x "$deb" "$tree"; done
@@ -98,10 +122,18 @@ modules=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 moddir=$tree/lib/modules/$kver
 : >"$root/modorder"
 for m in "${modules[@]}"; do
-  rel=$(grep -E "(^|/)$m\.ko(\.xz)?:" "$moddir/modules.dep" | head -1 | cut -d: -f1)
-  [[ -n $rel ]] || die "kernel module $m not found in $kver"
+  rel=$(grep -E "(^|/)$m\.ko(\.xz)?:" "$moddir/modules.dep" | head -1 | cut -d: -f1 || true)
+  if [[ -z $rel ]]; then
+    # Newer kernels build some of these in (6.12: the virtio core and PCI transport).
+    grep -qE "(^|/)$m\.ko\$" "$moddir/modules.builtin" 2>/dev/null && continue
+    die "kernel module $m not found in $kver"
+  fi
   mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
-  cp "$moddir/$rel" "$root/lib/modules/$kver/$rel"
+  # busybox's insmod takes a plain module: 6.12's come xz-compressed.
+  case $rel in
+    *.xz) xz -dc "$moddir/$rel" >"$root/lib/modules/$kver/${rel%.xz}"; rel=${rel%.xz} ;;
+    *) cp "$moddir/$rel" "$root/lib/modules/$kver/$rel" ;;
+  esac
   echo "/lib/modules/$kver/$rel" >>"$root/modorder"
 done
 

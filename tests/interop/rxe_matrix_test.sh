@@ -95,11 +95,17 @@ source "$here/vm_lib.sh"
 
 # Cases that fail for a reason reported and not yet fixed (regex on case names): they run,
 # and their failure is reported as KNOWN FAILURE instead of failing the test.
-known_failures='^$'
+# - verbs_check.flush.uroce_client (group ibta15): rxe (6.2 on; 6.12.95 here) drops uroce's
+#   FLUSH, every retry, as a bad ICRC. rxe's opcode table gives RC FLUSH no payload offset, so
+#   its ICRC code takes the packet's own 32 header bytes, unmasked, as the "payload" and covers
+#   them a second time. With uroce's ICRC computed that way instead (a local experiment, not
+#   committed) rxe answered every FLUSH and all 25 iterations passed. uroce keeps the IBTA's
+#   ICRC (what other implementations check); docs/COMPAT.md, "FLUSH and rxe".
+known_failures='^verbs_check[.]flush[.]uroce_client$'
 
 case $group in
   pingpong | perftest_1024 | perftest_4096) ;;
-  verbs | faults)
+  verbs | faults | ibta15)
     [[ -n $vcheck ]] || fail "group $group needs the uroce_verbs_check binary"
     [[ -x $vcheck ]] || fail "no uroce_verbs_check binary at $vcheck"
     vcheck=$(realpath "$vcheck")
@@ -128,6 +134,9 @@ if readelf -d "$libdir/libibverbs.so.1" | grep -q libasan; then
   host_env+=("LD_PRELOAD=$UROCE_TEST_PRELOAD" "ASAN_OPTIONS=detect_leaks=0")
 fi
 
+# IBTA 1.5's ATOMIC WRITE and FLUSH came to rxe in 6.2; Debian 12's kernel is 6.1. Their group
+# boots the kernel of bookworm-backports (6.12) with the same user space (rdma-core 44).
+[[ $group == ibta15 ]] && export UROCE_INTEROP_KERNEL_SUITE=bookworm-backports
 vm_image
 boot_initrd=$initrd
 if [[ -n $vcheck ]]; then
@@ -1188,6 +1197,16 @@ case $group in
     # Memory windows (issue 41; rxe has had them since 5.14): a type 2 window bound, written
     # through and invalidated by SEND with Invalidate, at every size, both directions.
     both verbs_check.mw clean 300 uroce_verbs_check -o mw -m 4096 --timeout 60
+    ;;
+  ibta15)
+    # ATOMIC WRITE both ways (rdma-core 44's rxe provider has ibv_wr_atomic_write), FLUSH with
+    # uroce the requester only: the provider has no ibv_wr_flush before rdma-core 47, while the
+    # kernel's responder has FLUSH since 6.2 (the MR and the QP with IBV_ACCESS_FLUSH_GLOBAL).
+    set_mtu 1024
+    note "guest kernel: $(vm 30 'uname -r' 2>/dev/null | tr -d '\r' | tail -1)"
+    both verbs_check.atomic_write clean 300 uroce_verbs_check -o atomic_write -m 1024 --timeout 60
+    run_case verbs_check.flush.uroce_client vm clean 60 uroce_verbs_check -o flush -m 1024 \
+      -s 1,1024,1025,4096,65536 -n 5 --timeout 30
     ;;
   rdmacm)
     set_mtu 1024

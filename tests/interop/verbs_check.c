@@ -2,7 +2,7 @@
 // Immediate, RDMA WRITE, RDMA WRITE with Immediate, RDMA READ, Compare&Swap, Fetch&Add) and UD
 // SEND between two processes and verifies every byte, every completion and every immediate;
 // on request (-o mw) also a type 2 memory window: bound, written through, and invalidated by
-// SEND with Invalidate.
+// SEND with Invalidate; and IBTA 1.5's ATOMIC WRITE (-o atomic_write) and FLUSH (-o flush).
 //
 // It is written only against rdma-core 44's <infiniband/verbs.h> and links the system
 // libibverbs, so the very same binary runs in a VM over the kernel's Soft-RoCE (rdma_rxe) and on
@@ -65,13 +65,33 @@ enum op {
   OP_FAA,
   OP_UD,
   OP_MW,
+  OP_ATOMIC_WRITE,
+  OP_FLUSH,
   OP_COUNT
 };
-static const char* const kOpNames[OP_COUNT] = {"send", "send_imm", "write", "write_imm", "read",
-                                               "cas",  "faa",      "ud",    "mw"};
-// What runs without -o: all but the memory window (its own matrix case, as not every provider
-// has windows).
+static const char* const kOpNames[OP_COUNT] = {"send", "send_imm",     "write", "write_imm",
+                                               "read", "cas",          "faa",   "ud",
+                                               "mw",   "atomic_write", "flush"};
+// What runs without -o: all but the memory window and IBTA 1.5's operations (matrix cases of
+// their own, as not every provider or kernel has them).
 enum { DEFAULT_OPS = OP_MW };
+
+// IBTA 1.5 FLUSH as rdma-core 45 has it (rdma-core 44's headers lack it): wr_flush appended to
+// struct ibv_qp_ex, and these values. Only a requester whose library has it may run -o flush
+// (uroce's drop-in has; rdma-core 44's rxe provider has not: its struct ends before wr_flush);
+// the responder needs only a kernel with FLUSH (rxe since 6.2) and the access flag.
+struct qp_ex_v45 {
+  struct ibv_qp_ex ex;
+  void (*wr_flush)(struct ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, size_t len,
+                   uint8_t type, uint8_t level);
+};
+enum {
+  kQpExWithFlush = 1 << 11,     // IBV_QP_EX_WITH_FLUSH
+  kAccessFlushGlobal = 1 << 8,  // IBV_ACCESS_FLUSH_GLOBAL
+  kWcFlush = 8,                 // IBV_WC_FLUSH
+  kFlushGlobal = 1,             // IBV_FLUSH_GLOBAL (placement type)
+  kFlushRange = 0,              // IBV_FLUSH_RANGE (selectivity level)
+};
 
 enum { MAX_SIZES = 64 };
 enum { CORRUPT_DATA = 1, CORRUPT_IMM = 2 };
@@ -186,8 +206,12 @@ static void usage(FILE* to) {
           "  -m, --mtu=BYTES         RC path MTU, 256..4096 (default: the smaller active MTU of\n"
           "                          both ports)\n"
           "  -o, --ops=LIST          comma list of send,send_imm,write,write_imm,read,cas,faa,ud,\n"
-          "                          mw (default: all but mw; mw: a type 2 memory window bound\n"
-          "                          over the target, a WRITE through it, SEND with Invalidate)\n"
+          "                          mw,atomic_write,flush (default: all but the last three; mw:\n"
+          "                          a type 2 memory window bound over the target, a WRITE\n"
+          "                          through it, SEND with Invalidate; atomic_write: IBTA 1.5's\n"
+          "                          8-byte ATOMIC WRITE; flush: a WRITE and a FLUSH of its\n"
+          "                          range, the client's library must have rdma-core 45's\n"
+          "                          ibv_wr_flush)\n"
           "  -s, --sizes=LIST        comma list of message sizes in bytes (default\n"
           "                          1,2,63,64,1023,1024,1025,4095,4096,4097,65536,1048576);\n"
           "                          atomics use 8 bytes, UD at most the port MTU\n"
@@ -489,6 +513,7 @@ static struct {
   struct ibv_comp_channel* channel;
   struct ibv_cq *scq, *rcq;
   struct ibv_qp *qp, *ud_qp;
+  struct ibv_qp_ex* qpx;  // the client's, for -o atomic_write / flush (ibv_wr_*)
   struct ibv_ah* ah;
   struct ibv_mr* mr;
   struct ibv_mw* mw;  // -o mw: the server's type 2 window
@@ -536,6 +561,31 @@ static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 static void modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask, const char* what) {
   const int r = ibv_modify_qp(qp, attr, mask);
   if (r != 0) fail("ibv_modify_qp %s: %s", what, strerror(r));
+}
+
+// The RC QP. A client given atomic_write or flush posts them with ibv_wr_*: its QP is an
+// extended one with those operations (and WRITE, which flush's steps post before each FLUSH).
+static void create_rc_qp(struct ibv_qp_init_attr* ia) {
+  const bool aw = has_op(OP_ATOMIC_WRITE), fl = has_op(OP_FLUSH);
+  if (g_opt.server == NULL || (!aw && !fl)) {
+    V.qp = ibv_create_qp(V.pd, ia);
+    if (V.qp == NULL) fail("ibv_create_qp (RC): %s", strerror(errno));
+    return;
+  }
+  struct ibv_qp_init_attr_ex x = {
+      .send_cq = ia->send_cq,
+      .recv_cq = ia->recv_cq,
+      .cap = ia->cap,
+      .qp_type = IBV_QPT_RC,
+      .sq_sig_all = ia->sq_sig_all,
+      .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+      .pd = V.pd,
+      .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | (aw ? IBV_QP_EX_WITH_ATOMIC_WRITE : 0) |
+                        (fl ? kQpExWithFlush : 0)};
+  V.qp = ibv_create_qp_ex(V.ctx, &x);
+  if (V.qp == NULL) fail("ibv_create_qp_ex (RC, atomic write/flush): %s", strerror(errno));
+  V.qpx = ibv_qp_to_qp_ex(V.qp);
+  if (V.qpx == NULL) fail("ibv_qp_to_qp_ex: %s", strerror(errno));
 }
 
 static void open_device(void) {
@@ -587,7 +637,8 @@ static void open_device(void) {
   if (V.pd == NULL) fail("ibv_alloc_pd: %s", strerror(errno));
   V.mr = ibv_reg_mr(V.pd, V.buf, V.len,
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                        IBV_ACCESS_REMOTE_ATOMIC | (has_op(OP_MW) ? IBV_ACCESS_MW_BIND : 0));
+                        IBV_ACCESS_REMOTE_ATOMIC | (has_op(OP_MW) ? IBV_ACCESS_MW_BIND : 0) |
+                        (has_op(OP_FLUSH) ? kAccessFlushGlobal : 0));
   if (V.mr == NULL) fail("ibv_reg_mr of %zu bytes: %s", V.len, strerror(errno));
   V.channel = ibv_create_comp_channel(V.ctx);
   if (V.channel == NULL) fail("ibv_create_comp_channel: %s", strerror(errno));
@@ -606,13 +657,13 @@ static void open_device(void) {
       .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
       .qp_type = IBV_QPT_RC,
       .sq_sig_all = 1};
-  V.qp = ibv_create_qp(V.pd, &ia);
-  if (V.qp == NULL) fail("ibv_create_qp (RC): %s", strerror(errno));
+  create_rc_qp(&ia);
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
                           .pkey_index = 0,
                           .port_num = (uint8_t)g_opt.ib_port,
                           .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                             IBV_ACCESS_REMOTE_ATOMIC};
+                                             IBV_ACCESS_REMOTE_ATOMIC |
+                                             (has_op(OP_FLUSH) ? kAccessFlushGlobal : 0)};
   modify_qp(V.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
             "(RC) to INIT");
   srand48(getpid() ^ (long)time(NULL));
@@ -766,6 +817,10 @@ static const char* wc_opcode_name(int op) {
       return "RECV_RDMA_WITH_IMM";
     case IBV_WC_BIND_MW:
       return "BIND_MW";
+    case IBV_WC_ATOMIC_WRITE:
+      return "ATOMIC_WRITE";
+    case kWcFlush:
+      return "FLUSH";
     default:
       return "other";
   }
@@ -1302,6 +1357,86 @@ static void client_atomic(int op, unsigned n) {
   tcp_send("telling the server the atomics completed", "A %u", n);
 }
 
+// ATOMIC WRITE (-o atomic_write): the client writes a new 8-byte value into the server's
+// atomic word each iteration, the server checks the word (never torn, never another
+// iteration's) and its guards after each completion.
+static uint64_t atomic_write_value(unsigned i) { return u64_of(5 * i + 7, 5 * i + 8); }
+
+static void server_atomic_write(unsigned n) {
+  uint8_t* w = V.buf + V.atom_off;
+  memset(w - GUARD, kGuardByte, 8 + 2 * GUARD);
+  for (unsigned i = 0; i < n; ++i) {
+    g_cur_iter = i;
+    const uint64_t before = ~atomic_write_value(i);
+    memcpy(w, &before, 8);
+    ready(i);
+    char step[64];
+    snprintf(step, sizeof step, "the client's atomic write %u to complete", i);
+    tcp_expect(step, "W %u", i);
+    uint64_t got;
+    memcpy(&got, w, 8);
+    if (got != atomic_write_value(i)) {
+      fail("the word after atomic write %u: expected 0x%016" PRIx64 ", got 0x%016" PRIx64, i,
+           atomic_write_value(i), got);
+    }
+    ++g_checks;
+    verify_guard(w - GUARD, GUARD, "the guard before the atomic word");
+    verify_guard(w + 8, GUARD, "the guard after the atomic word");
+    iteration_done(i);
+  }
+}
+
+static void complete_wr(const char* what) {
+  const int r = ibv_wr_complete(V.qpx);
+  if (r != 0) fail("ibv_wr_complete (%s): %s", what, strerror(r));
+}
+
+static void client_atomic_write(unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    g_cur_iter = i;
+    await_ready(i);
+    uint64_t value = atomic_write_value(i);
+    ibv_wr_start(V.qpx);
+    V.qpx->wr_id = i;
+    V.qpx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_atomic_write(V.qpx, V.peer.rkey, V.peer.addr + V.atom_off, &value);
+    complete_wr("atomic write");
+    struct ibv_wc wc;
+    wait_wc(V.scq, &wc, "the atomic write completion");
+    check_wc(&wc, "atomic write", i, V.qp, IBV_WC_ATOMIC_WRITE);
+    tcp_send("telling the server the atomic write completed", "W %u", i);
+    iteration_done(i);
+  }
+}
+
+// FLUSH (-o flush): each iteration the client WRITEs a message and FLUSHes (global visibility,
+// the range) what it wrote, in one batch; both complete, the FLUSH last, and the server checks
+// the data.
+static void client_flush(size_t size, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) {
+    g_cur_iter = i;
+    await_ready(i);
+    fill_source(size, seed_of(OP_FLUSH, size, i));
+    ibv_wr_start(V.qpx);
+    V.qpx->wr_id = 2 * (uint64_t)i;
+    V.qpx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_rdma_write(V.qpx, V.peer.rkey, V.peer.addr + V.data_off);
+    ibv_wr_set_sge(V.qpx, V.mr->lkey, (uintptr_t)(V.buf + V.data_off), (uint32_t)size);
+    V.qpx->wr_id = 2 * (uint64_t)i + 1;
+    V.qpx->wr_flags = IBV_SEND_SIGNALED;
+    ((struct qp_ex_v45*)V.qpx)
+        ->wr_flush(V.qpx, V.peer.rkey, V.peer.addr + V.data_off, size, kFlushGlobal, kFlushRange);
+    complete_wr("write and flush");
+    struct ibv_wc wc;
+    wait_wc(V.scq, &wc, "the write completion");
+    check_wc(&wc, "write", 2 * (uint64_t)i, V.qp, IBV_WC_RDMA_WRITE);
+    wait_wc(V.scq, &wc, "the flush completion");
+    check_wc(&wc, "flush", 2 * (uint64_t)i + 1, V.qp, kWcFlush);
+    tcp_send("telling the server the flush completed", "W %u", i);
+    iteration_done(i);
+  }
+}
+
 // A type 2 memory window (-o mw): the server binds it over its target with a new key (BIND_MW,
 // remote write only), the client WRITEs through the key and then sends a zero-length SEND with
 // Invalidate of it; the server checks the data, that its receive says WITH_INV and names the key,
@@ -1387,7 +1522,8 @@ static unsigned iterations_for(size_t size) {
 
 static void run_step(int op, size_t size) {
   const bool server = g_opt.server == NULL;
-  const unsigned n = op == OP_CAS || op == OP_FAA ? g_opt.iters : iterations_for(size);
+  const unsigned n =
+      op == OP_CAS || op == OP_FAA || op == OP_ATOMIC_WRITE ? g_opt.iters : iterations_for(size);
   g_cur_op = op;
   g_cur_size = size;
   g_cur_iter = -1;
@@ -1414,6 +1550,13 @@ static void run_step(int op, size_t size) {
     case OP_MW:
       server ? server_mw(size, n) : client_mw(size, n);
       break;
+    case OP_ATOMIC_WRITE:
+      server ? server_atomic_write(n) : client_atomic_write(n);
+      break;
+    case OP_FLUSH:
+      // The server's side is a WRITE's: prepare, then check once the client says it is done.
+      server ? server_write(op, size, n) : client_flush(size, n);
+      break;
     default:
       server ? server_atomic(op, n) : client_atomic(op, n);
       break;
@@ -1432,7 +1575,7 @@ static void run_step(int op, size_t size) {
 static void run_all(void) {
   for (int k = 0; k < g_opt.nops; ++k) {
     const int op = g_opt.ops[k];
-    if (op == OP_CAS || op == OP_FAA) {
+    if (op == OP_CAS || op == OP_FAA || op == OP_ATOMIC_WRITE) {
       run_step(op, 8);
       continue;
     }
@@ -1491,7 +1634,7 @@ static void parse_ops(const char* s) {
     if (op < 0) {
       usage_error(
           "unknown operation '%s' in -o (known: send,send_imm,write,write_imm,read,"
-          "cas,faa,ud,mw)",
+          "cas,faa,ud,mw,atomic_write,flush)",
           t);
     }
     for (int k = 0; k < g_opt.nops; ++k)

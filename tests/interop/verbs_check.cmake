@@ -54,6 +54,10 @@ verbs_check_pair(ud 120 0 0 "ud size 4096: 20 iterations ok" CAPTURE -o ud)
 # A type 2 memory window (-o mw): bound, written through, invalidated by SEND with Invalidate,
 # at every size; the server's capture must pass `uroce pcap check`.
 verbs_check_pair(mw 240 0 0 "${VC_PASS}" CAPTURE -o mw)
+# IBTA 1.5: ATOMIC WRITE (the 8-byte word checked after each) and a WRITE plus a FLUSH of its
+# range at every size, the server's capture checked packet by packet.
+verbs_check_pair(ibta15 240 0 0 "${VC_PASS}" CAPTURE PCAP_EXPECT "FLUSH" -o atomic_write,flush
+                 -s 1,4096,65536 -n 5)
 # Every op but READ, with the server's capture checked packet by packet (ICRC, structure).
 verbs_check_pair(captured 240 0 0 "${VC_PASS}" CAPTURE
                  -o send,send_imm,write,write_imm,cas,faa,ud -m 1024)
