@@ -133,6 +133,7 @@ struct OdpCaps {
   std::uint32_t rc_odp_caps = 0;   // kOdp* per transport
   std::uint32_t uc_odp_caps = 0;
   std::uint32_t ud_odp_caps = 0;
+  std::uint32_t xrc_odp_caps = 0;
 };
 
 // ibv_advise_mr's advice (IBV_ADVISE_MR_ADVICE_*) and its one flag.

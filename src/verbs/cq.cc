@@ -59,6 +59,20 @@ void CqObj::request_notify(bool solicited_only) {
   }
 }
 
+std::size_t CqObj::remove_qp(std::uint32_t qpn) {
+  std::size_t removed = 0;
+  for (std::size_t n = ring.size(); n > 0; --n) {
+    const Queued q = ring.front();
+    ring.pop_front();
+    if (q.wc.qp_num == qpn) {
+      ++removed;
+    } else {
+      ring.push_back(q);
+    }
+  }
+  return removed;
+}
+
 void CqObj::fire() {
   arm = Arm::kNone;
   ++events;

@@ -51,6 +51,10 @@ DeviceAttr make_device_attr(const wire::IpAddress& ip) {
   a.odp.rc_odp_caps = kOdpAll;
   a.odp.uc_odp_caps = kOdpSend | kOdpRecv | kOdpWrite | kOdpSrqRecv;
   a.odp.ud_odp_caps = kOdpSend | kOdpRecv | kOdpSrqRecv;
+  // XRC: RC's operations. A receive lands in an XRC SRQ (SRQ_RECV), never in a receive queue of
+  // the QP's own, which XRC QPs have not (rdma-core's test_odp_xrc_traffic asks for SEND and
+  // SRQ_RECV; ibv_query_device_ex's xrc_odp_caps).
+  a.odp.xrc_odp_caps = kOdpSend | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv;
   a.max_sge = transport::kMaxSge;
   a.max_sge_rd = transport::kMaxSge;
   a.max_cq = kMaxCq;

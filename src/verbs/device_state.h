@@ -112,6 +112,9 @@ class CqObj final : public transport::CompletionSink {
   // ibv_req_notify_cq: arms the CQ once. A completion the arming asks for that is queued
   // already fires the event at once (cq.cc says why).
   void request_notify(bool solicited_only);
+  // Takes every completion of QP `qpn` out of the queue, the others keeping their order (a QP
+  // moved to RESET: verbs/qp.cc says why). Returns how many went.
+  std::size_t remove_qp(std::uint32_t qpn);
 
   CqHandle self;
   BoundedRing<Queued> ring;

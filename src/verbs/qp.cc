@@ -201,6 +201,21 @@ transport::QpEnv qp_env(vd::DeviceState& s, const QpParents& r, const vd::QpObj&
   return env;
 }
 
+// A QP moved to RESET leaves none of its completions in its CQs: the hardware providers of
+// rdma-core do this in their modify_qp (mlx4, mlx5, mthca, hns: *_cq_clean at the RESET
+// transition), and rdma-core's tests count on it. test_mr_rereg_pd and test_mr_rereg_addr run
+// traffic until a WR fails, move both QPs through RESET back to RTS and run traffic again,
+// whose first poll must not find the flush completions of the failed run. (rxe cleans nothing:
+// its responder flushes the receive queue in the error state, and those completions stay.) As
+// mlx5, completions already taken from an SRQ's receive queue go with them (an XRC target's
+// land in its SRQs' CQs, which are not its own, and stay).
+void clean_cqs_at_reset(vd::DeviceState& s, const vd::QpObj& q) {
+  vd::CqObj* send_cq = s.cqs.get(to_raw(q.init.send_cq));
+  vd::CqObj* recv_cq = s.cqs.get(to_raw(q.init.recv_cq));
+  if (send_cq != nullptr) send_cq->remove_qp(q.qpn);
+  if (recv_cq != nullptr && recv_cq != send_cq) recv_cq->remove_qp(q.qpn);
+}
+
 }  // namespace
 
 Result<QpInfo, Errc> Device::create_qp(PdHandle pd, const QpInitAttr& init) {
@@ -437,6 +452,7 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   applied.cur_qp_state = cur;
   q->qp->modify(applied, mask, path);
   apply_mask(q->attr, applied, mask);
+  if ((mask & kQpState) && next == QpState::kReset) clean_cqs_at_reset(s, *q);
   if (type != QpType::kUd && cur == QpState::kInit && next == QpState::kRtr) {
     // Source pinning (transport::Qp::set_peer_udp_port), set at every connection: a uroce peer
     // sends everything from 4791, which no other user of its host can bind; any other's port is

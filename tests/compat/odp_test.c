@@ -123,6 +123,9 @@ int main(void) {
                IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC)) ==
         (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
          IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC));
+  /* XRC (rdma-core's test_odp_xrc_traffic asks for SEND and SRQ_RECV). */
+  CHECK((ax.xrc_odp_caps & (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV)) ==
+        (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV));
 
   /* ---- an explicit ODP region: pages 0-1 fresh (never touched), 2 inaccessible, 3 read-only.
    * (Page 2 is PROT_NONE rather than unmapped: an unmapped hole may be mapped again by any

@@ -448,6 +448,7 @@ TEST_F(MrOdp, TheDeviceReportsOdpForEveryTransport) {
   EXPECT_EQ(odp.rc_odp_caps, kOdpSend | kOdpRecv | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv);
   EXPECT_NE(odp.uc_odp_caps & kOdpWrite, 0u);
   EXPECT_NE(odp.ud_odp_caps & kOdpSend, 0u);
+  EXPECT_EQ(odp.xrc_odp_caps, kOdpSend | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv);
 }
 
 TEST_F(MrOdp, AnAccessFaultsThePagesInWithTheAccessItNeeds) {

@@ -360,6 +360,34 @@ TEST(QpModify, CurStateMustBeTheQpsState) {
   EXPECT_EQ(f.dev->modify_qp(q, a, kQpState | kQpCurState), Errc::kInvalidArgument);
 }
 
+// RESET takes the QP's completions out of its CQs, as rdma-core's hardware providers do
+// (verbs/qp.cc, clean_cqs_at_reset): here the flush completions of two QPs sharing a CQ, of which
+// only the reset one's go, the other's keeping their place.
+TEST(QpModify, ResetTakesTheQpsCompletionsOutOfItsCqsAndLeavesOthers) {
+  Fixture f;
+  const QpHandle q1 = f.create(QpType::kRc).handle;
+  const QpInfo q2 = f.create(QpType::kRc);
+  f.drive(q1, QpType::kRc, QpState::kInit);
+  f.drive(q2.handle, QpType::kRc, QpState::kInit);
+  RecvWr r{0, {}};
+  for (std::uint64_t id : {1, 2}) {
+    r.wr_id = id;
+    ASSERT_EQ(f.dev->post_recv(q1, {&r, 1}, nullptr), Errc::kOk);
+  }
+  r.wr_id = 3;
+  ASSERT_EQ(f.dev->post_recv(q2.handle, {&r, 1}, nullptr), Errc::kOk);
+  ASSERT_EQ(f.to(q1, QpType::kRc, QpState::kErr), Errc::kOk);  // two flush completions
+  ASSERT_EQ(f.to(q2.handle, QpType::kRc, QpState::kErr), Errc::kOk);
+  ASSERT_EQ(f.to(q1, QpType::kRc, QpState::kReset), Errc::kOk);
+  Wc wc[4];
+  auto n = f.dev->poll_cq(f.cq, wc);
+  ASSERT_TRUE(n.ok());
+  ASSERT_EQ(*n, 1u);
+  EXPECT_EQ(wc[0].qp_num, q2.qp_num);
+  EXPECT_EQ(wc[0].wr_id, 3u);
+  EXPECT_EQ(wc[0].status, WcStatus::kWrFlushErr);
+}
+
 TEST(QpModify, AddressVectorAndUdpSourcePortAsRxe) {
   Fixture f;
   QpInfo q = f.create(QpType::kRc);
@@ -810,6 +838,62 @@ TEST(QpTraffic, RcWriteAfterReregToAnotherPdIsARemoteAccessError) {
   auto ev = b.f.dev->get_async_event();
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->type, AsyncEventType::kQpAccessErr);
+}
+
+// rdma-core's test_mr_rereg_pd over two devices: after a SEND whose receive WQE names a region
+// now in another PD (the responder: LOC_PROT_ERR and NAK Remote Operational Error, rxe's
+// class A; the requester: REM_OP_ERR first, then its receive flushed), the application reads
+// only that first completion, moves both QPs through RESET back to RTS and sends again. The
+// first completion on each side is then the new traffic's: RESET took the failed run's
+// leftovers (the flushes, the responder's error) out of the CQs.
+TEST(QpTraffic, AfterAFailedSendResetLeavesNoStaleCompletionsForTheNextTraffic) {
+  Side a(kIpA), b(kIpB);
+  const auto [qa, qb] = connect_rc(a, b);
+  Sge a_recv{a.mr.iova + 1024, 64, a.mr.lkey};
+  Sge b_recv{b.mr.iova, 64, b.mr.lkey};
+  RecvWr arwr{10, {&a_recv, 1}};
+  RecvWr brwr{20, {&b_recv, 1}};
+  ASSERT_EQ(a.f.dev->post_recv(qa.handle, {&arwr, 1}, nullptr), Errc::kOk);
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&brwr, 1}, nullptr), Errc::kOk);
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&brwr, 1}, nullptr), Errc::kOk);
+  const PdHandle other = *b.f.dev->alloc_pd();
+  ASSERT_TRUE(b.f.dev->rereg_mr(b.mr.handle, kReregPd, other, nullptr, 0, 0).ok());
+  Sge sge{a.mr.iova, 8, a.mr.lkey};
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.sg_list = {&sge, 1};
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  Wc first;
+  auto n = a.f.dev->poll_cq(a.f.cq, {&first, 1});
+  ASSERT_TRUE(n.ok() && *n == 1u);
+  EXPECT_EQ(first.wr_id, 1u);
+  EXPECT_EQ(first.status, WcStatus::kRemOpErr);
+
+  ASSERT_TRUE(b.f.dev->rereg_mr(b.mr.handle, kReregPd, b.f.pd, nullptr, 0, 0).ok());
+  for (Side* s : {&a, &b}) {
+    const QpHandle q = s == &a ? qa.handle : qb.handle;
+    ASSERT_EQ(s->f.to(q, QpType::kRc, QpState::kReset), Errc::kOk);
+  }
+  QpAttr to_b = good_attr(qb.qp_num);
+  QpAttr to_a = good_attr(qa.qp_num);
+  to_a.ah_attr = ah_to(a.f.dev->local_ip());
+  std::swap(to_a.rq_psn, to_a.sq_psn);
+  for (QpState st : {QpState::kInit, QpState::kRtr, QpState::kRts}) {
+    ASSERT_EQ(a.f.to(qa.handle, QpType::kRc, st, to_b), Errc::kOk);
+    ASSERT_EQ(b.f.to(qb.handle, QpType::kRc, st, to_a), Errc::kOk);
+  }
+  brwr.wr_id = 21;
+  ASSERT_EQ(b.f.dev->post_recv(qb.handle, {&brwr, 1}, nullptr), Errc::kOk);
+  wr.wr_id = 2;
+  ASSERT_EQ(a.f.dev->post_send(qa.handle, {&wr, 1}, nullptr), Errc::kOk);
+  Wire(*a.f.dev, *b.f.dev).run();
+  for (const auto& [side, id] : {std::pair{&a, 2u}, std::pair{&b, 21u}}) {
+    const auto wcs = side->poll();  // the new traffic's completion, and nothing else
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].wr_id, id);
+    EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  }
 }
 
 // SEND with Invalidate naming an ordinary MR (IBTA o10-37; rxe_invalidate_mr() refuses any MR

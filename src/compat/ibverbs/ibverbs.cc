@@ -861,6 +861,7 @@ int vop_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input,
   full.odp_caps.per_transport_caps.rc_odp_caps = a.odp.rc_odp_caps;
   full.odp_caps.per_transport_caps.uc_odp_caps = a.odp.uc_odp_caps;
   full.odp_caps.per_transport_caps.ud_odp_caps = a.odp.ud_odp_caps;
+  full.xrc_odp_caps = a.odp.xrc_odp_caps;
   full.phys_port_cnt_ex = a.phys_port_cnt;
   std::memcpy(attr, &full, std::min(attr_size, sizeof full));
   return 0;
