@@ -37,6 +37,15 @@ void drain_fd(int fd) {
   [[maybe_unused]] const ssize_t n = ::read(fd, &v, sizeof v);
 }
 
+// The async fd is the application's file (the drop-in makes the device's number name the file
+// ibv_open_device gave out, blocking unless the application made it otherwise), so it is read
+// only when it is readable: an application that read the file itself must not leave the device
+// blocked in read() with its mutex held.
+void drain_if_readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0) drain_fd(fd);
+}
+
 // ppoll's timeout for the span until `until` (nullptr: no timeout).
 timespec* timeout_until(Instant until, Instant t, timespec& ts) {
   if (until.is_never()) return nullptr;
@@ -774,7 +783,7 @@ void UdpDevice::sync_async_fd_locked() {
   if (want) {
     signal_fd(async_fd_);
   } else {
-    drain_fd(async_fd_);
+    drain_if_readable(async_fd_);
   }
   async_signaled_ = want;
 }

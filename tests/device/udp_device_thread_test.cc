@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -575,6 +576,40 @@ TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
   while (!readable(fd, 0) && UdpDevice::now() < give_up) a.dev->wait(Duration::ms(10));
   ASSERT_TRUE(readable(fd, 0));
   auto ev = a.dev->get_async_event();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->type, AsyncEventType::kCqErr);
+  EXPECT_FALSE(readable(fd, 0));
+}
+
+// The async fd as the drop-in hands it out: the application's own file, blocking. An
+// application that reads it itself (not through get_async_event) empties it; taking the event
+// afterwards must still return, not block the device in read() with its mutex held.
+TEST(UdpDeviceThread, AnAsyncFdTheApplicationEmptiedDoesNotBlockTheDevice) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  Side a, b;
+  SideOptions oa = deep();
+  oa.cqe = 1;
+  make_side(a, a_ip, oa);
+  make_side(b, b_ip, deep());
+  pair_up(a, b);
+  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  const int fd = a.dev->async_event_fd();
+  const int flags = ::fcntl(fd, F_GETFL);
+  ASSERT_GE(flags, 0);
+  ASSERT_EQ(::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK), 0);
+  const Sge sge{a.va(0), 64, a.mr.lkey};
+  std::vector<SendWr> wrs;
+  for (std::uint64_t i = 0; i < 3; ++i) wrs.push_back(write_wr(i, sge, b, i * 64));
+  ASSERT_EQ(a.dev->device().post_send(a.qp, wrs, nullptr), Errc::kOk);
+  const Instant give_up = UdpDevice::now() + Duration::s(20);
+  while (!readable(fd, 0) && UdpDevice::now() < give_up) a.dev->wait(Duration::ms(10));
+  ASSERT_TRUE(readable(fd, 0));
+  std::uint64_t v = 0;
+  ASSERT_EQ(::read(fd, &v, sizeof v), static_cast<ssize_t>(sizeof v));  // the application's read
+  auto taken = std::async(std::launch::async, [&] { return a.dev->get_async_event(); });
+  ASSERT_EQ(taken.wait_for(std::chrono::seconds(20)), std::future_status::ready);  // hang guard
+  const auto ev = taken.get();
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->type, AsyncEventType::kCqErr);
   EXPECT_FALSE(readable(fd, 0));
