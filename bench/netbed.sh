@@ -14,7 +14,9 @@
 # JSON reports stay in OUT_DIR (default: a temporary directory, removed).
 #
 # Usage: bench/netbed.sh [SECONDS [OUT_DIR]]   (root: namespaces, tc and BPF)
-# Environment: NETBED_CASES, a regular expression: only the cases whose name matches.
+# Environment: NETBED_CASES, a regular expression: only the cases whose name matches;
+# NETBED_ARGS, more netbed.py run options for every case (e.g. '--compat DIR --uroce-bin FILE'
+# to measure another build beside this one in the same series).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 S=${1:-5}
@@ -66,9 +68,11 @@ for c in "${cases[@]}"; do
   [[ -z ${NETBED_CASES:-} || $name =~ $NETBED_CASES ]] || continue
   i=$((i + 1))
   echo "## $name"
-  echo "    tests/netbed/netbed.py run ${common[*]} ${opts[*]}"
+  read -r -a extra <<<"${NETBED_ARGS:-}"
+  echo "    tests/netbed/netbed.py run ${common[*]} ${opts[*]} ${extra[*]}"
   echo "$name" >"$out/case$i.name"
-  python3 tests/netbed/netbed.py run "${common[@]}" "${opts[@]}" --json "$out/case$i.json" ||
+  python3 tests/netbed/netbed.py run "${common[@]}" "${opts[@]}" "${extra[@]}" \
+    --json "$out/case$i.json" ||
     failed=$((failed + 1))
   echo
 done

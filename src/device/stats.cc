@@ -164,6 +164,14 @@ NamedCounters DeviceStats::device_counters() const {
       {"cq_events_at_arm", cq_events_at_arm},
       {"thread_wakeups", thread_wakeups},
       {"thread_rx_pkts", thread_rx_pkts},
+      {"app_rounds", sched.app_rounds},
+      {"thread_rounds", sched.thread_rounds},
+      {"handoffs_to_app", sched.handoffs_to_app},
+      {"handoffs_to_thread", sched.handoffs_to_thread},
+      {"lease_expiries", sched.lease_expiries},
+      {"thread_spins", sched.thread_spins},
+      {"thread_sleeps", sched.thread_sleeps},
+      {"wake_signals", sched.wake_signals},
       {"qps", qps.size()},
   };
 }

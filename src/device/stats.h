@@ -26,6 +26,7 @@
 
 #include "datapath/udp.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 #include "seal/sealed_datapath.h"
 #include "transport/qp.h"
 
@@ -105,6 +106,10 @@ struct DeviceStats {
   // (the rest were received by the application's rounds).
   std::uint64_t thread_wakeups = 0;
   std::uint64_t thread_rx_pkts = 0;
+  // The progress policy's counters (engine/scheduler.h): rounds of the application and of the
+  // thread, and how the socket changed hands (all zero without a progress thread but
+  // app_rounds).
+  SchedulerCounters sched;
   std::vector<QpStats> qps;             // every live QP, by QPN
   std::vector<CqStats> cqs;             // every live CQ
   transport::QpCounters destroyed_qps;  // the sums of the QPs destroyed since open

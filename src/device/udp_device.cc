@@ -828,6 +828,10 @@ DeviceStats UdpDevice::stats_locked() {
   s.stats_requests = stats_requests_.load(std::memory_order_relaxed);
   s.thread_wakeups = thread_wakeups_.load(std::memory_order_relaxed);
   s.thread_rx_pkts = thread_rx_pkts_;
+  {
+    std::lock_guard sl(sched_mu_);  // inside mu_, as the rounds take it
+    s.sched = sched_.counters();
+  }
   const Instant t = now();
   for (const transport::Qp* qp : device_->live_qps()) {
     s.qps.push_back(engine_ ? qp_stats(*qp, *engine_, t) : qp_stats(*qp));

@@ -238,6 +238,17 @@ TEST(UdpDeviceThread, PollingInitiatorAgainstThreadTarget) {
   }
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].status, WcStatus::kSuccess);
+  // The progress counters (`uroce stats`) say who ran the rounds: a's application (polling
+  // mode: no thread), and b's thread, which received the WRITE.
+  const DeviceStats sa = a.dev->stats();
+  const DeviceStats sb = b.dev->stats();
+  EXPECT_GT(sa.sched.app_rounds, 0u);
+  EXPECT_EQ(sa.sched.thread_rounds, 0u);
+  EXPECT_EQ(sa.sched.lease_expiries, 0u);
+  EXPECT_GT(sb.sched.thread_rounds, 0u);
+  EXPECT_GT(sb.thread_rx_pkts, 0u);
+  EXPECT_EQ(named_counter(sa.device_counters(), "app_rounds"), sa.sched.app_rounds);
+  EXPECT_EQ(named_counter(sb.device_counters(), "thread_rounds"), sb.sched.thread_rounds);
   auto peer_guard = b.dev->lock();  // orders these reads after b's progress thread's writes
   EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + 1000, 8000), 0);
 }

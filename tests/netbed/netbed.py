@@ -67,7 +67,11 @@ ECN_NAMES = ("not_ect", "ect1", "ect0", "ce")  # by codepoint 0..3
 # A uroce flow's receiving device, from `uroce stats` (src/engine/stats.cc names them).
 RECEIVER_COUNTERS = ("rcvd_pkts", "rx_drops", "out_of_seq_request", "duplicate_request",
                      "send_seq_err", "np_ecn_marked_roce_packets", "np_cnp_sent",
-                     "out_of_order_kept")
+                     "out_of_order_kept", "thread_wakeups", "thread_rx_pkts")
+# How a device's progress ran (`uroce stats`, the drop-in's scheduler; src/device/stats.cc).
+PROGRESS_COUNTERS = ("app_rounds", "thread_rounds", "handoffs_to_app", "handoffs_to_thread",
+                     "lease_expiries", "thread_spins", "thread_sleeps", "wake_signals",
+                     "thread_wakeups", "thread_rx_pkts")
 MARKER_COUNTERS = ("pkts", "bytes", "ect_pkts", "marked", "ce_already", "not_ect_over_kmin",
                    "not_ipv4", "vq_full")
 
@@ -664,6 +668,10 @@ def run_bed(args):
         report["failed_flow_outputs"] = {
             f.id: {side: f.out.get(side, "")[-2000:] for side in ("server", "client")}
             for f in flows if not f_ok(report, f.id)}
+        if args.outputs:  # every flow's output, e.g. the parameters perftest printed
+            report["flow_outputs"] = {
+                f.id: {side: f.out.get(side, "")[-8000:] for side in ("server", "client")}
+                for f in flows}
     finally:
         for _, p in samplers:
             p.kill()
@@ -772,6 +780,12 @@ def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_
                 # selective repeat's resends, device-wide (the one QP of the flow and CM's).
                 row["rp_cnp_handled"] = d.get("rp_cnp_handled")
                 row["selective_retransmits"] = d.get("selective_retransmits")
+                # The drop-in's progress thread (0 for uroce perf, which runs none): how often
+                # it woke, and the packets its own rounds received (the rest were the
+                # application's, polling).
+                row["sender_thread_wakeups"] = d.get("thread_wakeups")
+                row["sender_thread_rx_pkts"] = d.get("thread_rx_pkts")
+                row["sender_progress"] = {k: d.get(k) for k in PROGRESS_COUNTERS}
                 if d.get("sent_pkts"):
                     row["retransmitted_share"] = d["retransmitted_pkts"] / d["sent_pkts"]
                 row["sender_qp"] = sender_qp_state(d)
@@ -781,6 +795,7 @@ def collect(args, flows, stats, rx_ns, tbf0, tbf1, window_s, marker, stamps, rx_
             # requests out of sequence (a loss before them: NAKed) and duplicates.
             d = device_sample(stats, rx_ns, f.server.pid)
             row["receiver"] = {k: d.get(k) for k in RECEIVER_COUNTERS} if d else None
+            row["receiver_progress"] = {k: d.get(k) for k in PROGRESS_COUNTERS} if d else None
         row["completed"] = (row["client_exit"] == 0 and row["server_exit"] == 0 and
                             row["goodput_gbit_s"] is not None and row["verified"] is not False)
         if not row["completed"]:
@@ -1033,6 +1048,8 @@ def add_run_options(ap):
     ap.add_argument("--uroce-args", default="",
                     help="more options for both sides of uroce perf (e.g. '-u 14')")
     ap.add_argument("--json", metavar="FILE", help="write the report there ('-': stdout)")
+    ap.add_argument("--outputs", action="store_true",
+                    help="keep every flow's output in the report (flow_outputs)")
 
 
 def finish_options(ap, a):
