@@ -753,6 +753,19 @@ Result<Rule, std::string> parse_rule(std::string_view text, std::size_t index,
   return rule;
 }
 
+// The names of the bits set in `bits` (bit i: names[i]), joined by '+' (class=, attr=).
+template <std::size_t N>
+std::string joined(std::uint32_t bits, const std::string_view (&names)[N]) {
+  std::string s;
+  for (std::size_t i = 0; i < N; ++i) {
+    if ((bits >> i) & 1u) {
+      if (!s.empty()) s += '+';
+      s.append(names[i]);
+    }
+  }
+  return s;
+}
+
 std::string rule_string(const Rule& r) {
   std::string s;
   auto item = [&](std::string_view key, const std::string& value) {
@@ -766,26 +779,8 @@ std::string rule_string(const Rule& r) {
   if (m.dirs == 2) item("dir", "rx");
   if (m.peer) item("peer", ip_string(*m.peer));
   if (m.qpn) item("qpn", std::to_string(*m.qpn));
-  if ((m.classes & kAllClasses) != kAllClasses) {
-    std::string c;
-    for (std::size_t i = 0; i < kPacketClassCount; ++i) {
-      if ((m.classes >> i) & 1u) {
-        if (!c.empty()) c += '+';
-        c.append(kClassNames[i]);
-      }
-    }
-    item("class", c);
-  }
-  if (m.cm_attrs != 0) {
-    std::string a;
-    for (std::size_t i = 0; i < kCmAttrCount; ++i) {
-      if ((m.cm_attrs >> i) & 1u) {
-        if (!a.empty()) a += '+';
-        a.append(kCmAttrNames[i]);
-      }
-    }
-    item("attr", a);
-  }
+  if ((m.classes & kAllClasses) != kAllClasses) item("class", joined(m.classes, kClassNames));
+  if (m.cm_attrs != 0) item("attr", joined(m.cm_attrs, kCmAttrNames));
   const Faults& f = r.faults;
   if (f.burst) {
     item("burst", burst_string(*f.burst));
