@@ -19,6 +19,10 @@
 #   CM_NET          the first three octets of the two addresses (default 127.43.43: .1 the
 #                   server's, .2 the clients'); CM_PORT (default 7443); CM_MSGS (default 10);
 #   CM_LIMIT        seconds for the whole run (default 600).
+#   CM_PEER_GONE=1  (ucmatose) CM_FAULTS loses every DREP the client's CM sends (`dir=tx,
+#                   attr=drep,loss=100%`): the server's DREQs must all end by the ICMP port
+#                   unreachable its client's host answers once the client's coordinator has
+#                   exited, within CM_MAX_RESENDS (default 3) resent MADs per connection (below).
 # Passes (exit 0) when the client(s) exit 0 with their success line (cmtime's step table,
 # ucmatose's "test complete", rping's exit status, which -V makes fail on a data mismatch), and
 # neither side printed an rdma_cm error or a sanitizer report. Prints the client's output (the
@@ -198,6 +202,27 @@ if [ "$kind" = ucmatose ]; then
     "peers found gone (ICMP port unreachable): ${gone:-?}"
   if [ "${given_up:-x}" != 0 ]; then
     echo "FAIL: the server's CM retried a DREQ to the end (or its stats were not read)"
+    ok=0
+  fi
+fi
+# CM_PEER_GONE=1: no DREP of the client's ever arrives, so every DREQ of the server's is still
+# being resent when the client's coordinator exits, and the next resend draws the ICMP: the path
+# above taken on purpose rather than by a chance loss. Every DREQ must have ended that way
+# (unreachable_ended = N), none given up, and the server's CM must have resent at most
+# CM_MAX_RESENDS MADs per connection, where retrying each DREQ to the end is 15 (the bound is in
+# CM retries, not seconds: a DREQ is resent every ~4.3 s, the ID's response timeout, and the
+# client's coordinator exits 2 s after the client).
+if [ "${CM_PEER_GONE:-0}" = 1 ]; then
+  max_resends=${CM_MAX_RESENDS:-3}
+  line=$(grep "^cm $saddr:" "$tmp/stats")
+  field() { echo "$line" | grep -o "$1 [0-9]*" | awk '{print $2}'; }
+  ended=$(field unreachable_ended) gone=$(field peer_unreachable) resent=$(field retransmits)
+  drep_lost=$(grep "^cm $caddr:" "$tmp/stats" | grep -o 'fault_tx_loss [0-9]*' | awk '{print $2}')
+  echo "peer gone: the server's CM ended ${ended:-?} of $n DREQs on ${gone:-?} ICMP port" \
+    "unreachable(s), resending ${resent:-?} MADs; the client's CM lost ${drep_lost:-?} DREPs"
+  if [ "$kind" != ucmatose ] || [ "${ended:-x}" != "$n" ] || [ "${gone:-0}" -lt 1 ] ||
+    [ "${resent:-x}" = x ] || [ "$resent" -gt $((max_resends * n)) ] || [ "${drep_lost:-0}" -lt 1 ]; then
+    echo "FAIL: the DREQs did not all end by the ICMP path within $max_resends resends each"
     ok=0
   fi
 fi

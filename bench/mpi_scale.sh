@@ -10,6 +10,12 @@
 #
 #   bench/mpi_scale.sh [ROUNDS] [MAX_BYTES] [BARRIERS]   # defaults 3, 4194304, 1000
 #
+# Environment: MPI_SCALE_LOSS, the conditions of a round (default "none 1%"; "1%" runs the loss
+# condition only); MPI_RANK_ENV, VAR=VALUE pairs for every rank (mpi_test.sh: e.g.
+# UCX_ADAPTIVE_PROGRESS=n); MPI_SCALE_WATCH=DIR, each run watched by bench/mpi_watch.sh (a minute
+# without a packet from any device while the ranks get CPU is a hang: it keeps every device's
+# `uroce stats --qp` and every rank's stacks in DIR/round-R-LOSS and ends the run).
+#
 # Needs root (network namespaces) and Open MPI with its compiler wrapper (mpicc builds
 # mpi_check.c here); namespaces uroce-mpi43-PID-*, addresses 10.143.11.0/24.
 set -euo pipefail
@@ -29,16 +35,31 @@ mpicc -O2 -o "$tmp/mpi_check" tests/compat/mpi_check.c
 
 declare -A vals
 phases=(ping-pong allreduce alltoall barriers total)
+read -ra conditions <<<"${MPI_SCALE_LOSS:-none 1%}"
 for ((r = 1; r <= R; ++r)); do
-  for loss in none 1%; do
+  for loss in "${conditions[@]}"; do
     arg=()
     [[ $loss == none ]] || arg=("$loss")
     start=$(date +%s.%N)
-    if ! MPI_HOSTS=4 MPI_RANKS_PER_HOST=4 MPI_CHECK_ARGS="$MAX $BARRIERS" MPI_TIMEOUT=900 \
+    MPI_HOSTS=4 MPI_RANKS_PER_HOST=4 MPI_CHECK_ARGS="$MAX $BARRIERS" MPI_TIMEOUT=900 \
       tests/compat/mpi_test.sh "$PWD/build-release/compat" build-release/src/tools/uroce \
-      "$tmp/mpi_check" 10.143.11 "${arg[@]}" >"$tmp/out" 2>&1; then
+      "$tmp/mpi_check" 10.143.11 "${arg[@]}" >"$tmp/out" 2>&1 &
+    run=$!
+    watch=
+    if [[ -n ${MPI_SCALE_WATCH:-} ]]; then
+      bench/mpi_watch.sh "$run" build-release/src/tools/uroce \
+        "$MPI_SCALE_WATCH/round-$r-${loss%\%}" &
+      watch=$!
+    fi
+    rc=0
+    wait "$run" || rc=$?
+    hung=
+    if [[ -n $watch ]]; then
+      wait "$watch" || hung=" (hung: $MPI_SCALE_WATCH/round-$r-${loss%\%})"
+    fi
+    if ((rc != 0)); then
       cat "$tmp/out" >&2
-      echo "mpi_scale: round $r, loss $loss failed" >&2
+      echo "mpi_scale: round $r, loss $loss failed$hung" >&2
       exit 1
     fi
     total=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
@@ -53,8 +74,10 @@ for ((r = 1; r <= R; ++r)); do
 done
 med() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 echo
-echo "| phase (median of $R, s) | no loss | 1% loss |"
-echo "| --- | --- | --- |"
+echo "| phase (median of $R, s) |$(printf ' %s |' "${conditions[@]}")"
+echo "| --- |$(printf ' --- |%.0s' "${conditions[@]}")"
 for p in "${phases[@]}"; do
-  echo "| $p | $(med <<<"${vals[none.$p]}") | $(med <<<"${vals[1%.$p]}") |"
+  row="| $p |"
+  for loss in "${conditions[@]}"; do row+=" $(med <<<"${vals[$loss.$p]:-}") |"; done
+  echo "$row"
 done

@@ -398,6 +398,7 @@ enum Key : unsigned {
   kKeyPeer,
   kKeyQpn,
   kKeyClass,
+  kKeyAttr,
   kKeyLoss,
   kKeyBurst,
   kKeyDup,
@@ -413,8 +414,9 @@ enum Key : unsigned {
   kKeyCount,
 };
 constexpr std::string_view kKeyNames[kKeyCount] = {
-    "dir",        "peer",  "qpn",    "class",   "loss",         "burst", "dup",   "reorder",
-    "reorder_by", "delay", "jitter", "corrupt", "corrupt_bits", "rate",  "queue", "partition"};
+    "dir",     "peer",         "qpn",     "class",      "attr",     "loss",
+    "burst",   "dup",          "reorder", "reorder_by", "delay",    "jitter",
+    "corrupt", "corrupt_bits", "rate",    "queue",      "partition"};
 constexpr unsigned kFirstFaultKey = kKeyLoss;
 
 std::optional<Key> key_of(std::string_view name) {
@@ -448,6 +450,24 @@ Result<std::uint32_t, std::string> class_value(std::string_view s) {
     }
   }
   return classes;
+}
+
+// attr=: the CM's attribute IDs from kFirstCmAttr on, as wire::cm_attr_name() names them.
+constexpr std::string_view kCmAttrNames[kCmAttrCount] = {
+    "req", "mra", "rej", "rep", "rtu", "dreq", "drep", "sidr_req", "sidr_rep", "lap", "apr"};
+
+Result<std::uint16_t, std::string> attr_value(std::string_view s) {
+  std::uint16_t attrs = 0;
+  for (std::string_view name : split(s, '+')) {
+    const auto* it = std::find(std::begin(kCmAttrNames), std::end(kCmAttrNames), name);
+    if (it == std::end(kCmAttrNames)) {
+      return Err{"unknown CM attribute " + quoted(name) +
+                 " (req, mra, rej, rep, rtu, dreq, drep, sidr_req, sidr_rep, lap or apr, joined "
+                 "by +)"};
+    }
+    attrs = static_cast<std::uint16_t>(attrs | (1u << (it - std::begin(kCmAttrNames))));
+  }
+  return attrs;
 }
 
 Result<GilbertElliott, std::string> burst_value(std::string_view s) {
@@ -570,6 +590,12 @@ Result<std::monostate, std::string> apply_item(Key key, std::string_view v, Rule
       rule.match.classes = c.value();
       return std::monostate{};
     }
+    case kKeyAttr: {
+      auto a = attr_value(v);
+      if (!a.ok()) return Err{a.error()};
+      rule.match.cm_attrs = a.value();
+      return std::monostate{};
+    }
     case kKeyLoss:
       return ratio(f.loss);
     case kKeyBurst: {
@@ -674,9 +700,9 @@ Result<Rule, std::string> parse_rule(std::string_view text, std::size_t index,
     const std::optional<Key> key = key_of(name);
     if (!key) {
       return Err{error(quoted(item), "unknown key " + quoted(name) +
-                                         " (dir, peer, qpn, class, loss, burst, dup, reorder, "
-                                         "reorder_by, delay, jitter, corrupt, corrupt_bits, "
-                                         "rate, queue, partition, seed)")};
+                                         " (dir, peer, qpn, class, attr, loss, burst, dup, "
+                                         "reorder, reorder_by, delay, jitter, corrupt, "
+                                         "corrupt_bits, rate, queue, partition, seed)")};
     }
     if (given[*key] && *key != kKeyPartition) {
       return Err{error(quoted(item), std::string(name) + " given twice in one rule (also " +
@@ -711,6 +737,11 @@ Result<Rule, std::string> parse_rule(std::string_view text, std::size_t index,
                        std::pair{kKeyCorruptBits, kKeyCorrupt}, std::pair{kKeyQueue, kKeyRate}}) {
     if (auto e = needs(k, on)) return Err{*e};
   }
+  if (given[kKeyAttr] &&
+      (rule.match.classes & (1u << static_cast<unsigned>(PacketClass::kCm))) == 0) {
+    return Err{error(quoted(seen[kKeyAttr]), "attr= takes CM MADs only, and its rule's " +
+                                                 quoted(seen[kKeyClass]) + " leaves out cm")};
+  }
   const bool any_match =
       std::any_of(given.begin(), given.begin() + kFirstFaultKey, [](bool g) { return g; });
   if (!rule.faults.any() && rule.partitions.empty()) {
@@ -720,6 +751,19 @@ Result<Rule, std::string> parse_rule(std::string_view text, std::size_t index,
                                "corrupt, rate or partition) other than 0")};
   }
   return rule;
+}
+
+// The names of the bits set in `bits` (bit i: names[i]), joined by '+' (class=, attr=).
+template <std::size_t N>
+std::string joined(std::uint32_t bits, const std::string_view (&names)[N]) {
+  std::string s;
+  for (std::size_t i = 0; i < N; ++i) {
+    if ((bits >> i) & 1u) {
+      if (!s.empty()) s += '+';
+      s.append(names[i]);
+    }
+  }
+  return s;
 }
 
 std::string rule_string(const Rule& r) {
@@ -735,16 +779,8 @@ std::string rule_string(const Rule& r) {
   if (m.dirs == 2) item("dir", "rx");
   if (m.peer) item("peer", ip_string(*m.peer));
   if (m.qpn) item("qpn", std::to_string(*m.qpn));
-  if ((m.classes & kAllClasses) != kAllClasses) {
-    std::string c;
-    for (std::size_t i = 0; i < kPacketClassCount; ++i) {
-      if ((m.classes >> i) & 1u) {
-        if (!c.empty()) c += '+';
-        c.append(kClassNames[i]);
-      }
-    }
-    item("class", c);
-  }
+  if ((m.classes & kAllClasses) != kAllClasses) item("class", joined(m.classes, kClassNames));
+  if (m.cm_attrs != 0) item("attr", joined(m.cm_attrs, kCmAttrNames));
   const Faults& f = r.faults;
   if (f.burst) {
     item("burst", burst_string(*f.burst));
@@ -869,6 +905,11 @@ PacketInfo classify(ConstBytes roce, Direction dir, const wire::IpAddress& peer)
   if (!parsed.ok()) return info;
   info.cls = class_of(parsed.value());
   info.dest_qpn = parsed->bth().dest_qpn();
+  const ConstBytes mad = parsed->payload;
+  if (info.cls == PacketClass::kCm &&
+      mad[wire::kMadOffMgmtClass] == std::byte{wire::kMgmtClassCm}) {
+    info.cm_attr = load_be16(mad, wire::kMadOffAttrId);
+  }
   return info;
 }
 
@@ -877,6 +918,13 @@ bool Match::matches(const PacketInfo& p) const {
   if (((classes >> static_cast<unsigned>(p.cls)) & 1u) == 0) return false;
   if (qpn && *qpn != p.dest_qpn) return false;
   if (peer && !wire::same_host(*peer, p.peer)) return false;
+  if (cm_attrs != 0) {
+    // attr=: a CM MAD of one of the attributes, nothing else.
+    const unsigned bit = unsigned{p.cm_attr} - unsigned{kFirstCmAttr};  // wraps below it
+    if (p.cls != PacketClass::kCm || bit >= kCmAttrCount || ((cm_attrs >> bit) & 1u) == 0) {
+      return false;
+    }
+  }
   return true;
 }
 

@@ -28,6 +28,10 @@
 //                                        NAK, atomic ACK included), read (READ responses),
 //                                        atomic (CmpSwap/FetchAdd requests), cnp, cm (QP 1 MADs),
 //                                        other; `all` is every class
+//     attr=A[+A...]                      CM MADs (class cm) with these attribute IDs only: req,
+//                                        mra, rej, rep, rtu, dreq, drep, sidr_req, sidr_rep,
+//                                        lap, apr (e.g. `class=cm,attr=drep,loss=100%`: every
+//                                        DREP lost); with class=, that must include cm
 //   fault keys:
 //     loss=R                             independent loss
 //     burst=P:R[:H[:K]]                  Gilbert-Elliott loss: P good->bad, R bad->good per
@@ -55,7 +59,8 @@
 //         up to 1 h, partition times up to 30 days
 //
 // Examples: "loss=1%,dup=0.5%,reorder=1%,seed=7";
-//           "dir=tx,class=ack,loss=5%;peer=10.0.0.2,partition=2s+2s".
+//           "dir=tx,class=ack,loss=5%;peer=10.0.0.2,partition=2s+2s";
+//           "dir=tx,attr=drep,loss=100%".
 // A malformed spec is refused with a message that names the bad item; never a silent default.
 #pragma once
 
@@ -105,6 +110,11 @@ enum class PacketClass : std::uint8_t {
 inline constexpr std::size_t kPacketClassCount = 7;
 std::string_view to_string(PacketClass c);  // "req", "ack", "read", "atomic", "cnp", "cm", "other"
 
+// The CM MAD attribute IDs attr= selects (IBTA 12.6: REQ 0x10 .. APR 0x1a), bit (ID - 0x10) of
+// Match::cm_attrs. Their names are wire::cm_attr_name()'s in lowercase.
+inline constexpr std::uint16_t kFirstCmAttr = 0x10;
+inline constexpr std::size_t kCmAttrCount = 11;
+
 // An address as the grammar writes it (peer=): dotted IPv4; IPv6 as RFC 5952 (lowercase, the
 // longest run of zero groups as "::", an IPv4-mapped address with its IPv4 tail).
 std::string address_string(const wire::IpAddress& a);
@@ -114,7 +124,8 @@ struct PacketInfo {
   Direction dir = Direction::kTx;
   PacketClass cls = PacketClass::kOther;
   std::uint32_t dest_qpn = 0;
-  wire::IpAddress peer;  // the remote end (destination on tx, source on rx)
+  std::uint16_t cm_attr = 0;  // class kCm with the CM's management class: the attribute ID, else 0
+  wire::IpAddress peer;       // the remote end (destination on tx, source on rx)
   // Carried through a hold unchanged, for the datapath (not matched on): the peer's UDP port,
   // the IP TOS / traffic class and TTL / hop limit.
   std::uint16_t peer_port = 0;
@@ -123,7 +134,7 @@ struct PacketInfo {
 };
 
 // A packet's class and DestQP from its transport headers (`roce`: BTH onwards, as the UDP
-// payload). Never fails: what does not parse is kOther with DestQP 0.
+// payload), and a CM MAD's attribute ID. Never fails: what does not parse is kOther with DestQP 0.
 PacketInfo classify(ConstBytes roce, Direction dir, const wire::IpAddress& peer);
 
 struct Match {
@@ -131,6 +142,7 @@ struct Match {
   std::uint32_t classes = 0x7f;  // bit (1 << PacketClass)
   std::optional<wire::IpAddress> peer;
   std::optional<std::uint32_t> qpn;
+  std::uint16_t cm_attrs = 0;  // attr=: bit (ID - kFirstCmAttr); 0 when not given (any packet)
   bool matches(const PacketInfo& p) const;
   bool operator==(const Match&) const = default;
 };

@@ -132,6 +132,12 @@ int stats_run(const StatsCommand& cmd, std::FILE* out, std::FILE* err) {
     std::erase_if(eps, [&](const StatsEndpoint& e) { return e.device != cmd.device; });
   }
   if (eps.empty()) {
+    // A coordinator that lingers after its last program (2 s, and while its CM retransmits) has
+    // no device endpoint, but its CM's counters are still there to read, and its last MADs
+    // often come after the last program exited (a DREQ answered or ended then).
+    if (cmd.device.empty() && !cmd.json && print_shared_devices(cmd, out) > 0) {
+      return kStatsExitOk;
+    }
     if (cmd.device.empty()) {
       std::fprintf(err, "uroce stats: no running uroce device (no process has one open)\n");
     } else {
@@ -185,12 +191,14 @@ std::vector<std::pair<std::string, std::uint16_t>> find_shared_devices(
   return found;
 }
 
-void print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
+std::size_t print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
+  std::size_t answered = 0;
   for (const auto& [ip_text, port] : find_shared_devices(cmd.proc_net_unix)) {
     auto ip = engine::parse_ip(ip_text);
     if (!ip.ok()) continue;
     auto info = engine::SharedPort::query(ip.value(), port);
     if (!info.ok()) continue;  // exiting as we asked
+    ++answered;
     std::size_t shown = 0;
     for (const engine::SharedMember& m : info->members) {
       if (!cmd.device.empty() && m.device != cmd.device) continue;
@@ -221,6 +229,7 @@ void print_shared_devices(const StatsCommand& cmd, std::FILE* out) {
       }
     }
   }
+  return answered;
 }
 
 }  // namespace uroce::tools

@@ -58,7 +58,9 @@ Result<std::string, std::string> query_stats_endpoint(const std::string& socket_
 // The shared devices (address, port) whose coordinators are listed in `proc_net_unix`.
 std::vector<std::pair<std::string, std::uint16_t>> find_shared_devices(
     const std::string& proc_net_unix);
-void print_shared_devices(const StatsCommand& cmd, std::FILE* out);
+// Prints each coordinator's lines (members, rdma_cm IDs, its CM's counters); returns how many
+// answered.
+std::size_t print_shared_devices(const StatsCommand& cmd, std::FILE* out);
 
 // The command: prints to `out`, problems to `err`; returns one of the exit codes above.
 int stats_run(const StatsCommand& cmd, std::FILE* out, std::FILE* err);

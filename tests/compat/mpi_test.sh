@@ -30,6 +30,9 @@
 # each way; with LOSS each device loses that share of what it sends to every other host (a fault
 # rule per peer).
 #
+# MPI_RANK_ENV="VAR=VALUE ..." is exported to every rank (mpirun -x), e.g.
+# UCX_ADAPTIVE_PROGRESS=n (bench/mpi_scale.sh's runs with UCX's adaptive progress off).
+#
 # With MPI_VIA_UROCE_RUN=1 the ranks are started as `mpirun ... uroce run -- MPI_CHECK`, the way
 # the README's Open MPI section shows: no LD_LIBRARY_PATH is exported, so only `uroce run` (in every
 # rank, on both "hosts") puts the drop-ins in front of the program, and the counters prove that
@@ -125,6 +128,8 @@ else
   # Without loss, the rendezvous by RDMA WRITE (put_zcopy), so that both schemes run.
   lossy=(-x UCX_RNDV_SCHEME=put_zcopy)
 fi
+read -ra rank_env <<<"${MPI_RANK_ENV:-}"
+for kv in "${rank_env[@]}"; do lossy+=(-x "$kv"); done
 rank=("$mpi_check")
 if [[ ${MPI_VIA_UROCE_RUN:-0} == 1 ]]; then
   # `uroce run` finds the drop-ins next to itself (here: the build's compat directory).

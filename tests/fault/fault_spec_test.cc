@@ -197,6 +197,9 @@ TEST(FaultSpec, PrintsCanonicallyAndParsesBackToTheSameSpec) {
       {"delay=1.5s", "delay=1500ms"},
       {"partition=0s+1s", "partition=0s+1s"},
       {"qpn=0x10,loss=1%", "qpn=16,loss=1%"},
+      {"attr=drep,loss=100%", "attr=drep,loss=100%"},
+      {"dir=tx,class=cm,attr=drep+dreq+drep,loss=1%", "dir=tx,class=cm,attr=dreq+drep,loss=1%"},
+      {"class=cm+req,attr=apr+sidr_req+req,dup=1%", "class=req+cm,attr=req+sidr_req+apr,dup=1%"},
       {"peer=::ffff:10.0.0.1,loss=1%", "peer=::ffff:10.0.0.1,loss=1%"},
       {"peer=FD00:0:0:0:0:0:0:1,loss=1%", "peer=fd00::1,loss=1%"},
       {"peer=1:0:0:2:0:0:0:3,loss=1%", "peer=1:0:0:2::3,loss=1%"},
@@ -254,6 +257,10 @@ TEST(FaultSpec, RandomSpecsRoundTrip) {
       }
       if (rng.chance(1, 3)) r.match.qpn = static_cast<std::uint32_t>(rng.below(1u << 24));
       if (rng.chance(1, 3)) r.match.classes = static_cast<std::uint32_t>(rng.range(1, 0x7f));
+      if (rng.chance(1, 4)) {
+        r.match.cm_attrs = static_cast<std::uint16_t>(rng.range(1, (1u << kCmAttrCount) - 1));
+        r.match.classes |= 1u << static_cast<unsigned>(PacketClass::kCm);  // as parse() requires
+      }
       Faults& f = r.faults;
       if (rng.chance(1, 3)) {
         GilbertElliott g;
@@ -335,6 +342,14 @@ TEST(FaultSpec, EveryErrorNamesItsItem) {
       {"qpn=-1,loss=1%", "fault spec: \"qpn=-1\": not a QPN"},
       {"class=foo,loss=1%", "fault spec: \"class=foo\": unknown class \"foo\""},
       {"class=req+,loss=1%", "fault spec: \"class=req+\": unknown class \"\""},
+      {"attr=DREP,loss=1%", "fault spec: \"attr=DREP\": unknown CM attribute \"DREP\""},
+      {"attr=drep+,loss=1%", "fault spec: \"attr=drep+\": unknown CM attribute \"\""},
+      {"attr=lap+cm,loss=1%", "fault spec: \"attr=lap+cm\": unknown CM attribute \"cm\""},
+      {"class=req+ack,attr=drep,loss=1%",
+       "fault spec: \"attr=drep\": attr= takes CM MADs only, and its rule's \"class=req+ack\" "
+       "leaves out cm"},
+      {"attr=drep", "fault spec: rule \"attr=drep\": matches but does nothing"},
+      {"attr=rep,attr=rtu,loss=1%", "fault spec: \"attr=rtu\": attr given twice in one rule"},
       {"burst=1%", "fault spec: \"burst=1%\": not P:R[:H[:K]]"},
       {"burst=1%:2%:3%:4%:5%", "fault spec: \"burst=1%:2%:3%:4%:5%\": not P:R[:H[:K]]"},
       {"burst=1%:x", "fault spec: \"burst=1%:x\": R \"x\": not a probability"},
@@ -396,6 +411,7 @@ TEST(FaultSpec, ParseNeverCrashesOnRandomOrMutatedText) {
       "reorder=2%,reorder_by=5,delay=1.5ms,jitter=200us,corrupt=0.1%,corrupt_bits=3",
       "rate=2.5gbit,queue=64,partition=1s+500ms/2s,partition=10s+1ns;seed=0xff",
       "peer=::ffff:10.0.0.1,reorder=1%,reorder_by=2ms",
+      "dir=tx,class=cm,attr=drep+sidr_rep,loss=100%",
   };
   static constexpr std::string_view kAlphabet = "=,;:+/%.x0123456789abcdefsmunkgbitdrxpqlo ABCF-_";
   Prng rng(99);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "wire/builder.h"
 #include "wire/cm_mad.h"
+#include "wire/packet.h"
 
 namespace uroce::fault {
 namespace {
@@ -50,6 +52,19 @@ FaultSpec spec(std::string_view text) {
 }
 
 PacketInfo tx_info(const Bytes& b) { return classify(b, Direction::kTx, peer_a()); }
+
+// A MAD to QP 1 (UD SEND Only, 256 bytes) of management class `mgmt_class` with attribute `attr`.
+Bytes mad(std::uint16_t attr, std::uint8_t mgmt_class = wire::kMgmtClassCm) {
+  Bytes b = roce(wire::Opcode::kUdSendOnly, wire::kGsiQpn, 0, wire::kMadBytes);
+  auto p = wire::parse_roce(b);
+  EXPECT_TRUE(p.ok());
+  if (!p.ok()) return b;
+  const auto at = static_cast<std::size_t>(p->payload.data() - b.data());
+  b[at + wire::kMadOffMgmtClass] = std::byte{mgmt_class};
+  b[at + wire::kMadOffAttrId] = std::byte{static_cast<std::uint8_t>(attr >> 8)};
+  b[at + wire::kMadOffAttrId + 1] = std::byte{static_cast<std::uint8_t>(attr)};
+  return b;
+}
 
 // |count - n p| <= 6 standard deviations of Binomial(n, p) (+1). Seeds are fixed, so this is
 // deterministic; the bound says the rate is right, not merely that the code ran.
@@ -137,6 +152,44 @@ TEST(FaultMatch, DirectionClassQpnAndPeer) {
   EXPECT_FALSE(spec("peer=10.0.0.3,loss=1%").rules[0].match.matches(p));
   // An IPv4-mapped IPv6 address is the IPv4 host (a dual-stack socket's view of it).
   EXPECT_TRUE(spec("peer=::ffff:10.0.0.2,loss=1%").rules[0].match.matches(p));
+}
+
+TEST(FaultClassify, ACmMadCarriesItsAttributeIdAndNothingElseDoes) {
+  for (std::size_t i = 0; i < kCmAttrCount; ++i) {
+    const auto id = static_cast<std::uint16_t>(kFirstCmAttr + i);
+    const PacketInfo p = tx_info(mad(id));
+    EXPECT_EQ(p.cls, PacketClass::kCm);
+    EXPECT_EQ(p.cm_attr, id);
+  }
+  EXPECT_EQ(tx_info(mad(0x0001)).cm_attr, 0x0001u);   // ClassPortInfo: a CM MAD attr= cannot name
+  EXPECT_EQ(tx_info(mad(0x0016, 0x03)).cm_attr, 0u);  // DREP's ID under another class (SA's)
+  EXPECT_EQ(tx_info(roce(wire::Opcode::kUdSendOnly, wire::kGsiQpn, 0, 64)).cm_attr, 0u);
+  EXPECT_EQ(tx_info(roce(wire::Opcode::kRcSendOnly, 0x16)).cm_attr, 0u);
+}
+
+TEST(FaultMatch, AttrTakesTheCmMadsOfItsAttributesAndNothingElse) {
+  const Match drep = spec("attr=drep,loss=100%").rules[0].match;
+  EXPECT_TRUE(drep.matches(tx_info(mad(0x0016))));
+  for (const Bytes& other :
+       {mad(0x0015), mad(0x0010), mad(0x0001), mad(0x0016, 0x03),
+        roce(wire::Opcode::kUdSendOnly, wire::kGsiQpn, 0, 64),
+        roce(wire::Opcode::kRcSendOnly, 0x16), roce(wire::Opcode::kRcAcknowledge, 1)}) {
+    EXPECT_FALSE(drep.matches(tx_info(other)));
+  }
+  // A rule without attr= takes every MAD of its class, as before.
+  EXPECT_TRUE(spec("class=cm,loss=1%").rules[0].match.matches(tx_info(mad(0x0001))));
+  const Match m = spec("class=cm,attr=req+rep+rtu,loss=1%").rules[0].match;
+  for (std::uint16_t id : {0x0010, 0x0013, 0x0014}) EXPECT_TRUE(m.matches(tx_info(mad(id)))) << id;
+  for (std::uint16_t id : {0x0011, 0x0012, 0x0015, 0x0016, 0x001b, 0x000f}) {
+    EXPECT_FALSE(m.matches(tx_info(mad(id)))) << id;
+  }
+  // The names are the wire's (IBTA's), in lowercase, one bit each.
+  for (std::size_t i = 0; i < kCmAttrCount; ++i) {
+    std::string name(wire::cm_attr_name(static_cast<wire::CmAttr>(kFirstCmAttr + i)));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](char c) { return static_cast<char>(std::tolower(c)); });
+    EXPECT_EQ(spec("attr=" + name + ",loss=1%").rules[0].match.cm_attrs, 1u << i) << name;
+  }
 }
 
 // ---- decide() and flip_bits() --------------------------------------------------------------
@@ -446,6 +499,27 @@ TEST(FaultStage, LossDropsCountsAndLogs) {
   for (std::size_t k = 0; k < kInjectedCount; ++k) {
     EXPECT_NE(to_string(static_cast<Injected>(k)), "?");
   }
+}
+
+// What bench/cm_scale.sh's ucmatose run under `attr=drep` needs: every DREP lost, every other
+// MAD through, untouched.
+TEST(FaultStage, AttrLosesEveryDrepAndPassesTheOtherMads) {
+  FaultStage stage(spec("dir=tx,attr=drep,loss=100%"), at_ns(0));
+  std::int64_t t = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (std::uint16_t id : {0x0010, 0x0013, 0x0014, 0x0015, 0x0016}) {
+      const Bytes b = mad(id);
+      const FaultStage::Verdict v = stage.submit(at_ns(t += 1'000), tx_info(b), b);
+      EXPECT_EQ(v, id == 0x0016 ? FaultStage::Verdict::kTaken : FaultStage::Verdict::kPass) << id;
+    }
+    const Bytes drep_in = mad(0x0016);
+    EXPECT_EQ(stage.submit(at_ns(t += 1'000), classify(drep_in, Direction::kRx, peer_a()), drep_in),
+              FaultStage::Verdict::kPass);  // dir=tx: a DREP received is no business of the rule
+  }
+  EXPECT_EQ(stage.counters(Direction::kTx).packets, 20u);
+  EXPECT_EQ(injected(stage, Injected::kLoss), 20u);
+  EXPECT_EQ(stage.counters(Direction::kRx).packets, 0u);
+  EXPECT_EQ(stage.held(), 0u);
 }
 
 TEST(FaultStage, DuplicatesAreTwoIdenticalCopiesTheExtraOneSecond) {
