@@ -27,10 +27,6 @@ Duration Aimd::target() const {
   return min_rtt_ + std::max(Duration::us(p_.target_headroom_us), scaled);
 }
 
-std::uint32_t Aimd::window_packets() const {
-  return std::max({p_.min_window_packets, static_cast<std::uint32_t>(cwnd_), recovery_left_});
-}
-
 Duration Aimd::pacing_interval() const {
   if (p_.pacing_gain_percent == 0 || srtt_ == Duration::zero()) return Duration::zero();
   const double ns = static_cast<double>(srtt_.count_ns()) * 100.0 /
@@ -38,7 +34,7 @@ Duration Aimd::pacing_interval() const {
   return Duration::ns(static_cast<std::int64_t>(ns));
 }
 
-Instant Aimd::next_send_time(Instant now, std::uint32_t) {
+Instant Aimd::paced_send_time(Instant now) {
   const Duration interval = pacing_interval();
   if (interval == Duration::zero()) return now;
   // A packet may leave while what is charged ahead of it stays within the burst.
@@ -48,8 +44,7 @@ Instant Aimd::next_send_time(Instant now, std::uint32_t) {
   return at;
 }
 
-void Aimd::on_sent(Instant now, std::uint32_t) {
-  ++flight_;
+void Aimd::note_sent(Instant now) {
   if (const Duration interval = pacing_interval(); interval != Duration::zero()) {
     paced_until_ = std::max(paced_until_, now) + interval;
   }

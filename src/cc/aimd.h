@@ -63,6 +63,7 @@
 // nothing is allocated after construction.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -145,11 +146,21 @@ class Aimd final : public CongestionControl {
  public:
   explicit Aimd(const AimdParams& p);
 
-  Instant next_send_time(Instant now, std::uint32_t bytes) override;
-  void on_sent(Instant now, std::uint32_t bytes) override;
+  // next_send_time, on_sent and window_packets run for every packet sent: what they do without
+  // pacing (the default) and after the transport's first RTT sample is in line, the rest out
+  // of line (issue 40: the message rate's send path).
+  Instant next_send_time(Instant now, std::uint32_t) override {
+    return pacing() ? paced_send_time(now) : now;
+  }
+  void on_sent(Instant now, std::uint32_t) override {
+    ++flight_;
+    if (pacing() || !transport_samples_) note_sent(now);
+  }
   void on_ack(const AckEvent& ack) override;
   void on_loss(Instant now, LossSignal signal) override;
-  std::uint32_t window_packets() const override;
+  std::uint32_t window_packets() const override {
+    return std::max({p_.min_window_packets, static_cast<std::uint32_t>(cwnd_), recovery_left_});
+  }
   // Not ECN: a CNP or a CE mark means nothing to this rule (Dcqcn and DcqcnAimd hear them).
   void on_cnp(Instant) override {}
   void on_ecn_ce(Instant) override {}
@@ -177,6 +188,10 @@ class Aimd final : public CongestionControl {
   // zero when it has none it trusts.
   Duration own_sample(const AckEvent& ack);
   Duration pacing_interval() const;  // per packet; zero: no pacing
+  // Whether pacing_interval() may be above zero (it is zero without these).
+  bool pacing() const { return p_.pacing_gain_percent != 0 && srtt_ != Duration::zero(); }
+  Instant paced_send_time(Instant now);  // next_send_time with pacing
+  void note_sent(Instant now);           // on_sent's pacing clock and own RTT timing
 
   AimdParams p_;
   double cwnd_;

@@ -84,8 +84,8 @@ bool DcqcnReactionPoint::on_cnp(Instant now) {
   return true;
 }
 
-void DcqcnReactionPoint::advance(Instant now) {
-  if (!limited()) return;
+void DcqcnReactionPoint::run_timers(Instant now) {
+  UROCE_ASSERT(limited());
   // Alpha: one decay per dce_tcp_rtt period that saw no CNP (a period with one was counted by
   // the cut).
   const Duration rtt = Duration::us(p_.rp_dce_tcp_rtt_us);
@@ -107,8 +107,8 @@ void DcqcnReactionPoint::advance(Instant now) {
   if (limited() && timer_at_ <= now) timer_at_ = now + Duration::us(p_.rp_time_reset_us);
 }
 
-void DcqcnReactionPoint::on_sent(Instant now, std::uint32_t bytes) {
-  if (!limited()) return;
+void DcqcnReactionPoint::charge(Instant now, std::uint32_t bytes) {
+  UROCE_ASSERT(limited());
   paced_until_ = std::max(paced_until_, now) + Duration::ns(transmit_ns(bytes, current_mbps_));
   bytes_since_ += bytes;
   std::uint32_t n = 0;
@@ -142,8 +142,8 @@ void DcqcnReactionPoint::increase(Instant now) {
   }
 }
 
-Instant DcqcnReactionPoint::next_send_time(Instant now, std::uint32_t bytes) const {
-  if (!limited()) return now;
+Instant DcqcnReactionPoint::paced_send_time(Instant now, std::uint32_t bytes) const {
+  UROCE_ASSERT(limited());
   // A packet may leave while what is charged ahead of it stays within the burst allowance.
   const Duration burst = Duration::ns(transmit_ns(std::max(p_.burst_bytes, bytes), current_mbps_));
   const Instant at = paced_until_ + Duration::ns(-burst.count_ns());
@@ -153,7 +153,7 @@ Instant DcqcnReactionPoint::next_send_time(Instant now, std::uint32_t bytes) con
   return timer_at_ > now ? std::min(at, timer_at_) : at;
 }
 
-Instant Dcqcn::next_send_time(Instant now, std::uint32_t bytes) {
+Instant Dcqcn::limited_send_time(Instant now, std::uint32_t bytes) {
   rp_.advance(now);
   const Instant at = rp_.next_send_time(now, bytes);
   if (at > now) ++rp_.counters().paced_waits;

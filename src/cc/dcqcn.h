@@ -89,13 +89,22 @@ class DcqcnReactionPoint {
 
   // A CNP for this QP arrived. Returns false when it was ignored (within the monitor period).
   bool on_cnp(Instant now);
+  // These three run for every packet sent, and do nothing while the rate is unlimited (no CNP
+  // yet): that test is in line, the work out of line (issue 40: the message rate's send path).
+  //
   // `bytes` left the QP at `now`: the byte counter, and the pacing clock.
-  void on_sent(Instant now, std::uint32_t bytes);
+  void on_sent(Instant now, std::uint32_t bytes) {
+    if (limited()) charge(now, bytes);
+  }
   // Runs the timers that fall due by `now` (rate increase, alpha decay). The transport calls it
   // before it asks next_send_time(), so a QP that sent nothing for a while recovers all the same.
-  void advance(Instant now);
+  void advance(Instant now) {
+    if (limited()) run_timers(now);
+  }
   // When a packet of `bytes` may leave: `now` while the rate is unlimited or the burst allows.
-  Instant next_send_time(Instant now, std::uint32_t bytes) const;
+  Instant next_send_time(Instant now, std::uint32_t bytes) const {
+    return limited() ? paced_send_time(now, bytes) : now;
+  }
 
   bool limited() const { return current_mbps_ != 0; }  // a CNP has cut the rate since start
   std::uint64_t current_mbps() const { return current_mbps_; }
@@ -106,6 +115,9 @@ class DcqcnReactionPoint {
   DcqcnCounters& counters() { return counters_; }
 
  private:
+  void charge(Instant now, std::uint32_t bytes);                    // on_sent, limited
+  void run_timers(Instant now);                                     // advance, limited
+  Instant paced_send_time(Instant now, std::uint32_t bytes) const;  // next_send_time, limited
   void increase(Instant now);
   void set_rate(Instant now, std::uint64_t mbps);  // current_mbps_, the pacer's debt rescaled
   std::uint64_t line_mbps() const;
@@ -133,7 +145,10 @@ class Dcqcn final : public CongestionControl {
   explicit Dcqcn(const DcqcnParams& p)
       : cnp_gap_(Duration::us(p.np_min_time_between_cnps_us)), rp_(p) {}
 
-  Instant next_send_time(Instant now, std::uint32_t bytes) override;
+  Instant next_send_time(Instant now, std::uint32_t bytes) override {
+    if (!rp_.limited()) return now;  // advance() and the pacer have nothing to do
+    return limited_send_time(now, bytes);
+  }
   void on_sent(Instant now, std::uint32_t bytes) override { rp_.on_sent(now, bytes); }
   void on_ack(const AckEvent& ack) override { rp_.advance(ack.now); }
   void on_cnp(Instant now) override { rp_.on_cnp(now); }
@@ -150,7 +165,8 @@ class Dcqcn final : public CongestionControl {
   const DcqcnCounters& counters() const { return rp_.counters(); }
 
  private:
-  Duration cnp_gap_;  // np_min_time_between_cnps
+  Instant limited_send_time(Instant now, std::uint32_t bytes);  // next_send_time, rate limited
+  Duration cnp_gap_;                                            // np_min_time_between_cnps
   DcqcnReactionPoint rp_;
   bool cnp_owed_ = false;  // CE seen since the last CNP
   Instant last_cnp_ = Instant::never();

@@ -536,7 +536,8 @@ void Qp::build_cnp(TxPacket& out) {
 }
 
 bool Qp::poll_packet(Instant now, TxPacket& out) {
-  run_local_ops();          // a bind or an invalidation at the head of the send queue sends nothing
+  // A bind or an invalidation at the head of the send queue sends nothing.
+  if (local_op_at_head()) run_local_ops();
   if (acks_.take_held()) {  // one request packet at most goes first
     // The WQE poll_request sends from, if it does, read before it sends: a UC or UD WQE
     // completes as its last packet leaves, and its slot leaves the queue's window with it.

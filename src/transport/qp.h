@@ -533,6 +533,11 @@ class Qp {
   // Runs the local operations at the head of the send queue, if every WQE before them is
   // complete (request_ready); false when one failed.
   bool run_local_ops();
+  // A local operation is at the head of the send queue with nothing before it (run_local_ops'
+  // own test, in line: every packet's poll asks it).
+  bool local_op_at_head() const {
+    return req_.next_wqe == sq_tail_ && sq_count_ > 0 && sq_at(sq_tail_).wr_op->is_local();
+  }
   // The next request may go, apart from an RNR wait and congestion control.
   bool request_ready() const;
   void build_request_packet(SendWqe& w, std::uint32_t index, TxPacket& out);

@@ -112,8 +112,7 @@ bool Qp::poll_request(Instant now, TxPacket& out) {
 }
 
 bool Qp::run_local_ops() {
-  while (state_ == QpState::kRts && req_.next_wqe == sq_tail_ && sq_count_ > 0 &&
-         sq_at(sq_tail_).wr_op->is_local()) {
+  while (state_ == QpState::kRts && local_op_at_head()) {
     if (!run_local_op()) return false;
   }
   return state_ != QpState::kErr;
