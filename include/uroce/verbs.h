@@ -466,6 +466,10 @@ class DoorbellHandler {
   // progress engine may keep what it needs to acknowledge its peer's retransmissions
   // (transport/closed_qps.h).
   virtual void qp_destroying(std::uint32_t /*qpn*/) {}
+  // The QP was moved to RESET (after the transition): as the QP forgets its connection (its
+  // queues, PSNs and peer), a progress engine forgets what it kept for that connection (a
+  // per-connection key: docs/SECURITY.md).
+  virtual void qp_reset(std::uint32_t /*qpn*/) {}
 };
 
 // ---- the device ----

@@ -526,6 +526,15 @@ void UdpDevice::qp_destroying(std::uint32_t qpn) {
   if (closed && shared_) shared_->keep_closed_qp(*closed, closed->until - t);
 }
 
+void UdpDevice::qp_reset(std::uint32_t qpn) {
+  // Inside modify_qp (under mu_ in thread mode), after the move. RESET takes everything of the
+  // QP's connection (IBTA's Reset state; rxe_qp_reset), and the key is part of it: connected
+  // again, the QP seals and opens with the device's pre-shared key (or sends plain) until a new
+  // connection gives it a key of its own, whoever moved it (the drop-ins or the native API).
+  assert_in_device_call();
+  if (seal_) seal_->clear_connection_key(qpn);
+}
+
 void UdpDevice::doorbell(std::uint32_t qpn) {
   assert_in_device_call();
   UROCE_ASSERT(engine_ != nullptr);  // close() unhooks the doorbells before the engine goes

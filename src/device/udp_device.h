@@ -331,6 +331,8 @@ class UdpDevice final : public QpDirectory, public DoorbellHandler, public Compl
   // right after its last exchange, as ibv_rc_pingpong does, still acknowledges it).
   void qp_changing(std::uint32_t qpn) override;
   void qp_destroying(std::uint32_t qpn) override;
+  // A QP moved to RESET loses its per-connection key (docs/SECURITY.md).
+  void qp_reset(std::uint32_t qpn) override;
   void cq_event(CqHandle cq, std::uint64_t channel) override;
 
  private:

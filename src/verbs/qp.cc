@@ -452,7 +452,10 @@ Errc Device::modify_qp(QpHandle qp, const QpAttr& attr, std::uint32_t mask) {
   applied.cur_qp_state = cur;
   q->qp->modify(applied, mask, path);
   apply_mask(q->attr, applied, mask);
-  if ((mask & kQpState) && next == QpState::kReset) clean_cqs_at_reset(s, *q);
+  if ((mask & kQpState) && next == QpState::kReset) {
+    clean_cqs_at_reset(s, *q);
+    if (s.doorbell_handler != nullptr) s.doorbell_handler->qp_reset(q->qpn);
+  }
   if (type != QpType::kUd && cur == QpState::kInit && next == QpState::kRtr) {
     // Source pinning (transport::Qp::set_peer_udp_port), set at every connection: a uroce peer
     // sends everything from 4791, which no other user of its host can bind; any other's port is

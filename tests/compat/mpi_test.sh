@@ -37,6 +37,12 @@
 # the README's Open MPI section shows: no LD_LIBRARY_PATH is exported, so only `uroce run` (in every
 # rank, on both "hosts") puts the drop-ins in front of the program, and the counters prove that
 # uroce carried the traffic.
+#
+# With UROCE_TEST_AEAD=MODE (what follows aead= on a config line: "encrypt psk=HEX"), every
+# namespace's uroce0 is at aead=MODE, from a config file instead of UROCE_DEVICES (issue 44): UCX
+# connects its QPs itself, so its packets are sealed with the pre-shared key. Then each
+# namespace's devices must also have sealed packets and opened sealed ones, taken no plain packet
+# and dropped none (stats_sealed), while mpi_check verifies every byte it received.
 set -u
 libdir=$1 uroce=$2 mpi_check=$3 net=$4 loss=${5:-}
 hosts=${MPI_HOSTS:-2} per=${MPI_RANKS_PER_HOST:-2}
@@ -49,6 +55,7 @@ require_setup "$uroce"
 
 tmp=$(mktemp -d)
 source "$(dirname "$0")/netns_lib.sh"
+source "$(dirname "$0")/stats_lib.sh"
 if ((hosts == 2)); then
   netns_reap uroce-mpi
   trap 'netns_pair_del; rm -rf "$tmp"' EXIT
@@ -70,7 +77,7 @@ ns_env() { # ns_env K
   local j rules=()
   mkdir -p "$tmp/tmpdir.$1"
   echo "TMPDIR=$tmp/tmpdir.$1"
-  echo "UROCE_DEVICES=uroce0=${ADDR[$1]}"
+  device_env "uroce0=${ADDR[$1]}" "${UROCE_TEST_AEAD:-}" "$tmp"
   echo "UROCE_STATS_FILE=$tmp/${ADDR[$1]}.stats"
   if [[ -n $loss ]]; then
     for ((j = 0; j < hosts; j++)); do
@@ -163,7 +170,6 @@ fail() {
 ((rc == 0)) || fail "mpirun exited $rc"
 grep -q '^mpi_check: PASS' "$tmp/out" || fail "mpi_check did not pass"
 
-source "$(dirname "$0")/stats_lib.sh"
 read -r each_way pairs < <(sed -n 's/^mpi_check: ping-pong moved \([0-9]*\) bytes each way per pair, \([0-9]*\) pairs$/\1 \2/p' "$tmp/out")
 ((pairs == hosts * per / 2)) || fail "mpi_check reported $pairs ping-pong pairs"
 crossing=$((each_way * per)) # bytes the ping-pong took out of a namespace, and into it
@@ -179,6 +185,10 @@ for addr in "${ADDR[@]}"; do
   ((pids == per)) || fail "expected the $per ranks of the namespace on uroce0 at $addr, saw $pids"
   ((sent >= crossing && rcvd >= crossing)) ||
     fail "uroce0 at $addr did not carry the ping-pong's bytes"
+  if [[ -n ${UROCE_TEST_AEAD:-} ]]; then
+    sealed=$(stats_sealed "$f") || fail "uroce0 at $addr: $sealed"
+    echo "uroce0 at $addr, aead=${UROCE_TEST_AEAD%% *}: $sealed"
+  fi
   if [[ -n $loss ]]; then
     lost=$(stats_sum tx_loss faults "$f")
     echo "uroce0 at $addr: $lost packets lost on transmit (UROCE_FAULTS)," \
@@ -196,4 +206,5 @@ if [[ -n $loss ]]; then
   ((implied > 0 || ${#check_args[@]} > 0)) ||
     fail "no READ response was lost and asked for again (implied NAK)"
 fi
-echo "PASS: Open MPI, pml ucx over uroce, $((hosts * per)) ranks on $hosts namespaces${loss:+, $loss loss}"
+aead=${UROCE_TEST_AEAD:-}
+echo "PASS: Open MPI, pml ucx over uroce, $((hosts * per)) ranks on $hosts namespaces${loss:+, $loss loss}${aead:+, aead=${aead%% *}}"

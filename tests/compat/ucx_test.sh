@@ -24,6 +24,12 @@
 # here (netns_lib.sh: uroce-ucx-PID-a with NET.1, -b with NET.2, a veth pair between them,
 # removed at exit), each side's uroce0 on its end of the veth; and the veth's own counters
 # must have carried at least the bytes the tests moved.
+# With UROCE_TEST_AEAD=MODE (what follows aead= on a config line: "encrypt psk=HEX"), each side's
+# device is at aead=MODE, from a config file instead of UROCE_DEVICES (issue 44): UCX connects
+# its QPs itself (its wire-up over UD, or over TCP here), so its packets are sealed with the
+# devices' pre-shared key. Then each side's counters must also show packets sealed and sealed
+# packets opened, no plain packet taken and none dropped (stats_sealed), and, with rc_verbs, every
+# sealed packet of the client's captures must verify under the key (`uroce pcap check --psk`).
 set -u
 mode=$1 libdir=$2 uroce=$3
 shift 3
@@ -89,6 +95,8 @@ else
 fi
 port=$1 tls=$2
 shift 2
+source "$(dirname "$0")/stats_lib.sh"
+aead=${UROCE_TEST_AEAD:-}
 export UCX_TLS=$tls UCX_NET_DEVICES=uroce0:1
 # The runs, as ucx_perftest's batch file (-b) takes them: a line per run, "NAME OPTIONS...".
 moved=0 # bytes the tests moved (size x iterations, summed)
@@ -111,8 +119,9 @@ done
 pair() {
   local name=$1 batch=$2 crc src finals n
   n=$(wc -l <"$batch")
-  UROCE_DEVICES=$saddr UROCE_STATS_FILE=$tmp/server.stats \
-    "${srv[@]}" timeout -k 5 150 ucx_perftest -p "$port" -b "$batch" >"$tmp/$name.server" 2>&1 &
+  env -u UROCE_DEVICES "$(device_env "$saddr" "$aead" "$tmp")" \
+    UROCE_STATS_FILE="$tmp/server.stats" "${srv[@]}" \
+    timeout -k 5 150 ucx_perftest -p "$port" -b "$batch" >"$tmp/$name.server" 2>&1 &
   local spid=$!
   # Wait (bounded) until the server listens; a probe connection would be taken for the client.
   for _ in $(seq 1 200); do
@@ -120,9 +129,9 @@ pair() {
     kill -0 "$spid" 2>/dev/null || break
     sleep 0.1
   done
-  UROCE_DEVICES=$caddr UROCE_STATS_FILE=$tmp/client.stats UROCE_PCAP=$tmp/$name.pcap \
-    "${cli[@]}" timeout -k 5 150 ucx_perftest "$connect" -p "$port" -b "$batch" \
-    >"$tmp/$name.client" 2>&1
+  env -u UROCE_DEVICES "$(device_env "$caddr" "$aead" "$tmp")" \
+    UROCE_STATS_FILE="$tmp/client.stats" UROCE_PCAP="$tmp/$name.pcap" "${cli[@]}" \
+    timeout -k 5 150 ucx_perftest "$connect" -p "$port" -b "$batch" >"$tmp/$name.client" 2>&1
   crc=$?
   wait "$spid"
   src=$?
@@ -150,7 +159,6 @@ else
   pair all "$tmp/batch"
 fi
 
-source "$(dirname "$0")/stats_lib.sh"
 fail=0
 for side in server client; do
   rcvd=$(stats_sum rcvd_bytes link "$tmp/$side.stats")
@@ -161,6 +169,10 @@ for side in server client; do
   # or sent them: the server the puts and sends, the client the RDMA READ responses of a
   # rendezvous or of a get (or the server's replies).
   ((rcvd + sent >= moved)) || fail=1
+  if [[ -n $aead ]]; then
+    sealed=$(stats_sealed "$tmp/$side.stats") || fail=1
+    echo "aead=${aead%% *}, $side: $sealed"
+  fi
 done
 if [[ $tls == *rc_verbs* ]]; then
   # Payload bytes of RC packets in the client's captures (both directions).
@@ -173,6 +185,10 @@ if [[ $tls == *rc_verbs* ]]; then
   done
   echo "RC payload in the client's captures: $rc_bytes bytes"
   ((rc_bytes >= moved)) || fail=1
+  if [[ $aead == *psk=* ]]; then
+    psk=${aead##*psk=}
+    "$uroce" pcap check --psk "${psk%% *}" "$tmp"/run*.pcap || fail=1
+  fi
 fi
 if [ "$mode" = netns ]; then
   # The kernel's count of what crossed the veth (both directions, at the server's end).
@@ -189,4 +205,4 @@ if ((fail != 0)); then
   cat "$tmp/server.stats" "$tmp/client.stats"
   exit 1
 fi
-echo "PASS: UCX_TLS=$tls: ${#@} ucx_perftest runs over uroce"
+echo "PASS: UCX_TLS=$tls: ${#@} ucx_perftest runs over uroce${aead:+, aead=${aead%% *}}"

@@ -15,9 +15,11 @@
 #include "capture/pcap_file.h"
 #include "device/stats.h"
 #include "device/two_devices.h"
+#include "seal/aead.h"
 #include "tools/pcap_cmd.h"
 #include "wire/builder.h"
 #include "wire/icrc.h"
+#include "wire/packet.h"
 
 namespace uroce::engine {
 namespace {
@@ -562,6 +564,104 @@ TEST(Aead, ADestroyedQpsConnectionKeyGoesWithIt) {
   EXPECT_EQ(a.dev->connection_keys(), 1u);
   ASSERT_EQ(dev.destroy_qp(other->handle), Errc::kOk);
   EXPECT_EQ(a.dev->connection_keys(), 0u);
+}
+
+// Whether `p` (BTH to ICRC, as captured) verifies under `key`.
+bool opens_under(const std::vector<std::byte>& p, const seal::Key& key) {
+  auto pkt = wire::parse_roce(p, true);
+  auto aead = seal::Aead::create(key);
+  if (!pkt.ok() || !pkt.value().sealed() || !aead.ok()) return false;
+  std::vector<std::byte> plain(pkt.value().payload.size());
+  return seal::open_packet(aead.value(), pkt.value(), plain).has_value();
+}
+
+// `p`, an encrypted packet that opens under `key`, sealed again under it as another sender's (its
+// nonce's salt `salt`): a packet that whoever holds `key` could send and that no receiver has seen
+// yet (a new salt, not a's counter moved ahead, which would leave a's own packets behind the
+// receiver's replay window once it verified).
+std::vector<std::byte> resealed(const std::vector<std::byte>& p, const seal::Key& key,
+                                std::uint32_t salt) {
+  std::vector<std::byte> out = p;
+  auto pkt = wire::parse_roce(p, true);
+  auto aead = seal::Aead::create(key);
+  EXPECT_TRUE(pkt.ok() && pkt.value().sealed() && aead.ok());
+  if (!pkt.ok() || !aead.ok()) return out;
+  std::vector<std::byte> plain(pkt.value().payload.size());
+  const auto opened = seal::open_packet(aead.value(), pkt.value(), plain);
+  EXPECT_TRUE(opened.has_value());
+  const std::size_t at = static_cast<std::size_t>(pkt.value().payload.data() - p.data());
+  const std::size_t trailer = p.size() - wire::kIcrcBytes - wire::kSealTrailerBytes;
+  seal::Nonce nonce = seal::nonce_of(pkt.value());
+  store_be32(nonce, 0, salt);
+  seal::Tag tag;
+  const ConstBytes text[1] = {ConstBytes(plain)};
+  EXPECT_TRUE(aead.value().seal(nonce, ConstBytes(p).first(pkt.value().op->header_bytes), {}, text,
+                                MutBytes(out).subspan(at, plain.size()), tag));
+  std::memcpy(out.data() + trailer, nonce.data(), nonce.size());
+  std::memcpy(out.data() + trailer + nonce.size(), tag.data(), tag.size());
+  return out;
+}
+
+// A QP moved to RESET forgets its per-connection key, as it forgets its queues, PSNs and peer
+// (IBTA's Reset state; rxe_qp_reset): moved by the native API here, without the drop-ins, and
+// connected again out of band, a's QP seals with the devices' pre-shared key and not with the
+// old key, and b's QP, which took a packet sealed with the old key before the RESET, drops one
+// after it (its tag fails, counted). Both keep no per-connection key.
+TEST(Aead, AQpMovedToResetForgetsItsConnectionKey) {
+  const std::string cap = temp_path("reset");
+  Side a, b;
+  sealed_pair(a, b, seal::Mode::kEncrypt, seal::Mode::kEncrypt, cap);
+  const char* const a_ip = a.ip.c_str();
+  const char* const b_ip = b.ip.c_str();
+  const seal::Key psk = seal::parse_key_hex(kKey).value();
+  seal::Key old_key;
+  old_key.size = 32;
+  old_key.bytes.fill(std::byte{0x3c});
+  ASSERT_TRUE(a.dev->set_connection_key(a.qpn, test::v4(b_ip), b.qpn, old_key.view()));
+  ASSERT_TRUE(b.dev->set_connection_key(b.qpn, test::v4(a_ip), a.qpn, old_key.view()));
+  ASSERT_EQ(write(a, b, 0, secret_text(512)).status, WcStatus::kSuccess);
+  a.dev->flush_capture();
+  const std::vector<std::byte> captured = last_write_only(cap, a_ip);
+  ASSERT_FALSE(captured.empty());
+  ASSERT_TRUE(opens_under(captured, old_key));
+  ASSERT_FALSE(opens_under(captured, psk));
+  const std::size_t before_reset = packets_from(cap, a_ip).size();
+
+  // Before the RESET a packet sealed with the old key verifies (its QP then drops it: it comes
+  // from another port than a's).
+  Injector holder(a_ip);
+  const std::uint64_t opened = counter(b, "aead_rx_pkts");
+  holder.send(b_ip, resealed(captured, old_key, 0x44000001));
+  test::receive(b, 1);
+  EXPECT_EQ(counter(b, "aead_rx_pkts"), opened + 1);
+  EXPECT_EQ(counter(b, "aead_auth_drops"), 0u);
+
+  QpAttr reset;
+  reset.qp_state = QpState::kReset;
+  ASSERT_EQ(a.dev->device().modify_qp(a.qp, reset, kQpState), Errc::kOk);
+  ASSERT_EQ(b.dev->device().modify_qp(b.qp, reset, kQpState), Errc::kOk);
+  EXPECT_EQ(a.dev->connection_keys(), 0u);
+  EXPECT_EQ(b.dev->connection_keys(), 0u);
+  test::pair_up(a, b);
+
+  // After it, the same kind of packet (from yet another sender) fails its tag: b opens with the
+  // pre-shared key.
+  holder.send(b_ip, resealed(captured, old_key, 0x44000002));
+  test::receive(b, 1);
+  EXPECT_EQ(counter(b, "aead_rx_pkts"), opened + 1);
+  EXPECT_EQ(counter(b, "aead_auth_drops"), 1u);
+  // And a seals with the pre-shared key: every packet it sent since opens under it alone.
+  const auto text = secret_text(3000);
+  ASSERT_EQ(write(a, b, 8192, text, 2).status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(b.buf.data() + 8192, text.data(), text.size()), 0);
+  a.dev->flush_capture();
+  const auto sent = packets_from(cap, a_ip);
+  ASSERT_GT(sent.size(), before_reset);
+  for (std::size_t i = before_reset; i < sent.size(); ++i) {
+    EXPECT_TRUE(opens_under(sent[i], psk)) << i;
+    EXPECT_FALSE(opens_under(sent[i], old_key)) << i;
+  }
+  std::filesystem::remove(cap);
 }
 
 // a's WRITE towards b cannot get through: b drops every packet, counted under `dropped_as`,

@@ -1869,13 +1869,12 @@ UROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 }
 
 // The per-connection key of kQpConnectionKey (compat/connection_key.h); a move to RTR without
-// it, or to RESET, clears the QP's key (a destroyed QP's goes with it: UdpDevice). False when the
-// key does not go in (the device does not seal).
+// it clears the QP's key (the device clears it on a move to RESET, and a destroyed QP's goes
+// with it: UdpDevice). False when the key does not go in (the device does not seal).
 static bool apply_connection_key(ibv_qp* qp, const ibv_qp_attr* attr, std::uint32_t m) {
   engine::UdpDevice* dev = ctx_of(qp->context)->s->udp.load();
   if ((m & kQpConnectionKey) == 0) {
-    if ((m & IBV_QP_STATE) != 0 &&
-        (attr->qp_state == IBV_QPS_RTR || attr->qp_state == IBV_QPS_RESET) && dev != nullptr) {
+    if ((m & IBV_QP_STATE) != 0 && attr->qp_state == IBV_QPS_RTR && dev != nullptr) {
       dev->clear_connection_key(qp->qp_num);
     }
     return true;
