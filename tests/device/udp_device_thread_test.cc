@@ -567,17 +567,19 @@ TEST(UdpDeviceThread, AsyncEventFdReportsAQpAccessError) {
   EXPECT_EQ(sa.qps[0].counters.other_naks_received, 1u);
 }
 
-// Polling mode: the async fd becomes readable during progress().
-TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
-  Side a, b;
+// A pair whose side `a` has a CQ of one entry and no progress thread (it polls), `b` its
+// progress thread.
+void one_entry_cq_pair(Side& a, Side& b) {
   SideOptions oa = deep();
   oa.cqe = 1;
-  make_side(a, a_ip, oa);
-  make_side(b, b_ip, deep());
+  make_side(a, test::unique_ip(), oa);
+  make_side(b, test::unique_ip(), deep());
   pair_up(a, b);
   ASSERT_EQ(b.dev->start_progress_thread(), "");
+}
+
+// Three WRITEs overflow a's one-entry CQ; a's progress runs until its async fd is readable.
+void overflow_until_async_fd_readable(Side& a, Side& b) {
   const Sge sge{a.va(0), 64, a.mr.lkey};
   std::vector<SendWr> wrs;
   for (std::uint64_t i = 0; i < 3; ++i) wrs.push_back(write_wr(i, sge, b, i * 64));
@@ -586,6 +588,14 @@ TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
   const Instant give_up = UdpDevice::now() + Duration::s(20);
   while (!readable(fd, 0) && UdpDevice::now() < give_up) a.dev->wait(Duration::ms(10));
   ASSERT_TRUE(readable(fd, 0));
+}
+
+// Polling mode: the async fd becomes readable during progress().
+TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
+  Side a, b;
+  ASSERT_NO_FATAL_FAILURE(one_entry_cq_pair(a, b));
+  ASSERT_NO_FATAL_FAILURE(overflow_until_async_fd_readable(a, b));
+  const int fd = a.dev->async_event_fd();
   auto ev = a.dev->get_async_event();
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->type, AsyncEventType::kCqErr);
@@ -596,26 +606,13 @@ TEST(UdpDeviceThread, AsyncEventFdInPollingMode) {
 // application that reads it itself (not through get_async_event) empties it; taking the event
 // afterwards must still return, not block the device in read() with its mutex held.
 TEST(UdpDeviceThread, AnAsyncFdTheApplicationEmptiedDoesNotBlockTheDevice) {
-  const char* const a_ip = test::unique_ip();
-  const char* const b_ip = test::unique_ip();
   Side a, b;
-  SideOptions oa = deep();
-  oa.cqe = 1;
-  make_side(a, a_ip, oa);
-  make_side(b, b_ip, deep());
-  pair_up(a, b);
-  ASSERT_EQ(b.dev->start_progress_thread(), "");
+  ASSERT_NO_FATAL_FAILURE(one_entry_cq_pair(a, b));
   const int fd = a.dev->async_event_fd();
   const int flags = ::fcntl(fd, F_GETFL);
   ASSERT_GE(flags, 0);
   ASSERT_EQ(::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK), 0);
-  const Sge sge{a.va(0), 64, a.mr.lkey};
-  std::vector<SendWr> wrs;
-  for (std::uint64_t i = 0; i < 3; ++i) wrs.push_back(write_wr(i, sge, b, i * 64));
-  ASSERT_EQ(a.dev->device().post_send(a.qp, wrs, nullptr), Errc::kOk);
-  const Instant give_up = UdpDevice::now() + Duration::s(20);
-  while (!readable(fd, 0) && UdpDevice::now() < give_up) a.dev->wait(Duration::ms(10));
-  ASSERT_TRUE(readable(fd, 0));
+  ASSERT_NO_FATAL_FAILURE(overflow_until_async_fd_readable(a, b));
   std::uint64_t v = 0;
   ASSERT_EQ(::read(fd, &v, sizeof v), static_cast<ssize_t>(sizeof v));  // the application's read
   auto taken = std::async(std::launch::async, [&] { return a.dev->get_async_event(); });
