@@ -61,21 +61,11 @@ tree_want=$(echo "${packages[*]}${suite:+ $suite}" | sha256sum | cut -c1-16)
 debs=$cache/tree-$tree_want.debs
 tree=$cache/tree-$tree_want
 if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
-  # linux-image-amd64 is a metapackage; the real image is the package it depends on.
-  kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-         awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-  if [[ -z $kpkg ]]; then
-    echo "build-vm-image: apt-cache knows no linux-image-amd64; running apt-get update"
-    apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null || die "apt-get update failed"
-    kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-           awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-    [[ -n $kpkg ]] || die "the package archive has no linux-image-amd64"
-  fi
-  rm -rf "$debs"
-  mkdir -p "$debs"
+  # linux-image-amd64 is a metapackage; the real image is the package it depends on. With a
+  # suite, its lists are kept in the cache and read by this script's apt calls only, fetched
+  # afresh each time the tree is built.
   kapt=()
   if [[ -n $suite ]]; then
-    # Backports' lists in the cache, read by this script's apt calls only.
     bp=$cache/apt-$suite
     mkdir -p "$bp/lists/partial"
     echo "deb http://deb.debian.org/debian $suite main" >"$bp/sources.list"
@@ -83,10 +73,20 @@ if [[ ! -f $tree/.complete || $(cat "$tree/.complete") != "$tree_want" ]]; then
           -o "Dir::State::Lists=$bp/lists")
     apt-get -q -o DPkg::Lock::Timeout=300 "${kapt[@]}" update >/dev/null ||
       die "apt-get update of $suite failed"
-    kpkg=$(apt-cache "${kapt[@]}" depends linux-image-amd64 2>/dev/null |
-           awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-    [[ -n $kpkg ]] || die "$suite has no linux-image-amd64"
   fi
+  kernel_package() {
+    apt-cache "${kapt[@]}" depends linux-image-amd64 2>/dev/null |
+      awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+  }
+  kpkg=$(kernel_package)
+  if [[ -z $kpkg && -z $suite ]]; then
+    echo "build-vm-image: apt-cache knows no linux-image-amd64; running apt-get update"
+    apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null || die "apt-get update failed"
+    kpkg=$(kernel_package)
+  fi
+  [[ -n $kpkg ]] || die "${suite:-the package archive} has no linux-image-amd64"
+  rm -rf "$debs"
+  mkdir -p "$debs"
   echo "build-vm-image: downloading $kpkg and ${#packages[@]} user-space packages into $debs"
   (cd "$debs" && apt-get download -q "${kapt[@]}" "$kpkg") || die "apt-get download of $kpkg failed"
   (cd "$debs" && apt-get download -q "${packages[@]}") || die "apt-get download failed"
