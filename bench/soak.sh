@@ -274,10 +274,15 @@ loop() { # NAME
       kill)
         local tests=(atomic_bw read_bw write_bw) t victim survivor sent=0 rc
         t=${tests[$((i % 3))]}
-        run 1 "$L.s" "$uroce" perf $t -d $dev -D 3600 -p $port --timeout 20 -u 14 --retry_count 3
+        # ACK timeout 67 ms (-u 14) and 7 retries: a survivor learns of its peer's death from
+        # the closed TCP connection or within ~0.5 s of timeouts. With 3 retries, four timeouts
+        # in a row (270 ms) were enough: an atomic_bw client in CI hit retry-exceeded before
+        # the kill (the likeliest cause: its peer descheduled that long among the run's twenty
+        # ASan processes on two cores; it did not recur in a local run).
+        run 1 "$L.s" "$uroce" perf $t -d $dev -D 3600 -p $port --timeout 20 -u 14 --retry_count 7
         sp=$!
         wait_tcp $port $sp
-        run 1 "$L.c" "$uroce" perf $t -d $dev -D 3600 -p $port --timeout 20 -u 14 --retry_count 3 "$addr"
+        run 1 "$L.c" "$uroce" perf $t -d $dev -D 3600 -p $port --timeout 20 -u 14 --retry_count 7 "$addr"
         cp=$!
         # Mid-transfer: once the client's counters show 2000 packets sent and received (a
         # read_bw client sends one READ request for many response packets).
@@ -289,7 +294,11 @@ loop() { # NAME
           kill -0 "$cp" 2>/dev/null || break
           sleep 0.1
         done
-        if ((${sent:-0} < 2000)); then
+        if ((${sent:-0} < 2000)) && ! kill -0 "$cp" 2>/dev/null; then
+          fail "kill iteration $i: the $t client exited before the kill:" \
+            "$(grep -v '^ *$' "$L.c" | tail -1) (logs/$name.$i.*)"
+          kill -9 $sp 2>/dev/null
+        elif ((${sent:-0} < 2000)); then
           fail "kill iteration $i: $t never started: logs/$name.$i.*"
           kill -9 $sp $cp 2>/dev/null
         else
