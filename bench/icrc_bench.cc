@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/bytes.h"
+#include "clock_bench.h"
 #include "wire/builder.h"
 #include "wire/crc32_fold.h"
 #include "wire/icrc.h"
@@ -49,6 +50,7 @@ namespace {
 
 using namespace uroce;
 using namespace uroce::wire;
+using uroce::bench::BM_Clock;
 
 constexpr std::size_t kIcrcHeaderBytes = kIpv4Bytes + kUdpBytes + kBthBytes;  // 40
 constexpr std::size_t kAlignBytes = 64;
@@ -259,17 +261,6 @@ void clmul_chains_512() {
       ".endr\n\t"
       "vzeroupper" ::
           : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8");
-}
-
-// 1000 dependent adds per call: one per cycle on any current x86-64 core.
-void BM_Clock(benchmark::State& state) {
-  std::uint64_t x = 0;
-  for (auto _ : state) {
-    // Register operands: Golden Cove and later execute chains of adds of an immediate at rename.
-    asm volatile(".rept 1000\n\tadd %1, %0\n\t.endr" : "+r"(x) : "r"(std::uint64_t{1}));
-  }
-  benchmark::DoNotOptimize(x);
-  state.SetItemsProcessed(state.iterations() * 1000);
 }
 
 // wire::crc32() over N bytes of any size (no packet: longer than a packet can be), placed as a
