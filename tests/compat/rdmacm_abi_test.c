@@ -172,6 +172,20 @@ static void resolve(struct rdma_event_channel *ch, struct conn *c, uint16_t port
   CHECK(e->id == c->id && e->status == 0, "ADDR_RESOLVED for its ID");
   rdma_ack_cm_event(e);
   CHECK(c->id->verbs != NULL, "id->verbs after ADDR_RESOLVED");
+  /* librdmacm's ucma_get_device: bound to its device, the ID carries the device's default PD,
+   * on which programs make QPs of their own (pyverbs' external-QP tests do). */
+  CHECK(c->id->pd != NULL && c->id->pd->context == c->id->verbs,
+        "id->pd, the device's default PD, after ADDR_RESOLVED");
+  struct ibv_cq *own_cq = ibv_create_cq(c->id->verbs, 2, NULL, NULL, 0);
+  CHECK(own_cq != NULL, "a CQ of the program's own on id->verbs");
+  struct ibv_qp_init_attr own;
+  memset(&own, 0, sizeof own);
+  own.qp_type = IBV_QPT_RC;
+  own.send_cq = own.recv_cq = own_cq;
+  own.cap.max_send_wr = own.cap.max_recv_wr = own.cap.max_send_sge = own.cap.max_recv_sge = 1;
+  struct ibv_qp *own_qp = ibv_create_qp(c->id->pd, &own);
+  CHECK(own_qp != NULL, "a QP of the program's own on id->pd (errno %d)", errno);
+  CHECK(ibv_destroy_qp(own_qp) == 0 && ibv_destroy_cq(own_cq) == 0, "the program's QP and CQ go");
   CHECK(rdma_resolve_route(c->id, 2000) == 0, "rdma_resolve_route");
   e = expect_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
   rdma_ack_cm_event(e);
@@ -228,6 +242,7 @@ static void rc_connection(struct rdma_event_channel *sch, struct rdma_event_chan
   CHECK(e->param.conn.initiator_depth == 4 && e->param.conn.responder_resources == 4,
         "the REQ's resources");
   CHECK(e->id->verbs != NULL, "the new ID's device");
+  CHECK(e->id->pd != NULL && e->id->pd->context == e->id->verbs, "the new ID's default PD");
   struct sockaddr_in *peer = (struct sockaddr_in *)rdma_get_peer_addr(e->id);
   char ptxt[32];
   inet_ntop(AF_INET, &peer->sin_addr, ptxt, sizeof ptxt);

@@ -536,6 +536,10 @@ void await_connection_event(Channel* ch, const Sub s) {
 void set_device(Id* id, int dev) {
   std::lock_guard lk(g_mu);
   Device& d = devices()[static_cast<std::size_t>(dev)];
+  // As librdmacm's ucma_get_device: an ID bound to a device carries the device's default PD
+  // (programs make their own QP on id->pd and CQs on id->verbs before connecting), unless the
+  // program gave one of its own for this device (rdma_create_ep's passive side).
+  if (id->pub.pd == nullptr || id->pub.verbs != d.ctx) id->pub.pd = d.pd;
   id->pub.verbs = d.ctx;
   id->pub.port_num = 1;
 }
