@@ -146,7 +146,13 @@ void check_frame(const Frame& frame, ConstBytes input, bool verified) {
 
   if (verified) {
     const std::size_t n = frame.roce.bytes.size() - kIcrcBytes;
-    UROCE_CHECK(icrc_compute(frame.ip_udp, frame.roce.bytes.first(n)) == frame.roce.icrc());
+    const bool ibta = icrc_compute(frame.ip_udp, frame.roce.bytes.first(n)) == frame.roce.icrc();
+    UROCE_CHECK(ibta == (frame.icrc_form == IcrcForm::kIbta));
+    // rxe's form stands only for an opcode that has the quirk (RC FLUSH), never for another.
+    if (!ibta) {
+      UROCE_CHECK(frame.roce.op->is(kFlagRxeIcrc));
+      UROCE_CHECK(icrc_rxe_compute(frame.ip_udp, frame.roce.bytes.first(n)) == frame.roce.icrc());
+    }
   }
 }
 
@@ -154,13 +160,16 @@ void fuzz_frame(LinkType link, ConstBytes input, bool verify) {
   const auto frame = parse_frame(link, input, FrameOptions{verify});
   const auto other = parse_frame(link, input, FrameOptions{!verify});
   // Checking the ICRC only ever turns an accepted frame into a kBadIcrc drop: a frame passes
-  // with verification exactly when it passes without it and its stored ICRC is right.
+  // with verification exactly when it passes without it and its stored ICRC is right (the
+  // IBTA's, or rxe's for RC FLUSH).
   const auto& with = verify ? frame : other;
   const auto& without = verify ? other : frame;
   if (without.ok()) {
     const RocePacket& pkt = without->roce;
     const std::size_t n = pkt.bytes.size() - kIcrcBytes;
-    const bool icrc_ok = icrc_compute(without->ip_udp, pkt.bytes.first(n)) == pkt.icrc();
+    const bool icrc_ok = icrc_compute(without->ip_udp, pkt.bytes.first(n)) == pkt.icrc() ||
+                         (pkt.op->is(kFlagRxeIcrc) &&
+                          icrc_rxe_compute(without->ip_udp, pkt.bytes.first(n)) == pkt.icrc());
     UROCE_CHECK(with.ok() == icrc_ok);
     if (!icrc_ok) UROCE_CHECK(with.error() == DropReason::kBadIcrc);
   } else {

@@ -96,8 +96,10 @@ def split_ip(ip):
     return ip[:hdr + 8], ip[hdr + 8:total]
 
 
-def icrc(ip_udp, roce_without_icrc):
-    """The RoCEv2 ICRC (as src/wire/icrc.cc computes it), as the 4 bytes stored on the wire."""
+def icrc(ip_udp, roce_without_icrc, rxe=False):
+    """The RoCEv2 ICRC (as src/wire/icrc.cc computes it), as the 4 bytes stored on the wire.
+    rxe: the kernel's Soft-RoCE's form of a FLUSH's (wire/icrc.h, icrc_rxe_continue): its 32
+    header bytes covered again, unmasked, after the IBTA's."""
     masked = bytearray(ip_udp)
     if masked[0] >> 4 == 6:
         masked[0] |= 0x0f
@@ -113,6 +115,8 @@ def icrc(ip_udp, roce_without_icrc):
     bth = bytearray(roce_without_icrc[:12])
     bth[4] = 0xff
     crc = zlib.crc32(b'\xff' * 8 + bytes(masked) + bytes(bth) + roce_without_icrc[12:])
+    if rxe:
+        crc = zlib.crc32(roce_without_icrc, crc)
     return struct.pack('<I', crc)
 
 
@@ -201,13 +205,14 @@ def ipv4_checksum(hdr):
     return struct.pack('>H', ~total & 0xffff)
 
 
-def reframed(ip_udp, body):
-    """An IPv4 packet carrying `body` (BTH .. pad) in place of a captured one's, ICRC redone."""
+def reframed(ip_udp, body, rxe=False):
+    """An IPv4 packet carrying `body` (BTH .. pad) in place of a captured one's, ICRC redone
+    (rxe's form of it with `rxe`)."""
     hdr = bytearray(ip_udp)
     hdr[2:4] = struct.pack('>H', 20 + 8 + len(body) + 4)
     hdr[10:12] = ipv4_checksum(hdr)
     hdr[24:26] = struct.pack('>H', 8 + len(body) + 4)
-    return bytes(hdr) + body + icrc(bytes(hdr), body)
+    return bytes(hdr) + body + icrc(bytes(hdr), body, rxe)
 
 
 def entry_views(ip_udp, bodies):
@@ -235,6 +240,11 @@ def ibta15_seeds(ip_udp, roce):
         bodies.append(bytes(bth) + struct.pack('>I', feth) + reth)
     bodies.append(bytes(bth) + struct.pack('>I', 1) + reth + bytes(4))  # FLUSH with a payload
     yield from entry_views(ip_udp, bodies)
+    # A FLUSH with rxe's ICRC (accepted), and an ATOMIC WRITE with rxe's form (refused).
+    for body in (bytes(bth) + struct.pack('>I', 1) + reth, bodies[0]):
+        pkt = reframed(ip_udp, body, rxe=True)
+        yield selector(RAW, True), pkt
+        yield selector(ETHERNET, True), ethernet(pkt)
 
 
 def ieth_seeds(ip_udp, roce):

@@ -261,6 +261,9 @@ struct UdpDatapath::TxSlot {
   std::uint16_t dst_port = 0;
   std::uint32_t roce_bytes = 0;  // BTH through ICRC: the UDP payload
   std::uint32_t icrc0 = 0;       // ICRC with identification 0
+  // The length whose wire::Ipv4IdIcrcDelta gives the identification's part in the ICRC:
+  // roce_bytes, or more for rxe's ICRC of a FLUSH (wire::icrc_rxe_delta_bytes).
+  std::uint32_t icrc_len = 0;
   wire::IpAddress dst;
   std::vector<std::byte> owned;  // a raw packet
 };
@@ -423,7 +426,9 @@ UdpDatapath::UdpDatapath(int fd, const UdpOptions& options)
       slots_(options.tx_batch),
       tx_scratch_(std::make_unique<TxScratch>()),
       stage_((options.tx_batch + 1) * kStagePacket),
-      rx_(std::make_unique<RxRing>()) {
+      rx_(std::make_unique<RxRing>()),
+      rxe_icrc_all_peers_(options.rxe_icrc_all_peers),
+      rxe_icrc_peers_(options.rxe_icrc_peers) {
   TxScratch& t = *tx_scratch_;
   t.msgs.resize(tx_batch_);
   t.run.resize(tx_batch_);
@@ -492,6 +497,37 @@ bool UdpDatapath::explain_icrc(std::size_t roce_bytes, std::uint32_t delta, std:
   return false;
 }
 
+bool UdpDatapath::verify_icrc(ConstBytes roce, std::uint32_t outer_state, std::uint16_t likely_id,
+                              wire::OuterHeaders& found) {
+  const std::size_t body = roce.size() - wire::kIcrcBytes;
+  const std::uint32_t stored = load_le32(roce, body);
+  const std::uint32_t icrc0 = wire::icrc_continue(outer_state, roce.first(body));
+  // Only on a mismatch: DF set with some identification, then DF clear, each by the same linear
+  // solve, so the common path costs nothing more.
+  if (icrc0 == stored || explain_icrc(roce.size(), icrc0 ^ stored, likely_id, &found)) return true;
+  // A FLUSH from the kernel's Soft-RoCE carries rxe's ICRC (wire/icrc.h); its IPv4
+  // identification (rxe's are not 0) is recovered the same way, for rxe's longer CRC input.
+  const wire::OpcodeInfo* op = wire::icrc_rxe_opcode(roce);
+  if (op == nullptr) return false;
+  const std::uint32_t rxe0 = wire::icrc_rxe_continue(outer_state, roce.first(body));
+  if (rxe0 != stored && !explain_icrc(wire::icrc_rxe_delta_bytes(*op, roce.size()), rxe0 ^ stored,
+                                      likely_id, &found)) {
+    return false;
+  }
+  ++counters_.rx_rxe_flush_icrc;
+  return true;
+}
+
+const wire::OpcodeInfo* UdpDatapath::rxe_icrc_for(const wire::IpAddress& dst,
+                                                  ConstBytes transport_headers) const {
+  const wire::OpcodeInfo* op = wire::icrc_rxe_opcode(transport_headers);
+  if (op == nullptr) return nullptr;
+  if (rxe_icrc_all_peers_) return op;
+  return std::find(rxe_icrc_peers_.begin(), rxe_icrc_peers_.end(), dst) != rxe_icrc_peers_.end()
+             ? op
+             : nullptr;
+}
+
 const wire::Ipv4IdIcrcDelta& UdpDatapath::id_delta(std::size_t roce_bytes) {
   for (const auto& d : deltas_) {
     if (d && d->roce_bytes() == roce_bytes) return *d;
@@ -557,8 +593,10 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     std::array<std::byte, 48> ip_udp;
     const std::size_t n = wire::write_outer(
         ip_udp, outer(local_, o.dst, port_, o.dst_port, o.traffic_class, o.ttl), total);
-    const std::uint32_t icrc =
-        wire::icrc_compute(ConstBytes(ip_udp).first(n), ConstBytes(fault_build_).first(at));
+    const ConstBytes built = ConstBytes(fault_build_).first(at);
+    const std::uint32_t icrc = rxe_icrc_for(o.dst, transport_headers) != nullptr
+                                   ? wire::icrc_rxe_compute(ConstBytes(ip_udp).first(n), built)
+                                   : wire::icrc_compute(ConstBytes(ip_udp).first(n), built);
     store_le32(fault_build_, at, icrc);
     fault::PacketInfo info =
         fault::classify(ConstBytes(fault_build_), fault::Direction::kTx, o.dst);
@@ -629,6 +667,12 @@ bool UdpDatapath::send(Instant now, const wire::OuterHeaders& o, ConstBytes tran
     acc.update(pad_bytes);
     t.icrc0 = acc.value();
   }
+  t.icrc_len = t.roce_bytes;
+  if (const wire::OpcodeInfo* rxe = rxe_icrc_for(o.dst, transport_headers)) {
+    t.icrc0 = wire::icrc_rxe_continue(outer_state, out);
+    t.icrc_len = static_cast<std::uint32_t>(wire::icrc_rxe_delta_bytes(*rxe, t.roce_bytes));
+    ++counters_.tx_rxe_flush_icrc;
+  }
   ++queued_;
   if (queued_ == tx_batch_) drain();
   return true;
@@ -668,7 +712,14 @@ std::optional<bool> UdpDatapath::send_built(Instant /*now*/, const wire::OuterHe
     stage_w_ = ring_was;  // nothing queued
     return true;
   }
-  t.icrc0 = wire::icrc_continue(outer_icrc(true, o.dst, o.dst_port, t.roce_bytes), out);
+  const std::uint32_t outer_state = outer_icrc(true, o.dst, o.dst_port, t.roce_bytes);
+  t.icrc0 = wire::icrc_continue(outer_state, out);
+  t.icrc_len = t.roce_bytes;
+  if (const wire::OpcodeInfo* rxe = rxe_icrc_for(o.dst, transport_headers)) {
+    t.icrc0 = wire::icrc_rxe_continue(outer_state, out);
+    t.icrc_len = static_cast<std::uint32_t>(wire::icrc_rxe_delta_bytes(*rxe, t.roce_bytes));
+    ++counters_.tx_rxe_flush_icrc;
+  }
   ++queued_;
   if (queued_ == tx_batch_) drain();
   return true;
@@ -842,7 +893,7 @@ void UdpDatapath::drain() {
         std::byte* const p = tx_bytes(t);
         if (!t.raw) {  // a raw packet carries the ICRC it was built (or corrupted) with
           std::uint32_t icrc = t.icrc0;
-          if (k != 0 && !local_.v6) icrc ^= id_delta(t.roce_bytes)(static_cast<std::uint16_t>(k));
+          if (k != 0 && !local_.v6) icrc ^= id_delta(t.icrc_len)(static_cast<std::uint16_t>(k));
           store_le32(MutBytes(p, t.roce_bytes), t.roce_bytes - wire::kIcrcBytes, icrc);
         }
         // One iovec for the run's packets, which lie one after the other (unless the ring wrapped
@@ -1135,24 +1186,10 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
       return;
     }
   }
-  const std::size_t body = roce.size() - wire::kIcrcBytes;
-  const std::uint32_t icrc0 = wire::icrc_continue(outer_state, roce.first(body));
-  const std::uint32_t stored = load_le32(roce, body);
-  meta.icrc_verified = icrc0 == stored;
   // The headers themselves (TOS and TTL as received, the identification and DF that explain the
-  // ICRC) are written only where they are read (set_ip_header_for_ud_only).
-  std::uint16_t ipv4_id = 0;
-  bool ipv4_df = true;
-  // Only on a mismatch: DF set with some identification, then DF clear, each by the same linear
-  // solve, so the common path costs nothing more.
-  if (!meta.icrc_verified) {
-    wire::OuterHeaders found;
-    if (explain_icrc(roce.size(), icrc0 ^ stored, meta.gro_index, &found)) {
-      meta.icrc_verified = true;
-      ipv4_id = found.ipv4_id;
-      ipv4_df = found.ipv4_df;
-    }
-  }
+  // ICRC, in `found`) are written only where they are read (set_ip_header_for_ud_only).
+  wire::OuterHeaders found;
+  meta.icrc_verified = verify_icrc(roce, outer_state, meta.gro_index, found);
   if (!meta.icrc_verified) {
     ++counters_.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)];
     return;
@@ -1165,8 +1202,8 @@ void UdpDatapath::handle_packet(ConstBytes roce, const RxMeta& base, const RxHan
   std::array<std::byte, 48> ip_udp;
   if (tap_ || !ip_header_ud_only_ || pkt.value().op->transport == wire::Transport::kUd) {
     wire::OuterHeaders h = outer(meta.src, local_, meta.src_port, port_, meta.tos, meta.ttl);
-    h.ipv4_id = ipv4_id;
-    h.ipv4_df = ipv4_df;
+    h.ipv4_id = found.ipv4_id;
+    h.ipv4_df = found.ipv4_df;
     const std::size_t n = wire::write_outer(ip_udp, h, roce.size());
     meta.ip_header = ConstBytes(ip_udp).first(n - wire::kUdpBytes);
   }

@@ -111,6 +111,13 @@ struct UdpOptions {
   // shared device's group does not want this: the kernel hands an ICMP error to a member of the
   // group chosen by the addresses' hash, not to the one that sent the datagram.
   bool recv_errors = false;
+  // Peers that compute a FLUSH's ICRC as the kernel's Soft-RoCE does (wire::icrc_rxe_continue;
+  // docs/INTEROP.md, "FLUSH and rxe"): FLUSH packets to one of `rxe_icrc_peers`, or to any peer
+  // with rxe_icrc_all_peers, carry rxe's ICRC, which rxe checks, instead of the IBTA's, which it
+  // drops. Every other opcode, and every other peer, keeps the IBTA's. Receiving needs no
+  // setting: a FLUSH is accepted with either ICRC from anyone (counted in rx_rxe_flush_icrc).
+  bool rxe_icrc_all_peers = false;
+  std::vector<wire::IpAddress> rxe_icrc_peers;
   // Test seam: replaces sendmmsg(2) (same arguments and result, errno on failure), to inject
   // backpressure. Empty: the system call.
   std::function<int(int fd, mmsghdr* msgvec, unsigned vlen)> sendmmsg_hook;
@@ -135,6 +142,10 @@ struct UdpCounters {
   // IPv4 packets sent with DF clear (a sender with IP_PMTUDISC_DONT; its kernel picks the
   // identification), accepted because their ICRC is valid for DF=0 and some identification.
   std::uint64_t rx_icrc_df_clear = 0;
+  // FLUSH packets accepted with rxe's ICRC (wire::icrc_rxe_continue: the kernel's Soft-RoCE
+  // sends no other), and FLUSH packets given it for a peer of UdpOptions::rxe_icrc_peers.
+  std::uint64_t rx_rxe_flush_icrc = 0;
+  std::uint64_t tx_rxe_flush_icrc = 0;
   std::uint64_t rx_calls = 0;          // recvmmsg calls that returned datagrams
   std::uint64_t rx_datagrams = 0;      // datagrams (buffers) read
   std::uint64_t rx_gro_datagrams = 0;  // of which coalesced by GRO (two or more packets)
@@ -333,6 +344,16 @@ class UdpDatapath final : public Datapath {
   // only one that does, so trying one first accepts no packet the solve would not.
   bool explain_icrc(std::size_t roce_bytes, std::uint32_t delta, std::uint16_t likely_id,
                     wire::OuterHeaders* h);
+  // The ICRC check of a packet (BTH through ICRC) checked here, not deferred: the IBTA's with
+  // identification 0 and DF set, else with an identification and DF that explain_icrc finds,
+  // else, for an opcode with wire::kFlagRxeIcrc (RC FLUSH), rxe's form the same two ways
+  // (counted in rx_rxe_flush_icrc). `found` gets the identification and DF (when not 0 and set).
+  bool verify_icrc(ConstBytes roce, std::uint32_t outer_state, std::uint16_t likely_id,
+                   wire::OuterHeaders& found);
+  // The opcode of a packet to `dst` that leaves with rxe's ICRC (UdpOptions::rxe_icrc_peers),
+  // else null.
+  const wire::OpcodeInfo* rxe_icrc_for(const wire::IpAddress& dst,
+                                       ConstBytes transport_headers) const;
   // The same, as the check of a deferred ICRC (RxMeta::pending).
   struct DeferredCheck final : wire::IcrcCheck {
     UdpDatapath* dp = nullptr;
@@ -397,6 +418,8 @@ class UdpDatapath final : public Datapath {
   bool defer_icrc_ = false;
   bool ip_header_ud_only_ = false;
   bool accept_sealed_ = false;
+  bool rxe_icrc_all_peers_;
+  std::vector<wire::IpAddress> rxe_icrc_peers_;
   DeferredCheck deferred_check_;
 };
 

@@ -200,6 +200,7 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_list(const std::string
   return check_unique(std::move(out));
 }
 
+// Long: one branch per key a device's line may have, each with its own error.
 Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string& text,
                                                                const std::string& path) {
   std::vector<DeviceSpec> out;
@@ -217,8 +218,8 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
     constexpr const char* kExpected =
         "expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS] "
-        "[recovery=0|1] [aead=MODE] [psk=HEX]'";
-    if (w.size() < 2 || w.size() > 9) return Err{where + kExpected};
+        "[rxe_flush_peers=PEERS] [recovery=0|1] [aead=MODE] [psk=HEX]'";
+    if (w.size() < 2 || w.size() > 10) return Err{where + kExpected};
     auto d = parse_entry(w[0], w[1], out.size());
     if (!d.ok()) return Err{where + d.error()};
     bool have_faults = false;
@@ -248,6 +249,10 @@ Result<std::vector<DeviceSpec>, std::string> parse_device_file(const std::string
         auto peers = parse_sr_peers(w[i].substr(std::string_view("sr_peers=").size()));
         if (!peers.ok()) return Err{where + "sr_peers=: " + peers.error()};
         d.value().sr_peers = peers.value();
+      } else if (w[i].starts_with("rxe_flush_peers=") && !d.value().rxe_flush_peers) {
+        auto peers = parse_sr_peers(w[i].substr(std::string_view("rxe_flush_peers=").size()));
+        if (!peers.ok()) return Err{where + "rxe_flush_peers=: " + peers.error()};
+        d.value().rxe_flush_peers = peers.value();
       } else if (w[i].starts_with("aead=") && !aead) {
         aead = w[i].substr(std::string_view("aead=").size());
       } else if (w[i].starts_with("psk=") && !psk) {

@@ -6,12 +6,13 @@
 //   1. the environment variable UROCE_DEVICES: entries separated by commas or spaces, each
 //      `name=address` or a bare `address` (named uroce0, uroce1, ... by position);
 //   2. the file named by UROCE_CONFIG, else /etc/uroce/devices.conf if it exists: one device
-//      per line, `name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS] [aead=MODE]
-//      [psk=HEX]` (SPEC: fault/fault.h's grammar, no spaces; NAME: the congestion control, as
-//      UROCE_CC names it; sr and sr_peers: selective repeat, as UROCE_SR and UROCE_SR_PEERS give
-//      it; MODE: off, authenticate, encrypt or require, and HEX its pre-shared AES-GCM key of 32
-//      or 64 hex digits, docs/SECURITY.md); `#` starts a comment; a file that names no device
-//      (the package's, as shipped: comments only) counts as none;
+//      per line, `name address [faults=SPEC] [cc=NAME] [sr=0|1] [sr_peers=PEERS]
+//      [rxe_flush_peers=PEERS] [aead=MODE] [psk=HEX]` (SPEC: fault/fault.h's grammar, no spaces;
+//      NAME: the congestion control, as UROCE_CC names it; sr and sr_peers: selective repeat, as
+//      UROCE_SR and UROCE_SR_PEERS give it; rxe_flush_peers: as UROCE_RXE_FLUSH_PEERS; MODE: off,
+//      authenticate, encrypt or require, and HEX its pre-shared AES-GCM key of 32 or 64 hex digits,
+//      docs/SECURITY.md); `#` starts a comment; a file that names no device (the package's, as
+//      shipped: comments only) counts as none;
 //   3. the default: uroce0 on 127.0.0.1, first (index 0, what a program that takes the first
 //      device gets), then one device per interface of this host that is up and has an address,
 //      as rxe puts a device on a netdev (host_interface_devices below; docs/CONFIGURATION.md).
@@ -31,14 +32,16 @@
 
 namespace uroce::engine {
 
-// Peers known to run uroce, with which RC QPs connected without rdma_cm use selective repeat
-// (DeviceConfig::sr_peers): every peer, or a list of addresses.
+// A set of peers: every peer, or a list of addresses. Those known to run uroce, with which RC QPs
+// connected without rdma_cm use selective repeat (DeviceConfig::sr_peers); those sent FLUSH with
+// rxe's ICRC (DeviceSpec::rxe_flush_peers).
 struct SrPeers {
   bool all = false;
   std::vector<wire::IpAddress> addresses;
 };
-// `all`, or IPv4/IPv6 addresses separated by commas or spaces (UROCE_SR_PEERS, sr_peers=; an
-// empty text is an empty list). An error message names the entry that is not an address.
+// `all`, or IPv4/IPv6 addresses separated by commas or spaces (UROCE_SR_PEERS, sr_peers=,
+// UROCE_RXE_FLUSH_PEERS, rxe_flush_peers=; an empty text is an empty list). An error message names
+// the entry that is not an address.
 Result<SrPeers, std::string> parse_sr_peers(const std::string& text);
 
 struct DeviceSpec {
@@ -51,6 +54,9 @@ struct DeviceSpec {
   // the DeviceConfig's.
   std::optional<bool> selective_repeat;
   std::optional<SrPeers> sr_peers;
+  // The config file's rxe_flush_peers= (UROCE_RXE_FLUSH_PEERS, when set, wins): peers sent
+  // FLUSH with rxe's ICRC (docs/INTEROP.md, "FLUSH and rxe"); unset: none.
+  std::optional<SrPeers> rxe_flush_peers;
   // The config file's recovery=0|1 (UROCE_RECOVERY, when set, wins); unset: the DeviceConfig's.
   std::optional<bool> adaptive_recovery;
   // The config file's aead=MODE and psk=HEX (docs/SECURITY.md); unset: off.

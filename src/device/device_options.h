@@ -51,6 +51,10 @@ struct DeviceOptions {
   // config file's sr= and sr_peers= for the device, else the DeviceConfig's.
   std::optional<bool> selective_repeat;
   std::optional<SrPeers> sr_peers;
+  // The peers whose FLUSH packets carry the kernel's Soft-RoCE's form of the ICRC
+  // (UROCE_RXE_FLUSH_PEERS=all|ADDRESS,...: datapath::UdpOptions::rxe_icrc_peers); unset: the
+  // config file's rxe_flush_peers= for the device, else none (the IBTA's ICRC to everyone).
+  std::optional<SrPeers> rxe_flush_peers;
   // Authenticated or encrypted packets between uroce peers (docs/SECURITY.md); unset: the config
   // file's aead= and psk= for the device, else off.
   std::optional<seal::Settings> seal;

@@ -120,6 +120,9 @@ NamedCounters DeviceStats::device_counters() const {
       {"icrc_err", rx_drops(*this, icrc)},
       {"icrc_id_recovered", datapath.rx_icrc_id_recovered},
       {"icrc_df_clear", datapath.rx_icrc_df_clear},
+      // FLUSH packets with the kernel's Soft-RoCE's ICRC, accepted and sent (wire/icrc.h).
+      {"rxe_flush_icrc", datapath.rx_rxe_flush_icrc},
+      {"tx_rxe_flush_icrc", datapath.tx_rxe_flush_icrc},
       {"rx_one_pass_pkts", engine.rx_one_pass},
       {"send_err", datapath.tx_errors},
       // Batching (datapath/udp): system calls, GSO/GRO datagrams and the packets in them.

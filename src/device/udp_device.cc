@@ -205,6 +205,17 @@ void configure_selective_repeat(DeviceConfig& cfg, const DeviceOptions& options,
   }
 }
 
+// The peers sent FLUSH with rxe's ICRC: the options' (UROCE_RXE_FLUSH_PEERS), else the config
+// file's rxe_flush_peers= for the device, else none.
+void configure_rxe_flush_icrc(datapath::UdpOptions& udp, const DeviceOptions& options,
+                              const std::optional<DeviceSpec>& entry) {
+  std::optional<SrPeers> peers = options.rxe_flush_peers;
+  if (!peers && entry) peers = entry->rxe_flush_peers;
+  if (!peers) return;
+  udp.rxe_icrc_all_peers = peers->all;
+  udp.rxe_icrc_peers = peers->addresses;
+}
+
 // The sealing (docs/SECURITY.md): the options', else the config file's aead= and psk= for the
 // device, else off.
 seal::Settings configured_seal(const DeviceOptions& options,
@@ -273,6 +284,7 @@ Result<std::unique_ptr<UdpDevice>, Error> UdpDevice::open(const DeviceConfig& co
   }
   if (options.udp_gro) udp.gro = *options.udp_gro;
   if (options.udp_batch) udp.tx_batch = *options.udp_batch;
+  configure_rxe_flush_icrc(udp, options, entry);
   // Every packet of a QP leaves ECT(0) under DCQCN: the socket's own TOS, so that they need no
   // per-packet control message.
   udp.default_tos = congestion_control_ecn(config.congestion_control);

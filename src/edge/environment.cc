@@ -115,6 +115,11 @@ Result<engine::DeviceOptions, std::string> device_options(const char* const* env
     if (!peers.ok()) return Err{"UROCE_SR_PEERS: " + peers.error()};
     o.sr_peers = peers.value();
   }
+  if (const char* p = lookup(env, "UROCE_RXE_FLUSH_PEERS")) {
+    auto peers = engine::parse_sr_peers(p);
+    if (!peers.ok()) return Err{"UROCE_RXE_FLUSH_PEERS: " + peers.error()};
+    o.rxe_flush_peers = peers.value();
+  }
   if (const char* cc = lookup(env, "UROCE_CC"); cc != nullptr && *cc != '\0') {
     o.congestion_control = congestion_control_from_name(cc);
     if (!o.congestion_control) {

@@ -164,6 +164,45 @@ bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
   return icrc_compute(ip_udp, roce_with_icrc.first(n)) == load_le32(roce_with_icrc, n);
 }
 
+const OpcodeInfo* icrc_rxe_opcode(ConstBytes roce) {
+  if (roce.empty()) return nullptr;
+  const OpcodeInfo* op = opcode_info(std::to_integer<std::uint8_t>(roce[0]));
+  return op != nullptr && op->is(kFlagRxeIcrc) ? op : nullptr;
+}
+
+std::uint32_t icrc_rxe_continue(std::uint32_t outer_state, ConstBytes roce) {
+  UROCE_CHECK(roce.size() >= kBthBytes);
+  // rxe_icrc_hdr(): the masked headers, rxe_opcode[].length bytes from the BTH.
+  const OpcodeInfo* op = opcode_info(std::to_integer<std::uint8_t>(roce[0]));
+  const std::size_t headers =
+      std::min<std::size_t>(op != nullptr ? op->header_bytes : kBthBytes, roce.size());
+  const std::uint32_t crc = icrc_continue(outer_state, roce.first(headers));
+  // Then payload_addr() for payload_size() + bth_pad() bytes: with offset[RXE_PAYLOAD] 0, the
+  // packet from the BTH (unmasked) up to the ICRC.
+  return crc32(crc, roce);
+}
+
+std::uint32_t icrc_rxe_compute(ConstBytes ip_udp, ConstBytes roce) {
+  return icrc_rxe_continue(icrc_outer_state(ip_udp), roce);
+}
+
+std::size_t icrc_rxe_delta_bytes(const OpcodeInfo& op, std::size_t roce_bytes) {
+  UROCE_CHECK(roce_bytes >= kBthBytes + kIcrcBytes);
+  return std::min<std::size_t>(op.header_bytes, roce_bytes - kIcrcBytes) + roce_bytes;
+}
+
+std::optional<IcrcForm> icrc_match(ConstBytes ip_udp, ConstBytes roce_with_icrc) {
+  if (roce_with_icrc.size() < kBthBytes + kIcrcBytes) return std::nullopt;
+  const std::size_t n = roce_with_icrc.size() - kIcrcBytes;
+  const std::uint32_t stored = load_le32(roce_with_icrc, n);
+  if (icrc_compute(ip_udp, roce_with_icrc.first(n)) == stored) return IcrcForm::kIbta;
+  if (icrc_rxe_opcode(roce_with_icrc) != nullptr &&
+      icrc_rxe_compute(ip_udp, roce_with_icrc.first(n)) == stored) {
+    return IcrcForm::kRxe;
+  }
+  return std::nullopt;
+}
+
 PendingIcrc::PendingIcrc(ConstBytes ip_udp, ConstBytes roce_with_icrc, ConstBytes payload,
                          IcrcCheck* check)
     : PendingIcrc(icrc_outer_state(ip_udp), roce_with_icrc, payload, check) {}

@@ -163,6 +163,40 @@ std::uint32_t icrc_compute(ConstBytes ip_udp, ConstBytes roce);
 // True when the last 4 bytes of `roce_with_icrc` hold the ICRC of what precedes them.
 bool icrc_verify(ConstBytes ip_udp, ConstBytes roce_with_icrc);
 
+// rxe's ICRC, for the opcodes with kFlagRxeIcrc (RC FLUSH). The kernel's Soft-RoCE computes
+// every ICRC (drivers/infiniband/sw/rxe/rxe_icrc.c: rxe_icrc_check(), rxe_icrc_generate()) as
+// rxe_icrc_hdr(), the masked pseudo-LRH, IP, UDP and BTH headers followed by the rest of the
+// opcode's headers (rxe_opcode[opcode].length bytes from the BTH), continued over payload_addr()
+// for payload_size() + bth_pad() bytes (rxe_hdr.h: the BTH plus offset[RXE_PAYLOAD], and the
+// packet's length less that offset and the ICRC). rxe_opcode.c's IB_OPCODE_RC_FLUSH entry sets
+// no offset[RXE_PAYLOAD]: it is 0, so the "payload" is the packet itself from the BTH up to the
+// ICRC, and rxe's ICRC of a FLUSH covers its 32 header bytes twice, masked and then as they are.
+// Two rxe peers agree with each other, IBTA's receivers (and uroce's, without this) do not. For
+// a FLUSH (no payload, no pad) it is the IBTA ICRC continued over the same bytes once more.
+//
+// `roce` runs from the BTH to the end of the pad (the ICRC itself excluded); the header part is
+// its opcode's header_bytes (all of `roce` when shorter, a BTH's for an unknown opcode).
+std::uint32_t icrc_rxe_continue(std::uint32_t outer_state, ConstBytes roce);
+std::uint32_t icrc_rxe_compute(ConstBytes ip_udp, ConstBytes roce);
+
+// The opcode of the packet `roce` (from the BTH, not yet verified) when it is one whose ICRC may
+// be rxe's (kFlagRxeIcrc), else null. What makes a receiver try rxe's form: the opcode byte is
+// covered by both forms, so a corrupted one fails either check.
+const OpcodeInfo* icrc_rxe_opcode(ConstBytes roce);
+
+// For Ipv4IdIcrcDelta: rxe's ICRC of a packet of `roce_bytes` (BTH through ICRC) whose opcode is
+// `op` reads as many bytes after the IPv4 identification as the IBTA ICRC of a packet of this
+// many bytes does (its headers once more), so Ipv4IdIcrcDelta(icrc_rxe_delta_bytes(...)) gives
+// the identification's part in it.
+std::size_t icrc_rxe_delta_bytes(const OpcodeInfo& op, std::size_t roce_bytes);
+
+// Which ICRC a packet carries, of those a receiver accepts: the IBTA's, or rxe's for an opcode
+// with kFlagRxeIcrc (never for another).
+enum class IcrcForm : std::uint8_t { kIbta, kRxe };
+// The form of the last 4 bytes of `roce_with_icrc`, or nullopt when they are neither (`ip_udp`
+// as for icrc_compute()). The IBTA's is tried first, and rxe's only for kFlagRxeIcrc opcodes.
+std::optional<IcrcForm> icrc_match(ConstBytes ip_udp, ConstBytes roce_with_icrc);
+
 // How an IPv4 packet's ICRC depends on its identification field, which the ICRC covers
 // (roce-facts.md). The CRC is affine in its input: for two inputs of the same length,
 // ICRC(id = v) = ICRC(id = 0) ^ delta(v), where delta is linear in v's 16 bits and depends

@@ -75,6 +75,11 @@ enum OpcodeFlag : std::uint32_t {
   // IBTA 1.5 (annex A19; rxe since 6.2): both answered by a zero-length READ Response Only.
   kFlagAtomicWrite = 1u << 16,  // ATOMIC WRITE: 8 bytes placed at once
   kFlagFlush = 1u << 17,        // FLUSH: a placement type and selectivity level in the FETH
+  // An interop quirk, not semantics: the kernel's Soft-RoCE (rxe, 6.2 on) computes this
+  // opcode's ICRC in a form of its own, because its opcode table (rxe_opcode.c) gives the opcode
+  // no RXE_PAYLOAD offset (wire/icrc.h, icrc_rxe_continue). RC FLUSH only. A receiver accepts
+  // that form for these opcodes, and for no other.
+  kFlagRxeIcrc = 1u << 18,
 };
 
 struct OpcodeInfo {
@@ -142,7 +147,8 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() {
                           F_ACK = kFlagAck, F_FIRST = kFlagFirst, F_MIDDLE = kFlagMiddle,
                           F_LAST = kFlagLast, F_PAYLOAD = kFlagPayload, F_RWR = kFlagRecvWqe,
                           F_COMP = kFlagComplete, F_IMM = kFlagImm, F_INV = kFlagInvalidate,
-                          F_CNP = kFlagCnp, F_ATOMIC_WRITE = kFlagAtomicWrite, F_FLUSH = kFlagFlush;
+                          F_CNP = kFlagCnp, F_ATOMIC_WRITE = kFlagAtomicWrite, F_FLUSH = kFlagFlush,
+                          F_RXE_ICRC = kFlagRxeIcrc;
 #define UROCE_OPCODE(e, v, name, tr, hdrs, flags) \
   table[v] = make_opcode_info(v, name, tr, static_cast<std::uint16_t>(hdrs), flags);
 #include "wire/opcodes.def"
@@ -207,6 +213,14 @@ static_assert(opcode_info(Opcode::kXrcCompareSwap).header_bytes == 44);
 static_assert(opcode_info(Opcode::kXrcAcknowledge).header_bytes == 16);
 static_assert(opcode_info(Opcode::kXrcSendOnlyInv).offset_of(ExtHeader::kIeth) == 16);
 static_assert(kAllOpcodes.size() == 63);
+// rxe's ICRC quirk is RC FLUSH's alone (rxe_opcode.c: every other opcode that rxe knows has its
+// RXE_PAYLOAD offset).
+static_assert([] {
+  for (Opcode op : kAllOpcodes) {
+    if (opcode_info(op).is(kFlagRxeIcrc) != (op == Opcode::kRcFlush)) return false;
+  }
+  return true;
+}());
 
 // The XRC opcode of an RC operation (and back): IBTA gives XRC the RC layout under prefix 101b.
 inline constexpr std::uint8_t kXrcOpcodeBase = 0xa0;

@@ -206,8 +206,12 @@ FrameOut parse_frame(LinkType link, ConstBytes f, const FrameOptions& opts) {
   // is reported as the corruption it is.
   if (opts.verify_icrc) {
     if (roce.size() < kBthBytes + kIcrcBytes) return Err{DropReason::kTruncatedBth};
-    if (!icrc_verify(out.ip_udp, roce)) return Err{DropReason::kBadIcrc};
+    const std::optional<IcrcForm> form = icrc_match(out.ip_udp, roce);
+    if (!form || (*form == IcrcForm::kRxe && !opts.accept_rxe_icrc)) {
+      return Err{DropReason::kBadIcrc};
+    }
     out.icrc_checked = true;
+    out.icrc_form = *form;
   }
   auto pkt = parse_roce(roce, opts.accept_sealed);
   if (!pkt.ok()) return Err{pkt.error()};

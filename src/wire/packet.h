@@ -16,6 +16,7 @@
 #include "base/bytes.h"
 #include "base/result.h"
 #include "wire/headers.h"
+#include "wire/icrc.h"
 #include "wire/ip.h"
 #include "wire/opcode.h"
 
@@ -99,6 +100,10 @@ bool link_type_supported(int dlt);
 struct FrameOptions {
   bool verify_icrc = true;
   bool accept_sealed = false;  // parse_roce's: sealed packets parse (RocePacket::trailer)
+  // With verify_icrc: a packet whose opcode has kFlagRxeIcrc (RC FLUSH) passes with rxe's ICRC
+  // too (wire/icrc.h, icrc_match), as a uroce device's receiver accepts it; false: the IBTA's
+  // only.
+  bool accept_rxe_icrc = true;
 };
 
 struct Frame {
@@ -111,6 +116,8 @@ struct Frame {
   ConstBytes ip_udp;  // the IP header followed by the UDP header, as ICRC input
   RocePacket roce;
   bool icrc_checked = false;
+  // When icrc_checked: which ICRC the packet carries (kRxe: rxe's form of a FLUSH's).
+  IcrcForm icrc_form = IcrcForm::kIbta;
 };
 
 Result<Frame, DropReason> parse_frame(LinkType link, ConstBytes frame,

@@ -988,6 +988,25 @@ TEST(UdpDatapath, Ipv6DatagramWithZeroUdpChecksumIsReceived) {
   EXPECT_TRUE(got[0].meta.icrc_verified);
 }
 
+// A plain UDP socket at `from_ip` port 4791, into `fd`; `to`: `to_ip` port 4791. With
+// `df_clear` it sends with DF clear (IP_PMTUDISC_DONT), as a sender other than uroce may.
+void open_sender(const char* from_ip, const char* to_ip, int& fd, sockaddr_in& to,
+                 bool df_clear = false) {
+  fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  const int dont = IP_PMTUDISC_DONT;
+  if (df_clear) {
+    ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
+  }
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_port = htons(4791);
+  ::inet_pton(AF_INET, from_ip, &from.sin_addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+  to = from;
+  ::inet_pton(AF_INET, to_ip, &to.sin_addr);
+}
+
 TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   const char* const b_ip = test::unique_ip();
   const char* const from_ip = test::unique_ip();
@@ -995,13 +1014,9 @@ TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   // 0x1234, which the receiver finds and shows in the packet's IP header.
   auto b = UdpDatapath::open({v4(b_ip), 4791});
   ASSERT_TRUE(b.ok()) << b.error();
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  from.sin_port = htons(4791);
-  ::inet_pton(AF_INET, from_ip, &from.sin_addr);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
+  int fd = -1;
+  sockaddr_in to{};
+  ASSERT_NO_FATAL_FAILURE(open_sender(from_ip, b_ip, fd, to));
   wire::OuterHeaders o;
   o.src = v4(from_ip);
   o.dst = v4(b_ip);
@@ -1011,8 +1026,6 @@ TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   const Bytes data = data_of(100);
   Bytes frame(512);
   frame.resize(wire::build_frame(frame, o, send_only(data.size()), data));
-  sockaddr_in to = from;
-  ::inet_pton(AF_INET, b_ip, &to.sin_addr);
   const Bytes udp_payload(frame.begin() + 28, frame.end());
   ASSERT_EQ(::sendto(fd, udp_payload.data(), udp_payload.size(), 0,
                      reinterpret_cast<sockaddr*>(&to), sizeof to),
@@ -1028,20 +1041,144 @@ TEST(UdpDatapath, Ipv4IdentificationIsRecoveredFromTheIcrc) {
   EXPECT_EQ(got[0].ip_header[5], std::byte{0x34});
 }
 
-// A plain UDP socket at `from_ip` port 4791 that sends with DF clear (IP_PMTUDISC_DONT), as a
-// sender other than uroce may, into `fd`; `to`: `to_ip` port 4791.
-void open_df_clear_sender(const char* from_ip, const char* to_ip, int& fd, sockaddr_in& to) {
-  fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  const int dont = IP_PMTUDISC_DONT;
-  ASSERT_EQ(::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof dont), 0);
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  from.sin_port = htons(4791);
-  ::inet_pton(AF_INET, from_ip, &from.sin_addr);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
-  to = from;
-  ::inet_pton(AF_INET, to_ip, &to.sin_addr);
+// Transport headers of `op` (RC FLUSH of a range, RC ATOMIC WRITE or RC RDMA READ Request) to
+// QP 0x11, with a RETH.
+wire::TransportHeaders request_of(wire::Opcode op) {
+  wire::TransportHeaders h;
+  h.bth.opcode = static_cast<std::uint8_t>(op);
+  h.bth.dest_qpn = 0x11;
+  h.bth.psn = 0x2345;
+  h.bth.ack_req = true;
+  h.feth = wire::Feth{wire::kFlushGlobal, wire::kFlushRange};
+  h.reth = wire::Reth{0x7f0000001000, 0x1234, 8};
+  return h;
+}
+
+// The UDP payload (BTH to ICRC) of a packet from `from_ip` to `to_ip` with IPv4 identification
+// `id`: the IBTA's ICRC, or with `rxe` the ICRC as the kernel's Soft-RoCE computes it for a
+// FLUSH (wire::icrc_rxe_compute; for another opcode, the same rule applied to it).
+Bytes udp_payload_of(const char* from_ip, const char* to_ip, const wire::TransportHeaders& h,
+                     ConstBytes payload, std::uint16_t id, bool rxe) {
+  wire::OuterHeaders o;
+  o.src = v4(from_ip);
+  o.dst = v4(to_ip);
+  o.src_port = 4791;
+  o.ipv4_id = id;
+  o.ethernet = false;
+  Bytes frame(512);
+  frame.resize(wire::build_frame(frame, o, h, payload));
+  const MutBytes roce = MutBytes(frame).subspan(28);
+  const std::size_t n = roce.size() - wire::kIcrcBytes;
+  if (rxe) store_le32(roce, n, wire::icrc_rxe_compute(ConstBytes(frame).first(28), roce.first(n)));
+  return Bytes(roce.begin(), roce.end());
+}
+
+// FLUSH as the kernel's Soft-RoCE sends it, with its own form of ICRC (docs/INTEROP.md, "FLUSH
+// and rxe") and a nonzero IPv4 identification: accepted and counted (rx_rxe_flush_icrc), the
+// identification recovered for rxe's form. Refused as bad ICRCs: the same packet corrupted, and
+// rxe's form of ICRC on an ATOMIC WRITE and on a READ Request (the allowance is FLUSH's only).
+// A FLUSH with the IBTA's ICRC passes, not counted as rxe's.
+TEST(UdpDatapath, RxesFlushIcrcIsAcceptedForFlushAndNoOtherOpcode) {
+  const char* const b_ip = test::unique_ip();
+  const char* const from_ip = test::unique_ip();
+  auto b = UdpDatapath::open({v4(b_ip), 4791});
+  ASSERT_TRUE(b.ok()) << b.error();
+  const wire::TransportHeaders flush = request_of(wire::Opcode::kRcFlush);
+  Bytes corrupted = udp_payload_of(from_ip, b_ip, flush, {}, 0x1234, true);
+  corrupted[20] ^= std::byte{0x04};  // the RETH's address
+  const Bytes eight(8, std::byte{0x5a});
+  const std::vector<Bytes> datagrams = {
+      udp_payload_of(from_ip, b_ip, flush, {}, 0x1234, true),   // accepted, rxe's
+      udp_payload_of(from_ip, b_ip, flush, {}, 0, true),        // accepted, rxe's
+      udp_payload_of(from_ip, b_ip, flush, {}, 0x0042, false),  // accepted, the IBTA's
+      corrupted,
+      udp_payload_of(from_ip, b_ip, request_of(wire::Opcode::kRcAtomicWrite), eight, 0, true),
+      udp_payload_of(from_ip, b_ip, request_of(wire::Opcode::kRcRdmaReadRequest), {}, 7, true),
+  };
+  int fd = -1;
+  sockaddr_in to{};
+  ASSERT_NO_FATAL_FAILURE(open_sender(from_ip, b_ip, fd, to));
+  for (const Bytes& d : datagrams) {
+    ASSERT_EQ(::sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+              static_cast<ssize_t>(d.size()));
+  }
+  ::close(fd);
+  std::vector<Received> got;
+  for (int i = 0; i < 10 && b.value()->counters().rx_packets < datagrams.size(); ++i) {
+    if (!readable(b.value()->fd())) break;
+    b.value()->receive(64, [&](const wire::RocePacket& p, const RxMeta& m) {
+      got.push_back(
+          Received{wire::decode_headers(p), {}, m, Bytes(m.ip_header.begin(), m.ip_header.end())});
+    });
+  }
+  ASSERT_EQ(b.value()->counters().rx_packets, datagrams.size());
+  ASSERT_EQ(got.size(), 3u);
+  for (const Received& r : got) {
+    EXPECT_EQ(r.h, flush);
+    EXPECT_TRUE(r.meta.icrc_verified);
+  }
+  const UdpCounters& k = b.value()->counters();
+  EXPECT_EQ(k.rx_rxe_flush_icrc, 2u);
+  EXPECT_EQ(k.rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 3u);
+  // The identifications that explain the ICRCs: 0x1234 (rxe's form), 0x0042 (the IBTA's).
+  EXPECT_EQ(k.rx_icrc_id_recovered, 2u);
+  ASSERT_EQ(got[0].ip_header.size(), 20u);
+  EXPECT_EQ(got[0].ip_header[4], std::byte{0x12});
+  EXPECT_EQ(got[0].ip_header[5], std::byte{0x34});
+}
+
+// UdpOptions::rxe_icrc_peers: FLUSH packets to a listed peer leave with rxe's ICRC, in a GSO run
+// too (identifications 1, 2, ... for rxe's longer CRC input), and arrive verified; a FLUSH to
+// another peer and a READ Request to the listed one keep the IBTA's.
+TEST(UdpDatapath, FlushToAnRxePeerLeavesWithRxesIcrc) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  const char* const c_ip = test::unique_ip();
+  UdpOptions oa;
+  oa.local = v4(a_ip);
+  oa.rxe_icrc_peers = {v4(b_ip)};
+  auto a = UdpDatapath::open(oa);
+  ASSERT_TRUE(a.ok()) << a.error();
+  auto b = open_dp(b_ip, true, true);
+  auto c = open_dp(c_ip, true, true);
+  ASSERT_TRUE(b && c);
+  std::vector<Bytes> sent;
+  a.value()->set_tap([&](ConstBytes frame, bool was_sent) {
+    if (was_sent) sent.emplace_back(frame.begin(), frame.end());
+  });
+  const auto send = [&](const char* to, wire::Opcode op) {
+    std::array<std::byte, 64> hdr{};
+    const std::size_t n = wire::write_headers(hdr, request_of(op), 0);
+    wire::OuterHeaders o;
+    o.dst = v4(to);
+    ASSERT_TRUE(a.value()->send(Instant{}, o, ConstBytes(hdr).first(n), {}));
+  };
+  for (int i = 0; i < 3; ++i) send(b_ip, wire::Opcode::kRcFlush);  // one GSO run
+  send(c_ip, wire::Opcode::kRcFlush);
+  send(b_ip, wire::Opcode::kRcRdmaReadRequest);
+  a.value()->flush(Instant{});
+  EXPECT_EQ(a.value()->counters().tx_rxe_flush_icrc, 3u);
+  EXPECT_EQ(a.value()->counters().tx_gso_packets, 3u);  // the FLUSHes to B: one GSO run
+  const auto at_b = receive_all(*b, 4);
+  const auto at_c = receive_all(*c, 1);
+  ASSERT_EQ(at_b.size(), 4u);
+  ASSERT_EQ(at_c.size(), 1u);
+  EXPECT_EQ(b->counters().rx_rxe_flush_icrc, 3u);
+  EXPECT_EQ(c->counters().rx_rxe_flush_icrc, 0u);
+  EXPECT_EQ(b->counters().rx_drops[static_cast<std::size_t>(wire::DropReason::kBadIcrc)], 0u);
+  // The capture shows what left: rxe's form on the three FLUSHes to B only.
+  ASSERT_EQ(sent.size(), 5u);
+  std::size_t rxe_form = 0;
+  for (const Bytes& f : sent) {
+    auto frame = wire::parse_frame(wire::LinkType::kEthernet, f);
+    ASSERT_TRUE(frame.ok()) << wire::drop_reason_name(frame.error());
+    if (frame->icrc_form == wire::IcrcForm::kRxe) {
+      ++rxe_form;
+      EXPECT_EQ(frame->roce.op->opcode(), wire::Opcode::kRcFlush);
+      EXPECT_EQ(frame->ipv4.dst, v4(b_ip));
+    }
+  }
+  EXPECT_EQ(rxe_form, 3u);
 }
 
 // A sender whose socket does not set DF (IP_PMTUDISC_DONT): its kernel sends DF=0 and picks the
@@ -1056,7 +1193,7 @@ TEST(UdpDatapath, Ipv4PacketsSentWithDfClearAreVerified) {
   ASSERT_TRUE(b.ok()) << b.error();
   int fd = -1;
   sockaddr_in to{};
-  ASSERT_NO_FATAL_FAILURE(open_df_clear_sender(from_ip, b_ip, fd, to));
+  ASSERT_NO_FATAL_FAILURE(open_sender(from_ip, b_ip, fd, to, true));
   struct Case {
     std::size_t len;
     std::uint16_t id;  // the identification the ICRC is computed for
@@ -1120,7 +1257,7 @@ TEST(UdpDatapath, DeferredChecksRecoverIdentificationAndDfAndRejectCorruption) {
   b.value()->set_deferred_icrc(true);
   int fd = -1;
   sockaddr_in to{};
-  ASSERT_NO_FATAL_FAILURE(open_df_clear_sender(from_ip, b_ip, fd, to));
+  ASSERT_NO_FATAL_FAILURE(open_sender(from_ip, b_ip, fd, to, true));
   struct Case {
     wire::Opcode op;
     bool df;

@@ -68,7 +68,7 @@ TEST(DeviceConfig, FileChoosesTheCongestionControlPerDevice) {
     ASSERT_FALSE(r.ok()) << line;
     EXPECT_EQ(r.error(),
               "f.conf:1: expected 'name address [faults=SPEC] [cc=NAME] [sr=0|1] "
-              "[sr_peers=PEERS] [recovery=0|1] [aead=MODE] [psk=HEX]'")
+              "[sr_peers=PEERS] [rxe_flush_peers=PEERS] [recovery=0|1] [aead=MODE] [psk=HEX]'")
         << line;
   }
 }
@@ -98,6 +98,29 @@ TEST(DeviceConfig, FileChoosesSelectiveRepeatAndItsPeersPerDevice) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error(),
             "f.conf:1: sr_peers=: 'nobody' is neither 'all' nor an IPv4 or IPv6 address");
+}
+
+// rxe_flush_peers= (UROCE_RXE_FLUSH_PEERS in the file): the peers sent FLUSH with rxe's ICRC.
+TEST(DeviceConfig, FileNamesThePeersThatGetRxesFlushIcrc) {
+  auto ok = parse_device_file(
+      "a 10.0.0.1 rxe_flush_peers=10.0.0.2,fd00::2\nb 10.0.0.2 rxe_flush_peers=all sr=0\n"
+      "c 10.0.0.3\n",
+      "f.conf");
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  ASSERT_EQ(ok.value().size(), 3u);
+  ASSERT_TRUE(ok.value()[0].rxe_flush_peers);
+  EXPECT_FALSE(ok.value()[0].rxe_flush_peers->all);
+  ASSERT_EQ(ok.value()[0].rxe_flush_peers->addresses.size(), 2u);
+  EXPECT_EQ(ok.value()[0].rxe_flush_peers->addresses[0], wire::IpAddress::v4(0x0a000002));
+  EXPECT_TRUE(ok.value()[0].rxe_flush_peers->addresses[1].v6);
+  EXPECT_FALSE(ok.value()[0].sr_peers);  // a list of its own
+  ASSERT_TRUE(ok.value()[1].rxe_flush_peers);
+  EXPECT_TRUE(ok.value()[1].rxe_flush_peers->all);
+  EXPECT_FALSE(ok.value()[2].rxe_flush_peers);
+  auto bad = parse_device_file("a 10.0.0.1 rxe_flush_peers=rxe0\n", "f.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(),
+            "f.conf:1: rxe_flush_peers=: 'rxe0' is neither 'all' nor an IPv4 or IPv6 address");
 }
 
 TEST(DeviceConfig, FileTurnsTheLossRecoveryOnOrOffPerDevice) {

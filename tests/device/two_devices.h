@@ -97,12 +97,13 @@ inline void make_side(Side& s, const char* ip, const std::string& capture) {
 
 // RESET -> INIT -> RTR -> RTS towards `peer` at `peer_ip`; ACK timeout 4.096 us * 2^timeout.
 inline void connect(Side& s, const Side& peer, const char* peer_ip, std::uint8_t timeout = 14,
-                    std::uint8_t retry_cnt = 7, Mtu path_mtu = Mtu::k1024) {
+                    std::uint8_t retry_cnt = 7, Mtu path_mtu = Mtu::k1024,
+                    std::uint32_t qp_access = kAllAccess) {
   Device& dev = s.dev->device();
   QpAttr a;
   a.qp_state = QpState::kInit;
   a.port_num = 1;
-  a.qp_access_flags = kAllAccess;
+  a.qp_access_flags = qp_access;
   ASSERT_EQ(dev.modify_qp(s.qp, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags), Errc::kOk);
   a.qp_state = QpState::kRtr;
   a.ah_attr.dgid = verbs::gid_from_ip(v4(peer_ip));

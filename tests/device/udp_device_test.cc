@@ -152,6 +152,62 @@ TEST(UdpDevice, SelectiveRepeatTowardsTheConfiguredPeersShowsInTheQpStats) {
   }
 }
 
+// FLUSH towards a peer configured as the kernel's Soft-RoCE (UROCE_RXE_FLUSH_PEERS;
+// docs/INTEROP.md, "FLUSH and rxe"): A's FLUSH leaves with rxe's ICRC, B (any uroce device)
+// accepts it and counts it, the WRITE before it and B's answer keep the IBTA's, and the FLUSH
+// completes behind the WRITE, its data in place. Without the option nothing is rxe's.
+TEST(UdpDevice, FlushToAnRxePeerCarriesRxesIcrcAndCompletes) {
+  const char* const a_ip = test::unique_ip();
+  const char* const b_ip = test::unique_ip();
+  for (const bool rxe : {true, false}) {
+    Side a, b;
+    SideOptions oa;
+    if (rxe) oa.device.rxe_flush_peers = SrPeers{false, {v4(b_ip)}};
+    make_side(a, a_ip, oa);
+    make_side(b, b_ip);
+    constexpr std::uint32_t kFlushAccess = test::kAllAccess | kAccessFlushGlobal;
+    connect(a, b, b_ip, 14, 7, Mtu::k1024, kFlushAccess);
+    connect(b, a, a_ip, 14, 7, Mtu::k1024, kFlushAccess);
+    auto target = b.dev->device().reg_mr(b.pd, b.buf.data(), b.buf.size(), kFlushAccess);
+    ASSERT_TRUE(target.ok());
+    for (std::size_t i = 0; i < 256; ++i) a.buf[i] = static_cast<std::byte>(i * 5 + 3);
+    const Sge sge{a.va(0), 256, a.mr.lkey};
+    SendWr wrs[2];
+    wrs[0] = test::write_wr(1, sge, b, 4096);
+    wrs[0].rdma.rkey = target->rkey;
+    wrs[1].wr_id = 2;
+    wrs[1].opcode = WrOpcode::kFlush;
+    wrs[1].rdma = {b.va(4096), target->rkey};
+    wrs[1].flush.length = 256;
+    wrs[1].flush.placement = wire::kFlushGlobal;
+    wrs[1].flush.selectivity = wire::kFlushRange;
+    wrs[1].send_flags = kSendSignaled;
+    ASSERT_EQ(a.dev->device().post_send(a.qp, std::span(wrs), nullptr), Errc::kOk);
+    const std::vector<Wc> wcs = run_until(a, b, 2);
+    ASSERT_EQ(wcs.size(), 2u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(wcs[1].status, WcStatus::kSuccess);
+    EXPECT_EQ(wcs[1].opcode, WcOpcode::kFlush);
+    EXPECT_EQ(std::memcmp(b.buf.data() + 4096, a.buf.data(), 256), 0);
+    const NamedCounters ca = a.dev->stats().device_counters();
+    const NamedCounters cb = b.dev->stats().device_counters();
+    const std::uint64_t sent = test::named_counter(ca, "tx_rxe_flush_icrc");
+    const std::uint64_t taken = test::named_counter(cb, "rxe_flush_icrc");
+    if (rxe) {
+      // Retransmissions aside (none on loopback, unless the machine stalls), one each.
+      EXPECT_GE(taken, 1u);
+      EXPECT_LE(taken, sent);
+    } else {
+      EXPECT_EQ(sent, 0u);
+      EXPECT_EQ(taken, 0u);
+    }
+    EXPECT_EQ(test::named_counter(cb, "icrc_err"), 0u);
+    EXPECT_EQ(test::named_counter(ca, "icrc_err"), 0u);
+    EXPECT_EQ(test::named_counter(ca, "rxe_flush_icrc"), 0u);  // B's answer: the IBTA's
+    EXPECT_EQ(test::named_counter(cb, "tx_rxe_flush_icrc"), 0u);
+  }
+}
+
 TEST(UdpDevice, CloseAppendsTheCountersToUroceStatsFile) {
   const char* const a_ip = test::unique_ip();
   const char* const b_ip = test::unique_ip();

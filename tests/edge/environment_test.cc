@@ -121,6 +121,27 @@ TEST(EdgeEnvironment, SelectiveRepeatSwitchAndPeers) {
             "UROCE_SR_PEERS: 'host' is neither 'all' nor an IPv4 or IPv6 address");
 }
 
+TEST(EdgeEnvironment, RxeFlushPeers) {
+  auto unset = read({});
+  ASSERT_TRUE(unset.ok()) << unset.error();
+  EXPECT_FALSE(unset->rxe_flush_peers);
+  auto peers = read({"UROCE_RXE_FLUSH_PEERS=10.123.0.2"});
+  ASSERT_TRUE(peers.ok()) << peers.error();
+  ASSERT_TRUE(peers->rxe_flush_peers);
+  EXPECT_FALSE(peers->rxe_flush_peers->all);
+  ASSERT_EQ(peers->rxe_flush_peers->addresses.size(), 1u);
+  EXPECT_EQ(peers->rxe_flush_peers->addresses[0], wire::IpAddress::v4(0x0a7b0002));
+  EXPECT_FALSE(peers->sr_peers);
+  auto all = read({"UROCE_RXE_FLUSH_PEERS=all"});
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_TRUE(all->rxe_flush_peers);
+  EXPECT_TRUE(all->rxe_flush_peers->all);
+  auto bad = read({"UROCE_RXE_FLUSH_PEERS=rxe0"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(),
+            "UROCE_RXE_FLUSH_PEERS: 'rxe0' is neither 'all' nor an IPv4 or IPv6 address");
+}
+
 TEST(EdgeEnvironment, InvalidValuesAreClearErrors) {
   auto gso = read({"UROCE_UDP_GSO=yes"});
   ASSERT_FALSE(gso.ok());

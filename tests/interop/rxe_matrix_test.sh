@@ -94,14 +94,12 @@ exec > >(tee -a "$out/harness.log") 2>&1
 source "$here/vm_lib.sh"
 
 # Cases that fail for a reason reported and not yet fixed (regex on case names): they run,
-# and their failure is reported as KNOWN FAILURE instead of failing the test.
-# - verbs_check.flush.uroce_client (group ibta15): rxe (6.2 on; 6.12.95 here) drops uroce's
-#   FLUSH, every retry, as a bad ICRC. rxe's opcode table gives RC FLUSH no payload offset, so
-#   its ICRC code takes the packet's own 32 header bytes, unmasked, as the "payload" and covers
-#   them a second time. With uroce's ICRC computed that way instead (a local experiment, not
-#   committed) rxe answered every FLUSH and all 25 iterations passed. uroce keeps the IBTA's
-#   ICRC (what other implementations check); docs/COMPAT.md, "FLUSH and rxe".
-known_failures='^verbs_check[.]flush[.]uroce_client$'
+# and their failure is reported as KNOWN FAILURE instead of failing the test. None now ('^$'
+# matches no case name; an empty regex would match them all).
+# (verbs_check.flush.uroce_client, group ibta15, was one until the group set
+# UROCE_RXE_FLUSH_PEERS below: rxe drops a FLUSH with the IBTA's ICRC; docs/INTEROP.md, "FLUSH
+# and rxe".)
+known_failures='^$'
 
 case $group in
   pingpong | perftest_1024 | perftest_4096) ;;
@@ -137,6 +135,10 @@ fi
 # IBTA 1.5's ATOMIC WRITE and FLUSH came to rxe in 6.2; Debian 12's kernel is 6.1. Their group
 # boots the kernel of bookworm-backports (6.12) with the same user space (rdma-core 44).
 [[ $group == ibta15 ]] && export UROCE_INTEROP_KERNEL_SUITE=bookworm-backports
+# rxe checks a FLUSH's ICRC in a form of its own (rxe_opcode.c gives RC FLUSH no payload offset;
+# docs/INTEROP.md, "FLUSH and rxe"): uroce sends the VM's rxe that form, as a NIC driver's peer
+# quirk would. Only FLUSH changes; its answer, and every other packet, keep the IBTA's ICRC.
+[[ $group == ibta15 ]] && host_env+=("UROCE_RXE_FLUSH_PEERS=$vm_ip")
 vm_image
 boot_initrd=$initrd
 if [[ -n $vcheck ]]; then
@@ -543,6 +545,13 @@ check_run() {
     ((u_rcvd == u_captured)) ||
       { case_fail "uroce accepted $u_rcvd of the $u_captured packets it received from rxe"; return 0; }
     u_note="$u_rcvd accepted by uroce, none dropped"
+    # FLUSH to rxe (ibta15's UROCE_RXE_FLUSH_PEERS): it left with rxe's form of the ICRC.
+    if [[ $* =~ -o\ flush ]]; then
+      local u_rxe
+      u_rxe=$(stat_sum tx_rxe_flush_icrc "$dir/uroce-stats.txt")
+      ((u_rxe > 0)) || { case_fail "no FLUSH left with rxe's ICRC (tx_rxe_flush_icrc 0)"; return 0; }
+      u_note+=", $u_rxe FLUSH with rxe's ICRC"
+    fi
     local u_faulted
     u_faulted=$(stat_sum rx_loss "$dir/uroce-stats.txt")
     ((u_faulted == 0)) ||
@@ -1202,6 +1211,9 @@ case $group in
     # ATOMIC WRITE both ways (rdma-core 44's rxe provider has ibv_wr_atomic_write), FLUSH with
     # uroce the requester only: the provider has no ibv_wr_flush before rdma-core 47, while the
     # kernel's responder has FLUSH since 6.2 (the MR and the QP with IBV_ACCESS_FLUSH_GLOBAL).
+    # uroce's FLUSH carries rxe's ICRC (UROCE_RXE_FLUSH_PEERS, above), rxe's answer (a READ
+    # Response Only) the IBTA's. The other direction (rxe's FLUSH, which a uroce receiver
+    # accepts in either form) needs a VM with rdma-core 47 or later.
     set_mtu 1024
     note "guest kernel: $(vm 30 'uname -r' 2>/dev/null | tr -d '\r' | tail -1)"
     both verbs_check.atomic_write clean 300 uroce_verbs_check -o atomic_write -m 1024 --timeout 60

@@ -80,6 +80,8 @@ TEST(Opcode, HeadersFollowFromTheSemantics) {
                       name_has(i, "FLUSH");
     EXPECT_EQ(i.has(ExtHeader::kFeth), name_has(i, "FLUSH"));
     EXPECT_EQ(i.is(kFlagFlush), name_has(i, "FLUSH"));
+    // rxe's own ICRC (wire/icrc.h): RC FLUSH's quirk alone.
+    EXPECT_EQ(i.is(kFlagRxeIcrc), op == Opcode::kRcFlush);
     EXPECT_EQ(i.is(kFlagAtomicWrite), name_has(i, "ATOMIC WRITE"));
     EXPECT_EQ(i.has(ExtHeader::kReth), reth);
     const bool aeth = name_has(i, "Acknowledge") || name_has(i, "Response First") ||
