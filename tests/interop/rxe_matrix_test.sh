@@ -550,7 +550,7 @@ check_run() {
       local u_rxe
       u_rxe=$(stat_sum tx_rxe_flush_icrc "$dir/uroce-stats.txt")
       ((u_rxe > 0)) || { case_fail "no FLUSH left with rxe's ICRC (tx_rxe_flush_icrc 0)"; return 0; }
-      u_note+=", $u_rxe FLUSH with rxe's ICRC"
+      u_note+="; uroce sent $u_rxe FLUSH with rxe's ICRC"
     fi
     local u_faulted
     u_faulted=$(stat_sum rx_loss "$dir/uroce-stats.txt")
