@@ -363,19 +363,21 @@ const wire::OpcodeInfo& Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint3
                                       std::uint32_t payload_bytes, std::uint32_t xrc_srqn) {
   UROCE_ASSERT(wire::opcode_info(op).transport != wire::Transport::kXrc);
   if (env_.xrc != XrcRole::kNone) op = wire::xrc_opcode(op);
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(op);
-  h.xrc_srqn = xrc_srqn;
-  h.bth.solicited = solicited;
-  h.bth.pkey = 0xffff;
-  h.bth.dest_qpn = dest_qpn;
-  h.bth.ack_req = ack_req;
-  h.bth.psn = psn & wire::kPsnMask;
-  out.header_bytes =
-      static_cast<std::uint32_t>(wire::write_headers(MutBytes(out.header), h, payload_bytes));
+  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  wire::Bth bth;
+  bth.opcode = static_cast<std::uint8_t>(op);
+  bth.solicited = solicited;
+  bth.pkey = 0xffff;
+  bth.dest_qpn = dest_qpn;
+  bth.ack_req = ack_req;
+  bth.psn = psn & wire::kPsnMask;
+  // The extension headers zero but for the XRCETH (write_headers' bytes); the caller fills those
+  // its opcode carries.
+  out.header_bytes = static_cast<std::uint32_t>(
+      wire::write_bth_headers(MutBytes(out.header), info, bth, xrc_srqn, payload_bytes));
   out.num_pieces = 0;
   out.payload_bytes = payload_bytes;
-  return wire::opcode_info(op);
+  return info;
 }
 
 wire::Transport Qp::request_transport() const {
