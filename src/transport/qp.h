@@ -610,10 +610,11 @@ class Qp {
   bool probe_target(std::uint32_t& psn, std::uint32_t& index) const;
   // Sends the tail-loss probe that handle_recovery_timeout() asked for.
   bool poll_probe(Instant now, TxPacket& out);
-  // The PSN window the requester keeps (before congestion control's).
-  std::uint32_t recovery_window() const;
+  // The PSN window the requester keeps (before congestion control's), given congestion
+  // control's window_packets() (read once by the caller: a virtual call per packet sent).
+  std::uint32_t recovery_window(std::uint32_t cc_window) const;
   // ... without the restart after a stall (Recovery::restart_window).
-  std::uint32_t steady_window() const;
+  std::uint32_t steady_window(std::uint32_t cc_window) const;
   // A timeout found no progress since the last one (note_ibta_timeout, handle_recovery_timeout):
   // the go-back-N restarts from a small window.
   void note_stall();
