@@ -3,6 +3,7 @@
 #include "transport/qp.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "cc/aimd.h"
@@ -26,9 +27,11 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
       type_(type),
       cap_(cap),
       env_(env),
-      sq_(at_least_one(cap.max_send_wr)),
-      sq_sges_(std::size_t{at_least_one(cap.max_send_wr)} * cap.max_send_sge),
-      sq_inline_(std::size_t{at_least_one(cap.max_send_wr)} * cap.max_inline_data),
+      sq_capacity_(at_least_one(cap.max_send_wr)),
+      sq_mask_(static_cast<std::uint32_t>(std::bit_ceil(std::uint64_t{sq_capacity_}) - 1)),
+      sq_(std::size_t{sq_mask_} + 1),
+      sq_sges_((std::size_t{sq_mask_} + 1) * cap.max_send_sge),
+      sq_inline_((std::size_t{sq_mask_} + 1) * cap.max_inline_data),
       responses_(1) {
   UROCE_CHECK(env_.memory != nullptr && env_.send_cq != nullptr && env_.recv_cq != nullptr);
   UROCE_CHECK(env_.rq != nullptr && env_.cc != nullptr);
@@ -43,17 +46,17 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
 }
 
 std::span<Sge> Qp::sges_of(std::uint32_t index) {
-  const std::size_t slot = index % sq_.size();
+  const std::size_t slot = index & sq_mask_;
   return std::span<Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
 }
 
 std::span<const Sge> Qp::sges_of(std::uint32_t index) const {
-  const std::size_t slot = index % sq_.size();
+  const std::size_t slot = index & sq_mask_;
   return std::span<const Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
 }
 
 std::span<std::byte> Qp::inline_of(std::uint32_t index) {
-  const std::size_t slot = index % sq_.size();
+  const std::size_t slot = index & sq_mask_;
   return std::span<std::byte>(sq_inline_)
       .subspan(slot * cap_.max_inline_data, cap_.max_inline_data);
 }
@@ -143,6 +146,12 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
   attr_.cur_qp_state = state_;
 }
 
+void Qp::start_send_queue_at_for_testing(std::uint32_t index) {
+  UROCE_CHECK(sq_count_ == 0 && req_.next_wqe == sq_tail_);
+  sq_tail_ = index;
+  req_.next_wqe = index;
+}
+
 void Qp::reset_state() {
   // Moving to RESET discards every queued WQE without a completion (IBTA 10.3.1.1).
   state_ = QpState::kReset;
@@ -203,7 +212,7 @@ Errc Qp::post_send(const SendRequest& wr) {
   }
   const bool inline_data = (wr.send_flags & kSendInline) != 0 && wr_op->is(kWrInline);
   if (inline_data && length > cap_.max_inline_data) return Errc::kInvalidArgument;
-  if (sq_count_ == sq_.size()) return Errc::kNoMemory;
+  if (sq_count_ == sq_capacity_) return Errc::kNoMemory;
 
   const std::uint32_t index = sq_tail_ + sq_count_;
   SendWqe& w = sq_at(index);
@@ -247,7 +256,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.num_sge = static_cast<std::uint32_t>(wr.sges.size());
   }
   ++sq_count_;
-  UROCE_ASSERT(sq_count_ <= sq_.size());
+  UROCE_ASSERT(sq_count_ <= sq_capacity_);
   if (state_ == QpState::kErr || state_ == QpState::kSqe) flush();
   return Errc::kOk;
 }
