@@ -216,7 +216,9 @@ Errc Qp::post_send(const SendRequest& wr) {
 
   const std::uint32_t index = sq_tail_ + sq_count_;
   SendWqe& w = sq_at(index);
-  w = SendWqe{};
+  // Every field of the slot written (a slot holds what its last WQE left): without a
+  // `w = SendWqe{}` first, which cleared the slot's 184 bytes through a copy of a cleared one
+  // (issue 40: the post). A UD WQE's address vector only on UD, whose slots hold nothing else.
   w.wr_id = wr.wr_id;
   w.wr_op = wr_op;
   w.send_flags = wr.send_flags;
@@ -236,11 +238,23 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.ud_av = *wr.ud_av;
     w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
     w.remote_qkey = wr.remote_qkey;
+  } else {
+    w.remote_qpn = 0;
+    w.remote_qkey = 0;
   }
-  if (env_.xrc == XrcRole::kSend) w.xrc_srqn = wr.xrc_srqn & 0xffffffu;
+  w.xrc_srqn = env_.xrc == XrcRole::kSend ? wr.xrc_srqn & 0xffffffu : 0;
   // FLUSH and the local operations: no local data.
   w.length = operand != 0 ? operand : wr_op->is(kWrFlush) || wr_op->is_local() ? 0 : length;
   w.is_inline = inline_data;
+  w.num_sge = 0;
+  w.state = WqeState::kPosted;
+  w.started = false;
+  w.first_psn = 0;
+  w.last_psn = 0;
+  w.sent_bytes = 0;
+  w.read_bytes = 0;
+  w.read_req_psn = 0;
+  w.error = WcStatus::kSuccess;
   if (inline_data) {
     // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.
     std::span<std::byte> dst = inline_of(index);
