@@ -31,7 +31,9 @@
 # machine. Environment: UROCE (the uroce binary, default build-release/src/tools/uroce: another
 # commit's build measures that commit), SERVER_IP / CLIENT_IP / PORT, DEPTH (-t, 1024), SIZE
 # (-s, 64), TOP (20), KEEP (a directory for the outputs, for --compare and
-# bench-out/cgtree-style call trees).
+# bench-out/cgtree-style call trees), TIMEOUT (perf's --timeout on both sides, default 600 s: under
+# callgrind and SCHED_IDLE beside a busy machine a run takes minutes, and the server's bound on
+# the run is twice its --timeout).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/rounds_lib.sh
@@ -215,7 +217,7 @@ for n in "$n1" "$n2"; do
       ;;
   esac
   rm -f "$tmp/srv.$n.stats" "$tmp/cli.$n.stats"
-  args=(perf write_bw -s "$size" -t "$depth" -n "$n" -p "$P")
+  args=(perf write_bw -s "$size" -t "$depth" -n "$n" -p "$P" --timeout "${TIMEOUT:-600}")
   UROCE_STATS_FILE="$tmp/srv.$n.stats" "${cpu0[@]}" "${wrap_s[@]}" "$U" "${args[@]}" \
     --ip "$SIP" >"$tmp/srv.$n.out" 2>&1 &
   srv=$!

@@ -3,6 +3,7 @@
 #include "transport/qp.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "cc/aimd.h"
@@ -26,9 +27,11 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
       type_(type),
       cap_(cap),
       env_(env),
-      sq_(at_least_one(cap.max_send_wr)),
-      sq_sges_(std::size_t{at_least_one(cap.max_send_wr)} * cap.max_send_sge),
-      sq_inline_(std::size_t{at_least_one(cap.max_send_wr)} * cap.max_inline_data),
+      sq_capacity_(at_least_one(cap.max_send_wr)),
+      sq_mask_(static_cast<std::uint32_t>(std::bit_ceil(std::uint64_t{sq_capacity_}) - 1)),
+      sq_(std::size_t{sq_mask_} + 1),
+      sq_sges_((std::size_t{sq_mask_} + 1) * cap.max_send_sge),
+      sq_inline_((std::size_t{sq_mask_} + 1) * cap.max_inline_data),
       responses_(1) {
   UROCE_CHECK(env_.memory != nullptr && env_.send_cq != nullptr && env_.recv_cq != nullptr);
   UROCE_CHECK(env_.rq != nullptr && env_.cc != nullptr);
@@ -43,17 +46,17 @@ Qp::Qp(std::uint32_t qpn, QpType type, const QpCap& cap, const QpEnv& env)
 }
 
 std::span<Sge> Qp::sges_of(std::uint32_t index) {
-  const std::size_t slot = index % sq_.size();
+  const std::size_t slot = index & sq_mask_;
   return std::span<Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
 }
 
 std::span<const Sge> Qp::sges_of(std::uint32_t index) const {
-  const std::size_t slot = index % sq_.size();
+  const std::size_t slot = index & sq_mask_;
   return std::span<const Sge>(sq_sges_).subspan(slot * cap_.max_send_sge, cap_.max_send_sge);
 }
 
 std::span<std::byte> Qp::inline_of(std::uint32_t index) {
-  const std::size_t slot = index % sq_.size();
+  const std::size_t slot = index & sq_mask_;
   return std::span<std::byte>(sq_inline_)
       .subspan(slot * cap_.max_inline_data, cap_.max_inline_data);
 }
@@ -143,6 +146,12 @@ void Qp::modify(const QpAttr& a, std::uint32_t mask, const AddressVector& path) 
   attr_.cur_qp_state = state_;
 }
 
+void Qp::start_send_queue_at_for_testing(std::uint32_t index) {
+  UROCE_CHECK(sq_count_ == 0 && req_.next_wqe == sq_tail_);
+  sq_tail_ = index;
+  req_.next_wqe = index;
+}
+
 void Qp::reset_state() {
   // Moving to RESET discards every queued WQE without a completion (IBTA 10.3.1.1).
   state_ = QpState::kReset;
@@ -203,11 +212,13 @@ Errc Qp::post_send(const SendRequest& wr) {
   }
   const bool inline_data = (wr.send_flags & kSendInline) != 0 && wr_op->is(kWrInline);
   if (inline_data && length > cap_.max_inline_data) return Errc::kInvalidArgument;
-  if (sq_count_ == sq_.size()) return Errc::kNoMemory;
+  if (sq_count_ == sq_capacity_) return Errc::kNoMemory;
 
   const std::uint32_t index = sq_tail_ + sq_count_;
   SendWqe& w = sq_at(index);
-  w = SendWqe{};
+  // Every field of the slot written (a slot holds what its last WQE left): without a
+  // `w = SendWqe{}` first, which cleared the slot's 184 bytes through a copy of a cleared one
+  // (issue 40: the post). A UD WQE's address vector only on UD, whose slots hold nothing else.
   w.wr_id = wr.wr_id;
   w.wr_op = wr_op;
   w.send_flags = wr.send_flags;
@@ -227,11 +238,23 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.ud_av = *wr.ud_av;
     w.remote_qpn = wr.remote_qpn & wire::kPsnMask;
     w.remote_qkey = wr.remote_qkey;
+  } else {
+    w.remote_qpn = 0;
+    w.remote_qkey = 0;
   }
-  if (env_.xrc == XrcRole::kSend) w.xrc_srqn = wr.xrc_srqn & 0xffffffu;
+  w.xrc_srqn = env_.xrc == XrcRole::kSend ? wr.xrc_srqn & 0xffffffu : 0;
   // FLUSH and the local operations: no local data.
   w.length = operand != 0 ? operand : wr_op->is(kWrFlush) || wr_op->is_local() ? 0 : length;
   w.is_inline = inline_data;
+  w.num_sge = 0;
+  w.state = WqeState::kPosted;
+  w.started = false;
+  w.first_psn = 0;
+  w.last_psn = 0;
+  w.sent_bytes = 0;
+  w.read_bytes = 0;
+  w.read_req_psn = 0;
+  w.error = WcStatus::kSuccess;
   if (inline_data) {
     // Inline data is copied at post time (IBV_SEND_INLINE): the buffer may be reused at once.
     std::span<std::byte> dst = inline_of(index);
@@ -247,7 +270,7 @@ Errc Qp::post_send(const SendRequest& wr) {
     w.num_sge = static_cast<std::uint32_t>(wr.sges.size());
   }
   ++sq_count_;
-  UROCE_ASSERT(sq_count_ <= sq_.size());
+  UROCE_ASSERT(sq_count_ <= sq_capacity_);
   if (state_ == QpState::kErr || state_ == QpState::kSqe) flush();
   return Errc::kOk;
 }
@@ -363,19 +386,21 @@ const wire::OpcodeInfo& Qp::build_bth(TxPacket& out, wire::Opcode op, std::uint3
                                       std::uint32_t payload_bytes, std::uint32_t xrc_srqn) {
   UROCE_ASSERT(wire::opcode_info(op).transport != wire::Transport::kXrc);
   if (env_.xrc != XrcRole::kNone) op = wire::xrc_opcode(op);
-  wire::TransportHeaders h;
-  h.bth.opcode = static_cast<std::uint8_t>(op);
-  h.xrc_srqn = xrc_srqn;
-  h.bth.solicited = solicited;
-  h.bth.pkey = 0xffff;
-  h.bth.dest_qpn = dest_qpn;
-  h.bth.ack_req = ack_req;
-  h.bth.psn = psn & wire::kPsnMask;
-  out.header_bytes =
-      static_cast<std::uint32_t>(wire::write_headers(MutBytes(out.header), h, payload_bytes));
+  const wire::OpcodeInfo& info = wire::opcode_info(op);
+  wire::Bth bth;
+  bth.opcode = static_cast<std::uint8_t>(op);
+  bth.solicited = solicited;
+  bth.pkey = 0xffff;
+  bth.dest_qpn = dest_qpn;
+  bth.ack_req = ack_req;
+  bth.psn = psn & wire::kPsnMask;
+  // The extension headers zero but for the XRCETH (write_headers' bytes); the caller fills those
+  // its opcode carries.
+  out.header_bytes = static_cast<std::uint32_t>(
+      wire::write_bth_headers(MutBytes(out.header), info, bth, xrc_srqn, payload_bytes));
   out.num_pieces = 0;
   out.payload_bytes = payload_bytes;
-  return wire::opcode_info(op);
+  return info;
 }
 
 wire::Transport Qp::request_transport() const {

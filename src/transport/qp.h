@@ -469,6 +469,9 @@ class Qp {
 
   // Testing hook: number of send WQEs not yet completed.
   std::uint32_t outstanding_send_wqes() const { return sq_count_; }
+  // Testing hook: the send queue, empty and with nothing outstanding, numbers its next WQE
+  // `index` (the ring's 32-bit indices wrap after 2^32 WQEs).
+  void start_send_queue_at_for_testing(std::uint32_t index);
 
  private:
   // ---- send queue ----
@@ -514,12 +517,12 @@ class Qp {
   // `i` is a ring index within the queue's window (from sq_tail_): an older one would name a
   // slot that a newer WQE reuses.
   SendWqe& sq_at(std::uint32_t i) {
-    UROCE_ASSERT(i - sq_tail_ < sq_.size());
-    return sq_[i % sq_.size()];
+    UROCE_ASSERT(i - sq_tail_ < sq_capacity_);
+    return sq_[i & sq_mask_];
   }
   const SendWqe& sq_at(std::uint32_t i) const {
-    UROCE_ASSERT(i - sq_tail_ < sq_.size());
-    return sq_[i % sq_.size()];
+    UROCE_ASSERT(i - sq_tail_ < sq_capacity_);
+    return sq_[i & sq_mask_];
   }
   std::span<Sge> sges_of(std::uint32_t index);
   std::span<const Sge> sges_of(std::uint32_t index) const;
@@ -610,10 +613,11 @@ class Qp {
   bool probe_target(std::uint32_t& psn, std::uint32_t& index) const;
   // Sends the tail-loss probe that handle_recovery_timeout() asked for.
   bool poll_probe(Instant now, TxPacket& out);
-  // The PSN window the requester keeps (before congestion control's).
-  std::uint32_t recovery_window() const;
+  // The PSN window the requester keeps (before congestion control's), given congestion
+  // control's window_packets() (read once by the caller: a virtual call per packet sent).
+  std::uint32_t recovery_window(std::uint32_t cc_window) const;
   // ... without the restart after a stall (Recovery::restart_window).
-  std::uint32_t steady_window() const;
+  std::uint32_t steady_window(std::uint32_t cc_window) const;
   // A timeout found no progress since the last one (note_ibta_timeout, handle_recovery_timeout):
   // the go-back-N restarts from a small window.
   void note_stall();
@@ -722,7 +726,13 @@ class Qp {
   std::uint32_t mtu_bytes_ = 1024;
   QpCounters counters_;
 
-  // Send queue ring: [sq_tail_, sq_tail_ + sq_count_) are posted and not yet completed.
+  // Send queue ring: [sq_tail_, sq_tail_ + sq_count_) are posted and not yet completed, at most
+  // sq_capacity_ (max_send_wr) of them. Index i lives in slot i & sq_mask_, of a power-of-two
+  // number of slots: a mask, not a division, per look-up, and the same slots on both sides of the
+  // 32-bit indices' wrap (with i % max_send_wr, 2^k - 1 slots, index 0 after 2^32 - 1 would
+  // take a slot that an outstanding WQE holds).
+  std::uint32_t sq_capacity_;
+  std::uint32_t sq_mask_;
   std::vector<SendWqe> sq_;
   std::vector<Sge> sq_sges_;
   std::vector<std::byte> sq_inline_;

@@ -67,24 +67,25 @@ Duration Qp::rto() const {
 
 Duration Qp::probe_timeout() const { return rec_.srtt * 2 + kProbeAckAllowance; }
 
-std::uint32_t Qp::recovery_window() const {
+std::uint32_t Qp::recovery_window(std::uint32_t cc_window) const {
   if (!env_.recovery.bdp_window) return kMaxUnackedPsns;
-  const std::uint32_t w = steady_window();
+  const std::uint32_t w = steady_window(cc_window);
   return rec_.restart_window == 0 ? w : std::min(w, rec_.restart_window);
 }
 
-std::uint32_t Qp::steady_window() const {
+std::uint32_t Qp::steady_window(std::uint32_t cc_window) const {
   if (rec_.window == 0) return kMaxUnackedPsns;
   // A window-based congestion control (cc::CongestionControl::window_packets) sizes the window
   // itself, up to the ceiling: the BDP estimate follows the flow's own past rate, and would pin
   // the rule's window (an aimd flow beside a fixed-window one stayed at kMinBdpWindow after a
   // loss, with 27% of the link).
-  if (env_.cc->window_packets() != cc::kUnlimitedWindow) return kMaxBdpWindow;
+  if (cc_window != cc::kUnlimitedWindow) return kMaxBdpWindow;
   return rec_.lossy ? rec_.window : std::max(rec_.window, kMaxUnackedPsns);
 }
 
 std::uint32_t Qp::send_window() const {
-  return std::min(recovery_window(), env_.cc->window_packets());
+  const std::uint32_t cc_window = env_.cc->window_packets();
+  return std::min(recovery_window(cc_window), cc_window);
 }
 
 bool Qp::awaiting_first_rtt_sample() const {
@@ -212,7 +213,7 @@ Duration Qp::note_acked(Instant now, std::uint32_t acked) {
   if (rec_.restart_window != 0) {
     // Slow start: the window doubles per round trip until it is the steady one again.
     rec_.restart_window += acked;
-    if (rec_.restart_window >= steady_window()) rec_.restart_window = 0;
+    if (rec_.restart_window >= steady_window(env_.cc->window_packets())) rec_.restart_window = 0;
   }
   if (rec_.rto_check) note_first_ack_after_rto(now);
   if (rec_.resent_unacked && wire::psn_gt(comp_.psn, rec_.resent_psn)) rec_.resent_unacked = false;

@@ -33,8 +33,9 @@ bool Qp::request_ready() const {
   const std::uint32_t outstanding = (req_.psn - comp_.psn) & wire::kPsnMask;
   // Congestion control may narrow it (a window-based rule), never widen it.
   // Loss recovery sizes the window of the rest to the bandwidth-delay product (recovery.cc).
-  const std::uint32_t window = std::min(
-      w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : recovery_window(), env_.cc->window_packets());
+  const std::uint32_t cc_window = env_.cc->window_packets();
+  const std::uint32_t window =
+      std::min(w.wr_op->is(kWrRead) ? kMaxUnackedReadPsns : recovery_window(cc_window), cc_window);
   if (rc && outstanding >= std::max<std::uint32_t>(window, 1)) return false;
   // A READ of up to 2^31 bytes at MTU 256 spans up to 2^23 PSNs. Behind other outstanding
   // PSNs it would put the oldest more than 2^23 behind the next, where 24-bit comparisons turn

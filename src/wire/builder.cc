@@ -1,6 +1,7 @@
 #include "wire/builder.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "wire/icrc.h"
 
@@ -48,6 +49,20 @@ std::size_t write_headers(MutBytes out, const TransportHeaders& h, std::size_t p
     std::fill(rsvd.begin(), rsvd.end(), std::byte{0});
   }
   return op->header_bytes;
+}
+
+std::size_t write_bth_headers(MutBytes out, const OpcodeInfo& op, const Bth& bth,
+                              std::uint32_t xrc_srqn, std::size_t payload_bytes) {
+  UROCE_CHECK(op.valid);
+  UROCE_CHECK(out.size() >= op.header_bytes);
+  Bth b = bth;
+  b.pad_count = pad_for(payload_bytes);
+  BthMut(out).encode(b);
+  std::memset(out.data() + kBthBytes, 0, op.header_bytes - kBthBytes);
+  if (op.has(ExtHeader::kXrcEth)) {
+    XrcEthMut(out.subspan(op.offset_of(ExtHeader::kXrcEth))).set_srqn(xrc_srqn);
+  }
+  return op.header_bytes;
 }
 
 std::size_t write_roce(MutBytes out, const TransportHeaders& h, ConstBytes payload) {

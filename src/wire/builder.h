@@ -48,6 +48,13 @@ constexpr std::size_t roce_size(const OpcodeInfo& op, std::size_t payload_bytes)
 // Returns the header length.
 std::size_t write_headers(MutBytes out, const TransportHeaders& h, std::size_t payload_bytes);
 
+// write_headers of a packet whose extension headers are all zero but for the XRCETH's SRQ number:
+// the same bytes (BTH, zeros, XRCETH), without the table walk. The transport's request builder
+// (transport::Qp::build_bth) writes the BTH of every request packet this way and fills the
+// extension headers the opcode carries itself (issue 40: the message rate's send path).
+std::size_t write_bth_headers(MutBytes out, const OpcodeInfo& op, const Bth& bth,
+                              std::uint32_t xrc_srqn, std::size_t payload_bytes);
+
 // Writes headers, payload and zero pad; the 4 ICRC bytes are reserved but not written (they need
 // the outer headers: see write_icrc). Returns roce_size().
 std::size_t write_roce(MutBytes out, const TransportHeaders& h, ConstBytes payload);

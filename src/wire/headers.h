@@ -87,18 +87,16 @@ class BasicBthRef : public HeaderRef<Byte, 12> {
   void set_psn(std::uint32_t v) const requires kMutable {
     store_be24(this->mut(), 9, v & 0xffffffu);
   }
-  // Writes every field; reserved bits become zero.
+  // Writes every field; reserved bits become zero. As three big-endian words (opcode, flags
+  // and P_Key; FECN, BECN and the QPN; AckReq and the PSN): every packet sent writes one.
   void encode(const Bth& h) const requires kMutable {
-    store_u8(this->mut(), 0, h.opcode);
-    store_u8(this->mut(), 1,
-             static_cast<std::uint8_t>((unsigned{h.solicited} << 7) | (unsigned{h.mig_req} << 6) |
-                                       ((h.pad_count & 3u) << 4) | (h.tver & 0xfu)));
-    store_be16(this->mut(), 2, h.pkey);
-    store_u8(this->mut(), 4,
-             static_cast<std::uint8_t>((unsigned{h.fecn} << 7) | (unsigned{h.becn} << 6)));
-    store_be24(this->mut(), 5, h.dest_qpn & 0xffffffu);
-    store_u8(this->mut(), 8, static_cast<std::uint8_t>(unsigned{h.ack_req} << 7));
-    store_be24(this->mut(), 9, h.psn & 0xffffffu);
+    const std::uint32_t flags = (unsigned{h.solicited} << 7) | (unsigned{h.mig_req} << 6) |
+                                ((h.pad_count & 3u) << 4) | (h.tver & 0xfu);
+    store_be32(this->mut(), 0, (std::uint32_t{h.opcode} << 24) | (flags << 16) | h.pkey);
+    store_be32(
+        this->mut(), 4,
+        (((unsigned{h.fecn} << 7) | (unsigned{h.becn} << 6)) << 24) | (h.dest_qpn & 0xffffffu));
+    store_be32(this->mut(), 8, (unsigned{h.ack_req} << 31) | (h.psn & 0xffffffu));
   }
 };
 using BthView = BasicBthRef<const std::byte>;

@@ -556,6 +556,34 @@ TEST(Requester, WindowSpansManyWqes) {
   EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
 }
 
+TEST(Requester, TheSendQueueKeepsItsWqesAcrossTheWrapOfItsIndices) {
+  // max_send_wr 7 (verbs gives 2^k - 1): WQEs numbered 2^32 - 3 .. 3, all outstanding at once.
+  // Each keeps its own slot, data and wr_id on both sides of the 32-bit wrap.
+  QpCap cap = Endpoint::default_cap();
+  cap.max_send_wr = 7;
+  Solo s(QpType::kRc, 1024, kPsn, 0x5000, cap);
+  s.e.qp->start_send_queue_at_for_testing(0xffff'fffdu);
+  for (std::uint64_t i = 0; i < 7; ++i) {
+    ASSERT_EQ(s.e.qp->post_send(rq(100 + i, WrOpcode::kSend, sge(s.e, i * 16, 9))), Errc::kOk);
+  }
+  EXPECT_EQ(s.e.qp->post_send(rq(107, WrOpcode::kSend, sge(s.e, 0, 1))), Errc::kNoMemory);
+  const auto out = s.drain();
+  ASSERT_EQ(out.size(), 7u);
+  for (std::uint32_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(describe(out[i]), pkt(Opcode::kRcSendOnly, kPsn + i, true)) << i;
+    EXPECT_EQ(out[i].payload, slice(s.e, std::size_t{i} * 16, 9)) << i;
+  }
+  ack(s, kPsn + 6);
+  EXPECT_EQ(wr_ids(s.e.scq), (std::vector<std::uint64_t>{100, 101, 102, 103, 104, 105, 106}));
+  EXPECT_EQ(statuses(s.e.scq), Strings(7, st(WcStatus::kSuccess)));
+  EXPECT_EQ(s.e.qp->outstanding_send_wqes(), 0u);
+  // And the queue goes on from index 4.
+  ASSERT_EQ(s.e.qp->post_send(rq(200, WrOpcode::kSend, sge(s.e, 200, 3))), Errc::kOk);
+  const auto next = s.drain();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].payload, slice(s.e, 200, 3));
+}
+
 // has_transmit_work() is what an engine polls to decide whether to call poll_transmit(): it must
 // say yes exactly when poll_transmit() has a packet (qp.h), whatever holds the requester back.
 std::vector<Solo::Sent> drain_checked(Solo& s) {

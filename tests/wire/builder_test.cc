@@ -115,6 +115,36 @@ TEST(Builder, PadBytesAreZero) {
   for (std::size_t i = 17; i < 20; ++i) EXPECT_EQ(out[i], std::byte{0}) << i;
 }
 
+TEST(Builder, WriteBthHeadersWritesWhatWriteHeadersWritesWithZeroExtensionHeaders) {
+  // Every opcode, random BTH fields, an SRQ number and payload lengths of every pad count, over
+  // buffers that held other bytes before: the same header bytes and length as write_headers.
+  std::mt19937_64 rng(40);
+  int compared = 0;
+  for (Opcode op : kAllOpcodes) {
+    const OpcodeInfo& info = opcode_info(op);
+    for (std::size_t payload : {0u, 1u, 2u, 3u, 64u, 4095u}) {
+      TransportHeaders h = random_headers(op, rng);
+      const TransportHeaders full = h;
+      const Bth bth = h.bth;
+      const std::uint32_t srqn = static_cast<std::uint32_t>(rng());
+      h = TransportHeaders{};
+      h.bth = bth;
+      h.xrc_srqn = srqn & 0xffffffu;
+      Bytes want(64, std::byte{0xee});
+      Bytes got(64, std::byte{0x5a});
+      // Stale bytes of an earlier packet's headers in the buffer the new one is written to.
+      write_headers(got, full, payload);
+      const std::size_t n = write_headers(want, h, payload);
+      ASSERT_EQ(write_bth_headers(got, info, bth, srqn, payload), n) << info.name;
+      EXPECT_EQ(Bytes(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n)),
+                Bytes(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(n)))
+          << info.name << " payload " << payload;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 63 * 6);
+}
+
 TEST(Builder, RxeUdpSourcePortConvention) {
   // rdma-core's ibv_flow_label_to_udp_sport and rxe's flow label hash (roce-facts.md).
   EXPECT_EQ(flow_label_to_udp_sport(0), 0xc000);
