@@ -219,6 +219,8 @@ Errc Qp::post_send(const SendRequest& wr) {
   // Every field of the slot written (a slot holds what its last WQE left): without a
   // `w = SendWqe{}` first, which cleared the slot's 184 bytes through a copy of a cleared one
   // (issue 40: the post). A UD WQE's address vector only on UD, whose slots hold nothing else.
+  // A field added to SendWqe must be written below too: its size is pinned here to say so.
+  static_assert(sizeof(SendWqe) == 184, "SendWqe changed: write the new field in post_send");
   w.wr_id = wr.wr_id;
   w.wr_op = wr_op;
   w.send_flags = wr.send_flags;
