@@ -1365,10 +1365,7 @@ UROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (id->qp != nullptr) return fail(EINVAL);
   if (id->verbs == nullptr) return fail(EINVAL);
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr->pd == nullptr) {
-    std::lock_guard lk(g_mu);
-    for (const Device& d : devices()) {
-      if (d.ctx == id->verbs) attr->pd = d.pd;
-    }
+    attr->pd = id->pd;  // the device's default PD (set_device), as librdmacm
     attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
   }
   if (attr->pd == nullptr || attr->pd->context != id->verbs) return fail(EINVAL);
@@ -1413,7 +1410,6 @@ UROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     return fail(e != 0 ? e : ENOMEM);
   }
   id->qp = qp;
-  if (id->pd == nullptr) id->pd = attr->pd;
   int rc;
   if (is_ud(p)) {
     rc = modify(p, IBV_QPS_INIT);
